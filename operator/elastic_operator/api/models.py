@@ -1,0 +1,282 @@
+"""pydantic models of the ElasticTrainingJob spec and status (camelCase on the wire).
+
+These models are the single source of truth: the CRD schema in crds/ is generated from
+them (`etj crd`), the renderer reads them, and the operator's status computation
+produces them. `status.training` is written by the trainer, never by the operator; its
+contract is docs/status-contract.md.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from elastic_operator.api.catalog import TpuType
+
+
+class ApiModel(BaseModel):
+    """camelCase aliases on the wire, snake_case in Python; unknown fields are errors."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class StatusModel(ApiModel):
+    # A newer trainer or operator may add fields; an older reader must not crash on them.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+# --- spec -------------------------------------------------------------------------------
+
+
+class TpuSpec(ApiModel):
+    type: TpuType = Field(description="TPU generation: v5e, v5p, v6e, v4 or tpu7x.")
+    topology: str = Field(description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p).")
+    num_slices: int = Field(1, ge=1, le=64, description="Number of TPU slices (worker Jobs).")
+
+
+class ElasticSpec(ApiModel):
+    min_slices: int | None = Field(
+        None, ge=1,
+        description="Slices needed to train. Unset = all (pause and resume); fewer = replica resize.",
+    )
+    timeout_seconds: int = Field(300, ge=1, description="How long one retry waits for slices.")
+    max_retries: int = Field(10, ge=0, description="Elastic events tolerated over the whole run.")
+    max_slice_restarts: int = Field(
+        5, ge=0, description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this.",
+    )
+    elastic_slices: int | None = Field(
+        None, ge=0,
+        description="Slices that may be missing before the JobSet restarts (--num_elastic_slices). "
+        "Unset = numSlices.",
+    )
+
+
+class CheckpointSpec(ApiModel):
+    directory: str = Field(description="Orbax checkpoint root: gs://bucket/path or a filesystem path.")
+    period_steps: int = Field(100, ge=1, description="Save a checkpoint every N steps.")
+    keep: int = Field(3, ge=1, description="Committed checkpoints to keep.")
+    async_: bool = Field(True, alias="async", description="Write checkpoints in the background.")
+    persistence: bool = Field(
+        True, description="TPU hosts read and write their own shards (ENABLE_PATHWAYS_PERSISTENCE=1).",
+    )
+
+
+class SnapshotSpec(ApiModel):
+    period_steps: int = Field(
+        0, ge=0, description="Keep an in-memory snapshot every N steps (0 = off).",
+    )
+
+
+class EnvVar(ApiModel):
+    name: str
+    value: str | None = None
+    value_from: dict[str, Any] | None = Field(None, description="As in a core/v1 EnvVar.")
+
+
+class Resources(ApiModel):
+    limits: dict[str, str] | None = None
+    requests: dict[str, str] | None = None
+
+
+class TrainerSpec(ApiModel):
+    image: str = Field(description="Trainer image; runs `etj train` in the head's main container.")
+    model: str = Field("tiny", description="Model config name (tiny ... qwen3-0.6b).")
+    steps: int = Field(ge=1, description="Training steps.")
+    batch: int = Field(8, ge=1, description="Global batch size (sequences per step).")
+    seed: int = Field(0, ge=0, description="Seed for parameters and data.")
+    data: str = Field("synthetic", description="`synthetic` or a path/gs:// prefix of ArrayRecord shards.")
+    args: list[str] = Field(default_factory=list, description="Extra arguments for `etj train`.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    resources: Resources | None = None
+
+
+class PathwaysComponent(ApiModel):
+    resources: Resources | None = None
+    args: list[str] = Field(default_factory=list, description="Extra flags for this component.")
+
+
+class PathwaysImages(ApiModel):
+    server: str | None = Field(None, description="Resource manager and worker image.")
+    proxy: str | None = Field(None, description="IFRT proxy image.")
+
+
+class PathwaysSpec(ApiModel):
+    version: str = Field("latest", description="Tag of the Pathways server and proxy images.")
+    images: PathwaysImages | None = None
+    gcs_scratch: str | None = Field(None, description="gs:// scratch location for Pathways.")
+    resource_manager: PathwaysComponent | None = None
+    proxy: PathwaysComponent | None = None
+    worker: PathwaysComponent | None = None
+
+
+class Toleration(ApiModel):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class ElasticTrainingJobSpec(ApiModel):
+    tpu: TpuSpec
+    backend: Literal["pathways", "simulated"] = Field(
+        "pathways",
+        description="`simulated` renders the same JobSet without TPUs: the trainer runs on CPU "
+        "with simulated slices and workers run a slice agent.",
+    )
+    elastic: ElasticSpec = Field(default_factory=ElasticSpec)
+    max_restarts: int = Field(0, ge=0, description="Whole-JobSet restarts allowed.")
+    checkpoint: CheckpointSpec
+    snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
+    trainer: TrainerSpec
+    pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)
+    priority_class_name: str | None = None
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Added to every pod's nodeSelector.",
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, description="Added to every pod.")
+    head_node_pool: str = Field("cpu-np", description="GKE node pool of the head (CPU) pod.")
+    service_account_name: str | None = None
+    termination_grace_period_seconds: int = Field(30, ge=0)
+    suspend: bool = Field(False, description="Suspend the JobSet (pods are deleted, state kept).")
+
+    @property
+    def min_slices(self) -> int:
+        return self.elastic.min_slices or self.tpu.num_slices
+
+    @property
+    def elastic_slices(self) -> int:
+        if self.elastic.elastic_slices is None:
+            return self.tpu.num_slices
+        return self.elastic.elastic_slices
+
+
+# --- status -------------------------------------------------------------------------------
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(StatusModel):
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+    last_transition_time: datetime
+    observed_generation: int | None = None
+
+
+SliceState = Literal["Pending", "Ready", "Down", "Restarting"]
+
+
+class SliceStatus(StatusModel):
+    index: int
+    state: SliceState
+    ready_hosts: int = 0
+    hosts: int = 0
+    restarts: int = Field(0, description="Times this slice went down (never decreases).")
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: datetime | None = None
+
+
+class ElasticEventReport(StatusModel):
+    """The trainer's view of its current (or most recent) elastic event."""
+
+    id: int = Field(description="1 for the first event of the run, then 2, 3, ...")
+    phase: Literal["Detected", "WaitingForSlices", "Restoring", "Resumed", "Failed"]
+    detected_at: datetime
+    error: str | None = Field(None, description="e.g. DATA_LOSS: slice 2 is down")
+    failed_step: int | None = Field(None, description="Last step completed before the failure.")
+    slices_down: list[int] = Field(default_factory=list)
+    restored_from_step: int | None = None
+    restore_source: Literal["snapshot", "checkpoint", "none"] | None = None
+    restored_at: datetime | None = None
+    resumed_at: datetime | None = Field(None, description="When the first step after restore completed.")
+    resumed_step: int | None = None
+
+
+class TrainingReport(StatusModel):
+    """Written by the trainer through the status subresource; read by the operator."""
+
+    observed_at: datetime
+    state: Literal["Initializing", "Training", "Recovering", "Succeeded", "Failed"]
+    reason: str | None = Field(None, description="CamelCase reason when Failed.")
+    message: str | None = None
+    step: int = 0
+    total_steps: int | None = None
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    attempt: int = Field(0, description="Elastic attempt: 0, then +1 per elastic event.")
+    active_slices: int | None = None
+    last_committed_checkpoint_step: int | None = None
+    last_snapshot_step: int | None = None
+    elastic_events_total: int = 0
+    retries_remaining: int | None = None
+    process_id: int | None = None
+    host_name: str | None = None
+    process_started_at: datetime | None = None
+    elastic_event: ElasticEventReport | None = None
+
+
+class RecoveryRecord(StatusModel):
+    detected_at: datetime
+    resumed_at: datetime | None = None
+    downtime_seconds: float | None = None
+    steps_lost: int | None = None
+    restored_from_step: int | None = None
+    restore_source: str | None = None
+    slices: list[int] = Field(default_factory=list)
+
+
+class Counters(StatusModel):
+    """Monotonic counters: the operator takes max(previous, observed) so they never go back."""
+
+    slice_failures: int = 0
+    elastic_events: int = 0
+    job_set_restarts: int = 0
+
+
+class CheckpointStatus(StatusModel):
+    directory: str | None = None
+    latest_committed_step: int | None = None
+    incomplete_steps: list[int] = Field(default_factory=list)
+    observed_at: datetime | None = None
+    error: str | None = None
+
+
+class ElasticTrainingJobStatus(StatusModel):
+    observed_generation: int | None = None
+    phase: str | None = Field(None, description="Short status for `kubectl get`.")
+    job_set_name: str | None = None
+    slices_desired: int | None = None
+    slices_ready: int | None = None
+    slices: list[SliceStatus] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+    counters: Counters = Field(default_factory=Counters)
+    last_recovery: RecoveryRecord | None = None
+    checkpoint: CheckpointStatus | None = None
+    training: TrainingReport | None = None
+
+
+class ObjectMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class ElasticTrainingJob(ApiModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    api_version: str = "elastic.pathways.dev/v1alpha1"
+    kind: Literal["ElasticTrainingJob"] = "ElasticTrainingJob"
+    metadata: ObjectMeta
+    spec: ElasticTrainingJobSpec
+    status: ElasticTrainingJobStatus | None = None

@@ -1,0 +1,47 @@
+"""The `etj` command.
+
+Each subcommand lives in its own module exposing `add_arguments(parser)` and
+`run(args) -> int`. Those modules keep their top-level imports light; heavy
+dependencies (jax, kopf, kubernetes) are imported inside `run`, so `etj render`
+never pays for jax.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "cluster": ("elastic_operator.localcluster.cli", "run the local control plane (dev/test)"),
+    "crd": ("elastic_operator.api.crd_cli", "print the ElasticTrainingJob CRD"),
+    "render": ("elastic_operator.api.render_cli", "print the objects a job renders to"),
+    "operator": ("elastic_operator.operator_cli", "run the operator"),
+    "train": ("elastic_trainer.cli", "run the elastic trainer"),
+    "slice-agent": ("elastic_trainer.slice_agent", "stand-in for a Pathways worker"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="etj", description="Elastic JAX training on TPU.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_name.startswith(exc.name):
+                continue  # not built yet, or this install lacks the extra
+            raise
+        sub_parser = sub.add_parser(name, help=help_text)
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
