@@ -1,0 +1,50 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Everything they need is installed by the targets below (a virtualenv from PyPI, the
+# control-plane binaries built from the Go module proxy into ~/.cache).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: help venv cluster-binaries lint test test-unit demo crd golden manifests bench soak e2e-kind clean
+
+help:
+	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
+	@echo "make test   - lint, types and every test (unit and integration, on a real control plane)"
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
+	@echo "Installing Python dependencies (pinned in constraints.txt; a few minutes the first time)..."
+	$(VENV)/bin/pip install --quiet --progress-bar off -c constraints.txt -e ".[operator,trainer,dev]"
+	@touch $@
+
+venv: $(STAMP)
+
+# Kubernetes, etcd, JobSet, kwok, helm and fake-gcs-server, built once and cached by version.
+cluster-binaries:
+	@hack/build-control-plane.sh
+
+lint: venv
+	$(VENV)/bin/ruff check operator trainer tests bench hack
+	$(VENV)/bin/mypy
+
+test: venv cluster-binaries lint
+	$(PY) -m pytest -q -ra
+
+test-unit: venv lint
+	$(PY) -m pytest -q -ra -m "not cluster"
+
+demo: venv cluster-binaries
+	$(VENV)/bin/etj cluster up
+	KUBECONFIG=$$($(VENV)/bin/etj cluster kubeconfig) kubectl get nodes -L cloud.google.com/gke-nodepool,cloud.google.com/gke-tpu-accelerator,cloud.google.com/gke-tpu-topology
+
+# Regenerate committed, generated files (tests fail when they are stale).
+crd: venv
+	$(VENV)/bin/etj crd > crds/elastictrainingjobs.yaml
+
+clean:
+	-$(VENV)/bin/etj cluster down
+	rm -rf $(VENV) demo-output
