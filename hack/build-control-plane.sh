@@ -67,6 +67,18 @@ go_install() {
   rmdir "$gobin"
 }
 
+# Build PKG from MODULE@VERSION inside a throwaway module. Unlike `go install pkg@v`, this
+# never reads the module's version list (the proxy refuses that list for some modules,
+# e.g. sigs.k8s.io/jobset, which makes `go install` fail while loading deprecations).
+go_build_pinned() {
+  local name=$1 version=$2 module=$3 pkg=$4
+  local dir=$WORK/$name-$version
+  mkdir -p "$dir"
+  (cd "$dir" && { [ -f go.mod ] || go mod init "etj.local/$name-build"; } \
+    && go mod edit -require "$module@$version" \
+    && go build -v -ldflags "-s -w" -o "$BIN/$name-$version" "$pkg")
+}
+
 build_kubernetes() {
   local dir=$WORK/kubernetes-$KUBERNETES_VERSION minor
   minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
@@ -115,7 +127,7 @@ echo "Building the local control plane into $BIN"
 build kubernetes "$KUBERNETES_VERSION" build_kubernetes
 step=$((step + 2)) # apiserver, controller-manager and scheduler came in one build
 build etcd "$ETCD_VERSION" build_etcd
-build jobset-controller "$JOBSET_VERSION" go_install jobset-controller "$JOBSET_VERSION" sigs.k8s.io/jobset
+build jobset-controller "$JOBSET_VERSION" go_build_pinned jobset-controller "$JOBSET_VERSION" sigs.k8s.io/jobset sigs.k8s.io/jobset
 copy_jobset_manifests
 build kwok "$KWOK_VERSION" go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 build helm "$HELM_VERSION" go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm

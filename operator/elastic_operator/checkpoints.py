@@ -1,0 +1,302 @@
+"""Checkpoint awareness: which Orbax steps under a checkpoint root are committed.
+
+Orbax (0.12.x) writes one directory per step, `<root>/<step>/`, and commits it in one of
+two ways (orbax/checkpoint/_src/path/atomicity.py):
+
+- gs:// (CommitFileTemporaryPath): the step is written in place and is valid only once
+  `<step>/commit_success.txt` exists; that file is written last.
+- a filesystem path (AtomicRenameTemporaryPath): the step is written to
+  `<step>.orbax-checkpoint-tmp` (older releases: `...-tmp-<timestamp>`) and renamed to
+  `<step>` when done; the rename is the commit. Newer Orbax also writes
+  commit_success.txt before the rename, older Orbax did not, so it is not required there.
+
+`summarize` is the pure decision over a listing of the root; `scan_checkpoints` is the thin
+I/O edge that lists a gs:// prefix (google-cloud-storage) or a local directory. Anything
+else under the root (foreign files, non-numeric names such as `prefix_100`) is ignored, never
+an error, and reported in `CheckpointSummary.ignored_entries` (for logs and events).
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from elastic_operator.api.models import CheckpointStatus
+
+COMMIT_MARKER = "commit_success.txt"
+TMP_DIR_SUFFIX = ".orbax-checkpoint-tmp"
+GCS_SCHEME = "gs://"
+# How many ignored names a summary keeps (the root of a long run may hold many).
+MAX_IGNORED_REPORTED = 10
+DEFAULT_TIMEOUT_S = 10.0
+
+# ASCII digits only: \d would accept other scripts' digits, which int() also parses.
+_STEP_NAME = re.compile(r"[0-9]+")
+# 1000.orbax-checkpoint-tmp, 1000.orbax-checkpoint-tmp-1712345678 and the partial-save
+# variant 1000.partial_save.orbax-checkpoint-tmp...
+_TMP_STEP_NAME = re.compile(
+    r"([0-9]+)(?:\.partial_save)?" + re.escape(TMP_DIR_SUFFIX) + r"(?:-[0-9]+)?",
+)
+# GCS bucket naming rules (cloud.google.com/storage/docs/buckets#naming), simplified.
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+
+
+@dataclass(frozen=True)
+class RootEntry:
+    """One name directly under the checkpoint root.
+
+    `has_commit_marker` says whether `<name>/commit_success.txt` exists; listers only
+    look it up for step-shaped directory names.
+    """
+
+    name: str
+    is_dir: bool
+    has_commit_marker: bool = False
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    """The status to publish plus what was ignored (for logs and events, not the CRD)."""
+
+    status: CheckpointStatus
+    committed_steps: list[int] = field(default_factory=list)
+    ignored_entries: list[str] = field(default_factory=list)
+
+
+def commit_needs_marker(directory: str) -> bool:
+    """On GCS only the marker commits a step; on a filesystem the rename does."""
+    return directory.startswith(GCS_SCHEME)
+
+
+def summarize_entries(
+    listing: Iterable[RootEntry], directory: str, now: datetime,
+) -> CheckpointSummary:
+    """Decide committed and incomplete steps from the names under the root (pure).
+
+    A step is incomplete when it has data but no committed version: a step directory
+    without its marker (GCS) or a `<step>.orbax-checkpoint-tmp*` directory. A leftover
+    tmp directory of a step that is also committed is not reported (Orbax deletes such
+    leftovers itself; the step is good).
+    """
+    needs_marker = commit_needs_marker(directory)
+    committed: set[int] = set()
+    partial: set[int] = set()
+    ignored: list[str] = []
+    for entry in listing:
+        name = entry.name
+        tmp = _TMP_STEP_NAME.fullmatch(name)
+        if entry.is_dir and _STEP_NAME.fullmatch(name):
+            if entry.has_commit_marker or not needs_marker:
+                committed.add(int(name))
+            else:
+                partial.add(int(name))
+        elif entry.is_dir and tmp:
+            partial.add(int(tmp.group(1)))
+        else:
+            ignored.append(name)
+    incomplete = sorted(partial - committed)
+    status = CheckpointStatus(
+        directory=directory,
+        latest_committed_step=max(committed) if committed else None,
+        incomplete_steps=incomplete,
+        observed_at=now,
+    )
+    return CheckpointSummary(
+        status=status,
+        committed_steps=sorted(committed),
+        ignored_entries=sorted(ignored)[:MAX_IGNORED_REPORTED],
+    )
+
+
+def summarize(listing: Iterable[RootEntry], directory: str, now: datetime) -> CheckpointStatus:
+    """The CheckpointStatus for a listing of `directory` (pure; see summarize_entries)."""
+    return summarize_entries(listing, directory, now).status
+
+
+def keep_last_known(
+    previous: CheckpointStatus | None, scanned: CheckpointStatus,
+) -> CheckpointStatus:
+    """A failed scan keeps the steps last seen in the same directory (so one GCS hiccup
+    does not blank the status) and adds the error; a good scan replaces everything."""
+    if scanned.error is None or previous is None or previous.directory != scanned.directory:
+        return scanned
+    return scanned.model_copy(update={
+        "latest_committed_step": previous.latest_committed_step,
+        "incomplete_steps": list(previous.incomplete_steps),
+    })
+
+
+# --- I/O edge ---------------------------------------------------------------------------
+
+
+class CheckpointScanError(Exception):
+    """A directory that cannot be listed; the message is what the status shows."""
+
+
+def parse_gcs_url(directory: str) -> tuple[str, str]:
+    """`gs://bucket/a/b` -> ("bucket", "a/b/"); the prefix is "" for a bucket's root."""
+    if not directory.startswith(GCS_SCHEME):
+        raise CheckpointScanError(f"'{directory}' is not a gs:// URL")
+    bucket, _, path = directory[len(GCS_SCHEME):].partition("/")
+    if not bucket:
+        raise CheckpointScanError(
+            f"'{directory}' has no bucket name; expected gs://BUCKET/PATH",
+        )
+    if not _BUCKET_NAME.fullmatch(bucket):
+        raise CheckpointScanError(
+            f"'{directory}': '{bucket}' is not a valid GCS bucket name (3-63 characters: "
+            "lowercase letters, digits, '-', '_', '.'; starting and ending with a letter "
+            "or digit)",
+        )
+    path = path.strip("/")
+    return bucket, f"{path}/" if path else ""
+
+
+def storage_client_from_env() -> Any:
+    """A google-cloud-storage client; anonymous against STORAGE_EMULATOR_HOST.
+
+    Build it once and pass it to scan_checkpoints: credential discovery is not free.
+    """
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        return storage.Client(project="etj-emulator", credentials=AnonymousCredentials())
+    return storage.Client()
+
+
+def list_gcs(
+    directory: str, client: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[RootEntry]:
+    """One delimited list call for the root, then one metadata GET per step directory
+    for its marker (no object is downloaded)."""
+    from google.api_core import exceptions as gexc
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    bucket_name, prefix = parse_gcs_url(directory)
+    retry = DEFAULT_RETRY.with_timeout(timeout_s)
+    try:
+        bucket = client.bucket(bucket_name)
+        pages = client.list_blobs(
+            bucket, prefix=prefix, delimiter="/", timeout=timeout_s, retry=retry,
+        )
+        # Prefixes are filled in as pages are read, so read the objects first.
+        files = [blob.name[len(prefix):] for blob in pages]
+        dirs = [p[len(prefix):].rstrip("/") for p in pages.prefixes]
+        entries = [RootEntry(name=name, is_dir=False) for name in files if name]
+        for name in dirs:
+            marker = False
+            if _STEP_NAME.fullmatch(name):
+                blob_name = f"{prefix}{name}/{COMMIT_MARKER}"
+                marker = bucket.get_blob(blob_name, timeout=timeout_s, retry=retry) is not None
+            entries.append(RootEntry(name=name, is_dir=True, has_commit_marker=marker))
+    except gexc.NotFound as e:
+        raise CheckpointScanError(
+            f"cannot list {directory}: bucket '{bucket_name}' does not exist ({_short(e)})",
+        ) from e
+    except gexc.Forbidden as e:
+        raise CheckpointScanError(
+            f"cannot list {directory}: permission denied ({_short(e)}); grant the operator's "
+            f"service account roles/storage.objectViewer on bucket '{bucket_name}'",
+        ) from e
+    except gexc.Unauthorized as e:
+        raise CheckpointScanError(
+            f"cannot list {directory}: not authenticated ({_short(e)})",
+        ) from e
+    return entries
+
+
+def list_local(directory: str) -> list[RootEntry]:
+    """os.scandir of the root; a marker lookup (one stat) per step-shaped directory."""
+    if not os.path.isabs(directory):
+        raise CheckpointScanError(
+            f"'{directory}' is neither a gs:// URL nor an absolute path",
+        )
+    entries: list[RootEntry] = []
+    try:
+        with os.scandir(directory) as it:
+            for item in it:
+                is_dir = item.is_dir()
+                marker = bool(
+                    is_dir and _STEP_NAME.fullmatch(item.name)
+                    and os.path.exists(os.path.join(item.path, COMMIT_MARKER)),
+                )
+                entries.append(RootEntry(name=item.name, is_dir=is_dir, has_commit_marker=marker))
+    except FileNotFoundError as e:
+        raise CheckpointScanError(
+            f"{directory} does not exist on the operator's filesystem (no checkpoint written "
+            "yet, or the path is not mounted into the operator)",
+        ) from e
+    except NotADirectoryError as e:
+        raise CheckpointScanError(f"{directory} is not a directory") from e
+    except PermissionError as e:
+        raise CheckpointScanError(f"cannot read {directory}: permission denied") from e
+    return entries
+
+
+def scan_checkpoints(
+    directory: str, *, now: datetime, storage_client: Any = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> CheckpointStatus:
+    """List `directory` (gs://bucket/path or an absolute path) and summarize it.
+
+    Never raises: any failure becomes `CheckpointStatus.error` (with `directory` and
+    `observedAt` set, and no step information).
+    """
+    return scan_checkpoints_detailed(
+        directory, now=now, storage_client=storage_client, timeout_s=timeout_s,
+    ).status
+
+
+def scan_checkpoints_detailed(
+    directory: str, *, now: datetime, storage_client: Any = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> CheckpointSummary:
+    """scan_checkpoints, also returning the committed steps and the ignored names."""
+    try:
+        if directory.startswith(GCS_SCHEME):
+            parse_gcs_url(directory)  # a bad URL needs no client (nor credentials)
+            client = storage_client if storage_client is not None else storage_client_from_env()
+            listing = list_gcs(directory, client, timeout_s=timeout_s)
+        elif "://" in directory:
+            scheme = directory.split("://", 1)[0]
+            raise CheckpointScanError(
+                f"'{directory}': scheme '{scheme}://' is not supported; use gs://BUCKET/PATH "
+                "or an absolute filesystem path",
+            )
+        else:
+            listing = list_local(directory)
+    except CheckpointScanError as e:
+        return _failed(directory, now, str(e))
+    except Exception as e:  # the edge must not crash the reconcile loop
+        if _is_missing_credentials(e):
+            return _failed(
+                directory, now,
+                f"cannot list {directory}: no Google Cloud credentials ({_short(e)}); give the "
+                "operator's service account access (Workload Identity) or set "
+                "GOOGLE_APPLICATION_CREDENTIALS",
+            )
+        return _failed(directory, now, f"cannot list {directory}: {type(e).__name__}: {_short(e)}")
+    return summarize_entries(listing, directory, now)
+
+
+def _failed(directory: str, now: datetime, message: str) -> CheckpointSummary:
+    return CheckpointSummary(
+        status=CheckpointStatus(directory=directory, observed_at=now, error=message),
+    )
+
+
+def _is_missing_credentials(e: Exception) -> bool:
+    try:
+        from google.auth.exceptions import DefaultCredentialsError
+    except ImportError:
+        return False
+    return isinstance(e, DefaultCredentialsError)
+
+
+def _short(e: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

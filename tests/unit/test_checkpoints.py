@@ -1,0 +1,285 @@
+"""summarize(): which Orbax steps are committed, from the names under a checkpoint root;
+and the local-path edge of scan_checkpoints on hand-made layouts."""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from elastic_operator.api.models import CheckpointStatus
+from elastic_operator.checkpoints import (
+    COMMIT_MARKER,
+    MAX_IGNORED_REPORTED,
+    CheckpointScanError,
+    RootEntry,
+    keep_last_known,
+    parse_gcs_url,
+    scan_checkpoints,
+    scan_checkpoints_detailed,
+    summarize,
+    summarize_entries,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+GCS = "gs://bucket/run1/checkpoints"
+LOCAL = "/ckpt/run1"
+
+
+def step(name: str | int, marker: bool = True) -> RootEntry:
+    return RootEntry(name=str(name), is_dir=True, has_commit_marker=marker)
+
+
+def file(name: str) -> RootEntry:
+    return RootEntry(name=name, is_dir=False)
+
+
+# --- summarize ------------------------------------------------------------------------
+
+
+def test_committed_steps_latest_is_the_highest_number_not_the_last_listed() -> None:
+    # Listing order is lexicographic on GCS: "1000" < "200" < "300".
+    status = summarize([step(1000), step(200), step(300)], GCS, NOW)
+    assert status.latest_committed_step == 1000
+    assert status.incomplete_steps == []
+    assert status.directory == GCS
+    assert status.observed_at == NOW
+    assert status.error is None
+
+
+def test_gcs_newest_step_without_marker_is_incomplete_not_latest() -> None:
+    status = summarize([step(100), step(200), step(300, marker=False)], GCS, NOW)
+    assert status.latest_committed_step == 200
+    assert status.incomplete_steps == [300]
+
+
+def test_gcs_older_step_without_marker_is_reported_and_does_not_hide_newer() -> None:
+    status = summarize([step(100), step(200, marker=False), step(300)], GCS, NOW)
+    assert status.latest_committed_step == 300
+    assert status.incomplete_steps == [200]
+
+
+def test_gcs_only_incomplete_steps_means_no_committed_step() -> None:
+    status = summarize([step(5, marker=False), step(10, marker=False)], GCS, NOW)
+    assert status.latest_committed_step is None
+    assert status.incomplete_steps == [5, 10]
+
+
+def test_local_step_dir_is_committed_by_the_rename_marker_or_not() -> None:
+    # Orbax 0.12 writes the marker before the rename; older Orbax did not write it.
+    status = summarize([step(100, marker=False), step(200, marker=True)], LOCAL, NOW)
+    assert status.latest_committed_step == 200
+    assert status.incomplete_steps == []
+
+
+@pytest.mark.parametrize(
+    "tmp_name",
+    [
+        "300.orbax-checkpoint-tmp",  # Orbax 0.12
+        "300.orbax-checkpoint-tmp-1732873200123",  # older Orbax: with a timestamp
+        "300.partial_save.orbax-checkpoint-tmp",  # partial save
+    ],
+)
+def test_tmp_dir_is_an_incomplete_step(tmp_name: str) -> None:
+    status = summarize([step(100), step(200), step(tmp_name)], LOCAL, NOW)
+    assert status.latest_committed_step == 200
+    assert status.incomplete_steps == [300]
+
+
+def test_tmp_dir_of_a_committed_step_is_a_leftover_not_an_incomplete_step() -> None:
+    status = summarize([step(200), step("200.orbax-checkpoint-tmp-17")], LOCAL, NOW)
+    assert status.latest_committed_step == 200
+    assert status.incomplete_steps == []
+
+
+def test_foreign_files_and_names_are_ignored_and_reported() -> None:
+    listing = [
+        step(100),
+        file("README.md"),
+        file("200"),  # a file, not a step directory
+        step("metadata"),
+        step("prefix_300"),  # step_prefix naming is not what the trainer writes
+        step("12abc"),
+        step("-5"),
+        step("1e3"),
+        step("\u0661\u0662"),  # Arabic-Indic digits: int() would accept them
+        step("400\n"),
+        file("500.orbax-checkpoint-tmp"),  # a file, not a tmp directory
+    ]
+    summary = summarize_entries(listing, GCS, NOW)
+    assert summary.status.latest_committed_step == 100
+    assert summary.status.incomplete_steps == []
+    assert summary.committed_steps == [100]
+    assert set(summary.ignored_entries) == {e.name for e in listing[1:]}
+
+
+def test_ignored_names_are_capped() -> None:
+    listing = [file(f"junk-{i:03d}") for i in range(MAX_IGNORED_REPORTED + 5)]
+    summary = summarize_entries(listing, GCS, NOW)
+    assert summary.ignored_entries == [f"junk-{i:03d}" for i in range(MAX_IGNORED_REPORTED)]
+
+
+def test_empty_root() -> None:
+    summary = summarize_entries([], GCS, NOW)
+    assert summary.status == CheckpointStatus(directory=GCS, observed_at=NOW)
+    assert summary.status.latest_committed_step is None
+    assert summary.committed_steps == []
+    assert summary.ignored_entries == []
+
+
+def test_zero_padded_step_names_are_steps() -> None:
+    status = summarize([step("00000100"), step("00000200", marker=False)], GCS, NOW)
+    assert status.latest_committed_step == 100
+    assert status.incomplete_steps == [200]
+
+
+def test_wire_form_is_camel_case() -> None:
+    wire = summarize([step(7), step(9, marker=False)], GCS, NOW).to_wire()
+    assert wire == {
+        "directory": GCS,
+        "latestCommittedStep": 7,
+        "incompleteSteps": [9],
+        "observedAt": "2026-11-29T12:00:00Z",
+    }
+
+
+names = st.one_of(
+    st.integers(min_value=0, max_value=10**9).map(str),
+    st.integers(min_value=0, max_value=10**9).map(lambda n: f"{n}.orbax-checkpoint-tmp"),
+    st.text(min_size=1, max_size=20),
+)
+entries = st.builds(RootEntry, name=names, is_dir=st.booleans(), has_commit_marker=st.booleans())
+
+
+@given(st.lists(entries, max_size=30), st.sampled_from([GCS, LOCAL]))
+def test_summary_invariants(listing: list[RootEntry], directory: str) -> None:
+    summary = summarize_entries(listing, directory, NOW)
+    status = summary.status
+    committed = {
+        int(e.name) for e in listing
+        if e.is_dir and e.name.isascii() and e.name.isdigit()
+        and (e.has_commit_marker or directory == LOCAL)
+    }
+    assert status.latest_committed_step == (max(committed) if committed else None)
+    assert set(summary.committed_steps) == committed
+    assert not set(status.incomplete_steps) & committed
+    assert status.incomplete_steps == sorted(set(status.incomplete_steps))
+    assert status.error is None
+    assert len(summary.ignored_entries) <= MAX_IGNORED_REPORTED
+
+
+# --- URLs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "bucket", "prefix"),
+    [
+        ("gs://my-bucket", "my-bucket", ""),
+        ("gs://my-bucket/", "my-bucket", ""),
+        ("gs://my-bucket/a/b", "my-bucket", "a/b/"),
+        ("gs://my-bucket/a/b/", "my-bucket", "a/b/"),
+        ("gs://my.bucket_1/x", "my.bucket_1", "x/"),
+    ],
+)
+def test_parse_gcs_url(url: str, bucket: str, prefix: str) -> None:
+    assert parse_gcs_url(url) == (bucket, prefix)
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("gs://", "no bucket name"),
+        ("gs:///path", "no bucket name"),
+        ("gs://Bad_Bucket/x", "not a valid GCS bucket name"),
+        ("gs://ab/x", "not a valid GCS bucket name"),
+    ],
+)
+def test_invalid_gcs_urls_are_errors_without_touching_the_network(url: str, fragment: str) -> None:
+    with pytest.raises(CheckpointScanError, match=fragment):
+        parse_gcs_url(url)
+    # storage_client=object(): any call on it would raise, so none is made.
+    status = scan_checkpoints(url, now=NOW, storage_client=object())
+    assert status.error is not None and fragment in status.error
+    assert status.directory == url and status.observed_at == NOW
+    assert status.latest_committed_step is None
+
+
+@pytest.mark.parametrize(
+    ("directory", "fragment"),
+    [
+        ("s3://bucket/ckpt", "scheme 's3://' is not supported"),
+        ("relative/ckpt", "neither a gs:// URL nor an absolute path"),
+    ],
+)
+def test_unsupported_locations_are_errors(directory: str, fragment: str) -> None:
+    status = scan_checkpoints(directory, now=NOW)
+    assert status.error is not None and fragment in status.error
+
+
+# --- local paths ----------------------------------------------------------------------
+
+
+def make_step(root: Path, name: str, marker: bool) -> None:
+    (root / name / "default").mkdir(parents=True)
+    (root / name / "default" / "manifest.ocdbt").write_bytes(b"data")
+    if marker:
+        (root / name / COMMIT_MARKER).write_text("Checkpoint commit was successful")
+
+
+def test_scan_local_layout(tmp_path: Path) -> None:
+    make_step(tmp_path, "100", marker=True)
+    make_step(tmp_path, "200", marker=False)  # committed by rename (older Orbax)
+    make_step(tmp_path, "300.orbax-checkpoint-tmp", marker=False)
+    (tmp_path / "notes.txt").write_text("foreign")
+    (tmp_path / "400").write_text("a file named like a step")
+    summary = scan_checkpoints_detailed(str(tmp_path), now=NOW)
+    assert summary.status.error is None
+    assert summary.status.latest_committed_step == 200
+    assert summary.status.incomplete_steps == [300]
+    assert summary.committed_steps == [100, 200]
+    assert summary.ignored_entries == ["400", "notes.txt"]
+
+
+def test_scan_local_empty_dir(tmp_path: Path) -> None:
+    status = scan_checkpoints(str(tmp_path), now=NOW)
+    assert status == CheckpointStatus(directory=str(tmp_path), observed_at=NOW)
+
+
+def test_scan_local_missing_dir_is_an_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    status = scan_checkpoints(str(missing), now=NOW)
+    assert status.error is not None
+    assert f"{missing} does not exist" in status.error
+    assert status.latest_committed_step is None
+
+
+def test_scan_local_file_instead_of_dir_is_an_error(tmp_path: Path) -> None:
+    target = tmp_path / "ckpt"
+    target.write_text("not a directory")
+    status = scan_checkpoints(str(target), now=NOW)
+    assert status.error == f"{target} is not a directory"
+
+
+# --- keep_last_known ------------------------------------------------------------------
+
+LATER = datetime(2026, 11, 29, 12, 5, tzinfo=UTC)
+
+
+def test_failed_scan_keeps_the_last_known_steps_of_the_same_directory() -> None:
+    previous = summarize([step(100), step(200, marker=False)], GCS, NOW)
+    failed = CheckpointStatus(directory=GCS, observed_at=LATER, error="cannot list: timeout")
+    merged = keep_last_known(previous, failed)
+    assert merged.latest_committed_step == 100
+    assert merged.incomplete_steps == [200]
+    assert merged.error == "cannot list: timeout"
+    assert merged.observed_at == LATER
+
+
+def test_good_scan_or_new_directory_replaces_everything() -> None:
+    previous = summarize([step(100)], GCS, NOW)
+    good = summarize([], GCS, LATER)  # checkpoints deleted: the step may go back to none
+    assert keep_last_known(previous, good) == good
+    moved = CheckpointStatus(directory="gs://bucket/other", observed_at=LATER, error="x")
+    assert keep_last_known(previous, moved) == moved
+    assert keep_last_known(None, moved) == moved
