@@ -72,7 +72,9 @@ def slice_shape(tpu_type: str, topology: str) -> SliceShape:
     """The shape of one slice; ValueError naming the valid topologies if unknown."""
     family = CATALOG.get(tpu_type)
     if family is None:
-        raise ValueError(f"spec.tpu.type: unknown TPU type {tpu_type!r}; use one of {sorted(CATALOG)}")
+        raise ValueError(
+            f"spec.tpu.type: unknown TPU type {tpu_type!r}; use one of {sorted(CATALOG)}"
+        )
     if topology not in family.topologies:
         raise ValueError(
             f"spec.tpu.topology: {topology!r} is not a {tpu_type} topology; "

@@ -8,12 +8,32 @@ contract is docs/status-contract.md.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from elastic_operator.api.catalog import TpuType
+
+
+def _quantity_to_str(value: Any) -> Any:
+    # YAML turns `cpu: 8` into an int; Kubernetes quantities accept both.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+# A Kubernetes resource quantity (8, "500m", "32Gi"): int-or-string on the wire.
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity_to_str),
+    WithJsonSchema({"x-kubernetes-int-or-string": True}),
+]
+
+# Bounds keep the CRD's CEL immutability rules (`self == oldSelf`) within the API
+# server's cost budget; they are generous for real jobs.
+ShortStr = Annotated[str, Field(max_length=253)]
+LongStr = Annotated[str, Field(max_length=4096)]
 
 
 class ApiModel(BaseModel):
@@ -34,20 +54,28 @@ class StatusModel(ApiModel):
 
 
 class TpuSpec(ApiModel):
+    """The TPU slices: type and topology pick a catalog shape; one worker Job per slice."""
+
     type: TpuType = Field(description="TPU generation: v5e, v5p, v6e, v4 or tpu7x.")
-    topology: str = Field(description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p).")
+    topology: str = Field(
+        max_length=16, description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p).",
+    )
     num_slices: int = Field(1, ge=1, le=64, description="Number of TPU slices (worker Jobs).")
 
 
 class ElasticSpec(ApiModel):
+    """How the trainer survives losing slices inside its process."""
+
     min_slices: int | None = Field(
         None, ge=1,
-        description="Slices needed to train. Unset = all (pause and resume); fewer = replica resize.",
+        description="Slices needed to train. Unset = all (pause and resume); "
+        "fewer = replica resize.",
     )
     timeout_seconds: int = Field(300, ge=1, description="How long one retry waits for slices.")
     max_retries: int = Field(10, ge=0, description="Elastic events tolerated over the whole run.")
     max_slice_restarts: int = Field(
-        5, ge=0, description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this.",
+        5, ge=0,
+        description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this.",
     )
     elastic_slices: int | None = Field(
         None, ge=0,
@@ -57,67 +85,110 @@ class ElasticSpec(ApiModel):
 
 
 class CheckpointSpec(ApiModel):
-    directory: str = Field(description="Orbax checkpoint root: gs://bucket/path or a filesystem path.")
+    """Orbax checkpoints (the fallback every recovery can use)."""
+
+    directory: str = Field(
+        min_length=1, max_length=1024,
+        description="Orbax checkpoint root: gs://bucket/path or a filesystem path.",
+    )
     period_steps: int = Field(100, ge=1, description="Save a checkpoint every N steps.")
     keep: int = Field(3, ge=1, description="Committed checkpoints to keep.")
     async_: bool = Field(True, alias="async", description="Write checkpoints in the background.")
     persistence: bool = Field(
-        True, description="TPU hosts read and write their own shards (ENABLE_PATHWAYS_PERSISTENCE=1).",
+        True,
+        description="TPU hosts read and write their own shards (ENABLE_PATHWAYS_PERSISTENCE=1).",
     )
 
 
 class SnapshotSpec(ApiModel):
+    """In-memory snapshots of the training state (faster recovery than a checkpoint)."""
+
     period_steps: int = Field(
         0, ge=0, description="Keep an in-memory snapshot every N steps (0 = off).",
     )
 
 
 class EnvVar(ApiModel):
-    name: str
-    value: str | None = None
+    """An environment variable, as in a core/v1 EnvVar."""
+
+    name: str = Field(min_length=1, max_length=253)
+    value: LongStr | None = None
     value_from: dict[str, Any] | None = Field(None, description="As in a core/v1 EnvVar.")
 
 
 class Resources(ApiModel):
-    limits: dict[str, str] | None = None
-    requests: dict[str, str] | None = None
+    """Container resources, as in core/v1 ResourceRequirements."""
+
+    limits: dict[ShortStr, Quantity] | None = Field(None, max_length=16)
+    requests: dict[ShortStr, Quantity] | None = Field(None, max_length=16)
 
 
 class TrainerSpec(ApiModel):
-    image: str = Field(description="Trainer image; runs `etj train` in the head's main container.")
-    model: str = Field("tiny", description="Model config name (tiny ... qwen3-0.6b).")
+    """The trainer (`etj train`) in the head pod's `main` container."""
+
+    image: str = Field(
+        min_length=1, max_length=512,
+        description="Trainer image; runs `etj train` in the head's main container.",
+    )
+    model: str = Field(
+        "tiny", max_length=253, description="Model config name (tiny ... qwen3-0.6b).",
+    )
     steps: int = Field(ge=1, description="Training steps.")
     batch: int = Field(8, ge=1, description="Global batch size (sequences per step).")
     seed: int = Field(0, ge=0, description="Seed for parameters and data.")
-    data: str = Field("synthetic", description="`synthetic` or a path/gs:// prefix of ArrayRecord shards.")
-    args: list[str] = Field(default_factory=list, description="Extra arguments for `etj train`.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    data: str = Field(
+        "synthetic", max_length=1024,
+        description="`synthetic` or a path/gs:// prefix of ArrayRecord shards.",
+    )
+    args: list[LongStr] = Field(
+        default_factory=list, max_length=64, description="Extra arguments for `etj train`.",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=64, description="Extra environment variables for `main`.",
+    )
     resources: Resources | None = None
 
 
 class PathwaysComponent(ApiModel):
+    """Overrides for one Pathways component."""
+
     resources: Resources | None = None
-    args: list[str] = Field(default_factory=list, description="Extra flags for this component.")
+    args: list[LongStr] = Field(
+        default_factory=list, max_length=64, description="Extra flags for this component.",
+    )
 
 
 class PathwaysImages(ApiModel):
-    server: str | None = Field(None, description="Resource manager and worker image.")
-    proxy: str | None = Field(None, description="IFRT proxy image.")
+    """Full image references; override `version`."""
+
+    server: str | None = Field(
+        None, max_length=512, description="Resource manager and worker image.",
+    )
+    proxy: str | None = Field(None, max_length=512, description="IFRT proxy image.")
 
 
 class PathwaysSpec(ApiModel):
-    version: str = Field("latest", description="Tag of the Pathways server and proxy images.")
+    """The Pathways servers: resource manager, IFRT proxy and TPU workers."""
+
+    version: str = Field(
+        "latest", max_length=128, description="Tag of the Pathways server and proxy images.",
+    )
     images: PathwaysImages | None = None
-    gcs_scratch: str | None = Field(None, description="gs:// scratch location for Pathways.")
+    gcs_scratch: str | None = Field(
+        None, max_length=1024, pattern=r"^gs://[^/]+",
+        description="gs:// scratch location for Pathways (required with backend pathways).",
+    )
     resource_manager: PathwaysComponent | None = None
     proxy: PathwaysComponent | None = None
     worker: PathwaysComponent | None = None
 
 
 class Toleration(ApiModel):
-    key: str | None = None
+    """A pod toleration, as in core/v1."""
+
+    key: ShortStr | None = None
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
+    value: ShortStr | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
 
@@ -135,14 +206,26 @@ class ElasticTrainingJobSpec(ApiModel):
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     trainer: TrainerSpec
     pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)
-    priority_class_name: str | None = None
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Added to every pod's nodeSelector.",
+    priority_class_name: str | None = Field(
+        None, max_length=253, description="priorityClassName of every pod.",
     )
-    tolerations: list[Toleration] = Field(default_factory=list, description="Added to every pod.")
-    head_node_pool: str = Field("cpu-np", description="GKE node pool of the head (CPU) pod.")
-    service_account_name: str | None = None
-    termination_grace_period_seconds: int = Field(30, ge=0)
+    node_selector: dict[ShortStr, ShortStr] = Field(
+        default_factory=dict, max_length=32, description="Added to every pod's nodeSelector.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Added to every pod.",
+    )
+    head_node_pool: str = Field(
+        "cpu-np", max_length=63, description="GKE node pool of the head (CPU) pod.",
+    )
+    service_account_name: str | None = Field(
+        None, max_length=253,
+        description="Service account of every pod. Unset: the head runs as <name>-trainer "
+        "(rendered with the RBAC the trainer needs) and workers as the namespace default.",
+    )
+    termination_grace_period_seconds: int = Field(
+        30, ge=0, description="terminationGracePeriodSeconds of every pod.",
+    )
     suspend: bool = Field(False, description="Suspend the JobSet (pods are deleted, state kept).")
 
     @property
@@ -196,7 +279,9 @@ class ElasticEventReport(StatusModel):
     restored_from_step: int | None = None
     restore_source: Literal["snapshot", "checkpoint", "none"] | None = None
     restored_at: datetime | None = None
-    resumed_at: datetime | None = Field(None, description="When the first step after restore completed.")
+    resumed_at: datetime | None = Field(
+        None, description="When the first step after restore completed.",
+    )
     resumed_step: int | None = None
 
 
@@ -231,6 +316,10 @@ class RecoveryRecord(StatusModel):
     restored_from_step: int | None = None
     restore_source: str | None = None
     slices: list[int] = Field(default_factory=list)
+    # Bookkeeping for the operator: the trainer's elasticEvent.id this recovery is matched
+    # to, and the trainer's step when the slice went down (a later step means resumed).
+    elastic_event_id: int | None = None
+    step_at_detection: int | None = None
 
 
 class Counters(StatusModel):

@@ -1,0 +1,511 @@
+"""The pure renderer: an ElasticTrainingJob in, the objects it owns out.
+
+No I/O, no clock. The JobSet follows docs/api.md ("Rendering") and the Pathways shape in
+shared/reference/pathways-jobset.md: a `pathways-head` replicatedJob (trainer `main`
+plus the `pathways-rm` and `pathways-proxy` sidecars) and a `worker` replicatedJob with
+one Job per TPU slice. Everything JobSet's mutating webhook would default is set
+explicitly, so the JobSet is the same with or without the webhook. The operator adds
+ownerReferences; this module does not.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from elastic_operator.api import GROUP, PLURAL
+from elastic_operator.api.catalog import SliceShape, slice_shape
+from elastic_operator.api.models import (
+    ElasticTrainingJob,
+    EnvVar,
+    PathwaysComponent,
+    Resources,
+)
+
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+HEAD_REPLICATED_JOB = "pathways-head"
+WORKER_REPLICATED_JOB = "worker"
+MAIN_CONTAINER = "main"
+RM_CONTAINER = "pathways-rm"
+PROXY_CONTAINER = "pathways-proxy"
+WORKER_CONTAINER = "pathways-worker"
+SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
+
+JOB_NAME_LABEL = f"{GROUP}/job-name"
+MANAGED_BY = "elastic-training-operator"
+
+PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
+RM_PORT = 29001
+PROXY_PORT = 29000
+WORKER_PORT = 29005
+
+COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+TPU_RESOURCE = "google.com/tpu"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+
+RM_LIMITS = {"cpu": "8", "memory": "32G"}
+PROXY_LIMITS = {"cpu": "16", "memory": "100G"}
+SHARED_TMP = "shared-tmp"
+
+
+def jobset_name(job: ElasticTrainingJob) -> str:
+    """The JobSet's name: the job's own (admission keeps it short enough)."""
+    return job.metadata.name
+
+
+def trainer_service_account_name(job: ElasticTrainingJob) -> str:
+    return f"{job.metadata.name}-trainer"
+
+
+def head_service_account(job: ElasticTrainingJob) -> str:
+    return job.spec.service_account_name or trainer_service_account_name(job)
+
+
+def labels(job: ElasticTrainingJob, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "elastic-training-job",
+        "app.kubernetes.io/instance": job.metadata.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        JOB_NAME_LABEL: job.metadata.name,
+    }
+
+
+def _metadata(job: ElasticTrainingJob, name: str, component: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels(job, component)}
+    if job.metadata.namespace:
+        meta["namespace"] = job.metadata.namespace
+    return meta
+
+
+# --- env and containers ---------------------------------------------------------------------
+
+
+def _env(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _label_env(name: str, label: str) -> dict[str, Any]:
+    return _field_env(name, f"metadata.labels['{label}']")
+
+
+def _annotation_env(name: str, annotation: str) -> dict[str, Any]:
+    return _field_env(name, f"metadata.annotations['{annotation}']")
+
+
+def _user_env(env: list[EnvVar]) -> list[dict[str, Any]]:
+    return [e.to_wire() for e in env]
+
+
+def _override_env(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`base` then `extra`; a name in `extra` replaces the same name in `base`."""
+    names = {e["name"] for e in extra}
+    return [e for e in base if e["name"] not in names] + extra
+
+
+def _resources(defaults: dict[str, str], override: Resources | None) -> dict[str, Any]:
+    limits = dict(defaults)
+    requests: dict[str, str] = {}
+    if override is not None:
+        limits.update(override.limits or {})
+        requests.update(override.requests or {})
+    out: dict[str, Any] = {}
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _ports(*numbers: int) -> list[dict[str, Any]]:
+    return [{"containerPort": n, "protocol": "TCP"} for n in numbers]
+
+
+# Builders, not constants: shared objects would come out as YAML anchors.
+def _tmp_mount() -> list[dict[str, Any]]:
+    return [{"name": SHARED_TMP, "mountPath": "/tmp"}]
+
+
+def _tmp_volume() -> list[dict[str, Any]]:
+    return [{"name": SHARED_TMP, "emptyDir": {}}]
+
+
+def _jobset_env() -> list[dict[str, Any]]:
+    return [
+        _annotation_env("JOBSET_NAME", "jobset.sigs.k8s.io/jobset-name"),
+        _annotation_env("REPLICATED_JOB_NAME", "jobset.sigs.k8s.io/replicatedjob-name"),
+    ]
+
+
+def _job_identity_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    return [
+        _env("ETJ_JOB_NAME", job.metadata.name),
+        _field_env("ETJ_JOB_NAMESPACE", "metadata.namespace"),
+    ]
+
+
+def trainer_command(job: ElasticTrainingJob) -> list[str]:
+    """`etj train` with flags derived from the spec (the trainer's CLI contract)."""
+    spec = job.spec
+    ckpt = spec.checkpoint
+    cmd = [
+        "etj", "train",
+        "--config", spec.trainer.model,
+        "--steps", str(spec.trainer.steps),
+        "--batch", str(spec.trainer.batch),
+        "--seed", str(spec.trainer.seed),
+        "--data", spec.trainer.data,
+        "--checkpoint-dir", ckpt.directory,
+        "--checkpoint-period", str(ckpt.period_steps),
+        "--checkpoint-keep", str(ckpt.keep),
+    ]
+    if not ckpt.async_:
+        cmd.append("--no-async-checkpoint")
+    cmd += [
+        "--snapshot-period", str(spec.snapshot.period_steps),
+        "--min-slices", str(spec.min_slices),
+        "--elastic-timeout", str(spec.elastic.timeout_seconds),
+        "--max-retries", str(spec.elastic.max_retries),
+        "--backend", spec.backend,
+    ]
+    if spec.backend == "simulated":
+        cmd += ["--simulate-slices", str(spec.tpu.num_slices), "--slice-health", "pods"]
+    return cmd + list(spec.trainer.args)
+
+
+def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
+    spec = job.spec
+    env = [_label_env("PATHWAYS_HEAD", COORDINATOR_LABEL)]
+    if spec.backend == "pathways":
+        env += [
+            _env("JAX_PLATFORMS", "proxy"),
+            _env("XCLOUD_ENVIRONMENT", "GCP"),
+            _env("JAX_BACKEND_TARGET", f"grpc://$(PATHWAYS_HEAD):{PROXY_PORT}"),
+        ]
+        if spec.checkpoint.persistence:
+            env.append(_env("ENABLE_PATHWAYS_PERSISTENCE", "1"))
+    else:
+        env.append(_env("JAX_PLATFORMS", "cpu"))
+    env += _job_identity_env(job)
+    container: dict[str, Any] = {
+        "name": MAIN_CONTAINER,
+        "image": spec.trainer.image,
+        "command": trainer_command(job),
+        "env": _override_env(env, _user_env(spec.trainer.env)),
+        "volumeMounts": _tmp_mount(),
+    }
+    resources = _resources({}, spec.trainer.resources)
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+def _component(job: ElasticTrainingJob, name: str) -> PathwaysComponent:
+    return getattr(job.spec.pathways, name) or PathwaysComponent()
+
+
+def _server_image(job: ElasticTrainingJob) -> str:
+    images = job.spec.pathways.images
+    if images is not None and images.server:
+        return images.server
+    return f"{PATHWAYS_IMAGE_REPO}/server:{job.spec.pathways.version}"
+
+
+def _proxy_image(job: ElasticTrainingJob) -> str:
+    images = job.spec.pathways.images
+    if images is not None and images.proxy:
+        return images.proxy
+    return f"{PATHWAYS_IMAGE_REPO}/proxy_server:{job.spec.pathways.version}"
+
+
+def _gcs_scratch(job: ElasticTrainingJob) -> str:
+    scratch = job.spec.pathways.gcs_scratch
+    if scratch is None:  # validate_job and admission reject this for backend pathways
+        raise ValueError("spec.pathways.gcsScratch: required when spec.backend is pathways")
+    return scratch
+
+
+def _rm_sidecar(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
+    component = _component(job, "resource_manager")
+    return {
+        "name": RM_CONTAINER,
+        "image": _server_image(job),
+        "restartPolicy": "Always",
+        "args": [
+            f"--server_port={RM_PORT}",
+            f"--gcs_scratch_location={_gcs_scratch(job)}",
+            "--node_type=resource_manager",
+            f"--instance_count={job.spec.tpu.num_slices}",
+            f"--instance_type={shape.pathways_instance_type}",
+            *component.args,
+        ],
+        "env": [
+            *_jobset_env(),
+            _label_env("HOST_ADDRESS", COORDINATOR_LABEL),
+            _env("TPU_SKIP_MDS_QUERY", "true"),
+        ],
+        "ports": _ports(RM_PORT, RM_PORT + 1),
+        "resources": _resources(RM_LIMITS, component.resources),
+        "volumeMounts": _tmp_mount(),
+    }
+
+
+def _proxy_sidecar(job: ElasticTrainingJob) -> dict[str, Any]:
+    component = _component(job, "proxy")
+    args = [
+        f"--server_port={PROXY_PORT}",
+        f"--resource_manager_address=$(PATHWAYS_HEAD):{RM_PORT}",
+        f"--gcs_scratch_location={_gcs_scratch(job)}",
+    ]
+    if job.spec.elastic_slices > 0:
+        args.append(f"--num_elastic_slices={job.spec.elastic_slices}")
+    return {
+        "name": PROXY_CONTAINER,
+        "image": _proxy_image(job),
+        "restartPolicy": "Always",
+        "args": args + list(component.args),
+        "env": [_label_env("PATHWAYS_HEAD", COORDINATOR_LABEL)],
+        "ports": _ports(PROXY_PORT),
+        "resources": _resources(PROXY_LIMITS, component.resources),
+        "volumeMounts": _tmp_mount(),
+    }
+
+
+def _worker_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    return [
+        _label_env("MEGASCALE_SLICE_ID", "jobset.sigs.k8s.io/job-index"),
+        _label_env("MEGASCALE_NUM_SLICES", "jobset.sigs.k8s.io/replicatedjob-replicas"),
+        _label_env("MEGASCALE_COORDINATOR_ADDRESS", COORDINATOR_LABEL),
+        _label_env("PATHWAYS_HEAD", COORDINATOR_LABEL),
+        *_jobset_env(),
+    ]
+
+
+def _pathways_worker(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
+    component = _component(job, "worker")
+    return {
+        "name": WORKER_CONTAINER,
+        "image": _server_image(job),
+        "args": [
+            f"--server_port={WORKER_PORT}",
+            f"--resource_manager_address=$(PATHWAYS_HEAD):{RM_PORT}",
+            f"--gcs_scratch_location={_gcs_scratch(job)}",
+            *component.args,
+        ],
+        "env": [
+            *_worker_env(job),
+            _env("TPU_MIN_LOG_LEVEL", "0"),
+            _env("TF_CPP_MIN_LOG_LEVEL", "0"),
+            _env("XCLOUD_ENVIRONMENT", "GCP"),
+        ],
+        "ports": _ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
+        "resources": _resources({TPU_RESOURCE: str(shape.chips_per_vm)}, component.resources),
+        "volumeMounts": _tmp_mount(),
+    }
+
+
+def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": SLICE_AGENT_CONTAINER,
+        "image": job.spec.trainer.image,
+        "command": ["etj", "slice-agent"],
+        "env": [*_worker_env(job), *_job_identity_env(job)],
+        "volumeMounts": _tmp_mount(),
+    }
+    resources = _resources({}, _component(job, "worker").resources)
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+# --- pods, Jobs, JobSet ----------------------------------------------------------------------
+
+
+def _tolerations(job: ElasticTrainingJob, *, tpu: bool) -> list[dict[str, Any]]:
+    base = [{"key": TPU_RESOURCE, "operator": "Exists"}] if tpu else []
+    return base + [t.to_wire() for t in job.spec.tolerations]
+
+
+def _pod_common(
+    job: ElasticTrainingJob, *, restart_policy: str, host_network: bool,
+) -> dict[str, Any]:
+    spec = job.spec
+    pod: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
+        "volumes": _tmp_volume(),
+    }
+    if host_network:
+        pod["hostNetwork"] = True
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+    else:
+        pod["dnsPolicy"] = "ClusterFirst"
+    if spec.priority_class_name:
+        pod["priorityClassName"] = spec.priority_class_name
+    return pod
+
+
+def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
+    spec = job.spec
+    pathways = spec.backend == "pathways"
+    pod = _pod_common(job, restart_policy="Never", host_network=pathways)
+    pod["serviceAccountName"] = head_service_account(job)
+    node_selector = {NODE_POOL_LABEL: spec.head_node_pool} if pathways else {}
+    node_selector.update(spec.node_selector)
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    tolerations = _tolerations(job, tpu=False)
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if pathways:
+        pod["initContainers"] = [_rm_sidecar(job, shape), _proxy_sidecar(job)]
+    pod["containers"] = [_main_container(job)]
+    return pod
+
+
+def _worker_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
+    spec = job.spec
+    pathways = spec.backend == "pathways"
+    pod = _pod_common(job, restart_policy="OnFailure", host_network=pathways)
+    if spec.service_account_name:
+        pod["serviceAccountName"] = spec.service_account_name
+    node_selector = (
+        {TPU_ACCELERATOR_LABEL: shape.family.accelerator_label, TPU_TOPOLOGY_LABEL: shape.topology}
+        if pathways else {}
+    )
+    node_selector.update(spec.node_selector)
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    tolerations = _tolerations(job, tpu=pathways)
+    if tolerations:
+        pod["tolerations"] = tolerations
+    pod["containers"] = [_pathways_worker(job, shape) if pathways else _slice_agent(job)]
+    return pod
+
+
+def _replicated_job(
+    job: ElasticTrainingJob,
+    name: str,
+    *,
+    replicas: int,
+    pods: int,
+    backoff_limit: int,
+    exclusive_topology: str | None,
+    pod_spec: dict[str, Any],
+) -> dict[str, Any]:
+    pod_labels = labels(job, name)
+    job_meta: dict[str, Any] = {"labels": dict(pod_labels)}
+    if exclusive_topology is not None:
+        job_meta["annotations"] = {EXCLUSIVE_TOPOLOGY: exclusive_topology}
+    return {
+        "name": name,
+        "replicas": replicas,
+        "template": {
+            "metadata": job_meta,
+            "spec": {
+                "backoffLimit": backoff_limit,
+                "completions": pods,
+                "parallelism": pods,
+                "completionMode": "Indexed",
+                "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+            },
+        },
+    }
+
+
+def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
+    spec = job.spec
+    shape = slice_shape(spec.tpu.type, spec.tpu.topology)
+    pathways = spec.backend == "pathways"
+    name = jobset_name(job)
+    head = _replicated_job(
+        job, HEAD_REPLICATED_JOB, replicas=1, pods=1, backoff_limit=0,
+        exclusive_topology="kubernetes.io/hostname" if pathways else None,
+        pod_spec=_head_pod(job, shape),
+    )
+    worker = _replicated_job(
+        job, WORKER_REPLICATED_JOB, replicas=spec.tpu.num_slices, pods=shape.vms,
+        # A slice failure stays local: the Job controller recreates the slice's pods.
+        backoff_limit=shape.vms * spec.elastic.max_slice_restarts,
+        exclusive_topology=NODE_POOL_LABEL if pathways else None,
+        pod_spec=_worker_pod(job, shape),
+    )
+    worker["dependsOn"] = [{"name": HEAD_REPLICATED_JOB, "status": "Ready"}]
+    return {
+        "apiVersion": JOBSET_API_VERSION,
+        "kind": "JobSet",
+        "metadata": _metadata(job, name, "jobset"),
+        "spec": {
+            "suspend": spec.suspend,
+            "coordinator": {"replicatedJob": HEAD_REPLICATED_JOB, "jobIndex": 0, "podIndex": 0},
+            "network": {
+                "enableDNSHostnames": True,
+                "publishNotReadyAddresses": True,
+                "subdomain": name,
+            },
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
+            "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate"},
+            # dependsOn orders head before workers; InOrder would conflict with it.
+            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+            "replicatedJobs": [head, worker],
+        },
+    }
+
+
+def render_rbac(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """What the trainer needs: read its job, patch its status (and, simulated, see pods)."""
+    name = trainer_service_account_name(job)
+    job_name = job.metadata.name
+    rules: list[dict[str, Any]] = [
+        {"apiGroups": [GROUP], "resources": [PLURAL], "resourceNames": [job_name],
+         "verbs": ["get"]},
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "resourceNames": [job_name],
+         "verbs": ["get", "patch"]},
+    ]
+    if job.spec.backend == "simulated":
+        # The simulated trainer tells slice health from the worker pods' readiness.
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]})
+    subject: dict[str, Any] = {"kind": "ServiceAccount", "name": head_service_account(job)}
+    if job.metadata.namespace:
+        subject["namespace"] = job.metadata.namespace
+    objects: list[dict[str, Any]] = []
+    if job.spec.service_account_name is None:
+        objects.append(
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": _metadata(job, name, "trainer")}
+        )
+    objects += [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": _metadata(job, name, "trainer"), "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": _metadata(job, name, "trainer"),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [subject]},
+    ]
+    return objects
+
+
+def render(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """Every child object of the job: trainer RBAC first, then the JobSet."""
+    return [*render_rbac(job), render_jobset(job)]
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml_stream(objects: list[dict[str, Any]]) -> str:
+    """A `---`-separated YAML stream with sorted keys (stable, diff-friendly)."""
+    return "".join(
+        "---\n" + yaml.dump(obj, Dumper=_NoAliasDumper, sort_keys=True, default_flow_style=False,
+                            width=100)
+        for obj in objects
+    )

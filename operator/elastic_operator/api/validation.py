@@ -1,0 +1,266 @@
+"""Admission rules of the ElasticTrainingJob, written once for two enforcers.
+
+The same rules run in the API server (as CEL `x-kubernetes-validations` in the CRD,
+built by `crd.py` from `CEL_RULES`) and in Python (`validate_job`, used by `etj render`
+and the operator). Every message names the field and says how to fix it, and the
+Python messages are the exact strings the API server returns: each message is a template
+whose `{placeholders}` become CEL expressions in the CRD and Python values here.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from elastic_operator.api import API_VERSION, KIND
+from elastic_operator.api.catalog import CATALOG
+from elastic_operator.api.models import ElasticTrainingJob
+
+# JobSet puts `<jobset>-pathways-head-0-0.<subdomain>` (subdomain = the JobSet name) in a
+# label value, at most 63 characters: 2n + 19 <= 63.
+COORDINATOR_LABEL_SUFFIX = "-pathways-head-0-0."
+MAX_NAME_LENGTH = (63 - len(COORDINATOR_LABEL_SUFFIX)) // 2  # 22
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One CEL rule. `scope` is where it sits in the CRD schema ("" = root, "spec", ...).
+
+    `message` is a template; `values` maps each placeholder to the CEL expression (over
+    `self` at `scope`) that fills it. A transition rule (`oldSelf`) applies on update only.
+    """
+
+    scope: str
+    rule: str
+    message: str
+    values: Mapping[str, str]
+
+    def message_expression(self) -> str:
+        parts: list[str] = []
+        for literal, key in _split_template(self.message):
+            if literal:
+                parts.append(_cel_string(literal))
+            if key is not None:
+                expr = self.values[key]
+                parts.append(expr)
+        return " + ".join(parts)
+
+    def static_message(self) -> str:
+        """The message with placeholders left as <name>: used when CEL cannot evaluate one."""
+        pieces = _split_template(self.message)
+        return "".join(lit + (f"<{key}>" if key else "") for lit, key in pieces)
+
+    def to_crd(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rule": self.rule, "message": self.static_message()}
+        if self.values:
+            out["messageExpression"] = self.message_expression()
+        return out
+
+
+def _split_template(template: str) -> list[tuple[str, str | None]]:
+    pieces: list[tuple[str, str | None]] = []
+    pos = 0
+    for match in re.finditer(r"\{(\w+)\}", template):
+        pieces.append((template[pos : match.start()], match.group(1)))
+        pos = match.end()
+    pieces.append((template[pos:], None))
+    return pieces
+
+
+def _cel_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# --- messages (Python format templates; also the CEL messageExpressions) -----------------
+
+NAME_FORMAT = (
+    "metadata.name: '{name}' is not a DNS-1035 label; use lowercase letters, digits and '-', "
+    "starting with a letter and ending with a letter or digit (JobSet derives Job, Service "
+    "and host names from it)"
+)
+NAME_LENGTH = (
+    "metadata.name: '{name}' is longer than "
+    f"{MAX_NAME_LENGTH} characters; use at most {MAX_NAME_LENGTH}, so that the JobSet "
+    "coordinator label '<name>-pathways-head-0-0.<name>' fits in 63 characters"
+)
+TOPOLOGY = "spec.tpu.topology: '{topology}' is not a {type} topology; use one of {valid}"
+# No numbers in messages: CEL's string(int) has an unbounded estimated cost, which the
+# API server refuses in a messageExpression.
+MIN_SLICES = (
+    "spec.elastic.minSlices: must not be more than spec.tpu.numSlices; set minSlices to at "
+    "most numSlices, or leave it unset to wait for all slices (pause and resume)"
+)
+ELASTIC_SLICES = (
+    "spec.elastic.elasticSlices: must not be more than spec.tpu.numSlices; set it to at most "
+    "numSlices (it counts the slices that may be missing), or leave it unset"
+)
+GCS_SCRATCH = (
+    "spec.pathways.gcsScratch: required when spec.backend is pathways; set it to a gs:// "
+    "location for Pathways' scratch files (or use backend simulated)"
+)
+IMMUTABLE = (
+    "spec.{field} is immutable: only spec.suspend may change after creation; delete and "
+    "recreate the job to change it"
+)
+
+
+def _topology_rules() -> list[Rule]:
+    # One rule per TPU type, generated from the catalog, so the message lists exactly the
+    # topologies valid for that type.
+    rules = []
+    for tpu_type, family in CATALOG.items():
+        valid = ", ".join(family.topologies)
+        allowed = ", ".join(f"'{t}'" for t in family.topologies)
+        rules.append(
+            Rule(
+                scope="spec.tpu",
+                rule=f"self.type != '{tpu_type}' || self.topology in [{allowed}]",
+                message=TOPOLOGY.replace("{type}", tpu_type).replace("{valid}", valid),
+                values={"topology": "self.topology"},
+            )
+        )
+    return rules
+
+
+# Spec fields that may change after creation. Everything else is immutable: the JobSet's
+# replicatedJobs are immutable, so honouring a change would mean a new JobSet, which resets
+# JobSet's restart budget and loses the running trainer.
+MUTABLE_SPEC_FIELDS = frozenset({"suspend"})
+
+
+def _immutability_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
+    rules = []
+    for name in spec_fields:
+        if name in MUTABLE_SPEC_FIELDS:
+            continue
+        if name in required:
+            rule = f"self.{name} == oldSelf.{name}"
+        else:
+            # Adding or removing an optional field is a change too.
+            rule = (
+                f"has(self.{name}) == has(oldSelf.{name}) && "
+                f"(!has(self.{name}) || self.{name} == oldSelf.{name})"
+            )
+        rules.append(Rule(scope="spec", rule=rule, message=IMMUTABLE.replace("{field}", name),
+                          values={}))
+    return rules
+
+
+def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
+    """Every CEL rule of the CRD; `spec_fields`/`required` are the spec's wire names."""
+    return [
+        Rule("", f"self.metadata.name.matches('{DNS1035_LABEL}')", NAME_FORMAT,
+             {"name": "self.metadata.name"}),
+        Rule("", f"size(self.metadata.name) <= {MAX_NAME_LENGTH}", NAME_LENGTH,
+             {"name": "self.metadata.name"}),
+        *_topology_rules(),
+        Rule(
+            "spec",
+            "!has(self.elastic) || !has(self.elastic.minSlices) || "
+            "self.elastic.minSlices <= self.tpu.numSlices",
+            MIN_SLICES,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.elastic) || !has(self.elastic.elasticSlices) || "
+            "self.elastic.elasticSlices <= self.tpu.numSlices",
+            ELASTIC_SLICES,
+            {},
+        ),
+        Rule(
+            "spec",
+            "has(self.backend) && self.backend == 'simulated' || "
+            "has(self.pathways) && has(self.pathways.gcsScratch)",
+            GCS_SCRATCH,
+            {},
+        ),
+        *_immutability_rules(spec_fields, required),
+    ]
+
+
+# --- the Python enforcer ------------------------------------------------------------------
+
+
+def _loc_to_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += ("." if path else "") + str(part)
+    return path or "<root>"
+
+
+def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
+    errors: list[str] = []
+    name = job.metadata.name
+    if not re.match(DNS1035_LABEL, name):
+        errors.append(NAME_FORMAT.format(name=name))
+    if len(name) > MAX_NAME_LENGTH:
+        errors.append(NAME_LENGTH.format(name=name))
+    spec = job.spec
+    family = CATALOG[spec.tpu.type]
+    if spec.tpu.topology not in family.topologies:
+        errors.append(
+            TOPOLOGY.format(topology=spec.tpu.topology, type=spec.tpu.type,
+                            valid=", ".join(family.topologies))
+        )
+    num = spec.tpu.num_slices
+    if spec.elastic.min_slices is not None and spec.elastic.min_slices > num:
+        errors.append(MIN_SLICES)
+    if spec.elastic.elastic_slices is not None and spec.elastic.elastic_slices > num:
+        errors.append(ELASTIC_SLICES)
+    if spec.backend == "pathways" and spec.pathways.gcs_scratch is None:
+        errors.append(GCS_SCRATCH)
+    return errors
+
+
+def validate_job(obj: Mapping[str, Any]) -> ElasticTrainingJob:
+    """Parse and check an ElasticTrainingJob manifest as the API server would.
+
+    Raises ValueError whose message has one line per problem, each naming the field path
+    (e.g. `spec.tpu.numSlices`) and the fix.
+    """
+    if not isinstance(obj, Mapping):
+        raise ValueError(
+            f"<root>: expected a mapping (an ElasticTrainingJob), got {type(obj).__name__}"
+        )
+    problems: list[str] = []
+    api_version = obj.get("apiVersion")
+    if api_version != API_VERSION:
+        problems.append(
+            f"apiVersion: {api_version!r} is not {API_VERSION!r}; set apiVersion: {API_VERSION}"
+        )
+    if obj.get("kind") != KIND:
+        problems.append(f"kind: {obj.get('kind')!r} is not {KIND!r}; set kind: {KIND}")
+    if problems:
+        raise ValueError("\n".join(problems))
+    try:
+        job = ElasticTrainingJob.model_validate(obj)
+    except ValidationError as exc:
+        lines = [f"{_loc_to_path(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
+        raise ValueError("\n".join(lines)) from None
+    problems = _semantic_checks(job)
+    if problems:
+        raise ValueError("\n".join(problems))
+    return job
+
+
+_PYDANTIC_FIXES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "missing": lambda e: "required; set it",
+    "extra_forbidden": lambda e: (
+        "unknown field; remove it (check the spelling against docs/api.md)"
+    ),
+}
+
+
+def _pydantic_message(err: Any) -> str:
+    fix = _PYDANTIC_FIXES.get(err["type"])
+    if fix is not None:
+        return fix(err)
+    return f"{err['msg']} (got {err.get('input')!r})"

@@ -1,0 +1,282 @@
+"""Admission on the real API server: the generated CRD accepts good jobs and refuses bad
+ones with exactly the messages the Python validator gives; the spec is immutable except
+`suspend`; the examples are ready to apply."""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from elastic_operator.api import GROUP, PLURAL, VERSION
+from elastic_operator.api.catalog import CATALOG
+from elastic_operator.api.crd import build_crd
+from elastic_operator.api.validation import validate_job
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def install_crd(api: client.ApiClient, timeout: float = 60) -> None:
+    """Server-side apply the generated CRD and wait until the API serves the resource."""
+    crd = build_crd()
+    name = crd["metadata"]["name"]
+    ext = client.ApiextensionsV1Api(api)
+    ext.patch_custom_resource_definition(
+        name, crd, field_manager="etj-admission-tests", force=True,
+        _content_type="application/apply-patch+yaml",
+    )
+    custom = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + timeout
+    while True:
+        current = ext.read_custom_resource_definition(name)
+        established = any(c.type == "Established" and c.status == "True"
+                          for c in (current.status.conditions or []))
+        served = False
+        if established:
+            try:
+                custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
+                served = True
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        if served:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"CRD {name} not served after {timeout}s")
+        time.sleep(0.2)
+
+
+def rejection(exc: ApiException) -> tuple[int, list[str], str]:
+    """(HTTP status, the causes' messages, the whole message) of a refused request."""
+    body: dict[str, Any] = json.loads(exc.body or "{}")
+    causes = [c.get("message", "") for c in (body.get("details") or {}).get("causes") or []]
+    return int(exc.status or 0), causes, str(body.get("message", ""))
+
+
+def cause_with(causes: list[str], expected: str) -> bool:
+    """A CEL/OpenAPI cause reads `[Invalid value: "...": ]<message>`; match its tail exactly."""
+    return any(c == expected or c.endswith(": " + expected) for c in causes)
+
+
+@pytest.fixture(scope="module")
+def custom(cluster: Any) -> Iterator[client.CustomObjectsApi]:
+    api = cluster.api_client()
+    install_crd(api)
+    yield client.CustomObjectsApi(api)
+    api.close()
+
+
+def good_job(name: str = "train") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ElasticTrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "tpu": {"type": "v5e", "topology": "4x4", "numSlices": 3},
+            "checkpoint": {"directory": "gs://bucket/ckpt"},
+            "trainer": {"image": "trainer:1", "steps": 100},
+            "pathways": {"gcsScratch": "gs://bucket/scratch"},
+        },
+    }
+
+
+def create(custom: client.CustomObjectsApi, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, obj)
+    return result
+
+
+def refused(call: Callable[[], Any]) -> tuple[list[str], str]:
+    with pytest.raises(ApiException) as info:
+        call()
+    status, causes, message = rejection(info.value)
+    assert status == 422, message
+    return causes, message
+
+
+def test_good_job_is_accepted_and_defaulted(custom: client.CustomObjectsApi, namespace: str):
+    stored = create(custom, namespace, good_job())
+    spec = stored["spec"]
+    assert spec["backend"] == "pathways"
+    assert spec["suspend"] is False
+    assert spec["elastic"] == {"timeoutSeconds": 300, "maxRetries": 10, "maxSliceRestarts": 5}
+    assert spec["checkpoint"]["periodSteps"] == 100
+    assert spec["snapshot"] == {"periodSteps": 0}
+    assert spec["pathways"]["version"] == "latest"
+    # The API server's defaults and the models' defaults agree.
+    assert validate_job(stored).spec.model_dump() == validate_job(good_job()).spec.model_dump()
+
+
+def _mutate(path: str, value: Any) -> dict[str, Any]:
+    obj = good_job()
+    node = obj
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is _DELETE:
+        del node[leaf]
+    else:
+        node[leaf] = value
+    return obj
+
+
+_DELETE = object()
+
+# (test id, the bad object, the exact message the API server and validate_job both give)
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("topology", _mutate("spec.tpu.topology", "2x2x2"),
+     "spec.tpu.topology: '2x2x2' is not a v5e topology; use one of "
+     "2x4, 4x4, 4x8, 8x8, 8x16, 16x16"),
+    ("topology-v5p", _mutate("spec.tpu", {"type": "v5p", "topology": "4x4", "numSlices": 1}),
+     "spec.tpu.topology: '4x4' is not a v5p topology; use one of "
+     "2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4"),
+    ("min-slices", _mutate("spec.elastic", {"minSlices": 4}),
+     "spec.elastic.minSlices: must not be more than spec.tpu.numSlices; set minSlices to at "
+     "most numSlices, or leave it unset to wait for all slices (pause and resume)"),
+    ("elastic-slices", _mutate("spec.elastic", {"elasticSlices": 5}),
+     "spec.elastic.elasticSlices: must not be more than spec.tpu.numSlices; set it to at most "
+     "numSlices (it counts the slices that may be missing), or leave it unset"),
+    ("name-too-long", _mutate("metadata.name", "a-name-of-23-characters"),
+     "metadata.name: 'a-name-of-23-characters' is longer than 22 characters; use at most 22, "
+     "so that the JobSet coordinator label '<name>-pathways-head-0-0.<name>' fits in 63 "
+     "characters"),
+    ("name-dots", _mutate("metadata.name", "train.v1"),
+     "metadata.name: 'train.v1' is not a DNS-1035 label; use lowercase letters, digits and '-', "
+     "starting with a letter and ending with a letter or digit (JobSet derives Job, Service "
+     "and host names from it)"),
+    ("no-scratch", _mutate("spec.pathways", _DELETE),
+     "spec.pathways.gcsScratch: required when spec.backend is pathways; set it to a gs:// "
+     "location for Pathways' scratch files (or use backend simulated)"),
+]
+
+
+@pytest.mark.parametrize(("obj", "expected"), [(o, m) for _, o, m in BAD],
+                         ids=[i for i, _, _ in BAD])
+def test_bad_job_is_refused_with_the_same_message(custom: client.CustomObjectsApi,
+                                                   namespace: str, obj: dict[str, Any],
+                                                   expected: str):
+    causes, _ = refused(lambda: create(custom, namespace, copy.deepcopy(obj)))
+    assert cause_with(causes, expected), f"{expected!r} not among {causes!r}"
+    with pytest.raises(ValueError) as info:
+        validate_job(copy.deepcopy(obj))
+    assert expected in str(info.value).splitlines()
+
+
+def test_num_slices_zero_is_refused(custom: client.CustomObjectsApi, namespace: str):
+    obj = _mutate("spec.tpu", {"type": "v5e", "topology": "4x4", "numSlices": 0})
+    causes, _ = refused(lambda: create(custom, namespace, obj))
+    expected = "spec.tpu.numSlices in body should be greater than or equal to 1"
+    assert cause_with(causes, expected), causes
+    with pytest.raises(ValueError, match=r"^spec\.tpu\.numSlices: "):
+        validate_job(obj)
+
+
+def test_simulated_job_needs_no_gcs(custom: client.CustomObjectsApi, namespace: str):
+    obj = _mutate("spec.checkpoint", {"directory": "/tmp/ckpt"})
+    obj["spec"]["backend"] = "simulated"
+    del obj["spec"]["pathways"]
+    create(custom, namespace, obj)
+
+
+def test_spec_is_immutable_except_suspend(custom: client.CustomObjectsApi, namespace: str):
+    create(custom, namespace, good_job("immutable"))
+
+    def patch(spec: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "immutable", {"spec": spec})
+        return result
+
+    def immutable(field: str) -> str:
+        return (f"spec.{field} is immutable: only spec.suspend may change after creation; "
+                "delete and recreate the job to change it")
+
+    causes, _ = refused(lambda: patch({"tpu": {"numSlices": 2}}))
+    assert cause_with(causes, immutable("tpu")), causes
+    causes, _ = refused(lambda: patch({"trainer": {"steps": 200}}))
+    assert cause_with(causes, immutable("trainer")), causes
+    # Adding an optional field is a change too.
+    causes, _ = refused(lambda: patch({"priorityClassName": "high"}))
+    assert cause_with(causes, immutable("priorityClassName")), causes
+
+    assert patch({"suspend": True})["spec"]["suspend"] is True
+    assert patch({"suspend": False})["spec"]["suspend"] is False
+
+
+def test_status_subresource_takes_the_trainer_report(custom: client.CustomObjectsApi,
+                                                      namespace: str):
+    create(custom, namespace, good_job("status"))
+    report = {"observedAt": "2026-01-01T00:00:00Z", "state": "Training", "step": 42,
+              "lastCommittedCheckpointStep": 40}
+    patched = custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "status",
+        {"status": {"phase": "Running", "training": report}})
+    assert patched["status"]["training"]["step"] == 42
+    assert patched["status"]["phase"] == "Running"
+    # The spec did not move through the status subresource.
+    assert patched["spec"]["tpu"]["numSlices"] == 3
+
+
+@pytest.mark.parametrize("example", sorted(p.stem for p in (REPO / "examples").glob("*.yaml")))
+def test_examples_are_ready_to_apply(custom: client.CustomObjectsApi, namespace: str,
+                                     example: str):
+    obj = yaml.safe_load((REPO / "examples" / f"{example}.yaml").read_text())
+    stored = create(custom, namespace, obj)
+    assert stored["metadata"]["name"] == obj["metadata"]["name"]
+
+
+def _cel_messages(causes: list[str]) -> set[str]:
+    # A CEL cause reads `Invalid value: "object": <message>`.
+    prefix = 'Invalid value: "object": '
+    return {c.split(prefix, 1)[1] for c in causes if prefix in c}
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(["train", "x" * 22, "x" * 23, "train.v1", "1train", "a-b-c"]),
+    tpu_type=st.sampled_from(sorted(CATALOG)),
+    topology=st.sampled_from(sorted({t for f in CATALOG.values() for t in f.topologies})),
+    num_slices=st.integers(1, 4),
+    min_slices=st.none() | st.integers(1, 6),
+    elastic_slices=st.none() | st.integers(0, 6),
+    backend=st.sampled_from(["pathways", "simulated"]),
+    scratch=st.booleans(),
+)
+def test_api_server_and_validate_job_agree(custom: client.CustomObjectsApi, namespace: str,
+                                           name: str, tpu_type: str, topology: str,
+                                           num_slices: int, min_slices: int | None,
+                                           elastic_slices: int | None, backend: str,
+                                           scratch: bool):
+    obj = good_job(name)
+    spec = obj["spec"]
+    spec["backend"] = backend
+    spec["tpu"] = {"type": tpu_type, "topology": topology, "numSlices": num_slices}
+    spec["elastic"] = {k: v for k, v in (("minSlices", min_slices),
+                                         ("elasticSlices", elastic_slices)) if v is not None}
+    if not scratch:
+        del spec["pathways"]
+    try:
+        validate_job(copy.deepcopy(obj))
+        python_messages: set[str] = set()
+    except ValueError as exc:
+        python_messages = set(str(exc).splitlines())
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj,
+                                               dry_run="All")
+        api_messages: set[str] = set()
+    except ApiException as exc:
+        status, causes, message = rejection(exc)
+        assert status == 422, message
+        api_messages = _cel_messages(causes)
+        assert api_messages, message
+    assert api_messages == python_messages

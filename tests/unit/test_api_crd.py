@@ -1,0 +1,149 @@
+"""The generated CRD: committed copy up to date, structural, with the admission rules."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from elastic_operator.api import crd
+from elastic_operator.api.catalog import CATALOG
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _walk(node: Any, path: str = ""):
+    if isinstance(node, dict):
+        yield path, node
+        for key, value in node.items():
+            yield from _walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk(value, f"{path}[{i}]")
+
+
+def _schema_nodes(schema: dict[str, Any], path: str = ""):
+    """Every schema node (not CEL rule dicts, not defaults)."""
+    yield path, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from _schema_nodes(sub, f"{path}.{name}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _schema_nodes(schema["additionalProperties"], f"{path}.*")
+    if "items" in schema:
+        yield from _schema_nodes(schema["items"], f"{path}[]")
+
+
+def test_committed_crd_is_current():
+    committed = (REPO / crd.CRD_PATH).read_text()
+    assert committed == crd.crd_yaml(), (
+        "crds/elastictrainingjobs.yaml is stale; regenerate it with "
+        "`.venv/bin/etj crd > crds/elastictrainingjobs.yaml` (or hack/regen-golden)"
+    )
+
+
+def test_names_and_subresources():
+    obj = crd.build_crd()
+    assert obj["metadata"]["name"] == "elastictrainingjobs.elastic.pathways.dev"
+    spec = obj["spec"]
+    assert spec["group"] == "elastic.pathways.dev"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "ElasticTrainingJob"
+    assert spec["names"]["plural"] == "elastictrainingjobs"
+    assert spec["names"]["shortNames"] == ["etj"]
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}
+
+
+def test_printer_columns():
+    (version,) = crd.build_crd()["spec"]["versions"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Ready": ".status.slicesReady",
+        "Slices": ".spec.tpu.numSlices",
+        "Step": ".status.training.step",
+        "Checkpoint": ".status.checkpoint.latestCommittedStep",
+        "Status": ".status.phase",
+        "Restarts": ".status.counters.jobSetRestarts",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+def test_schema_is_structural():
+    schema = crd.openapi_schema()
+    for path, node in _schema_nodes(schema):
+        for banned in ("$ref", "anyOf", "oneOf", "allOf", "title", "$defs", "const"):
+            assert banned not in node, f"{path} has {banned}"
+        assert node.get("additionalProperties") is not False, path
+        untyped_ok = node.get("x-kubernetes-int-or-string") or node.get(
+            "x-kubernetes-preserve-unknown-fields")
+        if not untyped_ok:
+            assert "type" in node, f"{path} has no type"
+        if "properties" in node:
+            assert "additionalProperties" not in node, path
+    # Free-form only where it must be.
+    preserved = [p for p, n in _schema_nodes(schema)
+                 if n.get("x-kubernetes-preserve-unknown-fields")]
+    assert preserved == [".spec.trainer.env[].valueFrom"]
+
+
+def test_spec_has_no_nullable_but_status_does():
+    schema = crd.openapi_schema()
+    spec_nullable = [p for p, n in _schema_nodes(schema["properties"]["spec"]) if n.get("nullable")]
+    assert spec_nullable == []
+    status = schema["properties"]["status"]["properties"]
+    assert status["phase"].get("nullable") is True
+    assert status["training"]["properties"]["loss"] == {"nullable": True, "type": "number"}
+
+
+def test_defaults_and_descriptions_kept():
+    spec = crd.openapi_schema()["properties"]["spec"]
+    elastic = spec["properties"]["elastic"]
+    assert elastic["default"] == {}
+    assert elastic["properties"]["timeoutSeconds"]["default"] == 300
+    assert spec["properties"]["backend"]["default"] == "pathways"
+    assert spec["properties"]["backend"]["enum"] == ["pathways", "simulated"]
+    assert "description" in spec["properties"]["tpu"]["properties"]["numSlices"]
+    assert spec["properties"]["tpu"]["properties"]["numSlices"]["minimum"] == 1
+    limits = spec["properties"]["trainer"]["properties"]["resources"]["properties"]["limits"]
+    assert limits["additionalProperties"] == {"x-kubernetes-int-or-string": True}
+    assert set(spec["required"]) == {"tpu", "checkpoint", "trainer"}
+
+
+def test_topology_rules_generated_from_catalog():
+    tpu = crd.openapi_schema()["properties"]["spec"]["properties"]["tpu"]
+    rules = [r["rule"] for r in tpu["x-kubernetes-validations"]]
+    assert len(rules) == len(CATALOG)
+    for tpu_type, family in CATALOG.items():
+        (rule,) = [r for r in rules if f"self.type != '{tpu_type}'" in r]
+        for topology in family.topologies:
+            assert f"'{topology}'" in rule
+
+
+def test_every_spec_field_but_suspend_is_immutable():
+    spec = crd.openapi_schema()["properties"]["spec"]
+    transition = [r for r in spec["x-kubernetes-validations"] if "oldSelf" in r["rule"]]
+    guarded = {r["message"].split(" ")[0].removeprefix("spec.") for r in transition}
+    assert guarded == set(spec["properties"]) - {"suspend"}
+    for rule in transition:
+        assert "suspend" not in rule["rule"]
+
+
+def test_root_rules_check_the_name():
+    root = crd.openapi_schema()
+    rules = [r["rule"] for r in root["x-kubernetes-validations"]]
+    assert "size(self.metadata.name) <= 22" in rules
+
+
+def test_yaml_is_stable_and_sorted():
+    text = crd.crd_yaml()
+    assert text == crd.crd_yaml()
+    doc = yaml.safe_load(text)
+    assert doc == crd.build_crd()
+    assert "&id" not in text  # no YAML anchors
+
+
+def test_etj_crd_prints_it(capsys):
+    from elastic_operator.cli import main
+
+    assert main(["crd"]) == 0
+    assert capsys.readouterr().out == crd.crd_yaml()

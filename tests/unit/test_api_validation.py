@@ -1,0 +1,161 @@
+"""validate_job: the admission rules in Python, with messages naming the field and the fix."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from elastic_operator.api.catalog import CATALOG
+from elastic_operator.api.validation import MAX_NAME_LENGTH, validate_job
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def job(**spec_overrides: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "elastic.pathways.dev/v1alpha1",
+        "kind": "ElasticTrainingJob",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "tpu": {"type": "v5e", "topology": "4x4", "numSlices": 3},
+            "checkpoint": {"directory": "gs://b/ckpt"},
+            "trainer": {"image": "trainer:1", "steps": 100},
+            "pathways": {"gcsScratch": "gs://b/scratch"},
+        },
+    }
+    obj["spec"].update(copy.deepcopy(spec_overrides))
+    return obj
+
+
+def error_of(obj: dict[str, Any]) -> str:
+    with pytest.raises(ValueError) as info:
+        validate_job(obj)
+    return str(info.value)
+
+
+def test_valid_job_gets_defaults():
+    parsed = validate_job(job())
+    assert parsed.metadata.name == "train"
+    assert parsed.spec.backend == "pathways"
+    assert parsed.spec.elastic.timeout_seconds == 300
+    assert parsed.spec.min_slices == 3  # unset = all slices
+    assert parsed.spec.elastic_slices == 3
+
+
+@pytest.mark.parametrize(("tpu_type", "topology"),
+                         [(t, topo) for t, f in CATALOG.items() for topo in f.topologies])
+def test_every_catalog_topology_is_accepted(tpu_type: str, topology: str):
+    validate_job(job(tpu={"type": tpu_type, "topology": topology, "numSlices": 1}))
+
+
+def test_topology_invalid_for_type():
+    assert error_of(job(tpu={"type": "v5e", "topology": "2x2x2", "numSlices": 1})) == (
+        "spec.tpu.topology: '2x2x2' is not a v5e topology; use one of "
+        "2x4, 4x4, 4x8, 8x8, 8x16, 16x16"
+    )
+
+
+@given(st.sampled_from(sorted(CATALOG)), st.from_regex(r"[0-9x]{1,8}", fullmatch=True))
+def test_topology_accepted_iff_in_catalog(tpu_type: str, topology: str):
+    obj = job(tpu={"type": tpu_type, "topology": topology, "numSlices": 1})
+    if topology in CATALOG[tpu_type].topologies:
+        validate_job(obj)
+    else:
+        assert error_of(obj).startswith(f"spec.tpu.topology: '{topology}' is not a {tpu_type}")
+
+
+def test_unknown_tpu_type():
+    msg = error_of(job(tpu={"type": "v3", "topology": "2x2", "numSlices": 1}))
+    assert msg.startswith("spec.tpu.type: ")
+    assert "'v5e', 'v5p', 'v6e', 'v4' or 'tpu7x'" in msg
+
+
+def test_num_slices_at_least_one():
+    msg = error_of(job(tpu={"type": "v5e", "topology": "4x4", "numSlices": 0}))
+    assert msg.startswith("spec.tpu.numSlices: Input should be greater than or equal to 1")
+
+
+def test_min_slices_at_most_num_slices():
+    assert error_of(job(elastic={"minSlices": 4})) == (
+        "spec.elastic.minSlices: must not be more than spec.tpu.numSlices; set minSlices to at "
+        "most numSlices, or leave it unset to wait for all slices (pause and resume)"
+    )
+    assert validate_job(job(elastic={"minSlices": 2})).spec.min_slices == 2
+
+
+def test_elastic_slices_at_most_num_slices():
+    assert error_of(job(elastic={"elasticSlices": 5})) == (
+        "spec.elastic.elasticSlices: must not be more than spec.tpu.numSlices; set it to at "
+        "most numSlices (it counts the slices that may be missing), or leave it unset"
+    )
+    assert validate_job(job(elastic={"elasticSlices": 0})).spec.elastic_slices == 0
+
+
+def test_name_length_limit():
+    obj = job()
+    obj["metadata"]["name"] = "a" * MAX_NAME_LENGTH
+    validate_job(obj)
+    obj["metadata"]["name"] = "a" * (MAX_NAME_LENGTH + 1)
+    assert error_of(obj) == (
+        f"metadata.name: '{'a' * 23}' is longer than 22 characters; use at most 22, so that "
+        "the JobSet coordinator label '<name>-pathways-head-0-0.<name>' fits in 63 characters"
+    )
+
+
+@pytest.mark.parametrize("name", ["1train", "train.v1", "Train", "train-"])
+def test_name_must_be_dns1035(name: str):
+    obj = job()
+    obj["metadata"]["name"] = name
+    assert error_of(obj).startswith(f"metadata.name: '{name}' is not a DNS-1035 label;")
+
+
+def test_pathways_needs_gcs_scratch():
+    obj = job(checkpoint={"directory": "/tmp/ckpt"})
+    del obj["spec"]["pathways"]
+    assert error_of(obj) == (
+        "spec.pathways.gcsScratch: required when spec.backend is pathways; set it to a gs:// "
+        "location for Pathways' scratch files (or use backend simulated)")
+    obj["spec"]["backend"] = "simulated"
+    validate_job(obj)
+
+
+def test_gcs_scratch_pattern():
+    msg = error_of(job(pathways={"gcsScratch": "/scratch"}))
+    assert msg.startswith("spec.pathways.gcsScratch: String should match pattern '^gs://[^/]+'")
+
+
+def test_missing_and_unknown_fields_are_named():
+    obj = job()
+    del obj["spec"]["trainer"]["steps"]
+    obj["spec"]["tpu"]["slices"] = 3
+    lines = error_of(obj).splitlines()
+    assert ("spec.tpu.slices: unknown field; remove it (check the spelling against docs/api.md)"
+            in lines)
+    assert "spec.trainer.steps: required; set it" in lines
+
+
+def test_list_paths_are_indexed():
+    msg = error_of(job(tolerations=[{"key": "a", "operator": "Sometimes"}]))
+    assert msg.startswith("spec.tolerations[0].operator: ")
+
+
+def test_quantities_may_be_numbers():
+    resources = {"limits": {"cpu": 4}}
+    parsed = validate_job(job(trainer={"image": "t", "steps": 1, "resources": resources}))
+    assert parsed.spec.trainer.resources is not None
+    assert parsed.spec.trainer.resources.limits == {"cpu": "4"}
+
+
+def test_wrong_kind_or_version():
+    obj = job()
+    obj["kind"] = "JobSet"
+    assert error_of(obj) == (
+        "kind: 'JobSet' is not 'ElasticTrainingJob'; set kind: ElasticTrainingJob")
+    obj = job()
+    obj["apiVersion"] = "elastic.pathways.dev/v1"
+    assert error_of(obj).startswith("apiVersion: 'elastic.pathways.dev/v1' is not")
+
+
+def test_not_a_mapping():
+    with pytest.raises(ValueError, match="expected a mapping"):
+        validate_job(["x"])  # type: ignore[arg-type]
