@@ -45,6 +45,10 @@ demo: venv cluster-binaries
 crd: venv
 	$(VENV)/bin/etj crd > crds/elastictrainingjobs.yaml
 
+# The CRD, the golden rendered manifests and the field table of docs/api.md.
+golden: venv
+	VENV=$(VENV) hack/regen-golden
+
 clean:
 	-$(VENV)/bin/etj cluster down
 	rm -rf $(VENV) demo-output
