@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -29,13 +30,30 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name is not None and module_name.startswith(exc.name):
-                continue  # not built yet, or this install lacks the extra
-            raise
+            # An image installs one extra only (the trainer image has no kopf, the operator
+            # image no jax): keep the subcommand visible and say what to install.
+            missing = exc.name or "a dependency"
+            if missing.startswith(("elastic_operator", "elastic_trainer")):
+                raise  # our own module: a bug, not a missing extra
+            sub_parser = sub.add_parser(name, help=f"{help_text} (unavailable: needs {missing})")
+            sub_parser.set_defaults(func=_unavailable(name, missing))
+            continue
         sub_parser = sub.add_parser(name, help=help_text)
         module.add_arguments(sub_parser)
         sub_parser.set_defaults(func=module.run)
     return parser
+
+
+def _unavailable(name: str, missing: str) -> Callable[[argparse.Namespace], int]:
+    def run(_: argparse.Namespace) -> int:
+        print(
+            f"etj {name}: the Python module {missing!r} is not installed; install the extra "
+            f"that provides it, e.g. pip install 'elastic-training-operator[operator,trainer,dev]'",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:

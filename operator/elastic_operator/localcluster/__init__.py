@@ -1,0 +1,42 @@
+"""A real local Kubernetes control plane for tests and the demo (no Docker needed):
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake GKE nodes) and
+the JobSet controller, all as local processes. See `etj cluster --help`."""
+from __future__ import annotations
+
+from elastic_operator.localcluster.cluster import (
+    COMPONENTS,
+    Cluster,
+    ClusterConfig,
+    ClusterStartError,
+    ClusterStatus,
+    default_dir,
+    down,
+    status,
+    up,
+)
+from elastic_operator.localcluster.render import (
+    DEFAULT_CPU_NODES,
+    DEFAULT_TPU_POOLS,
+    TpuPoolSpec,
+    parse_tpu_pool,
+)
+from elastic_operator.localcluster.versions import BUILD_HINT, Binaries, MissingBinaryError
+
+__all__ = [
+    "BUILD_HINT",
+    "COMPONENTS",
+    "DEFAULT_CPU_NODES",
+    "DEFAULT_TPU_POOLS",
+    "Binaries",
+    "Cluster",
+    "ClusterConfig",
+    "ClusterStartError",
+    "ClusterStatus",
+    "MissingBinaryError",
+    "TpuPoolSpec",
+    "default_dir",
+    "down",
+    "parse_tpu_pool",
+    "status",
+    "up",
+]

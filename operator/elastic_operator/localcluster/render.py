@@ -1,0 +1,476 @@
+"""Pure rendering for the local control plane: node manifests, kubeconfigs, component
+configs and command lines. No I/O and no clock; cluster.py does the side effects."""
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from elastic_operator.api.catalog import slice_shape
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+TPU_RESOURCE = "google.com/tpu"
+CPU_POOL = "cpu-np"
+ZONE = "us-central1-a"
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+POD_CIDR = "10.0.0.1/16"  # kwok hands out pod IPs from here; its default /24 runs out
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+# kwok opt-in label: pods owned by a Job complete (Succeeded) only when they carry it.
+POD_COMPLETE_LABEL = "pod-complete.stage.kwok.x-k8s.io"
+
+JOBSET_MUTATE_PATH = "/mutate-jobset-x-k8s-io-v1alpha2-jobset"
+JOBSET_VALIDATE_PATH = "/validate-jobset-x-k8s-io-v1alpha2-jobset"
+POD_MUTATE_PATH = "/mutate--v1-pod"
+POD_VALIDATE_PATH = "/validate--v1-pod"
+
+
+# ---------------------------------------------------------------------------- node pools
+
+@dataclass(frozen=True)
+class TpuPoolSpec:
+    """`count` node pools (one per slice) of `tpu_type` slices with `topology`."""
+
+    tpu_type: str
+    topology: str
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        slice_shape(self.tpu_type, self.topology)  # ValueError naming the valid values
+        if self.count < 1:
+            raise ValueError(
+                f"--tpu-pools: the number of node pools must be >= 1, got {self.count}")
+
+    def __str__(self) -> str:
+        return f"{self.tpu_type}:{self.topology}:{self.count}"
+
+
+DEFAULT_TPU_POOLS = (TpuPoolSpec("v5e", "4x4", 3),)  # the article's job
+DEFAULT_CPU_NODES = 4
+
+
+def parse_tpu_pool(text: str) -> TpuPoolSpec:
+    """`TYPE:TOPOLOGY[:COUNT]`, e.g. `v5e:4x4:3` (3 node pools, one v5e 4x4 slice each)."""
+    parts = text.strip().split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ValueError(
+            f"--tpu-pools: expected TYPE:TOPOLOGY[:COUNT] such as v5e:4x4:3, got {text!r}"
+        )
+    count = 1
+    if len(parts) == 3:
+        if not parts[2].isdigit():
+            raise ValueError(
+                f"--tpu-pools: COUNT must be a positive integer, got {parts[2]!r} in {text!r}")
+        count = int(parts[2])
+    return TpuPoolSpec(parts[0], parts[1], count)
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    nodes: tuple[str, ...]
+    labels: dict[str, str]
+    capacity: dict[str, str]
+
+
+def _pool_slug(spec: TpuPoolSpec) -> str:
+    return f"tpu-{spec.tpu_type}-{spec.topology}"
+
+
+def node_pools(
+    tpu_pools: Iterable[TpuPoolSpec], cpu_nodes: int = DEFAULT_CPU_NODES
+) -> list[NodePool]:
+    """The CPU pool and one node pool per TPU slice; a TPU pool has one node per VM."""
+    pools = [
+        NodePool(
+            name=CPU_POOL,
+            nodes=tuple(f"{CPU_POOL}-{i}" for i in range(cpu_nodes)),
+            labels={NODEPOOL_LABEL: CPU_POOL, "node.kubernetes.io/instance-type": "n2-standard-64"},
+            capacity={"cpu": "64", "memory": "256Gi", "pods": "250", "ephemeral-storage": "500Gi"},
+        )
+    ]
+    seen: dict[str, int] = {}
+    for spec in tpu_pools:
+        shape = slice_shape(spec.tpu_type, spec.topology)
+        slug = _pool_slug(spec)
+        for _ in range(spec.count):
+            index = seen.get(slug, 0)
+            seen[slug] = index + 1
+            name = f"{slug}-{index}"
+            pools.append(
+                NodePool(
+                    name=name,
+                    nodes=tuple(f"{name}-{vm}" for vm in range(shape.vms)),
+                    labels={
+                        NODEPOOL_LABEL: name,
+                        TPU_ACCELERATOR_LABEL: shape.family.accelerator_label,
+                        TPU_TOPOLOGY_LABEL: spec.topology,
+                        "node.kubernetes.io/instance-type": shape.machine_type,
+                    },
+                    capacity={
+                        "cpu": "112",
+                        "memory": "192Gi",
+                        "pods": "110",
+                        "ephemeral-storage": "100Gi",
+                        TPU_RESOURCE: str(shape.chips_per_vm),
+                    },
+                )
+            )
+    return pools
+
+
+def node_manifest(pool: NodePool, node: str) -> dict[str, Any]:
+    """A Node that kwok manages (annotation), labelled like a GKE node of `pool`."""
+    labels = {
+        "kubernetes.io/hostname": node,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "topology.kubernetes.io/zone": ZONE,
+        "type": "kwok",
+        **pool.labels,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node, "labels": labels, "annotations": {KWOK_NODE_ANNOTATION: "fake"}},
+        "spec": {},
+        "status": {"capacity": dict(pool.capacity), "allocatable": dict(pool.capacity)},
+    }
+
+
+def node_manifests(pools: Iterable[NodePool]) -> list[dict[str, Any]]:
+    return [node_manifest(pool, node) for pool in pools for node in pool.nodes]
+
+
+# ------------------------------------------------------------------------------ kubeconfig
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def kubeconfig(
+    server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str
+) -> dict[str, Any]:
+    """A self-contained kubeconfig (credentials embedded) with one context, `etj-local`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "etj-local", "cluster": {
+            "server": server, "certificate-authority-data": _b64(ca_pem)}}],
+        "users": [{"name": user, "user": {
+            "client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}}],
+        "contexts": [{"name": "etj-local", "context": {"cluster": "etj-local", "user": user}}],
+        "current-context": "etj-local",
+    }
+
+
+# ----------------------------------------------------------------------------------- JobSet
+
+def jobset_config(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
+    """JobSet's Configuration for running outside the cluster: no leader election, our own
+    serving cert (no in-cluster cert rotation), everything on loopback, metrics off."""
+    return {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": "0"},
+    }
+
+
+def _webhook(name: str, url: str, ca_pem: bytes, group: str, resource: str,
+             operations: list[str], pods_of_jobsets: bool) -> dict[str, Any]:
+    hook: dict[str, Any] = {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {"url": url, "caBundle": _b64(ca_pem)},
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "timeoutSeconds": 10,
+        "rules": [{
+            "apiGroups": [group],
+            "apiVersions": ["v1alpha2" if group else "v1"],
+            "operations": operations,
+            "resources": [resource],
+        }],
+    }
+    if pods_of_jobsets:  # as JobSet's own manifests: only pods that belong to a JobSet
+        hook["objectSelector"] = {"matchExpressions": [
+            {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+    return hook
+
+
+def jobset_webhook_configurations(webhook_port: int, ca_pem: bytes) -> list[dict[str, Any]]:
+    """JobSet's mutating and validating webhooks (same names, paths, rules as its release
+    manifests), pointed by URL at the controller on loopback."""
+    base = f"https://127.0.0.1:{webhook_port}"
+    group = "jobset.x-k8s.io"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "jobset-mutating-webhook-configuration"},
+            "webhooks": [
+                _webhook("mjobset.kb.io", base + JOBSET_MUTATE_PATH, ca_pem, group, "jobsets",
+                         ["CREATE"], False),
+                _webhook("mpod.kb.io", base + POD_MUTATE_PATH, ca_pem, "", "pods",
+                         ["CREATE"], True),
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "jobset-validating-webhook-configuration"},
+            "webhooks": [
+                _webhook("vjobset.kb.io", base + JOBSET_VALIDATE_PATH, ca_pem, group, "jobsets",
+                         ["CREATE", "UPDATE"], False),
+                _webhook("vpod.kb.io", base + POD_VALIDATE_PATH, ca_pem, "", "pods",
+                         ["CREATE"], True),
+            ],
+        },
+    ]
+
+
+def jobset_probe(namespace: str = "default") -> dict[str, Any]:
+    """A minimal JobSet, created with dryRun=All to prove the webhooks answer."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "etj-webhook-probe", "namespace": namespace},
+        "spec": {"replicatedJobs": [{"name": "probe", "template": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "probe", "image": "busybox"}],
+        }}}}}]},
+    }
+
+
+# ------------------------------------------------------------------------------------- kwok
+
+# Stage files from the kwok module (kustomize/stage/...), in the order they are loaded.
+# kwok falls back to its built-in defaults only for a resource with no stage given at all,
+# so passing the chaos stages with -c means passing the defaults too.
+KWOK_STAGE_FILES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "node/chaos/node-not-ready.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+    "pod/chaos/pod-container-running-failed.yaml",
+)
+
+
+def adapt_kwok_stage(stage: dict[str, Any]) -> dict[str, Any]:
+    """kwok's default pod-complete finishes every Running pod owned by a Job at once, which
+    would end every JobSet the moment it starts. Keep it, but only for pods that opt in
+    with the label `pod-complete.stage.kwok.x-k8s.io: "true"`."""
+    if stage.get("metadata", {}).get("name") != "pod-complete":
+        return stage
+    adapted = {**stage, "spec": {**stage["spec"], "selector": {**stage["spec"]["selector"]}}}
+    expressions = list(adapted["spec"]["selector"].get("matchExpressions", []))
+    expressions.append({
+        "key": f'.metadata.labels["{POD_COMPLETE_LABEL}"]', "operator": "In", "values": ["true"]})
+    adapted["spec"]["selector"]["matchExpressions"] = expressions
+    return adapted
+
+
+# ----------------------------------------------------------------------------- components
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+    jobset_webhook: int
+    jobset_health: int
+
+    @classmethod
+    def from_list(cls, ports: list[int]) -> Ports:
+        return cls(*ports)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where everything lives inside the cluster's state directory."""
+
+    root: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "cluster.json"
+
+    def component_kubeconfig(self, component: str) -> Path:
+        return self.pki / f"{component}.kubeconfig"
+
+    def log(self, component: str) -> Path:
+        return self.logs / f"{component}.log"
+
+    def pid(self, component: str) -> Path:
+        return self.run / f"{component}.pid"
+
+    @property
+    def jobset_config(self) -> Path:
+        return self.root / "jobset" / "config.yaml"
+
+    @property
+    def jobset_certs(self) -> Path:
+        return self.root / "jobset" / "certs"
+
+    @property
+    def kwok_stages(self) -> Path:
+        return self.root / "kwok" / "stages.yaml"
+
+
+def etcd_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+    client = f"http://127.0.0.1:{ports.etcd_client}"
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    return [
+        str(binary),
+        "--name=etj",
+        f"--data-dir={layout.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=etj={peer}",
+        "--unsafe-no-fsync",  # test data: durability is not worth the fsync latency
+        "--log-level=warn",
+    ]
+
+
+def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+    pki = layout.pki
+    return [
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports.apiserver}",
+        f"--cert-dir={pki}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=RBAC",
+        f"--service-account-issuer={SA_ISSUER}",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--allow-privileged=true",
+        # Front-proxy (aggregation) settings as kubeadm sets them; without them the
+        # controller-manager and scheduler log a missing requestheader CA forever.
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-username-headers=X-Remote-User",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        # The `kubernetes` Service would point at 127.0.0.1, which Endpoints reject.
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+    ]
+
+
+def _component_common(layout: Layout, component: str, port: int) -> list[str]:
+    kc = layout.component_kubeconfig(component)
+    return [
+        f"--kubeconfig={kc}",
+        f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={layout.run / (component + '-certs')}",
+        "--profiling=false",
+    ]
+
+
+def controller_manager_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+    pki = layout.pki
+    return [
+        str(binary),
+        *_component_common(layout, "kube-controller-manager", ports.controller_manager),
+        # The default set: job, garbagecollector, nodelifecycle, podgc, namespace,
+        # serviceaccount, serviceaccount-token, ... (all but the bootstrap-token ones).
+        "--controllers=*",
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+        f"--cluster-signing-key-file={pki / 'ca.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+    ]
+
+
+def scheduler_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+    return [str(binary), *_component_common(layout, "kube-scheduler", ports.scheduler)]
+
+
+def kwok_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={layout.component_kubeconfig('kwok')}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+        # kwok renews node Leases, so the node lifecycle controller sees live nodes.
+        "--node-lease-duration-seconds=40",
+        f"--cidr={POD_CIDR}",
+        # Nodes need an address: a hostNetwork pod's IP is its node's, and kwok's pod-ready
+        # stage (selector: no podIP) would otherwise re-ready a failed hostNetwork pod forever.
+        "--node-ip=10.0.0.1",
+        f"--server-address=127.0.0.1:{ports.kwok}",
+        f"--config={layout.kwok_stages}",
+    ]
+
+
+def jobset_args(binary: Path, layout: Layout) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={layout.component_kubeconfig('jobset-controller')}",
+        f"--config={layout.jobset_config}",
+        "--leader-elect=false",
+    ]
+
+
+# --------------------------------------------------------------------------------- naming
+
+_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
+
+
+def namespace_name(prefix: str, unique: str) -> str:
+    """A valid namespace (DNS label, <= 63 chars) from a test name and a unique suffix."""
+    base = _DNS_LABEL.sub("-", prefix.lower()).strip("-") or "test"
+    room = 63 - len(unique) - 1
+    return f"{base[:room].rstrip('-')}-{unique}"

@@ -1,0 +1,112 @@
+"""Shared fixtures.
+
+`cluster` (session): a real local control plane (etcd, kube-apiserver, controller-manager,
+scheduler, kwok with fake GKE node pools, JobSet controller), started in a fresh temp dir
+and stopped at the end. With ETJ_TEST_CLUSTER_DIR=<dir> the cluster there is reused (or
+started) and left running, for fast iteration.
+
+`namespace` (function): a fresh namespace per test, deleted afterwards.
+
+Tests that use `cluster` get the `cluster` marker automatically; a failing one names the
+component log directory in its report. Missing binaries fail (never skip) with the command
+to run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from elastic_operator.localcluster import Cluster
+
+_LOGS_DIRS: list[Path] = []
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    from elastic_operator import localcluster as lc
+
+    reuse = os.environ.get("ETJ_TEST_CLUSTER_DIR")
+    directory = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="etj-cluster-"))
+    error = None
+    try:
+        # A private cluster dies with this process even if pytest is killed.
+        handle = lc.up(lc.ClusterConfig(dir=directory, die_with_parent=not reuse))
+    except lc.MissingBinaryError as err:
+        error = str(err)
+    except lc.ClusterStartError as err:
+        error = f"local cluster did not start: {err}\nlogs: {directory / 'logs'}"
+    if error is not None:  # fail (never skip), outside the except: no chained traceback
+        if not reuse and not any((directory / "logs").glob("*.log")):
+            shutil.rmtree(directory, ignore_errors=True)
+        pytest.fail(error, pytrace=False)
+    _LOGS_DIRS.append(handle.logs_dir)
+    yield handle
+    if reuse:
+        return
+    lc.down(directory)
+    if request.session.testsfailed == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+    else:
+        print(f"\nlocal cluster logs kept in {handle.logs_dir}")
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A unique namespace whose `default` ServiceAccount exists (pods need it)."""
+    from elastic_operator.localcluster.faults import wait_for
+    from elastic_operator.localcluster.render import namespace_name
+    from kubernetes import client
+
+    name = namespace_name(request.node.name, uuid.uuid4().hex[:6])
+    api = cluster.api_client()
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name, "labels": {"etj.test/namespace": "true"}}})
+
+    def has_default_sa() -> bool:
+        return any(sa.metadata.name == "default"
+                   for sa in core.list_namespaced_service_account(name).items)
+
+    wait_for(has_default_sa, 30, f"ServiceAccount {name}/default")
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+        # Wait until its pods are gone, so the next test finds the fake TPU nodes free
+        # (JobSets place exclusively). A terminating namespace admits no new pods, so
+        # deleting them now (rather than when the namespace controller gets to them)
+        # is final. Objects kept by finalizers may outlive this.
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        deadline = time.monotonic() + 60
+        while core.list_namespaced_pod(name).items:
+            if time.monotonic() > deadline:
+                warnings.warn(f"pods of namespace {name} still exist 60s after its deletion",
+                              stacklevel=1)
+                break
+            time.sleep(0.2)
+        api.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and item.get_closest_marker("cluster") is not None and _LOGS_DIRS:
+        logs = _LOGS_DIRS[-1]
+        files = ", ".join(sorted(p.name for p in logs.glob("*.log")))
+        report.sections.append(("local cluster", f"component logs in {logs}: {files}"))

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from elastic_operator.cli import build_parser, main
+from elastic_operator.localcluster.render import DEFAULT_TPU_POOLS, TpuPoolSpec
+
+
+def test_up_arguments() -> None:
+    args = build_parser().parse_args(
+        ["cluster", "up", "--dir", "/tmp/x", "--tpu-pools", "v5e:4x4:3", "--tpu-pools", "v6e:2x2"])
+    assert args.cluster_command == "up"
+    assert args.dir == Path("/tmp/x")
+    assert args.tpu_pools == [TpuPoolSpec("v5e", "4x4", 3), TpuPoolSpec("v6e", "2x2", 1)]
+
+
+def test_up_defaults() -> None:
+    args = build_parser().parse_args(["cluster", "up"])
+    assert args.tpu_pools is None and args.dir is None
+    assert (TpuPoolSpec("v5e", "4x4", 3),) == DEFAULT_TPU_POOLS
+
+
+def test_bad_pool_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["cluster", "up", "--tpu-pools", "v5e:3x3"])
+    assert info.value.code == 2
+    assert "3x3" in capsys.readouterr().err
+
+
+def test_kubeconfig_path_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "kubeconfig", "--dir", str(tmp_path)]) == 1
+    assert "etj cluster up" in capsys.readouterr().err
+    (tmp_path / "kubeconfig").write_text("{}")
+    assert main(["cluster", "kubeconfig", "--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "kubeconfig")
+
+
+def test_status_and_down_of_an_empty_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cluster", "status", "--dir", str(tmp_path)]) == 3
+    out = capsys.readouterr().out
+    assert "kube-apiserver" in out and "stopped" in out
+    assert main(["cluster", "down", "--dir", str(tmp_path)]) == 0
+    assert "no cluster running" in capsys.readouterr().err
+
+
+def test_up_without_binaries_says_what_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ETJ_CACHE_DIR", str(tmp_path / "empty-cache"))
+    assert main(["cluster", "up", "--dir", str(tmp_path / "c")]) == 1
+    err = capsys.readouterr().err
+    assert "hack/build-control-plane.sh" in err and "kube-apiserver" in err

@@ -1,0 +1,199 @@
+"""Pure parts of the local control plane: node pools, kubeconfig, JobSet config and
+webhooks, kwok stages, component command lines."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+import yaml
+from elastic_operator.localcluster import render
+from elastic_operator.localcluster.render import (
+    DEFAULT_TPU_POOLS,
+    Layout,
+    Ports,
+    TpuPoolSpec,
+    parse_tpu_pool,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def test_parse_tpu_pool_forms() -> None:
+    assert parse_tpu_pool("v5e:4x4:3") == TpuPoolSpec("v5e", "4x4", 3)
+    assert parse_tpu_pool("v6e:2x2") == TpuPoolSpec("v6e", "2x2", 1)
+    assert str(parse_tpu_pool(" v5p:2x2x1:2 ")) == "v5p:2x2x1:2"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("v5e", "TYPE:TOPOLOGY"),
+        ("v5e:4x4:3:1", "TYPE:TOPOLOGY"),
+        ("v5e::3", "TYPE:TOPOLOGY"),
+        ("v5e:4x4:x", "COUNT"),
+        ("v5e:4x4:0", ">= 1"),
+        ("v9:4x4", "unknown TPU type"),
+        ("v5e:3x3", "2x4, 4x4"),
+    ],
+)
+def test_parse_tpu_pool_errors_name_the_problem(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment.replace("+", r"\+")):
+        parse_tpu_pool(text)
+
+
+def test_default_pools_hold_the_articles_job() -> None:
+    pools = render.node_pools(DEFAULT_TPU_POOLS)
+    cpu, *tpu = pools
+    assert cpu.name == "cpu-np" and len(cpu.nodes) == 4
+    assert cpu.labels[render.NODEPOOL_LABEL] == "cpu-np"
+    assert render.TPU_RESOURCE not in cpu.capacity
+    assert [p.name for p in tpu] == ["tpu-v5e-4x4-0", "tpu-v5e-4x4-1", "tpu-v5e-4x4-2"]
+    for pool in tpu:
+        assert len(pool.nodes) == 4  # 16 chips / 4 chips per VM
+        assert pool.labels == {
+            render.NODEPOOL_LABEL: pool.name,
+            render.TPU_ACCELERATOR_LABEL: "tpu-v5-lite-podslice",
+            render.TPU_TOPOLOGY_LABEL: "4x4",
+            "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",
+        }
+        assert pool.capacity[render.TPU_RESOURCE] == "4"
+    names = [n for p in pools for n in p.nodes]
+    assert len(names) == len(set(names)) == 16
+
+
+def test_pools_follow_the_catalog_and_names_stay_unique() -> None:
+    pools = render.node_pools(
+        [TpuPoolSpec("v6e", "1x1", 1), TpuPoolSpec("v5p", "2x2x2", 1),
+         TpuPoolSpec("v6e", "1x1", 2)], cpu_nodes=1)
+    by_name = {p.name: p for p in pools}
+    assert list(by_name) == ["cpu-np", "tpu-v6e-1x1-0", "tpu-v5p-2x2x2-0",
+                             "tpu-v6e-1x1-1", "tpu-v6e-1x1-2"]
+    single = by_name["tpu-v6e-1x1-0"]
+    assert len(single.nodes) == 1 and single.capacity[render.TPU_RESOURCE] == "1"
+    assert single.labels["node.kubernetes.io/instance-type"] == "ct6e-standard-1t"
+    v5p = by_name["tpu-v5p-2x2x2-0"]
+    assert len(v5p.nodes) == 2
+    assert v5p.labels[render.TPU_ACCELERATOR_LABEL] == "tpu-v5p-slice"
+
+
+def test_node_manifest_is_a_kwok_node_with_status() -> None:
+    pool = render.node_pools(DEFAULT_TPU_POOLS)[1]
+    node = render.node_manifest(pool, pool.nodes[0])
+    meta = node["metadata"]
+    assert meta["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+    assert meta["labels"]["kubernetes.io/hostname"] == pool.nodes[0]
+    assert meta["labels"][render.TPU_TOPOLOGY_LABEL] == "4x4"
+    assert node["status"]["capacity"] == node["status"]["allocatable"] == pool.capacity
+    # The manifest is a copy: editing it must not change the pool.
+    node["status"]["capacity"]["cpu"] = "1"
+    assert pool.capacity["cpu"] == "112"
+
+
+def test_kubeconfig_embeds_credentials() -> None:
+    kc = render.kubeconfig("https://127.0.0.1:6443", b"CA", b"CERT", b"KEY", "me")
+    round_tripped = yaml.safe_load(yaml.safe_dump(kc))
+    cluster = round_tripped["clusters"][0]["cluster"]
+    user = round_tripped["users"][0]["user"]
+    assert cluster["server"] == "https://127.0.0.1:6443"
+    assert base64.b64decode(cluster["certificate-authority-data"]) == b"CA"
+    assert base64.b64decode(user["client-certificate-data"]) == b"CERT"
+    assert base64.b64decode(user["client-key-data"]) == b"KEY"
+    ctx = round_tripped["contexts"][0]
+    assert round_tripped["current-context"] == ctx["name"]
+    assert ctx["context"] == {"cluster": "etj-local", "user": "me"}
+
+
+def test_jobset_config_runs_out_of_cluster() -> None:
+    cfg = render.jobset_config(40001, 40002, Path("/state/jobset/certs"))
+    assert cfg["kind"] == "Configuration"
+    assert cfg["leaderElection"] == {"leaderElect": False}
+    assert cfg["internalCertManagement"] == {"enable": False}
+    assert cfg["webhook"] == {"host": "127.0.0.1", "port": 40001, "certDir": "/state/jobset/certs"}
+    assert cfg["health"]["healthProbeBindAddress"] == "127.0.0.1:40002"
+
+
+def test_jobset_webhooks_point_at_loopback_with_ca() -> None:
+    mutating, validating = render.jobset_webhook_configurations(40001, b"PEM")
+    hooks = {h["name"]: h for cfg in (mutating, validating) for h in cfg["webhooks"]}
+    assert hooks["mjobset.kb.io"]["clientConfig"]["url"] == (
+        "https://127.0.0.1:40001/mutate-jobset-x-k8s-io-v1alpha2-jobset")
+    assert hooks["vjobset.kb.io"]["clientConfig"]["url"] == (
+        "https://127.0.0.1:40001/validate-jobset-x-k8s-io-v1alpha2-jobset")
+    assert hooks["vjobset.kb.io"]["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    for hook in hooks.values():
+        assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"PEM"
+        assert hook["failurePolicy"] == "Fail"
+    # Pod webhooks only see pods of JobSets.
+    for name in ("mpod.kb.io", "vpod.kb.io"):
+        assert hooks[name]["objectSelector"]["matchExpressions"][0]["key"] == (
+            "jobset.sigs.k8s.io/jobset-name")
+        assert hooks[name]["rules"][0]["apiVersions"] == ["v1"]
+    assert "objectSelector" not in hooks["mjobset.kb.io"]
+
+
+def test_only_pod_complete_is_adapted() -> None:
+    stage = {"metadata": {"name": "pod-complete"},
+             "spec": {"selector": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}}
+    adapted = render.adapt_kwok_stage(stage)
+    keys = [e["key"] for e in adapted["spec"]["selector"]["matchExpressions"]]
+    assert keys == ["a", '.metadata.labels["pod-complete.stage.kwok.x-k8s.io"]']
+    assert len(stage["spec"]["selector"]["matchExpressions"]) == 1  # input untouched
+    other = {"metadata": {"name": "pod-ready"}, "spec": {"selector": {}}}
+    assert render.adapt_kwok_stage(other) is other
+
+
+def test_kwok_stages_include_defaults_and_chaos() -> None:
+    files = render.KWOK_STAGE_FILES
+    for needed in ("node/fast/node-initialize.yaml", "pod/fast/pod-ready.yaml",
+                   "pod/fast/pod-delete.yaml", "node/chaos/node-not-ready.yaml",
+                   "pod/chaos/pod-container-running-failed.yaml"):
+        assert needed in files
+
+
+PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247, 9443, 8081)
+
+
+def test_component_args_use_the_chosen_ports_and_paths() -> None:
+    layout = Layout(Path("/state"))
+    etcd = render.etcd_args(Path("/bin/etcd"), layout, PORTS)
+    assert "--unsafe-no-fsync" in etcd
+    assert "--listen-client-urls=http://127.0.0.1:2379" in etcd
+    assert "--initial-cluster=etj=http://127.0.0.1:2380" in etcd
+    api = render.apiserver_args(Path("/bin/apiserver"), layout, PORTS)
+    assert "--secure-port=6443" in api and "--authorization-mode=RBAC" in api
+    assert "--etcd-servers=http://127.0.0.1:2379" in api
+    assert "--service-account-signing-key-file=/state/pki/sa.key" in api
+    kcm = render.controller_manager_args(Path("/bin/kcm"), layout, PORTS)
+    assert "--secure-port=10257" in kcm and "--leader-elect=false" in kcm
+    assert "--kubeconfig=/state/pki/kube-controller-manager.kubeconfig" in kcm
+    assert "--service-account-private-key-file=/state/pki/sa.key" in kcm
+    sched = render.scheduler_args(Path("/bin/sched"), layout, PORTS)
+    assert "--secure-port=10259" in sched
+    kwok = render.kwok_args(Path("/bin/kwok"), layout, PORTS)
+    assert "--manage-all-nodes=false" in kwok
+    assert "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" in kwok
+    assert "--config=/state/kwok/stages.yaml" in kwok
+    assert "--server-address=127.0.0.1:10247" in kwok
+    js = render.jobset_args(Path("/bin/jobset"), layout)
+    assert js[0] == "/bin/jobset" and "--config=/state/jobset/config.yaml" in js
+    for argv in (etcd, api, kcm, sched, kwok, js):
+        # Nothing listens beyond loopback.
+        assert not any("0.0.0.0" in a for a in argv)
+
+
+def test_layout_paths() -> None:
+    layout = Layout(Path("/s"))
+    assert layout.kubeconfig == Path("/s/kubeconfig")
+    assert layout.log("etcd") == Path("/s/logs/etcd.log")
+    assert layout.pid("kwok") == Path("/s/run/kwok.pid")
+
+
+@given(st.text(max_size=120), st.text(alphabet="0123456789abcdef", min_size=1, max_size=8))
+def test_namespace_names_are_dns_labels(prefix: str, unique: str) -> None:
+    import re
+
+    name = render.namespace_name(prefix, unique)
+    assert len(name) <= 63
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+    assert name.endswith("-" + unique)
