@@ -38,8 +38,7 @@ test-unit: venv lint
 	$(PY) -m pytest -q -ra -m "not cluster"
 
 demo: venv cluster-binaries
-	$(VENV)/bin/etj cluster up
-	KUBECONFIG=$$($(VENV)/bin/etj cluster kubeconfig) kubectl get nodes -L cloud.google.com/gke-nodepool,cloud.google.com/gke-tpu-accelerator,cloud.google.com/gke-tpu-topology
+	$(VENV)/bin/etj demo --out demo-output
 
 # Regenerate committed, generated files (tests fail when they are stale).
 crd: venv

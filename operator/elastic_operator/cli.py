@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "operator": ("elastic_operator.operator_cli", "run the operator"),
     "train": ("elastic_trainer.cli", "run the elastic trainer"),
     "slice-agent": ("elastic_trainer.slice_agent", "stand-in for a Pathways worker"),
+    "demo": ("elastic_operator.demo.cli", "the article's experiment on the local control plane"),
 }
 
 

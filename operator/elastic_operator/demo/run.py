@@ -1,0 +1,355 @@
+"""Orchestration of `etj demo` (all the I/O of the demo lives here).
+
+1. bring up the local control plane (fake v5e node pools), install the CRD, start the
+   operator;
+2. apply examples/demo.yaml (3 slices x 4 hosts, simulated backend) and run the trainer
+   as the job's head would: the exact command the renderer puts in the `main` container,
+   attached to the job (slice health from the worker pods, progress into the status);
+3. after a few checkpoints, force-kill a worker pod of slice 2, as the article does, and
+   print what `kubectl get etj -w` and the conditions show;
+4. write demo-output/ (summary.json, timeline.png, events.log, logs) and a summary table;
+5. stop everything it started.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from elastic_operator.api import GROUP, PLURAL, VERSION
+from elastic_operator.demo.summary import summarize
+from elastic_operator.demo.timeline import Mark, draw_timeline
+
+DEMO_NAMESPACE = "etj-demo"
+KILL_SLICE = 2
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Watch:
+    """Polls the job like `kubectl get etj -w` and remembers when things first happened."""
+
+    get_job: Callable[[], dict[str, Any]]
+    lines: list[str] = field(default_factory=list)
+    first_seen: dict[str, float] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    latest: dict[str, Any] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="demo-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        last_row = None
+        conditions: dict[str, tuple[str, str]] = {}
+        say(f"{'NAME':<6} {'SLICES':<7} {'STEP':>6} {'CHECKPOINT':>10}  STATUS")
+        while not self._stop.is_set():
+            try:
+                job = self.get_job()
+            except Exception:  # the API server may be briefly busy; keep watching
+                time.sleep(0.2)
+                continue
+            now = time.time()
+            self.latest = job
+            status = job.get("status") or {}
+            training = status.get("training") or {}
+            row = (
+                f"{job['metadata']['name']:<6} "
+                f"{status.get('slicesReady', 0)}/{job['spec']['tpu']['numSlices']:<5} "
+                f"{training.get('step', '-'):>6} "
+                f"{_checkpoint(status):>10}  {status.get('phase', '-')}"
+            )
+            if row != last_row:
+                say(row)
+                last_row = row
+            for cond in status.get("conditions") or []:
+                key = (cond["status"], cond.get("reason", ""))
+                if conditions.get(cond["type"]) != key:
+                    conditions[cond["type"]] = key
+                    line = (f"    condition {cond['type']}={cond['status']} "
+                            f"({cond.get('reason', '')}): {cond.get('message', '')}")
+                    say(line)
+                    self.lines.append(line)
+                    tag = f"{cond['type']}={cond['status']}:{cond.get('reason', '')}"
+                    self.first_seen.setdefault(tag, now)
+                    if cond["type"] in ("SliceDown", "Recovering") and cond["status"] == "True":
+                        self.reasons.append(f"{cond['type']}")
+                    if cond.get("reason") == "Recovered":
+                        self.reasons.append("Recovered")
+            time.sleep(0.1)
+
+    def seen_after(self, tag: str, after: float) -> float | None:
+        at = self.first_seen.get(tag)
+        return at if at is not None and at >= after else None
+
+
+def _checkpoint(status: dict[str, Any]) -> str:
+    value = (status.get("checkpoint") or {}).get("latestCommittedStep")
+    if value is None:
+        value = (status.get("training") or {}).get("lastCommittedCheckpointStep")
+    return "-" if value is None else str(value)
+
+
+def _head_command(job_obj: dict[str, Any]) -> list[str]:
+    """The command the renderer gives the head's `main` container."""
+    from elastic_operator.api.models import ElasticTrainingJob
+    from elastic_operator.api.render import render
+
+    job = ElasticTrainingJob.model_validate(job_obj)
+    for obj in render(job):
+        if obj["kind"] != "JobSet":
+            continue
+        for rjob in obj["spec"]["replicatedJobs"]:
+            pod = rjob["template"]["spec"]["template"]["spec"]
+            for container in pod["containers"]:
+                if container["name"] == "main":
+                    return [*container.get("command", []), *container.get("args", [])]
+    raise DemoError("the rendered JobSet has no `main` container")
+
+
+def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> int:
+    from kubernetes import client
+
+    from elastic_operator import localcluster as lc
+    from elastic_operator.api.crd import build_crd
+    from elastic_operator.localcluster import faults
+
+    t_start = time.time()
+
+    def stage(n: int, text: str) -> None:
+        say(f"\n[{n}/5] {text}  (t={time.time() - t_start:.0f}s)")
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    cluster_dir = Path(os.environ.get("ETJ_DEMO_CLUSTER_DIR") or lc.default_dir().parent / "demo")
+    try:
+        stage(1, "Local control plane: etcd, kube-apiserver, controllers, scheduler, kwok, JobSet")
+        lc.down(cluster_dir, progress=lambda _: None)  # a clean start, whatever ran before
+        cluster = lc.up(lc.ClusterConfig(dir=cluster_dir), progress=lambda line: say("  " + line))
+        api = cluster.api_client()
+        # The client's generated types add nothing over the JSON we pass; keep them loose.
+        core: Any = client.CoreV1Api(api)
+        custom: Any = client.CustomObjectsApi(api)
+        extensions: Any = client.ApiextensionsV1Api(api)
+        nodes = core.list_node(label_selector="cloud.google.com/gke-tpu-accelerator").items
+        say(f"  {len(nodes)} fake TPU nodes: " + ", ".join(sorted(n.metadata.name for n in nodes)))
+
+        crd = build_crd()
+        extensions.create_custom_resource_definition(crd)
+        _wait(lambda: _crd_established(api, crd["metadata"]["name"]), 30, "the CRD")
+        core.create_namespace({"metadata": {"name": DEMO_NAMESPACE}})
+        _wait(lambda: core.list_namespaced_service_account(
+            DEMO_NAMESPACE, field_selector="metadata.name=default").items, 30,
+            "the namespace's default ServiceAccount")
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        operator_log = (out / "operator.log").open("wb")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "elastic_operator.cli", "operator",
+             "--namespace", DEMO_NAMESPACE, "--liveness-port", "0", "--metrics-port", "0"],
+            env=env, stdout=operator_log, stderr=subprocess.STDOUT, start_new_session=True))
+        say(f"  operator started (pid {procs[-1].pid}, log {out / 'operator.log'})")
+
+        stage(2, "Apply examples/demo.yaml: 3 slices x 4 hosts (v5e 4x4 shape, simulated backend)")
+        job_obj = yaml.safe_load((repo / "examples" / "demo.yaml").read_text())
+        job_obj["metadata"]["namespace"] = DEMO_NAMESPACE
+        job_obj["spec"]["checkpoint"]["directory"] = str((out / "checkpoints").resolve())
+        if step_seconds > 0:
+            job_obj["spec"]["trainer"].setdefault("args", []).extend(
+                ["--min-step-seconds", str(step_seconds)])
+        name = job_obj["metadata"]["name"]
+        custom.create_namespaced_custom_object(GROUP, VERSION, DEMO_NAMESPACE, PLURAL, job_obj)
+
+        def get_job() -> dict[str, Any]:
+            obj: dict[str, Any] = custom.get_namespaced_custom_object(
+                GROUP, VERSION, DEMO_NAMESPACE, PLURAL, name)
+            return obj
+
+        _wait(lambda: (get_job().get("status") or {}).get("slicesReady") == 3, 120,
+              "3 ready slices (12 worker pods Running on kwok nodes)")
+        say("  JobSet created by the operator; 12 worker pods Ready")
+
+        stage(3, "Start the trainer as the head's `main` container would (same command)")
+        command = _head_command(job_obj)
+        if command[0] == "etj":
+            command = [sys.executable, "-m", "elastic_operator.cli", *command[1:]]
+        command += ["--summary", str(out / "trainer-summary.json")]
+        say("  $ etj " + " ".join(command[3:]))
+        trainer_env = {**env, "ETJ_JOB_NAME": name, "ETJ_JOB_NAMESPACE": DEMO_NAMESPACE}
+        trainer_log = out / "trainer.log"
+        trainer = subprocess.Popen(command, env=trainer_env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(trainer)
+        threading.Thread(target=_tee, args=(trainer, trainer_log), daemon=True).start()
+        watch = Watch(get_job)
+        watch.start()
+
+        period = int(job_obj["spec"]["checkpoint"]["periodSteps"])
+        _wait(lambda: (((get_job().get("status") or {}).get("training") or {})
+                       .get("lastCommittedCheckpointStep") or 0) >= 2 * period,
+              300, "two committed checkpoints", interval=0.5)
+        status_before = get_job().get("status") or {}
+
+        stage(4, f"Force-kill a worker pod of slice {KILL_SLICE} "
+                 "(kubectl delete pod --grace-period=0 --force)")
+        victim = _worker_pod(core, name, KILL_SLICE)
+        killed_at = time.time()
+        faults.delete_pod(api, DEMO_NAMESPACE, victim, force=True)
+        say(f"  killed {victim} at step {(status_before.get('training') or {}).get('step')}")
+
+        _wait(lambda: watch.seen_after("Recovering=False:Recovered", killed_at), 300,
+              "the job to report Recovered")
+        rc = _wait(lambda: trainer.poll() is not None and [trainer.returncode], 600,
+                   "the trainer to finish its steps", interval=0.5)[0]
+        time.sleep(0.5)  # one more watch round for the final status
+        watch.stop()
+        status_after = get_job().get("status") or {}
+
+        stage(5, "Summary")
+        summary_file = out / "trainer-summary.json"
+        if not summary_file.exists():
+            raise DemoError(f"the trainer wrote no summary (exit code {rc}); see {trainer_log}")
+        trainer_summary = json.loads(summary_file.read_text())
+        jobset = custom.get_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", DEMO_NAMESPACE, "jobsets",
+            status_after.get("jobSetName") or name)
+        restarts = int((jobset.get("status") or {}).get("restarts") or 0)
+        result = summarize(
+            killed_at=killed_at,
+            slice_down_at=watch.seen_after("SliceDown=True:SliceDown", killed_at)
+            or _first_true_after(watch, "SliceDown=True", killed_at),
+            trainer_summary=trainer_summary, status_before=status_before,
+            status_after=status_after, jobset_restarts=restarts,
+            condition_reasons=watch.reasons)
+        _write_events(core, name, out / "events.log")
+        data = {**result.to_json(), "killed_pod": victim, "trainer_exit_code": rc,
+                "last_recovery": status_after.get("lastRecovery"),
+                "counters": status_after.get("counters")}
+        (out / "summary.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        event = (trainer_summary.get("elastic_events") or [{}])[0]
+        marks = [Mark(killed_at, f"worker of slice {KILL_SLICE} killed", "#c0392b")]
+        if result.detect_seconds is not None:
+            marks.append(Mark(killed_at + result.detect_seconds, "operator: SliceDown", "#e67e22"))
+        if event.get("detected_at"):
+            marks.append(Mark(event["detected_at"], "trainer: DATA_LOSS caught", "#8e44ad"))
+        if event.get("resumed_at"):
+            marks.append(Mark(event["resumed_at"], "resumed", "#27ae60"))
+        draw_timeline(trainer_summary["step_times"], marks, str(out / "timeline.png"),
+                      title=f"Demo: a worker of slice {KILL_SLICE} killed; "
+                            f"{result.steps_lost} steps lost, same process")
+        say(result.table())
+        say(f"\nWrote {out}/summary.json, timeline.png, events.log, trainer.log, operator.log")
+        ok = rc == 0 and result.same_process and restarts == 0 and result.steps_lost is not None
+        if not ok:
+            say("The demo did NOT show an in-process recovery; see the logs above.")
+        return 0 if ok else 1
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        if not keep_cluster:
+            lc.down(cluster_dir, progress=lambda _: None)
+            say(f"Stopped the operator, the trainer and the local control plane "
+                f"(t={time.time() - t_start:.0f}s).")
+
+
+def _first_true_after(watch: Watch, prefix: str, after: float) -> float | None:
+    times = [t for tag, t in watch.first_seen.items() if tag.startswith(prefix) and t >= after]
+    return min(times) if times else None
+
+
+def _crd_established(api: Any, name: str) -> bool:
+    from kubernetes import client
+
+    extensions: Any = client.ApiextensionsV1Api(api)
+    crd = extensions.read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True"
+               for c in ((crd.status and crd.status.conditions) or []))
+
+
+def _worker_pod(core: Any, job: str, slice_index: int) -> str:
+    pods = core.list_namespaced_pod(
+        DEMO_NAMESPACE,
+        label_selector=(f"elastic.pathways.dev/job-name={job},"
+                        f"jobset.sigs.k8s.io/replicatedjob-name=worker,"
+                        f"jobset.sigs.k8s.io/job-index={slice_index}")).items
+    running = sorted(p.metadata.name for p in pods if p.status.phase == "Running")
+    if not running:
+        raise DemoError(f"no running worker pod in slice {slice_index}")
+    return running[0]
+
+
+def _write_events(core: Any, job: str, path: Path) -> None:
+    events = core.list_namespaced_event(DEMO_NAMESPACE).items
+    rows = []
+    for e in sorted(events, key=lambda e: (e.last_timestamp or e.event_time or e.metadata
+                                             .creation_timestamp)):
+        when = e.last_timestamp or e.event_time or e.metadata.creation_timestamp
+        rows.append(f"{when:%H:%M:%S} {e.type:<8} {e.involved_object.kind}/"
+                    f"{e.involved_object.name} {e.reason}: {e.message}")
+    path.write_text("\n".join(rows) + "\n")
+    say(f"\nEvents on the job ({len([r for r in rows if f'/{job} ' in r])}):")
+    for row in rows:
+        if f"ElasticTrainingJob/{job} " in row:
+            say("  " + row)
+
+
+def _tee(proc: subprocess.Popen[bytes], path: Path) -> None:
+    """Copy the trainer's output to a file and its progress/elastic lines to the screen."""
+    assert proc.stdout is not None
+    with path.open("wb") as log:
+        for raw in proc.stdout:
+            log.write(raw)
+            log.flush()
+            line = raw.decode(errors="replace").rstrip()
+            if "elastic" in line.lower() or " step " in line or "slice" in line.lower():
+                say("  [trainer] " + line.split(": ", 1)[-1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with_kill = proc.poll() is None
+        if with_kill:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)

@@ -1,0 +1,105 @@
+"""Pure: the demo's summary from what the trainer and the operator reported."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    detect_seconds: float | None  # kill -> SliceDown written by the operator
+    trainer_detect_seconds: float | None  # kill -> the trainer caught the slice-down error
+    resume_seconds: float | None  # kill -> next completed training step
+    restore_source: str | None
+    restored_from_step: int | None
+    failed_step: int | None
+    steps_lost: int | None
+    process_id_before: int | None
+    process_id_after: int | None
+    same_process: bool
+    jobset_restarts: int
+    final_step: int | None
+    total_steps: int | None
+    final_loss: float | None
+    condition_reasons: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        rows = [
+            ("time to detect (operator SliceDown)", _secs(self.detect_seconds)),
+            ("time to detect (trainer exception)", _secs(self.trainer_detect_seconds)),
+            ("time to resume (kill -> next step)", _secs(self.resume_seconds)),
+            ("restore source", self.restore_source or "-"),
+            ("restored from step", _opt(self.restored_from_step)),
+            ("step at failure", _opt(self.failed_step)),
+            ("steps lost", _opt(self.steps_lost)),
+            ("process id before / after",
+             f"{_opt(self.process_id_before)} / {_opt(self.process_id_after)}"
+             + (" (same process)" if self.same_process else " (DIFFERENT)")),
+            ("JobSet restarts", str(self.jobset_restarts)),
+            ("final step / loss", f"{_opt(self.final_step)} / "
+             + ("-" if self.final_loss is None else f"{self.final_loss:.4f}")),
+            ("conditions seen", " -> ".join(self.condition_reasons) or "-"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        line = "+" + "-" * (width + 2) + "+" + "-" * 40 + "+"
+        out = [line]
+        out += [f"| {k.ljust(width)} | {v.ljust(38)} |" for k, v in rows]
+        out.append(line)
+        return "\n".join(out)
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def summarize(
+    *,
+    killed_at: float,
+    slice_down_at: float | None,
+    trainer_summary: dict[str, Any],
+    status_before: dict[str, Any],
+    status_after: dict[str, Any],
+    jobset_restarts: int,
+    condition_reasons: list[str],
+) -> DemoSummary:
+    """Combine the trainer's summary JSON and the job's status around one killed worker.
+
+    `killed_at` and `slice_down_at` are unix times taken by the demo; everything else
+    comes from the trainer (`--summary`) and the ElasticTrainingJob status.
+    """
+    events = trainer_summary.get("elastic_events") or []
+    event = events[0] if events else {}
+    trainer_detected = event.get("detected_at")
+    # Steps can still land between the kill and the trainer noticing it (dispatch is
+    # asynchronous in the article too), so "resumed" is the first step after detection.
+    step_times: list[list[float]] = trainer_summary.get("step_times") or []
+    first_step_after = event.get("resumed_at") or next(
+        (t for _, t in step_times if trainer_detected is not None and t > trainer_detected), None)
+    training_before = status_before.get("training") or {}
+    training_after = status_after.get("training") or {}
+    pid_before = training_before.get("processId")
+    pid_after = training_after.get("processId", trainer_summary.get("process_id"))
+    return DemoSummary(
+        detect_seconds=None if slice_down_at is None else slice_down_at - killed_at,
+        trainer_detect_seconds=None if trainer_detected is None else trainer_detected - killed_at,
+        resume_seconds=None if first_step_after is None else first_step_after - killed_at,
+        restore_source=event.get("restore_source"),
+        restored_from_step=event.get("restored_from_step"),
+        failed_step=event.get("failed_step"),
+        steps_lost=event.get("steps_lost"),
+        process_id_before=pid_before,
+        process_id_after=pid_after,
+        same_process=pid_before is not None and pid_before == pid_after,
+        jobset_restarts=jobset_restarts,
+        final_step=trainer_summary.get("final_step"),
+        total_steps=training_after.get("totalSteps"),
+        final_loss=trainer_summary.get("final_loss"),
+        condition_reasons=condition_reasons,
+    )

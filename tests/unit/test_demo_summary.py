@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from elastic_operator.demo.summary import summarize
+from elastic_operator.demo.timeline import Mark, draw_timeline
+
+KILLED = 1000.0
+
+
+def _trainer_summary() -> dict:
+    steps = [[s, 990.0 + 0.1 * s] for s in range(1, 101)]  # steps 1..100 up to t=1000
+    steps += [[s, 1010.0 + 0.1 * (s - 96)] for s in range(96, 150)]  # rewound to 95
+    return {
+        "final_step": 149, "final_loss": 1.25, "process_id": 42, "step_times": steps,
+        "elastic_events": [{
+            "failed_step": 100, "restored_from_step": 95, "restore_source": "snapshot",
+            "steps_lost": 5, "detected_at": 1001.5, "resumed_at": 1010.0,
+        }],
+    }
+
+
+def test_summary_measures_from_the_kill() -> None:
+    result = summarize(
+        killed_at=KILLED, slice_down_at=1000.4, trainer_summary=_trainer_summary(),
+        status_before={"training": {"processId": 42}},
+        status_after={"training": {"processId": 42, "totalSteps": 149}},
+        jobset_restarts=0, condition_reasons=["SliceDown", "Recovering", "Recovered"],
+    )
+    assert round(result.detect_seconds or 0, 3) == 0.4
+    assert round(result.trainer_detect_seconds or 0, 3) == 1.5
+    assert result.resume_seconds == 10.0
+    assert result.steps_lost == 5 and result.restore_source == "snapshot"
+    assert result.same_process
+    table = result.table()
+    assert "same process" in table and "snapshot" in table
+    assert set(result.to_json()) >= {"detect_seconds", "resume_seconds", "steps_lost"}
+
+
+def test_a_different_process_is_reported() -> None:
+    result = summarize(
+        killed_at=KILLED, slice_down_at=None, trainer_summary=_trainer_summary(),
+        status_before={"training": {"processId": 42}},
+        status_after={"training": {"processId": 43}},
+        jobset_restarts=1, condition_reasons=[],
+    )
+    assert not result.same_process
+    assert result.detect_seconds is None
+    assert "DIFFERENT" in result.table()
+
+
+def test_timeline_is_drawn(tmp_path: Path) -> None:
+    path = tmp_path / "t.png"
+    summary = _trainer_summary()
+    draw_timeline(summary["step_times"], [Mark(KILLED, "killed", "red")], str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 5_000
