@@ -1,0 +1,91 @@
+"""Prometheus metrics of the operator (listed in docs/metrics.md).
+
+Low cardinality: labels are at most `namespace` and `job`. Counters follow the job's
+status counters (the delta between the previous and the new status), so a restarted
+operator neither double-counts nor loses what the status already recorded.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from elastic_operator.api.models import ElasticTrainingJobStatus
+from elastic_operator.status import StatusEvent
+
+_LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)
+_RECOVERY_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600)
+_STEPS_BUCKETS = (0, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
+_RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        labels = ["namespace", "job"]
+        self.slice_failures = Counter(
+            "etj_slice_failures_total", "Worker slices that went Down.", labels,
+            registry=registry)
+        self.elastic_events = Counter(
+            "etj_elastic_events_total", "Elastic events the trainer reported.", labels,
+            registry=registry)
+        self.detection_latency = Histogram(
+            "etj_slice_down_detection_seconds",
+            "From a host's failure (container finishedAt, delete request, node NotReady) to "
+            "the SliceDown condition being written.", ["namespace"],
+            buckets=_LATENCY_BUCKETS, registry=registry)
+        self.recovery_duration = Histogram(
+            "etj_recovery_duration_seconds",
+            "Downtime of a recovery: detection to the first step after the restore.",
+            ["namespace"], buckets=_RECOVERY_BUCKETS, registry=registry)
+        self.steps_lost = Histogram(
+            "etj_recovery_steps_lost", "Training steps lost per recovery.", ["namespace"],
+            buckets=_STEPS_BUCKETS, registry=registry)
+        self.active_slices = Gauge(
+            "etj_active_slices", "Slices the trainer's mesh spans (its last report).", labels,
+            registry=registry)
+        self.desired_slices = Gauge(
+            "etj_desired_slices", "spec.tpu.numSlices.", labels, registry=registry)
+        self.ready_slices = Gauge(
+            "etj_ready_slices", "Slices whose hosts are all ready.", labels, registry=registry)
+        self.reconcile_duration = Histogram(
+            "etj_reconcile_duration_seconds", "Duration of one reconcile of one job.",
+            buckets=_RECONCILE_BUCKETS, registry=registry)
+        self.reconcile_errors = Counter(
+            "etj_reconcile_errors_total", "Reconciles that failed (retried later).",
+            registry=registry)
+
+    def record_status(
+        self, namespace: str, job: str, previous: ElasticTrainingJobStatus,
+        new: ElasticTrainingJobStatus,
+    ) -> None:
+        failures = new.counters.slice_failures - previous.counters.slice_failures
+        if failures > 0:
+            self.slice_failures.labels(namespace, job).inc(failures)
+        elastic = new.counters.elastic_events - previous.counters.elastic_events
+        if elastic > 0:
+            self.elastic_events.labels(namespace, job).inc(elastic)
+        if new.slices_desired is not None:
+            self.desired_slices.labels(namespace, job).set(new.slices_desired)
+        if new.slices_ready is not None:
+            self.ready_slices.labels(namespace, job).set(new.slices_ready)
+        if new.training is not None and new.training.active_slices is not None:
+            self.active_slices.labels(namespace, job).set(new.training.active_slices)
+
+    def record_events(self, namespace: str, events: list[StatusEvent], written_at_s: float) -> None:
+        """written_at_s: POSIX time when the status carrying these events was written."""
+        for event in events:
+            if event.reason == "SliceDown" and event.failed_at is not None:
+                latency = written_at_s - event.failed_at.timestamp()
+                self.detection_latency.labels(namespace).observe(max(0.0, latency))
+            elif event.reason == "Recovered":
+                if event.downtime_seconds is not None:
+                    self.recovery_duration.labels(namespace).observe(event.downtime_seconds)
+                if event.steps_lost is not None:
+                    self.steps_lost.labels(namespace).observe(event.steps_lost)
+
+    def forget(self, namespace: str, job: str) -> None:
+        """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
+        for metric in (self.slice_failures, self.elastic_events, self.active_slices,
+                       self.desired_slices, self.ready_slices):
+            with contextlib.suppress(KeyError):
+                metric.remove(namespace, job)

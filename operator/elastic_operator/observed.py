@@ -1,0 +1,269 @@
+"""What the operator observed in the cluster, as plain frozen dataclasses.
+
+kube.py reads raw objects (dicts as the API server returns them); the `*_from_dict`
+functions here turn them into these dataclasses. Parsing is pure and lenient: a field
+that is missing or malformed becomes None instead of an exception, because a status
+computation must never crash on what the cluster shows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from elastic_operator.api.models import CheckpointStatus
+
+JOB_NAME_LABEL = "elastic.pathways.dev/job-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+HEAD_REPLICATED_JOB = "pathways-head"
+WORKER_REPLICATED_JOB = "worker"
+# The JobSet annotation holding the job spec it was rendered from (see status.plan_reconcile).
+APPLIED_SPEC_ANNOTATION = "elastic.pathways.dev/applied-spec"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """RFC 3339 from the API server (or a datetime) -> aware datetime; None if unparseable."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+@dataclass(frozen=True)
+class ObservedNode:
+    name: str
+    ready: bool
+    # When the Ready condition last changed (kwok's chaos stage may report an old time).
+    ready_transition_time: datetime | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    name: str
+    uid: str
+    replicated_job: str | None  # pathways-head or worker
+    slice_index: int | None  # jobset.sigs.k8s.io/job-index
+    host_index: int | None  # batch.kubernetes.io/job-completion-index
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool
+    created_at: datetime | None = None
+    node_name: str | None = None
+    deletion_timestamp: datetime | None = None
+    deletion_grace_seconds: int | None = None
+    status_reason: str | None = None  # e.g. Evicted
+    status_message: str | None = None
+    # The earliest container termination seen (finishedAt) and why.
+    terminated_at: datetime | None = None
+    terminated_reason: str | None = None
+    terminated_exit_code: int | None = None
+    # Last transition of the pod's Ready condition (to True when ready, False otherwise).
+    ready_transition_time: datetime | None = None
+    restart_attempt: int | None = None
+
+    @property
+    def terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == "Failed"
+
+    @property
+    def failure_started_at(self) -> datetime | None:
+        """When this pod stopped serving: deletion request time, or container termination."""
+        if self.deletion_timestamp is not None:
+            # deletionTimestamp is the time the grace period ends; the delete came earlier.
+            return self.deletion_timestamp - timedelta(seconds=self.deletion_grace_seconds or 0)
+        if self.terminated_at is not None:
+            return self.terminated_at
+        if self.failed and not self.ready:
+            return self.ready_transition_time
+        return None
+
+
+@dataclass(frozen=True)
+class ReplicatedJobStatus:
+    name: str
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    active: int = 0
+    suspended: int = 0
+
+
+@dataclass(frozen=True)
+class ObservedJobSet:
+    name: str
+    uid: str | None
+    suspended: bool
+    restarts: int
+    # "Completed" or "Failed" once the JobSet is terminal, else None.
+    terminal_state: str | None
+    failed_message: str | None = None
+    worker_hosts_per_slice: int | None = None
+    worker_replicas: int | None = None
+    replicated_jobs: tuple[ReplicatedJobStatus, ...] = ()
+    owner_uid: str | None = None  # uid of the controller ownerReference
+    applied_spec: str | None = None  # APPLIED_SPEC_ANNOTATION
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one reconcile saw about one ElasticTrainingJob."""
+
+    jobset: ObservedJobSet | None
+    pods: tuple[ObservedPod, ...] = ()
+    nodes: dict[str, ObservedNode] = field(default_factory=dict)
+    # None = not scanned this time (keep the previous status.checkpoint).
+    checkpoint: CheckpointStatus | None = None
+
+
+def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
+    meta = _dict(obj.get("metadata"))
+    ready = False
+    transition = None
+    reason = None
+    for cond in _list(_dict(obj.get("status")).get("conditions")):
+        cond = _dict(cond)
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+            transition = parse_time(cond.get("lastTransitionTime"))
+            reason = cond.get("reason") if isinstance(cond.get("reason"), str) else None
+    return ObservedNode(name=str(meta.get("name", "")), ready=ready,
+                        ready_transition_time=transition, reason=reason or None)
+
+
+def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
+    meta = _dict(obj.get("metadata"))
+    labels = _dict(meta.get("labels"))
+    annotations = _dict(meta.get("annotations"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    ready = False
+    ready_transition = None
+    for cond in _list(status.get("conditions")):
+        cond = _dict(cond)
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+            ready_transition = parse_time(cond.get("lastTransitionTime"))
+    terminated_at = None
+    terminated_reason = None
+    terminated_exit = None
+    for cs in _list(status.get("containerStatuses")):
+        # Only the current state: lastState is an earlier run already restarted in place.
+        term = _dict(_dict(_dict(cs).get("state")).get("terminated"))
+        exit_code = _int(term.get("exitCode"))
+        if not term or exit_code == 0:
+            continue
+        finished = parse_time(term.get("finishedAt"))
+        if finished is not None and (terminated_at is None or finished < terminated_at):
+            terminated_at = finished
+            reason = term.get("reason")
+            terminated_reason = reason if isinstance(reason, str) else None
+            terminated_exit = exit_code
+    host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
+    if host_index is None:
+        host_index = _int(annotations.get(COMPLETION_INDEX_ANNOTATION))
+    return ObservedPod(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        replicated_job=labels.get(REPLICATED_JOB_LABEL),
+        slice_index=_int(labels.get(JOB_INDEX_LABEL)),
+        host_index=host_index,
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        created_at=parse_time(meta.get("creationTimestamp")),
+        node_name=spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None,
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+        deletion_grace_seconds=_int(meta.get("deletionGracePeriodSeconds")),
+        status_reason=status.get("reason") if isinstance(status.get("reason"), str) else None,
+        status_message=status.get("message") if isinstance(status.get("message"), str) else None,
+        terminated_at=terminated_at,
+        terminated_reason=terminated_reason,
+        terminated_exit_code=terminated_exit,
+        ready_transition_time=ready_transition,
+        restart_attempt=_int(labels.get(RESTART_ATTEMPT_LABEL)),
+    )
+
+
+def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:
+    meta = _dict(obj.get("metadata"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    terminal = status.get("terminalState") if isinstance(status.get("terminalState"), str) else None
+    failed_message = None
+    for cond in _list(status.get("conditions")):
+        cond = _dict(cond)
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Completed" and terminal is None:
+            terminal = "Completed"
+        elif cond.get("type") == "Failed":
+            terminal = "Failed"
+            failed_message = cond.get("message") if isinstance(cond.get("message"), str) else None
+    hosts = None
+    replicas = None
+    for rj in _list(spec.get("replicatedJobs")):
+        rj = _dict(rj)
+        if rj.get("name") == WORKER_REPLICATED_JOB:
+            job_spec = _dict(_dict(rj.get("template")).get("spec"))
+            hosts = _int(job_spec.get("parallelism")) or _int(job_spec.get("completions"))
+            replicas = _int(rj.get("replicas"))
+    rjs = tuple(
+        ReplicatedJobStatus(
+            name=str(_dict(r).get("name", "")),
+            ready=_int(_dict(r).get("ready")) or 0,
+            succeeded=_int(_dict(r).get("succeeded")) or 0,
+            failed=_int(_dict(r).get("failed")) or 0,
+            active=_int(_dict(r).get("active")) or 0,
+            suspended=_int(_dict(r).get("suspended")) or 0,
+        )
+        for r in _list(status.get("replicatedJobsStatus"))
+    )
+    owner_uid = None
+    for ref in _list(meta.get("ownerReferences")):
+        ref = _dict(ref)
+        if ref.get("controller") is True:
+            owner_uid = ref.get("uid") if isinstance(ref.get("uid"), str) else None
+    annotations = _dict(meta.get("annotations"))
+    applied = annotations.get(APPLIED_SPEC_ANNOTATION)
+    return ObservedJobSet(
+        name=str(meta.get("name", "")),
+        uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
+        suspended=spec.get("suspend") is True,
+        restarts=_int(status.get("restarts")) or 0,
+        terminal_state=terminal,
+        failed_message=failed_message,
+        worker_hosts_per_slice=hosts,
+        worker_replicas=replicas,
+        replicated_jobs=rjs,
+        owner_uid=owner_uid,
+        applied_spec=applied if isinstance(applied, str) else None,
+    )

@@ -1,0 +1,76 @@
+"""`etj operator`: run the operator (kopf, standalone, no finalizers).
+
+Heavy imports (kopf, kubernetes, prometheus-client) stay inside `run`.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace", "-n", action="append", default=[], metavar="NS",
+        help="watch this namespace (repeatable; a glob like 'team-*' also needs RBAC to "
+        "list and watch namespaces and CRDs)",
+    )
+    scope.add_argument(
+        "--all-namespaces", "-A", action="store_true",
+        help="watch every namespace (the default when no --namespace is given)",
+    )
+    parser.add_argument("--liveness-port", type=int, default=8080, metavar="P",
+                        help="serve GET /healthz on this port (0: off; default 8080)")
+    parser.add_argument("--metrics-port", type=int, default=9090, metavar="P",
+                        help="serve Prometheus /metrics on this port (0: off; default 9090)")
+    parser.add_argument("--log-format", choices=["text", "json"], default="text")
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.add_argument("--resync-seconds", type=float, default=30.0, metavar="S",
+                        help="reconcile every job at least this often (default 30)")
+    parser.add_argument("--checkpoint-scan-seconds", type=float, default=30.0, metavar="S",
+                        help="list a job's checkpoint directory at most this often (default 30)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+    from prometheus_client import start_http_server
+
+    from elastic_operator.handlers import (
+        Reconciler,
+        ReconcilerConfig,
+        Scheduler,
+        WatchScope,
+        build_registry,
+        configure_settings,
+    )
+    from elastic_operator.kube import Kube
+    from elastic_operator.metrics import OperatorMetrics
+
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
+    )
+    if not args.verbose:
+        # kopf logs every handled watch event at INFO; pods and nodes make that a flood.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
+    reconciler = Reconciler(
+        Kube.from_environment(), OperatorMetrics(),
+        ReconcilerConfig(checkpoint_scan_interval_s=args.checkpoint_scan_seconds),
+    )
+    registry = build_registry(Scheduler(reconciler), scope, args.resync_seconds)
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, scope)
+    kopf.run(
+        registry=registry,
+        settings=settings,
+        standalone=True,
+        clusterwide=scope.clusterwide,
+        namespaces=scope.namespaces,
+        liveness_endpoint=(f"http://0.0.0.0:{args.liveness_port}/healthz"
+                           if args.liveness_port else None),
+    )
+    return 0

@@ -1,0 +1,523 @@
+"""The operator against the local control plane (real kube-apiserver, Job, JobSet, GC,
+scheduler; kwok plays the kubelets of 12 fake TPU v5e hosts = 3 slices of 4x4).
+
+The operator runs as a subprocess (`etj operator`), exactly as deployed, so a test can
+kill and restart it. Tests run one job at a time (the fake TPU nodes fit exactly one
+article-shaped job) and wait for its pods to be gone before the next test starts.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from elastic_operator.api import GROUP, PLURAL, VERSION
+from elastic_operator.api.crd import build_crd
+from elastic_operator.localcluster import Cluster, faults
+from elastic_operator.localcluster.faults import wait_for
+
+pytestmark = pytest.mark.cluster
+
+JOB = "article"
+JOB_LABEL = "elastic.pathways.dev/job-name"
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+TIMEOUT = 120  # scheduling 13 pods and the Job controller's backoff take a while
+RESYNC_S = 5
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class OperatorProcess:
+    """`etj operator` as a child process with its own log file."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.liveness_port = _free_port()
+        self.metrics_port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "elastic_operator.cli", "operator", "--all-namespaces",
+             "--liveness-port", str(self.liveness_port),
+             "--metrics-port", str(self.metrics_port),
+             "--resync-seconds", str(RESYNC_S), "--checkpoint-scan-seconds", "5"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        log.close()
+        wait_for(self._healthy, 60, f"operator liveness (log: {self.log_path})", interval=0.5)
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"operator exited with {self.proc.returncode}; "
+                               f"see {self.log_path}")
+        try:
+            with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as when a node dies or the OOM killer strikes."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=5) as r:
+            text = r.read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                values[key] = float(value)
+        return values
+
+
+@pytest.fixture(scope="module")
+def api(cluster: Cluster) -> Iterator[client.ApiClient]:
+    api_client = cluster.api_client()
+    yield api_client
+    api_client.close()
+
+
+@pytest.fixture(scope="module")
+def crd(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    body = build_crd()
+    name = body["metadata"]["name"]
+    try:
+        ext.create_custom_resource_definition(body)
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+        current = ext.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(name, body)
+
+    def established() -> bool:
+        conds = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+
+    wait_for(established, 30, f"CRD {name} established")
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, crd: None) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
+    """The test's namespace; afterwards every job is deleted and its pods are gone, so the
+    fake TPU nodes are free for the next test."""
+    yield namespace
+    if operator.proc is None or operator.proc.poll() is not None:
+        operator.start()
+    custom = client.CustomObjectsApi(api)
+    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                               item["metadata"]["name"])
+    core = client.CoreV1Api(api)
+    wait_for(lambda: not core.list_namespaced_pod(namespace).items, TIMEOUT,
+             f"pods of {namespace} gone")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def job_manifest(**spec_overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "backend": "pathways",
+        "tpu": {"type": "v5e", "topology": "4x4", "numSlices": 3},
+        "elastic": {"maxSliceRestarts": 5},
+        "maxRestarts": 0,
+        "checkpoint": {"directory": "/tmp/etj-operator-test/no-checkpoints-here"},
+        "trainer": {"image": "trainer:test", "steps": 1000},
+        "pathways": {"gcsScratch": "gs://test-bucket/scratch"},
+    }
+    spec.update(spec_overrides)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
+            "metadata": {"name": JOB}, "spec": spec}
+
+
+def submit(api: client.ApiClient, ns: str, **spec: Any) -> None:
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, job_manifest(**spec))
+
+
+def get_job(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, JOB)
+    return obj
+
+
+def status_of(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    status: dict[str, Any] = get_job(api, ns).get("status") or {}
+    return status
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
+
+
+def wait_status(api: client.ApiClient, ns: str, predicate: Callable[[dict[str, Any]], Any],
+                what: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
+    def check() -> dict[str, Any] | None:
+        nonlocal last
+        last = status_of(api, ns)
+        return last if predicate(last) else None
+
+    try:
+        result: dict[str, Any] = wait_for(check, timeout, what, interval=0.25)
+        return result
+    except TimeoutError as err:
+        conds = {c["type"]: (c["status"], c["reason"], c.get("message", ""))
+                 for c in last.get("conditions", [])}
+        raise TimeoutError(f"{err}; last phase {last.get('phase')}, slices "
+                           f"{[(s['index'], s['state']) for s in last.get('slices', [])]}, "
+                           f"conditions {conds}") from None
+
+
+def is_true(status: dict[str, Any], type_: str) -> bool:
+    return condition(status, type_).get("status") == "True"
+
+
+def wait_running(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    return wait_status(api, ns, lambda s: s.get("phase") == "Running" and is_true(s, "Ready"),
+                       "job Running with all 3 slices Ready")
+
+
+def worker_pods(api: client.ApiClient, ns: str, slice_index: int) -> list[client.V1Pod]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        ns, label_selector=f"{JOB_LABEL}={JOB},jobset.sigs.k8s.io/replicatedjob-name=worker,"
+                           f"jobset.sigs.k8s.io/job-index={slice_index}").items
+    return sorted((p for p in pods if p.metadata.deletion_timestamp is None
+                   and p.status.phase == "Running"), key=lambda p: p.metadata.name)
+
+
+def get_jobset(api: client.ApiClient, ns: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *JOBSETS[:2], ns, JOBSETS[2], JOB)
+        return obj
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def events(api: client.ApiClient, ns: str, reason: str) -> list[str]:
+    items = client.CoreV1Api(api).list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={JOB},reason={reason}").items
+    return [e.message for e in items]
+
+
+def write_report(api: client.ApiClient, ns: str, report: dict[str, Any]) -> None:
+    """As the trainer does (docs/status-contract.md): a merge patch on /status."""
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, PLURAL, JOB, {"status": {"training": report}},
+        _content_type="application/merge-patch+json")
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def resumed_report(detected_at: datetime, resumed_at: datetime) -> dict[str, Any]:
+    return {
+        "observedAt": iso(resumed_at), "state": "Training", "step": 101, "attempt": 1,
+        "activeSlices": 3, "elasticEventsTotal": 1,
+        "elasticEvent": {"id": 1, "phase": "Resumed", "detectedAt": iso(detected_at),
+                         "failedStep": 188, "slicesDown": [2], "restoredFromStep": 100,
+                         "restoreSource": "checkpoint", "resumedAt": iso(resumed_at),
+                         "resumedStep": 101},
+    }
+
+
+def parse(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+# --- the article's scenario ------------------------------------------------------------------
+
+
+def test_article_slice_failure_is_detected_and_recovered(
+        api: client.ApiClient, ns: str, operator: OperatorProcess) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    jobset_uid = get_jobset(api, ns)["metadata"]["uid"]  # type: ignore[index]
+    for kind, name in (("ServiceAccount", "article-trainer"),):
+        assert client.CoreV1Api(api).read_namespaced_service_account(name, ns), kind
+    victim = worker_pods(api, ns, 2)[0]
+    failed_at = datetime.now(UTC)
+    faults.fail_pod(api, ns, victim.metadata.name)
+
+    st = wait_status(api, ns, lambda s: is_true(s, "SliceDown"), "SliceDown True", timeout=30)
+    sd = condition(st, "SliceDown")
+    assert "slice 2" in sd["message"] and sd["reason"] == "PodFailed", sd
+    assert "slice 0" not in sd["message"] and "slice 1" not in sd["message"]
+    assert st["slices"][2]["state"] == "Down" and st["slices"][2]["restarts"] == 1
+    assert st["counters"]["sliceFailures"] == 1
+    assert is_true(st, "Recovering")
+    detected_at = parse(st["lastRecovery"]["detectedAt"])
+    assert abs((detected_at - failed_at).total_seconds()) < 10
+    wait_for(lambda: events(api, ns, "SliceDown"), 30, "a SliceDown event")
+    assert any("slice 2" in m for m in events(api, ns, "SliceDown"))
+
+    # The Job controller replaces the pod; the slice is Ready again, recovery continues.
+    st = wait_status(api, ns, lambda s: s["slices"][2]["state"] == "Ready",
+                     "slice 2 Ready again")
+    assert st["slices"][2]["restarts"] == 1 and not is_true(st, "SliceDown")
+    assert is_true(st, "Recovering")
+    wait_for(lambda: events(api, ns, "SliceRestored"), 30, "a SliceRestored event")
+
+    # The trainer reports the resumed elastic event.
+    resumed_at = datetime.now(UTC)
+    write_report(api, ns, resumed_report(detected_at + timedelta(seconds=3), resumed_at))
+    st = wait_status(api, ns, lambda s: condition(s, "Recovering").get("reason") == "Recovered",
+                     "Recovering False/Recovered", timeout=30)
+    rec = condition(st, "Recovering")
+    assert rec["status"] == "False" and "88 steps lost" in rec["message"]
+    downtime = st["lastRecovery"]["downtimeSeconds"]
+    assert downtime == pytest.approx((resumed_at - detected_at).total_seconds(), abs=0.01)
+    assert f"{downtime:.1f} s" in rec["message"]
+    assert st["lastRecovery"]["stepsLost"] == 88
+    assert st["phase"] == "Running" and st["training"]["step"] == 101
+    wait_for(lambda: events(api, ns, "Recovered"), 30, "a Recovered event")
+
+    # The JobSet never restarted and was never recreated.
+    js = get_jobset(api, ns)
+    assert js is not None and js["metadata"]["uid"] == jobset_uid
+    assert js.get("status", {}).get("restarts", 0) == 0
+    assert st["counters"]["jobSetRestarts"] == 0
+
+    m = operator.metrics()
+    assert m[f'etj_slice_failures_total{{job="{JOB}",namespace="{ns}"}}'] == 1
+    assert m[f'etj_slice_down_detection_seconds_count{{namespace="{ns}"}}'] == 1
+    # From the container's finishedAt (whole seconds) to the SliceDown write.
+    assert 0 <= m[f'etj_slice_down_detection_seconds_sum{{namespace="{ns}"}}'] < 5
+    assert m[f'etj_recovery_duration_seconds_count{{namespace="{ns}"}}'] == 1
+    assert m[f'etj_desired_slices{{job="{JOB}",namespace="{ns}"}}'] == 3
+
+
+def test_deleted_pod_counts_as_a_slice_failure(api: client.ApiClient, ns: str) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    victim = worker_pods(api, ns, 1)[1]
+    faults.delete_pod(api, ns, victim.metadata.name)
+    st = wait_status(api, ns, lambda s: s["slices"][1]["restarts"] == 1,
+                     "slice 1 counted down once", timeout=30)
+    assert st["counters"]["sliceFailures"] == 1
+    assert st["lastRecovery"]["slices"] == [1]
+    wait_for(lambda: any("slice 1" in m for m in events(api, ns, "SliceDown")), 30,
+             "a SliceDown event naming slice 1")
+    st = wait_status(api, ns, lambda s: s["slices"][1]["state"] == "Ready", "slice 1 Ready")
+    assert [s["restarts"] for s in st["slices"]] == [0, 1, 0]
+
+
+def test_node_not_ready_marks_its_slice_down(api: client.ApiClient, ns: str) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    node = worker_pods(api, ns, 0)[0].spec.node_name
+    faults.make_node_not_ready(api, node)
+    try:
+        st = wait_status(api, ns, lambda s: is_true(s, "SliceDown"), "SliceDown True",
+                         timeout=30)
+        sd = condition(st, "SliceDown")
+        assert sd["reason"] == "NodeNotReady" and "slice 0" in sd["message"], sd
+        assert node in sd["message"]
+        assert st["slices"][0]["restarts"] == 1
+    finally:
+        faults.make_node_ready(api, node)
+    faults.wait_for_node_ready(api, node, True)
+    st = wait_status(api, ns, lambda s: s["slices"][0]["state"] != "Down",
+                     "slice 0 no longer Down once its node is Ready")
+    assert st["slices"][0]["restarts"] == 1
+
+
+def test_two_slices_down_at_once(api: client.ApiClient, ns: str) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    for index in (0, 2):
+        faults.fail_pod(api, ns, worker_pods(api, ns, index)[0].metadata.name)
+    st = wait_status(
+        api, ns, lambda s: is_true(s, "SliceDown") and "slice 0" in
+        condition(s, "SliceDown")["message"] and "slice 2" in condition(s, "SliceDown")["message"],
+        "SliceDown naming slices 0 and 2", timeout=30)
+    assert "slice 1" not in condition(st, "SliceDown")["message"]
+    assert st["counters"]["sliceFailures"] == 2
+    assert [s["restarts"] for s in st["slices"]] == [1, 0, 1]
+    assert sorted(st["lastRecovery"]["slices"]) == [0, 2]
+    st = wait_status(api, ns, lambda s: s.get("slicesReady") == 3, "all slices Ready again")
+    assert st["counters"]["sliceFailures"] == 2
+
+
+def test_suspend_and_resume(api: client.ApiClient, ns: str) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+
+    def set_suspend(value: bool) -> None:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB,
+                                              {"spec": {"suspend": value}},
+                                              _content_type="application/merge-patch+json")
+
+    set_suspend(True)
+    wait_for(lambda: (get_jobset(api, ns) or {}).get("spec", {}).get("suspend") is True, 30,
+             "JobSet suspended")
+    wait_for(lambda: not core.list_namespaced_pod(ns, label_selector=JOB_LABEL).items, TIMEOUT,
+             "pods deleted while suspended")
+    st = wait_status(api, ns, lambda s: s.get("phase") == "Suspended"
+                     and condition(s, "Suspended").get("reason") == "Suspended", "Suspended")
+    assert st["counters"]["sliceFailures"] == 0 and not is_true(st, "SliceDown")
+    set_suspend(False)
+    wait_for(lambda: (get_jobset(api, ns) or {}).get("spec", {}).get("suspend") is False, 30,
+             "JobSet resumed")
+    st = wait_running(api, ns)
+    assert st["counters"]["sliceFailures"] == 0 and not is_true(st, "Suspended")
+
+
+def test_deletion_cascades_through_the_garbage_collector(api: client.ApiClient, ns: str) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    batch = client.BatchV1Api(api)
+    core = client.CoreV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    assert batch.list_namespaced_job(ns).items
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+    wait_for(lambda: get_jobset(api, ns) is None, 60, "JobSet deleted")
+    wait_for(lambda: not batch.list_namespaced_job(ns).items, 60, "Jobs deleted")
+    wait_for(lambda: not core.list_namespaced_pod(ns).items, TIMEOUT, "pods deleted")
+    wait_for(lambda: not rbac.list_namespaced_role(ns).items
+             and not rbac.list_namespaced_role_binding(ns).items, 60, "trainer RBAC deleted")
+
+
+def test_operator_killed_mid_recovery_loses_nothing(
+        api: client.ApiClient, ns: str, operator: OperatorProcess) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    faults.fail_pod(api, ns, worker_pods(api, ns, 1)[0].metadata.name)
+    before = wait_status(api, ns, lambda s: s["slices"][1]["restarts"] == 1
+                         and is_true(s, "Recovering"), "slice 1 down, recovering", timeout=30)
+    operator.kill()
+    # While the operator is down the Job controller brings slice 1 back.
+    wait_for(lambda: len(worker_pods(api, ns, 1)) == 4 and all(
+        any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        for p in worker_pods(api, ns, 1)), TIMEOUT, "slice 1 pods Ready again")
+    operator.start()
+    st = wait_status(api, ns, lambda s: s["slices"][1]["state"] == "Ready",
+                     "slice 1 Ready after the restart")
+    assert st["counters"]["sliceFailures"] == 1
+    assert st["slices"][1]["restarts"] == 1
+    assert st["lastRecovery"]["detectedAt"] == before["lastRecovery"]["detectedAt"]
+    assert is_true(st, "Recovering")
+    detected = parse(before["lastRecovery"]["detectedAt"])
+    resumed = datetime.now(UTC)
+    write_report(api, ns, resumed_report(detected, resumed))
+    st = wait_status(api, ns, lambda s: condition(s, "Recovering").get("reason") == "Recovered",
+                     "Recovered after the operator restart", timeout=30)
+    assert st["counters"]["sliceFailures"] == 1 and st["counters"]["elasticEvents"] == 1
+    assert st["lastRecovery"]["detectedAt"] == before["lastRecovery"]["detectedAt"]
+
+
+def test_terminal_jobset_is_not_recreated(
+        api: client.ApiClient, ns: str, operator: OperatorProcess) -> None:
+    submit(api, ns)
+    wait_running(api, ns)
+    head = client.CoreV1Api(api).list_namespaced_pod(
+        ns, label_selector=f"{JOB_LABEL}={JOB},"
+                           "jobset.sigs.k8s.io/replicatedjob-name=pathways-head").items[0]
+    faults.fail_pod(api, ns, head.metadata.name)
+    st = wait_status(api, ns, lambda s: is_true(s, "Failed"), "Failed")
+    assert condition(st, "Failed")["reason"] == "HeadFailed"
+    assert st["phase"] == "Failed"
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(*JOBSETS[:2], ns, JOBSETS[2],
+                                                                 JOB)
+    wait_for(lambda: get_jobset(api, ns) is None, 60, "JobSet deleted by the test")
+    # Make the operator reconcile after the deletion, and know that it did.
+    key = "etj_reconcile_duration_seconds_count"
+    count = operator.metrics()[key]
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, JOB, {"metadata": {"annotations": {"test/poke": "1"}}},
+        _content_type="application/merge-patch+json")
+    wait_for(lambda: operator.metrics()[key] >= count + 2, 30, "two reconciles after the poke")
+    assert get_jobset(api, ns) is None
+    st = status_of(api, ns)
+    assert condition(st, "Failed")["reason"] == "HeadFailed" and st["phase"] == "Failed"
+
+
+def test_checkpoint_status_comes_from_the_checkpoint_directory(
+        api: client.ApiClient, ns: str, tmp_path: Path) -> None:
+    """Orbax's local layout: `<step>/` is committed, `<step>.orbax-checkpoint-tmp` is not.
+    The job is created suspended: no pods, only the operator's checkpoint scan."""
+    root = tmp_path / "ckpt"
+    (root / "100").mkdir(parents=True)
+    (root / "100" / "commit_success.txt").write_text("ok")
+    (root / "200.orbax-checkpoint-tmp").mkdir()
+    submit(api, ns, suspend=True, checkpoint={"directory": str(root)})
+    st = wait_status(api, ns, lambda s: (s.get("checkpoint") or {}).get(
+        "latestCommittedStep") == 100, "status.checkpoint.latestCommittedStep 100", timeout=30)
+    assert st["checkpoint"]["incompleteSteps"] == [200]
+    assert st["checkpoint"]["directory"] == str(root)
+    assert st["phase"] == "Suspended"
+    # A newer committed step shows up on a later scan.
+    (root / "300").mkdir()
+    (root / "300" / "commit_success.txt").write_text("ok")
+    wait_status(api, ns, lambda s: s["checkpoint"].get("latestCommittedStep") == 300,
+                "status.checkpoint.latestCommittedStep 300", timeout=30)
+
+
+def test_jobset_deleted_behind_our_back_is_reported_not_recreated(
+        api: client.ApiClient, ns: str, operator: OperatorProcess) -> None:
+    submit(api, ns, suspend=True)  # no pods needed
+    wait_status(api, ns, lambda s: s.get("jobSetName") == JOB, "JobSet created")
+    old_uid = get_jobset(api, ns)["metadata"]["uid"]  # type: ignore[index]
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(*JOBSETS[:2], ns, JOBSETS[2],
+                                                                 JOB)
+    st = wait_status(api, ns, lambda s: is_true(s, "Failed"), "Failed", timeout=30)
+    assert condition(st, "Failed")["reason"] == "JobSetLost"
+    assert "not recreated" in condition(st, "Failed")["message"]
+    js = get_jobset(api, ns)
+    assert js is None or js["metadata"]["uid"] == old_uid  # gone, or still being deleted
+    wait_for(lambda: events(api, ns, "JobSetLost"), 30, "a JobSetLost event")

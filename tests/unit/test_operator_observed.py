@@ -1,0 +1,158 @@
+"""Parsing what the API server returns into the observed-state dataclasses (lenient)."""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from elastic_operator.kube import collection_path, job_path
+from elastic_operator.observed import (
+    APPLIED_SPEC_ANNOTATION,
+    jobset_from_dict,
+    node_from_dict,
+    parse_time,
+    pod_from_dict,
+)
+from elastic_operator.operator_cli import add_arguments
+
+T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def failed_worker_pod() -> dict[str, Any]:
+    # The shape kwok's pod-container-running-failed stage writes.
+    return {
+        "metadata": {
+            "name": "article-worker-2-1-abcde", "uid": "u1",
+            "creationTimestamp": "2026-11-29T11:59:00Z",
+            "labels": {
+                "elastic.pathways.dev/job-name": "article",
+                "jobset.sigs.k8s.io/replicatedjob-name": "worker",
+                "jobset.sigs.k8s.io/job-index": "2",
+                "batch.kubernetes.io/job-completion-index": "1",
+                "jobset.sigs.k8s.io/restart-attempt": "0",
+            },
+        },
+        "spec": {"nodeName": "tpu-2-1"},
+        "status": {
+            "phase": "Failed",
+            "conditions": [{"type": "Ready", "status": "False",
+                            "lastTransitionTime": "2026-11-29T12:00:00Z"}],
+            "containerStatuses": [
+                {"name": "pathways-worker", "state": {"terminated": {
+                    "exitCode": 1, "reason": "containerFailed",
+                    "finishedAt": "2026-11-29T12:00:00Z"}}},
+                {"name": "other", "state": {"terminated": {
+                    "exitCode": 0, "finishedAt": "2026-11-29T11:00:00Z"}}},
+            ],
+        },
+    }
+
+
+def test_failed_pod() -> None:
+    pod = pod_from_dict(failed_worker_pod())
+    assert (pod.replicated_job, pod.slice_index, pod.host_index) == ("worker", 2, 1)
+    assert pod.failed and not pod.ready and not pod.terminating
+    assert pod.terminated_at == T and pod.terminated_exit_code == 1
+    assert pod.terminated_reason == "containerFailed"
+    assert pod.failure_started_at == T
+    assert pod.node_name == "tpu-2-1" and pod.restart_attempt == 0
+
+
+def test_terminating_pod_failure_time_is_the_delete_request() -> None:
+    raw = failed_worker_pod()
+    raw["status"] = {"phase": "Running"}
+    raw["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:30Z"
+    raw["metadata"]["deletionGracePeriodSeconds"] = 30
+    pod = pod_from_dict(raw)
+    assert pod.terminating and pod.failure_started_at == T
+
+
+@pytest.mark.parametrize("junk", [
+    {}, {"metadata": None, "status": "x"}, {"metadata": {"labels": {"jobset.sigs.k8s.io/job-index":
+                                                                   "two"}}},
+    {"status": {"conditions": [None, 3, {"type": "Ready"}], "containerStatuses": ["x"]}},
+])
+def test_junk_pods_do_not_raise(junk: dict[str, Any]) -> None:
+    pod = pod_from_dict(junk)
+    assert pod.slice_index is None and not pod.ready
+
+
+def test_node() -> None:
+    node = node_from_dict({"metadata": {"name": "n1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "nodeFailed",
+         "lastTransitionTime": "2026-11-29T12:00:00Z"}]}})
+    assert node.name == "n1" and not node.ready and node.ready_transition_time == T
+    assert node.reason == "nodeFailed"
+    assert node_from_dict({"metadata": {"name": "n2"}}).ready is False
+
+
+def test_jobset() -> None:
+    js = jobset_from_dict({
+        "metadata": {"name": "article", "uid": "js1",
+                     "annotations": {APPLIED_SPEC_ANNOTATION: "{}"},
+                     "ownerReferences": [{"uid": "etj1", "controller": True}]},
+        "spec": {"suspend": True, "replicatedJobs": [
+            {"name": "pathways-head", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
+            {"name": "worker", "replicas": 3, "template": {"spec": {"parallelism": 4}}}]},
+        "status": {"restarts": 2, "terminalState": "Failed",
+                   "conditions": [{"type": "Failed", "status": "True", "message": "boom"}],
+                   "replicatedJobsStatus": [{"name": "pathways-head", "failed": 1}]},
+    })
+    assert js.suspended and js.restarts == 2 and js.terminal_state == "Failed"
+    assert js.failed_message == "boom" and js.worker_hosts_per_slice == 4
+    assert js.worker_replicas == 3 and js.owner_uid == "etj1" and js.applied_spec == "{}"
+    assert js.replicated_jobs[0].failed == 1
+    done = jobset_from_dict({"metadata": {"name": "a"}, "status": {"conditions": [
+        {"type": "Completed", "status": "True"}]}})
+    assert done.terminal_state == "Completed" and not done.suspended
+
+
+def test_parse_time() -> None:
+    assert parse_time("2026-11-29T12:00:00Z") == T
+    assert parse_time("2026-11-29T12:00:00.5+00:00") == T + timedelta(milliseconds=500)
+    assert parse_time("soon") is None and parse_time(None) is None and parse_time(5) is None
+
+
+def test_api_paths() -> None:
+    assert collection_path("v1", "ServiceAccount", "ns") == "/api/v1/namespaces/ns/serviceaccounts"
+    assert collection_path("rbac.authorization.k8s.io/v1", "RoleBinding", "ns") == \
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings"
+    assert collection_path("jobset.x-k8s.io/v1alpha2", "JobSet", "ns") == \
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets"
+    assert job_path("ns", "a") == "/apis/elastic.pathways.dev/v1alpha1/namespaces/ns/" \
+        "elastictrainingjobs/a"
+
+
+def test_operator_cli_arguments() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["-n", "a", "-n", "team-*", "--log-format", "json"])
+    assert args.namespace == ["a", "team-*"] and args.log_format == "json"
+    assert parser.parse_args([]).namespace == []
+    with pytest.raises(SystemExit):
+        parser.parse_args(["-n", "a", "--all-namespaces"])
+
+
+def test_watch_scope() -> None:
+    from elastic_operator.handlers import WatchScope
+
+    scope = WatchScope(clusterwide=False, namespaces=["a", "team-*"])
+    assert scope.matches("a") and scope.matches("team-x") and not scope.matches("b")
+    assert WatchScope(clusterwide=True, namespaces=[]).matches("anything")
+    assert scope.has_globs and not WatchScope(clusterwide=False, namespaces=["a"]).has_globs
+
+
+def test_kopf_settings_need_no_cluster_wide_scanning_without_globs() -> None:
+    import kopf
+
+    from elastic_operator.handlers import WatchScope, configure_settings
+
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, WatchScope(clusterwide=False, namespaces=["a", "b"]))
+    assert settings.scanning.disabled and settings.peering.standalone
+    assert settings.watching.server_timeout is not None
+    configure_settings(settings, WatchScope(clusterwide=False, namespaces=["team-*"]))
+    assert not settings.scanning.disabled

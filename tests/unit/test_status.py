@@ -1,0 +1,721 @@
+"""The pure status core: slice health, conditions, recovery, counters, plans."""
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from elastic_operator.api.models import (
+    Counters,
+    ElasticTrainingJob,
+    ElasticTrainingJobStatus,
+    RecoveryRecord,
+    TrainingReport,
+)
+from elastic_operator.observed import (
+    APPLIED_SPEC_ANNOTATION,
+    Observed,
+    ObservedJobSet,
+    ObservedNode,
+    ObservedPod,
+    ReplicatedJobStatus,
+)
+from elastic_operator.status import (
+    applied_spec,
+    compute_status,
+    get_condition,
+    invalid_spec_status,
+    parse_job,
+    parse_status,
+    parse_training_report,
+    plan_reconcile,
+    status_patch,
+)
+
+T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+HOSTS = 4  # v5e 4x4
+
+
+def s(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def make_job(num_slices: int = 3, *, suspend: bool = False, generation: int = 1,
+             max_restarts: int = 0, uid: str = "uid-1") -> ElasticTrainingJob:
+    return ElasticTrainingJob.model_validate({
+        "metadata": {"name": "article", "namespace": "ns", "uid": uid,
+                     "generation": generation},
+        "spec": {
+            "tpu": {"type": "v5e", "topology": "4x4", "numSlices": num_slices},
+            "maxRestarts": max_restarts,
+            "checkpoint": {"directory": "gs://b/ckpt"},
+            "trainer": {"image": "trainer:1", "steps": 1000},
+            "pathways": {"gcsScratch": "gs://b/scratch"},
+            "suspend": suspend,
+        },
+    })
+
+
+def jobset(job: ElasticTrainingJob | None = None, **kw: Any) -> ObservedJobSet:
+    job = job or make_job()
+    base: dict[str, Any] = dict(
+        name="article", uid="js-uid", suspended=False, restarts=0, terminal_state=None,
+        worker_hosts_per_slice=HOSTS, worker_replicas=job.spec.tpu.num_slices,
+        owner_uid=job.metadata.uid, applied_spec=applied_spec(job),
+    )
+    base.update(kw)
+    return ObservedJobSet(**base)
+
+
+def pod(slice_index: int, host: int, *, ready: bool = True, phase: str = "Running",
+        created: datetime = T0, gen: int = 0, node: str | None = None, **kw: Any) -> ObservedPod:
+    return ObservedPod(
+        name=f"article-worker-{slice_index}-{host}-g{gen}", uid=f"u-{slice_index}-{host}-{gen}",
+        replicated_job="worker", slice_index=slice_index, host_index=host, phase=phase,
+        ready=ready, created_at=created, node_name=node or f"tpu-{slice_index}-{host}",
+        ready_transition_time=created + timedelta(seconds=2), **kw,
+    )
+
+
+def healthy(num_slices: int = 3) -> list[ObservedPod]:
+    return [pod(i, h) for i in range(num_slices) for h in range(HOSTS)]
+
+
+def nodes(not_ready: dict[str, datetime] | None = None,
+          num_slices: int = 3) -> dict[str, ObservedNode]:
+    out = {f"tpu-{i}-{h}": ObservedNode(f"tpu-{i}-{h}", True)
+           for i in range(num_slices) for h in range(HOSTS)}
+    for name, when in (not_ready or {}).items():
+        out[name] = ObservedNode(name, False, ready_transition_time=when, reason="nodeFailed")
+    return out
+
+
+def observe(pods: list[ObservedPod], js: ObservedJobSet | None = None,
+            node_map: dict[str, ObservedNode] | None = None) -> Observed:
+    return Observed(jobset=js if js is not None else jobset(), pods=tuple(pods),
+                    nodes=node_map if node_map is not None else nodes())
+
+
+def cond(status: ElasticTrainingJobStatus, type_: str) -> tuple[str, str, str]:
+    c = get_condition(status, type_)
+    assert c is not None, f"no {type_} condition"
+    return c.status, c.reason, c.message
+
+
+def with_report(
+    status: ElasticTrainingJobStatus, report: dict[str, Any],
+) -> ElasticTrainingJobStatus:
+    return status.model_copy(update={"training": TrainingReport.model_validate(report)})
+
+
+def running(job: ElasticTrainingJob | None = None) -> ElasticTrainingJobStatus:
+    job = job or make_job()
+    st1, _ = compute_status(job, observe(healthy(job.spec.tpu.num_slices)), None, T0)
+    return st1
+
+
+# --- basics -----------------------------------------------------------------------------------
+
+
+def test_no_jobset_yet_is_pending() -> None:
+    status, events = compute_status(make_job(), Observed(jobset=None), None, T0)
+    assert status.phase == "Pending"
+    assert cond(status, "Ready")[:2] == ("False", "JobSetNotCreated")
+    assert [sl.state for sl in status.slices] == ["Pending"] * 3
+    assert status.slices_desired == 3 and status.slices_ready == 0
+    assert status.observed_generation == 1
+    assert events == []
+
+
+def test_all_hosts_ready_is_running() -> None:
+    status = running()
+    assert status.phase == "Running"
+    assert cond(status, "Ready")[:2] == ("True", "AllSlicesReady")
+    assert cond(status, "SliceDown")[0] == "False"
+    assert cond(status, "Recovering")[:2] == ("False", "NoFailure")
+    assert status.slices_ready == 3
+    assert all(sl.ready_hosts == HOSTS and sl.hosts == HOSTS for sl in status.slices)
+
+
+def test_partially_started_slices_are_pending_not_down() -> None:
+    pods = healthy()
+    pods[5] = pod(1, 1, ready=False, phase="Pending")
+    status, events = compute_status(make_job(), observe(pods), None, T0)
+    assert status.slices[1].state == "Pending"
+    assert status.counters.slice_failures == 0
+    assert events == []
+    assert status.phase == "Pending"
+    assert cond(status, "Ready")[:2] == ("False", "SlicesNotReady")
+
+
+# --- the article's scenario -------------------------------------------------------------------
+
+
+def failed_pod(slice_index: int, host: int, at: datetime) -> ObservedPod:
+    return pod(slice_index, host, ready=False, phase="Failed", terminated_at=at,
+               terminated_reason="containerFailed", terminated_exit_code=1)
+
+
+def test_failed_worker_pod_marks_its_slice_down_at_once() -> None:
+    job = make_job()
+    prev = running(job)
+    pods = healthy()
+    pods[2 * HOSTS + 1] = failed_pod(2, 1, s(10))
+    status, events = compute_status(job, observe(pods), prev, s(11))
+    assert status.phase == "SliceDown"
+    sd = cond(status, "SliceDown")
+    assert sd[0] == "True" and sd[1] == "PodFailed"
+    assert "slice 2" in sd[2] and "failed" in sd[2] and "exit code 1" in sd[2]
+    assert [sl.state for sl in status.slices] == ["Ready", "Ready", "Down"]
+    assert [sl.restarts for sl in status.slices] == [0, 0, 1]
+    assert status.counters.slice_failures == 1
+    assert cond(status, "Recovering")[:2] == ("True", "SliceDown")
+    assert status.last_recovery is not None
+    assert status.last_recovery.detected_at == s(10)
+    assert status.last_recovery.slices == [2]
+    slice_down = [e for e in events if e.reason == "SliceDown"]
+    assert len(slice_down) == 1 and slice_down[0].slice_index == 2
+    assert slice_down[0].failed_at == s(10) and slice_down[0].type == "Warning"
+
+
+def test_full_recovery_cycle_with_trainer_report() -> None:
+    job = make_job()
+    st0 = with_report(running(job), {"observedAt": s(5).isoformat(), "state": "Training",
+                                     "step": 188, "activeSlices": 3})
+    # 1. a worker of slice 2 fails
+    pods = healthy()
+    pods[2 * HOSTS + 1] = failed_pod(2, 1, s(10))
+    st1, _ev1 = compute_status(job, observe(pods), st0, s(11))
+    assert st1.last_recovery is not None and st1.last_recovery.step_at_detection == 188
+    # 2. the Job controller creates a replacement that is not ready yet
+    pods.append(pod(2, 1, ready=False, phase="Pending", created=s(12), gen=1))
+    st2, ev2 = compute_status(job, observe(pods), st1, s(13))
+    assert st2.slices[2].state == "Restarting"
+    assert cond(st2, "SliceDown")[0] == "False"
+    assert cond(st2, "Recovering")[0] == "True"
+    assert st2.phase == "Recovering"
+    assert ev2 == []
+    # 3. the replacement becomes ready: the slice is Ready again, still recovering
+    pods[-1] = pod(2, 1, created=s(12), gen=1)
+    st3, ev3 = compute_status(job, observe(pods), st2, s(60))
+    assert st3.slices[2].state == "Ready" and st3.slices[2].restarts == 1
+    assert [e.reason for e in ev3] == ["SliceRestored"]
+    assert cond(st3, "Recovering")[0] == "True"
+    assert cond(st3, "Ready")[:2] == ("False", "Recovering")
+    # 4. the trainer reports its elastic event as resumed
+    st3 = with_report(st3, {
+        "observedAt": s(121).isoformat(), "state": "Training", "step": 101, "attempt": 1,
+        "activeSlices": 3, "elasticEventsTotal": 1,
+        "elasticEvent": {"id": 1, "phase": "Resumed", "detectedAt": s(23).isoformat(),
+                         "failedStep": 188, "slicesDown": [2], "restoredFromStep": 100,
+                         "restoreSource": "checkpoint", "resumedAt": s(120).isoformat(),
+                         "resumedStep": 101},
+    })
+    st4, ev4 = compute_status(job, observe(pods), st3, s(122))
+    rec = cond(st4, "Recovering")
+    assert rec[:2] == ("False", "Recovered")
+    assert "110.0 s" in rec[2] and "88 steps lost" in rec[2]
+    lr = st4.last_recovery
+    assert lr is not None
+    assert lr.detected_at == s(10)  # the pod failure, earlier than the trainer's detection
+    assert lr.resumed_at == s(120) and lr.downtime_seconds == 110.0
+    assert lr.steps_lost == 88 and lr.restored_from_step == 100
+    assert lr.restore_source == "checkpoint" and lr.elastic_event_id == 1
+    assert st4.counters.elastic_events == 1 and st4.counters.slice_failures == 1
+    assert st4.phase == "Running"
+    recovered = [e for e in ev4 if e.reason == "Recovered"]
+    assert len(recovered) == 1
+    assert recovered[0].downtime_seconds == 110.0 and recovered[0].steps_lost == 88
+    # 5. nothing changes any more: same status, no events, no patch
+    st5, ev5 = compute_status(job, observe(pods), st4, s(200))
+    assert ev5 == []
+    assert status_patch(st4, st5) is None
+
+
+def test_trainer_detection_earlier_than_pods_sets_detected_at() -> None:
+    job = make_job()
+    prev = with_report(running(job), {
+        "observedAt": s(9).isoformat(), "state": "Recovering", "step": 50,
+        "elasticEvent": {"id": 1, "phase": "Detected", "detectedAt": s(8).isoformat(),
+                         "failedStep": 50},
+    })
+    pods = healthy()
+    pods[0] = failed_pod(0, 0, s(10))
+    status, _ = compute_status(job, observe(pods), prev, s(11))
+    assert status.last_recovery is not None
+    assert status.last_recovery.detected_at == s(8)
+    assert status.last_recovery.elastic_event_id == 1
+    assert "trainer phase Detected" in cond(status, "Recovering")[2]
+
+
+def test_recovery_by_step_progress_without_elastic_event() -> None:
+    job = make_job()
+    prev = with_report(running(job), {"observedAt": s(5).isoformat(), "state": "Training",
+                                      "step": 40})
+    pods = healthy()
+    pods[0] = failed_pod(0, 0, s(10))
+    st1, _ = compute_status(job, observe(pods), prev, s(11))
+    # A report at the same step after detection is not progress.
+    st1 = with_report(st1, {"observedAt": s(12).isoformat(), "state": "Training", "step": 40})
+    st2, _ev2 = compute_status(job, observe(pods), st1, s(13))
+    assert cond(st2, "Recovering")[0] == "True"
+    st2 = with_report(st2, {"observedAt": s(70).isoformat(), "state": "Training", "step": 41})
+    st3, ev3 = compute_status(job, observe(pods), st2, s(71))
+    assert cond(st3, "Recovering")[:2] == ("False", "Recovered")
+    assert st3.last_recovery is not None and st3.last_recovery.downtime_seconds == 60.0
+    assert [e.reason for e in ev3] == ["Recovered"]
+
+
+def test_stale_resumed_event_does_not_end_a_new_recovery() -> None:
+    job = make_job()
+    old_event = {"id": 1, "phase": "Resumed", "detectedAt": s(-100).isoformat(),
+                 "failedStep": 10, "restoredFromStep": 5, "resumedAt": s(-50).isoformat()}
+    prev = running(job).model_copy(update={
+        "counters": Counters(elastic_events=1),
+        "last_recovery": RecoveryRecord(detected_at=s(-100), resumed_at=s(-50),
+                                        elastic_event_id=1, downtime_seconds=50),
+    })
+    prev = with_report(prev, {"observedAt": s(5).isoformat(), "state": "Training",
+                              "step": 60, "elasticEventsTotal": 1, "elasticEvent": old_event})
+    pods = healthy()
+    pods[4] = failed_pod(1, 0, s(10))
+    status, events = compute_status(job, observe(pods), prev, s(11))
+    assert cond(status, "Recovering")[0] == "True"
+    assert status.last_recovery is not None and status.last_recovery.resumed_at is None
+    assert "Recovered" not in [e.reason for e in events]
+
+
+def test_late_report_of_an_older_event_does_not_close_a_new_recovery() -> None:
+    job = make_job()
+    pods = healthy()
+    pods[0] = failed_pod(0, 0, s(100))
+    st1, _ = compute_status(job, observe(pods), running(job), s(101))
+    old = {"id": 1, "phase": "Resumed", "detectedAt": s(50).isoformat(), "failedStep": 9,
+           "restoredFromStep": 5, "resumedAt": s(60).isoformat()}
+    st1 = with_report(st1, {"observedAt": s(61).isoformat(), "state": "Training", "step": 12,
+                            "elasticEventsTotal": 1, "elasticEvent": old})
+    st2, ev2 = compute_status(job, observe(pods), st1, s(102))
+    assert cond(st2, "Recovering")[0] == "True"
+    assert st2.last_recovery is not None and st2.last_recovery.elastic_event_id is None
+    assert st2.counters.elastic_events == 1 and "Recovered" not in [e.reason for e in ev2]
+
+
+def test_trainer_only_elastic_event_starts_and_ends_recovery() -> None:
+    job = make_job()
+    event = {"id": 1, "phase": "WaitingForSlices", "detectedAt": s(10).isoformat(),
+             "failedStep": 30, "slicesDown": [1]}
+    prev = with_report(running(job), {"observedAt": s(11).isoformat(), "state": "Recovering",
+                                      "step": 30, "elasticEvent": event})
+    st1, _ = compute_status(job, observe(healthy()), prev, s(12))
+    assert cond(st1, "Recovering")[:2] == ("True", "ElasticEvent")
+    assert st1.counters.elastic_events == 1
+    assert st1.phase == "Recovering"
+    event2 = dict(event, phase="Resumed", restoredFromStep=25, restoreSource="snapshot",
+                  resumedAt=s(30).isoformat())
+    st1 = with_report(st1, {"observedAt": s(31).isoformat(), "state": "Training",
+                            "step": 26, "elasticEvent": event2})
+    st2, _ev2 = compute_status(job, observe(healthy()), st1, s(32))
+    assert cond(st2, "Recovering")[:2] == ("False", "Recovered")
+    assert st2.last_recovery is not None
+    assert st2.last_recovery.steps_lost == 5 and st2.last_recovery.restore_source == "snapshot"
+    assert st2.last_recovery.slices == [1]
+
+
+# --- other failure kinds ----------------------------------------------------------------------
+
+
+def test_deleted_pod_is_down_from_its_delete_request() -> None:
+    job = make_job()
+    pods = healthy()
+    pods[HOSTS] = pod(1, 0, deletion_timestamp=s(40), deletion_grace_seconds=30)
+    status, events = compute_status(job, observe(pods), running(job), s(11))
+    assert cond(status, "SliceDown")[:2] == ("True", "PodDeleted")
+    assert "slice 1" in cond(status, "SliceDown")[2]
+    assert events[0].failed_at == s(10)
+
+
+def test_evicted_pod() -> None:
+    job = make_job()
+    pods = healthy()
+    pods[0] = pod(0, 0, ready=False, phase="Failed", status_reason="Evicted",
+                  status_message="node pressure")
+    status, _ = compute_status(job, observe(pods), running(job), s(11))
+    assert cond(status, "SliceDown")[:2] == ("True", "PodEvicted")
+
+
+def test_node_not_ready() -> None:
+    job = make_job()
+    status, events = compute_status(
+        job, observe(healthy(), node_map=nodes({"tpu-1-3": s(20)})), running(job), s(21))
+    sd = cond(status, "SliceDown")
+    assert sd[:2] == ("True", "NodeNotReady") and "tpu-1-3" in sd[2] and "slice 1" in sd[2]
+    assert events[0].failed_at == s(20)
+
+
+def test_node_transition_before_pod_ready_is_clamped() -> None:
+    job = make_job()
+    # kwok reports the node's creation time as the NotReady transition.
+    _status, events = compute_status(
+        job, observe(healthy(), node_map=nodes({"tpu-0-0": s(-3600)})), running(job), s(21))
+    assert events[0].failed_at == s(2)  # the pod's Ready transition
+
+
+def test_two_slices_down_at_once() -> None:
+    job = make_job()
+    pods = healthy()
+    pods[0] = failed_pod(0, 0, s(10))
+    pods[2 * HOSTS + 3] = pod(2, 3, deletion_timestamp=s(41), deletion_grace_seconds=30)
+    status, events = compute_status(job, observe(pods), running(job), s(12))
+    sd = cond(status, "SliceDown")
+    assert sd[:2] == ("True", "MultipleCauses")
+    assert "slice 0" in sd[2] and "slice 2" in sd[2]
+    assert status.counters.slice_failures == 2
+    assert status.last_recovery is not None and status.last_recovery.slices == [0, 2]
+    assert status.last_recovery.detected_at == s(10)
+    assert sorted(e.slice_index for e in events if e.reason == "SliceDown") == [0, 2]
+    assert "slices 0, 2 down" in cond(status, "Ready")[2]
+
+
+def test_ready_slice_that_lost_a_host_unseen_is_down() -> None:
+    job = make_job()
+    pods = [p for p in healthy() if not (p.slice_index == 1 and p.host_index == 2)]
+    pods.append(pod(1, 2, ready=False, phase="Pending", created=s(5), gen=1))
+    status, events = compute_status(job, observe(pods), running(job), s(6))
+    assert status.slices[1].state == "Down" and status.slices[1].reason == "HostLost"
+    assert "host 2" in (status.slices[1].message or "") and "replacement" in (
+        status.slices[1].message or "")
+    assert status.counters.slice_failures == 1
+    assert events[0].failed_at == s(5)  # at the latest when the replacement was created
+
+
+def test_ready_slice_with_a_host_turning_unready_is_down() -> None:
+    job = make_job()
+    pods = healthy()
+    pods[HOSTS + 3] = ObservedPod(
+        name="w-1-3", uid="x", replicated_job="worker", slice_index=1, host_index=3,
+        phase="Running", ready=False, created_at=T0, node_name="tpu-1-3",
+        ready_transition_time=s(7))
+    status, events = compute_status(job, observe(pods), running(job), s(8))
+    assert status.slices[1].state == "Down" and status.slices[1].reason == "HostNotReady"
+    assert "host 3 (pod w-1-3) is not ready" in (status.slices[1].message or "")
+    assert events[0].failed_at == s(7)
+
+
+def test_superseded_failed_pod_does_not_keep_slice_down() -> None:
+    job = make_job()
+    pods = healthy()
+    pods[0] = failed_pod(0, 0, s(10))
+    st1, _ = compute_status(job, observe(pods), running(job), s(11))
+    pods.append(pod(0, 0, created=s(10), gen=1))  # same second: live pod wins
+    st2, ev = compute_status(job, observe(pods), st1, s(30))
+    assert st2.slices[0].state == "Ready"
+    assert [e.reason for e in ev] == ["SliceRestored"]
+
+
+def test_slice_down_again_increments_restarts() -> None:
+    job = make_job()
+    pods = healthy()
+    prev = running(job)
+    restarts = []
+    for gen in range(1, 4):
+        down = [p if not (p.slice_index == 2 and p.host_index == 0)
+                else failed_pod(2, 0, s(gen * 100)) for p in pods]
+        prev, _ = compute_status(job, observe(down), prev, s(gen * 100 + 1))
+        pods = [p for p in pods if not (p.slice_index == 2 and p.host_index == 0)]
+        pods.append(pod(2, 0, created=s(gen * 100 + 5), gen=gen))
+        prev, _ = compute_status(job, observe(pods), prev, s(gen * 100 + 50))
+        restarts.append(prev.slices[2].restarts)
+    assert restarts == [1, 2, 3]
+    assert prev.counters.slice_failures == 3
+
+
+# --- conventions ------------------------------------------------------------------------------
+
+
+def test_last_transition_time_only_moves_on_status_change() -> None:
+    job = make_job()
+    st1 = running(job)
+    st2, _ = compute_status(job, observe(healthy()), st1, s(500))
+    for c1, c2 in zip(st1.conditions, st2.conditions, strict=True):
+        assert c1 == c2
+    pods = healthy()
+    pods[0] = failed_pod(0, 0, s(600))
+    st3, _ = compute_status(job, observe(pods), st2, s(601))
+    assert get_condition(st3, "SliceDown").last_transition_time == s(601)  # type: ignore[union-attr]
+    assert get_condition(st3, "Ready").last_transition_time == s(601)  # type: ignore[union-attr]
+    assert get_condition(st3, "Suspended").last_transition_time == T0  # type: ignore[union-attr]
+    # The message changes (another slice down too) but the status does not: time stays.
+    pods[HOSTS] = failed_pod(1, 0, s(700))
+    st4, _ = compute_status(job, observe(pods), st3, s(701))
+    c3 = get_condition(st3, "SliceDown")
+    c4 = get_condition(st4, "SliceDown")
+    assert c3 is not None and c4 is not None
+    assert c4.message != c3.message and c4.last_transition_time == s(601)
+
+
+def test_observed_generation_follows_the_job() -> None:
+    status, _ = compute_status(make_job(generation=7), observe(healthy()), None, T0)
+    assert status.observed_generation == 7
+    assert all(c.observed_generation == 7 for c in status.conditions)
+
+
+def test_counters_never_go_backwards() -> None:
+    job = make_job()
+    prev = running(job).model_copy(update={
+        "counters": Counters(slice_failures=5, elastic_events=4, job_set_restarts=2)})
+    prev = with_report(prev, {"observedAt": s(1).isoformat(), "state": "Training",
+                              "elasticEventsTotal": 1})  # a new trainer process
+    status, _ = compute_status(job, observe(healthy(), js=jobset(restarts=1)), prev, s(2))
+    assert status.counters == Counters(slice_failures=5, elastic_events=4, job_set_restarts=2)
+    status, _ = compute_status(job, observe(healthy(), js=jobset(restarts=3)), prev, s(2))
+    assert status.counters.job_set_restarts == 3
+
+
+def test_status_survives_a_wire_round_trip_mid_recovery() -> None:
+    """What a restarted operator reads back is what it wrote: nothing is lost."""
+    job = make_job()
+    pods = healthy()
+    pods[2 * HOSTS] = failed_pod(2, 0, s(10))
+    st1, _ = compute_status(job, observe(pods), running(job), s(11))
+    wire = json.loads(json.dumps(st1.to_wire()))
+    back, problem = parse_status(wire)
+    assert problem is None
+    pods.append(pod(2, 0, ready=False, phase="Pending", created=s(15), gen=1))
+    st2, ev2 = compute_status(job, observe(pods), back, s(16))
+    assert st2.counters.slice_failures == 1 and st2.slices[2].restarts == 1
+    assert st2.last_recovery == st1.last_recovery
+    assert st2.slices[2].state == "Restarting" and ev2 == []
+
+
+def test_status_patch_never_touches_training_and_nulls_removed_fields() -> None:
+    job = make_job()
+    prev = with_report(running(job), {"observedAt": s(1).isoformat(), "state": "Training"})
+    prev = prev.model_copy(update={"last_recovery": RecoveryRecord(detected_at=s(0))})
+    new = prev.model_copy(update={"last_recovery": None, "phase": "Pending"})
+    patch = status_patch(prev, new)
+    assert patch is not None
+    assert "training" not in patch["status"]
+    assert patch["status"]["lastRecovery"] is None
+    assert patch["status"]["phase"] == "Pending"
+    assert status_patch(prev, prev) is None
+
+
+# --- suspend, terminal states, spec changes ---------------------------------------------------
+
+
+def test_suspend_is_planned_and_reported_without_counting_failures() -> None:
+    job = make_job(suspend=True)
+    prev = running(make_job())
+    plan = plan_reconcile(job, [], Observed(jobset=jobset()), prev)
+    assert plan.patch_jobset_suspend is True and plan.create == []
+    # pods are being deleted while the JobSet suspends: not failures
+    pods = [pod(i, h, deletion_timestamp=s(40), deletion_grace_seconds=30)
+            for i in range(3) for h in range(HOSTS)]
+    status, events = compute_status(job, observe(pods, js=jobset(suspended=True)), prev, s(11))
+    assert status.phase == "Suspended"
+    assert cond(status, "Suspended")[:2] == ("True", "Suspended")
+    assert cond(status, "SliceDown")[0] == "False"
+    assert [sl.state for sl in status.slices] == ["Pending"] * 3
+    assert status.counters.slice_failures == 0 and events == []
+    # resume
+    resumed = make_job()
+    plan = plan_reconcile(resumed, [], Observed(jobset=jobset(suspended=True)), status)
+    assert plan.patch_jobset_suspend is False
+    st2, ev2 = compute_status(resumed, observe(healthy()), status, s(50))
+    assert st2.phase == "Running" and cond(st2, "Suspended")[0] == "False" and ev2 == []
+
+
+def test_suspending_while_jobset_still_running() -> None:
+    status, _ = compute_status(make_job(suspend=True), observe(healthy()), running(), s(1))
+    assert cond(status, "Suspended")[:2] == ("True", "Suspending")
+
+
+def test_plan_creates_owned_objects_with_applied_spec() -> None:
+    job = make_job()
+    rendered = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "a"}},
+                {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                 "metadata": {"name": "article"}, "spec": {}}]
+    plan = plan_reconcile(job, rendered, Observed(jobset=None), ElasticTrainingJobStatus())
+    assert [o["kind"] for o in plan.create] == ["ServiceAccount", "JobSet"]
+    for obj in plan.create:
+        ref = obj["metadata"]["ownerReferences"][0]
+        assert ref["uid"] == "uid-1" and ref["controller"] is True
+        assert ref["kind"] == "ElasticTrainingJob" and obj["metadata"]["namespace"] == "ns"
+    assert plan.create[1]["metadata"]["annotations"][APPLIED_SPEC_ANNOTATION] == applied_spec(job)
+    assert "ownerReferences" not in rendered[0]["metadata"]  # the input is not mutated
+
+
+def test_finished_jobset_is_never_recreated() -> None:
+    job = make_job()
+    done = ElasticTrainingJobStatus(job_set_name="article")
+    plan = plan_reconcile(job, [{"kind": "JobSet"}], Observed(jobset=None), done)
+    assert plan.create == [] and plan.why_not
+    plan = plan_reconcile(job, [], Observed(jobset=jobset(terminal_state="Failed")),
+                          ElasticTrainingJobStatus())
+    assert plan.create == [] and plan.patch_jobset_suspend is None
+
+
+def test_lost_jobset_is_reported_not_recreated() -> None:
+    job = make_job()
+    prev = running(job)
+    assert prev.job_set_name == "article"
+    status, events = compute_status(job, Observed(jobset=None), prev, s(5))
+    assert cond(status, "Failed")[:2] == ("True", "JobSetLost")
+    assert status.phase == "Failed"
+    assert [e.reason for e in events] == ["JobSetLost"]
+    assert plan_reconcile(job, [{"kind": "JobSet"}], Observed(jobset=None), status).create == []
+
+
+def test_failed_head_pod_names_the_head() -> None:
+    job = make_job()
+    head = ObservedPod(name="article-pathways-head-0-0", uid="h", replicated_job="pathways-head",
+                       slice_index=0, host_index=0, phase="Failed", ready=False)
+    js = jobset(job, terminal_state="Failed")
+    status, _ = compute_status(job, observe([*healthy(), head], js=js), running(job), s(5))
+    assert cond(status, "Failed")[:2] == ("True", "HeadFailed")
+
+
+@pytest.mark.parametrize(("kw", "max_restarts", "reason"), [
+    ({"replicated_jobs": (ReplicatedJobStatus("pathways-head", failed=1),)}, 0, "HeadFailed"),
+    ({"restarts": 0}, 0, "MaxRestartsExceeded"),
+    ({"restarts": 2}, 2, "MaxRestartsExceeded"),
+])
+def test_failed_jobset_reasons(kw: dict[str, Any], max_restarts: int, reason: str) -> None:
+    job = make_job(max_restarts=max_restarts)
+    js = jobset(job, terminal_state="Failed", **kw)
+    status, events = compute_status(job, observe([], js=js), running(job), s(5))
+    assert cond(status, "Failed")[:2] == ("True", reason)
+    assert status.phase == "Failed" and events[0].reason == reason
+    # sticky, and no second event
+    again, events2 = compute_status(job, observe([], js=js), status, s(50))
+    assert cond(again, "Failed")[:2] == ("True", reason) and events2 == []
+
+
+@pytest.mark.parametrize("reason", ["ElasticTimeout", "ElasticRetriesExhausted"])
+def test_trainer_failure_reasons_fail_the_job(reason: str) -> None:
+    job = make_job()
+    prev = with_report(running(job), {"observedAt": s(1).isoformat(), "state": "Failed",
+                                      "reason": reason, "message": "slices did not return"})
+    status, events = compute_status(job, observe(healthy()), prev, s(2))
+    assert cond(status, "Failed") == ("True", reason, "slices did not return")
+    assert status.phase == "Failed"
+    assert [(e.reason, e.type) for e in events] == [(reason, "Warning")]
+
+
+def test_completed_jobset_succeeds_and_freezes_slices() -> None:
+    job = make_job()
+    prev = running(job)
+    status, _ = compute_status(job, observe([], js=jobset(terminal_state="Completed")), prev, s(9))
+    assert status.phase == "Succeeded" and cond(status, "Succeeded")[0] == "True"
+    assert status.slices == prev.slices and status.counters.slice_failures == 0
+
+
+def test_unappliable_spec_change_is_reported() -> None:
+    old = make_job()
+    new = make_job(num_slices=4, generation=2)
+    status, _ = compute_status(new, observe(healthy(), js=jobset(old)), running(old), s(3))
+    sa = cond(status, "SpecApplied")
+    assert sa[:2] == ("False", "ImmutableSpecChanged")
+    assert "spec.tpu.numSlices" in sa[2]
+    ok, _ = compute_status(old, observe(healthy(), js=jobset(old)), None, s(3))
+    assert cond(ok, "SpecApplied")[:2] == ("True", "Applied")
+
+
+def test_invalid_spec_status_keeps_other_conditions() -> None:
+    prev = running()
+    st1 = invalid_spec_status(prev, "spec.tpu.topology: bad", s(1), 3)
+    assert cond(st1, "SpecApplied")[:2] == ("False", "InvalidSpec")
+    assert cond(st1, "Ready")[:2] == ("False", "InvalidSpec")
+    assert get_condition(st1, "Suspended") is not None and st1.observed_generation == 3
+
+
+def test_degraded_when_training_on_fewer_slices() -> None:
+    job = make_job()
+    prev = with_report(running(job), {"observedAt": s(1).isoformat(), "state": "Training",
+                                      "activeSlices": 2})
+    status, _ = compute_status(job, observe(healthy()), prev, s(2))
+    assert cond(status, "Degraded") == ("True", "FewerSlices", "training on 2 of 3 slices")
+    assert status.phase == "Degraded"
+
+
+# --- hostile trainer reports ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "kept", "mentions"), [
+    ("garbage", False, "not an object"),
+    ({"state": "Training"}, False, "observedAt"),
+    ({"observedAt": "yesterday", "state": "Training"}, False, "observedAt"),
+    ({"observedAt": T0.isoformat(), "state": "Training", "step": "abc"}, True, "step"),
+    ({"observedAt": T0.isoformat(), "state": "Training", "activeSlices": [1]}, True,
+     "activeSlices"),
+    ({"observedAt": T0.isoformat(), "state": "Training",
+      "elasticEvent": {"id": 1, "phase": "Exploded", "detectedAt": T0.isoformat()}}, True,
+     "elasticEvent"),
+    ({"observedAt": T0.isoformat(), "state": "Training",
+      "elasticEvent": {"id": 1, "phase": "Resumed", "detectedAt": T0.isoformat(),
+                       "failedStep": "x"}}, True, "elasticEvent.failedStep"),
+])
+def test_bad_trainer_report_is_reported_not_fatal(raw: Any, kept: bool, mentions: str) -> None:
+    report, problem = parse_training_report(raw)
+    assert (report is not None) == kept
+    assert problem is not None and mentions in problem
+    job = make_job()
+    prev = running(job).model_copy(update={"training": report})
+    status, _ = compute_status(job, observe(healthy()), prev, s(1), report_problem=problem)
+    c = cond(status, "TrainingReportValid")
+    assert c[:2] == ("False", "InvalidReport") and mentions in c[2]
+
+
+def test_naive_timestamps_are_read_as_utc() -> None:
+    report, problem = parse_training_report({
+        "observedAt": "2026-11-29T12:00:05", "state": "Recovering",
+        "elasticEvent": {"id": 1, "phase": "Detected", "detectedAt": "2026-11-29T12:00:03"}})
+    assert problem is None and report is not None
+    assert report.observed_at.tzinfo is not None
+    job = make_job()
+    pods = healthy()
+    pods[0] = failed_pod(0, 0, s(1))
+    prev = running(job).model_copy(update={"training": report})
+    status, _ = compute_status(job, observe(pods), prev, s(6))
+    assert status.last_recovery is not None and status.last_recovery.detected_at == s(1)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=3),
+    max_leaves=12,
+)
+report_keys = st.sampled_from(["observedAt", "state", "step", "activeSlices", "attempt",
+                               "elasticEventsTotal", "elasticEvent", "reason", "loss"])
+event_like = st.fixed_dictionaries({}, optional={
+    "id": st.integers(-2, 5) | json_values, "phase": st.sampled_from(
+        ["Detected", "Resumed", "Failed", "bogus"]),
+    "detectedAt": st.sampled_from([T0.isoformat(), "2026-11-29T11:00:00", "x"]),
+    "resumedAt": st.sampled_from([s(30).isoformat(), "nope"]), "failedStep": json_values,
+    "restoredFromStep": st.integers(-5, 500) | json_values, "slicesDown": json_values,
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.dictionaries(report_keys, json_values | event_like, max_size=8)
+       | json_values,
+       failing=st.booleans())
+def test_any_trainer_report_never_crashes(raw: Any, failing: bool) -> None:
+    job = make_job()
+    body = {"metadata": job.metadata.model_dump(), "spec": job.spec.to_wire(),
+            "status": {**running(job).to_wire(), "training": raw}}
+    parsed = parse_job(body)
+    pods = healthy()
+    if failing:
+        pods[0] = failed_pod(0, 0, s(1))
+    status, _ = compute_status(parsed.job, observe(pods), parsed.previous, s(2),
+                               report_problem=parsed.report_problem)
+    assert status.slices_desired == 3
+    assert status.counters.elastic_events >= 0
+    patch = status_patch(parsed.previous, status)
+    assert patch is None or "training" not in patch["status"]
