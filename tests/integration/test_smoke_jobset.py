@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
+
 from elastic_operator.localcluster import Cluster, faults
 from elastic_operator.localcluster.faults import wait_for
 from elastic_operator.localcluster.render import (
@@ -18,7 +20,6 @@ from elastic_operator.localcluster.render import (
     TPU_ACCELERATOR_LABEL,
     TPU_TOPOLOGY_LABEL,
 )
-from kubernetes import client
 
 pytestmark = pytest.mark.cluster
 
@@ -189,9 +190,11 @@ def test_failed_worker_pod_is_replaced_without_jobset_restart(
             same_index[0].metadata.uid != victim.metadata.uid)
 
     wait_for(replaced, TIMEOUT, "the failed worker pod to be replaced")
-    job = client.BatchV1Api(api).read_namespaced_job(
-        victim.metadata.labels["job-name"], namespace)
-    assert job.status.failed == 1
+    # The Job controller counts the failure once it has finalized the failed pod, which
+    # can come a moment after the replacement exists.
+    wait_for(lambda: client.BatchV1Api(api).read_namespaced_job(
+        victim.metadata.labels["job-name"], namespace).status.failed == 1,
+        TIMEOUT, "the worker Job to count exactly one failed pod")
     status = get_jobset(api, namespace, "retry").get("status", {})
     assert status.get("restarts", 0) == 0
     assert not any(c["type"] in ("Failed", "Completed") and c["status"] == "True"
