@@ -1,0 +1,73 @@
+"""Fixtures for end-to-end trainer runs.
+
+`etj train` runs in a subprocess: the simulated device count must be in XLA_FLAGS before
+jax is imported, and a subprocess is also what the head pod runs. All runs of a session
+share one persistent compilation cache, so only the first run compiles cold.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class TrainerRun:
+    returncode: int
+    summary: dict[str, Any]
+    log: str
+    checkpoint_dir: Path
+
+    def events(self, kind: str = "slice_down") -> list[dict[str, Any]]:
+        return [e for e in self.summary["elastic_events"] if e["kind"] == kind]
+
+
+RunTrainer = Callable[..., TrainerRun]
+
+
+@pytest.fixture(scope="session")
+def compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("compilation-cache")
+
+
+@pytest.fixture(scope="session")
+def run_trainer(tmp_path_factory: pytest.TempPathFactory, compilation_cache: Path
+                ) -> RunTrainer:
+    def run(*args: str, steps: int = 40, checkpoint_period: int = 10, timeout: float = 180,
+            env: dict[str, str] | None = None) -> TrainerRun:
+        tmp_path = tmp_path_factory.mktemp("run")
+        ckpt = tmp_path / "ckpt"
+        summary = tmp_path / "summary.json"
+        cmd = [
+            sys.executable, "-m", "elastic_operator.cli", "train", "--config", "tiny",
+            "--steps", str(steps), "--batch", "8", "--seed", "0",
+            "--simulate-slices", "2", "--devices-per-slice", "2",
+            "--checkpoint-dir", str(ckpt), "--checkpoint-period", str(checkpoint_period),
+            "--compilation-cache", str(compilation_cache), "--summary", str(summary),
+            "--fault-duration", "0.3", "--elastic-timeout", "60", *args,
+        ]
+        run_env = {k: v for k, v in os.environ.items()
+                   if k not in ("ETJ_JOB_NAMESPACE", "ETJ_JOB_NAME", "XLA_FLAGS")}
+        run_env.update(env or {})
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env=run_env, check=False)
+        log = proc.stdout + proc.stderr
+        assert summary.exists(), f"no summary written (rc {proc.returncode}):\n{log[-4000:]}"
+        return TrainerRun(proc.returncode, json.loads(summary.read_text()), log, ckpt)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def undisturbed(run_trainer: RunTrainer) -> TrainerRun:
+    """An undisturbed 40-step run: the reference for bitwise comparisons."""
+    run = run_trainer()
+    assert run.returncode == 0, run.log[-4000:]
+    return run

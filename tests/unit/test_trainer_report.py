@@ -1,0 +1,178 @@
+"""status.training reporting: the payload is a TrainingReport; writes are rate-limited merge
+patches on the status subresource; an unreachable API server never blocks training."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elastic_operator.api.models import TrainingReport
+from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.configs import get_config
+from elastic_trainer.data import SyntheticSource
+from elastic_trainer.elastic import FaultSchedule, SimulatedBackend
+from elastic_trainer.loop import ElasticEvent, LoopOptions, Trainer
+from elastic_trainer.report import StatusReporter, job_from_args, status_patch
+
+
+def _wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        time.sleep(0.01)
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    requests: list[tuple[str, str, str, dict[str, Any]]] = []
+
+    def do_PATCH(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(
+            (self.command, self.path, self.headers["Content-Type"], body))
+        payload = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        f"clusters: [{{name: x, cluster: {{server: '{server}'}}}}]\n"
+        "contexts: [{name: x, context: {cluster: x, user: x}}]\n"
+        "users: [{name: x, user: {token: t}}]\n"
+    )
+    return path
+
+
+@pytest.fixture
+def api_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_Recorder]]:
+    recorder = type("Recorder", (_Recorder,), {"requests": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(
+        tmp_path / "kubeconfig", f"http://127.0.0.1:{server.server_address[1]}")))
+    yield recorder
+    server.shutdown()
+
+
+def _report(step: int, state: str = "Training") -> TrainingReport:
+    return TrainingReport(observed_at=datetime.now(UTC), state=state, step=step)  # type: ignore[arg-type]
+
+
+def test_trainer_report_validates_against_the_model(tmp_path: Path) -> None:
+    cfg = get_config("tiny")
+    backend = SimulatedBackend(1, 1, FaultSchedule([]))
+    trainer = Trainer(cfg, LoopOptions(steps=10, batch=2, seed=0, max_retries=3), backend,
+                      SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
+                      Checkpointer(str(tmp_path), period=5, keep=1))
+    trainer.events.append(ElasticEvent(
+        id=1, kind="slice_down", error="DATA_LOSS: slice 0 is down", failed_step=7,
+        slices_down=[0], detected_at=time.time(), fault_at=None, phase="Restoring",
+        restored_from_step=5, restore_source="snapshot"))
+    trainer.current_event = trainer.events[0]
+    trainer.failures = 1
+    report = trainer.training_report()
+    wire = status_patch(report)["status"]["training"]
+    parsed = TrainingReport.model_validate(wire)
+    assert parsed == report
+    assert wire["retriesRemaining"] == 2 and wire["totalSteps"] == 10
+    assert wire["elasticEvent"]["phase"] == "Restoring"
+    assert wire["elasticEvent"]["restoredFromStep"] == 5
+    assert wire["processId"] > 0 and wire["processStartedAt"]
+    # Unset fields go out as null so that a merge patch removes them.
+    assert "loss" in wire and wire["loss"] is None
+
+
+def test_reporter_writes_rate_limited_merge_patches(api_server: type[_Recorder]) -> None:
+    reporter = StatusReporter("team-a", "demo", interval=60)
+    reporter.update(_report(1), urgent=True)
+    _wait_for(lambda: len(api_server.requests) == 1)
+    for step in range(2, 50):
+        reporter.update(_report(step))  # progress within the interval: held back
+    time.sleep(0.3)
+    assert len(api_server.requests) == 1
+    reporter.update(_report(50, state="Recovering"), urgent=True)  # an event: at once
+    _wait_for(lambda: len(api_server.requests) == 2)
+    reporter.close()
+    method, path, content_type, body = api_server.requests[-1]
+    assert method == "PATCH"
+    assert path == ("/apis/elastic.pathways.dev/v1alpha1/namespaces/team-a/"
+                    "elastictrainingjobs/demo/status")
+    assert content_type == "application/merge-patch+json"
+    assert TrainingReport.model_validate(body["status"]["training"]).step == 50
+    assert reporter.failed == 0
+
+
+def test_close_flushes_the_newest_report(api_server: type[_Recorder]) -> None:
+    reporter = StatusReporter("ns", "job", interval=60)
+    reporter.update(_report(1), urgent=True)
+    _wait_for(lambda: len(api_server.requests) == 1)
+    reporter.update(_report(7))
+    reporter.close()
+    assert api_server.requests[-1][3]["status"]["training"]["step"] == 7
+
+
+def test_unreachable_api_server_never_blocks(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kc", "http://127.0.0.1:9")))
+    reporter = StatusReporter("ns", "job", interval=0.01, request_timeout=0.5)
+    start = time.monotonic()
+    for step in range(1000):
+        reporter.update(_report(step), urgent=step % 100 == 0)
+    assert time.monotonic() - start < 1.0  # update() only hands the report over
+    deadline = time.monotonic() + 10
+    while reporter.failed < 2:  # every new report is tried again, and fails again
+        assert time.monotonic() < deadline
+        reporter.update(_report(1000), urgent=True)
+        time.sleep(0.01)
+    closing = time.monotonic()
+    reporter.close(timeout=5)
+    assert time.monotonic() - closing < 6
+
+
+def test_job_from_args_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ETJ_JOB_NAMESPACE", raising=False)
+    monkeypatch.delenv("ETJ_JOB_NAME", raising=False)
+    assert job_from_args(None) is None
+    assert job_from_args("ns/name") == ("ns", "name")
+    with pytest.raises(ValueError, match="NAMESPACE/NAME"):
+        job_from_args("just-a-name")
+    monkeypatch.setenv("ETJ_JOB_NAMESPACE", "team")
+    monkeypatch.setenv("ETJ_JOB_NAME", "run-1")
+    assert job_from_args(None) == ("team", "run-1")
+
+
+def test_metrics_are_served(tmp_path: Path) -> None:
+    import socket
+    import urllib.request
+
+    from elastic_trainer.report import Metrics
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    metrics = Metrics(port)
+    metrics.on_step(12, 2.5, 0.25, 2)
+    metrics.on_event()
+    metrics.on_resumed(3.5, 4)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "etj_trainer_step 12.0" in body
+    assert "etj_trainer_loss 2.5" in body
+    assert "etj_trainer_elastic_events_total 1.0" in body
+    assert "etj_trainer_recovery_seconds 3.5" in body
+    assert "etj_trainer_steps_lost_total 4.0" in body
+    assert not Metrics(None).enabled

@@ -1,0 +1,30 @@
+"""`etj slice-agent`: idles, logs, exits 0 on SIGTERM."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+
+def test_slice_agent_exits_0_on_sigterm() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elastic_operator.cli", "slice-agent", "--heartbeat", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={"MEGASCALE_SLICE_ID": "1", "JOB_COMPLETION_INDEX": "0", "PATH": "/usr/bin"},
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        lines = []
+        while not any("alive" in line for line in lines):  # up, then a heartbeat
+            assert time.monotonic() < deadline, lines
+            lines.append(proc.stdout.readline())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        rest = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "slice-agent: slice 1 host 0 up" in lines[0]
+    assert "got SIGTERM, exiting" in rest

@@ -1,0 +1,279 @@
+"""`etj train`: the elastic trainer's command line.
+
+Light at import time (argparse only): jax is imported inside `run`, after XLA_FLAGS
+carries the simulated device count (it must be set before jax is imported).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+DEFAULT_DEVICES_PER_SLICE = 2
+EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--config", default="tiny", help="model config: tiny, small, qwen3-0.6b")
+    a("--steps", type=int, help="training steps (required unless --prepare-data)")
+    a("--batch", type=int, default=8, help="global batch (sequences per step)")
+    a("--seed", type=int, default=0, help="seed for parameters and data")
+    a("--learning-rate", type=float, default=None, help="peak learning rate (default: config)")
+    a("--data", default="synthetic",
+      help="`synthetic`, or a directory/glob of ArrayRecord shards (see --prepare-data)")
+    a("--backend", choices=("simulated", "pathways"), default="simulated")
+    a("--simulate-slices", type=int, default=2, help="simulated backend: number of slices")
+    a("--devices-per-slice", type=int, default=DEFAULT_DEVICES_PER_SLICE,
+      help="simulated backend: CPU devices per slice")
+    a("--slice-health", choices=("schedule", "pods"), default="schedule",
+      help="simulated backend: fault schedule (--fail-at) or the job's worker pods' readiness")
+    a("--fail-at", action="append", default=[], metavar="STEP:SLICE",
+      help="take SLICE down while STEP runs, back after --fault-duration (repeatable); "
+           "STEP-BACK:SLICE: back when the loop reaches step BACK (replica resize); "
+           "STEP:SLICE:checkpoint fails the checkpoint write of the first checkpoint step "
+           ">= STEP, STEP:SLICE:restore the first restore after a failure at a step >= STEP")
+    a("--fault-duration", type=float, default=2.0, help="seconds a failed slice stays down")
+    a("--checkpoint-dir", help="Orbax checkpoint root: a path or gs://bucket/prefix")
+    a("--checkpoint-period", type=int, default=100, help="save every N steps")
+    a("--checkpoint-keep", type=int, default=3, help="committed checkpoints to keep")
+    a("--no-async-checkpoint", action="store_true", help="write checkpoints synchronously")
+    a("--snapshot-period", type=int, default=0,
+      help="keep an in-memory snapshot every N steps (0 = off)")
+    a("--min-slices", type=int, default=None,
+      help="replica resize: train on at least M slices (unset = pause and resume)")
+    a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
+    a("--max-retries", type=int, default=10, help="elastic events tolerated over the run")
+    a("--job", default=None, metavar="NS/NAME",
+      help="report to this ElasticTrainingJob's status (else env ETJ_JOB_NAMESPACE/NAME)")
+    a("--report-interval", type=float, default=5.0, help="seconds between progress reports")
+    a("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    a("--compilation-cache", default=None,
+      help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
+           "for local checkpoints, else /tmp/etj-compilation-cache)")
+    a("--log-every", type=int, default=10, help="log a progress line every N steps")
+    a("--min-step-seconds", type=float, default=0.0,
+      help="pace the loop: each step takes at least this long (demos on CPU, where a tiny "
+           "step takes milliseconds)")
+    a("--summary", default=None, help="write a JSON summary of the run here")
+    a("--prepare-data", nargs="+", default=None, metavar="TEXT_FILE",
+      help="instead of training: tokenize these text files (byte-level) into ArrayRecord "
+           "shards under --out, then exit")
+    a("--out", default=None, help="output directory for --prepare-data")
+    a("--shards", type=int, default=2, help="number of shards for --prepare-data")
+
+
+def _set_xla_device_count(count: int) -> None:
+    flag = "--xla_force_host_platform_device_count"
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag)]
+    os.environ["XLA_FLAGS"] = " ".join([*kept, f"{flag}={count}"])
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # A log call that hides a JaxRuntimeError would hide a slice loss (pathwaysutils' advice).
+    logging.raiseExceptions = True
+    for noisy in ("jax._src", "orbax"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Orbax logs a failed background save with a traceback through absl; the checkpointer
+    # logs one line for it instead.
+    logging.getLogger("absl").setLevel(logging.CRITICAL)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from elastic_trainer.data import prepare_dataset
+
+    if not args.out:
+        print("etj train --prepare-data needs --out DIR", file=sys.stderr)
+        return 2
+    paths = prepare_dataset(args.prepare_data, args.out, num_shards=args.shards)
+    print(json.dumps({"shards": paths}))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> str | None:
+    if args.steps is None or args.steps < 1:
+        return "--steps N (>= 1) is required"
+    if not args.checkpoint_dir:
+        return "--checkpoint-dir is required (a path or gs://bucket/prefix)"
+    if args.simulate_slices < 1 or args.devices_per_slice < 1:
+        return "--simulate-slices and --devices-per-slice must be >= 1"
+    if args.min_slices is not None and args.min_slices < 1:
+        return "--min-slices must be >= 1"
+    if args.backend == "simulated" and args.min_slices is not None and \
+            args.min_slices > args.simulate_slices:
+        return f"--min-slices {args.min_slices} exceeds --simulate-slices {args.simulate_slices}"
+    if args.max_retries < 0:
+        return "--max-retries must be >= 0"
+    return None
+
+
+def _write_summary(path: str | None, summary: dict[str, Any]) -> None:
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(summary, f, indent=1)
+    os.replace(tmp, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    _setup_logging()
+    if args.prepare_data:
+        return _prepare(args)
+    problem = _validate(args)
+    if problem:
+        print(f"etj train: {problem}", file=sys.stderr)
+        return 2
+    if args.backend == "simulated":
+        if "jax" in sys.modules:
+            logging.getLogger(__name__).warning(
+                "jax was imported before `etj train` set the device count")
+        _set_xla_device_count(args.simulate_slices * args.devices_per_slice)
+    return _train(args)
+
+
+def _compilation_cache_dir(args: argparse.Namespace) -> str:
+    if args.compilation_cache:
+        return str(args.compilation_cache)
+    if "://" not in args.checkpoint_dir:
+        return os.path.join(args.checkpoint_dir, "compilation-cache")
+    return "/tmp/etj-compilation-cache"
+
+
+def _fail_early(args: argparse.Namespace, job: tuple[str, str] | None, message: str) -> int:
+    """Before the loop exists: say why, in the log, the summary and the job's status."""
+    import socket
+    from datetime import UTC, datetime
+
+    from elastic_operator.api.models import TrainingReport
+    from elastic_trainer.report import StatusReporter
+
+    print(f"etj train: TrainingError: {message}", file=sys.stderr)
+    if job is not None:
+        reporter = StatusReporter(job[0], job[1], args.report_interval)
+        reporter.update(TrainingReport(
+            observed_at=datetime.now(UTC), state="Failed", reason="TrainingError",
+            message=message, total_steps=args.steps, process_id=os.getpid(),
+            host_name=socket.gethostname()), urgent=True)
+        reporter.close()
+    _write_summary(args.summary, {
+        "params_digest": "", "final_step": 0, "final_loss": None, "process_id": os.getpid(),
+        "step_times": [], "losses": [], "elastic_events": [], "status": "Failed",
+        "reason": "TrainingError", "message": message, "exit_code": EXIT_TRAINING_ERROR,
+    })
+    return EXIT_TRAINING_ERROR
+
+
+def _train(args: argparse.Namespace) -> int:
+    import jax
+
+    from elastic_trainer import elastic
+    from elastic_trainer.checkpoint import Checkpointer
+    from elastic_trainer.configs import get_config
+    from elastic_trainer.data import make_source
+    from elastic_trainer.loop import LoopOptions, RunResult, Trainer, summary_dict
+    from elastic_trainer.report import Metrics, StatusReporter, job_from_args
+
+    log = logging.getLogger("elastic_trainer")
+    cache = _compilation_cache_dir(args)
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+    cfg = get_config(args.config)
+    job = job_from_args(args.job)
+    backend: elastic.Backend
+    if args.backend == "pathways":
+        try:
+            backend = elastic.PathwaysBackend()
+        except Exception as err:
+            return _fail_early(args, job, (
+                f"--backend pathways needs TPU slices behind a Pathways proxy "
+                f"(JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET); got {type(err).__name__}: "
+                f"{err}. On CPU use --backend simulated."))
+    else:
+        health: elastic.SliceHealthSource
+        if args.slice_health == "pods":
+            if job is None:
+                print("etj train: --slice-health pods needs --job NS/NAME (or ETJ_JOB_* env)",
+                      file=sys.stderr)
+                return 2
+            hosts = os.environ.get("ETJ_HOSTS_PER_SLICE")
+            health = elastic.PodReadiness(job[0], job[1], args.simulate_slices,
+                                          hosts_per_slice=int(hosts) if hosts else None)
+        else:
+            try:
+                faults = [elastic.Fault.parse(f, args.simulate_slices) for f in args.fail_at]
+            except ValueError as err:
+                print(f"etj train: {err}", file=sys.stderr)
+                return 2
+            resize = args.min_slices is not None and args.min_slices < args.simulate_slices
+            if any(f.back_at_step is not None for f in faults) and not resize:
+                print("etj train: --fail-at STEP-BACK:SLICE needs replica resize (--min-slices "
+                      "below --simulate-slices): pause and resume would wait forever for a "
+                      "slice that returns only when training goes on", file=sys.stderr)
+                return 2
+            health = elastic.FaultSchedule(faults, args.fault_duration)
+        backend = elastic.SimulatedBackend(args.simulate_slices, args.devices_per_slice, health)
+
+    checkpointer = Checkpointer(
+        args.checkpoint_dir, args.checkpoint_period, args.checkpoint_keep,
+        async_save=not args.no_async_checkpoint,
+    )
+    reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None
+    metrics = Metrics(args.metrics_port)
+    opts = LoopOptions(
+        steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
+        elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
+        snapshot_period=args.snapshot_period, log_every=args.log_every,
+        min_step_seconds=args.min_step_seconds,
+        learning_rate=args.learning_rate,
+    )
+    data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
+    log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
+             "%d slice(s) x %d device(s), mode %s, compilation cache %s", cfg.name,
+             cfg.param_count() / 1e6, args.steps, args.batch, backend.name,
+             backend.total_slices, backend.devices_per_slice,
+             "replica resize" if args.min_slices and args.min_slices < backend.total_slices
+             else "pause and resume", cache)
+    trainer = Trainer(cfg, opts, backend, data, checkpointer, reporter, metrics)
+    result: RunResult | None = None
+    code = 0
+    try:
+        result = trainer.run()
+        if result.failure is not None:
+            code = (EXIT_TIMEOUT if isinstance(result.failure, elastic.ElasticTimeout)
+                    else EXIT_RETRIES_EXHAUSTED)
+    except Exception as err:
+        log.exception("TrainingError: %s", err)
+        trainer.progress.state = "Failed"
+        if reporter is not None:
+            reporter.update(trainer.training_report("TrainingError", str(err)), urgent=True)
+        code = EXIT_TRAINING_ERROR
+        result = RunResult(trainer.progress.step, trainer.progress.loss, "",
+                           trainer.progress.step_times, trainer.progress.losses,
+                           trainer.events, checkpointer.write_failures, failure=err)
+    finally:
+        backend.close()
+        if reporter is not None:
+            reporter.close()
+    summary = summary_dict(result, {
+        "config": cfg.name, "backend": backend.name, "total_slices": backend.total_slices,
+        "devices_per_slice": backend.devices_per_slice, "min_slices": args.min_slices,
+        "exit_code": code,
+    })
+    if code and summary["reason"] is None:
+        summary["reason"] = "TrainingError"
+    _write_summary(args.summary, summary)
+    if code:
+        print(f"etj train: {summary['reason']}: {summary['message']}", file=sys.stderr)
+    return code

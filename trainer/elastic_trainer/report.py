@@ -1,0 +1,177 @@
+"""Reporting: `status.training` on the job (docs/status-contract.md) and Prometheus metrics.
+
+The reporter never stops or slows training: `update()` only stores the newest report;
+a background thread writes it (merge patch on the status subresource, short timeout),
+at most once per interval, at once for event transitions and the final state. A failed
+write is logged and dropped; the next one carries the newest state.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from elastic_operator.api.models import TrainingReport
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "elastic.pathways.dev", "v1alpha1", "elastictrainingjobs"
+
+
+def kube_api_client(retries: int | None = None) -> Any:
+    """An ApiClient of its own (the process-wide default is left alone): from KUBECONFIG
+    (read now, not when kubernetes was imported) or ~/.kube/config, else in-cluster."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    if os.environ.get("KUBECONFIG") or os.path.exists(kubeconfig):
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    if retries is not None:
+        configuration.retries = retries
+    return client.ApiClient(configuration)
+
+
+def job_from_args(job: str | None) -> tuple[str, str] | None:
+    """`--job NS/NAME`, else env ETJ_JOB_NAMESPACE and ETJ_JOB_NAME, else None."""
+    if job:
+        namespace, sep, name = job.partition("/")
+        if not sep or not namespace or not name:
+            raise ValueError(f"--job {job!r}: expected NAMESPACE/NAME")
+        return namespace, name
+    env_namespace, env_name = os.environ.get("ETJ_JOB_NAMESPACE"), os.environ.get("ETJ_JOB_NAME")
+    if env_namespace and env_name:
+        return env_namespace, env_name
+    return None
+
+
+def status_patch(report: TrainingReport) -> dict[str, Any]:
+    """The merge patch body. Fields that are unset go out as null, so a field that
+    disappeared from the report is removed from the object too (merge-patch semantics)."""
+    return {"status": {"training": report.model_dump(by_alias=True, mode="json")}}
+
+
+class StatusReporter:
+    def __init__(self, namespace: str, name: str, interval: float = 5.0,
+                 request_timeout: float = 3.0) -> None:
+        self.namespace, self.name = namespace, name
+        self.interval, self.request_timeout = interval, request_timeout
+        self._latest: TrainingReport | None = None
+        self._urgent = False
+        self._cond = threading.Condition()
+        self._closing = False
+        self._last_sent = 0.0
+        self._pending_since_sent = False
+        self.sent = 0
+        self.failed = 0
+        self._last_error_log = 0.0
+        self._api: Any = None
+        self._thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
+        self._thread.start()
+
+    def update(self, report: TrainingReport, urgent: bool = False) -> None:
+        with self._cond:
+            self._latest = report
+            self._pending_since_sent = True
+            self._urgent = self._urgent or urgent
+            self._cond.notify()
+
+    def _client(self) -> Any:
+        if self._api is None:
+            from kubernetes import client
+
+            # No urllib3 retries: a dropped write is replaced by the next one anyway.
+            self._api = client.CustomObjectsApi(kube_api_client(retries=0))
+        return self._api
+
+    def _send(self, report: TrainingReport) -> None:
+        try:
+            self._client().patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, self.name, status_patch(report),
+                _content_type="application/merge-patch+json",
+                _request_timeout=self.request_timeout,
+            )
+            self.sent += 1
+        except Exception as err:  # never let reporting stop training
+            self.failed += 1
+            now = time.monotonic()
+            if now - self._last_error_log > 30:  # one line per 30s, not one per write
+                self._last_error_log = now
+                log.warning("status report to %s/%s failed (%d so far): %s",
+                            self.namespace, self.name, self.failed, str(err).splitlines()[0])
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    due = self._last_sent + self.interval
+                    if self._pending_since_sent and (
+                        self._urgent or self._closing or time.monotonic() >= due
+                    ):
+                        break
+                    if self._closing:
+                        return
+                    wait = None if not self._pending_since_sent else due - time.monotonic()
+                    self._cond.wait(timeout=wait)
+                report = self._latest
+                self._urgent = False
+                self._pending_since_sent = False
+            if report is not None:
+                self._send(report)
+            self._last_sent = time.monotonic()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush the newest report (bounded by `timeout`) and stop."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+
+class Metrics:
+    """Prometheus metrics served on --metrics-port (off when no port is given)."""
+
+    def __init__(self, port: int | None) -> None:
+        self.enabled = port is not None
+        if port is None:
+            return
+        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+        self.registry = CollectorRegistry()
+        self.step = Gauge("etj_trainer_step", "Last completed training step",
+                          registry=self.registry)
+        self.loss = Gauge("etj_trainer_loss", "Loss of the last completed step",
+                          registry=self.registry)
+        self.step_seconds = Gauge("etj_trainer_step_seconds", "Wall time of the last step",
+                                  registry=self.registry)
+        self.active_slices = Gauge("etj_trainer_active_slices", "Slices the mesh spans",
+                                   registry=self.registry)
+        self.events = Counter("etj_trainer_elastic_events", "Elastic events (slice losses)",
+                              registry=self.registry)
+        self.recovery = Gauge("etj_trainer_recovery_seconds",
+                              "Detection to next completed step, last elastic event",
+                              registry=self.registry)
+        self.steps_lost = Counter("etj_trainer_steps_lost", "Steps redone after restores",
+                                  registry=self.registry)
+        start_http_server(port, registry=self.registry)
+        log.info("metrics on :%d/metrics", port)
+
+    def on_step(self, step: int, loss: float, seconds: float, active_slices: int) -> None:
+        if self.enabled:
+            self.step.set(step)
+            self.loss.set(loss)
+            self.step_seconds.set(seconds)
+            self.active_slices.set(active_slices)
+
+    def on_event(self) -> None:
+        if self.enabled:
+            self.events.inc()
+
+    def on_resumed(self, recovery_seconds: float, steps_lost: int) -> None:
+        if self.enabled:
+            self.recovery.set(recovery_seconds)
+            self.steps_lost.inc(max(0, steps_lost))

@@ -1,0 +1,40 @@
+"""`etj slice-agent`: stands in for the Pathways worker on simulated worker pods.
+
+It idles, logs a heartbeat now and then, and exits 0 on SIGTERM (or SIGINT), so the
+pod's readiness is what the simulated trainer watches.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--heartbeat", type=float, default=60.0,
+                        help="seconds between heartbeat log lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    ident = (f"slice {os.environ.get('MEGASCALE_SLICE_ID', '?')} host "
+             f"{os.environ.get('JOB_COMPLETION_INDEX', '?')}")
+    print(f"slice-agent: {ident} up (pid {os.getpid()})", flush=True)
+    started = time.monotonic()
+    while not stop.wait(args.heartbeat):
+        print(f"slice-agent: {ident} alive for {time.monotonic() - started:.0f}s", flush=True)
+    name = signal.Signals(received[0]).name if received else "stop"
+    print(f"slice-agent: {ident} got {name}, exiting", flush=True)
+    sys.stdout.flush()
+    return 0
