@@ -63,9 +63,10 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A unique namespace whose `default` ServiceAccount exists (pods need it)."""
+    from kubernetes import client
+
     from elastic_operator.localcluster.faults import wait_for
     from elastic_operator.localcluster.render import namespace_name
-    from kubernetes import client
 
     name = namespace_name(request.node.name, uuid.uuid4().hex[:6])
     api = cluster.api_client()

@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 import yaml
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.api.catalog import CATALOG
-from elastic_operator.api.crd import build_crd
-from elastic_operator.api.validation import validate_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from elastic_operator.api import GROUP, PLURAL, VERSION
+from elastic_operator.api.catalog import CATALOG
+from elastic_operator.api.crd import build_crd
+from elastic_operator.api.validation import validate_job
 
 pytestmark = pytest.mark.cluster
 

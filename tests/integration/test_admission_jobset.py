@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client, utils
+from kubernetes.client.rest import ApiException
+
 from elastic_operator.api import GROUP, PLURAL
 from elastic_operator.api.render import render
 from elastic_operator.api.validation import validate_job
-from kubernetes import client, utils
-from kubernetes.client.rest import ApiException
 
 pytestmark = pytest.mark.cluster
 

@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 import requests
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
 from elastic_operator.checkpoints import (
     COMMIT_MARKER,
     scan_checkpoints,
@@ -28,8 +31,6 @@ from elastic_operator.checkpoints import (
 )
 from elastic_operator.localcluster.gcs import FakeGcsServer, free_port, start_fake_gcs
 from elastic_operator.localcluster.versions import MissingBinaryError
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import storage
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 PREEMPTED = 17

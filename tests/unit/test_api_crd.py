@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from elastic_operator.api import crd
 from elastic_operator.api.catalog import CATALOG
 

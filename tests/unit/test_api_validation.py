@@ -5,10 +5,11 @@ import copy
 from typing import Any
 
 import pytest
-from elastic_operator.api.catalog import CATALOG
-from elastic_operator.api.validation import MAX_NAME_LENGTH, validate_job
 from hypothesis import given
 from hypothesis import strategies as st
+
+from elastic_operator.api.catalog import CATALOG
+from elastic_operator.api.validation import MAX_NAME_LENGTH, validate_job
 
 
 def job(**spec_overrides: Any) -> dict[str, Any]:

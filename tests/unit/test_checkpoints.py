@@ -6,6 +6,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from elastic_operator.api.models import CheckpointStatus
 from elastic_operator.checkpoints import (
     COMMIT_MARKER,
@@ -19,8 +22,6 @@ from elastic_operator.checkpoints import (
     summarize,
     summarize_entries,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GCS = "gs://bucket/run1/checkpoints"

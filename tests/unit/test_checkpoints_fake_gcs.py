@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from elastic_operator.localcluster.gcs import (
     FakeGcsStartError,
     fake_gcs_binary,

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from elastic_operator.cli import build_parser, main
 from elastic_operator.localcluster.render import DEFAULT_TPU_POOLS, TpuPoolSpec
 

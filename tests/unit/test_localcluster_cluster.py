@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from elastic_operator import localcluster as lc
 from elastic_operator.localcluster.cluster import free_ports
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from elastic_operator.localcluster import procs
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
 from elastic_operator.localcluster import render
 from elastic_operator.localcluster.render import (
     DEFAULT_TPU_POOLS,
@@ -15,8 +18,6 @@ from elastic_operator.localcluster.render import (
     TpuPoolSpec,
     parse_tpu_pool,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def test_parse_tpu_pool_forms() -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from elastic_operator.localcluster.versions import (
     BUILD_HINT,
     Binaries,

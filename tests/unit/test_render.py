@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from elastic_operator.api.catalog import CATALOG, slice_shape
 from elastic_operator.api.models import ElasticTrainingJob
 from elastic_operator.api.render import (
@@ -17,8 +20,6 @@ from elastic_operator.api.render import (
     trainer_command,
 )
 from elastic_operator.api.validation import validate_job
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
 

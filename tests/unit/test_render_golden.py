@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from elastic_operator.api import golden
 from elastic_operator.cli import main
 

@@ -138,7 +138,8 @@ class TrainerSpec(ApiModel):
     seed: int = Field(0, ge=0, description="Seed for parameters and data.")
     data: str = Field(
         "synthetic", max_length=1024,
-        description="`synthetic` or a path/gs:// prefix of ArrayRecord shards.",
+        description="`synthetic`, or a directory or glob of ArrayRecord shards on a filesystem "
+        "(mount a bucket with GCS FUSE; gs:// is not read directly).",
     )
     args: list[LongStr] = Field(
         default_factory=list, max_length=64, description="Extra arguments for `etj train`.",

@@ -109,10 +109,14 @@ class Watch:
                     tag = f"{cond['type']}={cond['status']}:{cond.get('reason', '')}"
                     self.first_seen.setdefault(tag, now)
                     if cond["type"] in ("SliceDown", "Recovering") and cond["status"] == "True":
-                        self.reasons.append(f"{cond['type']}")
+                        self._note(cond["type"])
                     if cond.get("reason") == "Recovered":
-                        self.reasons.append("Recovered")
+                        self._note("Recovered")
             time.sleep(0.1)
+
+    def _note(self, reason: str) -> None:
+        if not self.reasons or self.reasons[-1] != reason:
+            self.reasons.append(reason)
 
     def seen_after(self, tag: str, after: float) -> float | None:
         at = self.first_seen.get(tag)
