@@ -100,8 +100,11 @@ class Watch:
                 last_row = row
             for cond in status.get("conditions") or []:
                 key = (cond["status"], cond.get("reason", ""))
-                if conditions.get(cond["type"]) != key:
+                before = conditions.get(cond["type"])
+                if before != key:
                     conditions[cond["type"]] = key
+                    if before is None and cond["status"] != "True":
+                        continue  # a quiet start: show what is true, then every change
                     line = (f"    condition {cond['type']}={cond['status']} "
                             f"({cond.get('reason', '')}): {cond.get('message', '')}")
                     say(line)
@@ -124,10 +127,11 @@ class Watch:
 
 
 def _checkpoint(status: dict[str, Any]) -> str:
-    value = (status.get("checkpoint") or {}).get("latestCommittedStep")
-    if value is None:
-        value = (status.get("training") or {}).get("lastCommittedCheckpointStep")
-    return "-" if value is None else str(value)
+    # The trainer knows first; the operator's storage scan confirms it a little later.
+    values = [v for v in ((status.get("checkpoint") or {}).get("latestCommittedStep"),
+                          (status.get("training") or {}).get("lastCommittedCheckpointStep"))
+              if isinstance(v, int)]
+    return str(max(values)) if values else "-"
 
 
 def _head_command(job_obj: dict[str, Any]) -> list[str]:
