@@ -48,6 +48,14 @@ crd: venv
 golden: venv
 	VENV=$(VENV) hack/regen-golden
 
+# Regenerate manifests/install.yaml and the chart's copy of the CRD (pinned helm).
+manifests: crd cluster-binaries
+	hack/render-manifests
+
+# End to end on kind with real containers; needs a running Docker engine (not in `make test`).
+e2e-kind: cluster-binaries
+	hack/kind-e2e.sh
+
 clean:
 	-$(VENV)/bin/etj cluster down
 	rm -rf $(VENV) demo-output

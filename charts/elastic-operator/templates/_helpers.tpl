@@ -1,0 +1,83 @@
+{{/* Names, labels and the operator's RBAC rules, shared by the templates. */}}
+
+{{- define "elastic-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name; a release named like the chart is not repeated. */}}
+{{- define "elastic-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "elastic-operator.serviceAccountName" -}}
+{{- default (include "elastic-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "elastic-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "elastic-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "elastic-operator.labels" -}}
+{{ include "elastic-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: elastic-training-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "elastic-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+Rules on namespaced resources: exactly what the operator does. Its API calls are all in
+operator/elastic_operator/kube.py; kopf lists and watches the resources the handlers
+(operator/elastic_operator/handlers.py) subscribe to; and RBAC lets it create the per-job
+trainer Role only if it holds every permission that Role grants. Kept in step with the
+code by tests/unit/test_packaging_rbac.py. Granted cluster-wide (ClusterRoleBinding) when
+watchNamespaces is empty, else by one RoleBinding per watched namespace.
+*/}}
+{{- define "elastic-operator.namespacedRules" -}}
+# The jobs it serves: read and watched, never written except their status.
+- apiGroups: ["elastic.pathways.dev"]
+  resources: ["elastictrainingjobs"]
+  verbs: ["get", "list", "watch"]
+# Conditions, slices and counters. get: the trainer Role grants it (see below).
+- apiGroups: ["elastic.pathways.dev"]
+  resources: ["elastictrainingjobs/status"]
+  verbs: ["get", "patch"]
+# One JobSet per job, owned by it; patch toggles spec.suspend. Never deleted by the
+# operator: the garbage collector cascades a job's deletion.
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# Slice health from the worker pods (a failed pod is seen before its Job fails); the
+# simulated backend's trainer Role grants list/watch on pods too.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# The per-job trainer identity (ServiceAccount, Role, RoleBinding), created once; the
+# Role only grants what the operator holds above, so no `bind` or `escalate`.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["create"]
+{{- end -}}
+
+{{/* Cluster-scoped, read-only: a NotReady node takes its slices down. */}}
+{{- define "elastic-operator.clusterRules" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}

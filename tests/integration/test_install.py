@@ -1,0 +1,704 @@
+"""Install from manifests/install.yaml on the local control plane and run the operator with
+exactly the chart's RBAC.
+
+The operator runs as a subprocess with a token of the chart's ServiceAccount (TokenRequest
+API), so every request it makes is authorized by the installed ClusterRole and nothing
+else. Its arguments are the chart Deployment's own (with the namespace narrowed to the
+test's), so the chart and `etj operator` are checked together. The Deployment itself is
+only validated (server-side dry run): kwok would "run" its pod without running anything.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from elastic_operator.localcluster.versions import cache_dir, load_versions
+
+if TYPE_CHECKING:
+    from elastic_operator.localcluster import Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL = ROOT / "manifests" / "install.yaml"
+CHART = ROOT / "charts" / "elastic-operator"
+ETJ = Path(sys.executable).with_name("etj")
+GROUP, VERSION, PLURAL = "elastic.pathways.dev", "v1alpha1", "elastictrainingjobs"
+WORKER_SLICE_LABEL = "jobset.sigs.k8s.io/job-index"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+FAILED_SLICE = 2
+# Full RBAC reaches SliceDown within seconds of the fault; a crippled operator gets this
+# long to prove it cannot (the only bounded wait here: a negative cannot be polled).
+NEGATIVE_WINDOW_S = 15.0
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def kubectl(cluster: Cluster, *args: str, stdin: str | None = None,
+            kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig or cluster.kubeconfig)}
+    return subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def apply_docs(cluster: Cluster, docs: list[dict[str, Any]], *extra: str) -> None:
+    stream = yaml.safe_dump_all(docs)
+    result = kubectl(cluster, "apply", "--server-side", "--force-conflicts",
+                     "--field-manager=etj-install-test", "-f", "-", *extra, stdin=stream)
+    assert result.returncode == 0, f"kubectl apply failed:\n{result.stderr}"
+
+
+def helm_template(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
+    version = load_versions()["HELM_VERSION"]
+    helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
+    if not os.access(helm, os.X_OK):
+        pytest.fail(f"helm {version} not found at {helm}: run hack/build-control-plane.sh")
+    args = [str(helm), "template", release, str(CHART), "--namespace", namespace]
+    for value in values:
+        args += ["--set", value]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def token_kubeconfig(cluster: Cluster, namespace: str, service_account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token)."""
+    from kubernetes import client
+
+    api = cluster.api_client()
+    try:
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+        response = client.CoreV1Api(api).create_namespaced_service_account_token(
+            service_account, namespace, request)
+        assert response.status is not None
+        token = response.status.token
+    finally:
+        api.close()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster_entry = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [cluster_entry],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": cluster_entry["name"], "user": user}}],
+        "current-context": "sa",
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def client_for(kubeconfig: Path) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def operator_args(deployment: dict[str, Any], namespace: str) -> list[str]:
+    """The chart's container args, with the scope narrowed to the test's namespace and
+    free local ports (the session cluster is shared with other tests)."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = []
+    for arg in container["args"]:
+        if arg == "--all-namespaces" or arg.startswith("--namespace"):
+            continue
+        if arg.startswith("--liveness-port") or arg.startswith("--metrics-port"):
+            continue
+        if arg.startswith("--log-format"):
+            arg = "--log-format=text"
+        args.append(arg)
+    return [*args, f"--namespace={namespace}"]
+
+
+@contextlib.contextmanager
+def running_operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[Path]:
+    liveness, metrics = free_port(), free_port()
+    argv = [str(ETJ), "operator", *args, f"--liveness-port={liveness}",
+            f"--metrics-port={metrics}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env["KUBECONFIG"] = str(kubeconfig)
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    try:
+        def alive() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"operator exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{liveness}/healthz", timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_for(alive, 60, "the operator's liveness endpoint")
+        yield log
+    except BaseException:
+        # The log lives in a temporary directory: show its end with the failure.
+        print(f"--- last lines of the operator log {log} ---", file=sys.stderr)
+        print("\n".join(log.read_text().splitlines()[-60:]), file=sys.stderr)
+        raise
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def article_job(name: str, namespace: str) -> dict[str, Any]:
+    """The article's job (backend pathways, v5e 4x4 x 3 slices) from examples/article.yaml."""
+    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "article.yaml").read_text())
+    job["metadata"] = {"name": name, "namespace": namespace}
+    job["spec"]["checkpoint"]["directory"] = f"/tmp/etj-install-test/{namespace}/checkpoints"
+    return job
+
+
+# kopf probes these without needing them (it falls back to the namespaces it was given and
+# to the resources discovered at start); a 403 on them is expected under least privilege.
+KOPF_OPTIONAL = re.compile(
+    r"customresourcedefinitions|/api/v1/namespaces(?:[?'\"\s]|$)|Not enough permissions")
+
+
+# A whole-word 403 (namespace names carry random hex, which may contain "403").
+REFUSED = re.compile(r"\b403\b|\bForbidden\b")
+
+
+def forbidden_lines(log_text: str) -> list[str]:
+    """Log lines where a request of the operator was refused (403), minus kopf's optional
+    cluster scans."""
+    return [
+        line for line in log_text.splitlines()
+        if REFUSED.search(line) and not KOPF_OPTIONAL.search(line)
+    ]
+
+
+def get_job(api: Any, namespace: str, name: str) -> dict[str, Any]:
+    from kubernetes import client
+
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name)
+    assert isinstance(obj, dict)
+    return obj
+
+
+def condition(api: Any, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    status = get_job(api, namespace, name).get("status") or {}
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), None)
+
+
+def slice_down_events(api: Any, namespace: str, name: str) -> list[str]:
+    """Messages of the SliceDown Events posted on the job."""
+    from kubernetes import client
+
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},reason=SliceDown")
+    return [e.message or "" for e in events.items]
+
+
+def worker_pod(api: Any, namespace: str, slice_index: int) -> Any:
+    from kubernetes import client
+
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        namespace,
+        label_selector=f"{REPLICATED_JOB_LABEL}=worker,{WORKER_SLICE_LABEL}={slice_index}")
+    running = [p for p in pods.items if p.status is not None and p.status.phase == "Running"]
+    return running[0] if running else None
+
+
+def trainer_report(detected_at: datetime, now: datetime) -> dict[str, Any]:
+    """A trainer's report after an elastic event, as docs/status-contract.md describes."""
+    from elastic_operator.api.models import ElasticEventReport, TrainingReport
+
+    report = TrainingReport(
+        observed_at=now, state="Training", step=130, total_steps=10000, loss=2.5,
+        attempt=1, active_slices=3, last_committed_checkpoint_step=100,
+        elastic_events_total=1, retries_remaining=9,
+        elastic_event=ElasticEventReport(
+            id=1, phase="Resumed", detected_at=detected_at,
+            error=f"DATA_LOSS: slice {FAILED_SLICE} is down", failed_step=121,
+            slices_down=[FAILED_SLICE], restored_from_step=100, restore_source="checkpoint",
+            restored_at=now, resumed_at=now, resumed_step=101,
+        ),
+    )
+    return {"status": {"training": report.to_wire()}}
+
+
+def patch_status_as(api: Any, namespace: str, name: str, body: dict[str, Any]) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, body)
+
+
+# --- fixtures ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: Cluster) -> list[dict[str, Any]]:
+    """manifests/install.yaml applied (the Deployment only dry-run on the server)."""
+    docs = [d for d in yaml.safe_load_all(INSTALL.read_text()) if d]
+    deployment = [d for d in docs if d["kind"] == "Deployment"]
+    assert len(deployment) == 1
+    apply_docs(cluster, [d for d in docs if d["kind"] != "Deployment"])
+    apply_docs(cluster, deployment, "--dry-run=server")
+
+    from kubernetes import client
+
+    api = cluster.api_client()
+    try:
+        ext = client.ApiextensionsV1Api(api)
+
+        def established() -> bool:
+            crd = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+            conditions = (crd.status.conditions if crd.status else None) or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+        wait_for(established, 30, "the ElasticTrainingJob CRD to be established")
+    finally:
+        api.close()
+    return docs
+
+
+def only(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="etj-install-") as d:
+        yield Path(d)
+
+
+# --- the flow ---------------------------------------------------------------------------
+
+
+def take_job_through_slice_failure(cluster: Cluster, namespace: str, operator_log: Path) -> None:
+    """Submit the article's job; fail a worker of slice 2; SliceDown names it; the slice is
+    replaced; the trainer (with its own per-job token) reports the resumed step; Recovered."""
+    from kubernetes import client
+
+    from elastic_operator.localcluster.faults import fail_pod
+
+    admin = cluster.api_client()
+    name = "install-e2e"
+    try:
+        client.CustomObjectsApi(admin).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, article_job(name, namespace))
+
+        def workers_running() -> bool:
+            return all(worker_pod(admin, namespace, s) is not None for s in range(3))
+
+        wait_for(workers_running, 90,
+                 f"a running worker pod in each slice (operator log: {operator_log})")
+
+        # The fault must come after the operator has seen every slice Ready: a pod that
+        # fails and is replaced before the operator looks leaves no trace to report.
+        def all_slices_ready() -> bool:
+            status = get_job(admin, namespace, name).get("status") or {}
+            return bool(status.get("slicesReady") == 3)
+
+        wait_for(all_slices_ready, 90, f"status.slicesReady=3 (operator log: {operator_log})")
+        victim = worker_pod(admin, namespace, FAILED_SLICE)
+        detected_at = datetime.now(UTC)
+        fail_pod(admin, namespace, victim.metadata.name)
+
+        # SliceDown=True can last less than a poll (kwok starts the replacement at once),
+        # so its Event, which stays, counts as seeing it too.
+        def slice_down() -> str | None:
+            cond = condition(admin, namespace, name, "SliceDown")
+            if cond and cond["status"] == "True":
+                return str(cond["message"])
+            events = slice_down_events(admin, namespace, name)
+            return events[0] if events else None
+
+        message = wait_for(slice_down, 90, f"SliceDown (operator log: {operator_log})")
+        assert f"slice {FAILED_SLICE}" in message, message
+        counters = (get_job(admin, namespace, name).get("status") or {}).get("counters", {})
+        assert counters.get("sliceFailures") == 1, counters
+
+        def slice_back() -> bool:
+            cond = condition(admin, namespace, name, "SliceDown")
+            return bool(cond and cond["status"] == "False")
+
+        wait_for(slice_back, 90, f"SliceDown=False after the Job replaced the pod "
+                                 f"(operator log: {operator_log})")
+
+        # The trainer's report, sent with the head pod's own ServiceAccount token.
+        jobset: Any = client.CustomObjectsApi(admin).get_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", name)
+        head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
+        trainer_sa = head["template"]["spec"]["template"]["spec"]["serviceAccountName"]
+        kubeconfig = token_kubeconfig(cluster, namespace, trainer_sa,
+                                      operator_log.with_name("trainer.kubeconfig"))
+        trainer = client_for(kubeconfig)
+        try:
+            patch_status_as(trainer, namespace, name,
+                            trainer_report(detected_at, datetime.now(UTC)))
+        finally:
+            trainer.close()
+
+        def recovered() -> dict[str, Any] | None:
+            cond = condition(admin, namespace, name, "Recovering")
+            return cond if cond and cond["status"] == "False" and cond["reason"] == "Recovered" \
+                else None
+
+        done = wait_for(recovered, 60, f"Recovering=False reason Recovered "
+                                       f"(operator log: {operator_log})")
+        assert done["message"], done
+        refused = forbidden_lines(operator_log.read_text())
+        assert not refused, "the operator was refused requests:\n" + "\n".join(refused[:10])
+    finally:
+        admin.close()
+
+
+def test_install_manifest_operator_takes_a_job_through_a_slice_failure(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+) -> None:
+    sa = only(installed, "ServiceAccount")["metadata"]
+    kubeconfig = token_kubeconfig(cluster, sa["namespace"], sa["name"],
+                                  workdir / "operator.kubeconfig")
+    args = operator_args(only(installed, "Deployment"), namespace)
+    with running_operator(args, kubeconfig, workdir / "operator.log") as log:
+        take_job_through_slice_failure(cluster, namespace, log)
+
+
+def unique_release() -> str:
+    """A release name holding the chart's name, so its objects are named after it alone
+    (cluster-scoped ClusterRoles must not collide between tests)."""
+    return f"elastic-operator-{uuid.uuid4().hex[:6]}"
+
+
+def chart_rbac(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
+    docs = helm_template(release, namespace, *values)
+    return [d for d in docs if d["kind"] in
+            ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+
+
+@contextlib.contextmanager
+def installed_release(cluster: Cluster, docs: list[dict[str, Any]]) -> Iterator[None]:
+    apply_docs(cluster, docs)
+    try:
+        yield
+    finally:
+        for doc in docs:
+            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                kubectl(cluster, "delete", doc["kind"].lower(), doc["metadata"]["name"],
+                        "--ignore-not-found")
+
+
+def test_namespace_scoped_chart_rbac_is_enough(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+) -> None:
+    """watchNamespaces=[ns]: only a RoleBinding in ns plus read-only nodes."""
+    release = unique_release()
+    docs = chart_rbac(release, namespace, f"watchNamespaces={{{namespace}}}")
+    assert not [d for d in docs if d["kind"] == "ClusterRoleBinding"
+                and d["roleRef"]["name"] == release]
+    with installed_release(cluster, docs):
+        sa = only(docs, "ServiceAccount")["metadata"]
+        kubeconfig = token_kubeconfig(cluster, namespace, sa["name"],
+                                      workdir / "operator.kubeconfig")
+        deployment = only(helm_template(release, namespace, f"watchNamespaces={{{namespace}}}"),
+                          "Deployment")
+        with running_operator(operator_args(deployment, namespace), kubeconfig,
+                              workdir / "operator.log") as log:
+            take_job_through_slice_failure(cluster, namespace, log)
+
+
+def without_verb(
+    docs: list[dict[str, Any]], role: str, resource: str, verb: str,
+) -> list[dict[str, Any]]:
+    docs = copy.deepcopy(docs)
+    cluster_role = only(docs, "ClusterRole", role)
+    hits = 0
+    for rule in cluster_role["rules"]:
+        if resource in rule["resources"] and verb in rule["verbs"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+            hits += 1
+    assert hits, f"the chart's ClusterRole {role} does not grant {verb} on {resource}"
+    return docs
+
+
+@contextlib.contextmanager
+def crippled_operator(cluster: Cluster, namespace: str, workdir: Path, resource: str,
+                      verb: str, *extra_args: str) -> Iterator[Path]:
+    """The operator with the chart's namespace-scoped RBAC minus one verb."""
+    release = unique_release()
+    values = f"watchNamespaces={{{namespace}}}"
+    docs = without_verb(chart_rbac(release, namespace, values), release, resource, verb)
+    with installed_release(cluster, docs):
+        sa = only(docs, "ServiceAccount")["metadata"]
+        kubeconfig = token_kubeconfig(cluster, namespace, sa["name"],
+                                      workdir / "operator.kubeconfig")
+        deployment = only(helm_template(release, namespace, values), "Deployment")
+        args = [*operator_args(deployment, namespace), *extra_args]
+        with running_operator(args, kubeconfig, workdir / "operator.log") as log:
+            yield log
+
+
+@pytest.mark.parametrize(
+    ("resource", "verb"),
+    [
+        # RBAC escalation prevention: the operator may not create the trainer Role, which
+        # grants this, so it stops before the JobSet.
+        (f"{PLURAL}/status", "patch"),
+        # The JobSet itself is refused.
+        ("jobsets", "create"),
+    ],
+)
+def test_a_verb_missing_from_the_rbac_keeps_the_job_from_slice_down(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+    resource: str, verb: str,
+) -> None:
+    """The chart's RBAC minus one verb: the operator's request is refused (403 in its log)
+    and the job never reaches SliceDown, even after a worker pod fails."""
+    from kubernetes import client
+
+    from elastic_operator.localcluster.faults import fail_pod
+
+    with crippled_operator(cluster, namespace, workdir, resource, verb) as log:
+        admin = cluster.api_client()
+        try:
+            name = "missing-verb"
+            client.CustomObjectsApi(admin).create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, article_job(name, namespace))
+            refused = wait_for(lambda: forbidden_lines(log.read_text()), 90,
+                               f"a refused request in the operator log ({log})")
+            assert any("HTTP 403" in line for line in refused), refused[:5]
+            # Fail a worker if one runs at all; either way SliceDown cannot show.
+            victim = worker_pod(admin, namespace, FAILED_SLICE)
+            if victim is not None:
+                fail_pod(admin, namespace, victim.metadata.name)
+            deadline = time.monotonic() + NEGATIVE_WINDOW_S
+            while time.monotonic() < deadline:
+                cond = condition(admin, namespace, name, "SliceDown")
+                seen = (cond and cond["status"] == "True") or \
+                    slice_down_events(admin, namespace, name)
+                assert not seen, (
+                    f"SliceDown was reported without {verb} on {resource}: the verb is not "
+                    "needed, remove it from the chart"
+                )
+                time.sleep(1)
+        finally:
+            admin.close()
+
+
+def test_without_pods_watch_the_operator_is_refused_its_pod_watch(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+) -> None:
+    """The chart's RBAC minus `watch` on pods: kopf's pod watch (how a failed pod is seen
+    at once, before its Job or JobSet changes) is refused with 403."""
+    with crippled_operator(cluster, namespace, workdir, "pods", "watch") as log:
+        lines = wait_for(lambda: [line for line in forbidden_lines(log.read_text())
+                                  if "pods" in line and "watch" in line], 90,
+                         f"a 403 on the pods watch in the operator log ({log})")
+        assert lines
+
+
+# --- the per-job trainer identity ---------------------------------------------------------
+
+
+def access_review(api: Any, namespace: str, verb: str, resource: str, *, group: str = "",
+                  subresource: str = "", name: str = "") -> bool:
+    from kubernetes import client
+
+    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+        resource_attributes=client.V1ResourceAttributes(
+            namespace=namespace, verb=verb, group=group, resource=resource,
+            subresource=subresource or None, name=name or None)))
+    result = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    return bool(result.status is not None and result.status.allowed)
+
+
+def test_trainer_service_account_can_patch_only_its_own_jobs_status(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+) -> None:
+    """The per-job RBAC the operator creates (rendered by render_rbac): the trainer of job A
+    patches A's status, and cannot patch B's status, A's spec, or read Secrets."""
+    from kubernetes import client
+
+    from elastic_operator.api.models import ElasticTrainingJob
+    from elastic_operator.api.render import render_rbac
+
+    admin = cluster.api_client()
+    try:
+        custom = client.CustomObjectsApi(admin)
+        objects = {}
+        for name in ("job-a", "job-b"):
+            body = article_job(name, namespace)
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            objects[name] = body
+        core = client.CoreV1Api(admin)
+        core.create_namespaced_secret(namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name="not-for-trainers"), string_data={"k": "v"}))
+        rbac = render_rbac(ElasticTrainingJob.model_validate(objects["job-a"]))
+        apply_docs(cluster, [{**o, "metadata": {**o["metadata"], "namespace": namespace}}
+                             for o in rbac])
+        sa_name = only(rbac, "RoleBinding")["subjects"][0]["name"]
+    finally:
+        admin.close()
+
+    trainer = client_for(
+        token_kubeconfig(cluster, namespace, sa_name, workdir / "trainer.kubeconfig"))
+    try:
+        assert access_review(trainer, namespace, "patch", PLURAL, group=GROUP,
+                             subresource="status", name="job-a")
+        assert not access_review(trainer, namespace, "patch", PLURAL, group=GROUP,
+                                 subresource="status", name="job-b")
+        assert not access_review(trainer, namespace, "patch", PLURAL, group=GROUP, name="job-a")
+        assert not access_review(trainer, namespace, "get", "secrets")
+        assert not access_review(trainer, namespace, "list", "secrets")
+        assert not access_review(trainer, namespace, "create", "pods")
+
+        # And real requests, with the token: own status yes, the rest 403.
+        now = datetime.now(UTC)
+        patch_status_as(trainer, namespace, "job-a", trainer_report(now, now))
+        stored = get_job(trainer, namespace, "job-a")["status"]["training"]
+        assert stored["elasticEvent"]["phase"] == "Resumed"
+        for attempt in (
+            lambda: patch_status_as(trainer, namespace, "job-b", trainer_report(now, now)),
+            lambda: client.CustomObjectsApi(trainer).patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "job-a", {"spec": {"suspend": True}}),
+            lambda: client.CoreV1Api(trainer).read_namespaced_secret("not-for-trainers", namespace),
+            lambda: client.CoreV1Api(trainer).list_namespaced_secret(namespace),
+        ):
+            with pytest.raises(client.ApiException) as err:
+                attempt()
+            assert err.value.status == 403
+    finally:
+        trainer.close()
+
+
+def test_operator_service_account_cannot_read_secrets(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+) -> None:
+    from kubernetes import client
+
+    sa = only(installed, "ServiceAccount")["metadata"]
+    operator = client_for(token_kubeconfig(cluster, sa["namespace"], sa["name"],
+                                           workdir / "operator.kubeconfig"))
+    try:
+        for verb in ("get", "list", "watch"):
+            assert not access_review(operator, namespace, verb, "secrets")
+        assert not access_review(operator, namespace, "delete", "jobsets", group="jobset.x-k8s.io")
+        assert not access_review(operator, namespace, "delete", "pods")
+        assert access_review(operator, namespace, "patch", PLURAL, group=GROUP,
+                             subresource="status")
+        assert access_review(operator, "", "watch", "nodes")
+        with pytest.raises(client.ApiException) as err:
+            client.CoreV1Api(operator).list_namespaced_secret(namespace)
+        assert err.value.status == 403
+    finally:
+        operator.close()
+
+
+def test_operator_pod_meets_the_restricted_pod_security_standard(
+    cluster: Cluster, installed: list[dict[str, Any]],
+) -> None:
+    """The Deployment's pod, created (server-side dry run) in the install namespace, which
+    enforces the `restricted` Pod Security Standard; a weakened copy is refused there, so
+    the check is really enforced."""
+    from kubernetes import client
+
+    deployment = only(installed, "Deployment")
+    namespace = deployment["metadata"]["namespace"]
+    template = deployment["spec"]["template"]
+    pod: Any = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"generateName": "psa-check-", "labels": template["metadata"]["labels"]},
+           "spec": template["spec"]}
+    api = cluster.api_client()
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(namespace, pod, dry_run="All")
+
+        weakened = copy.deepcopy(pod)
+        weakened["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+        with pytest.raises(client.ApiException) as err:
+            core.create_namespaced_pod(namespace, weakened, dry_run="All")
+        assert err.value.status == 403 and "PodSecurity" in str(err.value.body)
+    finally:
+        api.close()
+
+
+def test_helm_install_upgrade_and_uninstall_keep_the_crd(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str,
+) -> None:
+    """The chart through real `helm install/upgrade/uninstall` on the API server (what
+    `helm lint` cannot check). kwok plays the operator pod, so `--wait` sees the
+    Deployment available; uninstall removes every object but the CRD."""
+    from kubernetes import client
+
+    version = load_versions()["HELM_VERSION"]
+    helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
+    release = unique_release()
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+
+    def run_helm(*args: str) -> str:
+        result = subprocess.run([str(helm), *args, "--namespace", namespace],
+                                capture_output=True, text=True, timeout=300, env=env)
+        assert result.returncode == 0, f"helm {args[0]} failed:\n{result.stderr}"
+        return result.stdout
+
+    values = ["--set", f"watchNamespaces={{{namespace}}}"]
+    run_helm("install", release, str(CHART), *values, "--wait", "--timeout", "120s")
+    api = cluster.api_client()
+    try:
+        rbac = client.RbacAuthorizationV1Api(api)
+        assert rbac.read_namespaced_role_binding(release, namespace).role_ref.name == release
+        run_helm("upgrade", release, str(CHART), *values, "--set", "operator.logFormat=text",
+                 "--wait", "--timeout", "120s")
+        deployment = client.AppsV1Api(api).read_namespaced_deployment(release, namespace)
+        assert deployment.spec is not None and deployment.spec.template.spec is not None
+        args = deployment.spec.template.spec.containers[0].args or []
+        assert "--log-format=text" in args, args
+        run_helm("uninstall", release, "--wait", "--timeout", "120s")
+        for name in (release, f"{release}-nodes"):
+            with pytest.raises(client.ApiException) as err:
+                rbac.read_cluster_role(name)
+            assert err.value.status == 404
+        client.ApiextensionsV1Api(api).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    finally:
+        api.close()
+        subprocess.run([str(helm), "uninstall", release, "--namespace", namespace,
+                        "--ignore-not-found"], capture_output=True, env=env, timeout=120)

@@ -1,0 +1,499 @@
+"""The two images, checked without a Docker engine.
+
+Each Dockerfile is parsed: every file it copies must exist in the repository and pass
+.dockerignore, it must end as a numeric non-root user created in the final stage, its
+base must be pinned, and the command of its ENTRYPOINT must work after a plain install of
+the extra it installs. The last check runs `etj` in a subprocess where every module that
+the extra (and the base dependencies) would not bring is made unimportable, so a
+subcommand that quietly needs jax (operator) or kopf (trainer) fails here and not in a
+cluster.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT_NAME = PYPROJECT["project"]["name"]
+
+# image -> (Dockerfile, the extra it must install, the subcommand its ENTRYPOINT runs)
+IMAGES = {
+    "operator": ("Dockerfile.operator", "operator", "operator"),
+    "trainer": ("Dockerfile.trainer", "trainer", "train"),
+}
+
+
+# --- a small Dockerfile parser ------------------------------------------------------------
+
+
+@dataclass
+class Instruction:
+    keyword: str
+    args: str
+    line: int
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[Instruction] = field(default_factory=list)
+
+
+def parse_dockerfile(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """(global ARG defaults, stages). Joins `\\` continuations; drops comments."""
+    instructions: list[Instruction] = []
+    pending = ""
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if pending and stripped.startswith("#"):
+            continue  # comment lines inside a continuation are ignored by Docker
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        full = pending + stripped
+        pending = ""
+        keyword, _, args = full.partition(" ")
+        instructions.append(Instruction(keyword.upper(), args.strip(), start))
+    assert not pending, "Dockerfile ends inside a line continuation"
+
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for ins in instructions:
+        if ins.keyword == "ARG" and not stages:
+            key, _, default = ins.args.partition("=")
+            global_args[key] = default
+        elif ins.keyword == "FROM":
+            words = ins.args.split()
+            words = [w for w in words if not w.startswith("--platform")]
+            base = re.sub(r"\$\{?(\w+)\}?", lambda m: global_args.get(m.group(1), m.group(0)),
+                          words[0])
+            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(base, name))
+        else:
+            assert stages, f"line {ins.line}: {ins.keyword} before FROM"
+            stages[-1].instructions.append(ins)
+    return global_args, stages
+
+
+def exec_form(ins: Instruction) -> list[str]:
+    value = json.loads(ins.args)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), (
+        f"line {ins.line}: {ins.keyword} must use the exec form (a JSON list of strings), "
+        "so signals reach the process"
+    )
+    return value
+
+
+def copy_sources(ins: Instruction) -> list[str] | None:
+    """Sources of a COPY/ADD from the build context; None for COPY --from=<stage>."""
+    words = ins.args.split()
+    flags = [w for w in words if w.startswith("--")]
+    if any(f.startswith("--from") for f in flags):
+        return None
+    paths = [w for w in words if not w.startswith("--")]
+    assert len(paths) >= 2, f"line {ins.line}: COPY needs a source and a destination"
+    return paths[:-1]
+
+
+def glob_regex(pattern: str) -> str:
+    """A .dockerignore pattern as a regex: `**` spans directories, `*` and `?` do not."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def dockerignore_excludes(patterns: list[str], path: str) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parents wins."""
+    parts = path.strip("/").split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    excluded = False
+    for raw in patterns:
+        negate = raw.startswith("!")
+        regex = glob_regex((raw[1:] if negate else raw).strip("/"))
+        if any(re.fullmatch(regex, c) for c in candidates):
+            excluded = not negate
+    return excluded
+
+
+def load(image: str) -> tuple[Path, list[Stage]]:
+    dockerfile = ROOT / IMAGES[image][0]
+    assert dockerfile.is_file(), f"{dockerfile.name} is missing"
+    return dockerfile, parse_dockerfile(dockerfile.read_text())[1]
+
+
+def dockerignore_patterns() -> list[str]:
+    path = ROOT / ".dockerignore"
+    assert path.is_file(), ".dockerignore is missing: the build context would carry .venv and .git"
+    return [
+        line.strip() for line in path.read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+
+
+# --- static checks ----------------------------------------------------------------------
+
+
+def test_dockerignore_matcher_follows_docker_rules() -> None:
+    patterns = ["*", "!operator/", "**/__pycache__"]
+    assert dockerignore_excludes(patterns, ".venv/bin/python")
+    assert not dockerignore_excludes(patterns, "operator/elastic_operator/cli.py")
+    assert dockerignore_excludes(patterns, "operator/elastic_operator/__pycache__/cli.pyc")
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_every_copied_file_exists_and_reaches_the_build_context(image: str) -> None:
+    dockerfile, stages = load(image)
+    patterns = dockerignore_patterns()
+    copied = []
+    for stage in stages:
+        for ins in stage.instructions:
+            if ins.keyword not in ("COPY", "ADD"):
+                continue
+            sources = copy_sources(ins)
+            if sources is None:
+                continue
+            for source in sources:
+                path = ROOT / source
+                assert path.exists(), (
+                    f"{dockerfile.name}:{ins.line} copies {source}, which does not exist")
+                files = [path] if path.is_file() else [p for p in path.rglob("*.py")]
+                assert files, f"{dockerfile.name}:{ins.line}: {source} holds no Python files"
+                for f in files:
+                    rel = f.relative_to(ROOT).as_posix()
+                    assert not dockerignore_excludes(patterns, rel), (
+                        f"{dockerfile.name}:{ins.line} copies {rel}, but .dockerignore excludes it"
+                    )
+                copied.append(source)
+    # The package cannot be installed without its metadata and both source trees
+    # (setuptools finds packages under operator/ and trainer/).
+    for needed in ("pyproject.toml", "operator", "trainer", PYPROJECT["project"]["readme"]):
+        assert needed in copied, f"{dockerfile.name} never copies {needed}, which the install needs"
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_runs_as_a_numeric_non_root_user_created_in_the_final_stage(image: str) -> None:
+    dockerfile, stages = load(image)
+    final = stages[-1]
+    users = [ins for ins in final.instructions if ins.keyword == "USER"]
+    assert users, f"{dockerfile.name}: the final stage has no USER, so it runs as root"
+    user = users[-1].args.split(":")[0]
+    assert user.isdigit(), (
+        f"{dockerfile.name}: USER {user} must be numeric, or Kubernetes cannot verify runAsNonRoot"
+    )
+    assert int(user) != 0, f"{dockerfile.name}: USER is root"
+    runs = " ".join(ins.args for ins in final.instructions if ins.keyword == "RUN")
+    assert re.search(rf"useradd\b[^&]*--uid {user}\b", runs), (
+        f"{dockerfile.name}: uid {user} is never created in the final stage"
+    )
+    env = " ".join(ins.args for ins in final.instructions if ins.keyword == "ENV")
+    # kopf calls getpass.getuser(): without $USER it needs a passwd entry for the uid, and
+    # a pod may run under another uid than the image's (runAsUser).
+    assert re.search(r"\bUSER=\w", env), f"{dockerfile.name}: ENV does not set USER"
+    assert re.search(r"\bHOME=/tmp\b", env), f"{dockerfile.name}: HOME must be writable (/tmp)"
+    later = final.instructions[final.instructions.index(users[-1]) + 1:]
+    assert not [i for i in later if i.keyword == "RUN"], (
+        f"{dockerfile.name}: RUN after USER would need root-owned paths to be writable"
+    )
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_base_image_is_pinned_and_matches_requires_python(image: str) -> None:
+    dockerfile, stages = load(image)
+    requires = PYPROJECT["project"]["requires-python"]
+    minimum = re.fullmatch(r">=\s*(\d+)\.(\d+)", requires)
+    assert minimum, f"unexpected requires-python {requires!r}"
+    for stage in stages:
+        match = re.fullmatch(r"python:(\d+)\.(\d+)\.(\d+)-slim-(bookworm|trixie)", stage.base)
+        assert match, (
+            f"{dockerfile.name}: base {stage.base!r} is not pinned to an exact "
+            "python:X.Y.Z-slim-<debian> tag"
+        )
+        assert (int(match[1]), int(match[2])) >= (int(minimum[1]), int(minimum[2]))
+    assert len({s.base for s in stages}) == 1, "build and runtime stages use different bases"
+
+
+def installed_extras(stages: list[Stage]) -> list[str]:
+    found = []
+    for stage in stages:
+        for ins in stage.instructions:
+            if ins.keyword == "RUN":
+                found += re.findall(r"pip install[^&]*?[\"']?\.\[([\w,-]+)\][\"']?", ins.args)
+    return found
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_installs_exactly_its_extra_with_the_pinned_constraints(image: str) -> None:
+    dockerfile, stages = load(image)
+    _, extra, _ = IMAGES[image]
+    assert installed_extras(stages) == [extra], (
+        f"{dockerfile.name} must install the package with exactly '.[{extra}]'"
+    )
+    assert extra in PYPROJECT["project"]["optional-dependencies"]
+    runs = " ".join(i.args for s in stages for i in s.instructions if i.keyword == "RUN")
+    assert "-c constraints.txt" in runs, f"{dockerfile.name}: install without constraints.txt"
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_entrypoint_is_the_etj_subcommand(image: str) -> None:
+    dockerfile, stages = load(image)
+    _, _, subcommand = IMAGES[image]
+    entrypoints = [i for i in stages[-1].instructions if i.keyword == "ENTRYPOINT"]
+    assert entrypoints, f"{dockerfile.name}: no ENTRYPOINT"
+    argv = exec_form(entrypoints[-1])
+    assert argv[:2] == ["etj", subcommand], f"{dockerfile.name}: ENTRYPOINT {argv}"
+    assert "etj" in PYPROJECT["project"]["scripts"], "pyproject.toml no longer defines `etj`"
+    for ins in stages[-1].instructions:
+        if ins.keyword == "CMD":
+            exec_form(ins)
+
+
+# --- the entrypoint works with only that extra installed ----------------------------------
+
+
+def dependency_closure(extra: str) -> set[str]:
+    """Canonical names of the distributions a plain `pip install .[extra]` brings."""
+    wanted: list[tuple[str, frozenset[str]]] = [(PROJECT_NAME, frozenset({extra}))]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    names: set[str] = set()
+    while wanted:
+        name, extras = wanted.pop()
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        names.add(canonicalize_name(name))
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # an optional platform dependency that is not installed here
+        for line in dist.requires or []:
+            req = Requirement(line)
+            envs = [{"extra": e} for e in extras] or [{"extra": ""}]
+            if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+                wanted.append((req.name, frozenset(req.extras)))
+    return names
+
+
+def blocked_top_level_modules(extra: str) -> list[str]:
+    allowed = dependency_closure(extra)
+    blocked = []
+    for top, dists in metadata.packages_distributions().items():
+        if top in sys.stdlib_module_names or top.startswith("_") or not top.isidentifier():
+            continue
+        if not any(canonicalize_name(d) in allowed for d in dists):
+            blocked.append(top)
+    return sorted(blocked)
+
+
+def lazy_imports(module_name: str) -> list[str]:
+    """Modules a subcommand imports inside functions (cli.py asks for heavy imports there)."""
+    spec = __import__("importlib.util").util.find_spec(module_name)
+    assert spec is not None and spec.origin, f"cannot find {module_name}"
+    tree = ast.parse(Path(spec.origin).read_text())
+    package = module_name.rpartition(".")[0]
+    found = []
+    for func in ast.walk(tree):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.Import):
+                found += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    found.append(f"{base}.{node.module}" if node.module else base)
+                elif node.module:
+                    found.append(node.module)
+    return sorted(set(found))
+
+
+BLOCKED_RUNNER = textwrap.dedent("""
+    import importlib, importlib.abc, json, sys
+    blocked = set(json.loads(sys.argv[1]))
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in blocked:
+                raise ModuleNotFoundError(
+                    f"No module named {name!r} (not installed by this image's extra)", name=name)
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    mode, payload = sys.argv[2], json.loads(sys.argv[3])
+    if mode == "import":
+        for module in payload:
+            importlib.import_module(module)
+        print("imported", len(payload))
+    else:
+        from elastic_operator.cli import main
+        sys.argv = ["etj", *payload]
+        sys.exit(main(payload))
+""")
+
+
+def run_blocked(extra: str, mode: str, payload: list[str]) -> subprocess.CompletedProcess[str]:
+    blocked = blocked_top_level_modules(extra)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKED_RUNNER, json.dumps(blocked), mode, json.dumps(payload)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+
+
+def test_blocker_hides_what_the_extra_does_not_bring() -> None:
+    # jax comes only with the trainer extra, kopf only with the operator extra.
+    assert "jax" in blocked_top_level_modules("operator")
+    assert "kopf" not in blocked_top_level_modules("operator")
+    assert "kopf" in blocked_top_level_modules("trainer")
+    assert "jax" not in blocked_top_level_modules("trainer")
+    result = run_blocked("operator", "import", ["jax"])
+    assert result.returncode != 0 and "not installed by this image's extra" in result.stderr
+
+
+def trainer_image_subcommands() -> set[str]:
+    """The `etj` subcommands the renderer runs from a job's trainer image (every example)."""
+    import yaml
+
+    from elastic_operator.api.models import ElasticTrainingJob
+    from elastic_operator.api.render import render
+
+    found = set()
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "ElasticTrainingJob":
+                continue
+            job = ElasticTrainingJob.model_validate(doc)
+            for obj in render(job):
+                for container in _containers(obj):
+                    if container.get("image") == job.spec.trainer.image:
+                        command = container.get("command") or []
+                        assert command[:1] == ["etj"], (path.name, container["name"], command)
+                        found.add(command[1])
+    return found
+
+
+def _containers(obj: Any) -> list[dict[str, Any]]:
+    found = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                found += [c for c in value if isinstance(c, dict)]
+            else:
+                found += _containers(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            found += _containers(item)
+    return found
+
+
+def test_trainer_image_runs_train_and_the_slice_agent() -> None:
+    assert trainer_image_subcommands() == {"train", "slice-agent"}
+
+
+def image_subcommands() -> list[tuple[str, str]]:
+    pairs = [(image, sub) for image, (_, _, sub) in IMAGES.items()]
+    pairs += [("trainer", sub) for sub in ("slice-agent",)]
+    return sorted(set(pairs))
+
+
+@pytest.mark.parametrize(("image", "subcommand"), image_subcommands())
+def test_every_command_of_the_image_exists_after_installing_only_its_extra(
+    image: str, subcommand: str,
+) -> None:
+    _, extra, _ = IMAGES[image]
+    listing = run_blocked(extra, "cli", ["--help"])
+    assert listing.returncode == 0, f"`etj --help` fails with only [{extra}]:\n{listing.stderr}"
+    assert re.search(rf"^\s+{re.escape(subcommand)}\s", listing.stdout, re.M), (
+        f"`etj --help` with only [{extra}] installed does not list `{subcommand}` "
+        f"(its module is missing or fails to import):\n{listing.stdout}"
+    )
+    help_run = run_blocked(extra, "cli", [subcommand, "--help"])
+    assert help_run.returncode == 0, f"`etj {subcommand} --help` fails:\n{help_run.stderr}"
+
+    from elastic_operator.cli import SUBCOMMANDS
+
+    module_name = SUBCOMMANDS[subcommand][0]
+    heavy = lazy_imports(module_name)
+    imported = run_blocked(extra, "import", [module_name, *heavy])
+    assert imported.returncode == 0, (
+        f"`etj {subcommand}` imports {heavy} when it runs; with only [{extra}] installed "
+        f"that fails:\n{imported.stderr[-3000:]}"
+    )
+
+
+# --- hack/kind-e2e.sh without Docker ------------------------------------------------------
+
+
+def run_kind_e2e(path_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "hack" / "kind-e2e.sh")], capture_output=True, text=True,
+        timeout=60, env={"PATH": str(path_dir), "HOME": str(path_dir)},
+    )
+
+
+def tool_dir(tmp_path: Path, tools: list[str]) -> Path:
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        found = shutil.which(tool)
+        assert found, f"{tool} is needed to run this test"
+        (bin_dir / tool).symlink_to(found)
+    return bin_dir
+
+
+BASIC_TOOLS = ["bash", "dirname", "date", "cat", "tail", "mktemp", "rm"]
+
+
+def test_kind_e2e_says_docker_is_missing_and_fails(tmp_path: Path) -> None:
+    result = run_kind_e2e(tool_dir(tmp_path, BASIC_TOOLS))
+    assert result.returncode == 1, result
+    assert "Docker is not installed" in result.stderr and "Nothing was run" in result.stderr
+    assert "PASS" not in result.stdout
+
+
+def test_kind_e2e_says_the_docker_engine_is_unreachable_and_fails(tmp_path: Path) -> None:
+    bin_dir = tool_dir(tmp_path, BASIC_TOOLS)
+    fake = bin_dir / "docker"  # a client whose daemon is down, as `docker info` reports it
+    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    result = run_kind_e2e(bin_dir)
+    assert result.returncode == 1, result
+    assert "cannot reach a Docker engine" in result.stderr
+    assert "Cannot connect to the Docker daemon" in result.stderr
+    assert "creating kind cluster" not in result.stdout and "PASS" not in result.stdout

@@ -1,0 +1,294 @@
+"""The Helm chart and the manifests rendered from it, checked with the pinned helm.
+
+`helm lint --strict` and `helm template` run for real; the rendered objects are checked
+for the hardening the operator promises (non-root, read-only root filesystem, no
+privilege escalation, least-privilege RBAC) and against the real `etj operator` argument
+parser, so the chart and the CLI cannot drift apart.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from elastic_operator.localcluster.versions import cache_dir, load_versions
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "elastic-operator"
+RELEASE = "elastic-operator"
+RELEASE_NAMESPACE = "elastic-operator-system"
+
+# Verbs the operator may hold at all. Never delete: the garbage collector cascades a job's
+# deletion through ownerReferences. Never update: every write is a patch.
+ALLOWED_VERBS = {"get", "list", "watch", "create", "patch"}
+READ_VERBS = {"get", "list", "watch"}
+
+
+def helm() -> Path:
+    version = load_versions()["HELM_VERSION"]
+    path = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
+    if not os.access(path, os.X_OK):
+        pytest.fail(
+            f"helm {version} not found at {path}: run hack/build-control-plane.sh "
+            "(make cluster-binaries), or set HELM to a helm v3 binary"
+        )
+    return path
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm()), *args], capture_output=True, text=True, timeout=120)
+
+
+def set_args(values: dict[str, str] | None) -> list[str]:
+    args: list[str] = []
+    for key, value in (values or {}).items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
+def render(values: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    result = run_helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
+                      *set_args(values))
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def only(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}
+SCENARIOS = {
+    "defaults": None,
+    "namespaced": NAMESPACED,
+    "servicemonitor": {"metrics.serviceMonitor.enabled": "true", "operator.logFormat": "text"},
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_helm_lint_strict(scenario: str) -> None:
+    result = run_helm("lint", "--strict", str(CHART), "--namespace", RELEASE_NAMESPACE,
+                      *set_args(SCENARIOS[scenario]))
+    assert result.returncode == 0, f"helm lint failed:\n{result.stdout}\n{result.stderr}"
+
+
+def test_chart_version_follows_the_package() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["version"] == version and chart["appVersion"] == version, (
+        f"Chart.yaml version/appVersion {chart['version']}/{chart['appVersion']} != "
+        f"pyproject.toml {version}"
+    )
+
+
+def test_deployment_is_single_recreate_and_hardened() -> None:
+    docs = render()
+    deployment = only(docs, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["serviceAccountName"] == only(docs, "ServiceAccount")["metadata"]["name"]
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["runAsNonRoot"] is True
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]], "/tmp must be an emptyDir (read-only root)"
+    assert all("hostPath" not in v for v in volumes.values())
+
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz"
+    assert probe["port"] == "liveness" and ports["liveness"] == 8080
+    assert f"--liveness-port={ports['liveness']}" in container["args"]
+    assert f"--metrics-port={ports['metrics']}" in container["args"]
+    assert container["image"] == "ghcr.io/elastic-training-operator/operator:0.1.0"
+
+
+def operator_parser_args(args: list[str]) -> Any:
+    from elastic_operator.cli import build_parser
+
+    parser = build_parser()
+    subparsers = parser._subparsers
+    assert subparsers is not None
+    subcommands = subparsers._group_actions[0].choices
+    assert "operator" in subcommands, (
+        "`etj operator` is not registered (elastic_operator.operator_cli is missing or fails "
+        "to import), so the chart's arguments cannot be checked"
+    )
+    return parser.parse_args(["operator", *args])
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "namespaced"])
+def test_container_args_parse_with_the_real_operator_cli(scenario: str) -> None:
+    deployment = only(render(SCENARIOS[scenario]), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    try:
+        parsed = operator_parser_args(container["args"])
+    except SystemExit as exc:
+        pytest.fail(f"`etj operator {' '.join(container['args'])}` is rejected (exit {exc.code})")
+    assert parsed.log_format == "json"
+    assert parsed.liveness_port == 8080 and parsed.metrics_port == 9090
+    if scenario == "namespaced":
+        assert sorted(parsed.namespace) == ["team-a", "team-b"]
+        assert not parsed.all_namespaces
+    else:
+        assert parsed.all_namespaces and not parsed.namespace
+
+
+def rbac_rules(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{d['kind']}/{d['metadata']['name']}", rule)
+        for d in docs if d["kind"] in ("ClusterRole", "Role")
+        for rule in d.get("rules", [])
+    ]
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "namespaced"])
+def test_rbac_has_no_wildcards_no_secrets_and_only_needed_verbs(scenario: str) -> None:
+    rules = rbac_rules(render(SCENARIOS[scenario]))
+    assert rules
+    for where, rule in rules:
+        for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+            assert "*" not in rule.get(key, []), f"{where}: wildcard in {key}: {rule}"
+        assert "nonResourceURLs" not in rule, f"{where}: {rule}"
+        assert "secrets" not in rule["resources"], f"{where} grants Secrets: {rule}"
+        assert set(rule["verbs"]) <= ALLOWED_VERBS, (
+            f"{where} grants {set(rule['verbs']) - ALLOWED_VERBS}: {rule}"
+        )
+        assert not {"bind", "escalate", "impersonate"} & set(rule["verbs"])
+
+
+def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, str]]:
+    role = only(docs, "ClusterRole", role_name)
+    return {
+        (group, resource, verb)
+        for rule in role["rules"] for group in rule["apiGroups"]
+        for resource in rule["resources"] for verb in rule["verbs"]
+    }
+
+
+def test_nodes_are_read_only_and_the_only_cluster_scoped_resource() -> None:
+    docs = render(NAMESPACED)
+    assert grants(docs, f"{RELEASE}-nodes") == {("", "nodes", v) for v in READ_VERBS}
+    cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions"}
+    namespaced = grants(docs, RELEASE)
+    assert not {r for _, r, _ in namespaced} & cluster_scoped
+
+
+def bindings_of(docs: list[dict[str, Any]], role_name: str) -> list[dict[str, Any]]:
+    return [
+        d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and d["roleRef"]["name"] == role_name
+    ]
+
+
+def test_cluster_scope_binds_the_operator_role_cluster_wide() -> None:
+    docs = render()
+    sa = only(docs, "ServiceAccount")["metadata"]
+    for role in (RELEASE, f"{RELEASE}-nodes"):
+        (binding,) = bindings_of(docs, role)
+        assert binding["kind"] == "ClusterRoleBinding"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa["name"], "namespace": RELEASE_NAMESPACE}
+        ]
+    assert sa["namespace"] == RELEASE_NAMESPACE
+
+
+def test_namespace_scope_binds_the_operator_role_only_in_watched_namespaces() -> None:
+    docs = render(NAMESPACED)
+    bindings = bindings_of(docs, RELEASE)
+    assert {b["kind"] for b in bindings} == {"RoleBinding"}
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    (nodes,) = bindings_of(docs, f"{RELEASE}-nodes")
+    assert nodes["kind"] == "ClusterRoleBinding"
+
+
+def test_metrics_service_selects_the_operator_pod_and_its_metrics_port() -> None:
+    docs = render()
+    service = only(docs, "Service")
+    pod = only(docs, "Deployment")["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (port,) = service["spec"]["ports"]
+    (container,) = pod["spec"]["containers"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    assert not of_kind(docs, "ServiceMonitor"), "the ServiceMonitor must be opt-in"
+
+
+def test_service_monitor_scrapes_the_metrics_service_when_enabled() -> None:
+    docs = render(SCENARIOS["servicemonitor"])
+    monitor = only(docs, "ServiceMonitor")
+    service = only(docs, "Service")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    result = run_helm("template", RELEASE, str(CHART),
+                      "--set", "metrics.serviceMonitor.enabled=true",
+                      "--set", "metrics.service.enabled=false")
+    assert result.returncode != 0 and "metrics.service.enabled" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("operator.logFormat", "xml"), ("watchNamespaces", "{Bad_Namespace}"),
+     ("operator.metricsPort", "0")],
+)
+def test_values_schema_rejects_bad_values_naming_the_field(key: str, value: str) -> None:
+    result = run_helm("template", RELEASE, str(CHART), "--set", f"{key}={value}")
+    assert result.returncode != 0, f"{key}={value} was accepted"
+    assert key.split(".")[-1] in result.stderr, result.stderr
+
+
+def test_chart_ships_the_generated_crd() -> None:
+    generated = ROOT / "crds" / "elastictrainingjobs.yaml"
+    copy = CHART / "crds" / "elastictrainingjobs.yaml"
+    assert generated.is_file(), "crds/elastictrainingjobs.yaml is missing: run `make crd`"
+    assert copy.is_file() and copy.read_bytes() == generated.read_bytes(), (
+        "charts/elastic-operator/crds/elastictrainingjobs.yaml differs from "
+        "crds/elastictrainingjobs.yaml: run hack/render-manifests (make manifests)"
+    )
+
+
+def test_install_manifest_is_current() -> None:
+    helm()  # a clear failure when helm is missing
+    result = subprocess.run(
+        [str(ROOT / "hack" / "render-manifests"), "--check"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HELM": str(helm())},
+    )
+    assert result.returncode == 0, (
+        f"manifests/install.yaml is stale: run hack/render-manifests (make manifests)\n"
+        f"{result.stdout}{result.stderr}"
+    )
+
+
+def test_install_manifest_stands_alone_for_kubectl_apply() -> None:
+    docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "install.yaml").read_text()) if d]
+    kinds = [d["kind"] for d in docs]
+    assert kinds[0] == "CustomResourceDefinition", "the CRD must come first"
+    namespace = only(docs, "Namespace")["metadata"]["name"]
+    assert namespace == RELEASE_NAMESPACE
+    for doc in docs:
+        if doc["kind"] in ("ServiceAccount", "Deployment", "Service"):
+            assert doc["metadata"]["namespace"] == namespace, doc["metadata"]
+    crd = only(docs, "CustomResourceDefinition")
+    assert crd["spec"]["group"] == "elastic.pathways.dev"

@@ -1,0 +1,204 @@
+"""The chart's RBAC is exactly what the operator's code needs: no less, no more.
+
+Three sources of need, all read from the real code:
+  - every method of `Kube` (operator/elastic_operator/kube.py, the only module that calls
+    the API) maps to the permissions its request needs (the table below; a new method
+    fails the test until it is added, and the chart with it);
+  - kopf lists and watches every resource the handlers subscribe to (read from the
+    registry that `etj operator` builds), and would patch the ones with change handlers;
+  - RBAC lets the operator create the per-job trainer Role only if it holds every
+    permission the Role grants (render_rbac, for every backend).
+The chart must grant the union of these, and nothing else. Sufficiency is also shown for
+real on the local control plane (tests/integration/test_install.py).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from elastic_operator.api import GROUP, PLURAL
+from elastic_operator.api.models import ElasticTrainingJob
+from elastic_operator.api.render import render, render_rbac
+from elastic_operator.kube import Kube
+from elastic_operator.localcluster.versions import cache_dir, load_versions
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "elastic-operator"
+Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
+CLUSTER_SCOPED = {"nodes"}
+
+# What each request of kube.py needs. `create` is resolved from what the renderer emits.
+KUBE_METHODS: dict[str, set[Permission]] = {
+    "get_job": {(GROUP, PLURAL, "get")},
+    "list_jobs": {(GROUP, PLURAL, "list")},
+    "get_jobset": {("jobset.x-k8s.io", "jobsets", "get")},
+    "list_job_pods": {("", "pods", "list")},
+    "get_nodes": {("", "nodes", "get")},
+    "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
+    "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
+    "post_event": {("", "events", "create")},
+    "create": set(),  # filled in by created_kinds()
+}
+# Not requests of their own: the transport, and construction.
+KUBE_NOT_CALLS = {"request", "from_environment"}
+PLURALS = {"JobSet": ("jobset.x-k8s.io", "jobsets"), "ServiceAccount": ("", "serviceaccounts"),
+           "Role": ("rbac.authorization.k8s.io", "roles"),
+           "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings")}
+
+
+def example_jobs() -> list[ElasticTrainingJob]:
+    jobs = []
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "ElasticTrainingJob":
+                doc["metadata"].setdefault("namespace", "ns")
+                jobs.append(ElasticTrainingJob.model_validate(doc))
+    backends = {job.spec.backend for job in jobs}
+    assert backends == {"pathways", "simulated"}, f"examples cover only {backends}"
+    return jobs
+
+
+def created_permissions() -> set[Permission]:
+    needed = set()
+    for job in example_jobs():
+        for obj in render(job):
+            assert obj["kind"] in PLURALS, (
+                f"the renderer now emits a {obj['kind']}: add it to PLURALS here and the "
+                "create verb to the chart's RBAC"
+            )
+            group, resource = PLURALS[obj["kind"]]
+            needed.add((group, resource, "create"))
+    return needed
+
+
+def kube_permissions() -> set[Permission]:
+    methods = {
+        name for name, member in vars(Kube).items()
+        if not name.startswith("_") and (callable(member) or isinstance(member, classmethod))
+    }
+    unknown = methods - set(KUBE_METHODS) - KUBE_NOT_CALLS
+    assert not unknown, (
+        f"kube.py has new API calls {sorted(unknown)}: add the permissions they need to "
+        "KUBE_METHODS here and to charts/elastic-operator/templates/_helpers.tpl"
+    )
+    needed: set[Permission] = set()
+    for perms in KUBE_METHODS.values():
+        needed |= perms
+    return needed | created_permissions()
+
+
+def kopf_permissions() -> set[Permission]:
+    from elastic_operator.handlers import (
+        Reconciler,
+        Scheduler,
+        WatchScope,
+        build_registry,
+    )
+    from elastic_operator.metrics import OperatorMetrics
+
+    reconciler = Reconciler(Kube(None), OperatorMetrics(CollectorRegistry()))
+    registry = build_registry(Scheduler(reconciler), WatchScope(True, []), 30.0)
+    needed: set[Permission] = set()
+    for kind, verbs in ((registry._watching, ("list", "watch")),
+                        (registry._spawning, ("list", "watch", "patch")),
+                        (registry._changing, ("list", "watch", "patch")),
+                        (registry._indexing, ("list", "watch"))):
+        for handler in kind.get_all_handlers():
+            selector = handler.selector
+            assert selector is not None and selector.group is not None
+            resource = selector.plural or selector.any_name
+            assert resource, f"cannot tell the resource of {selector}"
+            needed |= {(selector.group, resource, verb) for verb in verbs}
+    assert not registry._webhooks.get_all_handlers(), "admission webhooks need more RBAC"
+    return needed
+
+
+def trainer_role_permissions() -> set[Permission]:
+    granted: set[Permission] = set()
+    for job in example_jobs():
+        for obj in render_rbac(job):
+            if obj["kind"] == "Role":
+                for rule in obj["rules"]:
+                    granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"]
+                                for v in rule["verbs"]}
+    return granted
+
+
+def chart_permissions() -> set[Permission]:
+    version = load_versions()["HELM_VERSION"]
+    helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
+    if not os.access(helm, os.X_OK):
+        pytest.fail(f"helm {version} not found at {helm}: run hack/build-control-plane.sh")
+    result = subprocess.run([str(helm), "template", "x", str(CHART)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    granted: set[Permission] = set()
+    for doc in yaml.safe_load_all(result.stdout):
+        if doc and doc["kind"] in ("ClusterRole", "Role"):
+            for rule in doc["rules"]:
+                granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"]
+                            for v in rule["verbs"]}
+    return granted
+
+
+def describe(perms: set[Permission]) -> str:
+    return ", ".join(f"{v} {g + '/' if g else ''}{r}" for g, r, v in sorted(perms))
+
+
+def test_chart_grants_everything_the_operator_does() -> None:
+    needed = kube_permissions() | kopf_permissions() | trainer_role_permissions()
+    missing = needed - chart_permissions()
+    assert not missing, f"the chart's RBAC lacks: {describe(missing)}"
+
+
+def test_chart_grants_nothing_the_operator_does_not_do() -> None:
+    needed = kube_permissions() | kopf_permissions() | trainer_role_permissions()
+    extra = chart_permissions() - needed
+    assert not extra, f"the chart grants what no code uses: {describe(extra)}"
+
+
+def test_operator_holds_every_permission_it_grants_to_trainers() -> None:
+    # Without this, creating the trainer Role is refused (RBAC escalation prevention).
+    missing = trainer_role_permissions() - chart_permissions()
+    assert not missing, f"the operator cannot grant {describe(missing)}"
+
+
+def test_trainer_role_is_scoped_to_its_own_job() -> None:
+    for job in example_jobs():
+        (role,) = [o for o in render_rbac(job) if o["kind"] == "Role"]
+        for rule in role["rules"]:
+            if GROUP in rule["apiGroups"]:
+                assert rule["resourceNames"] == [job.metadata.name], rule
+            assert "secrets" not in rule["resources"]
+            assert set(rule["verbs"]) <= {"get", "list", "watch", "patch"}, rule
+
+
+def test_only_nodes_need_cluster_scope() -> None:
+    resources = {r for _, r, _ in kube_permissions() | kopf_permissions()}
+    # Everything but nodes is namespaced, so namespace mode (RoleBindings) suffices.
+    assert resources & CLUSTER_SCOPED == {"nodes"}
+    assert not {"namespaces", "customresourcedefinitions", "secrets"} & resources
+
+
+def test_the_table_matches_the_requests_kube_py_makes() -> None:
+    """Each method's source names the path and HTTP verb the table claims."""
+    expected_http = {"get_job": "GET", "list_jobs": "GET", "get_jobset": "GET",
+                     "list_job_pods": "GET", "get_nodes": "GET", "create": "POST",
+                     "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
+                     "post_event": "POST"}
+    for name, method in expected_http.items():
+        source = inspect.getsource(getattr(Kube, name))
+        uses_helper = "_get_or_none" in source and method == "GET"
+        assert f'"{method}"' in source or uses_helper, f"Kube.{name} no longer sends {method}"
+    fragments: dict[str, Any] = {"list_job_pods": "/pods", "get_nodes": "/nodes/",
+                                 "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
+                                 "patch_job_status": "/status", "post_event": "/events"}
+    for name, fragment in fragments.items():
+        assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)
