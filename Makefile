@@ -48,6 +48,11 @@ crd: venv
 golden: venv
 	VENV=$(VENV) hack/regen-golden
 
+# Benchmarks (docs/benchmarks.md): JSON in bench/results/, table regenerated in the docs.
+# e.g. make bench BENCH_ARGS="--only recovery"  or  BENCH_ARGS="--jobs 50"
+bench: venv cluster-binaries
+	$(PY) -m bench $(BENCH_ARGS)
+
 # Regenerate manifests/install.yaml and the chart's copy of the CRD (pinned helm).
 manifests: crd cluster-binaries
 	hack/render-manifests

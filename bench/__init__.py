@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench [--quick] [--only NAME[,NAME]]` (see docs/benchmarks.md)."""

@@ -1,0 +1,158 @@
+"""`python -m bench --quick` still runs end to end and writes every figure.
+
+It starts its own local control plane (N=2 jobs need 8 TPU node pools), so it is a
+cluster test. No timing is asserted: only that each result has every key with a sane
+type and that the counts add up.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+STATS_KEYS = {"n", "p50", "p99", "mean", "min", "max"}
+PHASE_KEYS = {"failed_step", "restored_from_step", "restore_source", "steps_lost",
+              "detect_seconds", "wait_seconds", "restore_seconds", "compile_seconds",
+              "first_step_seconds", "other_seconds", "detect_to_resumed_seconds",
+              "compilation_cache_hits"}
+
+
+def _num(value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    assert isinstance(value, int | float) and not isinstance(value, bool), value
+    assert math.isfinite(value), value
+
+
+def _nonneg(value: Any) -> None:
+    _num(value)
+    assert value >= 0, value
+
+
+def _stats(value: Any, n: int | None = None) -> None:
+    assert set(value) == STATS_KEYS, value
+    if n is not None:
+        assert value["n"] == n, value
+    if value["n"]:
+        for key in STATS_KEYS - {"n"}:
+            _nonneg(value[key])
+        assert value["min"] <= value["p50"] <= value["p99"] <= value["max"], value
+
+
+def _phases(e: dict[str, Any]) -> None:
+    assert set(e) >= PHASE_KEYS, e
+    for key in ("wait_seconds", "restore_seconds", "compile_seconds", "first_step_seconds",
+                "other_seconds", "detect_to_resumed_seconds"):
+        _nonneg(e[key])
+    assert e["restore_source"] in ("snapshot", "checkpoint", "none")
+    assert e["steps_lost"] == e["failed_step"] - e["restored_from_step"] >= 0
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out_dir = tmp_path_factory.mktemp("bench-results")
+    docs = out_dir / "benchmarks.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--results-dir", str(out_dir),
+         "--docs", str(docs)],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not docs.exists(), "a quick run must not rewrite the docs table"
+    summary: dict[str, Any] = json.loads((out_dir / "summary-quick.json").read_text())
+    for name in ("detection", "recovery", "overhead", "restore"):
+        per_file = json.loads((out_dir / f"{name}-quick.json").read_text())
+        assert per_file == summary["benchmarks"][name]
+    return summary
+
+
+def test_every_benchmark_ran_quick(results: dict[str, Any]) -> None:
+    assert results["quick"] is True
+    assert set(results["benchmarks"]) == {"detection", "recovery", "overhead", "restore"}
+    for entry in results["benchmarks"].values():
+        assert entry["quick"] is True and isinstance(entry["measured_at"], str)
+        assert entry["machine"]["cpus"] >= 1
+
+
+def test_detection_result(results: dict[str, Any]) -> None:
+    d = results["benchmarks"]["detection"]["result"]
+    assert (d["n_jobs"], d["slices_per_job"], d["hosts_per_slice"]) == (2, 4, 4)
+    assert d["pods"] == 2 * (4 * 4 + 1)
+    assert d["failures_injected"] == d["failures_detected"] == 2, d["errors"]
+    _stats(d["operator_slice_down_seconds"], n=2)
+    _stats(d["jobset_ready_drop_seconds"], n=2)
+    _stats(d["job_failed_count_seconds"])
+    paired = d["operator_minus_jobset_paired_seconds"]  # may be negative: a difference
+    assert set(paired) == STATS_KEYS and paired["n"] == 2
+    for key in STATS_KEYS - {"n"}:
+        _num(paired[key])
+    for key in ("ratio_p50_operator_vs_jobset", "ratio_p99_operator_vs_jobset"):
+        _nonneg(d[key])
+    cpu = d["operator_cpu_seconds_per_1000_pods"]
+    _nonneg(cpu["startup"])
+    _nonneg(cpu["quiet_per_minute"])
+    rss = d["operator_rss_bytes"]
+    assert 0 < rss["idle"] <= rss["peak"] and rss["steady"] <= rss["peak"]
+    _nonneg(d["operator_peak_rss_mib_per_1000_pods"])
+    # Every slice event costs the operator at least a status patch.
+    events = d["operator_requests"]["events"]
+    assert events.get("PATCH elastictrainingjobs/status", 0) >= 2, events
+    assert d["api_requests_per_slice_event"] >= 1
+    _num(d["api_requests_per_slice_event_net_of_resync"])
+    assert isinstance(d["errors"], list)
+
+
+def test_recovery_result(results: dict[str, Any]) -> None:
+    r = results["benchmarks"]["recovery"]["result"]
+    assert set(r["configs"]) == {"tiny"}
+    c = r["configs"]["tiny"]
+    for key in ("from_snapshot", "from_checkpoint", "resize_without_compilation_cache",
+                "resize_with_warm_compilation_cache"):
+        _phases(c[key])
+    assert c["from_snapshot"]["restore_source"] == "snapshot"
+    assert c["from_checkpoint"]["restore_source"] == "checkpoint"
+    assert c["from_snapshot"]["steps_lost"] <= c["from_checkpoint"]["steps_lost"]
+    # The warm run found its programs in the persistent cache; the other compiled them.
+    assert c["resize_with_warm_compilation_cache"]["compilation_cache_hits"] >= 1
+    assert c["resize_without_compilation_cache"]["compilation_cache_hits"] == 0
+    for key in ("ratio_restore_seconds_snapshot_vs_checkpoint",
+                "ratio_detect_to_resumed_snapshot_vs_checkpoint",
+                "ratio_detect_to_resumed_cache_vs_none"):
+        _nonneg(c[key])
+    _num(c["ratio_compile_seconds_cache_vs_none"], allow_none=True)
+    sweep = r["steps_lost_vs_snapshot_period"]
+    assert [p["snapshot_period"] for p in sweep] == [1, 4]
+    assert sweep[0]["steps_lost"] == 0 and sweep[0]["restore_source"] == "snapshot"
+    assert all(isinstance(p["steps_lost"], int) and p["steps_lost"] >= 0 for p in sweep)
+
+
+def test_overhead_result(results: dict[str, Any]) -> None:
+    o = results["benchmarks"]["overhead"]["result"]
+    c = o["configs"]["tiny"]
+    steady = c["steps"] - c["warmup_steps_dropped"]
+    _stats(c["plain_step_seconds"], n=steady * c["rounds"])
+    _stats(c["elastic_step_seconds"], n=(steady - 1) * c["rounds"])
+    _nonneg(c["ratio_mean_step_elastic_vs_plain"])
+    _nonneg(c["ratio_median_step_elastic_vs_plain"])
+
+
+def test_restore_result(results: dict[str, Any]) -> None:
+    r = results["benchmarks"]["restore"]["result"]
+    assert r["checkpoint_bytes"] > 0 and r["files"] >= 1
+    # Random values do not compress: the checkpoint is about the size of the state.
+    assert r["checkpoint_bytes"] >= 0.9 * r["state_bytes"]
+    for mode in ("cold", "warm"):
+        m = r[mode]
+        for key in ("plain_read_mib_per_s", "orbax_restore_mib_per_s",
+                    "ratio_orbax_vs_plain_read_throughput"):
+            _nonneg(m[key])
+        assert len(m["plain_read_seconds"]) == len(m["orbax_restore_seconds"]) >= 1
+        assert isinstance(m["page_cache_evicted"], bool)

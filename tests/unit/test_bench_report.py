@@ -1,0 +1,107 @@
+"""The pure parts of bench/: statistics, the operator request classifier, the docs table."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import report
+from bench.common import percentile, ratio, stats, union_seconds
+from bench.opshim import classify
+
+
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=50),
+       st.floats(min_value=0, max_value=100))
+def test_percentile_lies_between_neighbours(values: list[float], q: float) -> None:
+    got = percentile(values, q)
+    assert got is not None
+    ordered = sorted(values)
+    assert ordered[0] <= got <= ordered[-1]
+    assert percentile(values, 0) == ordered[0] and percentile(values, 100) == ordered[-1]
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    np = pytest.importorskip("numpy")
+    rng = random.Random(7)
+    values = [rng.expovariate(1.0) for _ in range(101)]
+    for q in (1, 50, 90, 99):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_stats_and_ratio_of_nothing() -> None:
+    assert stats([]) == {"n": 0, "p50": None, "p99": None, "mean": None, "min": None,
+                         "max": None}
+    assert ratio(1.0, 0.0) is None and ratio(None, 2.0) is None and ratio(1.0, 4.0) == 0.25
+
+
+def test_union_seconds_counts_nested_and_overlapping_spans_once() -> None:
+    spans = [(0.0, 10.0), (2.0, 3.0), (9.0, 12.0), (20.0, 21.0)]
+    assert union_seconds(spans, 1.0, 20.5) == pytest.approx(9.0 + 2.0 + 0.5)
+    assert union_seconds(spans, 12.0, 20.0) == 0.0
+    assert union_seconds([], 0.0, 1.0) == 0.0
+
+
+@pytest.mark.parametrize(("method", "url", "key"), [
+    ("GET", "https://h:1/api/v1/namespaces/ns/pods?labelSelector=x", "LIST pods"),
+    ("GET", "https://h:1/api/v1/namespaces/ns/pods?watch=true&resourceVersion=3", "WATCH pods"),
+    ("GET", "/api/v1/namespaces/ns/pods/p1", "GET pods"),
+    ("patch", "/apis/elastic.pathways.dev/v1alpha1/namespaces/ns/elastictrainingjobs/j/status",
+     "PATCH elastictrainingjobs/status"),
+    ("GET", "/apis/jobset.x-k8s.io/v1alpha2/jobsets?watch=1", "WATCH jobsets"),
+    ("GET", "/api/v1/nodes", "LIST nodes"),
+    ("POST", "/api/v1/namespaces/ns/events", "POST events"),
+    ("GET", "/healthz", "GET /healthz"),
+])
+def test_classify_names_verb_and_resource(method: str, url: str, key: str) -> None:
+    assert classify(method, url) == key
+
+
+def _summary() -> dict:
+    phases = {"failed_step": 36, "restored_from_step": 35, "restore_source": "snapshot",
+              "steps_lost": 1, "detect_seconds": 0.01, "wait_seconds": 0.9,
+              "restore_seconds": 0.004, "compile_seconds": 0.0, "first_step_seconds": 0.02,
+              "other_seconds": 0.1, "detect_to_resumed_seconds": 1.02,
+              "compilation_cache_hits": 0}
+    s = stats([0.5, 1.0, 2.0])
+    return {"machine": {"cpus": 2}, "revision": "abc", "benchmarks": {
+        "detection": {"measured_at": "T1", "result": {
+            "n_jobs": 3, "slices_per_job": 4, "hosts_per_slice": 4, "pods": 51,
+            "operator_slice_down_seconds": s, "jobset_ready_drop_seconds": s,
+            "ratio_p50_operator_vs_jobset": 0.5, "ratio_p99_operator_vs_jobset": None,
+            "operator_cpu_seconds_per_1000_pods": {"startup": 1.0, "quiet_per_minute": 2.0},
+            "operator_rss_bytes": {"peak": 2**27},
+            "operator_peak_rss_mib_per_1000_pods": 10.0,
+            "api_requests_per_slice_event": 9.0,
+            "api_requests_per_slice_event_net_of_resync": 4.5}},
+        "recovery": {"measured_at": "T2", "result": {
+            "configs": {"tiny": {
+                "from_snapshot": phases, "from_checkpoint": {**phases, "steps_lost": 16},
+                "resize_without_compilation_cache": phases,
+                "resize_with_warm_compilation_cache": phases,
+                "ratio_restore_seconds_snapshot_vs_checkpoint": 0.1,
+                "ratio_detect_to_resumed_snapshot_vs_checkpoint": 0.9,
+                "ratio_compile_seconds_cache_vs_none": None,
+                "ratio_detect_to_resumed_cache_vs_none": 1.0}},
+            "steps_lost_vs_snapshot_period": [
+                {"snapshot_period": 1, "steps_lost": 0, "restore_source": "snapshot"},
+                {"snapshot_period": 0, "steps_lost": 17, "restore_source": "checkpoint"}],
+            "steps_lost_sweep_checkpoint_period": 20, "steps_lost_sweep_fail_at": "38:1"}},
+    }}
+
+
+def test_table_has_a_row_per_figure_and_keeps_the_rest_of_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"# Benchmarks\n\nintro\n\n{report.START}\nold table\n{report.END}\n\nafter\n")
+    report.update_docs(page, _summary())
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\nintro\n") and text.rstrip().endswith("after")
+    assert "old table" not in text and text.count(report.START) == 1
+    assert "3 jobs x 4 slices x 4 hosts (51 pods)" in text
+    assert "| 1.00 s | 1.00 s | 0.50 |" in text  # p50 ours, baseline, ratio
+    assert "off: 17 (checkpoint)" in text and "1: 0 (snapshot)" in text
+    assert "Trainer overhead" not in text  # not measured: no section
+    report.update_docs(page, _summary())
+    assert page.read_text() == text  # idempotent
