@@ -53,6 +53,12 @@ golden: venv
 bench: venv cluster-binaries
 	$(PY) -m bench $(BENCH_ARGS)
 
+# The long chaos run: random faults for SOAK_SECONDS (default 30 min) on the local control
+# plane. Replay a failure with ETJ_CHAOS_SEED=<the seed the run prints>.
+SOAK_SECONDS ?= 1800
+soak: venv cluster-binaries
+	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest -ra -s tests/integration/test_chaos.py
+
 # Regenerate manifests/install.yaml and the chart's copy of the CRD (pinned helm).
 manifests: crd cluster-binaries
 	hack/render-manifests

@@ -34,6 +34,10 @@ Quantity = Annotated[
 # server's cost budget; they are generous for real jobs.
 ShortStr = Annotated[str, Field(max_length=253)]
 LongStr = Annotated[str, Field(max_length=4096)]
+# What the trainer reports is counted from zero and stays below 2**53 (exact in JSON
+# numbers; the API server reads schema bounds as floats); anything else is a bad
+# report (flagged in TrainingReportValid, and refused by the API server's schema).
+Count = Annotated[int, Field(ge=0, le=2**53 - 1)]
 
 
 class ApiModel(BaseModel):
@@ -271,19 +275,19 @@ class SliceStatus(StatusModel):
 class ElasticEventReport(StatusModel):
     """The trainer's view of its current (or most recent) elastic event."""
 
-    id: int = Field(description="1 for the first event of the run, then 2, 3, ...")
+    id: Count = Field(description="1 for the first event of the run, then 2, 3, ...")
     phase: Literal["Detected", "WaitingForSlices", "Restoring", "Resumed", "Failed"]
     detected_at: datetime
     error: str | None = Field(None, description="e.g. DATA_LOSS: slice 2 is down")
-    failed_step: int | None = Field(None, description="Last step completed before the failure.")
-    slices_down: list[int] = Field(default_factory=list)
-    restored_from_step: int | None = None
+    failed_step: Count | None = Field(None, description="Last step completed before the failure.")
+    slices_down: list[Count] = Field(default_factory=list)
+    restored_from_step: Count | None = None
     restore_source: Literal["snapshot", "checkpoint", "none"] | None = None
     restored_at: datetime | None = None
     resumed_at: datetime | None = Field(
         None, description="When the first step after restore completed.",
     )
-    resumed_step: int | None = None
+    resumed_step: Count | None = None
 
 
 class TrainingReport(StatusModel):
@@ -293,17 +297,17 @@ class TrainingReport(StatusModel):
     state: Literal["Initializing", "Training", "Recovering", "Succeeded", "Failed"]
     reason: str | None = Field(None, description="CamelCase reason when Failed.")
     message: str | None = None
-    step: int = 0
-    total_steps: int | None = None
+    step: Count = 0
+    total_steps: Count | None = None
     loss: float | None = None
     tokens_per_second: float | None = None
-    attempt: int = Field(0, description="Elastic attempt: 0, then +1 per elastic event.")
-    active_slices: int | None = None
-    last_committed_checkpoint_step: int | None = None
-    last_snapshot_step: int | None = None
-    elastic_events_total: int = 0
-    retries_remaining: int | None = None
-    process_id: int | None = None
+    attempt: Count = Field(0, description="Elastic attempt: 0, then +1 per elastic event.")
+    active_slices: Count | None = None
+    last_committed_checkpoint_step: Count | None = None
+    last_snapshot_step: Count | None = None
+    elastic_events_total: Count = 0
+    retries_remaining: Count | None = None
+    process_id: Count | None = None
     host_name: str | None = None
     process_started_at: datetime | None = None
     elastic_event: ElasticEventReport | None = None

@@ -200,6 +200,7 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
         "command": trainer_command(job),
         "env": _override_env(env, _user_env(spec.trainer.env)),
         "volumeMounts": _tmp_mount(),
+        "securityContext": _trainer_security_context(),
     }
     resources = _resources({}, spec.trainer.resources)
     if resources:
@@ -311,6 +312,17 @@ def _pathways_worker(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, An
     }
 
 
+def _trainer_security_context() -> dict[str, Any]:
+    """Containers running our trainer image: non-root, no privilege escalation, no
+    capabilities. (Pathways' own images are left as Google ships them.)"""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": SLICE_AGENT_CONTAINER,
@@ -318,6 +330,7 @@ def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
         "command": ["etj", "slice-agent"],
         "env": [*_worker_env(job), *_job_identity_env(job)],
         "volumeMounts": _tmp_mount(),
+        "securityContext": _trainer_security_context(),
     }
     resources = _resources({}, _component(job, "worker").resources)
     if resources:
