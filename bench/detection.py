@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.common import REPO, ratio, stats
+from elastic_operator.localcluster.faults import wait_for
 
 NAMESPACE = "etj-bench"
 SLICES = 4
@@ -216,17 +217,6 @@ def _free_port() -> int:
         return port
 
 
-def _wait(predicate: Any, timeout: float, what: str, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
 class OperatorProcess:
     """`etj operator` (through bench.opshim) with psutil sampling of CPU and RSS."""
 
@@ -322,7 +312,7 @@ def _install_crd(api: Any) -> None:
         conds = (status.conditions if status else None) or []
         return any(c.type == "Established" and c.status == "True" for c in conds)
 
-    _wait(established, 60, f"CRD {name} established")
+    wait_for(established, 60, f"CRD {name} established")
 
 
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, Any]:
@@ -354,11 +344,11 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, A
         _install_crd(api)
         core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-        _wait(lambda: any(sa.metadata is not None and sa.metadata.name == "default" for sa in
+        wait_for(lambda: any(sa.metadata is not None and sa.metadata.name == "default" for sa in
                           core.list_namespaced_service_account(NAMESPACE).items),
               60, "the namespace's default ServiceAccount")
         operator = OperatorProcess(cluster.kubeconfig, workdir)
-        _wait(operator.healthy, 120, f"operator liveness (log {operator.log_path})", 0.5)
+        wait_for(operator.healthy, 120, f"operator liveness (log {operator.log_path})", 0.5)
         _start_watches(tl, cluster, SLICES)
         time.sleep(2.0)  # let the idle operator settle before its baseline
         idle_rss = operator.rss()
@@ -376,7 +366,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, A
                 return len(tl.running) >= n_jobs
 
         try:
-            _wait(all_running, 180 + 0.3 * pods_total, f"{n_jobs} jobs with every slice Ready",
+            wait_for(all_running, 180 + 0.3 * pods_total, f"{n_jobs} jobs with every slice Ready",
                   0.5)
         except TimeoutError as err:  # at scale: measure the jobs that did start
             tl.errors.append(str(err))
@@ -422,7 +412,8 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, A
                            and n in tl.pod_failed for n in started)
 
         try:
-            _wait(all_seen, 120 + 0.5 * n_jobs, "every failure seen by operator and JobSet", 0.25)
+            wait_for(all_seen, 120 + 0.5 * n_jobs, "every failure seen by operator and JobSet",
+                     0.25)
         except TimeoutError as err:
             tl.errors.append(str(err))
         time.sleep(2.0)  # the operator's trailing writes (events, metrics) for the last one

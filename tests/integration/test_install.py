@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from elastic_operator.localcluster.faults import wait_for
 from elastic_operator.localcluster.versions import cache_dir, load_versions
 
 if TYPE_CHECKING:
@@ -74,17 +75,6 @@ def helm_template(release: str, namespace: str, *values: str) -> list[dict[str, 
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d]
-
-
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def token_kubeconfig(cluster: Cluster, namespace: str, service_account: str, path: Path) -> Path:

@@ -30,6 +30,7 @@ import yaml
 from elastic_operator.api import GROUP, PLURAL, VERSION
 from elastic_operator.demo.summary import summarize
 from elastic_operator.demo.timeline import Mark, draw_timeline
+from elastic_operator.localcluster.faults import wait_for
 
 DEMO_NAMESPACE = "etj-demo"
 KILL_SLICE = 2
@@ -41,17 +42,6 @@ class DemoError(RuntimeError):
 
 def say(message: str) -> None:
     print(message, flush=True)
-
-
-def _wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass
@@ -182,9 +172,9 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
 
         crd = build_crd()
         extensions.create_custom_resource_definition(crd)
-        _wait(lambda: _crd_established(api, crd["metadata"]["name"]), 30, "the CRD")
+        wait_for(lambda: _crd_established(api, crd["metadata"]["name"]), 30, "the CRD")
         core.create_namespace({"metadata": {"name": DEMO_NAMESPACE}})
-        _wait(lambda: core.list_namespaced_service_account(
+        wait_for(lambda: core.list_namespaced_service_account(
             DEMO_NAMESPACE, field_selector="metadata.name=default").items, 30,
             "the namespace's default ServiceAccount")
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
@@ -210,7 +200,7 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
                 GROUP, VERSION, DEMO_NAMESPACE, PLURAL, name)
             return obj
 
-        _wait(lambda: (get_job().get("status") or {}).get("slicesReady") == 3, 120,
+        wait_for(lambda: (get_job().get("status") or {}).get("slicesReady") == 3, 120,
               "3 ready slices (12 worker pods Running on kwok nodes)")
         say("  JobSet created by the operator; 12 worker pods Ready")
 
@@ -230,7 +220,7 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         watch.start()
 
         period = int(job_obj["spec"]["checkpoint"]["periodSteps"])
-        _wait(lambda: (((get_job().get("status") or {}).get("training") or {})
+        wait_for(lambda: (((get_job().get("status") or {}).get("training") or {})
                        .get("lastCommittedCheckpointStep") or 0) >= 2 * period,
               300, "two committed checkpoints", interval=0.5)
         status_before = get_job().get("status") or {}
@@ -242,9 +232,9 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         faults.delete_pod(api, DEMO_NAMESPACE, victim, force=True)
         say(f"  killed {victim} at step {(status_before.get('training') or {}).get('step')}")
 
-        _wait(lambda: watch.seen_after("Recovering=False:Recovered", killed_at), 300,
+        wait_for(lambda: watch.seen_after("Recovering=False:Recovered", killed_at), 300,
               "the job to report Recovered")
-        rc = _wait(lambda: trainer.poll() is not None and [trainer.returncode], 600,
+        rc = wait_for(lambda: trainer.poll() is not None and [trainer.returncode], 600,
                    "the trainer to finish its steps", interval=0.5)[0]
         time.sleep(0.5)  # one more watch round for the final status
         watch.stop()
