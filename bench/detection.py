@@ -23,9 +23,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from bench.common import REPO, ratio, stats
+from elastic_operator.localcluster.cluster import free_port
+from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
 
 NAMESPACE = "etj-bench"
@@ -208,22 +210,13 @@ def _start_watches(tl: Timeline, cluster: Any, slices: int) -> list[threading.Th
     return threads
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class OperatorProcess:
     """`etj operator` (through bench.opshim) with psutil sampling of CPU and RSS."""
 
     def __init__(self, kubeconfig: Path, workdir: Path) -> None:
         self.counts_file = workdir / "operator-requests.json"
         self.log_path = workdir / "operator.log"
-        self.liveness_port = _free_port()
+        self.liveness_port = free_port()
         env = {**os.environ, "KUBECONFIG": str(kubeconfig),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                            os.environ.get("PYTHONPATH")]))}
@@ -231,7 +224,7 @@ class OperatorProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "bench.opshim", str(self.counts_file), "--",
                  "--namespace", NAMESPACE, "--liveness-port", str(self.liveness_port),
-                 "--metrics-port", str(_free_port())],
+                 "--metrics-port", str(free_port())],
                 env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
             )
         import psutil
@@ -293,28 +286,6 @@ def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in out.items() if v}
 
 
-def _install_crd(api: Any) -> None:
-    from kubernetes import client
-
-    from elastic_operator.api.crd import build_crd
-
-    ext = client.ApiextensionsV1Api(api)
-    body = build_crd()
-    name = body["metadata"]["name"]
-    try:
-        ext.create_custom_resource_definition(cast(Any, body))  # a plain dict is accepted
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
-
-    def established() -> bool:
-        status = ext.read_custom_resource_definition(name).status
-        conds = (status.conditions if status else None) or []
-        return any(c.type == "Established" and c.status == "True" for c in conds)
-
-    wait_for(established, 60, f"CRD {name} established")
-
-
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, Any]:
     from kubernetes import client
 
@@ -341,7 +312,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, A
     operator: OperatorProcess | None = None
     try:
         api = cluster.api_client()
-        _install_crd(api)
+        install_crd(api)
         core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
         wait_for(lambda: any(sa.metadata is not None and sa.metadata.name == "default" for sa in

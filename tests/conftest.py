@@ -27,6 +27,7 @@ import pytest
 
 if TYPE_CHECKING:
     from elastic_operator.localcluster import Cluster
+    from elastic_operator.localcluster.gcs import FakeGcsServer
 
 _LOGS_DIRS: list[Path] = []
 
@@ -111,3 +112,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         logs = _LOGS_DIRS[-1]
         files = ", ".join(sorted(p.name for p in logs.glob("*.log")))
         report.sections.append(("local cluster", f"component logs in {logs}: {files}"))
+
+
+@pytest.fixture(scope="module")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer]:
+    """A real GCS API (fake-gcs-server) on loopback; fails, never skips, if not built."""
+    from elastic_operator.localcluster.gcs import start_fake_gcs
+    from elastic_operator.localcluster.versions import MissingBinaryError
+
+    try:
+        server = start_fake_gcs(log_dir=tmp_path_factory.mktemp("fake-gcs"))
+    except MissingBinaryError as e:
+        pytest.fail(str(e), pytrace=False)
+    with server:
+        yield server

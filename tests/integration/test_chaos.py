@@ -31,9 +31,9 @@ from kubernetes import client
 from test_operator import OperatorProcess  # the same `etj operator` subprocess harness
 
 from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.api.crd import build_crd
 from elastic_operator.demo.run import _head_command, _stop
 from elastic_operator.localcluster import Cluster, faults
+from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -130,27 +130,10 @@ def plan_faults(rng: random.Random, soak: bool) -> list[Fault]:
     return plan
 
 
-def _install_crd(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    body = build_crd()
-    name = body["metadata"]["name"]
-    try:
-        ext.create_custom_resource_definition(body)
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
-        body["metadata"]["resourceVersion"] = \
-            ext.read_custom_resource_definition(name).metadata.resource_version
-        ext.replace_custom_resource_definition(name, body)
-    wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
-                         ext.read_custom_resource_definition(name).status.conditions or []),
-             30, f"CRD {name} established")
-
-
 @pytest.fixture
 def api(cluster: Cluster) -> Iterator[client.ApiClient]:
     api_client = cluster.api_client()
-    _install_crd(api_client)
+    install_crd(api_client, timeout=30)
     yield api_client
     api_client.close()
 

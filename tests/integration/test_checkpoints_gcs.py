@@ -14,7 +14,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from elastic_operator.checkpoints import (
     scan_checkpoints_detailed,
 )
 from elastic_operator.localcluster.gcs import FakeGcsServer, free_port, start_fake_gcs
-from elastic_operator.localcluster.versions import MissingBinaryError
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 PREEMPTED = 17
@@ -65,16 +63,6 @@ manager.save(3, args=ocp.args.StandardSave({"w": jnp.full((8, 8), 3.0)}))
 manager.wait_until_finished()
 sys.exit("step 3 was committed: the preemption point was never reached")
 """
-
-
-@pytest.fixture(scope="module")
-def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer]:
-    try:
-        server = start_fake_gcs(log_dir=tmp_path_factory.mktemp("fake-gcs"))
-    except MissingBinaryError as e:
-        pytest.fail(str(e), pytrace=False)
-    with server:
-        yield server
 
 
 class RecordingSession(requests.Session):

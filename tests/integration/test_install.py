@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from elastic_operator.localcluster.cluster import free_port
 from elastic_operator.localcluster.faults import wait_for
 from elastic_operator.localcluster.versions import cache_dir, load_versions
 
@@ -110,14 +111,6 @@ def client_for(kubeconfig: Path) -> Any:
     from kubernetes import config
 
     return config.new_client_from_config(config_file=str(kubeconfig))
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def operator_args(deployment: dict[str, Any], namespace: str) -> list[str]:

@@ -21,8 +21,9 @@ import pytest
 from kubernetes import client
 
 from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.api.crd import build_crd
 from elastic_operator.localcluster import Cluster, faults
+from elastic_operator.localcluster.cluster import free_port
+from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -37,23 +38,14 @@ RESYNC_S = 5
 # --- fixtures --------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class OperatorProcess:
     """`etj operator` as a child process with its own log file."""
 
     def __init__(self, kubeconfig: Path, log_path: Path) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
-        self.liveness_port = _free_port()
-        self.metrics_port = _free_port()
+        self.liveness_port = free_port()
+        self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -117,23 +109,7 @@ def api(cluster: Cluster) -> Iterator[client.ApiClient]:
 
 @pytest.fixture(scope="module")
 def crd(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    body = build_crd()
-    name = body["metadata"]["name"]
-    try:
-        ext.create_custom_resource_definition(body)
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
-        current = ext.read_custom_resource_definition(name)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        ext.replace_custom_resource_definition(name, body)
-
-    def established() -> bool:
-        conds = ext.read_custom_resource_definition(name).status.conditions or []
-        return any(c.type == "Established" and c.status == "True" for c in conds)
-
-    wait_for(established, 30, f"CRD {name} established")
+    install_crd(api, timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -6,25 +6,12 @@ Needs the fake-gcs-server binary from hack/build-control-plane.sh; without it th
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
-import pytest
 from conftest import RunTrainer, TrainerRun
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from elastic_operator.localcluster.gcs import FakeGcsServer, start_fake_gcs
-from elastic_operator.localcluster.versions import MissingBinaryError
-
-
-@pytest.fixture(scope="module")
-def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer]:
-    try:
-        server = start_fake_gcs(log_dir=tmp_path_factory.mktemp("fake-gcs"))
-    except MissingBinaryError as e:
-        pytest.fail(str(e), pytrace=False)
-    with server:
-        yield server
+from elastic_operator.localcluster.gcs import FakeGcsServer
 
 
 def test_checkpoints_on_gcs_survive_a_failed_write(fake_gcs: FakeGcsServer,

@@ -137,6 +137,11 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def free_port() -> int:
+    """One free loopback port."""
+    return free_ports(1)[0]
+
+
 def _write(path: Path, data: bytes | str, private: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
