@@ -380,6 +380,16 @@ def compute_slices(
             message = "; ".join(h.down_message or "" for h in down)
         elif ready_hosts >= hosts_per_slice and len(hosts) >= hosts_per_slice:
             state, reason, message = "Ready", "AllHostsReady", ""
+            # A host replaced and ready again between two looks (kwok, or a fast node) left
+            # no failed pod to see: a pod newer than the slice's Ready transition says so.
+            since = prev.last_transition_time if prev is not None else None
+            unseen = [h for h in hosts if prev_state == "Ready" and since is not None
+                      and h.pod.created_at is not None and h.pod.created_at > since]
+            if unseen:
+                state, reason = "Down", "HostLost"
+                message = "; ".join(f"host {h.host} (pod {h.pod.name}) was replaced"
+                                    for h in unseen)
+                lost_time = min(h.pod.created_at for h in unseen if h.pod.created_at)
         elif prev_state == "Ready":
             # A ready slice lost a host between two looks: a pod replaced before we saw it
             # fail (HostLost), or a pod that stopped being ready (HostNotReady).

@@ -392,6 +392,22 @@ def test_ready_slice_that_lost_a_host_unseen_is_down() -> None:
     assert events[0].failed_at == s(5)  # at the latest when the replacement was created
 
 
+def test_host_replaced_and_ready_again_between_two_looks_is_counted() -> None:
+    job = make_job()
+    pods = [p for p in healthy() if not (p.slice_index == 2 and p.host_index == 0)]
+    pods.append(pod(2, 0, created=s(5), gen=1))  # replaced, and Ready already
+    status, events = compute_status(job, observe(pods), running(job), s(8))
+    assert status.slices[2].state == "Down" and status.slices[2].reason == "HostLost"
+    assert "was replaced" in (status.slices[2].message or "")
+    assert status.counters.slice_failures == 1
+    assert events[0].failed_at == s(5)
+    # The next look sees the slice Ready again and does not count it twice.
+    again, _ = compute_status(job, observe(pods), status, s(9))
+    assert again.slices[2].state == "Ready" and again.counters.slice_failures == 1
+    later, _ = compute_status(job, observe(pods), again, s(30))
+    assert later.slices[2].state == "Ready" and later.counters.slice_failures == 1
+
+
 def test_ready_slice_with_a_host_turning_unready_is_down() -> None:
     job = make_job()
     pods = healthy()

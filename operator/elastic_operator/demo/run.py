@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,15 +46,20 @@ def say(message: str) -> None:
 
 @dataclass
 class Watch:
-    """Polls the job like `kubectl get etj -w` and remembers when things first happened."""
+    """Watches the job like `kubectl get etj -w` and remembers when things first happened.
 
-    get_job: Callable[[], dict[str, Any]]
+    A watch, not polling: a SliceDown that lasts less than a poll interval is still seen.
+    """
+
+    stream: Callable[[], Iterator[dict[str, Any]]]
     lines: list[str] = field(default_factory=list)
     first_seen: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     latest: dict[str, Any] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _last_row: str | None = None
+    _conditions: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="demo-watch", daemon=True)
@@ -66,46 +71,48 @@ class Watch:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        last_row = None
-        conditions: dict[str, tuple[str, str]] = {}
         say(f"{'NAME':<6} {'SLICES':<7} {'STEP':>6} {'CHECKPOINT':>10}  STATUS")
         while not self._stop.is_set():
             try:
-                job = self.get_job()
+                for job in self.stream():  # every version written, none skipped
+                    self._observe(job)
+                    if self._stop.is_set():
+                        break
             except Exception:  # the API server may be briefly busy; keep watching
                 time.sleep(0.2)
+
+    def _observe(self, job: dict[str, Any]) -> None:
+        now = time.time()
+        self.latest = job
+        status = job.get("status") or {}
+        training = status.get("training") or {}
+        row = (
+            f"{job['metadata']['name']:<6} "
+            f"{status.get('slicesReady', 0)}/{job['spec']['tpu']['numSlices']:<5} "
+            f"{training.get('step', '-'):>6} "
+            f"{_checkpoint(status):>10}  {status.get('phase', '-')}"
+        )
+        if row != self._last_row:
+            say(row)
+            self._last_row = row
+        for cond in status.get("conditions") or []:
+            key = (cond["status"], cond.get("reason", ""))
+            before = self._conditions.get(cond["type"])
+            if before == key:
                 continue
-            now = time.time()
-            self.latest = job
-            status = job.get("status") or {}
-            training = status.get("training") or {}
-            row = (
-                f"{job['metadata']['name']:<6} "
-                f"{status.get('slicesReady', 0)}/{job['spec']['tpu']['numSlices']:<5} "
-                f"{training.get('step', '-'):>6} "
-                f"{_checkpoint(status):>10}  {status.get('phase', '-')}"
-            )
-            if row != last_row:
-                say(row)
-                last_row = row
-            for cond in status.get("conditions") or []:
-                key = (cond["status"], cond.get("reason", ""))
-                before = conditions.get(cond["type"])
-                if before != key:
-                    conditions[cond["type"]] = key
-                    if before is None and cond["status"] != "True":
-                        continue  # a quiet start: show what is true, then every change
-                    line = (f"    condition {cond['type']}={cond['status']} "
-                            f"({cond.get('reason', '')}): {cond.get('message', '')}")
-                    say(line)
-                    self.lines.append(line)
-                    tag = f"{cond['type']}={cond['status']}:{cond.get('reason', '')}"
-                    self.first_seen.setdefault(tag, now)
-                    if cond["type"] in ("SliceDown", "Recovering") and cond["status"] == "True":
-                        self._note(cond["type"])
-                    if cond.get("reason") == "Recovered":
-                        self._note("Recovered")
-            time.sleep(0.1)
+            self._conditions[cond["type"]] = key
+            if before is None and cond["status"] != "True":
+                continue  # a quiet start: show what is true, then every change
+            line = (f"    condition {cond['type']}={cond['status']} "
+                    f"({cond.get('reason', '')}): {cond.get('message', '')}")
+            say(line)
+            self.lines.append(line)
+            tag = f"{cond['type']}={cond['status']}:{cond.get('reason', '')}"
+            self.first_seen.setdefault(tag, now)
+            if cond["type"] in ("SliceDown", "Recovering") and cond["status"] == "True":
+                self._note(cond["type"])
+            if cond.get("reason") == "Recovered":
+                self._note("Recovered")
 
     def _note(self, reason: str) -> None:
         if not self.reasons or self.reasons[-1] != reason:
@@ -143,10 +150,11 @@ def _head_command(job_obj: dict[str, Any]) -> list[str]:
 
 def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> int:
     from kubernetes import client
+    from kubernetes import watch as kube_watch
 
     from elastic_operator import localcluster as lc
-    from elastic_operator.api.crd import build_crd
     from elastic_operator.localcluster import faults
+    from elastic_operator.localcluster.crds import install_crd
 
     t_start = time.time()
 
@@ -166,13 +174,10 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         # The client's generated types add nothing over the JSON we pass; keep them loose.
         core: Any = client.CoreV1Api(api)
         custom: Any = client.CustomObjectsApi(api)
-        extensions: Any = client.ApiextensionsV1Api(api)
         nodes = core.list_node(label_selector="cloud.google.com/gke-tpu-accelerator").items
         say(f"  {len(nodes)} fake TPU nodes: " + ", ".join(sorted(n.metadata.name for n in nodes)))
 
-        crd = build_crd()
-        extensions.create_custom_resource_definition(crd)
-        wait_for(lambda: _crd_established(api, crd["metadata"]["name"]), 30, "the CRD")
+        install_crd(api, timeout=30)
         core.create_namespace({"metadata": {"name": DEMO_NAMESPACE}})
         wait_for(lambda: core.list_namespaced_service_account(
             DEMO_NAMESPACE, field_selector="metadata.name=default").items, 30,
@@ -216,7 +221,21 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
                                    stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(trainer)
         threading.Thread(target=_tee, args=(trainer, trainer_log), daemon=True).start()
-        watch = Watch(get_job)
+        def stream() -> Iterator[dict[str, Any]]:
+            # Resume from the last version seen, so a reconnect skips nothing.
+            kwargs = {"resource_version": resource_version[0]} if resource_version[0] else {}
+            for event in kube_watch.Watch().stream(
+                    custom.list_namespaced_custom_object, GROUP, VERSION, DEMO_NAMESPACE, PLURAL,
+                    field_selector=f"metadata.name={name}", timeout_seconds=5, **kwargs):
+                obj: dict[str, Any] = event["object"]
+                if event["type"] == "ERROR":  # e.g. 410 Gone: start again from a fresh list
+                    resource_version[0] = None
+                    return
+                resource_version[0] = obj["metadata"]["resourceVersion"]
+                yield obj
+
+        resource_version: list[str | None] = [None]
+        watch = Watch(stream)
         watch.start()
 
         period = int(job_obj["spec"]["checkpoint"]["periodSteps"])
@@ -290,15 +309,6 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
 def _first_true_after(watch: Watch, prefix: str, after: float) -> float | None:
     times = [t for tag, t in watch.first_seen.items() if tag.startswith(prefix) and t >= after]
     return min(times) if times else None
-
-
-def _crd_established(api: Any, name: str) -> bool:
-    from kubernetes import client
-
-    extensions: Any = client.ApiextensionsV1Api(api)
-    crd = extensions.read_custom_resource_definition(name)
-    return any(c.type == "Established" and c.status == "True"
-               for c in ((crd.status and crd.status.conditions) or []))
 
 
 def _worker_pod(core: Any, job: str, slice_index: int) -> str:
