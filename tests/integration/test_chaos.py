@@ -2,21 +2,32 @@
 the real trainer (both subprocesses) while a seeded random sequence of faults hits it.
 
 Faults: a worker pod failed, a worker pod force-deleted, a node NotReady then Ready, two
-slices failed at once, the operator SIGKILLed and restarted. The short run (in `make test`)
-injects each kind once, in a seeded order on seeded slices. ETJ_SOAK_SECONDS=<n> turns it
-into the soak (`make soak`): random faults for about n seconds of a longer run.
-ETJ_CHAOS_SEED=<int> replays a sequence (the seed is printed either way).
+slices failed at once, the operator SIGKILLed and restarted, every API connection of the
+operator and the trainer cut (they talk to the API server through a TCP proxy) with a pod
+failed right after, a slice lost while a checkpoint is being written, and the trainer
+SIGKILLed while a checkpoint is being written (a new trainer process takes over, as when
+the head container restarts). The short run (in `make test`) injects each kind once, in a
+seeded order on seeded slices. ETJ_SOAK_SECONDS=<n> turns it into the soak (`make soak`):
+random faults for about n seconds of a longer run. ETJ_CHAOS_SEED=<int> replays a sequence
+(the seed is printed either way).
 
 Asserts: the trainer exits 0 with the parameters of an undisturbed run of the same steps;
-the JobSet never restarted; the job's counters never went backwards; every slice the
-trainer lost was one we hit, and the operator counted each elastic event; every slice we
-hit shows up in a SliceDown event on the job.
+the JobSet never restarted; the job's counters never went backwards, across operator and
+trainer restarts; every slice the trainer lost was one we hit, and the operator counted
+each elastic event; every slice we hit shows up in a SliceDown event on the job. For the
+checkpoints (watched on disk all through the run): a committed step disappears only by
+retention (`keep` newer ones exist), the newest committed step never goes backwards, a
+fault during a write fails that write and nothing else, every restore from a checkpoint
+loads a committed step (the newest, after a restart), and the final checkpoint loads into
+the final parameters.
 """
 from __future__ import annotations
 
 import json
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -25,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client
@@ -35,6 +47,7 @@ from elastic_operator.demo.run import _head_command, _stop
 from elastic_operator.localcluster import Cluster, faults
 from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
+from elastic_operator.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 
 pytestmark = pytest.mark.cluster
 
@@ -53,7 +66,15 @@ STEPS_BETWEEN_FAULTS = 25  # at least two checkpoints / five snapshots between f
 # The Job controller delays a worker Job's replacement pod 10 s x 2^(failures - 1), up to
 # 6 min; a soak hits the same slice often enough to reach that cap.
 RECOVERY_TIMEOUT = 420 if SOAK_SECONDS else 180
-KINDS = ("fail_pod", "delete_pod", "node_not_ready", "two_slices", "operator_kill")
+KINDS = ("fail_pod", "delete_pod", "node_not_ready", "two_slices", "operator_kill",
+         "connections_dropped", "slice_down_during_checkpoint_write",
+         "trainer_killed_during_checkpoint_write")
+CHECKPOINT_PERIOD, CHECKPOINT_KEEP = 10, 3
+# The simulated slices take this long to write their shards: long enough for the fault
+# to land inside the write (and for the trainer to learn of it), short enough that a
+# write ends before the next one starts (a checkpoint every 10 x 0.05 s).
+WRITE_SECONDS = 0.3
+WRITE_FAULT_TRIES = 3  # a write fault that missed its write (too late) is tried again
 
 
 @dataclass
@@ -114,6 +135,123 @@ class Sampler:
         return problems
 
 
+_STEP_DIR = re.compile(r"^(\d+)$")
+_TMP_DIR = re.compile(r"^(\d+)\.orbax-checkpoint-tmp")
+COMMIT_MARKER = "commit_success.txt"  # orbax writes it last: the step is committed
+
+
+@dataclass
+class CheckpointWatcher:
+    """Watches the checkpoint directory all through the run (every 20 ms): which steps
+    are committed and when, which are being written, and whether a committed step ever
+    disappears other than by retention or the newest committed step goes backwards."""
+
+    directory: Path
+    keep: int
+    committed: dict[int, float] = field(default_factory=dict)  # step -> first seen
+    writing: set[int] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    _present: set[int] = field(default_factory=set)
+    _latest: int = -1
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="chaos-checkpoints",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _scan(self) -> tuple[set[int], set[int]]:
+        committed, writing = set(), set()
+        try:
+            entries = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return committed, writing
+        for entry in entries:
+            if m := _STEP_DIR.match(entry.name):
+                if os.path.exists(os.path.join(entry.path, COMMIT_MARKER)):
+                    committed.add(int(m.group(1)))
+            elif m := _TMP_DIR.match(entry.name):
+                writing.add(int(m.group(1)))
+        return committed, writing
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            committed, writing = self._scan()
+            now = time.monotonic()
+            with self._lock:
+                for step in committed - self.committed.keys():
+                    self.committed[step] = now
+                for step in sorted(self._present - committed):
+                    newer = sorted(s for s in committed if s > step)
+                    if len(newer) < self.keep:
+                        self.problems.append(
+                            f"committed step {step} disappeared with only {newer} newer")
+                latest = max(committed, default=-1)
+                if latest < self._latest:
+                    self.problems.append(f"newest committed step went from {self._latest} "
+                                         f"to {latest}")
+                self._latest = max(self._latest, latest)
+                self._present, self.writing = committed, writing
+
+    def latest(self) -> int:
+        with self._lock:
+            return max(self._present, default=-1)
+
+    def wait_for_write(self, timeout: float) -> int:
+        """Block until a checkpoint write is in flight; its step."""
+        def in_flight() -> int | None:
+            with self._lock:
+                return min(self.writing) if self.writing else None
+        step: int = wait_for(in_flight, timeout, "a checkpoint write in flight", interval=0.005)
+        return step
+
+
+class TrainerProcesses:
+    """The trainer (`etj train`, as the head pod's main container runs it) as a child
+    process; `restart` after `kill` plays the head container restarting."""
+
+    def __init__(self, command: list[str], env: dict[str, str], tmp_path: Path) -> None:
+        self.command, self.env, self.tmp_path = command, env, tmp_path
+        self.summary = tmp_path / "trainer.json"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0
+
+    @property
+    def log(self) -> Path:
+        return self.tmp_path / f"trainer-{self.started}.log"
+
+    def start(self) -> None:
+        self.started += 1
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [*self.command, "--summary", str(self.summary)], env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def poll(self) -> int | None:
+        assert self.proc is not None
+        return self.proc.poll()
+
+    def write_failures(self) -> int:
+        """Failed checkpoint writes the current process has logged."""
+        return self.log.read_text(errors="replace").count("checkpoint write failed")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
 def plan_faults(rng: random.Random, soak: bool) -> list[Fault]:
     kinds = list(KINDS)
     rng.shuffle(kinds)
@@ -123,7 +261,7 @@ def plan_faults(rng: random.Random, soak: bool) -> list[Fault]:
     for kind in kinds:
         if kind == "two_slices":
             plan.append(Fault(kind, sorted(rng.sample(range(SLICES), 2))))
-        elif kind == "operator_kill":
+        elif kind in ("operator_kill", "trainer_killed_during_checkpoint_write"):
             plan.append(Fault(kind, []))
         else:
             plan.append(Fault(kind, [rng.randrange(SLICES)]))
@@ -139,9 +277,22 @@ def api(cluster: Cluster) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture
-def operator(cluster: Cluster, api: client.ApiClient,
+def proxy(cluster: Cluster, tmp_path: Path) -> Iterator[TcpProxy]:
+    """The operator and the trainer reach the API server only through this proxy."""
+    server = urlsplit(cluster.server)
+    with TcpProxy(server.hostname or "127.0.0.1", server.port or 443) as tcp_proxy:
+        yield tcp_proxy
+
+
+@pytest.fixture
+def proxied(cluster: Cluster, proxy: TcpProxy, tmp_path: Path) -> Path:
+    return proxied_kubeconfig(cluster.kubeconfig, proxy, tmp_path / "proxied-kubeconfig")
+
+
+@pytest.fixture
+def operator(cluster: Cluster, api: client.ApiClient, proxied: Path,
              tmp_path: Path) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(Path(cluster.kubeconfig), tmp_path / "operator.log")
+    proc = OperatorProcess(proxied, tmp_path / "operator.log")
     proc.start()
     yield proc
     proc.stop()
@@ -156,11 +307,13 @@ def job_manifest(ns: str, checkpoint_dir: Path) -> dict[str, Any]:
             "tpu": {"type": "v5e", "topology": "4x4", "numSlices": SLICES},
             "elastic": {"timeoutSeconds": RECOVERY_TIMEOUT, "maxRetries": 1000,
                         "maxSliceRestarts": 1000},
-            "checkpoint": {"directory": str(checkpoint_dir), "periodSteps": 10, "keep": 3},
+            "checkpoint": {"directory": str(checkpoint_dir), "periodSteps": CHECKPOINT_PERIOD,
+                           "keep": CHECKPOINT_KEEP},
             "snapshot": {"periodSteps": 5},
             "trainer": {"image": "trainer:test", "model": "tiny", "steps": STEPS, "batch": 24,
                         "args": ["--min-step-seconds", str(STEP_SECONDS),
-                                 "--report-interval", "0.5"]},
+                                 "--report-interval", "0.5",
+                                 "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS)]},
         },
     }
 
@@ -198,10 +351,24 @@ def _step(status: dict[str, Any]) -> int:
     return int((status.get("training") or {}).get("step") or 0)
 
 
-@pytest.mark.timeout(int(SOAK_SECONDS * 3) + 900 if SOAK_SECONDS else 600)
+@dataclass
+class Chaos:
+    """What a fault needs to reach: the cluster, the processes, the proxy, the disk."""
+
+    api: client.ApiClient
+    ns: str
+    operator: OperatorProcess
+    trainer: TrainerProcesses
+    proxy: TcpProxy
+    checkpoints: CheckpointWatcher
+    status: Callable[[], dict[str, Any]]
+    not_ready_nodes: list[str] = field(default_factory=list)
+
+
+@pytest.mark.timeout(int(SOAK_SECONDS * 3) + 900 if SOAK_SECONDS else 720)
 def test_chaos_training_survives_random_faults(
         cluster: Cluster, api: client.ApiClient, namespace: str, operator: OperatorProcess,
-        tmp_path: Path) -> None:
+        proxy: TcpProxy, proxied: Path, tmp_path: Path) -> None:
     seed = int(os.environ.get("ETJ_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
     print(f"\nchaos seed {seed} (replay: ETJ_CHAOS_SEED={seed}); steps {STEPS}; "
           f"soak {SOAK_SECONDS:.0f}s")
@@ -210,7 +377,8 @@ def test_chaos_training_survives_random_faults(
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
 
-    manifest = job_manifest(namespace, tmp_path / "checkpoints")
+    checkpoint_dir = tmp_path / "checkpoints"
+    manifest = job_manifest(namespace, checkpoint_dir)
     command = _cli(_head_command(manifest))
     # The reference: the same run without faults and without the cluster, in parallel.
     reference_cmd = _flag(_flag(command, "--slice-health", "schedule"),
@@ -231,80 +399,98 @@ def test_chaos_training_survives_random_faults(
 
     wait_for(lambda: status().get("slicesReady") == SLICES, RECOVERY_TIMEOUT,
              "3 ready slices", interval=0.5)
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1",
+    env = {**os.environ, "KUBECONFIG": str(proxied), "PYTHONUNBUFFERED": "1",
            "ETJ_JOB_NAME": JOB, "ETJ_JOB_NAMESPACE": namespace}
-    trainer_log = (tmp_path / "trainer.log").open("wb")
-    trainer = subprocess.Popen([*command, "--summary", str(tmp_path / "trainer.json")],
-                               env=env, stdout=trainer_log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    trainer = TrainerProcesses(command, env, tmp_path)
+    checkpoints = CheckpointWatcher(checkpoint_dir, CHECKPOINT_KEEP)
+    checkpoints.start()
+    trainer.start()
     sampler = Sampler(api, namespace)
     sampler.start()
+    chaos = Chaos(api, namespace, operator, trainer, proxy, checkpoints, status)
     injected: list[Fault] = []
     started = time.monotonic()
-    not_ready_nodes: list[str] = []
+
+    def wait_ready(floor: int, what: str) -> dict[str, Any] | None:
+        """The job healthy and trained to `floor`: no fault lands in the middle of
+        another's recovery. None when the trainer has ended."""
+        got: dict[str, Any] | Any = wait_for(lambda: trainer.poll() is not None or (
+            _healthy(s := status()) and _step(s) >= floor and s), RECOVERY_TIMEOUT,
+            f"step >= {floor} with the job healthy before {what}", interval=0.25)
+        return None if trainer.poll() is not None else got
+
     try:
         for fault in plan:
             if SOAK_SECONDS and time.monotonic() - started > SOAK_SECONDS:
                 break
-            # Gate on progress: the trainer has trained a while since the last fault and
-            # the job is healthy (no fault lands in the middle of another's recovery).
             floor = (injected[-1].at_step if injected else 0) + STEPS_BETWEEN_FAULTS
-            ready = wait_for(lambda floor=floor: trainer.poll() is not None or (
-                _healthy(s := status()) and _step(s) >= floor and s), RECOVERY_TIMEOUT,
-                f"step >= {floor} with the job healthy before fault {len(injected) + 1}",
-                interval=0.25)
-            if trainer.poll() is not None:
+            ready = wait_ready(floor, f"fault {len(injected) + 1}")
+            if ready is None:
                 break
             fault.at_step = _step(ready)
             if fault.at_step > STEPS - STEPS_BETWEEN_FAULTS:
                 break  # too close to the end for the trainer to notice
-            _inject(api, namespace, operator, fault, status, not_ready_nodes)
+            for attempt in range(WRITE_FAULT_TRIES):
+                if attempt:  # the fault came after the write had ended: again, later
+                    ready = wait_ready(_step(status()) + STEPS_BETWEEN_FAULTS,
+                                       f"try {attempt + 1} of {fault.kind}")
+                    if ready is None:
+                        break
+                if _inject(chaos, fault):
+                    break
+            else:
+                pytest.fail(f"{fault.kind}: no try landed inside a checkpoint write "
+                            f"(logs: {tmp_path})")
             injected.append(fault)
             print(f"  fault {len(injected)}: {fault.kind} slices {fault.slices} at step "
                   f"{fault.at_step} {fault.detail}", flush=True)
-        rc = wait_for(lambda: trainer.poll() is not None and [trainer.returncode],
+        rc = wait_for(lambda: trainer.poll() is not None and [trainer.poll()],
                       RECOVERY_TIMEOUT + STEPS * STEP_SECONDS * 2,
                       "the trainer to finish", interval=0.5)[0]
         wait_for(lambda: reference.poll() is not None, 300 + STEPS * STEP_SECONDS * 2,
                  "the reference run")
     finally:
-        for node in not_ready_nodes:
+        for node in chaos.not_ready_nodes:
             faults.make_node_ready(api, node)
         if operator.proc is None or operator.proc.poll() is not None:
             operator.start()
         sampler.stop()
-        _stop(trainer)
+        checkpoints.stop()
+        trainer.stop()
         _stop(reference)
-        trainer_log.close()
         reference_log.close()
 
-    logs = f"(logs: {tmp_path}/trainer.log, operator.log)"
+    logs = f"(logs: {tmp_path}/trainer-*.log, operator.log)"
     wanted = len(KINDS) if not SOAK_SECONDS else 1
     assert len(injected) >= wanted, \
         f"only {[f.kind for f in injected]} injected before the trainer finished {logs}"
     assert rc == 0, f"trainer exited {rc} {logs}"
     assert reference.returncode == 0, f"reference run failed (log: {tmp_path}/reference.log)"
-    summary = json.loads((tmp_path / "trainer.json").read_text())
+    summary = json.loads(trainer.summary.read_text())
     expected = json.loads((tmp_path / "reference.json").read_text())
     assert summary["final_step"] == expected["final_step"] == STEPS
     assert summary["params_digest"] == expected["params_digest"], \
         f"parameters differ from the undisturbed run {logs}"
 
-    # The trainer lost only slices we hit, and the operator counted each elastic event.
+    # The trainer lost only slices we hit, and the operator counted each elastic event,
+    # those of killed trainer processes included (a new process counts on from them).
     hit = {i for f in injected for i in f.slices}
     trainer_events = summary["elastic_events"]
     for event in trainer_events:
         assert set(event["slices_down"]) <= hit, (event, [f.kind for f in injected])
         assert event["resumed_step"] is not None, event
-    pod_faults = [f for f in injected if f.kind in ("fail_pod", "two_slices", "delete_pod")]
-    if pod_faults:
-        assert trainer_events, f"the trainer noticed none of {pod_faults} {logs}"
+    total_events = summary["elastic_events_total"]
+    assert total_events >= len(trainer_events)
+    if trainer.started > 1:
+        assert all(e["id"] > total_events - len(trainer_events) for e in trainer_events)
+    if any(f.slices for f in injected):
+        assert total_events > 0, f"the trainer noticed none of the slice faults {logs}"
     # (The simulated head pod never exits under kwok, so the job's phase stays Running;
     # the trainer's final report is what the operator has to take in.)
     final = wait_for(lambda: (s := status()).get("training", {}).get("state") == "Succeeded"
-                     and s.get("counters", {}).get("elasticEvents") == len(trainer_events)
-                     and s, 60, f"the operator to count {len(trainer_events)} elastic events")
-    assert final["counters"]["elasticEvents"] == len(trainer_events), final["counters"]
+                     and s.get("counters", {}).get("elasticEvents") == total_events
+                     and s, 60, f"the operator to count {total_events} elastic events")
+    assert final["counters"]["elasticEvents"] == total_events, final["counters"]
 
     # Nothing went backwards; the JobSet never restarted.
     assert sampler.samples, "the sampler saw no status"
@@ -322,15 +508,47 @@ def test_chaos_training_survives_random_faults(
     slice_faults = sum(len(f.slices) for f in injected)
     assert final["counters"]["sliceFailures"] >= slice_faults, final["counters"]
 
+    # Checkpoints: none lost, none half-loaded.
+    assert checkpoints.problems == [], checkpoints.problems
+    for event in trainer_events:
+        if event["restore_source"] == "checkpoint":
+            assert event["restored_from_step"] in checkpoints.committed, event
+    assert STEPS in checkpoints.committed
+    # The final checkpoint loads into the final parameters (a run to the same step
+    # restores it and has nothing left to train).
+    check = subprocess.run(
+        [*reference_cmd[:reference_cmd.index("--checkpoint-dir")], "--checkpoint-dir",
+         str(checkpoint_dir), *reference_cmd[reference_cmd.index("--checkpoint-dir") + 2:],
+         "--summary", str(tmp_path / "reload.json")],
+        env=reference_env, capture_output=True, timeout=300)
+    assert check.returncode == 0, check.stdout.decode(errors="replace")[-3000:]
+    reload = json.loads((tmp_path / "reload.json").read_text())
+    assert reload["started_from"] == {"step": STEPS, "source": "checkpoint"}, reload
+    assert reload["params_digest"] == expected["params_digest"]
 
-def _inject(api: client.ApiClient, ns: str, operator: OperatorProcess, fault: Fault,
-            status: Callable[[], dict[str, Any]], not_ready_nodes: list[str]) -> None:
-    """Inject one fault and wait until the operator has seen it (SliceDown naming the
-    slices, or a healthy restart)."""
+
+def _inject(chaos: Chaos, fault: Fault) -> bool:
+    """Inject one fault and wait until it has been seen (SliceDown naming the slices, a
+    failed checkpoint write, a new trainer process started from the newest committed
+    checkpoint). False when a fault meant for a checkpoint write came too late for it."""
+    api, ns, status = chaos.api, chaos.ns, chaos.status
     if fault.kind == "operator_kill":
-        operator.kill()
-        operator.start()
-        return
+        chaos.operator.kill()
+        chaos.operator.start()
+        return True
+    if fault.kind == "trainer_killed_during_checkpoint_write":
+        writing = chaos.checkpoints.wait_for_write(60)
+        chaos.trainer.kill()
+        committed = chaos.checkpoints.latest()
+        fault.detail = f"during the write of step {writing}; newest committed {committed}"
+        chaos.trainer.start()
+        started = wait_for(lambda: _started_from(chaos.trainer.log), 120,
+                           f"the new trainer process to start (log {chaos.trainer.log})")
+        assert started == (committed, "checkpoint"), \
+            f"the new process started from {started}, not the newest committed step " \
+            f"{committed} (the write of {writing} was cut)"
+        fault.detail += f"; the new process started from {started[0]}"
+        return True
     before = _restarts(status())
     victims = {i: worker_pods(api, ns, i)[0] for i in fault.slices}
     if fault.kind == "node_not_ready":
@@ -340,13 +558,20 @@ def _inject(api: client.ApiClient, ns: str, operator: OperatorProcess, fault: Fa
         fault.slices = sorted({i for i in range(SLICES)
                                if any(p.spec.node_name == node for p in worker_pods(api, ns, i))})
         fault.detail = f"node {node}"
-        not_ready_nodes.append(node)
+        chaos.not_ready_nodes.append(node)
         faults.make_node_not_ready(api, node)
         _wait_slice_down(status, before, fault.slices)
         faults.make_node_ready(api, node)
-        not_ready_nodes.remove(node)
+        chaos.not_ready_nodes.remove(node)
         faults.wait_for_node_ready(api, node, True)
-        return
+        return True
+    write_failures = chaos.trainer.write_failures()
+    if fault.kind == "connections_dropped":
+        cut = chaos.proxy.drop_connections()
+        assert cut > 0, "nothing was connected through the proxy"
+        fault.detail = f"{cut} connections cut, then "
+    elif fault.kind == "slice_down_during_checkpoint_write":
+        fault.detail = f"during the write of step {chaos.checkpoints.wait_for_write(60)}, "
     for pod in victims.values():
         fault.detail += f"pod {pod.metadata.name} "
         if fault.kind == "delete_pod":
@@ -354,6 +579,24 @@ def _inject(api: client.ApiClient, ns: str, operator: OperatorProcess, fault: Fa
         else:
             faults.fail_pod(api, ns, pod.metadata.name)
     _wait_slice_down(status, before, fault.slices)
+    if fault.kind == "slice_down_during_checkpoint_write":
+        # The trainer fails the write (the slice's shards are lost) once it settles its
+        # checkpoints for the recovery; a fault that came after the write ended fails none.
+        try:
+            wait_for(lambda: chaos.trainer.write_failures() > write_failures, 20,
+                     "the trainer to fail the checkpoint write", interval=0.1)
+        except TimeoutError:
+            fault.detail += "(came after the write: tried again) "
+            return False
+    return True
+
+
+_STARTED = re.compile(r"attempt 0: .* start at step (\d+) \((\w+),")
+
+
+def _started_from(log: Path) -> tuple[int, str] | None:
+    m = _STARTED.search(log.read_text(errors="replace"))
+    return (int(m.group(1)), m.group(2)) if m else None
 
 
 def _restarts(status: dict[str, Any]) -> dict[int, int]:

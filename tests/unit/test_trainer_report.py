@@ -19,7 +19,7 @@ from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.elastic import FaultSchedule, SimulatedBackend
 from elastic_trainer.loop import ElasticEvent, LoopOptions, Trainer
-from elastic_trainer.report import StatusReporter, job_from_args, status_patch
+from elastic_trainer.report import StatusReporter, job_from_args, prior_run, status_patch
 
 
 def _wait_for(predicate: Any, timeout: float = 10.0) -> None:
@@ -176,3 +176,36 @@ def test_metrics_are_served(tmp_path: Path) -> None:
     assert "etj_trainer_recovery_seconds 3.5" in body
     assert "etj_trainer_steps_lost_total 4.0" in body
     assert not Metrics(None).enabled
+
+
+def test_a_replacement_process_counts_on_from_the_jobs_status() -> None:
+    status = {"counters": {"elasticEvents": 4},
+              "training": {"elasticEventsTotal": 3, "retriesRemaining": 7}}
+    assert prior_run(status, max_retries=10) == (4, 3)
+    # The trainer's own report may be ahead of the operator's counter.
+    assert prior_run({"counters": {"elasticEvents": 2},
+                      "training": {"elasticEventsTotal": 5}}, 10) == (5, 0)
+    # A spent budget stays spent: the next failure ends the run.
+    assert prior_run({"training": {"retriesRemaining": 0}}, 10) == (0, 10)
+    assert prior_run(None, 10) == prior_run({}, 10) == (0, 0)
+
+
+@pytest.mark.parametrize("garbage", [None, -1, True, "5", 2.5, [3], {"x": 1}])
+def test_prior_run_ignores_hostile_values(garbage: Any) -> None:
+    status = {"counters": {"elasticEvents": garbage},
+              "training": {"elasticEventsTotal": garbage, "retriesRemaining": garbage}}
+    assert prior_run(status, 10) == (0, 0)
+    # More remaining than the budget (a report from before a spec change): nothing used.
+    assert prior_run({"training": {"retriesRemaining": 99}}, 10) == (0, 0)
+
+
+def test_event_ids_and_budget_go_on_from_an_earlier_process(tmp_path: Path) -> None:
+    cfg = get_config("tiny")
+    opts = LoopOptions(steps=10, batch=2, seed=0, max_retries=5, prior_events=4,
+                       prior_failures=3)
+    trainer = Trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
+                      SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
+                      Checkpointer(str(tmp_path), period=5, keep=1))
+    report = trainer.training_report()
+    assert report.elastic_events_total == 4 and report.retries_remaining == 2
+    assert trainer._next_event_id() == 5

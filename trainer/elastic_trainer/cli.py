@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "STEP:SLICE:checkpoint fails the checkpoint write of the first checkpoint step "
            ">= STEP, STEP:SLICE:restore the first restore after a failure at a step >= STEP")
     a("--fault-duration", type=float, default=2.0, help="seconds a failed slice stays down")
+    a("--simulate-checkpoint-write-seconds", type=float, default=0.0,
+      help="simulated backend: the slices take this long to write their checkpoint shards "
+           "(a real model's write lasts seconds; a slice lost meanwhile fails the save)")
     a("--checkpoint-dir", help="Orbax checkpoint root: a path or gs://bucket/prefix")
     a("--checkpoint-period", type=int, default=100, help="save every N steps")
     a("--checkpoint-keep", type=int, default=3, help="committed checkpoints to keep")
@@ -107,6 +110,8 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "--simulate-slices and --devices-per-slice must be >= 1"
     if args.min_slices is not None and args.min_slices < 1:
         return "--min-slices must be >= 1"
+    if args.simulate_checkpoint_write_seconds < 0:
+        return "--simulate-checkpoint-write-seconds must be >= 0"
     if args.backend == "simulated" and args.min_slices is not None and \
             args.min_slices > args.simulate_slices:
         return f"--min-slices {args.min_slices} exceeds --simulate-slices {args.simulate_slices}"
@@ -181,7 +186,7 @@ def _train(args: argparse.Namespace) -> int:
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
     from elastic_trainer.loop import LoopOptions, RunResult, Trainer, summary_dict
-    from elastic_trainer.report import Metrics, StatusReporter, job_from_args
+    from elastic_trainer.report import Metrics, StatusReporter, job_from_args, read_prior_run
 
     log = logging.getLogger("elastic_trainer")
     cache = _compilation_cache_dir(args)
@@ -230,6 +235,11 @@ def _train(args: argparse.Namespace) -> int:
         async_save=not args.no_async_checkpoint,
     )
     reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None
+    prior_events, prior_failures = read_prior_run(*job, args.max_retries) if job else (0, 0)
+    if prior_events or prior_failures:
+        log.info("an earlier trainer process of this job had %d elastic event(s) and used %d "
+                 "of --max-retries %d: counting on from there", prior_events, prior_failures,
+                 args.max_retries)
     metrics = Metrics(args.metrics_port)
     opts = LoopOptions(
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
@@ -237,6 +247,8 @@ def _train(args: argparse.Namespace) -> int:
         snapshot_period=args.snapshot_period, log_every=args.log_every,
         min_step_seconds=args.min_step_seconds,
         learning_rate=args.learning_rate,
+        simulated_write_seconds=args.simulate_checkpoint_write_seconds,
+        prior_events=prior_events, prior_failures=prior_failures,
     )
     data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
     log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
@@ -261,7 +273,9 @@ def _train(args: argparse.Namespace) -> int:
         code = EXIT_TRAINING_ERROR
         result = RunResult(trainer.progress.step, trainer.progress.loss, "",
                            trainer.progress.step_times, trainer.progress.losses,
-                           trainer.events, checkpointer.write_failures, failure=err)
+                           trainer.events, checkpointer.write_failures, failure=err,
+                           elastic_events_total=opts.prior_events + len(trainer.events),
+                           started_from=trainer.started_from)
     finally:
         backend.close()
         if reporter is not None:

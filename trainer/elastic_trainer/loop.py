@@ -56,6 +56,11 @@ class LoopOptions:
     log_every: int = 10
     learning_rate: float | None = None
     min_step_seconds: float = 0.0
+    simulated_write_seconds: float = 0.0
+    # Carried over from an earlier process of the same job (report.prior_run): event ids
+    # and the retry budget go on, never start again at 0.
+    prior_events: int = 0
+    prior_failures: int = 0
 
 
 @dataclass
@@ -123,6 +128,8 @@ class RunResult:
     events: list[ElasticEvent]
     checkpoint_write_failures: int
     failure: BaseException | None = None
+    elastic_events_total: int = 0  # with an earlier process's (LoopOptions.prior_events)
+    started_from: tuple[int, str] | None = None
 
 
 @dataclass
@@ -147,11 +154,12 @@ class Trainer:
         self.abstract = train.abstract_state(cfg, self.optimizer)
         self.snapshot: Snapshot | None = None
         self.events: list[ElasticEvent] = []
-        self.failures = 0  # slice-down events (what --max-retries counts)
+        self.failures = opts.prior_failures  # slice-down events (what --max-retries counts)
         self.progress = _Progress()
         self.current_event: ElasticEvent | None = None
         self._compiled: dict[tuple[tuple[int, ...], int], train.CompiledStep] = {}
         self._last_snapshot_step: int | None = None
+        self.started_from: tuple[int, str] | None = None  # (step, source) of this process
         self.process_started_at = time.time()
         self._tokens_per_step = opts.batch * cfg.seq_len
         self._save_meshes: dict[int, set[int]] = {}  # checkpoint step -> slices it came from
@@ -162,12 +170,17 @@ class Trainer:
         """Simulated backend, in the background commit of a checkpoint: a slice of the
         mesh that went down while its shards were written loses them; the save fails
         (on Pathways the runtime fails it by itself)."""
+        if self.opts.simulated_write_seconds > 0:
+            time.sleep(self.opts.simulated_write_seconds)  # the shards take this long
         self.backend.on_phase("checkpoint", step)
         down = sorted(self._save_meshes.pop(step, set()) - self.backend.healthy_slices())
         if down:
             from elastic_trainer.elastic import slice_down_error
 
             raise slice_down_error(down, "went down during the checkpoint write")
+
+    def _next_event_id(self) -> int:
+        return self.opts.prior_events + len(self.events) + 1
 
     # --- reporting ----------------------------------------------------------------------
 
@@ -181,7 +194,7 @@ class Trainer:
             active_slices=p.active_slices,
             last_committed_checkpoint_step=self.checkpointer.latest_committed_step_cached(),
             last_snapshot_step=self._last_snapshot_step,
-            elastic_events_total=len(self.events),
+            elastic_events_total=self.opts.prior_events + len(self.events),
             retries_remaining=max(0, self.opts.max_retries - self.failures),
             process_id=os.getpid(), host_name=socket.gethostname(),
             process_started_at=utc(self.process_started_at),
@@ -235,7 +248,8 @@ class Trainer:
             final_step=self.progress.step, final_loss=self.progress.loss, params_digest=digest,
             step_times=self.progress.step_times, losses=self.progress.losses,
             events=self.events, checkpoint_write_failures=self.checkpointer.write_failures,
-            failure=failure,
+            failure=failure, elastic_events_total=self.opts.prior_events + len(self.events),
+            started_from=self.started_from,
         )
 
     def _fail(self, err: BaseException) -> None:
@@ -256,7 +270,7 @@ class Trainer:
         active = self.progress.active_slices
         down, fault_at = self.backend.failed_slices(err)
         event = ElasticEvent(
-            id=len(self.events) + 1, kind="slice_down", error=str(err).splitlines()[0],
+            id=self._next_event_id(), kind="slice_down", error=str(err).splitlines()[0],
             failed_step=self.progress.step, slices_down=down, detected_at=detected,
             fault_at=fault_at,
         )
@@ -349,6 +363,8 @@ class Trainer:
             event.restored_from_step, event.restore_source = from_step, source
             event.restore_seconds, event.restored_at = restore_seconds, time.time()
             event.active_slices_after = len(active)
+        elif self.started_from is None:
+            self.started_from = (from_step, source)
         self.progress.active_slices = len(active)
         # A new process that resumes from a checkpoint starts its count there.
         self.progress.step = max(self.progress.step, from_step)
@@ -440,7 +456,7 @@ class Trainer:
         now = time.time()
         self._take_snapshot(step, state)
         event = ElasticEvent(
-            id=len(self.events) + 1, kind="scale_up",
+            id=self._next_event_id(), kind="scale_up",
             error=f"slices {sorted(back)} are back", failed_step=step, slices_down=[],
             detected_at=now, fault_at=None,
         )
@@ -462,6 +478,9 @@ def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict
         "step_times": [[s, t] for s, t in result.step_times],
         "losses": [[s, float(np.float64(v))] for s, v in result.losses],
         "elastic_events": [e.summary() for e in result.events],
+        "elastic_events_total": result.elastic_events_total,
+        "started_from": (None if result.started_from is None else
+                         {"step": result.started_from[0], "source": result.started_from[1]}),
         "checkpoint_write_failures": result.checkpoint_write_failures,
         "status": "Failed" if result.failure else "Succeeded",
         "reason": getattr(result.failure, "reason", None) if result.failure else None,

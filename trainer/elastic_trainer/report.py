@@ -49,6 +49,42 @@ def job_from_args(job: str | None) -> tuple[str, str] | None:
     return None
 
 
+def prior_run(status: dict[str, Any] | None, max_retries: int) -> tuple[int, int]:
+    """(elastic events counted so far, retries used so far) from the job's status, for a
+    trainer process that replaces an earlier one (the head container restarted): event
+    ids and the --max-retries budget go on from there instead of starting again at 0."""
+    def section(name: str) -> dict[str, Any]:
+        value = (status or {}).get(name)
+        return value if isinstance(value, dict) else {}
+
+    training, counters = section("training"), section("counters")
+
+    def count(value: Any) -> int | None:  # a report is untrusted input: ints >= 0 only
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return value if ok else None
+
+    events = max(count(counters.get("elasticEvents")) or 0,
+                 count(training.get("elasticEventsTotal")) or 0)
+    remaining = count(training.get("retriesRemaining"))
+    used = 0 if remaining is None else min(max(max_retries - remaining, 0), max_retries)
+    return events, used
+
+
+def read_prior_run(namespace: str, name: str, max_retries: int) -> tuple[int, int]:
+    """`prior_run` of the job as it is now; (0, 0) when it cannot be read (logged)."""
+    from kubernetes import client
+
+    try:
+        api = client.CustomObjectsApi(kube_api_client())
+        job: Any = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                    _request_timeout=10)
+    except Exception as err:  # a trainer without its job still trains
+        log.warning("reading %s/%s for earlier elastic events: %s; counting from 0",
+                    namespace, name, str(err).splitlines()[0])
+        return 0, 0
+    return prior_run(job.get("status") if isinstance(job, dict) else None, max_retries)
+
+
 def status_patch(report: TrainingReport) -> dict[str, Any]:
     """The merge patch body. Fields that are unset go out as null, so a field that
     disappeared from the report is removed from the object too (merge-patch semantics)."""
