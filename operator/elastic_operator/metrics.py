@@ -28,6 +28,10 @@ class OperatorMetrics:
         self.elastic_events = Counter(
             "etj_elastic_events_total", "Elastic events the trainer reported.", labels,
             registry=registry)
+        self.trainer_restarts = Counter(
+            "etj_trainer_restarts_total",
+            "New trainer processes that replaced a reporting one (head container restarts).",
+            labels, registry=registry)
         self.detection_latency = Histogram(
             "etj_slice_down_detection_seconds",
             "From a host's failure (container finishedAt, delete request, node NotReady) to "
@@ -64,6 +68,9 @@ class OperatorMetrics:
         elastic = new.counters.elastic_events - previous.counters.elastic_events
         if elastic > 0:
             self.elastic_events.labels(namespace, job).inc(elastic)
+        restarts = new.counters.trainer_restarts - previous.counters.trainer_restarts
+        if restarts > 0:
+            self.trainer_restarts.labels(namespace, job).inc(restarts)
         if new.slices_desired is not None:
             self.desired_slices.labels(namespace, job).set(new.slices_desired)
         if new.slices_ready is not None:
@@ -85,7 +92,7 @@ class OperatorMetrics:
 
     def forget(self, namespace: str, job: str) -> None:
         """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
-        for metric in (self.slice_failures, self.elastic_events, self.active_slices,
-                       self.desired_slices, self.ready_slices):
+        for metric in (self.slice_failures, self.elastic_events, self.trainer_restarts,
+                       self.active_slices, self.desired_slices, self.ready_slices):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, job)

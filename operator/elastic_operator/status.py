@@ -29,6 +29,7 @@ from elastic_operator.api.models import (
     ElasticTrainingJobStatus,
     RecoveryRecord,
     SliceStatus,
+    TrainerProcess,
     TrainingReport,
 )
 from elastic_operator.observed import (
@@ -661,6 +662,17 @@ def compute_status(
     events += recovery_events
     recovering = record is not None and record.resumed_at is None and not terminal
 
+    process, replaced = _trainer_process(prev.trainer_process, report)
+    if replaced is not None and process is not None:
+        events.append(StatusEvent(
+            reason="TrainerRestarted", type="Warning",
+            message=f"a new trainer process (pid {process.process_id} on {process.host_name}, "
+                    f"started {_iso(process.started_at) if process.started_at else '?'}) "
+                    f"replaced pid {replaced.process_id} on {replaced.host_name}; it "
+                    "resumes from the newest committed checkpoint and counts on from "
+                    f"{prev.counters.elastic_events} elastic event(s)",
+        ))
+
     # Counters never go backwards (max with what the cluster and the trainer show).
     went_down = sum(1 for c in changes if c.went_down)
     counters = Counters(
@@ -671,6 +683,7 @@ def compute_status(
             report.elastic_event.id if report and report.elastic_event else 0,
         ),
         job_set_restarts=max(prev.counters.job_set_restarts, jobset.restarts if jobset else 0),
+        trainer_restarts=prev.counters.trainer_restarts + (replaced is not None),
     )
 
     down_slices = [s for s in slices if s.state == "Down"]
@@ -810,9 +823,27 @@ def compute_status(
         counters=counters,
         last_recovery=record,
         checkpoint=observed.checkpoint if observed.checkpoint is not None else prev.checkpoint,
+        trainer_process=process,
         training=prev.training,
     )
     return new_status, events
+
+
+def _trainer_process(
+    known: TrainerProcess | None, report: TrainingReport | None,
+) -> tuple[TrainerProcess | None, TrainerProcess | None]:
+    """(the process now reporting, the one it replaced or None). A process counts as a
+    replacement only when it started later than the known one: a late report of the old
+    process, or the same process reporting again, changes nothing."""
+    if report is None or report.process_started_at is None or report.process_id is None:
+        return known, None
+    seen = TrainerProcess(process_id=report.process_id, host_name=report.host_name,
+                          started_at=report.process_started_at)
+    if known is None or known.started_at is None:
+        return seen, None
+    if seen == known or seen.started_at is None or seen.started_at <= known.started_at:
+        return known, None
+    return seen, known
 
 
 def _catalog_hosts(job: ElasticTrainingJob) -> int:

@@ -491,6 +491,50 @@ def test_counters_never_go_backwards() -> None:
     assert status.counters.job_set_restarts == 3
 
 
+def _process_report(pid: int, started: float, step: int = 10) -> dict[str, Any]:
+    return {"observedAt": s(started + 5).isoformat(), "state": "Training", "step": step,
+            "processId": pid, "hostName": "head-0", "processStartedAt": s(started).isoformat()}
+
+
+def test_a_replacement_trainer_process_is_counted_once_with_an_event() -> None:
+    job = make_job()
+    first, events = compute_status(job, observe(healthy()),
+                                   with_report(running(job), _process_report(100, 1)), s(10))
+    assert first.trainer_process is not None and first.trainer_process.process_id == 100
+    assert first.counters.trainer_restarts == 0 and not events
+
+    # The same process reporting again changes nothing.
+    again, events = compute_status(job, observe(healthy()),
+                                   with_report(first, _process_report(100, 1, step=20)), s(12))
+    assert again.counters.trainer_restarts == 0 and not events
+
+    replaced, events = compute_status(job, observe(healthy()),
+                                      with_report(again, _process_report(200, 60)), s(70))
+    assert replaced.counters.trainer_restarts == 1
+    assert replaced.trainer_process is not None and replaced.trainer_process.process_id == 200
+    (event,) = [e for e in events if e.reason == "TrainerRestarted"]
+    assert event.type == "Warning" and "pid 200" in event.message and "pid 100" in event.message
+
+    # Level-based: reconciling the same observation again neither counts nor emits.
+    steady, events = compute_status(job, observe(healthy()), replaced, s(71))
+    assert steady.counters.trainer_restarts == 1 and not events
+    # A late report of the old process (started earlier) is not a restart either.
+    late, events = compute_status(job, observe(healthy()),
+                                  with_report(steady, _process_report(100, 1, step=30)), s(72))
+    assert late.counters.trainer_restarts == 1 and not events
+    assert late.trainer_process == replaced.trainer_process
+
+
+def test_trainer_process_survives_a_wire_round_trip() -> None:
+    job = make_job()
+    status, _ = compute_status(job, observe(healthy()),
+                               with_report(running(job), _process_report(100, 1)), s(10))
+    wire = status_patch(ElasticTrainingJobStatus(), status)
+    assert wire is not None and wire["status"]["trainerProcess"]["processId"] == 100
+    parsed, problem = parse_status(status.to_wire())
+    assert problem is None and parsed.trainer_process == status.trainer_process
+
+
 def test_status_survives_a_wire_round_trip_mid_recovery() -> None:
     """What a restarted operator reads back is what it wrote: nothing is lost."""
     job = make_job()

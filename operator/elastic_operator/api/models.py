@@ -333,6 +333,17 @@ class Counters(StatusModel):
     slice_failures: int = 0
     elastic_events: int = 0
     job_set_restarts: int = 0
+    trainer_restarts: int = Field(
+        0, description="Times a new trainer process replaced the one that was reporting.")
+
+
+class TrainerProcess(StatusModel):
+    """The trainer process the operator last saw reporting (status.training's identity),
+    kept by the operator so that a replacement process is noticed and counted."""
+
+    process_id: int | None = None
+    host_name: str | None = None
+    started_at: datetime | None = None
 
 
 class CheckpointStatus(StatusModel):
@@ -354,6 +365,7 @@ class ElasticTrainingJobStatus(StatusModel):
     counters: Counters = Field(default_factory=Counters)
     last_recovery: RecoveryRecord | None = None
     checkpoint: CheckpointStatus | None = None
+    trainer_process: TrainerProcess | None = None
     training: TrainingReport | None = None
 
 
