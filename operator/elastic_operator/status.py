@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from elastic_operator.api.models import (
+    CheckpointStatus,
     Condition,
     ConditionStatus,
     Counters,
@@ -822,11 +823,24 @@ def compute_status(
         conditions=conds,
         counters=counters,
         last_recovery=record,
-        checkpoint=observed.checkpoint if observed.checkpoint is not None else prev.checkpoint,
+        checkpoint=_checkpoint(prev.checkpoint, observed.checkpoint),
         trainer_process=process,
         training=prev.training,
     )
     return new_status, events
+
+
+def _checkpoint(known: CheckpointStatus | None,
+                scanned: CheckpointStatus | None) -> CheckpointStatus | None:
+    """A scan that found what the status already says changes nothing, its time
+    included: a status write per job per scan would only load the API server (and wake
+    every watcher of the job)."""
+    if scanned is None:
+        return known
+    if known is not None and known.model_copy(update={"observed_at": scanned.observed_at}) \
+            == scanned:
+        return known
+    return scanned
 
 
 def _trainer_process(

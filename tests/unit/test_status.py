@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from elastic_operator.api.models import (
+    CheckpointStatus,
     Counters,
     ElasticTrainingJob,
     ElasticTrainingJobStatus,
@@ -533,6 +534,26 @@ def test_trainer_process_survives_a_wire_round_trip() -> None:
     assert wire is not None and wire["status"]["trainerProcess"]["processId"] == 100
     parsed, problem = parse_status(status.to_wire())
     assert problem is None and parsed.trainer_process == status.trainer_process
+
+
+def test_a_checkpoint_scan_that_finds_nothing_new_writes_nothing() -> None:
+    job = make_job()
+
+    def scanned(at: float, step: int) -> Observed:
+        return Observed(jobset=jobset(), pods=tuple(healthy()), nodes=nodes(),
+                        checkpoint=CheckpointStatus(directory="gs://b/ckpt",
+                                                    latest_committed_step=step,
+                                                    observed_at=s(at)))
+
+    first, _ = compute_status(job, scanned(10, 100), running(job), s(10))
+    assert first.checkpoint is not None and first.checkpoint.observed_at == s(10)
+    same, _ = compute_status(job, scanned(40, 100), first, s(40))
+    assert same.checkpoint == first.checkpoint
+    assert status_patch(first, same) is None
+    newer, _ = compute_status(job, scanned(70, 200), same, s(70))
+    assert newer.checkpoint is not None and newer.checkpoint.latest_committed_step == 200
+    assert newer.checkpoint.observed_at == s(70)
+    assert status_patch(same, newer) is not None
 
 
 def test_status_survives_a_wire_round_trip_mid_recovery() -> None:

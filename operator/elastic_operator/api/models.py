@@ -350,7 +350,9 @@ class CheckpointStatus(StatusModel):
     directory: str | None = None
     latest_committed_step: int | None = None
     incomplete_steps: list[int] = Field(default_factory=list)
-    observed_at: datetime | None = None
+    observed_at: datetime | None = Field(
+        None, description="When a listing of the directory first showed this result (it "
+        "is listed every --checkpoint-scan-seconds; only changes are written).")
     error: str | None = None
 
 
