@@ -44,6 +44,7 @@ from elastic_operator.status import (
     parse_job,
     parse_status,
     plan_reconcile,
+    same_checkpoint_result,
     status_patch,
 )
 
@@ -83,6 +84,7 @@ class Reconciler:
         self._children_ensured: set[tuple[str, str, str]] = set()
         self._last_scan: dict[JobKey, float] = {}
         self._scans: dict[JobKey, Future[CheckpointStatus | None]] = {}
+        self._scan_results: dict[JobKey, CheckpointStatus | None] = {}  # the last finished
         self._scan_lock = threading.Lock()
         self._scan_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ckpt-scan")
 
@@ -90,6 +92,7 @@ class Reconciler:
         self._last_scan.pop((namespace, name), None)
         with self._scan_lock:
             self._scans.pop((namespace, name), None)
+            self._scan_results.pop((namespace, name), None)
         self._children_ensured = {k for k in self._children_ensured
                                   if (k[0], k[1]) != (namespace, name)}
         self.metrics.forget(namespace, name)
@@ -207,10 +210,24 @@ class Reconciler:
                 future = self._scan_pool.submit(
                     scan_checkpoint, job.spec.checkpoint.directory, self.config.clock())
                 self._scans[key] = future
-                notify = self.on_scan_done
-                if notify is not None:  # publish the result now, not at the next resync
-                    future.add_done_callback(lambda _f: notify(namespace, name))
+                if self.on_scan_done is not None:
+                    future.add_done_callback(lambda f: self._scan_done(namespace, name, f))
             return result
+
+    def _scan_done(self, namespace: str, name: str,
+                   future: Future[CheckpointStatus | None]) -> None:
+        """Publish a finished scan now (not at the next resync), unless it found what the
+        previous one did: that reconcile would change nothing."""
+        try:
+            result = future.result()
+        except Exception:  # reported by the reconcile that collects it
+            result = None
+        key = (namespace, name)
+        with self._scan_lock:
+            before = self._scan_results.get(key)
+            self._scan_results[key] = result
+        if not same_checkpoint_result(before, result) and self.on_scan_done is not None:
+            self.on_scan_done(namespace, name)
 
     def _report_invalid_spec(self, raw: dict[str, Any], message: str) -> None:
         meta = raw.get("metadata", {})

@@ -835,12 +835,15 @@ def _checkpoint(known: CheckpointStatus | None,
     """A scan that found what the status already says changes nothing, its time
     included: a status write per job per scan would only load the API server (and wake
     every watcher of the job)."""
-    if scanned is None:
-        return known
-    if known is not None and known.model_copy(update={"observed_at": scanned.observed_at}) \
-            == scanned:
+    if scanned is None or same_checkpoint_result(known, scanned):
         return known
     return scanned
+
+
+def same_checkpoint_result(a: CheckpointStatus | None, b: CheckpointStatus | None) -> bool:
+    """Two scans found the same thing (whenever they ran)."""
+    return a is not None and b is not None and \
+        a.model_copy(update={"observed_at": b.observed_at}) == b
 
 
 def _trainer_process(

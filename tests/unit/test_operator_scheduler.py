@@ -52,3 +52,33 @@ def test_burst_is_coalesced_and_serialized() -> None:
     # One running when the burst came, plus one that covers the whole burst.
     assert rec.calls.count(("ns", "a")) == 2
     assert rec.calls.count(("ns", "b")) == 1
+
+
+def test_a_checkpoint_scan_that_found_nothing_new_wakes_no_reconcile() -> None:
+    from concurrent.futures import Future
+    from datetime import UTC, datetime
+
+    from prometheus_client import CollectorRegistry
+
+    from elastic_operator.api.models import CheckpointStatus
+    from elastic_operator.handlers import Reconciler
+    from elastic_operator.kube import Kube
+    from elastic_operator.metrics import OperatorMetrics
+
+    reconciler = Reconciler(Kube(None), OperatorMetrics(CollectorRegistry()))
+    woken: list[tuple[str, str]] = []
+    reconciler.on_scan_done = lambda ns, name: woken.append((ns, name))
+
+    def finish(step: int, minute: int) -> None:
+        future: Future[CheckpointStatus | None] = Future()
+        future.set_result(CheckpointStatus(
+            directory="gs://b/c", latest_committed_step=step,
+            observed_at=datetime(2026, 11, 29, 12, minute, tzinfo=UTC)))
+        reconciler._scan_done("ns", "job", future)
+
+    finish(100, 0)
+    assert woken == [("ns", "job")]  # the first result is news
+    finish(100, 1)
+    assert woken == [("ns", "job")]  # the same listing, later: nothing to publish
+    finish(200, 2)
+    assert woken == [("ns", "job")] * 2
