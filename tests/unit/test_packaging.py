@@ -232,6 +232,45 @@ def test_runs_as_a_numeric_non_root_user_created_in_the_final_stage(image: str) 
     )
 
 
+# Where the images' libraries write (caches, configs): the root filesystem is read-only
+# (chart and renderer), so each must be under /tmp, the emptyDir. The trainer's imports
+# need XDG_CACHE_HOME (jax, orbax) and MPLCONFIGDIR (matplotlib) too.
+WRITABLE_ENV = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
+                "XDG_STATE_HOME", "MPLCONFIGDIR")
+REQUIRED_WRITABLE_ENV = {"operator": {"HOME"},
+                         "trainer": {"HOME", "XDG_CACHE_HOME", "MPLCONFIGDIR"}}
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_every_place_the_image_writes_is_under_tmp(image: str) -> None:
+    dockerfile, stages = load(image)
+    env = dict(re.findall(r"\b(\w+)=(\S+)", " ".join(
+        ins.args for ins in stages[-1].instructions if ins.keyword == "ENV")))
+    missing = REQUIRED_WRITABLE_ENV[image] - env.keys()
+    assert not missing, f"{dockerfile.name}: ENV must set {sorted(missing)} under /tmp"
+    for key in WRITABLE_ENV:
+        if key in env:
+            assert env[key] == "/tmp" or env[key].startswith("/tmp/"), (
+                f"{dockerfile.name}: {key}={env[key]} is on the read-only root filesystem; "
+                "only /tmp (an emptyDir) is writable")
+    assert env.get("PYTHONDONTWRITEBYTECODE") == "1", (
+        f"{dockerfile.name}: Python would try to write .pyc files next to the code")
+
+
+def test_trainer_default_compilation_cache_is_where_the_pod_can_write() -> None:
+    import argparse
+
+    from elastic_trainer.cli import _compilation_cache_dir
+
+    def default(checkpoint_dir: str) -> str:
+        return _compilation_cache_dir(
+            argparse.Namespace(compilation_cache=None, checkpoint_dir=checkpoint_dir))
+
+    # A filesystem checkpoint directory is written anyway; a bucket's goes to /tmp.
+    assert default("/tmp/run/ckpt") == "/tmp/run/ckpt/compilation-cache"
+    assert default("gs://bucket/ckpt").startswith("/tmp/")
+
+
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_base_image_is_pinned_and_matches_requires_python(image: str) -> None:
     dockerfile, stages = load(image)

@@ -229,6 +229,35 @@ def test_simulated_shape():
     assert r["worker"]["dependsOn"] == [{"name": "pathways-head", "status": "Ready"}]
 
 
+@pytest.mark.parametrize("example", ["article", "simulated"])
+def test_trainer_image_containers_are_locked_down_with_only_tmp_writable(example: str):
+    """The containers running our trainer image (head `main`; `slice-agent` on simulated
+    workers): non-root, no escalation, no capabilities, read-only root with /tmp an
+    emptyDir. Pathways' own containers keep the security context Google ships them with."""
+    js = render_jobset(load_example(example))
+    ours = {"main", "slice-agent"} if example == "simulated" else {"main"}
+    seen = set()
+    for rjob in js["spec"]["replicatedJobs"]:
+        p = pod(rjob)
+        volumes = {v["name"]: v for v in p["volumes"]}
+        for name, c in containers(p).items():
+            (tmp,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+            assert volumes[tmp["name"]] == {"name": tmp["name"], "emptyDir": {}}, name
+            if name not in ours:
+                assert "securityContext" not in c, name
+                continue
+            seen.add(name)
+            assert c["image"] == load_example(example).spec.trainer.image
+            assert c["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": True,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }, name
+    assert seen == ours
+
+
 def test_options_flow_through():
     job = make(
         elastic={"minSlices": 2, "elasticSlices": 0, "maxSliceRestarts": 7, "timeoutSeconds": 60,

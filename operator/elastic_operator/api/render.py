@@ -314,10 +314,12 @@ def _pathways_worker(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, An
 
 def _trainer_security_context() -> dict[str, Any]:
     """Containers running our trainer image: non-root, no privilege escalation, no
-    capabilities. (Pathways' own images are left as Google ships them.)"""
+    capabilities, read-only root filesystem (the image points every cache at /tmp, an
+    emptyDir). Pathways' own images are left as Google ships them."""
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
