@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, ratio, stats
-from elastic_operator.localcluster.cluster import free_port
 from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
+from elastic_operator.localcluster.operator_process import OperatorProcess
 
 NAMESPACE = "etj-bench"
 SLICES = 4
@@ -210,50 +209,37 @@ def _start_watches(tl: Timeline, cluster: Any, slices: int) -> list[threading.Th
     return threads
 
 
-class OperatorProcess:
-    """`etj operator` (through bench.opshim) with psutil sampling of CPU and RSS."""
+class BenchOperator(OperatorProcess):
+    """`etj operator` through bench.opshim (which counts its API requests), with psutil
+    sampling of its CPU time and resident memory (peak sampled every 0.2 s)."""
 
     def __init__(self, kubeconfig: Path, workdir: Path) -> None:
         self.counts_file = workdir / "operator-requests.json"
-        self.log_path = workdir / "operator.log"
-        self.liveness_port = free_port()
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                           os.environ.get("PYTHONPATH")]))}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.opshim", str(self.counts_file), "--",
-                 "--namespace", NAMESPACE, "--liveness-port", str(self.liveness_port),
-                 "--metrics-port", str(free_port())],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-            )
+        super().__init__(
+            kubeconfig, workdir / "operator.log", args=("--namespace", NAMESPACE),
+            command=(sys.executable, "-m", "bench.opshim", str(self.counts_file), "--"),
+            env={"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                             os.environ.get("PYTHONPATH")]))},
+            cwd=REPO)
+        self.peak_rss = 0
+        self._sampling = threading.Event()
+
+    def start(self, timeout: float = 120) -> None:
         import psutil
 
-        self.ps = psutil.Process(self.proc.pid)
-        self.peak_rss = 0
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
-        self._sampler.start()
+        self.spawn()
+        self.ps = psutil.Process(self.pid)
+        self._sampling.set()
+        threading.Thread(target=self._sample, name="rss-sampler", daemon=True).start()
+        self.wait_healthy(timeout)
 
     def _sample(self) -> None:
-        while not self._stop.is_set():
+        while self._sampling.is_set():
             try:
-                self.peak_rss = max(self.peak_rss, self.ps.memory_info().rss)
+                self.peak_rss = max(self.peak_rss, self.rss())
             except Exception:
                 return
             time.sleep(0.2)
-
-    def healthy(self) -> bool:
-        import urllib.request
-
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"operator exited with {self.proc.returncode}; see {self.log_path}")
-        try:
-            with urllib.request.urlopen(
-                    f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
 
     def cpu_seconds(self) -> float:
         t = self.ps.cpu_times()
@@ -269,15 +255,9 @@ class OperatorProcess:
         except (OSError, ValueError):
             return {}
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+    def stop(self, timeout: float = 30) -> None:
+        self._sampling.clear()
+        super().stop(timeout)
 
 
 def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -309,7 +289,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, A
     ), progress=_log)
     cluster_up_s = time.monotonic() - t_up
     tl = Timeline()
-    operator: OperatorProcess | None = None
+    operator: BenchOperator | None = None
     try:
         api = cluster.api_client()
         install_crd(api)
@@ -318,8 +298,8 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, A
         wait_for(lambda: any(sa.metadata is not None and sa.metadata.name == "default" for sa in
                           core.list_namespaced_service_account(NAMESPACE).items),
               60, "the namespace's default ServiceAccount")
-        operator = OperatorProcess(cluster.kubeconfig, workdir)
-        wait_for(operator.healthy, 120, f"operator liveness (log {operator.log_path})", 0.5)
+        operator = BenchOperator(cluster.kubeconfig, workdir)
+        operator.start(timeout=120)
         _start_watches(tl, cluster, SLICES)
         time.sleep(2.0)  # let the idle operator settle before its baseline
         idle_rss = operator.rss()

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve GET /healthz on this port (0: off; default 8080)")
     parser.add_argument("--metrics-port", type=int, default=9090, metavar="P",
                         help="serve Prometheus /metrics on this port (0: off; default 9090)")
+    parser.add_argument("--listen-address", default="0.0.0.0", metavar="ADDR",
+                        help="address the liveness and metrics endpoints bind (default "
+                        "0.0.0.0, for the kubelet and Prometheus; 127.0.0.1 on a laptop)")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     parser.add_argument("--resync-seconds", type=float, default=30.0, metavar="S",
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if args.metrics_port:
-        start_http_server(args.metrics_port)
+        start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
     reconciler = Reconciler(
         Kube.from_environment(), OperatorMetrics(),
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         standalone=True,
         clusterwide=scope.clusterwide,
         namespaces=scope.namespaces,
-        liveness_endpoint=(f"http://0.0.0.0:{args.liveness_port}/healthz"
+        liveness_endpoint=(f"http://{args.listen_address}:{args.liveness_port}/healthz"
                            if args.liveness_port else None),
     )
     return 0

@@ -7,11 +7,6 @@ article-shaped job) and wait for its pods to be gone before the next test starts
 """
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,9 +17,9 @@ from kubernetes import client
 
 from elastic_operator.api import GROUP, PLURAL, VERSION
 from elastic_operator.localcluster import Cluster, faults
-from elastic_operator.localcluster.cluster import free_port
 from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
+from elastic_operator.localcluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -32,72 +27,9 @@ JOB = "article"
 JOB_LABEL = "elastic.pathways.dev/job-name"
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 TIMEOUT = 120  # scheduling 13 pods and the Job controller's backoff take a while
-RESYNC_S = 5
 
 
 # --- fixtures --------------------------------------------------------------------------------
-
-
-class OperatorProcess:
-    """`etj operator` as a child process with its own log file."""
-
-    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.log_path = log_path
-        self.liveness_port = free_port()
-        self.metrics_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elastic_operator.cli", "operator", "--all-namespaces",
-             "--liveness-port", str(self.liveness_port),
-             "--metrics-port", str(self.metrics_port),
-             "--resync-seconds", str(RESYNC_S), "--checkpoint-scan-seconds", "5"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-        log.close()
-        wait_for(self._healthy, 60, f"operator liveness (log: {self.log_path})", interval=0.5)
-
-    def _healthy(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"operator exited with {self.proc.returncode}; "
-                               f"see {self.log_path}")
-        try:
-            with urllib.request.urlopen(
-                    f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, as when a node dies or the OOM killer strikes."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-
-    def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                    timeout=5) as r:
-            text = r.read().decode()
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                key, _, value = line.rpartition(" ")
-                values[key] = float(value)
-        return values
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +57,7 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
     """The test's namespace; afterwards every job is deleted and its pods are gone, so the
     fake TPU nodes are free for the next test."""
     yield namespace
-    if operator.proc is None or operator.proc.poll() is not None:
+    if not operator.running:
         operator.start()
     custom = client.CustomObjectsApi(api)
     for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -9,9 +10,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import pytest
 from kubernetes import client
 
+from elastic_operator.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 from elastic_trainer.elastic import PodReadiness
 
 JOB = "demo"
@@ -58,7 +62,7 @@ def test_pod_readiness_marks_slices_up_and_down(cluster: Any, namespace: str,
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
     core = client.CoreV1Api(cluster.api_client())
     _make_workers(core, namespace)
-    health = PodReadiness(namespace, JOB, total_slices=2, poll_interval=0.2, hosts_per_slice=2)
+    health = PodReadiness(namespace, JOB, total_slices=2, hosts_per_slice=2)
     health.start()
     try:
         assert set(health.down_slices()) == {0, 1}
@@ -73,6 +77,69 @@ def test_pod_readiness_marks_slices_up_and_down(cluster: Any, namespace: str,
         assert health.down_slices()[0] >= before - 1
     finally:
         health.close()
+
+
+def _all_ready(core: client.CoreV1Api, namespace: str) -> None:
+    _make_workers(core, namespace)
+    for name in ("w-0-0", "w-0-1", "w-1-0", "w-1-1"):
+        _set_ready(core, namespace, name, True)
+
+
+def test_pod_readiness_sees_a_pod_turn_not_ready_through_its_watch(
+        cluster: Any, namespace: str, monkeypatch: Any) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    core = client.CoreV1Api(cluster.api_client())
+    _all_ready(core, namespace)
+    health = PodReadiness(namespace, JOB, total_slices=2, hosts_per_slice=2)
+    health.start()
+    try:
+        _wait(lambda: health.down_slices() == {}, 20, "both slices up")
+        lists = health.lists
+        _set_ready(core, namespace, "w-1-0", False)
+        _wait(lambda: list(health.down_slices()) == [1], 10, "slice 1 down")
+        _set_ready(core, namespace, "w-1-0", True)
+        _wait(lambda: health.down_slices() == {}, 10, "slice 1 up again")
+        # Seen through the watch, not by listing again.
+        assert health.lists == lists
+    finally:
+        health.close()
+
+
+def test_pod_readiness_lists_again_after_its_connection_is_cut(
+        cluster: Any, namespace: str, monkeypatch: Any, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="elastic_trainer.elastic")
+    server = urlsplit(cluster.server)
+    with TcpProxy(server.hostname or "127.0.0.1", server.port or 443) as proxy:
+        monkeypatch.setenv("KUBECONFIG", str(proxied_kubeconfig(
+            cluster.kubeconfig, proxy, tmp_path / "kubeconfig")))
+        core = client.CoreV1Api(cluster.api_client())  # the test's own calls go direct
+        _all_ready(core, namespace)
+        health = PodReadiness(namespace, JOB, total_slices=2, hosts_per_slice=2)
+        health.start()
+        try:
+            _wait(lambda: health.down_slices() == {}, 20, "both slices up")
+            # A change seen without a list: the watch is connected (through the proxy).
+            lists = health.lists
+            _set_ready(core, namespace, "w-1-0", False)
+            _wait(lambda: list(health.down_slices()) == [1], 10, "slice 1 down")
+            _set_ready(core, namespace, "w-1-0", True)
+            _wait(lambda: health.down_slices() == {}, 10, "slice 1 up again")
+            assert health.lists == lists
+            assert proxy.drop_connections() >= 1
+            # What changes while the watch is down or coming back is not lost.
+            _set_ready(core, namespace, "w-0-1", False)
+            _wait(lambda: list(health.down_slices()) == [0], 20, "slice 0 down after the cut")
+            _wait(lambda: health.lists > lists, 20, "a list after the cut")
+            assert health.watching
+            # ... and the new watch carries the next change.
+            _wait(lambda: proxy.open_connections >= 1, 10, "a new watch connection")
+            _set_ready(core, namespace, "w-0-1", True)
+            _wait(lambda: health.down_slices() == {}, 20, "slice 0 up again")
+        finally:
+            health.close()
+    broke = [r for r in caplog.records if "pod watch broke" in r.getMessage()]
+    assert [r.levelname for r in broke] == ["WARNING"], caplog.text
 
 
 def test_trainer_follows_worker_pods(cluster: Any, namespace: str, tmp_path: Path,

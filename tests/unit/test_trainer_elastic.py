@@ -1,17 +1,29 @@
-"""Pieces of the elastic runtime that need no training: errors, the fault schedule."""
+"""Pieces of the elastic runtime that need no training: errors, the fault schedule, the
+pod watch's bookkeeping (against a stand-in for the pods API)."""
 from __future__ import annotations
 
+import json
+import logging
+import queue
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import pytest
+from kubernetes import client
 
 from elastic_trainer.elastic import (
+    RELIST_BACKOFF_S,
     Fault,
     FaultSchedule,
+    PodReadiness,
     SimulatedBackend,
+    WorkerPod,
     is_slice_down_message,
+    relist_delay,
     slice_down_error,
+    slice_readiness,
 )
 
 
@@ -90,3 +102,167 @@ def test_simulated_backend_raises_inside_the_step_only_for_slices_of_the_mesh() 
 def test_simulated_backend_needs_the_device_count() -> None:
     with pytest.raises(RuntimeError, match="xla_force_host_platform_device_count=64"):
         SimulatedBackend(32, 2, FaultSchedule([]))
+
+
+# --- slice health from worker pods (PodReadiness) -----------------------------------------
+
+
+def test_slice_readiness_counts_ready_pods_per_slice() -> None:
+    pods = [WorkerPod(0, True, 2), WorkerPod(0, True, 2), WorkerPod(1, False, 2),
+            WorkerPod(1, True, 2), WorkerPod(3, False, 4)]
+    assert slice_readiness(pods) == {0: (2, 2), 1: (1, 2), 3: (0, 4)}
+    assert slice_readiness([]) == {}
+
+
+def test_relist_backoff_doubles_and_is_bounded() -> None:
+    first, longest = RELIST_BACKOFF_S
+    delays = [relist_delay(n) for n in range(1, 12)]
+    assert delays[0] == first and delays[1] == 2 * first
+    assert delays == sorted(delays) and max(delays) == longest == delays[-1]
+
+
+def _pod(name: str, slice_index: int, ready: bool, rv: int, job: str = "demo") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "resourceVersion": str(rv), "labels": {
+                "elastic.pathways.dev/job-name": job,
+                "jobset.sigs.k8s.io/replicatedjob-name": "worker",
+                "jobset.sigs.k8s.io/job-index": str(slice_index)}},
+            "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+class _Stream:
+    """A watch response: the lines queued for it; an exception queued is raised (a dropped
+    connection), None ends it (the server's timeout)."""
+
+    status = 200
+
+    def __init__(self) -> None:
+        self.lines: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
+
+    def stream(self, amt: Any = None, decode_content: Any = None) -> Iterator[bytes]:
+        while True:
+            item = self.lines.get(timeout=30)
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield json.dumps(item).encode() + b"\n"
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+class FakePodsApi:
+    """`list_namespaced_pod` as CoreV1Api has it: a list of `pods`, or with watch=True a
+    `_Stream` the test feeds. `list_errors` are raised by the next lists, one each."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.rv = 100
+        self.list_errors: list[BaseException] = []
+        self.watches: queue.Queue[tuple[dict[str, Any], _Stream]] = queue.Queue()
+        self.streams: list[_Stream] = []
+        self._api = client.ApiClient()
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        """:rtype: V1PodList"""
+        if kwargs.get("watch"):
+            stream = _Stream()
+            self.watches.put((kwargs, stream))
+            return stream
+        if self.list_errors:
+            raise self.list_errors.pop(0)
+        body = {"apiVersion": "v1", "kind": "PodList", "items": list(self.pods.values()),
+                "metadata": {"resourceVersion": str(self.rv)}}
+        return self._api.deserialize(json.dumps(body), "V1PodList", "application/json")
+
+    def next_watch(self) -> tuple[dict[str, Any], _Stream]:
+        kwargs, stream = self.watches.get(timeout=30)
+        self.streams.append(stream)
+        return kwargs, stream
+
+    def end_watches(self) -> None:
+        for stream in self.streams:
+            stream.lines.put(None)
+
+
+def _until(predicate: Callable[[], Any], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_pod_readiness_watches_and_lists_again_after_a_dropped_connection(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="elastic_trainer.elastic")
+    api = FakePodsApi([_pod("w-0-0", 0, True, 1), _pod("w-0-1", 0, True, 2),
+                       _pod("w-1-0", 1, True, 3), _pod("w-1-1", 1, False, 4)])
+    health = PodReadiness("ns", "demo", total_slices=2, hosts_per_slice=2, core_api=api)
+    health.start()
+    try:
+        assert list(health.down_slices()) == [1] and health.lists == 1
+        kwargs, stream = api.next_watch()
+        assert kwargs["resource_version"] == "100" and kwargs["label_selector"] == (
+            "elastic.pathways.dev/job-name=demo,jobset.sigs.k8s.io/replicatedjob-name=worker")
+
+        # Events arrive through the watch: no list.
+        stream.lines.put({"type": "MODIFIED", "object": _pod("w-1-1", 1, True, 101)})
+        _until(lambda: health.down_slices() == {}, "slice 1 up from a watch event")
+        stream.lines.put({"type": "DELETED", "object": _pod("w-0-1", 0, True, 102)})
+        _until(lambda: list(health.down_slices()) == [0], "slice 0 down from a deletion")
+        assert health.lists == 1
+
+        # The connection drops; what changed meanwhile is in the next list.
+        api.pods["w-1-1"] = _pod("w-1-1", 1, True, 101)
+        del api.pods["w-0-1"]
+        api.pods["w-0-1b"] = _pod("w-0-1b", 0, True, 103)
+        api.pods["w-1-0"] = _pod("w-1-0", 1, False, 104)
+        api.rv = 104
+        stream.lines.put(ConnectionResetError(104, "Connection reset by peer"))
+        kwargs, stream = api.next_watch()
+        assert kwargs["resource_version"] == "104" and health.lists == 2
+        assert list(health.down_slices()) == [1] and health.watching
+
+        # The server ends the watch: the next one resumes where it was, without a list.
+        stream.lines.put({"type": "MODIFIED", "object": _pod("w-1-0", 1, True, 105)})
+        stream.lines.put(None)
+        kwargs, stream = api.next_watch()
+        assert kwargs["resource_version"] == "105" and health.lists == 2
+        assert health.down_slices() == {}
+
+        # An expired resourceVersion (410) lists again.
+        stream.lines.put({"type": "ERROR", "object": {
+            "kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}})
+        kwargs, stream = api.next_watch()
+        assert health.lists == 3 and kwargs["resource_version"] == "104"
+    finally:
+        health.close()
+        api.end_watches()
+    broke = [r for r in caplog.records if "pod watch broke" in r.getMessage()]
+    expired = [r for r in caplog.records if "pod watch expired" in r.getMessage()]
+    assert [r.levelno for r in broke] == [logging.WARNING], caplog.text
+    assert [r.levelno for r in expired] == [logging.INFO], caplog.text
+
+
+def test_pod_readiness_keeps_listing_with_backoff_while_the_api_is_away(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="elastic_trainer.elastic")
+    api = FakePodsApi([_pod("w-0-0", 0, True, 1)])
+    api.list_errors = [ConnectionRefusedError(111, "refused")] * 3
+    health = PodReadiness("ns", "demo", total_slices=1, hosts_per_slice=1, core_api=api)
+    health.start()  # its list fails: every slice stays down
+    assert list(health.down_slices()) == [0] and health.lists == 0
+    try:
+        api.next_watch()  # two more failed lists, then one that works
+        assert health.lists == 1 and health.down_slices() == {}
+    finally:
+        health.close()
+        api.end_watches()
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert sum(level == logging.WARNING for level, _ in messages) == 1, messages
+    assert (logging.INFO, "slice health: listed worker pods again after 3 failed attempt(s)") \
+        in messages, messages

@@ -31,6 +31,7 @@ from elastic_operator.api import GROUP, PLURAL, VERSION
 from elastic_operator.demo.summary import summarize
 from elastic_operator.demo.timeline import Mark, draw_timeline
 from elastic_operator.localcluster.faults import wait_for
+from elastic_operator.localcluster.operator_process import OperatorProcess
 
 DEMO_NAMESPACE = "etj-demo"
 KILL_SLICE = 2
@@ -165,6 +166,7 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         shutil.rmtree(out)
     out.mkdir(parents=True)
     procs: list[subprocess.Popen[bytes]] = []
+    operator: OperatorProcess | None = None
     cluster_dir = Path(os.environ.get("ETJ_DEMO_CLUSTER_DIR") or lc.default_dir().parent / "demo")
     try:
         stage(1, "Local control plane: etcd, kube-apiserver, controllers, scheduler, kwok, JobSet")
@@ -183,12 +185,11 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
             DEMO_NAMESPACE, field_selector="metadata.name=default").items, 30,
             "the namespace's default ServiceAccount")
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        operator_log = (out / "operator.log").open("wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "elastic_operator.cli", "operator",
-             "--namespace", DEMO_NAMESPACE, "--liveness-port", "0", "--metrics-port", "0"],
-            env=env, stdout=operator_log, stderr=subprocess.STDOUT, start_new_session=True))
-        say(f"  operator started (pid {procs[-1].pid}, log {out / 'operator.log'})")
+        operator = OperatorProcess(cluster.kubeconfig, out / "operator.log",
+                                   args=("--namespace", DEMO_NAMESPACE),
+                                   env={"PYTHONUNBUFFERED": "1"}, new_session=True)
+        operator.start()
+        say(f"  operator started (pid {operator.pid}, log {out / 'operator.log'})")
 
         stage(2, "Apply examples/demo.yaml: 3 slices x 4 hosts (v5e 4x4 shape, simulated backend)")
         job_obj = yaml.safe_load((repo / "examples" / "demo.yaml").read_text())
@@ -300,6 +301,8 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
     finally:
         for proc in reversed(procs):
             _stop(proc)
+        if operator is not None:
+            operator.stop(timeout=10)
         if not keep_cluster:
             lc.down(cluster_dir, progress=lambda _: None)
             say(f"Stopped the operator, the trainer and the local control plane "

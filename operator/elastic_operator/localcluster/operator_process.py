@@ -1,0 +1,147 @@
+"""`etj operator` as a child process, for the tests, the demo and the benchmarks.
+
+The operator runs exactly as deployed (`python -m elastic_operator.cli operator ...`), so
+a caller can stop it, SIGKILL it and start it again. It always gets a free liveness port
+(`start()` returns once /healthz answers) and a free metrics port (`metrics()`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from elastic_operator.localcluster.cluster import free_ports
+from elastic_operator.localcluster.faults import wait_for
+
+# `etj operator` with the interpreter running us (the venv's), whatever `etj` is on PATH.
+OPERATOR_COMMAND = (sys.executable, "-m", "elastic_operator.cli", "operator")
+# Test speed: every namespace, resync and checkpoint scan every 5 s (30 s by default).
+TEST_ARGS = ("--all-namespaces", "--resync-seconds", "5", "--checkpoint-scan-seconds", "5")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text format -> {'name{labels}': value}; comments skipped."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            values[key] = float(value)
+    return values
+
+
+class OperatorProcess:
+    """One `etj operator` child process with its own log file (appended to on restarts).
+
+    `args` are the operator's flags other than the two ports (default: TEST_ARGS).
+    `command` runs `etj operator` given those flags; a wrapper such as the benchmarks'
+    request counter replaces it. `env` is added to this process's environment (with
+    KUBECONFIG). `new_session` puts the child in its own process group, signalled as a
+    whole, so a Ctrl-C in the terminal reaches only the parent, which stops it in order.
+    """
+
+    def __init__(self, kubeconfig: Path | str, log_path: Path, *,
+                 args: Sequence[str] = TEST_ARGS, env: Mapping[str, str] | None = None,
+                 command: Sequence[str] = OPERATOR_COMMAND, cwd: Path | None = None,
+                 new_session: bool = False) -> None:
+        self.kubeconfig = Path(kubeconfig)
+        self.log_path = log_path
+        self.args = tuple(args)
+        self.env = dict(env or {})
+        self.command = tuple(command)
+        self.cwd = cwd
+        self.new_session = new_session
+        self.liveness_port, self.metrics_port = free_ports(2)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        # Local runs: the endpoints bind the loopback only, not every interface.
+        return [*self.command, *self.args, "--liveness-port", str(self.liveness_port),
+                "--metrics-port", str(self.metrics_port), "--listen-address", "127.0.0.1"]
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("the operator was never started")
+        return self.proc.pid
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it to be healthy."""
+        if self.running:
+            raise RuntimeError(f"the operator is already running (pid {self.pid})")
+        env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig)}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv(), env=env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=self.new_session)
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        wait_for(self.healthy, timeout, f"operator liveness (log: {self.log_path})",
+                 interval=0.5)
+
+    def start(self, timeout: float = 60) -> None:
+        """Start it and wait until its liveness endpoint answers."""
+        self.spawn()
+        self.wait_healthy(timeout)
+
+    def healthy(self) -> bool:
+        """/healthz answers 200; raises if the process has exited."""
+        if self.proc is None:
+            raise RuntimeError("the operator was never started")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"operator exited with {self.proc.returncode}; "
+                               f"see {self.log_path}")
+        try:
+            with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as when a node dies or the OOM killer strikes."""
+        if self.proc is None:
+            raise RuntimeError("the operator was never started")
+        self._signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM (kopf shuts down cleanly), SIGKILL after `timeout` seconds."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def restart(self, timeout: float = 60) -> None:
+        self.stop()
+        self.start(timeout)
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=5) as r:
+            return parse_metrics(r.read().decode())
+
+    def _signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            return
+        # Gone between the poll and the signal: nothing left to signal.
+        with contextlib.suppress(ProcessLookupError):
+            if self.new_session:
+                os.killpg(self.proc.pid, sig)
+            else:
+                self.proc.send_signal(sig)
