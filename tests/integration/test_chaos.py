@@ -40,13 +40,13 @@ from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client
-from test_operator import OperatorProcess  # the same `etj operator` subprocess harness
 
 from elastic_operator.api import GROUP, PLURAL, VERSION
 from elastic_operator.demo.run import _head_command, _stop
 from elastic_operator.localcluster import Cluster, faults
 from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
+from elastic_operator.localcluster.operator_process import OperatorProcess
 from elastic_operator.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 
 pytestmark = pytest.mark.cluster
@@ -94,6 +94,7 @@ class Sampler:
     ns: str
     samples: list[dict[str, int]] = field(default_factory=list)
     latest: dict[str, Any] = field(default_factory=dict)
+    recoveries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by detectedAt
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -117,6 +118,9 @@ class Sampler:
                 continue  # not created yet, or the API server briefly busy
             status = job.get("status") or {}
             self.latest = status
+            recovery = status.get("lastRecovery") or {}
+            if recovery.get("resumedAt"):
+                self.recoveries[recovery["detectedAt"]] = recovery
             sample = {f"counters.{k}": int(v) for k, v in (status.get("counters") or {}).items()}
             for s in status.get("slices") or []:
                 sample[f"slices[{s['index']}].restarts"] = int(s.get("restarts") or 0)
@@ -508,6 +512,16 @@ def test_chaos_training_survives_random_faults(
     slice_faults = sum(len(f.slices) for f in injected)
     assert final["counters"]["sliceFailures"] >= slice_faults, final["counters"]
 
+    # A replaced trainer process shows up too: counted once, with an event.
+    restarted = [e for e in core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={JOB},reason=TrainerRestarted").items]
+    assert final["counters"].get("trainerRestarts", 0) == trainer.started - 1, final["counters"]
+    assert sum(e.count or 1 for e in restarted) == trainer.started - 1, \
+        [e.message for e in restarted]
+
+    _print_figures(seed, injected, summary, trainer, checkpoints, final,
+                   list(sampler.recoveries.values()), tmp_path)
+
     # Checkpoints: none lost, none half-loaded.
     assert checkpoints.problems == [], checkpoints.problems
     for event in trainer_events:
@@ -525,6 +539,36 @@ def test_chaos_training_survives_random_faults(
     reload = json.loads((tmp_path / "reload.json").read_text())
     assert reload["started_from"] == {"step": STEPS, "source": "checkpoint"}, reload
     assert reload["params_digest"] == expected["params_digest"]
+
+
+def _print_figures(seed: int, injected: list[Fault], summary: dict[str, Any],
+                   trainer: TrainerProcesses, checkpoints: CheckpointWatcher,
+                   final: dict[str, Any], recoveries: list[dict[str, Any]],
+                   tmp_path: Path) -> None:
+    """The run in numbers (docs/benchmarks.md quotes a soak's), also as chaos.json.
+    Recoveries are the operator's (status.lastRecovery, sampled all through the run)."""
+    downtimes = sorted(r["downtimeSeconds"] for r in recoveries
+                       if r.get("downtimeSeconds") is not None)
+    lost = sorted(r["stepsLost"] for r in recoveries if r.get("stepsLost") is not None)
+    kinds = {k: sum(f.kind == k for f in injected) for k in KINDS}
+    figures = {
+        "seed": seed, "steps": STEPS, "faults": len(injected), "by_kind": kinds,
+        "elastic_events": summary["elastic_events_total"],
+        "trainer_processes": trainer.started,
+        "checkpoints_committed": len(checkpoints.committed),
+        "counters": final["counters"],
+        "recoveries_seen": len(recoveries),
+        "downtime_seconds": {"p50": _pct(downtimes, 50), "p90": _pct(downtimes, 90),
+                             "max": downtimes[-1] if downtimes else None},
+        "steps_lost": {"p50": _pct(lost, 50), "max": lost[-1] if lost else None},
+    }
+    (tmp_path / "chaos.json").write_text(json.dumps(figures, indent=1))
+    print(f"\nchaos figures ({tmp_path / 'chaos.json'}):\n"
+          + json.dumps(figures, indent=1), flush=True)
+
+
+def _pct(values: list[float], pct: int) -> float | None:
+    return values[min(len(values) - 1, len(values) * pct // 100)] if values else None
 
 
 def _inject(chaos: Chaos, fault: Fault) -> bool:
