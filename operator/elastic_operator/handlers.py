@@ -138,9 +138,20 @@ class Reconciler:
         plan = plan_reconcile(job, rendered, Observed(jobset=jobset), parsed.previous)
         if plan.create:
             for obj in plan.create:
-                created = self.kube.create(obj)
-                logger.info("%s %s %s for %s/%s", "created" if created else "found",
-                            obj["kind"], obj["metadata"]["name"], namespace, name)
+                try:
+                    created = self.kube.create(obj)
+                except ApiError as e:
+                    if not e.refuses_object:
+                        raise
+                    # Admitted, yet what it renders to is refused (an int32 overflow, a
+                    # quantity or name the CRD schema cannot check): say so in the status,
+                    # once; raising would only repeat the refusal at every resync.
+                    self._report_invalid_spec(raw, refusal_message(obj, e))
+                    return
+                # "found" is no news (a job whose JobSet is refused retries every resync).
+                logger.log(logging.INFO if created else logging.DEBUG, "%s %s %s for %s/%s",
+                           "created" if created else "found", obj["kind"],
+                           obj["metadata"]["name"], namespace, name)
             self._children_ensured.add((namespace, name, uid))
             jobset_raw = self.kube.get_jobset(namespace, js_name)
             jobset = jobset_from_dict(jobset_raw) if jobset_raw else None
@@ -192,6 +203,7 @@ class Reconciler:
         """The newest finished scan (or None); starts the next one when due. Scans run
         off the reconcile path: listing a bucket must never delay slice detection."""
         key = (namespace, name)
+        started: Future[CheckpointStatus | None] | None = None
         with self._scan_lock:
             running = self._scans.get(key)
             result = None
@@ -210,9 +222,12 @@ class Reconciler:
                 future = self._scan_pool.submit(
                     scan_checkpoint, job.spec.checkpoint.directory, self.config.clock())
                 self._scans[key] = future
-                if self.on_scan_done is not None:
-                    future.add_done_callback(lambda f: self._scan_done(namespace, name, f))
-            return result
+                started = future
+        # Outside the lock: a scan that has already finished (a bad URL fails at once)
+        # runs the callback right here, and the callback takes the lock.
+        if started is not None and self.on_scan_done is not None:
+            started.add_done_callback(lambda f: self._scan_done(namespace, name, f))
+        return result
 
     def _scan_done(self, namespace: str, name: str,
                    future: Future[CheckpointStatus | None]) -> None:
@@ -236,10 +251,27 @@ class Reconciler:
         new = invalid_spec_status(previous, message, self.config.clock(),
                                   meta.get("generation"))
         patch = status_patch(previous, new)
-        if patch is not None:
-            self.kube.patch_job_status(meta.get("namespace", ""), meta.get("name", ""), patch)
+        if patch is None:  # already reported: a resync must not repeat the warning
+            logger.debug("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),
+                         message)
+            return
+        self.kube.patch_job_status(meta.get("namespace", ""), meta.get("name", ""), patch)
         logger.warning("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),
                        message)
+
+
+# The API server's reason in a condition message: enough to act on, bounded.
+MAX_REFUSAL_MESSAGE = 1024
+
+
+def refusal_message(obj: dict[str, Any], error: ApiError) -> str:
+    """Why the job cannot run: the object the API server refused and its reason."""
+    reason = error.message.strip().rstrip(".")
+    if len(reason) > MAX_REFUSAL_MESSAGE:
+        reason = reason[:MAX_REFUSAL_MESSAGE - 3] + "..."
+    return (f"the API server refused the {obj.get('kind')} "
+            f"{obj.get('metadata', {}).get('name')} rendered from this spec "
+            f"(HTTP {error.status}): {reason}")
 
 
 class Scheduler:

@@ -33,6 +33,24 @@ class ApiError(Exception):
         self.reason = reason
         self.body = body
 
+    @property
+    def message(self) -> str:
+        """The message of the API server's Status (the body itself if it is not one)."""
+        try:
+            status = json.loads(self.body)
+        except ValueError:
+            return self.body
+        message = status.get("message") if isinstance(status, dict) else None
+        return message if isinstance(message, str) and message else self.body
+
+    @property
+    def refuses_object(self) -> bool:
+        """The API server or an admission webhook refused the object for what it is
+        (invalid, undecodable, denied): sending the same object again cannot succeed."""
+        denied = self.status == 403 and "admission webhook" in self.body \
+            and "denied the request" in self.body
+        return self.status in (400, 422) or denied
+
 
 def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"

@@ -160,3 +160,30 @@ def test_wrong_kind_or_version():
 def test_not_a_mapping():
     with pytest.raises(ValueError, match="expected a mapping"):
         validate_job(["x"])  # type: ignore[arg-type]
+
+
+# What kube-apiserver 1.34 answered for these in a `type: integer` field (and in an
+# int-or-string quantity): an int within int64 or a whole float below 2**53 is admitted,
+# anything else is refused. pydantic's lax int took all of them but 1.5.
+API_SERVER_INTEGERS = [
+    (9223372036854775807, True), (-9223372036854775808, True), (2.0, True), (1e15, True),
+    (9223372036854775808, False), (-9223372036854775809, False), (10**30, False),
+    (float(2**53), False), (1.5, False), (True, False), ("10", False),
+]
+
+
+@pytest.mark.parametrize(("value", "admitted"), API_SERVER_INTEGERS)
+def test_integers_are_admitted_exactly_as_the_api_server_does(value: Any, admitted: bool):
+    tolerations = job(tolerations=[{"key": "k", "tolerationSeconds": value}])
+    quantity = job(trainer={"image": "t:1", "steps": 1, "resources": {"limits": {"cpu": value}}})
+    if admitted:
+        assert validate_job(tolerations).spec.tolerations[0].toleration_seconds == int(value)
+        validate_job(quantity)
+    else:
+        assert error_of(tolerations).startswith("spec.tolerations[0].tolerationSeconds: ")
+        if not isinstance(value, str):  # a string is a quantity
+            assert "spec.trainer.resources.limits.cpu" in error_of(quantity)
+
+
+def test_a_name_with_a_trailing_newline_is_not_a_dns_label():
+    assert "is not a DNS-1035 label" in error_of({**job(), "metadata": {"name": "train\n"}})

@@ -12,14 +12,39 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from elastic_operator.api.catalog import TpuType
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# The API server takes a JSON number with a fraction part (2.0) as an integer only if it
+# is whole and below 2**53 in magnitude (exact as a float64).
+_MAX_WHOLE_FLOAT = 2**53
+
+
+def _api_integer(value: Any) -> Any:
+    """Refuse, as the API server does, what pydantic's lax `int` would turn into one: a
+    bool, a numeric string, a float with a fraction or too big to be exact, anything
+    outside int64. A whole float below 2**53 is that integer (the API server agrees)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < _MAX_WHOLE_FLOAT:
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not INT64_MIN <= value <= INT64_MAX:
+        raise PydanticCustomError(
+            "int64_type", "Input should be an integer from -2^63 to 2^63-1 (int64)")
+    return value
+
+
+# A spec integer: what the API server's `type: integer` admits, no more (the CRD schema
+# is the same as plain int's).
+SpecInt = Annotated[int, BeforeValidator(_api_integer)]
+
 
 def _quantity_to_str(value: Any) -> Any:
-    # YAML turns `cpu: 8` into an int; Kubernetes quantities accept both.
+    # YAML turns `cpu: 8` into an int; Kubernetes quantities accept both (an int within
+    # the API server's integer rules).
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
+        return str(_api_integer(value))
     return value
 
 
@@ -64,25 +89,28 @@ class TpuSpec(ApiModel):
     topology: str = Field(
         max_length=16, description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p).",
     )
-    num_slices: int = Field(1, ge=1, le=64, description="Number of TPU slices (worker Jobs).")
+    num_slices: SpecInt = Field(1, ge=1, le=64, description="Number of TPU slices (worker Jobs).")
 
 
 class ElasticSpec(ApiModel):
     """How the trainer survives losing slices inside its process."""
 
-    min_slices: int | None = Field(
-        None, ge=1,
+    # The bound sits before the validator: pydantic then still emits it as `minimum`.
+    min_slices: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None,
         description="Slices needed to train. Unset = all (pause and resume); "
         "fewer = replica resize.",
     )
-    timeout_seconds: int = Field(300, ge=1, description="How long one retry waits for slices.")
-    max_retries: int = Field(10, ge=0, description="Elastic events tolerated over the whole run.")
-    max_slice_restarts: int = Field(
+    timeout_seconds: SpecInt = Field(300, ge=1, description="How long one retry waits for slices.")
+    max_retries: SpecInt = Field(
+        10, ge=0, description="Elastic events tolerated over the whole run.",
+    )
+    max_slice_restarts: SpecInt = Field(
         5, ge=0,
         description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this.",
     )
-    elastic_slices: int | None = Field(
-        None, ge=0,
+    elastic_slices: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
+        None,
         description="Slices that may be missing before the JobSet restarts (--num_elastic_slices). "
         "Unset = numSlices.",
     )
@@ -95,8 +123,8 @@ class CheckpointSpec(ApiModel):
         min_length=1, max_length=1024,
         description="Orbax checkpoint root: gs://bucket/path or a filesystem path.",
     )
-    period_steps: int = Field(100, ge=1, description="Save a checkpoint every N steps.")
-    keep: int = Field(3, ge=1, description="Committed checkpoints to keep.")
+    period_steps: SpecInt = Field(100, ge=1, description="Save a checkpoint every N steps.")
+    keep: SpecInt = Field(3, ge=1, description="Committed checkpoints to keep.")
     async_: bool = Field(True, alias="async", description="Write checkpoints in the background.")
     persistence: bool = Field(
         True,
@@ -107,7 +135,7 @@ class CheckpointSpec(ApiModel):
 class SnapshotSpec(ApiModel):
     """In-memory snapshots of the training state (faster recovery than a checkpoint)."""
 
-    period_steps: int = Field(
+    period_steps: SpecInt = Field(
         0, ge=0, description="Keep an in-memory snapshot every N steps (0 = off).",
     )
 
@@ -137,9 +165,9 @@ class TrainerSpec(ApiModel):
     model: str = Field(
         "tiny", max_length=253, description="Model config name (tiny ... qwen3-0.6b).",
     )
-    steps: int = Field(ge=1, description="Training steps.")
-    batch: int = Field(8, ge=1, description="Global batch size (sequences per step).")
-    seed: int = Field(0, ge=0, description="Seed for parameters and data.")
+    steps: SpecInt = Field(ge=1, description="Training steps.")
+    batch: SpecInt = Field(8, ge=1, description="Global batch size (sequences per step).")
+    seed: SpecInt = Field(0, ge=0, description="Seed for parameters and data.")
     data: str = Field(
         "synthetic", max_length=1024,
         description="`synthetic`, or a directory or glob of ArrayRecord shards on a filesystem "
@@ -195,7 +223,7 @@ class Toleration(ApiModel):
     operator: Literal["Exists", "Equal"] | None = None
     value: ShortStr | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    toleration_seconds: SpecInt | None = None
 
 
 class ElasticTrainingJobSpec(ApiModel):
@@ -206,7 +234,7 @@ class ElasticTrainingJobSpec(ApiModel):
         "with simulated slices and workers run a slice agent.",
     )
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)
-    max_restarts: int = Field(0, ge=0, description="Whole-JobSet restarts allowed.")
+    max_restarts: SpecInt = Field(0, ge=0, description="Whole-JobSet restarts allowed.")
     checkpoint: CheckpointSpec
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     trainer: TrainerSpec
@@ -228,7 +256,7 @@ class ElasticTrainingJobSpec(ApiModel):
         description="Service account of every pod. Unset: the head runs as <name>-trainer "
         "(rendered with the RBAC the trainer needs) and workers as the namespace default.",
     )
-    termination_grace_period_seconds: int = Field(
+    termination_grace_period_seconds: SpecInt = Field(
         30, ge=0, description="terminationGracePeriodSeconds of every pod.",
     )
     suspend: bool = Field(False, description="Suspend the JobSet (pods are deleted, state kept).")

@@ -199,7 +199,8 @@ def _loc_to_path(loc: tuple[int | str, ...]) -> str:
 def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors: list[str] = []
     name = job.metadata.name
-    if not re.match(DNS1035_LABEL, name):
+    # fullmatch: `$` alone would let a trailing newline through (CEL's RE2 does not).
+    if not re.fullmatch(DNS1035_LABEL, name):
         errors.append(NAME_FORMAT.format(name=name))
     if len(name) > MAX_NAME_LENGTH:
         errors.append(NAME_LENGTH.format(name=name))

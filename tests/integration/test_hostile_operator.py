@@ -1,0 +1,435 @@
+"""Hostile specs against the real API server and the real operator.
+
+Hypothesis generates ElasticTrainingJob manifests: the shipped examples mutated at random
+(`hostile_manifest`, mostly refused) and jobs that stay inside the schema but push it
+(`admissible_job`: huge numbers, boundary values, odd but valid names, long lists,
+unicode and control characters in free text, both backends, suspended or not). Each one
+is created for real. What the API server refuses, `validate_job` must refuse too; what it
+admits, one `etj operator` must handle: a status for the current generation that either
+runs a JobSet (SpecApplied=True) or says why it cannot (SpecApplied=False/InvalidSpec),
+no crash, and no loop.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from kubernetes import client
+
+from elastic_operator.api import GROUP, PLURAL, VERSION
+from elastic_operator.api.catalog import CATALOG, slice_shape
+from elastic_operator.api.validation import validate_job
+from elastic_operator.localcluster import Cluster
+from elastic_operator.localcluster.crds import install_crd
+from elastic_operator.localcluster.faults import wait_for
+from elastic_operator.localcluster.gcs import FakeGcsServer
+from elastic_operator.localcluster.operator_process import OperatorProcess
+from tests.unit.test_hostile_spec import hostile_manifest
+
+pytestmark = pytest.mark.cluster
+
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+RESYNC_SECONDS = 3
+# "Does not loop" can only be observed as an absence of change: a window of two resync
+# periods, in which every job is reconciled again, and no job or JobSet is written and no
+# reconcile fails.
+QUIET_WINDOW_SECONDS = 2 * RESYNC_SECONDS
+SETTLE_TIMEOUT = 120  # ~40 jobs, two busy cores: admitting, creating, first status
+MUTATED_EXAMPLES = 48  # about half are JSON objects, few of those admitted
+ADMISSIBLE_EXAMPLES = 26
+
+# --- generated manifests ---------------------------------------------------------------------
+
+ODD_STRINGS = ["", " ", "é", "☃", "日本語", "\x00", "\n", "\t", "${HOME}", "$(rm -rf /)",
+               "a;rm -rf /", "--steps", "'\"`\\", "%s%n", "\u202eevil", "x" * 300]
+
+
+def odd_text(max_size: int, min_size: int = 0) -> st.SearchStrategy[str]:
+    """Any unicode (control characters included), or a string known to be awkward."""
+    return st.one_of(
+        st.text(min_size=min_size, max_size=min(max_size, 40)),
+        st.sampled_from([s for s in ODD_STRINGS if min_size <= len(s) <= max_size]),
+    )
+
+
+def big_int(low: int, high: int = INT64_MAX) -> st.SearchStrategy[int]:
+    """Anything the schema allows, its boundaries and the int32/float64 edges most often."""
+    edges = [v for v in (low, low + 1, INT32_MAX, INT32_MAX + 1, 2**53, high) if low <= v <= high]
+    return st.one_of(st.sampled_from(edges), st.integers(low, high))
+
+
+NAMES = st.one_of(
+    st.sampled_from(["a", "z" * 22, "a-1", "x--y", "a" + "-" * 20 + "b", "v5e", "pathways"]),
+    st.from_regex(r"[a-z]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True),
+)
+QUANTITIES = st.one_of(
+    st.sampled_from(["1", "500m", "32Gi", "0", "1e3", "+1", "-1", "lots", " 1"]),
+    st.integers(INT64_MIN, INT64_MAX),
+)
+
+
+def resources() -> st.SearchStrategy[dict[str, Any]]:
+    quantities = st.dictionaries(st.sampled_from(["cpu", "memory", "google.com/tpu", "é"]),
+                                 QUANTITIES, max_size=3)
+    return st.fixed_dictionaries({}, optional={"limits": quantities, "requests": quantities})
+
+
+ENV = st.fixed_dictionaries(
+    {"name": st.one_of(st.sampled_from(["A", "_x", "JAX_PLATFORMS", "ETJ_JOB_NAME", "a=b"]),
+                       odd_text(253, min_size=1))},
+    optional={"value": odd_text(4096),
+              "valueFrom": st.sampled_from([{"fieldRef": {"fieldPath": "metadata.name"}},
+                                            {"bogus": [1.5, None]}, {"fieldRef": 5}])},
+)
+TOLERATION = st.fixed_dictionaries({}, optional={
+    "key": odd_text(253), "operator": st.sampled_from(["Exists", "Equal"]),
+    "value": odd_text(253),
+    "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+    "tolerationSeconds": big_int(INT64_MIN),
+})
+
+
+@st.composite
+def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
+    """A manifest inside the CRD's schema and rules, as hostile as they allow."""
+    suspend = draw(st.booleans())
+    tpu_type = draw(st.sampled_from(sorted(CATALOG)))
+    topologies = CATALOG[tpu_type].topologies
+    if suspend:  # no pods: any size, up to 64 slices of 64 hosts
+        topology = draw(st.sampled_from(topologies))
+        num_slices = draw(st.one_of(st.sampled_from([1, 64]), st.integers(1, 64)))
+    else:  # pods are created: keep it to a few per job on two cores
+        topology = draw(st.sampled_from(
+            [t for t in topologies if slice_shape(tpu_type, t).vms <= 2]))
+        num_slices = draw(st.integers(1, 2))
+    backend = draw(st.sampled_from(["pathways", "simulated"]))
+    elastic = draw(st.fixed_dictionaries({}, optional={
+        "minSlices": st.integers(1, num_slices),
+        "elasticSlices": st.integers(0, num_slices),
+        "timeoutSeconds": big_int(1), "maxRetries": big_int(0),
+        "maxSliceRestarts": st.one_of(st.integers(0, 10), big_int(0)),
+    }))
+    spec: dict[str, Any] = {
+        "backend": backend,
+        "suspend": suspend,
+        "tpu": {"type": tpu_type, "topology": topology, "numSlices": num_slices},
+        "elastic": elastic,
+        "checkpoint": draw(st.fixed_dictionaries(
+            {"directory": st.one_of(
+                odd_text(1024, min_size=1),
+                st.sampled_from(["gs://b/ü n\ti'c\"o$(d)e", "gs://bucket", "/tmp/../../etc",
+                                 "relative/path", "C:\\ckpt", "gs://" + "b" * 1019]))},
+            optional={"periodSteps": big_int(1), "keep": big_int(1), "async": st.booleans(),
+                      "persistence": st.booleans()})),
+        "snapshot": {"periodSteps": draw(big_int(0))},
+        "trainer": draw(st.fixed_dictionaries(
+            {"image": odd_text(512, min_size=1), "steps": big_int(1)},
+            optional={"model": odd_text(253), "batch": big_int(1), "seed": big_int(0),
+                      "data": odd_text(1024),
+                      "args": st.lists(odd_text(4096), max_size=64),
+                      "env": st.lists(ENV, max_size=64),
+                      "resources": resources()})),
+        "maxRestarts": draw(st.one_of(st.integers(0, 10), big_int(0))),
+    }
+    if backend == "pathways" or draw(st.booleans()):
+        spec["pathways"] = draw(st.fixed_dictionaries(
+            {"gcsScratch": st.sampled_from(["gs://b", "gs://scratch/ü/..", "gs://a b"])},
+            optional={"version": odd_text(128),
+                      "images": st.fixed_dictionaries({}, optional={
+                          "server": odd_text(512), "proxy": odd_text(512)}),
+                      "worker": st.fixed_dictionaries({}, optional={
+                          "args": st.lists(odd_text(4096), max_size=8),
+                          "resources": resources()})}))
+    spec.update(draw(st.fixed_dictionaries({}, optional={
+        "priorityClassName": odd_text(253),
+        "nodeSelector": st.dictionaries(odd_text(253), odd_text(253), max_size=32),
+        "tolerations": st.lists(TOLERATION, max_size=32),
+        "headNodePool": odd_text(63),
+        "serviceAccountName": st.one_of(  # not a DNS name: the RoleBinding is refused
+            st.sampled_from(["default", "a.b-c", "x" * 253]), st.sampled_from(["Bad SA", "é"]),
+            odd_text(253)),
+        "terminationGracePeriodSeconds": big_int(0),
+    })))
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
+            "metadata": {"name": draw(NAMES)}, "spec": spec}
+
+
+def is_json_object(manifest: Any) -> bool:
+    """Only a JSON object can be sent as a spec (NaN and Infinity are not JSON)."""
+    if not isinstance(manifest, dict):
+        return False
+    try:
+        json.dumps(manifest, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def drawn(strategy: st.SearchStrategy[Any], count: int, spread: int = 8) -> list[Any]:
+    """`count` examples, the same on every run (derandomized: CI can reproduce them).
+
+    Every `spread`-th of a longer run: consecutive examples are often near copies."""
+    examples: list[Any] = []
+
+    @settings(max_examples=count * spread, derandomize=True, database=None, phases=[Phase.generate],
+              deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(example: Any) -> None:
+        examples.append(example)
+
+    collect()
+    return examples[::spread]
+
+
+def unique_name(manifest: Any, taken: set[str]) -> Any:
+    """The manifest, renamed if its (valid) name was drawn before: still 22 characters at
+    most, still ending with a letter or digit."""
+    meta = manifest.get("metadata") if isinstance(manifest, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or name not in taken:
+        return manifest
+    renamed = copy.deepcopy(manifest)
+    for i in itertools.count(len(taken)):
+        renamed["metadata"]["name"] = name[:22 - len(f"-{i}")] + f"-{i}"
+        if renamed["metadata"]["name"] not in taken:
+            return renamed
+    raise AssertionError("unreachable")
+
+
+# --- hand-written cases ------------------------------------------------------------------------
+
+
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "tpu": {"type": "v5e", "topology": "2x4", "numSlices": 1},
+        "checkpoint": {"directory": "gs://bucket/ckpt"},
+        "trainer": {"image": "trainer:1", "steps": 10},
+        "pathways": {"gcsScratch": "gs://bucket/scratch"},
+        "suspend": True,
+    }
+    base.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
+            "metadata": {"name": name}, "spec": base}
+
+
+# (manifest, the outcome the operator must reach: SpecApplied's reason)
+EXPLICIT: list[tuple[dict[str, Any], str]] = [
+    (manifest("x" * 22), "Applied"),  # the longest name admission allows
+    (manifest("max-slices", tpu={"type": "v5e", "topology": "16x16", "numSlices": 64},
+              elastic={"minSlices": 64, "elasticSlices": 64}), "Applied"),
+    (manifest("odd-gcs-checkpoint",
+              checkpoint={"directory": "gs://b/ü n\ti'c\"o$(d)e\x00"}), "Applied"),
+    (manifest("odd-path-checkpoint", backend="simulated", suspend=False,
+              checkpoint={"directory": "/tmp/ckpt dir/ü\x00;rm -rf ~"}), "Applied"),
+    (manifest("list-maxima",
+              tolerations=[{"key": f"k{i}", "operator": "Exists"} for i in range(32)],
+              nodeSelector={f"k{i}": "v" for i in range(32)},
+              trainer={"image": "trainer:1", "steps": INT64_MAX,
+                       "env": [{"name": f"E{i}", "value": "☃" * 64} for i in range(64)],
+                       "args": ["é\x00" * 100] * 64}), "Applied"),
+    # The JobSet these render to is refused (int32 fields, quantity syntax, the trainer's
+    # RoleBinding subject): the operator used to fail the reconcile at every resync.
+    (manifest("max-restarts-int32", maxRestarts=INT32_MAX + 1), "InvalidSpec"),
+    (manifest("backoff-overflow",  # backoffLimit = 2 hosts x 2**30 restarts = 2**31
+              elastic={"maxSliceRestarts": 2**30}), "InvalidSpec"),
+    (manifest("bad-quantity", trainer={"image": "t:1", "steps": 1,
+                                       "resources": {"limits": {"cpu": "lots"}}}),
+     "InvalidSpec"),
+    (manifest("bad-service-account", serviceAccountName="Bad SA"), "InvalidSpec"),
+]
+
+# Refused by the API server; validate_job accepted them (pydantic's lax int, `$` before a
+# trailing newline).
+REFUSED: list[dict[str, Any]] = [
+    manifest("steps-beyond-int64", trainer={"image": "t:1", "steps": INT64_MAX + 1}),
+    manifest("batch-bool", trainer={"image": "t:1", "steps": 1, "batch": True}),
+    manifest("steps-string", trainer={"image": "t:1", "steps": "10"}),
+    manifest("whole-float-too-big", trainer={"image": "t:1", "steps": float(2**53)}),
+    manifest("toleration-below-int64",
+             tolerations=[{"key": "k", "tolerationSeconds": INT64_MIN - 1}]),
+    manifest("fractional-quantity", trainer={"image": "t:1", "steps": 1,
+                                              "resources": {"limits": {"cpu": 1.5}}}),
+    manifest("newline\n"),
+]
+
+# --- the cluster side ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(cluster: Cluster) -> Iterator[client.ApiClient]:
+    api_client = cluster.api_client()
+    install_crd(api_client, timeout=30)
+    yield api_client
+    api_client.close()
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, fake_gcs: FakeGcsServer,
+             api: client.ApiClient, tmp_path: Path) -> Iterator[OperatorProcess]:
+    """One operator for this namespace; gs:// checkpoint scans go to a real (fake) GCS."""
+    proc = OperatorProcess(
+        Path(cluster.kubeconfig), tmp_path / "operator.log",
+        args=("--namespace", namespace, "--resync-seconds", str(RESYNC_SECONDS),
+              "--checkpoint-scan-seconds", str(RESYNC_SECONDS)),
+        env=fake_gcs.env)
+    proc.start()
+    yield proc
+    custom = client.CustomObjectsApi(api)
+    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                               item["metadata"]["name"])
+    proc.stop()
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), {})
+
+
+def outcome(job: dict[str, Any], jobsets: dict[str, dict[str, Any]]) -> str | None:
+    """SpecApplied's reason once the operator has settled the job's current generation
+    (a JobSet it owns that carries spec.suspend, or a reason why there is none)."""
+    status = job.get("status") or {}
+    if status.get("observedGeneration") != job["metadata"]["generation"]:
+        return None
+    applied = condition(job, "SpecApplied")
+    jobset = jobsets.get(job["metadata"]["name"])
+    if applied.get("status") == "True" and jobset is not None:
+        owners = [o.get("uid") for o in jobset["metadata"].get("ownerReferences") or []]
+        suspended = jobset["spec"].get("suspend", False) == job["spec"]["suspend"]
+        return "Applied" if job["metadata"]["uid"] in owners and suspended else None
+    if applied.get("status") == "False" and applied.get("message") and jobset is None:
+        return str(applied.get("reason"))
+    return None
+
+
+def list_objects(custom: client.CustomObjectsApi, namespace: str
+                 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    jobs = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    jobsets = custom.list_namespaced_custom_object(*JOBSETS[:2], namespace, JOBSETS[2])["items"]
+    return ({j["metadata"]["name"]: j for j in jobs},
+            {j["metadata"]["name"]: j for j in jobsets})
+
+
+def versions(custom: client.CustomObjectsApi, namespace: str) -> dict[str, str]:
+    jobs, jobsets = list_objects(custom, namespace)
+    return {**{f"job {n}": o["metadata"]["resourceVersion"] for n, o in jobs.items()},
+            **{f"JobSet {n}": o["metadata"]["resourceVersion"] for n, o in jobsets.items()}}
+
+
+def reconciles(operator: OperatorProcess) -> tuple[float, float]:
+    """(reconciles done, reconciles failed) so far."""
+    metrics = operator.metrics()
+    return (metrics.get("etj_reconcile_duration_seconds_count", 0.0),
+            metrics.get("etj_reconcile_errors_total", 0.0))
+
+
+def wait_quiet(custom: client.CustomObjectsApi, namespace: str,
+               operator: OperatorProcess, jobs: int) -> None:
+    """Wait for a quiet window: QUIET_WINDOW_SECONDS and at least `jobs` reconciles (a
+    resync's worth) in which no resourceVersion moved and no reconcile failed. A job
+    that settled may still move once (a pod became ready); a loop never lets a window
+    pass, so it ends in the TimeoutError, naming what moved."""
+    last_change = "nothing"
+
+    def window() -> bool:
+        nonlocal last_change
+        before, (done, failed) = versions(custom, namespace), reconciles(operator)
+        started = time.monotonic()
+        while True:
+            time.sleep(0.5)
+            now, (done_now, failed_now) = versions(custom, namespace), reconciles(operator)
+            moved = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+            if moved or failed_now > failed:
+                last_change = f"{moved} written, {failed_now - failed:.0f} reconciles failed"
+                return False
+            elapsed = time.monotonic() - started
+            if elapsed >= QUIET_WINDOW_SECONDS and done_now - done >= jobs:
+                return True
+            if elapsed > SETTLE_TIMEOUT:  # a stuck operator reconciles nothing
+                last_change = f"only {done_now - done:.0f} reconciles in {elapsed:.0f}s"
+                return False
+
+    try:
+        wait_for(window, SETTLE_TIMEOUT, "a quiet window", interval=0)
+    except TimeoutError as err:
+        raise AssertionError(f"the operator did not go quiet: {err}; in the last window "
+                             f"{last_change}") from None
+
+
+def test_operator_handles_every_admitted_hostile_spec(
+        api: client.ApiClient, namespace: str, operator: OperatorProcess) -> None:
+    custom = client.CustomObjectsApi(api)
+    # (manifest, what must happen: None anything, "admitted", "refused", or the outcome)
+    candidates: list[tuple[Any, str | None]] = [
+        *EXPLICIT, *((m, "refused") for m in REFUSED),
+        *((m, None) for m in drawn(hostile_manifest(), MUTATED_EXAMPLES) if is_json_object(m)),
+        *((m, "admitted") for m in drawn(admissible_job(), ADMISSIBLE_EXAMPLES))]
+
+    expected: dict[str, str | None] = {}  # admitted job -> the outcome it must reach
+    disagreements = []
+    for obj, want in candidates:
+        obj = unique_name(obj, set(expected))
+        shown = json.dumps(obj)[:2000]
+        try:
+            stored = custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, copy.deepcopy(obj))
+        except client.ApiException as err:
+            assert err.status in (400, 422), err.body
+            assert want in (None, "refused"), f"refused: {shown}\n  {err.body}"
+            try:
+                validate_job(copy.deepcopy(obj))
+                disagreements.append(f"{shown}\n  API server: {err.body}")
+            except ValueError:
+                pass
+            continue
+        assert want != "refused", f"admitted: {shown}"
+        expected[stored["metadata"]["name"]] = None if want == "admitted" else want
+    assert not disagreements, ("refused by the API server, accepted by validate_job:\n"
+                               + "\n".join(disagreements))
+
+    # Every admitted job: a status for its generation with a JobSet, or the reason why not.
+    outcomes: dict[str, str | None] = {}
+
+    def all_settled() -> bool:
+        jobs, jobsets = list_objects(custom, namespace)
+        outcomes.update({name: outcome(jobs[name], jobsets) for name in expected})
+        return all(outcomes.values())
+
+    try:
+        wait_for(all_settled, SETTLE_TIMEOUT, "a status for every admitted job", interval=0.5)
+    except TimeoutError as err:
+        pending = sorted(name for name, got in outcomes.items() if got is None)
+        raise AssertionError(f"{err}: {pending}") from None
+    assert set(outcomes.values()) <= {"Applied", "InvalidSpec"}, outcomes
+    print(f"{len(candidates)} manifests, {len(expected)} admitted: "
+          f"{list(outcomes.values()).count('Applied')} run a JobSet, "
+          f"{list(outcomes.values()).count('InvalidSpec')} InvalidSpec")
+    wrong = {n: (outcomes[n], want) for n, want in expected.items()
+             if want is not None and outcomes[n] != want}
+    assert not wrong, f"(got, want): {wrong}"
+    jobs, _ = list_objects(custom, namespace)
+    for name, got in outcomes.items():
+        if got == "InvalidSpec":  # the API server's reason reaches the user
+            assert "the API server refused" in condition(jobs[name], "SpecApplied")["message"]
+
+    # It does not loop, and it never crashed.
+    wait_quiet(custom, namespace, operator, jobs=len(expected))
+    assert operator.running and operator.healthy()
+    log = operator.log_path.read_text(errors="replace").splitlines()
+    # kopf retries a failed watch request (a just-installed CRD answers 429 while its
+    # storage initializes) and logs it at ERROR: that is not a crash.
+    crashes = [line for line in log if ("Traceback" in line or "[ERROR" in line)
+               and "failed; will retry" not in line]
+    assert not crashes, f"{operator.log_path}:\n" + "\n".join(crashes)
