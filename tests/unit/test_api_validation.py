@@ -187,3 +187,12 @@ def test_integers_are_admitted_exactly_as_the_api_server_does(value: Any, admitt
 
 def test_a_name_with_a_trailing_newline_is_not_a_dns_label():
     assert "is not a DNS-1035 label" in error_of({**job(), "metadata": {"name": "train\n"}})
+
+
+@pytest.mark.parametrize("key", ["\r", "a\nb", " lead", ""])
+def test_an_unprintable_unknown_key_is_named_on_one_line(key: str) -> None:
+    obj = job()
+    obj["spec"][key] = 0
+    lines = error_of(obj).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("spec[") and "unknown field" in lines[0], lines

@@ -8,6 +8,7 @@ whose `{placeholders}` become CEL expressions in the CRD and Python values here.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -191,8 +192,10 @@ def _loc_to_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        else:
+        elif str(part).isprintable() and str(part).strip() == str(part) and str(part):
             path += ("." if path else "") + str(part)
+        else:  # a key with control characters or blanks: quoted, so the message stays one line
+            path += f"[{json.dumps(str(part))}]"
     return path or "<root>"
 
 
