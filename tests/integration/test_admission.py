@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from elastic_operator.api import GROUP, PLURAL, VERSION
 from elastic_operator.api.catalog import CATALOG
 from elastic_operator.api.crd import build_crd
+from elastic_operator.api.models import INT32_MAX, MAX_SLICE_RESTARTS
 from elastic_operator.api.validation import validate_job
 
 pytestmark = pytest.mark.cluster
@@ -158,6 +159,17 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("no-scratch", _mutate("spec.pathways", _DELETE),
      "spec.pathways.gcsScratch: required when spec.backend is pathways; set it to a gs:// "
      "location for Pathways' scratch files (or use backend simulated)"),
+    ("max-restarts-int32", _mutate("spec.maxRestarts", INT32_MAX + 1),
+     "spec.maxRestarts: must be at most 2147483647 (JobSet's failurePolicy.maxRestarts is an "
+     "int32); set it lower"),
+    ("max-slice-restarts", _mutate("spec.elastic", {"maxSliceRestarts": MAX_SLICE_RESTARTS + 1}),
+     "spec.elastic.maxSliceRestarts: must be at most 33554431, so that the worker Jobs' "
+     "backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every slice shape (up "
+     "to 64 VMs per slice); set it lower"),
+    ("service-account", _mutate("spec.serviceAccountName", "Bad SA"),
+     "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
+     "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+     "digit, or leave it unset for the rendered <name>-trainer account"),
 ]
 
 
@@ -180,6 +192,47 @@ def test_num_slices_zero_is_refused(custom: client.CustomObjectsApi, namespace: 
     assert cause_with(causes, expected), causes
     with pytest.raises(ValueError, match=r"^spec\.tpu\.numSlices: "):
         validate_job(obj)
+
+
+def test_a_quantity_that_is_not_one_is_refused(custom: client.CustomObjectsApi, namespace: str):
+    obj = _mutate("spec.trainer.resources", {"limits": {"cpu": "lots"}})
+    causes, _ = refused(lambda: create(custom, namespace, obj))
+    # An OpenAPI pattern (no CEL rule: see QUANTITY_PATTERN), so the API server's own words.
+    assert any("spec.trainer.resources.limits.cpu in body should match '^" in c
+               for c in causes), causes
+    with pytest.raises(ValueError, match=r"^spec\.trainer\.resources\.limits\.cpu: not a "
+                                         r"Kubernetes quantity; "):
+        validate_job(obj)
+
+
+# Strings at the edges of the quantity pattern; ints are not held to it.
+QUANTITY_EDGES: list[Any] = [
+    "1", "+1", "-1", ".5", "1.", "1E", "1e3", "1E-9", "2e+18", "1e99", "0.5Gi", "7n", -5,
+    "lots", "", " 1", "1\n", "+", "-", ".", "1e", "1e1.5", "1e100", "1ki", "1KiB", "\u0661",
+]
+
+
+def test_api_server_and_validate_job_agree_on_quantities(custom: client.CustomObjectsApi,
+                                                         namespace: str):
+    disagreements = []
+    for value in QUANTITY_EDGES:
+        obj = _mutate("spec.trainer.resources", {"requests": {"cpu": value}})
+        try:
+            validate_job(copy.deepcopy(obj))
+            python_admits = True
+        except ValueError:
+            python_admits = False
+        try:
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj,
+                                                   dry_run="All")
+            api_admits = True
+        except ApiException as exc:
+            assert exc.status == 422, exc.body
+            api_admits = False
+        if python_admits != api_admits:
+            disagreements.append(f"{value!r}: API server {api_admits}, validate_job "
+                                 f"{python_admits}")
+    assert not disagreements, disagreements
 
 
 def test_simulated_job_needs_no_gcs(custom: client.CustomObjectsApi, namespace: str):
@@ -252,18 +305,27 @@ def _cel_messages(causes: list[str]) -> set[str]:
     elastic_slices=st.none() | st.integers(0, 6),
     backend=st.sampled_from(["pathways", "simulated"]),
     scratch=st.booleans(),
+    max_restarts=st.sampled_from([0, INT32_MAX, INT32_MAX + 1]),
+    max_slice_restarts=st.sampled_from([5, MAX_SLICE_RESTARTS, MAX_SLICE_RESTARTS + 1]),
+    service_account=st.none() | st.sampled_from(["default", "a.b-c", "Bad SA", "", "a..b"]),
 )
 def test_api_server_and_validate_job_agree(custom: client.CustomObjectsApi, namespace: str,
                                            name: str, tpu_type: str, topology: str,
                                            num_slices: int, min_slices: int | None,
                                            elastic_slices: int | None, backend: str,
-                                           scratch: bool):
+                                           scratch: bool, max_restarts: int,
+                                           max_slice_restarts: int,
+                                           service_account: str | None):
     obj = good_job(name)
     spec = obj["spec"]
     spec["backend"] = backend
     spec["tpu"] = {"type": tpu_type, "topology": topology, "numSlices": num_slices}
     spec["elastic"] = {k: v for k, v in (("minSlices", min_slices),
                                          ("elasticSlices", elastic_slices)) if v is not None}
+    spec["elastic"]["maxSliceRestarts"] = max_slice_restarts
+    spec["maxRestarts"] = max_restarts
+    if service_account is not None:
+        spec["serviceAccountName"] = service_account
     if not scratch:
         del spec["pathways"]
     try:

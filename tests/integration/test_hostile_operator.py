@@ -26,6 +26,7 @@ from kubernetes import client
 
 from elastic_operator.api import GROUP, PLURAL, VERSION
 from elastic_operator.api.catalog import CATALOG, slice_shape
+from elastic_operator.api.models import MAX_SLICE_RESTARTS
 from elastic_operator.api.validation import validate_job
 from elastic_operator.localcluster import Cluster
 from elastic_operator.localcluster.crds import install_crd
@@ -73,9 +74,15 @@ NAMES = st.one_of(
     st.sampled_from(["a", "z" * 22, "a-1", "x--y", "a" + "-" * 20 + "b", "v5e", "pathways"]),
     st.from_regex(r"[a-z]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True),
 )
-QUANTITIES = st.one_of(
-    st.sampled_from(["1", "500m", "32Gi", "0", "1e3", "+1", "-1", "lots", " 1"]),
+QUANTITIES = st.one_of(  # what admission takes: ints, and strings of the quantity pattern
+    st.sampled_from(["1", "500m", "32Gi", "0", "1e3", "+1", "-1", ".5", "1.", "1E", "1e-9"]),
     st.integers(INT64_MIN, INT64_MAX),
+)
+# DNS-1123 subdomains, up to the 253 characters admission allows.
+SERVICE_ACCOUNTS = st.one_of(
+    st.sampled_from(["default", "a.b-c", "0", "x" * 253, "a" + ".b" * 126]),
+    st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?){0,3}",
+                  fullmatch=True),
 )
 
 
@@ -118,7 +125,7 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
         "minSlices": st.integers(1, num_slices),
         "elasticSlices": st.integers(0, num_slices),
         "timeoutSeconds": big_int(1), "maxRetries": big_int(0),
-        "maxSliceRestarts": st.one_of(st.integers(0, 10), big_int(0)),
+        "maxSliceRestarts": st.one_of(st.integers(0, 10), big_int(0, MAX_SLICE_RESTARTS)),
     }))
     spec: dict[str, Any] = {
         "backend": backend,
@@ -140,7 +147,7 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
                       "args": st.lists(odd_text(4096), max_size=64),
                       "env": st.lists(ENV, max_size=64),
                       "resources": resources()})),
-        "maxRestarts": draw(st.one_of(st.integers(0, 10), big_int(0))),
+        "maxRestarts": draw(st.one_of(st.integers(0, 10), big_int(0, INT32_MAX))),
     }
     if backend == "pathways" or draw(st.booleans()):
         spec["pathways"] = draw(st.fixed_dictionaries(
@@ -156,9 +163,7 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
         "nodeSelector": st.dictionaries(odd_text(253), odd_text(253), max_size=32),
         "tolerations": st.lists(TOLERATION, max_size=32),
         "headNodePool": odd_text(63),
-        "serviceAccountName": st.one_of(  # not a DNS name: the RoleBinding is refused
-            st.sampled_from(["default", "a.b-c", "x" * 253]), st.sampled_from(["Bad SA", "é"]),
-            odd_text(253)),
+        "serviceAccountName": SERVICE_ACCOUNTS,
         "terminationGracePeriodSeconds": big_int(0),
     })))
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
@@ -238,19 +243,25 @@ EXPLICIT: list[tuple[dict[str, Any], str]] = [
               trainer={"image": "trainer:1", "steps": INT64_MAX,
                        "env": [{"name": f"E{i}", "value": "☃" * 64} for i in range(64)],
                        "args": ["é\x00" * 100] * 64}), "Applied"),
-    # The JobSet these render to is refused (int32 fields, quantity syntax, the trainer's
-    # RoleBinding subject): the operator used to fail the reconcile at every resync.
-    (manifest("max-restarts-int32", maxRestarts=INT32_MAX + 1), "InvalidSpec"),
-    (manifest("backoff-overflow",  # backoffLimit = 2 hosts x 2**30 restarts = 2**31
-              elastic={"maxSliceRestarts": 2**30}), "InvalidSpec"),
-    (manifest("bad-quantity", trainer={"image": "t:1", "steps": 1,
-                                       "resources": {"limits": {"cpu": "lots"}}}),
+    # Admission's bounds are ones the JobSet takes: its int32 fields at their largest (a
+    # backoffLimit of 64 hosts x maxSliceRestarts), quantities at the edges of the pattern.
+    (manifest("int32-maxima", maxRestarts=INT32_MAX,
+              tpu={"type": "v5e", "topology": "16x16", "numSlices": 1},
+              elastic={"maxSliceRestarts": MAX_SLICE_RESTARTS}), "Applied"),
+    (manifest("quantity-edges", trainer={"image": "t:1", "steps": 1, "resources": {
+        "limits": {f"example.com/q{i}": q for i, q in enumerate(
+            ["+1", "-1", ".5", "1.", "1E", "1e-99", "1e+99", "0.5Gi", "7n", INT64_MAX])},
+        "requests": {"cpu": INT64_MIN, "memory": "1Ei"}}}), "Applied"),
+    # What the JobSet's schema refuses and admission does not check (env is a list map
+    # keyed by name): the operator reports it once instead of failing every resync.
+    (manifest("duplicate-env", trainer={"image": "t:1", "steps": 1,
+                                        "env": [{"name": "A", "value": "1"},
+                                                {"name": "A", "value": "2"}]}),
      "InvalidSpec"),
-    (manifest("bad-service-account", serviceAccountName="Bad SA"), "InvalidSpec"),
 ]
 
 # Refused by the API server; validate_job accepted them (pydantic's lax int, `$` before a
-# trailing newline).
+# trailing newline). The last four were admitted, and their JobSet or RoleBinding refused.
 REFUSED: list[dict[str, Any]] = [
     manifest("steps-beyond-int64", trainer={"image": "t:1", "steps": INT64_MAX + 1}),
     manifest("batch-bool", trainer={"image": "t:1", "steps": 1, "batch": True}),
@@ -261,6 +272,12 @@ REFUSED: list[dict[str, Any]] = [
     manifest("fractional-quantity", trainer={"image": "t:1", "steps": 1,
                                               "resources": {"limits": {"cpu": 1.5}}}),
     manifest("newline\n"),
+    manifest("max-restarts-int32", maxRestarts=INT32_MAX + 1),
+    manifest("backoff-overflow",  # backoffLimit = 2 hosts x 2**30 restarts = 2**31
+             elastic={"maxSliceRestarts": 2**30}),
+    manifest("bad-quantity", trainer={"image": "t:1", "steps": 1,
+                                      "resources": {"limits": {"cpu": "lots"}}}),
+    manifest("bad-service-account", serviceAccountName="Bad SA"),
 ]
 
 # --- the cluster side ------------------------------------------------------------------------

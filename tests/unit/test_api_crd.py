@@ -8,6 +8,7 @@ import yaml
 
 from elastic_operator.api import crd
 from elastic_operator.api.catalog import CATALOG
+from elastic_operator.api.models import QUANTITY_PATTERN
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,8 +107,20 @@ def test_defaults_and_descriptions_kept():
     assert "description" in spec["properties"]["tpu"]["properties"]["numSlices"]
     assert spec["properties"]["tpu"]["properties"]["numSlices"]["minimum"] == 1
     limits = spec["properties"]["trainer"]["properties"]["resources"]["properties"]["limits"]
-    assert limits["additionalProperties"] == {"x-kubernetes-int-or-string": True}
+    assert limits["additionalProperties"] == {"x-kubernetes-int-or-string": True,
+                                              "pattern": QUANTITY_PATTERN}
     assert set(spec["required"]) == {"tpu", "checkpoint", "trainer"}
+
+
+def test_every_quantity_has_the_quantity_pattern():
+    spec = crd.openapi_schema()["properties"]["spec"]
+    quantities = [path for path, node in _schema_nodes(spec)
+                  if node.get("x-kubernetes-int-or-string")]
+    # limits and requests of the trainer and of the three Pathways components
+    assert len(quantities) == 8, quantities
+    for path, node in _schema_nodes(spec):
+        if node.get("x-kubernetes-int-or-string"):
+            assert node.get("pattern") == QUANTITY_PATTERN, path
 
 
 def test_topology_rules_generated_from_catalog():

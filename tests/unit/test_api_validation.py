@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_operator.api.catalog import CATALOG
+from elastic_operator.api.catalog import CATALOG, MAX_VMS_PER_SLICE, slice_shape
+from elastic_operator.api.models import INT32_MAX, MAX_SLICE_RESTARTS
+from elastic_operator.api.render import render_jobset
 from elastic_operator.api.validation import MAX_NAME_LENGTH, validate_job
 
 
@@ -196,3 +198,98 @@ def test_an_unprintable_unknown_key_is_named_on_one_line(key: str) -> None:
     lines = error_of(obj).splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("spec[") and "unknown field" in lines[0], lines
+
+
+# --- what the rendered children take (JobSet's int32 fields, quantities, account names) ---
+
+
+def test_max_restarts_fits_jobsets_int32():
+    assert validate_job(job(maxRestarts=INT32_MAX)).spec.max_restarts == INT32_MAX
+    assert error_of(job(maxRestarts=INT32_MAX + 1)) == (
+        "spec.maxRestarts: must be at most 2147483647 (JobSet's failurePolicy.maxRestarts is "
+        "an int32); set it lower")
+
+
+def test_max_slice_restarts_bound_is_the_largest_the_catalog_allows():
+    shapes = [slice_shape(t, topo) for t, f in CATALOG.items() for topo in f.topologies]
+    assert MAX_VMS_PER_SLICE == max(s.vms for s in shapes) == 64
+    assert MAX_SLICE_RESTARTS == 33554431
+    assert all(s.vms * MAX_SLICE_RESTARTS <= INT32_MAX for s in shapes)
+    assert MAX_VMS_PER_SLICE * (MAX_SLICE_RESTARTS + 1) > INT32_MAX  # as large as it can be
+
+
+def test_backoff_limit_of_the_largest_slice_fits_int32_at_the_bound():
+    parsed = validate_job(job(tpu={"type": "v5e", "topology": "16x16", "numSlices": 1},
+                              elastic={"maxSliceRestarts": MAX_SLICE_RESTARTS}))
+    worker = render_jobset(parsed)["spec"]["replicatedJobs"][1]
+    assert worker["template"]["spec"]["backoffLimit"] == 64 * MAX_SLICE_RESTARTS <= INT32_MAX
+
+
+def test_max_slice_restarts_above_the_bound():
+    # 2 hosts x 2**30 would be a backoffLimit of 2**31 on this small slice as well.
+    for restarts in (MAX_SLICE_RESTARTS + 1, 2**30):
+        obj = job(tpu={"type": "v5e", "topology": "2x4", "numSlices": 1},
+                  elastic={"maxSliceRestarts": restarts})
+        assert error_of(obj) == (
+            "spec.elastic.maxSliceRestarts: must be at most 33554431, so that the worker "
+            "Jobs' backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every "
+            "slice shape (up to 64 VMs per slice); set it lower")
+
+
+def quantity_job(value: Any, where: str = "trainer") -> dict[str, Any]:
+    resources = {"limits": {"cpu": value}}
+    if where == "trainer":
+        return job(trainer={"image": "t:1", "steps": 1, "resources": resources})
+    return job(pathways={"gcsScratch": "gs://b/s", where: {"resources": resources}})
+
+
+@pytest.mark.parametrize("value", [
+    "1", "0", "500m", "32Gi", "1.5", ".5", "1.", "+1", "-1", "1e3", "1E3", "1e-9", "2e+18",
+    "1E", "100n", "3u", "4k", "5M", "6G", "7T", "8P", "1Ki", "1Mi", "1Ei", "0.5Gi",
+])
+def test_kubernetes_quantities_are_accepted(value: str):
+    parsed = validate_job(quantity_job(value))
+    assert parsed.spec.trainer.resources is not None
+    assert parsed.spec.trainer.resources.limits == {"cpu": value}
+
+
+# Refused by JobSet's CRD pattern or by resource.ParseQuantity (JobSet's webhook), or an
+# exponent beyond what a quantity needs.
+@pytest.mark.parametrize("value", [
+    "lots", "", " 1", "1 ", "1\n", "+", "-", ".", "e3", "1e", "1e1.5", "1e.5", "1ki",
+    "1KiB", "1Mb", "1 Gi", "0x10", "1,5", "1e100", "\u0661",
+])
+def test_what_is_not_a_kubernetes_quantity_is_refused_naming_the_field(value: str):
+    assert error_of(quantity_job(value)) == (
+        "spec.trainer.resources.limits.cpu: not a Kubernetes quantity; write a number with an "
+        f"optional suffix, e.g. 8, 0.5, 500m, 32Gi or 1e3 (got {value!r})")
+
+
+@pytest.mark.parametrize("component", ["resourceManager", "proxy", "worker"])
+def test_pathways_quantities_are_checked_too(component: str):
+    assert error_of(quantity_job("lots", component)).startswith(
+        f"spec.pathways.{component}.resources.limits.cpu: not a Kubernetes quantity;")
+
+
+def test_an_integer_quantity_is_not_held_to_the_string_pattern():
+    # The API server applies `pattern` to strings only; a negative count is the Job's to refuse.
+    resources = validate_job(quantity_job(-5)).spec.trainer.resources
+    assert resources is not None and resources.limits == {"cpu": "-5"}
+
+
+SERVICE_ACCOUNT_MESSAGE = (
+    "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
+    "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+    "digit, or leave it unset for the rendered <name>-trainer account")
+
+
+@pytest.mark.parametrize("name", ["default", "tpu-trainer", "a.b-c", "0sa", "x" * 253,
+                                  "a.b.c"])
+def test_service_account_names_that_are_dns_subdomains_are_accepted(name: str):
+    assert validate_job(job(serviceAccountName=name)).spec.service_account_name == name
+
+
+@pytest.mark.parametrize("name", ["Bad SA", "é", "", "Default", "a_b", "-a", "a-", "a.",
+                                  ".a", "a..b", "a.-b", "sa\n"])
+def test_a_service_account_name_that_no_account_can_have_is_refused(name: str):
+    assert error_of(job(serviceAccountName=name)) == SERVICE_ACCOUNT_MESSAGE

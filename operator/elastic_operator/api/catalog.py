@@ -81,3 +81,12 @@ def slice_shape(tpu_type: str, topology: str) -> SliceShape:
             f"use one of {', '.join(family.topologies)}"
         )
     return SliceShape(family, topology)
+
+
+# The most VMs (hosts) in one catalog slice (v5e and v6e 16x16: 64). Admission bounds
+# spec.elastic.maxSliceRestarts with it, so that the worker Jobs' backoffLimit (VMs per
+# slice x maxSliceRestarts) fits the int32 of a Job's backoffLimit for every shape.
+MAX_VMS_PER_SLICE = max(
+    SliceShape(family, topology).vms
+    for family in CATALOG.values() for topology in family.topologies
+)

@@ -7,6 +7,7 @@ contract is docs/status-contract.md.
 """
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -14,9 +15,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from elastic_operator.api.catalog import TpuType
+from elastic_operator.api.catalog import MAX_VMS_PER_SLICE, TpuType
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# JobSet's failurePolicy.maxRestarts and a Job's backoffLimit are int32: admission keeps
+# maxRestarts and VMs per slice x maxSliceRestarts within it (rules in validation.py).
+INT32_MAX = 2**31 - 1
+MAX_SLICE_RESTARTS = INT32_MAX // MAX_VMS_PER_SLICE  # 33554431 (64 VMs in the largest slice)
 # The API server takes a JSON number with a fraction part (2.0) as an integer only if it
 # is whole and below 2**53 in magnitude (exact as a float64).
 _MAX_WHOLE_FLOAT = 2**53
@@ -40,9 +45,31 @@ def _api_integer(value: Any) -> Any:
 SpecInt = Annotated[int, BeforeValidator(_api_integer)]
 
 
-def _quantity_to_str(value: Any) -> Any:
+# A quantity written as a string: the pattern JobSet's CRD checks (controller-gen's for a
+# resource.Quantity), narrowed to what resource.ParseQuantity takes too (JobSet's webhook
+# decodes with it, as does every controller that reads the JobSet): the exponent is an
+# integer, and of at most two digits, since a quantity's range (1e-9 to about 9e18) needs
+# no more and ParseQuantity wraps a long one into an int32. An OpenAPI `pattern`, not a
+# CEL rule: before Kubernetes 1.34 CEL sizes an int-or-string as a whole request, and a
+# regex over that exceeds a CRD's cost budget.
+QUANTITY_PATTERN = (
+    r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$"
+)
+QUANTITY_HINT = (
+    "not a Kubernetes quantity; write a number with an optional suffix, e.g. 8, 0.5, 500m, "
+    "32Gi or 1e3"
+)
+
+
+def _quantity(value: Any) -> Any:
+    if isinstance(value, str):
+        # fullmatch: `$` alone would let a trailing newline through (the API server's
+        # RE2 does not).
+        if not re.fullmatch(QUANTITY_PATTERN, value):
+            raise PydanticCustomError("quantity", QUANTITY_HINT)
+        return value
     # YAML turns `cpu: 8` into an int; Kubernetes quantities accept both (an int within
-    # the API server's integer rules).
+    # the API server's integer rules; the pattern applies to strings only).
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(_api_integer(value))
     return value
@@ -51,8 +78,8 @@ def _quantity_to_str(value: Any) -> Any:
 # A Kubernetes resource quantity (8, "500m", "32Gi"): int-or-string on the wire.
 Quantity = Annotated[
     str,
-    BeforeValidator(_quantity_to_str),
-    WithJsonSchema({"x-kubernetes-int-or-string": True}),
+    BeforeValidator(_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
 ]
 
 # Bounds keep the CRD's CEL immutability rules (`self == oldSelf`) within the API
@@ -107,7 +134,9 @@ class ElasticSpec(ApiModel):
     )
     max_slice_restarts: SpecInt = Field(
         5, ge=0,
-        description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this.",
+        description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this. "
+        f"At most {MAX_SLICE_RESTARTS}, so that backoffLimit fits an int32 for the largest "
+        f"slice ({MAX_VMS_PER_SLICE} VMs).",
     )
     elastic_slices: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
         None,
@@ -151,8 +180,14 @@ class EnvVar(ApiModel):
 class Resources(ApiModel):
     """Container resources, as in core/v1 ResourceRequirements."""
 
-    limits: dict[ShortStr, Quantity] | None = Field(None, max_length=16)
-    requests: dict[ShortStr, Quantity] | None = Field(None, max_length=16)
+    limits: dict[ShortStr, Quantity] | None = Field(
+        None, max_length=16,
+        description="Resource name to quantity: an integer or a string such as 500m or 32Gi.",
+    )
+    requests: dict[ShortStr, Quantity] | None = Field(
+        None, max_length=16,
+        description="Resource name to quantity: an integer or a string such as 500m or 32Gi.",
+    )
 
 
 class TrainerSpec(ApiModel):
@@ -234,7 +269,10 @@ class ElasticTrainingJobSpec(ApiModel):
         "with simulated slices and workers run a slice agent.",
     )
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)
-    max_restarts: SpecInt = Field(0, ge=0, description="Whole-JobSet restarts allowed.")
+    max_restarts: SpecInt = Field(
+        0, ge=0,
+        description=f"Whole-JobSet restarts allowed; at most {INT32_MAX} (an int32 in JobSet).",
+    )
     checkpoint: CheckpointSpec
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     trainer: TrainerSpec
@@ -253,8 +291,9 @@ class ElasticTrainingJobSpec(ApiModel):
     )
     service_account_name: str | None = Field(
         None, max_length=253,
-        description="Service account of every pod. Unset: the head runs as <name>-trainer "
-        "(rendered with the RBAC the trainer needs) and workers as the namespace default.",
+        description="Service account of every pod (a DNS-1123 subdomain). Unset: the head "
+        "runs as <name>-trainer (rendered with the RBAC the trainer needs) and workers as the "
+        "namespace default.",
     )
     termination_grace_period_seconds: SpecInt = Field(
         30, ge=0, description="terminationGracePeriodSeconds of every pod.",

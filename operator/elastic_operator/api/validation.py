@@ -17,14 +17,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from elastic_operator.api import API_VERSION, KIND
-from elastic_operator.api.catalog import CATALOG
-from elastic_operator.api.models import ElasticTrainingJob
+from elastic_operator.api.catalog import CATALOG, MAX_VMS_PER_SLICE
+from elastic_operator.api.models import INT32_MAX, MAX_SLICE_RESTARTS, ElasticTrainingJob
 
 # JobSet puts `<jobset>-pathways-head-0-0.<subdomain>` (subdomain = the JobSet name) in a
 # label value, at most 63 characters: 2n + 19 <= 63.
 COORDINATOR_LABEL_SUFFIX = "-pathways-head-0-0."
 MAX_NAME_LENGTH = (63 - len(COORDINATOR_LABEL_SUFFIX)) // 2  # 22
 DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# `[.]`, not `\.`: the regex sits in a CEL string literal, where `\.` is no escape.
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,21 @@ GCS_SCRATCH = (
     "spec.pathways.gcsScratch: required when spec.backend is pathways; set it to a gs:// "
     "location for Pathways' scratch files (or use backend simulated)"
 )
+MAX_RESTARTS_INT32 = (
+    f"spec.maxRestarts: must be at most {INT32_MAX} (JobSet's failurePolicy.maxRestarts is "
+    "an int32); set it lower"
+)
+MAX_SLICE_RESTARTS_INT32 = (
+    f"spec.elastic.maxSliceRestarts: must be at most {MAX_SLICE_RESTARTS}, so that the "
+    "worker Jobs' backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every "
+    f"slice shape (up to {MAX_VMS_PER_SLICE} VMs per slice); set it lower"
+)
+# No value in the message: a name with a newline would split the one-line error.
+SERVICE_ACCOUNT_NAME = (
+    "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
+    "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+    "digit, or leave it unset for the rendered <name>-trainer account"
+)
 IMMUTABLE = (
     "spec.{field} is immutable: only spec.suspend may change after creation; delete and "
     "recreate the job to change it"
@@ -173,6 +190,22 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             ELASTIC_SLICES,
             {},
         ),
+        Rule("spec", f"!has(self.maxRestarts) || self.maxRestarts <= {INT32_MAX}",
+             MAX_RESTARTS_INT32, {}),
+        Rule(
+            "spec",
+            "!has(self.elastic) || !has(self.elastic.maxSliceRestarts) || "
+            f"self.elastic.maxSliceRestarts <= {MAX_SLICE_RESTARTS}",
+            MAX_SLICE_RESTARTS_INT32,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.serviceAccountName) || "
+            f"self.serviceAccountName.matches('{DNS1123_SUBDOMAIN}')",
+            SERVICE_ACCOUNT_NAME,
+            {},
+        ),
         Rule(
             "spec",
             "has(self.backend) && self.backend == 'simulated' || "
@@ -219,6 +252,13 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(MIN_SLICES)
     if spec.elastic.elastic_slices is not None and spec.elastic.elastic_slices > num:
         errors.append(ELASTIC_SLICES)
+    if spec.max_restarts > INT32_MAX:
+        errors.append(MAX_RESTARTS_INT32)
+    if spec.elastic.max_slice_restarts > MAX_SLICE_RESTARTS:
+        errors.append(MAX_SLICE_RESTARTS_INT32)
+    account = spec.service_account_name
+    if account is not None and not re.fullmatch(DNS1123_SUBDOMAIN, account):
+        errors.append(SERVICE_ACCOUNT_NAME)
     if spec.backend == "pathways" and spec.pathways.gcs_scratch is None:
         errors.append(GCS_SCRATCH)
     return errors
