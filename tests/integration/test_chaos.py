@@ -190,6 +190,10 @@ class CheckpointWatcher:
     def _run(self) -> None:
         while not self._stop.wait(0.02):
             committed, writing = self._scan()
+            if self._present - committed:
+                # A listing is not atomic: one taken while orbax renames a new step into
+                # place and deletes an old one can miss both. Confirm with a fresh one.
+                committed, writing = self._scan()
             now = time.monotonic()
             with self._lock:
                 for step in committed - self.committed.keys():

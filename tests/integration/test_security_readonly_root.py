@@ -97,6 +97,18 @@ def _under(path: str, *tops: str) -> bool:
     return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
 
 
+# Where the sandbox holds paths from under the host's /tmp while it replaces /tmp: an
+# existing directory nothing in the sandbox needs (a tmpfs goes over it, in the private
+# mount namespace only).
+HOLD_DIRS = ("/srv", "/mnt", "/opt")
+
+
+def _under_tmp(paths: list[Path]) -> list[str]:
+    """The paths under /tmp, nested ones collapsed into the topmost."""
+    wanted = sorted({str(p.resolve()) for p in paths if _under(str(p.resolve()), "/tmp")})
+    return [p for p in wanted if not any(q != p and _under(p, q) for q in wanted)]
+
+
 def enter_sandbox(spec: dict[str, Any]) -> None:
     """`python <this file> <spec>` under `unshare --mount`, as root; never returns."""
     def mount(*args: str) -> None:
@@ -115,8 +127,23 @@ def enter_sandbox(spec: dict[str, Any]) -> None:
         for stage, path in staged:
             Path(path).mkdir(parents=True, exist_ok=True)
             mount("--rbind", str(stage), path)
-    # 2. /tmp: the pod's emptyDir.
+    # 2. /tmp: the pod's emptyDir. What the run needs from the host's /tmp (a checkout
+    #    there and its venv, as in CI) is held aside on a private tmpfs, then shown
+    #    again at the same path, read-only.
+    held = []
+    if spec["under_tmp"]:
+        hold = next(d for d in HOLD_DIRS if os.path.isdir(d))
+        mount("-t", "tmpfs", "-o", "mode=0700", "etj-sandbox-hold", hold)
+        for k, path in enumerate(spec["under_tmp"]):
+            stage = Path(hold) / str(k)
+            stage.mkdir()
+            mount("--rbind", path, str(stage))
+            held.append((stage, path))
     mount("--bind", spec["tmp"], "/tmp")
+    for stage, path in held:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        mount("--rbind", str(stage), path)
+        mount("-o", "remount,bind,ro", path)
     # 3. The rest read-only, as a container's root filesystem; the kernel's own file
     #    systems stay as a container runtime gives them.
     for target, options in _visible_mounts():
@@ -195,7 +222,8 @@ class Sandbox:
         reach = [REPO, Path(sys.prefix), Path(sys.base_prefix),
                  Path(os.path.realpath(sys.executable)).parent]
         spec = {"tmp": str(self.tmp), "stage": str(self.root / "stage"), "uid": IMAGE_UID,
-                "expose": _hidden_ancestors(reach), "command": command}
+                "expose": _hidden_ancestors(reach), "under_tmp": _under_tmp(reach),
+                "command": command}
         return ["unshare", "--mount", "--propagation", "private", "--",
                 sys.executable, str(Path(__file__).resolve()), json.dumps(spec)]
 
@@ -226,10 +254,6 @@ def sandbox_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     missing = [tool for tool in ("unshare", "setpriv", "mount", "env") if not shutil.which(tool)]
     if missing:
         pytest.fail(f"{', '.join(missing)} not found: install util-linux", pytrace=False)
-    hidden_by_tmp = [p for p in (REPO, Path(sys.prefix)) if _under(str(p.resolve()), "/tmp")]
-    if hidden_by_tmp:
-        pytest.fail(f"{hidden_by_tmp[0]} is under /tmp, which the sandbox replaces: put the "
-                    "checkout and its venv elsewhere", pytrace=False)
     root = tmp_path_factory.mktemp("sandbox")
     probe = Sandbox(root / "probe")
     result = run_sandboxed(probe, ["true"], Sandbox.env("Dockerfile.trainer"))
