@@ -914,8 +914,19 @@ def status_patch(
     after = operator_wire(new)
     if before == after:
         return None
-    body: dict[str, Any] = dict(after)
+    return {"status": merge_patch(before, after)}
+
+
+def merge_patch(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386) turning `before` into `after`. A merge patch merges
+    nested objects key by key, so a key gone from a nested object (a new lastRecovery
+    has no resumedAt yet) must be sent as null at its own level, or the old value stays."""
+    body: dict[str, Any] = {}
+    for key, value in after.items():
+        old = before.get(key)
+        body[key] = merge_patch(old, value) if isinstance(old, dict) and isinstance(
+            value, dict) else value
     for key in before:
         if key not in after:
             body[key] = None
-    return {"status": body}
+    return body

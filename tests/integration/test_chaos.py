@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,6 +98,7 @@ class Sampler:
     samples: list[dict[str, int]] = field(default_factory=list)
     latest: dict[str, Any] = field(default_factory=dict)
     recoveries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by detectedAt
+    bad_recoveries: list[dict[str, Any]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -123,6 +125,8 @@ class Sampler:
             recovery = status.get("lastRecovery") or {}
             if recovery.get("resumedAt"):
                 self.recoveries[recovery["detectedAt"]] = recovery
+                if _ts(recovery["resumedAt"]) < _ts(recovery["detectedAt"]):
+                    self.bad_recoveries.append(recovery)  # resumed before it went down
             sample = {f"counters.{k}": int(v) for k, v in (status.get("counters") or {}).items()}
             for s in status.get("slices") or []:
                 sample[f"slices[{s['index']}].restarts"] = int(s.get("restarts") or 0)
@@ -505,6 +509,7 @@ def test_chaos_training_survives_random_faults(
     # Nothing went backwards; the JobSet never restarted.
     assert sampler.samples, "the sampler saw no status"
     assert sampler.regressions() == []
+    assert sampler.bad_recoveries == [], sampler.bad_recoveries[:3]
     assert max(s["jobset.restarts"] for s in sampler.samples) == 0
     assert final["counters"]["jobSetRestarts"] == 0
 
@@ -571,6 +576,10 @@ def _print_figures(seed: int, injected: list[Fault], summary: dict[str, Any],
     (tmp_path / "chaos.json").write_text(json.dumps(figures, indent=1))
     print(f"\nchaos figures ({tmp_path / 'chaos.json'}):\n"
           + json.dumps(figures, indent=1), flush=True)
+
+
+def _ts(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _pct(values: list[float], pct: int) -> float | None:

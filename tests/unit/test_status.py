@@ -585,6 +585,59 @@ def test_status_patch_never_touches_training_and_nulls_removed_fields() -> None:
     assert status_patch(prev, prev) is None
 
 
+def _apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _apply_merge_patch(out.get(key), value)
+    return out
+
+
+def test_a_new_recovery_replaces_the_old_one_on_the_server() -> None:
+    """Found by the soak: a new lastRecovery (no resumedAt yet) sent whole was merged into
+    the old one on the server, which kept the old resumedAt and downtime; the operator then
+    read the recovery back as over."""
+    job = make_job()
+    old = RecoveryRecord(detected_at=s(0), resumed_at=s(30), downtime_seconds=30.0,
+                         steps_lost=3, restored_from_step=97, restore_source="snapshot",
+                         slices=[1], elastic_event_id=1)
+    prev = running(job).model_copy(update={"last_recovery": old})
+    new = prev.model_copy(update={"last_recovery": RecoveryRecord(
+        detected_at=s(100), slices=[2], step_at_detection=200)})
+    patch = status_patch(prev, new)
+    assert patch is not None
+    on_server = _apply_merge_patch(prev.to_wire(), patch["status"])
+    assert on_server == new.to_wire()
+    parsed, problem = parse_status(on_server)
+    assert problem is None and parsed.last_recovery is not None
+    assert parsed.last_recovery.resumed_at is None  # still recovering
+
+
+@given(st.data())
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+def test_every_status_patch_lands_exactly_the_new_status(data: st.DataObject) -> None:
+    job = make_job()
+    base = running(job).model_copy(update={"last_recovery": RecoveryRecord(
+        detected_at=s(0), resumed_at=s(30), downtime_seconds=30.0, elastic_event_id=1,
+        slices=[0, 1], steps_lost=2)})
+    pick = st.sampled_from([None, base.last_recovery, RecoveryRecord(detected_at=s(50)),
+                            RecoveryRecord(detected_at=s(60), elastic_event_id=2)])
+    prev = base.model_copy(update={"last_recovery": data.draw(pick),
+                                   "phase": data.draw(st.sampled_from(["Running", None]))})
+    new = base.model_copy(update={"last_recovery": data.draw(pick),
+                                  "phase": data.draw(st.sampled_from(["SliceDown", None]))})
+    patch = status_patch(prev, new)
+    if patch is None:
+        assert prev.to_wire() == new.to_wire()
+    else:
+        assert _apply_merge_patch(prev.to_wire(), patch["status"]) == new.to_wire()
+
+
 # --- suspend, terminal states, spec changes ---------------------------------------------------
 
 
