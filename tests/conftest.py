@@ -7,6 +7,9 @@ started) and left running, for fast iteration.
 
 `namespace` (function): a fresh namespace per test, deleted afterwards.
 
+`crd_api` (function): an admin API client on `cluster` with the ElasticTrainingJob CRD
+installed (and established).
+
 Tests that use `cluster` get the `cluster` marker automatically; a failing one names the
 component log directory in its report. Missing binaries fail (never skip) with the command
 to run.
@@ -26,6 +29,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from kubernetes import client
+
     from elastic_operator.localcluster import Cluster
     from elastic_operator.localcluster.gcs import FakeGcsServer
 
@@ -59,6 +64,16 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         shutil.rmtree(directory, ignore_errors=True)
     else:
         print(f"\nlocal cluster logs kept in {handle.logs_dir}")
+
+
+@pytest.fixture
+def crd_api(cluster: Cluster) -> Iterator[client.ApiClient]:
+    from elastic_operator.localcluster.crds import install_crd
+
+    api_client = cluster.api_client()
+    install_crd(api_client, timeout=30)
+    yield api_client
+    api_client.close()
 
 
 @pytest.fixture

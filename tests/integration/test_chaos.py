@@ -45,7 +45,6 @@ from kubernetes import client
 from elastic_operator.api import GROUP, PLURAL, VERSION
 from elastic_operator.demo.run import _head_command, _stop
 from elastic_operator.localcluster import Cluster, faults
-from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
 from elastic_operator.localcluster.operator_process import OperatorProcess
 from elastic_operator.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
@@ -283,11 +282,8 @@ def plan_faults(rng: random.Random, soak: bool) -> list[Fault]:
 
 
 @pytest.fixture
-def api(cluster: Cluster) -> Iterator[client.ApiClient]:
-    api_client = cluster.api_client()
-    install_crd(api_client, timeout=30)
-    yield api_client
-    api_client.close()
+def api(crd_api: client.ApiClient) -> client.ApiClient:
+    return crd_api
 
 
 @pytest.fixture

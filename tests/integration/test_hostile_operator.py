@@ -29,7 +29,6 @@ from elastic_operator.api.catalog import CATALOG, slice_shape
 from elastic_operator.api.models import MAX_SLICE_RESTARTS
 from elastic_operator.api.validation import validate_job
 from elastic_operator.localcluster import Cluster
-from elastic_operator.localcluster.crds import install_crd
 from elastic_operator.localcluster.faults import wait_for
 from elastic_operator.localcluster.gcs import FakeGcsServer
 from elastic_operator.localcluster.operator_process import OperatorProcess
@@ -284,11 +283,8 @@ REFUSED: list[dict[str, Any]] = [
 
 
 @pytest.fixture
-def api(cluster: Cluster) -> Iterator[client.ApiClient]:
-    api_client = cluster.api_client()
-    install_crd(api_client, timeout=30)
-    yield api_client
-    api_client.close()
+def api(crd_api: client.ApiClient) -> client.ApiClient:
+    return crd_api
 
 
 @pytest.fixture

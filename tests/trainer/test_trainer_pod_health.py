@@ -85,6 +85,20 @@ def _all_ready(core: client.CoreV1Api, namespace: str) -> None:
         _set_ready(core, namespace, name, True)
 
 
+def _flip_slice_1_through_the_watch(core: client.CoreV1Api, namespace: str,
+                                    health: PodReadiness) -> int:
+    """All up; a pod of slice 1 turns NotReady and back; both changes are seen through
+    the watch, without listing again. Returns the list count."""
+    _wait(lambda: health.down_slices() == {}, 20, "both slices up")
+    lists = health.lists
+    _set_ready(core, namespace, "w-1-0", False)
+    _wait(lambda: list(health.down_slices()) == [1], 10, "slice 1 down")
+    _set_ready(core, namespace, "w-1-0", True)
+    _wait(lambda: health.down_slices() == {}, 10, "slice 1 up again")
+    assert health.lists == lists
+    return lists
+
+
 def test_pod_readiness_sees_a_pod_turn_not_ready_through_its_watch(
         cluster: Any, namespace: str, monkeypatch: Any) -> None:
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
@@ -93,14 +107,7 @@ def test_pod_readiness_sees_a_pod_turn_not_ready_through_its_watch(
     health = PodReadiness(namespace, JOB, total_slices=2, hosts_per_slice=2)
     health.start()
     try:
-        _wait(lambda: health.down_slices() == {}, 20, "both slices up")
-        lists = health.lists
-        _set_ready(core, namespace, "w-1-0", False)
-        _wait(lambda: list(health.down_slices()) == [1], 10, "slice 1 down")
-        _set_ready(core, namespace, "w-1-0", True)
-        _wait(lambda: health.down_slices() == {}, 10, "slice 1 up again")
-        # Seen through the watch, not by listing again.
-        assert health.lists == lists
+        _flip_slice_1_through_the_watch(core, namespace, health)
     finally:
         health.close()
 
@@ -118,14 +125,8 @@ def test_pod_readiness_lists_again_after_its_connection_is_cut(
         health = PodReadiness(namespace, JOB, total_slices=2, hosts_per_slice=2)
         health.start()
         try:
-            _wait(lambda: health.down_slices() == {}, 20, "both slices up")
             # A change seen without a list: the watch is connected (through the proxy).
-            lists = health.lists
-            _set_ready(core, namespace, "w-1-0", False)
-            _wait(lambda: list(health.down_slices()) == [1], 10, "slice 1 down")
-            _set_ready(core, namespace, "w-1-0", True)
-            _wait(lambda: health.down_slices() == {}, 10, "slice 1 up again")
-            assert health.lists == lists
+            lists = _flip_slice_1_through_the_watch(core, namespace, health)
             assert proxy.drop_connections() >= 1
             # What changes while the watch is down or coming back is not lost.
             _set_ready(core, namespace, "w-0-1", False)
