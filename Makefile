@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
 	@echo "Installing Python dependencies (pinned in constraints.txt; a few minutes the first time)..."
-	$(VENV)/bin/pip install --quiet --progress-bar off -c constraints.txt -e ".[operator,trainer,dev]"
+	$(VENV)/bin/pip install --quiet --progress-bar off -c constraints.txt -e ".[operator,trainer,devtools,dev]"
 	@touch $@
 
 venv: $(STAMP)
@@ -28,7 +28,7 @@ cluster-binaries:
 	@hack/build-control-plane.sh
 
 lint: venv
-	$(VENV)/bin/ruff check operator trainer tests bench hack
+	$(VENV)/bin/ruff check api operator trainer devtools tests bench hack
 	$(VENV)/bin/mypy
 
 test: venv cluster-binaries lint

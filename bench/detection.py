@@ -25,16 +25,25 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, ratio, stats
-from elastic_operator.localcluster.crds import install_crd
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.operator_process import OperatorProcess
+from elastic_api.names import (
+    COMPLETION_INDEX_LABEL,
+    GROUP,
+    JOB_INDEX_LABEL,
+    JOB_NAME_LABEL,
+    JOBSET_NAME_LABEL,
+    PLURAL,
+    REPLICATED_JOB_LABEL,
+    VERSION,
+    WORKER_REPLICATED_JOB,
+)
+from elastic_devtools.localcluster.crds import install_crd
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import OperatorProcess
 
 NAMESPACE = "etj-bench"
 SLICES = 4
 TOPOLOGY = "4x4"  # v5e 4x4: 4 hosts per slice
 HOSTS = 4
-JOB_LABEL = "elastic.pathways.dev/job-name"
-GROUP, VERSION, PLURAL = "elastic.pathways.dev", "v1alpha1", "elastictrainingjobs"
 
 
 def _log(msg: str) -> None:
@@ -147,7 +156,7 @@ def _start_watches(tl: Timeline, cluster: Any, slices: int) -> list[threading.Th
                 tl.operator[name] = now
 
     def on_jobset(obj: dict[str, Any], now: float) -> None:
-        name = (obj["metadata"].get("labels") or {}).get(JOB_LABEL, obj["metadata"]["name"])
+        name = (obj["metadata"].get("labels") or {}).get(JOB_NAME_LABEL, obj["metadata"]["name"])
         rjs = (obj.get("status") or {}).get("replicatedJobsStatus") or []
         ready = next((r.get("ready", 0) for r in rjs if r.get("name") == "worker"), None)
         with tl.lock:
@@ -157,9 +166,9 @@ def _start_watches(tl: Timeline, cluster: Any, slices: int) -> list[threading.Th
 
     def on_batch_job(obj: dict[str, Any], now: float) -> None:
         labels = obj["metadata"].get("labels") or {}
-        if labels.get("jobset.sigs.k8s.io/replicatedjob-name") != "worker":
+        if labels.get(REPLICATED_JOB_LABEL) != WORKER_REPLICATED_JOB:
             return
-        owner = labels.get(JOB_LABEL) or labels.get("jobset.sigs.k8s.io/jobset-name", "")
+        owner = labels.get(JOB_NAME_LABEL) or labels.get(JOBSET_NAME_LABEL, "")
         failed = int((obj.get("status") or {}).get("failed") or 0)
         key = obj["metadata"]["name"]
         with tl.lock:
@@ -175,13 +184,13 @@ def _start_watches(tl: Timeline, cluster: Any, slices: int) -> list[threading.Th
         ready = _is_true(obj, "Ready")
         with tl.lock:
             tl.pods[meta["name"]] = {
-                "job": labels.get(JOB_LABEL), "phase": status.get("phase"), "ready": ready,
-                "slice": labels.get("jobset.sigs.k8s.io/job-index"),
-                "host": labels.get("batch.kubernetes.io/job-completion-index"),
-                "worker": labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "worker",
+                "job": labels.get(JOB_NAME_LABEL), "phase": status.get("phase"), "ready": ready,
+                "slice": labels.get(JOB_INDEX_LABEL),
+                "host": labels.get(COMPLETION_INDEX_LABEL),
+                "worker": labels.get(REPLICATED_JOB_LABEL) == WORKER_REPLICATED_JOB,
                 "deleting": bool(meta.get("deletionTimestamp")),
             }
-            job = labels.get(JOB_LABEL)
+            job = labels.get(JOB_NAME_LABEL)
             if job in tl.injected and tl.victims.get(job) == meta["name"] \
                     and job not in tl.pod_failed \
                     and (status.get("phase") == "Failed" or not ready):
@@ -269,8 +278,8 @@ def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, Any]:
     from kubernetes import client
 
-    from elastic_operator import localcluster as lc
-    from elastic_operator.localcluster.faults import fail_pod
+    from elastic_devtools import localcluster as lc
+    from elastic_devtools.localcluster.faults import fail_pod
 
     pods_total = n_jobs * (SLICES * HOSTS + 1)
     quiet_s = 5.0 if quick else 30.0

@@ -9,8 +9,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../operator/elastic_operator/localcluster/versions.env
-source "$HERE/../operator/elastic_operator/localcluster/versions.env"
+# shellcheck source=../devtools/elastic_devtools/localcluster/versions.env
+source "$HERE/../devtools/elastic_devtools/localcluster/versions.env"
 
 CACHE=${ETJ_CACHE_DIR:-$HOME/.cache/elastic-training-operator}
 BIN=$CACHE/bin

@@ -16,8 +16,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-# shellcheck source=../operator/elastic_operator/localcluster/versions.env
-source "$ROOT/operator/elastic_operator/localcluster/versions.env"
+# shellcheck source=../devtools/elastic_devtools/localcluster/versions.env
+source "$ROOT/devtools/elastic_devtools/localcluster/versions.env"
 CACHE=${ETJ_CACHE_DIR:-$HOME/.cache/elastic-training-operator}
 KIND_VERSION=${KIND_VERSION:-v0.30.0}
 KIND=${KIND:-$CACHE/bin/kind-$KIND_VERSION}

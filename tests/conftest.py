@@ -31,15 +31,15 @@ import pytest
 if TYPE_CHECKING:
     from kubernetes import client
 
-    from elastic_operator.localcluster import Cluster
-    from elastic_operator.localcluster.gcs import FakeGcsServer
+    from elastic_devtools.localcluster import Cluster
+    from elastic_devtools.localcluster.gcs import FakeGcsServer
 
 _LOGS_DIRS: list[Path] = []
 
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    from elastic_operator import localcluster as lc
+    from elastic_devtools import localcluster as lc
 
     reuse = os.environ.get("ETJ_TEST_CLUSTER_DIR")
     directory = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="etj-cluster-"))
@@ -68,7 +68,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 @pytest.fixture
 def crd_api(cluster: Cluster) -> Iterator[client.ApiClient]:
-    from elastic_operator.localcluster.crds import install_crd
+    from elastic_devtools.localcluster.crds import install_crd
 
     api_client = cluster.api_client()
     install_crd(api_client, timeout=30)
@@ -81,8 +81,8 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     """A unique namespace whose `default` ServiceAccount exists (pods need it)."""
     from kubernetes import client
 
-    from elastic_operator.localcluster.faults import wait_for
-    from elastic_operator.localcluster.render import namespace_name
+    from elastic_devtools.localcluster.faults import wait_for
+    from elastic_devtools.localcluster.render import namespace_name
 
     name = namespace_name(request.node.name, uuid.uuid4().hex[:6])
     api = cluster.api_client()
@@ -132,8 +132,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 @pytest.fixture(scope="module")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer]:
     """A real GCS API (fake-gcs-server) on loopback; fails, never skips, if not built."""
-    from elastic_operator.localcluster.gcs import start_fake_gcs
-    from elastic_operator.localcluster.versions import MissingBinaryError
+    from elastic_devtools.localcluster.gcs import start_fake_gcs
+    from elastic_devtools.localcluster.versions import MissingBinaryError
 
     try:
         server = start_fake_gcs(log_dir=tmp_path_factory.mktemp("fake-gcs"))

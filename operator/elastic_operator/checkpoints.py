@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from elastic_operator.api.models import CheckpointStatus
+from elastic_api.models import CheckpointStatus
 
 COMMIT_MARKER = "commit_success.txt"
 TMP_DIR_SUFFIX = ".orbax-checkpoint-tmp"

@@ -24,12 +24,11 @@ from typing import Any
 
 import kopf
 
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.api.models import CheckpointStatus, ElasticTrainingJob
+from elastic_api.models import CheckpointStatus, ElasticTrainingJob
+from elastic_api.names import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.observed import (
-    JOB_NAME_LABEL,
     Observed,
     ObservedNode,
     jobset_from_dict,
@@ -118,7 +117,7 @@ class Reconciler:
             self.metrics.reconcile_duration.observe(time.monotonic() - started)
 
     def _reconcile(self, namespace: str, name: str) -> None:
-        from elastic_operator.api.render import jobset_name, render
+        from elastic_operator.render import jobset_name, render
 
         raw = self.kube.get_job(namespace, name)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):

@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.observed import JOB_NAME_LABEL
+from elastic_api.names import GROUP, PLURAL, VERSION, job_pods_selector
 from elastic_operator.status import StatusEvent
 
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
@@ -126,7 +125,7 @@ class Kube:
     def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
         result = self.request(
             "GET", f"/api/v1/namespaces/{quote(namespace)}/pods",
-            query={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
+            query={"labelSelector": job_pods_selector(job_name)},
         )
         items: list[dict[str, Any]] = result.get("items", [])
         return items

@@ -10,7 +10,7 @@ import contextlib
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from elastic_operator.api.models import ElasticTrainingJobStatus
+from elastic_api.models import ElasticTrainingJobStatus
 from elastic_operator.status import StatusEvent
 
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)

@@ -11,18 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from elastic_operator.api.models import CheckpointStatus
-
-JOB_NAME_LABEL = "elastic.pathways.dev/job-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-HEAD_REPLICATED_JOB = "pathways-head"
-WORKER_REPLICATED_JOB = "worker"
-# The JobSet annotation holding the job spec it was rendered from (see status.plan_reconcile).
-APPLIED_SPEC_ANNOTATION = "elastic.pathways.dev/applied-spec"
+from elastic_api.models import CheckpointStatus
+from elastic_api.names import (
+    APPLIED_SPEC_ANNOTATION,
+    COMPLETION_INDEX_LABEL,
+    JOB_INDEX_LABEL,
+    REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_LABEL,
+    WORKER_REPLICATED_JOB,
+)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -190,7 +187,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             terminated_exit = exit_code
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
     if host_index is None:
-        host_index = _int(annotations.get(COMPLETION_INDEX_ANNOTATION))
+        host_index = _int(annotations.get(COMPLETION_INDEX_LABEL))  # also an annotation
     return ObservedPod(
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),

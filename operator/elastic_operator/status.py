@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from elastic_operator.api.models import (
+from elastic_api.models import (
     CheckpointStatus,
     Condition,
     ConditionStatus,
@@ -33,13 +33,12 @@ from elastic_operator.api.models import (
     TrainerProcess,
     TrainingReport,
 )
-from elastic_operator.observed import (
+from elastic_api.names import (
     APPLIED_SPEC_ANNOTATION,
     HEAD_REPLICATED_JOB,
     WORKER_REPLICATED_JOB,
-    Observed,
-    ObservedPod,
 )
+from elastic_operator.observed import Observed, ObservedPod
 
 # Condition types.
 READY = "Ready"
@@ -174,7 +173,7 @@ def _aware(model: Any) -> Any:
 
 
 def _elastic_event_model() -> Any:
-    from elastic_operator.api.models import ElasticEventReport
+    from elastic_api.models import ElasticEventReport
 
     return ElasticEventReport
 
@@ -864,7 +863,7 @@ def _trainer_process(
 
 
 def _catalog_hosts(job: ElasticTrainingJob) -> int:
-    from elastic_operator.api.catalog import slice_shape
+    from elastic_api.catalog import slice_shape
 
     try:
         return slice_shape(job.spec.tpu.type, job.spec.tpu.topology).vms

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.api.catalog import CATALOG
-from elastic_operator.api.crd import build_crd
-from elastic_operator.api.models import INT32_MAX, MAX_SLICE_RESTARTS
-from elastic_operator.api.validation import validate_job
+from elastic_api import GROUP, PLURAL, VERSION
+from elastic_api.catalog import CATALOG
+from elastic_api.crd import build_crd
+from elastic_api.models import INT32_MAX, MAX_SLICE_RESTARTS
+from elastic_api.validation import validate_job
 
 pytestmark = pytest.mark.cluster
 

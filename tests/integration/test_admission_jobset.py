@@ -12,9 +12,9 @@ import yaml
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
-from elastic_operator.api import GROUP, PLURAL
-from elastic_operator.api.render import render
-from elastic_operator.api.validation import validate_job
+from elastic_api import GROUP, PLURAL
+from elastic_api.validation import validate_job
+from elastic_operator.render import render
 
 pytestmark = pytest.mark.cluster
 

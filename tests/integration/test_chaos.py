@@ -42,12 +42,12 @@ from urllib.parse import urlsplit
 import pytest
 from kubernetes import client
 
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.demo.run import _head_command, _stop
-from elastic_operator.localcluster import Cluster, faults
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.operator_process import OperatorProcess
-from elastic_operator.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
+from elastic_api import GROUP, PLURAL, VERSION
+from elastic_devtools.demo.run import _head_command, _stop
+from elastic_devtools.localcluster import Cluster, faults
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 
 pytestmark = pytest.mark.cluster
 
@@ -330,7 +330,7 @@ def job_manifest(ns: str, checkpoint_dir: Path) -> dict[str, Any]:
 
 def _cli(command: list[str]) -> list[str]:
     assert command[0] == "etj", command
-    return [sys.executable, "-m", "elastic_operator.cli", *command[1:]]
+    return [sys.executable, "-m", "elastic_api.cli", *command[1:]]
 
 
 def _flag(command: list[str], flag: str, value: str) -> list[str]:

@@ -23,12 +23,12 @@ import requests
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
+from elastic_devtools.localcluster.gcs import FakeGcsServer, free_port, start_fake_gcs
 from elastic_operator.checkpoints import (
     COMMIT_MARKER,
     scan_checkpoints,
     scan_checkpoints_detailed,
 )
-from elastic_operator.localcluster.gcs import FakeGcsServer, free_port, start_fake_gcs
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 PREEMPTED = 17

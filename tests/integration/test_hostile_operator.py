@@ -24,14 +24,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.api.catalog import CATALOG, slice_shape
-from elastic_operator.api.models import MAX_SLICE_RESTARTS
-from elastic_operator.api.validation import validate_job
-from elastic_operator.localcluster import Cluster
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.gcs import FakeGcsServer
-from elastic_operator.localcluster.operator_process import OperatorProcess
+from elastic_api import GROUP, PLURAL, VERSION
+from elastic_api.catalog import CATALOG, slice_shape
+from elastic_api.models import MAX_SLICE_RESTARTS
+from elastic_api.validation import validate_job
+from elastic_devtools.localcluster import Cluster
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.gcs import FakeGcsServer
+from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.unit.test_hostile_spec import hostile_manifest
 
 pytestmark = pytest.mark.cluster

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from elastic_operator.localcluster.cluster import free_port
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.versions import cache_dir, load_versions
+from elastic_devtools.localcluster.cluster import free_port
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.versions import cache_dir, load_versions
 
 if TYPE_CHECKING:
-    from elastic_operator.localcluster import Cluster
+    from elastic_devtools.localcluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = ROOT / "manifests" / "install.yaml"
@@ -229,7 +229,7 @@ def worker_pod(api: Any, namespace: str, slice_index: int) -> Any:
 
 def trainer_report(detected_at: datetime, now: datetime) -> dict[str, Any]:
     """A trainer's report after an elastic event, as docs/status-contract.md describes."""
-    from elastic_operator.api.models import ElasticEventReport, TrainingReport
+    from elastic_api.models import ElasticEventReport, TrainingReport
 
     report = TrainingReport(
         observed_at=now, state="Training", step=130, total_steps=10000, loss=2.5,
@@ -301,7 +301,7 @@ def take_job_through_slice_failure(cluster: Cluster, namespace: str, operator_lo
     replaced; the trainer (with its own per-job token) reports the resumed step; Recovered."""
     from kubernetes import client
 
-    from elastic_operator.localcluster.faults import fail_pod
+    from elastic_devtools.localcluster.faults import fail_pod
 
     admin = cluster.api_client()
     name = "install-e2e"
@@ -478,7 +478,7 @@ def test_a_verb_missing_from_the_rbac_keeps_the_job_from_slice_down(
     and the job never reaches SliceDown, even after a worker pod fails."""
     from kubernetes import client
 
-    from elastic_operator.localcluster.faults import fail_pod
+    from elastic_devtools.localcluster.faults import fail_pod
 
     with crippled_operator(cluster, namespace, workdir, resource, verb) as log:
         admin = cluster.api_client()
@@ -541,8 +541,8 @@ def test_trainer_service_account_can_patch_only_its_own_jobs_status(
     patches A's status, and cannot patch B's status, A's spec, or read Secrets."""
     from kubernetes import client
 
-    from elastic_operator.api.models import ElasticTrainingJob
-    from elastic_operator.api.render import render_rbac
+    from elastic_api.models import ElasticTrainingJob
+    from elastic_operator.render import render_rbac
 
     admin = cluster.api_client()
     try:

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.localcluster import Cluster, faults
-from elastic_operator.localcluster.crds import install_crd
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.operator_process import OperatorProcess
+from elastic_api import GROUP, PLURAL, VERSION
+from elastic_devtools.localcluster import Cluster, faults
+from elastic_devtools.localcluster.crds import install_crd
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from elastic_operator.localcluster import Cluster
+    from elastic_devtools.localcluster import Cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -237,7 +237,7 @@ class Sandbox:
 
 def etj(*args: str) -> list[str]:
     """`etj ...` with this venv's interpreter, as the image's entrypoint runs it."""
-    return [sys.executable, "-m", "elastic_operator.cli", *args]
+    return [sys.executable, "-m", "elastic_api.cli", *args]
 
 
 def run_sandboxed(box: Sandbox, command: list[str], env: dict[str, str],
@@ -359,7 +359,7 @@ def _fake_gcp_credentials() -> tuple[str, str]:
 def _create_namespace(api: Any) -> str:
     from kubernetes import client
 
-    from elastic_operator.localcluster.faults import wait_for
+    from elastic_devtools.localcluster.faults import wait_for
 
     name = f"etj-ro-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
@@ -373,7 +373,7 @@ def _create_namespace(api: Any) -> str:
 def _delete_namespace(api: Any, name: str) -> None:
     from kubernetes import client
 
-    from elastic_operator.localcluster.faults import wait_for
+    from elastic_devtools.localcluster.faults import wait_for
 
     core = client.CoreV1Api(api)
     core.delete_namespace(name)
@@ -405,8 +405,8 @@ def job_manifest(namespace: str) -> dict[str, Any]:
 def trainer_argv(job_obj: dict[str, Any]) -> list[str]:
     """What the head pod's `main` container runs for this job, with the fault schedule in
     place of the worker pods' readiness (there are no real workers here)."""
-    from elastic_operator.api.render import trainer_command
-    from elastic_operator.api.validation import validate_job
+    from elastic_api.validation import validate_job
+    from elastic_operator.render import trainer_command
 
     command = trainer_command(validate_job(job_obj))
     assert command[:2] == ["etj", "train"], command
@@ -427,8 +427,8 @@ class SandboxedOperator:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, kubeconfig: str, extra_env: dict[str, str]) -> None:
-        from elastic_operator.localcluster.cluster import free_port
-        from elastic_operator.localcluster.faults import wait_for
+        from elastic_devtools.localcluster.cluster import free_port
+        from elastic_devtools.localcluster.faults import wait_for
 
         self.liveness = free_port()
         command = etj("operator", "--all-namespaces", "--verbose",
@@ -473,11 +473,11 @@ def runs(cluster: Cluster, sandbox_root: Path) -> Iterator[Runs]:
     import yaml
     from kubernetes import client
 
-    from elastic_operator.api import GROUP, PLURAL, VERSION
-    from elastic_operator.api.render import trainer_service_account_name
-    from elastic_operator.api.validation import validate_job
-    from elastic_operator.localcluster.crds import install_crd
-    from elastic_operator.localcluster.faults import wait_for
+    from elastic_api import GROUP, PLURAL, VERSION
+    from elastic_api.validation import validate_job
+    from elastic_devtools.localcluster.crds import install_crd
+    from elastic_devtools.localcluster.faults import wait_for
+    from elastic_operator.render import trainer_service_account_name
 
     admin_config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     user = admin_config["users"][0]["user"]

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from elastic_operator.localcluster import Cluster, faults
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.render import (
-    NODEPOOL_LABEL,
+from elastic_devtools.localcluster import Cluster, faults
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.render import (
+    NODE_POOL_LABEL,
     TPU_ACCELERATOR_LABEL,
     TPU_TOPOLOGY_LABEL,
 )
@@ -48,7 +48,7 @@ def jobset(name: str, worker_backoff_limit: int, max_restarts: int) -> dict[str,
         }}}
 
     head = job(1, 1, 0, {
-        "nodeSelector": {NODEPOOL_LABEL: "cpu-np"},
+        "nodeSelector": {NODE_POOL_LABEL: "cpu-np"},
         "containers": [{"name": "main", "image": "busybox",
                         "resources": {"requests": {"cpu": "1"}}}],
     })
@@ -59,7 +59,7 @@ def jobset(name: str, worker_backoff_limit: int, max_restarts: int) -> dict[str,
     })
     # One slice per Job, like Pathways: each worker Job gets a node pool to itself.
     worker["template"]["metadata"] = {
-        "annotations": {"alpha.jobset.sigs.k8s.io/exclusive-topology": NODEPOOL_LABEL}}
+        "annotations": {"alpha.jobset.sigs.k8s.io/exclusive-topology": NODE_POOL_LABEL}}
     return {
         "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
         "kind": "JobSet",
@@ -117,7 +117,7 @@ def wait_all_running(api: client.ApiClient, namespace: str, name: str,
 
 def node_pool_of(api: client.ApiClient, node: str) -> str:
     labels = client.CoreV1Api(api).read_node(node).metadata.labels
-    return str(labels[NODEPOOL_LABEL])
+    return str(labels[NODE_POOL_LABEL])
 
 
 def check_placement(api: client.ApiClient, pods: list[client.V1Pod]) -> None:
@@ -227,7 +227,7 @@ def bare_pod(namespace: str, node_pool: str = "cpu-np") -> client.V1Pod:
         metadata=client.V1ObjectMeta(name=name, namespace=namespace),
         spec=client.V1PodSpec(
             restart_policy="Never",
-            node_selector={NODEPOOL_LABEL: node_pool},
+            node_selector={NODE_POOL_LABEL: node_pool},
             containers=[client.V1Container(name="c", image="busybox"),
                         client.V1Container(name="sidecar", image="busybox")],
         ),
@@ -292,9 +292,9 @@ def test_second_cluster_side_by_side_up_noop_and_down(
     """A second, small cluster next to the session one: a port taken during start is
     retried, `up` again is a fast no-op, a dead component makes `up` start afresh, and
     `down` leaves no process behind."""
-    from elastic_operator import localcluster as lc
-    from elastic_operator.localcluster import cluster as cluster_module
-    from elastic_operator.localcluster import procs
+    from elastic_devtools import localcluster as lc
+    from elastic_devtools.localcluster import cluster as cluster_module
+    from elastic_devtools.localcluster import procs
 
     # The first start gets an etcd port that someone else holds.
     squatter = socket.socket()

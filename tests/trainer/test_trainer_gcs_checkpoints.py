@@ -11,7 +11,7 @@ from conftest import RunTrainer, TrainerRun
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from elastic_operator.localcluster.gcs import FakeGcsServer
+from elastic_devtools.localcluster.gcs import FakeGcsServer
 
 
 def test_checkpoints_on_gcs_survive_a_failed_write(fake_gcs: FakeGcsServer,

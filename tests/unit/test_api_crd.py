@@ -6,9 +6,9 @@ from typing import Any
 
 import yaml
 
-from elastic_operator.api import crd
-from elastic_operator.api.catalog import CATALOG
-from elastic_operator.api.models import QUANTITY_PATTERN
+from elastic_api import crd
+from elastic_api.catalog import CATALOG
+from elastic_api.models import QUANTITY_PATTERN
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,7 +157,7 @@ def test_yaml_is_stable_and_sorted():
 
 
 def test_etj_crd_prints_it(capsys):
-    from elastic_operator.cli import main
+    from elastic_api.cli import main
 
     assert main(["crd"]) == 0
     assert capsys.readouterr().out == crd.crd_yaml()

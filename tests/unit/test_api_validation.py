@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_operator.api.catalog import CATALOG, MAX_VMS_PER_SLICE, slice_shape
-from elastic_operator.api.models import INT32_MAX, MAX_SLICE_RESTARTS
-from elastic_operator.api.render import render_jobset
-from elastic_operator.api.validation import MAX_NAME_LENGTH, validate_job
+from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE, slice_shape
+from elastic_api.models import INT32_MAX, MAX_SLICE_RESTARTS
+from elastic_api.validation import MAX_NAME_LENGTH, validate_job
+from elastic_operator.render import render_jobset
 
 
 def job(**spec_overrides: Any) -> dict[str, Any]:

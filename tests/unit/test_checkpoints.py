@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_operator.api.models import CheckpointStatus
+from elastic_api.models import CheckpointStatus
 from elastic_operator.checkpoints import (
     COMMIT_MARKER,
     MAX_IGNORED_REPORTED,

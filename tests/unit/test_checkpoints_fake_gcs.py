@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_operator.localcluster.gcs import (
+from elastic_devtools.localcluster.gcs import (
     FakeGcsStartError,
     fake_gcs_binary,
     fake_gcs_command,
@@ -15,7 +15,7 @@ from elastic_operator.localcluster.gcs import (
     require_fake_gcs_binary,
     start_fake_gcs,
 )
-from elastic_operator.localcluster.versions import MissingBinaryError, load_versions
+from elastic_devtools.localcluster.versions import MissingBinaryError, load_versions
 
 
 def test_binary_path_follows_versions_env_and_cache_dir(

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elastic_operator.demo.summary import summarize
-from elastic_operator.demo.timeline import Mark, draw_timeline
+from elastic_devtools.demo.summary import summarize
+from elastic_devtools.demo.timeline import Mark, draw_timeline
 
 KILLED = 1000.0
 

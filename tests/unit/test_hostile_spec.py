@@ -14,8 +14,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elastic_operator.api.render import render
-from elastic_operator.api.validation import validate_job
+from elastic_api.validation import validate_job
+from elastic_operator.render import render
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 BASES = [yaml.safe_load(p.read_text()) for p in EXAMPLES]

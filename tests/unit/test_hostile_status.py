@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elastic_operator.api.models import TrainingReport
+from elastic_api.models import TrainingReport
 from elastic_operator.observed import Observed
 from elastic_operator.status import compute_status, get_condition, parse_job, status_patch
 

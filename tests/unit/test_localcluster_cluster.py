@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from elastic_operator import localcluster as lc
-from elastic_operator.localcluster.cluster import free_ports
+from elastic_devtools import localcluster as lc
+from elastic_devtools.localcluster.cluster import free_ports
 
 
 def test_default_dir_follows_the_environment(

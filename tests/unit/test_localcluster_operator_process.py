@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.operator_process import (
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import (
     OPERATOR_COMMAND,
     TEST_ARGS,
     OperatorProcess,
@@ -73,7 +73,7 @@ def test_parse_metrics_skips_comments_and_keeps_labels() -> None:
 def test_defaults_run_etj_operator_at_test_speed(tmp_path: Path) -> None:
     proc = OperatorProcess(tmp_path / "kubeconfig", tmp_path / "operator.log")
     argv = proc.argv()
-    assert argv[:4] == [sys.executable, "-m", "elastic_operator.cli", "operator"]
+    assert argv[:4] == [sys.executable, "-m", "elastic_api.cli", "operator"]
     assert tuple(argv[:len(OPERATOR_COMMAND) + len(TEST_ARGS)]) == OPERATOR_COMMAND + TEST_ARGS
     assert argv[-6:] == ["--liveness-port", str(proc.liveness_port),
                          "--metrics-port", str(proc.metrics_port),

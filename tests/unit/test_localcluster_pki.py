@@ -7,7 +7,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from elastic_operator.localcluster import pki
+from elastic_devtools.localcluster import pki
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

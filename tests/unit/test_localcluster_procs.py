@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_operator.localcluster import procs
+from elastic_devtools.localcluster import procs
 
 
 def _which(name: str) -> str:
@@ -72,7 +72,7 @@ def test_die_with_parent(tmp_path: Path, die_with_parent: bool) -> None:
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from elastic_operator.localcluster import procs\n"
+        "from elastic_devtools.localcluster import procs\n"
         f"r = procs.start('demo', [{_which('sleep')!r}, '300'], Path(sys.argv[1]) / 'p',\n"
         f"               Path(sys.argv[1]) / 'l', Path(sys.argv[1]), {die_with_parent})\n"
         "print(r.pid, flush=True)\n"

@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_operator.localcluster import render
-from elastic_operator.localcluster.render import (
+from elastic_devtools.localcluster import render
+from elastic_devtools.localcluster.render import (
     DEFAULT_TPU_POOLS,
     Layout,
     Ports,
@@ -47,13 +47,13 @@ def test_default_pools_hold_the_articles_job() -> None:
     pools = render.node_pools(DEFAULT_TPU_POOLS)
     cpu, *tpu = pools
     assert cpu.name == "cpu-np" and len(cpu.nodes) == 4
-    assert cpu.labels[render.NODEPOOL_LABEL] == "cpu-np"
+    assert cpu.labels[render.NODE_POOL_LABEL] == "cpu-np"
     assert render.TPU_RESOURCE not in cpu.capacity
     assert [p.name for p in tpu] == ["tpu-v5e-4x4-0", "tpu-v5e-4x4-1", "tpu-v5e-4x4-2"]
     for pool in tpu:
         assert len(pool.nodes) == 4  # 16 chips / 4 chips per VM
         assert pool.labels == {
-            render.NODEPOOL_LABEL: pool.name,
+            render.NODE_POOL_LABEL: pool.name,
             render.TPU_ACCELERATOR_LABEL: "tpu-v5-lite-podslice",
             render.TPU_TOPOLOGY_LABEL: "4x4",
             "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",

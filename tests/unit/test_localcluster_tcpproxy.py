@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elastic_operator.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
+from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 
 
 @pytest.fixture

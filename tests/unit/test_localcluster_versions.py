@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_operator.localcluster.versions import (
+from elastic_devtools.localcluster.versions import (
     BUILD_HINT,
     Binaries,
     MissingBinaryError,

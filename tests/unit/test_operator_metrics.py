@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
-from elastic_operator.api.models import Counters, ElasticTrainingJobStatus, TrainingReport
+from elastic_api.models import Counters, ElasticTrainingJobStatus, TrainingReport
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.status import StatusEvent
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from elastic_operator.api.validation import validate_job
+from elastic_api.validation import validate_job
 from elastic_operator.handlers import Reconciler
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics

@@ -60,7 +60,7 @@ def test_a_checkpoint_scan_that_found_nothing_new_wakes_no_reconcile() -> None:
 
     from prometheus_client import CollectorRegistry
 
-    from elastic_operator.api.models import CheckpointStatus
+    from elastic_api.models import CheckpointStatus
     from elastic_operator.handlers import Reconciler
     from elastic_operator.kube import Kube
     from elastic_operator.metrics import OperatorMetrics

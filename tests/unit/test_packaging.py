@@ -399,7 +399,7 @@ BLOCKED_RUNNER = textwrap.dedent("""
             importlib.import_module(module)
         print("imported", len(payload))
     else:
-        from elastic_operator.cli import main
+        from elastic_api.cli import main
         sys.argv = ["etj", *payload]
         sys.exit(main(payload))
 """)
@@ -427,8 +427,8 @@ def trainer_image_subcommands() -> set[str]:
     """The `etj` subcommands the renderer runs from a job's trainer image (every example)."""
     import yaml
 
-    from elastic_operator.api.models import ElasticTrainingJob
-    from elastic_operator.api.render import render
+    from elastic_api.models import ElasticTrainingJob
+    from elastic_operator.render import render
 
     found = set()
     for path in sorted((ROOT / "examples").glob("*.yaml")):
@@ -483,7 +483,7 @@ def test_every_command_of_the_image_exists_after_installing_only_its_extra(
     help_run = run_blocked(extra, "cli", [subcommand, "--help"])
     assert help_run.returncode == 0, f"`etj {subcommand} --help` fails:\n{help_run.stderr}"
 
-    from elastic_operator.cli import SUBCOMMANDS
+    from elastic_api.cli import SUBCOMMANDS
 
     module_name = SUBCOMMANDS[subcommand][0]
     heavy = lazy_imports(module_name)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from elastic_operator.localcluster.versions import cache_dir, load_versions
+from elastic_devtools.localcluster.versions import cache_dir, load_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "elastic-operator"
@@ -126,7 +126,7 @@ def test_deployment_is_single_recreate_and_hardened() -> None:
 
 
 def operator_parser_args(args: list[str]) -> Any:
-    from elastic_operator.cli import build_parser
+    from elastic_api.cli import build_parser
 
     parser = build_parser()
     subparsers = parser._subparsers

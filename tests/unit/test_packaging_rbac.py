@@ -23,11 +23,11 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from elastic_operator.api import GROUP, PLURAL
-from elastic_operator.api.models import ElasticTrainingJob
-from elastic_operator.api.render import render, render_rbac
+from elastic_api import GROUP, PLURAL
+from elastic_api.models import ElasticTrainingJob
+from elastic_devtools.localcluster.versions import cache_dir, load_versions
 from elastic_operator.kube import Kube
-from elastic_operator.localcluster.versions import cache_dir, load_versions
+from elastic_operator.render import render, render_rbac
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "elastic-operator"

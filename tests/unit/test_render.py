@@ -10,16 +10,16 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastic_operator.api.catalog import CATALOG, slice_shape
-from elastic_operator.api.models import ElasticTrainingJob
-from elastic_operator.api.render import (
+from elastic_api.catalog import CATALOG, slice_shape
+from elastic_api.models import ElasticTrainingJob
+from elastic_api.validation import validate_job
+from elastic_operator.render import (
     JOB_NAME_LABEL,
     jobset_name,
     render,
     render_jobset,
     trainer_command,
 )
-from elastic_operator.api.validation import validate_job
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elastic_operator.api import golden
-from elastic_operator.cli import main
+from elastic_api.cli import main
+from hack import golden
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED = {"article", "v5p", "v6e", "single-slice", "replica-resize", "simulated", "demo"}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elastic_operator.api.models import (
+from elastic_api.models import (
     CheckpointStatus,
     Counters,
     ElasticTrainingJob,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from elastic_operator.api.models import TrainingReport
+from elastic_api.models import TrainingReport
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource

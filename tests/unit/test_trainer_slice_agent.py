@@ -9,7 +9,7 @@ import time
 
 def test_slice_agent_exits_0_on_sigterm() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "elastic_operator.cli", "slice-agent", "--heartbeat", "0.1"],
+        [sys.executable, "-m", "elastic_api.cli", "slice-agent", "--heartbeat", "0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={"MEGASCALE_SLICE_ID": "1", "JOB_COMPLETION_INDEX": "0", "PATH": "/usr/bin"},
     )

@@ -159,7 +159,7 @@ def _fail_early(args: argparse.Namespace, job: tuple[str, str] | None, message: 
     import socket
     from datetime import UTC, datetime
 
-    from elastic_operator.api.models import TrainingReport
+    from elastic_api.models import TrainingReport
     from elastic_trainer.report import StatusReporter
 
     print(f"etj train: TrainingError: {message}", file=sys.stderr)

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from elastic_api.names import JOB_INDEX_LABEL, worker_pods_selector
+
 log = logging.getLogger(__name__)
 
 # Substrings of a JaxRuntimeError that mean a slice went down (as pathwaysutils reads them).
@@ -219,8 +221,7 @@ class PodReadiness:
                  hosts_per_slice: int | None = None, core_api: Any = None) -> None:
         self.namespace, self.job_name, self.total_slices = namespace, job_name, total_slices
         self.hosts_per_slice = hosts_per_slice
-        self.selector = (f"elastic.pathways.dev/job-name={job_name},"
-                         "jobset.sigs.k8s.io/replicatedjob-name=worker")
+        self.selector = worker_pods_selector(job_name)
         self.lists = 0  # successful lists so far: one at start, one per recovered error
         self._job_parallelism: dict[str, int] = {}
         self._pods: dict[str, WorkerPod] = {}  # by pod name; guarded by _lock, as _down
@@ -327,9 +328,9 @@ class PodReadiness:
         return str(w.resource_version or resource_version)
 
     def _hosts_from_job(self, api: Any) -> int | None:
-        from elastic_operator.api.catalog import slice_shape
-        from elastic_operator.api.models import ElasticTrainingJob
-        from elastic_trainer.report import GROUP, PLURAL, VERSION
+        from elastic_api.catalog import slice_shape
+        from elastic_api.models import ElasticTrainingJob
+        from elastic_api.names import GROUP, PLURAL, VERSION
 
         try:
             obj = api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
@@ -361,7 +362,7 @@ class PodReadiness:
     def _worker_pod(self, pod: Any) -> WorkerPod | None:
         labels = pod.metadata.labels or {}
         try:
-            index = int(labels["jobset.sigs.k8s.io/job-index"])
+            index = int(labels[JOB_INDEX_LABEL])
         except (KeyError, ValueError):
             return None
         conditions = (pod.status.conditions if pod.status else None) or []

@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from elastic_operator.api.models import ElasticEventReport, TrainingReport
+from elastic_api.models import ElasticEventReport, TrainingReport
 from elastic_trainer import train
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.configs import ModelConfig

@@ -13,11 +13,10 @@ import threading
 import time
 from typing import Any
 
-from elastic_operator.api.models import TrainingReport
+from elastic_api.models import TrainingReport
+from elastic_api.names import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
-
-GROUP, VERSION, PLURAL = "elastic.pathways.dev", "v1alpha1", "elastictrainingjobs"
 
 
 def kube_api_client(retries: int | None = None) -> Any:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _tpu_pool(text: str) -> object:
-    from elastic_operator.localcluster.render import parse_tpu_pool
+    from elastic_devtools.localcluster.render import parse_tpu_pool
 
     try:
         return parse_tpu_pool(text)
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elastic_operator import localcluster as lc
+    from elastic_devtools import localcluster as lc
 
     directory: Path = (args.dir or lc.default_dir()).absolute()
     if args.cluster_command == "up":

@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elastic_operator.api.catalog import slice_shape
+from elastic_api.catalog import slice_shape
+from elastic_api.names import (
+    NODE_POOL_LABEL,
+    TPU_ACCELERATOR_LABEL,
+    TPU_RESOURCE,
+    TPU_TOPOLOGY_LABEL,
+)
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
-TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
-TPU_RESOURCE = "google.com/tpu"
 CPU_POOL = "cpu-np"
 ZONE = "us-central1-a"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -92,7 +94,8 @@ def node_pools(
         NodePool(
             name=CPU_POOL,
             nodes=tuple(f"{CPU_POOL}-{i}" for i in range(cpu_nodes)),
-            labels={NODEPOOL_LABEL: CPU_POOL, "node.kubernetes.io/instance-type": "n2-standard-64"},
+            labels={NODE_POOL_LABEL: CPU_POOL,
+                    "node.kubernetes.io/instance-type": "n2-standard-64"},
             capacity={"cpu": "64", "memory": "256Gi", "pods": "250", "ephemeral-storage": "500Gi"},
         )
     ]
@@ -109,7 +112,7 @@ def node_pools(
                     name=name,
                     nodes=tuple(f"{name}-{vm}" for vm in range(shape.vms)),
                     labels={
-                        NODEPOOL_LABEL: name,
+                        NODE_POOL_LABEL: name,
                         TPU_ACCELERATOR_LABEL: shape.family.accelerator_label,
                         TPU_TOPOLOGY_LABEL: spec.topology,
                         "node.kubernetes.io/instance-type": shape.machine_type,

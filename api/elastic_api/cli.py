@@ -1,9 +1,11 @@
-"""The `etj` command.
+"""The `etj` command: one entry point for whichever parts are installed.
 
 Each subcommand lives in its own module exposing `add_arguments(parser)` and
 `run(args) -> int`. Those modules keep their top-level imports light; heavy
 dependencies (jax, kopf, kubernetes) are imported inside `run`, so `etj render`
-never pays for jax.
+never pays for jax. The images install only some packages (the operator image has no
+elastic_trainer, neither image has elastic_devtools): a missing one leaves its
+subcommand listed, with what to install.
 """
 from __future__ import annotations
 
@@ -12,15 +14,22 @@ import importlib
 import sys
 from collections.abc import Callable
 
+# Our import packages that an install may leave out, and what provides them.
+OUR_PACKAGES = {
+    "elastic_operator": "the operator image or a checkout",
+    "elastic_trainer": "the trainer image or a checkout",
+    "elastic_devtools": "a checkout: make venv",
+}
+
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "cluster": ("elastic_operator.localcluster.cli", "run the local control plane (dev/test)"),
-    "crd": ("elastic_operator.api.crd_cli", "print the ElasticTrainingJob CRD"),
-    "render": ("elastic_operator.api.render_cli", "print the objects a job renders to"),
+    "cluster": ("elastic_devtools.localcluster.cli", "run the local control plane (dev/test)"),
+    "crd": ("elastic_api.crd_cli", "print the ElasticTrainingJob CRD"),
+    "render": ("elastic_operator.render_cli", "print the objects a job renders to"),
     "operator": ("elastic_operator.operator_cli", "run the operator"),
     "train": ("elastic_trainer.cli", "run the elastic trainer"),
     "slice-agent": ("elastic_trainer.slice_agent", "stand-in for a Pathways worker"),
-    "demo": ("elastic_operator.demo.cli", "the article's experiment on the local control plane"),
+    "demo": ("elastic_devtools.demo.cli", "the article's experiment on the local control plane"),
 }
 
 
@@ -34,8 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
             # An image installs one extra only (the trainer image has no kopf, the operator
             # image no jax): keep the subcommand visible and say what to install.
             missing = exc.name or "a dependency"
-            if missing.startswith(("elastic_operator", "elastic_trainer")):
-                raise  # our own module: a bug, not a missing extra
+            if missing == "elastic_api" or (
+                missing.startswith(tuple(OUR_PACKAGES)) and missing not in OUR_PACKAGES
+            ):
+                raise  # a module inside an installed package of ours: a bug
+            if missing in OUR_PACKAGES:
+                missing = f"{missing} ({OUR_PACKAGES[missing]})"
             sub_parser = sub.add_parser(name, help=f"{help_text} (unavailable: needs {missing})")
             sub_parser.set_defaults(func=_unavailable(name, missing))
             continue
@@ -48,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _unavailable(name: str, missing: str) -> Callable[[argparse.Namespace], int]:
     def run(_: argparse.Namespace) -> int:
         print(
-            f"etj {name}: the Python module {missing!r} is not installed; install the extra "
-            f"that provides it, e.g. pip install 'elastic-training-operator[operator,trainer,dev]'",
+            f"etj {name}: the Python module {missing} is not installed here; from a checkout, "
+            "`make venv` installs everything (pip install -e '.[operator,trainer,devtools,dev]')",
             file=sys.stderr,
         )
         return 2

@@ -15,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from elastic_operator.api.catalog import MAX_VMS_PER_SLICE, TpuType
+from elastic_api.catalog import MAX_VMS_PER_SLICE, TpuType
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # JobSet's failurePolicy.maxRestarts and a Job's backoffLimit are int32: admission keeps

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from elastic_operator.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from elastic_operator.api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus
-from elastic_operator.api.validation import Rule, cel_rules
+from elastic_api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus
+from elastic_api.validation import Rule, cel_rules
 
 CRD_PATH = "crds/elastictrainingjobs.yaml"
 
@@ -190,7 +190,7 @@ def build_crd() -> dict[str, Any]:
 
 
 HEADER = (
-    "# Generated from operator/elastic_operator/api/models.py by `etj crd`; do not edit.\n"
+    "# Generated from api/elastic_api/models.py by `etj crd`; do not edit.\n"
     "# Regenerate: .venv/bin/etj crd > crds/elastictrainingjobs.yaml\n"
 )
 

@@ -1,6 +1,6 @@
 """Golden files: each examples/<name>.yaml rendered into tests/golden/<name>.yaml.
 
-Regenerate with `.venv/bin/python -m elastic_operator.api.golden` (or hack/regen-golden,
+Regenerate with `.venv/bin/python -m hack.golden` (or hack/regen-golden,
 which also regenerates the CRD); tests/unit/test_render_golden.py fails when stale.
 """
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import yaml
 
-from elastic_operator.api.render import render, to_yaml_stream
-from elastic_operator.api.validation import validate_job
+from elastic_api.validation import validate_job
+from elastic_operator.render import render, to_yaml_stream
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
 GOLDEN = REPO_ROOT / "tests" / "golden"
-REGENERATE = ".venv/bin/python -m elastic_operator.api.golden"
+REGENERATE = ".venv/bin/python -m hack.golden"
 
 HEADER = (
     "# Rendered from examples/{name}.yaml by `etj render`; do not edit.\n"

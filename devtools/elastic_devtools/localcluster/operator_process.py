@@ -1,6 +1,6 @@
 """`etj operator` as a child process, for the tests, the demo and the benchmarks.
 
-The operator runs exactly as deployed (`python -m elastic_operator.cli operator ...`), so
+The operator runs exactly as deployed (`python -m elastic_api.cli operator ...`), so
 a caller can stop it, SIGKILL it and start it again. It always gets a free liveness port
 (`start()` returns once /healthz answers) and a free metrics port (`metrics()`).
 """
@@ -15,11 +15,11 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from elastic_operator.localcluster.cluster import free_ports
-from elastic_operator.localcluster.faults import wait_for
+from elastic_devtools.localcluster.cluster import free_ports
+from elastic_devtools.localcluster.faults import wait_for
 
 # `etj operator` with the interpreter running us (the venv's), whatever `etj` is on PATH.
-OPERATOR_COMMAND = (sys.executable, "-m", "elastic_operator.cli", "operator")
+OPERATOR_COMMAND = (sys.executable, "-m", "elastic_api.cli", "operator")
 # Test speed: every namespace, resync and checkpoint scan every 5 s (30 s by default).
 TEST_ARGS = ("--all-namespaces", "--resync-seconds", "5", "--checkpoint-scan-seconds", "5")
 

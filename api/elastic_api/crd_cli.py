@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elastic_operator.api.crd import crd_yaml
+    from elastic_api.crd import crd_yaml
 
     text = crd_yaml()
     if args.output:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastic_operator.localcluster.faults import wait_for
+from elastic_devtools.localcluster.faults import wait_for
 
 
 def install_crd(api: Any, body: dict[str, Any] | None = None, timeout: float = 60) -> str:
@@ -16,7 +16,7 @@ def install_crd(api: Any, body: dict[str, Any] | None = None, timeout: float = 6
     """
     from kubernetes import client
 
-    from elastic_operator.api.crd import build_crd
+    from elastic_api.crd import build_crd
 
     # The client's generated types add nothing over the dict we send; keep them loose.
     ext: Any = client.ApiextensionsV1Api(api)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from elastic_operator.localcluster.versions import (
+from elastic_devtools.localcluster.versions import (
     BUILD_HINT,
     MissingBinaryError,
     cache_dir,

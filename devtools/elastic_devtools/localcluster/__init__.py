@@ -3,7 +3,7 @@ etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake GKE no
 the JobSet controller, all as local processes. See `etj cluster --help`."""
 from __future__ import annotations
 
-from elastic_operator.localcluster.cluster import (
+from elastic_devtools.localcluster.cluster import (
     COMPONENTS,
     Cluster,
     ClusterConfig,
@@ -14,13 +14,13 @@ from elastic_operator.localcluster.cluster import (
     status,
     up,
 )
-from elastic_operator.localcluster.render import (
+from elastic_devtools.localcluster.render import (
     DEFAULT_CPU_NODES,
     DEFAULT_TPU_POOLS,
     TpuPoolSpec,
     parse_tpu_pool,
 )
-from elastic_operator.localcluster.versions import BUILD_HINT, Binaries, MissingBinaryError
+from elastic_devtools.localcluster.versions import BUILD_HINT, Binaries, MissingBinaryError
 
 __all__ = [
     "BUILD_HINT",

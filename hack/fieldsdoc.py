@@ -1,6 +1,6 @@
 """The field reference table of docs/api.md, generated from the CRD schema.
 
-Regenerate with `.venv/bin/python -m elastic_operator.api.fieldsdoc` (hack/regen-golden
+Regenerate with `.venv/bin/python -m hack.fieldsdoc` (hack/regen-golden
 does it too); tests/unit/test_api_docs.py fails when docs/api.md is stale.
 """
 from __future__ import annotations
@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from elastic_operator.api.crd import openapi_schema
+from elastic_api.crd import openapi_schema
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
-BEGIN = "<!-- BEGIN GENERATED: spec fields (python -m elastic_operator.api.fieldsdoc) -->"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+BEGIN = "<!-- BEGIN GENERATED: spec fields (python -m hack.fieldsdoc) -->"
 END = "<!-- END GENERATED: spec fields -->"
 
 

@@ -27,11 +27,11 @@ from typing import Any
 
 import yaml
 
-from elastic_operator.api import GROUP, PLURAL, VERSION
-from elastic_operator.demo.summary import summarize
-from elastic_operator.demo.timeline import Mark, draw_timeline
-from elastic_operator.localcluster.faults import wait_for
-from elastic_operator.localcluster.operator_process import OperatorProcess
+from elastic_api.names import GROUP, PLURAL, VERSION, worker_pods_selector
+from elastic_devtools.demo.summary import summarize
+from elastic_devtools.demo.timeline import Mark, draw_timeline
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import OperatorProcess
 
 DEMO_NAMESPACE = "etj-demo"
 KILL_SLICE = 2
@@ -134,8 +134,8 @@ def _checkpoint(status: dict[str, Any]) -> str:
 
 def _head_command(job_obj: dict[str, Any]) -> list[str]:
     """The command the renderer gives the head's `main` container."""
-    from elastic_operator.api.models import ElasticTrainingJob
-    from elastic_operator.api.render import render
+    from elastic_api.models import ElasticTrainingJob
+    from elastic_operator.render import render
 
     job = ElasticTrainingJob.model_validate(job_obj)
     for obj in render(job):
@@ -153,9 +153,9 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
     from kubernetes import client
     from kubernetes import watch as kube_watch
 
-    from elastic_operator import localcluster as lc
-    from elastic_operator.localcluster import faults
-    from elastic_operator.localcluster.crds import install_crd
+    from elastic_devtools import localcluster as lc
+    from elastic_devtools.localcluster import faults
+    from elastic_devtools.localcluster.crds import install_crd
 
     t_start = time.time()
 
@@ -213,7 +213,7 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         stage(3, "Start the trainer as the head's `main` container would (same command)")
         command = _head_command(job_obj)
         if command[0] == "etj":
-            command = [sys.executable, "-m", "elastic_operator.cli", *command[1:]]
+            command = [sys.executable, "-m", "elastic_api.cli", *command[1:]]
         command += ["--summary", str(out / "trainer-summary.json")]
         say("  $ etj " + " ".join(command[3:]))
         trainer_env = {**env, "ETJ_JOB_NAME": name, "ETJ_JOB_NAMESPACE": DEMO_NAMESPACE}
@@ -317,9 +317,7 @@ def _first_true_after(watch: Watch, prefix: str, after: float) -> float | None:
 def _worker_pod(core: Any, job: str, slice_index: int) -> str:
     pods = core.list_namespaced_pod(
         DEMO_NAMESPACE,
-        label_selector=(f"elastic.pathways.dev/job-name={job},"
-                        f"jobset.sigs.k8s.io/replicatedjob-name=worker,"
-                        f"jobset.sigs.k8s.io/job-index={slice_index}")).items
+        label_selector=worker_pods_selector(job, slice_index)).items
     running = sorted(p.metadata.name for p in pods if p.status.phase == "Running")
     if not running:
         raise DemoError(f"no running worker pod in slice {slice_index}")

@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from elastic_operator.api.render import render, to_yaml_stream
-    from elastic_operator.api.validation import validate_job
+    from elastic_api.validation import validate_job
+    from elastic_operator.render import render, to_yaml_stream
 
     try:
         if args.filename == "-":

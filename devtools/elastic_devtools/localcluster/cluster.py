@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from elastic_operator.localcluster import pki, procs, render
-from elastic_operator.localcluster.kapi import ApiError, KubeApi
-from elastic_operator.localcluster.render import (
+from elastic_devtools.localcluster import pki, procs, render
+from elastic_devtools.localcluster.kapi import ApiError, KubeApi
+from elastic_devtools.localcluster.render import (
     DEFAULT_CPU_NODES,
     DEFAULT_TPU_POOLS,
     Layout,
     Ports,
     TpuPoolSpec,
 )
-from elastic_operator.localcluster.versions import Binaries, cache_dir, load_versions
+from elastic_devtools.localcluster.versions import Binaries, cache_dir, load_versions
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

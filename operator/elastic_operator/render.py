@@ -13,38 +13,44 @@ from typing import Any
 
 import yaml
 
-from elastic_operator.api import GROUP, PLURAL
-from elastic_operator.api.catalog import SliceShape, slice_shape
-from elastic_operator.api.models import (
+from elastic_api.catalog import SliceShape, slice_shape
+from elastic_api.models import (
     ElasticTrainingJob,
     EnvVar,
     PathwaysComponent,
     Resources,
 )
-
-JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
-HEAD_REPLICATED_JOB = "pathways-head"
-WORKER_REPLICATED_JOB = "worker"
-MAIN_CONTAINER = "main"
-RM_CONTAINER = "pathways-rm"
-PROXY_CONTAINER = "pathways-proxy"
-WORKER_CONTAINER = "pathways-worker"
-SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
-
-JOB_NAME_LABEL = f"{GROUP}/job-name"
-MANAGED_BY = "elastic-training-operator"
+from elastic_api.names import (
+    COORDINATOR_LABEL,
+    EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    GROUP,
+    HEAD_REPLICATED_JOB,
+    JOB_INDEX_LABEL,
+    JOB_NAME_LABEL,
+    JOBSET_API_VERSION,
+    JOBSET_NAME_LABEL,
+    MAIN_CONTAINER,
+    MANAGED_BY,
+    NODE_POOL_LABEL,
+    PLURAL,
+    PROXY_CONTAINER,
+    REPLICATED_JOB_LABEL,
+    REPLICATED_JOB_REPLICAS_LABEL,
+    RM_CONTAINER,
+    SLICE_AGENT_CONTAINER,
+    TPU_ACCELERATOR_LABEL,
+    TPU_RESOURCE,
+    TPU_TOPOLOGY_LABEL,
+    WORKER_CONTAINER,
+    WORKER_REPLICATED_JOB,
+)
+from elastic_api.names import jobset_name as _jobset_name
 
 PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
 RM_PORT = 29001
 PROXY_PORT = 29000
 WORKER_PORT = 29005
 
-COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
-EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-TPU_RESOURCE = "google.com/tpu"
-NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
-TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 
 RM_LIMITS = {"cpu": "8", "memory": "32G"}
 PROXY_LIMITS = {"cpu": "16", "memory": "100G"}
@@ -53,7 +59,7 @@ SHARED_TMP = "shared-tmp"
 
 def jobset_name(job: ElasticTrainingJob) -> str:
     """The JobSet's name: the job's own (admission keeps it short enough)."""
-    return job.metadata.name
+    return _jobset_name(job.metadata.name)
 
 
 def trainer_service_account_name(job: ElasticTrainingJob) -> str:
@@ -139,8 +145,8 @@ def _tmp_volume() -> list[dict[str, Any]]:
 
 def _jobset_env() -> list[dict[str, Any]]:
     return [
-        _annotation_env("JOBSET_NAME", "jobset.sigs.k8s.io/jobset-name"),
-        _annotation_env("REPLICATED_JOB_NAME", "jobset.sigs.k8s.io/replicatedjob-name"),
+        _annotation_env("JOBSET_NAME", JOBSET_NAME_LABEL),
+        _annotation_env("REPLICATED_JOB_NAME", REPLICATED_JOB_LABEL),
     ]
 
 
@@ -281,8 +287,8 @@ def _proxy_sidecar(job: ElasticTrainingJob) -> dict[str, Any]:
 
 def _worker_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     return [
-        _label_env("MEGASCALE_SLICE_ID", "jobset.sigs.k8s.io/job-index"),
-        _label_env("MEGASCALE_NUM_SLICES", "jobset.sigs.k8s.io/replicatedjob-replicas"),
+        _label_env("MEGASCALE_SLICE_ID", JOB_INDEX_LABEL),
+        _label_env("MEGASCALE_NUM_SLICES", REPLICATED_JOB_REPLICAS_LABEL),
         _label_env("MEGASCALE_COORDINATOR_ADDRESS", COORDINATOR_LABEL),
         _label_env("PATHWAYS_HEAD", COORDINATOR_LABEL),
         *_jobset_env(),
@@ -418,7 +424,7 @@ def _replicated_job(
     pod_labels = labels(job, name)
     job_meta: dict[str, Any] = {"labels": dict(pod_labels)}
     if exclusive_topology is not None:
-        job_meta["annotations"] = {EXCLUSIVE_TOPOLOGY: exclusive_topology}
+        job_meta["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: exclusive_topology}
     return {
         "name": name,
         "replicas": replicas,

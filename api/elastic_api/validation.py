@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from elastic_operator.api import API_VERSION, KIND
-from elastic_operator.api.catalog import CATALOG, MAX_VMS_PER_SLICE
-from elastic_operator.api.models import INT32_MAX, MAX_SLICE_RESTARTS, ElasticTrainingJob
+from elastic_api import API_VERSION, KIND
+from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE
+from elastic_api.models import INT32_MAX, MAX_SLICE_RESTARTS, ElasticTrainingJob
 
 # JobSet puts `<jobset>-pathways-head-0-0.<subdomain>` (subdomain = the JobSet name) in a
 # label value, at most 63 characters: 2n + 19 <= 63.

@@ -18,6 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elastic_operator.demo.run import run_demo
+    from elastic_devtools.demo.run import run_demo
 
     return run_demo(args.repo, args.out, args.keep_cluster, args.step_seconds)

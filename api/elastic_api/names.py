@@ -1,0 +1,93 @@
+"""Every name the operator, the trainer and the tools agree on, defined once.
+
+The API's own identity (group, version, plural), the labels and annotations on the
+objects the operator renders and reads, the names JobSet gives its Jobs, and the
+well-known labels of GKE nodes. Import from here; never spell one of these again.
+"""
+from __future__ import annotations
+
+# --- the ElasticTrainingJob API --------------------------------------------------------------
+
+GROUP = "elastic.pathways.dev"
+VERSION = "v1alpha1"
+KIND = "ElasticTrainingJob"
+PLURAL = "elastictrainingjobs"
+SINGULAR = "elastictrainingjob"
+SHORT_NAMES = ["etj"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# --- what the operator puts on its objects ----------------------------------------------------
+
+# On the JobSet, its Jobs and pods: the ElasticTrainingJob they belong to.
+JOB_NAME_LABEL = f"{GROUP}/job-name"
+MANAGED_BY = "elastic-training-operator"
+# On the JobSet: the job spec it was rendered from (to tell later spec changes).
+APPLIED_SPEC_ANNOTATION = f"{GROUP}/applied-spec"
+
+# --- JobSet -----------------------------------------------------------------------------------
+
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+JOBSET_PLURAL = "jobsets"
+
+HEAD_REPLICATED_JOB = "pathways-head"
+WORKER_REPLICATED_JOB = "worker"
+
+# Labels (and annotations) JobSet puts on its Jobs and pods.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICATED_JOB_REPLICAS_LABEL = "jobset.sigs.k8s.io/replicatedjob-replicas"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"  # the slice of a worker pod
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+# The Job controller's label (and annotation) for the host within a slice.
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+
+def jobset_name(job_name: str) -> str:
+    """The JobSet of a job is named after it (admission keeps the name short enough)."""
+    return job_name
+
+
+def child_job_name(jobset: str, replicated_job: str, index: int) -> str:
+    """JobSet names its Jobs `<jobset>-<replicatedJob>-<index>`."""
+    return f"{jobset}-{replicated_job}-{index}"
+
+
+def head_job_name(jobset: str) -> str:
+    return child_job_name(jobset, HEAD_REPLICATED_JOB, 0)
+
+
+def worker_job_name(jobset: str, slice_index: int) -> str:
+    return child_job_name(jobset, WORKER_REPLICATED_JOB, slice_index)
+
+
+def job_pods_selector(job_name: str) -> str:
+    """Label selector of every pod of an ElasticTrainingJob."""
+    return f"{JOB_NAME_LABEL}={job_name}"
+
+
+def worker_pods_selector(job_name: str, slice_index: int | None = None) -> str:
+    """Label selector of the worker pods of a job (of one slice, if given)."""
+    selector = f"{job_pods_selector(job_name)},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"
+    if slice_index is not None:
+        selector += f",{JOB_INDEX_LABEL}={slice_index}"
+    return selector
+
+
+# --- containers of the rendered pods ----------------------------------------------------------
+
+MAIN_CONTAINER = "main"
+RM_CONTAINER = "pathways-rm"
+PROXY_CONTAINER = "pathways-proxy"
+WORKER_CONTAINER = "pathways-worker"
+SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
+
+# --- GKE nodes ----------------------------------------------------------------------------------
+
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+TPU_RESOURCE = "google.com/tpu"

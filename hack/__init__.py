@@ -1,0 +1,1 @@
+"""Repository tooling (generators run by `make golden`); not installed, not shipped."""
