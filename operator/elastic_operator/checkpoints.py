@@ -116,19 +116,6 @@ def summarize(listing: Iterable[RootEntry], directory: str, now: datetime) -> Ch
     return summarize_entries(listing, directory, now).status
 
 
-def keep_last_known(
-    previous: CheckpointStatus | None, scanned: CheckpointStatus,
-) -> CheckpointStatus:
-    """A failed scan keeps the steps last seen in the same directory (so one GCS hiccup
-    does not blank the status) and adds the error; a good scan replaces everything."""
-    if scanned.error is None or previous is None or previous.directory != scanned.directory:
-        return scanned
-    return scanned.model_copy(update={
-        "latest_committed_step": previous.latest_committed_step,
-        "incomplete_steps": list(previous.incomplete_steps),
-    })
-
-
 # --- I/O edge ---------------------------------------------------------------------------
 
 

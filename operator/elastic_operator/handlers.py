@@ -26,6 +26,11 @@ import kopf
 
 from elastic_api.models import CheckpointStatus, ElasticTrainingJob
 from elastic_api.names import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
+from elastic_operator.core.checkpoint import same_checkpoint_result
+from elastic_operator.core.parsing import InvalidJobSpec, parse_job, parse_status
+from elastic_operator.core.patch import status_patch
+from elastic_operator.core.plan import PatchJobSetSuspend, owned, plan_reconcile
+from elastic_operator.core.status import compute_status, invalid_spec_status
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.observed import (
@@ -34,17 +39,6 @@ from elastic_operator.observed import (
     jobset_from_dict,
     node_from_dict,
     pod_from_dict,
-)
-from elastic_operator.status import (
-    InvalidJobSpec,
-    compute_status,
-    invalid_spec_status,
-    owned,
-    parse_job,
-    parse_status,
-    plan_reconcile,
-    same_checkpoint_result,
-    status_patch,
 )
 
 logger = logging.getLogger("elastic_operator")
@@ -134,9 +128,11 @@ class Reconciler:
         jobset_raw = self.kube.get_jobset(namespace, js_name)
         jobset = jobset_from_dict(jobset_raw) if jobset_raw else None
 
-        plan = plan_reconcile(job, rendered, Observed(jobset=jobset), parsed.previous)
-        if plan.create:
-            for obj in plan.create:
+        plan = plan_reconcile(job, rendered, jobset, parsed.previous)
+        suspend = next((a.suspend for a in plan.actions if isinstance(a, PatchJobSetSuspend)),
+                       None)
+        if plan.creates:
+            for obj in plan.creates:
                 try:
                     created = self.kube.create(obj)
                 except ApiError as e:
@@ -163,9 +159,9 @@ class Reconciler:
             self._children_ensured.add((namespace, name, uid))
         if plan.why_not:
             logger.debug("%s/%s: %s", namespace, name, plan.why_not)
-        if plan.patch_jobset_suspend is not None and jobset is not None:
-            self.kube.patch_jobset_suspend(namespace, jobset.name, plan.patch_jobset_suspend)
-            logger.info("%s JobSet %s/%s", "suspended" if plan.patch_jobset_suspend
+        if suspend is not None and jobset is not None:
+            self.kube.patch_jobset_suspend(namespace, jobset.name, suspend)
+            logger.info("%s JobSet %s/%s", "suspended" if suspend
                         else "resumed", namespace, jobset.name)
             jobset_raw = self.kube.get_jobset(namespace, js_name)
             jobset = jobset_from_dict(jobset_raw) if jobset_raw else None
