@@ -139,8 +139,9 @@ class Synchronous(Executor):
 
 
 def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
-               ) -> tuple[Reconciler, OperatorMetrics]:
-    metrics = OperatorMetrics(CollectorRegistry())
+               ) -> tuple[Reconciler, CollectorRegistry]:
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
 
     def no_checkpoint(directory: str, now: datetime) -> CheckpointStatus:
         return CheckpointStatus(directory=directory, observed_at=now)
@@ -148,11 +149,11 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
     scanner = CheckpointScanner(scan=scan or no_checkpoint, executor=Synchronous(),
                                 clock=lambda: T0)
     observations = ApiObservations(kube, NodeIndex(), scanner)
-    return Reconciler(kube, observations, metrics, clock=lambda: T0), metrics
+    return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
 
 
-def errors(metrics: OperatorMetrics) -> float:
-    return float(metrics.reconcile_errors._value.get())
+def errors(registry: CollectorRegistry) -> float:
+    return registry.get_sample_value("etj_reconcile_errors_total") or 0.0
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:

@@ -498,6 +498,39 @@ def test_a_checkpoint_scan_that_finds_nothing_new_writes_nothing() -> None:
     assert status_patch(same, newer) is not None
 
 
+def test_a_failed_checkpoint_scan_keeps_the_last_good_step_and_shows_the_error() -> None:
+    """docs/operations.md: the checkpoint directory cannot be listed -> status.checkpoint
+    .error says why; the last good latestCommittedStep is kept."""
+    job = article_job()
+    good = CheckpointStatus(directory="gs://b/ckpt", latest_committed_step=100,
+                            incomplete_steps=[200], observed_at=s(10))
+    first, _ = compute_status(job, observe(checkpoint=good), running(job), s(10))
+
+    def failed(when: float) -> Observed:
+        return observe(checkpoint=CheckpointStatus(
+            directory="gs://b/ckpt", observed_at=s(when), error="cannot list: timeout"))
+
+    broken, _ = compute_status(job, failed(40), first, s(40))
+    assert broken.checkpoint is not None
+    assert broken.checkpoint.latest_committed_step == 100
+    assert broken.checkpoint.incomplete_steps == [200]
+    assert broken.checkpoint.error == "cannot list: timeout"
+    patch = status_patch(first, broken)
+    assert patch is not None and patch["status"]["checkpoint"] == {
+        "directory": "gs://b/ckpt", "latestCommittedStep": 100, "incompleteSteps": [200],
+        "observedAt": "2026-11-29T12:00:40Z", "error": "cannot list: timeout"}
+    still, _ = compute_status(job, failed(70), broken, s(70))
+    assert status_patch(broken, still) is None  # the same failure again: no write
+    healed, _ = compute_status(job, observe(checkpoint=good.model_copy(
+        update={"observed_at": s(100)})), still, s(100))
+    assert healed.checkpoint is not None and healed.checkpoint.error is None
+    # Another directory (the spec cannot change, but a stored status may say anything):
+    # nothing to keep.
+    elsewhere = CheckpointStatus(directory="gs://b/other", observed_at=s(130), error="x")
+    moved, _ = compute_status(job, observe(checkpoint=elsewhere), healed, s(130))
+    assert moved.checkpoint == elsewhere
+
+
 def test_status_survives_a_wire_round_trip_mid_recovery() -> None:
     """What a restarted operator reads back is what it wrote: nothing is lost."""
     job = article_job()
