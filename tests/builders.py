@@ -126,6 +126,12 @@ class EtjWrapper:
         _merge(self._obj["spec"], fields)
         return self
 
+    def without(self, *fields: str) -> Self:
+        """Leave these spec fields out (e.g. "pathways" for backend simulated)."""
+        for name in fields:
+            self._obj["spec"].pop(name, None)
+        return self
+
     def status(self, status: dict[str, Any]) -> Self:
         self._obj["status"] = copy.deepcopy(status)
         return self
