@@ -146,6 +146,8 @@ def storage_client_from_env() -> Any:
     """A google-cloud-storage client; anonymous against STORAGE_EMULATOR_HOST.
 
     Build it once and pass it to scan_checkpoints: credential discovery is not free.
+    The google libraries are imported here, not at the top: they take about a second to
+    import, and only a gs:// checkpoint directory needs them.
     """
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
@@ -160,7 +162,7 @@ def list_gcs(
 ) -> list[RootEntry]:
     """One delimited list call for the root, then one metadata GET per step directory
     for its marker (no object is downloaded)."""
-    from google.api_core import exceptions as gexc
+    from google.api_core import exceptions as gexc  # see storage_client_from_env
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     bucket_name, prefix = parse_gcs_url(directory)
@@ -277,10 +279,8 @@ def _failed(directory: str, now: datetime, message: str) -> CheckpointSummary:
 
 
 def _is_missing_credentials(e: Exception) -> bool:
-    try:
-        from google.auth.exceptions import DefaultCredentialsError
-    except ImportError:
-        return False
+    from google.auth.exceptions import DefaultCredentialsError  # see storage_client_from_env
+
     return isinstance(e, DefaultCredentialsError)
 
 

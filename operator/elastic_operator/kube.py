@@ -111,7 +111,9 @@ class Kube:
 
     @classmethod
     def from_environment(cls) -> Kube:
-        """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config."""
+        """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config.
+        (The kubernetes client is imported only here: a second of import time that only
+        the operator process needs, not every importer of this module.)"""
         from kubernetes import client, config
 
         try:
