@@ -1,11 +1,14 @@
 """Parsing what the API server returns into the observed-state dataclasses (lenient)."""
 from __future__ import annotations
 
+import argparse
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 import pytest
 
+from elastic_operator.handlers import WatchScope, configure_settings
 from elastic_operator.kube import collection_path, job_path
 from elastic_operator.observed import (
     jobset_from_dict,
@@ -95,8 +98,6 @@ def test_api_paths() -> None:
 
 
 def test_operator_cli_arguments() -> None:
-    import argparse
-
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["-n", "a", "-n", "team-*", "--log-format", "json"])
@@ -107,8 +108,6 @@ def test_operator_cli_arguments() -> None:
 
 
 def test_watch_scope() -> None:
-    from elastic_operator.handlers import WatchScope
-
     scope = WatchScope(clusterwide=False, namespaces=["a", "team-*"])
     assert scope.matches("a") and scope.matches("team-x") and not scope.matches("b")
     assert WatchScope(clusterwide=True, namespaces=[]).matches("anything")
@@ -116,10 +115,6 @@ def test_watch_scope() -> None:
 
 
 def test_kopf_settings_need_no_cluster_wide_scanning_without_globs() -> None:
-    import kopf
-
-    from elastic_operator.handlers import WatchScope, configure_settings
-
     settings = kopf.OperatorSettings()
     configure_settings(settings, WatchScope(clusterwide=False, namespaces=["a", "b"]))
     assert settings.scanning.disabled and settings.peering.standalone
