@@ -27,12 +27,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from kubernetes import client
 
     from elastic_devtools.localcluster import Cluster
     from elastic_devtools.localcluster.gcs import FakeGcsServer
+
+# Property tests check behaviour, never speed: Hypothesis' default 200 ms deadline per
+# example fails a test on a loaded machine (a shared CI runner, `make test` beside a
+# build) by slowness alone, and then reports it as flaky.
+settings.register_profile("etj", deadline=None)
+settings.load_profile("etj")
 
 _LOGS_DIRS: list[Path] = []
 

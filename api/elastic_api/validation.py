@@ -287,12 +287,18 @@ def validate_job(obj: Mapping[str, Any]) -> ElasticTrainingJob:
     try:
         job = ElasticTrainingJob.model_validate(obj)
     except ValidationError as exc:
-        lines = [f"{_loc_to_path(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
-        raise ValueError("\n".join(lines)) from None
+        raise ValueError("\n".join(describe_validation_error(exc))) from None
     problems = _semantic_checks(job)
     if problems:
         raise ValueError("\n".join(problems))
     return job
+
+
+def describe_validation_error(exc: ValidationError) -> list[str]:
+    """One line per problem of a pydantic ValidationError: the field path and the fix.
+    The one formatter of model errors (`etj render`, admission-equivalent checks and the
+    operator's InvalidSpec condition)."""
+    return [f"{_loc_to_path(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
 
 
 _PYDANTIC_FIXES: dict[str, Callable[[dict[str, Any]], str]] = {

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from elastic_api.names import GROUP, PLURAL, VERSION, job_pods_selector
-from elastic_operator.status import StatusEvent
+from elastic_operator.core.events import StatusEvent
 
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 REQUEST_TIMEOUT_S = 15.0
@@ -26,29 +26,71 @@ _PLURALS = {"JobSet": "jobsets", "ServiceAccount": "serviceaccounts", "Role": "r
 
 
 class ApiError(Exception):
+    """A request the API server answered with an error, with its Status parsed
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#response-status-kind)."""
+
     def __init__(self, status: int, reason: str, body: str) -> None:
         super().__init__(f"HTTP {status} {reason}: {body[:500]}")
-        self.status = status
-        self.reason = reason
+        self.status = status  # the HTTP status code
+        self.reason = reason  # the HTTP reason phrase
         self.body = body
+        self.api_status = _parse_status(body)  # {} when the body is not a Status
+
+    @property
+    def status_reason(self) -> str:
+        """The Status's machine-readable reason: NotFound, Forbidden, AlreadyExists..."""
+        return _str(self.api_status.get("reason"))
+
+    @property
+    def details(self) -> dict[str, Any]:
+        details = self.api_status.get("details")
+        return details if isinstance(details, dict) else {}
+
+    @property
+    def cause_types(self) -> list[str]:
+        causes = self.details.get("causes")
+        return [_str(c.get("type")) for c in causes if isinstance(c, dict)] \
+            if isinstance(causes, list) else []
 
     @property
     def message(self) -> str:
         """The message of the API server's Status (the body itself if it is not one)."""
-        try:
-            status = json.loads(self.body)
-        except ValueError:
-            return self.body
-        message = status.get("message") if isinstance(status, dict) else None
-        return message if isinstance(message, str) and message else self.body
+        return _str(self.api_status.get("message")) or self.body
+
+    def is_not_found(self, group: str, plural: str) -> bool:
+        """404 for an object of this resource (not, say, its namespace)."""
+        return self.status == 404 and self.details.get("kind") == plural \
+            and self.details.get("group", "") == group
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """Refused because the namespace is being deleted."""
+        return self.status == 403 and "NamespaceTerminating" in self.cause_types
+
+    @property
+    def denied_by_webhook(self) -> bool:
+        """An admission webhook denied the request. The Status carries what the webhook
+        answered (any code, usually 403 Forbidden); only its message says whose it is."""
+        return self.status >= 400 and self.message.startswith("admission webhook ") \
+            and "denied the request" in self.message
 
     @property
     def refuses_object(self) -> bool:
         """The API server or an admission webhook refused the object for what it is
         (invalid, undecodable, denied): sending the same object again cannot succeed."""
-        denied = self.status == 403 and "admission webhook" in self.body \
-            and "denied the request" in self.body
-        return self.status in (400, 422) or denied
+        return self.status in (400, 422) or (self.status == 403 and self.denied_by_webhook)
+
+
+def _parse_status(body: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) and parsed.get("kind") == "Status" else {}
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
@@ -69,7 +111,9 @@ class Kube:
 
     @classmethod
     def from_environment(cls) -> Kube:
-        """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config."""
+        """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config.
+        (The kubernetes client is imported only here: a second of import time that only
+        the operator process needs, not every importer of this module.)"""
         from kubernetes import client, config
 
         try:
@@ -140,23 +184,26 @@ class Kube:
 
     # --- writes ---
 
-    def create(self, obj: dict[str, Any]) -> bool:
-        """Create obj; False if it already exists (creation is idempotent)."""
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create obj and return it as stored; None if it already exists (creation is
+        idempotent)."""
         meta = obj.get("metadata", {})
         path = collection_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
         try:
-            self.request("POST", path, body=obj)
-            return True
+            created: dict[str, Any] = self.request("POST", path, body=obj)
+            return created
         except ApiError as e:
-            if e.status == 409:
-                return False
+            if e.status == 409 and e.status_reason in ("AlreadyExists", ""):
+                return None
             raise
 
-    def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> None:
-        self.request(
+    def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
+        """Set the JobSet's spec.suspend; the JobSet as patched."""
+        patched: dict[str, Any] = self.request(
             "PATCH", f"{JOBSET_PATH}/namespaces/{quote(namespace)}/jobsets/{quote(name)}",
             body={"spec": {"suspend": suspend}}, content_type="application/merge-patch+json",
         )
+        return patched
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.request("PATCH", job_path(namespace, name) + "/status", body=patch,

@@ -10,8 +10,9 @@ import contextlib
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJobStatus
-from elastic_operator.status import StatusEvent
+from elastic_operator.core.events import StatusEvent
 
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)
 _RECOVERY_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600)
@@ -55,7 +56,8 @@ class OperatorMetrics:
             "etj_reconcile_duration_seconds", "Duration of one reconcile of one job.",
             buckets=_RECONCILE_BUCKETS, registry=registry)
         self.reconcile_errors = Counter(
-            "etj_reconcile_errors_total", "Reconciles that failed (retried later).",
+            "etj_reconcile_errors_total",
+            "Reconciles that failed (each is retried with backoff).",
             registry=registry)
 
     def record_status(
@@ -81,10 +83,10 @@ class OperatorMetrics:
     def record_events(self, namespace: str, events: list[StatusEvent], written_at_s: float) -> None:
         """written_at_s: POSIX time when the status carrying these events was written."""
         for event in events:
-            if event.reason == "SliceDown" and event.failed_at is not None:
+            if event.reason == Reason.SLICE_DOWN and event.failed_at is not None:
                 latency = written_at_s - event.failed_at.timestamp()
                 self.detection_latency.labels(namespace).observe(max(0.0, latency))
-            elif event.reason == "Recovered":
+            elif event.reason == Reason.RECOVERED:
                 if event.downtime_seconds is not None:
                     self.recovery_duration.labels(namespace).observe(event.downtime_seconds)
                 if event.steps_lost is not None:

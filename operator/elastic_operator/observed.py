@@ -17,7 +17,6 @@ from elastic_api.names import (
     COMPLETION_INDEX_LABEL,
     JOB_INDEX_LABEL,
     REPLICATED_JOB_LABEL,
-    RESTART_ATTEMPT_LABEL,
     WORKER_REPLICATED_JOB,
 )
 
@@ -58,13 +57,11 @@ class ObservedNode:
     ready: bool
     # When the Ready condition last changed (kwok's chaos stage may report an old time).
     ready_transition_time: datetime | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True)
 class ObservedPod:
     name: str
-    uid: str
     replicated_job: str | None  # pathways-head or worker
     slice_index: int | None  # jobset.sigs.k8s.io/job-index
     host_index: int | None  # batch.kubernetes.io/job-completion-index
@@ -82,7 +79,6 @@ class ObservedPod:
     terminated_exit_code: int | None = None
     # Last transition of the pod's Ready condition (to True when ready, False otherwise).
     ready_transition_time: datetime | None = None
-    restart_attempt: int | None = None
 
     @property
     def terminating(self) -> bool:
@@ -108,24 +104,18 @@ class ObservedPod:
 @dataclass(frozen=True)
 class ReplicatedJobStatus:
     name: str
-    ready: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    active: int = 0
-    suspended: int = 0
+    failed: int = 0  # Jobs of this replicatedJob that failed
 
 
 @dataclass(frozen=True)
 class ObservedJobSet:
     name: str
-    uid: str | None
     suspended: bool
     restarts: int
     # "Completed" or "Failed" once the JobSet is terminal, else None.
     terminal_state: str | None
     failed_message: str | None = None
     worker_hosts_per_slice: int | None = None
-    worker_replicas: int | None = None
     replicated_jobs: tuple[ReplicatedJobStatus, ...] = ()
     owner_uid: str | None = None  # uid of the controller ownerReference
     applied_spec: str | None = None  # APPLIED_SPEC_ANNOTATION
@@ -146,15 +136,13 @@ def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
     meta = _dict(obj.get("metadata"))
     ready = False
     transition = None
-    reason = None
     for cond in _list(_dict(obj.get("status")).get("conditions")):
         cond = _dict(cond)
         if cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
             transition = parse_time(cond.get("lastTransitionTime"))
-            reason = cond.get("reason") if isinstance(cond.get("reason"), str) else None
     return ObservedNode(name=str(meta.get("name", "")), ready=ready,
-                        ready_transition_time=transition, reason=reason or None)
+                        ready_transition_time=transition)
 
 
 def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
@@ -190,7 +178,6 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         host_index = _int(annotations.get(COMPLETION_INDEX_LABEL))  # also an annotation
     return ObservedPod(
         name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
         replicated_job=labels.get(REPLICATED_JOB_LABEL),
         slice_index=_int(labels.get(JOB_INDEX_LABEL)),
         host_index=host_index,
@@ -206,7 +193,6 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         terminated_reason=terminated_reason,
         terminated_exit_code=terminated_exit,
         ready_transition_time=ready_transition,
-        restart_attempt=_int(labels.get(RESTART_ATTEMPT_LABEL)),
     )
 
 
@@ -226,22 +212,14 @@ def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:
             terminal = "Failed"
             failed_message = cond.get("message") if isinstance(cond.get("message"), str) else None
     hosts = None
-    replicas = None
     for rj in _list(spec.get("replicatedJobs")):
         rj = _dict(rj)
         if rj.get("name") == WORKER_REPLICATED_JOB:
             job_spec = _dict(_dict(rj.get("template")).get("spec"))
             hosts = _int(job_spec.get("parallelism")) or _int(job_spec.get("completions"))
-            replicas = _int(rj.get("replicas"))
     rjs = tuple(
-        ReplicatedJobStatus(
-            name=str(_dict(r).get("name", "")),
-            ready=_int(_dict(r).get("ready")) or 0,
-            succeeded=_int(_dict(r).get("succeeded")) or 0,
-            failed=_int(_dict(r).get("failed")) or 0,
-            active=_int(_dict(r).get("active")) or 0,
-            suspended=_int(_dict(r).get("suspended")) or 0,
-        )
+        ReplicatedJobStatus(name=str(_dict(r).get("name", "")),
+                            failed=_int(_dict(r).get("failed")) or 0)
         for r in _list(status.get("replicatedJobsStatus"))
     )
     owner_uid = None
@@ -253,13 +231,11 @@ def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:
     applied = annotations.get(APPLIED_SPEC_ANNOTATION)
     return ObservedJobSet(
         name=str(meta.get("name", "")),
-        uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
         suspended=spec.get("suspend") is True,
         restarts=_int(status.get("restarts")) or 0,
         terminal_state=terminal,
         failed_message=failed_message,
         worker_hosts_per_slice=hosts,
-        worker_replicas=replicas,
         replicated_jobs=rjs,
         owner_uid=owner_uid,
         applied_spec=applied if isinstance(applied, str) else None,

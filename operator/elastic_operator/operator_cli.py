@@ -38,14 +38,8 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from elastic_operator.handlers import (
-        Reconciler,
-        ReconcilerConfig,
-        Scheduler,
-        WatchScope,
-        build_registry,
-        configure_settings,
-    )
+    from elastic_operator.app import build_operator
+    from elastic_operator.handlers import WatchScope, build_registry, configure_settings
     from elastic_operator.kube import Kube
     from elastic_operator.metrics import OperatorMetrics
 
@@ -60,11 +54,9 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
-    reconciler = Reconciler(
-        Kube.from_environment(), OperatorMetrics(),
-        ReconcilerConfig(checkpoint_scan_interval_s=args.checkpoint_scan_seconds),
-    )
-    registry = build_registry(Scheduler(reconciler), scope, args.resync_seconds)
+    operator = build_operator(Kube.from_environment(), OperatorMetrics(),
+                              checkpoint_scan_interval_s=args.checkpoint_scan_seconds)
+    registry = build_registry(operator, scope, args.resync_seconds)
     settings = kopf.OperatorSettings()
     configure_settings(settings, scope)
     kopf.run(

@@ -95,16 +95,12 @@ def kube_permissions() -> set[Permission]:
 
 
 def kopf_permissions() -> set[Permission]:
-    from elastic_operator.handlers import (
-        Reconciler,
-        Scheduler,
-        WatchScope,
-        build_registry,
-    )
+    from elastic_operator.app import build_operator
+    from elastic_operator.handlers import WatchScope, build_registry
     from elastic_operator.metrics import OperatorMetrics
 
-    reconciler = Reconciler(Kube(None), OperatorMetrics(CollectorRegistry()))
-    registry = build_registry(Scheduler(reconciler), WatchScope(True, []), 30.0)
+    operator = build_operator(Kube(None), OperatorMetrics(CollectorRegistry()))
+    registry = build_registry(operator, WatchScope(True, []), 30.0)
     needed: set[Permission] = set()
     for kind, verbs in ((registry._watching, ("list", "watch")),
                         (registry._spawning, ("list", "watch", "patch")),

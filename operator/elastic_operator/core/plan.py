@@ -1,0 +1,147 @@
+"""What one reconcile changes in the cluster, as a list of typed actions, and what the
+operator's objects carry to say they are its own.
+
+The plan is pure; the reconciler (the thin I/O layer) executes its actions in order.
+Creation is idempotent (an object that exists is left alone) and a JobSet that existed
+is never recreated: that would reset JobSet's restart budget and lose the trainer.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from elastic_api.conditions import ConditionType
+from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_api.names import APPLIED_SPEC_ANNOTATION
+from elastic_operator.observed import ObservedJobSet
+
+
+@dataclass(frozen=True)
+class CreateObject:
+    """Create a rendered object (already owned) unless it exists."""
+
+    obj: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.get("kind"))
+
+
+@dataclass(frozen=True)
+class PatchJobSetSuspend:
+    """Apply spec.suspend to the JobSet (the one spec field applied in place)."""
+
+    namespace: str
+    jobset: str
+    suspend: bool
+
+
+Action = CreateObject | PatchJobSetSuspend
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    why_not: str | None = None  # why nothing is created (terminal / lost JobSet), for logs
+
+    @property
+    def creates(self) -> list[dict[str, Any]]:
+        return [a.obj for a in self.actions if isinstance(a, CreateObject)]
+
+
+def applied_spec(job: ElasticTrainingJob) -> str:
+    """The spec a JobSet was rendered from, minus the one field applied in place."""
+    spec = job.spec.to_wire()
+    spec.pop("suspend", None)
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def owner_reference(job: ElasticTrainingJob) -> dict[str, Any]:
+    return {
+        "apiVersion": job.api_version,
+        "kind": job.kind,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid or "",
+        "controller": True,
+    }
+
+
+def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rendered objects with the job's namespace and controller ownerReference; the
+    JobSet also carries the spec it was rendered from (to detect later spec changes)."""
+    out = []
+    for obj in rendered:
+        obj = json.loads(json.dumps(obj))  # deep copy
+        meta = obj.setdefault("metadata", {})
+        if job.metadata.namespace:
+            meta["namespace"] = job.metadata.namespace
+        meta["ownerReferences"] = [owner_reference(job)]
+        if obj.get("kind") == "JobSet":
+            meta.setdefault("annotations", {})[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
+        out.append(obj)
+    return out
+
+
+def is_terminal(status: ElasticTrainingJobStatus) -> bool:
+    return any(c.type in (ConditionType.SUCCEEDED, ConditionType.FAILED) and c.status == "True"
+               for c in status.conditions)
+
+
+def owned_by_another(job: ElasticTrainingJob, jobset: ObservedJobSet) -> bool:
+    """The JobSet of this name belongs to another object (a name conflict)."""
+    return bool(job.metadata.uid and jobset.owner_uid and jobset.owner_uid != job.metadata.uid)
+
+
+def plan_reconcile(
+    job: ElasticTrainingJob,
+    rendered: list[dict[str, Any]],
+    jobset: ObservedJobSet | None,
+    previous: ElasticTrainingJobStatus,
+    *,
+    ensure_children: bool = False,
+) -> Plan:
+    """Create what is missing, apply suspend; never recreate a JobSet that existed.
+
+    ensure_children: the JobSet exists but this process has not yet made sure of the
+    objects rendered beside it (the trainer's RBAC): create them again (idempotent)."""
+    if jobset is None:
+        if is_terminal(previous):
+            return Plan(why_not="the job is finished; its JobSet is not recreated")
+        if previous.job_set_name:
+            return Plan(why_not=f"JobSet {previous.job_set_name} existed and is gone; "
+                        "not recreated (that would reset its restart budget)")
+        return Plan(actions=tuple(CreateObject(obj) for obj in owned(job, rendered)))
+    if owned_by_another(job, jobset):
+        return Plan(why_not=f"JobSet {jobset.name} is owned by another object")
+    if jobset.terminal_state is not None or is_terminal(previous):
+        return Plan(why_not="the JobSet is finished")
+    actions: list[Action] = []
+    if ensure_children:
+        actions += [CreateObject(obj) for obj in owned(job, rendered) if obj["kind"] != "JobSet"]
+    if jobset.suspended != job.spec.suspend:
+        actions.append(PatchJobSetSuspend(job.metadata.namespace or "", jobset.name,
+                                          job.spec.suspend))
+    return Plan(actions=tuple(actions))
+
+
+def spec_drift(job: ElasticTrainingJob, applied: str | None) -> list[str]:
+    """Paths of spec fields that differ from what the JobSet was rendered from."""
+    if applied is None:
+        return []
+    try:
+        before = json.loads(applied)
+    except ValueError:
+        return ["(unreadable applied-spec annotation)"]
+    after = json.loads(applied_spec(job))
+    return _diff_paths(before, after, "spec")
+
+
+def _diff_paths(a: Any, b: Any, path: str) -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b)):
+            out += _diff_paths(a.get(key), b.get(key), f"{path}.{key}")
+        return out
+    return [] if a == b else [path]

@@ -1,0 +1,78 @@
+"""Node readiness as the node watch last showed it, and which jobs have pods on which
+node (learned from the pod watch).
+
+The pod and node handlers update it through its methods; a node whose readiness changes
+names the jobs to reconcile at once (a NotReady node is a slice down). The reconciler
+reads nodes from it instead of asking the API server for each one. No I/O; a lock makes
+it safe to read from the reconcile threads while the event loop writes.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+
+from elastic_operator.observed import ObservedNode
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+
+class NodeIndex:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, ObservedNode] = {}
+        # Readiness as last seen, kept after a node is deleted (as not ready), so that a
+        # node coming back Ready counts as a change.
+        self._ready: dict[str, bool] = {}
+        # node -> {(namespace, pod): its job}: a job stays on a node while any of its
+        # pods does (a replacement may land where the pod it replaces was).
+        self._pods_on: dict[str, dict[tuple[str, str], JobKey]] = {}
+
+    # --- the node watch ---
+
+    def node_seen(self, node: ObservedNode) -> list[JobKey]:
+        """Record a node; the jobs with pods on it if its readiness changed (not on the
+        first sight of a node: the initial listing is the resync's business)."""
+        with self._lock:
+            self._nodes[node.name] = node
+            return self._readiness_changed(node.name, node.ready)
+
+    def node_gone(self, name: str) -> list[JobKey]:
+        """A deleted node is not ready: the jobs with pods on it, if it was."""
+        with self._lock:
+            self._nodes.pop(name, None)
+            return self._readiness_changed(name, False)
+
+    def _readiness_changed(self, name: str, ready: bool) -> list[JobKey]:
+        before = self._ready.get(name)
+        self._ready[name] = ready
+        if before is None or before == ready:
+            return []
+        return sorted(set(self._pods_on.get(name, {}).values()))
+
+    # --- the pod watch ---
+
+    def pod_seen(self, job: JobKey, pod: str, node_name: str) -> None:
+        """A pod of `job` (named `pod`, in the job's namespace) runs on `node_name`."""
+        with self._lock:
+            self._pods_on.setdefault(node_name, {})[(job[0], pod)] = job
+
+    def pod_gone(self, job: JobKey, pod: str, node_name: str) -> None:
+        with self._lock:
+            self._pods_on.get(node_name, {}).pop((job[0], pod), None)
+
+    def forget_job(self, job: JobKey) -> None:
+        with self._lock:
+            for pods in self._pods_on.values():
+                for key in [k for k, owner in pods.items() if owner == job]:
+                    del pods[key]
+
+    # --- reads ---
+
+    def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
+        """The known nodes among `names` (a node not seen on the watch yet is missing)."""
+        with self._lock:
+            return {n: self._nodes[n] for n in names if n in self._nodes}
+
+    def jobs_on(self, node_name: str) -> list[JobKey]:
+        with self._lock:
+            return sorted(set(self._pods_on.get(node_name, {}).values()))

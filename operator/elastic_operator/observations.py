@@ -1,0 +1,71 @@
+"""What a reconcile reads about one job, behind one small interface.
+
+`Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
+their nodes and the newest checkpoint scan. `ApiObservations` reads them from the API
+server (kube.py), nodes from the node watch (NodeIndex) and scans from the
+CheckpointScanner; a watch-fed cache can take its place without touching the reconciler.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Protocol
+
+from elastic_api.models import CheckpointStatus
+from elastic_operator.kube import Kube
+from elastic_operator.node_index import NodeIndex
+from elastic_operator.observed import (
+    ObservedJobSet,
+    ObservedNode,
+    ObservedPod,
+    jobset_from_dict,
+    node_from_dict,
+    pod_from_dict,
+)
+from elastic_operator.scanner import CheckpointScanner
+
+
+class Observations(Protocol):
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ElasticTrainingJob as stored (raw: its status is parsed leniently later)."""
+        ...
+
+    def jobset(self, namespace: str, name: str) -> ObservedJobSet | None: ...
+
+    def pods(self, namespace: str, job: str) -> tuple[ObservedPod, ...]:
+        """Every pod of the job (label elastic.pathways.dev/job-name)."""
+        ...
+
+    def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
+        """The nodes of these names that exist."""
+        ...
+
+    def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
+        """The newest checkpoint scan finished since the last call (None: none)."""
+        ...
+
+
+class ApiObservations:
+    def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner) -> None:
+        self.kube = kube
+        self.node_index = nodes
+        self.scanner = scanner
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.kube.get_job(namespace, name)
+
+    def jobset(self, namespace: str, name: str) -> ObservedJobSet | None:
+        raw = self.kube.get_jobset(namespace, name)
+        return jobset_from_dict(raw) if raw is not None else None
+
+    def pods(self, namespace: str, job: str) -> tuple[ObservedPod, ...]:
+        return tuple(pod_from_dict(p) for p in self.kube.list_job_pods(namespace, job))
+
+    def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
+        known = self.node_index.nodes(names)
+        missing = set(names) - set(known)
+        if missing:  # not seen on the node watch yet
+            known.update((n.name, n) for n in map(node_from_dict, self.kube.get_nodes(missing)))
+        return known
+
+    def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
+        return self.scanner.latest((namespace, name), directory)

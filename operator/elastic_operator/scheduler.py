@@ -1,0 +1,90 @@
+"""The per-job work queue on the operator's event loop.
+
+Reconciles of one job never overlap; events that arrive while one waits are coalesced
+into it (it reads the cluster after they happened). A reconcile that fails is retried
+on its own, after a capped exponential backoff, not only at the next event or resync;
+any event in between runs it at once (and the pending retry is dropped).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+logger = logging.getLogger("elastic_operator")
+
+JobKey = tuple[str, str]  # (namespace, name)
+# Reconcile one job (in a worker thread); False: it failed and should be retried.
+ReconcileFunction = Callable[[str, str], bool]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """base_s, 2 base_s, 4 base_s, ... at most cap_s, by consecutive failures."""
+
+    base_s: float = 1.0
+    cap_s: float = 60.0
+
+    def delay(self, failures: int) -> float:
+        exponent = min(max(failures - 1, 0), 62)  # 2**62 s: already far beyond any cap
+        return float(min(self.cap_s, self.base_s * 2 ** exponent))
+
+
+class Scheduler:
+    def __init__(self, reconcile: ReconcileFunction, backoff: Backoff | None = None) -> None:
+        self._reconcile = reconcile
+        self.backoff = backoff or Backoff()
+        self._locks: dict[JobKey, asyncio.Lock] = {}
+        self._waiting: set[JobKey] = set()
+        self._failures: dict[JobKey, int] = {}
+        self._retries: dict[JobKey, asyncio.TimerHandle] = {}
+        self._retry_tasks: set[asyncio.Task[None]] = set()
+
+    async def trigger(self, namespace: str, name: str) -> None:
+        """Reconcile the job soon: now, or right after the reconcile running for it."""
+        key = (namespace, name)
+        if key in self._waiting:
+            return  # a reconcile that has not started yet will see this change too
+        self._waiting.add(key)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            self._waiting.discard(key)
+            self._cancel_retry(key)  # this run covers it
+            ok = await asyncio.to_thread(self._reconcile, namespace, name)
+            if ok:
+                self._failures.pop(key, None)
+            else:
+                self._schedule_retry(key)
+
+    def retry_pending(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._retries
+
+    def failures(self, namespace: str, name: str) -> int:
+        """Consecutive failed reconciles of the job (0 after a success)."""
+        return self._failures.get((namespace, name), 0)
+
+    def forget(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        self._cancel_retry(key)
+        self._failures.pop(key, None)
+        self._locks.pop(key, None)
+
+    def _schedule_retry(self, key: JobKey) -> None:
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = self.backoff.delay(failures)
+        logger.info("reconcile of %s/%s failed %d time(s) in a row; retrying in %.1f s",
+                    *key, failures, delay)
+        loop = asyncio.get_running_loop()
+        self._retries[key] = loop.call_later(delay, self._retry, key)
+
+    def _retry(self, key: JobKey) -> None:
+        self._retries.pop(key, None)
+        task = asyncio.ensure_future(self.trigger(*key))
+        self._retry_tasks.add(task)  # a reference, or the task may be collected mid-run
+        task.add_done_callback(self._retry_tasks.discard)
+
+    def _cancel_retry(self, key: JobKey) -> None:
+        handle = self._retries.pop(key, None)
+        if handle is not None:
+            handle.cancel()

@@ -1,0 +1,54 @@
+"""The node index: which jobs a node's readiness change concerns, learned from pod
+events, and the nodes a reconcile reads."""
+from __future__ import annotations
+
+from elastic_operator.node_index import NodeIndex
+from elastic_operator.observed import ObservedNode
+from tests.builders import T0
+
+A, B = ("ns", "a"), ("ns", "b")
+
+
+def ready(name: str, is_ready: bool = True) -> ObservedNode:
+    return ObservedNode(name, is_ready, ready_transition_time=T0)
+
+
+def test_a_readiness_change_names_the_jobs_with_pods_on_the_node() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-worker-0-0", "n1")
+    index.pod_seen(B, "b-worker-0-0", "n1")
+    index.pod_seen(B, "b-worker-1-0", "n2")
+    assert index.node_seen(ready("n1")) == []  # first sight: the resync's business
+    assert index.node_seen(ready("n1")) == []  # a heartbeat
+    assert index.node_seen(ready("n1", False)) == [A, B]
+    assert index.node_seen(ready("n1", False)) == []
+    assert index.node_seen(ready("n1")) == [A, B]  # back
+    assert index.nodes(["n1", "n2"]) == {"n1": ready("n1")}  # n2 not seen yet
+
+
+def test_a_deleted_node_counts_as_not_ready() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-worker-0-0", "n1")
+    index.node_seen(ready("n1"))
+    assert index.node_gone("n1") == [A]
+    assert index.nodes(["n1"]) == {}
+    assert index.node_seen(ready("n1")) == [A]  # re-registered Ready: a change
+
+
+def test_a_job_stays_on_a_node_while_any_of_its_pods_does() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-worker-0-0-old", "n1")
+    index.pod_seen(A, "a-worker-0-0-new", "n1")  # the replacement, on the same node
+    index.pod_gone(A, "a-worker-0-0-old", "n1")
+    assert index.jobs_on("n1") == [A]
+    index.pod_gone(A, "a-worker-0-0-new", "n1")
+    assert index.jobs_on("n1") == []
+
+
+def test_a_deleted_job_is_forgotten_everywhere() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-0", "n1")
+    index.pod_seen(A, "a-1", "n2")
+    index.pod_seen(B, "b-0", "n2")
+    index.forget_job(A)
+    assert index.jobs_on("n1") == [] and index.jobs_on("n2") == [B]
