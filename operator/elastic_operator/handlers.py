@@ -1,13 +1,16 @@
-"""The kopf wiring, and nothing else: every watch event names a job, which the
-Scheduler reconciles (app.py builds the parts).
+"""The kopf wiring, and nothing else: every job and JobSet event names a job, which the
+Scheduler reconciles (app.py builds the parts). Pods and nodes are not kopf's: the
+watch-fed caches (caches.py) keep them and wake the jobs they concern.
 
-Pod events also tell the NodeIndex which jobs run on which node, and node events tell it
-readiness: a node that turns NotReady reconciles its jobs at once. A periodic resync
-makes the whole thing level-based: a lost event costs at most one resync interval.
+A periodic resync makes the whole thing level-based: a lost event costs at most one
+resync interval. It runs at once when this replica becomes the leader or its caches
+sync. The liveness endpoint (/healthz) reports the role and the caches; it fails only
+if the election or a cache has stopped (a standby is healthy).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import logging
 from dataclasses import dataclass
@@ -25,7 +28,6 @@ from elastic_api.names import (
     VERSION,
 )
 from elastic_operator.app import Operator
-from elastic_operator.observed import node_from_dict
 
 logger = logging.getLogger("elastic_operator")
 
@@ -42,6 +44,11 @@ class WatchScope:
 
     def matches(self, namespace: str) -> bool:
         return self.clusterwide or any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+
+    @property
+    def list_namespaces(self) -> list[str | None]:
+        """Where to list and watch (None: every namespace, filtered by `matches`)."""
+        return [None] if self.clusterwide or self.has_globs else list(self.namespaces)
 
 
 def build_registry(op: Operator, scope: WatchScope,
@@ -60,22 +67,42 @@ def build_registry(op: Operator, scope: WatchScope,
     @kopf.on.startup(registry=registry)
     async def startup(**kw: Any) -> None:
         configure_settings(kw["settings"], scope)
-        loop = asyncio.get_running_loop()
-
-        def reconcile_soon(namespace: str, name: str) -> None:  # from a scan thread
-            if not loop.is_closed():
-                asyncio.run_coroutine_threadsafe(op.scheduler.trigger(namespace, name), loop)
-
-        op.scanner.on_result(reconcile_soon)
-        background.append(asyncio.create_task(resync(op, scope, resync_interval_s)))
+        wanted = op.attach(asyncio.get_running_loop())
+        op.scanner.on_result(op.scheduler.trigger_soon)  # from a scan thread
+        op.start()
+        background.append(asyncio.create_task(resync(op, scope, resync_interval_s, wanted)))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**kw: Any) -> None:
         for task in background:
             task.cancel()
+        # Let the running reconciles finish, then release the Lease: a standby takes
+        # over at its next look (graceful handover).
+        await asyncio.to_thread(op.step_down)
         op.close()
 
+    _register_probes(registry, op)
     return registry
+
+
+def _register_probes(registry: kopf.OperatorRegistry, op: Operator) -> None:
+    @kopf.on.probe(id="leadership", registry=registry)
+    def leadership(**kw: Any) -> dict[str, Any]:
+        elector = op.elector
+        if elector is None:
+            return {"role": "leader", "election": "off"}
+        if not elector.alive:
+            raise kopf.PermanentError("the leader election thread has stopped")
+        return {"role": "leader" if elector.is_leader() else "standby",
+                "identity": elector.identity, "holder": elector.holder}
+
+    @kopf.on.probe(id="caches", registry=registry)
+    def caches(**kw: Any) -> dict[str, Any]:
+        stopped = [i.resource for i in op.caches.informers if not i.alive]
+        if stopped:
+            raise kopf.PermanentError(f"watch-fed caches stopped: {', '.join(stopped)}")
+        return {"synced": op.caches.synced,
+                "objects": {i.resource: len(i) for i in op.caches.informers}}
 
 
 def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:
@@ -92,41 +119,28 @@ def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:
     async def jobset_event(**kw: Any) -> None:
         await op.scheduler.trigger(kw["namespace"], kw["labels"][JOB_NAME_LABEL])
 
-    @kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, registry=registry)
-    async def pod_event(**kw: Any) -> None:
-        event, body, name = kw["event"], kw["body"], kw["name"]
-        job = (kw["namespace"], kw["labels"][JOB_NAME_LABEL])
-        node = (body.get("spec") or {}).get("nodeName")
-        if node:
-            if event.get("type") == "DELETED":
-                op.nodes.pod_gone(job, name, node)
-            else:
-                op.nodes.pod_seen(job, name, node)
-        await op.scheduler.trigger(*job)
 
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event(**kw: Any) -> None:
-        event, body, name = kw["event"], kw["body"], kw["name"]
-        if event.get("type") == "DELETED":
-            jobs = op.nodes.node_gone(name)
-        else:
-            jobs = op.nodes.node_seen(node_from_dict(dict(body)))
-        await asyncio.gather(*(op.scheduler.trigger(*job) for job in jobs))
-
-
-async def resync(op: Operator, scope: WatchScope, interval_s: float) -> None:
-    """Reconcile every job in scope, one at a time (a background sweep), forever."""
-    namespaces: list[str | None] = (
-        [None] if scope.clusterwide or scope.has_globs else list(scope.namespaces))
+async def resync(op: Operator, scope: WatchScope, interval_s: float,
+                 wanted: asyncio.Event) -> None:
+    """While leading, reconcile every job in scope every `interval_s`, and at once when
+    `wanted` is set (this replica just became leader, or its caches synced), forever."""
+    namespaces = scope.list_namespaces
     while True:
-        await asyncio.sleep(interval_s)
+        urgent = False
+        with contextlib.suppress(TimeoutError):
+            urgent = await asyncio.wait_for(wanted.wait(), interval_s)
+        wanted.clear()
+        if not op.gate.open:
+            continue  # a standby, or caches not synced yet
         try:
             jobs = []
             for ns in namespaces:
                 jobs += await asyncio.to_thread(op.kube.list_jobs, ns)
             keys = sorted({(j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs
                            if scope.matches(j["metadata"]["namespace"])})
-            for key in keys:
+            if urgent:  # a new leader: every job at once (bounded by the worker threads)
+                await asyncio.gather(*(op.scheduler.trigger(*key) for key in keys))
+            for key in () if urgent else keys:  # the periodic sweep: one job at a time
                 await op.scheduler.trigger(*key)
         except Exception:
             logger.exception("resync failed; retrying in %.0f s", interval_s)

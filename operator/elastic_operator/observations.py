@@ -1,27 +1,25 @@
 """What a reconcile reads about one job, behind one small interface.
 
 `Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
-their nodes and the newest checkpoint scan. `ApiObservations` reads them from the API
-server (kube.py), nodes from the node watch (NodeIndex) and scans from the
-CheckpointScanner; a watch-fed cache can take its place without touching the reconciler.
+their nodes and the newest checkpoint scan. `ApiObservations` reads the job and its
+JobSet from the API server (kube.py: two small GETs, fresh, so the status write can be
+conditional on the job's version), the pods from the watch-fed pod cache (caches.py),
+nodes from the NodeIndex (fed by the node cache) and scans from the CheckpointScanner:
+what one reconcile asks of the API server does not grow with the job's size.
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from elastic_api.models import CheckpointStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import (
-    ObservedJobSet,
-    ObservedNode,
-    ObservedPod,
-    jobset_from_dict,
-    node_from_dict,
-    pod_from_dict,
-)
+from elastic_operator.observed import ObservedJobSet, ObservedNode, ObservedPod, jobset_from_dict
 from elastic_operator.scanner import CheckpointScanner
+
+# (namespace, job name) -> every pod of the job, from the pod cache (Caches.pods_of).
+PodSource = Callable[[str, str], tuple[ObservedPod, ...]]
 
 
 class Observations(Protocol):
@@ -45,10 +43,12 @@ class Observations(Protocol):
 
 
 class ApiObservations:
-    def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner) -> None:
+    def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
+                 pods: PodSource) -> None:
         self.kube = kube
         self.node_index = nodes
         self.scanner = scanner
+        self.pod_source = pods
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.kube.get_job(namespace, name)
@@ -58,14 +58,12 @@ class ApiObservations:
         return jobset_from_dict(raw) if raw is not None else None
 
     def pods(self, namespace: str, job: str) -> tuple[ObservedPod, ...]:
-        return tuple(pod_from_dict(p) for p in self.kube.list_job_pods(namespace, job))
+        return self.pod_source(namespace, job)
 
     def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
-        known = self.node_index.nodes(names)
-        missing = set(names) - set(known)
-        if missing:  # not seen on the node watch yet
-            known.update((n.name, n) for n in map(node_from_dict, self.kube.get_nodes(missing)))
-        return known
+        # The node cache holds every node once synced (reconciles wait for that): a
+        # node missing from it is gone.
+        return self.node_index.nodes(names)
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)

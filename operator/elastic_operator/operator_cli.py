@@ -1,4 +1,5 @@
-"""`etj operator`: run the operator (kopf, standalone, no finalizers).
+"""`etj operator`: run the operator (kopf, no finalizers; replicas elect a leader on a
+Lease, docs/operations.md).
 
 Heavy imports (kopf, kubernetes, prometheus-client) stay inside `run`.
 """
@@ -6,6 +7,30 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
+import uuid
+from pathlib import Path
+
+# Where a pod finds its own namespace.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+LEASE_NAME = "elastic-training-operator"
+
+
+def default_lease_namespace() -> str:
+    """POD_NAMESPACE (the chart sets it), else the pod's own namespace, else default."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def default_identity() -> str:
+    """POD_NAME (unique among the replicas; a restarted container keeps it and takes its
+    Lease back at once), else host name plus a random suffix."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +57,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reconcile every job at least this often (default 30)")
     parser.add_argument("--checkpoint-scan-seconds", type=float, default=30.0, metavar="S",
                         help="list a job's checkpoint directory at most this often (default 30)")
+    parser.add_argument("--watch-timeout-seconds", type=int, default=30, metavar="S",
+                        help="pod and node watches are renewed this often; one silent for "
+                        "5 s longer is stalled and its cache is listed again (default 30)")
+    election = parser.add_argument_group("leader election (a Lease; docs/operations.md)")
+    election.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
+                          default=True, help="elect a leader among the replicas; only the "
+                          "leader reconciles (default: on)")
+    election.add_argument("--leader-election-namespace", default=None, metavar="NS",
+                          help="namespace of the Lease (default: $POD_NAMESPACE, else the "
+                          "pod's namespace, else default)")
+    election.add_argument("--leader-election-name", default=LEASE_NAME, metavar="NAME",
+                          help=f"name of the Lease (default {LEASE_NAME})")
+    election.add_argument("--leader-identity", default=None, metavar="ID",
+                          help="this replica's name in the Lease (default: $POD_NAME, else "
+                          "host name and a random suffix)")
+    election.add_argument("--lease-duration-seconds", type=int, default=10, metavar="S",
+                          help="a standby takes over a Lease not renewed for this long "
+                          "(default 10)")
+    election.add_argument("--renew-deadline-seconds", type=float, default=7.0, metavar="S",
+                          help="the leader stops leading when it could not renew for this "
+                          "long (default 7)")
+    election.add_argument("--retry-period-seconds", type=float, default=1.0, metavar="S",
+                          help="renew, or look at the Lease, this often (default 1)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from elastic_operator.app import build_operator
+    from elastic_operator.election import ElectionConfig
     from elastic_operator.handlers import WatchScope, build_registry, configure_settings
     from elastic_operator.kube import Kube
     from elastic_operator.metrics import OperatorMetrics
@@ -54,7 +103,18 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
+    election = ElectionConfig(
+        namespace=args.leader_election_namespace or default_lease_namespace(),
+        name=args.leader_election_name, identity=args.leader_identity or default_identity(),
+        lease_duration_s=args.lease_duration_seconds,
+        renew_deadline_s=args.renew_deadline_seconds,
+        retry_period_s=args.retry_period_seconds) if args.leader_elect else None
+    # The watches get their own client (connection pool): a long watch never holds a
+    # connection that a reconcile or a Lease renewal waits for.
     operator = build_operator(Kube.from_environment(), OperatorMetrics(),
+                              namespaces=scope.list_namespaces,
+                              watch_kube=Kube.from_environment(), election=election,
+                              watch_timeout_s=args.watch_timeout_seconds,
                               checkpoint_scan_interval_s=args.checkpoint_scan_seconds)
     registry = build_registry(operator, scope, args.resync_seconds)
     settings = kopf.OperatorSettings()

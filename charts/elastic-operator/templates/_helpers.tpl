@@ -57,8 +57,8 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Slice health from the worker pods (a failed pod is seen before its Job fails); the
-# simulated backend's trainer Role grants list/watch on pods too.
+# Slice health from the worker pods (a failed pod is seen before its Job fails), kept in
+# a watch-fed cache; the simulated backend's trainer Role grants list/watch on pods too.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
@@ -79,5 +79,5 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 {{- define "elastic-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 {{- end -}}
