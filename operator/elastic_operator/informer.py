@@ -142,7 +142,7 @@ class Informer(Generic[V]):
                 failures += 1
                 delay = self._backoff.delay(failures)
                 logger.warning("%s: %s: %s; retrying in %.1f s", self.resource,
-                               type(e).__name__, str(e)[:300], delay)
+                               type(e).__name__, str(e)[:600], delay)
                 self._stopping.wait(delay)
 
     def relist(self, reason: str) -> None:

@@ -139,16 +139,18 @@ def test_without_election_it_is_one_replica_recreated() -> None:
 
 
 def test_the_lease_role_names_the_lease_the_operator_uses() -> None:
-    """get and patch on exactly the Lease the operator is told to use, in the namespace it
-    finds from POD_NAMESPACE (the release's); create (which cannot name it) on leases."""
+    """get and patch on exactly the Lease the operator is told to use, in the namespace
+    it is told (the release's); create (which cannot name it) on leases. Each replica is
+    known by its pod's name."""
     docs = render()
     pod = only(docs, "Deployment")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     parsed = operator_parser_args(container["args"])
     assert parsed.leader_elect is True
+    assert parsed.leader_election_namespace == RELEASE_NAMESPACE
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
            for e in container["env"]}
-    assert env["POD_NAMESPACE"] == "metadata.namespace" and env["POD_NAME"] == "metadata.name"
+    assert env["POD_NAME"] == "metadata.name"
     role = only(docs, "Role", f"{RELEASE}-leader-election")
     assert role["metadata"]["namespace"] == RELEASE_NAMESPACE
     named = [r for r in role["rules"] if r.get("resourceNames")]
