@@ -68,7 +68,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not docs.exists(), "a quick run must not rewrite the docs table"
     summary: dict[str, Any] = json.loads((out_dir / "summary-quick.json").read_text())
-    for name in ("detection", "recovery", "overhead", "restore"):
+    for name in ("detection", "scale", "recovery", "overhead", "restore"):
         per_file = json.loads((out_dir / f"{name}-quick.json").read_text())
         assert per_file == summary["benchmarks"][name]
     return summary
@@ -76,7 +76,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_benchmark_ran_quick(results: dict[str, Any]) -> None:
     assert results["quick"] is True
-    assert set(results["benchmarks"]) == {"detection", "recovery", "overhead", "restore"}
+    # detection_before runs only with --before REV.
+    assert set(results["benchmarks"]) == {"detection", "scale", "recovery", "overhead",
+                                          "restore"}
     for entry in results["benchmarks"].values():
         assert entry["quick"] is True and isinstance(entry["measured_at"], str)
         assert entry["machine"]["cpus"] >= 1
@@ -108,6 +110,21 @@ def test_detection_result(results: dict[str, Any]) -> None:
     assert d["api_requests_per_slice_event"] >= 1
     _num(d["api_requests_per_slice_event_net_of_resync"])
     assert isinstance(d["errors"], list)
+
+
+def test_scale_result(results: dict[str, Any]) -> None:
+    """One job of 3 slices x 2 hosts, packed: every slice failed once, in turn."""
+    (d,) = results["benchmarks"]["scale"]["result"]["sizes"]
+    assert "error" not in d, d
+    assert (d["n_jobs"], d["slices_per_job"], d["hosts_per_slice"]) == (1, 3, 2)
+    assert d["backend"] == "simulated" and d["pods"] == 7 and d["tpu_node_pools"] == 0
+    assert d["failures_injected"] == d["failures_detected"] == 3, d["errors"]
+    _stats(d["operator_slice_down_seconds"], n=3)
+    _stats(d["jobset_ready_drop_seconds"], n=3)  # the Job's failed count, at least
+    events = d["operator_requests"]["events"]
+    # Served from the cache: a slice event lists no pods.
+    assert "LIST pods" not in events and events.get("PATCH elastictrainingjobs/status", 0) >= 3
+    _nonneg(d["api_requests_per_slice_event"])
 
 
 def test_recovery_result(results: dict[str, Any]) -> None:
