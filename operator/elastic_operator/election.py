@@ -149,7 +149,7 @@ class LeaseElector:
             self.step()
             self._stopping.wait(self.config.retry_period_s)
         if self._leading:
-            self._step_down("shutting down")
+            self._step_down("shutting down", logging.INFO)
             self.release()
 
     def step(self) -> None:
@@ -178,10 +178,10 @@ class LeaseElector:
         elif self._monotonic() - self._renewed_at >= self.config.renew_deadline_s:
             self._step_down(f"not renewed for {self.config.renew_deadline_s:.0f} s")
 
-    def _step_down(self, why: str) -> None:
+    def _step_down(self, why: str, level: int = logging.WARNING) -> None:
         with self._lock:
             self._leading = False
-        logger.warning("leader election: %s stops leading: %s", self.identity, why)
+        logger.log(level, "leader election: %s stops leading: %s", self.identity, why)
         self._on_stopped()
 
     # --- the Lease ---

@@ -9,6 +9,7 @@ import argparse
 import logging
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -103,12 +104,17 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
-    election = ElectionConfig(
-        namespace=args.leader_election_namespace or default_lease_namespace(),
-        name=args.leader_election_name, identity=args.leader_identity or default_identity(),
-        lease_duration_s=args.lease_duration_seconds,
-        renew_deadline_s=args.renew_deadline_seconds,
-        retry_period_s=args.retry_period_seconds) if args.leader_elect else None
+    try:
+        election = ElectionConfig(
+            namespace=args.leader_election_namespace or default_lease_namespace(),
+            name=args.leader_election_name,
+            identity=args.leader_identity or default_identity(),
+            lease_duration_s=args.lease_duration_seconds,
+            renew_deadline_s=args.renew_deadline_seconds,
+            retry_period_s=args.retry_period_seconds) if args.leader_elect else None
+    except ValueError as e:
+        print(f"etj operator: {e}", file=sys.stderr)
+        return 2
     # The watches get their own client (connection pool): a long watch never holds a
     # connection that a reconcile or a Lease renewal waits for.
     operator = build_operator(Kube.from_environment(), OperatorMetrics(),
