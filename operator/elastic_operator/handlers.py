@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import fnmatch
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,8 +102,12 @@ def _register_probes(registry: kopf.OperatorRegistry, op: Operator) -> None:
         stopped = [i.resource for i in op.caches.informers if not i.alive]
         if stopped:
             raise kopf.PermanentError(f"watch-fed caches stopped: {', '.join(stopped)}")
+        now = time.monotonic()
         return {"synced": op.caches.synced,
-                "objects": {i.resource: len(i) for i in op.caches.informers}}
+                "objects": {i.resource: len(i) for i in op.caches.informers},
+                # Seconds since each cache last heard anything (event, bookmark, list).
+                "idle_seconds": {i.resource: round(now - i.last_event_at, 1)
+                                 for i in op.caches.informers if i.last_event_at is not None}}
 
 
 def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:

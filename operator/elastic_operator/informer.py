@@ -77,7 +77,9 @@ class Informer(Generic[V]):
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_event_at: float | None = None  # time.monotonic() of the last news
+        # time.monotonic() when the API server was last heard (event, bookmark, list, or
+        # the end of a watch).
+        self.last_event_at: float | None = None
 
     # --- reads (any thread) ---
 
@@ -184,6 +186,7 @@ class Informer(Generic[V]):
                 return
             self.last_event_at = time.monotonic()
             self.apply(event)
+        self.last_event_at = time.monotonic()  # the API server ended it: alive too
 
     def apply(self, event: dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
