@@ -2,9 +2,10 @@
 
 Read the job and its JobSet (Observations); plan (core.plan) and execute the plan's
 actions; read the pods, their nodes and the newest checkpoint scan; compute the status
-(core.status) and write it once, as a merge patch that never touches status.training;
-then post the Events and record the metrics it implies. Synchronous: the Scheduler runs
-it in a worker thread, never two at once for one job.
+(core.status); post the Events it implies, under names that make a second copy a no-op;
+write the status once, as a merge patch that never touches status.training and is
+conditional on the job's resourceVersion; record the metrics. Synchronous: the Scheduler
+runs it in a worker thread, never two at once for one job.
 """
 from __future__ import annotations
 
@@ -196,7 +197,6 @@ class Reconciler:
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         for event in events:
-            logger.info("%s/%s: %s: %s", namespace, name, event.reason, event.message)
             try:
                 posted = self.kube.post_event(
                     raw, event, now, event_name(name, meta.get("uid") or "", event, new))
@@ -204,10 +204,11 @@ class Reconciler:
                 logger.warning("could not post event %s on %s/%s: %s", event.reason,
                                namespace, name, e)
                 continue
-            if not posted:
+            if posted:
+                logger.info("%s/%s: %s: %s", namespace, name, event.reason, event.message)
+            else:
                 self.metrics.duplicate_events.inc()
-                logger.info("%s/%s: event %s was posted already", namespace, name,
-                            event.reason)
+                logger.info("%s/%s: %s: posted already", namespace, name, event.reason)
 
     def _report_invalid_spec(self, raw: dict[str, Any], message: str) -> None:
         meta = raw.get("metadata", {})
