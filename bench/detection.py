@@ -368,6 +368,7 @@ class Phases:
     peak_rss: int = 0
     started: list[str] = field(default_factory=list)
     inject_interval_s: float = 0.0
+    stop_seconds: float | None = None  # SIGTERM -> exit (the graceful handover's start)
 
     def mark(self, name: str, operator: BenchOperator) -> None:
         self.cpu[name] = operator.cpu_seconds()
@@ -399,7 +400,9 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     finally:
         tl.stop.set()
         if operator is not None:
+            stopping = time.monotonic()
             operator.stop()
+            phases.stop_seconds = round(time.monotonic() - stopping, 2)
         lc.down(cluster_dir, progress=_log)
     result = _result(shape, names, tl, phases, cluster_up_s, quick)
     result["operator_source"] = str(operator_source) if operator_source else None
@@ -575,6 +578,7 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         },
         "api_requests_per_slice_event": ratio(event_total, events),
         "api_requests_per_slice_event_net_of_resync": ratio(net_event, events),
+        "operator_stop_seconds": phases.stop_seconds,
         "errors": tl.errors[:20],
         "quick": quick,
     }
