@@ -169,7 +169,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("service-account", _mutate("spec.serviceAccountName", "Bad SA"),
      "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
      "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
-     "digit, or leave it unset for the rendered <name>-trainer account"),
+     "digit, or leave it unset for the namespace's default account"),
 ]
 
 

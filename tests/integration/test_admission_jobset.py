@@ -96,7 +96,9 @@ def test_trainer_rbac_grants_exactly_its_own_job(api: client.ApiClient, namespac
     for obj in objects[:-1]:
         utils.create_from_dict(api, obj, namespace=namespace)
     job = objects[-1]["metadata"]["name"]
-    user = f"system:serviceaccount:{namespace}:{job}-trainer"
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert binding["subjects"][0]["name"] == "default"  # the pods' own account
+    user = f"system:serviceaccount:{namespace}:default"
     assert _allowed(api, namespace, user, "get", PLURAL, job)
     assert _allowed(api, namespace, user, "patch", PLURAL, job, "status")
     assert not _allowed(api, namespace, user, "patch", PLURAL, "someone-else", "status")
