@@ -191,50 +191,16 @@ class Resources(ApiModel):
     )
 
 
-class Capabilities(ApiModel):
-    """Linux capabilities, as in a core/v1 Capabilities."""
-
-    add: list[ShortStr] | None = Field(None, max_length=64)
-    drop: list[ShortStr] | None = Field(None, max_length=64)
-
-
-class SeccompProfile(ApiModel):
-    """As in a core/v1 SeccompProfile."""
-
-    type: Literal["RuntimeDefault", "Unconfined", "Localhost"]
-    localhost_profile: ShortStr | None = None
-
-
-class AppArmorProfile(ApiModel):
-    """As in a core/v1 AppArmorProfile."""
-
-    type: Literal["RuntimeDefault", "Unconfined", "Localhost"]
-    localhost_profile: ShortStr | None = None
-
-
-class SELinuxOptions(ApiModel):
-    """As in a core/v1 SELinuxOptions."""
-
-    level: ShortStr | None = None
-    role: ShortStr | None = None
-    type: ShortStr | None = None
-    user: ShortStr | None = None
-
-
 class SecurityContext(ApiModel):
-    """A container's security context, as in a core/v1 SecurityContext (Linux fields)."""
+    """What main's security context may relax, as in a core/v1 SecurityContext: the user
+    and the root filesystem, for images that run as root or write next to their code.
+    Nothing that grants privileges (privileged, capabilities, privilege escalation,
+    seccomp, AppArmor, SELinux) is offered: those stay hardened."""
 
-    allow_privilege_escalation: bool | None = None
-    app_armor_profile: AppArmorProfile | None = None
-    capabilities: Capabilities | None = None
-    privileged: bool | None = None
-    proc_mount: Literal["Default", "Unmasked"] | None = None
-    read_only_root_filesystem: bool | None = None
-    run_as_group: SpecInt | None = None
     run_as_non_root: bool | None = None
-    run_as_user: SpecInt | None = None
-    se_linux_options: SELinuxOptions | None = None
-    seccomp_profile: SeccompProfile | None = None
+    run_as_user: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = None
+    run_as_group: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = None
+    read_only_root_filesystem: bool | None = None
 
 
 class VolumeMount(ApiModel):
@@ -343,9 +309,9 @@ class TrainerSpec(ApiModel):
     resources: Resources | None = None
     security_context: SecurityContext | None = Field(
         None,
-        description="Overrides, field by field, the hardened security context of main "
-        "(non-root, read-only root filesystem, no privilege escalation, no capabilities, "
-        "RuntimeDefault seccomp).",
+        description="Relaxes main's hardened security context field by field: the user and "
+        "the read-only root filesystem (no privilege escalation, no capabilities and "
+        "RuntimeDefault seccomp always stay).",
     )
     volumes: list[Volume] = Field(
         default_factory=list, max_length=16,

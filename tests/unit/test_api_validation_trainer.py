@@ -134,3 +134,10 @@ def test_a_queue_or_priority_name_kueue_refuses_is_named(label: str, what: str, 
 
 def test_other_labels_are_not_checked():
     validate_job(job({"steps": 1}, labels={"team": "ML_Platform"}))
+
+
+@pytest.mark.parametrize("source", [{"hostPath": {"path": "/"}}, {"secret": {"secretName": "s"}},
+                                    {"configMap": {"name": "c"}}])
+def test_sources_beyond_csi_pvc_and_emptydir_are_not_offered(source: dict[str, Any]):
+    (line,) = errors(job({"steps": 1, "volumes": [{"name": "v", **source}]}))
+    assert line.startswith(f"spec.trainer.volumes[0].{next(iter(source))}: unknown field")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from elastic_api.models import ElasticTrainingJob
@@ -123,10 +124,9 @@ def test_a_command_on_the_simulated_backend_runs_on_cpu():
 
 def test_security_context_overrides_field_by_field():
     main = main_container(render_jobset(job({
-        "steps": 1, "securityContext": {"runAsUser": 1000, "capabilities": {"add": ["SYS_PTRACE"]}},
+        "steps": 1, "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
     })))
-    assert main["securityContext"] == {**HARDENED, "runAsUser": 1000,
-                                       "capabilities": {"add": ["SYS_PTRACE"]}}
+    assert main["securityContext"] == {**HARDENED, "runAsUser": 1000, "runAsGroup": 1000}
     # Unset: exactly the hardened context.
     assert main_container(render_jobset(job({"steps": 1})))["securityContext"] == HARDENED
 
@@ -163,3 +163,11 @@ def test_priority_class_and_service_account_reach_every_pod():
         for pod_spec in pods(js):
             assert pod_spec["priorityClassName"] == "tpu-high"
             assert pod_spec["serviceAccountName"] == "tpu-sa"
+
+
+@pytest.mark.parametrize("field", [{"privileged": True}, {"allowPrivilegeEscalation": True},
+                                   {"capabilities": {"add": ["SYS_ADMIN"]}},
+                                   {"seccompProfile": {"type": "Unconfined"}}])
+def test_nothing_that_grants_privileges_can_be_asked_for(field: dict[str, Any]):
+    with pytest.raises(ValueError, match=r"^spec\.trainer\.securityContext\.\w+: unknown field"):
+        job({"steps": 1, "securityContext": field})
