@@ -3,9 +3,10 @@
 A ClusterQueue whose quota fits exactly one of the article's JobSets (3 x v5e 4x4: 12
 worker pods x 4 chips, plus the head's Pathways servers), rendered by our renderer and
 labelled with the queue: the first is held suspended by Kueue until admitted, then runs;
-a second waits (suspended, no pods) until the first is deleted, then runs. Also checks
-the facts the operator's Kueue support relies on: the Workload's name, owner and labels,
-and its conditions while waiting and once admitted.
+a second waits (suspended, no pods) until the first is deleted, then runs. A higher
+priority one preempts a running one; a deactivated Workload suspends its JobSet. These
+are the facts the operator's Kueue support relies on: the Workload's name, owner and
+labels, and its conditions while waiting, once admitted, preempted and deactivated.
 """
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from elastic_api.names import KUEUE_JOB_UID_LABEL, KUEUE_QUEUE_NAME_LABEL
+from elastic_api.names import (
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+)
 from elastic_api.validation import validate_job
 from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster import kueue_queues as kq
@@ -38,16 +43,19 @@ def api(kueue: Cluster) -> Iterator[client.ApiClient]:
     api_client.close()
 
 
-def seed_jobset(name: str, namespace: str, queue: str) -> dict[str, Any]:
+def seed_jobset(name: str, namespace: str, queue: str,
+                priority_class: str | None = None) -> dict[str, Any]:
     """The article's JobSet as the operator renders it, labelled for `queue`."""
     obj = yaml.safe_load((REPO / "examples" / "article.yaml").read_text())
-    obj["metadata"] = {"name": name, "namespace": namespace,
-                       "labels": {KUEUE_QUEUE_NAME_LABEL: queue}}
+    labels = {KUEUE_QUEUE_NAME_LABEL: queue}
+    if priority_class is not None:
+        labels[KUEUE_PRIORITY_CLASS_LABEL] = priority_class
+    obj["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
     return render_jobset(validate_job(obj))
 
 
-def one_job_quota(jobset: dict[str, Any]) -> dict[str, str]:
-    return {k: str(int(v)) for k, v in kq.jobset_requests(jobset).items()}
+QUOTA = {k: str(int(v)) for k, v in kq.jobset_requests(seed_jobset("x", "x", "x")).items()}
+POD_COUNT = 1 + 3 * 4
 
 
 def create(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -92,13 +100,11 @@ def wait_admitted_and_running(api: client.ApiClient, namespace: str, jobset: dic
 
 def test_seed_jobsets_are_admitted_one_at_a_time_by_tpu_quota(api: client.ApiClient,
                                                               namespace: str) -> None:
-    first = seed_jobset("seed-a", namespace, "")
-    requests = kq.jobset_requests(first)
     # 12 worker pods x 4 chips; the head's resource manager (8) and proxy (16) CPUs.
-    assert requests["google.com/tpu"] == 48 and requests["cpu"] == 24
-    pod_count = 1 + 3 * 4
+    assert QUOTA["google.com/tpu"] == "48" and QUOTA["cpu"] == "24"
+    pod_count = POD_COUNT
 
-    with kq.queues(api, namespace, one_job_quota(first), prefix=namespace) as queues:
+    with kq.queues(api, namespace, QUOTA, prefix=namespace) as queues:
         first = seed_jobset("seed-a", namespace, queues.local_queue)
         assert first["spec"]["suspend"] is False  # as rendered: Kueue decides
         created = create(api, namespace, first)
@@ -158,3 +164,76 @@ def test_a_jobset_without_a_queue_is_not_held(api: client.ApiClient, namespace: 
     assert created["spec"]["suspend"] is False
     wait_for(lambda: len(pods(api, namespace, "unqueued")) == 13, TIMEOUT, "unqueued pods")
     assert kq.workloads_of(api, namespace, created["metadata"]["uid"]) == []
+
+
+def wait_evicted(api: client.ApiClient, namespace: str, jobset: dict[str, Any],
+                 reason: str) -> dict[str, Any]:
+    """Until Kueue has evicted the JobSet's Workload for `reason`, suspended the JobSet and
+    its pods are gone; returns the Workload."""
+    name, uid = jobset["metadata"]["name"], jobset["metadata"]["uid"]
+
+    def evicted() -> dict[str, Any] | None:
+        for w in kq.workloads_of(api, namespace, uid):
+            c = kq.condition(w, "Evicted")
+            if c is not None and c["status"] == "True" and c["reason"] == reason:
+                return w
+        return None
+
+    wl: dict[str, Any] = wait_for(evicted, TIMEOUT, f"{name}'s Workload evicted ({reason})")
+    wait_for(lambda: get(api, namespace, name)["spec"].get("suspend") is True, TIMEOUT,
+             f"Kueue to suspend {name}")
+    wait_for(lambda: not pods(api, namespace, name), TIMEOUT, f"{name}'s pods gone")
+    return wl
+
+
+def test_a_higher_priority_jobset_preempts_a_running_one(api: client.ApiClient,
+                                                         namespace: str) -> None:
+    low, high = f"{namespace}-low", f"{namespace}-high"
+    with kq.priority_classes(api, {low: 100, high: 1000}), \
+            kq.queues(api, namespace, QUOTA, prefix=namespace) as queues:
+        first = create(api, namespace, seed_jobset("low", namespace, queues.local_queue, low))
+        wait_admitted_and_running(api, namespace, first, POD_COUNT)
+        second = create(api, namespace,
+                        seed_jobset("high", namespace, queues.local_queue, high))
+
+        evicted = wait_evicted(api, namespace, first, "Preempted")
+        preempted = kq.condition(evicted, "Preempted")
+        assert preempted is not None and preempted["status"] == "True", evicted["status"]
+        assert preempted["reason"] == "InClusterQueue", preempted
+        assert evicted["spec"]["priority"] == 100
+        assert evicted["spec"]["priorityClassRef"]["name"] == low
+        wait_admitted_and_running(api, namespace, second, POD_COUNT)
+
+        def requeued() -> dict[str, Any] | None:
+            (w,) = kq.workloads_of(api, namespace, first["metadata"]["uid"])
+            return w if kq.is_true(w, "Requeued") and not kq.is_true(w, "QuotaReserved") \
+                else None
+
+        wait_for(requeued, TIMEOUT, "the preempted Workload requeued, without quota")
+        # The preempted one comes back when the quota is free again: the same JobSet and
+        # Jobs, unsuspended. Neither JobSet's restart budget nor a worker Job's backoffLimit
+        # (maxSliceRestarts) paid for the preemption.
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            *JOBSETS[:2], namespace, JOBSETS[2], "high", propagation_policy="Foreground")
+        wait_admitted_and_running(api, namespace, first, POD_COUNT)
+        status = get(api, namespace, "low").get("status") or {}
+        assert status.get("restarts", 0) == 0, status
+        jobs = client.BatchV1Api(api).list_namespaced_job(
+            namespace, label_selector="jobset.sigs.k8s.io/jobset-name=low").items
+        assert len(jobs) == 4
+        assert all(not (j.status.failed or 0) for j in jobs), [
+            (j.metadata.name, j.status.failed) for j in jobs]
+
+
+def test_a_deactivated_workload_suspends_its_jobset_until_reactivated(
+        api: client.ApiClient, namespace: str) -> None:
+    """How a queued job is paused and resumed: the Workload's spec.active (what `kueuectl
+    stop workload` sets), not the JobSet's suspend, which Kueue would undo."""
+    with kq.queues(api, namespace, QUOTA, prefix=namespace) as queues:
+        jobset = create(api, namespace, seed_jobset("paused", namespace, queues.local_queue))
+        wl = wait_admitted_and_running(api, namespace, jobset, POD_COUNT)
+        kq.set_workload_active(api, namespace, wl["metadata"]["name"], False)
+        evicted = wait_evicted(api, namespace, jobset, "Deactivated")
+        assert not kq.is_true(evicted, "Admitted")
+        kq.set_workload_active(api, namespace, wl["metadata"]["name"], True)
+        wait_admitted_and_running(api, namespace, jobset, POD_COUNT)

@@ -60,8 +60,8 @@ def workload_priority_class(name: str, value: int) -> dict[str, Any]:
 
 def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
     """What Kueue counts for one pod: each container's requests (its limits where it gives
-    none), sidecars (initContainers that always restart) added, plain initContainers
-    as a maximum. Quantities in plain numbers (cpu in cores, memory in bytes)."""
+    none), sidecars (initContainers that always restart) added; other initContainers are
+    not counted (our pods have none). Plain numbers (cpu in cores, memory in bytes)."""
     def requests(container: Mapping[str, Any]) -> dict[str, float]:
         resources = container.get("resources") or {}
         merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
@@ -141,6 +141,36 @@ def queues(api: Any, namespace: str, quota: Mapping[str, str], *, prefix: str,
             KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", made.flavor))
 
 
+@contextmanager
+def priority_classes(api: Any, values: Mapping[str, int]) -> Iterator[None]:
+    """WorkloadPriorityClasses (name -> value), deleted afterwards."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    made: list[str] = []
+    try:
+        for name, value in values.items():
+            custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION,
+                                                "workloadpriorityclasses",
+                                                workload_priority_class(name, value))
+            made.append(name)
+        yield
+    finally:
+        for name in made:
+            _delete(lambda n=name: custom.delete_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", n))
+
+
+def set_workload_active(api: Any, namespace: str, name: str, active: bool) -> None:
+    """Deactivate (or reactivate) a Workload, as `kueuectl stop|resume workload` does:
+    Kueue evicts a deactivated one and suspends its job."""
+    from kubernetes import client
+
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, namespace, KUEUE_WORKLOAD_PLURAL, name,
+        {"spec": {"active": active}})
+
+
 def _delete(call: Any) -> None:
     from kubernetes import client
 
@@ -155,7 +185,7 @@ def workloads_of(api: Any, namespace: str, jobset_uid: str) -> list[dict[str, An
     """The Workloads Kueue made for the JobSet with `jobset_uid` (one, once it has seen it)."""
     from kubernetes import client
 
-    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+    listed: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, namespace, KUEUE_WORKLOAD_PLURAL,
         label_selector=f"{KUEUE_JOB_UID_LABEL}={jobset_uid}")
     items: list[dict[str, Any]] = listed["items"]
