@@ -58,6 +58,12 @@ QUOTA = {k: str(int(v)) for k, v in kq.jobset_requests(seed_jobset("x", "x", "x"
 POD_COUNT = 1 + 3 * 4
 
 
+def short(namespace: str) -> str:
+    """A name unique to this test (the namespace's random suffix), short enough for a
+    queue label."""
+    return "q" + namespace.rsplit("-", 1)[-1]
+
+
 def create(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     created: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
         *JOBSETS[:2], namespace, JOBSETS[2], body)
@@ -104,7 +110,7 @@ def test_seed_jobsets_are_admitted_one_at_a_time_by_tpu_quota(api: client.ApiCli
     assert QUOTA["google.com/tpu"] == "48" and QUOTA["cpu"] == "24"
     pod_count = POD_COUNT
 
-    with kq.queues(api, namespace, QUOTA, prefix=namespace) as queues:
+    with kq.queues(api, namespace, QUOTA, prefix=short(namespace)) as queues:
         first = seed_jobset("seed-a", namespace, queues.local_queue)
         assert first["spec"]["suspend"] is False  # as rendered: Kueue decides
         created = create(api, namespace, first)
@@ -188,9 +194,9 @@ def wait_evicted(api: client.ApiClient, namespace: str, jobset: dict[str, Any],
 
 def test_a_higher_priority_jobset_preempts_a_running_one(api: client.ApiClient,
                                                          namespace: str) -> None:
-    low, high = f"{namespace}-low", f"{namespace}-high"
+    low, high = f"{short(namespace)}-low", f"{short(namespace)}-high"
     with kq.priority_classes(api, {low: 100, high: 1000}), \
-            kq.queues(api, namespace, QUOTA, prefix=namespace) as queues:
+            kq.queues(api, namespace, QUOTA, prefix=short(namespace)) as queues:
         first = create(api, namespace, seed_jobset("low", namespace, queues.local_queue, low))
         wait_admitted_and_running(api, namespace, first, POD_COUNT)
         second = create(api, namespace,
@@ -229,11 +235,16 @@ def test_a_deactivated_workload_suspends_its_jobset_until_reactivated(
         api: client.ApiClient, namespace: str) -> None:
     """How a queued job is paused and resumed: the Workload's spec.active (what `kueuectl
     stop workload` sets), not the JobSet's suspend, which Kueue would undo."""
-    with kq.queues(api, namespace, QUOTA, prefix=namespace) as queues:
+    with kq.queues(api, namespace, QUOTA, prefix=short(namespace)) as queues:
         jobset = create(api, namespace, seed_jobset("paused", namespace, queues.local_queue))
         wl = wait_admitted_and_running(api, namespace, jobset, POD_COUNT)
         kq.set_workload_active(api, namespace, wl["metadata"]["name"], False)
-        evicted = wait_evicted(api, namespace, jobset, "Deactivated")
-        assert not kq.is_true(evicted, "Admitted")
+        wait_evicted(api, namespace, jobset, "Deactivated")
+
+        def released() -> bool:
+            (w,) = kq.workloads_of(api, namespace, jobset["metadata"]["uid"])
+            return not kq.is_true(w, "Admitted") and not kq.is_true(w, "QuotaReserved")
+
+        wait_for(released, TIMEOUT, "the deactivated Workload's quota released")
         kq.set_workload_active(api, namespace, wl["metadata"]["name"], True)
         wait_admitted_and_running(api, namespace, jobset, POD_COUNT)
