@@ -148,15 +148,16 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer
 @pytest.fixture(scope="module")
 def kueue(cluster: Cluster) -> Iterator[Cluster]:
     """Kueue running on `cluster` for the tests of one module, then stopped with its
-    webhooks removed, so later tests see the cluster as `cluster` made it. Queues come
-    from elastic_devtools.localcluster.kueue_queues."""
+    webhooks removed (unless it ran before), so later tests see the cluster as `cluster`
+    made it. Queues come from elastic_devtools.localcluster.kueue_queues."""
     from elastic_devtools import localcluster as lc
 
     try:
-        lc.start_kueue(cluster, die_with_parent=True)
+        started = lc.start_kueue(cluster, die_with_parent=True)
     except lc.MissingBinaryError as err:
         pytest.fail(str(err), pytrace=False)
     except lc.ClusterStartError as err:
         pytest.fail(f"{err}\nlogs: {cluster.logs_dir}", pytrace=False)
     yield cluster
-    lc.stop_kueue(cluster)
+    if started:
+        lc.stop_kueue(cluster)

@@ -557,12 +557,14 @@ def _start_kueue(layout: Layout, progress: Progress, timeout: float,
 
 
 def start_kueue(cluster: Cluster, progress: Progress = _stderr,
-                die_with_parent: bool = False, timeout: float = 180.0) -> None:
-    """Add Kueue to a running cluster (a no-op if it runs already)."""
+                die_with_parent: bool = False, timeout: float = 180.0) -> bool:
+    """Add Kueue to a running cluster; returns False (and does nothing) if it runs already."""
     layout = cluster.layout
     with _locked(layout.root):
-        if not kueue.running(layout.root):
-            _start_kueue(layout, progress, timeout, die_with_parent)
+        if kueue.running(layout.root):
+            return False
+        _start_kueue(layout, progress, timeout, die_with_parent)
+        return True
 
 
 def stop_kueue(cluster: Cluster) -> bool:
