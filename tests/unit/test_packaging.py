@@ -436,6 +436,8 @@ def trainer_image_subcommands() -> set[str]:
             if not doc or doc.get("kind") != "ElasticTrainingJob":
                 continue
             job = ElasticTrainingJob.model_validate(doc)
+            if job.spec.trainer.command is not None:
+                continue  # the user's own program and image (maxtext.yaml), not ours
             for obj in render(job):
                 for container in _containers(obj):
                     if container.get("image") == job.spec.trainer.image:
