@@ -221,7 +221,7 @@ def test_a_preemption_missed_between_two_reconciles_is_counted_once() -> None:
     status, events = step(job, running(), at(151), wl=wl.build())
     assert status.counters.preemptions == 1
     assert reasons(events) == [("Warning", REASON_PREEMPTED)]
-    assert "admitted again before the operator looked" in events[0].message
+    assert "between two looks of the operator" in events[0].message
     assert admitted_cond(status)[:2] == ("True", REASON_ADMITTED)
     again, events = step(job, status, at(152), wl=wl.build())
     assert again.counters.preemptions == 1 and events == []

@@ -93,6 +93,8 @@ def decide_admission(
     setter: ConditionSetter, job: ElasticTrainingJob, jobset: ObservedJobSet | None,
     workload: ObservedWorkload | None, previous: ElasticTrainingJobStatus, terminal: bool,
 ) -> Admission:
+    """The Admitted condition (None for a job no queue admits), status.admission, new
+    preemptions and their Events. A finished job keeps them as they were."""
     prev_condition = get_condition(previous, ADMITTED)
     queued = names_queue(job) or workload is not None or previous.admission is not None \
         or prev_condition is not None
@@ -233,7 +235,7 @@ def _events(condition: Condition, prev: Condition | None, status: AdmissionStatu
                                                               condition.reason)
     if preemptions:
         what = condition.message if condition.reason == REASON_PREEMPTED else \
-            "preempted by Kueue, and admitted again before the operator looked"
+            "preempted by Kueue between two looks of the operator"
         events.append(StatusEvent(
             reason=REASON_PREEMPTED, type="Warning",
             message=f"{what} (preemption {status.workload_preemptions or preemptions} of "
