@@ -23,6 +23,9 @@ JOB_NAME_LABEL = f"{GROUP}/job-name"
 MANAGED_BY = "elastic-training-operator"
 # On the JobSet: the job spec it was rendered from (to tell later spec changes).
 APPLIED_SPEC_ANNOTATION = f"{GROUP}/applied-spec"
+# On a JobSet the operator suspended for spec.suspend, or a Workload it deactivated for
+# it: the hold is the operator's own, to release on resume (another's hold is left alone).
+SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
 
 # --- JobSet -----------------------------------------------------------------------------------
 
