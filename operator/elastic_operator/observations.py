@@ -1,11 +1,13 @@
 """What a reconcile reads about one job, behind one small interface.
 
 `Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
-their nodes and the newest checkpoint scan. `ApiObservations` reads the job and its
-JobSet from the API server (kube.py: two small GETs, fresh, so the status write can be
-conditional on the job's version), the pods from the watch-fed pod cache (caches.py),
-nodes from the NodeIndex (fed by the node cache) and scans from the CheckpointScanner:
-what one reconcile asks of the API server does not grow with the job's size.
+their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
+`ApiObservations` reads the job and its JobSet from the API server (kube.py: two small
+GETs, fresh, so the status write can be conditional on the job's version), the pods from
+the watch-fed pod cache (caches.py), nodes from the NodeIndex (fed by the node cache),
+the Workload from the API server (a list by the JobSet's uid: one object) and scans from
+the CheckpointScanner: what one reconcile asks of the API server does not grow with the
+job's size.
 """
 from __future__ import annotations
 
@@ -15,7 +17,14 @@ from typing import Any, Protocol
 from elastic_api.models import CheckpointStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import ObservedJobSet, ObservedNode, ObservedPod, jobset_from_dict
+from elastic_operator.observed import (
+    ObservedJobSet,
+    ObservedNode,
+    ObservedPod,
+    ObservedWorkload,
+    jobset_from_dict,
+    workload_from_dict,
+)
 from elastic_operator.scanner import CheckpointScanner
 
 # (namespace, job name) -> every pod of the job, from the pod cache (Caches.pods_of).
@@ -35,6 +44,11 @@ class Observations(Protocol):
 
     def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
         """The nodes of these names that exist."""
+        ...
+
+    def workload(self, namespace: str, jobset_uid: str) -> ObservedWorkload | None:
+        """The Workload Kueue made for the JobSet with this uid (None: none). Read after
+        the pods: Kueue evicts a Workload before its JobSet's pods go."""
         ...
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
@@ -64,6 +78,14 @@ class ApiObservations:
         # The node cache holds every node once synced (reconciles wait for that): a
         # node missing from it is gone.
         return self.node_index.nodes(names)
+
+    def workload(self, namespace: str, jobset_uid: str) -> ObservedWorkload | None:
+        found = self.kube.list_workloads(namespace, jobset_uid)
+        if not found:
+            return None
+        # One per JobSet; should Kueue ever hold two (one replacing the other), the newest.
+        newest = max(found, key=lambda w: str(w.get("metadata", {}).get("creationTimestamp")))
+        return workload_from_dict(newest)
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)

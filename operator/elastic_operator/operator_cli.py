@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
+    from elastic_api.names import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL
     from elastic_operator.app import build_operator
     from elastic_operator.election import ElectionConfig
     from elastic_operator.handlers import WatchScope, build_registry, configure_settings
@@ -117,12 +118,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # The watches get their own client (connection pool): a long watch never holds a
     # connection that a reconcile or a Lease renewal waits for.
-    operator = build_operator(Kube.from_environment(), OperatorMetrics(),
+    kube = Kube.from_environment()
+    operator = build_operator(kube, OperatorMetrics(),
                               namespaces=scope.list_namespaces,
                               watch_kube=Kube.from_environment(), election=election,
                               watch_timeout_s=args.watch_timeout_seconds,
                               checkpoint_scan_interval_s=args.checkpoint_scan_seconds)
-    registry = build_registry(operator, scope, args.resync_seconds)
+    # Kueue's Workloads are watched where Kueue is installed (restart the operator after
+    # installing it); its jobs are reconciled without the watch too, at each resync.
+    kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)
+    logging.getLogger("elastic_operator").info(
+        "Kueue's Workload API is %s", "served: watching Workloads" if kueue else "not served")
+    registry = build_registry(operator, scope, args.resync_seconds, watch_workloads=kueue)
     settings = kopf.OperatorSettings()
     configure_settings(settings, scope)
     kopf.run(

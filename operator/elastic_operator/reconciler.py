@@ -1,11 +1,12 @@
 """One reconcile of one job: the thin I/O layer around the pure core.
 
-Read the job and its JobSet (Observations); plan (core.plan) and execute the plan's
-actions; read the pods, their nodes and the newest checkpoint scan; compute the status
-(core.status); post the Events it implies, under names that make a second copy a no-op;
-write the status once, as a merge patch that never touches status.training and is
-conditional on the job's resourceVersion; record the metrics. Synchronous: the Scheduler
-runs it in a worker thread, never two at once for one job.
+Read the job, its JobSet, its pods and, for a queued job, the JobSet's Kueue Workload
+(Observations); plan (core.plan) and execute the plan's actions; read the pods' nodes and
+the newest checkpoint scan; compute the status (core.status); post the Events it implies,
+under names that make a second copy a no-op; write the status once, as a merge patch that
+never touches status.training and is conditional on the job's resourceVersion; record the
+metrics. Synchronous: the Scheduler runs it in a worker thread, never two at once for one
+job.
 """
 from __future__ import annotations
 
@@ -17,15 +18,28 @@ from typing import Any, assert_never
 
 from elastic_api.models import ElasticTrainingJobStatus
 from elastic_api.names import GROUP, PLURAL
+from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.events import StatusEvent, event_name
 from elastic_operator.core.parsing import parse_job, parse_status
 from elastic_operator.core.patch import status_patch
-from elastic_operator.core.plan import CreateObject, PatchJobSetSuspend, Plan, plan_reconcile
+from elastic_operator.core.plan import (
+    CreateObject,
+    PatchJobSetSuspend,
+    Plan,
+    SetWorkloadActive,
+    plan_reconcile,
+)
 from elastic_operator.core.status import compute_status, invalid_spec_status
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.observations import Observations
-from elastic_operator.observed import Observed, ObservedJobSet, jobset_from_dict
+from elastic_operator.observed import (
+    Observed,
+    ObservedJobSet,
+    ObservedWorkload,
+    jobset_from_dict,
+    workload_from_dict,
+)
 from elastic_operator.render import jobset_name, render
 
 logger = logging.getLogger("elastic_operator")
@@ -113,31 +127,39 @@ class Reconciler:
         job = parsed.job
         children = (namespace, name, job.metadata.uid or "")
         jobset = self.observations.jobset(namespace, jobset_name(job))
-        plan = plan_reconcile(job, rendered, jobset, parsed.previous,
+        pods = self.observations.pods(namespace, name)
+        # After the pods (Observations.workload): pods going because Kueue took the job
+        # back come with a Workload that says so.
+        workload = self.observations.workload(namespace, jobset.uid or "") \
+            if jobset is not None and wants_workload(job, jobset, parsed.previous) else None
+        plan = plan_reconcile(job, rendered, jobset, parsed.previous, workload=workload,
                               ensure_children=children not in self._children_ensured)
         if plan.why_not:
             logger.debug("%s/%s: %s", namespace, name, plan.why_not)
         try:
-            jobset = self._execute(plan, jobset)
+            jobset, workload = self._execute(plan, jobset, workload)
         except Refused as e:
             self._report_invalid_spec(raw, str(e))
             return
         if plan.why_not is None:
             self._children_ensured.add(children)
 
-        pods = self.observations.pods(namespace, name)
         observed = Observed(
             jobset=jobset, pods=pods,
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
             checkpoint=self.observations.checkpoint(namespace, name,
-                                                    job.spec.checkpoint.directory))
+                                                    job.spec.checkpoint.directory),
+            workload=workload)
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
         self._write_status(raw, parsed.previous, new_status, events, now)
 
-    def _execute(self, plan: Plan, jobset: ObservedJobSet | None) -> ObservedJobSet | None:
-        """Run the plan's actions in order; the JobSet as the last write returned it."""
+    def _execute(self, plan: Plan, jobset: ObservedJobSet | None,
+                 workload: ObservedWorkload | None,
+                 ) -> tuple[ObservedJobSet | None, ObservedWorkload | None]:
+        """Run the plan's actions in order; the JobSet and the Workload as the last
+        writes returned them."""
         for action in plan.actions:
             match action:
                 case CreateObject():
@@ -148,9 +170,15 @@ class Reconciler:
                     logger.info("%s JobSet %s/%s", "suspended" if action.suspend else "resumed",
                                 action.namespace, action.jobset)
                     jobset = jobset_from_dict(patched)
+                case SetWorkloadActive():
+                    patched = self.kube.patch_workload_active(action.namespace,
+                                                              action.workload, action.active)
+                    logger.info("%s Workload %s/%s", "reactivated" if action.active
+                                else "deactivated", action.namespace, action.workload)
+                    workload = workload_from_dict(patched)
                 case _:
                     assert_never(action)
-        return jobset
+        return jobset, workload
 
     def _create(self, action: CreateObject) -> ObservedJobSet | None:
         """Create one object; for a JobSet, the JobSet as it now is."""

@@ -84,6 +84,11 @@ class Scheduler:
             else:
                 self._schedule_retry(key)
 
+    def knows(self, namespace: str, name: str) -> bool:
+        """Whether this job was ever triggered (and not forgotten since): every job is, by
+        its own watch, before anything else about it matters."""
+        return (namespace, name) in self._locks
+
     def retry_pending(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self._retries
 

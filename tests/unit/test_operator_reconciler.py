@@ -63,6 +63,9 @@ CONFLICT = api_error(409, "Conflict", 'Operation cannot be fulfilled on elastict
                      name="train", group=GROUP, kind=PLURAL)
 
 
+POD_CACHE_READ = "pods (from the cache)"
+
+
 def the_job(**spec: Any) -> dict[str, Any]:
     return (etj("train", "ml").uid("u-1").generation(1).tpu("v5e", "2x4", 1)
             .checkpoint_dir("gs://b/ckpt").spec(**spec).obj())
@@ -175,7 +178,12 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
 
     scanner = CheckpointScanner(scan=scan or no_checkpoint, executor=Synchronous(),
                                 clock=lambda: T0)
-    observations = ApiObservations(kube, NodeIndex(), scanner, pods=lambda _ns, _job: pods)
+    def pod_cache(namespace: str, job: str) -> tuple[ObservedPod, ...]:
+        if isinstance(kube, StandInKube):  # the order of reads matters (Kueue's tests)
+            kube.calls.append(POD_CACHE_READ)
+        return pods
+
+    observations = ApiObservations(kube, NodeIndex(), scanner, pods=pod_cache)
     return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
 
 
@@ -245,7 +253,7 @@ def test_creating_the_jobset_reads_it_once_and_uses_what_the_create_returned() -
     rec, _ = reconciler(kube)
     assert rec.reconcile("ml", "train")
     assert kube.calls.count("get_jobset") == 1
-    assert kube.created == ["ServiceAccount", "Role", "RoleBinding", "JobSet"]
+    assert kube.created == ["Role", "RoleBinding", "JobSet"]
     status = kube.job["status"]
     assert status["jobSetName"] == "train"  # the JobSet seen is the one just created
     assert condition(status, ConditionType.SPEC_APPLIED)["reason"] == Reason.APPLIED
@@ -265,7 +273,7 @@ def test_a_restarted_operator_makes_sure_of_the_trainer_rbac_once() -> None:
     kube = StandInKube(the_job(), JobSetWrapper("train", "ml").owner("u-1").obj())
     rec, _ = reconciler(kube)
     assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
-    assert kube.created == ["ServiceAccount", "Role", "RoleBinding"]
+    assert kube.created == ["Role", "RoleBinding"]
 
 
 def test_a_failed_checkpoint_scan_keeps_the_last_committed_step() -> None:

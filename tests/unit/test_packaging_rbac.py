@@ -48,6 +48,9 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "create_lease": {(LEASES, "leases", "create")},
     "patch_lease": {(LEASES, "leases", "patch")},
     "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
+    "list_workloads": {("kueue.x-k8s.io", "workloads", "list")},
+    "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
+    "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
     "post_event": {("", "events", "create")},
     "create": set(),  # filled in by created_kinds()
@@ -196,7 +199,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "watch_nodes": "GET", "get_lease": "GET", "create_lease": "POST",
                      "patch_lease": "PATCH", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
-                     "post_event": "POST"}
+                     "post_event": "POST", "list_workloads": "GET",
+                     "patch_workload_active": "PATCH", "serves": "GET"}
     # Helpers that send GET: one object, one page of a list, a watch.
     get_helpers = ("_get_or_none", "_list_page", "_watch")
     for name, method in expected_http.items():
@@ -210,6 +214,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "get_lease": "_lease_path", "patch_lease": "_lease_path",
                                  "create_lease": "/leases",
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
-                                 "patch_job_status": "/status", "post_event": "/events"}
+                                 "patch_job_status": "/status", "post_event": "/events",
+                                 "list_workloads": "KUEUE_WORKLOAD_PLURAL",
+                                 "patch_workload_active": "KUEUE_WORKLOAD_PLURAL"}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)
