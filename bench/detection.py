@@ -370,10 +370,24 @@ class Phases:
     inject_interval_s: float = 0.0
     stop_seconds: float | None = None  # SIGTERM -> exit (the graceful handover's start)
 
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+
     def mark(self, name: str, operator: BenchOperator) -> None:
         self.cpu[name] = operator.cpu_seconds()
         self.requests[name] = operator.requests()
         self.seconds[name] = time.monotonic()
+        try:
+            self.metrics[name] = operator.metrics()
+        except OSError:
+            self.metrics[name] = {}
+
+    def metric_mean(self, metric: str, start: str, end: str) -> float | None:
+        """A histogram's mean over a phase (its _sum and _count deltas); None if unseen."""
+        def total(phase: str, suffix: str) -> float:
+            return sum(v for k, v in self.metrics.get(phase, {}).items()
+                       if k.split("{")[0] == metric + suffix)
+        count = total(end, "_count") - total(start, "_count")
+        return (total(end, "_sum") - total(start, "_sum")) / count if count > 0 else None
 
 
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
@@ -579,6 +593,12 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         "api_requests_per_slice_event": ratio(event_total, events),
         "api_requests_per_slice_event_net_of_resync": ratio(net_event, events),
         "operator_stop_seconds": phases.stop_seconds,
+        # The operator's own view over the failure phase: one reconcile's wall time, and
+        # its failure -> status written (from kwok's finishedAt, whole seconds).
+        "operator_reconcile_mean_seconds": phases.metric_mean(
+            "etj_reconcile_duration_seconds", "events", "end"),
+        "operator_reported_detection_mean_seconds": phases.metric_mean(
+            "etj_slice_down_detection_seconds", "events", "end"),
         "errors": tl.errors[:20],
         "quick": quick,
     }
