@@ -1,7 +1,7 @@
 """The operator's parts, built and wired once (by `etj operator`, and by tests).
 
-    kopf handlers (jobs, JobSets) ──▶ Scheduler ──▶ ReconcileGate ──▶ Reconciler ──▶ core
-    Caches (pods, nodes) ──wake──────────▲                               │
+    kopf handlers (jobs, Workloads) ──▶ Scheduler ──▶ ReconcileGate ──▶ Reconciler ──▶ core
+    Caches (pods, JobSets, nodes) ──wake──▲                                │
          └──▶ NodeIndex ◀── Observations ◀───────────────────────────────┤──▶ Kube (writes)
     LeaseElector ──▶ ReconcileGate            CheckpointScanner ◀────────┘
 
@@ -122,8 +122,9 @@ def build_operator(
                     watch_timeout_s=watch_timeout_s, on_relist=relisted)
     for informer in caches.informers:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
-    reconciler = Reconciler(kube, ApiObservations(kube, nodes, scanner, pods=caches.pods_of),
-                            metrics, clock)
+    observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
+                                   jobsets=caches.jobset)
+    reconciler = Reconciler(kube, observations, metrics, clock)
     elector = None
     if election is not None:
         leader = metrics.leader.labels(election.identity)

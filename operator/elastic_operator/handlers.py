@@ -1,5 +1,5 @@
-"""The kopf wiring, and nothing else: every job and JobSet event names a job, which the
-Scheduler reconciles (app.py builds the parts). Pods and nodes are not kopf's: the
+"""The kopf wiring, and nothing else: every job event names a job, which the Scheduler
+reconciles (app.py builds the parts). Pods, JobSets and nodes are not kopf's: the
 watch-fed caches (caches.py) keep them and wake the jobs they concern.
 
 Where Kueue is installed, a Workload's events reconcile the job whose JobSet owns it. A
@@ -22,10 +22,7 @@ import kopf
 
 from elastic_api.names import (
     GROUP,
-    JOB_NAME_LABEL,
     JOBSET_GROUP,
-    JOBSET_PLURAL,
-    JOBSET_VERSION,
     KUEUE_GROUP,
     KUEUE_VERSION,
     KUEUE_WORKLOAD_PLURAL,
@@ -126,11 +123,6 @@ def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:
             op.forget(namespace, name)
             return
         await op.scheduler.trigger(namespace, name)
-
-    @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL,
-                   labels={JOB_NAME_LABEL: kopf.PRESENT}, registry=registry)
-    async def jobset_event(**kw: Any) -> None:
-        await op.scheduler.trigger(kw["namespace"], kw["labels"][JOB_NAME_LABEL])
 
 
 def _register_workload_watch(registry: kopf.OperatorRegistry, op: Operator) -> None:

@@ -136,6 +136,11 @@ def _pods_path(namespace: str | None) -> str:
     return f"/api/v1/namespaces/{quote(namespace)}/pods" if namespace else "/api/v1/pods"
 
 
+def _jobsets_path(namespace: str | None) -> str:
+    return f"{JOBSET_PATH}/namespaces/{quote(namespace)}/jobsets" if namespace else \
+        f"{JOBSET_PATH}/jobsets"
+
+
 def _lease_path(namespace: str, name: str) -> str:
     return f"{LEASE_PATH}/namespaces/{quote(namespace)}/leases/{quote(name)}"
 
@@ -218,6 +223,16 @@ class Kube:
                    timeout_s: int) -> Iterator[dict[str, Any]]:
         """Watch events on pods from `resource_version` (see `_watch`)."""
         return self._watch(_pods_path(namespace), resource_version, timeout_s,
+                           label_selector=label_selector)
+
+    def list_jobsets(self, namespace: str | None, label_selector: str, *, limit: int,
+                     continue_token: str | None = None) -> dict[str, Any]:
+        return self._list_page(_jobsets_path(namespace), limit, continue_token,
+                               label_selector=label_selector)
+
+    def watch_jobsets(self, namespace: str | None, label_selector: str, resource_version: str,
+                      timeout_s: int) -> Iterator[dict[str, Any]]:
+        return self._watch(_jobsets_path(namespace), resource_version, timeout_s,
                            label_selector=label_selector)
 
     def list_nodes(self, *, limit: int, continue_token: str | None = None) -> dict[str, Any]:

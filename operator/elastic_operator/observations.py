@@ -2,9 +2,9 @@
 
 `Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
 their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
-`ApiObservations` reads the job and its JobSet from the API server (kube.py: two small
-GETs, fresh, so the status write can be conditional on the job's version), the pods from
-the watch-fed pod cache (caches.py), nodes from the NodeIndex (fed by the node cache),
+`ApiObservations` reads the job from the API server (kube.py: one small GET, fresh, so the
+status write can be conditional on the job's version), the JobSet and the pods from the
+watch-fed caches (caches.py), nodes from the NodeIndex (fed by the node cache),
 the Workload from the API server (a list by the JobSet's uid: one object) and scans from
 the CheckpointScanner: what one reconcile asks of the API server does not grow with the
 job's size.
@@ -29,6 +29,8 @@ from elastic_operator.scanner import CheckpointScanner
 
 # (namespace, job name) -> every pod of the job, from the pod cache (Caches.pods_of).
 PodSource = Callable[[str, str], tuple[ObservedPod, ...]]
+# (namespace, JobSet name) -> the JobSet as the JobSet cache last saw it (Caches.jobset).
+JobSetSource = Callable[[str, str], ObservedJobSet | None]
 
 
 class Observations(Protocol):
@@ -58,16 +60,23 @@ class Observations(Protocol):
 
 class ApiObservations:
     def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
-                 pods: PodSource) -> None:
+                 pods: PodSource, jobsets: JobSetSource | None = None) -> None:
         self.kube = kube
         self.node_index = nodes
         self.scanner = scanner
         self.pod_source = pods
+        self.jobset_source = jobsets
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.kube.get_job(namespace, name)
 
     def jobset(self, namespace: str, name: str) -> ObservedJobSet | None:
+        # From the cache when it has it; its absence is confirmed by a GET (just created
+        # and not seen yet, or really gone: taking the first for the second would report
+        # the JobSet lost, for good).
+        cached = self.jobset_source(namespace, name) if self.jobset_source else None
+        if cached is not None:
+            return cached
         raw = self.kube.get_jobset(namespace, name)
         return jobset_from_dict(raw) if raw is not None else None
 

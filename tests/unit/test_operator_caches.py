@@ -1,16 +1,17 @@
-"""caches.Caches: what the pod and node caches feed the rest of the operator. Each
-change of a job's pod wakes that job and tells the NodeIndex where the pod runs; a node
-whose readiness changes wakes the jobs with pods on it; a reconcile reads a job's pods
-(sorted, only that job's) from the cache. Events are applied as the watch delivers them
-(Informer.apply), no API server involved."""
+"""caches.Caches: what the pod, JobSet and node caches feed the rest of the operator.
+Each change of a job's pod or JobSet wakes that job; a pod's change tells the NodeIndex
+where it runs; a node whose readiness changes wakes the jobs with pods on it; a
+reconcile reads a job's pods (sorted, only that job's) and its JobSet from the cache.
+Events are applied as the watch delivers them (Informer.apply), no API server involved."""
 from __future__ import annotations
 
 from typing import Any
 
+from elastic_api.names import JOB_NAME_LABEL
 from elastic_operator.caches import Caches
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
-from tests.builders import NodeWrapper, PodWrapper, at
+from tests.builders import JobSetWrapper, NodeWrapper, PodWrapper, at
 
 
 def added(obj: dict[str, Any], version: int, kind: str = "ADDED") -> dict[str, Any]:
@@ -57,3 +58,15 @@ def test_a_node_turning_not_ready_wakes_the_jobs_on_it() -> None:
 def test_not_synced_until_every_cache_has_listed() -> None:
     c, _, _ = caches()
     assert not c.synced and not c.alive
+
+
+def test_a_jobset_change_wakes_its_job_and_is_read_from_the_cache() -> None:
+    c, _, woken = caches()
+    (jobsets,) = [i for i in c.informers if i.resource == "jobsets/ns"]
+    jobset = JobSetWrapper("article", "ns").owner("u-1").restarts(2).obj()
+    jobset["metadata"]["labels"] = {JOB_NAME_LABEL: "article"}  # as rendered
+    jobsets.apply(added(jobset, 5))
+    assert woken == [("ns", "article")]
+    cached = c.jobset("ns", "article")
+    assert cached is not None and cached.restarts == 2
+    assert c.jobset("ns", "other") is None and c.jobset("elsewhere", "article") is None

@@ -23,7 +23,7 @@ from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
-from elastic_operator.observed import ObservedPod
+from elastic_operator.observed import ObservedJobSet, ObservedPod, jobset_from_dict
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from tests.builders import T0, JobSetWrapper, WorkerPod, at, etj
@@ -169,7 +169,9 @@ class Synchronous(Executor):
 
 
 def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
-               pods: tuple[ObservedPod, ...] = ()) -> tuple[Reconciler, CollectorRegistry]:
+               pods: tuple[ObservedPod, ...] = (),
+               jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
+               ) -> tuple[Reconciler, CollectorRegistry]:
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -183,7 +185,8 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
             kube.calls.append(POD_CACHE_READ)
         return pods
 
-    observations = ApiObservations(kube, NodeIndex(), scanner, pods=pod_cache)
+    observations = ApiObservations(kube, NodeIndex(), scanner, pods=pod_cache,
+                                   jobsets=jobsets)
     return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
 
 
@@ -355,3 +358,20 @@ def test_conflicts_that_never_end_are_an_error_to_retry() -> None:
     rec, metrics = reconciler(kube, pods=pods)
     assert rec.reconcile("ml", "train") is False
     assert kube.calls.count("patch_job_status") == 3 and errors(metrics) == 1
+
+
+def test_the_jobset_comes_from_its_cache_and_a_miss_is_checked_with_a_get() -> None:
+    """Not in the cache is no proof of absence (just created, not seen yet): a GET
+    decides, or the job would be reported JobSetLost, for good."""
+    stored = JobSetWrapper("train", "ml").owner("u-1").obj()
+    job = the_job()
+    job["status"] = {"jobSetName": "train"}
+    kube = StandInKube(job, stored)
+    cached = jobset_from_dict(stored)
+    rec, _ = reconciler(kube, jobsets=lambda _ns, _name: cached)
+    assert rec.reconcile("ml", "train")
+    assert "get_jobset" not in kube.calls
+    rec, _ = reconciler(kube, jobsets=lambda _ns, _name: None)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("get_jobset") == 1
+    assert condition(kube.job["status"], ConditionType.FAILED)["status"] == "False"

@@ -42,6 +42,8 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "get_jobset": {("jobset.x-k8s.io", "jobsets", "get")},
     "list_pods": {("", "pods", "list")},
     "watch_pods": {("", "pods", "watch")},
+    "list_jobsets": {("jobset.x-k8s.io", "jobsets", "list")},
+    "watch_jobsets": {("jobset.x-k8s.io", "jobsets", "watch")},
     "list_nodes": {("", "nodes", "list")},
     "watch_nodes": {("", "nodes", "watch")},
     "get_lease": {(LEASES, "leases", "get")},
@@ -195,7 +197,8 @@ def test_only_nodes_need_cluster_scope() -> None:
 def test_the_table_matches_the_requests_kube_py_makes() -> None:
     """Each method's source names the path and HTTP verb the table claims."""
     expected_http = {"get_job": "GET", "list_jobs": "GET", "get_jobset": "GET",
-                     "list_pods": "GET", "watch_pods": "GET", "list_nodes": "GET",
+                     "list_pods": "GET", "watch_pods": "GET", "list_jobsets": "GET",
+                     "watch_jobsets": "GET", "list_nodes": "GET",
                      "watch_nodes": "GET", "get_lease": "GET", "create_lease": "POST",
                      "patch_lease": "PATCH", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
@@ -210,6 +213,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
     assert '"GET"' in inspect.getsource(Kube._list_page)
     assert '"watch": "true"' in inspect.getsource(Kube._watch)
     fragments: dict[str, Any] = {"list_pods": "_pods_path", "watch_pods": "_pods_path",
+                                 "list_jobsets": "_jobsets_path",
+                                 "watch_jobsets": "_jobsets_path",
                                  "list_nodes": "/nodes", "watch_nodes": "/nodes",
                                  "get_lease": "_lease_path", "patch_lease": "_lease_path",
                                  "create_lease": "/leases",
