@@ -15,6 +15,7 @@ import contextlib
 import fnmatch
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,11 +81,14 @@ def build_registry(op: Operator, scope: WatchScope, resync_interval_s: float, *,
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**kw: Any) -> None:
+        op.gate.close()  # no reconcile starts from here on
         for task in background:
             task.cancel()
         # Let the running reconciles finish, then release the Lease: a standby takes
-        # over at its next look (graceful handover).
-        await asyncio.to_thread(op.step_down)
+        # over at its next look (graceful handover). In a thread of its own: the shared
+        # worker threads may all be busy with reconciles.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="step-down") as pool:
+            await asyncio.get_running_loop().run_in_executor(pool, op.step_down)
         op.close()
 
     _register_probes(registry, op)
