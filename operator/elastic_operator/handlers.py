@@ -126,6 +126,8 @@ def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:
         if event.get("type") == "DELETED":
             op.forget(namespace, name)
             return
+        if op.reconciler.wrote(namespace, name, kw["body"]["metadata"].get("resourceVersion")):
+            return  # our own status write coming back: nothing new
         await op.scheduler.trigger(namespace, name)
 
 

@@ -376,14 +376,16 @@ class Kube:
         return patched
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
-                         resource_version: str | None = None) -> None:
-        """Merge-patch the status. With `resource_version`, only if the job is still at
-        that version (else ApiError 409 Conflict): no two writers both apply a change
-        computed from the same old status."""
+                         resource_version: str | None = None) -> str | None:
+        """Merge-patch the status; the job's new resourceVersion. With `resource_version`,
+        only if the job is still at that version (else ApiError 409 Conflict): no two
+        writers both apply a change computed from the same old status."""
         if resource_version:
             patch = {**patch, "metadata": {"resourceVersion": resource_version}}
-        self.request("PATCH", job_path(namespace, name) + "/status", body=patch,
-                     content_type="application/merge-patch+json")
+        patched = self.request("PATCH", job_path(namespace, name) + "/status", body=patch,
+                               content_type="application/merge-patch+json")
+        version = ((patched or {}).get("metadata") or {}).get("resourceVersion")
+        return version if isinstance(version, str) else None
 
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:

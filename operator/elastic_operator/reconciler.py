@@ -74,6 +74,9 @@ class Reconciler:
         # (namespace, name, uid) of jobs whose children this process has created or made
         # sure of (the trainer's RBAC may be missing after an operator upgrade).
         self._children_ensured: set[tuple[str, str, str]] = set()
+        # (namespace, name) -> the resourceVersion our last status write produced: the
+        # watch event of that version is our own write, no news (`wrote`).
+        self._written: dict[tuple[str, str], str] = {}
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
@@ -100,6 +103,14 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         self._children_ensured = {k for k in self._children_ensured
                                   if (k[0], k[1]) != (namespace, name)}
+        self._written.pop((namespace, name), None)
+
+    def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
+        """The job at this version is exactly what our last status write made of it (the
+        write was conditional on the version it changed): reconciling it would find
+        nothing new."""
+        return resource_version is not None and \
+            self._written.get((namespace, name)) == resource_version
 
     def _reconcile_fresh(self, namespace: str, name: str) -> None:
         """_reconcile, again from a fresh read when the job changed between our read and
@@ -215,7 +226,10 @@ class Reconciler:
         written_at = time.time()
         if patch is not None:
             # Conditional on the version read: ApiError 409 if the job changed meanwhile.
-            self.kube.patch_job_status(namespace, name, patch, meta.get("resourceVersion"))
+            version = self.kube.patch_job_status(namespace, name, patch,
+                                                 meta.get("resourceVersion"))
+            if version is not None:
+                self._written[(namespace, name)] = version
             written_at = time.time()
         self.metrics.record_status(namespace, name, previous, new)
         self.metrics.record_events(namespace, events, written_at)

@@ -127,7 +127,7 @@ class StandInKube(Kube):
         return copy.deepcopy(self.jobset)
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
-                         resource_version: str | None = None) -> None:
+                         resource_version: str | None = None) -> str | None:
         self._call("patch_job_status")
         self.before_patch()
         if resource_version not in (None, self.job["metadata"]["resourceVersion"]):
@@ -135,6 +135,8 @@ class StandInKube(Kube):
         self.patches.append(patch)
         self.job["status"] = _merge(self.job.get("status") or {}, patch["status"])
         self._bump()
+        version: str = self.job["metadata"]["resourceVersion"]
+        return version
 
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:
@@ -375,3 +377,18 @@ def test_the_jobset_comes_from_its_cache_and_a_miss_is_checked_with_a_get() -> N
     assert rec.reconcile("ml", "train")
     assert kube.calls.count("get_jobset") == 1
     assert condition(kube.job["status"], ConditionType.FAILED)["status"] == "False"
+
+
+def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
+    """kopf delivers our status write back as a job event: at exactly the version our
+    write produced it is no news (a trainer's write makes another version)."""
+    kube, pods = a_slice_goes_down()
+    rec, _ = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train")
+    ours = kube.job["metadata"]["resourceVersion"]
+    assert rec.wrote("ml", "train", ours)
+    kube.write_training({"step": 3})
+    assert not rec.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
+    assert not rec.wrote("ml", "other", ours) and not rec.wrote("ml", "train", None)
+    rec.forget("ml", "train")
+    assert not rec.wrote("ml", "train", ours)
