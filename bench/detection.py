@@ -99,7 +99,7 @@ class Shape:
         return lc.ClusterConfig(dir=directory, tpu_pools=pools, cpu_nodes=self.cpu_nodes,
                                 timeout=300 + 2.0 * self.nodes, die_with_parent=True)
 
-    def victims(self, names: list[str], limit: int) -> list[Event]:
+    def victims(self, names: list[str], limit: int | None = None) -> list[Event]:
         """Several jobs: slice i % S of job i. One job: every slice in turn."""
         if len(names) > 1:
             return [(name, i % self.slices) for i, name in enumerate(names)][:limit]
@@ -392,7 +392,7 @@ class Phases:
 
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         shape: Shape | None = None, operator_source: Path | None = None,
-        max_events: int = 64) -> dict[str, Any]:
+        max_events: int | None = None) -> dict[str, Any]:
     """The benchmark on its own cluster. `shape` defaults to N x 4 slices x v5e 4x4."""
     from elastic_devtools import localcluster as lc
 
@@ -430,7 +430,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
 
 
 def _measure(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases: Phases,
-             operator: BenchOperator, quick: bool, max_events: int) -> None:
+             operator: BenchOperator, quick: bool, max_events: int | None) -> None:
     from kubernetes import client
 
     from elastic_devtools.localcluster.faults import fail_pod
