@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Make sure a Docker engine is reachable. Uses the one that is there (DOCKER_HOST or the
-# default socket). Only where none is reachable AND we run as root on Debian does it
-# install Debian's docker.io and start dockerd itself, and it says so. Anywhere else
-# (a laptop, no root) it stops with what to do: it never touches a user's system.
+# default socket). Only where none is reachable AND this runs as root on Debian does it
+# install Debian's docker.io (if dockerd is missing) and start dockerd itself, saying so.
+# Anywhere else (a laptop, no root) it stops and says what to do: it never changes a
+# user's system.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -13,23 +14,26 @@ if command -v docker >/dev/null 2>&1 && engine_up; then
   exit 0
 fi
 
-is_debian() { [ -r /etc/os-release ] && grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; }
+is_debian() { grep -qsE '^(ID|ID_LIKE)=.*debian' "${ETJ_OS_RELEASE:-/etc/os-release}"; }
 if [ "$(id -u)" != 0 ] || ! is_debian; then
-  die "no Docker engine is reachable ('docker info' fails). Start Docker (or set DOCKER_HOST) and rerun; this script installs one only as root on Debian. Nothing was run."
+  command -v docker >/dev/null 2>&1 \
+    || die "Docker is not installed. This end-to-end test builds images and runs kind, which need a Docker engine (it installs one itself only as root on Debian). Nothing was run."
+  docker info 2>&1 | tail -n 5 >&2 || true
+  die "the docker client cannot reach a Docker engine ('docker info' failed). Start Docker (or set DOCKER_HOST) and rerun. Nothing was run."
 fi
 
 if ! command -v dockerd >/dev/null 2>&1; then
-  log "no Docker engine here: installing Debian's docker.io (apt-get, as root)"
+  log "no Docker engine here: installing Debian's docker.io with apt-get (root on Debian)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker.io \
     >"$LOGS/apt-docker.log" 2>&1 || { tail -n 20 "$LOGS/apt-docker.log" >&2; die "apt-get install docker.io failed"; }
 fi
-# No init system runs it here (containers and VMs without systemd): start it ourselves,
-# detached, so it outlives this script and the next run finds it.
-log "starting dockerd (log: $LOGS/dockerd.log); it keeps running after this script"
+# No init system starts it here (containers and VMs without systemd): start it, detached,
+# so that it outlives this script and the next run finds it.
+log "no Docker engine is running: starting dockerd (root on Debian; log: $LOGS/dockerd.log). It keeps running after this script."
 setsid nohup dockerd >"$LOGS/dockerd.log" 2>&1 </dev/null &
 for _ in $(seq 1 60); do
   engine_up && break
   sleep 1
 done
-engine_up || { tail -n 20 "$LOGS/dockerd.log" >&2; die "dockerd did not come up"; }
-note_cache "started: dockerd $(docker version -f '{{.Server.Version}}') (pid $(pgrep -xo dockerd))"
+engine_up || { tail -n 20 "$LOGS/dockerd.log" >&2; die "dockerd did not come up (log: $LOGS/dockerd.log)"; }
+note_cache "started: dockerd $(docker version -f '{{.Server.Version}}')"

@@ -28,12 +28,12 @@ run_logged() {
   local t0; t0=$(date +%s)
   log "$name (log: $logfile)"
   ( "$@" ) >"$logfile" 2>&1 &
-  local pid=$!
+  local pid=$! next=$(( t0 + 30 ))
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 5
-    local elapsed=$(( $(date +%s) - t0 ))
-    if [ $(( elapsed % 30 )) -lt 5 ] && kill -0 "$pid" 2>/dev/null; then
-      log "    ... $name: ${elapsed}s, $(grep -c . "$logfile" || true) log lines"
+    sleep 2
+    if [ "$(date +%s)" -ge "$next" ] && kill -0 "$pid" 2>/dev/null; then
+      log "    ... $name: $(( $(date +%s) - t0 ))s, $(grep -c . "$logfile" || true) log lines"
+      next=$(( next + 30 ))
     fi
   done
   if ! wait "$pid"; then
@@ -71,11 +71,16 @@ ensure_image() {
 }
 
 image_size() {
-  docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1 / 1e6}'
+  docker image inspect -f '{{.Size}}' "$1" \
+    | awk '{ if ($1 < 1e6) printf "%.0f kB", $1 / 1e3; else printf "%.0f MB", $1 / 1e6 }'
 }
 
 # Docker's classic builder: BuildKit would try to pull its Dockerfile frontend.
-classic_build() { DOCKER_BUILDKIT=0 docker build --network host -q "$@" >/dev/null; }
+# Quiet unless it fails (the CLI also warns that this builder is deprecated).
+classic_build() {
+  local out
+  out=$(DOCKER_BUILDKIT=0 docker build --network host -q "$@" 2>&1) || { echo "$out" >&2; return 1; }
+}
 
 # A distroless-like base (no shell; root, nobody, nonroot 65532; /tmp; CA bundle) for the
 # images made of one static Go binary, built FROM the Debian base DEBIAN_IMAGE.
