@@ -32,6 +32,7 @@ source "$HACK/kind/steps.sh"
 ETJ_E2E_REPORT=$(mktemp)
 export ETJ_E2E_REPORT
 trap on_exit EXIT
+trap 'exit 130' INT TERM   # so that on_exit runs (and deletes the cluster) on Ctrl-C too
 
 phase docker        "$HACK/kind/docker-engine.sh"
 phase tools         tools

@@ -19,9 +19,7 @@ for app in operator trainer; do
   note_cache "built: image elastic-$app:$E2E_TAG ($(image_size "elastic-$app:$E2E_TAG")) in $(( $(date +%s) - t0 ))s"
 done
 
-if try_pull "$JOBSET_IMAGE"; then
-  note_cache "pulled: $JOBSET_IMAGE"
-else
+if ! have_or_pull "$JOBSET_IMAGE"; then
   controller=$BIN/jobset-controller-$JOBSET_VERSION
   [ -x "$controller" ] || die "$controller is missing: run hack/build-control-plane.sh (make cluster-binaries)"
   ensure_static_base "$PYTHON_BASE"

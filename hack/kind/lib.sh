@@ -45,10 +45,16 @@ run_logged() {
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
-# try_pull IMAGE: pull a public image; false (quietly) where registries are unreachable.
-try_pull() {
-  image_exists "$1" && return 0
-  timeout 120 docker pull -q "$1" >/dev/null 2>&1
+# have_or_pull IMAGE: true where Docker has IMAGE or can pull it (and says which); false,
+# quietly, where the registry cannot be reached.
+have_or_pull() {
+  if image_exists "$1"; then
+    note_cache "cached: image $1 (in Docker)"
+  elif timeout 300 docker pull -q "$1" >/dev/null 2>&1; then
+    note_cache "pulled: $1"
+  else
+    return 1
+  fi
 }
 
 # ensure_image IMAGE BUILD_FUNCTION...: use IMAGE if docker has it, else load it from the

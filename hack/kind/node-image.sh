@@ -22,8 +22,7 @@ PUBLIC=kindest/node:$KUBERNETES_VERSION
 NODE_IMAGE=etj-local/kind-node:$KUBERNETES_VERSION-kind-$KIND_VERSION
 BASE_IMAGE=etj-local/kind-base:$KIND_VERSION-containerd-$KIND_CONTAINERD_VERSION
 
-if try_pull "$PUBLIC"; then
-  note_cache "pulled: $PUBLIC"
+if have_or_pull "$PUBLIC"; then
   echo "$PUBLIC"
   exit 0
 fi
@@ -93,12 +92,21 @@ COPY kube-proxy-$k /usr/local/bin/kube-proxy" "$BIN/kube-proxy-$k"
 ENTRYPOINT [\"/usr/local/bin/kindnet-single-node.sh\"]" "$HERE/node/kindnet-single-node.sh"
 }
 
-# save_archive OUT IMAGE...: `docker save` with the legacy `repositories` index first:
-# kind reads the first index it finds, and only `repositories` lists every image.
+# save_archive OUT IMAGE...: `docker save`, with two changes kind needs to see every image
+# as side-loaded: the legacy `repositories` index first (kind reads the first index it
+# finds, and only `repositories` lists every image), and full names (Docker writes
+# docker.io/kindest/x as kindest/x; kind compares them with the full names it wants).
 save_archive() {
   local out=$1; shift
   local dir; dir=$(mktemp -d)
   docker save "$@" | tar -C "$dir" -x
+  local full='def full: split("/") as $p
+    | if ($p | length) == 1 then "docker.io/library/" + .
+      elif ($p[0] | test("[.:]")) or $p[0] == "localhost" then .
+      else "docker.io/" + . end;'
+  jq -c "$full with_entries(.key |= full)" "$dir/repositories" >"$dir/repositories.new"
+  jq -c "$full map(.RepoTags |= map(full))" "$dir/manifest.json" >"$dir/manifest.json.new"
+  mv "$dir/repositories.new" "$dir/repositories" && mv "$dir/manifest.json.new" "$dir/manifest.json"
   (cd "$dir" && tar -cf "$out" repositories manifest.json $(ls | grep -vx -e repositories -e manifest.json))
   rm -rf "$dir"
 }

@@ -9,8 +9,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-if try_pull "$PYTHON_IMAGE_PUBLIC"; then
-  note_cache "pulled: $PYTHON_IMAGE_PUBLIC"
+if have_or_pull "$PYTHON_IMAGE_PUBLIC"; then
   echo "$PYTHON_IMAGE_PUBLIC"
   exit 0
 fi

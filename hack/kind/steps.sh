@@ -25,6 +25,7 @@ phase() {
 
 on_exit() {
   local rc=$?
+  [ -z "${WATCH_PID:-}" ] || kill "$WATCH_PID" 2>/dev/null || true
   # Exiting 0 before the last phase would be a bug of this script: never call it a pass.
   if [ "$rc" = 0 ] && [ "$PASSED" != 1 ]; then rc=1; fi
   [ "$rc" = 0 ] || diagnostics
@@ -70,10 +71,11 @@ wait_for() {
 }
 
 # A client of the cluster's minor version once built (the node image phase builds it).
-kubectl() {
+kubectl_bin() {
   local own=$BIN/kubectl-$KUBERNETES_VERSION
-  if [ -x "$own" ]; then "$own" "$@"; else command kubectl "$@"; fi
+  if [ -x "$own" ]; then echo "$own"; else command -v kubectl; fi
 }
+kubectl() { "$(kubectl_bin)" "$@"; }
 job_field() { kubectl get etj "$JOB" -n "$NS" -o jsonpath="{$1}"; }
 condition() { job_field ".status.conditions[?(@.type==\"$1\")].$2"; }
 head_pod() { kubectl get pods -n "$NS" -l jobset.sigs.k8s.io/replicatedjob-name=pathways-head -o name | head -n 1; }
@@ -179,14 +181,16 @@ EOF
   kubectl apply -f "$WORK/job.yaml" >/dev/null
   wait_for "the trainer to report step 10 or later" step_at_least 10
   TRAINER_BEFORE=$(trainer_identity)
+  JOBSET_RESTARTS=$(jobset_restarts)
   log "training: step $(job_field .status.training.step), trainer $TRAINER_BEFORE"
 }
+jobset_restarts() { kubectl get jobsets -n "$NS" -o jsonpath='{.items[0].status.restarts}'; }
 step_at_least() { local s; s=$(job_field .status.training.step); [ -n "$s" ] && [ "$s" -ge "$1" ]; }
 
 # --- slice loss -------------------------------------------------------------------------------
 # Record every status the operator writes (a watch misses none of them).
 watch_status() {
-  kubectl get etj "$JOB" -n "$NS" --watch --output-watch-events -o jsonpath='{.object.status.phase} SliceDown={.object.status.conditions[?(@.type=="SliceDown")].status} Recovering={.object.status.conditions[?(@.type=="Recovering")].status}/{.object.status.conditions[?(@.type=="Recovering")].reason} failures={.object.status.counters.sliceFailures}{"\n"}' \
+  "$(kubectl_bin)" get etj "$JOB" -n "$NS" --watch --output-watch-events -o jsonpath='{.object.status.phase} SliceDown={.object.status.conditions[?(@.type=="SliceDown")].status} Recovering={.object.status.conditions[?(@.type=="Recovering")].status}/{.object.status.conditions[?(@.type=="Recovering")].reason} failures={.object.status.counters.sliceFailures}{"\n"}' \
     >"$1" 2>&1 &
   WATCH_PID=$!
 }
@@ -221,6 +225,8 @@ expect_one_more_recovery() {
   [ "$(counter trainerRestarts)" = 0 ] || die "the trainer was restarted ($(counter trainerRestarts)), not recovered in process"
   [ "$(trainer_identity)" = "$TRAINER_BEFORE" ] \
     || die "the trainer changed: before $TRAINER_BEFORE, now $(trainer_identity)"
+  [ "$(jobset_restarts)" = "$JOBSET_RESTARTS" ] \
+    || die "the JobSet restarted ($JOBSET_RESTARTS -> $(jobset_restarts)): the slice failure was not kept local"
   log "recovered in process: $(condition Recovering message)"
 }
 

@@ -200,10 +200,14 @@ def test_every_copied_file_exists_and_reaches_the_build_context(image: str) -> N
                         f"{dockerfile.name}:{ins.line} copies {rel}, but .dockerignore excludes it"
                     )
                 copied.append(source)
-    # The package cannot be installed without its metadata and both source trees
-    # (setuptools finds packages under operator/ and trainer/).
-    for needed in ("pyproject.toml", "operator", "trainer", PYPROJECT["project"]["readme"]):
+    # The package cannot be installed without its metadata, the shared API and its own
+    # source tree; the other image's tree and the dev tools stay out (setuptools finds
+    # the packages of whichever trees are there).
+    own = {"operator": "operator", "trainer": "trainer"}[image]
+    for needed in ("pyproject.toml", PYPROJECT["project"]["readme"], "api", own):
         assert needed in copied, f"{dockerfile.name} never copies {needed}, which the install needs"
+    for other in ({"operator", "trainer"} - {own}) | {"devtools"}:
+        assert other not in copied, f"{dockerfile.name} copies {other}/, which its image does not run"
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
