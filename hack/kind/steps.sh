@@ -13,6 +13,7 @@ export KUBECONFIG=$WORK/kubeconfig
 PHASE_LINES=()
 CURRENT_PHASE=
 PASSED=0
+STARTED=$(date +%s)
 
 # phase NAME COMMAND...: run one phase, timed.
 phase() {
@@ -37,6 +38,7 @@ on_exit() {
   echo "--- phases (seconds) ---"
   printf '%s\n' "${PHASE_LINES[@]}"
   [ "$rc" = 0 ] || echo "  FAILED in phase: $CURRENT_PHASE"
+  printf '  %-13s %5ss\n' total $(( $(date +%s) - STARTED ))
   echo "--- cache ($CACHE) ---"
   sed 's/^/  /' "$ETJ_E2E_REPORT" 2>/dev/null || true
   rm -f "$ETJ_E2E_REPORT"
@@ -292,9 +294,14 @@ scrape_metrics() {
   wait_for "the scrape pod to finish" pod_succeeded default metrics-scrape
   kubectl logs -n default metrics-scrape >"$WORK/metrics.txt"
   kubectl delete pod -n default metrics-scrape --wait=false >/dev/null
-  local sample="etj_desired_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0"
-  grep -qF "$sample" "$WORK/metrics.txt" || { head -n 40 "$WORK/metrics.txt" >&2; die "no '$sample' in $url"; }
-  grep -q '^etj_slice_failures_total{' "$WORK/metrics.txt" || die "no etj_slice_failures_total in $url"
+  # The gauges of the job (this operator process reconciled it after the recovery); the
+  # counters' samples depend on which process saw which failure, their families do not.
+  local line
+  for line in "etj_desired_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
+              "etj_ready_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
+              "# TYPE etj_slice_failures_total counter" "# TYPE etj_recovery_duration_seconds histogram"; do
+    grep -qF "$line" "$WORK/metrics.txt" || { grep etj_ "$WORK/metrics.txt" | head -n 40 >&2; die "no '$line' in $url"; }
+  done
   log "scraped $url: $(grep -c '^etj_' "$WORK/metrics.txt") etj_ samples"
 }
 pod_succeeded() { [ "$(kubectl get pod -n "$1" "$2" -o jsonpath='{.status.phase}')" = Succeeded ]; }

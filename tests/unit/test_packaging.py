@@ -207,7 +207,7 @@ def test_every_copied_file_exists_and_reaches_the_build_context(image: str) -> N
     for needed in ("pyproject.toml", PYPROJECT["project"]["readme"], "api", own):
         assert needed in copied, f"{dockerfile.name} never copies {needed}, which the install needs"
     for other in ({"operator", "trainer"} - {own}) | {"devtools"}:
-        assert other not in copied, f"{dockerfile.name} copies {other}/, which its image does not run"
+        assert other not in copied, f"{dockerfile.name} copies {other}/, which it does not run"
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 REAL_TOOLS = ["bash", "dirname", "date", "cat", "tail", "mktemp", "rm", "mkdir", "grep",
               "sed", "printf", "seq", "sleep", "setsid", "nohup", "awk", "tr", "basename",
-              "chmod", "touch"]
+              "chmod", "touch", "install", "cut"]
 
 
 def tool_dir(tmp_path: Path) -> Path:
@@ -32,7 +32,9 @@ def fake(bin_dir: Path, name: str, script: str) -> None:
     path.chmod(0o755)
 
 
-def run_kind_e2e(bin_dir: Path, os_release: str = "ID=debian\n") -> subprocess.CompletedProcess[str]:
+def run_kind_e2e(
+    bin_dir: Path, os_release: str = "ID=debian\n",
+) -> subprocess.CompletedProcess[str]:
     release = bin_dir.parent / "os-release"
     release.write_text(os_release)
     return subprocess.run(
