@@ -79,7 +79,7 @@ build_component_images() {
     image_from_binary "registry.k8s.io/$c:$k" "$BIN/$c-$k" "/usr/local/bin/$c"
   done
   image_from_debian "registry.k8s.io/kube-proxy:$k" \
-    "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables conntrack nftables && rm -rf /var/lib/apt/lists/*
+    "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables conntrack nftables && apt-get clean && rm -rf /var/lib/apt/lists/*
 COPY kube-proxy-$k /usr/local/bin/kube-proxy" "$BIN/kube-proxy-$k"
   image_from_binary "$PAUSE_IMAGE" "$BIN/pause-$KIND_PAUSE_VERSION" /pause 65535:65535
   image_from_binary "$ETCD_IMAGE" "$BIN/etcd-$KIND_ETCD_VERSION" /usr/local/bin/etcd
