@@ -307,6 +307,9 @@ scrape_metrics() {
 pod_succeeded() { [ "$(kubectl get pod -n "$1" "$2" -o jsonpath='{.status.phase}')" = Succeeded ]; }
 
 uninstall_operator() {
+  # Its log, kept for a look after the run (the pod goes with the chart).
+  kubectl logs -n "$OPERATOR_NS" deploy/elastic-operator >"$LOGS/e2e-operator.log" 2>&1 || true
+  log "the operator's log: $LOGS/e2e-operator.log ($(grep -c . "$LOGS/e2e-operator.log") lines)"
   "$HELM" uninstall "$RELEASE" --namespace "$OPERATOR_NS" --wait --timeout "${TIMEOUT_S}s"
   local left
   left=$(kubectl get deploy,svc,sa,role,rolebinding -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o name)
