@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 
-from elastic_operator.observed import ObservedNode
+from elastic_operator.observed import ObservedNode, ObservedPool
 
 JobKey = tuple[str, str]  # (namespace, name)
 
@@ -76,3 +76,22 @@ class NodeIndex:
     def jobs_on(self, node_name: str) -> list[JobKey]:
         with self._lock:
             return sorted(set(self._pods_on.get(node_name, {}).values()))
+
+    def all_nodes(self) -> list[ObservedNode]:
+        with self._lock:
+            return list(self._nodes.values())
+
+    def pools(self, accelerator: str, topology: str, job: JobKey) -> tuple[ObservedPool, ...]:
+        """The node pools whose nodes have this TPU accelerator and topology, each marked
+        if pods of another job than `job` run on it (a spare must be free)."""
+        with self._lock:
+            members: dict[str, list[ObservedNode]] = {}
+            for node in self._nodes.values():
+                if node.pool and node.accelerator == accelerator and node.topology == topology:
+                    members.setdefault(node.pool, []).append(node)
+            return tuple(
+                ObservedPool(
+                    name=pool, nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+                    used_by_others=any(owner != job for n in nodes
+                                       for owner in self._pods_on.get(n.name, {}).values()))
+                for pool, nodes in sorted(members.items()))

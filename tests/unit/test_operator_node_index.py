@@ -52,3 +52,19 @@ def test_a_deleted_job_is_forgotten_everywhere() -> None:
     index.pod_seen(B, "b-0", "n2")
     index.forget_job(A)
     assert index.jobs_on("n1") == [] and index.jobs_on("n2") == [B]
+
+
+def test_pools_of_a_shape_and_whether_another_job_uses_them() -> None:
+    from tests.builders import tpu_node
+
+    index = NodeIndex()
+    for pool in ("tpu-0", "tpu-1"):
+        for h in range(2):
+            index.node_seen(tpu_node(f"{pool}-{h}", pool))
+    index.node_seen(ObservedNode("cpu-0", True, pool="cpu-np"))
+    index.pod_seen(B, "b-worker-0-0", "tpu-1-0")
+    index.pod_seen(A, "a-worker-0-0", "tpu-0-0")
+    pools = index.pools("tpu-v5-lite-podslice", "4x4", A)
+    assert [(p.name, len(p.nodes), p.used_by_others) for p in pools] == [
+        ("tpu-0", 2, False), ("tpu-1", 2, True)]
+    assert index.pools("tpu-v5-lite-podslice", "8x8", A) == ()

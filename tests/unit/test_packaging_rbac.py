@@ -41,6 +41,11 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "get_jobset": {("jobset.x-k8s.io", "jobsets", "get")},
     "list_job_pods": {("", "pods", "list")},
     "get_nodes": {("", "nodes", "get")},
+    "list_worker_jobs": {("batch", "jobs", "list")},
+    "delete_job": {("batch", "jobs", "delete")},
+    "delete_pod_now": {("", "pods", "delete")},
+    "lower_job_backoff_limit": {("batch", "jobs", "patch")},
+    "label_node": {("", "nodes", "patch")},
     "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
     "post_event": {("", "events", "create")},
@@ -188,13 +193,17 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
     expected_http = {"get_job": "GET", "list_jobs": "GET", "get_jobset": "GET",
                      "list_job_pods": "GET", "get_nodes": "GET", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
-                     "post_event": "POST"}
+                     "post_event": "POST", "list_worker_jobs": "GET",
+                     "lower_job_backoff_limit": "PATCH", "label_node": "PATCH"}
     for name, method in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
         uses_helper = "_get_or_none" in source and method == "GET"
         assert f'"{method}"' in source or uses_helper, f"Kube.{name} no longer sends {method}"
     fragments: dict[str, Any] = {"list_job_pods": "/pods", "get_nodes": "/nodes/",
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
-                                 "patch_job_status": "/status", "post_event": "/events"}
+                                 "patch_job_status": "/status", "post_event": "/events",
+                                 "list_worker_jobs": "/jobs", "delete_job": "/jobs/",
+                                 "delete_pod_now": "/pods/", "lower_job_backoff_limit": "/jobs/",
+                                 "label_node": "/nodes/"}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)
