@@ -9,7 +9,9 @@ it safe to read from the reconcile threads while the event loop writes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from datetime import UTC, datetime
 
 from elastic_operator.observed import ObservedNode, ObservedPool
 
@@ -17,7 +19,11 @@ JobKey = tuple[str, str]  # (namespace, name)
 
 
 class NodeIndex:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._clock = clock
+        # When the watch saw a node turn Ready (a kubelet, or kwok, may report the Ready
+        # condition's lastTransitionTime as the node's creation).
+        self._ready_seen: dict[str, datetime] = {}
         self._lock = threading.Lock()
         self._nodes: dict[str, ObservedNode] = {}
         # Readiness as last seen, kept after a node is deleted (as not ready), so that a
@@ -45,6 +51,8 @@ class NodeIndex:
     def _readiness_changed(self, name: str, ready: bool) -> list[JobKey]:
         before = self._ready.get(name)
         self._ready[name] = ready
+        if before is False and ready:
+            self._ready_seen[name] = self._clock()
         if before is None or before == ready:
             return []
         return sorted(set(self._pods_on.get(name, {}).values()))
@@ -78,8 +86,17 @@ class NodeIndex:
             return sorted(set(self._pods_on.get(node_name, {}).values()))
 
     def all_nodes(self) -> list[ObservedNode]:
+        """Every node; Ready since the later of its condition's transition and the moment
+        the watch saw it turn Ready."""
         with self._lock:
-            return list(self._nodes.values())
+            out = []
+            for node in self._nodes.values():
+                seen = self._ready_seen.get(node.name)
+                if seen is not None and node.ready and (
+                        node.ready_transition_time is None or node.ready_transition_time < seen):
+                    node = replace(node, ready_transition_time=seen)
+                out.append(node)
+            return out
 
     def pools(self, accelerator: str, topology: str, job: JobKey) -> tuple[ObservedPool, ...]:
         """The node pools whose nodes have this TPU accelerator and topology, each marked

@@ -68,3 +68,17 @@ def test_pools_of_a_shape_and_whether_another_job_uses_them() -> None:
     assert [(p.name, len(p.nodes), p.used_by_others) for p in pools] == [
         ("tpu-0", 2, False), ("tpu-1", 2, True)]
     assert index.pools("tpu-v5-lite-podslice", "8x8", A) == ()
+
+
+def test_ready_since_is_never_earlier_than_the_watch_saw_it_turn_ready() -> None:
+    """kwok reports a revived node's Ready transition as the node's creation: the pool
+    warden must not count that as Ready all along."""
+    from datetime import timedelta
+
+    now = [T0 + timedelta(hours=1)]
+    index = NodeIndex(clock=lambda: now[0])
+    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
+    index.node_seen(ObservedNode("n1", False, ready_transition_time=T0))
+    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))  # stale time
+    (node,) = index.all_nodes()
+    assert node.ready_transition_time == now[0]
