@@ -100,6 +100,8 @@ class Replacer:
                 if e.status != 404:  # a node that is gone needs no label
                     raise
         self.metrics.pool_quarantines.labels(action.reason).inc()
+        logger.info("quarantined node pool %s (%s): %d nodes labelled", action.pool,
+                    action.reason, len(action.nodes))
         events.append(StatusEvent(
             reason=Reason.POOL_QUARANTINED, type="Warning", slice_index=action.slice_index,
             message=f"node pool {action.pool} quarantined ({action.reason}): replacement "
@@ -113,6 +115,8 @@ class Replacer:
         if not self.kube.delete_pod_now(action.namespace, action.name, action.uid):
             return
         self.metrics.pods_force_deleted.inc()
+        logger.info("%s: force-deleted pod %s of slice %d, stuck Terminating on node %s",
+                    action.namespace, action.name, action.slice_index, action.node)
         events.append(StatusEvent(
             reason=Reason.STUCK_POD_FORCE_DELETED, type="Warning", slice_index=action.slice_index,
             message=f"pod {action.name} of slice {action.slice_index} was stuck Terminating on "
