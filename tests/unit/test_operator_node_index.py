@@ -23,7 +23,8 @@ def test_a_readiness_change_names_the_jobs_with_pods_on_the_node() -> None:
     assert index.node_seen(ready("n1", False)) == [A, B]
     assert index.node_seen(ready("n1", False)) == []
     assert index.node_seen(ready("n1")) == [A, B]  # back
-    assert index.nodes(["n1", "n2"]) == {"n1": ready("n1")}  # n2 not seen yet
+    seen = index.nodes(["n1", "n2"])  # n2 not seen yet
+    assert list(seen) == ["n1"] and seen["n1"].ready
 
 
 def test_a_deleted_node_counts_as_not_ready() -> None:
@@ -70,15 +71,21 @@ def test_pools_of_a_shape_and_whether_another_job_uses_them() -> None:
     assert index.pools("tpu-v5-lite-podslice", "8x8", A) == ()
 
 
-def test_ready_since_is_never_earlier_than_the_watch_saw_it_turn_ready() -> None:
-    """kwok reports a revived node's Ready transition as the node's creation: the pool
-    warden must not count that as Ready all along."""
+def test_a_transition_is_never_earlier_than_the_watch_saw_it() -> None:
+    """kwok reports the Ready condition's transition as the node's creation: a node that
+    just failed must not look failed for an hour (the detection time), nor a revived one
+    Ready all along (the pool warden)."""
     from datetime import timedelta
 
     now = [T0 + timedelta(hours=1)]
     index = NodeIndex(clock=lambda: now[0])
     index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
-    index.node_seen(ObservedNode("n1", False, ready_transition_time=T0))
-    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))  # stale time
+    index.node_seen(ObservedNode("n1", False, ready_transition_time=T0))  # stale time
+    assert index.nodes(["n1"])["n1"].ready_transition_time == now[0]
+    now[0] += timedelta(minutes=5)
+    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
     (node,) = index.all_nodes()
     assert node.ready_transition_time == now[0]
+    fresh = T0 + timedelta(hours=2)  # a kubelet's own, later time stands
+    index.node_seen(ObservedNode("n1", False, ready_transition_time=fresh))
+    assert index.nodes(["n1"])["n1"].ready_transition_time == fresh

@@ -200,17 +200,24 @@ def test_without_a_spare_the_pool_is_not_quarantined() -> None:
     assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
 
 
-def test_a_pod_stuck_terminating_on_a_dead_node_is_force_deleted_after_the_bound() -> None:
+def test_a_pod_deleted_on_a_node_down_for_the_bound_is_force_deleted() -> None:
+    """Bounded by how long the node has not been Ready: a pod deleted on a node down for
+    forceDeleteAfterSeconds already goes at once (its kubelet is not coming back soon)."""
     j = job(recovery={"forceDeleteAfterSeconds": 5})
     nodes = nodes_for(spares=1)
     nodes["tpu-1-2"] = tpu_node("tpu-1-2", ready=False, status="Unknown", since=at(10))
     pods = healthy_pods()
     pods[HOSTS + 2] = WorkerPod(1, 2).deleting(at(12), grace_seconds=0).build()
     st1, _, plan = step(j, running(j), world(pods, nodes=nodes, deleting=(1,)), at(13))
-    assert plan.actions == () and plan.wake_after_s == pytest.approx(4.0)
-    _, _, plan = step(j, st1, world(pods, nodes=nodes, deleting=(1,)), at(17))
-    assert plan.actions == (ForceDeletePod("ns", "article-worker-1-2-g0",
-                                           "article-worker-1-2-g0-uid", "tpu-1-2", 1),)
+    assert plan.actions == () and plan.wake_after_s == pytest.approx(2.0)
+    stuck = ForceDeletePod("ns", "article-worker-1-2-g0", "article-worker-1-2-g0-uid",
+                           "tpu-1-2", 1)
+    _, _, plan = step(j, st1, world(pods, nodes=nodes, deleting=(1,)), at(15))
+    assert plan.actions == (stuck,)
+    later = healthy_pods()
+    later[HOSTS + 2] = WorkerPod(1, 2).deleting(at(40), grace_seconds=0).build()
+    _, _, plan = step(j, st1, world(later, nodes=nodes, deleting=(1,)), at(40))
+    assert plan.actions == (stuck,)
 
 
 def test_a_terminating_pod_on_a_ready_node_is_left_to_its_kubelet() -> None:

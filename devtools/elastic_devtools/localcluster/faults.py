@@ -88,11 +88,13 @@ DEAD_HOLDER = "etj-dead-kubelet"
 
 def kill_node(api: client.ApiClient, node: str, *, report_not_ready: bool = True) -> None:
     """The host dies. With report_not_ready the node says Ready=False at once (kwok's chaos
-    stage); without, it just goes silent and the node lifecycle controller marks it
-    Unknown after its node-monitor grace (50 s). Either way its heartbeats stop (its Lease
-    is held by another identity) and kwok stops playing the kubelet of the node and of
-    every pod on it (render.adapt_kwok_stage): a pod deleted there stays Terminating until
-    it is force-deleted, as on a real dead host."""
+    stage), and so do its pods (its kubelet's last report; what Pathways sees too: the
+    worker process is gone, which a simulated trainer learns from pod readiness); without,
+    it just goes silent and the node lifecycle controller marks it Unknown after its
+    node-monitor grace (50 s). Either way its heartbeats stop (its Lease is held by
+    another identity) and kwok stops playing the kubelet of the node and of every pod on
+    it (render.adapt_kwok_stage): a pod deleted there stays Terminating until it is
+    force-deleted, as on a real dead host."""
     core = client.CoreV1Api(api)
     if report_not_ready:
         make_node_not_ready(api, node)
@@ -103,6 +105,8 @@ def kill_node(api: client.ApiClient, node: str, *, report_not_ready: bool = True
     core.patch_node(node, {"metadata": {"labels": {DEAD_KUBELET_LABEL: "true"}}})
     for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
         _label_pod(core, pod, "true")
+        if report_not_ready:
+            _pod_not_ready(core, pod)
 
 
 def revive_node(api: client.ApiClient, node: str) -> None:
@@ -123,6 +127,18 @@ def _label_pod(core: client.CoreV1Api, pod: Any, value: str | None) -> None:
                                   {"metadata": {"labels": {DEAD_KUBELET_LABEL: value}}})
     except client.ApiException as err:
         if err.status != 404:  # gone meanwhile
+            raise
+
+
+def _pod_not_ready(core: client.CoreV1Api, pod: Any) -> None:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [{"type": t, "status": "False", "lastTransitionTime": now,
+                   "reason": "NodeDied"} for t in ("Ready", "ContainersReady")]
+    try:
+        core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace,
+                                         {"status": {"conditions": conditions}})
+    except client.ApiException as err:
+        if err.status != 404:
             raise
 
 

@@ -326,16 +326,19 @@ def _node_level_cause(record: SliceReplacement, pods: list[ObservedPod],
 def _stuck_pods(namespace: str, spec: ElasticTrainingJobSpec, index: int,
                 pods: list[ObservedPod], nodes: dict[str, ObservedNode], now: datetime,
                 waits: list[float]) -> list[ReplacementAction]:
-    """Pods Terminating on a node that is not Ready (or gone) for forceDeleteAfterSeconds:
-    no kubelet will ever confirm their deletion, and while they exist JobSet cannot
-    recreate the Job (Foreground deletion) nor place its leader elsewhere."""
+    """Pods being deleted on a node that has not been Ready for forceDeleteAfterSeconds
+    (or is gone): no kubelet will ever confirm their deletion, and while they exist
+    JobSet cannot recreate the Job (Foreground deletion) nor place its leader elsewhere."""
     out: list[ReplacementAction] = []
+    bound = timedelta(seconds=spec.recovery.force_delete_after_seconds)
     for pod in pods:
         if not pod.terminating or not pod.node_name or not pod.uid \
                 or _on_ready_node(pod, nodes):
             continue
-        since = pod.failure_started_at or now
-        due = since + timedelta(seconds=spec.recovery.force_delete_after_seconds)
+        node = nodes.get(pod.node_name)
+        down_since = node.ready_transition_time if node is not None else None
+        due = max(pod.failure_started_at or now, (down_since or now) + bound) \
+            if node is not None else (pod.failure_started_at or now) + bound
         if now >= due:
             out.append(ForceDeletePod(namespace, pod.name, pod.uid, pod.node_name, index))
         else:

@@ -81,7 +81,8 @@ def compute_status(
         job, observed, prev, slices, changes, now, outcome.terminal)
     events += replacement_events
     spares = spare_pools(observed.pools, pools_in_use(slices)) if observed.pools else None
-    record, recovery_events = track_recovery(prev, report, changes, now)
+    record, recovery_events = track_recovery(
+        prev, report, changes, now, frozenset(s.index for s in slices if s.state != "Ready"))
     events += recovery_events
     recovering = record is not None and record.resumed_at is None and not outcome.terminal
     process, replaced = trainer_process(prev.trainer_process, report)
