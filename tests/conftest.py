@@ -10,6 +10,8 @@ started) and left running, for fast iteration.
 `crd_api` (function): an admin API client on `cluster` with the ElasticTrainingJob CRD
 installed (and established).
 
+`kueue` (module): Kueue added to `cluster` for one test module, removed afterwards.
+
 Tests that use `cluster` get the `cluster` marker automatically; a failing one names the
 component log directory in its report. Missing binaries fail (never skip) with the command
 to run.
@@ -160,3 +162,21 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer
         pytest.fail(str(e), pytrace=False)
     with server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster) -> Iterator[Cluster]:
+    """Kueue running on `cluster` for the tests of one module, then stopped with its
+    webhooks removed (unless it ran before), so later tests see the cluster as `cluster`
+    made it. Queues come from elastic_devtools.localcluster.kueue_queues."""
+    from elastic_devtools import localcluster as lc
+
+    try:
+        started = lc.start_kueue(cluster, die_with_parent=True)
+    except lc.MissingBinaryError as err:
+        pytest.fail(str(err), pytrace=False)
+    except lc.ClusterStartError as err:
+        pytest.fail(f"{err}\nlogs: {cluster.logs_dir}", pytrace=False)
+    yield cluster
+    if started:
+        lc.stop_kueue(cluster)

@@ -8,6 +8,7 @@ contract is docs/status-contract.md.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -257,31 +258,148 @@ class Resources(ApiModel):
     )
 
 
+class SecurityContext(ApiModel):
+    """What main's security context may relax, as in a core/v1 SecurityContext: the user
+    and the root filesystem, for images that run as root or write next to their code.
+    Nothing that grants privileges (privileged, capabilities, privilege escalation,
+    seccomp, AppArmor, SELinux) is offered: those stay hardened."""
+
+    run_as_non_root: bool | None = None
+    run_as_user: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = None
+    run_as_group: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = None
+    read_only_root_filesystem: bool | None = None
+
+
+class VolumeMount(ApiModel):
+    """Where `main` mounts one of `trainer.volumes`, as in a core/v1 VolumeMount."""
+
+    name: str = Field(max_length=63, description="A volume of trainer.volumes.")
+    mount_path: str = Field(min_length=1, max_length=1024)
+    read_only: bool | None = None
+    sub_path: str | None = Field(None, max_length=1024)
+
+
+class CsiVolumeSource(ApiModel):
+    """An inline CSI volume, as in a core/v1 CSIVolumeSource (e.g. Cloud Storage FUSE)."""
+
+    driver: ShortStr = Field(description="e.g. gcsfuse.csi.storage.gke.io (Cloud Storage FUSE).")
+    read_only: bool | None = None
+    volume_attributes: dict[ShortStr, LongStr] | None = Field(
+        None, max_length=32, description="e.g. bucketName and mountOptions for Cloud Storage FUSE.",
+    )
+
+
+class PvcVolumeSource(ApiModel):
+    """As in a core/v1 PersistentVolumeClaimVolumeSource."""
+
+    claim_name: ShortStr
+    read_only: bool | None = None
+
+
+class EmptyDirVolumeSource(ApiModel):
+    """As in a core/v1 EmptyDirVolumeSource."""
+
+    medium: Literal["", "Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+class Volume(ApiModel):
+    """A volume of the head pod for `main`, as in a core/v1 Volume: one source of csi
+    (Cloud Storage FUSE), persistentVolumeClaim or emptyDir."""
+
+    name: str = Field(max_length=63, description="A DNS-1123 label, not shared-tmp.")
+    csi: CsiVolumeSource | None = None
+    persistent_volume_claim: PvcVolumeSource | None = None
+    empty_dir: EmptyDirVolumeSource | None = None
+
+
+@dataclass(frozen=True)
+class BundledTrainer:
+    """The bundled trainer's settings, unset ones filled with their defaults."""
+
+    model: str
+    steps: int
+    batch: int
+    seed: int
+    data: str
+
+
+# What the bundled trainer uses for a field left unset.
+DEFAULT_MODEL, DEFAULT_BATCH, DEFAULT_SEED, DEFAULT_DATA = "tiny", 8, 0, "synthetic"
+# The fields that configure `etj train` only; admission refuses them with `command`.
+BUNDLED_TRAINER_FIELDS = ("model", "steps", "batch", "seed", "data")
+
+
 class TrainerSpec(ApiModel):
-    """The trainer (`etj train`) in the head pod's `main` container."""
+    """The program in the head pod's `main` container: the bundled trainer (`etj train`),
+    or any JAX program given by `command` (e.g. MaxText)."""
 
     image: str = Field(
         min_length=1, max_length=512,
-        description="Trainer image; runs `etj train` in the head's main container.",
+        description="Image of the head's main container (the trainer).",
     )
-    model: str = Field(
-        "tiny", max_length=253, description="Model config name (tiny ... qwen3-0.6b).",
-    )
-    steps: SpecInt = Field(ge=1, description="Training steps.")
-    batch: SpecInt = Field(8, ge=1, description="Global batch size (sequences per step).")
-    seed: SpecInt = Field(0, ge=0, description="Seed for parameters and data.")
-    data: str = Field(
-        "synthetic", max_length=1024,
-        description="`synthetic`, or a directory or glob of ArrayRecord shards on a filesystem "
-        "(mount a bucket with GCS FUSE; gs:// is not read directly).",
+    command: list[LongStr] | None = Field(
+        None, max_length=64,
+        description="Entrypoint of main, as in a core/v1 Container (not run in a shell). "
+        "Set: main runs it instead of `etj train`, and model, steps, batch, seed and data "
+        "must be unset. Unset: main runs `etj train` with flags from this spec.",
     )
     args: list[LongStr] = Field(
-        default_factory=list, max_length=64, description="Extra arguments for `etj train`.",
+        default_factory=list, max_length=64,
+        description="Arguments of main, as in a core/v1 Container: after command, or after "
+        "`etj train` and its flags.",
+    )
+    model: str | None = Field(
+        None, max_length=253,
+        description="Bundled trainer only: model config name (tiny ... qwen3-0.6b); "
+        "unset = tiny.",
+    )
+    steps: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None, description="Bundled trainer only, and required for it: training steps.",
+    )
+    batch: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None, description="Bundled trainer only: global batch size (sequences per step); "
+        "unset = 8.",
+    )
+    seed: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
+        None, description="Bundled trainer only: seed for parameters and data; unset = 0.",
+    )
+    data: str | None = Field(
+        None, max_length=1024,
+        description="Bundled trainer only: `synthetic` (the default when unset), or a "
+        "directory or glob of ArrayRecord shards on a filesystem (mount a bucket with "
+        "trainer.volumes; gs:// is not read directly).",
     )
     env: list[EnvVar] = Field(
         default_factory=list, max_length=64, description="Extra environment variables for `main`.",
     )
     resources: Resources | None = None
+    security_context: SecurityContext | None = Field(
+        None,
+        description="Relaxes main's hardened security context field by field: the user and "
+        "the read-only root filesystem (no privilege escalation, no capabilities and "
+        "RuntimeDefault seccomp always stay).",
+    )
+    volumes: list[Volume] = Field(
+        default_factory=list, max_length=16,
+        description="Volumes of the head pod for main (e.g. a bucket through Cloud Storage "
+        "FUSE).",
+    )
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list, max_length=16, description="Mounts of trainer.volumes in main.",
+    )
+
+    def bundled(self) -> BundledTrainer:
+        """The bundled trainer's settings (admission requires steps when command is unset)."""
+        if self.steps is None:
+            raise ValueError("spec.trainer.steps: required for the bundled trainer")
+        return BundledTrainer(
+            model=self.model if self.model is not None else DEFAULT_MODEL,
+            steps=self.steps,
+            batch=self.batch if self.batch is not None else DEFAULT_BATCH,
+            seed=self.seed if self.seed is not None else DEFAULT_SEED,
+            data=self.data if self.data is not None else DEFAULT_DATA,
+        )
 
 
 class PathwaysComponent(ApiModel):
@@ -353,7 +471,9 @@ class ElasticTrainingJobSpec(ApiModel):
     trainer: TrainerSpec
     pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)
     priority_class_name: str | None = Field(
-        None, max_length=253, description="priorityClassName of every pod.",
+        None, max_length=253,
+        description="priorityClassName of every pod (Kueue also orders the job by it when the "
+        "job has no kueue.x-k8s.io/priority-class label).",
     )
     node_selector: dict[ShortStr, ShortStr] = Field(
         default_factory=dict, max_length=32, description="Added to every pod's nodeSelector.",
@@ -366,9 +486,9 @@ class ElasticTrainingJobSpec(ApiModel):
     )
     service_account_name: str | None = Field(
         None, max_length=253,
-        description="Service account of every pod (a DNS-1123 subdomain). Unset: the head "
-        "runs as <name>-trainer (rendered with the RBAC the trainer needs) and workers as the "
-        "namespace default.",
+        description="ServiceAccount of every pod, head and workers alike (a DNS-1123 "
+        "subdomain): the one identity Workload Identity maps to a cloud account. Unset: the "
+        "namespace's default. The trainer's Role is bound to it.",
     )
     termination_grace_period_seconds: SpecInt = Field(
         30, ge=0, description="terminationGracePeriodSeconds of every pod.",

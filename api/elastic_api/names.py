@@ -110,3 +110,29 @@ IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
 # The node lifecycle controller's taints (and the tolerations the API server adds).
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+# --- what GKE and the cluster autoscaler read ----------------------------------------------------
+
+# On the head pod: the cluster autoscaler must not reclaim the controller's node (it would
+# end the run; a CPU node looks idle to it).
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# GKE injects its Cloud Storage FUSE sidecar into a pod that carries this annotation.
+GCSFUSE_VOLUMES_ANNOTATION = "gke-gcsfuse/volumes"
+GCSFUSE_CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
+# The ServiceAccount every namespace has; pods run as it unless told otherwise.
+DEFAULT_SERVICE_ACCOUNT = "default"
+
+# --- Kueue (sigs.k8s.io/kueue v0.17) -----------------------------------------------------------
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_WORKLOAD_PLURAL = "workloads"
+# Kueue reads both as labels of the JobSet (never as annotations): the LocalQueue that
+# admits it, and the WorkloadPriorityClass that orders and preempts it. The operator
+# copies them from the ElasticTrainingJob's own labels.
+KUEUE_QUEUE_NAME_LABEL = f"{KUEUE_GROUP}/queue-name"
+KUEUE_PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
+KUEUE_JOB_LABELS = (KUEUE_QUEUE_NAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL)
+# On the Workload Kueue creates for a JobSet: the JobSet's uid (the Workload is also
+# controller-owned by the JobSet and named jobset-<jobset>-<5 hex>).
+KUEUE_JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"

@@ -97,7 +97,9 @@ def test_trainer_rbac_grants_exactly_its_own_job(api: client.ApiClient, namespac
     for obj in objects[:-1]:
         utils.create_from_dict(api, obj, namespace=namespace)
     job = objects[-1]["metadata"]["name"]
-    user = f"system:serviceaccount:{namespace}:{job}-trainer"
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert binding["subjects"][0]["name"] == "default"  # the pods' own account
+    user = f"system:serviceaccount:{namespace}:default"
     reads_pods = example == "simulated"  # the simulated slice agents' health check
 
     def granted() -> bool:

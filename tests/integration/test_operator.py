@@ -205,8 +205,10 @@ def test_article_slice_failure_is_detected_and_recovered(
     submit(api, ns)
     wait_running(api, ns)
     jobset_uid = get_jobset(api, ns)["metadata"]["uid"]  # type: ignore[index]
-    for kind, name in (("ServiceAccount", "article-trainer"),):
-        assert client.CoreV1Api(api).read_namespaced_service_account(name, ns), kind
+    # The trainer's Role, bound to the account the pods run as (the namespace's default).
+    binding = client.RbacAuthorizationV1Api(api).read_namespaced_role_binding(
+        "article-trainer", ns)
+    assert [s.name for s in binding.subjects] == ["default"]
     victim = worker_pods(api, ns, 2)[0]
     failed_at = datetime.now(UTC)
     faults.fail_pod(api, ns, victim.metadata.name)

@@ -129,12 +129,12 @@ def test_gcs_scratch_pattern():
 
 def test_missing_and_unknown_fields_are_named():
     obj = job()
-    del obj["spec"]["trainer"]["steps"]
+    del obj["spec"]["trainer"]["image"]
     obj["spec"]["tpu"]["slices"] = 3
     lines = error_of(obj).splitlines()
     assert ("spec.tpu.slices: unknown field; remove it (check the spelling against docs/api.md)"
             in lines)
-    assert "spec.trainer.steps: required; set it" in lines
+    assert "spec.trainer.image: required; set it" in lines
 
 
 def test_list_paths_are_indexed():
@@ -280,7 +280,7 @@ def test_an_integer_quantity_is_not_held_to_the_string_pattern():
 SERVICE_ACCOUNT_MESSAGE = (
     "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
     "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
-    "digit, or leave it unset for the rendered <name>-trainer account")
+    "digit, or leave it unset for the namespace's default account")
 
 
 @pytest.mark.parametrize("name", ["default", "tpu-trainer", "a.b-c", "0sa", "x" * 253,

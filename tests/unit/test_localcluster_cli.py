@@ -54,3 +54,8 @@ def test_up_without_binaries_says_what_to_run(
     assert main(["cluster", "up", "--dir", str(tmp_path / "c")]) == 1
     err = capsys.readouterr().err
     assert "hack/build-control-plane.sh" in err and "kube-apiserver" in err
+
+
+def test_up_with_kueue_is_opt_in() -> None:
+    assert build_parser().parse_args(["cluster", "up", "--kueue"]).kueue is True
+    assert build_parser().parse_args(["cluster", "up"]).kueue is False

@@ -218,7 +218,7 @@ def test_creating_the_jobset_reads_it_once_and_uses_what_the_create_returned() -
     rec, _ = reconciler(kube)
     assert rec.reconcile("ml", "train")
     assert kube.calls.count("get_jobset") == 1
-    assert kube.created == ["ServiceAccount", "Role", "RoleBinding", "JobSet"]
+    assert kube.created == ["Role", "RoleBinding", "JobSet"]
     status = kube.job["status"]
     assert status["jobSetName"] == "train"  # the JobSet seen is the one just created
     assert condition(status, ConditionType.SPEC_APPLIED)["reason"] == Reason.APPLIED
@@ -238,7 +238,7 @@ def test_a_restarted_operator_makes_sure_of_the_trainer_rbac_once() -> None:
     kube = StandInKube(the_job(), JobSetWrapper("train", "ml").owner("u-1").obj())
     rec, _ = reconciler(kube)
     assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
-    assert kube.created == ["ServiceAccount", "Role", "RoleBinding"]
+    assert kube.created == ["Role", "RoleBinding"]
 
 
 def test_a_failed_checkpoint_scan_keeps_the_last_committed_step() -> None:

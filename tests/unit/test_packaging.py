@@ -200,10 +200,13 @@ def test_every_copied_file_exists_and_reaches_the_build_context(image: str) -> N
                         f"{dockerfile.name}:{ins.line} copies {rel}, but .dockerignore excludes it"
                     )
                 copied.append(source)
-    # The package cannot be installed without its metadata and both source trees
-    # (setuptools finds packages under operator/ and trainer/).
-    for needed in ("pyproject.toml", "operator", "trainer", PYPROJECT["project"]["readme"]):
+    # The install needs the metadata, the shared API and the image's own package; the
+    # other runtime package and the dev tools must stay out of the image.
+    own = {"operator": "operator", "trainer": "trainer"}[image]
+    for needed in ("pyproject.toml", "api", own, PYPROJECT["project"]["readme"]):
         assert needed in copied, f"{dockerfile.name} never copies {needed}, which the install needs"
+    for unwanted in ({"operator", "trainer"} - {own}) | {"devtools"}:
+        assert unwanted not in copied, f"{dockerfile.name} copies {unwanted}, which it never runs"
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
@@ -436,6 +439,8 @@ def trainer_image_subcommands() -> set[str]:
             if not doc or doc.get("kind") != "ElasticTrainingJob":
                 continue
             job = ElasticTrainingJob.model_validate(doc)
+            if job.spec.trainer.command is not None:
+                continue  # the user's own program and image (maxtext.yaml), not ours
             for obj in render(job):
                 for container in _containers(obj):
                     if container.get("image") == job.spec.trainer.image:

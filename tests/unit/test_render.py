@@ -86,7 +86,9 @@ def test_article_head():
     assert p["hostNetwork"] is True and p["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert p["restartPolicy"] == "Never"
     assert p["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-np"}
-    assert p["serviceAccountName"] == "article-trainer"
+    assert p["serviceAccountName"] == "default"
+    assert head["template"]["spec"]["template"]["metadata"]["annotations"] == {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
     assert [c["name"] for c in p["initContainers"]] == ["pathways-rm", "pathways-proxy"]
     assert [c["name"] for c in p["containers"]] == ["main"]
     c = containers(p)
@@ -155,7 +157,8 @@ def test_article_workers():
          "tolerationSeconds": 30},
     ]
     assert p["affinity"] == QUARANTINE_AFFINITY
-    assert "serviceAccountName" not in p
+    assert p["serviceAccountName"] == "default"  # the head's: one Workload Identity
+    assert "annotations" not in worker["template"]["spec"]["template"]["metadata"]
     (c,) = p["containers"]
     assert c["name"] == "pathways-worker"
     assert c["args"] == ["--server_port=29005", "--resource_manager_address=$(PATHWAYS_HEAD):29001",
@@ -168,6 +171,7 @@ def test_article_workers():
     assert e["MEGASCALE_NUM_SLICES"] == {"fieldRef": {"fieldPath": label("replicatedjob-replicas")}}
     assert e["MEGASCALE_COORDINATOR_ADDRESS"] == {"fieldRef": {"fieldPath": label("coordinator")}}
     assert e["TPU_MIN_LOG_LEVEL"] == e["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert e["MEGASCALE_GRPC_ENABLE_XOR_TRACER"] == "false"  # as pathways-job and xpk
 
 
 def test_labels_on_every_object_and_pod_template():
@@ -186,9 +190,9 @@ def test_labels_on_every_object_and_pod_template():
 def test_rbac():
     objects = render(make())
     kinds = [o["kind"] for o in objects]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "JobSet"]
-    sa, role, binding, _ = objects
-    assert sa["metadata"] == {**sa["metadata"], "name": "train-trainer", "namespace": "ml"}
+    assert kinds == ["Role", "RoleBinding", "JobSet"]  # no ServiceAccount of our own
+    role, binding, _ = objects
+    assert role["metadata"] == {**role["metadata"], "name": "train-trainer", "namespace": "ml"}
     assert role["rules"] == [
         {"apiGroups": ["elastic.pathways.dev"], "resources": ["elastictrainingjobs"],
          "resourceNames": ["train"], "verbs": ["get"]},
@@ -197,16 +201,17 @@ def test_rbac():
     ]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "train-trainer"}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "train-trainer",
+    # Bound to the account the pods run as: the namespace's default.
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "default",
                                     "namespace": "ml"}]
 
 
 def test_simulated_rbac_can_watch_pods():
-    role = render(load_example("simulated"))[1]
+    role = render(load_example("simulated"))[0]
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]} in role["rules"]
 
 
-def test_user_service_account_replaces_the_trainer_account():
+def test_user_service_account_is_every_pods_and_the_trainers():
     objects = render(make(serviceAccountName="tpu-sa"))
     assert [o["kind"] for o in objects] == ["Role", "RoleBinding", "JobSet"]
     assert objects[1]["subjects"][0]["name"] == "tpu-sa"
@@ -351,7 +356,8 @@ def test_options_flow_through():
     assert "--no-async-checkpoint" in cmd
     assert cmd[cmd.index("--min-slices") + 1] == "2"
     assert cmd[cmd.index("--snapshot-period") + 1] == "4"
-    assert cmd[-2:] == ["--x", "1"]
+    assert cmd[-2:] == ["--backend", "pathways"]
+    assert main["args"] == ["--x", "1"]  # after the command, as in a core/v1 container
     assert worker["containers"][0]["resources"] == {
         "limits": {"google.com/tpu": "4"}, "requests": {"cpu": "1"}}
 

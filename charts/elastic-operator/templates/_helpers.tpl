@@ -71,11 +71,8 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-# The per-job trainer identity (ServiceAccount, Role, RoleBinding), created once; the
-# Role only grants what the operator holds above, so no `bind` or `escalate`.
-- apiGroups: [""]
-  resources: ["serviceaccounts"]
-  verbs: ["create"]
+# The per-job trainer Role and its RoleBinding (to the pods' ServiceAccount), created
+# once; the Role only grants what the operator holds above, so no `bind` or `escalate`.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["create"]

@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--cpu-nodes", type=int, default=None,
                     help="nodes in the cpu-np pool (default 4)")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
+    up.add_argument("--kueue", action="store_true",
+                    help="also run Kueue (quota and admission for JobSets); added to a "
+                    "running cluster that lacks it")
 
     down = sub.add_parser("down", help="stop every process of the cluster")
     down.add_argument("--dir", type=Path, default=None, help=dir_help)
@@ -50,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             tpu_pools=tuple(args.tpu_pools) if args.tpu_pools else lc.DEFAULT_TPU_POOLS,
             cpu_nodes=args.cpu_nodes if args.cpu_nodes is not None else lc.DEFAULT_CPU_NODES,
             timeout=args.timeout,
+            kueue=args.kueue,
         )
         try:
             cluster = lc.up(config)
