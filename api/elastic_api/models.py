@@ -153,7 +153,8 @@ class ElasticSpec(ApiModel):
 
 
 class RecoverySpec(ApiModel):
-    """How the operator replaces a failed slice (docs/operations.md, "Slice replacement")."""
+    """How the operator replaces a failed slice (docs/operations.md, "Slice replacement, hot
+    spares and maintenance")."""
 
     replace_slices: bool = Field(
         True,
@@ -168,8 +169,8 @@ class RecoverySpec(ApiModel):
     )
     force_delete_after_seconds: SpecInt = Field(
         5, ge=0, le=600,
-        description="A pod of a slice being replaced that is Terminating this long on a node "
-        "that is not Ready is deleted with grace period 0.",
+        description="A worker pod being deleted on a node that has not been Ready this long "
+        "(or is gone) is deleted with grace period 0.",
     )
     worker_node_toleration_seconds: SpecInt = Field(
         30, ge=0, le=3600,
