@@ -136,5 +136,6 @@ class Phase:
     RECOVERING: Final = "Recovering"
     DEGRADED: Final = "Degraded"
     SUSPENDED: Final = "Suspended"
+    QUEUED: Final = "Queued"  # a queue (Kueue) has not admitted it, or took it back
     SUCCEEDED: Final = "Succeeded"
     FAILED: Final = "Failed"

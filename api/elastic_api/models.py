@@ -733,6 +733,9 @@ class Counters(StatusModel):
     job_set_restarts: int = 0
     trainer_restarts: int = Field(
         0, description="Times a new trainer process replaced the one that was reporting.")
+    preemptions: int = Field(
+        0, description="Times Kueue preempted the job (evicted it to admit another); none "
+        "counts as a slice failure or a JobSet restart.")
 
 
 class TrainerProcess(StatusModel):
@@ -754,6 +757,22 @@ class CheckpointStatus(StatusModel):
     error: str | None = None
 
 
+class AdmissionStatus(StatusModel):
+    """Where a queued job (Kueue) stands with its queue; the `Admitted` condition says it
+    in words. Absent on jobs that no queue admits."""
+
+    workload: str | None = Field(None, description="The Workload Kueue made for the JobSet.")
+    queue_name: str | None = Field(None, description="The LocalQueue it waits in.")
+    cluster_queue: str | None = Field(None, description="The ClusterQueue that admitted it.")
+    admitted_at: datetime | None = Field(
+        None, description="When Kueue last admitted it (the Workload's Admitted condition).")
+    evicted_at: datetime | None = Field(
+        None, description="When Kueue last evicted it (preempted, deactivated, ...).")
+    workload_preemptions: int = Field(
+        0, description="Preemptions Kueue counted on this Workload (its schedulingStats), "
+        "as last seen: what counters.preemptions has taken into account.")
+
+
 class ElasticTrainingJobStatus(StatusModel):
     observed_generation: int | None = None
     phase: str | None = Field(None, description="Short status for `kubectl get`.")
@@ -763,6 +782,7 @@ class ElasticTrainingJobStatus(StatusModel):
     slices: list[SliceStatus] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
     counters: Counters = Field(default_factory=Counters)
+    admission: AdmissionStatus | None = None
     last_recovery: RecoveryRecord | None = None
     checkpoint: CheckpointStatus | None = None
     trainer_process: TrainerProcess | None = None

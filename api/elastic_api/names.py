@@ -28,6 +28,9 @@ APPLIED_SPEC_ANNOTATION = f"{GROUP}/applied-spec"
 QUARANTINE_LABEL = f"{GROUP}/quarantined"
 # On nodes, with the label: when (RFC 3339; a label value cannot hold ':').
 QUARANTINED_AT_ANNOTATION = f"{GROUP}/quarantined-at"
+# On a JobSet the operator suspended for spec.suspend, or a Workload it deactivated for
+# it: the hold is the operator's own, to release on resume (another's hold is left alone).
+SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
 
 # --- JobSet -----------------------------------------------------------------------------------
 

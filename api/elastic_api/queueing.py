@@ -27,6 +27,21 @@ REASON_PREEMPTED = "Preempted"
 REASON_EVICTED = "Evicted"
 # status False: spec.suspend is true; the job does not ask Kueue for quota meanwhile.
 REASON_SUSPENDED_BY_USER = "Suspended"
+# status Unknown: the job names a queue, yet its JobSet runs without a Workload (Kueue is
+# not installed, runs without its JobSet integration, or does not watch the namespace).
+REASON_NO_WORKLOAD = "NoWorkload"
 
 REASONS = (REASON_WAITING_FOR_ADMISSION, REASON_ADMITTED, REASON_PREEMPTED, REASON_EVICTED,
-           REASON_SUSPENDED_BY_USER)
+           REASON_SUSPENDED_BY_USER, REASON_NO_WORKLOAD)
+
+# --- Kueue's own words on a Workload (kueue.x-k8s.io/v1beta2), as the operator reads them --
+
+WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
+WORKLOAD_ADMITTED = "Admitted"
+WORKLOAD_EVICTED = "Evicted"
+WORKLOAD_PREEMPTED = "Preempted"
+WORKLOAD_FINISHED = "Finished"
+# The Evicted reason (and schedulingStats.evictions[].reason) of a preemption; a
+# deactivation's is "Deactivated", possibly "DeactivatedDueTo<cause>".
+EVICTED_BY_PREEMPTION = "Preempted"
+EVICTED_BY_DEACTIVATION = "Deactivated"

@@ -2,7 +2,8 @@
 Scheduler reconciles (app.py builds the parts).
 
 Pod events also tell the NodeIndex which jobs run on which node, and node events tell it
-readiness: a node that turns NotReady reconciles its jobs at once. A periodic resync
+readiness: a node that turns NotReady reconciles its jobs at once. Where Kueue is
+installed, a Workload's events reconcile the job whose JobSet owns it. A periodic resync
 makes the whole thing level-based: a lost event costs at most one resync interval.
 """
 from __future__ import annotations
@@ -21,6 +22,9 @@ from elastic_api.names import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    KUEUE_WORKLOAD_PLURAL,
     PLURAL,
     VERSION,
 )
@@ -44,8 +48,10 @@ class WatchScope:
         return self.clusterwide or any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
 
 
-def build_registry(op: Operator, scope: WatchScope,
-                   resync_interval_s: float) -> kopf.OperatorRegistry:
+def build_registry(op: Operator, scope: WatchScope, resync_interval_s: float, *,
+                   watch_workloads: bool = True) -> kopf.OperatorRegistry:
+    """watch_workloads: Kueue's Workload API is served (checked once at start: with CRD
+    scanning off, kopf would only warn about a resource that is not)."""
     registry = kopf.OperatorRegistry()
     background: list[asyncio.Task[None]] = []
 
@@ -56,6 +62,8 @@ def build_registry(op: Operator, scope: WatchScope,
         return kopf.login_via_client(**kw)
 
     _register_watches(registry, op)
+    if watch_workloads:
+        _register_workload_watch(registry, op)
 
     @kopf.on.startup(registry=registry)
     async def startup(**kw: Any) -> None:
@@ -114,6 +122,24 @@ def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:
         else:
             jobs = op.nodes.node_seen(node_from_dict(dict(body)))
         await asyncio.gather(*(op.scheduler.trigger(*job) for job in jobs))
+
+
+def _register_workload_watch(registry: kopf.OperatorRegistry, op: Operator) -> None:
+    @kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL, registry=registry)
+    async def workload_event(**kw: Any) -> None:
+        job = owning_job(kw["body"])
+        # Only jobs already known: other teams' JobSets have Workloads too.
+        if job is not None and op.scheduler.knows(kw["namespace"], job):
+            await op.scheduler.trigger(kw["namespace"], job)
+
+
+def owning_job(workload: Any) -> str | None:
+    """The job whose JobSet owns this Workload (a JobSet is named after its job)."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "JobSet" and \
+                str(ref.get("apiVersion", "")).startswith(f"{JOBSET_GROUP}/"):
+            return str(ref.get("name", "")) or None
+    return None
 
 
 async def resync(op: Operator, scope: WatchScope, interval_s: float) -> None:

@@ -15,8 +15,13 @@ from urllib.parse import quote
 from elastic_api.names import (
     GROUP,
     JOBSET_NAME_LABEL,
+    KUEUE_GROUP,
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_VERSION,
+    KUEUE_WORKLOAD_PLURAL,
     PLURAL,
     REPLICATED_JOB_LABEL,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
     VERSION,
     WORKER_REPLICATED_JOB,
     job_pods_selector,
@@ -24,6 +29,7 @@ from elastic_api.names import (
 from elastic_operator.core.events import StatusEvent
 
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
+KUEUE_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 REQUEST_TIMEOUT_S = 15.0
 EVENT_SOURCE = "elastic-training-operator"
 
@@ -99,6 +105,12 @@ def _parse_status(body: str) -> dict[str, Any]:
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _held_by_operator(patch: dict[str, Any], held: bool) -> dict[str, Any]:
+    """The merge patch, with the operator's mark set (held) or removed."""
+    return {"metadata": {"annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION:
+                                         "true" if held else None}}, **patch}
 
 
 def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
@@ -192,6 +204,27 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
+    def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
+        """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not
+        served."""
+        try:
+            result = self.request(
+                "GET", f"{KUEUE_PATH}/namespaces/{quote(namespace)}/{KUEUE_WORKLOAD_PLURAL}",
+                query={"labelSelector": f"{KUEUE_JOB_UID_LABEL}={jobset_uid}"})
+        except ApiError as e:
+            if e.status == 404:
+                return []
+            raise
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    def serves(self, group_version: str, plural: str) -> bool:
+        """Whether the API server serves this resource (discovery, which every
+        authenticated client may read)."""
+        found = self._get_or_none(f"/apis/{group_version}")
+        return found is not None and any(
+            isinstance(r, dict) and r.get("name") == plural for r in found.get("resources", []))
+
     def get_nodes(self, names: Iterable[str]) -> list[dict[str, Any]]:
         nodes = []
         for name in sorted(set(names)):
@@ -216,10 +249,23 @@ class Kube:
             raise
 
     def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
-        """Set the JobSet's spec.suspend; the JobSet as patched."""
+        """Set the JobSet's spec.suspend, marked as the operator's hold (the mark goes on
+        resume); the JobSet as patched."""
         patched: dict[str, Any] = self.request(
             "PATCH", f"{JOBSET_PATH}/namespaces/{quote(namespace)}/jobsets/{quote(name)}",
-            body={"spec": {"suspend": suspend}}, content_type="application/merge-patch+json",
+            body=_held_by_operator({"spec": {"suspend": suspend}}, suspend),
+            content_type="application/merge-patch+json",
+        )
+        return patched
+
+    def patch_workload_active(self, namespace: str, name: str, active: bool) -> dict[str, Any]:
+        """Set a Kueue Workload's spec.active (what `kueuectl stop|resume workload` does),
+        a deactivation marked as the operator's; the Workload as patched."""
+        patched: dict[str, Any] = self.request(
+            "PATCH", f"{KUEUE_PATH}/namespaces/{quote(namespace)}/{KUEUE_WORKLOAD_PLURAL}/"
+            f"{quote(name)}",
+            body=_held_by_operator({"spec": {"active": active}}, not active),
+            content_type="application/merge-patch+json",
         )
         return patched
 

@@ -34,6 +34,10 @@ class OperatorMetrics:
             "etj_trainer_restarts_total",
             "New trainer processes that replaced a reporting one (head container restarts).",
             labels, registry=registry)
+        self.preemptions = Counter(
+            "etj_preemptions_total",
+            "Times Kueue preempted the job (evicted it to admit another); not slice failures.",
+            labels, registry=registry)
         self.detection_latency = Histogram(
             "etj_slice_down_detection_seconds",
             "From a host's failure (container finishedAt, delete request, node NotReady) to "
@@ -116,6 +120,9 @@ class OperatorMetrics:
         restarts = new.counters.trainer_restarts - previous.counters.trainer_restarts
         if restarts > 0:
             self.trainer_restarts.labels(namespace, job).inc(restarts)
+        preemptions = new.counters.preemptions - previous.counters.preemptions
+        if preemptions > 0:
+            self.preemptions.labels(namespace, job).inc(preemptions)
         if new.slices_desired is not None:
             self.desired_slices.labels(namespace, job).set(new.slices_desired)
         if new.slices_ready is not None:
@@ -172,8 +179,9 @@ class OperatorMetrics:
     def forget(self, namespace: str, job: str) -> None:
         """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
         for metric in (self.slice_failures, self.elastic_events, self.trainer_restarts,
-                       self.active_slices, self.desired_slices, self.ready_slices,
-                       self.goodput_ratio, self.productive_seconds, self.slice_down_seconds):
+                       self.preemptions, self.active_slices, self.desired_slices,
+                       self.ready_slices, self.goodput_ratio, self.productive_seconds,
+                       self.slice_down_seconds):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, job)
         for action in _ACTIONS.values():

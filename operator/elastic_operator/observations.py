@@ -1,9 +1,10 @@
 """What a reconcile reads about one job, behind one small interface.
 
 `Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
-their nodes and the newest checkpoint scan. `ApiObservations` reads them from the API
-server (kube.py), nodes from the node watch (NodeIndex) and scans from the
-CheckpointScanner; a watch-fed cache can take its place without touching the reconciler.
+their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
+`ApiObservations` reads them from the API server (kube.py), nodes from the node watch
+(NodeIndex) and scans from the CheckpointScanner; a watch-fed cache can take its place
+without touching the reconciler.
 """
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ from elastic_operator.observed import (
     ObservedNode,
     ObservedPod,
     ObservedPool,
+    ObservedWorkload,
     job_from_dict,
     jobset_from_dict,
     node_from_dict,
     pod_from_dict,
+    workload_from_dict,
 )
 from elastic_operator.scanner import CheckpointScanner
 
@@ -40,6 +43,11 @@ class Observations(Protocol):
 
     def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
         """The nodes of these names that exist."""
+        ...
+
+    def workload(self, namespace: str, jobset_uid: str) -> ObservedWorkload | None:
+        """The Workload Kueue made for the JobSet with this uid (None: none). Read after
+        the pods: Kueue evicts a Workload before its JobSet's pods go."""
         ...
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
@@ -78,6 +86,14 @@ class ApiObservations:
         if missing:  # not seen on the node watch yet
             known.update((n.name, n) for n in map(node_from_dict, self.kube.get_nodes(missing)))
         return known
+
+    def workload(self, namespace: str, jobset_uid: str) -> ObservedWorkload | None:
+        found = self.kube.list_workloads(namespace, jobset_uid)
+        if not found:
+            return None
+        # One per JobSet; should Kueue ever hold two (one replacing the other), the newest.
+        newest = max(found, key=lambda w: str(w.get("metadata", {}).get("creationTimestamp")))
+        return workload_from_dict(newest)
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)

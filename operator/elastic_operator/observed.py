@@ -24,10 +24,12 @@ from elastic_api.names import (
     QUARANTINED_AT_ANNOTATION,
     REPLICATED_JOB_LABEL,
     SCHEDULED_MAINTENANCE_LABEL,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
     TPU_ACCELERATOR_LABEL,
     TPU_TOPOLOGY_LABEL,
     WORKER_REPLICATED_JOB,
 )
+from elastic_api.queueing import EVICTED_BY_PREEMPTION
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -156,6 +158,40 @@ class ObservedJobSet:
     replicated_jobs: tuple[ReplicatedJobStatus, ...] = ()
     owner_uid: str | None = None  # uid of the controller ownerReference
     applied_spec: str | None = None  # APPLIED_SPEC_ANNOTATION
+    uid: str | None = None
+    suspended_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
+
+
+@dataclass(frozen=True)
+class ObservedCondition:
+    type: str
+    status: str  # True, False, Unknown
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ObservedWorkload:
+    """The Workload Kueue made for the job's JobSet (kueue.x-k8s.io/v1beta2)."""
+
+    name: str
+    active: bool = True  # spec.active (unset: active)
+    deactivated_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
+    queue_name: str | None = None  # spec.queueName (the LocalQueue)
+    cluster_queue: str | None = None  # status.admission.clusterQueue, while it has quota
+    conditions: tuple[ObservedCondition, ...] = ()
+    # The preemptions Kueue counted on it (status.schedulingStats.evictions, reason
+    # Preempted): it keeps counting across requeues, so a reconcile that missed a short
+    # eviction still sees it.
+    preemptions: int = 0
+
+    def condition(self, type_: str) -> ObservedCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def is_true(self, type_: str) -> bool:
+        cond = self.condition(type_)
+        return cond is not None and cond.status == "True"
 
 
 @dataclass(frozen=True)
@@ -206,6 +242,8 @@ class Observed:
     jobs: dict[int, ObservedJob] = field(default_factory=dict)
     # The node pools of the job's TPU shape (hot spares among them).
     pools: tuple[ObservedPool, ...] = ()
+    # None: no Workload, or none looked for (the job is not queued).
+    workload: ObservedWorkload | None = None
 
 
 def _epoch(value: Any) -> datetime | None:
@@ -353,6 +391,7 @@ def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:
             owner_uid = ref.get("uid") if isinstance(ref.get("uid"), str) else None
     annotations = _dict(meta.get("annotations"))
     applied = annotations.get(APPLIED_SPEC_ANNOTATION)
+    uid = meta.get("uid")
     return ObservedJobSet(
         name=str(meta.get("name", "")),
         suspended=spec.get("suspend") is True,
@@ -363,4 +402,36 @@ def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:
         replicated_jobs=rjs,
         owner_uid=owner_uid,
         applied_spec=applied if isinstance(applied, str) else None,
+        uid=uid if isinstance(uid, str) and uid else None,
+        suspended_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in annotations,
+    )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
+    meta = _dict(obj.get("metadata"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    conditions = tuple(
+        ObservedCondition(type=str(c.get("type")), status=str(c.get("status", "Unknown")),
+                          reason=_str_or_none(c.get("reason")) or "",
+                          message=_str_or_none(c.get("message")) or "",
+                          last_transition_time=parse_time(c.get("lastTransitionTime")))
+        for c in map(_dict, _list(status.get("conditions"))) if isinstance(c.get("type"), str)
+    )
+    evictions = _list(_dict(status.get("schedulingStats")).get("evictions"))
+    preemptions = sum(max(_int(e.get("count")) or 0, 0) for e in map(_dict, evictions)
+                      if e.get("reason") == EVICTED_BY_PREEMPTION)
+    return ObservedWorkload(
+        name=str(meta.get("name", "")),
+        active=spec.get("active") is not False,
+        deactivated_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in _dict(
+            meta.get("annotations")),
+        queue_name=_str_or_none(spec.get("queueName")),
+        cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),
+        conditions=conditions,
+        preemptions=preemptions,
     )

@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
+    from elastic_api.names import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL
     from elastic_operator.app import ReplacementSettings, build_operator
     from elastic_operator.handlers import WatchScope, build_registry, configure_settings
     from elastic_operator.kube import Kube
@@ -99,10 +100,16 @@ def run(args: argparse.Namespace) -> int:
                                 cooldown_s=args.node_action_cooldown_seconds),
         release_after_s=args.quarantine_release_after_seconds,
         repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds)
-    operator = build_operator(Kube.from_environment(), OperatorMetrics(),
+    kube = Kube.from_environment()
+    operator = build_operator(kube, OperatorMetrics(),
                               checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
                               replacement=replacement)
-    registry = build_registry(operator, scope, args.resync_seconds)
+    # Kueue's Workloads are watched where Kueue is installed (restart the operator after
+    # installing it); its jobs are reconciled without the watch too, at each resync.
+    kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)
+    logging.getLogger("elastic_operator").info(
+        "Kueue's Workload API is %s", "served: watching Workloads" if kueue else "not served")
+    registry = build_registry(operator, scope, args.resync_seconds, watch_workloads=kueue)
     settings = kopf.OperatorSettings()
     configure_settings(settings, scope)
     kopf.run(

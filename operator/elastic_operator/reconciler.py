@@ -1,9 +1,10 @@
 """One reconcile of one job: the thin I/O layer around the pure core.
 
-Read the job and its JobSet (Observations); plan (core.plan) and execute the plan's
-actions; read the pods, their nodes and the newest checkpoint scan; compute the status
-(core.status) and write it once, as a merge patch that never touches status.training;
-then post the Events and record the metrics it implies. Synchronous: the Scheduler runs
+Read the job, its JobSet, its pods and, for a queued job, the JobSet's Kueue Workload
+(Observations); plan (core.plan) and execute the plan's actions; read the pods' nodes and
+the newest checkpoint scan; compute the status (core.status) and write it once, as a
+merge patch that never touches status.training; then post the Events and record the
+metrics it implies. Synchronous: the Scheduler runs
 it in a worker thread, never two at once for one job.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, assert_never
 from elastic_api.catalog import slice_shape
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.names import GROUP, PLURAL
+from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.parsing import parse_job, parse_status
@@ -26,6 +28,7 @@ from elastic_operator.core.plan import (
     CreateObject,
     PatchJobSetSuspend,
     Plan,
+    SetWorkloadActive,
     is_terminal,
     plan_reconcile,
 )
@@ -35,7 +38,14 @@ from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.observations import Observations
-from elastic_operator.observed import Observed, ObservedJobSet, ObservedPool, jobset_from_dict
+from elastic_operator.observed import (
+    Observed,
+    ObservedJobSet,
+    ObservedPool,
+    ObservedWorkload,
+    jobset_from_dict,
+    workload_from_dict,
+)
 from elastic_operator.render import jobset_name, render
 from elastic_operator.replacer import Replacer
 
@@ -118,25 +128,29 @@ class Reconciler:
         job = parsed.job
         children = (namespace, name, job.metadata.uid or "")
         jobset = self.observations.jobset(namespace, jobset_name(job))
-        plan = plan_reconcile(job, rendered, jobset, parsed.previous,
+        pods = self.observations.pods(namespace, name)
+        # After the pods (Observations.workload): pods going because Kueue took the job
+        # back come with a Workload that says so.
+        workload = self.observations.workload(namespace, jobset.uid or "") \
+            if jobset is not None and wants_workload(job, jobset, parsed.previous) else None
+        plan = plan_reconcile(job, rendered, jobset, parsed.previous, workload=workload,
                               ensure_children=children not in self._children_ensured)
         if plan.why_not:
             logger.debug("%s/%s: %s", namespace, name, plan.why_not)
         try:
-            jobset = self._execute(plan, jobset)
+            jobset, workload = self._execute(plan, jobset, workload)
         except Refused as e:
             self._report_invalid_spec(raw, str(e))
             return
         if plan.why_not is None:
             self._children_ensured.add(children)
 
-        pods = self.observations.pods(namespace, name)
         observed = Observed(
             jobset=jobset, pods=pods,
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
             checkpoint=self.observations.checkpoint(namespace, name,
                                                     job.spec.checkpoint.directory),
-            pools=self._pools(job))
+            workload=workload, pools=self._pools(job))
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
@@ -174,8 +188,11 @@ class Reconciler:
             # A little after the due time: the check compares against the clock then.
             self.wake(namespace, job.metadata.name, max(0.0, min(due)) + 0.1)
 
-    def _execute(self, plan: Plan, jobset: ObservedJobSet | None) -> ObservedJobSet | None:
-        """Run the plan's actions in order; the JobSet as the last write returned it."""
+    def _execute(self, plan: Plan, jobset: ObservedJobSet | None,
+                 workload: ObservedWorkload | None,
+                 ) -> tuple[ObservedJobSet | None, ObservedWorkload | None]:
+        """Run the plan's actions in order; the JobSet and the Workload as the last
+        writes returned them."""
         for action in plan.actions:
             match action:
                 case CreateObject():
@@ -186,9 +203,15 @@ class Reconciler:
                     logger.info("%s JobSet %s/%s", "suspended" if action.suspend else "resumed",
                                 action.namespace, action.jobset)
                     jobset = jobset_from_dict(patched)
+                case SetWorkloadActive():
+                    patched = self.kube.patch_workload_active(action.namespace,
+                                                              action.workload, action.active)
+                    logger.info("%s Workload %s/%s", "reactivated" if action.active
+                                else "deactivated", action.namespace, action.workload)
+                    workload = workload_from_dict(patched)
                 case _:
                     assert_never(action)
-        return jobset
+        return jobset, workload
 
     def _create(self, action: CreateObject) -> ObservedJobSet | None:
         """Create one object; for a JobSet, the JobSet as it now is."""

@@ -93,6 +93,11 @@ class Scheduler:
         if entry is not None:
             entry[1].cancel()
 
+    def knows(self, namespace: str, name: str) -> bool:
+        """Whether this job was ever triggered (and not forgotten since): every job is, by
+        its own watch, before anything else about it matters."""
+        return (namespace, name) in self._locks
+
     def retry_pending(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self._retries
 

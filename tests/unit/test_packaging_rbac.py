@@ -47,6 +47,9 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "lower_job_backoff_limit": {("batch", "jobs", "patch")},
     "label_node": {("", "nodes", "patch")},
     "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
+    "list_workloads": {("kueue.x-k8s.io", "workloads", "list")},
+    "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
+    "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
     "post_event": {("", "events", "create")},
     "create": set(),  # filled in by created_kinds()
@@ -193,8 +196,10 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
     expected_http = {"get_job": "GET", "list_jobs": "GET", "get_jobset": "GET",
                      "list_job_pods": "GET", "get_nodes": "GET", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
-                     "post_event": "POST", "list_worker_jobs": "GET",
-                     "lower_job_backoff_limit": "PATCH", "label_node": "PATCH"}
+                     "post_event": "POST", "list_workloads": "GET",
+                     "patch_workload_active": "PATCH", "serves": "GET",
+                     "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
+                     "label_node": "PATCH"}
     for name, method in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
         uses_helper = "_get_or_none" in source and method == "GET"
@@ -202,6 +207,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
     fragments: dict[str, Any] = {"list_job_pods": "/pods", "get_nodes": "/nodes/",
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
                                  "patch_job_status": "/status", "post_event": "/events",
+                                 "list_workloads": "KUEUE_WORKLOAD_PLURAL",
+                                 "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
                                  "list_worker_jobs": "/jobs", "delete_job": "/jobs/",
                                  "delete_pod_now": "/pods/", "lower_job_backoff_limit": "/jobs/",
                                  "label_node": "/nodes/"}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from elastic_api.conditions import ConditionType, Phase, Reason
+from elastic_api.queueing import ADMITTED, REASON_PREEMPTED, REASONS
 from elastic_operator.core.ready import JobSummary, readiness
 from elastic_operator.core.status import compute_status
 from tests.builders import T0, WorkerPod, article_job, at, healthy_pods, observe
@@ -26,6 +27,9 @@ ROWS: list[tuple[str, JobSummary, str, str, str]] = [
      Phase.SUCCEEDED),
     ("suspended", JobSummary(3, 0, suspended=True, jobset_exists=False, down_slices=(0,)),
      "False", Reason.SUSPENDED, Phase.SUSPENDED),
+    ("a queue holds it", JobSummary(3, 0, held_by_queue=(REASON_PREEMPTED, "preempted"),
+                                    down_slices=(1,)),
+     "False", REASON_PREEMPTED, Phase.QUEUED),
     ("no JobSet yet", JobSummary(3, 0, jobset_exists=False), "False",
      Reason.JOBSET_NOT_CREATED, Phase.PENDING),
     ("a slice down", JobSummary(3, 2, down_slices=(2,), recovering=True, degraded=True),
@@ -76,10 +80,11 @@ def test_compute_status_feeds_the_cascade() -> None:
                                                           Phase.SLICE_DOWN)
 
 
-def documented_conditions() -> dict[str, set[str]]:
-    """docs/architecture.md's condition table: type -> the reasons it names."""
+def documented_conditions(header: str = "| condition | True when | reasons |",
+                          ) -> dict[str, set[str]]:
+    """A condition table of docs/architecture.md: type -> the reasons it names."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    table = text[text.index("| condition | True when | reasons |"):]
+    table = text[text.index(header):]
     rows = {}
     for line in table.splitlines()[2:]:
         if not line.startswith("|"):
@@ -100,3 +105,8 @@ def test_every_documented_word_is_a_constant() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     sentence = text[text.index("`status.phase`"):].split("\n\n")[0]
     assert set(re.findall(r"`([A-Z]\w+)`", sentence)) == phases
+
+
+def test_the_admitted_condition_is_documented_with_its_reasons() -> None:
+    queued = documented_conditions("| condition (queued jobs) | True when | reasons |")
+    assert queued == {ADMITTED: set(REASONS)}

@@ -71,6 +71,11 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# Kueue (where installed): a queued job's Workload, found by its JobSet's uid and watched;
+# patch deactivates and reactivates it for spec.suspend (Kueue owns the JobSet's suspend).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch", "patch"]
 # The per-job trainer Role and its RoleBinding (to the pods' ServiceAccount), created
 # once; the Role only grants what the operator holds above, so no `bind` or `escalate`.
 - apiGroups: ["rbac.authorization.k8s.io"]

@@ -4,6 +4,11 @@ operator's objects carry to say they are its own.
 The plan is pure; the reconciler (the thin I/O layer) executes its actions in order.
 Creation is idempotent (an object that exists is left alone) and a JobSet that existed
 is never recreated: that would reset JobSet's restart budget and lose the trainer.
+
+spec.suspend holds and releases the job only through what is the operator's to hold:
+the JobSet's suspend, marked as the operator's (a JobSet that another suspended, an
+admission controller say, is never unsuspended), or, when Kueue manages the JobSet
+(it owns its suspend both ways), the Workload's spec.active, marked the same way.
 """
 from __future__ import annotations
 
@@ -14,8 +19,12 @@ from typing import Any
 
 from elastic_api.conditions import ConditionType
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
-from elastic_api.names import APPLIED_SPEC_ANNOTATION
-from elastic_operator.observed import ObservedJobSet
+from elastic_api.names import (
+    APPLIED_SPEC_ANNOTATION,
+    KUEUE_QUEUE_NAME_LABEL,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+)
+from elastic_operator.observed import ObservedJobSet, ObservedWorkload
 
 
 @dataclass(frozen=True)
@@ -31,14 +40,26 @@ class CreateObject:
 
 @dataclass(frozen=True)
 class PatchJobSetSuspend:
-    """Apply spec.suspend to the JobSet (the one spec field applied in place)."""
+    """Apply spec.suspend to the JobSet (the one spec field applied in place), marking the
+    hold as the operator's (or clearing the mark)."""
 
     namespace: str
     jobset: str
     suspend: bool
 
 
-Action = CreateObject | PatchJobSetSuspend
+@dataclass(frozen=True)
+class SetWorkloadActive:
+    """Apply spec.suspend to a JobSet Kueue manages: deactivate its Workload (Kueue then
+    evicts it, suspends the JobSet and frees the quota), marked as the operator's, or
+    reactivate one the operator deactivated (it queues again)."""
+
+    namespace: str
+    workload: str
+    active: bool
+
+
+Action = CreateObject | PatchJobSetSuspend | SetWorkloadActive
 
 
 # --- slice replacement (core/replacement.py plans these after the status is written) ---
@@ -130,7 +151,10 @@ def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[d
             meta["namespace"] = job.metadata.namespace
         meta["ownerReferences"] = [owner_reference(job)]
         if obj.get("kind") == "JobSet":
-            meta.setdefault("annotations", {})[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
+            annotations = meta.setdefault("annotations", {})
+            annotations[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
+            if job.spec.suspend:  # created suspended: the operator's own hold
+                annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
         out.append(obj)
     return out
 
@@ -151,10 +175,12 @@ def plan_reconcile(
     jobset: ObservedJobSet | None,
     previous: ElasticTrainingJobStatus,
     *,
+    workload: ObservedWorkload | None = None,
     ensure_children: bool = False,
 ) -> Plan:
     """Create what is missing, apply suspend; never recreate a JobSet that existed.
 
+    workload: the JobSet's Kueue Workload, if it has one.
     ensure_children: the JobSet exists but this process has not yet made sure of the
     objects rendered beside it (the trainer's RBAC): create them again (idempotent)."""
     if jobset is None:
@@ -163,6 +189,10 @@ def plan_reconcile(
         if previous.job_set_name:
             return Plan(why_not=f"JobSet {previous.job_set_name} existed and is gone; "
                         "not recreated (that would reset its restart budget)")
+        if job.spec.suspend and job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL):
+            # Kueue could admit and start it before its Workload is deactivated.
+            return Plan(why_not="spec.suspend is true: a queued job's JobSet is created "
+                        "when it is resumed")
         return Plan(actions=tuple(CreateObject(obj) for obj in owned(job, rendered)))
     if owned_by_another(job, jobset):
         return Plan(why_not=f"JobSet {jobset.name} is owned by another object")
@@ -171,10 +201,38 @@ def plan_reconcile(
     actions: list[Action] = []
     if ensure_children:
         actions += [CreateObject(obj) for obj in owned(job, rendered) if obj["kind"] != "JobSet"]
-    if jobset.suspended != job.spec.suspend:
-        actions.append(PatchJobSetSuspend(job.metadata.namespace or "", jobset.name,
-                                          job.spec.suspend))
+    actions += suspend_actions(job, jobset, workload, previous)
     return Plan(actions=tuple(actions))
+
+
+def suspend_actions(job: ElasticTrainingJob, jobset: ObservedJobSet,
+                    workload: ObservedWorkload | None,
+                    previous: ElasticTrainingJobStatus) -> list[Action]:
+    """Hold or release the job for spec.suspend, only through the operator's own holds."""
+    namespace = job.metadata.namespace or ""
+    suspend = job.spec.suspend
+    if workload is not None:  # Kueue owns the JobSet's suspend: never touch it
+        if suspend and workload.active:
+            return [SetWorkloadActive(namespace, workload.name, active=False)]
+        if not suspend and not workload.active and workload.deactivated_by_operator:
+            return [SetWorkloadActive(namespace, workload.name, active=True)]
+        return []
+    if suspend and not jobset.suspended:
+        return [PatchJobSetSuspend(namespace, jobset.name, True)]
+    if not suspend and jobset.suspended and (
+            jobset.suspended_by_operator or _suspended_by_older_operator(job, previous)):
+        return [PatchJobSetSuspend(namespace, jobset.name, False)]
+    return []
+
+
+def _suspended_by_older_operator(job: ElasticTrainingJob,
+                                 previous: ElasticTrainingJobStatus) -> bool:
+    """An operator from before the mark suspended this JobSet: the status says the job
+    was suspended, and no queue holds it."""
+    was_suspended = any(c.type == ConditionType.SUSPENDED and c.status == "True"
+                        for c in previous.conditions)
+    return was_suspended and previous.admission is None and \
+        not job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL)
 
 
 def spec_drift(job: ElasticTrainingJob, applied: str | None) -> list[str]:

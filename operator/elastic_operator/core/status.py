@@ -1,9 +1,10 @@
 """compute_status: the operator's part of a job's status, from what one reconcile observed.
 
-It assembles the other core modules: the outcome (failure.py) freezes slice tracking;
-slice health (slices.py) feeds recovery accounting (recovery.py); each condition is
-decided by its own function (conditions.py, failure.py) and Ready and the phase
-summarize them (ready.py). Pure: `now` is passed in.
+It assembles the other core modules: the outcome (failure.py) freezes slice tracking,
+and so does a queue (Kueue) that holds the job (admission.py); slice health (slices.py)
+feeds recovery accounting (recovery.py); each condition is decided by its own function
+(conditions.py, failure.py, admission.py) and Ready and the phase summarize them
+(ready.py). Pure: `now` is passed in.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from elastic_api.models import (
     TrainerProcess,
     TrainingReport,
 )
+from elastic_operator.core.admission import Admission, decide_admission
 from elastic_operator.core.checkpoint import checkpoint_status
 from elastic_operator.core.conditions import (
     ConditionSetter,
@@ -72,10 +74,12 @@ def compute_status(
     jobset = observed.jobset
     setter = ConditionSetter(prev.conditions, now, job.metadata.generation)
 
-    # Terminal states first: they freeze slice tracking.
+    # Terminal states first: they freeze slice tracking; so does a queue holding the job.
     outcome = decide_outcome(spec, observed, prev)
-    events = failure_events(outcome)
-    slices, changes = _slices(job, observed, prev, now, outcome)
+    admission = decide_admission(setter, job, jobset, observed.workload, prev,
+                                 outcome.terminal)
+    events = failure_events(outcome) + admission.events
+    slices, changes = _slices(job, observed, prev, now, outcome, admission)
     events += slice_events(changes)
     slices, pools, request, replacement_events = _replacements(
         job, observed, prev, slices, changes, now, outcome.terminal)
@@ -86,6 +90,8 @@ def compute_status(
     events += recovery_events
     recovering = record is not None and record.resumed_at is None and not outcome.terminal
     process, replaced = trainer_process(prev.trainer_process, report)
+    if replaced is not None and _stopped_by_queue(replaced, admission):
+        replaced = None  # Kueue stopped it (preempted, suspended): no restart to warn of
     if replaced is not None and process is not None:
         events.append(trainer_restarted_event(process, replaced, prev.counters.elastic_events))
 
@@ -104,7 +110,10 @@ def compute_status(
         spares_condition(setter, spares, spec.tpu.spares),
         maintenance_condition(setter, slices, outcome.terminal),
     ]
-    summary = _summary(job, observed, slices, outcome, recovering, degraded, report)
+    if admission.condition is not None:
+        conditions.append(admission.condition)
+    summary = _summary(job, observed, slices, outcome, recovering, degraded, report,
+                       admission)
     ready = readiness(summary)
     conditions.insert(0, setter.set(ConditionType.READY, ready.status, ready.reason,
                                     ready.message))
@@ -116,7 +125,8 @@ def compute_status(
         slices_ready=summary.ready_slices,
         slices=slices,
         conditions=conditions,
-        counters=_counters(prev, changes, report, observed, replaced),
+        counters=_counters(prev, changes, report, observed, replaced, admission),
+        admission=admission.status,
         last_recovery=record,
         checkpoint=checkpoint_status(prev.checkpoint, observed.checkpoint),
         trainer_process=process,
@@ -156,16 +166,23 @@ def created_at(job: ElasticTrainingJob) -> datetime | None:
 
 
 def _slices(job: ElasticTrainingJob, observed: Observed, prev: ElasticTrainingJobStatus,
-            now: datetime, outcome: Outcome) -> tuple[list[SliceStatus], list[SliceChange]]:
-    """Slice states; frozen once the job is terminal, Pending while suspended or before
-    the JobSet exists."""
+            now: datetime, outcome: Outcome,
+            admission: Admission) -> tuple[list[SliceStatus], list[SliceChange]]:
+    """Slice states; frozen once the job is terminal, Pending while suspended, while a
+    queue holds the job or before the JobSet exists. (Kueue evicts the Workload before it
+    suspends the JobSet, whose pods then go: pods seen going come with a Workload that
+    says why, as the reconciler reads it after them.)"""
     if outcome.terminal:
         return list(prev.slices), []
     jobset = observed.jobset
     frozen = None
     if jobset is None:
         frozen = Reason.JOBSET_NOT_CREATED
-    elif job.spec.suspend or jobset.suspended:
+    elif job.spec.suspend:
+        frozen = Reason.SUSPENDED
+    elif admission.holds:
+        frozen = admission.reason
+    elif jobset.suspended:
         frozen = Reason.SUSPENDED
     hosts_per_slice = (jobset.worker_hosts_per_slice if jobset and jobset.worker_hosts_per_slice
                        else catalog_hosts(job))
@@ -173,9 +190,15 @@ def _slices(job: ElasticTrainingJob, observed: Observed, prev: ElasticTrainingJo
                           frozen_reason=frozen)
 
 
+def _stopped_by_queue(replaced: TrainerProcess, admission: Admission) -> bool:
+    """The replaced trainer started before Kueue last took the job back."""
+    return (replaced.started_at is not None and admission.evicted_since is not None
+            and admission.evicted_since > replaced.started_at)
+
+
 def _summary(job: ElasticTrainingJob, observed: Observed, slices: list[SliceStatus],
              outcome: Outcome, recovering: bool, degraded: Condition,
-             report: TrainingReport | None) -> JobSummary:
+             report: TrainingReport | None, admission: Admission) -> JobSummary:
     return JobSummary(
         num_slices=job.spec.tpu.num_slices,
         ready_slices=sum(1 for s in slices if s.state == "Ready"),
@@ -188,12 +211,13 @@ def _summary(job: ElasticTrainingJob, observed: Observed, slices: list[SliceStat
         restarting=any(s.state == "Restarting" for s in slices),
         degraded=degraded.status == "True",
         active_slices=report.active_slices if report is not None else None,
+        held_by_queue=(admission.reason, admission.message) if admission.holds else None,
     )
 
 
 def _counters(prev: ElasticTrainingJobStatus, changes: list[SliceChange],
               report: TrainingReport | None, observed: Observed,
-              replaced: TrainerProcess | None) -> Counters:
+              replaced: TrainerProcess | None, admission: Admission) -> Counters:
     """Counters never go backwards (max with what the cluster and the trainer show)."""
     jobset = observed.jobset
     return Counters(
@@ -205,6 +229,7 @@ def _counters(prev: ElasticTrainingJobStatus, changes: list[SliceChange],
         ),
         job_set_restarts=max(prev.counters.job_set_restarts, jobset.restarts if jobset else 0),
         trainer_restarts=prev.counters.trainer_restarts + (replaced is not None),
+        preemptions=prev.counters.preemptions + admission.preemptions,
     )
 
 
