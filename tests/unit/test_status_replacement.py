@@ -331,3 +331,15 @@ def test_a_second_failure_within_the_flap_keeps_one_record(gap: timedelta) -> No
     st, _, _ = step(j, running(j), world(pods), at(11))
     st, reasons, _ = step(j, st, world(pods), at(11) + gap)
     assert st.slices[2].restarts == 1 and Reason.SLICE_REPLACING not in reasons
+
+
+def test_two_dead_slices_and_one_spare_quarantine_one_pool() -> None:
+    """The other slice waits on its own pool for its host (nowhere else to go), instead
+    of racing for the one spare and waiting for a release."""
+    j = job()
+    nodes = nodes_for(spares=1)
+    for name in ("tpu-0-1", "tpu-2-3"):
+        nodes[name] = tpu_node(name, ready=False, status="Unknown", since=at(10))
+    _, _, plan = step(j, running(j), world(nodes=nodes), at(10.5))
+    assert [type(a) for a in plan.actions].count(QuarantinePool) == 1
+    assert [type(a) for a in plan.actions].count(DeleteWorkerJob) == 2

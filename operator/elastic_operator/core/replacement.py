@@ -247,6 +247,7 @@ def plan_replacements(
         return ReplacementPlan()
     actions: list[ReplacementAction] = []
     waits: list[float] = []
+    # Each quarantine sends one slice to one spare: never more quarantines than spares.
     spares = spare_pools(observed.pools, pools_in_use(status.slices))
     pools = {p.name: p for p in status.pools}
     for s in status.slices:
@@ -287,8 +288,9 @@ def _replace(
         pools.get(pool or ""), _node_level_cause(record, pods, observed.nodes),
         spec.recovery.quarantine_after_failures)
     target = next((p for p in observed.pools if p.name == pool), None)
-    if why is not None and target is not None and target.quarantined is None \
-            and [p for p in spares if p != pool]:
+    free = [p for p in spares if p != pool]
+    if why is not None and target is not None and target.quarantined is None and free:
+        spares.remove(free[0])  # taken by this slice
         actions.append(QuarantinePool(target.name, why, tuple(n.name for n in target.nodes),
                                       s.index))
     actions.append(DeleteWorkerJob(namespace, job.name or worker_job_name(jobset, s.index),
