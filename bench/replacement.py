@@ -33,6 +33,8 @@ from elastic_api.names import (
     COMPLETION_INDEX_LABEL,
     GROUP,
     PLURAL,
+    QUARANTINE_LABEL,
+    QUARANTINED_AT_ANNOTATION,
     VERSION,
     worker_pods_selector,
 )
@@ -188,6 +190,13 @@ def _waiting(core: Any, job: str) -> list[str]:
     return sorted(out)
 
 
+def release_quarantines(core: Any) -> None:
+    for node in core.list_node(label_selector=QUARANTINE_LABEL).items:
+        core.patch_node(node.metadata.name, {"metadata": {
+            "labels": {QUARANTINE_LABEL: None},
+            "annotations": {QUARANTINED_AT_ANNOTATION: None}}})
+
+
 class Jobs:
     """Create ours and the baseline, wait for them to run; delete them afterwards."""
 
@@ -252,6 +261,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             _log(f"{count} consecutive failures of slice {SLICE}, ours and baseline at once")
             seq = _both(lambda j: consecutive_failures(api, core, j, count, failure_timeout),
                         jobs)
+        # Each case starts with every pool usable (the failures above may have had a pool
+        # quarantined for RepeatedFailures, which lasts an hour).
+        release_quarantines(core)
         with Jobs(api, "b") as jobs:
             _log(f"a dead node under slice {SLICE}, ours and baseline at once")
             node = _both(lambda j: dead_node(api, core, j, node_timeout, killed), jobs)
