@@ -24,7 +24,7 @@ from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
-from tests.builders import T0, JobSetWrapper, etj
+from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, etj
 
 
 def api_error(code: int, reason: str, message: str, **details: Any) -> ApiError:
@@ -261,3 +261,66 @@ def test_a_failed_checkpoint_scan_keeps_the_last_committed_step() -> None:
     assert checkpoint["error"] == "cannot list gs://b/ckpt: permission denied"
     assert all(p["status"].get("checkpoint", {}).get("latestCommittedStep", 100) is not None
                for p in kube.patches)
+
+
+# --- slice replacement: the intent is written before the operator acts --------------------
+
+
+class ReplacingKube(StandInKube):
+    """A running one-slice job (v5e 2x4: 2 hosts) whose host 1 failed."""
+
+    JOB_UID = "worker-0-uid"
+
+    def __init__(self) -> None:
+        jobset = JobSetWrapper("train", "ml").owner("u-1").workers(1, 2).obj()
+        super().__init__(the_job(), jobset)
+        self.deleted: list[tuple[str, str]] = []
+        self.job_deleting = False
+
+    def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        self._call("list_job_pods")
+        pods = []
+        for host in (0, 1):
+            pod = (PodWrapper.worker(0, host, job="train", namespace="ml")
+                   .labels({"batch.kubernetes.io/controller-uid": self.JOB_UID})
+                   .on_node(f"n{host}"))
+            pod = pod.failed(T0) if host == 1 else pod.running()
+            pods.append(pod.obj())
+        return pods
+
+    def get_nodes(self, names: Any) -> list[dict[str, Any]]:
+        return [NodeWrapper(n).ready().obj() for n in sorted(set(names))]
+
+    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        self._call("list_worker_jobs")
+        meta: dict[str, Any] = {"name": "train-worker-0", "uid": self.JOB_UID,
+                                "labels": {"jobset.sigs.k8s.io/job-index": "0"}}
+        if self.job_deleting:
+            meta["deletionTimestamp"] = "2026-11-29T12:00:01Z"
+        return [{"metadata": meta, "spec": {"backoffLimit": 10}, "status": {}}]
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        self._call("delete_job")
+        self.deleted.append((name, uid))
+        self.job_deleting = True
+        return True
+
+
+def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -> None:
+    kube = ReplacingKube()
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.index("patch_job_status") < kube.calls.index("delete_job")
+    record = kube.job["status"]["slices"][0]["replacement"]
+    assert (record["action"], record["jobUid"]) == ("Replace", ReplacingKube.JOB_UID)
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+    assert rec.reconcile("ml", "train")  # the Job is being deleted now: nothing more
+    assert len(kube.deleted) == 1 and kube.job["status"]["slices"][0]["restarts"] == 1
+
+
+def test_no_delete_when_the_intent_could_not_be_written() -> None:
+    kube = ReplacingKube()
+    kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
+    rec, metrics = reconciler(kube)
+    assert rec.reconcile("ml", "train") is False
+    assert "delete_job" not in kube.calls and errors(metrics) == 1

@@ -41,6 +41,11 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "get_jobset": {("jobset.x-k8s.io", "jobsets", "get")},
     "list_job_pods": {("", "pods", "list")},
     "get_nodes": {("", "nodes", "get")},
+    "list_worker_jobs": {("batch", "jobs", "list")},
+    "delete_job": {("batch", "jobs", "delete")},
+    "delete_pod_now": {("", "pods", "delete")},
+    "lower_job_backoff_limit": {("batch", "jobs", "patch")},
+    "label_node": {("", "nodes", "patch")},
     "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
     "list_workloads": {("kueue.x-k8s.io", "workloads", "list")},
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
@@ -192,7 +197,9 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "list_job_pods": "GET", "get_nodes": "GET", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
                      "post_event": "POST", "list_workloads": "GET",
-                     "patch_workload_active": "PATCH", "serves": "GET"}
+                     "patch_workload_active": "PATCH", "serves": "GET",
+                     "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
+                     "label_node": "PATCH"}
     for name, method in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
         uses_helper = "_get_or_none" in source and method == "GET"
@@ -201,6 +208,9 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
                                  "patch_job_status": "/status", "post_event": "/events",
                                  "list_workloads": "KUEUE_WORKLOAD_PLURAL",
-                                 "patch_workload_active": "KUEUE_WORKLOAD_PLURAL"}
+                                 "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
+                                 "list_worker_jobs": "/jobs", "delete_job": "/jobs/",
+                                 "delete_pod_now": "/pods/", "lower_job_backoff_limit": "/jobs/",
+                                 "label_node": "/nodes/"}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)
