@@ -170,6 +170,8 @@ metadata:
   namespace: $NS
 spec:
   backend: simulated
+  # kind's nodes carry no TPU labels: workers placed as TPU workers would stay Pending.
+  placement: Any
   tpu: {type: v6e, topology: 2x2, numSlices: 2}
   elastic: {timeoutSeconds: 600, maxRetries: 10}
   checkpoint: {directory: /tmp/etj-e2e/checkpoints, periodSteps: 20, keep: 3}
