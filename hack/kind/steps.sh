@@ -32,8 +32,9 @@ on_exit() {
   [ "$rc" = 0 ] || diagnostics
   if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
     log "keeping cluster $CLUSTER_NAME: export KUBECONFIG=$KUBECONFIG"
-  elif [ -x "$KIND" ]; then
-    "$KIND" delete cluster --name "$CLUSTER_NAME" >/dev/null 2>&1 || true
+  else
+    [ ! -x "$KIND" ] || "$KIND" delete cluster --name "$CLUSTER_NAME" >/dev/null 2>&1 || true
+    [ "$rc" != 0 ] || rm -rf "$WORK"
   fi
   echo "--- phases (seconds) ---"
   printf '%s\n' "${PHASE_LINES[@]}"
@@ -312,6 +313,10 @@ uninstall_operator() {
   # Its log, kept for a look after the run (the pod goes with the chart).
   kubectl logs -n "$OPERATOR_NS" deploy/elastic-operator >"$LOGS/e2e-operator.log" 2>&1 || true
   log "the operator's log: $LOGS/e2e-operator.log ($(grep -c . "$LOGS/e2e-operator.log") lines)"
+  local restarts
+  restarts=$(kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE \
+    -o jsonpath='{.items[*].status.containerStatuses[*].restartCount}')
+  [ "$restarts" = 0 ] || die "the operator container restarted ($restarts): its liveness probe failed?"
   "$HELM" uninstall "$RELEASE" --namespace "$OPERATOR_NS" --wait --timeout "${TIMEOUT_S}s"
   local left
   left=$(kubectl get deploy,svc,sa,role,rolebinding -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o name)
