@@ -8,13 +8,14 @@
 #   images         elastic-operator and elastic-trainer from this checkout; JobSet's image
 #   node image     kindest/node: pulled, or built with `kind build node-image`
 #   cluster        a one-node kind cluster with the images loaded
-#   jobset         JobSet (JOBSET_VERSION) from its release manifests
+#   jobset         JobSet (JOBSET_VERSION) from its module's kustomize config
 #   operator       `helm install` of charts/elastic-operator (probes, read-only root, uid 65532)
 #   training       a simulated ElasticTrainingJob: `etj train` in the head, slice agents in
 #                  the workers, training
 #   slice loss     a worker pod deleted: SliceDown -> Recovering -> Recovered, and the
 #                  trainer recovers in the same process (same pod, same restart count)
-#   helm upgrade   the operator replaced in the middle of a recovery: counted once, resumed
+#   helm upgrade   the operator replaced while training (nothing counted again), then in
+#                  the middle of a recovery (finished by the new one, counted once)
 #   metrics        /metrics scraped through the chart's Service
 #   uninstall      `helm uninstall` removes the operator, keeps the CRD and the jobs
 #
