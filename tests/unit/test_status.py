@@ -315,6 +315,25 @@ def test_node_transition_before_pod_ready_is_clamped() -> None:
     assert events[0].failed_at == s(2)  # the pod's Ready transition
 
 
+def test_siblings_deleted_after_a_host_failed_are_not_a_second_cause() -> None:
+    job = article_job()
+    pods = healthy_pods()
+    pods[2 * HOSTS] = failed_pod(2, 0, s(10)).build()
+    pods[2 * HOSTS + 1] = WorkerPod(2, 1).deleting(s(11), 30).build()
+    status, _ = compute_status(job, observe(pods), running(job), s(12))
+    sd = cond(status, C.SLICE_DOWN)
+    assert sd[:2] == ("True", Reason.POD_FAILED)
+    assert "host 0" in sd[2] and "host 1" in sd[2] and "is terminating" in sd[2]
+
+
+def test_a_deleted_pod_alone_is_the_cause() -> None:
+    job = article_job()
+    pods = healthy_pods()
+    pods[HOSTS + 2] = WorkerPod(1, 2).deleting(s(11), 30).build()
+    status, _ = compute_status(job, observe(pods), running(job), s(12))
+    assert cond(status, C.SLICE_DOWN)[:2] == ("True", Reason.POD_DELETED)
+
+
 def test_two_slices_down_at_once() -> None:
     job = article_job()
     pods = healthy_pods()

@@ -180,6 +180,11 @@ def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int
     down = [h for h in hosts if h.down_reason is not None]
     if down:
         reasons = sorted({h.down_reason for h in down if h.down_reason})
+        if len(reasons) > 1:
+            # A slice with a failed host has its other pods deleted next (the slice is
+            # torn down and replaced as one): those deletions follow the failure, they
+            # are not a second cause.
+            reasons = [r for r in reasons if r != Reason.POD_DELETED]
         failed = [h.failed_at for h in down if h.failed_at is not None]
         return _Verdict("Down", reasons[0] if len(reasons) == 1 else Reason.MULTIPLE_CAUSES,
                         "; ".join(h.down_message or "" for h in down),
