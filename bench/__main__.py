@@ -26,7 +26,8 @@ from typing import Any
 
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
 
-NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "restore")
+NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "restore",
+         "replacement")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
@@ -101,6 +102,10 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
         sizes = parse_sizes(args.scale_sizes or (QUICK_SCALE_SIZES if args.quick
                                                  else DEFAULT_SCALE_SIZES))
         return lambda: run_scale(sizes, args.quick)
+    if name == "replacement":
+        from bench import replacement
+
+        return lambda: replacement.run(args.quick)
     from bench import trainer
 
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,

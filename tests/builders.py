@@ -34,15 +34,23 @@ from elastic_api.names import (
 from elastic_operator.core.plan import applied_spec
 from elastic_operator.observed import (
     Observed,
+    ObservedJob,
     ObservedJobSet,
     ObservedNode,
     ObservedPod,
+    ObservedPool,
     ReplicatedJobStatus,
 )
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 HOSTS = 4  # hosts (TPU VMs) per slice of v5e 4x4
 SLICES = 3
+ACCELERATOR = "tpu-v5-lite-podslice"  # v5e's GKE accelerator label
+
+
+def worker_job_uid(slice_index: int, gen: int = 0) -> str:
+    """The uid of a slice's worker Job: generation 0, then one per recreation."""
+    return f"article-worker-{slice_index}-job{gen}"
 
 
 def at(seconds: float) -> datetime:
@@ -312,7 +320,9 @@ class WorkerPod:
             name=f"article-worker-{slice_index}-{host}-g0", replicated_job=WORKER_REPLICATED_JOB,
             slice_index=slice_index, host_index=host, phase="Running", ready=True,
             created_at=T0, node_name=f"tpu-{slice_index}-{host}",
-            ready_transition_time=T0 + timedelta(seconds=2))
+            ready_transition_time=T0 + timedelta(seconds=2),
+            uid=f"article-worker-{slice_index}-{host}-g0-uid",
+            job_uid=worker_job_uid(slice_index))
 
     def _with(self, **changes: Any) -> Self:
         return type(self)(self.slice_index, self.host, replace(self._pod, **changes))
@@ -322,9 +332,18 @@ class WorkerPod:
 
     def replacement(self, created: datetime, gen: int = 1) -> Self:
         """A newer pod for the same host (the Job controller's replacement)."""
-        return self._with(name=f"article-worker-{self.slice_index}-{self.host}-g{gen}",
-                          created_at=created, ready_transition_time=created + timedelta(
-                              seconds=2))
+        name = f"article-worker-{self.slice_index}-{self.host}-g{gen}"
+        return self._with(name=name, uid=f"{name}-uid", created_at=created,
+                          ready_transition_time=created + timedelta(seconds=2))
+
+    def recreated(self, created: datetime, gen: int = 1, node: str | None = None) -> Self:
+        """A pod of the slice's recreated worker Job (generation `gen`), on `node`."""
+        return self.replacement(created, gen)._with(
+            job_uid=worker_job_uid(self.slice_index, gen),
+            node_name=node or self._pod.node_name)
+
+    def on_node(self, node: str | None) -> Self:
+        return self._with(node_name=node)
 
     def pending(self) -> Self:
         return self._with(phase="Pending", ready=False)
@@ -361,14 +380,42 @@ def healthy_pods(num_slices: int = SLICES, hosts: int = HOSTS) -> list[ObservedP
     return [WorkerPod(i, h).build() for i in range(num_slices) for h in range(hosts)]
 
 
+def tpu_node(name: str, pool: str | None = None, *, ready: bool = True,
+             since: datetime = T0, status: str | None = None, **more: Any) -> ObservedNode:
+    """A v5e 4x4 node of `pool` (default: tpu-<slice> from tpu-<slice>-<host>)."""
+    pool = pool or name.rsplit("-", 1)[0]
+    return ObservedNode(name, ready, ready_transition_time=since,
+                        ready_status=status or ("True" if ready else "False"),  # type: ignore[arg-type]
+                        pool=pool, accelerator=ACCELERATOR, topology="4x4", **more)
+
+
 def nodes_for(num_slices: int = SLICES, hosts: int = HOSTS, *,
-              not_ready: dict[str, datetime] | None = None) -> dict[str, ObservedNode]:
-    """The nodes of healthy_pods(), all Ready but those in not_ready (name -> since)."""
-    out = {f"tpu-{i}-{h}": ObservedNode(f"tpu-{i}-{h}", True)
-           for i in range(num_slices) for h in range(hosts)}
+              not_ready: dict[str, datetime] | None = None,
+              spares: int = 0) -> dict[str, ObservedNode]:
+    """The nodes of healthy_pods() (node tpu-<slice>-<host> in pool tpu-<slice>), and
+    those of `spares` more pools; all Ready but those in not_ready (name -> since)."""
+    out = {f"tpu-{i}-{h}": tpu_node(f"tpu-{i}-{h}")
+           for i in range(num_slices + spares) for h in range(hosts)}
     for name, since in (not_ready or {}).items():
-        out[name] = ObservedNode(name, False, ready_transition_time=since)
+        out[name] = tpu_node(name, ready=False, since=since)
     return out
+
+
+def pools_of(nodes: dict[str, ObservedNode], *, busy: tuple[str, ...] = ()) -> tuple[
+        ObservedPool, ...]:
+    """The node pools of these nodes (`busy`: used by another job)."""
+    by_pool: dict[str, list[ObservedNode]] = {}
+    for node in nodes.values():
+        by_pool.setdefault(node.pool or node.name, []).append(node)
+    return tuple(ObservedPool(name, tuple(sorted(ns, key=lambda n: n.name)), name in busy)
+                 for name, ns in sorted(by_pool.items()))
+
+
+def worker_job(slice_index: int, gen: int = 0, *, deleting: bool = False,
+               backoff_limit: int = HOSTS * 5, finished: str | None = None) -> ObservedJob:
+    return ObservedJob(name=f"article-worker-{slice_index}",
+                       uid=worker_job_uid(slice_index, gen), slice_index=slice_index,
+                       deleting=deleting, backoff_limit=backoff_limit, finished=finished)
 
 
 class ObservedJobSetBuilder:

@@ -22,6 +22,8 @@ class ConditionType:
     FAILED: Final = "Failed"
     SPEC_APPLIED: Final = "SpecApplied"
     TRAINING_REPORT_VALID: Final = "TrainingReportValid"
+    SPARES_AVAILABLE: Final = "SparesAvailable"
+    MAINTENANCE_PENDING: Final = "MaintenancePending"
 
 
 class Reason:
@@ -86,9 +88,37 @@ class Reason:
     VALID: Final = "Valid"
     INVALID_REPORT: Final = "InvalidReport"
 
+    # The slice states the operator's replacement adds (status.slices[].reason).
+    NO_HEALTHY_POOL: Final = "NoHealthyPool"  # replacement pods Pending, no pool to go to
+    RESTART_BUDGET_EXHAUSTED: Final = "RestartBudgetExhausted"
+    MOVING: Final = "Moving"  # a planned move off a pool under maintenance
+    # SparesAvailable
+    ENOUGH_SPARES: Final = "EnoughSpares"
+    FEWER_SPARES: Final = "FewerSpares"
+    # MaintenancePending (True: the signal; False: NoMaintenance)
+    MAINTENANCE: Final = "Maintenance"
+    SCHEDULED_MAINTENANCE: Final = "ScheduledMaintenance"
+    MAINTENANCE_ONGOING: Final = "MaintenanceOngoing"
+    IMPENDING_TERMINATION: Final = "ImpendingTermination"
+    NO_MAINTENANCE: Final = "NoMaintenance"
+    # Pool quarantines (status.pools[].quarantined; the node label's value)
+    REPEATED_FAILURES: Final = "RepeatedFailures"
+
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"
     TRAINER_RESTARTED: Final = "TrainerRestarted"
+    SLICE_REPLACING: Final = "SliceReplacing"
+    SLICE_REPLACED: Final = "SliceReplaced"
+    SLICE_MOVING: Final = "SliceMoving"
+    SLICE_RESTARTS_EXHAUSTED: Final = "SliceRestartsExhausted"
+    STUCK_POD_FORCE_DELETED: Final = "StuckPodForceDeleted"
+    POOL_QUARANTINED: Final = "PoolQuarantined"
+    POOL_RELEASED: Final = "PoolReleased"
+    NODE_ACTION_THROTTLED: Final = "NodeActionThrottled"
+    MAINTENANCE_SCHEDULED: Final = "MaintenanceScheduled"
+    CHECKPOINT_REQUESTED: Final = "CheckpointRequested"
+    CHECKPOINT_ACKNOWLEDGED: Final = "CheckpointAcknowledged"
+    CHECKPOINT_REQUEST_TIMED_OUT: Final = "CheckpointRequestTimedOut"
 
 
 # The trainer's Failed reasons (status.training.reason) that fail the job, with the same

@@ -118,6 +118,12 @@ class TpuSpec(ApiModel):
         max_length=16, description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p).",
     )
     num_slices: SpecInt = Field(1, ge=1, le=64, description="Number of TPU slices (worker Jobs).")
+    spares: SpecInt = Field(
+        0, ge=0, le=64,
+        description="Node pools of this shape expected beyond numSlices (hot spares a failed "
+        "slice moves to); at most numSlices. The operator reports how many are healthy "
+        "(status.sparePools, condition SparesAvailable); it cannot create them.",
+    )
 
 
 class ElasticSpec(ApiModel):
@@ -143,6 +149,68 @@ class ElasticSpec(ApiModel):
         None,
         description="Slices that may be missing before the JobSet restarts (--num_elastic_slices). "
         "Unset = numSlices.",
+    )
+
+
+class RecoverySpec(ApiModel):
+    """How the operator replaces a failed slice (docs/operations.md, "Slice replacement, hot
+    spares and maintenance")."""
+
+    replace_slices: bool = Field(
+        True,
+        description="The operator recreates a failed slice's worker Job at once (no growing "
+        "pod backoff; stuck pods force-deleted; failing node pools avoided). false: JobSet's "
+        "and the Job controller's defaults alone.",
+    )
+    node_not_ready_seconds: SpecInt = Field(
+        5, ge=0, le=600,
+        description="A slice whose node reports Ready=False this long is replaced "
+        "(Ready=Unknown or a deleted node: at once).",
+    )
+    force_delete_after_seconds: SpecInt = Field(
+        5, ge=0, le=600,
+        description="A worker pod being deleted on a node that has not been Ready this long "
+        "(or is gone) is deleted with grace period 0.",
+    )
+    worker_node_toleration_seconds: SpecInt = Field(
+        30, ge=0, le=3600,
+        description="tolerationSeconds of the workers' node.kubernetes.io/not-ready and "
+        "unreachable NoExecute tolerations (instead of the API server's 300 s): the "
+        "eviction that still happens while the operator is down. At least "
+        "nodeNotReadySeconds.",
+    )
+    quarantine_after_failures: SpecInt = Field(
+        2, ge=1, le=100,
+        description="Slice failures on one node pool within quarantineWindowSeconds after "
+        "which the pool is avoided (while a spare pool exists).",
+    )
+    quarantine_window_seconds: SpecInt = Field(
+        3600, ge=60, le=604800,
+        description="The window of quarantineAfterFailures.",
+    )
+
+
+class MaintenanceSpec(ApiModel):
+    """What the operator does when GKE announces maintenance on a slice's nodes."""
+
+    enabled: bool = Field(
+        True,
+        description="Act on GKE's maintenance signals: ask the trainer for a checkpoint, then "
+        "move the slice to a spare pool (or let the maintenance take it).",
+    )
+    lead_seconds: SpecInt = Field(
+        900, ge=60, le=604800,
+        description="Act this long before cloud.google.com/scheduled-maintenance-time.",
+    )
+    checkpoint_timeout_seconds: SpecInt = Field(
+        300, ge=1, le=3600,
+        description="How long to wait for the trainer to acknowledge the checkpoint request "
+        "before moving the slice anyway; less than leadSeconds.",
+    )
+    pause_timeout_seconds: SpecInt = Field(
+        600, ge=1, le=3600,
+        description="The longest the trainer holds (no steps) after acknowledging, waiting "
+        "for the slice to move.",
     )
 
 
@@ -391,6 +459,14 @@ class ElasticTrainingJobSpec(ApiModel):
         0, ge=0,
         description=f"Whole-JobSet restarts allowed; at most {INT32_MAX} (an int32 in JobSet).",
     )
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+    placement: Literal["TPU", "Any"] = Field(
+        "TPU",
+        description="TPU: workers are placed like TPU workers (TPU node selector, google.com/tpu "
+        "limit, one slice per node pool), the head on headNodePool, for either backend. Any: "
+        "no TPU placement (backend simulated only: kind, clusters without TPU nodes).",
+    )
     checkpoint: CheckpointSpec
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     trainer: TrainerSpec
@@ -448,15 +524,148 @@ class Condition(StatusModel):
 SliceState = Literal["Pending", "Ready", "Down", "Restarting"]
 
 
+ReplacementAction = Literal["Replace", "Move", "GiveUp"]
+
+
+class SliceReplacement(StatusModel):
+    """What the operator does about a slice's current failure, written to the status
+    before it acts (so a restarted operator neither repeats nor forgets it)."""
+
+    action: ReplacementAction = Field(
+        description="Replace: recreate the worker Job (counts in restarts); Move: a planned "
+        "move off a pool under maintenance (counts in moves); GiveUp: the restart budget is "
+        "spent, the Job's backoffLimit is lowered so JobSet's failurePolicy applies.")
+    reason: str = Field(description="Why: the slice's failure reason, or Maintenance.")
+    job_uid: str | None = Field(None, description="uid of the worker Job replaced (the "
+                                "delete's precondition: a newer Job is never deleted).")
+    from_pool: str | None = None
+    requested_at: datetime
+
+
+class ReplacementRecord(StatusModel):
+    """The slice's last completed replacement."""
+
+    action: ReplacementAction
+    reason: str
+    requested_at: datetime
+    ready_at: datetime
+    seconds: float = Field(description="requestedAt to the slice Ready again.")
+    from_pool: str | None = None
+    to_pool: str | None = None
+
+
+class SliceMaintenance(StatusModel):
+    """A maintenance GKE announced on the nodes of the slice's pool."""
+
+    pool: str
+    signal: str = Field(description="ScheduledMaintenance, MaintenanceOngoing or "
+                        "ImpendingTermination (the GKE label or taint seen).")
+    scheduled_at: datetime | None = Field(
+        None, description="cloud.google.com/scheduled-maintenance-time, when given.")
+    noticed_at: datetime
+    request_id: int | None = Field(None, description="The checkpointRequest that covers it.")
+
+
 class SliceStatus(StatusModel):
     index: int
     state: SliceState
     ready_hosts: int = 0
     hosts: int = 0
-    restarts: int = Field(0, description="Times this slice went down (never decreases).")
+    restarts: int = Field(0, description="Times this slice failed (never decreases); the "
+                          "operator replaces it while restarts <= spec.elastic."
+                          "maxSliceRestarts.")
+    moves: int = Field(0, description="Planned moves to another pool (maintenance); not "
+                       "failures, not counted in restarts.")
     reason: str | None = None
     message: str | None = None
     last_transition_time: datetime | None = None
+    pool: str | None = Field(None, description="Node pool the slice's pods run on.")
+    replacement: SliceReplacement | None = None
+    last_replacement: ReplacementRecord | None = None
+    maintenance: SliceMaintenance | None = None
+
+
+class PoolStatus(StatusModel):
+    """A node pool this job ran on: its recent slice failures, and whether the operator
+    keeps replacements off it (the node label elastic.pathways.dev/quarantined)."""
+
+    name: str
+    recent_failures: list[datetime] = Field(
+        default_factory=list, description="Slice failures on this pool within "
+        "spec.recovery.quarantineWindowSeconds (newest last).")
+    quarantined: str | None = Field(
+        None, description="Why replacements avoid it: NodeNotReady, Maintenance, "
+        "RepeatedFailures; unset: not quarantined.")
+    quarantined_at: datetime | None = None
+
+
+class CheckpointRequest(StatusModel):
+    """The operator asks the trainer for a checkpoint now (docs/status-contract.md); the
+    trainer answers in status.training.checkpointAck."""
+
+    id: int = Field(description="1, 2, ...: the trainer acknowledges this id.")
+    reason: Literal["Maintenance", "User"]
+    slices: list[int] = Field(default_factory=list)
+    requested_at: datetime
+    deadline: datetime = Field(description="Moved anyway (phase Expired) if not "
+                               "acknowledged by then.")
+    pause: bool = Field(description="Hold (no steps) after the save until phase is Released "
+                        "or pauseSeconds passed: steps after the save would be lost.")
+    pause_seconds: int = 0
+    phase: Literal["Requested", "Acknowledged", "Moving", "Released", "Expired"]
+
+
+class CheckpointAck(StatusModel):
+    """The trainer's answer to status.checkpointRequest."""
+
+    id: Count
+    step: Count = Field(description="The step saved (committed) for the request.")
+    committed_at: datetime
+    paused: bool = Field(False, description="The trainer holds before the next step.")
+
+
+class GoodputCounters(StatusModel):
+    """Cumulative seconds by cause, continued across trainer processes."""
+
+    waiting_for_slices: float = Field(0.0, ge=0)
+    restore: float = Field(0.0, ge=0)
+    recompile: float = Field(0.0, ge=0)
+    recomputed_steps: float = Field(0.0, ge=0)
+    checkpointing: float = Field(0.0, ge=0)
+    startup: float = Field(0.0, ge=0)
+
+
+class TrainerGoodput(StatusModel):
+    """The trainer's cumulative accounting of its time (status.training.goodput)."""
+
+    productive_seconds: float = Field(0.0, ge=0, description="Step time of steps whose "
+                                      "results were kept (recomputed steps excluded).")
+    badput_seconds: GoodputCounters = Field(default_factory=GoodputCounters)
+    median_step_seconds: float | None = Field(None, ge=0)
+
+
+class BadputSeconds(GoodputCounters):
+    other: float = Field(0.0, ge=0, description="Wall time no cause accounts for (e.g. "
+                         "scheduling before the trainer's first report).")
+
+
+class Goodput(StatusModel):
+    """What failures cost (docs/metrics.md, "Goodput")."""
+
+    since: datetime = Field(description="Job creation.")
+    observed_at: datetime = Field(description="The trainer report (or slice transition) "
+                                  "these figures are as of.")
+    wall_seconds: float
+    productive_seconds: float | None = None
+    ratio: float | None = Field(None, description="productiveSeconds / wallSeconds.")
+    badput_seconds: BadputSeconds | None = None
+    slice_down_seconds: float = Field(
+        0.0, description="The operator's timeline: time some slice was Down or Restarting "
+        "(after it had been Ready).")
+    slice_down_since: datetime | None = Field(
+        None, description="Open interval of slice_down_seconds (a slice is not Ready now).")
+
+
 
 
 class ElasticEventReport(StatusModel):
@@ -498,6 +707,8 @@ class TrainingReport(StatusModel):
     host_name: str | None = None
     process_started_at: datetime | None = None
     elastic_event: ElasticEventReport | None = None
+    checkpoint_ack: CheckpointAck | None = None
+    goodput: TrainerGoodput | None = None
 
 
 class RecoveryRecord(StatusModel):
@@ -575,6 +786,11 @@ class ElasticTrainingJobStatus(StatusModel):
     last_recovery: RecoveryRecord | None = None
     checkpoint: CheckpointStatus | None = None
     trainer_process: TrainerProcess | None = None
+    pools: list[PoolStatus] = Field(default_factory=list)
+    spare_pools: int | None = Field(None, description="Healthy, unused, unquarantined node "
+                                    "pools of the job's TPU shape.")
+    checkpoint_request: CheckpointRequest | None = None
+    goodput: Goodput | None = None
     training: TrainingReport | None = None
 
 

@@ -130,6 +130,25 @@ SERVICE_ACCOUNT_NAME = (
     "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
     "digit, or leave it unset for the namespace's default account"
 )
+SPARES = (
+    "spec.tpu.spares: must not be more than spec.tpu.numSlices (a spare node pool stands in "
+    "for one failed slice at a time); set it to at most numSlices"
+)
+WORKER_TOLERATION = (
+    "spec.recovery.workerNodeTolerationSeconds: must be at least "
+    "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
+    "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"
+)
+CHECKPOINT_TIMEOUT = (
+    "spec.maintenance.checkpointTimeoutSeconds: must be less than "
+    "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
+    "times out; lower it or raise leadSeconds"
+)
+PLACEMENT = (
+    "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
+    "remove it or set it to TPU"
+)
+
 # --- the trainer: the bundled one, or the user's command -------------------------------------
 
 STEPS_REQUIRED = (
@@ -281,6 +300,31 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             MAX_SLICE_RESTARTS_INT32,
             {},
         ),
+        Rule("spec", "!has(self.tpu.spares) || self.tpu.spares <= self.tpu.numSlices",
+             SPARES, {}),
+        Rule(
+            "spec",
+            "!has(self.recovery) || !has(self.recovery.workerNodeTolerationSeconds) || "
+            "!has(self.recovery.nodeNotReadySeconds) || "
+            "self.recovery.workerNodeTolerationSeconds >= self.recovery.nodeNotReadySeconds",
+            WORKER_TOLERATION,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.maintenance) || !has(self.maintenance.checkpointTimeoutSeconds) || "
+            "!has(self.maintenance.leadSeconds) || "
+            "self.maintenance.checkpointTimeoutSeconds < self.maintenance.leadSeconds",
+            CHECKPOINT_TIMEOUT,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.placement) || self.placement == 'TPU' || "
+            "has(self.backend) && self.backend == 'simulated'",
+            PLACEMENT,
+            {},
+        ),
         Rule(
             "spec",
             "!has(self.serviceAccountName) || "
@@ -339,6 +383,14 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(MAX_RESTARTS_INT32)
     if spec.elastic.max_slice_restarts > MAX_SLICE_RESTARTS:
         errors.append(MAX_SLICE_RESTARTS_INT32)
+    if spec.tpu.spares > num:
+        errors.append(SPARES)
+    if spec.recovery.worker_node_toleration_seconds < spec.recovery.node_not_ready_seconds:
+        errors.append(WORKER_TOLERATION)
+    if spec.maintenance.checkpoint_timeout_seconds >= spec.maintenance.lead_seconds:
+        errors.append(CHECKPOINT_TIMEOUT)
+    if spec.placement == "Any" and spec.backend != "simulated":
+        errors.append(PLACEMENT)
     account = spec.service_account_name
     if account is not None and not re.fullmatch(DNS1123_SUBDOMAIN, account):
         errors.append(SERVICE_ACCOUNT_NAME)

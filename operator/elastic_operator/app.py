@@ -1,13 +1,17 @@
 """The operator's parts, built and wired once (by `etj operator`, and by tests).
 
     kopf handlers (jobs, Workloads) ──▶ Scheduler ──▶ ReconcileGate ──▶ Reconciler ──▶ core
-    Caches (pods, JobSets, nodes) ──wake──▲                                │
-         └──▶ NodeIndex ◀── Observations ◀───────────────────────────────┤──▶ Kube (writes)
-    LeaseElector ──▶ ReconcileGate            CheckpointScanner ◀────────┘
+    Caches (pods, JobSets, nodes) ──wake──▲  ▲                         │ └──▶ Replacer ──▶ Kube
+         └──▶ NodeIndex ◀── Observations ◀┼──┼─────────────────────────┤──▶ Kube (writes)
+                 └──▶ PoolWarden ─────────┼──┼──▶ ReconcileGate ──▶ Kube (node labels)
+    LeaseElector ──▶ ReconcileGate        │  └── wake (grace periods end)
+    CheckpointScanner ──▶ wake ───────────┘
 
 Every replica keeps its caches warm; only the one holding the Lease (and whose caches
-are synced) gets past the gate. Becoming leader, or the caches syncing, asks for a
-resync of every job at once.
+are synced) gets past the gate, and every write to the cluster goes through it: the
+reconciles (status, Events, JobSet, Workload, worker Job recreation, stuck-pod
+force-deletes, pool quarantine labels) and the PoolWarden's sweep. Becoming leader, or
+the caches syncing, asks for a resync of every job at once.
 """
 from __future__ import annotations
 
@@ -22,13 +26,25 @@ from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, Caches
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
+from elastic_operator.pool_warden import PoolWarden
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from elastic_operator.scheduler import Backoff, Scheduler
 
 logger = logging.getLogger("elastic_operator")
+
+
+@dataclass(frozen=True)
+class ReplacementSettings:
+    """The operator-wide knobs of slice replacement (`etj operator --help`)."""
+
+    quarantine_pools: bool = True
+    limits: NodeActionLimits = field(default_factory=NodeActionLimits)
+    release_after_s: float = 600.0
+    repeated_failures_quarantine_s: float = 3600.0
 
 
 @dataclass
@@ -42,6 +58,7 @@ class Operator:
     scheduler: Scheduler
     gate: ReconcileGate
     elector: LeaseElector | None  # None: no election (one replica, standalone)
+    warden: PoolWarden | None = None  # None: pools are not quarantined
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     _resync_wanted: asyncio.Event | None = field(default=None, repr=False)
     _resync_pending: bool = field(default=False, repr=False)
@@ -100,10 +117,12 @@ def build_operator(
     watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S, checkpoint_scan_interval_s: float = 30.0,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     scan_executor: Executor | None = None, backoff: Backoff | None = None,
+    replacement: ReplacementSettings | None = None,
 ) -> Operator:
     """`namespaces`: where the pod cache watches (None: every namespace); `watch_kube`:
     the client for the watches (their own connection pool); `election`: None runs no
     election (this replica always leads)."""
+    settings = replacement or ReplacementSettings()
     nodes = NodeIndex()
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
                                 clock=clock)
@@ -118,28 +137,41 @@ def build_operator(
         if op is not None and caches.synced:
             op.request_resync()
 
+    def started() -> None:
+        if op is not None:
+            op.request_resync()
+
     caches = Caches(watch_kube or kube, nodes, namespaces, wake,
                     watch_timeout_s=watch_timeout_s, on_relist=relisted)
     for informer in caches.informers:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
     observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
                                    jobsets=caches.jobset)
-    reconciler = Reconciler(kube, observations, metrics, clock)
-    elector = None
-    if election is not None:
-        leader = metrics.leader.labels(election.identity)
-        leader.set(0)
-
-        def started() -> None:
-            leader.set(1)
-            if op is not None:
-                op.request_resync()
-
-        elector = LeaseElector(kube, election, on_started=started,
-                               on_stopped=lambda: leader.set(0))
+    reconciler = Reconciler(kube, observations, metrics, clock,
+                            limiter=NodeActionLimiter(settings.limits),
+                            quarantine_pools=settings.quarantine_pools)
+    elector = _elector(kube, metrics, election, started) if election is not None else None
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
+    scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff)
+    reconciler.wake = scheduler.trigger_later
+    warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
+                        repeated_failures_s=settings.repeated_failures_quarantine_s,
+                        clock=clock) if settings.quarantine_pools else None
     op = Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
-                  reconciler=reconciler, scheduler=Scheduler(gate.wrap(reconciler.reconcile),
-                                                             backoff),
-                  gate=gate, elector=elector)
+                  reconciler=reconciler, scheduler=scheduler, gate=gate, elector=elector,
+                  warden=warden)
     return op
+
+
+def _elector(kube: Kube, metrics: OperatorMetrics, election: ElectionConfig,
+             started: Callable[[], None]) -> LeaseElector:
+    """The LeaseElector, with the leader metric following its role."""
+    leader = metrics.leader.labels(election.identity)
+    leader.set(0)
+
+    def on_started() -> None:
+        leader.set(1)
+        started()
+
+    return LeaseElector(kube, election, on_started=on_started,
+                        on_stopped=lambda: leader.set(0))

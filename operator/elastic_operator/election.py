@@ -23,13 +23,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from elastic_operator.kube import ApiError, Kube
 
 logger = logging.getLogger("elastic_operator")
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -282,17 +283,23 @@ class ReconcileGate:
 
     def wrap(self, reconcile: Callable[[str, str], bool]) -> Callable[[str, str], bool]:
         def gated(namespace: str, name: str) -> bool:
-            with self._cond:
-                if self._closed or not self._may_reconcile():
-                    return True  # a standby has nothing to do (and nothing to retry)
-                self._running += 1
-            try:
-                return reconcile(namespace, name)
-            finally:
-                with self._cond:
-                    self._running -= 1
-                    self._cond.notify_all()
+            done = self.call(lambda: reconcile(namespace, name))
+            return True if done is None else done  # a standby has nothing to retry
         return gated
+
+    def call(self, work: Callable[[], T]) -> T | None:
+        """Run `work` (any write to the cluster) if the gate is open, counted among the
+        running ones; None, doing nothing, if not."""
+        with self._cond:
+            if self._closed or not self._may_reconcile():
+                return None
+            self._running += 1
+        try:
+            return work()
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
 
     @property
     def open(self) -> bool:

@@ -78,6 +78,8 @@ def build_registry(op: Operator, scope: WatchScope, resync_interval_s: float, *,
         op.scanner.on_result(op.scheduler.trigger_soon)  # from a scan thread
         op.start()
         background.append(asyncio.create_task(resync(op, scope, resync_interval_s, wanted)))
+        if op.warden is not None:
+            background.append(asyncio.create_task(sweep_pools(op)))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**kw: Any) -> None:
@@ -173,6 +175,19 @@ async def resync(op: Operator, scope: WatchScope, interval_s: float,
                 await op.scheduler.trigger(*key)
         except Exception:
             logger.exception("resync failed; retrying in %.0f s", interval_s)
+
+
+async def sweep_pools(op: Operator, interval_s: float = 5.0) -> None:
+    """Release healthy quarantined node pools (the PoolWarden), forever; only while
+    leading, through the same gate as the reconciles (a standby writes nothing)."""
+    warden = op.warden
+    assert warden is not None
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await asyncio.to_thread(op.gate.call, warden.sweep)
+        except Exception:
+            logger.exception("node pool sweep failed; retrying in %.0f s", interval_s)
 
 
 def configure_settings(settings: kopf.OperatorSettings, scope: WatchScope) -> None:

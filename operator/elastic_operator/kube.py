@@ -14,13 +14,16 @@ from urllib.parse import quote
 
 from elastic_api.names import (
     GROUP,
+    JOBSET_NAME_LABEL,
     KUEUE_GROUP,
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
     KUEUE_WORKLOAD_PLURAL,
     PLURAL,
+    REPLICATED_JOB_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     VERSION,
+    WORKER_REPLICATED_JOB,
 )
 from elastic_operator.core.events import StatusEvent
 
@@ -318,6 +321,16 @@ class Kube:
             content_type="application/merge-patch+json", timeout_s=timeout_s)
         return patched
 
+    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        """The worker Jobs of a JobSet (one per slice)."""
+        result = self.request(
+            "GET", f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs",
+            query={"labelSelector": f"{JOBSET_NAME_LABEL}={jobset},"
+                                    f"{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"},
+        )
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not
         served."""
@@ -374,6 +387,49 @@ class Kube:
             content_type="application/merge-patch+json",
         )
         return patched
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a Job and (Foreground) its pods first, only if it still has this uid;
+        False if it is already gone or replaced (404 / 409 precondition failed)."""
+        return self._delete(f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/{quote(name)}",
+                            {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}})
+
+    def delete_pod_now(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod with grace period 0 (its kubelet is gone), only if it still has
+        this uid; False if it is already gone."""
+        return self._delete(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}",
+                            {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+
+    def _delete(self, path: str, options: dict[str, Any]) -> bool:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+        try:
+            self.request("DELETE", path, body=body)
+            return True
+        except ApiError as e:
+            if e.status in (404, 409):
+                return False
+            raise
+
+    def lower_job_backoff_limit(self, namespace: str, name: str, uid: str) -> bool:
+        """Set the Job's spec.backoffLimit to 0 if it still has this uid (a JSON patch
+        whose `test` is the precondition); False if it is gone or replaced."""
+        patch = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                 {"op": "replace", "path": "/spec/backoffLimit", "value": 0}]
+        try:
+            self.request("PATCH", f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/"
+                         f"{quote(name)}", body=patch, content_type="application/json-patch+json")
+            return True
+        except ApiError as e:
+            if e.status in (404, 409, 422):  # 422: the test op failed (another Job)
+                return False
+            raise
+
+    def label_node(self, name: str, labels: dict[str, str | None],
+                   annotations: dict[str, str | None]) -> None:
+        """Merge labels and annotations into a node (None removes one)."""
+        self.request("PATCH", f"/api/v1/nodes/{quote(name)}",
+                     body={"metadata": {"labels": labels, "annotations": annotations}},
+                     content_type="application/merge-patch+json")
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
                          resource_version: str | None = None) -> str | None:

@@ -9,15 +9,21 @@ it safe to read from the reconcile threads while the event loop writes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from datetime import UTC, datetime
 
-from elastic_operator.observed import ObservedNode
+from elastic_operator.observed import ObservedNode, ObservedPool
 
 JobKey = tuple[str, str]  # (namespace, name)
 
 
 class NodeIndex:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._clock = clock
+        # When the watch saw a node's readiness change (a kubelet, or kwok, may report the
+        # Ready condition's lastTransitionTime as the node's creation).
+        self._changed_seen: dict[str, datetime] = {}
         self._lock = threading.Lock()
         self._nodes: dict[str, ObservedNode] = {}
         # Readiness as last seen, kept after a node is deleted (as not ready), so that a
@@ -45,6 +51,8 @@ class NodeIndex:
     def _readiness_changed(self, name: str, ready: bool) -> list[JobKey]:
         before = self._ready.get(name)
         self._ready[name] = ready
+        if before is not None and before != ready:
+            self._changed_seen[name] = self._clock()
         if before is None or before == ready:
             return []
         return sorted(set(self._pods_on.get(name, {}).values()))
@@ -71,8 +79,36 @@ class NodeIndex:
     def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
         """The known nodes among `names` (a node not seen on the watch yet is missing)."""
         with self._lock:
-            return {n: self._nodes[n] for n in names if n in self._nodes}
+            return {n: self._as_seen(self._nodes[n]) for n in names if n in self._nodes}
 
     def jobs_on(self, node_name: str) -> list[JobKey]:
         with self._lock:
             return sorted(set(self._pods_on.get(node_name, {}).values()))
+
+    def all_nodes(self) -> list[ObservedNode]:
+        with self._lock:
+            return [self._as_seen(n) for n in self._nodes.values()]
+
+    def _as_seen(self, node: ObservedNode) -> ObservedNode:
+        """The node with its readiness transition no earlier than the watch saw it change
+        (the caller holds the lock)."""
+        seen = self._changed_seen.get(node.name)
+        if seen is None or (node.ready_transition_time is not None
+                            and node.ready_transition_time >= seen):
+            return node
+        return replace(node, ready_transition_time=seen)
+
+    def pools(self, accelerator: str, topology: str, job: JobKey) -> tuple[ObservedPool, ...]:
+        """The node pools whose nodes have this TPU accelerator and topology, each marked
+        if pods of another job than `job` run on it (a spare must be free)."""
+        with self._lock:
+            members: dict[str, list[ObservedNode]] = {}
+            for node in self._nodes.values():
+                if node.pool and node.accelerator == accelerator and node.topology == topology:
+                    members.setdefault(node.pool, []).append(node)
+            return tuple(
+                ObservedPool(
+                    name=pool, nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+                    used_by_others=any(owner != job for n in nodes
+                                       for owner in self._pods_on.get(n.name, {}).values()))
+                for pool, nodes in sorted(members.items()))

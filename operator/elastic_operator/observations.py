@@ -18,10 +18,13 @@ from elastic_api.models import CheckpointStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
+    ObservedJob,
     ObservedJobSet,
     ObservedNode,
     ObservedPod,
+    ObservedPool,
     ObservedWorkload,
+    job_from_dict,
     jobset_from_dict,
     workload_from_dict,
 )
@@ -55,6 +58,15 @@ class Observations(Protocol):
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         """The newest checkpoint scan finished since the last call (None: none)."""
+        ...
+
+    def pools(self, namespace: str, job: str, accelerator: str,
+              topology: str) -> tuple[ObservedPool, ...]:
+        """The node pools of this TPU shape (for hot spares and quarantine)."""
+        ...
+
+    def worker_jobs(self, namespace: str, jobset: str) -> dict[int, ObservedJob]:
+        """The JobSet's worker Jobs by slice index."""
         ...
 
 
@@ -98,3 +110,13 @@ class ApiObservations:
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)
+
+    def pools(self, namespace: str, job: str, accelerator: str,
+              topology: str) -> tuple[ObservedPool, ...]:
+        return self.node_index.pools(accelerator, topology, (namespace, job))
+
+    def worker_jobs(self, namespace: str, jobset: str) -> dict[int, ObservedJob]:
+        jobs = [job_from_dict(j) for j in self.kube.list_worker_jobs(namespace, jobset)]
+        # The live Job of a slice wins over one being deleted.
+        ordered = sorted(jobs, key=lambda j: (not j.deleting, j.name))
+        return {j.slice_index: j for j in ordered if j.slice_index is not None}

@@ -8,16 +8,25 @@ computation must never crash on what the cluster shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import (
+    ACTIVE_MAINTENANCE_LABEL,
     APPLIED_SPEC_ANNOTATION,
     COMPLETION_INDEX_LABEL,
+    CONTROLLER_UID_LABEL,
+    IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
+    NODE_POOL_LABEL,
+    QUARANTINE_LABEL,
+    QUARANTINED_AT_ANNOTATION,
     REPLICATED_JOB_LABEL,
+    SCHEDULED_MAINTENANCE_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
+    TPU_ACCELERATOR_LABEL,
+    TPU_TOPOLOGY_LABEL,
     WORKER_REPLICATED_JOB,
 )
 from elastic_api.queueing import EVICTED_BY_PREEMPTION
@@ -53,12 +62,38 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+ReadyStatus = Literal["True", "False", "Unknown"]
+
+
 @dataclass(frozen=True)
 class ObservedNode:
     name: str
     ready: bool
     # When the Ready condition last changed (kwok's chaos stage may report an old time).
     ready_transition_time: datetime | None = None
+    # The Ready condition's status: False = the kubelet says so; Unknown = it went silent
+    # (or no condition at all).
+    ready_status: ReadyStatus = "Unknown"
+    pool: str | None = None  # cloud.google.com/gke-nodepool
+    accelerator: str | None = None  # cloud.google.com/gke-tpu-accelerator
+    topology: str | None = None  # cloud.google.com/gke-tpu-topology
+    quarantined: str | None = None  # elastic.pathways.dev/quarantined (why)
+    quarantined_at: datetime | None = None
+    # GKE's maintenance signals (names.py): when, if scheduled; ongoing; terminating soon.
+    scheduled_maintenance: datetime | None = None
+    maintenance_ongoing: bool = False
+    impending_termination: bool = False
+
+    @property
+    def maintenance_signal(self) -> str | None:
+        """The strongest maintenance signal on the node, if any (Reason words)."""
+        if self.impending_termination:
+            return "ImpendingTermination"
+        if self.maintenance_ongoing:
+            return "MaintenanceOngoing"
+        if self.scheduled_maintenance is not None:
+            return "ScheduledMaintenance"
+        return None
 
 
 @dataclass(frozen=True)
@@ -81,6 +116,8 @@ class ObservedPod:
     terminated_exit_code: int | None = None
     # Last transition of the pod's Ready condition (to True when ready, False otherwise).
     ready_transition_time: datetime | None = None
+    uid: str | None = None
+    job_uid: str | None = None  # the Job that created it (batch.kubernetes.io/controller-uid)
 
     @property
     def terminating(self) -> bool:
@@ -158,6 +195,41 @@ class ObservedWorkload:
 
 
 @dataclass(frozen=True)
+class ObservedJob:
+    """A worker Job of the JobSet (one per slice)."""
+
+    name: str
+    uid: str
+    slice_index: int | None
+    deleting: bool = False
+    backoff_limit: int | None = None
+    failed_pods: int = 0
+    finished: str | None = None  # "Complete" or "Failed" once the Job is finished
+
+
+@dataclass(frozen=True)
+class ObservedPool:
+    """A node pool of one TPU shape: its nodes, and whether pods of any
+    ElasticTrainingJob (other than the one reconciled) run there."""
+
+    name: str
+    nodes: tuple[ObservedNode, ...]
+    used_by_others: bool = False
+
+    @property
+    def all_ready(self) -> bool:
+        return bool(self.nodes) and all(n.ready for n in self.nodes)
+
+    @property
+    def quarantined(self) -> str | None:
+        return next((n.quarantined for n in self.nodes if n.quarantined), None)
+
+    @property
+    def maintenance(self) -> bool:
+        return any(n.maintenance_signal for n in self.nodes)
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one reconcile saw about one ElasticTrainingJob."""
 
@@ -166,21 +238,69 @@ class Observed:
     nodes: dict[str, ObservedNode] = field(default_factory=dict)
     # None = not scanned this time (keep the previous status.checkpoint).
     checkpoint: CheckpointStatus | None = None
+    # The JobSet's worker Jobs by slice index (only read when the operator replaces).
+    jobs: dict[int, ObservedJob] = field(default_factory=dict)
+    # The node pools of the job's TPU shape (hot spares among them).
+    pools: tuple[ObservedPool, ...] = ()
     # None: no Workload, or none looked for (the job is not queued).
     workload: ObservedWorkload | None = None
 
 
+def _epoch(value: Any) -> datetime | None:
+    """Unix epoch seconds in a label value -> aware datetime."""
+    seconds = _int(value)
+    if seconds is None or not 0 <= seconds < 2**40:
+        return None
+    return datetime.fromtimestamp(seconds, UTC)
+
+
 def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
     meta = _dict(obj.get("metadata"))
-    ready = False
+    labels = _dict(meta.get("labels"))
+    annotations = _dict(meta.get("annotations"))
+    status: ReadyStatus = "Unknown"
     transition = None
     for cond in _list(_dict(obj.get("status")).get("conditions")):
         cond = _dict(cond)
         if cond.get("type") == "Ready":
-            ready = cond.get("status") == "True"
+            value = cond.get("status")
+            status = value if value in ("True", "False") else "Unknown"
             transition = parse_time(cond.get("lastTransitionTime"))
-    return ObservedNode(name=str(meta.get("name", "")), ready=ready,
-                        ready_transition_time=transition)
+    taints = [_dict(t) for t in _list(_dict(obj.get("spec")).get("taints"))]
+
+    def label(key: str) -> str | None:
+        value = labels.get(key)
+        return value if isinstance(value, str) and value else None
+
+    return ObservedNode(
+        name=str(meta.get("name", "")), ready=status == "True", ready_transition_time=transition,
+        ready_status=status, pool=label(NODE_POOL_LABEL),
+        accelerator=label(TPU_ACCELERATOR_LABEL), topology=label(TPU_TOPOLOGY_LABEL),
+        quarantined=label(QUARANTINE_LABEL),
+        quarantined_at=parse_time(annotations.get(QUARANTINED_AT_ANNOTATION)),
+        scheduled_maintenance=_epoch(labels.get(SCHEDULED_MAINTENANCE_LABEL)),
+        maintenance_ongoing=labels.get(ACTIVE_MAINTENANCE_LABEL) == "ONGOING",
+        impending_termination=any(t.get("key") == IMPENDING_TERMINATION_TAINT for t in taints),
+    )
+
+
+def job_from_dict(obj: dict[str, Any]) -> ObservedJob:
+    meta = _dict(obj.get("metadata"))
+    labels = _dict(meta.get("labels"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    finished = None
+    for cond in _list(status.get("conditions")):
+        cond = _dict(cond)
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            finished = str(cond.get("type"))
+    return ObservedJob(
+        name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
+        slice_index=_int(labels.get(JOB_INDEX_LABEL)),
+        deleting=meta.get("deletionTimestamp") is not None,
+        backoff_limit=_int(spec.get("backoffLimit")),
+        failed_pods=_int(status.get("failed")) or 0, finished=finished,
+    )
 
 
 def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
@@ -211,6 +331,8 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             reason = term.get("reason")
             terminated_reason = reason if isinstance(reason, str) else None
             terminated_exit = exit_code
+    uid = meta.get("uid")
+    job_uid = labels.get(CONTROLLER_UID_LABEL)
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
     if host_index is None:
         host_index = _int(annotations.get(COMPLETION_INDEX_LABEL))  # also an annotation
@@ -231,6 +353,8 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         terminated_reason=terminated_reason,
         terminated_exit_code=terminated_exit,
         ready_transition_time=ready_transition,
+        uid=uid if isinstance(uid, str) else None,
+        job_uid=job_uid if isinstance(job_uid, str) else None,
     )
 
 

@@ -12,6 +12,10 @@ import socket
 import sys
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from elastic_operator.app import ReplacementSettings
 
 # Where a pod finds its own namespace.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -81,6 +85,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "long (default 7)")
     election.add_argument("--retry-period-seconds", type=float, default=1.0, metavar="S",
                           help="renew, or look at the Lease, this often (default 1)")
+    replacement = parser.add_argument_group(
+        "slice replacement (docs/operations.md, \"Slice replacement\")")
+    replacement.add_argument(
+        "--quarantine-pools", action=argparse.BooleanOptionalAction, default=True,
+        help="label the nodes of a node pool a slice failed on so that replacements avoid "
+        "it while a spare exists (needs nodes: patch; default on)")
+    replacement.add_argument(
+        "--node-actions-per-minute", type=_positive, default=30.0, metavar="N",
+        help="rate of force-deletes and pool quarantines, all jobs together (default 30)")
+    replacement.add_argument(
+        "--node-action-burst", type=int, default=10, metavar="N",
+        help="how many of those may happen at once (default 10)")
+    replacement.add_argument(
+        "--node-action-cooldown-seconds", type=_non_negative, default=60.0, metavar="S",
+        help="the same node (or pool) is not acted on again within this time (default 60)")
+    replacement.add_argument(
+        "--quarantine-release-after-seconds", type=_non_negative, default=600.0, metavar="S",
+        help="a quarantined pool is released once all its nodes were Ready this long "
+        "(default 600)")
+    replacement.add_argument(
+        "--repeated-failures-quarantine-seconds", type=_non_negative, default=3600.0,
+        metavar="S", help="a pool quarantined for repeated slice failures (its nodes look "
+        "healthy) stays quarantined at least this long (default 3600)")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def replacement_settings(args: argparse.Namespace) -> ReplacementSettings:
+    from elastic_operator.app import ReplacementSettings
+    from elastic_operator.node_actions import NodeActionLimits
+
+    return ReplacementSettings(
+        quarantine_pools=args.quarantine_pools,
+        limits=NodeActionLimits(per_minute=args.node_actions_per_minute,
+                                burst=max(1, args.node_action_burst),
+                                cooldown_s=args.node_action_cooldown_seconds),
+        release_after_s=args.quarantine_release_after_seconds,
+        repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"etj operator: {e}", file=sys.stderr)
         return 2
+    replacement = replacement_settings(args)
     # The watches get their own client (connection pool): a long watch never holds a
     # connection that a reconcile or a Lease renewal waits for.
     kube = Kube.from_environment()
@@ -123,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
                               namespaces=scope.list_namespaces,
                               watch_kube=Kube.from_environment(), election=election,
                               watch_timeout_s=args.watch_timeout_seconds,
-                              checkpoint_scan_interval_s=args.checkpoint_scan_seconds)
+                              checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
+                              replacement=replacement)
     # Kueue's Workloads are watched where Kueue is installed (restart the operator after
     # installing it); its jobs are reconciled without the watch too, at each resync.
     kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)

@@ -13,13 +13,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from elastic_api.models import ElasticTrainingJobStatus
+from elastic_api.catalog import slice_shape
+from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.events import StatusEvent, event_name
+from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.parsing import parse_job, parse_status
 from elastic_operator.core.patch import status_patch
 from elastic_operator.core.plan import (
@@ -27,20 +30,25 @@ from elastic_operator.core.plan import (
     PatchJobSetSuspend,
     Plan,
     SetWorkloadActive,
+    is_terminal,
     plan_reconcile,
 )
+from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.status import compute_status, invalid_spec_status
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.observations import Observations
 from elastic_operator.observed import (
     Observed,
     ObservedJobSet,
+    ObservedPool,
     ObservedWorkload,
     jobset_from_dict,
     workload_from_dict,
 )
 from elastic_operator.render import jobset_name, render
+from elastic_operator.replacer import Replacer
 
 logger = logging.getLogger("elastic_operator")
 
@@ -64,13 +72,22 @@ def refusal_message(obj: dict[str, Any], error: ApiError) -> str:
             f"(HTTP {error.status}): {reason}")
 
 
+# Wake a job's reconcile after some seconds (a grace period that ends); thread-safe.
+Wake = Callable[[str, str, float], None]
+
+
 class Reconciler:
     def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), *,
+                 limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
+                 ) -> None:
         self.kube = kube  # the writes
         self.observations = observations  # the reads
         self.metrics = metrics
         self.clock = clock
+        self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
+                                 quarantine_pools=quarantine_pools)
+        self.wake: Wake | None = None  # set by app.py (the Scheduler's trigger_later)
         # (namespace, name, uid) of jobs whose children this process has created or made
         # sure of (the trainer's RBAC may be missing after an operator upgrade).
         self._children_ensured: set[tuple[str, str, str]] = set()
@@ -160,11 +177,43 @@ class Reconciler:
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
             checkpoint=self.observations.checkpoint(namespace, name,
                                                     job.spec.checkpoint.directory),
-            workload=workload)
+            workload=workload, pools=self._pools(job))
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
+        # The status first: it records what the replacement is about to do.
         self._write_status(raw, parsed.previous, new_status, events, now)
+        self._replace(raw, job, new_status, observed, now)
+
+    def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
+        """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""
+        if job.spec.placement != "TPU" and job.spec.backend != "pathways":
+            return ()
+        shape = slice_shape(job.spec.tpu.type, job.spec.tpu.topology)
+        return self.observations.pools(job.metadata.namespace or "", job.metadata.name,
+                                       shape.family.accelerator_label, shape.topology)
+
+    def _replace(self, raw: dict[str, Any], job: ElasticTrainingJob,
+                 status: ElasticTrainingJobStatus, observed: Observed, now: datetime) -> None:
+        """Act on the replacement records the status now carries (core/replacement.py)."""
+        jobset = observed.jobset
+        if not job.spec.recovery.replace_slices or jobset is None or jobset.suspended \
+                or is_terminal(status):
+            return
+        namespace = job.metadata.namespace or ""
+        if needs_jobs(status):
+            observed = replace(observed, jobs=self.observations.worker_jobs(namespace,
+                                                                           jobset.name))
+        plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
+        waits = [plan.wake_after_s, self.replacer.execute(raw, plan.actions, now),
+                 next_notice_in(job.spec, observed, now)]
+        request = status.checkpoint_request
+        if request is not None and request.phase == "Requested":
+            waits.append((request.deadline - now).total_seconds())
+        due = [w for w in waits if w is not None]
+        if due and self.wake is not None:
+            # A little after the due time: the check compares against the clock then.
+            self.wake(namespace, job.metadata.name, max(0.0, min(due)) + 0.1)
 
     def _execute(self, plan: Plan, jobset: ObservedJobSet | None,
                  workload: ObservedWorkload | None,
@@ -233,6 +282,7 @@ class Reconciler:
             written_at = time.time()
         self.metrics.record_status(namespace, name, previous, new)
         self.metrics.record_events(namespace, events, written_at)
+        self.metrics.record_decisions(namespace, name, events)
 
     def _post_events(self, raw: dict[str, Any], new: ElasticTrainingJobStatus,
                      events: list[StatusEvent], now: datetime) -> None:

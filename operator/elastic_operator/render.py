@@ -36,8 +36,10 @@ from elastic_api.names import (
     MAIN_CONTAINER,
     MANAGED_BY,
     NODE_POOL_LABEL,
+    NOT_READY_TAINT,
     PLURAL,
     PROXY_CONTAINER,
+    QUARANTINE_LABEL,
     REPLICATED_JOB_LABEL,
     REPLICATED_JOB_REPLICAS_LABEL,
     RM_CONTAINER,
@@ -46,6 +48,7 @@ from elastic_api.names import (
     TPU_ACCELERATOR_LABEL,
     TPU_RESOURCE,
     TPU_TOPOLOGY_LABEL,
+    UNREACHABLE_TAINT,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
@@ -377,7 +380,7 @@ def _trainer_security_context() -> dict[str, Any]:
     }
 
 
-def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
+def _slice_agent(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": SLICE_AGENT_CONTAINER,
         "image": job.spec.trainer.image,
@@ -386,10 +389,17 @@ def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
         "volumeMounts": _tmp_mount(),
         "securityContext": _trainer_security_context(),
     }
-    resources = _resources({}, _component(job, "worker").resources)
+    # Placed as a TPU worker, it takes the VM's chips (one worker per node, as Pathways').
+    chips = {TPU_RESOURCE: str(shape.chips_per_vm)} if tpu_placement(job) else {}
+    resources = _resources(chips, _component(job, "worker").resources)
     if resources:
         container["resources"] = resources
     return container
+
+
+def tpu_placement(job: ElasticTrainingJob) -> bool:
+    """Workers placed as TPU workers, one slice per node pool (always for Pathways)."""
+    return job.spec.backend == "pathways" or job.spec.placement == "TPU"
 
 
 # --- pods, Jobs, JobSet ----------------------------------------------------------------------
@@ -398,6 +408,28 @@ def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
 def _tolerations(job: ElasticTrainingJob, *, tpu: bool) -> list[dict[str, Any]]:
     base = [{"key": TPU_RESOURCE, "operator": "Exists"}] if tpu else []
     return base + [t.to_wire() for t in job.spec.tolerations]
+
+
+def _node_failure_tolerations(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """Workers are evicted from a NotReady or unreachable node after
+    spec.recovery.workerNodeTolerationSeconds, not the API server's default 300 s: the
+    fallback while the operator is not there to replace the slice itself."""
+    if not job.spec.recovery.replace_slices:
+        return []
+    seconds = job.spec.recovery.worker_node_toleration_seconds
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": seconds} for key in (NOT_READY_TAINT, UNREACHABLE_TAINT)]
+
+
+def _avoid_quarantined_pools(job: ElasticTrainingJob) -> dict[str, Any] | None:
+    """Workers never land on a node pool the operator quarantined (names.QUARANTINE_LABEL):
+    after a failure the recreated slice goes to a healthy spare pool. Running pods are
+    not affected (IgnoredDuringExecution)."""
+    if not job.spec.recovery.replace_slices or not tpu_placement(job):
+        return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": QUARANTINE_LABEL, "operator": "DoesNotExist"}]}]}}}
 
 
 def _pod_common(
@@ -425,7 +457,8 @@ def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     pathways = spec.backend == "pathways"
     pod = _pod_common(job, restart_policy="Never", host_network=pathways)
     pod["volumes"] += [v.to_wire() for v in spec.trainer.volumes]
-    node_selector = {NODE_POOL_LABEL: spec.head_node_pool} if pathways else {}
+    # With TPU placement the head stays off the TPU pools (a spare must stay free).
+    node_selector = {NODE_POOL_LABEL: spec.head_node_pool} if tpu_placement(job) else {}
     node_selector.update(spec.node_selector)
     if node_selector:
         pod["nodeSelector"] = node_selector
@@ -441,18 +474,22 @@ def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
 def _worker_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     spec = job.spec
     pathways = spec.backend == "pathways"
+    tpu = tpu_placement(job)
     pod = _pod_common(job, restart_policy="OnFailure", host_network=pathways)
     node_selector = (
         {TPU_ACCELERATOR_LABEL: shape.family.accelerator_label, TPU_TOPOLOGY_LABEL: shape.topology}
-        if pathways else {}
+        if tpu else {}
     )
     node_selector.update(spec.node_selector)
     if node_selector:
         pod["nodeSelector"] = node_selector
-    tolerations = _tolerations(job, tpu=pathways)
+    affinity = _avoid_quarantined_pools(job)
+    if affinity is not None:
+        pod["affinity"] = affinity
+    tolerations = _tolerations(job, tpu=tpu) + _node_failure_tolerations(job)
     if tolerations:
         pod["tolerations"] = tolerations
-    pod["containers"] = [_pathways_worker(job, shape) if pathways else _slice_agent(job)]
+    pod["containers"] = [_pathways_worker(job, shape) if pathways else _slice_agent(job, shape)]
     return pod
 
 
@@ -512,9 +549,10 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
     )
     worker = _replicated_job(
         job, WORKER_REPLICATED_JOB, replicas=spec.tpu.num_slices, pods=shape.vms,
-        # A slice failure stays local: the Job controller recreates the slice's pods.
+        # A slice failure stays local: the operator recreates the slice's Job; this
+        # budget is the Job controller's, for when the operator is not running.
         backoff_limit=shape.vms * spec.elastic.max_slice_restarts,
-        exclusive_topology=NODE_POOL_LABEL if pathways else None,
+        exclusive_topology=NODE_POOL_LABEL if tpu_placement(job) else None,
         pod_spec=_worker_pod(job, shape),
     )
     worker["dependsOn"] = [{"name": HEAD_REPLICATED_JOB, "status": "Ready"}]

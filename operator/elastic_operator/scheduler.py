@@ -3,7 +3,9 @@
 Reconciles of one job never overlap; events that arrive while one waits are coalesced
 into it (it reads the cluster after they happened). A reconcile that fails is retried
 on its own, after a capped exponential backoff, not only at the next event or resync;
-any event in between runs it at once (and the pending retry is dropped).
+any event in between runs it at once (and the pending retry is dropped). A reconcile may
+also ask to run again after some seconds (`trigger_later`: a grace period that ends); any
+run before then replaces that wake-up.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class Scheduler:
         self._failures: dict[JobKey, int] = {}
         self._retries: dict[JobKey, asyncio.TimerHandle] = {}
         self._retry_tasks: set[asyncio.Task[None]] = set()
+        self._wakes: dict[JobKey, tuple[float, asyncio.TimerHandle]] = {}
         # Jobs named by other threads (watch-fed caches, checkpoint scans), handed to the
         # event loop in batches.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -71,6 +74,7 @@ class Scheduler:
     async def trigger(self, namespace: str, name: str) -> None:
         """Reconcile the job soon: now, or right after the reconcile running for it."""
         key = (namespace, name)
+        self._loop = asyncio.get_running_loop()
         if key in self._waiting:
             return  # a reconcile that has not started yet will see this change too
         self._waiting.add(key)
@@ -78,11 +82,42 @@ class Scheduler:
         async with lock:
             self._waiting.discard(key)
             self._cancel_retry(key)  # this run covers it
+            self._cancel_wake(key)
             ok = await asyncio.to_thread(self._reconcile, namespace, name)
             if ok:
                 self._failures.pop(key, None)
             else:
                 self._schedule_retry(key)
+
+    def trigger_later(self, namespace: str, name: str, delay_s: float) -> None:
+        """Reconcile the job in `delay_s` seconds (or sooner, if already asked); safe to
+        call from a reconcile's worker thread."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(self._wake_at, (namespace, name), delay_s)
+
+    def wake_pending(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._wakes
+
+    def _wake_at(self, key: JobKey, delay_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay_s
+        current = self._wakes.get(key)
+        if current is not None:
+            if current[0] <= due:
+                return
+            current[1].cancel()
+        self._wakes[key] = (due, loop.call_later(delay_s, self._woken, key))
+
+    def _woken(self, key: JobKey) -> None:
+        self._wakes.pop(key, None)
+        self._spawn(key)
+
+    def _cancel_wake(self, key: JobKey) -> None:
+        entry = self._wakes.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()
 
     def knows(self, namespace: str, name: str) -> bool:
         """Whether this job was ever triggered (and not forgotten since): every job is, by
@@ -99,6 +134,7 @@ class Scheduler:
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         self._cancel_retry(key)
+        self._cancel_wake(key)
         self._failures.pop(key, None)
         self._locks.pop(key, None)
 

@@ -199,6 +199,23 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("mount-no-volume", _mutate("spec.trainer", {
         "image": "t:1", "steps": 1, "volumeMounts": [{"name": "data", "mountPath": "/data"}]}),
      VOLUME_MOUNT),
+    ("spares", _mutate("spec.tpu", {"type": "v5e", "topology": "4x4", "numSlices": 3,
+                                    "spares": 4}),
+     "spec.tpu.spares: must not be more than spec.tpu.numSlices (a spare node pool stands in "
+     "for one failed slice at a time); set it to at most numSlices"),
+    ("worker-toleration", _mutate("spec.recovery", {"nodeNotReadySeconds": 60,
+                                                    "workerNodeTolerationSeconds": 30}),
+     "spec.recovery.workerNodeTolerationSeconds: must be at least "
+     "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
+     "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"),
+    ("checkpoint-timeout", _mutate("spec.maintenance", {"leadSeconds": 120,
+                                                        "checkpointTimeoutSeconds": 300}),
+     "spec.maintenance.checkpointTimeoutSeconds: must be less than "
+     "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
+     "times out; lower it or raise leadSeconds"),
+    ("placement-any-pathways", _mutate("spec.placement", "Any"),
+     "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
+     "remove it or set it to TPU"),
 ]
 
 

@@ -632,7 +632,13 @@ def test_operator_service_account_cannot_read_secrets(
         for verb in ("get", "list", "watch"):
             assert not access_review(operator, namespace, verb, "secrets")
         assert not access_review(operator, namespace, "delete", "jobsets", group="jobset.x-k8s.io")
-        assert not access_review(operator, namespace, "delete", "pods")
+        # Slice replacement deletes worker Jobs and stuck pods, and labels nodes; nothing
+        # else is deleted, and no node is deleted.
+        assert access_review(operator, namespace, "delete", "pods")
+        assert access_review(operator, namespace, "delete", "jobs", group="batch")
+        assert not access_review(operator, namespace, "delete", "deployments", group="apps")
+        assert not access_review(operator, "", "delete", "nodes")
+        assert access_review(operator, "", "patch", "nodes")
         assert access_review(operator, namespace, "patch", PLURAL, group=GROUP,
                              subresource="status")
         assert access_review(operator, "", "watch", "nodes")

@@ -293,3 +293,48 @@ def test_service_account_names_that_are_dns_subdomains_are_accepted(name: str):
                                   ".a", "a..b", "a.-b", "sa\n"])
 def test_a_service_account_name_that_no_account_can_have_is_refused(name: str):
     assert error_of(job(serviceAccountName=name)) == SERVICE_ACCOUNT_MESSAGE
+
+
+# --- slice replacement and maintenance knobs ---------------------------------------------------
+
+
+def test_replacement_knobs_have_their_documented_defaults():
+    spec = validate_job(job()).spec
+    assert spec.tpu.spares == 0 and spec.placement == "TPU"
+    r = spec.recovery
+    assert (r.replace_slices, r.node_not_ready_seconds, r.force_delete_after_seconds,
+            r.worker_node_toleration_seconds, r.quarantine_after_failures,
+            r.quarantine_window_seconds) == (True, 5, 5, 30, 2, 3600)
+    m = spec.maintenance
+    assert (m.enabled, m.lead_seconds, m.checkpoint_timeout_seconds,
+            m.pause_timeout_seconds) == (True, 900, 300, 600)
+
+
+@pytest.mark.parametrize(("field", "value", "start"), [
+    ("recovery", {"nodeNotReadySeconds": -1}, "spec.recovery.nodeNotReadySeconds: "),
+    ("recovery", {"nodeNotReadySeconds": 601}, "spec.recovery.nodeNotReadySeconds: "),
+    ("recovery", {"forceDeleteAfterSeconds": 601}, "spec.recovery.forceDeleteAfterSeconds: "),
+    ("recovery", {"workerNodeTolerationSeconds": 3601},
+     "spec.recovery.workerNodeTolerationSeconds: "),
+    ("recovery", {"quarantineAfterFailures": 0}, "spec.recovery.quarantineAfterFailures: "),
+    ("recovery", {"quarantineWindowSeconds": 59}, "spec.recovery.quarantineWindowSeconds: "),
+    ("maintenance", {"leadSeconds": 59}, "spec.maintenance.leadSeconds: "),
+    ("maintenance", {"checkpointTimeoutSeconds": 0},
+     "spec.maintenance.checkpointTimeoutSeconds: "),
+    ("maintenance", {"pauseTimeoutSeconds": 3601}, "spec.maintenance.pauseTimeoutSeconds: "),
+    ("tpu", {"type": "v5e", "topology": "4x4", "numSlices": 3, "spares": -1},
+     "spec.tpu.spares: "),
+])
+def test_knobs_out_of_range_are_refused_naming_the_field(field, value, start):
+    assert error_of(job(**{field: value})).startswith(start)
+
+
+def test_spares_beyond_the_slices_and_contradicting_timeouts_are_refused():
+    assert error_of(job(tpu={"type": "v5e", "topology": "4x4", "numSlices": 2,
+                             "spares": 3})).startswith("spec.tpu.spares: must not be more")
+    assert error_of(job(recovery={"nodeNotReadySeconds": 40})).startswith(
+        "spec.recovery.workerNodeTolerationSeconds: must be at least")
+    assert error_of(job(maintenance={"leadSeconds": 300})).startswith(
+        "spec.maintenance.checkpointTimeoutSeconds: must be less than")
+    assert error_of(job(placement="Any")).startswith("spec.placement: Any is for backend")
+    validate_job(job(placement="Any", backend="simulated"))

@@ -19,7 +19,7 @@ def test_up_arguments() -> None:
 def test_up_defaults() -> None:
     args = build_parser().parse_args(["cluster", "up"])
     assert args.tpu_pools is None and args.dir is None
-    assert (TpuPoolSpec("v5e", "4x4", 3),) == DEFAULT_TPU_POOLS
+    assert (TpuPoolSpec("v5e", "4x4", 4),) == DEFAULT_TPU_POOLS  # 3 slices + 1 spare
 
 
 def test_bad_pool_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,8 @@ def test_a_readiness_change_names_the_jobs_with_pods_on_the_node() -> None:
     assert index.node_seen(ready("n1", False)) == [A, B]
     assert index.node_seen(ready("n1", False)) == []
     assert index.node_seen(ready("n1")) == [A, B]  # back
-    assert index.nodes(["n1", "n2"]) == {"n1": ready("n1")}  # n2 not seen yet
+    seen = index.nodes(["n1", "n2"])  # n2 not seen yet
+    assert list(seen) == ["n1"] and seen["n1"].ready
 
 
 def test_a_deleted_node_counts_as_not_ready() -> None:
@@ -52,3 +53,39 @@ def test_a_deleted_job_is_forgotten_everywhere() -> None:
     index.pod_seen(B, "b-0", "n2")
     index.forget_job(A)
     assert index.jobs_on("n1") == [] and index.jobs_on("n2") == [B]
+
+
+def test_pools_of_a_shape_and_whether_another_job_uses_them() -> None:
+    from tests.builders import tpu_node
+
+    index = NodeIndex()
+    for pool in ("tpu-0", "tpu-1"):
+        for h in range(2):
+            index.node_seen(tpu_node(f"{pool}-{h}", pool))
+    index.node_seen(ObservedNode("cpu-0", True, pool="cpu-np"))
+    index.pod_seen(B, "b-worker-0-0", "tpu-1-0")
+    index.pod_seen(A, "a-worker-0-0", "tpu-0-0")
+    pools = index.pools("tpu-v5-lite-podslice", "4x4", A)
+    assert [(p.name, len(p.nodes), p.used_by_others) for p in pools] == [
+        ("tpu-0", 2, False), ("tpu-1", 2, True)]
+    assert index.pools("tpu-v5-lite-podslice", "8x8", A) == ()
+
+
+def test_a_transition_is_never_earlier_than_the_watch_saw_it() -> None:
+    """kwok reports the Ready condition's transition as the node's creation: a node that
+    just failed must not look failed for an hour (the detection time), nor a revived one
+    Ready all along (the pool warden)."""
+    from datetime import timedelta
+
+    now = [T0 + timedelta(hours=1)]
+    index = NodeIndex(clock=lambda: now[0])
+    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
+    index.node_seen(ObservedNode("n1", False, ready_transition_time=T0))  # stale time
+    assert index.nodes(["n1"])["n1"].ready_transition_time == now[0]
+    now[0] += timedelta(minutes=5)
+    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
+    (node,) = index.all_nodes()
+    assert node.ready_transition_time == now[0]
+    fresh = T0 + timedelta(hours=2)  # a kubelet's own, later time stands
+    index.node_seen(ObservedNode("n1", False, ready_transition_time=fresh))
+    assert index.nodes(["n1"])["n1"].ready_transition_time == fresh

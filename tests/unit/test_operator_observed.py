@@ -11,6 +11,7 @@ import pytest
 from elastic_operator.handlers import WatchScope, configure_settings
 from elastic_operator.kube import collection_path, job_path
 from elastic_operator.observed import (
+    job_from_dict,
     jobset_from_dict,
     node_from_dict,
     parse_time,
@@ -66,6 +67,43 @@ def test_node() -> None:
     assert node_from_dict(NodeWrapper("n3").ready(since=T).obj()).ready
 
 
+def test_node_pool_quarantine_and_gke_maintenance_signals() -> None:
+    obj = NodeWrapper("n1").ready(since=T).obj()
+    obj["metadata"]["labels"] = {
+        "cloud.google.com/gke-nodepool": "tpu-1",
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+        "elastic.pathways.dev/quarantined": "NodeNotReady",
+        "cloud.google.com/scheduled-maintenance-time": "1795000000",
+    }
+    obj["metadata"]["annotations"] = {"elastic.pathways.dev/quarantined-at": "2026-11-29T12:00:00Z"}
+    node = node_from_dict(obj)
+    assert (node.pool, node.accelerator, node.topology) == ("tpu-1", "tpu-v5-lite-podslice",
+                                                            "4x4")
+    assert node.quarantined == "NodeNotReady" and node.quarantined_at == T
+    assert node.scheduled_maintenance == datetime.fromtimestamp(1795000000, UTC)
+    assert node.maintenance_signal == "ScheduledMaintenance" and node.ready_status == "True"
+    obj["metadata"]["labels"]["cloud.google.com/active-node-maintenance"] = "ONGOING"
+    assert node_from_dict(obj).maintenance_signal == "MaintenanceOngoing"
+    obj["spec"] = {"taints": [{"key": "cloud.google.com/impending-node-termination",
+                               "effect": "NoSchedule"}]}
+    assert node_from_dict(obj).maintenance_signal == "ImpendingTermination"
+    obj["metadata"]["labels"]["cloud.google.com/scheduled-maintenance-time"] = "soon"
+    assert node_from_dict(obj).scheduled_maintenance is None  # junk: no signal from it
+    assert node_from_dict(NodeWrapper("n2").obj()).ready_status == "Unknown"
+
+
+def test_worker_job() -> None:
+    job = job_from_dict({
+        "metadata": {"name": "a-worker-1", "uid": "u1", "deletionTimestamp": "2026-11-29T12:00:00Z",
+                     "labels": {"jobset.sigs.k8s.io/job-index": "1"}},
+        "spec": {"backoffLimit": 20},
+        "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}})
+    assert (job.name, job.uid, job.slice_index, job.deleting, job.backoff_limit,
+            job.failed_pods, job.finished) == ("a-worker-1", "u1", 1, True, 20, 2, "Failed")
+    assert job_from_dict({}).slice_index is None
+
+
 def test_jobset() -> None:
     js = jobset_from_dict(
         JobSetWrapper().suspend().owner("etj1").applied_spec("{}").restarts(2)
@@ -105,6 +143,15 @@ def test_operator_cli_arguments() -> None:
     assert parser.parse_args([]).namespace == []
     with pytest.raises(SystemExit):
         parser.parse_args(["-n", "a", "--all-namespaces"])
+    defaults = parser.parse_args([])
+    assert (defaults.quarantine_pools, defaults.node_actions_per_minute,
+            defaults.node_action_burst, defaults.node_action_cooldown_seconds,
+            defaults.quarantine_release_after_seconds,
+            defaults.repeated_failures_quarantine_seconds) == (True, 30.0, 10, 60.0, 600.0,
+                                                               3600.0)
+    assert parser.parse_args(["--no-quarantine-pools"]).quarantine_pools is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--node-actions-per-minute", "0"])
 
 
 def test_watch_scope() -> None:

@@ -23,10 +23,16 @@ from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
-from elastic_operator.observed import ObservedJobSet, ObservedPod, jobset_from_dict
+from elastic_operator.observed import (
+    ObservedJobSet,
+    ObservedPod,
+    jobset_from_dict,
+    node_from_dict,
+    pod_from_dict,
+)
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
-from tests.builders import T0, JobSetWrapper, WorkerPod, at, etj
+from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at, etj
 
 
 def api_error(code: int, reason: str, message: str, **details: Any) -> ApiError:
@@ -138,6 +144,10 @@ class StandInKube(Kube):
         version: str = self.job["metadata"]["resourceVersion"]
         return version
 
+    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        self._call("list_worker_jobs")
+        return []  # none yet (the JobSet controller has not made them)
+
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:
         self._call("post_event")
@@ -173,7 +183,7 @@ class Synchronous(Executor):
 def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
                pods: tuple[ObservedPod, ...] = (),
                jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
-               ) -> tuple[Reconciler, CollectorRegistry]:
+               nodes: NodeIndex | None = None) -> tuple[Reconciler, CollectorRegistry]:
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -187,7 +197,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
             kube.calls.append(POD_CACHE_READ)
         return pods
 
-    observations = ApiObservations(kube, NodeIndex(), scanner, pods=pod_cache,
+    observations = ApiObservations(kube, nodes or NodeIndex(), scanner, pods=pod_cache,
                                    jobsets=jobsets)
     return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
 
@@ -331,9 +341,9 @@ def test_a_write_in_between_makes_the_reconcile_read_again_and_count_once() -> N
     status = kube.job["status"]
     assert status["slices"][0]["restarts"] == 1 and status["counters"]["sliceFailures"] == 1
     assert status["training"]["step"] == 7  # the trainer's write stands
-    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN]
+    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
     assert errors(metrics) == 0
-    assert metrics.get_sample_value("etj_events_already_posted_total") == 1
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 2
 
 
 def test_a_change_recomputed_after_a_failed_write_posts_its_events_once() -> None:
@@ -344,14 +354,16 @@ def test_a_change_recomputed_after_a_failed_write_posts_its_events_once() -> Non
     kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
     rec, metrics = reconciler(kube, pods=pods)
     assert rec.reconcile("ml", "train") is False
-    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN]
+    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
     del kube.fail["patch_job_status"]
     assert rec.reconcile("ml", "train")
-    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN]
+    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
     assert kube.job["status"]["counters"]["sliceFailures"] == 1
-    assert metrics.get_sample_value("etj_events_already_posted_total") == 1
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 2
     assert metrics.get_sample_value("etj_slice_failures_total",
                                     {"namespace": "ml", "job": "train"}) == 1
+    assert metrics.get_sample_value("etj_slice_replacements_total", {
+        "namespace": "ml", "job": "train", "action": "Replace"}) == 1
 
 
 def test_conflicts_that_never_end_are_an_error_to_retry() -> None:
@@ -392,3 +404,72 @@ def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
     assert not rec.wrote("ml", "other", ours) and not rec.wrote("ml", "train", None)
     rec.forget("ml", "train")
     assert not rec.wrote("ml", "train", ours)
+
+
+# --- slice replacement: the intent is written before the operator acts --------------------
+
+
+class ReplacingKube(StandInKube):
+    """A running one-slice job (v5e 2x4: 2 hosts) whose host 1 failed."""
+
+    JOB_UID = "worker-0-uid"
+
+    def __init__(self) -> None:
+        jobset = JobSetWrapper("train", "ml").owner("u-1").workers(1, 2).obj()
+        super().__init__(the_job(), jobset)
+        self.deleted: list[tuple[str, str]] = []
+        self.job_deleting = False
+
+    @classmethod
+    def pods(cls) -> tuple[ObservedPod, ...]:
+        """As the pod cache holds them: host 1 failed, on Ready nodes n0 and n1."""
+        pods = []
+        for host in (0, 1):
+            pod = (PodWrapper.worker(0, host, job="train", namespace="ml")
+                   .labels({"batch.kubernetes.io/controller-uid": cls.JOB_UID})
+                   .on_node(f"n{host}"))
+            pod = pod.failed(T0) if host == 1 else pod.running()
+            pods.append(pod_from_dict(pod.obj()))
+        return tuple(pods)
+
+    @staticmethod
+    def nodes() -> NodeIndex:
+        """As the node cache holds them."""
+        index = NodeIndex()
+        for name in ("n0", "n1"):
+            index.node_seen(node_from_dict(NodeWrapper(name).ready().obj()))
+        return index
+
+    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        self._call("list_worker_jobs")
+        meta: dict[str, Any] = {"name": "train-worker-0", "uid": self.JOB_UID,
+                                "labels": {"jobset.sigs.k8s.io/job-index": "0"}}
+        if self.job_deleting:
+            meta["deletionTimestamp"] = "2026-11-29T12:00:01Z"
+        return [{"metadata": meta, "spec": {"backoffLimit": 10}, "status": {}}]
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        self._call("delete_job")
+        self.deleted.append((name, uid))
+        self.job_deleting = True
+        return True
+
+
+def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -> None:
+    kube = ReplacingKube()
+    rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.index("patch_job_status") < kube.calls.index("delete_job")
+    record = kube.job["status"]["slices"][0]["replacement"]
+    assert (record["action"], record["jobUid"]) == ("Replace", ReplacingKube.JOB_UID)
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+    assert rec.reconcile("ml", "train")  # the Job is being deleted now: nothing more
+    assert len(kube.deleted) == 1 and kube.job["status"]["slices"][0]["restarts"] == 1
+
+
+def test_no_delete_when_the_intent_could_not_be_written() -> None:
+    kube = ReplacingKube()
+    kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
+    rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
+    assert rec.reconcile("ml", "train") is False
+    assert "delete_job" not in kube.calls and errors(metrics) == 1

@@ -147,3 +147,47 @@ def test_jobs_named_from_other_threads_are_reconciled_once_each() -> None:
     rec = asyncio.run(scenario())
     assert sorted(rec.calls) == [("ns", "early"), ("ns", "job-0"), ("ns", "job-1"),
                                  ("ns", "job-2")]
+
+
+def test_a_reconcile_can_ask_to_run_again_later_from_its_thread() -> None:
+    """A grace period that ends (a node NotReady for nodeNotReadySeconds) wakes the job."""
+    async def scenario() -> tuple[list[float], Scheduler]:
+        times: list[float] = []
+        scheduler: Scheduler
+
+        def reconcile(namespace: str, name: str) -> bool:
+            times.append(time.monotonic())
+            if len(times) == 1:  # from the worker thread, as the Reconciler does
+                scheduler.trigger_later(namespace, name, 0.2)
+                scheduler.trigger_later(namespace, name, 30.0)  # a later ask: the sooner wins
+            return True
+
+        scheduler = Scheduler(reconcile)
+        await scheduler.trigger("ns", "a")
+        await until(lambda: len(times) == 2, "the woken reconcile")
+        assert not scheduler.wake_pending("ns", "a")
+        return times, scheduler
+
+    times, _ = asyncio.run(scenario())
+    assert times[1] - times[0] >= 0.2
+
+
+def test_an_event_before_the_wake_replaces_it() -> None:
+    async def scenario() -> list[tuple[str, str]]:
+        calls: list[tuple[str, str]] = []
+        scheduler: Scheduler
+
+        def reconcile(namespace: str, name: str) -> bool:
+            calls.append((namespace, name))
+            if len(calls) == 1:
+                scheduler.trigger_later(namespace, name, 3600)
+            return True
+
+        scheduler = Scheduler(reconcile)
+        await scheduler.trigger("ns", "a")
+        await until(lambda: scheduler.wake_pending("ns", "a"), "the wake registered")
+        await scheduler.trigger("ns", "a")  # an event covers it
+        assert not scheduler.wake_pending("ns", "a")
+        return calls
+
+    assert asyncio.run(scenario()) == [("ns", "a")] * 2

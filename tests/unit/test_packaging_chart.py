@@ -23,9 +23,12 @@ CHART = ROOT / "charts" / "elastic-operator"
 RELEASE = "elastic-operator"
 RELEASE_NAMESPACE = "elastic-operator-system"
 
-# Verbs the operator may hold at all. Never delete: the garbage collector cascades a job's
-# deletion through ownerReferences. Never update: every write is a patch.
-ALLOWED_VERBS = {"get", "list", "watch", "create", "patch"}
+# Verbs the operator may hold at all. Never update: every write is a patch. Deleting is
+# limited to DELETABLE (the garbage collector cascades a job's own deletion).
+ALLOWED_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+# What the operator may delete: a failed slice's worker Job (JobSet recreates it) and a pod
+# stuck Terminating on a dead node. Nothing else.
+DELETABLE = {("batch", "jobs"), ("", "pods")}
 
 
 def helm() -> Path:
@@ -238,6 +241,9 @@ def test_rbac_has_no_wildcards_no_secrets_and_only_needed_verbs(scenario: str) -
             f"{where} grants {set(rule['verbs']) - ALLOWED_VERBS}: {rule}"
         )
         assert not {"bind", "escalate", "impersonate"} & set(rule["verbs"])
+        if "delete" in rule["verbs"]:
+            deleted = {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+            assert deleted <= DELETABLE, f"{where} deletes {deleted - DELETABLE}: {rule}"
 
 
 def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, str]]:
@@ -249,10 +255,12 @@ def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, st
     }
 
 
-def test_nodes_are_read_only_and_the_only_cluster_scoped_resource() -> None:
+def test_nodes_are_read_and_labelled_and_the_only_cluster_scoped_resource() -> None:
     docs = render(NAMESPACED)
-    # list and watch: the node cache (no single node is read by name).
-    assert grants(docs, f"{RELEASE}-nodes") == {("", "nodes", v) for v in ("list", "watch")}
+    # list and watch: the node cache (no single node is read by name); patch: the
+    # quarantine label on the nodes of a failing pool (never spec or status).
+    assert grants(docs, f"{RELEASE}-nodes") == {("", "nodes", v)
+                                                for v in ("list", "watch", "patch")}
     cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions", "leases"}
     namespaced = grants(docs, RELEASE)
     assert not {r for _, r, _ in namespaced} & cluster_scoped

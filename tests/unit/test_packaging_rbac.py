@@ -49,6 +49,11 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "get_lease": {(LEASES, "leases", "get")},
     "create_lease": {(LEASES, "leases", "create")},
     "patch_lease": {(LEASES, "leases", "patch")},
+    "list_worker_jobs": {("batch", "jobs", "list")},
+    "delete_job": {("batch", "jobs", "delete")},
+    "delete_pod_now": {("", "pods", "delete")},
+    "lower_job_backoff_limit": {("batch", "jobs", "patch")},
+    "label_node": {("", "nodes", "patch")},
     "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
     "list_workloads": {("kueue.x-k8s.io", "workloads", "list")},
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
@@ -203,7 +208,9 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "patch_lease": "PATCH", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
                      "post_event": "POST", "list_workloads": "GET",
-                     "patch_workload_active": "PATCH", "serves": "GET"}
+                     "patch_workload_active": "PATCH", "serves": "GET",
+                     "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
+                     "label_node": "PATCH"}
     # Helpers that send GET: one object, one page of a list, a watch.
     get_helpers = ("_get_or_none", "_list_page", "_watch")
     for name, method in expected_http.items():
@@ -212,6 +219,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
         assert f'"{method}"' in source or uses_helper, f"Kube.{name} no longer sends {method}"
     assert '"GET"' in inspect.getsource(Kube._list_page)
     assert '"watch": "true"' in inspect.getsource(Kube._watch)
+    assert '"DELETE"' in inspect.getsource(Kube._delete)  # delete_job, delete_pod_now
     fragments: dict[str, Any] = {"list_pods": "_pods_path", "watch_pods": "_pods_path",
                                  "list_jobsets": "_jobsets_path",
                                  "watch_jobsets": "_jobsets_path",
@@ -221,6 +229,9 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
                                  "patch_job_status": "/status", "post_event": "/events",
                                  "list_workloads": "KUEUE_WORKLOAD_PLURAL",
-                                 "patch_workload_active": "KUEUE_WORKLOAD_PLURAL"}
+                                 "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
+                                 "list_worker_jobs": "/jobs", "delete_job": "/jobs/",
+                                 "delete_pod_now": "/pods/", "lower_job_backoff_limit": "/jobs/",
+                                 "label_node": "/nodes/"}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)

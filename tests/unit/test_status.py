@@ -209,11 +209,17 @@ def test_recovery_by_step_progress_without_elastic_event() -> None:
     st1 = with_report(st1, {"observedAt": s(12).isoformat(), "state": "Training", "step": 40})
     st2, _ev2 = compute_status(job, observe(pods), st1, s(13))
     assert cond(st2, C.RECOVERING)[0] == "True"
+    # A later step while the slice is still down: the trainer has not noticed yet.
+    early = with_report(st2, {"observedAt": s(14).isoformat(), "state": "Training", "step": 41})
+    early, _ = compute_status(job, observe(pods), early, s(15))
+    assert cond(early, C.RECOVERING)[0] == "True"
+    # The slice is back and the trainer is past the failure: resumed.
+    pods[0] = WorkerPod(0, 0).replacement(s(60)).build()
     st2 = with_report(st2, {"observedAt": s(70).isoformat(), "state": "Training", "step": 41})
     st3, ev3 = compute_status(job, observe(pods), st2, s(71))
     assert cond(st3, C.RECOVERING)[:2] == ("False", Reason.RECOVERED)
     assert st3.last_recovery is not None and st3.last_recovery.downtime_seconds == 60.0
-    assert [e.reason for e in ev3] == [Reason.RECOVERED]
+    assert [e.reason for e in ev3] == [Reason.SLICE_RESTORED, Reason.RECOVERED]
 
 
 def test_stale_resumed_event_does_not_end_a_new_recovery() -> None:
@@ -307,6 +313,25 @@ def test_node_transition_before_pod_ready_is_clamped() -> None:
     _status, events = compute_status(
         job, observe(nodes=nodes_for(not_ready={"tpu-0-0": s(-3600)})), running(job), s(21))
     assert events[0].failed_at == s(2)  # the pod's Ready transition
+
+
+def test_siblings_deleted_after_a_host_failed_are_not_a_second_cause() -> None:
+    job = article_job()
+    pods = healthy_pods()
+    pods[2 * HOSTS] = failed_pod(2, 0, s(10)).build()
+    pods[2 * HOSTS + 1] = WorkerPod(2, 1).deleting(s(11), 30).build()
+    status, _ = compute_status(job, observe(pods), running(job), s(12))
+    sd = cond(status, C.SLICE_DOWN)
+    assert sd[:2] == ("True", Reason.POD_FAILED)
+    assert "host 0" in sd[2] and "host 1" in sd[2] and "is terminating" in sd[2]
+
+
+def test_a_deleted_pod_alone_is_the_cause() -> None:
+    job = article_job()
+    pods = healthy_pods()
+    pods[HOSTS + 2] = WorkerPod(1, 2).deleting(s(11), 30).build()
+    status, _ = compute_status(job, observe(pods), running(job), s(12))
+    assert cond(status, C.SLICE_DOWN)[:2] == ("True", Reason.POD_DELETED)
 
 
 def test_two_slices_down_at_once() -> None:
@@ -832,3 +857,17 @@ def test_any_trainer_report_never_crashes(raw: Any, failing: bool) -> None:
     assert status.counters.elastic_events >= 0
     patch = status_patch(parsed.previous, status)
     assert patch is None or "training" not in patch["status"]
+
+
+def test_recovered_message_counts_steps_in_good_english() -> None:
+    from elastic_api.models import RecoveryRecord
+    from elastic_operator.core.recovery import recovered_message
+
+    def message(lost: int, slices: list[int]) -> str:
+        return recovered_message(RecoveryRecord(detected_at=s(0), resumed_at=s(2),
+                                                downtime_seconds=2.0, steps_lost=lost,
+                                                slices=slices))
+
+    assert "; 1 step lost" in message(1, [2]) and "(slice 2 went down)" in message(1, [2])
+    assert "; 0 steps lost" in message(0, [0, 1])
+    assert "(slices 0, 1 went down)" in message(0, [0, 1])

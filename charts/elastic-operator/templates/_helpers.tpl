@@ -59,9 +59,15 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
   verbs: ["get", "list", "watch", "create", "patch"]
 # Slice health from the worker pods (a failed pod is seen before its Job fails), kept in
 # a watch-fed cache; the simulated backend's trainer Role grants list/watch on pods too.
+# delete: a pod stuck Terminating on a dead node is deleted with grace period 0.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "delete"]
+# Slice replacement: a failed slice's worker Job is deleted (uid precondition; JobSet
+# recreates it at once) or, its restart budget spent, its backoffLimit lowered to 0.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "delete", "patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
@@ -77,9 +83,10 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
   verbs: ["create"]
 {{- end -}}
 
-{{/* Cluster-scoped, read-only: a NotReady node takes its slices down. */}}
+{{/* Cluster-scoped: a NotReady node takes its slices down; patch: the quarantine label
+on the nodes of a pool a slice failed on (etj operator --quarantine-pools). */}}
 {{- define "elastic-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "patch"]
 {{- end -}}

@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--dir", type=Path, default=None, help=dir_help)
     up.add_argument(
         "--tpu-pools", type=_tpu_pool, action="append", default=None, metavar="TYPE:TOPOLOGY[:N]",
-        help="N node pools (one per slice) of fake TPU nodes, repeatable; default v5e:4x4:3",
+        help="N node pools (one per slice) of fake TPU nodes, repeatable; default v5e:4x4:4 "
+        "(the article's 3 slices and one hot spare)",
     )
     up.add_argument("--cpu-nodes", type=int, default=None,
                     help="nodes in the cpu-np pool (default 4)")

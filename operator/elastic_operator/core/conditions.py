@@ -23,7 +23,7 @@ from elastic_api.models import (
 )
 from elastic_operator.core.plan import owned_by_another, spec_drift
 from elastic_operator.core.recovery import recovered_message
-from elastic_operator.core.text import fmt_slices, iso
+from elastic_operator.core.text import fmt_slices, iso, plural
 from elastic_operator.observed import ObservedJobSet
 
 
@@ -164,3 +164,20 @@ def training_report_condition(setter: ConditionSetter, report: TrainingReport | 
         return setter.unknown(ConditionType.TRAINING_REPORT_VALID, Reason.NO_REPORT,
                               "the trainer has not reported yet")
     return setter.true(ConditionType.TRAINING_REPORT_VALID, Reason.VALID)
+
+
+def spares_condition(setter: ConditionSetter, spares: list[str] | None,
+                     wanted: int) -> Condition:
+    """Whether the healthy spare node pools are at least spec.tpu.spares."""
+    if spares is None:
+        return setter.unknown(ConditionType.SPARES_AVAILABLE, Reason.NO_REPORT,
+                              "no TPU node pools of this shape seen (spec.placement Any, or "
+                              "none in the cluster)")
+    have = f"{plural(len(spares), 'healthy spare node pool')}" + (
+        f" ({', '.join(spares)})" if spares else "")
+    if len(spares) >= wanted:
+        return setter.true(ConditionType.SPARES_AVAILABLE, Reason.ENOUGH_SPARES,
+                           f"{have}; spec.tpu.spares is {wanted}")
+    return setter.false(ConditionType.SPARES_AVAILABLE, Reason.FEWER_SPARES,
+                        f"{have}; spec.tpu.spares is {wanted}: a failed slice may wait for "
+                        "its node pool to be repaired")

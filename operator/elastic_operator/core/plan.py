@@ -62,6 +62,57 @@ class SetWorkloadActive:
 Action = CreateObject | PatchJobSetSuspend | SetWorkloadActive
 
 
+# --- slice replacement (core/replacement.py plans these after the status is written) ---
+
+
+@dataclass(frozen=True)
+class DeleteWorkerJob:
+    """Delete a failed slice's worker Job (Foreground, precondition uid): JobSet
+    recreates it at once, with fresh pods and no pod backoff."""
+
+    namespace: str
+    name: str
+    uid: str
+    slice_index: int
+    reason: str  # why (the slice's failure reason, or Maintenance)
+
+
+@dataclass(frozen=True)
+class ForceDeletePod:
+    """Delete a pod with grace period 0: it is Terminating on a node that is not Ready,
+    whose kubelet will never confirm the deletion."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    slice_index: int
+
+
+@dataclass(frozen=True)
+class QuarantinePool:
+    """Label every node of a node pool so that replacement workers avoid it."""
+
+    pool: str
+    reason: str  # NodeNotReady, Maintenance, RepeatedFailures
+    nodes: tuple[str, ...]
+    slice_index: int
+
+
+@dataclass(frozen=True)
+class LowerBackoffLimit:
+    """A slice's restart budget is spent: set its Job's backoffLimit to 0, so the Job
+    fails and JobSet's failurePolicy applies (as without the operator)."""
+
+    namespace: str
+    name: str
+    uid: str
+    slice_index: int
+
+
+ReplacementAction = DeleteWorkerJob | ForceDeletePod | QuarantinePool | LowerBackoffLimit
+
+
 @dataclass(frozen=True)
 class Plan:
     actions: tuple[Action, ...] = ()

@@ -19,7 +19,7 @@ from elastic_api.models import (
 )
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.slices import SliceChange
-from elastic_operator.core.text import fmt_slices, iso
+from elastic_operator.core.text import fmt_slices, iso, plural
 
 
 def track_recovery(
@@ -27,8 +27,10 @@ def track_recovery(
     report: TrainingReport | None,
     changes: list[SliceChange],
     now: datetime,
+    not_ready: frozenset[int] = frozenset(),
 ) -> tuple[RecoveryRecord | None, list[StatusEvent]]:
-    """The recovery record after this reconcile, and the Recovered Event if it closed."""
+    """The recovery record after this reconcile, and the Recovered Event if it closed.
+    `not_ready`: the slices that are not Ready now."""
     record = previous.last_recovery
     ongoing = record is not None and record.resumed_at is None
     record, ongoing = _open_for_down_slices(record, ongoing, report, changes, now)
@@ -38,7 +40,7 @@ def track_recovery(
                                               previous.counters.elastic_events)
     if record is None or not ongoing:
         return record, []
-    return _close_if_resumed(record, report, event, now)
+    return _close_if_resumed(record, report, event, now, not_ready)
 
 
 def _open_for_down_slices(
@@ -90,12 +92,17 @@ def _link_elastic_event(
 
 
 def _resumed_at(record: RecoveryRecord, report: TrainingReport | None,
-                event: ElasticEventReport | None, now: datetime) -> datetime | None:
-    """When training resumed after this recovery's failure, if it has."""
+                event: ElasticEventReport | None, now: datetime,
+                not_ready: frozenset[int]) -> datetime | None:
+    """When training resumed after this recovery's failure, if it has. Without an
+    elastic event, a later step counts only once the slices that went down are Ready
+    again: before that, the trainer has not noticed the failure yet (a dead host's
+    Pathways worker is found out in seconds, not at once)."""
     if event is not None and record.elastic_event_id == event.id and event.phase == "Resumed":
         return event.resumed_at or (report.observed_at if report else now)
     if (
         record.elastic_event_id is None and report is not None
+        and not set(record.slices) & not_ready
         and report.state == "Training" and record.step_at_detection is not None
         and report.step > record.step_at_detection
         and report.observed_at > record.detected_at
@@ -106,9 +113,9 @@ def _resumed_at(record: RecoveryRecord, report: TrainingReport | None,
 
 def _close_if_resumed(
     record: RecoveryRecord, report: TrainingReport | None,
-    event: ElasticEventReport | None, now: datetime,
+    event: ElasticEventReport | None, now: datetime, not_ready: frozenset[int],
 ) -> tuple[RecoveryRecord, list[StatusEvent]]:
-    resumed_at = _resumed_at(record, report, event, now)
+    resumed_at = _resumed_at(record, report, event, now, not_ready)
     if resumed_at is None:
         return record, []
     linked = event if event is not None and record.elastic_event_id == event.id else None
@@ -134,7 +141,7 @@ def recovered_message(record: RecoveryRecord) -> str:
     if record.slices:
         parts.append(f"({fmt_slices(record.slices)} went down)")
     if record.steps_lost is not None:
-        parts.append(f"; {record.steps_lost} steps lost")
+        parts.append(f"; {plural(record.steps_lost, 'step')} lost")
     if record.restored_from_step is not None:
         parts.append(f"; restored from step {record.restored_from_step}"
                      + (f" ({record.restore_source})" if record.restore_source else ""))

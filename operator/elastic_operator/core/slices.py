@@ -6,7 +6,9 @@ Slice states (status.slices[]), per worker slice (the pods with one job-index):
   NotReady node; or a slice that was Ready lost a host without us seeing why.
 - Restarting: after Down, replacement pods exist but are not all ready yet.
 - Pending: never been ready yet (or the JobSet is suspended / not created).
-A slice entering Down increments its `restarts` (and counters.sliceFailures).
+A slice entering Down increments its `restarts` (and counters.sliceFailures), unless the
+operator took it down on purpose (a planned move off a pool under maintenance, whose
+record is in `replacement`): that is a move, not a failure.
 """
 from __future__ import annotations
 
@@ -30,6 +32,11 @@ class SliceChange:
     restored: bool
     failed_at: datetime | None
     message: str
+    planned: bool = False  # went down because the operator moves it (not a failure)
+
+    @property
+    def failed(self) -> bool:
+        return self.went_down and not self.planned
 
 
 @dataclass(frozen=True)
@@ -145,10 +152,13 @@ def slice_status(
     prev_state = prev.state if prev else None
     restarts = prev.restarts if prev else 0
     verdict = _judge(hosts, prev, hosts_per_slice, frozen_reason)
+    planned = prev is not None and prev.replacement is not None \
+        and prev.replacement.action == "Move"
     change = None
     if verdict.state == "Down" and prev_state != "Down":
-        restarts += 1
-        change = SliceChange(index, True, False, verdict.failed_at, verdict.message)
+        restarts += 0 if planned else 1
+        change = SliceChange(index, True, False, verdict.failed_at, verdict.message,
+                             planned=planned)
     elif verdict.state == "Ready" and prev_state in ("Down", "Restarting"):
         change = SliceChange(index, False, True, None, "")
     transition = now if (prev is None or prev_state != verdict.state) \
@@ -157,6 +167,12 @@ def slice_status(
         index=index, state=verdict.state, ready_hosts=sum(1 for h in hosts if h.ready),
         hosts=hosts_per_slice, restarts=restarts, reason=verdict.reason,
         message=verdict.message or None, last_transition_time=transition,
+        # The operator's records (core/replacement.py updates them).
+        moves=prev.moves if prev else 0,
+        replacement=prev.replacement if prev else None,
+        last_replacement=prev.last_replacement if prev else None,
+        maintenance=prev.maintenance if prev else None,
+        pool=prev.pool if prev else None,
     )
     return status, change
 
@@ -168,6 +184,11 @@ def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int
     down = [h for h in hosts if h.down_reason is not None]
     if down:
         reasons = sorted({h.down_reason for h in down if h.down_reason})
+        if len(reasons) > 1:
+            # A slice with a failed host has its other pods deleted next (the slice is
+            # torn down and replaced as one): those deletions follow the failure, they
+            # are not a second cause.
+            reasons = [r for r in reasons if r != Reason.POD_DELETED]
         failed = [h.failed_at for h in down if h.failed_at is not None]
         return _Verdict("Down", reasons[0] if len(reasons) == 1 else Reason.MULTIPLE_CAUSES,
                         "; ".join(h.down_message or "" for h in down),
@@ -222,7 +243,12 @@ def slice_events(changes: list[SliceChange]) -> list[StatusEvent]:
     SliceRestored."""
     events = []
     for change in changes:
-        if change.went_down:
+        if change.went_down and change.planned:
+            events.append(StatusEvent(
+                reason=Reason.SLICE_DOWN, type="Normal", slice_index=change.index,
+                message=f"slice {change.index} is down for a planned move: {change.message}",
+            ))
+        elif change.went_down:
             events.append(StatusEvent(
                 reason=Reason.SLICE_DOWN, type="Warning", slice_index=change.index,
                 failed_at=change.failed_at,

@@ -13,10 +13,12 @@ from datetime import datetime
 from elastic_api.catalog import slice_shape
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
+    CheckpointRequest,
     Condition,
     Counters,
     ElasticTrainingJob,
     ElasticTrainingJobStatus,
+    PoolStatus,
     SliceStatus,
     TrainerProcess,
     TrainingReport,
@@ -29,6 +31,7 @@ from elastic_operator.core.conditions import (
     recovering_condition,
     set_condition,
     slice_down_condition,
+    spares_condition,
     spec_applied_condition,
     suspended_condition,
     training_report_condition,
@@ -41,10 +44,18 @@ from elastic_operator.core.failure import (
     failure_events,
     succeeded_condition,
 )
+from elastic_operator.core.goodput import compute_goodput
+from elastic_operator.core.maintenance import (
+    checkpoint_request,
+    maintenance_condition,
+    slice_maintenance,
+)
+from elastic_operator.core.pools import pools_in_use, spare_pools
 from elastic_operator.core.ready import JobSummary, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
+from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.slices import SliceChange, compute_slices, slice_events
-from elastic_operator.observed import Observed
+from elastic_operator.observed import Observed, parse_time
 
 
 def compute_status(
@@ -70,7 +81,12 @@ def compute_status(
     events = failure_events(outcome) + admission.events
     slices, changes = _slices(job, observed, prev, now, outcome, admission)
     events += slice_events(changes)
-    record, recovery_events = track_recovery(prev, report, changes, now)
+    slices, pools, request, replacement_events = _replacements(
+        job, observed, prev, slices, changes, now, outcome.terminal)
+    events += replacement_events
+    spares = spare_pools(observed.pools, pools_in_use(slices)) if observed.pools else None
+    record, recovery_events = track_recovery(
+        prev, report, changes, now, frozenset(s.index for s in slices if s.state != "Ready"))
     events += recovery_events
     recovering = record is not None and record.resumed_at is None and not outcome.terminal
     process, replaced = trainer_process(prev.trainer_process, report)
@@ -91,6 +107,8 @@ def compute_status(
         failed_condition(setter, outcome),
         spec_applied_condition(setter, job, jobset, prev.job_set_name, outcome.terminal),
         training_report_condition(setter, report, report_problem),
+        spares_condition(setter, spares, spec.tpu.spares),
+        maintenance_condition(setter, slices, outcome.terminal),
     ]
     if admission.condition is not None:
         conditions.append(admission.condition)
@@ -112,9 +130,39 @@ def compute_status(
         last_recovery=record,
         checkpoint=checkpoint_status(prev.checkpoint, observed.checkpoint),
         trainer_process=process,
+        pools=pools,
+        spare_pools=len(spares) if spares is not None else None,
+        checkpoint_request=request,
+        goodput=prev.goodput if outcome.terminal and prev.goodput else compute_goodput(
+            prev.goodput, created_at(job) or now, report, slices, changes, now),
         training=prev.training,
     )
     return new_status, events
+
+
+def _replacements(
+    job: ElasticTrainingJob, observed: Observed, prev: ElasticTrainingJobStatus,
+    slices: list[SliceStatus], changes: list[SliceChange], now: datetime, terminal: bool,
+) -> tuple[list[SliceStatus], list[PoolStatus], CheckpointRequest | None, list[StatusEvent]]:
+    """The operator's records of what it does about failed slices and maintenance
+    (core/replacement.py, core/maintenance.py); frozen once the job is terminal."""
+    if terminal:
+        return slices, list(prev.pools), prev.checkpoint_request, []
+    spec = job.spec
+    tracked = track_replacements(spec, slices, changes, observed, prev.pools, now)
+    slices, events = tracked.slices, tracked.events
+    if observed.jobset is None or observed.jobset.suspended:
+        return slices, tracked.pools, prev.checkpoint_request, events
+    slices, notices = slice_maintenance(spec, slices, observed, now)
+    request, slices, request_events = checkpoint_request(
+        spec, slices, prev.checkpoint_request, prev.training, observed, now)
+    return slices, tracked.pools, request, events + notices + request_events
+
+
+def created_at(job: ElasticTrainingJob) -> datetime | None:
+    """metadata.creationTimestamp (kept by ObjectMeta as an extra field)."""
+    extra = job.metadata.model_extra or {}
+    return parse_time(extra.get("creationTimestamp"))
 
 
 def _slices(job: ElasticTrainingJob, observed: Observed, prev: ElasticTrainingJobStatus,
@@ -173,7 +221,7 @@ def _counters(prev: ElasticTrainingJobStatus, changes: list[SliceChange],
     """Counters never go backwards (max with what the cluster and the trainer show)."""
     jobset = observed.jobset
     return Counters(
-        slice_failures=prev.counters.slice_failures + sum(1 for c in changes if c.went_down),
+        slice_failures=prev.counters.slice_failures + sum(1 for c in changes if c.failed),
         elastic_events=max(
             prev.counters.elastic_events,
             report.elastic_events_total if report else 0,

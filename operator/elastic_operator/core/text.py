@@ -14,3 +14,12 @@ def fmt_slices(indices: Iterable[int]) -> str:
 
 def iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """`1 step`, `2 steps`, `0 steps`."""
+    return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
+
+
+def is_are(count: int) -> str:
+    return "is" if count == 1 else "are"
