@@ -71,3 +71,21 @@ def test_an_event_of_an_unknown_kind_is_told_apart_by_its_message() -> None:
 def test_names_are_valid_for_long_job_names() -> None:
     name = event_name("j" * 253, "u", down(0), status())
     assert len(name) <= 253
+
+
+def test_maintenance_moves_of_one_slice_are_told_apart() -> None:
+    """A move counts in `moves`, not `restarts`: the second maintenance of a slice that
+    never failed is a new change, with new Event names."""
+    def moved(moves: int) -> ElasticTrainingJobStatus:
+        return ElasticTrainingJobStatus(slices=[SliceStatus(index=0, state="Ready",
+                                                            moves=moves)])
+
+    moving = StatusEvent(Reason.SLICE_MOVING, "moving off pool-a", slice_index=0)
+    notice_a = StatusEvent(Reason.MAINTENANCE_SCHEDULED, "pool-a at 10:00", slice_index=0)
+    notice_b = StatusEvent(Reason.MAINTENANCE_SCHEDULED, "pool-b at 12:00", slice_index=0)
+    names = [event_name("train", "uid-1", moving, moved(1)),
+             event_name("train", "uid-1", moving, moved(2)),
+             event_name("train", "uid-1", notice_a, moved(0)),
+             event_name("train", "uid-1", notice_b, moved(0))]
+    assert len(set(names)) == len(names)
+    assert event_name("train", "uid-1", moving, moved(1)) == names[0]

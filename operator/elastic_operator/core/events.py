@@ -39,9 +39,15 @@ def event_name(job_name: str, job_uid: str, event: StatusEvent,
 
 def _occurrence(event: StatusEvent, status: ElasticTrainingJobStatus) -> str:
     """What makes this change unique in the life of the job."""
-    if event.slice_index is not None:  # SliceDown, SliceRestored: once per slice restart
-        restarts = next((s.restarts for s in status.slices if s.index == event.slice_index), 0)
-        return f"slice {event.slice_index} restart {restarts}"
+    if event.slice_index is not None:
+        # SliceDown, SliceRestored, SliceReplacing, SliceReplaced: once per slice restart;
+        # a maintenance move (SliceMoving, its SliceReplaced) counts in moves, not restarts.
+        current = next((s for s in status.slices if s.index == event.slice_index), None)
+        restarts, moves = (current.restarts, current.moves) if current else (0, 0)
+        occurrence = f"slice {event.slice_index} restart {restarts} move {moves}"
+        if event.reason == Reason.MAINTENANCE_SCHEDULED:  # each notice (pool, time) once
+            occurrence += f" message {event.message}"
+        return occurrence
     if event.reason == Reason.RECOVERED and status.last_recovery is not None:
         return f"recovery detected at {status.last_recovery.detected_at}"
     if event.reason == Reason.TRAINER_RESTARTED:
