@@ -32,6 +32,7 @@ from tests.integration.test_operator import (
     parse,
     recovered,
     resumed_report,
+    status_of,
     submit,
     wait_running,
     wait_status,
@@ -114,6 +115,17 @@ def recover(api: client.ApiClient, ns: str, slice_index: int) -> dict[str, Any]:
     return wait_status(api, ns, recovered, "Recovering False/Recovered", timeout=30)
 
 
+def replaced_once(api: client.ApiClient, ns: str, index: int) -> None:
+    """The slice came back on a recreated worker Job, decided and done once whichever
+    replica made the decision and whichever saw it done (the intent is in the status
+    before the Job is deleted; the deletion carries the old Job's uid)."""
+    wait_for(lambda: events(api, ns, Reason.SLICE_REPLACED), 30, "the SliceReplaced Event")
+    assert len(events(api, ns, Reason.SLICE_REPLACING)) == 1
+    assert len(events(api, ns, Reason.SLICE_REPLACED)) == 1
+    done = status_of(api, ns)["slices"][index]
+    assert done.get("replacement") is None and done["lastReplacement"]["action"] == "Replace"
+
+
 def test_both_replicas_are_healthy_and_say_who_leads(pair: list[OperatorProcess]) -> None:
     leader, standby = pair
     assert leader.health()["leadership"]["role"] == "leader"
@@ -148,6 +160,7 @@ def test_leader_killed_mid_recovery_the_standby_finishes_it_counting_once(
     wait_for(lambda: events(api, ns, Reason.RECOVERED), 30, "the Recovered Event")
     assert len(events(api, ns, Reason.SLICE_DOWN)) == 1
     assert len(events(api, ns, Reason.RECOVERED)) == 1
+    replaced_once(api, ns, 2)
     # The new leader counted nothing the old one had: the status was its record.
     assert slice_failures_counted(standby, ns) == 0
     m = standby.metrics()
@@ -179,6 +192,7 @@ def test_graceful_handover_during_a_slice_failure_reports_it_once(
     wait_for(lambda: events(api, ns, Reason.RECOVERED), 30, "the Recovered Event")
     assert len(events(api, ns, Reason.SLICE_DOWN)) == 1
     assert len(events(api, ns, Reason.RECOVERED)) == 1
+    replaced_once(api, ns, 0)
     assert slice_failures_counted(standby, ns) <= 1
     assert condition(st, C.SLICE_DOWN)["status"] == "False"
     print(f"\ntakeover after SIGTERM: {takeover_s:.2f} s")
