@@ -8,7 +8,8 @@ Slice states (status.slices[]), per worker slice (the pods with one job-index):
 - Pending: never been ready yet (or the JobSet is suspended / not created).
 A slice entering Down increments its `restarts` (and counters.sliceFailures), unless the
 operator took it down on purpose (a planned move off a pool under maintenance, whose
-record is in `replacement`): that is a move, not a failure.
+record is in `replacement`): that is a move, not a failure; nor when only pods of the Job
+whose replacement is under way go down (the failure was counted when it happened).
 """
 from __future__ import annotations
 
@@ -155,7 +156,9 @@ def slice_status(
     planned = prev is not None and prev.replacement is not None \
         and prev.replacement.action == "Move"
     change = None
-    if verdict.state == "Down" and prev_state != "Down":
+    if verdict.state == "Down" and prev_state != "Down" and _failed_job_torn_down(hosts, prev):
+        pass  # the failure is counted already: its Job's pods go because it is replaced
+    elif verdict.state == "Down" and prev_state != "Down":
         restarts += 0 if planned else 1
         change = SliceChange(index, True, False, verdict.failed_at, verdict.message,
                              planned=planned)
@@ -175,6 +178,18 @@ def slice_status(
         pool=prev.pool if prev else None,
     )
     return status, change
+
+
+def _failed_job_torn_down(hosts: list[HostView], prev: SliceStatus | None) -> bool:
+    """Down again while the replacement of a failed Job is under way, and every host down
+    is a pod of that Job (the operator deleted it; its pods go one by one, and a look
+    between two of them can see the slice Restarting): the same failure, not a new one.
+    A pod of another Job going down is a new failure."""
+    record = prev.replacement if prev is not None else None
+    if record is None or record.action == "Move" or record.job_uid is None:
+        return False
+    down = [h for h in hosts if h.down_reason is not None]
+    return bool(down) and all(h.pod.job_uid == record.job_uid for h in down)
 
 
 def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,
