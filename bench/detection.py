@@ -121,6 +121,8 @@ def job_manifest(name: str, shape: Shape) -> dict[str, Any]:
     }
     if shape.backend == "pathways":
         spec["pathways"] = {"gcsScratch": "gs://bench-bucket/scratch"}
+    else:  # packed on CPU nodes: no TPU placement (the default places workers on TPU pools)
+        spec["placement"] = "Any"
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
             "metadata": {"name": name}, "spec": spec}
 
