@@ -71,29 +71,18 @@ class CompileLog:
 
 
 def _make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any:
-    from elastic_trainer import elastic
+    from elastic_trainer.backends import SimulatedBackend
     from elastic_trainer.checkpoint import Checkpointer
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
+    from elastic_trainer.faults import Fault, FaultSchedule
     from elastic_trainer.loop import LoopOptions, Trainer
-
-    class TimedTrainer(Trainer):
-        """The real loop, with the wait for slices timed (the rest it times itself)."""
-
-        waits: list[tuple[float, float]]
-
-        def _wait_for_slices(self) -> set[int]:
-            start = time.time()
-            try:
-                return super()._wait_for_slices()
-            finally:
-                self.waits.append((start, time.time()))
 
     cfg = get_config(spec["config"])
     slices = spec.get("slices", 2)
-    health = elastic.FaultSchedule([elastic.Fault.parse(f, slices) for f in faults],
-                                   spec.get("fault_duration", 1.0))
-    backend = elastic.SimulatedBackend(slices, spec.get("devices_per_slice", 2), health)
+    health = FaultSchedule([Fault.parse(f, slices) for f in faults],
+                           spec.get("fault_duration", 1.0))
+    backend = SimulatedBackend(slices, spec.get("devices_per_slice", 2), health)
     ckpt_dir = workdir / "checkpoints"
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     checkpointer = Checkpointer(str(ckpt_dir), spec.get("checkpoint_period", 20), 3,
@@ -101,11 +90,9 @@ def _make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any
     opts = LoopOptions(steps=spec["steps"], batch=spec.get("batch", 8), seed=0,
                        min_slices=spec.get("min_slices"), elastic_timeout=120.0,
                        max_retries=10, snapshot_period=spec.get("snapshot_period", 0),
-                       log_every=10**9)
+                       log_every=10**9, prefetch=spec.get("prefetch", 2))
     data = make_source("synthetic", 0, opts.batch, cfg.seq_len, cfg.vocab_size)
-    trainer = TimedTrainer(cfg, opts, backend, data, checkpointer)
-    trainer.waits = []
-    return trainer
+    return Trainer(cfg, opts, backend, data, checkpointer)
 
 
 def _event_phases(trainer: Any, compile_log: CompileLog) -> list[dict[str, Any]]:
@@ -115,14 +102,15 @@ def _event_phases(trainer: Any, compile_log: CompileLog) -> list[dict[str, Any]]
             continue
         s = event.summary()
         det, resumed, restored = event.detected_at, event.resumed_at, event.restored_at
-        wait = sum(min(end, resumed) - max(start, det) for start, end in trainer.waits
-                   if end >= det and start <= resumed)
+        wait = event.wait_seconds or 0.0
         restore = event.restore_seconds or 0.0
         compile_s = compile_log.seconds_between(det, resumed)
         first_step_total = resumed - restored
         total = resumed - det
         out.append({
-            "failed_step": event.failed_step, "restored_from_step": event.restored_from_step,
+            "failed_step": event.failed_step,
+            "active_slices_after": event.active_slices_after,
+            "restored_from_step": event.restored_from_step,
             "restore_source": event.restore_source, "steps_lost": event.steps_lost,
             "detect_seconds": s["detect_seconds"],
             "wait_seconds": wait,
@@ -179,14 +167,16 @@ def overhead(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     _setup_jax(slices * dps, None)
     import jax
 
-    from elastic_trainer import elastic, train
+    from elastic_trainer import train
+    from elastic_trainer.backends import SimulatedBackend
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
+    from elastic_trainer.faults import FaultSchedule
 
     cfg = get_config(spec["config"])
     steps, warmup, batch = spec["steps"], spec["warmup"], spec.get("batch", 8)
     optimizer = train.make_optimizer(cfg, steps)
-    backend = elastic.SimulatedBackend(slices, dps, elastic.FaultSchedule([], 1.0))
+    backend = SimulatedBackend(slices, dps, FaultSchedule([], 1.0))
     compiled = train.build_step(cfg, optimizer,
                                 train.make_mesh(backend.slice_devices(range(slices))), 1, 0)
     data = make_source("synthetic", 0, batch, cfg.seq_len, cfg.vocab_size)

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from elastic_api.models import TrainingReport
+from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
-from elastic_trainer.elastic import FaultSchedule, SimulatedBackend
-from elastic_trainer.loop import ElasticEvent, LoopOptions, Trainer
+from elastic_trainer.events import ElasticEvent
+from elastic_trainer.faults import FaultSchedule
+from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.report import StatusReporter, job_from_args, prior_run, status_patch
 
 
@@ -84,7 +86,7 @@ def test_trainer_report_validates_against_the_model(tmp_path: Path) -> None:
         slices_down=[0], detected_at=time.time(), fault_at=None, phase="Restoring",
         restored_from_step=5, restore_source="snapshot"))
     trainer.current_event = trainer.events[0]
-    trainer.failures = 1
+    trainer.policy.used = 1
     report = trainer.training_report()
     wire = status_patch(report)["status"]["training"]
     parsed = TrainingReport.model_validate(wire)
@@ -208,4 +210,5 @@ def test_event_ids_and_budget_go_on_from_an_earlier_process(tmp_path: Path) -> N
                       Checkpointer(str(tmp_path), period=5, keep=1))
     report = trainer.training_report()
     assert report.elastic_events_total == 4 and report.retries_remaining == 2
-    assert trainer._next_event_id() == 5
+    assert trainer.next_event_id() == 5
+

@@ -1,0 +1,85 @@
+"""In-memory snapshots of the training state, one replica per slice: orbax-checkpoint's
+Pathways `Snapshotter`, with the rules the elastic loop needs around it.
+
+orbax's Snapshotter (orbax.checkpoint.experimental.v1.training.pathways) copies the state
+to `pinned_host` memory and splits the copy along the slice axis of the mesh
+(pathwaysutils' `split_by_mesh_axis`), so each slice's hosts hold one full replica (the
+parameters are replicated across slices, sharded within one). The copy runs in the
+background while the next steps train; a background thread publishes it only once
+`block_until_ready` succeeds for every replica. `load` keeps the replicas that are still
+readable (a lost slice takes its replica with it), joins them and moves them onto the new
+mesh: to pinned host memory there first, then to the devices.
+
+What this module adds:
+- a snapshot never overtakes the previous one: `take` first waits until the previous copy
+  is published (it completed long ago: the next step could only reuse the donated state
+  buffers after the copy had read them), so no snapshot is skipped;
+- `settle` after an elastic event publishes a copy that completed before the loss;
+- a restore that fails is never tried again from the same snapshot (`discard`);
+- no replica survived -> `NoSurvivingReplica`, and the loop restores the newest committed
+  checkpoint instead.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+
+log = logging.getLogger(__name__)
+
+
+class NoSurvivingReplica(RuntimeError):
+    """Every replica of the snapshot was on a slice that was lost."""
+
+
+class ReplicaSnapshots:
+    def __init__(self, replica_axis_index: int = 0) -> None:
+        self.replica_axis_index = replica_axis_index
+        self._snapshotter = self._new()
+        self.discarded = 0  # snapshots dropped after a failed restore (or made stale)
+
+    def _new(self) -> Any:
+        from orbax.checkpoint.experimental.v1.training.pathways import Snapshotter
+
+        return Snapshotter(replica_axis_index=self.replica_axis_index)
+
+    def take(self, step: int, state: Any) -> None:
+        """Start copying `state` (after `step`) to pinned host memory, per replica; it is
+        published in the background once complete."""
+        self._snapshotter.join()
+        self._snapshotter.save(step, state)
+
+    def settle(self) -> int | None:
+        """Wait until the copy in flight is published (or has failed); the newest
+        published step."""
+        self._snapshotter.join()
+        return self.latest_step()
+
+    def latest_step(self) -> int | None:
+        latest = self._snapshotter.latest
+        return None if latest is None else int(latest.step)
+
+    def restore(self, target: Any) -> Any:
+        """The newest published snapshot on `target`'s shardings (a tree of
+        ShapeDtypeStruct), from the replicas that survived. Any failure discards the
+        snapshot: it is never tried again."""
+        try:
+            return self._snapshotter.load(target)
+        except jax.errors.JaxRuntimeError:
+            self.discard("its restore failed")
+            raise  # a slice lost during the restore: an elastic event
+        except RuntimeError as err:  # orbax: "No active replicas found."
+            self.discard("no replica survived")
+            raise NoSurvivingReplica(f"no replica of the snapshot survived ({err})") from err
+
+    def discard(self, why: str) -> None:
+        """Drop the snapshot and every replica of it (orbax's Snapshotter has no way to
+        drop its snapshot: a new one replaces it; the old one's idle thread stays)."""
+        self._snapshotter.join()
+        step = self.latest_step()
+        if step is None:
+            return
+        log.info("dropping the snapshot of step %d: %s", step, why)
+        self._snapshotter = self._new()
+        self.discarded += 1
