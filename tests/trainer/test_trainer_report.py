@@ -212,3 +212,44 @@ def test_event_ids_and_budget_go_on_from_an_earlier_process(tmp_path: Path) -> N
     assert report.elastic_events_total == 4 and report.retries_remaining == 2
     assert trainer.next_event_id() == 5
 
+
+HEAVY = ("jax", "jaxlib", "numpy", "orbax", "optax", "kubernetes", "prometheus_client",
+         "elastic_operator", "elastic_devtools")
+
+
+def test_the_reporter_is_importable_without_anything_heavy() -> None:
+    """A trainer that is not ours (MaxText) imports the reporter alone: no jax, no
+    orbax, no operator; the Kubernetes client only when the first write goes out."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom elastic_trainer.report import StatusReporter, job_from_args\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _documented_example() -> str:
+    doc = (Path(__file__).parents[2] / "docs" / "status-contract.md").read_text()
+    section = doc.split("## Reporting from a trainer that is not ours", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_third_party_example_reports(api_server: type[_Recorder],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("ETJ_JOB_NAMESPACE", "team-a")
+    monkeypatch.setenv("ETJ_JOB_NAME", "maxtext-run")
+    subprocess.run([sys.executable, "-c", _documented_example()], timeout=120, check=True)
+    reports = [TrainingReport.model_validate(body["status"]["training"])
+               for _, path, _, body in api_server.requests
+               if path.endswith("/namespaces/team-a/elastictrainingjobs/maxtext-run/status")]
+    # The loop is instant here, so reports not yet sent were replaced by newer ones; the
+    # last one always goes out, at close().
+    assert len(reports) == len(api_server.requests) >= 1
+    assert (reports[-1].state, reports[-1].step, reports[-1].total_steps) == (
+        "Succeeded", 100, 100)
+    assert {r.process_id for r in reports} == {reports[0].process_id}
