@@ -53,10 +53,13 @@ def test_each_slice_holds_a_full_replica_in_pinned_host_memory(cpu_devices: list
     backend = _backend([])
     mesh = make_mesh(backend.slice_devices([0, 1]))
     snapshots = ReplicaSnapshots()
-    snapshots.take(12, _state(mesh))
+    state = _state(mesh)
+    before = {id(a) for a in jax.live_arrays()}
+    snapshots.take(12, state)
     assert snapshots.settle() == 12
+    new = [a for a in jax.live_arrays() if id(a) not in before]
     for slice_devices in backend.slice_devices([0, 1]):
-        replica = [a for a in jax.live_arrays() if a.sharding.memory_kind == "pinned_host"
+        replica = [a for a in new if a.sharding.memory_kind == "pinned_host"
                    and a.sharding.device_set == set(slice_devices)]
         assert sorted(a.shape for a in replica) == [(), (8, 6)]
 
