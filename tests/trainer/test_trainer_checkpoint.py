@@ -134,6 +134,12 @@ def test_a_checkpoint_directory_that_vanishes_is_a_clear_error(tmp_path: Path) -
         with pytest.raises(CheckpointDirectoryGone, match=f"--checkpoint-dir {root} "
                            "disappeared during the run"):
             call()
+    # Deleted and created again (orbax creates missing parents) is gone all the same.
+    fresh = Checkpointer(str(tmp_path / "other"), period=1, keep=3, async_save=False)
+    shutil.rmtree(tmp_path / "other")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(CheckpointDirectoryGone):
+        fresh.save(1, _state(1))
 
 
 def test_bad_settings_name_the_flag(tmp_path: Path) -> None:

@@ -219,6 +219,7 @@ class PathwaysOnCpu(PathwaysBackend):
         super().__init__(poll_interval=POLL, manager=real_manager(hw))
         self.hw, self.faults = hw, faults
         self.default_devices: dict[frozenset[int], set[Any]] = {}
+        self.lost: set[int] = set()
 
     def on_phase(self, phase: str, step: int) -> None:
         if phase != "step" or not self.faults or step < self.faults[0][0]:
@@ -238,11 +239,17 @@ class PathwaysOnCpu(PathwaysBackend):
             jax.config.jax_default_device)
         lost = sorted(i for i in active if self.hw.is_down(i))
         if lost:
-            devices = {d for i in lost for d in self.hw.slice_to_devices[i]}
-            for array in jax.live_arrays():
-                if not array.is_deleted() and array.sharding.device_set & devices:
-                    array.delete()
+            self.lost.update(lost)
             raise slice_down_error(lost)
+
+    def wait_for_slices(self, count: int, timeout: float | None) -> set[int]:
+        # By the next attempt the lost slices' memory is gone (as SimulatedBackend has it).
+        devices = {d for i in self.lost for d in self.hw.slice_to_devices[i]}
+        for array in jax.live_arrays():
+            if not array.is_deleted() and array.sharding.device_set & devices:
+                array.delete()
+        self.lost.clear()
+        return super().wait_for_slices(count, timeout)
 
 
 def test_the_training_loop_on_the_pathways_backend(hardware: FakeSlices, tmp_path: Any

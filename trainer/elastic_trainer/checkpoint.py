@@ -1,6 +1,10 @@
 """Orbax checkpoints that survive elastic events.
 
-- Saves are async (optional) every `period` steps; orbax keeps the newest `keep`.
+- Saves are async (optional) every `period` steps; orbax keeps the newest `keep`. An
+  async save starts on a thread of its own: even orbax's blocking part (the copy to host,
+  the metadata, starting its threads) stays off the training thread, so the state given
+  to `save` must not be donated or deleted afterwards (the loop gives its pinned host
+  copy).
 - Only finalized steps are restored: a step directory counts only when its name is a
   plain step number and it holds `commit_success.txt` (orbax writes it last, on GCS and,
   in this version, locally too) or, on a local filesystem, when orbax has renamed it from
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
@@ -69,6 +74,31 @@ class _HookedHandler(ocp.StandardCheckpointHandler):
         return [*(futures or []), _AfterWriteFuture(hook, step)]
 
 
+class _BackgroundSave:
+    """orbax's `CheckpointManager.save` of one step, run on a thread of its own (a daemon:
+    so are the threads orbax starts from it)."""
+
+    def __init__(self, manager: ocp.CheckpointManager, step: int, state: Any) -> None:
+        self.manager = manager
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(step, state),
+                                        name=f"checkpoint-save-{step}", daemon=True)
+        self._thread.start()
+
+    def _run(self, step: int, state: Any) -> None:
+        try:
+            self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        except BaseException as err:  # raised by finish()
+            self.error = err
+
+    def finish(self) -> None:
+        """Block until the save is committed; raise what failed it."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        self.manager.wait_until_finished()
+
+
 class Checkpointer:
     def __init__(self, directory: str, period: int, keep: int, async_save: bool = True,
                  settle_timeout: float = 120.0) -> None:
@@ -82,9 +112,15 @@ class Checkpointer:
         self.write_failures = 0  # failed writes that were not a slice loss
         self.abandoned_steps: list[int] = []  # saves left running past settle_timeout
         self.in_flight_step: int | None = None
+        self._in_flight: _BackgroundSave | None = None
         self._latest_cache: tuple[float, int | None] = (-1e9, None)
         self._is_local = not str(self.directory).startswith("gs://")
         self.directory.mkdir(parents=True, exist_ok=True)
+        # A local directory is held open: if it is deleted, the path no longer leads to
+        # the held one, even when something creates the path again (orbax creates missing
+        # parents), and the held inode cannot be reused meanwhile.
+        self._held = (os.open(str(self.directory), os.O_RDONLY | os.O_DIRECTORY)
+                      if self._is_local else None)
         # The newest step this process knows is committed: it must stay there (orbax only
         # ever deletes older ones), so its absence means the directory went away, even
         # if a later write recreated the path.
@@ -108,9 +144,19 @@ class Checkpointer:
 
     # --- what is on storage -------------------------------------------------------------
 
+    def _local_directory_replaced(self) -> bool:
+        if self._held is None:
+            return False
+        try:
+            now = os.stat(str(self.directory))
+        except FileNotFoundError:
+            return True
+        held = os.fstat(self._held)
+        return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
     def _check_directory(self) -> None:
         newest = self._newest_committed
-        gone = (self._is_local and not self.directory.exists()) or (
+        gone = self._local_directory_replaced() or (
             newest is not None and not (self.directory / str(newest)).exists())
         if gone:
             raise CheckpointDirectoryGone(
@@ -181,19 +227,20 @@ class Checkpointer:
                         step)
             return False
         self._handler.next_save = (step, write_hook)
+        if self.async_save:
+            self._in_flight = _BackgroundSave(self._manager, step, state)
+            self.in_flight_step = step
+            return True
         try:
-            saved = self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
+            self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
         except Exception as err:
             self._reset()
             if is_slice_down_error(err):
                 raise
             self._record_failure(step, err)  # a failed write must never stop training
             return False
-        if saved and self.async_save:
-            self.in_flight_step = step
-        elif saved:
-            self._newest_committed = step
-        return bool(saved)
+        self._newest_committed = step
+        return True
 
     def _record_failure(self, step: int | None, err: BaseException) -> None:
         self.write_failures += 1
@@ -203,22 +250,21 @@ class Checkpointer:
     def _wait_in_flight(self, timeout: float) -> tuple[str, BaseException | None]:
         """Wait (at most `timeout` s) for the save in flight: ("ok"|"failed"|"abandoned",
         the error of a failed save)."""
-        step = self.in_flight_step
-        if step is None:
+        step, save = self.in_flight_step, self._in_flight
+        if step is None or save is None:
             return "ok", None
         outcome: dict[str, BaseException | None] = {"error": None}
-        manager = self._manager
 
         def wait() -> None:
             try:
-                manager.wait_until_finished()
+                save.finish()
             except BaseException as err:  # handed to the caller below
                 outcome["error"] = err
 
         waiter = threading.Thread(target=wait, name="checkpoint-wait", daemon=True)
         waiter.start()
         waiter.join(timeout)
-        self.in_flight_step = None
+        self.in_flight_step, self._in_flight = None, None
         if waiter.is_alive():
             self._abandon(step, timeout)
             return "abandoned", None
@@ -297,3 +343,6 @@ class Checkpointer:
             self._manager.close()
         except Exception as err:
             log.warning("closing checkpoint manager: %s", err)
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None

@@ -36,7 +36,7 @@ from elastic_trainer.events import ElasticEvent, RunResult, utc
 from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.retry import SliceLossLimit, run_elastic
-from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots
+from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots, to_pinned_host
 
 log = logging.getLogger("elastic_trainer")
 
@@ -323,12 +323,19 @@ class Trainer:
         return state, loss, now - t_start, now
 
     def _keep(self, step: int, state: Any, active: set[int]) -> None:
-        """Snapshot and checkpoint after `step` when they are due."""
-        if self.opts.snapshot_period and step % self.opts.snapshot_period == 0:
-            self.snapshots.take(step, state)
+        """Snapshot and checkpoint after `step` when they are due. Both work from one
+        copy in pinned host memory, made by one program the training thread only
+        dispatches; the rest happens in the background while the next steps run."""
+        snapshot = bool(self.opts.snapshot_period) and step % self.opts.snapshot_period == 0
         # The last step is always saved: a restarted head then finds the run done.
-        if self.checkpointer.should_save(step) or step == self.opts.steps:
-            self.checkpointer.save(step, state,
+        checkpoint = self.checkpointer.should_save(step) or step == self.opts.steps
+        if not (snapshot or checkpoint):
+            return
+        pinned = to_pinned_host(state)
+        if snapshot:
+            self.snapshots.take(step, pinned)
+        if checkpoint:
+            self.checkpointer.save(step, pinned,
                                    write_hook=self.backend.checkpoint_write_hook(active))
 
     def _after_step(self, step: int, loss: float, seconds: float, now: float,
@@ -357,7 +364,7 @@ class Trainer:
         back = self.backend.returned_slices(active)
         if not back:
             return
-        self.snapshots.take(step, state)
+        self.snapshots.take(step, to_pinned_host(state))
         self.snapshots.settle()
         event = ElasticEvent(
             id=self.next_event_id(), kind="scale_up",

@@ -16,15 +16,18 @@ from typing import Any
 class BatchPrefetcher:
     def __init__(self, make: Callable[[int], Any], first_step: int, last_step: int,
                  depth: int = 2) -> None:
-        """Batches `make(step)` for first_step..last_step, in order."""
+        """Batches `make(step)` for first_step..last_step, in order; `depth` 0 makes each
+        one when it is asked for, on the caller's thread."""
         self._make = make
         self._queue: queue.Queue[tuple[int, Any, BaseException | None]] = queue.Queue(
             maxsize=max(1, depth))
         self._next = first_step
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(first_step, last_step),
-                                        name="batch-prefetch", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if depth > 0:
+            self._thread = threading.Thread(target=self._run, args=(first_step, last_step),
+                                            name="batch-prefetch", daemon=True)
+            self._thread.start()
 
     def _run(self, first: int, last: int) -> None:
         for step in range(first, last + 1):
@@ -45,6 +48,9 @@ class BatchPrefetcher:
         """The batch of `step` (steps are asked for in order, from first_step)."""
         if step != self._next:
             raise ValueError(f"batch of step {step} asked for, the next one is {self._next}")
+        if self._thread is None:
+            self._next = step + 1
+            return self._make(step)
         got, batch, error = self._queue.get()
         self._next = step + 1
         if error is not None:
@@ -59,4 +65,5 @@ class BatchPrefetcher:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        self._thread.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
