@@ -280,3 +280,17 @@ def test_the_training_loop_on_the_pathways_backend(hardware: FakeSlices, tmp_pat
     d = hardware.slice_to_devices
     assert backend.default_devices[frozenset({0})] == {d[0][0]}
     assert backend.default_devices[frozenset({1})] == {d[1][0]}
+
+
+def test_the_persistent_compilation_cache_stays_off_on_pathways(tmp_path: Any) -> None:
+    import argparse
+
+    from elastic_trainer.cli import setup_compilation_cache
+
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache)
+    args = argparse.Namespace(compilation_cache=str(tmp_path / "cache"),
+                              checkpoint_dir=str(tmp_path / "ckpt"))
+    said = setup_compilation_cache(args, "pathways")
+    assert "JAX persistent cache off" in said
+    assert (jax.config.jax_compilation_cache_dir,
+            jax.config.jax_enable_compilation_cache) == before

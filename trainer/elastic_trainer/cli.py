@@ -160,7 +160,7 @@ def _compilation_cache_dir(args: argparse.Namespace) -> str:
     return "/tmp/etj-compilation-cache"
 
 
-def _setup_compilation_cache(args: argparse.Namespace, backend_name: str) -> str:
+def setup_compilation_cache(args: argparse.Namespace, backend_name: str) -> str:
     """JAX's persistent compilation cache on CPU. On Pathways it stays off:
     pathwaysutils.initialize() turns it off because the Pathways servers keep a
     compilation cache of their own, and a JAX-side cache of proxy executables would only
@@ -308,7 +308,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"etj train: {message}", file=sys.stderr)
         return code
     backend = made
-    cache = _setup_compilation_cache(args, backend.name)
+    cache = setup_compilation_cache(args, backend.name)
     checkpointer = Checkpointer(args.checkpoint_dir, args.checkpoint_period,
                                 args.checkpoint_keep, async_save=not args.no_async_checkpoint)
     reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None

@@ -164,8 +164,9 @@ class Trainer:
     def _fail(self, err: BaseException) -> None:
         reason = getattr(err, "reason", "TrainingError")
         log.error("%s: %s", reason, err)
-        if self._open_event() is not None:
-            self.current_event.phase = "Failed"  # type: ignore[union-attr]
+        event = self._open_event()
+        if event is not None:
+            event.phase = "Failed"
         self.progress.state = "Failed"
         try:
             self.checkpointer.close()
