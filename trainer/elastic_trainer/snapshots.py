@@ -52,7 +52,10 @@ class ReplicaSnapshots:
         self.replica_axis_index = replica_axis_index
         self._snapshotter = self._new()
         self.discarded = 0  # snapshots dropped after a failed restore (or made stale)
-        self._handoff: queue.Queue[tuple[int, Any]] = queue.Queue()
+        # One copy waiting at most: a second would hold another full copy of the state
+        # in host memory, so `take` waits instead (the copy of `period` steps ago is done
+        # long before, so it does not wait in practice).
+        self._handoff: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=1)
         threading.Thread(target=self._hand_off, name="snapshot-handoff", daemon=True).start()
 
     def _new(self) -> Any:
