@@ -63,7 +63,8 @@ soak: venv cluster-binaries
 manifests: crd cluster-binaries
 	hack/render-manifests
 
-# End to end on kind with real containers; needs a running Docker engine (not in `make test`).
+# End to end on kind with real containers, the images and the chart (docs/operations.md; not
+# in `make test`). Uses the Docker engine that is there; as root on Debian, starts one.
 e2e-kind: cluster-binaries
 	hack/kind-e2e.sh
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
 
-NAMES = ("detection", "recovery", "overhead", "restore")
+NAMES = ("detection", "recovery", "overhead", "restore", "replacement")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
@@ -30,6 +30,10 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
 
         jobs = args.jobs or (QUICK_JOBS if args.quick else DEFAULT_JOBS)
         return lambda: detection.run(jobs, quick=args.quick)
+    if name == "replacement":
+        from bench import replacement
+
+        return lambda: replacement.run(args.quick)
     from bench import trainer
 
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,

@@ -134,11 +134,47 @@ def restore_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _side(value: float | None, timeout: float) -> str:
+    return f"not Ready after {timeout:.0f} s" if value is None else _s(value)
+
+
+def replacement_rows(r: dict[str, Any]) -> list[Row]:
+    n = r["consecutive_failures"]
+    last = r["last_failure_seconds"]
+    ours, base = r["dead_node"]["ours"], r["dead_node"]["baseline"]
+    timeout = r["dead_node_timeout_seconds"]
+    ordinal = {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+    bound = r["ratio_dead_node_ours_vs_baseline_at_most"]
+    rows: list[Row] = [
+        (f"The {ordinal} consecutive failure of one slice: failure -> slice Ready again "
+         "(baseline: the Job controller's pod backoff)",
+         _s(last["ours"]), _s(last["baseline"]),
+         _r(r["ratio_last_failure_ours_vs_baseline"])),
+        ("All failures in order, ours; baseline",
+         ", ".join(_s(v) for v in r["consecutive_seconds"]["ours"] or []),
+         ", ".join(_s(v) for v in r["consecutive_seconds"]["baseline"] or []), ""),
+        ("A dead node (NotReady, kubelet gone): death -> slice Ready again (baseline: "
+         "300 s eviction, replacement pinned to the broken pool)",
+         _side(ours.get("seconds"), timeout), _side(base.get("seconds"), timeout),
+         ("<= " + _r(bound)) if base.get("seconds") is None and bound is not None
+         else _r(bound)),
+    ]
+    maintenance = r.get("maintenance")
+    if maintenance:
+        rows.append((
+            "A maintenance notice: steps lost (baseline: the maintenance takes the slice; "
+            "restore from the last periodic checkpoint)",
+            str(maintenance["ours"]["steps_lost"]), str(maintenance["baseline"]["steps_lost"]),
+            "-"))
+    return rows
+
+
 SECTIONS = (
     ("detection", "Detection at scale", detection_rows),
     ("recovery", "Trainer recovery (CPU, simulated slices)", recovery_rows),
     ("overhead", "Trainer overhead", overhead_rows),
     ("restore", "Restore throughput", restore_rows),
+    ("replacement", "Slice replacement (same run, side by side)", replacement_rows),
 )
 
 

@@ -26,7 +26,7 @@ fi
 
 start_all=$(date +%s)
 step=0
-total=8
+total=9
 
 # build NAME VERSION LOGFILE COMMAND... : run COMMAND unless $BIN/NAME-VERSION exists,
 # printing a heartbeat with the number of packages compiled so far.
@@ -123,6 +123,27 @@ copy_jobset_manifests() {
   chmod u+w "$dst"/*.yaml
 }
 
+# Kueue: the binary stamped with its version, and the manifests the local cluster installs
+# from the same module (CRDs, the conversion-webhook patches, the webhook registrations).
+build_kueue() {
+  local dir=$WORK/kueue-controller-$KUEUE_VERSION
+  mkdir -p "$dir"
+  (cd "$dir" && { [ -f go.mod ] || go mod init etj.local/kueue-build; } \
+    && go mod edit -require "sigs.k8s.io/kueue@$KUEUE_VERSION" \
+    && go build -v -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+      -o "$BIN/kueue-controller-$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue)
+}
+
+copy_kueue_manifests() {
+  local src; src=$(go env GOMODCACHE)/sigs.k8s.io/kueue@$KUEUE_VERSION/config/components
+  local dst=$CACHE/kueue-$KUEUE_VERSION
+  mkdir -p "$dst/crd-bases" "$dst/crd-patches"
+  cp "$src"/crd/bases/*.yaml "$dst/crd-bases/"
+  cp "$src"/crd/kustomization.yaml "$src"/crd/patches/webhook_in_*.yaml "$dst/crd-patches/"
+  cp "$src/webhook/manifests.yaml" "$dst/webhooks.yaml"
+  chmod -R u+w "$dst"
+}
+
 echo "Building the local control plane into $BIN"
 build kubernetes "$KUBERNETES_VERSION" build_kubernetes
 step=$((step + 2)) # apiserver, controller-manager and scheduler came in one build
@@ -132,4 +153,6 @@ copy_jobset_manifests
 build kwok "$KWOK_VERSION" go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 build helm "$HELM_VERSION" go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 build fake-gcs-server "$FAKE_GCS_VERSION" go_install fake-gcs-server "$FAKE_GCS_VERSION" github.com/fsouza/fake-gcs-server
+build kueue-controller "$KUEUE_VERSION" build_kueue
+copy_kueue_manifests
 echo "Control plane ready in $(( $(date +%s) - start_all ))s: $BIN"

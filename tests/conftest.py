@@ -10,6 +10,8 @@ started) and left running, for fast iteration.
 `crd_api` (function): an admin API client on `cluster` with the ElasticTrainingJob CRD
 installed (and established).
 
+`kueue` (module): Kueue added to `cluster` for one test module, removed afterwards.
+
 Tests that use `cluster` get the `cluster` marker automatically; a failing one names the
 component log directory in its report. Missing binaries fail (never skip) with the command
 to run.
@@ -27,12 +29,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from kubernetes import client
 
     from elastic_devtools.localcluster import Cluster
     from elastic_devtools.localcluster.gcs import FakeGcsServer
+
+# Property tests check behaviour, never speed: Hypothesis' default 200 ms deadline per
+# example fails a test on a loaded machine (a shared CI runner, `make test` beside a
+# build) by slowness alone, and then reports it as flaky.
+settings.register_profile("etj", deadline=None)
+settings.load_profile("etj")
 
 _LOGS_DIRS: list[Path] = []
 
@@ -110,7 +119,19 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
                               stacklevel=1)
                 break
             time.sleep(0.2)
+        _release_quarantined_pools(core)
         api.close()
+
+
+def _release_quarantined_pools(core: client.CoreV1Api) -> None:
+    """The next test finds every node pool usable: an operator that quarantined a pool
+    (and was stopped before releasing it) leaves no label behind."""
+    from elastic_api.names import QUARANTINE_LABEL, QUARANTINED_AT_ANNOTATION
+
+    for node in core.list_node(label_selector=QUARANTINE_LABEL).items:
+        core.patch_node(node.metadata.name, {"metadata": {
+            "labels": {QUARANTINE_LABEL: None},
+            "annotations": {QUARANTINED_AT_ANNOTATION: None}}})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -141,3 +162,21 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer
         pytest.fail(str(e), pytrace=False)
     with server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster) -> Iterator[Cluster]:
+    """Kueue running on `cluster` for the tests of one module, then stopped with its
+    webhooks removed (unless it ran before), so later tests see the cluster as `cluster`
+    made it. Queues come from elastic_devtools.localcluster.kueue_queues."""
+    from elastic_devtools import localcluster as lc
+
+    try:
+        started = lc.start_kueue(cluster, die_with_parent=True)
+    except lc.MissingBinaryError as err:
+        pytest.fail(str(err), pytrace=False)
+    except lc.ClusterStartError as err:
+        pytest.fail(f"{err}\nlogs: {cluster.logs_dir}", pytrace=False)
+    yield cluster
+    if started:
+        lc.stop_kueue(cluster)

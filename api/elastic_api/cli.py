@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Callable
 
@@ -70,8 +71,24 @@ def _unavailable(name: str, missing: str) -> Callable[[argparse.Namespace], int]
     return run
 
 
+def exit_on_sigterm() -> None:
+    """Exit with status 143 (128 + SIGTERM) on SIGTERM, as an unhandled SIGTERM would.
+
+    In a container `etj` is the first process, and the kernel drops a signal sent to it
+    whose action is the default: without a handler, `kubectl delete pod` waits the whole
+    grace period and then SIGKILLs it. A subcommand may install its own handler (kopf
+    does). A non-zero status matters: a pod stopped from outside has not finished its
+    work, and its Job must not count it as a success."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def terminate(signum: int, _frame: object) -> None:
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, terminate)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    exit_on_sigterm()
     return int(args.func(args) or 0)
 
 

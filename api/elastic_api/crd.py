@@ -16,6 +16,7 @@ import yaml
 
 from elastic_api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus
+from elastic_api.queueing import ADMITTED
 from elastic_api.validation import Rule, cel_rules
 
 CRD_PATH = "crds/elastictrainingjobs.yaml"
@@ -149,6 +150,9 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
      "description": "Newest committed checkpoint step."},
     {"name": "Status", "type": "string", "jsonPath": ".status.phase",
      "description": "Short status."},
+    {"name": "Admission", "type": "string",
+     "jsonPath": f'.status.conditions[?(@.type=="{ADMITTED}")].reason',
+     "description": "Where the job stands with its Kueue queue (empty without a queue)."},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.counters.jobSetRestarts",
      "description": "Whole-JobSet restarts."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -8,6 +8,7 @@ contract is docs/status-contract.md.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -117,6 +118,12 @@ class TpuSpec(ApiModel):
         max_length=16, description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p).",
     )
     num_slices: SpecInt = Field(1, ge=1, le=64, description="Number of TPU slices (worker Jobs).")
+    spares: SpecInt = Field(
+        0, ge=0, le=64,
+        description="Node pools of this shape expected beyond numSlices (hot spares a failed "
+        "slice moves to); at most numSlices. The operator reports how many are healthy "
+        "(status.sparePools, condition SparesAvailable); it cannot create them.",
+    )
 
 
 class ElasticSpec(ApiModel):
@@ -142,6 +149,68 @@ class ElasticSpec(ApiModel):
         None,
         description="Slices that may be missing before the JobSet restarts (--num_elastic_slices). "
         "Unset = numSlices.",
+    )
+
+
+class RecoverySpec(ApiModel):
+    """How the operator replaces a failed slice (docs/operations.md, "Slice replacement, hot
+    spares and maintenance")."""
+
+    replace_slices: bool = Field(
+        True,
+        description="The operator recreates a failed slice's worker Job at once (no growing "
+        "pod backoff; stuck pods force-deleted; failing node pools avoided). false: JobSet's "
+        "and the Job controller's defaults alone.",
+    )
+    node_not_ready_seconds: SpecInt = Field(
+        5, ge=0, le=600,
+        description="A slice whose node reports Ready=False this long is replaced "
+        "(Ready=Unknown or a deleted node: at once).",
+    )
+    force_delete_after_seconds: SpecInt = Field(
+        5, ge=0, le=600,
+        description="A worker pod being deleted on a node that has not been Ready this long "
+        "(or is gone) is deleted with grace period 0.",
+    )
+    worker_node_toleration_seconds: SpecInt = Field(
+        30, ge=0, le=3600,
+        description="tolerationSeconds of the workers' node.kubernetes.io/not-ready and "
+        "unreachable NoExecute tolerations (instead of the API server's 300 s): the "
+        "eviction that still happens while the operator is down. At least "
+        "nodeNotReadySeconds.",
+    )
+    quarantine_after_failures: SpecInt = Field(
+        2, ge=1, le=100,
+        description="Slice failures on one node pool within quarantineWindowSeconds after "
+        "which the pool is avoided (while a spare pool exists).",
+    )
+    quarantine_window_seconds: SpecInt = Field(
+        3600, ge=60, le=604800,
+        description="The window of quarantineAfterFailures.",
+    )
+
+
+class MaintenanceSpec(ApiModel):
+    """What the operator does when GKE announces maintenance on a slice's nodes."""
+
+    enabled: bool = Field(
+        True,
+        description="Act on GKE's maintenance signals: ask the trainer for a checkpoint, then "
+        "move the slice to a spare pool (or let the maintenance take it).",
+    )
+    lead_seconds: SpecInt = Field(
+        900, ge=60, le=604800,
+        description="Act this long before cloud.google.com/scheduled-maintenance-time.",
+    )
+    checkpoint_timeout_seconds: SpecInt = Field(
+        300, ge=1, le=3600,
+        description="How long to wait for the trainer to acknowledge the checkpoint request "
+        "before moving the slice anyway; less than leadSeconds.",
+    )
+    pause_timeout_seconds: SpecInt = Field(
+        600, ge=1, le=3600,
+        description="The longest the trainer holds (no steps) after acknowledging, waiting "
+        "for the slice to move.",
     )
 
 
@@ -190,31 +259,148 @@ class Resources(ApiModel):
     )
 
 
+class SecurityContext(ApiModel):
+    """What main's security context may relax, as in a core/v1 SecurityContext: the user
+    and the root filesystem, for images that run as root or write next to their code.
+    Nothing that grants privileges (privileged, capabilities, privilege escalation,
+    seccomp, AppArmor, SELinux) is offered: those stay hardened."""
+
+    run_as_non_root: bool | None = None
+    run_as_user: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = None
+    run_as_group: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = None
+    read_only_root_filesystem: bool | None = None
+
+
+class VolumeMount(ApiModel):
+    """Where `main` mounts one of `trainer.volumes`, as in a core/v1 VolumeMount."""
+
+    name: str = Field(max_length=63, description="A volume of trainer.volumes.")
+    mount_path: str = Field(min_length=1, max_length=1024)
+    read_only: bool | None = None
+    sub_path: str | None = Field(None, max_length=1024)
+
+
+class CsiVolumeSource(ApiModel):
+    """An inline CSI volume, as in a core/v1 CSIVolumeSource (e.g. Cloud Storage FUSE)."""
+
+    driver: ShortStr = Field(description="e.g. gcsfuse.csi.storage.gke.io (Cloud Storage FUSE).")
+    read_only: bool | None = None
+    volume_attributes: dict[ShortStr, LongStr] | None = Field(
+        None, max_length=32, description="e.g. bucketName and mountOptions for Cloud Storage FUSE.",
+    )
+
+
+class PvcVolumeSource(ApiModel):
+    """As in a core/v1 PersistentVolumeClaimVolumeSource."""
+
+    claim_name: ShortStr
+    read_only: bool | None = None
+
+
+class EmptyDirVolumeSource(ApiModel):
+    """As in a core/v1 EmptyDirVolumeSource."""
+
+    medium: Literal["", "Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+class Volume(ApiModel):
+    """A volume of the head pod for `main`, as in a core/v1 Volume: one source of csi
+    (Cloud Storage FUSE), persistentVolumeClaim or emptyDir."""
+
+    name: str = Field(max_length=63, description="A DNS-1123 label, not shared-tmp.")
+    csi: CsiVolumeSource | None = None
+    persistent_volume_claim: PvcVolumeSource | None = None
+    empty_dir: EmptyDirVolumeSource | None = None
+
+
+@dataclass(frozen=True)
+class BundledTrainer:
+    """The bundled trainer's settings, unset ones filled with their defaults."""
+
+    model: str
+    steps: int
+    batch: int
+    seed: int
+    data: str
+
+
+# What the bundled trainer uses for a field left unset.
+DEFAULT_MODEL, DEFAULT_BATCH, DEFAULT_SEED, DEFAULT_DATA = "tiny", 8, 0, "synthetic"
+# The fields that configure `etj train` only; admission refuses them with `command`.
+BUNDLED_TRAINER_FIELDS = ("model", "steps", "batch", "seed", "data")
+
+
 class TrainerSpec(ApiModel):
-    """The trainer (`etj train`) in the head pod's `main` container."""
+    """The program in the head pod's `main` container: the bundled trainer (`etj train`),
+    or any JAX program given by `command` (e.g. MaxText)."""
 
     image: str = Field(
         min_length=1, max_length=512,
-        description="Trainer image; runs `etj train` in the head's main container.",
+        description="Image of the head's main container (the trainer).",
     )
-    model: str = Field(
-        "tiny", max_length=253, description="Model config name (tiny ... qwen3-0.6b).",
-    )
-    steps: SpecInt = Field(ge=1, description="Training steps.")
-    batch: SpecInt = Field(8, ge=1, description="Global batch size (sequences per step).")
-    seed: SpecInt = Field(0, ge=0, description="Seed for parameters and data.")
-    data: str = Field(
-        "synthetic", max_length=1024,
-        description="`synthetic`, or a directory or glob of ArrayRecord shards on a filesystem "
-        "(mount a bucket with GCS FUSE; gs:// is not read directly).",
+    command: list[LongStr] | None = Field(
+        None, max_length=64,
+        description="Entrypoint of main, as in a core/v1 Container (not run in a shell). "
+        "Set: main runs it instead of `etj train`, and model, steps, batch, seed and data "
+        "must be unset. Unset: main runs `etj train` with flags from this spec.",
     )
     args: list[LongStr] = Field(
-        default_factory=list, max_length=64, description="Extra arguments for `etj train`.",
+        default_factory=list, max_length=64,
+        description="Arguments of main, as in a core/v1 Container: after command, or after "
+        "`etj train` and its flags.",
+    )
+    model: str | None = Field(
+        None, max_length=253,
+        description="Bundled trainer only: model config name (tiny ... qwen3-0.6b); "
+        "unset = tiny.",
+    )
+    steps: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None, description="Bundled trainer only, and required for it: training steps.",
+    )
+    batch: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None, description="Bundled trainer only: global batch size (sequences per step); "
+        "unset = 8.",
+    )
+    seed: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
+        None, description="Bundled trainer only: seed for parameters and data; unset = 0.",
+    )
+    data: str | None = Field(
+        None, max_length=1024,
+        description="Bundled trainer only: `synthetic` (the default when unset), or a "
+        "directory or glob of ArrayRecord shards on a filesystem (mount a bucket with "
+        "trainer.volumes; gs:// is not read directly).",
     )
     env: list[EnvVar] = Field(
         default_factory=list, max_length=64, description="Extra environment variables for `main`.",
     )
     resources: Resources | None = None
+    security_context: SecurityContext | None = Field(
+        None,
+        description="Relaxes main's hardened security context field by field: the user and "
+        "the read-only root filesystem (no privilege escalation, no capabilities and "
+        "RuntimeDefault seccomp always stay).",
+    )
+    volumes: list[Volume] = Field(
+        default_factory=list, max_length=16,
+        description="Volumes of the head pod for main (e.g. a bucket through Cloud Storage "
+        "FUSE).",
+    )
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list, max_length=16, description="Mounts of trainer.volumes in main.",
+    )
+
+    def bundled(self) -> BundledTrainer:
+        """The bundled trainer's settings (admission requires steps when command is unset)."""
+        if self.steps is None:
+            raise ValueError("spec.trainer.steps: required for the bundled trainer")
+        return BundledTrainer(
+            model=self.model if self.model is not None else DEFAULT_MODEL,
+            steps=self.steps,
+            batch=self.batch if self.batch is not None else DEFAULT_BATCH,
+            seed=self.seed if self.seed is not None else DEFAULT_SEED,
+            data=self.data if self.data is not None else DEFAULT_DATA,
+        )
 
 
 class PathwaysComponent(ApiModel):
@@ -273,12 +459,22 @@ class ElasticTrainingJobSpec(ApiModel):
         0, ge=0,
         description=f"Whole-JobSet restarts allowed; at most {INT32_MAX} (an int32 in JobSet).",
     )
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+    placement: Literal["TPU", "Any"] = Field(
+        "TPU",
+        description="TPU: workers are placed like TPU workers (TPU node selector, google.com/tpu "
+        "limit, one slice per node pool), the head on headNodePool, for either backend. Any: "
+        "no TPU placement (backend simulated only: kind, clusters without TPU nodes).",
+    )
     checkpoint: CheckpointSpec
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     trainer: TrainerSpec
     pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)
     priority_class_name: str | None = Field(
-        None, max_length=253, description="priorityClassName of every pod.",
+        None, max_length=253,
+        description="priorityClassName of every pod (Kueue also orders the job by it when the "
+        "job has no kueue.x-k8s.io/priority-class label).",
     )
     node_selector: dict[ShortStr, ShortStr] = Field(
         default_factory=dict, max_length=32, description="Added to every pod's nodeSelector.",
@@ -291,9 +487,9 @@ class ElasticTrainingJobSpec(ApiModel):
     )
     service_account_name: str | None = Field(
         None, max_length=253,
-        description="Service account of every pod (a DNS-1123 subdomain). Unset: the head "
-        "runs as <name>-trainer (rendered with the RBAC the trainer needs) and workers as the "
-        "namespace default.",
+        description="ServiceAccount of every pod, head and workers alike (a DNS-1123 "
+        "subdomain): the one identity Workload Identity maps to a cloud account. Unset: the "
+        "namespace's default. The trainer's Role is bound to it.",
     )
     termination_grace_period_seconds: SpecInt = Field(
         30, ge=0, description="terminationGracePeriodSeconds of every pod.",
@@ -328,15 +524,148 @@ class Condition(StatusModel):
 SliceState = Literal["Pending", "Ready", "Down", "Restarting"]
 
 
+ReplacementAction = Literal["Replace", "Move", "GiveUp"]
+
+
+class SliceReplacement(StatusModel):
+    """What the operator does about a slice's current failure, written to the status
+    before it acts (so a restarted operator neither repeats nor forgets it)."""
+
+    action: ReplacementAction = Field(
+        description="Replace: recreate the worker Job (counts in restarts); Move: a planned "
+        "move off a pool under maintenance (counts in moves); GiveUp: the restart budget is "
+        "spent, the Job's backoffLimit is lowered so JobSet's failurePolicy applies.")
+    reason: str = Field(description="Why: the slice's failure reason, or Maintenance.")
+    job_uid: str | None = Field(None, description="uid of the worker Job replaced (the "
+                                "delete's precondition: a newer Job is never deleted).")
+    from_pool: str | None = None
+    requested_at: datetime
+
+
+class ReplacementRecord(StatusModel):
+    """The slice's last completed replacement."""
+
+    action: ReplacementAction
+    reason: str
+    requested_at: datetime
+    ready_at: datetime
+    seconds: float = Field(description="requestedAt to the slice Ready again.")
+    from_pool: str | None = None
+    to_pool: str | None = None
+
+
+class SliceMaintenance(StatusModel):
+    """A maintenance GKE announced on the nodes of the slice's pool."""
+
+    pool: str
+    signal: str = Field(description="ScheduledMaintenance, MaintenanceOngoing or "
+                        "ImpendingTermination (the GKE label or taint seen).")
+    scheduled_at: datetime | None = Field(
+        None, description="cloud.google.com/scheduled-maintenance-time, when given.")
+    noticed_at: datetime
+    request_id: int | None = Field(None, description="The checkpointRequest that covers it.")
+
+
 class SliceStatus(StatusModel):
     index: int
     state: SliceState
     ready_hosts: int = 0
     hosts: int = 0
-    restarts: int = Field(0, description="Times this slice went down (never decreases).")
+    restarts: int = Field(0, description="Times this slice failed (never decreases); the "
+                          "operator replaces it while restarts <= spec.elastic."
+                          "maxSliceRestarts.")
+    moves: int = Field(0, description="Planned moves to another pool (maintenance); not "
+                       "failures, not counted in restarts.")
     reason: str | None = None
     message: str | None = None
     last_transition_time: datetime | None = None
+    pool: str | None = Field(None, description="Node pool the slice's pods run on.")
+    replacement: SliceReplacement | None = None
+    last_replacement: ReplacementRecord | None = None
+    maintenance: SliceMaintenance | None = None
+
+
+class PoolStatus(StatusModel):
+    """A node pool this job ran on: its recent slice failures, and whether the operator
+    keeps replacements off it (the node label elastic.pathways.dev/quarantined)."""
+
+    name: str
+    recent_failures: list[datetime] = Field(
+        default_factory=list, description="Slice failures on this pool within "
+        "spec.recovery.quarantineWindowSeconds (newest last).")
+    quarantined: str | None = Field(
+        None, description="Why replacements avoid it: NodeNotReady, Maintenance, "
+        "RepeatedFailures; unset: not quarantined.")
+    quarantined_at: datetime | None = None
+
+
+class CheckpointRequest(StatusModel):
+    """The operator asks the trainer for a checkpoint now (docs/status-contract.md); the
+    trainer answers in status.training.checkpointAck."""
+
+    id: int = Field(description="1, 2, ...: the trainer acknowledges this id.")
+    reason: Literal["Maintenance", "User"]
+    slices: list[int] = Field(default_factory=list)
+    requested_at: datetime
+    deadline: datetime = Field(description="Moved anyway (phase Expired) if not "
+                               "acknowledged by then.")
+    pause: bool = Field(description="Hold (no steps) after the save until phase is Released "
+                        "or pauseSeconds passed: steps after the save would be lost.")
+    pause_seconds: int = 0
+    phase: Literal["Requested", "Acknowledged", "Moving", "Released", "Expired"]
+
+
+class CheckpointAck(StatusModel):
+    """The trainer's answer to status.checkpointRequest."""
+
+    id: Count
+    step: Count = Field(description="The step saved (committed) for the request.")
+    committed_at: datetime
+    paused: bool = Field(False, description="The trainer holds before the next step.")
+
+
+class GoodputCounters(StatusModel):
+    """Cumulative seconds by cause, continued across trainer processes."""
+
+    waiting_for_slices: float = Field(0.0, ge=0)
+    restore: float = Field(0.0, ge=0)
+    recompile: float = Field(0.0, ge=0)
+    recomputed_steps: float = Field(0.0, ge=0)
+    checkpointing: float = Field(0.0, ge=0)
+    startup: float = Field(0.0, ge=0)
+
+
+class TrainerGoodput(StatusModel):
+    """The trainer's cumulative accounting of its time (status.training.goodput)."""
+
+    productive_seconds: float = Field(0.0, ge=0, description="Step time of steps whose "
+                                      "results were kept (recomputed steps excluded).")
+    badput_seconds: GoodputCounters = Field(default_factory=GoodputCounters)
+    median_step_seconds: float | None = Field(None, ge=0)
+
+
+class BadputSeconds(GoodputCounters):
+    other: float = Field(0.0, ge=0, description="Wall time no cause accounts for (e.g. "
+                         "scheduling before the trainer's first report).")
+
+
+class Goodput(StatusModel):
+    """What failures cost (docs/metrics.md, "Goodput")."""
+
+    since: datetime = Field(description="Job creation.")
+    observed_at: datetime = Field(description="The trainer report (or slice transition) "
+                                  "these figures are as of.")
+    wall_seconds: float
+    productive_seconds: float | None = None
+    ratio: float | None = Field(None, description="productiveSeconds / wallSeconds.")
+    badput_seconds: BadputSeconds | None = None
+    slice_down_seconds: float = Field(
+        0.0, description="The operator's timeline: time some slice was Down or Restarting "
+        "(after it had been Ready).")
+    slice_down_since: datetime | None = Field(
+        None, description="Open interval of slice_down_seconds (a slice is not Ready now).")
+
+
 
 
 class ElasticEventReport(StatusModel):
@@ -378,6 +707,8 @@ class TrainingReport(StatusModel):
     host_name: str | None = None
     process_started_at: datetime | None = None
     elastic_event: ElasticEventReport | None = None
+    checkpoint_ack: CheckpointAck | None = None
+    goodput: TrainerGoodput | None = None
 
 
 class RecoveryRecord(StatusModel):
@@ -402,6 +733,9 @@ class Counters(StatusModel):
     job_set_restarts: int = 0
     trainer_restarts: int = Field(
         0, description="Times a new trainer process replaced the one that was reporting.")
+    preemptions: int = Field(
+        0, description="Times Kueue preempted the job (evicted it to admit another); none "
+        "counts as a slice failure or a JobSet restart.")
 
 
 class TrainerProcess(StatusModel):
@@ -423,6 +757,22 @@ class CheckpointStatus(StatusModel):
     error: str | None = None
 
 
+class AdmissionStatus(StatusModel):
+    """Where a queued job (Kueue) stands with its queue; the `Admitted` condition says it
+    in words. Absent on jobs that no queue admits."""
+
+    workload: str | None = Field(None, description="The Workload Kueue made for the JobSet.")
+    queue_name: str | None = Field(None, description="The LocalQueue it waits in.")
+    cluster_queue: str | None = Field(None, description="The ClusterQueue that admitted it.")
+    admitted_at: datetime | None = Field(
+        None, description="When Kueue last admitted it (the Workload's Admitted condition).")
+    evicted_at: datetime | None = Field(
+        None, description="When Kueue last evicted it (preempted, deactivated, ...).")
+    workload_preemptions: int = Field(
+        0, description="Preemptions Kueue counted on this Workload (its schedulingStats), "
+        "as last seen: what counters.preemptions has taken into account.")
+
+
 class ElasticTrainingJobStatus(StatusModel):
     observed_generation: int | None = None
     phase: str | None = Field(None, description="Short status for `kubectl get`.")
@@ -432,9 +782,15 @@ class ElasticTrainingJobStatus(StatusModel):
     slices: list[SliceStatus] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
     counters: Counters = Field(default_factory=Counters)
+    admission: AdmissionStatus | None = None
     last_recovery: RecoveryRecord | None = None
     checkpoint: CheckpointStatus | None = None
     trainer_process: TrainerProcess | None = None
+    pools: list[PoolStatus] = Field(default_factory=list)
+    spare_pools: int | None = Field(None, description="Healthy, unused, unquarantined node "
+                                    "pools of the job's TPU shape.")
+    checkpoint_request: CheckpointRequest | None = None
+    goodput: Goodput | None = None
     training: TrainingReport | None = None
 
 

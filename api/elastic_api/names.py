@@ -23,6 +23,14 @@ JOB_NAME_LABEL = f"{GROUP}/job-name"
 MANAGED_BY = "elastic-training-operator"
 # On the JobSet: the job spec it was rendered from (to tell later spec changes).
 APPLIED_SPEC_ANNOTATION = f"{GROUP}/applied-spec"
+# On nodes: the operator keeps replacement slices off this node pool (the value says why:
+# NodeNotReady, Maintenance, RepeatedFailures); worker pods require it to be absent.
+QUARANTINE_LABEL = f"{GROUP}/quarantined"
+# On nodes, with the label: when (RFC 3339; a label value cannot hold ':').
+QUARANTINED_AT_ANNOTATION = f"{GROUP}/quarantined-at"
+# On a JobSet the operator suspended for spec.suspend, or a Workload it deactivated for
+# it: the hold is the operator's own, to release on resume (another's hold is left alone).
+SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
 
 # --- JobSet -----------------------------------------------------------------------------------
 
@@ -44,6 +52,8 @@ COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 # The Job controller's label (and annotation) for the host within a slice.
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+# The Job controller's label on a Job's pods: the uid of the Job that created them.
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
 def jobset_name(job_name: str) -> str:
@@ -91,3 +101,41 @@ NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 TPU_RESOURCE = "google.com/tpu"
+
+# GKE's maintenance signals on nodes (docs/operations.md cites where GKE documents them).
+# Label: an upcoming maintenance, value = its start in Unix epoch seconds.
+SCHEDULED_MAINTENANCE_LABEL = "cloud.google.com/scheduled-maintenance-time"
+# Label, value ONGOING: the host maintenance is stopping workloads now.
+ACTIVE_MAINTENANCE_LABEL = "cloud.google.com/active-node-maintenance"
+# Taint (NoSchedule): GKE cordoned a node about to be terminated.
+IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
+
+# The node lifecycle controller's taints (and the tolerations the API server adds).
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+# --- what GKE and the cluster autoscaler read ----------------------------------------------------
+
+# On the head pod: the cluster autoscaler must not reclaim the controller's node (it would
+# end the run; a CPU node looks idle to it).
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# GKE injects its Cloud Storage FUSE sidecar into a pod that carries this annotation.
+GCSFUSE_VOLUMES_ANNOTATION = "gke-gcsfuse/volumes"
+GCSFUSE_CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
+# The ServiceAccount every namespace has; pods run as it unless told otherwise.
+DEFAULT_SERVICE_ACCOUNT = "default"
+
+# --- Kueue (sigs.k8s.io/kueue v0.17) -----------------------------------------------------------
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_WORKLOAD_PLURAL = "workloads"
+# Kueue reads both as labels of the JobSet (never as annotations): the LocalQueue that
+# admits it, and the WorkloadPriorityClass that orders and preempts it. The operator
+# copies them from the ElasticTrainingJob's own labels.
+KUEUE_QUEUE_NAME_LABEL = f"{KUEUE_GROUP}/queue-name"
+KUEUE_PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
+KUEUE_JOB_LABELS = (KUEUE_QUEUE_NAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL)
+# On the Workload Kueue creates for a JobSet: the JobSet's uid (the Workload is also
+# controller-owned by the JobSet and named jobset-<jobset>-<5 hex>).
+KUEUE_JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"

@@ -18,7 +18,14 @@ from pydantic import ValidationError
 
 from elastic_api import API_VERSION, KIND
 from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE
-from elastic_api.models import INT32_MAX, MAX_SLICE_RESTARTS, ElasticTrainingJob
+from elastic_api.models import (
+    BUNDLED_TRAINER_FIELDS,
+    INT32_MAX,
+    MAX_SLICE_RESTARTS,
+    ElasticTrainingJob,
+    TrainerSpec,
+)
+from elastic_api.names import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_NAME_LABEL
 
 # JobSet puts `<jobset>-pathways-head-0-0.<subdomain>` (subdomain = the JobSet name) in a
 # label value, at most 63 characters: 2n + 19 <= 63.
@@ -27,6 +34,9 @@ MAX_NAME_LENGTH = (63 - len(COORDINATOR_LABEL_SUFFIX)) // 2  # 22
 DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # `[.]`, not `\.`: the regex sits in a CEL string literal, where `\.` is no escape.
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# The head's /tmp emptyDir (render.SHARED_TMP): no trainer volume may take its name or path.
+SHARED_TMP_VOLUME = "shared-tmp"
 
 
 @dataclass(frozen=True)
@@ -118,8 +128,68 @@ MAX_SLICE_RESTARTS_INT32 = (
 SERVICE_ACCOUNT_NAME = (
     "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
     "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
-    "digit, or leave it unset for the rendered <name>-trainer account"
+    "digit, or leave it unset for the namespace's default account"
 )
+SPARES = (
+    "spec.tpu.spares: must not be more than spec.tpu.numSlices (a spare node pool stands in "
+    "for one failed slice at a time); set it to at most numSlices"
+)
+WORKER_TOLERATION = (
+    "spec.recovery.workerNodeTolerationSeconds: must be at least "
+    "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
+    "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"
+)
+CHECKPOINT_TIMEOUT = (
+    "spec.maintenance.checkpointTimeoutSeconds: must be less than "
+    "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
+    "times out; lower it or raise leadSeconds"
+)
+PLACEMENT = (
+    "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
+    "remove it or set it to TPU"
+)
+
+# --- the trainer: the bundled one, or the user's command -------------------------------------
+
+STEPS_REQUIRED = (
+    "spec.trainer.steps: required for the bundled trainer (spec.trainer.command unset); set "
+    "the number of training steps, or set command to run your own program"
+)
+BUNDLED_FIELD = (
+    "spec.trainer.{field}: configures the bundled trainer only, which does not run when "
+    "spec.trainer.command is set; remove it and give your program the setting in "
+    "spec.trainer.args"
+)
+COMMAND_EMPTY = (
+    "spec.trainer.command: must be a non-empty list of non-empty strings (the program, then "
+    "its arguments, as in a core/v1 container); remove the empty strings, or leave command "
+    "unset to run etj train"
+)
+VOLUME_SOURCE = (
+    "spec.trainer.volumes: every volume needs exactly one source; set one of csi, "
+    "persistentVolumeClaim or emptyDir"
+)
+VOLUME_NAME = (
+    "spec.trainer.volumes: volume names must be unique DNS-1123 labels (lowercase letters, "
+    "digits and '-', starting and ending with a letter or digit) other than shared-tmp (the "
+    "head's /tmp); rename the volume"
+)
+VOLUME_MOUNT = (
+    "spec.trainer.volumeMounts: every mount must name a volume of spec.trainer.volumes and "
+    "a path other than /tmp (the head's shared emptyDir); add the volume or fix the mount"
+)
+
+# --- labels Kueue reads (carried to the JobSet) -------------------------------------------
+# Only Python checks these (validate_job, so `etj render` and the operator): the API server
+# itself refuses a label value that is not one, but CEL rules cannot see metadata.labels.
+KUEUE_LABEL_VALUE = (
+    "metadata.labels[{label}]: '{value}' is not a valid {what} name, so Kueue would refuse "
+    "the JobSet; use a DNS-1123 subdomain of at most 63 characters (lowercase letters, "
+    "digits, '-' and '.', starting and ending with a letter or digit)"
+)
+KUEUE_LABELS = {KUEUE_QUEUE_NAME_LABEL: "LocalQueue", KUEUE_PRIORITY_CLASS_LABEL:
+                "WorkloadPriorityClass"}
+
 IMMUTABLE = (
     "spec.{field} is immutable: only spec.suspend may change after creation; delete and "
     "recreate the job to change it"
@@ -168,6 +238,37 @@ def _immutability_rules(spec_fields: list[str], required: set[str]) -> list[Rule
     return rules
 
 
+def _trainer_rules() -> list[Rule]:
+    bundled = [
+        Rule("spec.trainer", f"!has(self.command) || !has(self.{field})",
+             BUNDLED_FIELD.replace("{field}", field), {})
+        for field in BUNDLED_TRAINER_FIELDS
+    ]
+    return [
+        Rule("spec.trainer", "has(self.command) || has(self.steps)", STEPS_REQUIRED, {}),
+        *bundled,
+        Rule("spec.trainer",
+             "!has(self.command) || size(self.command) > 0 && "
+             "self.command.all(c, size(c) > 0)",
+             COMMAND_EMPTY, {}),
+        Rule("spec.trainer",
+             "!has(self.volumes) || self.volumes.all(v, "
+             "(has(v.csi) ? 1 : 0) + (has(v.persistentVolumeClaim) ? 1 : 0) + "
+             "(has(v.emptyDir) ? 1 : 0) == 1)",
+             VOLUME_SOURCE, {}),
+        Rule("spec.trainer",
+             "!has(self.volumes) || self.volumes.all(v, "
+             f"v.name.matches('{DNS1123_LABEL}') && v.name != '{SHARED_TMP_VOLUME}' && "
+             "self.volumes.exists_one(w, w.name == v.name))",
+             VOLUME_NAME, {}),
+        Rule("spec.trainer",
+             "!has(self.volumeMounts) || self.volumeMounts.all(m, "
+             "m.mountPath != '/tmp' && m.mountPath != '/tmp/' && "
+             "has(self.volumes) && self.volumes.exists(v, v.name == m.name))",
+             VOLUME_MOUNT, {}),
+    ]
+
+
 def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
     """Every CEL rule of the CRD; `spec_fields`/`required` are the spec's wire names."""
     return [
@@ -199,6 +300,31 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             MAX_SLICE_RESTARTS_INT32,
             {},
         ),
+        Rule("spec", "!has(self.tpu.spares) || self.tpu.spares <= self.tpu.numSlices",
+             SPARES, {}),
+        Rule(
+            "spec",
+            "!has(self.recovery) || !has(self.recovery.workerNodeTolerationSeconds) || "
+            "!has(self.recovery.nodeNotReadySeconds) || "
+            "self.recovery.workerNodeTolerationSeconds >= self.recovery.nodeNotReadySeconds",
+            WORKER_TOLERATION,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.maintenance) || !has(self.maintenance.checkpointTimeoutSeconds) || "
+            "!has(self.maintenance.leadSeconds) || "
+            "self.maintenance.checkpointTimeoutSeconds < self.maintenance.leadSeconds",
+            CHECKPOINT_TIMEOUT,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.placement) || self.placement == 'TPU' || "
+            "has(self.backend) && self.backend == 'simulated'",
+            PLACEMENT,
+            {},
+        ),
         Rule(
             "spec",
             "!has(self.serviceAccountName) || "
@@ -213,6 +339,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             GCS_SCRATCH,
             {},
         ),
+        *_trainer_rules(),
         *_immutability_rules(spec_fields, required),
     ]
 
@@ -256,11 +383,55 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(MAX_RESTARTS_INT32)
     if spec.elastic.max_slice_restarts > MAX_SLICE_RESTARTS:
         errors.append(MAX_SLICE_RESTARTS_INT32)
+    if spec.tpu.spares > num:
+        errors.append(SPARES)
+    if spec.recovery.worker_node_toleration_seconds < spec.recovery.node_not_ready_seconds:
+        errors.append(WORKER_TOLERATION)
+    if spec.maintenance.checkpoint_timeout_seconds >= spec.maintenance.lead_seconds:
+        errors.append(CHECKPOINT_TIMEOUT)
+    if spec.placement == "Any" and spec.backend != "simulated":
+        errors.append(PLACEMENT)
     account = spec.service_account_name
     if account is not None and not re.fullmatch(DNS1123_SUBDOMAIN, account):
         errors.append(SERVICE_ACCOUNT_NAME)
     if spec.backend == "pathways" and spec.pathways.gcs_scratch is None:
         errors.append(GCS_SCRATCH)
+    errors += _trainer_checks(spec.trainer)
+    errors += _kueue_label_checks(job.metadata.labels)
+    return errors
+
+
+def _trainer_checks(trainer: TrainerSpec) -> list[str]:
+    errors: list[str] = []
+    if trainer.command is None and trainer.steps is None:
+        errors.append(STEPS_REQUIRED)
+    if trainer.command is not None:
+        errors += [BUNDLED_FIELD.format(field=field) for field in BUNDLED_TRAINER_FIELDS
+                   if getattr(trainer, field) is not None]
+        if not trainer.command or not all(trainer.command):
+            errors.append(COMMAND_EMPTY)
+    volumes = trainer.volumes
+    if any(sum(s is not None for s in (v.csi, v.persistent_volume_claim, v.empty_dir)) != 1
+           for v in volumes):
+        errors.append(VOLUME_SOURCE)
+    names = [v.name for v in volumes]
+    if any(not re.fullmatch(DNS1123_LABEL, n) or n == SHARED_TMP_VOLUME or names.count(n) > 1
+           for n in names):
+        errors.append(VOLUME_NAME)
+    if any(m.mount_path in ("/tmp", "/tmp/") or m.name not in names
+           for m in trainer.volume_mounts):
+        errors.append(VOLUME_MOUNT)
+    return errors
+
+
+def _kueue_label_checks(labels: Mapping[str, str]) -> list[str]:
+    errors = []
+    for label, what in KUEUE_LABELS.items():
+        value = labels.get(label)
+        if value is not None and (len(value) > 63
+                                  or not re.fullmatch(DNS1123_SUBDOMAIN, value)):
+            shown = value if value.isprintable() else json.dumps(value)[1:-1]  # one line
+            errors.append(KUEUE_LABEL_VALUE.format(label=label, value=shown, what=what))
     return errors
 
 
@@ -287,12 +458,18 @@ def validate_job(obj: Mapping[str, Any]) -> ElasticTrainingJob:
     try:
         job = ElasticTrainingJob.model_validate(obj)
     except ValidationError as exc:
-        lines = [f"{_loc_to_path(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
-        raise ValueError("\n".join(lines)) from None
+        raise ValueError("\n".join(describe_validation_error(exc))) from None
     problems = _semantic_checks(job)
     if problems:
         raise ValueError("\n".join(problems))
     return job
+
+
+def describe_validation_error(exc: ValidationError) -> list[str]:
+    """One line per problem of a pydantic ValidationError: the field path and the fix.
+    The one formatter of model errors (`etj render`, admission-equivalent checks and the
+    operator's InvalidSpec condition)."""
+    return [f"{_loc_to_path(err['loc'])}: {_pydantic_message(err)}" for err in exc.errors()]
 
 
 _PYDANTIC_FIXES: dict[str, Callable[[dict[str, Any]], str]] = {

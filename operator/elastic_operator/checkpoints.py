@@ -116,19 +116,6 @@ def summarize(listing: Iterable[RootEntry], directory: str, now: datetime) -> Ch
     return summarize_entries(listing, directory, now).status
 
 
-def keep_last_known(
-    previous: CheckpointStatus | None, scanned: CheckpointStatus,
-) -> CheckpointStatus:
-    """A failed scan keeps the steps last seen in the same directory (so one GCS hiccup
-    does not blank the status) and adds the error; a good scan replaces everything."""
-    if scanned.error is None or previous is None or previous.directory != scanned.directory:
-        return scanned
-    return scanned.model_copy(update={
-        "latest_committed_step": previous.latest_committed_step,
-        "incomplete_steps": list(previous.incomplete_steps),
-    })
-
-
 # --- I/O edge ---------------------------------------------------------------------------
 
 
@@ -159,6 +146,8 @@ def storage_client_from_env() -> Any:
     """A google-cloud-storage client; anonymous against STORAGE_EMULATOR_HOST.
 
     Build it once and pass it to scan_checkpoints: credential discovery is not free.
+    The google libraries are imported here, not at the top: they take about a second to
+    import, and only a gs:// checkpoint directory needs them.
     """
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
@@ -173,7 +162,7 @@ def list_gcs(
 ) -> list[RootEntry]:
     """One delimited list call for the root, then one metadata GET per step directory
     for its marker (no object is downloaded)."""
-    from google.api_core import exceptions as gexc
+    from google.api_core import exceptions as gexc  # see storage_client_from_env
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     bucket_name, prefix = parse_gcs_url(directory)
@@ -290,10 +279,8 @@ def _failed(directory: str, now: datetime, message: str) -> CheckpointSummary:
 
 
 def _is_missing_credentials(e: Exception) -> bool:
-    try:
-        from google.auth.exceptions import DefaultCredentialsError
-    except ImportError:
-        return False
+    from google.auth.exceptions import DefaultCredentialsError  # see storage_client_from_env
+
     return isinstance(e, DefaultCredentialsError)
 
 

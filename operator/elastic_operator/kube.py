@@ -12,10 +12,24 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from elastic_api.names import GROUP, PLURAL, VERSION, job_pods_selector
-from elastic_operator.status import StatusEvent
+from elastic_api.names import (
+    GROUP,
+    JOBSET_NAME_LABEL,
+    KUEUE_GROUP,
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_VERSION,
+    KUEUE_WORKLOAD_PLURAL,
+    PLURAL,
+    REPLICATED_JOB_LABEL,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+    VERSION,
+    WORKER_REPLICATED_JOB,
+    job_pods_selector,
+)
+from elastic_operator.core.events import StatusEvent
 
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
+KUEUE_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 REQUEST_TIMEOUT_S = 15.0
 EVENT_SOURCE = "elastic-training-operator"
 
@@ -26,29 +40,77 @@ _PLURALS = {"JobSet": "jobsets", "ServiceAccount": "serviceaccounts", "Role": "r
 
 
 class ApiError(Exception):
+    """A request the API server answered with an error, with its Status parsed
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#response-status-kind)."""
+
     def __init__(self, status: int, reason: str, body: str) -> None:
         super().__init__(f"HTTP {status} {reason}: {body[:500]}")
-        self.status = status
-        self.reason = reason
+        self.status = status  # the HTTP status code
+        self.reason = reason  # the HTTP reason phrase
         self.body = body
+        self.api_status = _parse_status(body)  # {} when the body is not a Status
+
+    @property
+    def status_reason(self) -> str:
+        """The Status's machine-readable reason: NotFound, Forbidden, AlreadyExists..."""
+        return _str(self.api_status.get("reason"))
+
+    @property
+    def details(self) -> dict[str, Any]:
+        details = self.api_status.get("details")
+        return details if isinstance(details, dict) else {}
+
+    @property
+    def cause_types(self) -> list[str]:
+        causes = self.details.get("causes")
+        return [_str(c.get("type")) for c in causes if isinstance(c, dict)] \
+            if isinstance(causes, list) else []
 
     @property
     def message(self) -> str:
         """The message of the API server's Status (the body itself if it is not one)."""
-        try:
-            status = json.loads(self.body)
-        except ValueError:
-            return self.body
-        message = status.get("message") if isinstance(status, dict) else None
-        return message if isinstance(message, str) and message else self.body
+        return _str(self.api_status.get("message")) or self.body
+
+    def is_not_found(self, group: str, plural: str) -> bool:
+        """404 for an object of this resource (not, say, its namespace)."""
+        return self.status == 404 and self.details.get("kind") == plural \
+            and self.details.get("group", "") == group
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """Refused because the namespace is being deleted."""
+        return self.status == 403 and "NamespaceTerminating" in self.cause_types
+
+    @property
+    def denied_by_webhook(self) -> bool:
+        """An admission webhook denied the request. The Status carries what the webhook
+        answered (any code, usually 403 Forbidden); only its message says whose it is."""
+        return self.status >= 400 and self.message.startswith("admission webhook ") \
+            and "denied the request" in self.message
 
     @property
     def refuses_object(self) -> bool:
         """The API server or an admission webhook refused the object for what it is
         (invalid, undecodable, denied): sending the same object again cannot succeed."""
-        denied = self.status == 403 and "admission webhook" in self.body \
-            and "denied the request" in self.body
-        return self.status in (400, 422) or denied
+        return self.status in (400, 422) or (self.status == 403 and self.denied_by_webhook)
+
+
+def _parse_status(body: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) and parsed.get("kind") == "Status" else {}
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _held_by_operator(patch: dict[str, Any], held: bool) -> dict[str, Any]:
+    """The merge patch, with the operator's mark set (held) or removed."""
+    return {"metadata": {"annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION:
+                                         "true" if held else None}}, **patch}
 
 
 def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
@@ -69,7 +131,9 @@ class Kube:
 
     @classmethod
     def from_environment(cls) -> Kube:
-        """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config."""
+        """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config.
+        (The kubernetes client is imported only here: a second of import time that only
+        the operator process needs, not every importer of this module.)"""
         from kubernetes import client, config
 
         try:
@@ -130,6 +194,37 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
+    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        """The worker Jobs of a JobSet (one per slice)."""
+        result = self.request(
+            "GET", f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs",
+            query={"labelSelector": f"{JOBSET_NAME_LABEL}={jobset},"
+                                    f"{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"},
+        )
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
+        """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not
+        served."""
+        try:
+            result = self.request(
+                "GET", f"{KUEUE_PATH}/namespaces/{quote(namespace)}/{KUEUE_WORKLOAD_PLURAL}",
+                query={"labelSelector": f"{KUEUE_JOB_UID_LABEL}={jobset_uid}"})
+        except ApiError as e:
+            if e.status == 404:
+                return []
+            raise
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    def serves(self, group_version: str, plural: str) -> bool:
+        """Whether the API server serves this resource (discovery, which every
+        authenticated client may read)."""
+        found = self._get_or_none(f"/apis/{group_version}")
+        return found is not None and any(
+            isinstance(r, dict) and r.get("name") == plural for r in found.get("resources", []))
+
     def get_nodes(self, names: Iterable[str]) -> list[dict[str, Any]]:
         nodes = []
         for name in sorted(set(names)):
@@ -140,23 +235,82 @@ class Kube:
 
     # --- writes ---
 
-    def create(self, obj: dict[str, Any]) -> bool:
-        """Create obj; False if it already exists (creation is idempotent)."""
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create obj and return it as stored; None if it already exists (creation is
+        idempotent)."""
         meta = obj.get("metadata", {})
         path = collection_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
         try:
-            self.request("POST", path, body=obj)
+            created: dict[str, Any] = self.request("POST", path, body=obj)
+            return created
+        except ApiError as e:
+            if e.status == 409 and e.status_reason in ("AlreadyExists", ""):
+                return None
+            raise
+
+    def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
+        """Set the JobSet's spec.suspend, marked as the operator's hold (the mark goes on
+        resume); the JobSet as patched."""
+        patched: dict[str, Any] = self.request(
+            "PATCH", f"{JOBSET_PATH}/namespaces/{quote(namespace)}/jobsets/{quote(name)}",
+            body=_held_by_operator({"spec": {"suspend": suspend}}, suspend),
+            content_type="application/merge-patch+json",
+        )
+        return patched
+
+    def patch_workload_active(self, namespace: str, name: str, active: bool) -> dict[str, Any]:
+        """Set a Kueue Workload's spec.active (what `kueuectl stop|resume workload` does),
+        a deactivation marked as the operator's; the Workload as patched."""
+        patched: dict[str, Any] = self.request(
+            "PATCH", f"{KUEUE_PATH}/namespaces/{quote(namespace)}/{KUEUE_WORKLOAD_PLURAL}/"
+            f"{quote(name)}",
+            body=_held_by_operator({"spec": {"active": active}}, not active),
+            content_type="application/merge-patch+json",
+        )
+        return patched
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a Job and (Foreground) its pods first, only if it still has this uid;
+        False if it is already gone or replaced (404 / 409 precondition failed)."""
+        return self._delete(f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/{quote(name)}",
+                            {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}})
+
+    def delete_pod_now(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod with grace period 0 (its kubelet is gone), only if it still has
+        this uid; False if it is already gone."""
+        return self._delete(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}",
+                            {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+
+    def _delete(self, path: str, options: dict[str, Any]) -> bool:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+        try:
+            self.request("DELETE", path, body=body)
             return True
         except ApiError as e:
-            if e.status == 409:
+            if e.status in (404, 409):
                 return False
             raise
 
-    def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> None:
-        self.request(
-            "PATCH", f"{JOBSET_PATH}/namespaces/{quote(namespace)}/jobsets/{quote(name)}",
-            body={"spec": {"suspend": suspend}}, content_type="application/merge-patch+json",
-        )
+    def lower_job_backoff_limit(self, namespace: str, name: str, uid: str) -> bool:
+        """Set the Job's spec.backoffLimit to 0 if it still has this uid (a JSON patch
+        whose `test` is the precondition); False if it is gone or replaced."""
+        patch = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                 {"op": "replace", "path": "/spec/backoffLimit", "value": 0}]
+        try:
+            self.request("PATCH", f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/"
+                         f"{quote(name)}", body=patch, content_type="application/json-patch+json")
+            return True
+        except ApiError as e:
+            if e.status in (404, 409, 422):  # 422: the test op failed (another Job)
+                return False
+            raise
+
+    def label_node(self, name: str, labels: dict[str, str | None],
+                   annotations: dict[str, str | None]) -> None:
+        """Merge labels and annotations into a node (None removes one)."""
+        self.request("PATCH", f"/api/v1/nodes/{quote(name)}",
+                     body={"metadata": {"labels": labels, "annotations": annotations}},
+                     content_type="application/merge-patch+json")
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.request("PATCH", job_path(namespace, name) + "/status", body=patch,

@@ -8,18 +8,28 @@ computation must never crash on what the cluster shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import (
+    ACTIVE_MAINTENANCE_LABEL,
     APPLIED_SPEC_ANNOTATION,
     COMPLETION_INDEX_LABEL,
+    CONTROLLER_UID_LABEL,
+    IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
+    NODE_POOL_LABEL,
+    QUARANTINE_LABEL,
+    QUARANTINED_AT_ANNOTATION,
     REPLICATED_JOB_LABEL,
-    RESTART_ATTEMPT_LABEL,
+    SCHEDULED_MAINTENANCE_LABEL,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+    TPU_ACCELERATOR_LABEL,
+    TPU_TOPOLOGY_LABEL,
     WORKER_REPLICATED_JOB,
 )
+from elastic_api.queueing import EVICTED_BY_PREEMPTION
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -52,19 +62,43 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+ReadyStatus = Literal["True", "False", "Unknown"]
+
+
 @dataclass(frozen=True)
 class ObservedNode:
     name: str
     ready: bool
     # When the Ready condition last changed (kwok's chaos stage may report an old time).
     ready_transition_time: datetime | None = None
-    reason: str | None = None
+    # The Ready condition's status: False = the kubelet says so; Unknown = it went silent
+    # (or no condition at all).
+    ready_status: ReadyStatus = "Unknown"
+    pool: str | None = None  # cloud.google.com/gke-nodepool
+    accelerator: str | None = None  # cloud.google.com/gke-tpu-accelerator
+    topology: str | None = None  # cloud.google.com/gke-tpu-topology
+    quarantined: str | None = None  # elastic.pathways.dev/quarantined (why)
+    quarantined_at: datetime | None = None
+    # GKE's maintenance signals (names.py): when, if scheduled; ongoing; terminating soon.
+    scheduled_maintenance: datetime | None = None
+    maintenance_ongoing: bool = False
+    impending_termination: bool = False
+
+    @property
+    def maintenance_signal(self) -> str | None:
+        """The strongest maintenance signal on the node, if any (Reason words)."""
+        if self.impending_termination:
+            return "ImpendingTermination"
+        if self.maintenance_ongoing:
+            return "MaintenanceOngoing"
+        if self.scheduled_maintenance is not None:
+            return "ScheduledMaintenance"
+        return None
 
 
 @dataclass(frozen=True)
 class ObservedPod:
     name: str
-    uid: str
     replicated_job: str | None  # pathways-head or worker
     slice_index: int | None  # jobset.sigs.k8s.io/job-index
     host_index: int | None  # batch.kubernetes.io/job-completion-index
@@ -82,7 +116,8 @@ class ObservedPod:
     terminated_exit_code: int | None = None
     # Last transition of the pod's Ready condition (to True when ready, False otherwise).
     ready_transition_time: datetime | None = None
-    restart_attempt: int | None = None
+    uid: str | None = None
+    job_uid: str | None = None  # the Job that created it (batch.kubernetes.io/controller-uid)
 
     @property
     def terminating(self) -> bool:
@@ -108,27 +143,90 @@ class ObservedPod:
 @dataclass(frozen=True)
 class ReplicatedJobStatus:
     name: str
-    ready: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    active: int = 0
-    suspended: int = 0
+    failed: int = 0  # Jobs of this replicatedJob that failed
 
 
 @dataclass(frozen=True)
 class ObservedJobSet:
     name: str
-    uid: str | None
     suspended: bool
     restarts: int
     # "Completed" or "Failed" once the JobSet is terminal, else None.
     terminal_state: str | None
     failed_message: str | None = None
     worker_hosts_per_slice: int | None = None
-    worker_replicas: int | None = None
     replicated_jobs: tuple[ReplicatedJobStatus, ...] = ()
     owner_uid: str | None = None  # uid of the controller ownerReference
     applied_spec: str | None = None  # APPLIED_SPEC_ANNOTATION
+    uid: str | None = None
+    suspended_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
+
+
+@dataclass(frozen=True)
+class ObservedCondition:
+    type: str
+    status: str  # True, False, Unknown
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ObservedWorkload:
+    """The Workload Kueue made for the job's JobSet (kueue.x-k8s.io/v1beta2)."""
+
+    name: str
+    active: bool = True  # spec.active (unset: active)
+    deactivated_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
+    queue_name: str | None = None  # spec.queueName (the LocalQueue)
+    cluster_queue: str | None = None  # status.admission.clusterQueue, while it has quota
+    conditions: tuple[ObservedCondition, ...] = ()
+    # The preemptions Kueue counted on it (status.schedulingStats.evictions, reason
+    # Preempted): it keeps counting across requeues, so a reconcile that missed a short
+    # eviction still sees it.
+    preemptions: int = 0
+
+    def condition(self, type_: str) -> ObservedCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def is_true(self, type_: str) -> bool:
+        cond = self.condition(type_)
+        return cond is not None and cond.status == "True"
+
+
+@dataclass(frozen=True)
+class ObservedJob:
+    """A worker Job of the JobSet (one per slice)."""
+
+    name: str
+    uid: str
+    slice_index: int | None
+    deleting: bool = False
+    backoff_limit: int | None = None
+    failed_pods: int = 0
+    finished: str | None = None  # "Complete" or "Failed" once the Job is finished
+
+
+@dataclass(frozen=True)
+class ObservedPool:
+    """A node pool of one TPU shape: its nodes, and whether pods of any
+    ElasticTrainingJob (other than the one reconciled) run there."""
+
+    name: str
+    nodes: tuple[ObservedNode, ...]
+    used_by_others: bool = False
+
+    @property
+    def all_ready(self) -> bool:
+        return bool(self.nodes) and all(n.ready for n in self.nodes)
+
+    @property
+    def quarantined(self) -> str | None:
+        return next((n.quarantined for n in self.nodes if n.quarantined), None)
+
+    @property
+    def maintenance(self) -> bool:
+        return any(n.maintenance_signal for n in self.nodes)
 
 
 @dataclass(frozen=True)
@@ -140,21 +238,69 @@ class Observed:
     nodes: dict[str, ObservedNode] = field(default_factory=dict)
     # None = not scanned this time (keep the previous status.checkpoint).
     checkpoint: CheckpointStatus | None = None
+    # The JobSet's worker Jobs by slice index (only read when the operator replaces).
+    jobs: dict[int, ObservedJob] = field(default_factory=dict)
+    # The node pools of the job's TPU shape (hot spares among them).
+    pools: tuple[ObservedPool, ...] = ()
+    # None: no Workload, or none looked for (the job is not queued).
+    workload: ObservedWorkload | None = None
+
+
+def _epoch(value: Any) -> datetime | None:
+    """Unix epoch seconds in a label value -> aware datetime."""
+    seconds = _int(value)
+    if seconds is None or not 0 <= seconds < 2**40:
+        return None
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
     meta = _dict(obj.get("metadata"))
-    ready = False
+    labels = _dict(meta.get("labels"))
+    annotations = _dict(meta.get("annotations"))
+    status: ReadyStatus = "Unknown"
     transition = None
-    reason = None
     for cond in _list(_dict(obj.get("status")).get("conditions")):
         cond = _dict(cond)
         if cond.get("type") == "Ready":
-            ready = cond.get("status") == "True"
+            value = cond.get("status")
+            status = value if value in ("True", "False") else "Unknown"
             transition = parse_time(cond.get("lastTransitionTime"))
-            reason = cond.get("reason") if isinstance(cond.get("reason"), str) else None
-    return ObservedNode(name=str(meta.get("name", "")), ready=ready,
-                        ready_transition_time=transition, reason=reason or None)
+    taints = [_dict(t) for t in _list(_dict(obj.get("spec")).get("taints"))]
+
+    def label(key: str) -> str | None:
+        value = labels.get(key)
+        return value if isinstance(value, str) and value else None
+
+    return ObservedNode(
+        name=str(meta.get("name", "")), ready=status == "True", ready_transition_time=transition,
+        ready_status=status, pool=label(NODE_POOL_LABEL),
+        accelerator=label(TPU_ACCELERATOR_LABEL), topology=label(TPU_TOPOLOGY_LABEL),
+        quarantined=label(QUARANTINE_LABEL),
+        quarantined_at=parse_time(annotations.get(QUARANTINED_AT_ANNOTATION)),
+        scheduled_maintenance=_epoch(labels.get(SCHEDULED_MAINTENANCE_LABEL)),
+        maintenance_ongoing=labels.get(ACTIVE_MAINTENANCE_LABEL) == "ONGOING",
+        impending_termination=any(t.get("key") == IMPENDING_TERMINATION_TAINT for t in taints),
+    )
+
+
+def job_from_dict(obj: dict[str, Any]) -> ObservedJob:
+    meta = _dict(obj.get("metadata"))
+    labels = _dict(meta.get("labels"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    finished = None
+    for cond in _list(status.get("conditions")):
+        cond = _dict(cond)
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            finished = str(cond.get("type"))
+    return ObservedJob(
+        name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
+        slice_index=_int(labels.get(JOB_INDEX_LABEL)),
+        deleting=meta.get("deletionTimestamp") is not None,
+        backoff_limit=_int(spec.get("backoffLimit")),
+        failed_pods=_int(status.get("failed")) or 0, finished=finished,
+    )
 
 
 def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
@@ -185,12 +331,13 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             reason = term.get("reason")
             terminated_reason = reason if isinstance(reason, str) else None
             terminated_exit = exit_code
+    uid = meta.get("uid")
+    job_uid = labels.get(CONTROLLER_UID_LABEL)
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
     if host_index is None:
         host_index = _int(annotations.get(COMPLETION_INDEX_LABEL))  # also an annotation
     return ObservedPod(
         name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
         replicated_job=labels.get(REPLICATED_JOB_LABEL),
         slice_index=_int(labels.get(JOB_INDEX_LABEL)),
         host_index=host_index,
@@ -206,7 +353,8 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         terminated_reason=terminated_reason,
         terminated_exit_code=terminated_exit,
         ready_transition_time=ready_transition,
-        restart_attempt=_int(labels.get(RESTART_ATTEMPT_LABEL)),
+        uid=uid if isinstance(uid, str) else None,
+        job_uid=job_uid if isinstance(job_uid, str) else None,
     )
 
 
@@ -226,22 +374,14 @@ def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:
             terminal = "Failed"
             failed_message = cond.get("message") if isinstance(cond.get("message"), str) else None
     hosts = None
-    replicas = None
     for rj in _list(spec.get("replicatedJobs")):
         rj = _dict(rj)
         if rj.get("name") == WORKER_REPLICATED_JOB:
             job_spec = _dict(_dict(rj.get("template")).get("spec"))
             hosts = _int(job_spec.get("parallelism")) or _int(job_spec.get("completions"))
-            replicas = _int(rj.get("replicas"))
     rjs = tuple(
-        ReplicatedJobStatus(
-            name=str(_dict(r).get("name", "")),
-            ready=_int(_dict(r).get("ready")) or 0,
-            succeeded=_int(_dict(r).get("succeeded")) or 0,
-            failed=_int(_dict(r).get("failed")) or 0,
-            active=_int(_dict(r).get("active")) or 0,
-            suspended=_int(_dict(r).get("suspended")) or 0,
-        )
+        ReplicatedJobStatus(name=str(_dict(r).get("name", "")),
+                            failed=_int(_dict(r).get("failed")) or 0)
         for r in _list(status.get("replicatedJobsStatus"))
     )
     owner_uid = None
@@ -251,16 +391,47 @@ def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:
             owner_uid = ref.get("uid") if isinstance(ref.get("uid"), str) else None
     annotations = _dict(meta.get("annotations"))
     applied = annotations.get(APPLIED_SPEC_ANNOTATION)
+    uid = meta.get("uid")
     return ObservedJobSet(
         name=str(meta.get("name", "")),
-        uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
         suspended=spec.get("suspend") is True,
         restarts=_int(status.get("restarts")) or 0,
         terminal_state=terminal,
         failed_message=failed_message,
         worker_hosts_per_slice=hosts,
-        worker_replicas=replicas,
         replicated_jobs=rjs,
         owner_uid=owner_uid,
         applied_spec=applied if isinstance(applied, str) else None,
+        uid=uid if isinstance(uid, str) and uid else None,
+        suspended_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in annotations,
+    )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
+    meta = _dict(obj.get("metadata"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    conditions = tuple(
+        ObservedCondition(type=str(c.get("type")), status=str(c.get("status", "Unknown")),
+                          reason=_str_or_none(c.get("reason")) or "",
+                          message=_str_or_none(c.get("message")) or "",
+                          last_transition_time=parse_time(c.get("lastTransitionTime")))
+        for c in map(_dict, _list(status.get("conditions"))) if isinstance(c.get("type"), str)
+    )
+    evictions = _list(_dict(status.get("schedulingStats")).get("evictions"))
+    preemptions = sum(max(_int(e.get("count")) or 0, 0) for e in map(_dict, evictions)
+                      if e.get("reason") == EVICTED_BY_PREEMPTION)
+    return ObservedWorkload(
+        name=str(meta.get("name", "")),
+        active=spec.get("active") is not False,
+        deactivated_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in _dict(
+            meta.get("annotations")),
+        queue_name=_str_or_none(spec.get("queueName")),
+        cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),
+        conditions=conditions,
+        preemptions=preemptions,
     )

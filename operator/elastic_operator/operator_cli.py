@@ -32,22 +32,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reconcile every job at least this often (default 30)")
     parser.add_argument("--checkpoint-scan-seconds", type=float, default=30.0, metavar="S",
                         help="list a job's checkpoint directory at most this often (default 30)")
+    replacement = parser.add_argument_group(
+        "slice replacement (docs/operations.md, \"Slice replacement\")")
+    replacement.add_argument(
+        "--quarantine-pools", action=argparse.BooleanOptionalAction, default=True,
+        help="label the nodes of a node pool a slice failed on so that replacements avoid "
+        "it while a spare exists (needs nodes: patch; default on)")
+    replacement.add_argument(
+        "--node-actions-per-minute", type=_positive, default=30.0, metavar="N",
+        help="rate of force-deletes and pool quarantines, all jobs together (default 30)")
+    replacement.add_argument(
+        "--node-action-burst", type=int, default=10, metavar="N",
+        help="how many of those may happen at once (default 10)")
+    replacement.add_argument(
+        "--node-action-cooldown-seconds", type=_non_negative, default=60.0, metavar="S",
+        help="the same node (or pool) is not acted on again within this time (default 60)")
+    replacement.add_argument(
+        "--quarantine-release-after-seconds", type=_non_negative, default=600.0, metavar="S",
+        help="a quarantined pool is released once all its nodes were Ready this long "
+        "(default 600)")
+    replacement.add_argument(
+        "--repeated-failures-quarantine-seconds", type=_non_negative, default=3600.0,
+        metavar="S", help="a pool quarantined for repeated slice failures (its nodes look "
+        "healthy) stays quarantined at least this long (default 3600)")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from elastic_operator.handlers import (
-        Reconciler,
-        ReconcilerConfig,
-        Scheduler,
-        WatchScope,
-        build_registry,
-        configure_settings,
-    )
+    from elastic_api.names import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL
+    from elastic_operator.app import ReplacementSettings, build_operator
+    from elastic_operator.handlers import WatchScope, build_registry, configure_settings
     from elastic_operator.kube import Kube
     from elastic_operator.metrics import OperatorMetrics
+    from elastic_operator.node_actions import NodeActionLimits
 
     kopf.configure(
         verbose=args.verbose,
@@ -60,11 +93,23 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
-    reconciler = Reconciler(
-        Kube.from_environment(), OperatorMetrics(),
-        ReconcilerConfig(checkpoint_scan_interval_s=args.checkpoint_scan_seconds),
-    )
-    registry = build_registry(Scheduler(reconciler), scope, args.resync_seconds)
+    replacement = ReplacementSettings(
+        quarantine_pools=args.quarantine_pools,
+        limits=NodeActionLimits(per_minute=args.node_actions_per_minute,
+                                burst=max(1, args.node_action_burst),
+                                cooldown_s=args.node_action_cooldown_seconds),
+        release_after_s=args.quarantine_release_after_seconds,
+        repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds)
+    kube = Kube.from_environment()
+    operator = build_operator(kube, OperatorMetrics(),
+                              checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
+                              replacement=replacement)
+    # Kueue's Workloads are watched where Kueue is installed (restart the operator after
+    # installing it); its jobs are reconciled without the watch too, at each resync.
+    kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)
+    logging.getLogger("elastic_operator").info(
+        "Kueue's Workload API is %s", "served: watching Workloads" if kueue else "not served")
+    registry = build_registry(operator, scope, args.resync_seconds, watch_workloads=kueue)
     settings = kopf.OperatorSettings()
     configure_settings(settings, scope)
     kopf.run(

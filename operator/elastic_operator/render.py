@@ -22,25 +22,33 @@ from elastic_api.models import (
 )
 from elastic_api.names import (
     COORDINATOR_LABEL,
+    DEFAULT_SERVICE_ACCOUNT,
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    GCSFUSE_CSI_DRIVER,
+    GCSFUSE_VOLUMES_ANNOTATION,
     GROUP,
     HEAD_REPLICATED_JOB,
     JOB_INDEX_LABEL,
     JOB_NAME_LABEL,
     JOBSET_API_VERSION,
     JOBSET_NAME_LABEL,
+    KUEUE_JOB_LABELS,
     MAIN_CONTAINER,
     MANAGED_BY,
     NODE_POOL_LABEL,
+    NOT_READY_TAINT,
     PLURAL,
     PROXY_CONTAINER,
+    QUARANTINE_LABEL,
     REPLICATED_JOB_LABEL,
     REPLICATED_JOB_REPLICAS_LABEL,
     RM_CONTAINER,
+    SAFE_TO_EVICT_ANNOTATION,
     SLICE_AGENT_CONTAINER,
     TPU_ACCELERATOR_LABEL,
     TPU_RESOURCE,
     TPU_TOPOLOGY_LABEL,
+    UNREACHABLE_TAINT,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
@@ -62,12 +70,21 @@ def jobset_name(job: ElasticTrainingJob) -> str:
     return _jobset_name(job.metadata.name)
 
 
+def pod_service_account(job: ElasticTrainingJob) -> str:
+    """The one ServiceAccount of every pod, head and workers alike (as both peers do): the
+    identity Workload Identity maps to a cloud account, so the Pathways servers on the head
+    and the TPU hosts reach the same buckets."""
+    return job.spec.service_account_name or DEFAULT_SERVICE_ACCOUNT
+
+
 def trainer_service_account_name(job: ElasticTrainingJob) -> str:
+    """The ServiceAccount the trainer runs as (and its Role is bound to)."""
+    return pod_service_account(job)
+
+
+def trainer_role_name(job: ElasticTrainingJob) -> str:
+    """The trainer's Role and RoleBinding."""
     return f"{job.metadata.name}-trainer"
-
-
-def head_service_account(job: ElasticTrainingJob) -> str:
-    return job.spec.service_account_name or trainer_service_account_name(job)
 
 
 def labels(job: ElasticTrainingJob, component: str) -> dict[str, str]:
@@ -78,6 +95,11 @@ def labels(job: ElasticTrainingJob, component: str) -> dict[str, str]:
         "app.kubernetes.io/managed-by": MANAGED_BY,
         JOB_NAME_LABEL: job.metadata.name,
     }
+
+
+def kueue_labels(job: ElasticTrainingJob) -> dict[str, str]:
+    """The job's Kueue labels (queue, priority class), which Kueue reads on the JobSet."""
+    return {k: v for k, v in job.metadata.labels.items() if k in KUEUE_JOB_LABELS}
 
 
 def _metadata(job: ElasticTrainingJob, name: str, component: str) -> dict[str, Any]:
@@ -158,16 +180,20 @@ def _job_identity_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
 
 
 def trainer_command(job: ElasticTrainingJob) -> list[str]:
-    """`etj train` with flags derived from the spec (the trainer's CLI contract)."""
+    """The command of `main`: the user's, else `etj train` with flags derived from the spec
+    (the bundled trainer's CLI contract). `trainer.args` follow it as the container's args."""
     spec = job.spec
+    if spec.trainer.command is not None:
+        return list(spec.trainer.command)
+    bundled = spec.trainer.bundled()
     ckpt = spec.checkpoint
     cmd = [
         "etj", "train",
-        "--config", spec.trainer.model,
-        "--steps", str(spec.trainer.steps),
-        "--batch", str(spec.trainer.batch),
-        "--seed", str(spec.trainer.seed),
-        "--data", spec.trainer.data,
+        "--config", bundled.model,
+        "--steps", str(bundled.steps),
+        "--batch", str(bundled.batch),
+        "--seed", str(bundled.seed),
+        "--data", bundled.data,
         "--checkpoint-dir", ckpt.directory,
         "--checkpoint-period", str(ckpt.period_steps),
         "--checkpoint-keep", str(ckpt.keep),
@@ -183,10 +209,13 @@ def trainer_command(job: ElasticTrainingJob) -> list[str]:
     ]
     if spec.backend == "simulated":
         cmd += ["--simulate-slices", str(spec.tpu.num_slices), "--slice-health", "pods"]
-    return cmd + list(spec.trainer.args)
+    return cmd
 
 
-def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
+def main_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """What `main` gets for any trainer (docs/api.md, "The environment of main"): where the
+    Pathways proxy is, and which job it belongs to; then `trainer.env`, which may replace any
+    of them."""
     spec = job.spec
     env = [_label_env("PATHWAYS_HEAD", COORDINATOR_LABEL)]
     if spec.backend == "pathways":
@@ -200,18 +229,35 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
     else:
         env.append(_env("JAX_PLATFORMS", "cpu"))
     env += _job_identity_env(job)
+    return _override_env(env, _user_env(spec.trainer.env))
+
+
+def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
+    trainer = job.spec.trainer
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
-        "image": spec.trainer.image,
+        "image": trainer.image,
         "command": trainer_command(job),
-        "env": _override_env(env, _user_env(spec.trainer.env)),
-        "volumeMounts": _tmp_mount(),
-        "securityContext": _trainer_security_context(),
+        "env": main_env(job),
+        "volumeMounts": _tmp_mount() + [m.to_wire() for m in trainer.volume_mounts],
+        "securityContext": main_security_context(job),
     }
-    resources = _resources({}, spec.trainer.resources)
+    if trainer.args:
+        container["args"] = list(trainer.args)
+    resources = _resources({}, trainer.resources)
     if resources:
         container["resources"] = resources
     return container
+
+
+def main_security_context(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The hardened context, with each field `trainer.securityContext` sets replacing ours
+    (a field it leaves unset stays hardened)."""
+    context = _trainer_security_context()
+    override = job.spec.trainer.security_context
+    if override is not None:
+        context.update(override.to_wire())
+    return context
 
 
 def _component(job: ElasticTrainingJob, name: str) -> PathwaysComponent:
@@ -286,6 +332,7 @@ def _proxy_sidecar(job: ElasticTrainingJob) -> dict[str, Any]:
 
 
 def _worker_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """What a worker pod needs to find its slice and the head (both backends)."""
     return [
         _label_env("MEGASCALE_SLICE_ID", JOB_INDEX_LABEL),
         _label_env("MEGASCALE_NUM_SLICES", REPLICATED_JOB_REPLICAS_LABEL),
@@ -311,6 +358,8 @@ def _pathways_worker(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, An
             _env("TPU_MIN_LOG_LEVEL", "0"),
             _env("TF_CPP_MIN_LOG_LEVEL", "0"),
             _env("XCLOUD_ENVIRONMENT", "GCP"),
+            # As both peers (pathways-job, xpk) set it: a workaround for megascale gRPC bugs.
+            _env("MEGASCALE_GRPC_ENABLE_XOR_TRACER", "false"),
         ],
         "ports": _ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
         "resources": _resources({TPU_RESOURCE: str(shape.chips_per_vm)}, component.resources),
@@ -331,7 +380,7 @@ def _trainer_security_context() -> dict[str, Any]:
     }
 
 
-def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
+def _slice_agent(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": SLICE_AGENT_CONTAINER,
         "image": job.spec.trainer.image,
@@ -340,10 +389,17 @@ def _slice_agent(job: ElasticTrainingJob) -> dict[str, Any]:
         "volumeMounts": _tmp_mount(),
         "securityContext": _trainer_security_context(),
     }
-    resources = _resources({}, _component(job, "worker").resources)
+    # Placed as a TPU worker, it takes the VM's chips (one worker per node, as Pathways').
+    chips = {TPU_RESOURCE: str(shape.chips_per_vm)} if tpu_placement(job) else {}
+    resources = _resources(chips, _component(job, "worker").resources)
     if resources:
         container["resources"] = resources
     return container
+
+
+def tpu_placement(job: ElasticTrainingJob) -> bool:
+    """Workers placed as TPU workers, one slice per node pool (always for Pathways)."""
+    return job.spec.backend == "pathways" or job.spec.placement == "TPU"
 
 
 # --- pods, Jobs, JobSet ----------------------------------------------------------------------
@@ -354,6 +410,28 @@ def _tolerations(job: ElasticTrainingJob, *, tpu: bool) -> list[dict[str, Any]]:
     return base + [t.to_wire() for t in job.spec.tolerations]
 
 
+def _node_failure_tolerations(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """Workers are evicted from a NotReady or unreachable node after
+    spec.recovery.workerNodeTolerationSeconds, not the API server's default 300 s: the
+    fallback while the operator is not there to replace the slice itself."""
+    if not job.spec.recovery.replace_slices:
+        return []
+    seconds = job.spec.recovery.worker_node_toleration_seconds
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": seconds} for key in (NOT_READY_TAINT, UNREACHABLE_TAINT)]
+
+
+def _avoid_quarantined_pools(job: ElasticTrainingJob) -> dict[str, Any] | None:
+    """Workers never land on a node pool the operator quarantined (names.QUARANTINE_LABEL):
+    after a failure the recreated slice goes to a healthy spare pool. Running pods are
+    not affected (IgnoredDuringExecution)."""
+    if not job.spec.recovery.replace_slices or not tpu_placement(job):
+        return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": QUARANTINE_LABEL, "operator": "DoesNotExist"}]}]}}}
+
+
 def _pod_common(
     job: ElasticTrainingJob, *, restart_policy: str, host_network: bool,
 ) -> dict[str, Any]:
@@ -361,6 +439,7 @@ def _pod_common(
     pod: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
+        "serviceAccountName": pod_service_account(job),
         "volumes": _tmp_volume(),
     }
     if host_network:
@@ -377,8 +456,9 @@ def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     spec = job.spec
     pathways = spec.backend == "pathways"
     pod = _pod_common(job, restart_policy="Never", host_network=pathways)
-    pod["serviceAccountName"] = head_service_account(job)
-    node_selector = {NODE_POOL_LABEL: spec.head_node_pool} if pathways else {}
+    pod["volumes"] += [v.to_wire() for v in spec.trainer.volumes]
+    # With TPU placement the head stays off the TPU pools (a spare must stay free).
+    node_selector = {NODE_POOL_LABEL: spec.head_node_pool} if tpu_placement(job) else {}
     node_selector.update(spec.node_selector)
     if node_selector:
         pod["nodeSelector"] = node_selector
@@ -394,20 +474,22 @@ def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
 def _worker_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     spec = job.spec
     pathways = spec.backend == "pathways"
+    tpu = tpu_placement(job)
     pod = _pod_common(job, restart_policy="OnFailure", host_network=pathways)
-    if spec.service_account_name:
-        pod["serviceAccountName"] = spec.service_account_name
     node_selector = (
         {TPU_ACCELERATOR_LABEL: shape.family.accelerator_label, TPU_TOPOLOGY_LABEL: shape.topology}
-        if pathways else {}
+        if tpu else {}
     )
     node_selector.update(spec.node_selector)
     if node_selector:
         pod["nodeSelector"] = node_selector
-    tolerations = _tolerations(job, tpu=pathways)
+    affinity = _avoid_quarantined_pools(job)
+    if affinity is not None:
+        pod["affinity"] = affinity
+    tolerations = _tolerations(job, tpu=tpu) + _node_failure_tolerations(job)
     if tolerations:
         pod["tolerations"] = tolerations
-    pod["containers"] = [_pathways_worker(job, shape) if pathways else _slice_agent(job)]
+    pod["containers"] = [_pathways_worker(job, shape) if pathways else _slice_agent(job, shape)]
     return pod
 
 
@@ -420,11 +502,15 @@ def _replicated_job(
     backoff_limit: int,
     exclusive_topology: str | None,
     pod_spec: dict[str, Any],
+    pod_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     pod_labels = labels(job, name)
     job_meta: dict[str, Any] = {"labels": dict(pod_labels)}
     if exclusive_topology is not None:
         job_meta["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: exclusive_topology}
+    pod_meta: dict[str, Any] = {"labels": pod_labels}
+    if pod_annotations:
+        pod_meta["annotations"] = pod_annotations
     return {
         "name": name,
         "replicas": replicas,
@@ -435,10 +521,20 @@ def _replicated_job(
                 "completions": pods,
                 "parallelism": pods,
                 "completionMode": "Indexed",
-                "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+                "template": {"metadata": pod_meta, "spec": pod_spec},
             },
         },
     }
+
+
+def head_pod_annotations(job: ElasticTrainingJob) -> dict[str, str]:
+    # The head looks idle to the cluster autoscaler (a CPU node with one pod); evicting it
+    # ends the run. GKE injects its Cloud Storage FUSE sidecar only where asked to.
+    annotations = {SAFE_TO_EVICT_ANNOTATION: "false"}
+    if any(v.csi is not None and v.csi.driver == GCSFUSE_CSI_DRIVER
+           for v in job.spec.trainer.volumes):
+        annotations[GCSFUSE_VOLUMES_ANNOTATION] = "true"
+    return annotations
 
 
 def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
@@ -449,20 +545,23 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
     head = _replicated_job(
         job, HEAD_REPLICATED_JOB, replicas=1, pods=1, backoff_limit=0,
         exclusive_topology="kubernetes.io/hostname" if pathways else None,
-        pod_spec=_head_pod(job, shape),
+        pod_spec=_head_pod(job, shape), pod_annotations=head_pod_annotations(job),
     )
     worker = _replicated_job(
         job, WORKER_REPLICATED_JOB, replicas=spec.tpu.num_slices, pods=shape.vms,
-        # A slice failure stays local: the Job controller recreates the slice's pods.
+        # A slice failure stays local: the operator recreates the slice's Job; this
+        # budget is the Job controller's, for when the operator is not running.
         backoff_limit=shape.vms * spec.elastic.max_slice_restarts,
-        exclusive_topology=NODE_POOL_LABEL if pathways else None,
+        exclusive_topology=NODE_POOL_LABEL if tpu_placement(job) else None,
         pod_spec=_worker_pod(job, shape),
     )
     worker["dependsOn"] = [{"name": HEAD_REPLICATED_JOB, "status": "Ready"}]
+    metadata = _metadata(job, name, "jobset")
+    metadata["labels"].update(kueue_labels(job))
     return {
         "apiVersion": JOBSET_API_VERSION,
         "kind": "JobSet",
-        "metadata": _metadata(job, name, "jobset"),
+        "metadata": metadata,
         "spec": {
             "suspend": spec.suspend,
             "coordinator": {"replicatedJob": HEAD_REPLICATED_JOB, "jobIndex": 0, "podIndex": 0},
@@ -481,8 +580,9 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
 
 
 def render_rbac(job: ElasticTrainingJob) -> list[dict[str, Any]]:
-    """What the trainer needs: read its job, patch its status (and, simulated, see pods)."""
-    name = trainer_service_account_name(job)
+    """What the trainer needs: read its job, patch its status (and, simulated, see pods),
+    granted to the pods' own ServiceAccount (docs/threat-model.md says what that shares)."""
+    name = trainer_role_name(job)
     job_name = job.metadata.name
     rules: list[dict[str, Any]] = [
         {"apiGroups": [GROUP], "resources": [PLURAL], "resourceNames": [job_name],
@@ -493,16 +593,10 @@ def render_rbac(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     if job.spec.backend == "simulated":
         # The simulated trainer tells slice health from the worker pods' readiness.
         rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]})
-    subject: dict[str, Any] = {"kind": "ServiceAccount", "name": head_service_account(job)}
+    subject: dict[str, Any] = {"kind": "ServiceAccount", "name": pod_service_account(job)}
     if job.metadata.namespace:
         subject["namespace"] = job.metadata.namespace
-    objects: list[dict[str, Any]] = []
-    if job.spec.service_account_name is None:
-        objects.append(
-            {"apiVersion": "v1", "kind": "ServiceAccount",
-             "metadata": _metadata(job, name, "trainer")}
-        )
-    objects += [
+    return [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": _metadata(job, name, "trainer"), "rules": rules},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -510,7 +604,6 @@ def render_rbac(job: ElasticTrainingJob) -> list[dict[str, Any]]:
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
          "subjects": [subject]},
     ]
-    return objects
 
 
 def render(job: ElasticTrainingJob) -> list[dict[str, Any]]:

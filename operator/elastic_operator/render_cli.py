@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: `etj` imports every subcommand's module to build its parser, and the
+    # models (pydantic) would slow down every other subcommand's start.
     import yaml
 
     from elastic_api.validation import validate_job

@@ -20,8 +20,16 @@ from kubernetes.client.rest import ApiException
 from elastic_api import GROUP, PLURAL, VERSION
 from elastic_api.catalog import CATALOG
 from elastic_api.crd import build_crd
-from elastic_api.models import INT32_MAX, MAX_SLICE_RESTARTS
-from elastic_api.validation import validate_job
+from elastic_api.models import BUNDLED_TRAINER_FIELDS, INT32_MAX, MAX_SLICE_RESTARTS
+from elastic_api.validation import (
+    BUNDLED_FIELD,
+    COMMAND_EMPTY,
+    STEPS_REQUIRED,
+    VOLUME_MOUNT,
+    VOLUME_NAME,
+    VOLUME_SOURCE,
+    validate_job,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -169,7 +177,45 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("service-account", _mutate("spec.serviceAccountName", "Bad SA"),
      "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
      "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
-     "digit, or leave it unset for the rendered <name>-trainer account"),
+     "digit, or leave it unset for the namespace's default account"),
+    ("steps-required", _mutate("spec.trainer", {"image": "t:1"}), STEPS_REQUIRED),
+    ("command-with-steps", _mutate("spec.trainer", {"image": "t:1", "command": ["python3"],
+                                                   "steps": 10}),
+     BUNDLED_FIELD.format(field="steps")),
+    ("command-with-model", _mutate("spec.trainer", {"image": "t:1", "command": ["python3"],
+                                                   "model": "tiny"}),
+     BUNDLED_FIELD.format(field="model")),
+    ("command-empty-string", _mutate("spec.trainer", {"image": "t:1",
+                                                     "command": ["python3", ""]}),
+     COMMAND_EMPTY),
+    ("command-empty", _mutate("spec.trainer", {"image": "t:1", "command": []}), COMMAND_EMPTY),
+    ("volume-two-sources", _mutate("spec.trainer", {
+        "image": "t:1", "steps": 1,
+        "volumes": [{"name": "v", "emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}]}),
+     VOLUME_SOURCE),
+    ("volume-shared-tmp", _mutate("spec.trainer", {
+        "image": "t:1", "steps": 1, "volumes": [{"name": "shared-tmp", "emptyDir": {}}]}),
+     VOLUME_NAME),
+    ("mount-no-volume", _mutate("spec.trainer", {
+        "image": "t:1", "steps": 1, "volumeMounts": [{"name": "data", "mountPath": "/data"}]}),
+     VOLUME_MOUNT),
+    ("spares", _mutate("spec.tpu", {"type": "v5e", "topology": "4x4", "numSlices": 3,
+                                    "spares": 4}),
+     "spec.tpu.spares: must not be more than spec.tpu.numSlices (a spare node pool stands in "
+     "for one failed slice at a time); set it to at most numSlices"),
+    ("worker-toleration", _mutate("spec.recovery", {"nodeNotReadySeconds": 60,
+                                                    "workerNodeTolerationSeconds": 30}),
+     "spec.recovery.workerNodeTolerationSeconds: must be at least "
+     "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
+     "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"),
+    ("checkpoint-timeout", _mutate("spec.maintenance", {"leadSeconds": 120,
+                                                        "checkpointTimeoutSeconds": 300}),
+     "spec.maintenance.checkpointTimeoutSeconds: must be less than "
+     "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
+     "times out; lower it or raise leadSeconds"),
+    ("placement-any-pathways", _mutate("spec.placement", "Any"),
+     "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
+     "remove it or set it to TPU"),
 ]
 
 
@@ -280,6 +326,25 @@ def test_status_subresource_takes_the_trainer_report(custom: client.CustomObject
     assert patched["spec"]["tpu"]["numSlices"] == 3
 
 
+def test_a_queue_label_that_is_no_label_value_is_refused(custom: client.CustomObjectsApi,
+                                                         namespace: str):
+    """The API server refuses any label value that is not one, naming metadata.labels; a
+    valid label value that is no LocalQueue name is admitted (CEL rules cannot read
+    labels), and validate_job refuses it for `etj render` and the operator."""
+    obj = good_job("queued")
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team a/queue"}
+    _, message = refused(lambda: create(custom, namespace, obj))
+    assert "metadata.labels" in message and "a valid label must be" in message, message
+    with pytest.raises(ValueError, match=r"^metadata\.labels\[kueue\.x-k8s\.io/queue-name\]: "
+                                         r"'team a/queue' is not a valid LocalQueue name"):
+        validate_job(copy.deepcopy(obj))
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "Team_A"}
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj,
+                                           dry_run="All")
+    with pytest.raises(ValueError, match=r"'Team_A' is not a valid LocalQueue name"):
+        validate_job(copy.deepcopy(obj))
+
+
 @pytest.mark.parametrize("example", sorted(p.stem for p in (REPO / "examples").glob("*.yaml")))
 def test_examples_are_ready_to_apply(custom: client.CustomObjectsApi, namespace: str,
                                      example: str):
@@ -288,13 +353,40 @@ def test_examples_are_ready_to_apply(custom: client.CustomObjectsApi, namespace:
     assert stored["metadata"]["name"] == obj["metadata"]["name"]
 
 
+BUNDLED_VALUES = {"model": "tiny", "steps": 10, "batch": 8, "seed": 0, "data": "synthetic"}
+# Trainer volumes and mounts, each valid for the schema (only the CEL rules may refuse).
+VOLUME_CASES: dict[str, dict[str, Any]] = {
+    "none": {},
+    "gcsfuse": {"volumes": [{"name": "data", "csi": {
+        "driver": "gcsfuse.csi.storage.gke.io", "volumeAttributes": {"bucketName": "b"}}}],
+        "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]},
+    "no-source": {"volumes": [{"name": "data"}]},
+    "two-sources": {"volumes": [{"name": "data", "emptyDir": {},
+                                 "persistentVolumeClaim": {"claimName": "c"}}]},
+    "bad-name": {"volumes": [{"name": "Data", "emptyDir": {}}]},
+    "same-name": {"volumes": [{"name": "a", "emptyDir": {}}, {"name": "a", "emptyDir": {}}]},
+    "mount-tmp": {"volumes": [{"name": "a", "emptyDir": {}}],
+                  "volumeMounts": [{"name": "a", "mountPath": "/tmp"}]},
+    "mount-nothing": {"volumeMounts": [{"name": "a", "mountPath": "/a"}]},
+}
+
+
+def trainer_spec(command: list[str] | None, bundled: set[str],
+                 volumes: dict[str, Any]) -> dict[str, Any]:
+    trainer: dict[str, Any] = {"image": "trainer:1", **copy.deepcopy(volumes)}
+    if command is not None:
+        trainer["command"] = command
+    trainer.update({f: BUNDLED_VALUES[f] for f in bundled})
+    return trainer
+
+
 def _cel_messages(causes: list[str]) -> set[str]:
     # A CEL cause reads `Invalid value: "object": <message>`.
     prefix = 'Invalid value: "object": '
     return {c.split(prefix, 1)[1] for c in causes if prefix in c}
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     name=st.sampled_from(["train", "x" * 22, "x" * 23, "train.v1", "1train", "a-b-c"]),
@@ -308,6 +400,12 @@ def _cel_messages(causes: list[str]) -> set[str]:
     max_restarts=st.sampled_from([0, INT32_MAX, INT32_MAX + 1]),
     max_slice_restarts=st.sampled_from([5, MAX_SLICE_RESTARTS, MAX_SLICE_RESTARTS + 1]),
     service_account=st.none() | st.sampled_from(["default", "a.b-c", "Bad SA", "", "a..b"]),
+    trainer=st.builds(
+        lambda command, bundled, volumes: {"command": command, "bundled": bundled,
+                                           "volumes": volumes},
+        st.none() | st.lists(st.sampled_from(["python3", "-m", "", "x"]), max_size=3),
+        st.sets(st.sampled_from(BUNDLED_TRAINER_FIELDS)),
+        st.sampled_from(list(VOLUME_CASES))),
 )
 def test_api_server_and_validate_job_agree(custom: client.CustomObjectsApi, namespace: str,
                                            name: str, tpu_type: str, topology: str,
@@ -315,7 +413,8 @@ def test_api_server_and_validate_job_agree(custom: client.CustomObjectsApi, name
                                            elastic_slices: int | None, backend: str,
                                            scratch: bool, max_restarts: int,
                                            max_slice_restarts: int,
-                                           service_account: str | None):
+                                           service_account: str | None,
+                                           trainer: dict[str, Any]):
     obj = good_job(name)
     spec = obj["spec"]
     spec["backend"] = backend
@@ -328,6 +427,8 @@ def test_api_server_and_validate_job_agree(custom: client.CustomObjectsApi, name
         spec["serviceAccountName"] = service_account
     if not scratch:
         del spec["pathways"]
+    spec["trainer"] = trainer_spec(trainer["command"], trainer["bundled"],
+                                   VOLUME_CASES[trainer["volumes"]])
     try:
         validate_job(copy.deepcopy(obj))
         python_messages: set[str] = set()

@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from elastic_api import GROUP, PLURAL
 from elastic_api.validation import validate_job
+from elastic_devtools.localcluster.faults import wait_for
 from elastic_operator.render import render
 
 pytestmark = pytest.mark.cluster
@@ -96,11 +97,21 @@ def test_trainer_rbac_grants_exactly_its_own_job(api: client.ApiClient, namespac
     for obj in objects[:-1]:
         utils.create_from_dict(api, obj, namespace=namespace)
     job = objects[-1]["metadata"]["name"]
-    user = f"system:serviceaccount:{namespace}:{job}-trainer"
-    assert _allowed(api, namespace, user, "get", PLURAL, job)
-    assert _allowed(api, namespace, user, "patch", PLURAL, job, "status")
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert binding["subjects"][0]["name"] == "default"  # the pods' own account
+    user = f"system:serviceaccount:{namespace}:default"
+    reads_pods = example == "simulated"  # the simulated slice agents' health check
+
+    def granted() -> bool:
+        return (_allowed(api, namespace, user, "get", PLURAL, job)
+                and _allowed(api, namespace, user, "patch", PLURAL, job, "status")
+                and (not reads_pods or _allowed(api, namespace, user, "list", "pods",
+                                                group="")))
+
+    # The RBAC authorizer learns of a new RoleBinding from its informer: ask until every
+    # grant shows (a deadline, not one look), then the denials mean something.
+    wait_for(granted, 30, f"the RBAC authorizer to grant {user} its own job")
     assert not _allowed(api, namespace, user, "patch", PLURAL, "someone-else", "status")
     assert not _allowed(api, namespace, user, "patch", PLURAL, job)  # the spec is not its own
     assert not _allowed(api, namespace, user, "delete", PLURAL, job)
-    reads_pods = _allowed(api, namespace, user, "list", "pods", group="")
-    assert reads_pods == (example == "simulated")
+    assert _allowed(api, namespace, user, "list", "pods", group="") == reads_pods

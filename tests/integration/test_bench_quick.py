@@ -68,7 +68,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not docs.exists(), "a quick run must not rewrite the docs table"
     summary: dict[str, Any] = json.loads((out_dir / "summary-quick.json").read_text())
-    for name in ("detection", "recovery", "overhead", "restore"):
+    for name in ("detection", "recovery", "overhead", "restore", "replacement"):
         per_file = json.loads((out_dir / f"{name}-quick.json").read_text())
         assert per_file == summary["benchmarks"][name]
     return summary
@@ -76,7 +76,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_benchmark_ran_quick(results: dict[str, Any]) -> None:
     assert results["quick"] is True
-    assert set(results["benchmarks"]) == {"detection", "recovery", "overhead", "restore"}
+    assert set(results["benchmarks"]) == {"detection", "recovery", "overhead", "restore",
+                                          "replacement"}
     for entry in results["benchmarks"].values():
         assert entry["quick"] is True and isinstance(entry["measured_at"], str)
         assert entry["machine"]["cpus"] >= 1
@@ -156,3 +157,23 @@ def test_restore_result(results: dict[str, Any]) -> None:
             _nonneg(m[key])
         assert len(m["plain_read_seconds"]) == len(m["orbax_restore_seconds"]) >= 1
         assert isinstance(m["page_cache_evicted"], bool)
+
+
+def test_replacement_result(results: dict[str, Any]) -> None:
+    r = results["benchmarks"]["replacement"]["result"]
+    assert r["consecutive_failures"] == 2
+    for side in ("ours", "baseline"):
+        seconds = r["consecutive_seconds"][side]
+        assert isinstance(seconds, list) and 1 <= len(seconds) <= 2, seconds
+        for value in seconds:
+            _nonneg(value)
+        node = r["dead_node"][side]
+        assert isinstance(node["node"], str)
+        _num(node["seconds"], allow_none=True)
+    # Ours came back both times, and from the dead node, within the quick timeouts.
+    assert len(r["consecutive_seconds"]["ours"]) == 2
+    _nonneg(r["last_failure_seconds"]["ours"])
+    _nonneg(r["dead_node"]["ours"]["seconds"])
+    _num(r["ratio_last_failure_ours_vs_baseline"], allow_none=True)
+    _nonneg(r["ratio_dead_node_ours_vs_baseline_at_most"])
+    _nonneg(r["dead_node_timeout_seconds"])

@@ -48,6 +48,7 @@ from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
+from tests.builders import etj
 
 pytestmark = pytest.mark.cluster
 
@@ -311,23 +312,16 @@ def operator(cluster: Cluster, api: client.ApiClient, proxied: Path,
 
 
 def job_manifest(ns: str, checkpoint_dir: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
-        "metadata": {"name": JOB, "namespace": ns},
-        "spec": {
-            "backend": "simulated",
-            "tpu": {"type": "v5e", "topology": "4x4", "numSlices": SLICES},
-            "elastic": {"timeoutSeconds": RECOVERY_TIMEOUT, "maxRetries": 1000,
-                        "maxSliceRestarts": 1000},
-            "checkpoint": {"directory": str(checkpoint_dir), "periodSteps": CHECKPOINT_PERIOD,
-                           "keep": CHECKPOINT_KEEP},
-            "snapshot": {"periodSteps": 5},
-            "trainer": {"image": "trainer:test", "model": "tiny", "steps": STEPS, "batch": 24,
-                        "args": ["--min-step-seconds", str(STEP_SECONDS),
-                                 "--report-interval", "0.5",
-                                 "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS)]},
-        },
-    }
+    return (etj(JOB, ns).backend("simulated").tpu("v5e", "4x4", SLICES)
+            .spec(elastic={"timeoutSeconds": RECOVERY_TIMEOUT, "maxRetries": 1000,
+                           "maxSliceRestarts": 1000},
+                  checkpoint={"directory": str(checkpoint_dir), "periodSteps": CHECKPOINT_PERIOD,
+                              "keep": CHECKPOINT_KEEP},
+                  snapshot={"periodSteps": 5})
+            .trainer("trainer:test", STEPS, model="tiny", batch=24,
+                     args=["--min-step-seconds", str(STEP_SECONDS), "--report-interval", "0.5",
+                           "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS)])
+            .without("pathways").obj())
 
 
 def _cli(command: list[str]) -> list[str]:

@@ -32,6 +32,7 @@ from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from tests.builders import etj
 from tests.unit.test_hostile_spec import hostile_manifest
 
 pytestmark = pytest.mark.cluster
@@ -215,16 +216,10 @@ def unique_name(manifest: Any, taken: set[str]) -> Any:
 
 
 def manifest(name: str, **spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "tpu": {"type": "v5e", "topology": "2x4", "numSlices": 1},
-        "checkpoint": {"directory": "gs://bucket/ckpt"},
-        "trainer": {"image": "trainer:1", "steps": 10},
-        "pathways": {"gcsScratch": "gs://bucket/scratch"},
-        "suspend": True,
-    }
-    base.update(spec)
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
-            "metadata": {"name": name}, "spec": base}
+    """A small suspended job (v5e 2x4, one slice); `spec` fields (wire names) on top."""
+    return (etj(name, namespace=None).tpu("v5e", "2x4", 1).checkpoint_dir("gs://bucket/ckpt")
+            .trainer("trainer:1", 10).spec(pathways={"gcsScratch": "gs://bucket/scratch"})
+            .suspend().spec(**spec).obj())
 
 
 # (manifest, the outcome the operator must reach: SpecApplied's reason)

@@ -181,8 +181,12 @@ KOPF_OPTIONAL = re.compile(
     r"customresourcedefinitions|/api/v1/namespaces(?:[?'\"\s]|$)|Not enough permissions")
 
 
-# A whole-word 403 (namespace names carry random hex, which may contain "403").
-REFUSED = re.compile(r"\b403\b|\bForbidden\b")
+# What a refused request leaves in the log: the API server's answer (its Status code or
+# reason), as kube.ApiError ("HTTP 403 Forbidden: {...}") and kopf (APIForbiddenError(...,
+# {'code': 403, ...})) print it. Never a bare 403: log timestamps end in milliseconds
+# (12:00:01,403) and namespace names carry random hex.
+REFUSED = re.compile(
+    r"HTTP 403\b|[\"']code[\"']:\s*403\b|\bAPIForbiddenError\b|[\"']reason[\"']:\s*[\"']Forbidden")
 
 
 def forbidden_lines(log_text: str) -> list[str]:
@@ -192,6 +196,26 @@ def forbidden_lines(log_text: str) -> list[str]:
         line for line in log_text.splitlines()
         if REFUSED.search(line) and not KOPF_OPTIONAL.search(line)
     ]
+
+
+def test_refused_requests_are_told_by_the_api_answer_not_any_403() -> None:
+    """The filter itself (no cluster): the answers it must catch, and the 403s that are
+    only a log timestamp's milliseconds or part of a namespace name."""
+    refused = [
+        "elastic_operator.kube.ApiError: HTTP 403 Forbidden: {\"kind\":\"Status\",\"code\":403}",
+        "[2026-11-29 10:12:32,118] kopf._cogs.clients.w [ERROR   ] Request attempt #1/9 "
+        "failed; will retry: GET https://127.0.0.1:6443/api/v1/namespaces/ns/pods?watch=true"
+        " -> APIForbiddenError('pods is forbidden: User \"system:serviceaccount:ns:op\" '"
+        "'cannot watch resource \"pods\"', {'kind': 'Status', 'code': 403})",
+        '{"kind": "Status", "reason": "Forbidden", "code": 403}',
+    ]
+    harmless = [
+        "[2026-11-29 10:12:32,403] elastic_operator   [INFO    ] ns-403ab/install-e2e: "
+        "SliceDown: slice 2 is down",
+        "[2026-11-29 10:12:32,403] elastic_operator   [INFO    ] created JobSet "
+        "test-namespace-403/install-e2e",
+    ]
+    assert forbidden_lines("\n".join(refused + harmless)) == refused
 
 
 def get_job(api: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -565,8 +589,11 @@ def test_trainer_service_account_can_patch_only_its_own_jobs_status(
     trainer = client_for(
         token_kubeconfig(cluster, namespace, sa_name, workdir / "trainer.kubeconfig"))
     try:
-        assert access_review(trainer, namespace, "patch", PLURAL, group=GROUP,
-                             subresource="status", name="job-a")
+        # The RBAC authorizer learns of a new RoleBinding from its informer: ask until it
+        # has (a deadline, not one look), then the denials mean something.
+        wait_for(lambda: access_review(trainer, namespace, "patch", PLURAL, group=GROUP,
+                                       subresource="status", name="job-a"), 30,
+                 "the trainer's RoleBinding seen by the RBAC authorizer")
         assert not access_review(trainer, namespace, "patch", PLURAL, group=GROUP,
                                  subresource="status", name="job-b")
         assert not access_review(trainer, namespace, "patch", PLURAL, group=GROUP, name="job-a")
@@ -605,7 +632,13 @@ def test_operator_service_account_cannot_read_secrets(
         for verb in ("get", "list", "watch"):
             assert not access_review(operator, namespace, verb, "secrets")
         assert not access_review(operator, namespace, "delete", "jobsets", group="jobset.x-k8s.io")
-        assert not access_review(operator, namespace, "delete", "pods")
+        # Slice replacement deletes worker Jobs and stuck pods, and labels nodes; nothing
+        # else is deleted, and no node is deleted.
+        assert access_review(operator, namespace, "delete", "pods")
+        assert access_review(operator, namespace, "delete", "jobs", group="batch")
+        assert not access_review(operator, namespace, "delete", "deployments", group="apps")
+        assert not access_review(operator, "", "delete", "nodes")
+        assert access_review(operator, "", "patch", "nodes")
         assert access_review(operator, namespace, "patch", PLURAL, group=GROUP,
                              subresource="status")
         assert access_review(operator, "", "watch", "nodes")

@@ -65,6 +65,7 @@ def test_printer_columns():
         "Step": ".status.training.step",
         "Checkpoint": ".status.checkpoint.latestCommittedStep",
         "Status": ".status.phase",
+        "Admission": '.status.conditions[?(@.type=="Admitted")].reason',
         "Restarts": ".status.counters.jobSetRestarts",
         "Age": ".metadata.creationTimestamp",
     }
@@ -116,8 +117,9 @@ def test_every_quantity_has_the_quantity_pattern():
     spec = crd.openapi_schema()["properties"]["spec"]
     quantities = [path for path, node in _schema_nodes(spec)
                   if node.get("x-kubernetes-int-or-string")]
-    # limits and requests of the trainer and of the three Pathways components
-    assert len(quantities) == 8, quantities
+    # limits and requests of the trainer and of the three Pathways components, and an
+    # emptyDir's sizeLimit
+    assert len(quantities) == 9, quantities
     for path, node in _schema_nodes(spec):
         if node.get("x-kubernetes-int-or-string"):
             assert node.get("pattern") == QUANTITY_PATTERN, path

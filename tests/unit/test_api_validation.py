@@ -129,12 +129,12 @@ def test_gcs_scratch_pattern():
 
 def test_missing_and_unknown_fields_are_named():
     obj = job()
-    del obj["spec"]["trainer"]["steps"]
+    del obj["spec"]["trainer"]["image"]
     obj["spec"]["tpu"]["slices"] = 3
     lines = error_of(obj).splitlines()
     assert ("spec.tpu.slices: unknown field; remove it (check the spelling against docs/api.md)"
             in lines)
-    assert "spec.trainer.steps: required; set it" in lines
+    assert "spec.trainer.image: required; set it" in lines
 
 
 def test_list_paths_are_indexed():
@@ -280,7 +280,7 @@ def test_an_integer_quantity_is_not_held_to_the_string_pattern():
 SERVICE_ACCOUNT_MESSAGE = (
     "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
     "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
-    "digit, or leave it unset for the rendered <name>-trainer account")
+    "digit, or leave it unset for the namespace's default account")
 
 
 @pytest.mark.parametrize("name", ["default", "tpu-trainer", "a.b-c", "0sa", "x" * 253,
@@ -293,3 +293,48 @@ def test_service_account_names_that_are_dns_subdomains_are_accepted(name: str):
                                   ".a", "a..b", "a.-b", "sa\n"])
 def test_a_service_account_name_that_no_account_can_have_is_refused(name: str):
     assert error_of(job(serviceAccountName=name)) == SERVICE_ACCOUNT_MESSAGE
+
+
+# --- slice replacement and maintenance knobs ---------------------------------------------------
+
+
+def test_replacement_knobs_have_their_documented_defaults():
+    spec = validate_job(job()).spec
+    assert spec.tpu.spares == 0 and spec.placement == "TPU"
+    r = spec.recovery
+    assert (r.replace_slices, r.node_not_ready_seconds, r.force_delete_after_seconds,
+            r.worker_node_toleration_seconds, r.quarantine_after_failures,
+            r.quarantine_window_seconds) == (True, 5, 5, 30, 2, 3600)
+    m = spec.maintenance
+    assert (m.enabled, m.lead_seconds, m.checkpoint_timeout_seconds,
+            m.pause_timeout_seconds) == (True, 900, 300, 600)
+
+
+@pytest.mark.parametrize(("field", "value", "start"), [
+    ("recovery", {"nodeNotReadySeconds": -1}, "spec.recovery.nodeNotReadySeconds: "),
+    ("recovery", {"nodeNotReadySeconds": 601}, "spec.recovery.nodeNotReadySeconds: "),
+    ("recovery", {"forceDeleteAfterSeconds": 601}, "spec.recovery.forceDeleteAfterSeconds: "),
+    ("recovery", {"workerNodeTolerationSeconds": 3601},
+     "spec.recovery.workerNodeTolerationSeconds: "),
+    ("recovery", {"quarantineAfterFailures": 0}, "spec.recovery.quarantineAfterFailures: "),
+    ("recovery", {"quarantineWindowSeconds": 59}, "spec.recovery.quarantineWindowSeconds: "),
+    ("maintenance", {"leadSeconds": 59}, "spec.maintenance.leadSeconds: "),
+    ("maintenance", {"checkpointTimeoutSeconds": 0},
+     "spec.maintenance.checkpointTimeoutSeconds: "),
+    ("maintenance", {"pauseTimeoutSeconds": 3601}, "spec.maintenance.pauseTimeoutSeconds: "),
+    ("tpu", {"type": "v5e", "topology": "4x4", "numSlices": 3, "spares": -1},
+     "spec.tpu.spares: "),
+])
+def test_knobs_out_of_range_are_refused_naming_the_field(field, value, start):
+    assert error_of(job(**{field: value})).startswith(start)
+
+
+def test_spares_beyond_the_slices_and_contradicting_timeouts_are_refused():
+    assert error_of(job(tpu={"type": "v5e", "topology": "4x4", "numSlices": 2,
+                             "spares": 3})).startswith("spec.tpu.spares: must not be more")
+    assert error_of(job(recovery={"nodeNotReadySeconds": 40})).startswith(
+        "spec.recovery.workerNodeTolerationSeconds: must be at least")
+    assert error_of(job(maintenance={"leadSeconds": 300})).startswith(
+        "spec.maintenance.checkpointTimeoutSeconds: must be less than")
+    assert error_of(job(placement="Any")).startswith("spec.placement: Any is for backend")
+    validate_job(job(placement="Any", backend="simulated"))

@@ -105,3 +105,20 @@ def test_table_has_a_row_per_figure_and_keeps_the_rest_of_the_page(tmp_path: Pat
     assert "Trainer overhead" not in text  # not measured: no section
     report.update_docs(page, _summary())
     assert page.read_text() == text  # idempotent
+
+
+def test_replacement_rows_say_when_the_baseline_never_came_back() -> None:
+    result = {
+        "consecutive_failures": 6,
+        "consecutive_seconds": {"ours": [4.0, 4.1, 3.9, 4.2, 4.0, 3.8],
+                                "baseline": [11.8, 21.4, 40.2, 80.7, 162.7, 321.8]},
+        "last_failure_seconds": {"ours": 3.8, "baseline": 321.8},
+        "ratio_last_failure_ours_vs_baseline": 3.8 / 321.8,
+        "dead_node": {"ours": {"seconds": 5.0}, "baseline": {"seconds": None}},
+        "dead_node_timeout_seconds": 360.0,
+        "ratio_dead_node_ours_vs_baseline_at_most": 5.0 / 360.0,
+    }
+    rows = report.replacement_rows(result)
+    assert rows[0][0].startswith("The 6th consecutive failure")
+    assert rows[0][1:] == ("3.80 s", "322 s", "0.012")
+    assert rows[2][2] == "not Ready after 360 s" and rows[2][3] == "<= 0.014"

@@ -15,13 +15,13 @@ from elastic_operator.checkpoints import (
     MAX_IGNORED_REPORTED,
     CheckpointScanError,
     RootEntry,
-    keep_last_known,
     parse_gcs_url,
     scan_checkpoints,
     scan_checkpoints_detailed,
     summarize,
     summarize_entries,
 )
+from elastic_operator.core.checkpoint import keep_last_known
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GCS = "gs://bucket/run1/checkpoints"

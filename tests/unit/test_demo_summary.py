@@ -55,3 +55,25 @@ def test_timeline_is_drawn(tmp_path: Path) -> None:
     draw_timeline(summary["step_times"], [Mark(KILLED, "killed", "red")], str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 5_000
+
+
+def test_event_numbers_of_close_lines_never_share_a_height() -> None:
+    from elastic_devtools.demo.timeline import label_levels
+
+    # A host dies, the operator and the trainer react within a second; resumed later.
+    assert label_levels([30.0, 30.2, 30.9, 36.0, 40.0], span=100) == [0, 1, 2, 0, 0]
+    assert label_levels([], span=10) == []
+
+
+def test_the_summary_shows_the_move_to_the_spare() -> None:
+    result = summarize(
+        killed_at=KILLED, slice_down_at=1000.4, trainer_summary=_trainer_summary(),
+        status_before={"training": {"processId": 42}},
+        status_after={"training": {"processId": 42, "totalSteps": 149}},
+        jobset_restarts=0, condition_reasons=["SliceDown", "Recovering", "Recovered"],
+        replacement={"fromPool": "tpu-v5e-4x4-2", "toPool": "tpu-v5e-4x4-3",
+                     "readyAt": "1970-01-01T00:16:46.500000Z"},  # 1006.5
+    )
+    assert result.replaced_seconds == 6.5
+    assert (result.moved_from_pool, result.moved_to_pool) == ("tpu-v5e-4x4-2", "tpu-v5e-4x4-3")
+    assert "tpu-v5e-4x4-2 -> tpu-v5e-4x4-3" in result.table()

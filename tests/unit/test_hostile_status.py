@@ -10,9 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import TrainingReport
+from elastic_operator.core.conditions import get_condition
+from elastic_operator.core.parsing import parse_job
+from elastic_operator.core.patch import status_patch
+from elastic_operator.core.status import compute_status
 from elastic_operator.observed import Observed
-from elastic_operator.status import compute_status, get_condition, parse_job, status_patch
+from tests.builders import etj
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 REPORT_FIELDS = [f.alias or name for name, f in TrainingReport.model_fields.items()]
@@ -62,15 +67,8 @@ def _report() -> st.SearchStrategy[Any]:
 
 
 def job_body(training: Any, status_extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "elastic.pathways.dev/v1alpha1", "kind": "ElasticTrainingJob",
-        "metadata": {"name": "hostile", "namespace": "ns", "uid": "u1", "generation": 1},
-        "spec": {"tpu": {"type": "v5e", "topology": "4x4", "numSlices": 3},
-                 "checkpoint": {"directory": "gs://b/ckpt"},
-                 "trainer": {"image": "trainer:1", "steps": 100},
-                 "pathways": {"gcsScratch": "gs://b/scratch"}},
-        "status": {**(status_extra or {}), "training": training},
-    }
+    return (etj("hostile").uid("u1").generation(1).trainer(steps=100)
+            .status(status_extra or {}).training(training).obj())
 
 
 def _valid(report: Any) -> bool:
@@ -88,13 +86,13 @@ def test_hostile_training_report_never_crashes_and_is_flagged(report: Any) -> No
     status, _ = compute_status(parsed.job, Observed(jobset=None), parsed.previous, NOW,
                                report_problem=parsed.report_problem)
     status_patch(parsed.previous, status)  # the patch the operator would send builds too
-    cond = get_condition(status, "TrainingReportValid")
+    cond = get_condition(status, ConditionType.TRAINING_REPORT_VALID)
     assert cond is not None
     if report is None:
         assert cond.status == "Unknown"
     elif not _valid(report):
         # Something was dropped: the condition says so and names what.
-        assert cond.status == "False" and cond.reason == "InvalidReport", (report, cond)
+        assert cond.status == "False" and cond.reason == Reason.INVALID_REPORT, (report, cond)
         assert "status.training" in cond.message
     # Counters are never negative whatever the report claims.
     assert status.counters.elastic_events >= 0 and status.counters.slice_failures >= 0
@@ -111,14 +109,14 @@ def test_hostile_stored_status_never_crashes(status_extra: dict[str, Any], repor
     parsed = parse_job(job_body(report, status_extra))
     status, _ = compute_status(parsed.job, Observed(jobset=None), parsed.previous, NOW,
                                report_problem=parsed.report_problem)
-    assert get_condition(status, "Ready") is not None
+    assert get_condition(status, ConditionType.READY) is not None
 
 
 def _report_condition(report: Any) -> Any:
     parsed = parse_job(job_body(report))
     status, _ = compute_status(parsed.job, Observed(jobset=None), parsed.previous, NOW,
                                report_problem=parsed.report_problem)
-    return get_condition(status, "TrainingReportValid")
+    return get_condition(status, ConditionType.TRAINING_REPORT_VALID)
 
 
 @pytest.mark.parametrize("report", [
@@ -136,7 +134,7 @@ def _report_condition(report: Any) -> Any:
 def test_hostile_report_examples_are_flagged(report: Any) -> None:
     cond = _report_condition(report)
     assert cond is not None and cond.status == "False", cond
-    assert cond.reason == "InvalidReport" and "status.training" in cond.message
+    assert cond.reason == Reason.INVALID_REPORT and "status.training" in cond.message
 
 
 # Known gap (reported to the lead): TrainingReport's integers have no bounds, so a negative

@@ -19,7 +19,7 @@ def test_up_arguments() -> None:
 def test_up_defaults() -> None:
     args = build_parser().parse_args(["cluster", "up"])
     assert args.tpu_pools is None and args.dir is None
-    assert (TpuPoolSpec("v5e", "4x4", 3),) == DEFAULT_TPU_POOLS
+    assert (TpuPoolSpec("v5e", "4x4", 4),) == DEFAULT_TPU_POOLS  # 3 slices + 1 spare
 
 
 def test_bad_pool_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,3 +54,8 @@ def test_up_without_binaries_says_what_to_run(
     assert main(["cluster", "up", "--dir", str(tmp_path / "c")]) == 1
     err = capsys.readouterr().err
     assert "hack/build-control-plane.sh" in err and "kube-apiserver" in err
+
+
+def test_up_with_kueue_is_opt_in() -> None:
+    assert build_parser().parse_args(["cluster", "up", "--kueue"]).kueue is True
+    assert build_parser().parse_args(["cluster", "up"]).kueue is False

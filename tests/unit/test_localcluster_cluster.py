@@ -39,3 +39,18 @@ def test_status_of_an_empty_dir(tmp_path: Path) -> None:
     assert not st.running and not st.any_alive and st.rss_total == 0
     assert [c.name for c in st.components] == list(lc.COMPONENTS)
     assert lc.down(tmp_path / "never-created") == 0
+
+
+def test_kueue_is_optional_for_a_running_cluster(tmp_path: Path) -> None:
+    from elastic_devtools.localcluster.cluster import ClusterStatus, ComponentStatus
+
+    def status(kueue_pid: int | None, kueue_alive: bool) -> ClusterStatus:
+        parts = [ComponentStatus(name, 1, True, 0) for name in lc.COMPONENTS
+                 if name != "kueue-controller"]
+        parts.append(ComponentStatus("kueue-controller", kueue_pid, kueue_alive, 0))
+        return ClusterStatus(tmp_path, tuple(parts), True, "https://127.0.0.1:1")
+
+    assert "kueue-controller" in lc.COMPONENTS
+    assert status(None, False).running  # never started: not needed
+    assert status(7, True).running
+    assert not status(7, False).running  # started, then died: the cluster is not whole

@@ -43,13 +43,15 @@ def test_parse_tpu_pool_errors_name_the_problem(text: str, fragment: str) -> Non
         parse_tpu_pool(text)
 
 
-def test_default_pools_hold_the_articles_job() -> None:
+def test_default_pools_hold_the_articles_job_and_one_spare() -> None:
     pools = render.node_pools(DEFAULT_TPU_POOLS)
     cpu, *tpu = pools
     assert cpu.name == "cpu-np" and len(cpu.nodes) == 4
     assert cpu.labels[render.NODE_POOL_LABEL] == "cpu-np"
     assert render.TPU_RESOURCE not in cpu.capacity
-    assert [p.name for p in tpu] == ["tpu-v5e-4x4-0", "tpu-v5e-4x4-1", "tpu-v5e-4x4-2"]
+    # 3 slices + 1 hot spare a failed slice moves to.
+    assert [p.name for p in tpu] == ["tpu-v5e-4x4-0", "tpu-v5e-4x4-1", "tpu-v5e-4x4-2",
+                                     "tpu-v5e-4x4-3"]
     for pool in tpu:
         assert len(pool.nodes) == 4  # 16 chips / 4 chips per VM
         assert pool.labels == {
@@ -60,7 +62,7 @@ def test_default_pools_hold_the_articles_job() -> None:
         }
         assert pool.capacity[render.TPU_RESOURCE] == "4"
     names = [n for p in pools for n in p.nodes]
-    assert len(names) == len(set(names)) == 16
+    assert len(names) == len(set(names)) == 20  # 4 CPU + 4 pools x 4 TPU VMs
 
 
 def test_pools_follow_the_catalog_and_names_stay_unique() -> None:
@@ -133,15 +135,21 @@ def test_jobset_webhooks_point_at_loopback_with_ca() -> None:
     assert "objectSelector" not in hooks["mjobset.kb.io"]
 
 
-def test_only_pod_complete_is_adapted() -> None:
+DEAD = {"key": '.metadata.labels["localcluster.elastic.pathways.dev/dead-kubelet"]',
+        "operator": "DoesNotExist"}
+
+
+def test_pod_complete_is_opt_in_and_every_stage_but_not_ready_skips_dead_kubelets() -> None:
     stage = {"metadata": {"name": "pod-complete"},
              "spec": {"selector": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}}
     adapted = render.adapt_kwok_stage(stage)
     keys = [e["key"] for e in adapted["spec"]["selector"]["matchExpressions"]]
-    assert keys == ["a", '.metadata.labels["pod-complete.stage.kwok.x-k8s.io"]']
+    assert keys == ["a", '.metadata.labels["pod-complete.stage.kwok.x-k8s.io"]', DEAD["key"]]
     assert len(stage["spec"]["selector"]["matchExpressions"]) == 1  # input untouched
-    other = {"metadata": {"name": "pod-ready"}, "spec": {"selector": {}}}
-    assert render.adapt_kwok_stage(other) is other
+    ready = render.adapt_kwok_stage({"metadata": {"name": "pod-ready"}, "spec": {}})
+    assert ready["spec"]["selector"]["matchExpressions"] == [DEAD]
+    chaos = {"metadata": {"name": "node-not-ready"}, "spec": {"selector": {}}}
+    assert render.adapt_kwok_stage(chaos)["spec"]["selector"] == {"matchExpressions": []}
 
 
 def test_kwok_stages_include_defaults_and_chaos() -> None:

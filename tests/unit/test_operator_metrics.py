@@ -5,9 +5,10 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
+from elastic_api.conditions import Reason
 from elastic_api.models import Counters, ElasticTrainingJobStatus, TrainingReport
+from elastic_operator.core.events import StatusEvent
 from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.status import StatusEvent
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -38,10 +39,10 @@ def test_events_feed_the_histograms() -> None:
     registry = CollectorRegistry()
     m = OperatorMetrics(registry)
     m.record_events("ns", [
-        StatusEvent("SliceDown", "slice 2", "Warning", slice_index=2, failed_at=T),
-        StatusEvent("SliceDown", "slice 1", "Warning", slice_index=1),  # no failure time
-        StatusEvent("Recovered", "ok", downtime_seconds=110.0, steps_lost=88),
-        StatusEvent("SliceRestored", "slice 2"),
+        StatusEvent(Reason.SLICE_DOWN, "slice 2", "Warning", slice_index=2, failed_at=T),
+        StatusEvent(Reason.SLICE_DOWN, "slice 1", "Warning", slice_index=1),  # no failure time
+        StatusEvent(Reason.RECOVERED, "ok", downtime_seconds=110.0, steps_lost=88),
+        StatusEvent(Reason.SLICE_RESTORED, "slice 2"),
     ], written_at_s=T.timestamp() + 1.5)
     assert value(registry, "etj_slice_down_detection_seconds_count", namespace="ns") == 1
     assert value(registry, "etj_slice_down_detection_seconds_sum", namespace="ns") == 1.5

@@ -1,52 +1,34 @@
 """Parsing what the API server returns into the observed-state dataclasses (lenient)."""
 from __future__ import annotations
 
+import argparse
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 import pytest
 
+from elastic_operator.handlers import WatchScope, configure_settings
 from elastic_operator.kube import collection_path, job_path
 from elastic_operator.observed import (
-    APPLIED_SPEC_ANNOTATION,
+    job_from_dict,
     jobset_from_dict,
     node_from_dict,
     parse_time,
     pod_from_dict,
 )
 from elastic_operator.operator_cli import add_arguments
+from tests.builders import JobSetWrapper, NodeWrapper, PodWrapper
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def failed_worker_pod() -> dict[str, Any]:
-    # The shape kwok's pod-container-running-failed stage writes.
-    return {
-        "metadata": {
-            "name": "article-worker-2-1-abcde", "uid": "u1",
-            "creationTimestamp": "2026-11-29T11:59:00Z",
-            "labels": {
-                "elastic.pathways.dev/job-name": "article",
-                "jobset.sigs.k8s.io/replicatedjob-name": "worker",
-                "jobset.sigs.k8s.io/job-index": "2",
-                "batch.kubernetes.io/job-completion-index": "1",
-                "jobset.sigs.k8s.io/restart-attempt": "0",
-            },
-        },
-        "spec": {"nodeName": "tpu-2-1"},
-        "status": {
-            "phase": "Failed",
-            "conditions": [{"type": "Ready", "status": "False",
-                            "lastTransitionTime": "2026-11-29T12:00:00Z"}],
-            "containerStatuses": [
-                {"name": "pathways-worker", "state": {"terminated": {
-                    "exitCode": 1, "reason": "containerFailed",
-                    "finishedAt": "2026-11-29T12:00:00Z"}}},
-                {"name": "other", "state": {"terminated": {
-                    "exitCode": 0, "finishedAt": "2026-11-29T11:00:00Z"}}},
-            ],
-        },
-    }
+    # The shape kwok's pod-container-running-failed stage writes (one container failed,
+    # another had exited cleanly an hour before).
+    return (PodWrapper.worker(2, 1).created(T - timedelta(minutes=1)).on_node("tpu-2-1")
+            .failed(T, container="pathways-worker")
+            .container_exited("other", 0, T - timedelta(hours=1)).obj())
 
 
 def test_failed_pod() -> None:
@@ -56,7 +38,7 @@ def test_failed_pod() -> None:
     assert pod.terminated_at == T and pod.terminated_exit_code == 1
     assert pod.terminated_reason == "containerFailed"
     assert pod.failure_started_at == T
-    assert pod.node_name == "tpu-2-1" and pod.restart_attempt == 0
+    assert pod.node_name == "tpu-2-1"
 
 
 def test_terminating_pod_failure_time_is_the_delete_request() -> None:
@@ -79,30 +61,59 @@ def test_junk_pods_do_not_raise(junk: dict[str, Any]) -> None:
 
 
 def test_node() -> None:
-    node = node_from_dict({"metadata": {"name": "n1"}, "status": {"conditions": [
-        {"type": "Ready", "status": "False", "reason": "nodeFailed",
-         "lastTransitionTime": "2026-11-29T12:00:00Z"}]}})
+    node = node_from_dict(NodeWrapper("n1").ready(False, since=T, reason="nodeFailed").obj())
     assert node.name == "n1" and not node.ready and node.ready_transition_time == T
-    assert node.reason == "nodeFailed"
-    assert node_from_dict({"metadata": {"name": "n2"}}).ready is False
+    assert node_from_dict(NodeWrapper("n2").obj()).ready is False
+    assert node_from_dict(NodeWrapper("n3").ready(since=T).obj()).ready
+
+
+def test_node_pool_quarantine_and_gke_maintenance_signals() -> None:
+    obj = NodeWrapper("n1").ready(since=T).obj()
+    obj["metadata"]["labels"] = {
+        "cloud.google.com/gke-nodepool": "tpu-1",
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+        "elastic.pathways.dev/quarantined": "NodeNotReady",
+        "cloud.google.com/scheduled-maintenance-time": "1795000000",
+    }
+    obj["metadata"]["annotations"] = {"elastic.pathways.dev/quarantined-at": "2026-11-29T12:00:00Z"}
+    node = node_from_dict(obj)
+    assert (node.pool, node.accelerator, node.topology) == ("tpu-1", "tpu-v5-lite-podslice",
+                                                            "4x4")
+    assert node.quarantined == "NodeNotReady" and node.quarantined_at == T
+    assert node.scheduled_maintenance == datetime.fromtimestamp(1795000000, UTC)
+    assert node.maintenance_signal == "ScheduledMaintenance" and node.ready_status == "True"
+    obj["metadata"]["labels"]["cloud.google.com/active-node-maintenance"] = "ONGOING"
+    assert node_from_dict(obj).maintenance_signal == "MaintenanceOngoing"
+    obj["spec"] = {"taints": [{"key": "cloud.google.com/impending-node-termination",
+                               "effect": "NoSchedule"}]}
+    assert node_from_dict(obj).maintenance_signal == "ImpendingTermination"
+    obj["metadata"]["labels"]["cloud.google.com/scheduled-maintenance-time"] = "soon"
+    assert node_from_dict(obj).scheduled_maintenance is None  # junk: no signal from it
+    assert node_from_dict(NodeWrapper("n2").obj()).ready_status == "Unknown"
+
+
+def test_worker_job() -> None:
+    job = job_from_dict({
+        "metadata": {"name": "a-worker-1", "uid": "u1", "deletionTimestamp": "2026-11-29T12:00:00Z",
+                     "labels": {"jobset.sigs.k8s.io/job-index": "1"}},
+        "spec": {"backoffLimit": 20},
+        "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}})
+    assert (job.name, job.uid, job.slice_index, job.deleting, job.backoff_limit,
+            job.failed_pods, job.finished) == ("a-worker-1", "u1", 1, True, 20, 2, "Failed")
+    assert job_from_dict({}).slice_index is None
 
 
 def test_jobset() -> None:
-    js = jobset_from_dict({
-        "metadata": {"name": "article", "uid": "js1",
-                     "annotations": {APPLIED_SPEC_ANNOTATION: "{}"},
-                     "ownerReferences": [{"uid": "etj1", "controller": True}]},
-        "spec": {"suspend": True, "replicatedJobs": [
-            {"name": "pathways-head", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
-            {"name": "worker", "replicas": 3, "template": {"spec": {"parallelism": 4}}}]},
-        "status": {"restarts": 2, "terminalState": "Failed",
-                   "conditions": [{"type": "Failed", "status": "True", "message": "boom"}],
-                   "replicatedJobsStatus": [{"name": "pathways-head", "failed": 1}]},
-    })
+    js = jobset_from_dict(
+        JobSetWrapper().suspend().owner("etj1").applied_spec("{}").restarts(2)
+        .terminal("Failed", "boom").replicated_job_status("pathways-head", failed=1).obj())
     assert js.suspended and js.restarts == 2 and js.terminal_state == "Failed"
     assert js.failed_message == "boom" and js.worker_hosts_per_slice == 4
-    assert js.worker_replicas == 3 and js.owner_uid == "etj1" and js.applied_spec == "{}"
+    assert js.owner_uid == "etj1" and js.applied_spec == "{}"
     assert js.replicated_jobs[0].failed == 1
+    not_ours = jobset_from_dict(JobSetWrapper().owner("etj1", controller=False).obj())
+    assert not_ours.owner_uid is None
     done = jobset_from_dict({"metadata": {"name": "a"}, "status": {"conditions": [
         {"type": "Completed", "status": "True"}]}})
     assert done.terminal_state == "Completed" and not done.suspended
@@ -125,8 +136,6 @@ def test_api_paths() -> None:
 
 
 def test_operator_cli_arguments() -> None:
-    import argparse
-
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["-n", "a", "-n", "team-*", "--log-format", "json"])
@@ -134,11 +143,18 @@ def test_operator_cli_arguments() -> None:
     assert parser.parse_args([]).namespace == []
     with pytest.raises(SystemExit):
         parser.parse_args(["-n", "a", "--all-namespaces"])
+    defaults = parser.parse_args([])
+    assert (defaults.quarantine_pools, defaults.node_actions_per_minute,
+            defaults.node_action_burst, defaults.node_action_cooldown_seconds,
+            defaults.quarantine_release_after_seconds,
+            defaults.repeated_failures_quarantine_seconds) == (True, 30.0, 10, 60.0, 600.0,
+                                                               3600.0)
+    assert parser.parse_args(["--no-quarantine-pools"]).quarantine_pools is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--node-actions-per-minute", "0"])
 
 
 def test_watch_scope() -> None:
-    from elastic_operator.handlers import WatchScope
-
     scope = WatchScope(clusterwide=False, namespaces=["a", "team-*"])
     assert scope.matches("a") and scope.matches("team-x") and not scope.matches("b")
     assert WatchScope(clusterwide=True, namespaces=[]).matches("anything")
@@ -146,10 +162,6 @@ def test_watch_scope() -> None:
 
 
 def test_kopf_settings_need_no_cluster_wide_scanning_without_globs() -> None:
-    import kopf
-
-    from elastic_operator.handlers import WatchScope, configure_settings
-
     settings = kopf.OperatorSettings()
     configure_settings(settings, WatchScope(clusterwide=False, namespaces=["a", "b"]))
     assert settings.scanning.disabled and settings.peering.standalone

@@ -1,116 +1,326 @@
-"""handlers.Reconciler against a stand-in Kube: an admitted job whose children the API
-server refuses is reported once, not retried as an error; a checkpoint scan that is done
-before its callback is registered does not deadlock the reconciler."""
+"""reconciler.Reconciler against a stand-in Kube (an in-memory API server that records
+each request): an admitted job whose children the API server refuses is reported once,
+not retried as an error; API errors are told apart by their parsed Status; the JobSet
+is read once per reconcile; a failed checkpoint scan keeps the last good step."""
 from __future__ import annotations
 
+import copy
 import json
-import threading
-from concurrent.futures import Future
-from pathlib import Path
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from datetime import datetime
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from elastic_api.validation import validate_job
-from elastic_operator.handlers import Reconciler
+from elastic_api.conditions import ConditionType, Reason
+from elastic_api.models import CheckpointStatus
+from elastic_api.names import GROUP, PLURAL
+from elastic_operator.core.events import StatusEvent
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.node_index import NodeIndex
+from elastic_operator.observations import ApiObservations
+from elastic_operator.reconciler import Reconciler
+from elastic_operator.scanner import CheckpointScanner
+from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, etj
 
-JOB: dict[str, Any] = {
-    "apiVersion": "elastic.pathways.dev/v1alpha1", "kind": "ElasticTrainingJob",
-    "metadata": {"name": "train", "namespace": "ml", "uid": "u-1", "generation": 1},
-    "spec": {"tpu": {"type": "v5e", "topology": "2x4", "numSlices": 1},
-             "checkpoint": {"directory": "gs://b/ckpt"},
-             "trainer": {"image": "trainer:1", "steps": 10},
-             "pathways": {"gcsScratch": "gs://b/scratch"}, "maxRestarts": 2**31},
-}
+
+def api_error(code: int, reason: str, message: str, **details: Any) -> ApiError:
+    """What the API server answers, as kube.request raises it."""
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+            "reason": reason, "message": message}
+    if details:
+        body["details"] = details
+    return ApiError(code, reason, json.dumps(body))
+
+
 # What JobSet's webhook answers for a maxRestarts beyond int32 (HTTP 400). Admission now
 # refuses such a spec; a job admitted under an older CRD still carries it, and this path
 # stays for what admission cannot check (e.g. a duplicate env name, refused by JobSet's schema).
-WEBHOOK_REFUSAL = ApiError(400, "Bad Request", json.dumps({
-    "kind": "Status", "status": "Failure", "code": 400,
-    "message": 'admission webhook "mjobset.kb.io" denied the request: json: cannot unmarshal '
-               "number 2147483648 into Go struct field FailurePolicy.spec.failurePolicy."
-               "maxRestarts of type int32"}))
+WEBHOOK_REFUSAL = api_error(
+    400, "BadRequest",
+    'admission webhook "mjobset.kb.io" denied the request: json: cannot unmarshal number '
+    "2147483648 into Go struct field FailurePolicy.spec.failurePolicy.maxRestarts of type "
+    "int32")
+JOB_GONE = api_error(404, "NotFound", f'{PLURAL}.{GROUP} "train" not found',
+                     name="train", group=GROUP, kind=PLURAL)
+NAMESPACE_GONE = api_error(404, "NotFound", 'namespaces "ml" not found', name="ml",
+                           kind="namespaces")
+NAMESPACE_TERMINATING = api_error(
+    403, "Forbidden", "serviceaccounts \"train-trainer\" is forbidden: unable to create new "
+    "content in namespace ml because it is being terminated", name="train-trainer",
+    kind="serviceaccounts", causes=[{"type": "NamespaceTerminating", "field":
+                                     "metadata.namespace"}])
+
+
+def the_job(**spec: Any) -> dict[str, Any]:
+    return (etj("train", "ml").uid("u-1").generation(1).tpu("v5e", "2x4", 1)
+            .checkpoint_dir("gs://b/ckpt").spec(**spec).obj())
 
 
 class StandInKube(Kube):
-    """One job; creating a JobSet raises `jobset_error`; status patches are merged."""
+    """One job in memory. `fail` maps a method name to the ApiError it raises."""
 
-    def __init__(self, jobset_error: ApiError) -> None:
+    def __init__(self, job: dict[str, Any], jobset: dict[str, Any] | None = None) -> None:
         super().__init__(None)
-        self.job = json.loads(json.dumps(JOB))
-        self.jobset_error = jobset_error
+        self.job = job
+        self.jobset = jobset
+        self.fail: dict[str, ApiError] = {}
+        self.calls: list[str] = []
         self.created: list[str] = []
         self.patches: list[dict[str, Any]] = []
+        self.events: list[StatusEvent] = []
+
+    def _call(self, method: str) -> None:
+        self.calls.append(method)
+        if method in self.fail:
+            raise self.fail[method]
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return json.loads(json.dumps(self.job))
+        self._call("get_job")
+        return copy.deepcopy(self.job)
 
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None
+        self._call("get_jobset")
+        return copy.deepcopy(self.jobset)
 
-    def create(self, obj: dict[str, Any]) -> bool:
-        if obj["kind"] == "JobSet":
-            raise self.jobset_error
+    def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        self._call("list_job_pods")
+        return []
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        self._call(f"create {obj['kind']}")
         self.created.append(obj["kind"])
-        return True
+        if obj["kind"] != "JobSet":
+            return copy.deepcopy(obj)
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["uid"] = "js-uid"
+        self.jobset = stored
+        return copy.deepcopy(stored)
+
+    def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
+        self._call("patch_jobset_suspend")
+        assert self.jobset is not None
+        self.jobset["spec"]["suspend"] = suspend
+        return copy.deepcopy(self.jobset)
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self._call("patch_job_status")
         self.patches.append(patch)
-        self.job["status"] = {**(self.job.get("status") or {}), **patch["status"]}
+        self.job["status"] = _merge(self.job.get("status") or {}, patch["status"])
+
+    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime) -> None:
+        self._call("post_event")
+        self.events.append(event)
 
 
-def reconciler(kube: Kube) -> tuple[Reconciler, OperatorMetrics]:
-    metrics = OperatorMetrics(CollectorRegistry())
-    return Reconciler(kube, metrics), metrics
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
 
 
-def errors(metrics: OperatorMetrics) -> float:
-    return float(metrics.reconcile_errors._value.get())
+class Synchronous(Executor):
+    """Runs each scan at once, in the caller's thread."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
+               ) -> tuple[Reconciler, CollectorRegistry]:
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
+
+    def no_checkpoint(directory: str, now: datetime) -> CheckpointStatus:
+        return CheckpointStatus(directory=directory, observed_at=now)
+
+    scanner = CheckpointScanner(scan=scan or no_checkpoint, executor=Synchronous(),
+                                clock=lambda: T0)
+    observations = ApiObservations(kube, NodeIndex(), scanner)
+    return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
+
+
+def errors(registry: CollectorRegistry) -> float:
+    return registry.get_sample_value("etj_reconcile_errors_total") or 0.0
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == type_)
 
 
 def test_a_refused_jobset_is_reported_once_as_invalid_spec() -> None:
-    kube = StandInKube(WEBHOOK_REFUSAL)
+    kube = StandInKube(the_job(maxRestarts=2**31))
+    kube.fail["create JobSet"] = WEBHOOK_REFUSAL
     rec, metrics = reconciler(kube)
     for _ in range(3):  # the first reconcile, then two resyncs
-        rec.reconcile("ml", "train")
+        assert rec.reconcile("ml", "train")
     assert len(kube.patches) == 1 and errors(metrics) == 0
     status = kube.job["status"]
     assert status["observedGeneration"] == 1
-    applied = next(c for c in status["conditions"] if c["type"] == "SpecApplied")
-    assert (applied["status"], applied["reason"]) == ("False", "InvalidSpec")
+    applied = condition(status, ConditionType.SPEC_APPLIED)
+    assert (applied["status"], applied["reason"]) == ("False", Reason.INVALID_SPEC)
     assert applied["message"].startswith(
         "the API server refused the JobSet train rendered from this spec (HTTP 400): "
         'admission webhook "mjobset.kb.io" denied the request: json: cannot unmarshal')
 
 
-def test_a_failure_that_may_pass_is_still_an_error_retried_later() -> None:
-    kube = StandInKube(ApiError(500, "Internal Server Error", '{"message": "etcd timeout"}'))
+def test_a_failure_that_may_pass_is_an_error_to_retry() -> None:
+    kube = StandInKube(the_job())
+    kube.fail["create JobSet"] = api_error(500, "InternalError", "etcd timeout")
     rec, metrics = reconciler(kube)
-    rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train") is False
     assert kube.patches == [] and errors(metrics) == 1
 
 
-class DoneAtOnce:
-    """An executor whose futures are finished before submit returns."""
+@pytest.mark.parametrize(("error", "benign"), [
+    (JOB_GONE, True),  # the job was deleted while we looked
+    (NAMESPACE_TERMINATING, True),
+    (NAMESPACE_GONE, False),  # a 404, but not of the job
+    (api_error(403, "Forbidden", 'elastictrainingjobs.elastic.pathways.dev "train" is '
+               'forbidden: User "op" cannot patch resource', name="train", group=GROUP,
+               kind=PLURAL), False),  # RBAC: retried, and counted
+])
+def test_api_errors_are_told_apart_by_their_status(error: ApiError, benign: bool) -> None:
+    kube = StandInKube(the_job())
+    kube.fail["patch_job_status"] = error
+    rec, metrics = reconciler(kube)
+    assert rec.reconcile("ml", "train") is benign
+    assert errors(metrics) == (0 if benign else 1)
 
-    def submit(self, fn: Any, *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_result(fn(*args))
-        return future
+
+def test_an_error_body_that_merely_mentions_a_reason_is_not_that_error() -> None:
+    """A message quoting NamespaceTerminating or a webhook denial is not one: only the
+    Status's own fields count."""
+    quoted = api_error(403, "Forbidden", 'admission webhook "x" denied the request: '
+                       "NamespaceTerminating", kind="pods")
+    assert quoted.denied_by_webhook and not quoted.namespace_terminating
+    rbac = api_error(403, "Forbidden", 'pods is forbidden: User "u" cannot create: '
+                     'message: admission webhook "x" denied the request', kind="pods")
+    assert not rbac.denied_by_webhook and not rbac.refuses_object
+    assert not ApiError(404, "Not Found", f'"kind":"{PLURAL}"').is_not_found(GROUP, PLURAL)
+    assert ApiError(500, "Internal", "<html>not a Status</html>").message.startswith("<html>")
 
 
-def test_a_scan_done_before_its_callback_is_registered_does_not_deadlock(
-        tmp_path: Path) -> None:
-    rec, _ = reconciler(Kube(None))
-    rec._scan_pool = DoneAtOnce()  # type: ignore[assignment]
-    woken: list[tuple[str, str]] = []
-    rec.on_scan_done = lambda ns, name: woken.append((ns, name))
-    job = validate_job({**JOB, "spec": {**JOB["spec"], "maxRestarts": 0, "checkpoint": {
-        "directory": str(tmp_path)}}})
-    scan = threading.Thread(target=rec._maybe_scan, args=("ml", "train", job), daemon=True)
-    scan.start()
-    scan.join(timeout=10)
-    assert not scan.is_alive(), "_maybe_scan deadlocked on its own scan lock"
-    assert woken == [("ml", "train")]
+def test_creating_the_jobset_reads_it_once_and_uses_what_the_create_returned() -> None:
+    kube = StandInKube(the_job())
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("get_jobset") == 1
+    assert kube.created == ["Role", "RoleBinding", "JobSet"]
+    status = kube.job["status"]
+    assert status["jobSetName"] == "train"  # the JobSet seen is the one just created
+    assert condition(status, ConditionType.SPEC_APPLIED)["reason"] == Reason.APPLIED
+
+
+def test_a_suspend_reads_the_jobset_once_and_uses_the_patch_response() -> None:
+    job = the_job(suspend=True)
+    kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").obj())
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("get_jobset") == 1 and "patch_jobset_suspend" in kube.calls
+    suspended = condition(kube.job["status"], ConditionType.SUSPENDED)
+    assert suspended["reason"] == Reason.SUSPENDED  # the patched JobSet says so already
+
+
+def test_a_restarted_operator_makes_sure_of_the_trainer_rbac_once() -> None:
+    kube = StandInKube(the_job(), JobSetWrapper("train", "ml").owner("u-1").obj())
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
+    assert kube.created == ["Role", "RoleBinding"]
+
+
+def test_a_failed_checkpoint_scan_keeps_the_last_committed_step() -> None:
+    """docs/operations.md: the last good latestCommittedStep is kept, the error shown."""
+    job = the_job()
+    job["status"] = {"checkpoint": {"directory": "gs://b/ckpt", "latestCommittedStep": 100,
+                                    "incompleteSteps": [200],
+                                    "observedAt": "2026-11-29T11:59:00Z"}}
+    kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").obj())
+
+    def failing(directory: str, now: datetime) -> CheckpointStatus:
+        return CheckpointStatus(directory=directory, observed_at=now,
+                                error="cannot list gs://b/ckpt: permission denied")
+
+    rec, _ = reconciler(kube, failing)
+    assert rec.reconcile("ml", "train")  # starts the scan (it finishes at once)
+    assert rec.reconcile("ml", "train")  # publishes it
+    checkpoint = kube.job["status"]["checkpoint"]
+    assert checkpoint["latestCommittedStep"] == 100 and checkpoint["incompleteSteps"] == [200]
+    assert checkpoint["error"] == "cannot list gs://b/ckpt: permission denied"
+    assert all(p["status"].get("checkpoint", {}).get("latestCommittedStep", 100) is not None
+               for p in kube.patches)
+
+
+# --- slice replacement: the intent is written before the operator acts --------------------
+
+
+class ReplacingKube(StandInKube):
+    """A running one-slice job (v5e 2x4: 2 hosts) whose host 1 failed."""
+
+    JOB_UID = "worker-0-uid"
+
+    def __init__(self) -> None:
+        jobset = JobSetWrapper("train", "ml").owner("u-1").workers(1, 2).obj()
+        super().__init__(the_job(), jobset)
+        self.deleted: list[tuple[str, str]] = []
+        self.job_deleting = False
+
+    def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        self._call("list_job_pods")
+        pods = []
+        for host in (0, 1):
+            pod = (PodWrapper.worker(0, host, job="train", namespace="ml")
+                   .labels({"batch.kubernetes.io/controller-uid": self.JOB_UID})
+                   .on_node(f"n{host}"))
+            pod = pod.failed(T0) if host == 1 else pod.running()
+            pods.append(pod.obj())
+        return pods
+
+    def get_nodes(self, names: Any) -> list[dict[str, Any]]:
+        return [NodeWrapper(n).ready().obj() for n in sorted(set(names))]
+
+    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        self._call("list_worker_jobs")
+        meta: dict[str, Any] = {"name": "train-worker-0", "uid": self.JOB_UID,
+                                "labels": {"jobset.sigs.k8s.io/job-index": "0"}}
+        if self.job_deleting:
+            meta["deletionTimestamp"] = "2026-11-29T12:00:01Z"
+        return [{"metadata": meta, "spec": {"backoffLimit": 10}, "status": {}}]
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        self._call("delete_job")
+        self.deleted.append((name, uid))
+        self.job_deleting = True
+        return True
+
+
+def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -> None:
+    kube = ReplacingKube()
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.index("patch_job_status") < kube.calls.index("delete_job")
+    record = kube.job["status"]["slices"][0]["replacement"]
+    assert (record["action"], record["jobUid"]) == ("Replace", ReplacingKube.JOB_UID)
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+    assert rec.reconcile("ml", "train")  # the Job is being deleted now: nothing more
+    assert len(kube.deleted) == 1 and kube.job["status"]["slices"][0]["restarts"] == 1
+
+
+def test_no_delete_when_the_intent_could_not_be_written() -> None:
+    kube = ReplacingKube()
+    kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
+    rec, metrics = reconciler(kube)
+    assert rec.reconcile("ml", "train") is False
+    assert "delete_job" not in kube.calls and errors(metrics) == 1

@@ -25,8 +25,11 @@ RELEASE_NAMESPACE = "elastic-operator-system"
 
 # Verbs the operator may hold at all. Never delete: the garbage collector cascades a job's
 # deletion through ownerReferences. Never update: every write is a patch.
-ALLOWED_VERBS = {"get", "list", "watch", "create", "patch"}
+ALLOWED_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 READ_VERBS = {"get", "list", "watch"}
+# What the operator may delete: a failed slice's worker Job (JobSet recreates it) and a pod
+# stuck Terminating on a dead node. Nothing else.
+DELETABLE = {("batch", "jobs"), ("", "pods")}
 
 
 def helm() -> Path:
@@ -177,6 +180,9 @@ def test_rbac_has_no_wildcards_no_secrets_and_only_needed_verbs(scenario: str) -
             f"{where} grants {set(rule['verbs']) - ALLOWED_VERBS}: {rule}"
         )
         assert not {"bind", "escalate", "impersonate"} & set(rule["verbs"])
+        if "delete" in rule["verbs"]:
+            deleted = {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+            assert deleted <= DELETABLE, f"{where} deletes {deleted - DELETABLE}: {rule}"
 
 
 def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, str]]:
@@ -188,9 +194,11 @@ def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, st
     }
 
 
-def test_nodes_are_read_only_and_the_only_cluster_scoped_resource() -> None:
+def test_nodes_are_read_and_labelled_and_the_only_cluster_scoped_resource() -> None:
     docs = render(NAMESPACED)
-    assert grants(docs, f"{RELEASE}-nodes") == {("", "nodes", v) for v in READ_VERBS}
+    # patch: the quarantine label on the nodes of a failing pool (never spec or status).
+    assert grants(docs, f"{RELEASE}-nodes") == {("", "nodes", v)
+                                                for v in READ_VERBS | {"patch"}}
     cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions"}
     namespaced = grants(docs, RELEASE)
     assert not {r for _, r, _ in namespaced} & cluster_scoped

@@ -41,7 +41,15 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "get_jobset": {("jobset.x-k8s.io", "jobsets", "get")},
     "list_job_pods": {("", "pods", "list")},
     "get_nodes": {("", "nodes", "get")},
+    "list_worker_jobs": {("batch", "jobs", "list")},
+    "delete_job": {("batch", "jobs", "delete")},
+    "delete_pod_now": {("", "pods", "delete")},
+    "lower_job_backoff_limit": {("batch", "jobs", "patch")},
+    "label_node": {("", "nodes", "patch")},
     "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
+    "list_workloads": {("kueue.x-k8s.io", "workloads", "list")},
+    "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
+    "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
     "post_event": {("", "events", "create")},
     "create": set(),  # filled in by created_kinds()
@@ -95,16 +103,12 @@ def kube_permissions() -> set[Permission]:
 
 
 def kopf_permissions() -> set[Permission]:
-    from elastic_operator.handlers import (
-        Reconciler,
-        Scheduler,
-        WatchScope,
-        build_registry,
-    )
+    from elastic_operator.app import build_operator
+    from elastic_operator.handlers import WatchScope, build_registry
     from elastic_operator.metrics import OperatorMetrics
 
-    reconciler = Reconciler(Kube(None), OperatorMetrics(CollectorRegistry()))
-    registry = build_registry(Scheduler(reconciler), WatchScope(True, []), 30.0)
+    operator = build_operator(Kube(None), OperatorMetrics(CollectorRegistry()))
+    registry = build_registry(operator, WatchScope(True, []), 30.0)
     needed: set[Permission] = set()
     for kind, verbs in ((registry._watching, ("list", "watch")),
                         (registry._spawning, ("list", "watch", "patch")),
@@ -192,13 +196,21 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
     expected_http = {"get_job": "GET", "list_jobs": "GET", "get_jobset": "GET",
                      "list_job_pods": "GET", "get_nodes": "GET", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
-                     "post_event": "POST"}
+                     "post_event": "POST", "list_workloads": "GET",
+                     "patch_workload_active": "PATCH", "serves": "GET",
+                     "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
+                     "label_node": "PATCH"}
     for name, method in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
         uses_helper = "_get_or_none" in source and method == "GET"
         assert f'"{method}"' in source or uses_helper, f"Kube.{name} no longer sends {method}"
     fragments: dict[str, Any] = {"list_job_pods": "/pods", "get_nodes": "/nodes/",
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
-                                 "patch_job_status": "/status", "post_event": "/events"}
+                                 "patch_job_status": "/status", "post_event": "/events",
+                                 "list_workloads": "KUEUE_WORKLOAD_PLURAL",
+                                 "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
+                                 "list_worker_jobs": "/jobs", "delete_job": "/jobs/",
+                                 "delete_pod_now": "/pods/", "lower_job_backoff_limit": "/jobs/",
+                                 "label_node": "/nodes/"}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)

@@ -86,7 +86,9 @@ def test_article_head():
     assert p["hostNetwork"] is True and p["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert p["restartPolicy"] == "Never"
     assert p["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-np"}
-    assert p["serviceAccountName"] == "article-trainer"
+    assert p["serviceAccountName"] == "default"
+    assert head["template"]["spec"]["template"]["metadata"]["annotations"] == {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
     assert [c["name"] for c in p["initContainers"]] == ["pathways-rm", "pathways-proxy"]
     assert [c["name"] for c in p["containers"]] == ["main"]
     c = containers(p)
@@ -146,8 +148,17 @@ def test_article_workers():
     assert p["terminationGracePeriodSeconds"] == 30
     assert p["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
                                  "cloud.google.com/gke-tpu-topology": "4x4"}
-    assert p["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists"}]
-    assert "serviceAccountName" not in p
+    assert p["tolerations"] == [
+        {"key": "google.com/tpu", "operator": "Exists"},
+        # spec.recovery.workerNodeTolerationSeconds, not the API server's 300 s
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 30},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 30},
+    ]
+    assert p["affinity"] == QUARANTINE_AFFINITY
+    assert p["serviceAccountName"] == "default"  # the head's: one Workload Identity
+    assert "annotations" not in worker["template"]["spec"]["template"]["metadata"]
     (c,) = p["containers"]
     assert c["name"] == "pathways-worker"
     assert c["args"] == ["--server_port=29005", "--resource_manager_address=$(PATHWAYS_HEAD):29001",
@@ -160,6 +171,7 @@ def test_article_workers():
     assert e["MEGASCALE_NUM_SLICES"] == {"fieldRef": {"fieldPath": label("replicatedjob-replicas")}}
     assert e["MEGASCALE_COORDINATOR_ADDRESS"] == {"fieldRef": {"fieldPath": label("coordinator")}}
     assert e["TPU_MIN_LOG_LEVEL"] == e["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert e["MEGASCALE_GRPC_ENABLE_XOR_TRACER"] == "false"  # as pathways-job and xpk
 
 
 def test_labels_on_every_object_and_pod_template():
@@ -178,9 +190,9 @@ def test_labels_on_every_object_and_pod_template():
 def test_rbac():
     objects = render(make())
     kinds = [o["kind"] for o in objects]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "JobSet"]
-    sa, role, binding, _ = objects
-    assert sa["metadata"] == {**sa["metadata"], "name": "train-trainer", "namespace": "ml"}
+    assert kinds == ["Role", "RoleBinding", "JobSet"]  # no ServiceAccount of our own
+    role, binding, _ = objects
+    assert role["metadata"] == {**role["metadata"], "name": "train-trainer", "namespace": "ml"}
     assert role["rules"] == [
         {"apiGroups": ["elastic.pathways.dev"], "resources": ["elastictrainingjobs"],
          "resourceNames": ["train"], "verbs": ["get"]},
@@ -189,16 +201,17 @@ def test_rbac():
     ]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "train-trainer"}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "train-trainer",
+    # Bound to the account the pods run as: the namespace's default.
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "default",
                                     "namespace": "ml"}]
 
 
 def test_simulated_rbac_can_watch_pods():
-    role = render(load_example("simulated"))[1]
+    role = render(load_example("simulated"))[0]
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]} in role["rules"]
 
 
-def test_user_service_account_replaces_the_trainer_account():
+def test_user_service_account_is_every_pods_and_the_trainers():
     objects = render(make(serviceAccountName="tpu-sa"))
     assert [o["kind"] for o in objects] == ["Role", "RoleBinding", "JobSet"]
     assert objects[1]["subjects"][0]["name"] == "tpu-sa"
@@ -207,12 +220,58 @@ def test_user_service_account_replaces_the_trainer_account():
     assert pod(r["worker"])["serviceAccountName"] == "tpu-sa"
 
 
+QUARANTINE_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "elastic.pathways.dev/quarantined", "operator": "DoesNotExist"}]}]}}}
+
+
+def test_simulated_workers_are_placed_like_tpu_workers():
+    """So that a spare node pool exists for them on the local cluster (and the tests and
+    the demo show a slice moving to it): the same placement as Pathways' workers, minus
+    hostNetwork; the head stays on the CPU pool."""
+    r = rjobs(render_jobset(load_example("simulated")))
+    head, worker = pod(r["pathways-head"]), pod(r["worker"])
+    assert head["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-np"}
+    assert worker["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                                      "cloud.google.com/gke-tpu-topology": "2x4"}
+    assert worker["containers"][0]["resources"] == {"limits": {"google.com/tpu": "4"}}
+    assert worker["affinity"] == QUARANTINE_AFFINITY
+    assert r["worker"]["template"]["metadata"]["annotations"] == {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
+    assert "hostNetwork" not in head and "hostNetwork" not in worker
+
+
+def test_placement_any_renders_no_tpu_placement():
+    job = make(backend="simulated", placement="Any")
+    r = rjobs(render_jobset(job))
+    head, worker = pod(r["pathways-head"]), pod(r["worker"])
+    assert "nodeSelector" not in head and "nodeSelector" not in worker
+    assert "affinity" not in worker and "google.com/tpu" not in yaml.safe_dump(r)
+    assert "annotations" not in r["worker"]["template"]["metadata"]
+
+
+def test_baseline_without_replacement_keeps_kubernetes_defaults():
+    """replaceSlices false: no node-failure tolerations (the API server's 300 s apply),
+    no quarantine affinity: what JobSet and the Job controller do alone."""
+    worker = pod(rjobs(render_jobset(make(recovery={"replaceSlices": False})))["worker"])
+    assert worker["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists"}]
+    assert "affinity" not in worker
+
+
+def test_worker_node_toleration_seconds_is_rendered():
+    worker = pod(rjobs(render_jobset(make(recovery={"workerNodeTolerationSeconds": 120})))[
+        "worker"])
+    assert {t["key"]: t.get("tolerationSeconds") for t in worker["tolerations"]} == {
+        "google.com/tpu": None, "node.kubernetes.io/not-ready": 120,
+        "node.kubernetes.io/unreachable": 120}
+
+
 def test_simulated_shape():
     job = load_example("simulated")
     r = rjobs(render_jobset(job))
     head, worker = pod(r["pathways-head"]), pod(r["worker"])
     assert [c["name"] for c in head["containers"]] == ["main"] and "initContainers" not in head
-    assert "hostNetwork" not in head and "nodeSelector" not in head and "tolerations" not in head
+    assert "hostNetwork" not in head and "tolerations" not in head
     assert trainer_command(job)[-6:] == ["--backend", "simulated", "--simulate-slices", "2",
                                          "--slice-health", "pods"]
     assert env(head["containers"][0])["JAX_PLATFORMS"] == "cpu"
@@ -220,8 +279,6 @@ def test_simulated_shape():
     assert agent["name"] == "slice-agent"
     assert agent["command"] == ["etj", "slice-agent"]
     assert agent["image"] == job.spec.trainer.image
-    assert "resources" not in agent and "nodeSelector" not in worker and "tolerations" not in worker
-    assert "annotations" not in r["worker"]["template"]["metadata"]
     # Same shape as the TPU job: v6e 2x4 = 2 VMs per slice.
     assert r["worker"]["replicas"] == 2
     assert r["worker"]["template"]["spec"]["completions"] == 2
@@ -299,7 +356,8 @@ def test_options_flow_through():
     assert "--no-async-checkpoint" in cmd
     assert cmd[cmd.index("--min-slices") + 1] == "2"
     assert cmd[cmd.index("--snapshot-period") + 1] == "4"
-    assert cmd[-2:] == ["--x", "1"]
+    assert cmd[-2:] == ["--backend", "pathways"]
+    assert main["args"] == ["--x", "1"]  # after the command, as in a core/v1 container
     assert worker["containers"][0]["resources"] == {
         "limits": {"google.com/tpu": "4"}, "requests": {"cpu": "1"}}
 
@@ -348,8 +406,9 @@ def test_shape_invariants(tpu: tuple[str, str], num_slices: int, restarts: int, 
         assert f"--instance_type={shape.pathways_instance_type}" in rm["args"]
         limits = pod(w)["containers"][0]["resources"]["limits"]
         assert limits["google.com/tpu"] == str(shape.chips_per_vm)
-    else:
-        assert "google.com/tpu" not in yaml.safe_dump(render_jobset(job))
+    else:  # placed like a TPU worker (spec.placement TPU, the default)
+        limits = pod(w)["containers"][0]["resources"]["limits"]
+        assert limits == {"google.com/tpu": str(shape.chips_per_vm)}
 
 
 def test_v6e_single_chip_slice():

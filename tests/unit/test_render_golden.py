@@ -43,7 +43,7 @@ def test_demo_is_the_article_shape_on_the_simulated_backend():
 def test_etj_render_prints_a_yaml_stream(capsys):
     assert main(["render", "-f", str(REPO / "examples" / "article.yaml"), "-n", "ml"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "JobSet"]
+    assert [d["kind"] for d in docs] == ["Role", "RoleBinding", "JobSet"]
     assert all(d["metadata"]["namespace"] == "ml" for d in docs)
 
 

@@ -1,14 +1,18 @@
-"""The pure status core: slice health, conditions, recovery, counters, plans."""
+"""The pure status core: slice health, conditions, recovery, counters, plans.
+
+(The Ready/phase cascade row by row: test_status_ready.py.)"""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from elastic_api.conditions import ConditionType as C
+from elastic_api.conditions import Phase, Reason
 from elastic_api.models import (
     CheckpointStatus,
     Counters,
@@ -17,88 +21,25 @@ from elastic_api.models import (
     RecoveryRecord,
     TrainingReport,
 )
-from elastic_operator.observed import (
-    APPLIED_SPEC_ANNOTATION,
-    Observed,
-    ObservedJobSet,
-    ObservedNode,
-    ObservedPod,
-    ReplicatedJobStatus,
+from elastic_api.names import APPLIED_SPEC_ANNOTATION
+from elastic_operator.core.conditions import get_condition
+from elastic_operator.core.parsing import parse_job, parse_status, parse_training_report
+from elastic_operator.core.patch import status_patch
+from elastic_operator.core.plan import PatchJobSetSuspend, applied_spec, plan_reconcile
+from elastic_operator.core.status import compute_status, invalid_spec_status
+from elastic_operator.observed import Observed, ObservedJobSet
+from tests.builders import (
+    HOSTS,
+    T0,
+    WorkerPod,
+    article_job,
+    head_pod,
+    healthy_pods,
+    nodes_for,
+    observe,
+    observed_jobset,
 )
-from elastic_operator.status import (
-    applied_spec,
-    compute_status,
-    get_condition,
-    invalid_spec_status,
-    parse_job,
-    parse_status,
-    parse_training_report,
-    plan_reconcile,
-    status_patch,
-)
-
-T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
-HOSTS = 4  # v5e 4x4
-
-
-def s(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def make_job(num_slices: int = 3, *, suspend: bool = False, generation: int = 1,
-             max_restarts: int = 0, uid: str = "uid-1") -> ElasticTrainingJob:
-    return ElasticTrainingJob.model_validate({
-        "metadata": {"name": "article", "namespace": "ns", "uid": uid,
-                     "generation": generation},
-        "spec": {
-            "tpu": {"type": "v5e", "topology": "4x4", "numSlices": num_slices},
-            "maxRestarts": max_restarts,
-            "checkpoint": {"directory": "gs://b/ckpt"},
-            "trainer": {"image": "trainer:1", "steps": 1000},
-            "pathways": {"gcsScratch": "gs://b/scratch"},
-            "suspend": suspend,
-        },
-    })
-
-
-def jobset(job: ElasticTrainingJob | None = None, **kw: Any) -> ObservedJobSet:
-    job = job or make_job()
-    base: dict[str, Any] = dict(
-        name="article", uid="js-uid", suspended=False, restarts=0, terminal_state=None,
-        worker_hosts_per_slice=HOSTS, worker_replicas=job.spec.tpu.num_slices,
-        owner_uid=job.metadata.uid, applied_spec=applied_spec(job),
-    )
-    base.update(kw)
-    return ObservedJobSet(**base)
-
-
-def pod(slice_index: int, host: int, *, ready: bool = True, phase: str = "Running",
-        created: datetime = T0, gen: int = 0, node: str | None = None, **kw: Any) -> ObservedPod:
-    return ObservedPod(
-        name=f"article-worker-{slice_index}-{host}-g{gen}", uid=f"u-{slice_index}-{host}-{gen}",
-        replicated_job="worker", slice_index=slice_index, host_index=host, phase=phase,
-        ready=ready, created_at=created, node_name=node or f"tpu-{slice_index}-{host}",
-        ready_transition_time=created + timedelta(seconds=2), **kw,
-    )
-
-
-def healthy(num_slices: int = 3) -> list[ObservedPod]:
-    return [pod(i, h) for i in range(num_slices) for h in range(HOSTS)]
-
-
-def nodes(not_ready: dict[str, datetime] | None = None,
-          num_slices: int = 3) -> dict[str, ObservedNode]:
-    out = {f"tpu-{i}-{h}": ObservedNode(f"tpu-{i}-{h}", True)
-           for i in range(num_slices) for h in range(HOSTS)}
-    for name, when in (not_ready or {}).items():
-        out[name] = ObservedNode(name, False, ready_transition_time=when, reason="nodeFailed")
-    return out
-
-
-def observe(pods: list[ObservedPod], js: ObservedJobSet | None = None,
-            node_map: dict[str, ObservedNode] | None = None) -> Observed:
-    return Observed(jobset=js if js is not None else jobset(), pods=tuple(pods),
-                    nodes=node_map if node_map is not None else nodes())
+from tests.builders import at as s
 
 
 def cond(status: ElasticTrainingJobStatus, type_: str) -> tuple[str, str, str]:
@@ -114,18 +55,27 @@ def with_report(
 
 
 def running(job: ElasticTrainingJob | None = None) -> ElasticTrainingJobStatus:
-    job = job or make_job()
-    st1, _ = compute_status(job, observe(healthy(job.spec.tpu.num_slices)), None, T0)
+    job = job or article_job()
+    n = job.spec.tpu.num_slices
+    st1, _ = compute_status(job, observe(healthy_pods(n), nodes=nodes_for(n)), None, T0)
     return st1
+
+
+def failed_pod(slice_index: int, host: int, when: datetime) -> WorkerPod:
+    return WorkerPod(slice_index, host).failed(when)
+
+
+def jobset(job: ElasticTrainingJob | None = None) -> ObservedJobSet:
+    return observed_jobset(job).build()
 
 
 # --- basics -----------------------------------------------------------------------------------
 
 
 def test_no_jobset_yet_is_pending() -> None:
-    status, events = compute_status(make_job(), Observed(jobset=None), None, T0)
-    assert status.phase == "Pending"
-    assert cond(status, "Ready")[:2] == ("False", "JobSetNotCreated")
+    status, events = compute_status(article_job(), Observed(jobset=None), None, T0)
+    assert status.phase == Phase.PENDING
+    assert cond(status, C.READY)[:2] == ("False", Reason.JOBSET_NOT_CREATED)
     assert [sl.state for sl in status.slices] == ["Pending"] * 3
     assert status.slices_desired == 3 and status.slices_ready == 0
     assert status.observed_generation == 1
@@ -134,79 +84,74 @@ def test_no_jobset_yet_is_pending() -> None:
 
 def test_all_hosts_ready_is_running() -> None:
     status = running()
-    assert status.phase == "Running"
-    assert cond(status, "Ready")[:2] == ("True", "AllSlicesReady")
-    assert cond(status, "SliceDown")[0] == "False"
-    assert cond(status, "Recovering")[:2] == ("False", "NoFailure")
+    assert status.phase == Phase.RUNNING
+    assert cond(status, C.READY)[:2] == ("True", Reason.ALL_SLICES_READY)
+    assert cond(status, C.SLICE_DOWN)[0] == "False"
+    assert cond(status, C.RECOVERING)[:2] == ("False", Reason.NO_FAILURE)
     assert status.slices_ready == 3
     assert all(sl.ready_hosts == HOSTS and sl.hosts == HOSTS for sl in status.slices)
 
 
 def test_partially_started_slices_are_pending_not_down() -> None:
-    pods = healthy()
-    pods[5] = pod(1, 1, ready=False, phase="Pending")
-    status, events = compute_status(make_job(), observe(pods), None, T0)
+    pods = healthy_pods()
+    pods[5] = WorkerPod(1, 1).pending().build()
+    status, events = compute_status(article_job(), observe(pods), None, T0)
     assert status.slices[1].state == "Pending"
     assert status.counters.slice_failures == 0
     assert events == []
-    assert status.phase == "Pending"
-    assert cond(status, "Ready")[:2] == ("False", "SlicesNotReady")
+    assert status.phase == Phase.PENDING
+    assert cond(status, C.READY)[:2] == ("False", Reason.SLICES_NOT_READY)
 
 
 # --- the article's scenario -------------------------------------------------------------------
 
 
-def failed_pod(slice_index: int, host: int, at: datetime) -> ObservedPod:
-    return pod(slice_index, host, ready=False, phase="Failed", terminated_at=at,
-               terminated_reason="containerFailed", terminated_exit_code=1)
-
-
 def test_failed_worker_pod_marks_its_slice_down_at_once() -> None:
-    job = make_job()
+    job = article_job()
     prev = running(job)
-    pods = healthy()
-    pods[2 * HOSTS + 1] = failed_pod(2, 1, s(10))
+    pods = healthy_pods()
+    pods[2 * HOSTS + 1] = failed_pod(2, 1, s(10)).build()
     status, events = compute_status(job, observe(pods), prev, s(11))
-    assert status.phase == "SliceDown"
-    sd = cond(status, "SliceDown")
+    assert status.phase == Phase.SLICE_DOWN
+    sd = cond(status, C.SLICE_DOWN)
     assert sd[0] == "True" and sd[1] == "PodFailed"
     assert "slice 2" in sd[2] and "failed" in sd[2] and "exit code 1" in sd[2]
     assert [sl.state for sl in status.slices] == ["Ready", "Ready", "Down"]
     assert [sl.restarts for sl in status.slices] == [0, 0, 1]
     assert status.counters.slice_failures == 1
-    assert cond(status, "Recovering")[:2] == ("True", "SliceDown")
+    assert cond(status, C.RECOVERING)[:2] == ("True", Reason.SLICE_DOWN)
     assert status.last_recovery is not None
     assert status.last_recovery.detected_at == s(10)
     assert status.last_recovery.slices == [2]
-    slice_down = [e for e in events if e.reason == "SliceDown"]
+    slice_down = [e for e in events if e.reason == Reason.SLICE_DOWN]
     assert len(slice_down) == 1 and slice_down[0].slice_index == 2
     assert slice_down[0].failed_at == s(10) and slice_down[0].type == "Warning"
 
 
 def test_full_recovery_cycle_with_trainer_report() -> None:
-    job = make_job()
+    job = article_job()
     st0 = with_report(running(job), {"observedAt": s(5).isoformat(), "state": "Training",
                                      "step": 188, "activeSlices": 3})
     # 1. a worker of slice 2 fails
-    pods = healthy()
-    pods[2 * HOSTS + 1] = failed_pod(2, 1, s(10))
+    pods = healthy_pods()
+    pods[2 * HOSTS + 1] = failed_pod(2, 1, s(10)).build()
     st1, _ev1 = compute_status(job, observe(pods), st0, s(11))
     assert st1.last_recovery is not None and st1.last_recovery.step_at_detection == 188
     # 2. the Job controller creates a replacement that is not ready yet
-    pods.append(pod(2, 1, ready=False, phase="Pending", created=s(12), gen=1))
+    pods.append(WorkerPod(2, 1).replacement(s(12)).pending().build())
     st2, ev2 = compute_status(job, observe(pods), st1, s(13))
     assert st2.slices[2].state == "Restarting"
-    assert cond(st2, "SliceDown")[0] == "False"
-    assert cond(st2, "Recovering")[0] == "True"
-    assert st2.phase == "Recovering"
+    assert cond(st2, C.SLICE_DOWN)[0] == "False"
+    assert cond(st2, C.RECOVERING)[0] == "True"
+    assert st2.phase == Phase.RECOVERING
     assert ev2 == []
     # 3. the replacement becomes ready: the slice is Ready again, still recovering
-    pods[-1] = pod(2, 1, created=s(12), gen=1)
+    pods[-1] = WorkerPod(2, 1).replacement(s(12)).build()
     st3, ev3 = compute_status(job, observe(pods), st2, s(60))
     assert st3.slices[2].state == "Ready" and st3.slices[2].restarts == 1
-    assert [e.reason for e in ev3] == ["SliceRestored"]
-    assert cond(st3, "Recovering")[0] == "True"
-    assert cond(st3, "Ready")[:2] == ("False", "Recovering")
+    assert [e.reason for e in ev3] == [Reason.SLICE_RESTORED]
+    assert cond(st3, C.RECOVERING)[0] == "True"
+    assert cond(st3, C.READY)[:2] == ("False", Reason.RECOVERING)
     # 4. the trainer reports its elastic event as resumed
     st3 = with_report(st3, {
         "observedAt": s(121).isoformat(), "state": "Training", "step": 101, "attempt": 1,
@@ -217,8 +162,8 @@ def test_full_recovery_cycle_with_trainer_report() -> None:
                          "resumedStep": 101},
     })
     st4, ev4 = compute_status(job, observe(pods), st3, s(122))
-    rec = cond(st4, "Recovering")
-    assert rec[:2] == ("False", "Recovered")
+    rec = cond(st4, C.RECOVERING)
+    assert rec[:2] == ("False", Reason.RECOVERED)
     assert "110.0 s" in rec[2] and "88 steps lost" in rec[2]
     lr = st4.last_recovery
     assert lr is not None
@@ -227,8 +172,8 @@ def test_full_recovery_cycle_with_trainer_report() -> None:
     assert lr.steps_lost == 88 and lr.restored_from_step == 100
     assert lr.restore_source == "checkpoint" and lr.elastic_event_id == 1
     assert st4.counters.elastic_events == 1 and st4.counters.slice_failures == 1
-    assert st4.phase == "Running"
-    recovered = [e for e in ev4 if e.reason == "Recovered"]
+    assert st4.phase == Phase.RUNNING
+    recovered = [e for e in ev4 if e.reason == Reason.RECOVERED]
     assert len(recovered) == 1
     assert recovered[0].downtime_seconds == 110.0 and recovered[0].steps_lost == 88
     # 5. nothing changes any more: same status, no events, no patch
@@ -238,41 +183,47 @@ def test_full_recovery_cycle_with_trainer_report() -> None:
 
 
 def test_trainer_detection_earlier_than_pods_sets_detected_at() -> None:
-    job = make_job()
+    job = article_job()
     prev = with_report(running(job), {
         "observedAt": s(9).isoformat(), "state": "Recovering", "step": 50,
         "elasticEvent": {"id": 1, "phase": "Detected", "detectedAt": s(8).isoformat(),
                          "failedStep": 50},
     })
-    pods = healthy()
-    pods[0] = failed_pod(0, 0, s(10))
+    pods = healthy_pods()
+    pods[0] = failed_pod(0, 0, s(10)).build()
     status, _ = compute_status(job, observe(pods), prev, s(11))
     assert status.last_recovery is not None
     assert status.last_recovery.detected_at == s(8)
     assert status.last_recovery.elastic_event_id == 1
-    assert "trainer phase Detected" in cond(status, "Recovering")[2]
+    assert "trainer phase Detected" in cond(status, C.RECOVERING)[2]
 
 
 def test_recovery_by_step_progress_without_elastic_event() -> None:
-    job = make_job()
+    job = article_job()
     prev = with_report(running(job), {"observedAt": s(5).isoformat(), "state": "Training",
                                       "step": 40})
-    pods = healthy()
-    pods[0] = failed_pod(0, 0, s(10))
+    pods = healthy_pods()
+    pods[0] = failed_pod(0, 0, s(10)).build()
     st1, _ = compute_status(job, observe(pods), prev, s(11))
     # A report at the same step after detection is not progress.
     st1 = with_report(st1, {"observedAt": s(12).isoformat(), "state": "Training", "step": 40})
     st2, _ev2 = compute_status(job, observe(pods), st1, s(13))
-    assert cond(st2, "Recovering")[0] == "True"
+    assert cond(st2, C.RECOVERING)[0] == "True"
+    # A later step while the slice is still down: the trainer has not noticed yet.
+    early = with_report(st2, {"observedAt": s(14).isoformat(), "state": "Training", "step": 41})
+    early, _ = compute_status(job, observe(pods), early, s(15))
+    assert cond(early, C.RECOVERING)[0] == "True"
+    # The slice is back and the trainer is past the failure: resumed.
+    pods[0] = WorkerPod(0, 0).replacement(s(60)).build()
     st2 = with_report(st2, {"observedAt": s(70).isoformat(), "state": "Training", "step": 41})
     st3, ev3 = compute_status(job, observe(pods), st2, s(71))
-    assert cond(st3, "Recovering")[:2] == ("False", "Recovered")
+    assert cond(st3, C.RECOVERING)[:2] == ("False", Reason.RECOVERED)
     assert st3.last_recovery is not None and st3.last_recovery.downtime_seconds == 60.0
-    assert [e.reason for e in ev3] == ["Recovered"]
+    assert [e.reason for e in ev3] == [Reason.SLICE_RESTORED, Reason.RECOVERED]
 
 
 def test_stale_resumed_event_does_not_end_a_new_recovery() -> None:
-    job = make_job()
+    job = article_job()
     old_event = {"id": 1, "phase": "Resumed", "detectedAt": s(-100).isoformat(),
                  "failedStep": 10, "restoredFromStep": 5, "resumedAt": s(-50).isoformat()}
     prev = running(job).model_copy(update={
@@ -282,45 +233,45 @@ def test_stale_resumed_event_does_not_end_a_new_recovery() -> None:
     })
     prev = with_report(prev, {"observedAt": s(5).isoformat(), "state": "Training",
                               "step": 60, "elasticEventsTotal": 1, "elasticEvent": old_event})
-    pods = healthy()
-    pods[4] = failed_pod(1, 0, s(10))
+    pods = healthy_pods()
+    pods[4] = failed_pod(1, 0, s(10)).build()
     status, events = compute_status(job, observe(pods), prev, s(11))
-    assert cond(status, "Recovering")[0] == "True"
+    assert cond(status, C.RECOVERING)[0] == "True"
     assert status.last_recovery is not None and status.last_recovery.resumed_at is None
-    assert "Recovered" not in [e.reason for e in events]
+    assert Reason.RECOVERED not in [e.reason for e in events]
 
 
 def test_late_report_of_an_older_event_does_not_close_a_new_recovery() -> None:
-    job = make_job()
-    pods = healthy()
-    pods[0] = failed_pod(0, 0, s(100))
+    job = article_job()
+    pods = healthy_pods()
+    pods[0] = failed_pod(0, 0, s(100)).build()
     st1, _ = compute_status(job, observe(pods), running(job), s(101))
     old = {"id": 1, "phase": "Resumed", "detectedAt": s(50).isoformat(), "failedStep": 9,
            "restoredFromStep": 5, "resumedAt": s(60).isoformat()}
     st1 = with_report(st1, {"observedAt": s(61).isoformat(), "state": "Training", "step": 12,
                             "elasticEventsTotal": 1, "elasticEvent": old})
     st2, ev2 = compute_status(job, observe(pods), st1, s(102))
-    assert cond(st2, "Recovering")[0] == "True"
+    assert cond(st2, C.RECOVERING)[0] == "True"
     assert st2.last_recovery is not None and st2.last_recovery.elastic_event_id is None
-    assert st2.counters.elastic_events == 1 and "Recovered" not in [e.reason for e in ev2]
+    assert st2.counters.elastic_events == 1 and Reason.RECOVERED not in [e.reason for e in ev2]
 
 
 def test_trainer_only_elastic_event_starts_and_ends_recovery() -> None:
-    job = make_job()
+    job = article_job()
     event = {"id": 1, "phase": "WaitingForSlices", "detectedAt": s(10).isoformat(),
              "failedStep": 30, "slicesDown": [1]}
     prev = with_report(running(job), {"observedAt": s(11).isoformat(), "state": "Recovering",
                                       "step": 30, "elasticEvent": event})
-    st1, _ = compute_status(job, observe(healthy()), prev, s(12))
-    assert cond(st1, "Recovering")[:2] == ("True", "ElasticEvent")
+    st1, _ = compute_status(job, observe(healthy_pods()), prev, s(12))
+    assert cond(st1, C.RECOVERING)[:2] == ("True", Reason.ELASTIC_EVENT)
     assert st1.counters.elastic_events == 1
-    assert st1.phase == "Recovering"
+    assert st1.phase == Phase.RECOVERING
     event2 = dict(event, phase="Resumed", restoredFromStep=25, restoreSource="snapshot",
                   resumedAt=s(30).isoformat())
     st1 = with_report(st1, {"observedAt": s(31).isoformat(), "state": "Training",
                             "step": 26, "elasticEvent": event2})
-    st2, _ev2 = compute_status(job, observe(healthy()), st1, s(32))
-    assert cond(st2, "Recovering")[:2] == ("False", "Recovered")
+    st2, _ev2 = compute_status(job, observe(healthy_pods()), st1, s(32))
+    assert cond(st2, C.RECOVERING)[:2] == ("False", Reason.RECOVERED)
     assert st2.last_recovery is not None
     assert st2.last_recovery.steps_lost == 5 and st2.last_recovery.restore_source == "snapshot"
     assert st2.last_recovery.slices == [1]
@@ -330,63 +281,81 @@ def test_trainer_only_elastic_event_starts_and_ends_recovery() -> None:
 
 
 def test_deleted_pod_is_down_from_its_delete_request() -> None:
-    job = make_job()
-    pods = healthy()
-    pods[HOSTS] = pod(1, 0, deletion_timestamp=s(40), deletion_grace_seconds=30)
+    job = article_job()
+    pods = healthy_pods()
+    pods[HOSTS] = WorkerPod(1, 0).deleting(s(40), 30).build()
     status, events = compute_status(job, observe(pods), running(job), s(11))
-    assert cond(status, "SliceDown")[:2] == ("True", "PodDeleted")
-    assert "slice 1" in cond(status, "SliceDown")[2]
+    assert cond(status, C.SLICE_DOWN)[:2] == ("True", Reason.POD_DELETED)
+    assert "slice 1" in cond(status, C.SLICE_DOWN)[2]
     assert events[0].failed_at == s(10)
 
 
 def test_evicted_pod() -> None:
-    job = make_job()
-    pods = healthy()
-    pods[0] = pod(0, 0, ready=False, phase="Failed", status_reason="Evicted",
-                  status_message="node pressure")
+    job = article_job()
+    pods = healthy_pods()
+    pods[0] = WorkerPod(0, 0).evicted("node pressure").build()
     status, _ = compute_status(job, observe(pods), running(job), s(11))
-    assert cond(status, "SliceDown")[:2] == ("True", "PodEvicted")
+    assert cond(status, C.SLICE_DOWN)[:2] == ("True", Reason.POD_EVICTED)
 
 
 def test_node_not_ready() -> None:
-    job = make_job()
+    job = article_job()
     status, events = compute_status(
-        job, observe(healthy(), node_map=nodes({"tpu-1-3": s(20)})), running(job), s(21))
-    sd = cond(status, "SliceDown")
-    assert sd[:2] == ("True", "NodeNotReady") and "tpu-1-3" in sd[2] and "slice 1" in sd[2]
+        job, observe(nodes=nodes_for(not_ready={"tpu-1-3": s(20)})), running(job), s(21))
+    sd = cond(status, C.SLICE_DOWN)
+    assert sd[:2] == ("True", Reason.NODE_NOT_READY) and "tpu-1-3" in sd[2] and "slice 1" in sd[2]
     assert events[0].failed_at == s(20)
 
 
 def test_node_transition_before_pod_ready_is_clamped() -> None:
-    job = make_job()
+    job = article_job()
     # kwok reports the node's creation time as the NotReady transition.
     _status, events = compute_status(
-        job, observe(healthy(), node_map=nodes({"tpu-0-0": s(-3600)})), running(job), s(21))
+        job, observe(nodes=nodes_for(not_ready={"tpu-0-0": s(-3600)})), running(job), s(21))
     assert events[0].failed_at == s(2)  # the pod's Ready transition
 
 
+def test_siblings_deleted_after_a_host_failed_are_not_a_second_cause() -> None:
+    job = article_job()
+    pods = healthy_pods()
+    pods[2 * HOSTS] = failed_pod(2, 0, s(10)).build()
+    pods[2 * HOSTS + 1] = WorkerPod(2, 1).deleting(s(11), 30).build()
+    status, _ = compute_status(job, observe(pods), running(job), s(12))
+    sd = cond(status, C.SLICE_DOWN)
+    assert sd[:2] == ("True", Reason.POD_FAILED)
+    assert "host 0" in sd[2] and "host 1" in sd[2] and "is terminating" in sd[2]
+
+
+def test_a_deleted_pod_alone_is_the_cause() -> None:
+    job = article_job()
+    pods = healthy_pods()
+    pods[HOSTS + 2] = WorkerPod(1, 2).deleting(s(11), 30).build()
+    status, _ = compute_status(job, observe(pods), running(job), s(12))
+    assert cond(status, C.SLICE_DOWN)[:2] == ("True", Reason.POD_DELETED)
+
+
 def test_two_slices_down_at_once() -> None:
-    job = make_job()
-    pods = healthy()
-    pods[0] = failed_pod(0, 0, s(10))
-    pods[2 * HOSTS + 3] = pod(2, 3, deletion_timestamp=s(41), deletion_grace_seconds=30)
+    job = article_job()
+    pods = healthy_pods()
+    pods[0] = failed_pod(0, 0, s(10)).build()
+    pods[2 * HOSTS + 3] = WorkerPod(2, 3).deleting(s(41), 30).build()
     status, events = compute_status(job, observe(pods), running(job), s(12))
-    sd = cond(status, "SliceDown")
-    assert sd[:2] == ("True", "MultipleCauses")
+    sd = cond(status, C.SLICE_DOWN)
+    assert sd[:2] == ("True", Reason.MULTIPLE_CAUSES)
     assert "slice 0" in sd[2] and "slice 2" in sd[2]
     assert status.counters.slice_failures == 2
     assert status.last_recovery is not None and status.last_recovery.slices == [0, 2]
     assert status.last_recovery.detected_at == s(10)
-    assert sorted(e.slice_index for e in events if e.reason == "SliceDown") == [0, 2]
-    assert "slices 0, 2 down" in cond(status, "Ready")[2]
+    assert sorted(e.slice_index for e in events if e.reason == Reason.SLICE_DOWN) == [0, 2]
+    assert "slices 0, 2 down" in cond(status, C.READY)[2]
 
 
 def test_ready_slice_that_lost_a_host_unseen_is_down() -> None:
-    job = make_job()
-    pods = [p for p in healthy() if not (p.slice_index == 1 and p.host_index == 2)]
-    pods.append(pod(1, 2, ready=False, phase="Pending", created=s(5), gen=1))
+    job = article_job()
+    pods = [p for p in healthy_pods() if not (p.slice_index == 1 and p.host_index == 2)]
+    pods.append(WorkerPod(1, 2).replacement(s(5)).pending().build())
     status, events = compute_status(job, observe(pods), running(job), s(6))
-    assert status.slices[1].state == "Down" and status.slices[1].reason == "HostLost"
+    assert status.slices[1].state == "Down" and status.slices[1].reason == Reason.HOST_LOST
     assert "host 2" in (status.slices[1].message or "") and "replacement" in (
         status.slices[1].message or "")
     assert status.counters.slice_failures == 1
@@ -394,11 +363,11 @@ def test_ready_slice_that_lost_a_host_unseen_is_down() -> None:
 
 
 def test_host_replaced_and_ready_again_between_two_looks_is_counted() -> None:
-    job = make_job()
-    pods = [p for p in healthy() if not (p.slice_index == 2 and p.host_index == 0)]
-    pods.append(pod(2, 0, created=s(5), gen=1))  # replaced, and Ready already
+    job = article_job()
+    pods = [p for p in healthy_pods() if not (p.slice_index == 2 and p.host_index == 0)]
+    pods.append(WorkerPod(2, 0).replacement(s(5)).build())  # replaced, and Ready already
     status, events = compute_status(job, observe(pods), running(job), s(8))
-    assert status.slices[2].state == "Down" and status.slices[2].reason == "HostLost"
+    assert status.slices[2].state == "Down" and status.slices[2].reason == Reason.HOST_LOST
     assert "was replaced" in (status.slices[2].message or "")
     assert status.counters.slice_failures == 1
     assert events[0].failed_at == s(5)
@@ -410,40 +379,37 @@ def test_host_replaced_and_ready_again_between_two_looks_is_counted() -> None:
 
 
 def test_ready_slice_with_a_host_turning_unready_is_down() -> None:
-    job = make_job()
-    pods = healthy()
-    pods[HOSTS + 3] = ObservedPod(
-        name="w-1-3", uid="x", replicated_job="worker", slice_index=1, host_index=3,
-        phase="Running", ready=False, created_at=T0, node_name="tpu-1-3",
-        ready_transition_time=s(7))
+    job = article_job()
+    pods = healthy_pods()
+    pods[HOSTS + 3] = WorkerPod(1, 3).named("w-1-3").not_ready(since=s(7)).build()
     status, events = compute_status(job, observe(pods), running(job), s(8))
-    assert status.slices[1].state == "Down" and status.slices[1].reason == "HostNotReady"
+    assert status.slices[1].state == "Down" and status.slices[1].reason == Reason.HOST_NOT_READY
     assert "host 3 (pod w-1-3) is not ready" in (status.slices[1].message or "")
     assert events[0].failed_at == s(7)
 
 
 def test_superseded_failed_pod_does_not_keep_slice_down() -> None:
-    job = make_job()
-    pods = healthy()
-    pods[0] = failed_pod(0, 0, s(10))
+    job = article_job()
+    pods = healthy_pods()
+    pods[0] = failed_pod(0, 0, s(10)).build()
     st1, _ = compute_status(job, observe(pods), running(job), s(11))
-    pods.append(pod(0, 0, created=s(10), gen=1))  # same second: live pod wins
+    pods.append(WorkerPod(0, 0).replacement(s(10)).build())  # same second: live pod wins
     st2, ev = compute_status(job, observe(pods), st1, s(30))
     assert st2.slices[0].state == "Ready"
-    assert [e.reason for e in ev] == ["SliceRestored"]
+    assert [e.reason for e in ev] == [Reason.SLICE_RESTORED]
 
 
 def test_slice_down_again_increments_restarts() -> None:
-    job = make_job()
-    pods = healthy()
+    job = article_job()
+    pods = healthy_pods()
     prev = running(job)
     restarts = []
     for gen in range(1, 4):
         down = [p if not (p.slice_index == 2 and p.host_index == 0)
-                else failed_pod(2, 0, s(gen * 100)) for p in pods]
+                else failed_pod(2, 0, s(gen * 100)).build() for p in pods]
         prev, _ = compute_status(job, observe(down), prev, s(gen * 100 + 1))
         pods = [p for p in pods if not (p.slice_index == 2 and p.host_index == 0)]
-        pods.append(pod(2, 0, created=s(gen * 100 + 5), gen=gen))
+        pods.append(WorkerPod(2, 0).replacement(s(gen * 100 + 5), gen).build())
         prev, _ = compute_status(job, observe(pods), prev, s(gen * 100 + 50))
         restarts.append(prev.slices[2].restarts)
     assert restarts == [1, 2, 3]
@@ -454,41 +420,43 @@ def test_slice_down_again_increments_restarts() -> None:
 
 
 def test_last_transition_time_only_moves_on_status_change() -> None:
-    job = make_job()
+    job = article_job()
     st1 = running(job)
-    st2, _ = compute_status(job, observe(healthy()), st1, s(500))
+    st2, _ = compute_status(job, observe(healthy_pods()), st1, s(500))
     for c1, c2 in zip(st1.conditions, st2.conditions, strict=True):
         assert c1 == c2
-    pods = healthy()
-    pods[0] = failed_pod(0, 0, s(600))
+    pods = healthy_pods()
+    pods[0] = failed_pod(0, 0, s(600)).build()
     st3, _ = compute_status(job, observe(pods), st2, s(601))
-    assert get_condition(st3, "SliceDown").last_transition_time == s(601)  # type: ignore[union-attr]
-    assert get_condition(st3, "Ready").last_transition_time == s(601)  # type: ignore[union-attr]
-    assert get_condition(st3, "Suspended").last_transition_time == T0  # type: ignore[union-attr]
+    assert get_condition(st3, C.SLICE_DOWN).last_transition_time == s(601)  # type: ignore[union-attr]
+    assert get_condition(st3, C.READY).last_transition_time == s(601)  # type: ignore[union-attr]
+    assert get_condition(st3, C.SUSPENDED).last_transition_time == T0  # type: ignore[union-attr]
     # The message changes (another slice down too) but the status does not: time stays.
-    pods[HOSTS] = failed_pod(1, 0, s(700))
+    pods[HOSTS] = failed_pod(1, 0, s(700)).build()
     st4, _ = compute_status(job, observe(pods), st3, s(701))
-    c3 = get_condition(st3, "SliceDown")
-    c4 = get_condition(st4, "SliceDown")
+    c3 = get_condition(st3, C.SLICE_DOWN)
+    c4 = get_condition(st4, C.SLICE_DOWN)
     assert c3 is not None and c4 is not None
     assert c4.message != c3.message and c4.last_transition_time == s(601)
 
 
 def test_observed_generation_follows_the_job() -> None:
-    status, _ = compute_status(make_job(generation=7), observe(healthy()), None, T0)
+    status, _ = compute_status(article_job(generation=7), observe(healthy_pods()), None, T0)
     assert status.observed_generation == 7
     assert all(c.observed_generation == 7 for c in status.conditions)
 
 
 def test_counters_never_go_backwards() -> None:
-    job = make_job()
+    job = article_job()
     prev = running(job).model_copy(update={
         "counters": Counters(slice_failures=5, elastic_events=4, job_set_restarts=2)})
     prev = with_report(prev, {"observedAt": s(1).isoformat(), "state": "Training",
                               "elasticEventsTotal": 1})  # a new trainer process
-    status, _ = compute_status(job, observe(healthy(), js=jobset(restarts=1)), prev, s(2))
+    restarted = observed_jobset().restarts(1).build()
+    status, _ = compute_status(job, observe(jobset=restarted), prev, s(2))
     assert status.counters == Counters(slice_failures=5, elastic_events=4, job_set_restarts=2)
-    status, _ = compute_status(job, observe(healthy(), js=jobset(restarts=3)), prev, s(2))
+    restarted = observed_jobset().restarts(3).build()
+    status, _ = compute_status(job, observe(jobset=restarted), prev, s(2))
     assert status.counters.job_set_restarts == 3
 
 
@@ -498,37 +466,37 @@ def _process_report(pid: int, started: float, step: int = 10) -> dict[str, Any]:
 
 
 def test_a_replacement_trainer_process_is_counted_once_with_an_event() -> None:
-    job = make_job()
-    first, events = compute_status(job, observe(healthy()),
+    job = article_job()
+    first, events = compute_status(job, observe(healthy_pods()),
                                    with_report(running(job), _process_report(100, 1)), s(10))
     assert first.trainer_process is not None and first.trainer_process.process_id == 100
     assert first.counters.trainer_restarts == 0 and not events
 
     # The same process reporting again changes nothing.
-    again, events = compute_status(job, observe(healthy()),
+    again, events = compute_status(job, observe(healthy_pods()),
                                    with_report(first, _process_report(100, 1, step=20)), s(12))
     assert again.counters.trainer_restarts == 0 and not events
 
-    replaced, events = compute_status(job, observe(healthy()),
+    replaced, events = compute_status(job, observe(healthy_pods()),
                                       with_report(again, _process_report(200, 60)), s(70))
     assert replaced.counters.trainer_restarts == 1
     assert replaced.trainer_process is not None and replaced.trainer_process.process_id == 200
-    (event,) = [e for e in events if e.reason == "TrainerRestarted"]
+    (event,) = [e for e in events if e.reason == Reason.TRAINER_RESTARTED]
     assert event.type == "Warning" and "pid 200" in event.message and "pid 100" in event.message
 
     # Level-based: reconciling the same observation again neither counts nor emits.
-    steady, events = compute_status(job, observe(healthy()), replaced, s(71))
+    steady, events = compute_status(job, observe(healthy_pods()), replaced, s(71))
     assert steady.counters.trainer_restarts == 1 and not events
     # A late report of the old process (started earlier) is not a restart either.
-    late, events = compute_status(job, observe(healthy()),
+    late, events = compute_status(job, observe(healthy_pods()),
                                   with_report(steady, _process_report(100, 1, step=30)), s(72))
     assert late.counters.trainer_restarts == 1 and not events
     assert late.trainer_process == replaced.trainer_process
 
 
 def test_trainer_process_survives_a_wire_round_trip() -> None:
-    job = make_job()
-    status, _ = compute_status(job, observe(healthy()),
+    job = article_job()
+    status, _ = compute_status(job, observe(healthy_pods()),
                                with_report(running(job), _process_report(100, 1)), s(10))
     wire = status_patch(ElasticTrainingJobStatus(), status)
     assert wire is not None and wire["status"]["trainerProcess"]["processId"] == 100
@@ -537,13 +505,12 @@ def test_trainer_process_survives_a_wire_round_trip() -> None:
 
 
 def test_a_checkpoint_scan_that_finds_nothing_new_writes_nothing() -> None:
-    job = make_job()
+    job = article_job()
 
-    def scanned(at: float, step: int) -> Observed:
-        return Observed(jobset=jobset(), pods=tuple(healthy()), nodes=nodes(),
-                        checkpoint=CheckpointStatus(directory="gs://b/ckpt",
-                                                    latest_committed_step=step,
-                                                    observed_at=s(at)))
+    def scanned(when: float, step: int) -> Observed:
+        return observe(checkpoint=CheckpointStatus(directory="gs://b/ckpt",
+                                                   latest_committed_step=step,
+                                                   observed_at=s(when)))
 
     first, _ = compute_status(job, scanned(10, 100), running(job), s(10))
     assert first.checkpoint is not None and first.checkpoint.observed_at == s(10)
@@ -556,16 +523,49 @@ def test_a_checkpoint_scan_that_finds_nothing_new_writes_nothing() -> None:
     assert status_patch(same, newer) is not None
 
 
+def test_a_failed_checkpoint_scan_keeps_the_last_good_step_and_shows_the_error() -> None:
+    """docs/operations.md: the checkpoint directory cannot be listed -> status.checkpoint
+    .error says why; the last good latestCommittedStep is kept."""
+    job = article_job()
+    good = CheckpointStatus(directory="gs://b/ckpt", latest_committed_step=100,
+                            incomplete_steps=[200], observed_at=s(10))
+    first, _ = compute_status(job, observe(checkpoint=good), running(job), s(10))
+
+    def failed(when: float) -> Observed:
+        return observe(checkpoint=CheckpointStatus(
+            directory="gs://b/ckpt", observed_at=s(when), error="cannot list: timeout"))
+
+    broken, _ = compute_status(job, failed(40), first, s(40))
+    assert broken.checkpoint is not None
+    assert broken.checkpoint.latest_committed_step == 100
+    assert broken.checkpoint.incomplete_steps == [200]
+    assert broken.checkpoint.error == "cannot list: timeout"
+    patch = status_patch(first, broken)
+    assert patch is not None and patch["status"]["checkpoint"] == {
+        "directory": "gs://b/ckpt", "latestCommittedStep": 100, "incompleteSteps": [200],
+        "observedAt": "2026-11-29T12:00:40Z", "error": "cannot list: timeout"}
+    still, _ = compute_status(job, failed(70), broken, s(70))
+    assert status_patch(broken, still) is None  # the same failure again: no write
+    healed, _ = compute_status(job, observe(checkpoint=good.model_copy(
+        update={"observed_at": s(100)})), still, s(100))
+    assert healed.checkpoint is not None and healed.checkpoint.error is None
+    # Another directory (the spec cannot change, but a stored status may say anything):
+    # nothing to keep.
+    elsewhere = CheckpointStatus(directory="gs://b/other", observed_at=s(130), error="x")
+    moved, _ = compute_status(job, observe(checkpoint=elsewhere), healed, s(130))
+    assert moved.checkpoint == elsewhere
+
+
 def test_status_survives_a_wire_round_trip_mid_recovery() -> None:
     """What a restarted operator reads back is what it wrote: nothing is lost."""
-    job = make_job()
-    pods = healthy()
-    pods[2 * HOSTS] = failed_pod(2, 0, s(10))
+    job = article_job()
+    pods = healthy_pods()
+    pods[2 * HOSTS] = failed_pod(2, 0, s(10)).build()
     st1, _ = compute_status(job, observe(pods), running(job), s(11))
     wire = json.loads(json.dumps(st1.to_wire()))
     back, problem = parse_status(wire)
     assert problem is None
-    pods.append(pod(2, 0, ready=False, phase="Pending", created=s(15), gen=1))
+    pods.append(WorkerPod(2, 0).replacement(s(15)).pending().build())
     st2, ev2 = compute_status(job, observe(pods), back, s(16))
     assert st2.counters.slice_failures == 1 and st2.slices[2].restarts == 1
     assert st2.last_recovery == st1.last_recovery
@@ -573,7 +573,7 @@ def test_status_survives_a_wire_round_trip_mid_recovery() -> None:
 
 
 def test_status_patch_never_touches_training_and_nulls_removed_fields() -> None:
-    job = make_job()
+    job = article_job()
     prev = with_report(running(job), {"observedAt": s(1).isoformat(), "state": "Training"})
     prev = prev.model_copy(update={"last_recovery": RecoveryRecord(detected_at=s(0))})
     new = prev.model_copy(update={"last_recovery": None, "phase": "Pending"})
@@ -581,7 +581,7 @@ def test_status_patch_never_touches_training_and_nulls_removed_fields() -> None:
     assert patch is not None
     assert "training" not in patch["status"]
     assert patch["status"]["lastRecovery"] is None
-    assert patch["status"]["phase"] == "Pending"
+    assert patch["status"]["phase"] == Phase.PENDING
     assert status_patch(prev, prev) is None
 
 
@@ -602,7 +602,7 @@ def test_a_new_recovery_replaces_the_old_one_on_the_server() -> None:
     """Found by the soak: a new lastRecovery (no resumedAt yet) sent whole was merged into
     the old one on the server, which kept the old resumedAt and downtime; the operator then
     read the recovery back as over."""
-    job = make_job()
+    job = article_job()
     old = RecoveryRecord(detected_at=s(0), resumed_at=s(30), downtime_seconds=30.0,
                          steps_lost=3, restored_from_step=97, restore_source="snapshot",
                          slices=[1], elastic_event_id=1)
@@ -621,7 +621,7 @@ def test_a_new_recovery_replaces_the_old_one_on_the_server() -> None:
 @given(st.data())
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 def test_every_status_patch_lands_exactly_the_new_status(data: st.DataObject) -> None:
-    job = make_job()
+    job = article_job()
     base = running(job).model_copy(update={"last_recovery": RecoveryRecord(
         detected_at=s(0), resumed_at=s(30), downtime_seconds=30.0, elastic_event_id=1,
         slices=[0, 1], steps_lost=2)})
@@ -642,138 +642,142 @@ def test_every_status_patch_lands_exactly_the_new_status(data: st.DataObject) ->
 
 
 def test_suspend_is_planned_and_reported_without_counting_failures() -> None:
-    job = make_job(suspend=True)
-    prev = running(make_job())
-    plan = plan_reconcile(job, [], Observed(jobset=jobset()), prev)
-    assert plan.patch_jobset_suspend is True and plan.create == []
+    job = article_job(suspend=True)
+    prev = running(article_job())
+    plan = plan_reconcile(job, [], jobset(), prev)
+    assert plan.actions == (PatchJobSetSuspend("ns", "article", True),)
     # pods are being deleted while the JobSet suspends: not failures
-    pods = [pod(i, h, deletion_timestamp=s(40), deletion_grace_seconds=30)
+    pods = [WorkerPod(i, h).deleting(s(40), 30).build()
             for i in range(3) for h in range(HOSTS)]
-    status, events = compute_status(job, observe(pods, js=jobset(suspended=True)), prev, s(11))
-    assert status.phase == "Suspended"
-    assert cond(status, "Suspended")[:2] == ("True", "Suspended")
-    assert cond(status, "SliceDown")[0] == "False"
+    suspended = observed_jobset().suspended().build()
+    status, events = compute_status(job, observe(pods, suspended), prev, s(11))
+    assert status.phase == Phase.SUSPENDED
+    assert cond(status, C.SUSPENDED)[:2] == ("True", Reason.SUSPENDED)
+    assert cond(status, C.SLICE_DOWN)[0] == "False"
     assert [sl.state for sl in status.slices] == ["Pending"] * 3
     assert status.counters.slice_failures == 0 and events == []
     # resume
-    resumed = make_job()
-    plan = plan_reconcile(resumed, [], Observed(jobset=jobset(suspended=True)), status)
-    assert plan.patch_jobset_suspend is False
-    st2, ev2 = compute_status(resumed, observe(healthy()), status, s(50))
-    assert st2.phase == "Running" and cond(st2, "Suspended")[0] == "False" and ev2 == []
+    resumed = article_job()
+    plan = plan_reconcile(resumed, [], observed_jobset().suspended().build(), status)
+    assert plan.actions == (PatchJobSetSuspend("ns", "article", False),)
+    st2, ev2 = compute_status(resumed, observe(healthy_pods()), status, s(50))
+    assert st2.phase == Phase.RUNNING and cond(st2, C.SUSPENDED)[0] == "False" and ev2 == []
 
 
 def test_suspending_while_jobset_still_running() -> None:
-    status, _ = compute_status(make_job(suspend=True), observe(healthy()), running(), s(1))
-    assert cond(status, "Suspended")[:2] == ("True", "Suspending")
+    status, _ = compute_status(article_job(suspend=True), observe(healthy_pods()), running(), s(1))
+    assert cond(status, C.SUSPENDED)[:2] == ("True", Reason.SUSPENDING)
 
 
 def test_plan_creates_owned_objects_with_applied_spec() -> None:
-    job = make_job()
+    job = article_job()
     rendered = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "a"}},
                 {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                  "metadata": {"name": "article"}, "spec": {}}]
-    plan = plan_reconcile(job, rendered, Observed(jobset=None), ElasticTrainingJobStatus())
-    assert [o["kind"] for o in plan.create] == ["ServiceAccount", "JobSet"]
-    for obj in plan.create:
+    plan = plan_reconcile(job, rendered, None, ElasticTrainingJobStatus())
+    assert [o["kind"] for o in plan.creates] == ["ServiceAccount", "JobSet"]
+    for obj in plan.creates:
         ref = obj["metadata"]["ownerReferences"][0]
         assert ref["uid"] == "uid-1" and ref["controller"] is True
         assert ref["kind"] == "ElasticTrainingJob" and obj["metadata"]["namespace"] == "ns"
-    assert plan.create[1]["metadata"]["annotations"][APPLIED_SPEC_ANNOTATION] == applied_spec(job)
+    assert plan.creates[1]["metadata"]["annotations"][APPLIED_SPEC_ANNOTATION] == applied_spec(job)
     assert "ownerReferences" not in rendered[0]["metadata"]  # the input is not mutated
 
 
 def test_finished_jobset_is_never_recreated() -> None:
-    job = make_job()
+    job = article_job()
     done = ElasticTrainingJobStatus(job_set_name="article")
-    plan = plan_reconcile(job, [{"kind": "JobSet"}], Observed(jobset=None), done)
-    assert plan.create == [] and plan.why_not
-    plan = plan_reconcile(job, [], Observed(jobset=jobset(terminal_state="Failed")),
+    plan = plan_reconcile(job, [{"kind": "JobSet"}], None, done)
+    assert plan.actions == () and plan.why_not
+    plan = plan_reconcile(job, [], observed_jobset().terminal("Failed").build(),
                           ElasticTrainingJobStatus())
-    assert plan.create == [] and plan.patch_jobset_suspend is None
+    assert plan.actions == ()
 
 
 def test_lost_jobset_is_reported_not_recreated() -> None:
-    job = make_job()
+    job = article_job()
     prev = running(job)
     assert prev.job_set_name == "article"
     status, events = compute_status(job, Observed(jobset=None), prev, s(5))
-    assert cond(status, "Failed")[:2] == ("True", "JobSetLost")
-    assert status.phase == "Failed"
-    assert [e.reason for e in events] == ["JobSetLost"]
-    assert plan_reconcile(job, [{"kind": "JobSet"}], Observed(jobset=None), status).create == []
+    assert cond(status, C.FAILED)[:2] == ("True", Reason.JOBSET_LOST)
+    assert status.phase == Phase.FAILED
+    assert [e.reason for e in events] == [Reason.JOBSET_LOST]
+    assert plan_reconcile(job, [{"kind": "JobSet"}], None, status).actions == ()
 
 
 def test_failed_head_pod_names_the_head() -> None:
-    job = make_job()
-    head = ObservedPod(name="article-pathways-head-0-0", uid="h", replicated_job="pathways-head",
-                       slice_index=0, host_index=0, phase="Failed", ready=False)
-    js = jobset(job, terminal_state="Failed")
-    status, _ = compute_status(job, observe([*healthy(), head], js=js), running(job), s(5))
-    assert cond(status, "Failed")[:2] == ("True", "HeadFailed")
+    job = article_job()
+    head = head_pod(failed=True)
+    js = observed_jobset(job).terminal("Failed").build()
+    status, _ = compute_status(job, observe([*healthy_pods(), head], js), running(job), s(5))
+    assert cond(status, C.FAILED)[:2] == ("True", Reason.HEAD_FAILED)
 
 
-@pytest.mark.parametrize(("kw", "max_restarts", "reason"), [
-    ({"replicated_jobs": (ReplicatedJobStatus("pathways-head", failed=1),)}, 0, "HeadFailed"),
-    ({"restarts": 0}, 0, "MaxRestartsExceeded"),
-    ({"restarts": 2}, 2, "MaxRestartsExceeded"),
+@pytest.mark.parametrize(("head_failed", "restarts", "max_restarts", "reason"), [
+    (True, 0, 0, Reason.HEAD_FAILED),
+    (False, 0, 0, Reason.MAX_RESTARTS_EXCEEDED),
+    (False, 2, 2, Reason.MAX_RESTARTS_EXCEEDED),
+    (False, 1, 2, Reason.JOBSET_FAILED),
 ])
-def test_failed_jobset_reasons(kw: dict[str, Any], max_restarts: int, reason: str) -> None:
-    job = make_job(max_restarts=max_restarts)
-    js = jobset(job, terminal_state="Failed", **kw)
-    status, events = compute_status(job, observe([], js=js), running(job), s(5))
-    assert cond(status, "Failed")[:2] == ("True", reason)
-    assert status.phase == "Failed" and events[0].reason == reason
+def test_failed_jobset_reasons(head_failed: bool, restarts: int, max_restarts: int,
+                               reason: str) -> None:
+    job = article_job(max_restarts=max_restarts)
+    failed = observed_jobset(job).terminal("Failed").restarts(restarts)
+    js = (failed.head_failed() if head_failed else failed).build()
+    status, events = compute_status(job, observe([], js), running(job), s(5))
+    assert cond(status, C.FAILED)[:2] == ("True", reason)
+    assert status.phase == Phase.FAILED and events[0].reason == reason
     # sticky, and no second event
-    again, events2 = compute_status(job, observe([], js=js), status, s(50))
-    assert cond(again, "Failed")[:2] == ("True", reason) and events2 == []
+    again, events2 = compute_status(job, observe([], js), status, s(50))
+    assert cond(again, C.FAILED)[:2] == ("True", reason) and events2 == []
 
 
-@pytest.mark.parametrize("reason", ["ElasticTimeout", "ElasticRetriesExhausted"])
+@pytest.mark.parametrize("reason", [Reason.ELASTIC_TIMEOUT, Reason.ELASTIC_RETRIES_EXHAUSTED])
 def test_trainer_failure_reasons_fail_the_job(reason: str) -> None:
-    job = make_job()
+    job = article_job()
     prev = with_report(running(job), {"observedAt": s(1).isoformat(), "state": "Failed",
                                       "reason": reason, "message": "slices did not return"})
-    status, events = compute_status(job, observe(healthy()), prev, s(2))
-    assert cond(status, "Failed") == ("True", reason, "slices did not return")
-    assert status.phase == "Failed"
+    status, events = compute_status(job, observe(healthy_pods()), prev, s(2))
+    assert cond(status, C.FAILED) == ("True", reason, "slices did not return")
+    assert status.phase == Phase.FAILED
     assert [(e.reason, e.type) for e in events] == [(reason, "Warning")]
 
 
 def test_completed_jobset_succeeds_and_freezes_slices() -> None:
-    job = make_job()
+    job = article_job()
     prev = running(job)
-    status, _ = compute_status(job, observe([], js=jobset(terminal_state="Completed")), prev, s(9))
-    assert status.phase == "Succeeded" and cond(status, "Succeeded")[0] == "True"
+    completed = observed_jobset().terminal("Completed").build()
+    status, _ = compute_status(job, observe([], completed), prev, s(9))
+    assert status.phase == Phase.SUCCEEDED and cond(status, C.SUCCEEDED)[0] == "True"
     assert status.slices == prev.slices and status.counters.slice_failures == 0
 
 
 def test_unappliable_spec_change_is_reported() -> None:
-    old = make_job()
-    new = make_job(num_slices=4, generation=2)
-    status, _ = compute_status(new, observe(healthy(), js=jobset(old)), running(old), s(3))
-    sa = cond(status, "SpecApplied")
-    assert sa[:2] == ("False", "ImmutableSpecChanged")
+    old = article_job()
+    new = article_job(num_slices=4, generation=2)
+    status, _ = compute_status(new, observe(healthy_pods(), jobset(old)), running(old), s(3))
+    sa = cond(status, C.SPEC_APPLIED)
+    assert sa[:2] == ("False", Reason.IMMUTABLE_SPEC_CHANGED)
     assert "spec.tpu.numSlices" in sa[2]
-    ok, _ = compute_status(old, observe(healthy(), js=jobset(old)), None, s(3))
-    assert cond(ok, "SpecApplied")[:2] == ("True", "Applied")
+    ok, _ = compute_status(old, observe(healthy_pods(), jobset(old)), None, s(3))
+    assert cond(ok, C.SPEC_APPLIED)[:2] == ("True", Reason.APPLIED)
 
 
 def test_invalid_spec_status_keeps_other_conditions() -> None:
     prev = running()
     st1 = invalid_spec_status(prev, "spec.tpu.topology: bad", s(1), 3)
-    assert cond(st1, "SpecApplied")[:2] == ("False", "InvalidSpec")
-    assert cond(st1, "Ready")[:2] == ("False", "InvalidSpec")
-    assert get_condition(st1, "Suspended") is not None and st1.observed_generation == 3
+    assert cond(st1, C.SPEC_APPLIED)[:2] == ("False", Reason.INVALID_SPEC)
+    assert cond(st1, C.READY)[:2] == ("False", Reason.INVALID_SPEC)
+    assert get_condition(st1, C.SUSPENDED) is not None and st1.observed_generation == 3
 
 
 def test_degraded_when_training_on_fewer_slices() -> None:
-    job = make_job()
+    job = article_job()
     prev = with_report(running(job), {"observedAt": s(1).isoformat(), "state": "Training",
                                       "activeSlices": 2})
-    status, _ = compute_status(job, observe(healthy()), prev, s(2))
-    assert cond(status, "Degraded") == ("True", "FewerSlices", "training on 2 of 3 slices")
-    assert status.phase == "Degraded"
+    status, _ = compute_status(job, observe(healthy_pods()), prev, s(2))
+    assert cond(status, C.DEGRADED) == ("True", Reason.FEWER_SLICES, "training on 2 of 3 slices")
+    assert status.phase == Phase.DEGRADED
 
 
 # --- hostile trainer reports ------------------------------------------------------------------
@@ -797,11 +801,11 @@ def test_bad_trainer_report_is_reported_not_fatal(raw: Any, kept: bool, mentions
     report, problem = parse_training_report(raw)
     assert (report is not None) == kept
     assert problem is not None and mentions in problem
-    job = make_job()
+    job = article_job()
     prev = running(job).model_copy(update={"training": report})
-    status, _ = compute_status(job, observe(healthy()), prev, s(1), report_problem=problem)
-    c = cond(status, "TrainingReportValid")
-    assert c[:2] == ("False", "InvalidReport") and mentions in c[2]
+    status, _ = compute_status(job, observe(healthy_pods()), prev, s(1), report_problem=problem)
+    c = cond(status, C.TRAINING_REPORT_VALID)
+    assert c[:2] == ("False", Reason.INVALID_REPORT) and mentions in c[2]
 
 
 def test_naive_timestamps_are_read_as_utc() -> None:
@@ -810,9 +814,9 @@ def test_naive_timestamps_are_read_as_utc() -> None:
         "elasticEvent": {"id": 1, "phase": "Detected", "detectedAt": "2026-11-29T12:00:03"}})
     assert problem is None and report is not None
     assert report.observed_at.tzinfo is not None
-    job = make_job()
-    pods = healthy()
-    pods[0] = failed_pod(0, 0, s(1))
+    job = article_job()
+    pods = healthy_pods()
+    pods[0] = failed_pod(0, 0, s(1)).build()
     prev = running(job).model_copy(update={"training": report})
     status, _ = compute_status(job, observe(pods), prev, s(6))
     assert status.last_recovery is not None and status.last_recovery.detected_at == s(1)
@@ -840,16 +844,30 @@ event_like = st.fixed_dictionaries({}, optional={
        | json_values,
        failing=st.booleans())
 def test_any_trainer_report_never_crashes(raw: Any, failing: bool) -> None:
-    job = make_job()
+    job = article_job()
     body = {"metadata": job.metadata.model_dump(), "spec": job.spec.to_wire(),
             "status": {**running(job).to_wire(), "training": raw}}
     parsed = parse_job(body)
-    pods = healthy()
+    pods = healthy_pods()
     if failing:
-        pods[0] = failed_pod(0, 0, s(1))
+        pods[0] = failed_pod(0, 0, s(1)).build()
     status, _ = compute_status(parsed.job, observe(pods), parsed.previous, s(2),
                                report_problem=parsed.report_problem)
     assert status.slices_desired == 3
     assert status.counters.elastic_events >= 0
     patch = status_patch(parsed.previous, status)
     assert patch is None or "training" not in patch["status"]
+
+
+def test_recovered_message_counts_steps_in_good_english() -> None:
+    from elastic_api.models import RecoveryRecord
+    from elastic_operator.core.recovery import recovered_message
+
+    def message(lost: int, slices: list[int]) -> str:
+        return recovered_message(RecoveryRecord(detected_at=s(0), resumed_at=s(2),
+                                                downtime_seconds=2.0, steps_lost=lost,
+                                                slices=slices))
+
+    assert "; 1 step lost" in message(1, [2]) and "(slice 2 went down)" in message(1, [2])
+    assert "; 0 steps lost" in message(0, [0, 1])
+    assert "(slices 0, 1 went down)" in message(0, [0, 1])

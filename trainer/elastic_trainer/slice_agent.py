@@ -1,7 +1,9 @@
 """`etj slice-agent`: stands in for the Pathways worker on simulated worker pods.
 
-It idles, logs a heartbeat now and then, and exits 0 on SIGTERM (or SIGINT), so the
-pod's readiness is what the simulated trainer watches.
+It idles, logs a heartbeat now and then, and exits 128 + the signal on SIGTERM (or
+SIGINT), so the pod's readiness is what the simulated trainer watches. Never 0: a worker
+pod stopped from outside (deleted, evicted) has not finished, and a 0 would complete its
+Job, so that the slice would never come back.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     while not stop.wait(args.heartbeat):
         print(f"slice-agent: {ident} alive for {time.monotonic() - started:.0f}s", flush=True)
-    name = signal.Signals(received[0]).name if received else "stop"
-    print(f"slice-agent: {ident} got {name}, exiting", flush=True)
+    signum = received[0] if received else signal.SIGTERM
+    code = 128 + signum
+    print(f"slice-agent: {ident} got {signal.Signals(signum).name}, exiting {code}", flush=True)
     sys.stdout.flush()
-    return 0
+    return code

@@ -58,26 +58,35 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
   resources: ["jobsets"]
   verbs: ["get", "list", "watch", "create", "patch"]
 # Slice health from the worker pods (a failed pod is seen before its Job fails); the
-# simulated backend's trainer Role grants list/watch on pods too.
+# simulated backend's trainer Role grants list/watch on pods too. delete: a pod stuck
+# Terminating on a dead node is deleted with grace period 0.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "delete"]
+# Slice replacement: a failed slice's worker Job is deleted (uid precondition; JobSet
+# recreates it at once) or, its restart budget spent, its backoffLimit lowered to 0.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "delete", "patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-# The per-job trainer identity (ServiceAccount, Role, RoleBinding), created once; the
-# Role only grants what the operator holds above, so no `bind` or `escalate`.
-- apiGroups: [""]
-  resources: ["serviceaccounts"]
-  verbs: ["create"]
+# Kueue (where installed): a queued job's Workload, found by its JobSet's uid and watched;
+# patch deactivates and reactivates it for spec.suspend (Kueue owns the JobSet's suspend).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch", "patch"]
+# The per-job trainer Role and its RoleBinding (to the pods' ServiceAccount), created
+# once; the Role only grants what the operator holds above, so no `bind` or `escalate`.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["create"]
 {{- end -}}
 
-{{/* Cluster-scoped, read-only: a NotReady node takes its slices down. */}}
+{{/* Cluster-scoped: a NotReady node takes its slices down; patch: the quarantine label
+on the nodes of a pool a slice failed on (etj operator --quarantine-pools). */}}
 {{- define "elastic-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 {{- end -}}

@@ -5,8 +5,9 @@
 2. apply examples/demo.yaml (3 slices x 4 hosts, simulated backend) and run the trainer
    as the job's head would: the exact command the renderer puts in the `main` container,
    attached to the job (slice health from the worker pods, progress into the status);
-3. after a few checkpoints, force-kill a worker pod of slice 2, as the article does, and
-   print what `kubectl get etj -w` and the conditions show;
+3. after a few checkpoints, a TPU host of slice 2 dies (its node goes NotReady and its
+   kubelet stops: faults.kill_node); the operator replaces the slice on the hot spare node
+   pool at once, and the demo prints what `kubectl get etj -w` and the conditions show;
 4. write demo-output/ (summary.json, timeline.png, events.log, logs) and a summary table;
 5. stop everything it started.
 """
@@ -22,13 +23,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from elastic_api.names import GROUP, PLURAL, VERSION, worker_pods_selector
-from elastic_devtools.demo.summary import summarize
+from elastic_api.names import (
+    GROUP,
+    NODE_POOL_LABEL,
+    PLURAL,
+    TPU_ACCELERATOR_LABEL,
+    VERSION,
+    worker_pods_selector,
+)
+from elastic_devtools.demo.summary import plural, summarize
 from elastic_devtools.demo.timeline import Mark, draw_timeline
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
@@ -167,6 +176,7 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
     out.mkdir(parents=True)
     procs: list[subprocess.Popen[bytes]] = []
     operator: OperatorProcess | None = None
+    dead_nodes: list[str] = []
     cluster_dir = Path(os.environ.get("ETJ_DEMO_CLUSTER_DIR") or lc.default_dir().parent / "demo")
     try:
         stage(1, "Local control plane: etcd, kube-apiserver, controllers, scheduler, kwok, JobSet")
@@ -245,15 +255,26 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
               300, "two committed checkpoints", interval=0.5)
         status_before = get_job().get("status") or {}
 
-        stage(4, f"Force-kill a worker pod of slice {KILL_SLICE} "
-                 "(kubectl delete pod --grace-period=0 --force)")
+        stage(4, f"A TPU host of slice {KILL_SLICE} dies (its node goes NotReady, its kubelet "
+                 "stops answering)")
         victim = _worker_pod(core, name, KILL_SLICE)
+        node = core.read_namespaced_pod(victim, DEMO_NAMESPACE).spec.node_name
+        pools = {s.get("pool") for s in status_before.get("slices") or []}
+        say(f"  slices run on node pools {', '.join(sorted(p for p in pools if p))}; "
+            f"hot spare: {', '.join(_spares(core, pools)) or 'none'}")
         killed_at = time.time()
-        faults.delete_pod(api, DEMO_NAMESPACE, victim, force=True)
-        say(f"  killed {victim} at step {(status_before.get('training') or {}).get('step')}")
+        faults.kill_node(api, node)
+        dead_nodes.append(node)
+        say(f"  node {node} (pod {victim}) died at step "
+            f"{(status_before.get('training') or {}).get('step')}")
 
         wait_for(lambda: watch.seen_after("Recovering=False:Recovered", killed_at), 300,
               "the job to report Recovered")
+        moved = wait_for(lambda: _replacement(get_job(), KILL_SLICE, killed_at), 120,
+                         f"slice {KILL_SLICE} Ready again on a new worker Job")
+        say(f"  slice {KILL_SLICE} moved from node pool {moved.get('fromPool')} to "
+            f"{moved.get('toPool')} (the hot spare), Ready "
+            f"{_unix(moved['readyAt']) - killed_at:.1f} s after the host died")
         rc = wait_for(lambda: trainer.poll() is not None and [trainer.returncode], 600,
                    "the trainer to finish its steps", interval=0.5)[0]
         time.sleep(0.5)  # one more watch round for the final status
@@ -270,43 +291,73 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
             status_after.get("jobSetName") or name)
         restarts = int((jobset.get("status") or {}).get("restarts") or 0)
         result = summarize(
-            killed_at=killed_at,
+            killed_at=killed_at, replacement=moved,
             slice_down_at=watch.seen_after("SliceDown=True:SliceDown", killed_at)
             or _first_true_after(watch, "SliceDown=True", killed_at),
             trainer_summary=trainer_summary, status_before=status_before,
             status_after=status_after, jobset_restarts=restarts,
             condition_reasons=watch.reasons)
         _write_events(core, name, out / "events.log")
-        data = {**result.to_json(), "killed_pod": victim, "trainer_exit_code": rc,
+        data = {**result.to_json(), "killed_pod": victim, "killed_node": node,
+                "trainer_exit_code": rc,
                 "last_recovery": status_after.get("lastRecovery"),
                 "counters": status_after.get("counters")}
         (out / "summary.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         event = (trainer_summary.get("elastic_events") or [{}])[0]
-        marks = [Mark(killed_at, f"worker of slice {KILL_SLICE} killed", "#c0392b")]
+        marks = [Mark(killed_at, f"a host of slice {KILL_SLICE} dies", "#c0392b")]
         if result.detect_seconds is not None:
             marks.append(Mark(killed_at + result.detect_seconds, "operator: SliceDown", "#e67e22"))
         if event.get("detected_at"):
             marks.append(Mark(event["detected_at"], "trainer: DATA_LOSS caught", "#8e44ad"))
+        if result.replaced_seconds is not None:
+            marks.append(Mark(killed_at + result.replaced_seconds,
+                              f"slice {KILL_SLICE} Ready on the spare pool", "#2471a3"))
         if event.get("resumed_at"):
-            marks.append(Mark(event["resumed_at"], "resumed", "#27ae60"))
+            marks.append(Mark(event["resumed_at"], "training resumed", "#27ae60"))
         draw_timeline(trainer_summary["step_times"], marks, str(out / "timeline.png"),
-                      title=f"Demo: a worker of slice {KILL_SLICE} killed; "
-                            f"{result.steps_lost} steps lost, same process")
+                      title=f"Demo: a host of slice {KILL_SLICE} dies, the slice moves to a "
+                            f"hot spare; {plural(result.steps_lost or 0, 'step')} lost, "
+                            "same process")
         say(result.table())
         say(f"\nWrote {out}/summary.json, timeline.png, events.log, trainer.log, operator.log")
-        ok = rc == 0 and result.same_process and restarts == 0 and result.steps_lost is not None
+        ok = rc == 0 and result.same_process and restarts == 0 and result.steps_lost is not None \
+            and result.moved_to_pool not in (None, result.moved_from_pool)
         if not ok:
-            say("The demo did NOT show an in-process recovery; see the logs above.")
+            say("The demo did NOT show an in-process recovery on a hot spare; see the logs "
+                "above.")
         return 0 if ok else 1
     finally:
         for proc in reversed(procs):
             _stop(proc)
+        if keep_cluster and dead_nodes:
+            for node in dead_nodes:
+                faults.revive_node(api, node)
         if operator is not None:
             operator.stop(timeout=10)
         if not keep_cluster:
             lc.down(cluster_dir, progress=lambda _: None)
             say(f"Stopped the operator, the trainer and the local control plane "
                 f"(t={time.time() - t_start:.0f}s).")
+
+
+def _spares(core: Any, in_use: set[str | None]) -> list[str]:
+    """TPU node pools no slice runs on."""
+    nodes = core.list_node(label_selector=TPU_ACCELERATOR_LABEL).items
+    return sorted({n.metadata.labels[NODE_POOL_LABEL] for n in nodes} - in_use)
+
+
+def _replacement(job: dict[str, Any], index: int, after: float) -> dict[str, Any] | None:
+    """The slice's last replacement, once it is Ready again after `after`."""
+    slices: list[dict[str, Any]] = (job.get("status") or {}).get("slices") or []
+    found: dict[str, Any] = next((s for s in slices if s.get("index") == index), {})
+    last = found.get("lastReplacement")
+    if found.get("state") != "Ready" or not last or _unix(last["readyAt"]) < after:
+        return None
+    return dict(last)
+
+
+def _unix(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _first_true_after(watch: Watch, prefix: str, after: float) -> float | None:

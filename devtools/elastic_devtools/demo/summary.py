@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 
@@ -22,6 +23,10 @@ class DemoSummary:
     total_steps: int | None
     final_loss: float | None
     condition_reasons: list[str]
+    # The operator's replacement of the slice (status.slices[].lastReplacement).
+    replaced_seconds: float | None = None  # failure -> slice Ready again
+    moved_from_pool: str | None = None
+    moved_to_pool: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -30,7 +35,10 @@ class DemoSummary:
         rows = [
             ("time to detect (operator SliceDown)", _secs(self.detect_seconds)),
             ("time to detect (trainer exception)", _secs(self.trainer_detect_seconds)),
-            ("time to resume (kill -> next step)", _secs(self.resume_seconds)),
+            ("slice Ready again (failure -> Ready)", _secs(self.replaced_seconds)),
+            ("node pool before -> after", f"{self.moved_from_pool or '-'} -> "
+             f"{self.moved_to_pool or '-'}"),
+            ("time to resume (failure -> next step)", _secs(self.resume_seconds)),
             ("restore source", self.restore_source or "-"),
             ("restored from step", _opt(self.restored_from_step)),
             ("step at failure", _opt(self.failed_step)),
@@ -44,9 +52,10 @@ class DemoSummary:
             ("conditions seen", " -> ".join(self.condition_reasons) or "-"),
         ]
         width = max(len(k) for k, _ in rows)
-        line = "+" + "-" * (width + 2) + "+" + "-" * 40 + "+"
+        values = max(38, *(len(v) for _, v in rows))
+        line = "+" + "-" * (width + 2) + "+" + "-" * (values + 2) + "+"
         out = [line]
-        out += [f"| {k.ljust(width)} | {v.ljust(38)} |" for k, v in rows]
+        out += [f"| {k.ljust(width)} | {v.ljust(values)} |" for k, v in rows]
         out.append(line)
         return "\n".join(out)
 
@@ -59,6 +68,11 @@ def _opt(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{count} {noun if count == 1 else noun + 's'}"
+
+
 def summarize(
     *,
     killed_at: float,
@@ -68,11 +82,13 @@ def summarize(
     status_after: dict[str, Any],
     jobset_restarts: int,
     condition_reasons: list[str],
+    replacement: dict[str, Any] | None = None,
 ) -> DemoSummary:
     """Combine the trainer's summary JSON and the job's status around one killed worker.
 
     `killed_at` and `slice_down_at` are unix times taken by the demo; everything else
-    comes from the trainer (`--summary`) and the ElasticTrainingJob status.
+    comes from the trainer (`--summary`) and the ElasticTrainingJob status
+    (`replacement`: the slice's lastReplacement).
     """
     events = trainer_summary.get("elastic_events") or []
     event = events[0] if events else {}
@@ -102,4 +118,14 @@ def summarize(
         total_steps=training_after.get("totalSteps"),
         final_loss=trainer_summary.get("final_loss"),
         condition_reasons=condition_reasons,
+        replaced_seconds=_ready_after(replacement, killed_at),
+        moved_from_pool=(replacement or {}).get("fromPool"),
+        moved_to_pool=(replacement or {}).get("toPool"),
     )
+
+
+def _ready_after(replacement: dict[str, Any] | None, killed_at: float) -> float | None:
+    if not replacement or not replacement.get("readyAt"):
+        return None
+    ready = datetime.fromisoformat(str(replacement["readyAt"]).replace("Z", "+00:00"))
+    return ready.timestamp() - killed_at

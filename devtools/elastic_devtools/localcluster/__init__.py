@@ -1,6 +1,7 @@
 """A real local Kubernetes control plane for tests and the demo (no Docker needed):
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake GKE nodes) and
-the JobSet controller, all as local processes. See `etj cluster --help`."""
+the JobSet controller, and on demand Kueue, all as local processes. See
+`etj cluster --help`."""
 from __future__ import annotations
 
 from elastic_devtools.localcluster.cluster import (
@@ -11,7 +12,9 @@ from elastic_devtools.localcluster.cluster import (
     ClusterStatus,
     default_dir,
     down,
+    start_kueue,
     status,
+    stop_kueue,
     up,
 )
 from elastic_devtools.localcluster.render import (
@@ -37,6 +40,8 @@ __all__ = [
     "default_dir",
     "down",
     "parse_tpu_pool",
+    "start_kueue",
     "status",
+    "stop_kueue",
     "up",
 ]

@@ -23,11 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--dir", type=Path, default=None, help=dir_help)
     up.add_argument(
         "--tpu-pools", type=_tpu_pool, action="append", default=None, metavar="TYPE:TOPOLOGY[:N]",
-        help="N node pools (one per slice) of fake TPU nodes, repeatable; default v5e:4x4:3",
+        help="N node pools (one per slice) of fake TPU nodes, repeatable; default v5e:4x4:4 "
+        "(the article's 3 slices and one hot spare)",
     )
     up.add_argument("--cpu-nodes", type=int, default=None,
                     help="nodes in the cpu-np pool (default 4)")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
+    up.add_argument("--kueue", action="store_true",
+                    help="also run Kueue (quota and admission for JobSets); added to a "
+                    "running cluster that lacks it")
 
     down = sub.add_parser("down", help="stop every process of the cluster")
     down.add_argument("--dir", type=Path, default=None, help=dir_help)
@@ -49,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             tpu_pools=tuple(args.tpu_pools) if args.tpu_pools else lc.DEFAULT_TPU_POOLS,
             cpu_nodes=args.cpu_nodes if args.cpu_nodes is not None else lc.DEFAULT_CPU_NODES,
             timeout=args.timeout,
+            kueue=args.kueue,
         )
         try:
             cluster = lc.up(config)

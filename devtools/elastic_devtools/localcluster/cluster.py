@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from elastic_devtools.localcluster import pki, procs, render
+from elastic_devtools.localcluster import kueue, pki, procs, render
 from elastic_devtools.localcluster.kapi import ApiError, KubeApi
 from elastic_devtools.localcluster.render import (
     DEFAULT_CPU_NODES,
@@ -46,7 +46,10 @@ COMPONENTS = (
     "kube-scheduler",
     "kwok",
     "jobset-controller",
+    kueue.COMPONENT,
 )
+# Started only when asked for (`etj cluster up --kueue`, the `kueue` test fixture).
+OPTIONAL_COMPONENTS = frozenset({kueue.COMPONENT})
 
 Progress = Callable[[str], None]
 START_ATTEMPTS = 3
@@ -73,6 +76,8 @@ class ClusterConfig:
     # Components get SIGKILL when the process that started them dies (the pytest
     # fixture uses this; `etj cluster up` must not, its cluster outlives the command).
     die_with_parent: bool = False
+    # Also run Kueue (admission by quota; devtools/elastic_devtools/localcluster/kueue.py).
+    kueue: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,7 +208,10 @@ class ClusterStatus:
 
     @property
     def running(self) -> bool:
-        return self.apiserver_ready and all(c.alive for c in self.components)
+        """Ready, and every component alive (an optional one only if it was started)."""
+        return self.apiserver_ready and all(
+            c.alive for c in self.components
+            if c.name not in OPTIONAL_COMPONENTS or c.pid is not None)
 
     @property
     def any_alive(self) -> bool:
@@ -276,6 +284,8 @@ def up(config: ClusterConfig | None = None, progress: Progress = _stderr) -> Clu
                 progress(f"note: the cluster in {layout.root} already runs with TPU pools {have}; "
                          f"run `etj cluster down --dir {layout.root}` first to change them")
             progress(f"cluster already running ({layout.root}); kubeconfig: {layout.kubeconfig}")
+            if cfg.kueue and not kueue.running(layout.root):
+                _start_kueue(layout, progress, cfg.timeout, cfg.die_with_parent)
             return Cluster(layout.root)
         if current.any_alive:
             progress("cluster partly running; stopping what is left")
@@ -519,4 +529,47 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
         f"nodes ({len(expected)})": nodes_ready,
         "default ServiceAccount": default_sa,
     })
+    if cfg.kueue:
+        _start_kueue(layout, progress, max(s.deadline - time.monotonic(), 60.0),
+                     cfg.die_with_parent)
     progress(f"cluster ready in {time.monotonic() - s.t0:.1f}s; kubeconfig: {layout.kubeconfig}")
+
+
+# --------------------------------------------------------------------------------- Kueue
+
+def _start_kueue(layout: Layout, progress: Progress, timeout: float,
+                 die_with_parent: bool) -> None:
+    """Kueue on the running cluster, with an admin identity of its own (as JobSet has)."""
+    server = json.loads(layout.state_file.read_text())["server"]
+    ca = pki.KeyPair((layout.pki / "ca.crt").read_bytes(), (layout.pki / "ca.key").read_bytes())
+    pair = pki.issue(ca, kueue.COMPONENT, dt.datetime.now(dt.UTC), orgs=("system:masters",),
+                     client=True)
+    kubeconfig = yaml.safe_dump(render.kubeconfig(server, ca.cert_pem, pair.cert_pem,
+                                                  pair.key_pem, kueue.COMPONENT))
+    webhook_port, health_port = free_ports(2)
+    try:
+        kueue.start(layout.root, _admin_api(layout, server), kubeconfig,
+                    ports=(webhook_port, health_port), progress=progress, timeout=timeout,
+                    die_with_parent=die_with_parent)
+    except (RuntimeError, TimeoutError, ApiError) as err:
+        kueue.stop(layout.root, _admin_api(layout, server))
+        raise ClusterStartError(f"Kueue did not start: {err}") from None
+
+
+def start_kueue(cluster: Cluster, progress: Progress = _stderr,
+                die_with_parent: bool = False, timeout: float = 180.0) -> bool:
+    """Add Kueue to a running cluster; returns False (and does nothing) if it runs already."""
+    layout = cluster.layout
+    with _locked(layout.root):
+        if kueue.running(layout.root):
+            return False
+        _start_kueue(layout, progress, timeout, die_with_parent)
+        return True
+
+
+def stop_kueue(cluster: Cluster) -> bool:
+    """Stop Kueue and remove its webhooks, leaving the rest of the cluster as `up` made
+    it without Kueue (its CRDs and objects stay). Returns whether it was running."""
+    layout = cluster.layout
+    with _locked(layout.root):
+        return kueue.stop(layout.root, _admin_api(layout, cluster.server))

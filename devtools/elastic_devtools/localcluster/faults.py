@@ -3,16 +3,33 @@ the kubelet, so a "failed container" or a "dead node" is a status kwok writes).
 
     fail_pod(api, ns, name)          container exits 1, pod phase Failed
     delete_pod(api, ns, name, force) plain delete, or grace 0
-    make_node_not_ready(api, node)   Ready=False (node lifecycle then taints the node)
+    make_node_not_ready(api, node)   Ready=False, the kubelet alive (kwok goes on playing
+                                     it: an evicted pod vanishes at once)
     make_node_ready(api, node)       undo
+    kill_node(api, node)             a dead host: Ready=False (or, silent, Unknown after
+                                     the node-monitor grace), no heartbeat, and nothing
+                                     acts on its pods (a deleted pod stays Terminating)
+    revive_node(api, node)           the host back (kwok takes the node over again)
+    schedule_maintenance(api, pool, in_seconds)   GKE's scheduled-maintenance-time label
+    start_maintenance(api, pool)     GKE's active-maintenance label and termination taint
+    end_maintenance(api, pool)       the signals removed
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
+
+from elastic_api.names import (
+    ACTIVE_MAINTENANCE_LABEL,
+    IMPENDING_TERMINATION_TAINT,
+    NODE_POOL_LABEL,
+    SCHEDULED_MAINTENANCE_LABEL,
+)
+from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
 
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
@@ -61,6 +78,114 @@ def make_node_not_ready(api: client.ApiClient, node: str) -> None:
 def make_node_ready(api: client.ApiClient, node: str) -> None:
     """Undo make_node_not_ready: kwok reports the node healthy again."""
     _label_node(api, node, None)
+
+
+# --------------------------------------------------------------------------- dead hosts
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+DEAD_HOLDER = "etj-dead-kubelet"
+
+
+def kill_node(api: client.ApiClient, node: str, *, report_not_ready: bool = True) -> None:
+    """The host dies. With report_not_ready the node says Ready=False at once (kwok's chaos
+    stage), and so do its pods (its kubelet's last report; what Pathways sees too: the
+    worker process is gone, which a simulated trainer learns from pod readiness); without,
+    it just goes silent and the node lifecycle controller marks it Unknown after its
+    node-monitor grace (50 s). Either way its heartbeats stop (its Lease is held by
+    another identity) and kwok stops playing the kubelet of the node and of every pod on
+    it (render.adapt_kwok_stage): a pod deleted there stays Terminating until it is
+    force-deleted, as on a real dead host."""
+    core = client.CoreV1Api(api)
+    if report_not_ready:
+        make_node_not_ready(api, node)
+        wait_for_node_ready(api, node, False)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.CoordinationV1Api(api).patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": {
+        "holderIdentity": DEAD_HOLDER, "leaseDurationSeconds": 86400, "renewTime": now}})
+    core.patch_node(node, {"metadata": {"labels": {DEAD_KUBELET_LABEL: "true"}}})
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+        _label_pod(core, pod, "true")
+        if report_not_ready:
+            _pod_not_ready(core, pod)
+
+
+def revive_node(api: client.ApiClient, node: str) -> None:
+    """The host is back: kwok plays its kubelet again (the Lease expired at once, kwok takes
+    it within its renew interval) and reports it Ready."""
+    core = client.CoreV1Api(api)
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+        _label_pod(core, pod, None)
+    make_node_ready(api, node)
+    core.patch_node(node, {"metadata": {"labels": {DEAD_KUBELET_LABEL: None}}})
+    client.CoordinationV1Api(api).patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": {
+        "leaseDurationSeconds": 1, "renewTime": "2000-01-01T00:00:00.000000Z"}})
+
+
+def _label_pod(core: client.CoreV1Api, pod: Any, value: str | None) -> None:
+    try:
+        core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                  {"metadata": {"labels": {DEAD_KUBELET_LABEL: value}}})
+    except client.ApiException as err:
+        if err.status != 404:  # gone meanwhile
+            raise
+
+
+def _pod_not_ready(core: client.CoreV1Api, pod: Any) -> None:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [{"type": t, "status": "False", "lastTransitionTime": now,
+                   "reason": "NodeDied"} for t in ("Ready", "ContainersReady")]
+    try:
+        core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace,
+                                         {"status": {"conditions": conditions}})
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+
+
+# -------------------------------------------------------------------------- maintenance
+
+def pool_nodes(api: client.ApiClient, pool: str) -> list[str]:
+    nodes: list[Any] = client.CoreV1Api(api).list_node(
+        label_selector=f"{NODE_POOL_LABEL}={pool}").items
+    return sorted(str(n.metadata.name) for n in nodes)
+
+
+def schedule_maintenance(api: client.ApiClient, pool: str, in_seconds: float) -> int:
+    """GKE announces a maintenance of every node of `pool` starting in `in_seconds`: the
+    cloud.google.com/scheduled-maintenance-time label (Unix seconds). Returns that time."""
+    at_ = int(time.time() + in_seconds)
+    for node in pool_nodes(api, pool):
+        client.CoreV1Api(api).patch_node(
+            node, {"metadata": {"labels": {SCHEDULED_MAINTENANCE_LABEL: str(at_)}}})
+    return at_
+
+
+def start_maintenance(api: client.ApiClient, pool: str) -> None:
+    """The maintenance begins: cloud.google.com/active-node-maintenance=ONGOING and the
+    cloud.google.com/impending-node-termination:NoSchedule taint on every node."""
+    core = client.CoreV1Api(api)
+    for node in pool_nodes(api, pool):
+        taints = [*_other_taints(api, node),
+                  {"key": IMPENDING_TERMINATION_TAINT, "effect": "NoSchedule"}]
+        core.patch_node(node, {"metadata": {"labels": {ACTIVE_MAINTENANCE_LABEL: "ONGOING"}},
+                               "spec": {"taints": taints}})
+
+
+def end_maintenance(api: client.ApiClient, pool: str) -> None:
+    """The maintenance is over: every signal removed from the pool's nodes."""
+    core = client.CoreV1Api(api)
+    for node in pool_nodes(api, pool):
+        core.patch_node(node, {"metadata": {"labels": {SCHEDULED_MAINTENANCE_LABEL: None,
+                                                       ACTIVE_MAINTENANCE_LABEL: None}},
+                               "spec": {"taints": _other_taints(api, node)}})
+
+
+def _other_taints(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
+    """The node's taints but GKE's impending-termination one, as plain dicts."""
+    spec: Any = client.CoreV1Api(api).read_node(node).spec
+    taints: list[dict[str, Any]] = [api.sanitize_for_serialization(t)
+                                    for t in (spec.taints or []) if spec is not None]
+    return [t for t in taints if t.get("key") != IMPENDING_TERMINATION_TAINT]
 
 
 # ------------------------------------------------------------------------------- waiting

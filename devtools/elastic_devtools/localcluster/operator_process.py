@@ -20,8 +20,10 @@ from elastic_devtools.localcluster.faults import wait_for
 
 # `etj operator` with the interpreter running us (the venv's), whatever `etj` is on PATH.
 OPERATOR_COMMAND = (sys.executable, "-m", "elastic_api.cli", "operator")
-# Test speed: every namespace, resync and checkpoint scan every 5 s (30 s by default).
-TEST_ARGS = ("--all-namespaces", "--resync-seconds", "5", "--checkpoint-scan-seconds", "5")
+# Test speed: every namespace, resync and checkpoint scan every 5 s (30 s by default), a
+# quarantined node pool released 5 s after its nodes are Ready again (600 s by default).
+TEST_ARGS = ("--all-namespaces", "--resync-seconds", "5", "--checkpoint-scan-seconds", "5",
+             "--quarantine-release-after-seconds", "5")
 
 
 def parse_metrics(text: str) -> dict[str, float]:

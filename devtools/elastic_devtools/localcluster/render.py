@@ -54,7 +54,8 @@ class TpuPoolSpec:
         return f"{self.tpu_type}:{self.topology}:{self.count}"
 
 
-DEFAULT_TPU_POOLS = (TpuPoolSpec("v5e", "4x4", 3),)  # the article's job
+# The article's job (3 slices) and one hot spare pool a failed slice moves to.
+DEFAULT_TPU_POOLS = (TpuPoolSpec("v5e", "4x4", 4),)
 DEFAULT_CPU_NODES = 4
 
 
@@ -272,17 +273,34 @@ KWOK_STAGE_FILES = (
 )
 
 
+# A dead kubelet (faults.kill_node): kwok stops playing the kubelet of a node, and of the
+# pods on it, that carry this label, as a dead host's kubelet would.
+DEAD_KUBELET_LABEL = "localcluster.elastic.pathways.dev/dead-kubelet"
+# The one stage a dead node keeps: reporting it NotReady (kill_node's first step).
+NODE_NOT_READY_STAGE = "node-not-ready"
+
+
 def adapt_kwok_stage(stage: dict[str, Any]) -> dict[str, Any]:
-    """kwok's default pod-complete finishes every Running pod owned by a Job at once, which
-    would end every JobSet the moment it starts. Keep it, but only for pods that opt in
-    with the label `pod-complete.stage.kwok.x-k8s.io: "true"`."""
-    if stage.get("metadata", {}).get("name") != "pod-complete":
-        return stage
-    adapted = {**stage, "spec": {**stage["spec"], "selector": {**stage["spec"]["selector"]}}}
+    """Two changes to kwok's stages, each a selector expression added:
+
+    - kwok's default pod-complete finishes every Running pod owned by a Job at once, which
+      would end every JobSet the moment it starts: only pods that opt in with the label
+      `pod-complete.stage.kwok.x-k8s.io: "true"` complete.
+    - every stage but node-not-ready skips nodes and pods labelled DEAD_KUBELET_LABEL: kwok
+      would otherwise keep playing the kubelet of a dead host (heartbeats, and deleting
+      its evicted pods at once), kinder than production, where they stay Terminating."""
+    name = stage.get("metadata", {}).get("name")
+    added = []
+    if name == "pod-complete":
+        added.append({"key": f'.metadata.labels["{POD_COMPLETE_LABEL}"]', "operator": "In",
+                      "values": ["true"]})
+    if name != NODE_NOT_READY_STAGE:
+        added.append({"key": f'.metadata.labels["{DEAD_KUBELET_LABEL}"]',
+                      "operator": "DoesNotExist"})
+    adapted = {**stage, "spec": {**stage["spec"],
+                                 "selector": {**(stage["spec"].get("selector") or {})}}}
     expressions = list(adapted["spec"]["selector"].get("matchExpressions", []))
-    expressions.append({
-        "key": f'.metadata.labels["{POD_COMPLETE_LABEL}"]', "operator": "In", "values": ["true"]})
-    adapted["spec"]["selector"]["matchExpressions"] = expressions
+    adapted["spec"]["selector"]["matchExpressions"] = expressions + added
     return adapted
 
 

@@ -1,0 +1,141 @@
+"""The words of an ElasticTrainingJob's status, defined once: condition types, the reasons
+of conditions, slices and Events, and the phases.
+
+The operator writes them, metrics and tools match them, tests assert them; docs/
+architecture.md ("Conditions and phase") explains when each applies. Import from here;
+never spell one again.
+"""
+from __future__ import annotations
+
+from typing import Final
+
+
+class ConditionType:
+    """status.conditions[].type."""
+
+    READY: Final = "Ready"
+    SLICE_DOWN: Final = "SliceDown"
+    RECOVERING: Final = "Recovering"
+    DEGRADED: Final = "Degraded"
+    SUSPENDED: Final = "Suspended"
+    SUCCEEDED: Final = "Succeeded"
+    FAILED: Final = "Failed"
+    SPEC_APPLIED: Final = "SpecApplied"
+    TRAINING_REPORT_VALID: Final = "TrainingReportValid"
+    SPARES_AVAILABLE: Final = "SparesAvailable"
+    MAINTENANCE_PENDING: Final = "MaintenancePending"
+
+
+class Reason:
+    """Reasons of conditions, of status.slices[] and of the Events posted on a job (one
+    word may be all three: a slice that fails is reason SliceDown on Ready, the
+    SliceDown condition's type and a SliceDown Event)."""
+
+    # Why a host (and so its slice) is down: status.slices[].reason, SliceDown's reason.
+    POD_FAILED: Final = "PodFailed"
+    POD_DELETED: Final = "PodDeleted"
+    POD_EVICTED: Final = "PodEvicted"
+    NODE_NOT_READY: Final = "NodeNotReady"
+    HOST_LOST: Final = "HostLost"  # replaced before the operator saw it fail
+    HOST_NOT_READY: Final = "HostNotReady"
+    MULTIPLE_CAUSES: Final = "MultipleCauses"
+    # The other slice states.
+    ALL_HOSTS_READY: Final = "AllHostsReady"
+    REPLACEMENT_PODS_NOT_READY: Final = "ReplacementPodsNotReady"
+    WAITING_FOR_HOSTS: Final = "WaitingForHosts"
+
+    # Ready
+    ALL_SLICES_READY: Final = "AllSlicesReady"
+    DEGRADED: Final = "Degraded"
+    SLICE_DOWN: Final = "SliceDown"
+    RECOVERING: Final = "Recovering"
+    SLICES_NOT_READY: Final = "SlicesNotReady"
+    SUSPENDED: Final = "Suspended"
+    JOBSET_NOT_CREATED: Final = "JobSetNotCreated"
+    SUCCEEDED: Final = "Succeeded"
+    FAILED: Final = "Failed"
+    INVALID_SPEC: Final = "InvalidSpec"
+    # SliceDown
+    NO_SLICE_DOWN: Final = "NoSliceDown"
+    # Recovering (True: SLICE_DOWN or ELASTIC_EVENT, what started it)
+    ELASTIC_EVENT: Final = "ElasticEvent"
+    RECOVERED: Final = "Recovered"
+    RECOVERY_FAILED: Final = "RecoveryFailed"
+    NO_FAILURE: Final = "NoFailure"
+    # Degraded
+    FEWER_SLICES: Final = "FewerSlices"
+    ALL_SLICES_ACTIVE: Final = "AllSlicesActive"
+    NO_REPORT: Final = "NoReport"
+    # Suspended
+    SUSPENDING: Final = "Suspending"
+    NOT_SUSPENDED: Final = "NotSuspended"
+    # Succeeded
+    JOBSET_COMPLETED: Final = "JobSetCompleted"
+    NOT_FINISHED: Final = "NotFinished"
+    # Failed
+    HEAD_FAILED: Final = "HeadFailed"
+    MAX_RESTARTS_EXCEEDED: Final = "MaxRestartsExceeded"
+    JOBSET_FAILED: Final = "JobSetFailed"
+    JOBSET_LOST: Final = "JobSetLost"
+    ELASTIC_RETRIES_EXHAUSTED: Final = "ElasticRetriesExhausted"  # the trainer's report
+    ELASTIC_TIMEOUT: Final = "ElasticTimeout"  # the trainer's report
+    NOT_FAILED: Final = "NotFailed"
+    # SpecApplied
+    APPLIED: Final = "Applied"
+    IMMUTABLE_SPEC_CHANGED: Final = "ImmutableSpecChanged"
+    JOBSET_NAME_CONFLICT: Final = "JobSetNameConflict"
+    # TrainingReportValid
+    VALID: Final = "Valid"
+    INVALID_REPORT: Final = "InvalidReport"
+
+    # The slice states the operator's replacement adds (status.slices[].reason).
+    NO_HEALTHY_POOL: Final = "NoHealthyPool"  # replacement pods Pending, no pool to go to
+    RESTART_BUDGET_EXHAUSTED: Final = "RestartBudgetExhausted"
+    MOVING: Final = "Moving"  # a planned move off a pool under maintenance
+    # SparesAvailable
+    ENOUGH_SPARES: Final = "EnoughSpares"
+    FEWER_SPARES: Final = "FewerSpares"
+    # MaintenancePending (True: the signal; False: NoMaintenance)
+    MAINTENANCE: Final = "Maintenance"
+    SCHEDULED_MAINTENANCE: Final = "ScheduledMaintenance"
+    MAINTENANCE_ONGOING: Final = "MaintenanceOngoing"
+    IMPENDING_TERMINATION: Final = "ImpendingTermination"
+    NO_MAINTENANCE: Final = "NoMaintenance"
+    # Pool quarantines (status.pools[].quarantined; the node label's value)
+    REPEATED_FAILURES: Final = "RepeatedFailures"
+
+    # Events only (the Failed reasons above are Events too).
+    SLICE_RESTORED: Final = "SliceRestored"
+    TRAINER_RESTARTED: Final = "TrainerRestarted"
+    SLICE_REPLACING: Final = "SliceReplacing"
+    SLICE_REPLACED: Final = "SliceReplaced"
+    SLICE_MOVING: Final = "SliceMoving"
+    SLICE_RESTARTS_EXHAUSTED: Final = "SliceRestartsExhausted"
+    STUCK_POD_FORCE_DELETED: Final = "StuckPodForceDeleted"
+    POOL_QUARANTINED: Final = "PoolQuarantined"
+    POOL_RELEASED: Final = "PoolReleased"
+    NODE_ACTION_THROTTLED: Final = "NodeActionThrottled"
+    MAINTENANCE_SCHEDULED: Final = "MaintenanceScheduled"
+    CHECKPOINT_REQUESTED: Final = "CheckpointRequested"
+    CHECKPOINT_ACKNOWLEDGED: Final = "CheckpointAcknowledged"
+    CHECKPOINT_REQUEST_TIMED_OUT: Final = "CheckpointRequestTimedOut"
+
+
+# The trainer's Failed reasons (status.training.reason) that fail the job, with the same
+# reason. With MaxRestartsExceeded (the JobSet's budget) these are the "budget exhausted"
+# Events.
+TRAINER_FAILURE_REASONS: Final = (Reason.ELASTIC_RETRIES_EXHAUSTED, Reason.ELASTIC_TIMEOUT)
+
+
+class Phase:
+    """status.phase, for `kubectl get etj`."""
+
+    PENDING: Final = "Pending"
+    RUNNING: Final = "Running"
+    SLICE_DOWN: Final = "SliceDown"
+    RECOVERING: Final = "Recovering"
+    DEGRADED: Final = "Degraded"
+    SUSPENDED: Final = "Suspended"
+    QUEUED: Final = "Queued"  # a queue (Kueue) has not admitted it, or took it back
+    SUCCEEDED: Final = "Succeeded"
+    FAILED: Final = "Failed"

@@ -1,0 +1,330 @@
+# The phases of hack/kind-e2e.sh (sourced after lib.sh). Each phase is one function.
+
+CLUSTER_NAME=${CLUSTER_NAME:-etj-e2e}
+TIMEOUT_S=${TIMEOUT_S:-600}
+NS=etj-e2e
+JOB=kind-e2e
+OPERATOR_NS=elastic-operator-system
+RELEASE=elastic-operator
+HELM=$BIN/helm-$HELM_VERSION
+KIND=$BIN/kind-$KIND_VERSION
+WORK=$(mktemp -d)
+export KUBECONFIG=$WORK/kubeconfig
+PHASE_LINES=()
+CURRENT_PHASE=
+PASSED=0
+STARTED=$(date +%s)
+
+# phase NAME COMMAND...: run one phase, timed.
+phase() {
+  CURRENT_PHASE=$1; shift
+  local t0; t0=$(date +%s)
+  log "=== $CURRENT_PHASE"
+  "$@"
+  PHASE_LINES+=("$(printf '  %-13s %5ss' "$CURRENT_PHASE" $(( $(date +%s) - t0 )))")
+}
+
+on_exit() {
+  local rc=$?
+  [ -z "${WATCH_PID:-}" ] || kill "$WATCH_PID" 2>/dev/null || true
+  # Exiting 0 before the last phase would be a bug of this script: never call it a pass.
+  if [ "$rc" = 0 ] && [ "$PASSED" != 1 ]; then rc=1; fi
+  [ "$rc" = 0 ] || diagnostics
+  if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
+    log "keeping cluster $CLUSTER_NAME: export KUBECONFIG=$KUBECONFIG"
+  else
+    [ ! -x "$KIND" ] || "$KIND" delete cluster --name "$CLUSTER_NAME" >/dev/null 2>&1 || true
+    [ "$rc" != 0 ] || rm -rf "$WORK"
+  fi
+  echo "--- phases (seconds) ---"
+  printf '%s\n' "${PHASE_LINES[@]}"
+  [ "$rc" = 0 ] || echo "  FAILED in phase: $CURRENT_PHASE"
+  printf '  %-13s %5ss\n' total $(( $(date +%s) - STARTED ))
+  echo "--- cache ($CACHE) ---"
+  sed 's/^/  /' "$ETJ_E2E_REPORT" 2>/dev/null || true
+  rm -f "$ETJ_E2E_REPORT"
+  [ "$rc" = 0 ] && echo "PASS" || echo "FAIL (work files: $WORK)"
+  exit "$rc"
+}
+
+diagnostics() {
+  [ -s "$KUBECONFIG" ] || return 0
+  echo "[kind-e2e] FAILED; diagnostics:" >&2
+  {
+    kubectl get etj,jobsets,jobs,pods -n "$NS" -o wide
+    kubectl get pods -A -o wide
+    kubectl get etj "$JOB" -n "$NS" -o yaml
+    kubectl get events -n "$NS" --sort-by=.lastTimestamp | tail -n 30
+    kubectl logs -n "$OPERATOR_NS" deploy/elastic-operator --tail=100
+    kubectl logs -n "$NS" -l "jobset.sigs.k8s.io/replicatedjob-name=pathways-head" -c main --tail=60
+  } >&2 2>&1 || true
+}
+
+# wait_for DESCRIPTION COMMAND...: poll COMMAND every second until it succeeds, or fail
+# after TIMEOUT_S.
+wait_for() {
+  local what=$1; shift
+  local deadline=$(( $(date +%s) + TIMEOUT_S ))
+  log "waiting for $what"
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || die "timed out after ${TIMEOUT_S}s waiting for $what"
+    sleep 1
+  done
+  log "ok: $what"
+}
+
+# A client of the cluster's minor version once built (the node image phase builds it).
+kubectl_bin() {
+  local own=$BIN/kubectl-$KUBERNETES_VERSION
+  if [ -x "$own" ]; then echo "$own"; else command -v kubectl; fi
+}
+kubectl() { "$(kubectl_bin)" "$@"; }
+job_field() { kubectl get etj "$JOB" -n "$NS" -o jsonpath="{$1}"; }
+condition() { job_field ".status.conditions[?(@.type==\"$1\")].$2"; }
+head_pod() { kubectl get pods -n "$NS" -l jobset.sigs.k8s.io/replicatedjob-name=pathways-head -o name | head -n 1; }
+# The identity of the trainer: its pod, the main container's restarts, its process.
+trainer_identity() {
+  local pod; pod=$(head_pod)
+  echo "$(kubectl get -n "$NS" "$pod" -o jsonpath='{.metadata.uid} restarts={.status.containerStatuses[?(@.name=="main")].restartCount}')" \
+    "pid=$(job_field .status.training.processId)@$(job_field .status.training.hostName)" \
+    "started=$(job_field .status.training.processStartedAt)"
+}
+
+# --- tools, images ------------------------------------------------------------------------
+tools() {
+  command -v kubectl >/dev/null 2>&1 || [ -x "$BIN/kubectl-$KUBERNETES_VERSION" ] \
+    || die "kubectl is not installed"
+  # helm and the JobSet controller (and the control plane, whose binaries the node image
+  # reuses): cached by version, seconds when warm.
+  "$ROOT/hack/build-control-plane.sh" >&2
+  "$ROOT/hack/kind/go-binaries.sh" tools
+}
+python_base() { PYTHON_BASE=$("$ROOT/hack/kind/python-base.sh"); }
+node_image() { NODE_IMAGE=$("$ROOT/hack/kind/node-image.sh" "$PYTHON_BASE"); }
+
+# --- cluster ------------------------------------------------------------------------------
+create_cluster() {
+  if "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+    log "deleting the cluster $CLUSTER_NAME a previous run left"
+    "$KIND" delete cluster --name "$CLUSTER_NAME"
+  fi
+  # One node: the simulated backend needs no TPU nodes, and a node image built here
+  # carries a one-node stand-in for kindnetd (hack/kind/node-image.sh).
+  cat >"$WORK/kind.yaml" <<'EOF'
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+  - role: control-plane
+EOF
+  "$KIND" create cluster --name "$CLUSTER_NAME" --config "$WORK/kind.yaml" \
+    --image "$NODE_IMAGE" --kubeconfig "$KUBECONFIG" --wait 5m
+  log "loading the images into the node"
+  "$KIND" load docker-image --name "$CLUSTER_NAME" \
+    "elastic-operator:$E2E_TAG" "elastic-trainer:$E2E_TAG" "$JOBSET_IMAGE"
+}
+
+# JobSet from its module's kustomize config (what its release manifests.yaml is rendered
+# from), with the image loaded above.
+install_jobset() {
+  local src
+  src=$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p')
+  kubectl kustomize "$src/config/default" \
+    | sed -E "s#^( *)image: .*jobset.*#\1image: $JOBSET_IMAGE#" >"$WORK/jobset.yaml"
+  grep -q "image: $JOBSET_IMAGE" "$WORK/jobset.yaml" || die "no JobSet image to replace in its manifests"
+  kubectl apply --server-side -f "$WORK/jobset.yaml" >/dev/null
+  kubectl -n jobset-system rollout status deployment/jobset-controller-manager --timeout="${TIMEOUT_S}s"
+}
+
+# --- the operator, with the chart -----------------------------------------------------------
+# Both namespaces enforce the `restricted` Pod Security Standard, as manifests/install.yaml's
+# Namespace does: a pod the chart or the renderer gets wrong is rejected for real.
+restricted_namespace() {
+  kubectl create namespace "$1" >/dev/null
+  kubectl label namespace "$1" pod-security.kubernetes.io/enforce=restricted >/dev/null
+}
+
+install_operator() {
+  restricted_namespace "$OPERATOR_NS"
+  "$HELM" install "$RELEASE" "$ROOT/charts/elastic-operator" --namespace "$OPERATOR_NS" \
+    --set image.repository=elastic-operator --set image.tag="$E2E_TAG" \
+    --set image.pullPolicy=Never --set operator.logFormat=text --wait --timeout "${TIMEOUT_S}s"
+  local pod; pod=$(kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o name)
+  [ "$(kubectl exec -n "$OPERATOR_NS" "$pod" -- id -u)" = 65532 ] || die "the operator does not run as 65532"
+  if kubectl exec -n "$OPERATOR_NS" "$pod" -- touch /opt/etj/written 2>/dev/null; then
+    die "the operator's root filesystem is writable"
+  fi
+  wait_for "the operator's liveness endpoint (through its port)" \
+    kubectl get --raw "/api/v1/namespaces/$OPERATOR_NS/pods/${pod#pod/}:8080/proxy/healthz"
+  log "operator up: $pod, uid 65532, read-only root"
+}
+
+# --- a simulated job ------------------------------------------------------------------------
+start_training() {
+  restricted_namespace "$NS"
+  # examples/demo.yaml's shape, smaller (two one-host slices) and long enough to outlast
+  # the phases below.
+  cat >"$WORK/job.yaml" <<EOF
+apiVersion: elastic.pathways.dev/v1alpha1
+kind: ElasticTrainingJob
+metadata:
+  name: $JOB
+  namespace: $NS
+spec:
+  backend: simulated
+  # kind's nodes carry no TPU labels: workers placed as TPU workers would stay Pending.
+  placement: Any
+  tpu: {type: v6e, topology: 2x2, numSlices: 2}
+  elastic: {timeoutSeconds: 600, maxRetries: 10}
+  checkpoint: {directory: /tmp/etj-e2e/checkpoints, periodSteps: 20, keep: 3}
+  snapshot: {periodSteps: 5}
+  trainer:
+    image: elastic-trainer:$E2E_TAG
+    model: tiny
+    steps: 1000000
+    batch: 8
+EOF
+  kubectl apply -f "$WORK/job.yaml" >/dev/null
+  wait_for "the trainer to report step 10 or later" step_at_least 10
+  TRAINER_BEFORE=$(trainer_identity)
+  JOBSET_RESTARTS=$(jobset_restarts)
+  log "training: step $(job_field .status.training.step), trainer $TRAINER_BEFORE"
+}
+jobset_restarts() { kubectl get jobsets -n "$NS" -o jsonpath='{.items[0].status.restarts}'; }
+step_at_least() { local s; s=$(job_field .status.training.step); [ -n "$s" ] && [ "$s" -ge "$1" ]; }
+
+# --- slice loss -------------------------------------------------------------------------------
+# Record every status the operator writes (a watch misses none of them).
+watch_status() {
+  "$(kubectl_bin)" get etj "$JOB" -n "$NS" --watch --output-watch-events -o jsonpath='{.object.status.phase} SliceDown={.object.status.conditions[?(@.type=="SliceDown")].status} Recovering={.object.status.conditions[?(@.type=="Recovering")].status}/{.object.status.conditions[?(@.type=="Recovering")].reason} failures={.object.status.counters.sliceFailures}{"\n"}' \
+    >"$1" 2>&1 &
+  WATCH_PID=$!
+}
+worker_pod() {
+  kubectl get pods -n "$NS" -o name --field-selector=status.phase=Running \
+    -l "jobset.sigs.k8s.io/replicatedjob-name=worker,jobset.sigs.k8s.io/job-index=$1" | head -n 1
+}
+counter() { job_field ".status.counters.$1"; }
+recovered_event_count() {
+  kubectl get events -n "$NS" --field-selector "reason=Recovered,involvedObject.name=$JOB" -o name | grep -c . || true
+}
+recovered_after_event() {  # recovered_after_event ID: Recovered, for elastic event ID
+  [ "$(condition Recovering reason)" = Recovered ] \
+    && [ "$(job_field .status.lastRecovery.elasticEventId)" = "$1" ] \
+    && [ "$(job_field .status.training.elasticEvent.phase)" = Resumed ]
+}
+# kill_worker SLICE: delete a worker pod of SLICE at once, as a lost host does.
+kill_worker() {
+  local victim; victim=$(worker_pod "$1")
+  [ -n "$victim" ] || die "no running worker pod of slice $1"
+  log "killing $victim (slice $1)"
+  kubectl delete -n "$NS" "$victim" --grace-period=0 --force --wait=false >/dev/null 2>&1
+}
+# expect_one_more_recovery BEFORE_FAILURES BEFORE_EVENTS BEFORE_RECOVERED_EVENTS
+expect_one_more_recovery() {
+  local event=$(( $2 + 1 ))
+  wait_for "Recovering=False, reason Recovered, for elastic event $event" recovered_after_event "$event"
+  [ "$(condition Recovering status)" = False ] || die "Recovering has reason Recovered but is not False"
+  [ "$(counter sliceFailures)" = $(( $1 + 1 )) ] || die "sliceFailures went $1 -> $(counter sliceFailures), not +1"
+  [ "$(counter elasticEvents)" = "$event" ] || die "elasticEvents went $2 -> $(counter elasticEvents), not +1"
+  [ "$(recovered_event_count)" = $(( $3 + 1 )) ] || die "Recovered events went $3 -> $(recovered_event_count), not +1"
+  [ "$(counter trainerRestarts)" = 0 ] || die "the trainer was restarted ($(counter trainerRestarts)), not recovered in process"
+  [ "$(trainer_identity)" = "$TRAINER_BEFORE" ] \
+    || die "the trainer changed: before $TRAINER_BEFORE, now $(trainer_identity)"
+  [ "$(jobset_restarts)" = "$JOBSET_RESTARTS" ] \
+    || die "the JobSet restarted ($JOBSET_RESTARTS -> $(jobset_restarts)): the slice failure was not kept local"
+  log "recovered in process: $(condition Recovering message)"
+}
+
+lose_a_slice() {
+  local failures events recovered
+  failures=$(counter sliceFailures); events=$(counter elasticEvents); recovered=$(recovered_event_count)
+  watch_status "$WORK/status-watch.log"
+  kill_worker 1
+  expect_one_more_recovery "${failures:-0}" "${events:-0}" "$recovered"
+  kill "$WATCH_PID" 2>/dev/null || true
+  # The transitions, in order, among the statuses the operator wrote.
+  python3 - "$WORK/status-watch.log" <<'EOF'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+marks = [any("SliceDown=True" in l for l in lines)]
+i = next((n for n, l in enumerate(lines) if "SliceDown=True" in l), None)
+j = next((n for n, l in enumerate(lines) if "Recovering=True" in l and (i is None or n >= i)), None)
+k = next((n for n, l in enumerate(lines) if "Recovering=False/Recovered" in l and (j is None or n > j)), None)
+print("\n".join("    " + l for l in lines), file=sys.stderr)
+if None in (i, j, k):
+    sys.exit(f"expected SliceDown=True, then Recovering=True, then Recovered: got {i}, {j}, {k}")
+EOF
+  log "seen in order: SliceDown -> Recovering -> Recovered; trainer: $(trainer_identity)"
+}
+
+# --- helm upgrade -----------------------------------------------------------------------------
+operator_pod_uid() {
+  kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o jsonpath='{.items[*].metadata.uid}'
+}
+helm_upgrade() {  # a changed pod annotation: the Deployment replaces the operator pod
+  "$HELM" upgrade "$RELEASE" "$ROOT/charts/elastic-operator" --namespace "$OPERATOR_NS" \
+    --reuse-values --set-string "podAnnotations.e2e/upgrade=$1" --wait --timeout "${TIMEOUT_S}s" >/dev/null
+}
+upgrade_during_recovery() {
+  local failures events recovered last old step
+  # 1. Upgraded while training: the new operator rebuilds its state from the cluster, and
+  #    counts nothing again.
+  failures=$(counter sliceFailures); events=$(counter elasticEvents); recovered=$(recovered_event_count)
+  last=$(job_field .status.lastRecovery.detectedAt); old=$(operator_pod_uid)
+  helm_upgrade 1
+  [ "$(operator_pod_uid)" != "$old" ] || die "helm upgrade did not replace the operator pod"
+  step=$(job_field .status.training.step)
+  wait_for "training to go on under the new operator (step > $((step + 10)))" step_at_least $((step + 11))
+  [ "$(counter sliceFailures)/$(counter elasticEvents)/$(recovered_event_count)" = "$failures/$events/$recovered" ] \
+    || die "the upgrade changed the counts: $failures/$events/$recovered -> $(counter sliceFailures)/$(counter elasticEvents)/$(recovered_event_count)"
+  [ "$(job_field .status.lastRecovery.detectedAt)" = "$last" ] || die "the upgrade rewrote lastRecovery"
+  log "upgraded while training: nothing counted twice"
+  # 2. Upgraded in the middle of a recovery: the new operator finishes it, once.
+  old=$(operator_pod_uid)
+  kill_worker 0
+  helm_upgrade 2
+  [ "$(operator_pod_uid)" != "$old" ] || die "helm upgrade did not replace the operator pod"
+  expect_one_more_recovery "$failures" "$events" "$recovered"
+}
+
+# --- metrics, uninstall -------------------------------------------------------------------------
+# From a pod, through the Service's cluster DNS name and virtual IP, as Prometheus scrapes.
+scrape_metrics() {
+  local url=http://$RELEASE-metrics.$OPERATOR_NS.svc:9090/metrics
+  kubectl run metrics-scrape -n default --image="elastic-trainer:$E2E_TAG" --image-pull-policy=Never \
+    --restart=Never --command -- python3 -c \
+    "import urllib.request; print(urllib.request.urlopen('$url', timeout=20).read().decode())" >/dev/null
+  wait_for "the scrape pod to finish" pod_succeeded default metrics-scrape
+  kubectl logs -n default metrics-scrape >"$WORK/metrics.txt"
+  kubectl delete pod -n default metrics-scrape --wait=false >/dev/null
+  # The gauges of the job (this operator process reconciled it after the recovery); the
+  # counters' samples depend on which process saw which failure, their families do not.
+  local line
+  for line in "etj_desired_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
+              "etj_ready_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
+              "# TYPE etj_slice_failures_total counter" "# TYPE etj_recovery_duration_seconds histogram"; do
+    grep -qF "$line" "$WORK/metrics.txt" || { grep etj_ "$WORK/metrics.txt" | head -n 40 >&2; die "no '$line' in $url"; }
+  done
+  log "scraped $url: $(grep -c '^etj_' "$WORK/metrics.txt") etj_ samples"
+}
+pod_succeeded() { [ "$(kubectl get pod -n "$1" "$2" -o jsonpath='{.status.phase}')" = Succeeded ]; }
+
+uninstall_operator() {
+  # Its log, kept for a look after the run (the pod goes with the chart).
+  kubectl logs -n "$OPERATOR_NS" deploy/elastic-operator >"$LOGS/e2e-operator.log" 2>&1 || true
+  log "the operator's log: $LOGS/e2e-operator.log ($(grep -c . "$LOGS/e2e-operator.log") lines)"
+  local restarts
+  restarts=$(kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE \
+    -o jsonpath='{.items[*].status.containerStatuses[*].restartCount}')
+  [ "$restarts" = 0 ] || die "the operator container restarted ($restarts): its liveness probe failed?"
+  "$HELM" uninstall "$RELEASE" --namespace "$OPERATOR_NS" --wait --timeout "${TIMEOUT_S}s"
+  local left
+  left=$(kubectl get deploy,svc,sa,role,rolebinding -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o name)
+  left+=$(kubectl get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=$RELEASE -o name)
+  [ -z "$left" ] || die "helm uninstall left: $left"
+  wait_for "the operator pod to be gone" no_operator_pod
+  kubectl get crd elastictrainingjobs.elastic.pathways.dev >/dev/null || die "the CRD went with the chart"
+  kubectl get etj "$JOB" -n "$NS" >/dev/null || die "the job went with the chart"
+  log "uninstalled: no chart object left; the CRD and the job remain"
+}
+no_operator_pod() { [ -z "$(kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o name)" ]; }

@@ -1,0 +1,259 @@
+"""Kueue: where a queued job stands with its queue (the `Admitted` condition,
+status.admission, counters.preemptions), from the Workload Kueue made for its JobSet.
+
+A job is queued when it names a queue (label kueue.x-k8s.io/queue-name), when Kueue made
+a Workload for its JobSet anyway (manageJobsWithoutQueueName), or once its status says
+it was. Kueue then owns the JobSet's suspend (core/plan.py holds and releases the job
+through the Workload's spec.active instead), and while Kueue holds the job (not admitted
+yet, preempted, evicted) its slices are frozen as Pending: pods that go because Kueue
+suspended the JobSet are no slice failure. Preemptions are counted from Kueue's own
+count on the Workload (status.schedulingStats), so one that came and went between two
+reconciles is still counted, exactly once. Pure.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from elastic_api.models import (
+    AdmissionStatus,
+    Condition,
+    ElasticTrainingJob,
+    ElasticTrainingJobStatus,
+)
+from elastic_api.names import KUEUE_QUEUE_NAME_LABEL
+from elastic_api.queueing import (
+    ADMITTED,
+    EVICTED_BY_DEACTIVATION,
+    EVICTED_BY_PREEMPTION,
+    REASON_ADMITTED,
+    REASON_EVICTED,
+    REASON_NO_WORKLOAD,
+    REASON_PREEMPTED,
+    REASON_SUSPENDED_BY_USER,
+    REASON_WAITING_FOR_ADMISSION,
+    WORKLOAD_ADMITTED,
+    WORKLOAD_EVICTED,
+    WORKLOAD_PREEMPTED,
+    WORKLOAD_QUOTA_RESERVED,
+)
+from elastic_operator.core.conditions import ConditionSetter, get_condition
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.text import iso
+from elastic_operator.observed import ObservedJobSet, ObservedWorkload
+
+# The Admitted reasons under which Kueue holds the job: no pods, phase Queued.
+HOLDING_REASONS = (REASON_WAITING_FOR_ADMISSION, REASON_PREEMPTED, REASON_EVICTED)
+
+
+def names_queue(job: ElasticTrainingJob) -> bool:
+    return bool(job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL))
+
+
+def wants_workload(job: ElasticTrainingJob, jobset: ObservedJobSet | None,
+                   previous: ElasticTrainingJobStatus) -> bool:
+    """Whether a reconcile looks for the JobSet's Workload: the job names a queue or was
+    queued before, or someone other than the operator holds its JobSet suspended (Kueue
+    may manage JobSets without a queue name). A running job that no queue ever admitted
+    costs no request."""
+    if jobset is None or jobset.uid is None:
+        return False
+    return names_queue(job) or previous.admission is not None or (
+        jobset.suspended and not jobset.suspended_by_operator)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a reconcile concludes about the job's admission."""
+
+    condition: Condition | None = None  # Admitted; None: the job is not queued
+    status: AdmissionStatus | None = None
+    events: list[StatusEvent] = field(default_factory=list)
+    preemptions: int = 0  # new in this reconcile
+    # The latest eviction known (or the readmission after one: both came after the
+    # processes it stopped): a trainer started later replaced one Kueue stopped.
+    evicted_since: datetime | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Kueue holds the job: not admitted, or taken back."""
+        return self.condition is not None and self.condition.status == "False" \
+            and self.condition.reason in HOLDING_REASONS
+
+    @property
+    def reason(self) -> str:
+        return self.condition.reason if self.condition is not None else ""
+
+    @property
+    def message(self) -> str:
+        return self.condition.message if self.condition is not None else ""
+
+
+def decide_admission(
+    setter: ConditionSetter, job: ElasticTrainingJob, jobset: ObservedJobSet | None,
+    workload: ObservedWorkload | None, previous: ElasticTrainingJobStatus, terminal: bool,
+) -> Admission:
+    """The Admitted condition (None for a job no queue admits), status.admission, new
+    preemptions and their Events. A finished job keeps them as they were."""
+    prev_condition = get_condition(previous, ADMITTED)
+    queued = names_queue(job) or workload is not None or previous.admission is not None \
+        or prev_condition is not None
+    if not queued:
+        return Admission()
+    if terminal:  # as it last was: Kueue's view of a finished job says nothing new
+        return Admission(condition=prev_condition, status=previous.admission)
+    status, preemptions = _admission_status(job, workload, previous.admission)
+    condition = _condition(setter, job, jobset, workload, status)
+    events = _events(condition, prev_condition, status, preemptions)
+    evicted = workload.condition(WORKLOAD_EVICTED) if workload is not None else None
+    since = [t for t in (status.evicted_at, evicted.last_transition_time if evicted else None)
+             if t is not None]
+    return Admission(condition=condition, status=status, events=events,
+                     preemptions=preemptions, evicted_since=max(since) if since else None)
+
+
+def _admission_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
+                      prev: AdmissionStatus | None) -> tuple[AdmissionStatus, int]:
+    """status.admission, and how many preemptions are new since the last look."""
+    prev = prev or AdmissionStatus()
+    queue = job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL) or \
+        (workload.queue_name if workload is not None else None) or prev.queue_name
+    if workload is None:
+        return prev.model_copy(update={"queue_name": queue}), 0
+    same = prev.workload == workload.name
+    counted = prev.workload_preemptions if same else 0
+    new = max(0, workload.preemptions - counted)
+    evicted = workload.condition(WORKLOAD_EVICTED)
+    evicted_at = prev.evicted_at
+    if evicted is not None and evicted.status == "True" and evicted.last_transition_time:
+        fresh = evicted_at is None or evicted.last_transition_time > evicted_at
+        if fresh and evicted.reason == EVICTED_BY_PREEMPTION:
+            new = max(new, 1)  # a Kueue that keeps no count still says so
+        evicted_at = max(evicted_at or evicted.last_transition_time,
+                         evicted.last_transition_time)
+    admitted = workload.condition(WORKLOAD_ADMITTED)
+    admitted_at = prev.admitted_at
+    if admitted is not None and admitted.status == "True" and admitted.last_transition_time:
+        admitted_at = admitted.last_transition_time
+    return AdmissionStatus(
+        workload=workload.name, queue_name=queue,
+        cluster_queue=workload.cluster_queue or prev.cluster_queue,
+        admitted_at=admitted_at, evicted_at=evicted_at,
+        workload_preemptions=max(workload.preemptions, counted if same else 0),
+    ), new
+
+
+def _condition(setter: ConditionSetter, job: ElasticTrainingJob,
+               jobset: ObservedJobSet | None, workload: ObservedWorkload | None,
+               status: AdmissionStatus) -> Condition:
+    queue = f"queue {status.queue_name}" if status.queue_name else "its queue"
+    if job.spec.suspend:
+        how = "its Workload is deactivated" if workload is not None else \
+            "no JobSet is created until it is resumed" if jobset is None else \
+            "its JobSet is suspended"
+        return setter.false(ADMITTED, REASON_SUSPENDED_BY_USER,
+                            f"spec.suspend is true: {how}, and it holds no quota of {queue}")
+    if workload is None:
+        return _without_workload(setter, jobset, queue)
+    held = _held(setter, workload, queue)
+    if held is not None:
+        return held
+    admitted = workload.condition(WORKLOAD_ADMITTED)
+    if admitted is not None and admitted.status == "True":
+        cond = setter.true(ADMITTED, REASON_ADMITTED,
+                           f"admitted by ClusterQueue {status.cluster_queue or '?'} "
+                           f"({queue}); Workload {workload.name}")
+        # When Kueue admitted it, not when we noticed.
+        return cond.model_copy(update={"last_transition_time": admitted.last_transition_time
+                                       or cond.last_transition_time})
+    reserved = workload.condition(WORKLOAD_QUOTA_RESERVED)
+    if reserved is not None and reserved.status == "True":
+        why = f"quota reserved in ClusterQueue {status.cluster_queue or '?'}; waiting " \
+              "for its admission checks"
+    elif workload.is_true(WORKLOAD_EVICTED):  # reactivated: still marked until readmitted
+        why = "reactivated, requeued"
+    elif reserved is not None and reserved.message:
+        why = f"Kueue: {reserved.message}"
+    else:
+        why = "Kueue has not considered it yet"
+    return setter.false(ADMITTED, REASON_WAITING_FOR_ADMISSION,
+                        f"waiting in {queue} (Workload {workload.name}): {why}")
+
+
+def _without_workload(setter: ConditionSetter, jobset: ObservedJobSet | None,
+                      queue: str) -> Condition:
+    if jobset is None:
+        return setter.false(ADMITTED, REASON_WAITING_FOR_ADMISSION,
+                            f"creating the JobSet, which {queue} admits")
+    if jobset.suspended:
+        return setter.false(
+            ADMITTED, REASON_WAITING_FOR_ADMISSION,
+            f"waiting for Kueue to make a Workload for JobSet {jobset.name} ({queue}); if "
+            f"this lasts, `kubectl describe jobset {jobset.name}` says why (a "
+            "WorkloadPriorityClass that does not exist, say)")
+    return setter.unknown(
+        ADMITTED, REASON_NO_WORKLOAD,
+        f"JobSet {jobset.name} runs without a Kueue Workload: no queue admits it (is Kueue "
+        "installed, with its JobSet integration, for this namespace?)")
+
+
+def _held(setter: ConditionSetter, workload: ObservedWorkload,
+          queue: str) -> Condition | None:
+    """Preempted, deactivated or otherwise evicted: Kueue took the job back (None: not)."""
+    evicted = workload.condition(WORKLOAD_EVICTED)
+    evicted_now = evicted is not None and evicted.status == "True"
+    if evicted is not None and evicted_now and evicted.reason == EVICTED_BY_PREEMPTION:
+        preempted = workload.condition(WORKLOAD_PREEMPTED)
+        why = preempted.message if preempted is not None and preempted.message \
+            else evicted.message
+        return setter.false(
+            ADMITTED, REASON_PREEMPTED,
+            f"preempted by Kueue ({why.rstrip('.')}); requeued in {queue}: it resumes "
+            "from its newest checkpoint when admitted again")
+    deactivation = evicted is not None and evicted_now and \
+        evicted.reason.startswith(EVICTED_BY_DEACTIVATION)
+    if not workload.active:
+        if workload.deactivated_by_operator:  # spec.suspend is false again
+            return setter.false(ADMITTED, REASON_WAITING_FOR_ADMISSION,
+                                f"resumed: reactivating Workload {workload.name} in {queue}")
+        return setter.false(
+            ADMITTED, REASON_EVICTED,
+            f"Workload {workload.name} is deactivated (spec.active: false) by someone "
+            "other than this operator; it queues again once reactivated (kueuectl "
+            "resume workload)")
+    if evicted is not None and evicted_now and not deactivation:
+        return setter.false(ADMITTED, REASON_EVICTED,
+                            f"evicted by Kueue ({evicted.reason}: "
+                            f"{evicted.message.rstrip('.')}); requeued in {queue}")
+    return None  # reactivated (still marked Evicted until admitted again): waiting
+
+
+def _events(condition: Condition, prev: Condition | None, status: AdmissionStatus,
+            preemptions: int) -> list[StatusEvent]:
+    events = []
+    changed = prev is None or (prev.status, prev.reason) != (condition.status,
+                                                              condition.reason)
+    if preemptions:
+        what = condition.message if condition.reason == REASON_PREEMPTED else \
+            "preempted by Kueue between two looks of the operator"
+        events.append(StatusEvent(
+            reason=REASON_PREEMPTED, type="Warning",
+            message=f"{what} (preemption {status.workload_preemptions or preemptions} of "
+                    f"Workload {status.workload})"))
+    if not changed:
+        return events
+    if condition.status == "True":
+        waited = ""
+        if prev is not None and prev.status == "False" and status.admitted_at is not None:
+            seconds = (status.admitted_at - prev.last_transition_time).total_seconds()
+            waited = f" after {max(0.0, seconds):.0f} s out of quota"
+        events.append(StatusEvent(reason=REASON_ADMITTED, type="Normal",
+                                  message=f"{condition.message}, at "
+                                  f"{iso(condition.last_transition_time)}{waited}"))
+    elif condition.reason == REASON_WAITING_FOR_ADMISSION:
+        events.append(StatusEvent(reason=REASON_WAITING_FOR_ADMISSION, type="Normal",
+                                  message=condition.message))
+    elif condition.reason == REASON_EVICTED:
+        events.append(StatusEvent(reason=REASON_EVICTED, type="Warning",
+                                  message=condition.message))
+    return events

@@ -1,0 +1,183 @@
+"""The set-condition helpers and one pure function per condition.
+
+Each function decides one condition from what it needs and nothing else; `compute_status`
+(status.py) calls them. Failed and Succeeded are in failure.py, Ready in ready.py.
+Convention: lastTransitionTime moves only when the status changes; every condition
+carries the generation it was computed for.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from elastic_api.conditions import ConditionType, Reason
+from elastic_api.models import (
+    Condition,
+    ConditionStatus,
+    ElasticTrainingJob,
+    ElasticTrainingJobStatus,
+    RecoveryRecord,
+    SliceStatus,
+    TrainingReport,
+)
+from elastic_operator.core.plan import owned_by_another, spec_drift
+from elastic_operator.core.recovery import recovered_message
+from elastic_operator.core.text import fmt_slices, iso, plural
+from elastic_operator.observed import ObservedJobSet
+
+
+def set_condition(
+    previous: Sequence[Condition], type_: str, status: ConditionStatus, reason: str,
+    message: str, now: datetime, generation: int | None,
+) -> Condition:
+    """lastTransitionTime moves only when the status changes."""
+    for cond in previous:
+        if cond.type == type_ and cond.status == status:
+            return Condition(type=type_, status=status, reason=reason, message=message,
+                             last_transition_time=cond.last_transition_time,
+                             observed_generation=generation)
+    return Condition(type=type_, status=status, reason=reason, message=message,
+                     last_transition_time=now, observed_generation=generation)
+
+
+def get_condition(status: ElasticTrainingJobStatus, type_: str) -> Condition | None:
+    return next((c for c in status.conditions if c.type == type_), None)
+
+
+def is_true(status: ElasticTrainingJobStatus, type_: str) -> bool:
+    cond = get_condition(status, type_)
+    return cond is not None and cond.status == "True"
+
+
+@dataclass(frozen=True)
+class ConditionSetter:
+    """set_condition bound to one reconcile: the conditions as stored, now, generation."""
+
+    previous: Sequence[Condition]
+    now: datetime
+    generation: int | None
+
+    def set(self, type_: str, status: ConditionStatus, reason: str,
+            message: str = "") -> Condition:
+        return set_condition(self.previous, type_, status, reason, message, self.now,
+                             self.generation)
+
+    def true(self, type_: str, reason: str, message: str = "") -> Condition:
+        return self.set(type_, "True", reason, message)
+
+    def false(self, type_: str, reason: str, message: str = "") -> Condition:
+        return self.set(type_, "False", reason, message)
+
+    def unknown(self, type_: str, reason: str, message: str = "") -> Condition:
+        return self.set(type_, "Unknown", reason, message)
+
+
+def slice_down_condition(setter: ConditionSetter, slices: list[SliceStatus],
+                         terminal: bool) -> Condition:
+    """True while any slice is Down: the message names each slice and why."""
+    down = [s for s in slices if s.state == "Down"]
+    if not down or terminal:
+        return setter.false(ConditionType.SLICE_DOWN, Reason.NO_SLICE_DOWN)
+    reasons = sorted({s.reason or Reason.SLICE_DOWN for s in down})
+    return setter.true(ConditionType.SLICE_DOWN,
+                       reasons[0] if len(reasons) == 1 else Reason.MULTIPLE_CAUSES,
+                       "; ".join(f"slice {s.index}: {s.message or s.reason}" for s in down))
+
+
+def recovering_condition(
+    setter: ConditionSetter, record: RecoveryRecord | None, recovering: bool,
+    report: TrainingReport | None, terminal: bool, failure_message: str,
+) -> Condition:
+    """True from a failure until the trainer resumes; False says how it ended."""
+    if recovering and record is not None:
+        source = Reason.ELASTIC_EVENT if record.elastic_event_id is not None \
+            else Reason.SLICE_DOWN
+        message = f"since {iso(record.detected_at)}"
+        if record.slices:
+            message = f"{fmt_slices(record.slices)} went down; " + message
+        if report is not None and report.elastic_event is not None and \
+                report.elastic_event.id == record.elastic_event_id:
+            message += f"; trainer phase {report.elastic_event.phase}"
+        else:
+            message += "; waiting for the trainer to report a step after the failure"
+        return setter.true(ConditionType.RECOVERING, source, message)
+    if record is not None and record.resumed_at is not None:
+        return setter.false(ConditionType.RECOVERING, Reason.RECOVERED,
+                            recovered_message(record))
+    if record is not None and terminal:
+        return setter.false(ConditionType.RECOVERING, Reason.RECOVERY_FAILED,
+                            failure_message or "the job finished")
+    return setter.false(ConditionType.RECOVERING, Reason.NO_FAILURE)
+
+
+def degraded_condition(setter: ConditionSetter, report: TrainingReport | None,
+                       num_slices: int, terminal: bool) -> Condition:
+    """True while the trainer trains (or recovers) on fewer slices than the spec asks."""
+    active = report.active_slices if report is not None else None
+    if (active is not None and active < num_slices and not terminal and report is not None
+            and report.state in ("Training", "Recovering")):
+        return setter.true(ConditionType.DEGRADED, Reason.FEWER_SLICES,
+                           f"training on {active} of {num_slices} slices")
+    return setter.false(ConditionType.DEGRADED, Reason.ALL_SLICES_ACTIVE if active is not None
+                        else Reason.NO_REPORT)
+
+
+def suspended_condition(setter: ConditionSetter, suspend: bool,
+                        jobset: ObservedJobSet | None) -> Condition:
+    """spec.suspend, and whether the JobSet is suspended yet."""
+    if not suspend:
+        return setter.false(ConditionType.SUSPENDED, Reason.NOT_SUSPENDED)
+    done = jobset is None or jobset.suspended
+    return setter.true(ConditionType.SUSPENDED, Reason.SUSPENDED if done else Reason.SUSPENDING,
+                       "spec.suspend is true" + ("" if done else "; suspending the JobSet"))
+
+
+def spec_applied_condition(
+    setter: ConditionSetter, job: ElasticTrainingJob, jobset: ObservedJobSet | None,
+    previous_jobset_name: str | None, terminal: bool,
+) -> Condition:
+    """Whether the JobSet runs the current spec (only spec.suspend applies in place)."""
+    if jobset is not None and owned_by_another(job, jobset):
+        return setter.false(ConditionType.SPEC_APPLIED, Reason.JOBSET_NAME_CONFLICT,
+                            f"JobSet {jobset.name} exists and is owned by another object; "
+                            "delete it or rename this job")
+    drift = spec_drift(job, jobset.applied_spec) if jobset is not None else []
+    if drift:
+        return setter.false(
+            ConditionType.SPEC_APPLIED, Reason.IMMUTABLE_SPEC_CHANGED,
+            f"{', '.join(drift[:6])} changed after the JobSet was created and cannot be "
+            "applied in place (only spec.suspend can); the running JobSet keeps the old "
+            "spec. Delete and re-create the ElasticTrainingJob to apply it.")
+    if jobset is None and not terminal and not previous_jobset_name:
+        return setter.unknown(ConditionType.SPEC_APPLIED, Reason.JOBSET_NOT_CREATED)
+    return setter.true(ConditionType.SPEC_APPLIED, Reason.APPLIED)
+
+
+def training_report_condition(setter: ConditionSetter, report: TrainingReport | None,
+                              problem: str | None) -> Condition:
+    """Whether status.training parsed cleanly (the message names what was ignored)."""
+    if problem:
+        return setter.false(ConditionType.TRAINING_REPORT_VALID, Reason.INVALID_REPORT,
+                            problem)
+    if report is None:
+        return setter.unknown(ConditionType.TRAINING_REPORT_VALID, Reason.NO_REPORT,
+                              "the trainer has not reported yet")
+    return setter.true(ConditionType.TRAINING_REPORT_VALID, Reason.VALID)
+
+
+def spares_condition(setter: ConditionSetter, spares: list[str] | None,
+                     wanted: int) -> Condition:
+    """Whether the healthy spare node pools are at least spec.tpu.spares."""
+    if spares is None:
+        return setter.unknown(ConditionType.SPARES_AVAILABLE, Reason.NO_REPORT,
+                              "no TPU node pools of this shape seen (spec.placement Any, or "
+                              "none in the cluster)")
+    have = f"{plural(len(spares), 'healthy spare node pool')}" + (
+        f" ({', '.join(spares)})" if spares else "")
+    if len(spares) >= wanted:
+        return setter.true(ConditionType.SPARES_AVAILABLE, Reason.ENOUGH_SPARES,
+                           f"{have}; spec.tpu.spares is {wanted}")
+    return setter.false(ConditionType.SPARES_AVAILABLE, Reason.FEWER_SPARES,
+                        f"{have}; spec.tpu.spares is {wanted}: a failed slice may wait for "
+                        "its node pool to be repaired")

@@ -1,0 +1,119 @@
+"""Whether the job has finished: Failed (with why) or Succeeded. Both are sticky: once
+True they stay, whatever the cluster shows later; a new failure posts one Event."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from elastic_api.conditions import TRAINER_FAILURE_REASONS, ConditionType, Reason
+from elastic_api.models import (
+    Condition,
+    ElasticTrainingJobSpec,
+    ElasticTrainingJobStatus,
+    TrainingReport,
+)
+from elastic_api.names import HEAD_REPLICATED_JOB
+from elastic_operator.core.conditions import ConditionSetter, get_condition, is_true
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.observed import Observed, ObservedJobSet
+
+
+@dataclass(frozen=True)
+class Failure:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the job ended, if it did."""
+
+    succeeded: bool = False
+    failure: Failure | None = None
+    new_failure: bool = False  # failed in this reconcile (post an Event)
+
+    @property
+    def terminal(self) -> bool:
+        return self.succeeded or self.failure is not None
+
+    @property
+    def failure_message(self) -> str:
+        return self.failure.message if self.failure is not None else ""
+
+
+def decide_outcome(spec: ElasticTrainingJobSpec, observed: Observed,
+                   previous: ElasticTrainingJobStatus) -> Outcome:
+    jobset = observed.jobset
+    succeeded = is_true(previous, ConditionType.SUCCEEDED) or (
+        jobset is not None and jobset.terminal_state == "Completed")
+    failed = get_condition(previous, ConditionType.FAILED)
+    if failed is not None and failed.status == "True":
+        return Outcome(succeeded, Failure(failed.reason, failed.message))
+    if succeeded:
+        return Outcome(succeeded=True)
+    failure = (trainer_failure(previous.training)
+               or jobset_failure(spec, observed)
+               or lost_jobset_failure(jobset, previous.job_set_name))
+    return Outcome(failure=failure, new_failure=failure is not None)
+
+
+def trainer_failure(report: TrainingReport | None) -> Failure | None:
+    """The trainer gave up (its elastic retries or timeout): its reason is the job's."""
+    if report is None or report.state != "Failed" or report.reason not in \
+            TRAINER_FAILURE_REASONS:
+        return None
+    return Failure(report.reason, report.message or f"the trainer reported {report.reason}")
+
+
+def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed) -> Failure | None:
+    """The JobSet failed: the head failed, or the restart budget ran out."""
+    jobset = observed.jobset
+    if jobset is None or jobset.terminal_state != "Failed":
+        return None
+    head = next((r for r in jobset.replicated_jobs if r.name == HEAD_REPLICATED_JOB), None)
+    head_pod_failed = any(p.replicated_job == HEAD_REPLICATED_JOB and p.failed
+                          for p in observed.pods)
+    if head_pod_failed or (head is not None and head.failed > 0):
+        reason = Reason.HEAD_FAILED
+    elif jobset.restarts >= spec.max_restarts:
+        reason = Reason.MAX_RESTARTS_EXCEEDED
+    else:
+        reason = Reason.JOBSET_FAILED
+    message = (f"JobSet {jobset.name} failed after {jobset.restarts} restarts "
+               f"(maxRestarts {spec.max_restarts})")
+    if jobset.failed_message:
+        message += f": {jobset.failed_message}"
+    return Failure(reason, message)
+
+
+def lost_jobset_failure(jobset: ObservedJobSet | None,
+                        previous_name: str | None) -> Failure | None:
+    """The JobSet existed and was deleted behind the operator's back."""
+    if jobset is not None or not previous_name:
+        return None
+    return Failure(Reason.JOBSET_LOST,
+                   f"JobSet {previous_name} was deleted outside the operator; it is not "
+                   "recreated. Delete and re-create the ElasticTrainingJob to start over.")
+
+
+def failure_events(outcome: Outcome) -> list[StatusEvent]:
+    if outcome.failure is None or not outcome.new_failure:
+        return []
+    return [StatusEvent(reason=outcome.failure.reason, message=outcome.failure.message,
+                        type="Warning")]
+
+
+def succeeded_condition(setter: ConditionSetter, outcome: Outcome,
+                        jobset_name: str | None) -> Condition:
+    if not outcome.succeeded:
+        return setter.false(ConditionType.SUCCEEDED, Reason.NOT_FINISHED)
+    for cond in setter.previous:  # sticky: kept exactly as first written
+        if cond.type == ConditionType.SUCCEEDED and cond.status == "True":
+            return cond
+    return setter.true(ConditionType.SUCCEEDED, Reason.JOBSET_COMPLETED,
+                       f"JobSet {jobset_name} completed")
+
+
+def failed_condition(setter: ConditionSetter, outcome: Outcome) -> Condition:
+    if outcome.failure is None:
+        return setter.false(ConditionType.FAILED, Reason.NOT_FAILED)
+    return setter.true(ConditionType.FAILED, outcome.failure.reason, outcome.failure.message)

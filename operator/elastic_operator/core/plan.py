@@ -1,0 +1,256 @@
+"""What one reconcile changes in the cluster, as a list of typed actions, and what the
+operator's objects carry to say they are its own.
+
+The plan is pure; the reconciler (the thin I/O layer) executes its actions in order.
+Creation is idempotent (an object that exists is left alone) and a JobSet that existed
+is never recreated: that would reset JobSet's restart budget and lose the trainer.
+
+spec.suspend holds and releases the job only through what is the operator's to hold:
+the JobSet's suspend, marked as the operator's (a JobSet that another suspended, an
+admission controller say, is never unsuspended), or, when Kueue manages the JobSet
+(it owns its suspend both ways), the Workload's spec.active, marked the same way.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from elastic_api.conditions import ConditionType
+from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_api.names import (
+    APPLIED_SPEC_ANNOTATION,
+    KUEUE_QUEUE_NAME_LABEL,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+)
+from elastic_operator.observed import ObservedJobSet, ObservedWorkload
+
+
+@dataclass(frozen=True)
+class CreateObject:
+    """Create a rendered object (already owned) unless it exists."""
+
+    obj: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.get("kind"))
+
+
+@dataclass(frozen=True)
+class PatchJobSetSuspend:
+    """Apply spec.suspend to the JobSet (the one spec field applied in place), marking the
+    hold as the operator's (or clearing the mark)."""
+
+    namespace: str
+    jobset: str
+    suspend: bool
+
+
+@dataclass(frozen=True)
+class SetWorkloadActive:
+    """Apply spec.suspend to a JobSet Kueue manages: deactivate its Workload (Kueue then
+    evicts it, suspends the JobSet and frees the quota), marked as the operator's, or
+    reactivate one the operator deactivated (it queues again)."""
+
+    namespace: str
+    workload: str
+    active: bool
+
+
+Action = CreateObject | PatchJobSetSuspend | SetWorkloadActive
+
+
+# --- slice replacement (core/replacement.py plans these after the status is written) ---
+
+
+@dataclass(frozen=True)
+class DeleteWorkerJob:
+    """Delete a failed slice's worker Job (Foreground, precondition uid): JobSet
+    recreates it at once, with fresh pods and no pod backoff."""
+
+    namespace: str
+    name: str
+    uid: str
+    slice_index: int
+    reason: str  # why (the slice's failure reason, or Maintenance)
+
+
+@dataclass(frozen=True)
+class ForceDeletePod:
+    """Delete a pod with grace period 0: it is Terminating on a node that is not Ready,
+    whose kubelet will never confirm the deletion."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    slice_index: int
+
+
+@dataclass(frozen=True)
+class QuarantinePool:
+    """Label every node of a node pool so that replacement workers avoid it."""
+
+    pool: str
+    reason: str  # NodeNotReady, Maintenance, RepeatedFailures
+    nodes: tuple[str, ...]
+    slice_index: int
+
+
+@dataclass(frozen=True)
+class LowerBackoffLimit:
+    """A slice's restart budget is spent: set its Job's backoffLimit to 0, so the Job
+    fails and JobSet's failurePolicy applies (as without the operator)."""
+
+    namespace: str
+    name: str
+    uid: str
+    slice_index: int
+
+
+ReplacementAction = DeleteWorkerJob | ForceDeletePod | QuarantinePool | LowerBackoffLimit
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    why_not: str | None = None  # why nothing is created (terminal / lost JobSet), for logs
+
+    @property
+    def creates(self) -> list[dict[str, Any]]:
+        return [a.obj for a in self.actions if isinstance(a, CreateObject)]
+
+
+def applied_spec(job: ElasticTrainingJob) -> str:
+    """The spec a JobSet was rendered from, minus the one field applied in place."""
+    spec = job.spec.to_wire()
+    spec.pop("suspend", None)
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def owner_reference(job: ElasticTrainingJob) -> dict[str, Any]:
+    return {
+        "apiVersion": job.api_version,
+        "kind": job.kind,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid or "",
+        "controller": True,
+    }
+
+
+def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rendered objects with the job's namespace and controller ownerReference; the
+    JobSet also carries the spec it was rendered from (to detect later spec changes)."""
+    out = []
+    for obj in rendered:
+        obj = json.loads(json.dumps(obj))  # deep copy
+        meta = obj.setdefault("metadata", {})
+        if job.metadata.namespace:
+            meta["namespace"] = job.metadata.namespace
+        meta["ownerReferences"] = [owner_reference(job)]
+        if obj.get("kind") == "JobSet":
+            annotations = meta.setdefault("annotations", {})
+            annotations[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
+            if job.spec.suspend:  # created suspended: the operator's own hold
+                annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
+        out.append(obj)
+    return out
+
+
+def is_terminal(status: ElasticTrainingJobStatus) -> bool:
+    return any(c.type in (ConditionType.SUCCEEDED, ConditionType.FAILED) and c.status == "True"
+               for c in status.conditions)
+
+
+def owned_by_another(job: ElasticTrainingJob, jobset: ObservedJobSet) -> bool:
+    """The JobSet of this name belongs to another object (a name conflict)."""
+    return bool(job.metadata.uid and jobset.owner_uid and jobset.owner_uid != job.metadata.uid)
+
+
+def plan_reconcile(
+    job: ElasticTrainingJob,
+    rendered: list[dict[str, Any]],
+    jobset: ObservedJobSet | None,
+    previous: ElasticTrainingJobStatus,
+    *,
+    workload: ObservedWorkload | None = None,
+    ensure_children: bool = False,
+) -> Plan:
+    """Create what is missing, apply suspend; never recreate a JobSet that existed.
+
+    workload: the JobSet's Kueue Workload, if it has one.
+    ensure_children: the JobSet exists but this process has not yet made sure of the
+    objects rendered beside it (the trainer's RBAC): create them again (idempotent)."""
+    if jobset is None:
+        if is_terminal(previous):
+            return Plan(why_not="the job is finished; its JobSet is not recreated")
+        if previous.job_set_name:
+            return Plan(why_not=f"JobSet {previous.job_set_name} existed and is gone; "
+                        "not recreated (that would reset its restart budget)")
+        if job.spec.suspend and job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL):
+            # Kueue could admit and start it before its Workload is deactivated.
+            return Plan(why_not="spec.suspend is true: a queued job's JobSet is created "
+                        "when it is resumed")
+        return Plan(actions=tuple(CreateObject(obj) for obj in owned(job, rendered)))
+    if owned_by_another(job, jobset):
+        return Plan(why_not=f"JobSet {jobset.name} is owned by another object")
+    if jobset.terminal_state is not None or is_terminal(previous):
+        return Plan(why_not="the JobSet is finished")
+    actions: list[Action] = []
+    if ensure_children:
+        actions += [CreateObject(obj) for obj in owned(job, rendered) if obj["kind"] != "JobSet"]
+    actions += suspend_actions(job, jobset, workload, previous)
+    return Plan(actions=tuple(actions))
+
+
+def suspend_actions(job: ElasticTrainingJob, jobset: ObservedJobSet,
+                    workload: ObservedWorkload | None,
+                    previous: ElasticTrainingJobStatus) -> list[Action]:
+    """Hold or release the job for spec.suspend, only through the operator's own holds."""
+    namespace = job.metadata.namespace or ""
+    suspend = job.spec.suspend
+    if workload is not None:  # Kueue owns the JobSet's suspend: never touch it
+        if suspend and workload.active:
+            return [SetWorkloadActive(namespace, workload.name, active=False)]
+        if not suspend and not workload.active and workload.deactivated_by_operator:
+            return [SetWorkloadActive(namespace, workload.name, active=True)]
+        return []
+    if suspend and not jobset.suspended:
+        return [PatchJobSetSuspend(namespace, jobset.name, True)]
+    if not suspend and jobset.suspended and (
+            jobset.suspended_by_operator or _suspended_by_older_operator(job, previous)):
+        return [PatchJobSetSuspend(namespace, jobset.name, False)]
+    return []
+
+
+def _suspended_by_older_operator(job: ElasticTrainingJob,
+                                 previous: ElasticTrainingJobStatus) -> bool:
+    """An operator from before the mark suspended this JobSet: the status says the job
+    was suspended, and no queue holds it."""
+    was_suspended = any(c.type == ConditionType.SUSPENDED and c.status == "True"
+                        for c in previous.conditions)
+    return was_suspended and previous.admission is None and \
+        not job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL)
+
+
+def spec_drift(job: ElasticTrainingJob, applied: str | None) -> list[str]:
+    """Paths of spec fields that differ from what the JobSet was rendered from."""
+    if applied is None:
+        return []
+    try:
+        before = json.loads(applied)
+    except ValueError:
+        return ["(unreadable applied-spec annotation)"]
+    after = json.loads(applied_spec(job))
+    return _diff_paths(before, after, "spec")
+
+
+def _diff_paths(a: Any, b: Any, path: str) -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b)):
+            out += _diff_paths(a.get(key), b.get(key), f"{path}.{key}")
+        return out
+    return [] if a == b else [path]

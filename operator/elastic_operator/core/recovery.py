@@ -1,0 +1,177 @@
+"""Recovery accounting: the record of the latest recovery (status.lastRecovery), and the
+trainer process that reports (status.trainerProcess).
+
+A recovery opens when a slice goes down or the trainer reports a new elastic event, and
+closes when the trainer reports that event Resumed (or, without an elastic event, a step
+later than the one at detection).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from elastic_api.conditions import Reason
+from elastic_api.models import (
+    ElasticEventReport,
+    ElasticTrainingJobStatus,
+    RecoveryRecord,
+    TrainerProcess,
+    TrainingReport,
+)
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.slices import SliceChange
+from elastic_operator.core.text import fmt_slices, iso, plural
+
+
+def track_recovery(
+    previous: ElasticTrainingJobStatus,
+    report: TrainingReport | None,
+    changes: list[SliceChange],
+    now: datetime,
+    not_ready: frozenset[int] = frozenset(),
+) -> tuple[RecoveryRecord | None, list[StatusEvent]]:
+    """The recovery record after this reconcile, and the Recovered Event if it closed.
+    `not_ready`: the slices that are not Ready now."""
+    record = previous.last_recovery
+    ongoing = record is not None and record.resumed_at is None
+    record, ongoing = _open_for_down_slices(record, ongoing, report, changes, now)
+    event = report.elastic_event if report else None
+    if event is not None:
+        record, ongoing = _link_elastic_event(record, ongoing, event,
+                                              previous.counters.elastic_events)
+    if record is None or not ongoing:
+        return record, []
+    return _close_if_resumed(record, report, event, now, not_ready)
+
+
+def _open_for_down_slices(
+    record: RecoveryRecord | None, ongoing: bool, report: TrainingReport | None,
+    changes: list[SliceChange], now: datetime,
+) -> tuple[RecoveryRecord | None, bool]:
+    """Slices that went down open a recovery, or join the one in progress."""
+    down = [c for c in changes if c.went_down]
+    if not down:
+        return record, ongoing
+    failed_times = [c.failed_at for c in down if c.failed_at is not None]
+    detected = min(failed_times) if failed_times else now
+    indices = [c.index for c in down]
+    if record is None or not ongoing:
+        return RecoveryRecord(detected_at=detected, slices=sorted(indices),
+                              step_at_detection=report.step if report else None), True
+    return record.model_copy(update={
+        "detected_at": min(record.detected_at, detected),
+        "slices": sorted(set(record.slices) | set(indices)),
+    }), True
+
+
+def _link_elastic_event(
+    record: RecoveryRecord | None, ongoing: bool, event: ElasticEventReport, seen_events: int,
+) -> tuple[RecoveryRecord | None, bool]:
+    """A new elastic event of the trainer opens a recovery, or joins the one in
+    progress (whose detection time it may move earlier)."""
+    is_new = event.id > seen_events or (
+        record is not None and ongoing and record.elastic_event_id is not None
+        and event.id > record.elastic_event_id
+    )
+    linked = record is not None and record.elastic_event_id == event.id
+    # An event that had already resumed before this recovery's failure is an older
+    # one reported late: it cannot be this recovery's (it only counts).
+    predates = (record is not None and ongoing and event.resumed_at is not None
+                and event.resumed_at <= record.detected_at)
+    if not is_new or linked or predates:
+        return record, ongoing
+    if record is not None and ongoing:
+        return record.model_copy(update={
+            "elastic_event_id": event.id,
+            "detected_at": min(record.detected_at, event.detected_at),
+            "slices": sorted(set(record.slices) | set(event.slices_down)),
+        }), True
+    return RecoveryRecord(
+        detected_at=event.detected_at, slices=sorted(set(event.slices_down)),
+        elastic_event_id=event.id, step_at_detection=event.failed_step,
+    ), True
+
+
+def _resumed_at(record: RecoveryRecord, report: TrainingReport | None,
+                event: ElasticEventReport | None, now: datetime,
+                not_ready: frozenset[int]) -> datetime | None:
+    """When training resumed after this recovery's failure, if it has. Without an
+    elastic event, a later step counts only once the slices that went down are Ready
+    again: before that, the trainer has not noticed the failure yet (a dead host's
+    Pathways worker is found out in seconds, not at once)."""
+    if event is not None and record.elastic_event_id == event.id and event.phase == "Resumed":
+        return event.resumed_at or (report.observed_at if report else now)
+    if (
+        record.elastic_event_id is None and report is not None
+        and not set(record.slices) & not_ready
+        and report.state == "Training" and record.step_at_detection is not None
+        and report.step > record.step_at_detection
+        and report.observed_at > record.detected_at
+    ):
+        return report.observed_at
+    return None
+
+
+def _close_if_resumed(
+    record: RecoveryRecord, report: TrainingReport | None,
+    event: ElasticEventReport | None, now: datetime, not_ready: frozenset[int],
+) -> tuple[RecoveryRecord, list[StatusEvent]]:
+    resumed_at = _resumed_at(record, report, event, now, not_ready)
+    if resumed_at is None:
+        return record, []
+    linked = event if event is not None and record.elastic_event_id == event.id else None
+    downtime = max(0.0, (resumed_at - record.detected_at).total_seconds())
+    steps_lost = None
+    if linked is not None and linked.failed_step is not None \
+            and linked.restored_from_step is not None:
+        steps_lost = max(0, linked.failed_step - linked.restored_from_step)
+    record = record.model_copy(update={
+        "resumed_at": resumed_at, "downtime_seconds": round(downtime, 3),
+        "steps_lost": steps_lost,
+        "restored_from_step": linked.restored_from_step if linked else None,
+        "restore_source": linked.restore_source if linked else None,
+    })
+    return record, [StatusEvent(
+        reason=Reason.RECOVERED, message=recovered_message(record), type="Normal",
+        downtime_seconds=record.downtime_seconds, steps_lost=steps_lost,
+    )]
+
+
+def recovered_message(record: RecoveryRecord) -> str:
+    parts = [f"resumed after {record.downtime_seconds:.1f} s of downtime"]
+    if record.slices:
+        parts.append(f"({fmt_slices(record.slices)} went down)")
+    if record.steps_lost is not None:
+        parts.append(f"; {plural(record.steps_lost, 'step')} lost")
+    if record.restored_from_step is not None:
+        parts.append(f"; restored from step {record.restored_from_step}"
+                     + (f" ({record.restore_source})" if record.restore_source else ""))
+    return " ".join(parts).replace(" ;", ";")
+
+
+def trainer_process(
+    known: TrainerProcess | None, report: TrainingReport | None,
+) -> tuple[TrainerProcess | None, TrainerProcess | None]:
+    """(the process now reporting, the one it replaced or None). A process counts as a
+    replacement only when it started later than the known one: a late report of the old
+    process, or the same process reporting again, changes nothing."""
+    if report is None or report.process_started_at is None or report.process_id is None:
+        return known, None
+    seen = TrainerProcess(process_id=report.process_id, host_name=report.host_name,
+                          started_at=report.process_started_at)
+    if known is None or known.started_at is None:
+        return seen, None
+    if seen == known or seen.started_at is None or seen.started_at <= known.started_at:
+        return known, None
+    return seen, known
+
+
+def trainer_restarted_event(process: TrainerProcess, replaced: TrainerProcess,
+                            elastic_events: int) -> StatusEvent:
+    started = iso(process.started_at) if process.started_at else "?"
+    return StatusEvent(
+        reason=Reason.TRAINER_RESTARTED, type="Warning",
+        message=f"a new trainer process (pid {process.process_id} on {process.host_name}, "
+                f"started {started}) replaced pid {replaced.process_id} on "
+                f"{replaced.host_name}; it resumes from the newest committed checkpoint and "
+                f"counts on from {elastic_events} elastic event(s)",
+    )

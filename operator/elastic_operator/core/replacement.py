@@ -1,0 +1,348 @@
+"""Slice replacement at hardware speed, decided purely (docs/architecture.md, "Slice
+replacement").
+
+Kubernetes alone brings a failed slice back slowly: the Job controller delays a worker
+Job's replacement pods 10 s x 2^(n-1) up to 10 minutes (never reset: workers never
+succeed), a dead node's pods are evicted after 300 s and then stay Terminating, and a
+replacement leader is pinned to the broken node pool by the old pods. So the operator
+replaces the slice itself: it deletes the slice's worker Job (uid precondition) and
+JobSet recreates it at once, with a fresh backoff.
+
+Two steps, with the status written in between (intent first):
+
+1. `track_replacements` (inside compute_status): when a slice fails, record in
+   `slices[i].replacement` what will be done (Replace; GiveUp once `restarts` exceeds
+   spec.elastic.maxSliceRestarts) and against which Job (its uid, from the failed pods);
+   when the slice is Ready again on a new Job, move the record to `lastReplacement`.
+2. `plan_replacements` (after the write): the actions the records call for, level-based:
+   the Job named in a record that still exists, not being deleted, is deleted (after the
+   NodeNotReady grace), its pool quarantined first when a spare exists; a GiveUp lowers
+   the Job's backoffLimit; pods Terminating on a dead node are force-deleted after
+   spec.recovery.forceDeleteAfterSeconds. A restarted operator finds the record and the
+   Job and does what is left; a delete that already happened is never repeated (the Job
+   has another uid).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from elastic_api.conditions import Reason
+from elastic_api.models import (
+    ElasticTrainingJobSpec,
+    ElasticTrainingJobStatus,
+    PoolStatus,
+    ReplacementRecord,
+    SliceReplacement,
+    SliceStatus,
+)
+from elastic_api.names import WORKER_REPLICATED_JOB, worker_job_name
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.plan import (
+    DeleteWorkerJob,
+    ForceDeletePod,
+    LowerBackoffLimit,
+    QuarantinePool,
+    ReplacementAction,
+)
+from elastic_operator.core.pools import (
+    pod_pool,
+    pools_in_use,
+    quarantine_reason,
+    record_pools,
+    slice_pool,
+    spare_pools,
+)
+from elastic_operator.core.slices import SliceChange
+from elastic_operator.core.text import plural
+from elastic_operator.observed import Observed, ObservedJob, ObservedNode, ObservedPod
+
+# Failures kept per pool in status.pools (enough for any quarantineAfterFailures that
+# makes sense; admission caps it at 100).
+MAX_POOL_FAILURES = 100
+
+
+def worker_pods_of(observed: Observed, index: int) -> list[ObservedPod]:
+    return [p for p in observed.pods
+            if p.replicated_job == WORKER_REPLICATED_JOB and p.slice_index == index]
+
+
+def _newest_per_host(pods: list[ObservedPod]) -> list[ObservedPod]:
+    by_host: dict[object, ObservedPod] = {}
+    for pod in sorted(pods, key=lambda p: (p.created_at is not None, p.created_at, p.name)):
+        by_host[pod.host_index if pod.host_index is not None else pod.name] = pod
+    return list(by_host.values())
+
+
+def _failed_job_uid(pods: list[ObservedPod], nodes: dict[str, ObservedNode]) -> str | None:
+    """The Job whose pods failed: that of a failed, terminating or stranded pod, else of
+    the slice's newest pods."""
+    newest = _newest_per_host(pods)
+    broken = [p for p in newest if p.failed or p.terminating or not _on_ready_node(p, nodes)]
+    for pod in broken + newest:
+        if pod.job_uid:
+            return pod.job_uid
+    return None
+
+
+def current_job_uid(pods: list[ObservedPod]) -> str | None:
+    """The Job the slice's newest pods belong to."""
+    return next((p.job_uid for p in _newest_per_host(pods) if p.job_uid), None)
+
+
+def _on_ready_node(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> bool:
+    node = nodes.get(pod.node_name or "")
+    return pod.node_name is None or (node is not None and node.ready)
+
+
+def _failed_pool(pods: list[ObservedPod], nodes: dict[str, ObservedNode],
+                 known: str | None) -> str | None:
+    """The pool of the slice's failure: of its broken pods, else where it ran."""
+    for pod in _newest_per_host(pods):
+        if pod.failed or pod.terminating or not _on_ready_node(pod, nodes):
+            pool = pod_pool(pod, nodes)
+            if pool:
+                return pool
+    return known
+
+
+# --- step 1: the records, inside compute_status --------------------------------------------
+
+
+@dataclass
+class Tracked:
+    slices: list[SliceStatus]
+    pools: list[PoolStatus]
+    events: list[StatusEvent] = field(default_factory=list)
+
+
+def track_replacements(
+    spec: ElasticTrainingJobSpec, slices: list[SliceStatus], changes: list[SliceChange],
+    observed: Observed, previous_pools: list[PoolStatus], now: datetime,
+) -> Tracked:
+    """slices[].pool, .replacement and .lastReplacement, and status.pools, after this
+    reconcile's slice changes."""
+    by_change = {c.index: c for c in changes}
+    failed_on: list[str] = []
+    out: list[SliceStatus] = []
+    events: list[StatusEvent] = []
+    for s in slices:
+        pods = worker_pods_of(observed, s.index)
+        pool = slice_pool(pods, observed.nodes) or s.pool
+        record = s.replacement
+        last = s.last_replacement
+        change = by_change.get(s.index)
+        if change is not None and change.failed:
+            from_pool = _failed_pool(pods, observed.nodes, s.pool)
+            if from_pool:
+                failed_on.append(from_pool)
+            record = _new_record(spec, s, pods, observed, from_pool, now)
+            if record is not None:
+                events.append(_record_event(s, record, spec.elastic.max_slice_restarts))
+        elif record is not None and s.state == "Ready" and (
+                record.action != "Move" or _on_new_job(record, pods)):
+            # Ready again: on a new Job (replaced, moved), or on the same one (it healed
+            # before the operator acted, or the Job controller replaced the pod itself).
+            if record.action != "GiveUp" and _on_new_job(record, pods):
+                last = ReplacementRecord(
+                    action=record.action, reason=record.reason, requested_at=record.requested_at,
+                    ready_at=now, seconds=round((now - record.requested_at).total_seconds(), 3),
+                    from_pool=record.from_pool, to_pool=pool)
+                events.append(_replaced_event(s.index, last))
+            record = None
+        out.append(s.model_copy(update={"pool": pool, "replacement": record,
+                                        "last_replacement": last}))
+    pools = record_pools(previous_pools, out, failed_on, observed.pools, now,
+                         spec.recovery.quarantine_window_seconds, MAX_POOL_FAILURES)
+    return Tracked(slices=_no_healthy_pool(out, observed, pools), pools=pools, events=events)
+
+
+def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, pods: list[ObservedPod],
+                observed: Observed, from_pool: str | None,
+                now: datetime) -> SliceReplacement | None:
+    if not spec.recovery.replace_slices:
+        return None
+    action = "GiveUp" if s.restarts > spec.elastic.max_slice_restarts else "Replace"
+    return SliceReplacement(action=action, reason=s.reason or Reason.SLICE_DOWN,
+                            job_uid=_failed_job_uid(pods, observed.nodes), from_pool=from_pool,
+                            requested_at=now)
+
+
+def _on_new_job(record: SliceReplacement, pods: list[ObservedPod]) -> bool:
+    """The slice's newest pods belong to another Job than the one the record names."""
+    uid = current_job_uid(pods)
+    return uid is not None and record.job_uid is not None and uid != record.job_uid
+
+
+def _record_event(s: SliceStatus, record: SliceReplacement, budget: int) -> StatusEvent:
+    where = f" on node pool {record.from_pool}" if record.from_pool else ""
+    if record.action == "GiveUp":
+        return StatusEvent(
+            reason=Reason.SLICE_RESTARTS_EXHAUSTED, type="Warning", slice_index=s.index,
+            message=f"slice {s.index} failed{where} ({record.reason}) with its restart budget "
+                    f"spent ({plural(budget, 'restart')} allowed, maxSliceRestarts); not "
+                    "replaced again: its Job's backoffLimit is lowered so that JobSet's "
+                    "failurePolicy applies")
+    return StatusEvent(
+        reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
+        message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
+                f"Job (restart {s.restarts} of {budget})")
+
+
+def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:
+    moved = ""
+    if last.from_pool and last.to_pool and last.from_pool != last.to_pool:
+        moved = f", moved from node pool {last.from_pool} to {last.to_pool}"
+    elif last.to_pool:
+        moved = f", on node pool {last.to_pool}"
+    what = "moved" if last.action == "Move" else "replaced"
+    return StatusEvent(reason=Reason.SLICE_REPLACED, type="Normal", slice_index=index,
+                       downtime_seconds=last.seconds,
+                       message=f"slice {index} {what} and Ready {last.seconds:.1f} s after "
+                               f"the operator acted{moved}")
+
+
+def _no_healthy_pool(slices: list[SliceStatus], observed: Observed,
+                     pools: list[PoolStatus]) -> list[SliceStatus]:
+    """A slice whose replacement pods cannot be scheduled while no spare exists says so."""
+    if not observed.pools:
+        return slices
+    spares = spare_pools(observed.pools, pools_in_use(slices))
+    quarantined = [p.name for p in observed.pools if p.quarantined]
+    out = []
+    for s in slices:
+        pods = _newest_per_host(worker_pods_of(observed, s.index))
+        unscheduled = [p for p in pods if p.node_name is None and not p.terminating]
+        if s.state == "Restarting" and unscheduled and not spares:
+            detail = f"; quarantined: {', '.join(quarantined)}" if quarantined else ""
+            s = s.model_copy(update={
+                "reason": Reason.NO_HEALTHY_POOL,
+                "message": f"{plural(len(unscheduled), 'replacement pod')} Pending: no "
+                           f"healthy node pool of this shape is free{detail}"})
+        out.append(s)
+    return out
+
+
+# --- step 2: the actions, after the status write -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplacementPlan:
+    actions: tuple[ReplacementAction, ...] = ()
+    # Seconds until a time-based step is due (a grace period ends); None: nothing pending.
+    wake_after_s: float | None = None
+
+
+def needs_jobs(status: ElasticTrainingJobStatus) -> bool:
+    """Whether planning must read the worker Jobs (a record to act on)."""
+    return any(s.replacement is not None for s in status.slices)
+
+
+def plan_replacements(
+    namespace: str, jobset: str, spec: ElasticTrainingJobSpec, status: ElasticTrainingJobStatus,
+    observed: Observed, now: datetime,
+) -> ReplacementPlan:
+    """The actions the status's replacement records and the stuck pods call for."""
+    if not spec.recovery.replace_slices:
+        return ReplacementPlan()
+    actions: list[ReplacementAction] = []
+    waits: list[float] = []
+    # Each quarantine sends one slice to one spare: never more quarantines than spares.
+    spares = spare_pools(observed.pools, pools_in_use(status.slices))
+    pools = {p.name: p for p in status.pools}
+    for s in status.slices:
+        pods = worker_pods_of(observed, s.index)
+        record = s.replacement
+        job = observed.jobs.get(s.index)
+        if record is not None and record.action in ("Replace", "Move"):
+            actions += _replace(namespace, jobset, spec, s, record, job, pods, observed,
+                                spares, pools, now, waits)
+        elif record is not None and record.action == "GiveUp" and _live(job, record) \
+                and job is not None and job.backoff_limit != 0 and job.finished is None:
+            actions.append(LowerBackoffLimit(namespace, job.name, job.uid, s.index))
+        actions += _stuck_pods(namespace, spec, s.index, pods, observed.nodes, now, waits)
+    wake = max(0.0, min(waits)) if waits else None
+    return ReplacementPlan(actions=tuple(actions), wake_after_s=wake)
+
+
+def _live(job: ObservedJob | None, record: SliceReplacement) -> bool:
+    """The Job the record names still exists and is not being deleted."""
+    return job is not None and job.uid == record.job_uid and not job.deleting
+
+
+def _replace(
+    namespace: str, jobset: str, spec: ElasticTrainingJobSpec, s: SliceStatus,
+    record: SliceReplacement, job: ObservedJob | None, pods: list[ObservedPod],
+    observed: Observed, spares: list[str], pools: dict[str, PoolStatus], now: datetime,
+    waits: list[float],
+) -> list[ReplacementAction]:
+    if job is None or not _live(job, record):
+        return []  # done already (or JobSet's own restart is under way)
+    grace_ends = _grace_ends(record, pods, observed.nodes, spec.recovery.node_not_ready_seconds)
+    if grace_ends is not None and now < grace_ends:
+        waits.append((grace_ends - now).total_seconds())
+        return []
+    actions: list[ReplacementAction] = []
+    pool = record.from_pool
+    why = quarantine_reason(
+        pools.get(pool or ""), _node_level_cause(record, pods, observed.nodes),
+        spec.recovery.quarantine_after_failures)
+    target = next((p for p in observed.pools if p.name == pool), None)
+    free = [p for p in spares if p != pool]
+    if why is not None and target is not None and target.quarantined is None and free:
+        spares.remove(free[0])  # taken by this slice
+        actions.append(QuarantinePool(target.name, why, tuple(n.name for n in target.nodes),
+                                      s.index))
+    actions.append(DeleteWorkerJob(namespace, job.name or worker_job_name(jobset, s.index),
+                                   job.uid, s.index, record.reason))
+    return actions
+
+
+def _grace_ends(record: SliceReplacement, pods: list[ObservedPod],
+                nodes: dict[str, ObservedNode], grace_s: int) -> datetime | None:
+    """A slice down only because a node reports Ready=False waits `grace_s` from the
+    failure (a kubelet that reports is alive: it may recover); a silent node
+    (Ready=Unknown: the control plane already waited its grace) or a gone one does not."""
+    if record.reason != Reason.NODE_NOT_READY or record.action != "Replace":
+        return None
+    newest = _newest_per_host(pods)
+    if any(p.failed or p.terminating for p in newest):
+        return None
+    statuses = {nodes[p.node_name].ready_status for p in newest
+                if p.node_name and p.node_name in nodes and not nodes[p.node_name].ready}
+    if statuses != {"False"}:
+        return None
+    return record.requested_at + timedelta(seconds=grace_s)
+
+
+def _node_level_cause(record: SliceReplacement, pods: list[ObservedPod],
+                      nodes: dict[str, ObservedNode]) -> str | None:
+    if record.action == "Move" or record.reason == Reason.MAINTENANCE:
+        return Reason.MAINTENANCE
+    for pod in pods:
+        if pod.node_name and not _on_ready_node(pod, nodes):
+            return Reason.NODE_NOT_READY
+    return None
+
+
+def _stuck_pods(namespace: str, spec: ElasticTrainingJobSpec, index: int,
+                pods: list[ObservedPod], nodes: dict[str, ObservedNode], now: datetime,
+                waits: list[float]) -> list[ReplacementAction]:
+    """Pods being deleted on a node that has not been Ready for forceDeleteAfterSeconds
+    (or is gone): no kubelet will ever confirm their deletion, and while they exist
+    JobSet cannot recreate the Job (Foreground deletion) nor place its leader elsewhere."""
+    out: list[ReplacementAction] = []
+    bound = timedelta(seconds=spec.recovery.force_delete_after_seconds)
+    for pod in pods:
+        if not pod.terminating or not pod.node_name or not pod.uid \
+                or _on_ready_node(pod, nodes):
+            continue
+        node = nodes.get(pod.node_name)
+        down_since = node.ready_transition_time if node is not None else None
+        due = max(pod.failure_started_at or now, (down_since or now) + bound) \
+            if node is not None else (pod.failure_started_at or now) + bound
+        if now >= due:
+            out.append(ForceDeletePod(namespace, pod.name, pod.uid, pod.node_name, index))
+        else:
+            waits.append((due - now).total_seconds())
+    return out

@@ -1,0 +1,258 @@
+"""Slice health: the state of each worker slice, from its pods and their nodes.
+
+Slice states (status.slices[]), per worker slice (the pods with one job-index):
+- Ready: every host's newest pod is Ready on a Ready node.
+- Down: a host's newest pod failed, is terminating (deleted, evicted), or sits on a
+  NotReady node; or a slice that was Ready lost a host without us seeing why.
+- Restarting: after Down, replacement pods exist but are not all ready yet.
+- Pending: never been ready yet (or the JobSet is suspended / not created).
+A slice entering Down increments its `restarts` (and counters.sliceFailures), unless the
+operator took it down on purpose (a planned move off a pool under maintenance, whose
+record is in `replacement`): that is a move, not a failure.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from elastic_api.conditions import Reason
+from elastic_api.models import SliceState, SliceStatus
+from elastic_api.names import WORKER_REPLICATED_JOB
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.observed import Observed, ObservedNode, ObservedPod
+
+
+@dataclass(frozen=True)
+class SliceChange:
+    """A slice that went Down or became Ready again in this reconcile."""
+
+    index: int
+    went_down: bool
+    restored: bool
+    failed_at: datetime | None
+    message: str
+    planned: bool = False  # went down because the operator moves it (not a failure)
+
+    @property
+    def failed(self) -> bool:
+        return self.went_down and not self.planned
+
+
+@dataclass(frozen=True)
+class HostView:
+    """One host of a slice, represented by its newest pod."""
+
+    host: int | None
+    pod: ObservedPod
+    down_reason: str | None
+    down_message: str | None
+    failed_at: datetime | None
+    ready: bool
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    state: SliceState
+    reason: str
+    message: str
+    failed_at: datetime | None = None  # Down: when its first host failed, if known
+
+
+def newest(pods: list[ObservedPod]) -> ObservedPod:
+    floor = datetime.min.replace(tzinfo=UTC)
+    # Newest first; at equal creation times a live pod supersedes a dead one.
+    return max(pods, key=lambda p: (p.created_at or floor, not (p.failed or p.terminating),
+                                    p.name))
+
+
+def host_view(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> HostView:
+    label = f"host {pod.host_index} (pod {pod.name})"
+    node = nodes.get(pod.node_name or "")
+    if pod.terminating:
+        reason = Reason.POD_EVICTED if pod.status_reason == "Evicted" else Reason.POD_DELETED
+        return HostView(pod.host_index, pod, reason, f"{label} is terminating",
+                        pod.failure_started_at, False)
+    if pod.failed:
+        return _failed_host(pod, label)
+    if node is not None and not node.ready:
+        failed_at = node.ready_transition_time
+        # kwok (and a node that was NotReady before the pod ran) can report an old
+        # transition; the host cannot have failed before its pod became ready.
+        if pod.ready_transition_time is not None and (
+            failed_at is None or failed_at < pod.ready_transition_time
+        ):
+            failed_at = pod.ready_transition_time
+        return HostView(pod.host_index, pod, Reason.NODE_NOT_READY,
+                        f"{label}: node {node.name} is NotReady", failed_at, False)
+    return HostView(pod.host_index, pod, None, None, None, pod.ready)
+
+
+def _failed_host(pod: ObservedPod, label: str) -> HostView:
+    if pod.status_reason == "Evicted":
+        why = f"evicted: {pod.status_message or ''}".rstrip(": ")
+        return HostView(pod.host_index, pod, Reason.POD_EVICTED, f"{label} {why}",
+                        pod.failure_started_at, False)
+    detail = pod.terminated_reason or pod.status_reason or "Failed"
+    if pod.terminated_exit_code is not None:
+        detail += f", exit code {pod.terminated_exit_code}"
+    return HostView(pod.host_index, pod, Reason.POD_FAILED, f"{label} failed ({detail})",
+                    pod.failure_started_at, False)
+
+
+def hosts_by_slice(observed: Observed) -> dict[int, list[HostView]]:
+    """The hosts of each worker slice (by job-index), sorted by host index."""
+    by_slice: dict[int, dict[Any, list[ObservedPod]]] = {}
+    for pod in observed.pods:
+        if pod.replicated_job != WORKER_REPLICATED_JOB or pod.slice_index is None:
+            continue
+        host_key: Any = pod.host_index if pod.host_index is not None else pod.name
+        by_slice.setdefault(pod.slice_index, {}).setdefault(host_key, []).append(pod)
+    out = {}
+    for index, hosts in by_slice.items():
+        views = [host_view(newest(pods), observed.nodes) for pods in hosts.values()]
+        views.sort(key=lambda h: (h.host is None, h.host or 0, h.pod.name))
+        out[index] = views
+    return out
+
+
+def compute_slices(
+    num_slices: int,
+    hosts_per_slice: int,
+    observed: Observed,
+    previous: list[SliceStatus],
+    now: datetime,
+    *,
+    frozen_reason: str | None,
+) -> tuple[list[SliceStatus], list[SliceChange]]:
+    """Slice states from the worker pods. With frozen_reason (suspended, not created),
+    every slice is Pending for that reason and nothing counts as a failure."""
+    prev_by_index = {s.index: s for s in previous}
+    hosts = hosts_by_slice(observed)
+    slices: list[SliceStatus] = []
+    changes: list[SliceChange] = []
+    for index in range(num_slices):
+        status, change = slice_status(index, hosts.get(index, []), prev_by_index.get(index),
+                                      hosts_per_slice, now, frozen_reason)
+        slices.append(status)
+        if change is not None:
+            changes.append(change)
+    return slices, changes
+
+
+def slice_status(
+    index: int, hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,
+    now: datetime, frozen_reason: str | None,
+) -> tuple[SliceStatus, SliceChange | None]:
+    """One slice's new status, and how it changed since `prev`."""
+    prev_state = prev.state if prev else None
+    restarts = prev.restarts if prev else 0
+    verdict = _judge(hosts, prev, hosts_per_slice, frozen_reason)
+    planned = prev is not None and prev.replacement is not None \
+        and prev.replacement.action == "Move"
+    change = None
+    if verdict.state == "Down" and prev_state != "Down":
+        restarts += 0 if planned else 1
+        change = SliceChange(index, True, False, verdict.failed_at, verdict.message,
+                             planned=planned)
+    elif verdict.state == "Ready" and prev_state in ("Down", "Restarting"):
+        change = SliceChange(index, False, True, None, "")
+    transition = now if (prev is None or prev_state != verdict.state) \
+        else prev.last_transition_time
+    status = SliceStatus(
+        index=index, state=verdict.state, ready_hosts=sum(1 for h in hosts if h.ready),
+        hosts=hosts_per_slice, restarts=restarts, reason=verdict.reason,
+        message=verdict.message or None, last_transition_time=transition,
+        # The operator's records (core/replacement.py updates them).
+        moves=prev.moves if prev else 0,
+        replacement=prev.replacement if prev else None,
+        last_replacement=prev.last_replacement if prev else None,
+        maintenance=prev.maintenance if prev else None,
+        pool=prev.pool if prev else None,
+    )
+    return status, change
+
+
+def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,
+           frozen_reason: str | None) -> _Verdict:
+    if frozen_reason is not None:
+        return _Verdict("Pending", frozen_reason, "")
+    down = [h for h in hosts if h.down_reason is not None]
+    if down:
+        reasons = sorted({h.down_reason for h in down if h.down_reason})
+        if len(reasons) > 1:
+            # A slice with a failed host has its other pods deleted next (the slice is
+            # torn down and replaced as one): those deletions follow the failure, they
+            # are not a second cause.
+            reasons = [r for r in reasons if r != Reason.POD_DELETED]
+        failed = [h.failed_at for h in down if h.failed_at is not None]
+        return _Verdict("Down", reasons[0] if len(reasons) == 1 else Reason.MULTIPLE_CAUSES,
+                        "; ".join(h.down_message or "" for h in down),
+                        min(failed) if failed else None)
+    ready_hosts = sum(1 for h in hosts if h.ready)
+    prev_state = prev.state if prev else None
+    if ready_hosts >= hosts_per_slice and len(hosts) >= hosts_per_slice:
+        return _all_ready(hosts, prev)
+    if prev_state == "Ready":
+        return _lost_host(hosts, prev, hosts_per_slice)
+    message = f"{ready_hosts}/{hosts_per_slice} hosts ready"
+    if prev_state in ("Down", "Restarting"):
+        return _Verdict("Restarting", Reason.REPLACEMENT_PODS_NOT_READY, message)
+    return _Verdict("Pending", Reason.WAITING_FOR_HOSTS, message)
+
+
+def _all_ready(hosts: list[HostView], prev: SliceStatus | None) -> _Verdict:
+    """Every host ready. Yet a host replaced and ready again between two looks (kwok, or
+    a fast node) left no failed pod to see: a pod newer than the slice's Ready
+    transition says so."""
+    since = prev.last_transition_time if prev is not None and prev.state == "Ready" else None
+    unseen = [h for h in hosts if since is not None and h.pod.created_at is not None
+              and h.pod.created_at > since]
+    if not unseen:
+        return _Verdict("Ready", Reason.ALL_HOSTS_READY, "")
+    return _Verdict("Down", Reason.HOST_LOST,
+                    "; ".join(f"host {h.host} (pod {h.pod.name}) was replaced" for h in unseen),
+                    min(h.pod.created_at for h in unseen if h.pod.created_at))
+
+
+def _lost_host(hosts: list[HostView], prev: SliceStatus | None,
+               hosts_per_slice: int) -> _Verdict:
+    """A ready slice lost a host between two looks: a pod replaced before we saw it fail
+    (HostLost), or a pod that stopped being ready (HostNotReady)."""
+    since = prev.last_transition_time if prev is not None else None
+    not_ready = [h for h in hosts if not h.ready]
+    replaced = [h for h in not_ready if h.pod.created_at and since and h.pod.created_at > since]
+    reason = Reason.HOST_LOST if replaced or len(hosts) < hosts_per_slice \
+        else Reason.HOST_NOT_READY
+    message = "; ".join(
+        f"host {h.host} (pod {h.pod.name}) "
+        + ("is a replacement, not ready yet" if h in replaced else "is not ready")
+        for h in not_ready) or f"{len(hosts)}/{hosts_per_slice} hosts have pods"
+    lost_at = [h.pod.created_at if h in replaced else h.pod.ready_transition_time
+               for h in not_ready]
+    known = [t for t in lost_at if t is not None]
+    return _Verdict("Down", reason, message, min(known) if known else None)
+
+
+def slice_events(changes: list[SliceChange]) -> list[StatusEvent]:
+    """SliceDown (with when its host failed, for the detection latency) and
+    SliceRestored."""
+    events = []
+    for change in changes:
+        if change.went_down and change.planned:
+            events.append(StatusEvent(
+                reason=Reason.SLICE_DOWN, type="Normal", slice_index=change.index,
+                message=f"slice {change.index} is down for a planned move: {change.message}",
+            ))
+        elif change.went_down:
+            events.append(StatusEvent(
+                reason=Reason.SLICE_DOWN, type="Warning", slice_index=change.index,
+                failed_at=change.failed_at,
+                message=f"slice {change.index} is down: {change.message}",
+            ))
+        elif change.restored:
+            events.append(StatusEvent(
+                reason=Reason.SLICE_RESTORED, type="Normal", slice_index=change.index,
+                message=f"slice {change.index} is Ready again",
+            ))
+    return events

@@ -1,0 +1,114 @@
+"""Node readiness as the node watch last showed it, and which jobs have pods on which
+node (learned from the pod watch).
+
+The pod and node handlers update it through its methods; a node whose readiness changes
+names the jobs to reconcile at once (a NotReady node is a slice down). The reconciler
+reads nodes from it instead of asking the API server for each one. No I/O; a lock makes
+it safe to read from the reconcile threads while the event loop writes.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from elastic_operator.observed import ObservedNode, ObservedPool
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+
+class NodeIndex:
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._clock = clock
+        # When the watch saw a node's readiness change (a kubelet, or kwok, may report the
+        # Ready condition's lastTransitionTime as the node's creation).
+        self._changed_seen: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+        self._nodes: dict[str, ObservedNode] = {}
+        # Readiness as last seen, kept after a node is deleted (as not ready), so that a
+        # node coming back Ready counts as a change.
+        self._ready: dict[str, bool] = {}
+        # node -> {(namespace, pod): its job}: a job stays on a node while any of its
+        # pods does (a replacement may land where the pod it replaces was).
+        self._pods_on: dict[str, dict[tuple[str, str], JobKey]] = {}
+
+    # --- the node watch ---
+
+    def node_seen(self, node: ObservedNode) -> list[JobKey]:
+        """Record a node; the jobs with pods on it if its readiness changed (not on the
+        first sight of a node: the initial listing is the resync's business)."""
+        with self._lock:
+            self._nodes[node.name] = node
+            return self._readiness_changed(node.name, node.ready)
+
+    def node_gone(self, name: str) -> list[JobKey]:
+        """A deleted node is not ready: the jobs with pods on it, if it was."""
+        with self._lock:
+            self._nodes.pop(name, None)
+            return self._readiness_changed(name, False)
+
+    def _readiness_changed(self, name: str, ready: bool) -> list[JobKey]:
+        before = self._ready.get(name)
+        self._ready[name] = ready
+        if before is not None and before != ready:
+            self._changed_seen[name] = self._clock()
+        if before is None or before == ready:
+            return []
+        return sorted(set(self._pods_on.get(name, {}).values()))
+
+    # --- the pod watch ---
+
+    def pod_seen(self, job: JobKey, pod: str, node_name: str) -> None:
+        """A pod of `job` (named `pod`, in the job's namespace) runs on `node_name`."""
+        with self._lock:
+            self._pods_on.setdefault(node_name, {})[(job[0], pod)] = job
+
+    def pod_gone(self, job: JobKey, pod: str, node_name: str) -> None:
+        with self._lock:
+            self._pods_on.get(node_name, {}).pop((job[0], pod), None)
+
+    def forget_job(self, job: JobKey) -> None:
+        with self._lock:
+            for pods in self._pods_on.values():
+                for key in [k for k, owner in pods.items() if owner == job]:
+                    del pods[key]
+
+    # --- reads ---
+
+    def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
+        """The known nodes among `names` (a node not seen on the watch yet is missing)."""
+        with self._lock:
+            return {n: self._as_seen(self._nodes[n]) for n in names if n in self._nodes}
+
+    def jobs_on(self, node_name: str) -> list[JobKey]:
+        with self._lock:
+            return sorted(set(self._pods_on.get(node_name, {}).values()))
+
+    def all_nodes(self) -> list[ObservedNode]:
+        with self._lock:
+            return [self._as_seen(n) for n in self._nodes.values()]
+
+    def _as_seen(self, node: ObservedNode) -> ObservedNode:
+        """The node with its readiness transition no earlier than the watch saw it change
+        (the caller holds the lock)."""
+        seen = self._changed_seen.get(node.name)
+        if seen is None or (node.ready_transition_time is not None
+                            and node.ready_transition_time >= seen):
+            return node
+        return replace(node, ready_transition_time=seen)
+
+    def pools(self, accelerator: str, topology: str, job: JobKey) -> tuple[ObservedPool, ...]:
+        """The node pools whose nodes have this TPU accelerator and topology, each marked
+        if pods of another job than `job` run on it (a spare must be free)."""
+        with self._lock:
+            members: dict[str, list[ObservedNode]] = {}
+            for node in self._nodes.values():
+                if node.pool and node.accelerator == accelerator and node.topology == topology:
+                    members.setdefault(node.pool, []).append(node)
+            return tuple(
+                ObservedPool(
+                    name=pool, nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+                    used_by_others=any(owner != job for n in nodes
+                                       for owner in self._pods_on.get(n.name, {}).values()))
+                for pool, nodes in sorted(members.items()))

@@ -1,0 +1,271 @@
+"""One reconcile of one job: the thin I/O layer around the pure core.
+
+Read the job, its JobSet, its pods and, for a queued job, the JobSet's Kueue Workload
+(Observations); plan (core.plan) and execute the plan's actions; read the pods' nodes and
+the newest checkpoint scan; compute the status (core.status) and write it once, as a
+merge patch that never touches status.training; then post the Events and record the
+metrics it implies. Synchronous: the Scheduler runs
+it in a worker thread, never two at once for one job.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, assert_never
+
+from elastic_api.catalog import slice_shape
+from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_api.names import GROUP, PLURAL
+from elastic_operator.core.admission import wants_workload
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.maintenance import next_notice_in
+from elastic_operator.core.parsing import parse_job, parse_status
+from elastic_operator.core.patch import status_patch
+from elastic_operator.core.plan import (
+    CreateObject,
+    PatchJobSetSuspend,
+    Plan,
+    SetWorkloadActive,
+    is_terminal,
+    plan_reconcile,
+)
+from elastic_operator.core.replacement import needs_jobs, plan_replacements
+from elastic_operator.core.status import compute_status, invalid_spec_status
+from elastic_operator.kube import ApiError, Kube
+from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.node_actions import NodeActionLimiter
+from elastic_operator.observations import Observations
+from elastic_operator.observed import (
+    Observed,
+    ObservedJobSet,
+    ObservedPool,
+    ObservedWorkload,
+    jobset_from_dict,
+    workload_from_dict,
+)
+from elastic_operator.render import jobset_name, render
+from elastic_operator.replacer import Replacer
+
+logger = logging.getLogger("elastic_operator")
+
+# The API server's reason in a condition message: enough to act on, bounded.
+MAX_REFUSAL_MESSAGE = 1024
+
+
+class Refused(Exception):
+    """The API server refused an object the spec renders to (reported as InvalidSpec)."""
+
+
+def refusal_message(obj: dict[str, Any], error: ApiError) -> str:
+    """Why the job cannot run: the object the API server refused and its reason."""
+    reason = error.message.strip().rstrip(".")
+    if len(reason) > MAX_REFUSAL_MESSAGE:
+        reason = reason[:MAX_REFUSAL_MESSAGE - 3] + "..."
+    return (f"the API server refused the {obj.get('kind')} "
+            f"{obj.get('metadata', {}).get('name')} rendered from this spec "
+            f"(HTTP {error.status}): {reason}")
+
+
+# Wake a job's reconcile after some seconds (a grace period that ends); thread-safe.
+Wake = Callable[[str, str, float], None]
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), *,
+                 limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
+                 ) -> None:
+        self.kube = kube  # the writes
+        self.observations = observations  # the reads
+        self.metrics = metrics
+        self.clock = clock
+        self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
+                                 quarantine_pools=quarantine_pools)
+        self.wake: Wake | None = None  # set by app.py (the Scheduler's trigger_later)
+        # (namespace, name, uid) of jobs whose children this process has created or made
+        # sure of (the trainer's RBAC may be missing after an operator upgrade).
+        self._children_ensured: set[tuple[str, str, str]] = set()
+
+    def reconcile(self, namespace: str, name: str) -> bool:
+        """One reconcile; False if it failed (logged and counted) and should be retried."""
+        started = time.monotonic()
+        try:
+            self._reconcile(namespace, name)
+            return True
+        except ApiError as e:
+            if e.is_not_found(GROUP, PLURAL) or e.namespace_terminating:
+                # The job or its namespace went away while we looked: nothing to do.
+                logger.debug("reconcile of %s/%s: %s", namespace, name, e)
+                return True
+            self._failed(namespace, name)
+        except Exception:
+            self._failed(namespace, name)
+        finally:
+            self.metrics.reconcile_duration.observe(time.monotonic() - started)
+        return False
+
+    def _failed(self, namespace: str, name: str) -> None:
+        self.metrics.reconcile_errors.inc()
+        logger.exception("reconcile of %s/%s failed", namespace, name)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._children_ensured = {k for k in self._children_ensured
+                                  if (k[0], k[1]) != (namespace, name)}
+
+    def _reconcile(self, namespace: str, name: str) -> None:
+        raw = self.observations.job(namespace, name)
+        if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
+            return
+        try:
+            parsed = parse_job(raw)
+            rendered = render(parsed.job)
+        except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
+            self._report_invalid_spec(raw, str(e))
+            return
+        job = parsed.job
+        children = (namespace, name, job.metadata.uid or "")
+        jobset = self.observations.jobset(namespace, jobset_name(job))
+        pods = self.observations.pods(namespace, name)
+        # After the pods (Observations.workload): pods going because Kueue took the job
+        # back come with a Workload that says so.
+        workload = self.observations.workload(namespace, jobset.uid or "") \
+            if jobset is not None and wants_workload(job, jobset, parsed.previous) else None
+        plan = plan_reconcile(job, rendered, jobset, parsed.previous, workload=workload,
+                              ensure_children=children not in self._children_ensured)
+        if plan.why_not:
+            logger.debug("%s/%s: %s", namespace, name, plan.why_not)
+        try:
+            jobset, workload = self._execute(plan, jobset, workload)
+        except Refused as e:
+            self._report_invalid_spec(raw, str(e))
+            return
+        if plan.why_not is None:
+            self._children_ensured.add(children)
+
+        observed = Observed(
+            jobset=jobset, pods=pods,
+            nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
+            checkpoint=self.observations.checkpoint(namespace, name,
+                                                    job.spec.checkpoint.directory),
+            workload=workload, pools=self._pools(job))
+        now = self.clock()
+        new_status, events = compute_status(job, observed, parsed.previous, now,
+                                            report_problem=parsed.report_problem)
+        # The status first: it records what the replacement is about to do.
+        self._write_status(raw, parsed.previous, new_status, events, now)
+        self._replace(raw, job, new_status, observed, now)
+
+    def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
+        """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""
+        if job.spec.placement != "TPU" and job.spec.backend != "pathways":
+            return ()
+        shape = slice_shape(job.spec.tpu.type, job.spec.tpu.topology)
+        return self.observations.pools(job.metadata.namespace or "", job.metadata.name,
+                                       shape.family.accelerator_label, shape.topology)
+
+    def _replace(self, raw: dict[str, Any], job: ElasticTrainingJob,
+                 status: ElasticTrainingJobStatus, observed: Observed, now: datetime) -> None:
+        """Act on the replacement records the status now carries (core/replacement.py)."""
+        jobset = observed.jobset
+        if not job.spec.recovery.replace_slices or jobset is None or jobset.suspended \
+                or is_terminal(status):
+            return
+        namespace = job.metadata.namespace or ""
+        if needs_jobs(status):
+            observed = replace(observed, jobs=self.observations.worker_jobs(namespace,
+                                                                           jobset.name))
+        plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
+        waits = [plan.wake_after_s, self.replacer.execute(raw, plan.actions, now),
+                 next_notice_in(job.spec, observed, now)]
+        request = status.checkpoint_request
+        if request is not None and request.phase == "Requested":
+            waits.append((request.deadline - now).total_seconds())
+        due = [w for w in waits if w is not None]
+        if due and self.wake is not None:
+            # A little after the due time: the check compares against the clock then.
+            self.wake(namespace, job.metadata.name, max(0.0, min(due)) + 0.1)
+
+    def _execute(self, plan: Plan, jobset: ObservedJobSet | None,
+                 workload: ObservedWorkload | None,
+                 ) -> tuple[ObservedJobSet | None, ObservedWorkload | None]:
+        """Run the plan's actions in order; the JobSet and the Workload as the last
+        writes returned them."""
+        for action in plan.actions:
+            match action:
+                case CreateObject():
+                    jobset = self._create(action) or jobset
+                case PatchJobSetSuspend():
+                    patched = self.kube.patch_jobset_suspend(action.namespace, action.jobset,
+                                                             action.suspend)
+                    logger.info("%s JobSet %s/%s", "suspended" if action.suspend else "resumed",
+                                action.namespace, action.jobset)
+                    jobset = jobset_from_dict(patched)
+                case SetWorkloadActive():
+                    patched = self.kube.patch_workload_active(action.namespace,
+                                                              action.workload, action.active)
+                    logger.info("%s Workload %s/%s", "reactivated" if action.active
+                                else "deactivated", action.namespace, action.workload)
+                    workload = workload_from_dict(patched)
+                case _:
+                    assert_never(action)
+        return jobset, workload
+
+    def _create(self, action: CreateObject) -> ObservedJobSet | None:
+        """Create one object; for a JobSet, the JobSet as it now is."""
+        meta = action.obj.get("metadata", {})
+        try:
+            created = self.kube.create(action.obj)
+        except ApiError as e:
+            if not e.refuses_object:
+                raise
+            # Admitted, yet what it renders to is refused (an int32 overflow, a quantity
+            # or name the CRD schema cannot check): say so in the status, once; raising
+            # would only repeat the refusal at every resync.
+            raise Refused(refusal_message(action.obj, e)) from e
+        # "found" is no news (a job whose JobSet is refused retries every resync).
+        logger.log(logging.INFO if created is not None else logging.DEBUG, "%s %s %s/%s",
+                   "created" if created is not None else "found", action.kind,
+                   meta.get("namespace"), meta.get("name"))
+        if action.kind != "JobSet":
+            return None
+        if created is not None:
+            return jobset_from_dict(created)
+        return self.observations.jobset(meta.get("namespace", ""), meta.get("name", ""))
+
+    def _write_status(self, raw: dict[str, Any], previous: ElasticTrainingJobStatus,
+                      new: ElasticTrainingJobStatus, events: list[StatusEvent],
+                      now: datetime) -> None:
+        meta = raw.get("metadata", {})
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        patch = status_patch(previous, new)
+        written_at = time.time()
+        if patch is not None:
+            self.kube.patch_job_status(namespace, name, patch)
+            written_at = time.time()
+        self.metrics.record_status(namespace, name, previous, new)
+        self.metrics.record_events(namespace, events, written_at)
+        self.metrics.record_decisions(namespace, name, events)
+        for event in events:
+            logger.info("%s/%s: %s: %s", namespace, name, event.reason, event.message)
+            try:
+                self.kube.post_event(raw, event, now)
+            except ApiError as e:  # an Event is best effort; the status is the record
+                logger.warning("could not post event %s on %s/%s: %s", event.reason,
+                               namespace, name, e)
+
+    def _report_invalid_spec(self, raw: dict[str, Any], message: str) -> None:
+        meta = raw.get("metadata", {})
+        raw_status = raw.get("status")
+        previous, _ = parse_status(raw_status if isinstance(raw_status, dict) else {})
+        new = invalid_spec_status(previous, message, self.clock(), meta.get("generation"))
+        patch = status_patch(previous, new)
+        if patch is None:  # already reported: a resync must not repeat the warning
+            logger.debug("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),
+                         message)
+            return
+        self.kube.patch_job_status(meta.get("namespace", ""), meta.get("name", ""), patch)
+        logger.warning("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),
+                       message)

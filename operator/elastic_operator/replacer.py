@@ -1,0 +1,123 @@
+"""Executes the slice-replacement actions of one reconcile (core/replacement.py plans
+them; the status that records them is already written).
+
+Each action that touches a node or its pods (a quarantine label, a force-delete) passes
+the node-action limiter first and posts an Event on the job when it happens; one that is
+throttled waits (the reconcile is woken when it may go) and posts a NodeActionThrottled
+Event at most once per cooldown. Deleting a Job, or lowering its backoffLimit, carries
+the Job's uid as a precondition, so a stale plan never touches a newer Job.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any, assert_never
+
+from elastic_api.conditions import Reason
+from elastic_api.names import QUARANTINE_LABEL, QUARANTINED_AT_ANNOTATION
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.plan import (
+    DeleteWorkerJob,
+    ForceDeletePod,
+    LowerBackoffLimit,
+    QuarantinePool,
+    ReplacementAction,
+)
+from elastic_operator.kube import ApiError, Kube
+from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.node_actions import NodeActionLimiter
+
+logger = logging.getLogger("elastic_operator")
+
+
+class Replacer:
+    def __init__(self, kube: Kube, metrics: OperatorMetrics, limiter: NodeActionLimiter, *,
+                 quarantine_pools: bool = True) -> None:
+        self.kube = kube
+        self.metrics = metrics
+        self.limiter = limiter
+        self.quarantine_pools = quarantine_pools
+
+    def execute(self, raw: dict[str, Any], actions: tuple[ReplacementAction, ...],
+                now: datetime) -> float | None:
+        """Run the actions in order; the seconds until a throttled one may go (or None)."""
+        events: list[StatusEvent] = []
+        waits: list[float] = []
+        namespace = raw.get("metadata", {}).get("namespace", "")
+        for action in actions:
+            match action:
+                case QuarantinePool():
+                    self._quarantine(action, now, events, waits)
+                case DeleteWorkerJob():
+                    if self.kube.delete_job(action.namespace, action.name, action.uid):
+                        logger.info("%s/%s: deleted worker Job %s (slice %d, %s); JobSet "
+                                    "recreates it", namespace, raw["metadata"]["name"],
+                                    action.name, action.slice_index, action.reason)
+                case ForceDeletePod():
+                    self._force_delete(action, events, waits)
+                case LowerBackoffLimit():
+                    if self.kube.lower_job_backoff_limit(action.namespace, action.name,
+                                                         action.uid):
+                        logger.info("%s/%s: slice %d's restart budget is spent: Job %s "
+                                    "backoffLimit set to 0", namespace,
+                                    raw["metadata"]["name"], action.slice_index, action.name)
+                case _:
+                    assert_never(action)
+        for event in events:
+            try:
+                self.kube.post_event(raw, event, now)
+            except ApiError as e:  # best effort, as every Event
+                logger.warning("could not post event %s: %s", event.reason, e)
+        return min(waits) if waits else None
+
+    def _allowed(self, kind: str, node: str, what: str, events: list[StatusEvent],
+                 waits: list[float]) -> bool:
+        wait = self.limiter.acquire(kind, node)
+        if wait <= 0:
+            return True
+        waits.append(wait)
+        self.metrics.node_actions_throttled.inc()
+        if self.limiter.should_warn(kind, node):
+            events.append(StatusEvent(
+                reason=Reason.NODE_ACTION_THROTTLED, type="Warning",
+                message=f"{what} waits {wait:.0f} s (node-action rate limit or cooldown on "
+                        f"node {node})"))
+        return False
+
+    def _quarantine(self, action: QuarantinePool, now: datetime, events: list[StatusEvent],
+                    waits: list[float]) -> None:
+        if not self.quarantine_pools or not action.nodes:
+            return
+        if not self._allowed("quarantine", action.pool, f"quarantining node pool {action.pool}",
+                             events, waits):
+            return
+        stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for node in action.nodes:
+            try:
+                self.kube.label_node(node, {QUARANTINE_LABEL: action.reason},
+                                     {QUARANTINED_AT_ANNOTATION: stamp})
+            except ApiError as e:
+                if e.status != 404:  # a node that is gone needs no label
+                    raise
+        self.metrics.pool_quarantines.labels(action.reason).inc()
+        logger.info("quarantined node pool %s (%s): %d nodes labelled", action.pool,
+                    action.reason, len(action.nodes))
+        events.append(StatusEvent(
+            reason=Reason.POOL_QUARANTINED, type="Warning", slice_index=action.slice_index,
+            message=f"node pool {action.pool} quarantined ({action.reason}): replacement "
+                    f"slices avoid its {len(action.nodes)} nodes until they are healthy"))
+
+    def _force_delete(self, action: ForceDeletePod, events: list[StatusEvent],
+                      waits: list[float]) -> None:
+        if not self._allowed("force-delete", action.node, f"force-deleting pod {action.name}",
+                             events, waits):
+            return
+        if not self.kube.delete_pod_now(action.namespace, action.name, action.uid):
+            return
+        self.metrics.pods_force_deleted.inc()
+        logger.info("%s: force-deleted pod %s of slice %d, stuck Terminating on node %s",
+                    action.namespace, action.name, action.slice_index, action.node)
+        events.append(StatusEvent(
+            reason=Reason.STUCK_POD_FORCE_DELETED, type="Warning", slice_index=action.slice_index,
+            message=f"pod {action.name} of slice {action.slice_index} was stuck Terminating on "
+                    f"node {action.node}, which is not Ready: deleted with grace period 0"))

@@ -1,0 +1,105 @@
+"""The checkpoint-scan scheduler: lists each job's checkpoint directory off the reconcile
+path (listing a bucket must never delay slice detection), at most once per interval.
+
+A reconcile asks `latest()`: the newest finished scan (or None) and, when one is due,
+the next scan starts on the executor. A finished scan that found something new calls
+back (`on_result`) so that it is published at once, not at the next resync. The
+executor is injectable: tests pass one that runs the scan synchronously.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from elastic_api.models import CheckpointStatus
+from elastic_operator import checkpoints
+from elastic_operator.core.checkpoint import same_checkpoint_result
+
+logger = logging.getLogger("elastic_operator")
+
+JobKey = tuple[str, str]  # (namespace, name)
+ScanFunction = Callable[[str, datetime], CheckpointStatus]
+ResultCallback = Callable[[str, str], object]
+
+
+def scan_directory(directory: str, now: datetime) -> CheckpointStatus:
+    """List gs://... or a local path (never raises: a failure is the status's error)."""
+    return checkpoints.scan_checkpoints(directory, now=now)
+
+
+class CheckpointScanner:
+    def __init__(
+        self, *, interval_s: float = 30.0, scan: ScanFunction = scan_directory,
+        executor: Executor | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval_s = interval_s
+        self._scan = scan
+        self._executor = executor or ThreadPoolExecutor(max_workers=2,
+                                                        thread_name_prefix="ckpt-scan")
+        self._clock = clock
+        self._monotonic = monotonic
+        self._on_result: ResultCallback | None = None
+        self._lock = threading.Lock()
+        self._last_start: dict[JobKey, float] = {}
+        self._running: dict[JobKey, Future[CheckpointStatus]] = {}
+        self._last_result: dict[JobKey, CheckpointStatus | None] = {}  # the last finished
+
+    def on_result(self, callback: ResultCallback) -> None:
+        """Call `callback(namespace, name)` (from a scan thread) when a scan finds news."""
+        self._on_result = callback
+
+    def latest(self, key: JobKey, directory: str) -> CheckpointStatus | None:
+        """The newest finished scan (or None); starts the next one when due."""
+        started: Future[CheckpointStatus] | None = None
+        with self._lock:
+            result = self._collect(key)
+            last = self._last_start.get(key)
+            due = last is None or self._monotonic() - last >= self.interval_s
+            if key not in self._running and due:
+                self._last_start[key] = self._monotonic()
+                started = self._executor.submit(self._scan, directory, self._clock())
+                self._running[key] = started
+        # Outside the lock: a scan that has already finished (a bad URL fails at once, or
+        # a synchronous executor) runs the callback right here, and the callback locks.
+        if started is not None:
+            started.add_done_callback(lambda f: self._finished(key, f))
+        return result
+
+    def _collect(self, key: JobKey) -> CheckpointStatus | None:
+        running = self._running.get(key)
+        if running is None or not running.done():
+            return None
+        del self._running[key]
+        try:
+            return running.result()
+        except Exception:  # the scanner promises not to raise; never let it hurt
+            logger.exception("checkpoint scan of %s/%s failed", *key)
+            return None
+
+    def _finished(self, key: JobKey, future: Future[CheckpointStatus]) -> None:
+        """Publish a finished scan now, unless it found what the previous one did: that
+        reconcile would change nothing."""
+        try:
+            result: CheckpointStatus | None = future.result()
+        except Exception:  # reported by the reconcile that collects it
+            result = None
+        with self._lock:
+            before = self._last_result.get(key)
+            self._last_result[key] = result
+        if not same_checkpoint_result(before, result) and self._on_result is not None:
+            self._on_result(*key)
+
+    def forget(self, key: JobKey) -> None:
+        with self._lock:
+            self._last_start.pop(key, None)
+            self._running.pop(key, None)
+            self._last_result.pop(key, None)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

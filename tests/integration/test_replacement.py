@@ -1,0 +1,304 @@
+"""Slice replacement at hardware speed, on the local control plane (real kube-apiserver,
+Job and JobSet controllers, scheduler, garbage collector; kwok plays 16 TPU hosts = the
+article's 3 slices of v5e 4x4 and one spare pool).
+
+The operator runs as a subprocess. Each test checks behaviour: the slice comes back on
+a new worker Job (no pod backoff), the budget is counted and enforced, a dead host's
+stuck pods are force-deleted and its pool avoided, a flapping node costs no deletes, a
+restarted operator neither repeats nor forgets, and a maintenance notice moves the slice
+before the maintenance. How fast is measured by `make bench` (bench/replacement.py),
+never asserted here.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from elastic_api.conditions import ConditionType as C
+from elastic_api.conditions import Reason
+from elastic_api.names import (
+    GROUP,
+    NODE_POOL_LABEL,
+    PLURAL,
+    QUARANTINE_LABEL,
+    VERSION,
+    worker_job_name,
+)
+from elastic_devtools.localcluster import Cluster, faults
+from elastic_devtools.localcluster.crds import install_crd
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
+from tests.integration.test_operator import (
+    JOB,
+    condition,
+    events,
+    get_jobset,
+    is_true,
+    status_of,
+    submit,
+    wait_running,
+    wait_status,
+    worker_pods,
+    write_report,
+)
+
+pytestmark = pytest.mark.cluster
+
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def api(cluster: Cluster) -> Iterator[client.ApiClient]:
+    api_client = cluster.api_client()
+    install_crd(api_client, timeout=30)
+    yield api_client
+    api_client.close()
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
+    # A flapping node must be able to come back within a test: a short cooldown.
+    proc = OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
+                           args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5"))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
+    yield namespace
+    if not operator.running:
+        operator.start()
+    custom = client.CustomObjectsApi(api)
+    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                               item["metadata"]["name"])
+    wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(namespace).items, TIMEOUT,
+             f"pods of {namespace} gone")
+
+
+@pytest.fixture
+def revive(api: client.ApiClient) -> Iterator[list[str]]:
+    """Nodes a test kills; revived afterwards, whatever happened."""
+    killed: list[str] = []
+    yield killed
+    for node in killed:
+        faults.revive_node(api, node)
+    for node in killed:
+        faults.wait_for_node_ready(api, node, True, timeout=60)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def job_uid(api: client.ApiClient, ns: str, index: int) -> str | None:
+    try:
+        return str(client.BatchV1Api(api).read_namespaced_job(
+            worker_job_name(JOB, index), ns).metadata.uid)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def ready_on_new_job(api: client.ApiClient, ns: str, index: int, old_uid: str | None,
+                     what: str) -> dict[str, Any]:
+    """The slice Ready again, on a worker Job other than `old_uid`."""
+    def check(s: dict[str, Any]) -> bool:
+        uid = job_uid(api, ns, index)
+        return s["slices"][index]["state"] == "Ready" and uid is not None and uid != old_uid
+    return wait_status(api, ns, check, what, timeout=TIMEOUT)
+
+
+def pool_of(api: client.ApiClient, node: str) -> str:
+    return str(client.CoreV1Api(api).read_node(node).metadata.labels[NODE_POOL_LABEL])
+
+
+def quarantined(api: client.ApiClient, pool: str) -> set[str | None]:
+    nodes = client.CoreV1Api(api).list_node(label_selector=f"{NODE_POOL_LABEL}={pool}").items
+    return {(n.metadata.labels or {}).get(QUARANTINE_LABEL) for n in nodes}
+
+
+def jobset_restarts(api: client.ApiClient, ns: str) -> int:
+    return int(((get_jobset(api, ns) or {}).get("status") or {}).get("restarts") or 0)
+
+
+# --- no growing backoff -----------------------------------------------------------------------
+
+
+def test_a_slice_failing_six_times_in_a_row_is_replaced_each_time(
+        api: client.ApiClient, ns: str) -> None:
+    """The Job controller would wait 10, 20, 40, 80, 160, 320 s; the operator recreates
+    the worker Job each time (fresh backoff), JobSet never restarts, and the budget
+    counts every failure."""
+    submit(api, ns, elastic={"maxSliceRestarts": 6})
+    wait_running(api, ns)
+    for n in range(1, 7):
+        old = job_uid(api, ns, 1)
+        faults.fail_pod(api, ns, worker_pods(api, ns, 1)[1].metadata.name)
+        st = ready_on_new_job(api, ns, 1, old, f"slice 1 Ready on a new Job after failure {n}")
+        assert st["slices"][1]["restarts"] == n
+        assert st["slices"][1]["lastReplacement"]["action"] == "Replace"
+    assert jobset_restarts(api, ns) == 0
+    assert [s["restarts"] for s in st["slices"]] == [0, 6, 0]
+    assert st["counters"]["sliceFailures"] == 6
+    wait_for(lambda: len(events(api, ns, Reason.SLICE_REPLACING)) >= 6, 30,
+             "six SliceReplacing events")
+
+
+def test_past_max_slice_restarts_the_jobset_failure_policy_applies(
+        api: client.ApiClient, ns: str) -> None:
+    submit(api, ns, elastic={"maxSliceRestarts": 1})
+    wait_running(api, ns)
+    old = job_uid(api, ns, 2)
+    faults.fail_pod(api, ns, worker_pods(api, ns, 2)[0].metadata.name)
+    ready_on_new_job(api, ns, 2, old, "slice 2 replaced once")
+    faults.fail_pod(api, ns, worker_pods(api, ns, 2)[0].metadata.name)
+    st = wait_status(api, ns, lambda s: is_true(s, C.FAILED), "the job Failed")
+    assert st["slices"][2]["restarts"] == 2
+    assert st["slices"][2]["replacement"]["action"] == "GiveUp"
+    assert condition(st, C.FAILED)["reason"] == Reason.MAX_RESTARTS_EXCEEDED
+    wait_for(lambda: events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED), 30,
+             "a SliceRestartsExhausted event")
+
+
+# --- a dead host is a dead slice --------------------------------------------------------------
+
+
+def test_a_dead_host_moves_its_slice_to_the_spare_pool(
+        api: client.ApiClient, ns: str, revive: list[str]) -> None:
+    submit(api, ns)
+    st = wait_running(api, ns)
+    broken = st["slices"][1]["pool"]
+    used = {s["pool"] for s in st["slices"]}
+    old = job_uid(api, ns, 1)
+    node = worker_pods(api, ns, 1)[2].spec.node_name
+    revive.append(node)
+    faults.kill_node(api, node)
+    st = ready_on_new_job(api, ns, 1, old, "slice 1 Ready again on a new Job")
+    spare = st["slices"][1]["pool"]
+    assert spare not in used, f"slice 1 back on {spare}, a pool already in use ({used})"
+    assert {pool_of(api, p.spec.node_name) for p in worker_pods(api, ns, 1)} == {spare}
+    last = st["slices"][1]["lastReplacement"]
+    assert (last["fromPool"], last["toPool"]) == (broken, spare)
+    assert st["slices"][1]["restarts"] == 1 and jobset_restarts(api, ns) == 0
+    assert quarantined(api, broken) == {Reason.NODE_NOT_READY}
+    pool = next(p for p in st["pools"] if p["name"] == broken)
+    assert pool["quarantined"] == Reason.NODE_NOT_READY
+    # The pod left on the dead host stayed Terminating until the operator force-deleted it.
+    wait_for(lambda: events(api, ns, Reason.STUCK_POD_FORCE_DELETED), 30,
+             "a StuckPodForceDeleted event")
+    wait_for(lambda: events(api, ns, Reason.POOL_QUARANTINED), 30, "a PoolQuarantined event")
+    assert not [p for p in client.CoreV1Api(api).list_namespaced_pod(ns).items
+                if p.spec.node_name == node]
+    # The host comes back: its pool is released once every node has been Ready a while.
+    faults.revive_node(api, node)
+    faults.wait_for_node_ready(api, node, True, timeout=60)
+    wait_for(lambda: quarantined(api, broken) == {None}, 60, f"pool {broken} released")
+
+
+def test_a_flapping_node_costs_no_replacement_until_it_stays_down(
+        api: client.ApiClient, ns: str) -> None:
+    """NotReady shorter than nodeNotReadySeconds: the slice is reported down, nothing is
+    deleted. NotReady longer: replaced once (and moved), however often it flaps after."""
+    submit(api, ns, recovery={"nodeNotReadySeconds": 8, "workerNodeTolerationSeconds": 60})
+    wait_running(api, ns)
+    old = job_uid(api, ns, 0)
+    node = worker_pods(api, ns, 0)[0].spec.node_name
+    for n in range(1, 3):
+        faults.make_node_not_ready(api, node)
+        wait_status(api, ns, lambda s, n=n: s["slices"][0]["restarts"] == n,
+                    f"slice 0 down ({n})", timeout=30)
+        faults.make_node_ready(api, node)
+        wait_status(api, ns, lambda s: s["slices"][0]["state"] == "Ready", "slice 0 Ready",
+                    timeout=30)
+    assert job_uid(api, ns, 0) == old and not events(api, ns, Reason.SLICE_REPLACED)
+    faults.make_node_not_ready(api, node)
+    try:
+        ready_on_new_job(api, ns, 0, old, "slice 0 replaced once it stayed down")
+        for _ in range(2):  # it goes on flapping: nothing of ours is on it any more
+            faults.make_node_ready(api, node)
+            faults.wait_for_node_ready(api, node, True)
+            faults.make_node_not_ready(api, node)
+            faults.wait_for_node_ready(api, node, False)
+    finally:
+        faults.make_node_ready(api, node)
+    st = wait_status(api, ns, lambda s: s["slices"][0]["state"] == "Ready", "slice 0 Ready")
+    assert st["slices"][0]["restarts"] == 3
+    assert len(events(api, ns, Reason.SLICE_REPLACED)) == 1
+    assert len(events(api, ns, Reason.POOL_QUARANTINED)) <= 1
+
+
+# --- a restarted operator ---------------------------------------------------------------------
+
+
+def test_an_operator_killed_after_writing_its_intent_replaces_once(
+        api: client.ApiClient, ns: str, operator: OperatorProcess) -> None:
+    """The status says slice 0 is down and its Job about to be replaced (what an
+    operator killed between its status write and the delete leaves): the next one
+    deletes that Job, once, and counts the failure once."""
+    submit(api, ns)
+    wait_running(api, ns)
+    operator.kill()
+    old = job_uid(api, ns, 0)
+    st = status_of(api, ns)
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    st["slices"][0].update(state="Down", reason=Reason.POD_FAILED, restarts=1,
+                           lastTransitionTime=now, message="host 0 failed")
+    st["slices"][0]["replacement"] = {"action": "Replace", "reason": Reason.POD_FAILED,
+                                      "jobUid": old, "requestedAt": now}
+    st["counters"]["sliceFailures"] = 1
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, PLURAL, JOB, {"status": {"slices": st["slices"],
+                                                     "counters": st["counters"]}},
+        _content_type="application/merge-patch+json")
+    faults.fail_pod(api, ns, worker_pods(api, ns, 0)[0].metadata.name)
+    operator.start()
+    st = ready_on_new_job(api, ns, 0, old, "slice 0 replaced by the restarted operator")
+    assert st["slices"][0]["restarts"] == 1 and st["counters"]["sliceFailures"] == 1
+    assert st["slices"][0]["lastReplacement"]["action"] == "Replace"
+    assert jobset_restarts(api, ns) == 0
+
+
+# --- maintenance ahead of time ----------------------------------------------------------------
+
+
+def test_a_maintenance_notice_moves_the_slice_after_the_trainer_checkpoints(
+        api: client.ApiClient, ns: str) -> None:
+    """The trainer's part is played by the test (docs/status-contract.md): it sees the
+    request and acknowledges a committed step; the operator moves the slice to the spare
+    before the maintenance starts, as a move, not a failure."""
+    submit(api, ns)
+    st = wait_running(api, ns)
+    pool = st["slices"][1]["pool"]
+    old = job_uid(api, ns, 1)
+    faults.schedule_maintenance(api, pool, in_seconds=600)  # within leadSeconds (900)
+    try:
+        st = wait_status(api, ns, lambda s: (s.get("checkpointRequest") or {}).get("phase")
+                         == "Requested", "a checkpoint request", timeout=30)
+        request = st["checkpointRequest"]
+        assert request["slices"] == [1] and request["pause"] is True
+        assert request["reason"] == "Maintenance"
+        assert condition(st, C.MAINTENANCE_PENDING)["reason"] == Reason.SCHEDULED_MAINTENANCE
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        write_report(api, ns, {
+            "observedAt": now, "state": "Training", "step": 200, "activeSlices": 3,
+            "checkpointAck": {"id": request["id"], "step": 200, "committedAt": now,
+                              "paused": True}})
+        st = ready_on_new_job(api, ns, 1, old, "slice 1 moved to the spare")
+        assert st["slices"][1]["pool"] != pool
+        assert st["slices"][1]["moves"] == 1 and st["slices"][1]["restarts"] == 0
+        assert st["counters"]["sliceFailures"] == 0
+        assert st["slices"][1]["lastReplacement"]["action"] == "Move"
+        st = wait_status(api, ns, lambda s: s["checkpointRequest"]["phase"] == "Released",
+                         "the request released", timeout=30)
+        assert quarantined(api, pool) == {Reason.MAINTENANCE}
+        assert not is_true(st, C.MAINTENANCE_PENDING)
+    finally:
+        faults.end_maintenance(api, pool)

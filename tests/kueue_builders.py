@@ -1,0 +1,138 @@
+"""A Kueue Workload as the API server stores it (kueue.x-k8s.io/v1beta2, Kueue v0.17), in
+the states the operator reads: waiting, admitted, preempted and requeued, deactivated.
+The shapes are the ones tests/integration/test_kueue.py saw on the real Kueue.
+
+Like tests/builders.py: each setter returns the wrapper, `.obj()` a deep copy and
+`.build()` the operator's ObservedWorkload.
+"""
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+from typing import Any, Self
+
+from elastic_api.models import ElasticTrainingJob
+from elastic_api.names import (
+    JOBSET_API_VERSION,
+    KUEUE_GROUP,
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    KUEUE_VERSION,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+)
+from elastic_operator.observed import ObservedWorkload, workload_from_dict
+from tests.builders import T0, etj, iso
+
+INSUFFICIENT = ("couldn't assign flavors to pod set worker: insufficient unused quota for "
+                "google.com/tpu in flavor f, 48 more needed")
+
+
+class WorkloadWrapper:
+    def __init__(self, jobset: str = "article", namespace: str = "ns",
+                 jobset_uid: str = "article-js-uid", queue: str = "lq") -> None:
+        self._obj: dict[str, Any] = {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "Workload",
+            "metadata": {
+                "name": f"jobset-{jobset}-8f2c1", "namespace": namespace,
+                "creationTimestamp": iso(T0),
+                "labels": {KUEUE_JOB_UID_LABEL: jobset_uid},
+                "ownerReferences": [{"apiVersion": JOBSET_API_VERSION, "kind": "JobSet",
+                                     "name": jobset, "uid": jobset_uid,
+                                     "controller": True, "blockOwnerDeletion": True}],
+            },
+            "spec": {"queueName": queue, "active": True, "priority": 0,
+                     "podSets": [{"name": "pathways-head", "count": 1},
+                                 {"name": "worker", "count": 12}]},
+            "status": {},
+        }
+
+    @property
+    def name(self) -> str:
+        return str(self._obj["metadata"]["name"])
+
+    def condition(self, type_: str, status: str, reason: str, message: str,
+                  at: datetime) -> Self:
+        conditions = self._obj["status"].setdefault("conditions", [])
+        conditions[:] = [c for c in conditions if c["type"] != type_]
+        conditions.append({"type": type_, "status": status, "reason": reason,
+                           "message": message, "lastTransitionTime": iso(at),
+                           "observedGeneration": 1})
+        return self
+
+    def pending(self, at: datetime, message: str = INSUFFICIENT) -> Self:
+        return self.condition("QuotaReserved", "False", "Pending", message, at)
+
+    def admitted(self, at: datetime, cluster_queue: str = "cq") -> Self:
+        self._obj["status"]["admission"] = {"clusterQueue": cluster_queue,
+                                            "podSetAssignments": []}
+        self.condition("QuotaReserved", "True", "QuotaReserved",
+                       f"Quota reserved in ClusterQueue {cluster_queue}", at)
+        self.condition("Admitted", "True", "Admitted",
+                       "The workload is admitted", at)
+        for type_ in ("Evicted", "Preempted"):  # SetQuotaReservation resets them
+            if any(c["type"] == type_ and c["status"] == "True"
+                   for c in self._obj["status"].get("conditions", [])):
+                self.condition(type_, "False", "QuotaReserved", "Previously: evicted", at)
+        return self
+
+    def evicted(self, at: datetime, reason: str, message: str) -> Self:
+        """Kueue's eviction (Evict): Evicted True, then the quota released."""
+        self.condition("Evicted", "True", reason, message, at)
+        self._obj["status"].pop("admission", None)
+        self.condition("QuotaReserved", "False", "Pending", message, at)
+        return self.condition("Admitted", "False", "NoReservation",
+                              "The workload has no reservation", at)
+
+    def preempted(self, at: datetime, *, count: int | None = 1) -> Self:
+        """Preempted in its ClusterQueue; count: Kueue's schedulingStats (None: a Kueue
+        that keeps none)."""
+        message = "Preempted to accommodate a workload (UID: 1f3a) due to prioritization " \
+                  "in the ClusterQueue"
+        self.evicted(at, "Preempted", message)
+        self.condition("Preempted", "True", "InClusterQueue", message, at)
+        self.condition("Requeued", "True", "Preempted", message, at)
+        if count is not None:
+            self.scheduling_stats(Preempted=count)
+        return self
+
+    def scheduling_stats(self, **counts: int) -> Self:
+        self._obj["status"]["schedulingStats"] = {"evictions": [
+            {"reason": reason, "underlyingCause": "", "count": count}
+            for reason, count in counts.items()]}
+        return self
+
+    def active(self, active: bool = True, *, by_operator: bool = False) -> Self:
+        self._obj["spec"]["active"] = active
+        annotations = self._obj["metadata"].setdefault("annotations", {})
+        if by_operator:
+            annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
+        else:
+            annotations.pop(SUSPENDED_BY_OPERATOR_ANNOTATION, None)
+        return self
+
+    def deactivated(self, at: datetime, *, by_operator: bool) -> Self:
+        """spec.active false, and Kueue's eviction for it."""
+        self.active(False, by_operator=by_operator)
+        return self.evicted(at, "Deactivated", "The workload is deactivated")
+
+    def obj(self) -> dict[str, Any]:
+        return copy.deepcopy(self._obj)
+
+    def build(self) -> ObservedWorkload:
+        return workload_from_dict(self.obj())
+
+
+def workload(jobset: str = "article", **kw: Any) -> WorkloadWrapper:
+    return WorkloadWrapper(jobset, **kw)
+
+
+def queued_job(queue: str = "lq", *, suspend: bool = False,
+               priority_class: str | None = None) -> ElasticTrainingJob:
+    """The article's job (tests.builders.article_job), labelled for a Kueue LocalQueue."""
+    obj = etj().uid("uid-1").generation(1).suspend(suspend).obj()
+    labels = {KUEUE_QUEUE_NAME_LABEL: queue}
+    if priority_class is not None:
+        labels[KUEUE_PRIORITY_CLASS_LABEL] = priority_class
+    obj["metadata"]["labels"] = labels
+    return ElasticTrainingJob.model_validate(obj)

@@ -1,0 +1,76 @@
+"""The operator's modules import as docs/architecture.md draws them ("Inside the
+operator"): downwards only, the pure core from nothing that does I/O, and only one
+module each for the Kubernetes API, kopf and Google Cloud Storage."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "elastic_operator"
+
+# Layer (as drawn) -> its modules, left to right: a module imports only from lower
+# layers, or from its own layer further right. core/* is one unit in layer 1.
+LAYERS: dict[int, list[str]] = {
+    4: ["operator_cli", "render_cli", "handlers", "app"],
+    3: ["scheduler", "reconciler"],
+    2: ["observations", "replacer", "pool_warden", "scanner", "checkpoints", "node_index",
+        "node_actions", "kube", "metrics"],
+    1: ["core", "render"],
+    0: ["observed"],
+}
+POSITION = {name: (layer, i) for layer, names in LAYERS.items() for i, name in enumerate(names)}
+# Third-party libraries that do I/O, and the one module allowed each.
+ONLY_IN = {"kubernetes": {"kube"}, "kopf": {"handlers", "operator_cli"},
+           "google": {"checkpoints"}, "prometheus_client": {"metrics", "operator_cli"}}
+CORE_MAY_IMPORT = {"elastic_api", "pydantic"}
+
+
+def unit(path: Path) -> str:
+    """The drawn unit of a module: `core` for core/*, else the module's name."""
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    return rel.parts[0] if len(rel.parts) > 1 else rel.name
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+
+
+def imports(path: Path) -> set[str]:
+    """Every module path imported, lazily or not (relative imports are not used)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "elastic_operator":
+            names |= {f"elastic_operator.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_every_module_is_drawn() -> None:
+    assert {unit(p) for p in modules()} == set(POSITION)
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down(path: Path) -> None:
+    me = unit(path)
+    layer, index = POSITION[me]
+    for name in imports(path):
+        top, _, rest = name.partition(".")
+        if top == "elastic_operator":
+            other = rest.split(".")[0]
+            if other == me:
+                continue
+            other_layer, other_index = POSITION[other]
+            assert other_layer < layer or (other_layer == layer and other_index > index), (
+                f"{me} (layer {layer}) imports {other} (layer {other_layer}): against the "
+                "picture in docs/architecture.md")
+        elif top in ONLY_IN:
+            assert me in ONLY_IN[top], f"{me} imports {name}; only {ONLY_IN[top]} may"
+        elif me == "core":
+            assert top in CORE_MAY_IMPORT or top in sys.stdlib_module_names, (
+                f"core imports {name}: the core stays pure")

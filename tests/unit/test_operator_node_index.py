@@ -1,0 +1,91 @@
+"""The node index: which jobs a node's readiness change concerns, learned from pod
+events, and the nodes a reconcile reads."""
+from __future__ import annotations
+
+from elastic_operator.node_index import NodeIndex
+from elastic_operator.observed import ObservedNode
+from tests.builders import T0
+
+A, B = ("ns", "a"), ("ns", "b")
+
+
+def ready(name: str, is_ready: bool = True) -> ObservedNode:
+    return ObservedNode(name, is_ready, ready_transition_time=T0)
+
+
+def test_a_readiness_change_names_the_jobs_with_pods_on_the_node() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-worker-0-0", "n1")
+    index.pod_seen(B, "b-worker-0-0", "n1")
+    index.pod_seen(B, "b-worker-1-0", "n2")
+    assert index.node_seen(ready("n1")) == []  # first sight: the resync's business
+    assert index.node_seen(ready("n1")) == []  # a heartbeat
+    assert index.node_seen(ready("n1", False)) == [A, B]
+    assert index.node_seen(ready("n1", False)) == []
+    assert index.node_seen(ready("n1")) == [A, B]  # back
+    seen = index.nodes(["n1", "n2"])  # n2 not seen yet
+    assert list(seen) == ["n1"] and seen["n1"].ready
+
+
+def test_a_deleted_node_counts_as_not_ready() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-worker-0-0", "n1")
+    index.node_seen(ready("n1"))
+    assert index.node_gone("n1") == [A]
+    assert index.nodes(["n1"]) == {}
+    assert index.node_seen(ready("n1")) == [A]  # re-registered Ready: a change
+
+
+def test_a_job_stays_on_a_node_while_any_of_its_pods_does() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-worker-0-0-old", "n1")
+    index.pod_seen(A, "a-worker-0-0-new", "n1")  # the replacement, on the same node
+    index.pod_gone(A, "a-worker-0-0-old", "n1")
+    assert index.jobs_on("n1") == [A]
+    index.pod_gone(A, "a-worker-0-0-new", "n1")
+    assert index.jobs_on("n1") == []
+
+
+def test_a_deleted_job_is_forgotten_everywhere() -> None:
+    index = NodeIndex()
+    index.pod_seen(A, "a-0", "n1")
+    index.pod_seen(A, "a-1", "n2")
+    index.pod_seen(B, "b-0", "n2")
+    index.forget_job(A)
+    assert index.jobs_on("n1") == [] and index.jobs_on("n2") == [B]
+
+
+def test_pools_of_a_shape_and_whether_another_job_uses_them() -> None:
+    from tests.builders import tpu_node
+
+    index = NodeIndex()
+    for pool in ("tpu-0", "tpu-1"):
+        for h in range(2):
+            index.node_seen(tpu_node(f"{pool}-{h}", pool))
+    index.node_seen(ObservedNode("cpu-0", True, pool="cpu-np"))
+    index.pod_seen(B, "b-worker-0-0", "tpu-1-0")
+    index.pod_seen(A, "a-worker-0-0", "tpu-0-0")
+    pools = index.pools("tpu-v5-lite-podslice", "4x4", A)
+    assert [(p.name, len(p.nodes), p.used_by_others) for p in pools] == [
+        ("tpu-0", 2, False), ("tpu-1", 2, True)]
+    assert index.pools("tpu-v5-lite-podslice", "8x8", A) == ()
+
+
+def test_a_transition_is_never_earlier_than_the_watch_saw_it() -> None:
+    """kwok reports the Ready condition's transition as the node's creation: a node that
+    just failed must not look failed for an hour (the detection time), nor a revived one
+    Ready all along (the pool warden)."""
+    from datetime import timedelta
+
+    now = [T0 + timedelta(hours=1)]
+    index = NodeIndex(clock=lambda: now[0])
+    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
+    index.node_seen(ObservedNode("n1", False, ready_transition_time=T0))  # stale time
+    assert index.nodes(["n1"])["n1"].ready_transition_time == now[0]
+    now[0] += timedelta(minutes=5)
+    index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
+    (node,) = index.all_nodes()
+    assert node.ready_transition_time == now[0]
+    fresh = T0 + timedelta(hours=2)  # a kubelet's own, later time stands
+    index.node_seen(ObservedNode("n1", False, ready_transition_time=fresh))
+    assert index.nodes(["n1"])["n1"].ready_transition_time == fresh
