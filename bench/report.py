@@ -77,7 +77,7 @@ def recovery_rows(r: dict[str, Any]) -> list[Row]:
             (f"{config}: steps lost, snapshot (baseline: checkpoint)",
              str(snap["steps_lost"]), str(ckpt["steps_lost"]), "-"),
             (f"{config}: compile during a resize recovery, warm persistent cache "
-             "(baseline: no cache)",
+             f"({warm.get('compilation_cache_hits', 'n/a')} cache hits; baseline: no cache)",
              _s(warm["compile_seconds"]), _s(cold["compile_seconds"]),
              _r(c["ratio_compile_seconds_cache_vs_none"])),
             (f"{config}: detect -> resumed in a resize, warm cache (baseline: no cache)",
@@ -93,6 +93,10 @@ def recovery_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _rounds(values: list[float | None] | None) -> str:
+    return " (rounds: " + ", ".join(_r(x) for x in values) + ")" if values else ""
+
+
 def overhead_rows(o: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for config, c in o["configs"].items():
@@ -106,8 +110,13 @@ def overhead_rows(o: dict[str, Any]) -> list[Row]:
                  if c.get("ratio_mean_step_per_round") else "")),
             (f"{config}: median step (same runs)",
              _s(c["elastic_step_seconds"]["p50"]), _s(c["plain_step_seconds"]["p50"]),
-             _r(c["ratio_median_step_elastic_vs_plain"])),
+             _r(c["ratio_median_step_elastic_vs_plain"]) + _rounds(
+                 c.get("ratio_median_step_per_round"))),
         ]
+        if c.get("ratio_cpu_per_step_per_round"):
+            rows.append((f"{config}: process CPU per step, every thread (same runs)", "", "",
+                         _r(c["ratio_cpu_per_step_elastic_vs_plain"]) + _rounds(
+                             c["ratio_cpu_per_step_per_round"])))
     return rows
 
 
