@@ -178,11 +178,14 @@ SECTIONS = (
 )
 
 
-def table(results: dict[str, Any]) -> str:
+def table(results: dict[str, Any], kept: dict[str, list[str]] | None = None) -> str:
+    """The table; a benchmark without results keeps its lines from `kept` (the page's
+    previous table), date and all, so that one benchmark can be re-run alone."""
     lines = ["| figure | ours | baseline | ratio |", "|---|---|---|---|"]
     for key, title, rows_of in SECTIONS:
         entry = results.get("benchmarks", {}).get(key)
         if entry is None:
+            lines.extend((kept or {}).get(title, []))
             continue
         load = (entry.get("machine") or {}).get("loadavg_1m_5m_15m")
         when = f"measured {entry['measured_at']}" + (f", load average {load}" if load else "")
@@ -198,12 +201,31 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def sections_of(block: str) -> dict[str, list[str]]:
+    """The lines of each section of a generated table, by section title."""
+    titles = {title for _key, title, _rows in SECTIONS}
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in block.splitlines():
+        match = re.match(r"^\| \*\*(.+?)\*\* \(", line)
+        if match:
+            current = out.setdefault(match.group(1), []) if match.group(1) in titles else None
+        elif not line.startswith("| ") or line.startswith("|---"):
+            current = None
+        if current is not None:
+            current.append(line)
+    return out
+
+
 def update_docs(path: Path, results: dict[str, Any]) -> None:
-    """Replace the generated table between the markers (appended if they are missing)."""
+    """Replace the generated table between the markers (appended if they are missing);
+    the sections of benchmarks not in `results` stay as they were."""
     text = path.read_text() if path.exists() else ""
-    block = f"{START}\n{table(results)}\n{END}"
     pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-    if pattern.search(text):
+    previous = pattern.search(text)
+    kept = sections_of(previous.group(0)) if previous else {}
+    block = f"{START}\n{table(results, kept)}\n{END}"
+    if previous:
         text = pattern.sub(lambda _m: block, text)
     else:
         text = text.rstrip() + ("\n\n" if text else "") + block + "\n"

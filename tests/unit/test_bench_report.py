@@ -107,6 +107,23 @@ def test_table_has_a_row_per_figure_and_keeps_the_rest_of_the_page(tmp_path: Pat
     assert page.read_text() == text  # idempotent
 
 
+def test_a_benchmark_not_run_keeps_its_section(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    page.write_text("intro\n")
+    report.update_docs(page, _summary())
+    before = page.read_text()
+    detection = report.sections_of(before)["Detection at scale"]
+    assert detection[0].startswith("| **Detection at scale** (measured T1")
+    rerun = _summary()
+    del rerun["benchmarks"]["detection"]
+    rerun["benchmarks"]["recovery"]["measured_at"] = "T3"
+    report.update_docs(page, rerun)
+    after = page.read_text()
+    assert report.sections_of(after)["Detection at scale"] == detection
+    assert "(measured T3" in after and "(measured T2" not in after
+    assert after.index("Detection at scale") < after.index("Trainer recovery")
+
+
 def test_replacement_rows_say_when_the_baseline_never_came_back() -> None:
     result = {
         "consecutive_failures": 6,
