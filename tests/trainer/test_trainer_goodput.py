@@ -40,26 +40,27 @@ def test_a_run_with_a_restore_of_an_older_step() -> None:
     assert report.productive_seconds + sum(_causes(g).values()) == 116.0 - 100.0
 
 
-def test_the_loops_own_work_between_steps_counts_with_the_next_step() -> None:
+def test_the_loops_own_work_after_a_step_counts_with_that_step() -> None:
     g = GoodputAccount(started_at=0.0, prior=TrainerGoodput(median_step_seconds=1.0))
     g.begin("restore", 0.0)
     g.restored(0, 0.0)
     g.step_done(1, 1.0)                # the median is known: settled at once, 1 s kept
     g.begin("checkpointing", 1.2)      # 0.2 s of the loop's own work after step 1
     g.begin("step", 1.5)               # checkpointing 0.3
-    g.step_done(2, 2.5)                # 1 s + the 0.2 s carried
+    g.step_done(2, 2.5)                # 1 s
     assert g.report().productive_seconds == 2.2
     assert _causes(g)["checkpointing"] == 0.3
-    g.begin("checkpointing", 2.6)      # 0.1 of the loop's work after step 2 ...
+    g.begin("checkpointing", 2.6)      # 0.1 with step 2 ...
     g.failed(3.0)                      # ... and a save cut by a lost slice: 0.4 checkpointing
     assert _causes(g)["checkpointing"] == 0.7
-    assert _causes(g)["recomputed_steps"] == 0.1
+    assert _causes(g)["recomputed_steps"] == 0.0
     g.begin("restore", 3.0)
-    g.restored(2, 3.5)
-    g.step_done(3, 5.0)                # 1.5 s; median 1.2 (step 2): 0.3 recompile
-    assert _causes(g)["recompile"] == 0.3
-    g.finish(5.4)                      # 0.4 after the last step counts with the steps
-    assert g.report().productive_seconds == 3.4 + 0.4
+    g.restored(1, 3.5)                 # step 2 and its 0.1 are redone
+    assert _causes(g)["recomputed_steps"] == 1.1
+    g.step_done(2, 5.0)                # 1.5 s; median 1 (step 2): 0.5 recompile
+    assert _causes(g)["recompile"] == 0.5
+    g.finish(5.4)                      # 0.4 after the last step counts with it
+    assert g.report().productive_seconds == 1.2 + 1.0 + 0.4
     assert g.total_seconds() == pytest.approx(5.4)
 
 

@@ -14,8 +14,9 @@ the process started goes to exactly one place (the counters add up to the wall t
 
 Activities: "startup", "waiting_for_slices", "restore", "checkpointing" (the badput
 causes of TrainerGoodput) and "step". Time marked during "step" without a step
-finishing (the loop's own work between steps: the report, the log line) is added to the
-next step; cut short by a failure it is `recomputed_steps`.
+finishing (the loop's own work after a step: the report, the log line) counts with the
+step before it (before the first step after a restore: with the next one); a step cut
+short by a failure is `recomputed_steps`.
 
 The first step after a restore compiles for the mesh: its time beyond the median step is
 `recompile` (`startup` for a process's first step); the rest counts as a normal step.
@@ -66,6 +67,7 @@ class GoodputAccount:
         self._normal: deque[float] = deque(maxlen=MEDIAN_WINDOW)
         self._kept: OrderedDict[int, float] = OrderedDict()  # this process's kept steps
         self._first: _FirstStep | None = None
+        self._last_step: int | None = None  # the last step done since the last restore
         self._next_first: str | None = None  # the cause of the next step's excess
         self._steps_done = 0
         self._restores = 0
@@ -81,10 +83,13 @@ class GoodputAccount:
         if activity not in ACTIVITIES:
             raise ValueError(f"unknown activity {activity!r}")
         seconds = self._elapsed(now)
-        if self._activity == "step":
-            self._carry += seconds
-        else:
+        if self._activity != "step":
             self.badput[self._activity] += seconds
+        elif self._last_step is None:
+            self._carry += seconds
+        else:  # the loop's own work after a step that was kept
+            self.productive += seconds
+            self._kept[self._last_step] = self._kept.get(self._last_step, 0.0) + seconds
         self._activity = activity
 
     def failed(self, now: float, then: str = "waiting_for_slices") -> None:
@@ -109,6 +114,7 @@ class GoodputAccount:
             if median is not None:
                 self._recompute((self._prior_step - step) * median)
         self._restores += 1
+        self._last_step = None
         self._next_first = "startup" if self._steps_done == 0 else "recompile"
 
     def step_done(self, step: int, now: float) -> None:
@@ -116,6 +122,7 @@ class GoodputAccount:
         self._carry = 0.0
         self._activity = "step"
         self._steps_done += 1
+        self._last_step = step
         if self._next_first is not None:
             self._first = _FirstStep(step, seconds, self._next_first)
             self._next_first = None
@@ -136,7 +143,7 @@ class GoodputAccount:
 
     def _keep(self, step: int, seconds: float) -> None:
         self.productive += seconds
-        self._kept[step] = seconds
+        self._kept[step] = self._kept.get(step, 0.0) + seconds
         self._kept.move_to_end(step)
         while len(self._kept) > KEPT_STEPS:
             self._kept.popitem(last=False)
