@@ -1,6 +1,7 @@
 """The goodput account (elastic_trainer.goodput): hand-computed timelines, times passed in."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -118,3 +119,30 @@ def test_a_sound_earlier_report_is_trusted() -> None:
 ])
 def test_a_hostile_earlier_report_is_ignored(garbage: Any) -> None:
     assert trusted_goodput(garbage) is None
+
+
+def test_a_run_accounts_for_its_wall_time_and_the_redone_steps(run_trainer: Any) -> None:
+    """`etj train` on simulated slices, slice 1 lost in step 23 without snapshots: the
+    checkpoint of step 20 is restored, steps 21 and 22 are done again. (Synchronous
+    saves: an async one of step 20 may still be writing when the slice goes.)"""
+    before = time.time()
+    run = run_trainer("--fail-at", "23:1", "--no-async-checkpoint")
+    after = time.time()
+    assert run.returncode == 0, run.log[-4000:]
+    [event] = run.events()
+    assert (event["restored_from_step"], event["steps_lost"]) == (20, 2)
+    s = run.summary
+    goodput = TrainerGoodput.model_validate(s["goodput"])
+    causes = goodput.badput_seconds
+    # From the process's start (read from /proc: before the imports) to the end of the
+    # run, every second is in one counter.
+    started, finished = s["process_started_at"], s["finished_at"]
+    assert before - 0.05 <= started < finished <= after  # /proc: 10 ms ticks
+    accounted = goodput.productive_seconds + sum(causes.model_dump().values())
+    assert accounted == pytest.approx(finished - started, abs=0.01)
+    # Steps 21 and 22 and the part of step 23 before the loss: redone.
+    times = dict(s["step_times"][:22])  # the first pass: steps 1..22
+    assert causes.recomputed_steps >= times[22] - times[21] > 0
+    assert causes.restore > 0 and causes.startup > 0 and causes.checkpointing > 0
+    assert goodput.median_step_seconds is not None and goodput.median_step_seconds > 0
+    assert 0 < goodput.productive_seconds < accounted

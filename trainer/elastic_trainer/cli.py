@@ -251,20 +251,20 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
 
 
 def process_start_time() -> float:
-    """When this process started (unix time): from /proc on Linux (so the goodput's
-    `startup` includes the interpreter's start and the imports), else now."""
+    """When this process started (unix time): its age from /proc on Linux (so the
+    goodput's `startup` includes the interpreter's start and the imports), else now."""
     import time
 
+    now = time.time()
     try:
         with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # starttime, field 22: clock ticks after boot
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        started = boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
-    return min(started, time.time())
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # starttime (field 22)
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return now
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return now - min(max(age, 0.0), 3600.0)  # an age beyond an hour is not ours to trust
 
 
 def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
