@@ -253,3 +253,17 @@ def test_a_request_an_earlier_process_acknowledged_is_not_answered_again(
     assert _committed(tmp_path) == [STEPS]  # no save for the request
     # Its acknowledgement is still reported (the operator may not have seen it yet).
     assert reports.sent and all(r.checkpoint_ack == earlier for r, _ in reports.sent)
+
+
+def test_a_request_past_its_deadline_is_given_up_once(tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    def operator(trainer: Callable[[], Trainer]) -> Operator:
+        return Operator(trainer, _request(2, deadline_s=-1), at_step=3)
+
+    trainer, reports = _trainer(tmp_path, ManualHealth(), operator)
+    result = _run(trainer)
+    assert result.failure is None and result.final_step == STEPS
+    assert all(r.checkpoint_ack is None for r, _ in reports.sent)  # never acknowledged
+    assert _committed(tmp_path) == [STEPS]
+    given_up = [r for r in caplog.records if "deadline passed" in r.getMessage()]
+    assert len(given_up) == 1  # not tried again at every step

@@ -45,7 +45,8 @@ from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots, to_p
 
 log = logging.getLogger("elastic_trainer")
 
-HOLD_POLL_SECONDS = 0.1  # how often a held loop looks at the request and the slices
+HOLD_POLL_SECONDS = 0.1  # how often a held loop looks at the request (and check())
+HOLD_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
 
 
 @dataclass
@@ -105,6 +106,8 @@ class Trainer:
         self.goodput = GoodputAccount(self.process_started_at, opts.prior_goodput,
                                       opts.prior_step)
         self.checkpoint_ack = opts.prior_ack
+        # The newest request acted on (answered, or given up on at its deadline).
+        self._request_done = opts.prior_ack.id if opts.prior_ack is not None else 0
         self.finished_at: float | None = None
 
     def next_event_id(self) -> int:
@@ -424,10 +427,10 @@ class Trainer:
         """A request open and not answered yet: save `step` now, wait until it is
         committed (within the request's deadline), acknowledge it, and hold if asked."""
         assert self.requests is not None
-        answered = self.checkpoint_ack.id if self.checkpoint_ack is not None else 0
-        request = to_answer(self.requests.view(), answered)
+        request = to_answer(self.requests.view(), self._request_done)
         if request is None:
             return
+        self._request_done = request.id  # answered now or never: once
         committed_at = self._save_for_request(step, state, active, request)
         if committed_at is None:
             return
@@ -470,12 +473,16 @@ class Trainer:
         elastic event, and the restore finds the step just saved."""
         assert self.requests is not None
         self.goodput.begin("waiting_for_slices", time.time())
-        started = time.monotonic()
+        started = last_health = time.monotonic()
         while True:
             why = hold_ends(self.requests.view(), request, time.monotonic() - started)
             self.backend.check(active)  # simulated: the loss raised here, as in a step
-            if why is None and active - self.backend.healthy_slices():
-                why = "a slice of the mesh is down"
+            if why is None and time.monotonic() - last_health >= HOLD_HEALTH_SECONDS:
+                # On Pathways the loss surfaces in the next step; a health check (a small
+                # program per slice) says when to take it.
+                last_health = time.monotonic()
+                if active - self.backend.healthy_slices():
+                    why = "a slice of the mesh is down"
             if why is not None:
                 break
             time.sleep(HOLD_POLL_SECONDS)
