@@ -253,3 +253,26 @@ def test_the_documented_third_party_example_reports(api_server: type[_Recorder],
     assert (reports[-1].state, reports[-1].step, reports[-1].total_steps) == (
         "Succeeded", 100, 100)
     assert {r.process_id for r in reports} == {reports[0].process_id}
+
+
+def test_a_replacement_process_reads_the_goodput_step_and_ack_it_left() -> None:
+    from elastic_trainer.report import prior_state
+
+    status = {"counters": {"elasticEvents": 1}, "training": {
+        "elasticEventsTotal": 1, "retriesRemaining": 9, "step": 130,
+        "goodput": {"productiveSeconds": 40.5, "badputSeconds": {"restore": 2.0},
+                    "medianStepSeconds": 0.3},
+        "checkpointAck": {"id": 2, "step": 120, "committedAt": "2026-11-30T12:00:00Z",
+                          "paused": True}}}
+    prior = prior_state(status, max_retries=10)
+    assert (prior.events, prior.failures, prior.step) == (1, 1, 130)
+    assert prior.goodput is not None and prior.goodput.productive_seconds == 40.5
+    assert prior.goodput.badput_seconds.restore == 2.0
+    assert prior.checkpoint_ack is not None
+    assert (prior.checkpoint_ack.id, prior.checkpoint_ack.step) == (2, 120)
+    # Untrusted: what does not parse is left out, the rest is kept.
+    hostile = {"training": {"step": "130", "goodput": {"productiveSeconds": "40"},
+                            "checkpointAck": {"id": True, "step": 1, "committedAt": "x"}}}
+    assert prior_state(hostile, 10) == prior_state(None, 10) == prior_state({}, 10)
+    bad_time = {"training": {"checkpointAck": {"id": 1, "step": 1, "committedAt": "never"}}}
+    assert prior_state(bad_time, 10).checkpoint_ack is None

@@ -247,9 +247,11 @@ class Checkpointer:
         log.warning("checkpoint write failed (step %s): %s: %s; training goes on",
                     step, type(err).__name__, err)
 
-    def _wait_in_flight(self, timeout: float) -> tuple[str, BaseException | None]:
+    def _wait_in_flight(self, timeout: float, abandon: bool = True
+                        ) -> tuple[str, BaseException | None]:
         """Wait (at most `timeout` s) for the save in flight: ("ok"|"failed"|"abandoned",
-        the error of a failed save)."""
+        the error of a failed save); "pending" when it is still running and not to be
+        abandoned."""
         step, save = self.in_flight_step, self._in_flight
         if step is None or save is None:
             return "ok", None
@@ -264,6 +266,8 @@ class Checkpointer:
         waiter = threading.Thread(target=wait, name="checkpoint-wait", daemon=True)
         waiter.start()
         waiter.join(timeout)
+        if waiter.is_alive() and not abandon:
+            return "pending", None
         self.in_flight_step, self._in_flight = None, None
         if waiter.is_alive():
             self._abandon(step, timeout)
@@ -332,6 +336,19 @@ class Checkpointer:
             raise ValueError(f"checkpoint step {step} is not finalized in {self.directory}")
         self._manager.reload()  # a save abandoned earlier may have finished since
         return self._manager.restore(step, args=ocp.args.StandardRestore(target))
+
+    def has_save_of(self, step: int) -> bool:
+        """A save of `step` is in flight, or it is the newest committed step."""
+        return step in (self.in_flight_step, self._newest_committed)
+
+    def wait_committed(self, step: int, timeout: float) -> bool:
+        """Wait at most `timeout` s for the save in flight (left running, not abandoned,
+        when it takes longer); whether `step` is then committed. A save cut by a slice
+        loss raises it (an elastic event)."""
+        outcome, error = self._wait_in_flight(max(0.0, timeout), abandon=False)
+        if outcome == "failed" and error is not None and is_slice_down_error(error):
+            raise error
+        return outcome == "ok" and self._newest_committed == step
 
     def wait(self) -> None:
         """Wait (bounded) for the save in flight."""

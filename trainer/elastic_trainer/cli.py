@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--job", default=None, metavar="NS/NAME",
       help="report to this ElasticTrainingJob's status (else env ETJ_JOB_NAMESPACE/NAME)")
     a("--report-interval", type=float, default=5.0, help="seconds between progress reports")
+    a("--request-poll-interval", type=float, default=1.0,
+      help="seconds between reads of the job for the operator's checkpoint requests")
     a("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     a("--compilation-cache", default=None,
       help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
@@ -117,6 +119,8 @@ def _validate(args: argparse.Namespace) -> str | None:
         return f"--min-slices {args.min_slices} exceeds --simulate-slices {args.simulate_slices}"
     if args.max_retries < 0:
         return "--max-retries must be >= 0"
+    if args.request_poll_interval <= 0:
+        return "--request-poll-interval must be > 0"
     if args.snapshot_period < 0:
         return "--snapshot-period must be >= 0 (0 = off)"
     if args.snapshot_period > args.steps:
@@ -246,22 +250,41 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
                             write_seconds=args.simulate_checkpoint_write_seconds)
 
 
+def process_start_time() -> float:
+    """When this process started (unix time): its age from /proc on Linux (so the
+    goodput's `startup` includes the interpreter's start and the imports), else now."""
+    import time
+
+    now = time.time()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # starttime (field 22)
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return now
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return now - min(max(age, 0.0), 3600.0)  # an age beyond an hour is not ours to trust
+
+
 def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
     from elastic_trainer.loop import LoopOptions
-    from elastic_trainer.report import read_prior_run
+    from elastic_trainer.report import PriorRun, read_prior_run
 
-    prior_events, prior_failures = read_prior_run(*job, args.max_retries) if job else (0, 0)
-    if prior_events or prior_failures:
+    prior = read_prior_run(*job, args.max_retries) if job else PriorRun()
+    if prior.events or prior.failures or prior.goodput is not None:
         logging.getLogger("elastic_trainer").info(
-            "an earlier trainer process of this job had %d elastic event(s) and used %d of "
-            "--max-retries %d: counting on from there", prior_events, prior_failures,
-            args.max_retries)
+            "an earlier trainer process of this job had %d elastic event(s), used %d of "
+            "--max-retries %d and reported step %d: counting on from there", prior.events,
+            prior.failures, args.max_retries, prior.step)
     return LoopOptions(
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
         elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
         snapshot_period=args.snapshot_period, log_every=args.log_every,
         min_step_seconds=args.min_step_seconds, learning_rate=args.learning_rate,
-        prior_events=prior_events, prior_failures=prior_failures,
+        prior_events=prior.events, prior_failures=prior.failures,
+        prior_goodput=prior.goodput, prior_step=prior.step, prior_ack=prior.checkpoint_ack,
+        process_started_at=process_start_time(),
     )
 
 
@@ -282,7 +305,8 @@ def _run_trainer(trainer: Any, reporter: Any) -> tuple[Any, int]:
         return RunResult(p.step, p.loss, "", p.step_times, p.losses, trainer.events,
                          trainer.checkpointer.write_failures, failure=err,
                          elastic_events_total=trainer.opts.prior_events + len(trainer.events),
-                         started_from=trainer.started_from), EXIT_TRAINING_ERROR
+                         started_from=trainer.started_from, goodput=trainer.goodput.report(),
+                         process_started_at=trainer.process_started_at), EXIT_TRAINING_ERROR
     if result.failure is None:
         return result, 0
     return result, (EXIT_TIMEOUT if isinstance(result.failure, ElasticTimeout)
@@ -291,6 +315,7 @@ def _run_trainer(trainer: Any, reporter: Any) -> tuple[Any, int]:
 
 def _train(args: argparse.Namespace) -> int:
     from elastic_trainer.checkpoint import Checkpointer
+    from elastic_trainer.checkpoint_requests import JobRequestWatcher
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
     from elastic_trainer.events import summary_dict
@@ -312,6 +337,8 @@ def _train(args: argparse.Namespace) -> int:
     checkpointer = Checkpointer(args.checkpoint_dir, args.checkpoint_period,
                                 args.checkpoint_keep, async_save=not args.no_async_checkpoint)
     reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None
+    # The operator's checkpoint requests (maintenance), read off the training thread.
+    requests = JobRequestWatcher(job[0], job[1], args.request_poll_interval) if job else None
     opts = _loop_options(args, job)
     data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
     log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
@@ -321,11 +348,13 @@ def _train(args: argparse.Namespace) -> int:
              "replica resize" if args.min_slices and args.min_slices < backend.total_slices
              else "pause and resume", cache)
     trainer = Trainer(cfg, opts, backend, data, checkpointer, reporter,
-                      Metrics(args.metrics_port))
+                      Metrics(args.metrics_port), requests)
     try:
         result, code = _run_trainer(trainer, reporter)
     finally:
         backend.close()
+        if requests is not None:
+            requests.close()
         if reporter is not None:
             reporter.close()
     summary = summary_dict(result, {

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from elastic_api.models import ElasticEventReport
+from elastic_api.models import ElasticEventReport, TrainerGoodput
 
 
 def utc(ts: float | None) -> datetime | None:
@@ -97,6 +97,9 @@ class RunResult:
     failure: BaseException | None = None
     elastic_events_total: int = 0  # with an earlier process's (LoopOptions.prior_events)
     started_from: tuple[int, str] | None = None
+    goodput: TrainerGoodput | None = None
+    process_started_at: float | None = None
+    finished_at: float | None = None  # when the goodput account was closed
 
 
 def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -113,6 +116,10 @@ def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict
         "started_from": (None if result.started_from is None else
                          {"step": result.started_from[0], "source": result.started_from[1]}),
         "checkpoint_write_failures": result.checkpoint_write_failures,
+        "goodput": (None if result.goodput is None
+                    else result.goodput.model_dump(by_alias=True, mode="json")),
+        "process_started_at": result.process_started_at,
+        "finished_at": result.finished_at,
         "status": "Failed" if result.failure else "Succeeded",
         "reason": getattr(result.failure, "reason", None) if result.failure else None,
         "message": str(result.failure) if result.failure else None,

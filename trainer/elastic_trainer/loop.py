@@ -8,10 +8,13 @@
       restore: the newest of the snapshot (from the replicas that survived) and the last
         committed checkpoint, else a fresh start; a failed restore drops the snapshot
       train step by step, batches made ahead on a background thread:
+        a checkpoint request of the operator open -> save this step, wait until it is
+          committed, acknowledge it, hold (pause) until released
         a slice of the mesh lost -> JaxRuntimeError(DATA_LOSS) -> elastic event
         every --snapshot-period steps: snapshot (copied while the next steps train)
         every --checkpoint-period steps and at the end: checkpoint (async)
         replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
+    all along: the goodput account (goodput.py) is told what the training thread does
 """
 from __future__ import annotations
 
@@ -25,20 +28,25 @@ from typing import Any
 
 import jax
 
-from elastic_api.models import TrainingReport
+from elastic_api.models import CheckpointAck, CheckpointRequest, TrainerGoodput, TrainingReport
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.checkpoint_requests import RequestSource, hold_ends, to_answer
 from elastic_trainer.configs import ModelConfig
 from elastic_trainer.data import BatchSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, ScaleUpSignal
 from elastic_trainer.events import ElasticEvent, RunResult, utc
+from elastic_trainer.goodput import GoodputAccount
 from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.retry import SliceLossLimit, run_elastic
 from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots, to_pinned_host
 
 log = logging.getLogger("elastic_trainer")
+
+HOLD_POLL_SECONDS = 0.1  # how often a held loop looks at the request (and check())
+HOLD_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
 
 
 @dataclass
@@ -58,6 +66,10 @@ class LoopOptions:
     # and the retry budget go on, never start again at 0.
     prior_events: int = 0
     prior_failures: int = 0
+    prior_goodput: TrainerGoodput | None = None  # the goodput account goes on from it
+    prior_step: int = 0  # its last reported step
+    prior_ack: CheckpointAck | None = None  # its last checkpointAck: kept, not repeated
+    process_started_at: float | None = None  # unix time the process started (else now)
 
 
 @dataclass
@@ -74,9 +86,10 @@ class _Progress:
 class Trainer:
     def __init__(self, cfg: ModelConfig, opts: LoopOptions, backend: Backend,
                  data: BatchSource, checkpointer: Checkpointer,
-                 reporter: StatusReporter | None = None, metrics: Metrics | None = None) -> None:
+                 reporter: StatusReporter | None = None, metrics: Metrics | None = None,
+                 requests: RequestSource | None = None) -> None:
         self.cfg, self.opts, self.backend, self.data = cfg, opts, backend, data
-        self.checkpointer = checkpointer
+        self.checkpointer, self.requests = checkpointer, requests
         self.reporter, self.metrics = reporter, metrics or Metrics(None)
         self.optimizer = train.make_optimizer(cfg, opts.steps, opts.learning_rate)
         self.abstract = train.abstract_state(cfg, self.optimizer)
@@ -88,8 +101,14 @@ class Trainer:
         self.current_event: ElasticEvent | None = None
         self._compiled: dict[tuple[tuple[int, ...], int], train.CompiledStep] = {}
         self.started_from: tuple[int, str] | None = None  # (step, source) of this process
-        self.process_started_at = time.time()
+        self.process_started_at = opts.process_started_at or time.time()
         self._tokens_per_step = opts.batch * cfg.seq_len
+        self.goodput = GoodputAccount(self.process_started_at, opts.prior_goodput,
+                                      opts.prior_step)
+        self.checkpoint_ack = opts.prior_ack
+        # The newest request acted on (answered, or given up on at its deadline).
+        self._request_done = opts.prior_ack.id if opts.prior_ack is not None else 0
+        self.finished_at: float | None = None
 
     def next_event_id(self) -> int:
         return self.opts.prior_events + len(self.events) + 1
@@ -116,6 +135,7 @@ class Trainer:
             process_id=os.getpid(), host_name=socket.gethostname(),
             process_started_at=utc(self.process_started_at),
             elastic_event=self.current_event.report() if self.current_event else None,
+            checkpoint_ack=self.checkpoint_ack, goodput=self.goodput.report(),
         )
 
     def _report(self, urgent: bool = False, reason: str | None = None,
@@ -148,12 +168,15 @@ class Trainer:
             step_times=self.progress.step_times, losses=self.progress.losses,
             events=self.events, checkpoint_write_failures=self.checkpointer.write_failures,
             failure=failure, elastic_events_total=self.opts.prior_events + len(self.events),
-            started_from=self.started_from,
+            started_from=self.started_from, goodput=self.goodput.report(),
+            process_started_at=self.process_started_at, finished_at=self.finished_at,
         )
 
     def _succeed(self, state: Any) -> str:
         digest = train.params_digest(state["params"])
+        self.goodput.begin("checkpointing", time.time())
         self.checkpointer.close()
+        self._finish_goodput()
         self.checkpointer.latest_committed_step()  # refresh for the final report
         self.progress.state = "Succeeded"
         self._report(urgent=True)
@@ -172,7 +195,12 @@ class Trainer:
             self.checkpointer.close()
         except Exception as close_err:
             log.warning("closing checkpoints: %s", close_err)
+        self._finish_goodput()
         self._report(urgent=True, reason=reason, message=str(err))
+
+    def _finish_goodput(self) -> None:
+        self.finished_at = time.time()
+        self.goodput.finish(self.finished_at)
 
     # --- hooks of the retry loop (retry.ElasticHooks) -------------------------------------
 
@@ -191,6 +219,9 @@ class Trainer:
 
     def on_slice_down(self, error: jax.errors.JaxRuntimeError, retrying: bool) -> None:
         detected = time.time()
+        self.goodput.failed(detected, then="waiting_for_slices")
+        if self.checkpoint_ack is not None and self.checkpoint_ack.paused:
+            self.checkpoint_ack = self.checkpoint_ack.model_copy(update={"paused": False})
         down, fault_at = self.backend.failed_slices(error)
         event = ElasticEvent(
             id=self.next_event_id(), kind="slice_down", error=str(error).splitlines()[0],
@@ -212,6 +243,7 @@ class Trainer:
 
     def on_scale_up(self, signal: ScaleUpSignal, retrying: bool) -> None:
         self.snapshots.settle()
+        self.goodput.begin("waiting_for_slices", time.time())
 
     # --- one attempt: mesh, restore, steps -----------------------------------------------
 
@@ -242,6 +274,7 @@ class Trainer:
     def _restore_phase(self, compiled: train.CompiledStep, active: set[int]
                        ) -> tuple[Any, int, str, float]:
         t0 = time.time()
+        self.goodput.begin("restore", t0)
         try:
             state, from_step, source = self._restore(compiled)
             jax.block_until_ready(state)
@@ -252,7 +285,9 @@ class Trainer:
         except BaseException:
             self.snapshots.discard("the restore from it failed")
             raise
-        return state, from_step, source, time.time() - t0
+        restored = time.time()
+        self.goodput.restored(from_step, restored)
+        return state, from_step, source, restored - t0
 
     def _restore(self, compiled: train.CompiledStep) -> tuple[Any, int, str]:
         target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
@@ -292,10 +327,13 @@ class Trainer:
                                    self.opts.steps - 1, self.opts.prefetch)
         try:
             while step < self.opts.steps:
+                if self.requests is not None:
+                    self._answer_request(step, state, active)
                 if resize and len(active) < self.backend.total_slices:
                     self._scale_up_if_back(step, state, active)
                 state, loss, seconds, now = self._step(compiled, active, state, step, prefetch)
                 step += 1
+                self.goodput.step_done(step, now)
                 self._after_step(step, loss, seconds, now, event)
                 if event is not None and event.resumed_at is not None:
                     event = None
@@ -332,12 +370,14 @@ class Trainer:
         checkpoint = self.checkpointer.should_save(step) or step == self.opts.steps
         if not (snapshot or checkpoint):
             return
+        self.goodput.begin("checkpointing", time.time())
         pinned = to_pinned_host(state)
         if snapshot:
             self.snapshots.take(step, pinned)
         if checkpoint:
             self.checkpointer.save(step, pinned,
                                    write_hook=self.backend.checkpoint_write_hook(active))
+        self.goodput.begin("step", time.time())
 
     def _after_step(self, step: int, loss: float, seconds: float, now: float,
                     event: ElasticEvent | None) -> None:
@@ -365,6 +405,7 @@ class Trainer:
         back = self.backend.returned_slices(active)
         if not back:
             return
+        self.goodput.begin("checkpointing", time.time())
         self.snapshots.take(step, to_pinned_host(state))
         self.snapshots.settle()
         event = ElasticEvent(
@@ -379,3 +420,75 @@ class Trainer:
         self._report(urgent=True)
         raise ScaleUpSignal(event.error)
 
+
+    # --- the operator's checkpoint requests (maintenance) ---------------------------------
+
+    def _answer_request(self, step: int, state: Any, active: set[int]) -> None:
+        """A request open and not answered yet: save `step` now, wait until it is
+        committed (within the request's deadline), acknowledge it, and hold if asked."""
+        assert self.requests is not None
+        request = to_answer(self.requests.view(), self._request_done)
+        if request is None:
+            return
+        self._request_done = request.id  # answered now or never: once
+        committed_at = self._save_for_request(step, state, active, request)
+        if committed_at is None:
+            return
+        self.checkpoint_ack = CheckpointAck(id=request.id, step=step,
+                                            committed_at=utc(committed_at),
+                                            paused=request.pause)
+        log.info("checkpoint request %d (%s, slices %s): step %d committed%s", request.id,
+                 request.reason, request.slices, step,
+                 "; holding until released" if request.pause else "")
+        self._report(urgent=True)
+        if request.pause:
+            self._hold(request, active)
+
+    def _save_for_request(self, step: int, state: Any, active: set[int],
+                          request: CheckpointRequest) -> float | None:
+        """Save `step` (unless a save of it is in flight or committed) and wait for the
+        commit until the request's deadline: when it was committed, or None."""
+        started = time.time()
+        self.goodput.begin("checkpointing", started)
+        try:
+            timeout = request.deadline.timestamp() - started
+            if timeout <= 0:
+                log.warning("checkpoint request %d: its deadline passed before step %d; "
+                            "not answered", request.id, step)
+                return None
+            if not self.checkpointer.has_save_of(step):
+                self.checkpointer.save(step, to_pinned_host(state),
+                                       write_hook=self.backend.checkpoint_write_hook(active))
+            if not self.checkpointer.wait_committed(step, timeout):
+                log.warning("checkpoint request %d: the save of step %d was not committed "
+                            "by the deadline; not answered", request.id, step)
+                return None
+            return time.time()
+        finally:
+            self.goodput.begin("step", time.time())
+
+    def _hold(self, request: CheckpointRequest, active: set[int]) -> None:
+        """No step until the request is released (or expired, replaced, pauseSeconds
+        passed); a slice lost meanwhile raises here or in the next step, the ordinary
+        elastic event, and the restore finds the step just saved."""
+        assert self.requests is not None
+        self.goodput.begin("waiting_for_slices", time.time())
+        started = last_health = time.monotonic()
+        while True:
+            why = hold_ends(self.requests.view(), request, time.monotonic() - started)
+            self.backend.check(active)  # simulated: the loss raised here, as in a step
+            if why is None and time.monotonic() - last_health >= HOLD_HEALTH_SECONDS:
+                # On Pathways the loss surfaces in the next step; a health check (a small
+                # program per slice) says when to take it.
+                last_health = time.monotonic()
+                if active - self.backend.healthy_slices():
+                    why = "a slice of the mesh is down"
+            if why is not None:
+                break
+            time.sleep(HOLD_POLL_SECONDS)
+        log.info("checkpoint request %d: going on after %.1fs (%s)", request.id,
+                 time.monotonic() - started, why)
+        self.goodput.begin("step", time.time())
+        if self.checkpoint_ack is not None and self.checkpoint_ack.id == request.id:
+            self.checkpoint_ack = self.checkpoint_ack.model_copy(update={"paused": False})
+        self._report(urgent=True)
