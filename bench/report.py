@@ -149,7 +149,7 @@ def recovery_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
             (f"{config}: steps lost, snapshot (baseline: checkpoint)",
              str(snap["steps_lost"]), str(ckpt["steps_lost"]), "-"),
             (f"{config}: compile during a resize recovery, warm persistent cache "
-             "(baseline: no cache)",
+             f"({warm.get('compilation_cache_hits', 'n/a')} cache hits; baseline: no cache)",
              _s(warm["compile_seconds"]), _s(cold["compile_seconds"]),
              _r(c["ratio_compile_seconds_cache_vs_none"])),
             (f"{config}: detect -> resumed in a resize, warm cache (baseline: no cache)",
@@ -165,6 +165,10 @@ def recovery_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _rounds(values: list[float | None] | None) -> str:
+    return " (rounds: " + ", ".join(_r(x) for x in values) + ")" if values else ""
+
+
 def overhead_rows(o: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for config, c in o["configs"].items():
@@ -178,8 +182,13 @@ def overhead_rows(o: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
                  if c.get("ratio_mean_step_per_round") else "")),
             (f"{config}: median step (same runs)",
              _s(c["elastic_step_seconds"]["p50"]), _s(c["plain_step_seconds"]["p50"]),
-             _r(c["ratio_median_step_elastic_vs_plain"])),
+             _r(c["ratio_median_step_elastic_vs_plain"]) + _rounds(
+                 c.get("ratio_median_step_per_round"))),
         ]
+        if c.get("ratio_cpu_per_step_per_round"):
+            rows.append((f"{config}: process CPU per step, every thread (same runs)", "", "",
+                         _r(c["ratio_cpu_per_step_elastic_vs_plain"]) + _rounds(
+                             c["ratio_cpu_per_step_per_round"])))
     return rows
 
 
@@ -201,7 +210,7 @@ def _side(value: float | None, timeout: float) -> str:
     return f"not Ready after {timeout:.0f} s" if value is None else _s(value)
 
 
-def replacement_rows(r: dict[str, Any], _benchmarks: dict[str, Any] | None = None) -> list[Row]:
+def replacement_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     n = r["consecutive_failures"]
     last = r["last_failure_seconds"]
     ours, base = r["dead_node"]["ours"], r["dead_node"]["baseline"]
@@ -244,11 +253,14 @@ SECTIONS = (
 )
 
 
-def table(results: dict[str, Any]) -> str:
+def table(results: dict[str, Any], kept: dict[str, list[str]] | None = None) -> str:
+    """The table; a benchmark without results keeps its lines from `kept` (the page's
+    previous table), date and all, so that one benchmark can be re-run alone."""
     lines = ["| figure | ours | baseline | ratio |", "|---|---|---|---|"]
     for key, title, rows_of in SECTIONS:
         entry = results.get("benchmarks", {}).get(key)
         if entry is None:
+            lines.extend((kept or {}).get(title, []))
             continue
         load = (entry.get("machine") or {}).get("loadavg_1m_5m_15m")
         when = f"measured {entry['measured_at']}" + (f", load average {load}" if load else "")
@@ -264,12 +276,31 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def sections_of(block: str) -> dict[str, list[str]]:
+    """The lines of each section of a generated table, by section title."""
+    titles = {title for _key, title, _rows in SECTIONS}
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in block.splitlines():
+        match = re.match(r"^\| \*\*(.+?)\*\* \(", line)
+        if match:
+            current = out.setdefault(match.group(1), []) if match.group(1) in titles else None
+        elif not line.startswith("| ") or line.startswith("|---"):
+            current = None
+        if current is not None:
+            current.append(line)
+    return out
+
+
 def update_docs(path: Path, results: dict[str, Any]) -> None:
-    """Replace the generated table between the markers (appended if they are missing)."""
+    """Replace the generated table between the markers (appended if they are missing);
+    the sections of benchmarks not in `results` stay as they were."""
     text = path.read_text() if path.exists() else ""
-    block = f"{START}\n{table(results)}\n{END}"
     pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-    if pattern.search(text):
+    previous = pattern.search(text)
+    kept = sections_of(previous.group(0)) if previous else {}
+    block = f"{START}\n{table(results, kept)}\n{END}"
+    if previous:
         text = pattern.sub(lambda _m: block, text)
     else:
         text = text.rstrip() + ("\n\n" if text else "") + block + "\n"

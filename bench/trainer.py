@@ -52,15 +52,27 @@ def _only_event(run: dict[str, Any]) -> dict[str, Any]:
     return first
 
 
+def _resize_event(run: dict[str, Any]) -> dict[str, Any]:
+    event = _only_event(run)
+    if event["active_slices_after"] != 1:
+        raise RuntimeError(f"the resize run did not shrink the mesh to one slice: {event}")
+    return event
+
+
 def recovery(quick: bool) -> dict[str, Any]:
     configs = ["tiny"] if quick else ["tiny", "small"]
     steps = 16 if quick else 50
     fail = "13:1" if quick else "37:1"
+    # Replica resize: slice 1 stays down until the loop reaches a later step, so the mesh
+    # shrinks to one slice however long a step or the compile takes. (A time-based fault
+    # could end before the slower `small` run even looked, and then no resize happened.)
+    resize_fail = "13-15:1" if quick else "37-45:1"
     ckpt_period = 5 if quick else 20
     snap_period = 2 if quick else 5
     base = {"kind": "recovery", "steps": steps, "checkpoint_period": ckpt_period,
             "fail_at": [fail], "fault_duration": 1.0}
-    out: dict[str, Any] = {"fail_at": fail, "checkpoint_period": ckpt_period,
+    out: dict[str, Any] = {"fail_at": fail, "resize_fail_at": resize_fail,
+                           "checkpoint_period": ckpt_period,
                            "snapshot_period": snap_period, "fault_duration_seconds": 1.0,
                            "configs": {}}
     for config in configs:
@@ -71,7 +83,8 @@ def recovery(quick: bool) -> dict[str, Any]:
         # Replica resize: the mesh shrinks to 1 slice, so the step is compiled during the
         # recovery. Without the persistent cache, then with a cache a previous run filled.
         _log(f"recovery {config}: replica resize with and without the compilation cache")
-        resize = {**base, "config": config, "snapshot_period": snap_period, "min_slices": 1}
+        resize = {**base, "config": config, "snapshot_period": snap_period, "min_slices": 1,
+                  "fail_at": [resize_fail]}
         no_cache = run_worker({**resize, "cache_dir": None})
         cache_dir = tempfile.mkdtemp(prefix="etj-bench-jaxcache-")
         try:
@@ -80,7 +93,7 @@ def recovery(quick: bool) -> dict[str, Any]:
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
         e_snap, e_ckpt = _only_event(snap), _only_event(ckpt)
-        e_cold, e_warm = _only_event(no_cache), _only_event(warm)
+        e_cold, e_warm = _resize_event(no_cache), _resize_event(warm)
         out["configs"][config] = {
             "steady_step_seconds": snap["steady_step_seconds"],
             "from_snapshot": e_snap,
@@ -123,9 +136,10 @@ def overhead(quick: bool) -> dict[str, Any]:
         raw = run_worker({"kind": "overhead", "config": config,
                           # Steady state: the steps through the first save are dropped
                           # (the first Orbax save sets up its threads and directories).
-                          "steps": 25 if quick else 120, "warmup": 12 if quick else 22,
+                          "steps": 25 if quick else 102, "warmup": 12 if quick else 22,
                           "checkpoint_period": 10 if quick else 20,
-                          "snapshot_period": 5, "rounds": 1 if quick else 3})
+                          "snapshot_period": 5, "rounds": 1 if quick else 7},
+                         timeout=5400)
         plain_means = [mean(r["plain"]) for r in raw["rounds"]]
         elastic_means = [mean(r["elastic"]) for r in raw["rounds"]]
         plain_medians = [median(r["plain"]) for r in raw["rounds"]]
@@ -143,6 +157,18 @@ def overhead(quick: bool) -> dict[str, Any]:
                 [e / p for e, p in zip(elastic_means, plain_means, strict=True)]),
             "ratio_median_step_elastic_vs_plain": median(
                 [e / p for e, p in zip(elastic_medians, plain_medians, strict=True)]),
+            "ratio_median_step_per_round": [
+                e / p for e, p in zip(elastic_medians, plain_medians, strict=True)],
+            # CPU seconds of the whole process per step (every thread), which the load of
+            # other processes moves much less than wall time.
+            "ratio_cpu_per_step_per_round": [
+                ratio(r["elastic_cpu_per_step"], r["plain_cpu_per_step"])
+                for r in raw["rounds"]],
+            "ratio_cpu_per_step_elastic_vs_plain": median(
+                [x for r in raw["rounds"]
+                 if (x := ratio(r["elastic_cpu_per_step"], r["plain_cpu_per_step"]))
+                 is not None] or [float("nan")]),
+            "load_average_per_round": [r["load_average"] for r in raw["rounds"]],
         }
     return out
 

@@ -70,30 +70,46 @@ class CompileLog:
         return sum(1 for t in self.hits if start <= t <= end)
 
 
+class CpuSampler:
+    """The process's CPU time (every thread: the training thread, XLA's, the background
+    copies and writes) sampled against the wall clock, so the CPU spent between two step
+    timestamps can be read off afterwards. Other processes' load barely moves it, unlike
+    wall time on a shared machine."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        import threading
+
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.samples.append((time.time(), time.process_time()))
+
+    def cpu_between(self, start: float, end: float) -> float:
+        inside = [cpu for t, cpu in self.samples if start <= t <= end]
+        return inside[-1] - inside[0] if len(inside) >= 2 else 0.0
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any:
-    from elastic_trainer import elastic
+    from elastic_trainer.backends import SimulatedBackend
     from elastic_trainer.checkpoint import Checkpointer
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
+    from elastic_trainer.faults import Fault, FaultSchedule
     from elastic_trainer.loop import LoopOptions, Trainer
-
-    class TimedTrainer(Trainer):
-        """The real loop, with the wait for slices timed (the rest it times itself)."""
-
-        waits: list[tuple[float, float]]
-
-        def _wait_for_slices(self) -> set[int]:
-            start = time.time()
-            try:
-                return super()._wait_for_slices()
-            finally:
-                self.waits.append((start, time.time()))
 
     cfg = get_config(spec["config"])
     slices = spec.get("slices", 2)
-    health = elastic.FaultSchedule([elastic.Fault.parse(f, slices) for f in faults],
-                                   spec.get("fault_duration", 1.0))
-    backend = elastic.SimulatedBackend(slices, spec.get("devices_per_slice", 2), health)
+    health = FaultSchedule([Fault.parse(f, slices) for f in faults],
+                           spec.get("fault_duration", 1.0))
+    backend = SimulatedBackend(slices, spec.get("devices_per_slice", 2), health)
     ckpt_dir = workdir / "checkpoints"
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     checkpointer = Checkpointer(str(ckpt_dir), spec.get("checkpoint_period", 20), 3,
@@ -101,11 +117,9 @@ def _make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any
     opts = LoopOptions(steps=spec["steps"], batch=spec.get("batch", 8), seed=0,
                        min_slices=spec.get("min_slices"), elastic_timeout=120.0,
                        max_retries=10, snapshot_period=spec.get("snapshot_period", 0),
-                       log_every=10**9)
+                       log_every=10**9, prefetch=spec.get("prefetch", 2))
     data = make_source("synthetic", 0, opts.batch, cfg.seq_len, cfg.vocab_size)
-    trainer = TimedTrainer(cfg, opts, backend, data, checkpointer)
-    trainer.waits = []
-    return trainer
+    return Trainer(cfg, opts, backend, data, checkpointer)
 
 
 def _event_phases(trainer: Any, compile_log: CompileLog) -> list[dict[str, Any]]:
@@ -115,14 +129,15 @@ def _event_phases(trainer: Any, compile_log: CompileLog) -> list[dict[str, Any]]
             continue
         s = event.summary()
         det, resumed, restored = event.detected_at, event.resumed_at, event.restored_at
-        wait = sum(min(end, resumed) - max(start, det) for start, end in trainer.waits
-                   if end >= det and start <= resumed)
+        wait = event.wait_seconds or 0.0
         restore = event.restore_seconds or 0.0
         compile_s = compile_log.seconds_between(det, resumed)
         first_step_total = resumed - restored
         total = resumed - det
         out.append({
-            "failed_step": event.failed_step, "restored_from_step": event.restored_from_step,
+            "failed_step": event.failed_step,
+            "active_slices_after": event.active_slices_after,
+            "restored_from_step": event.restored_from_step,
             "restore_source": event.restore_source, "steps_lost": event.steps_lost,
             "detect_seconds": s["detect_seconds"],
             "wait_seconds": wait,
@@ -176,49 +191,61 @@ def overhead(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """Steady-state step time: the elastic loop (async checkpoints + snapshots) against a
     plain jitted loop of the same model and step function, alternating in one process."""
     slices, dps = spec.get("slices", 2), spec.get("devices_per_slice", 2)
-    _setup_jax(slices * dps, None)
+    # A persistent cache of its own, so that each round's fresh Trainer (new jitted
+    # functions) does not compile again: the rounds measure steps, not compiles.
+    _setup_jax(slices * dps, str(workdir / "compilation-cache"))
     import jax
 
-    from elastic_trainer import elastic, train
+    from elastic_trainer import train
+    from elastic_trainer.backends import SimulatedBackend
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
+    from elastic_trainer.faults import FaultSchedule
 
     cfg = get_config(spec["config"])
     steps, warmup, batch = spec["steps"], spec["warmup"], spec.get("batch", 8)
     optimizer = train.make_optimizer(cfg, steps)
-    backend = elastic.SimulatedBackend(slices, dps, elastic.FaultSchedule([], 1.0))
+    backend = SimulatedBackend(slices, dps, FaultSchedule([], 1.0))
     compiled = train.build_step(cfg, optimizer,
                                 train.make_mesh(backend.slice_devices(range(slices))), 1, 0)
     data = make_source("synthetic", 0, batch, cfg.seq_len, cfg.vocab_size)
 
-    def plain_loop() -> list[float]:
+    sampler = CpuSampler()
+
+    def measured(times: list[float]) -> tuple[list[float], float]:
+        """Step durations after the warmup, and the CPU seconds per step over them."""
+        durations = [b - a for a, b in itertools.pairwise(times)][warmup:]
+        start, end = times[warmup], times[-1]
+        return durations, sampler.cpu_between(start, end) / max(1, len(durations))
+
+    def plain_loop() -> tuple[list[float], float]:
         state = compiled.init_fn()
         jax.block_until_ready(state)
-        durations = []
-        last = time.time()
+        times = [time.time()]
         for step in range(steps):
             tokens = jax.device_put(train.shape_batch(data.batch(step), 1),
                                     compiled.batch_sharding)
             state, metrics = compiled.step_fn(state, tokens)
             float(metrics["loss"])  # the elastic loop reads the loss each step too
-            now = time.time()
-            durations.append(now - last)
-            last = now
-        return durations[warmup:]
+            times.append(time.time())
+        return measured(times)
 
-    def elastic_loop() -> list[float]:
+    def elastic_loop() -> tuple[list[float], float]:
         trainer = _make_trainer({**spec, "min_slices": None}, workdir, [])
         result = trainer.run()
         if result.failure is not None:
             raise RuntimeError(f"training failed: {result.failure}")
-        times = [t for _s, t in result.step_times]
-        return [b - a for a, b in itertools.pairwise(times)][warmup:]
+        return measured([t for _s, t in result.step_times])
 
     rounds = []
     for _ in range(spec.get("rounds", 2)):
-        plain = plain_loop()
-        elastic_d = elastic_loop()
-        rounds.append({"plain": plain, "elastic": elastic_d})
+        load = os.getloadavg()[0]
+        plain, plain_cpu = plain_loop()
+        elastic_d, elastic_cpu = elastic_loop()
+        rounds.append({"plain": plain, "elastic": elastic_d, "plain_cpu_per_step": plain_cpu,
+                       "elastic_cpu_per_step": elastic_cpu,
+                       "load_average": [load, os.getloadavg()[0]]})
+    sampler.close()
     return {
         "config": spec["config"], "steps": steps, "warmup_steps_dropped": warmup,
         "checkpoint_period": spec.get("checkpoint_period"),

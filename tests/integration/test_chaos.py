@@ -258,8 +258,10 @@ class TrainerProcesses:
         return self.proc.poll()
 
     def write_failures(self) -> int:
-        """Failed checkpoint writes the current process has logged."""
-        return self.log.read_text(errors="replace").count("checkpoint write failed")
+        """Failed checkpoint writes the current process has logged: cut by a slice loss
+        (an elastic event) or failed otherwise."""
+        text = self.log.read_text(errors="replace")
+        return text.count("was cut by a slice loss") + text.count("checkpoint write failed")
 
     def stop(self) -> None:
         if self.proc is not None:

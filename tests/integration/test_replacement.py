@@ -11,6 +11,9 @@ never asserted here.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -301,4 +304,69 @@ def test_a_maintenance_notice_moves_the_slice_after_the_trainer_checkpoints(
         assert quarantined(api, pool) == {Reason.MAINTENANCE}
         assert not is_true(st, C.MAINTENANCE_PENDING)
     finally:
+        faults.end_maintenance(api, pool)
+
+
+def _start_trainer(api: client.ApiClient, ns: str, kubeconfig: Path, tmp_path: Path
+                   ) -> subprocess.Popen[bytes]:
+    """The real trainer (`etj train`) of the job, on simulated slices that follow the
+    worker pods' readiness, as the head pod runs it (the kwok head pod runs nothing)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETJ_JOB_", "XLA_"))}
+    env.update(KUBECONFIG=str(kubeconfig))
+    cmd = [sys.executable, "-m", "elastic_api.cli", "train", "--config", "tiny",
+           "--steps", "100000", "--batch", "6", "--simulate-slices", "3",
+           "--devices-per-slice", "1", "--slice-health", "pods", "--job", f"{ns}/{JOB}",
+           "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-period", "100000",
+           "--compilation-cache", str(tmp_path / "cache"), "--min-step-seconds", "0.02",
+           "--log-every", "100", "--report-interval", "1", "--elastic-timeout", "120"]
+    with open(tmp_path / "train.log", "wb") as log_file:
+        return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+
+
+def test_the_real_trainer_answers_a_maintenance_request_and_loses_no_step(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    """As the test above, with `etj train` answering: the request -> its committed save
+    and acknowledgement -> the slice moved while the trainer holds -> the move is an
+    elastic event that restores exactly the acknowledged step -> Released, training on."""
+    submit(api, ns)
+    wait_running(api, ns)
+    pool = status_of(api, ns)["slices"][1]["pool"]
+    trainer = _start_trainer(api, ns, Path(cluster.kubeconfig), tmp_path)
+    log = tmp_path / "train.log"
+
+    def training(s: dict[str, Any]) -> bool:
+        assert trainer.poll() is None, log.read_text()[-3000:]
+        return (s.get("training") or {}).get("step", 0) >= 5
+
+    try:
+        wait_status(api, ns, training, "the trainer at step 5", timeout=TIMEOUT)
+        faults.schedule_maintenance(api, pool, in_seconds=600)
+        st = wait_status(api, ns, lambda s: ((s.get("training") or {}).get("checkpointAck")
+                                             or {}).get("id") is not None,
+                         "the trainer's acknowledgement", timeout=60)
+        ack = st["training"]["checkpointAck"]
+        assert ack["id"] == st["checkpointRequest"]["id"] and st["checkpointRequest"]["pause"]
+        st = wait_status(api, ns, lambda s: s["checkpointRequest"]["phase"] == "Released"
+                         and (s["training"].get("elasticEvent") or {}).get("phase")
+                         == "Resumed", "the move, the restore and the release",
+                         timeout=TIMEOUT)
+        event = st["training"]["elasticEvent"]
+        assert event["slicesDown"] == [1]
+        assert event["failedStep"] == event["restoredFromStep"] == ack["step"]
+        assert event["restoreSource"] == "checkpoint"
+        assert st["slices"][1]["pool"] != pool and st["slices"][1]["moves"] == 1
+        assert st["slices"][1]["restarts"] == 0
+        # Training goes on after the release, the operator's record of the recovery says
+        # no step was lost, and the trainer's time is accounted for.
+        st = wait_status(api, ns, lambda s: s["training"]["step"] > event["resumedStep"]
+                         and s["training"]["state"] == "Training"
+                         and (s.get("lastRecovery") or {}).get("stepsLost") == 0,
+                         "training on, 0 steps lost")
+        goodput = st["goodput"]
+        assert goodput["productiveSeconds"] > 0 and goodput["ratio"] > 0
+        assert goodput["badputSeconds"]["waitingForSlices"] > 0
+        assert goodput["badputSeconds"]["recomputedSteps"] < goodput["productiveSeconds"]
+    finally:
+        trainer.terminate()
+        trainer.wait(timeout=30)
         faults.end_maintenance(api, pool)

@@ -14,7 +14,7 @@ from google.cloud import storage
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 
 
-def test_checkpoints_on_gcs_survive_a_failed_write(fake_gcs: FakeGcsServer,
+def test_checkpoints_on_gcs_survive_a_slice_lost_during_a_write(fake_gcs: FakeGcsServer,
                                                    run_trainer: RunTrainer,
                                                    undisturbed: TrainerRun) -> None:
     client = storage.Client(project="etj-test", credentials=AnonymousCredentials(),
@@ -24,8 +24,12 @@ def test_checkpoints_on_gcs_survive_a_failed_write(fake_gcs: FakeGcsServer,
                       "--fail-at", "20:1:checkpoint", env=fake_gcs.env)
     assert run.returncode == 0, run.log[-4000:]
     [event] = run.events()
+    # The slice lost during the write of step 20 is an elastic event (not a write failure
+    # to count): the save of step 30 never starts before the failed one is settled, so
+    # recovery always finds step 10 as the newest committed checkpoint.
+    assert event["slices_down"] == [1]
     assert (event["restore_source"], event["restored_from_step"]) == ("checkpoint", 10)
-    assert run.summary["checkpoint_write_failures"] == 1
+    assert run.summary["checkpoint_write_failures"] == 0
     assert run.summary["params_digest"] == undisturbed.summary["params_digest"]
     names = {blob.name for blob in client.list_blobs(bucket.name, prefix="run/")}
     committed = sorted(int(n.split("/")[1]) for n in names

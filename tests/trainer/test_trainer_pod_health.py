@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
-from elastic_trainer.elastic import PodReadiness
+from elastic_trainer.pods import PodReadiness
 
 JOB = "demo"
 
@@ -115,7 +115,7 @@ def test_pod_readiness_sees_a_pod_turn_not_ready_through_its_watch(
 def test_pod_readiness_lists_again_after_its_connection_is_cut(
         cluster: Any, namespace: str, monkeypatch: Any, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="elastic_trainer.elastic")
+    caplog.set_level(logging.INFO, logger="elastic_trainer.pods")
     server = urlsplit(cluster.server)
     with TcpProxy(server.hostname or "127.0.0.1", server.port or 443) as proxy:
         monkeypatch.setenv("KUBECONFIG", str(proxied_kubeconfig(

@@ -143,6 +143,23 @@ def test_scale_sizes_parse_and_refuse_what_the_catalog_lacks() -> None:
             parse_sizes(bad)
 
 
+def test_a_benchmark_not_run_keeps_its_section(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    page.write_text("intro\n")
+    report.update_docs(page, _summary())
+    before = page.read_text()
+    detection = report.sections_of(before)["Detection at scale"]
+    assert detection[0].startswith("| **Detection at scale** (measured T1")
+    rerun = _summary()
+    del rerun["benchmarks"]["detection"]
+    rerun["benchmarks"]["recovery"]["measured_at"] = "T3"
+    report.update_docs(page, rerun)
+    after = page.read_text()
+    assert report.sections_of(after)["Detection at scale"] == detection
+    assert "(measured T3" in after and "(measured T2" not in after
+    assert after.index("Detection at scale") < after.index("Trainer recovery")
+
+
 def test_replacement_rows_say_when_the_baseline_never_came_back() -> None:
     result = {
         "consecutive_failures": 6,
@@ -154,7 +171,7 @@ def test_replacement_rows_say_when_the_baseline_never_came_back() -> None:
         "dead_node_timeout_seconds": 360.0,
         "ratio_dead_node_ours_vs_baseline_at_most": 5.0 / 360.0,
     }
-    rows = report.replacement_rows(result)
+    rows = report.replacement_rows(result, {})
     assert rows[0][0].startswith("The 6th consecutive failure")
     assert rows[0][1:] == ("3.80 s", "322 s", "0.012")
     assert rows[2][2] == "not Ready after 360 s" and rows[2][3] == "<= 0.014"

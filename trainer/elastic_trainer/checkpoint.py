@@ -1,30 +1,43 @@
 """Orbax checkpoints that survive elastic events.
 
-- Saves are async (optional) every `period` steps; orbax keeps the newest `keep`.
+- Saves are async (optional) every `period` steps; orbax keeps the newest `keep`. An
+  async save starts on a thread of its own: even orbax's blocking part (the copy to host,
+  the metadata, starting its threads) stays off the training thread, so the state given
+  to `save` must not be donated or deleted afterwards (the loop gives its pinned host
+  copy).
 - Only finalized steps are restored: a step directory counts only when its name is a
   plain step number and it holds `commit_success.txt` (orbax writes it last, on GCS and,
   in this version, locally too) or, on a local filesystem, when orbax has renamed it from
   `<step>.orbax-checkpoint-tmp*`.
+- Waiting for a save is bounded for real (`settle_timeout`). orbax's own waits are not
+  (`CheckpointManager.save` and `close` join the previous save's thread), so a save still
+  running after the timeout is abandoned: its thread and directory are left alone, a fresh
+  CheckpointManager takes over, and that step is never written again by this process.
 - `settle()` runs at start and after every elastic event: it waits for the in-flight save
-  (bounded by a timeout), then deletes incomplete step directories. A directory whose save
-  may still be running (the wait timed out) is never deleted. Then a fresh
-  CheckpointManager is built, so no stale entry of a failed save survives (the MaxText
-  "Found incomplete checkpoint" failure).
-- A failed write (e.g. a slice went down during it) is logged and counted; training goes
-  on and the next period writes again (MaxText exits here).
+  (bounded), deletes incomplete step directories nothing writes any more, and rebuilds the
+  CheckpointManager after a failure, so no stale entry of a failed save survives (the
+  MaxText "Found incomplete checkpoint" failure).
+- A save cut by a slice loss (a slice-down JaxRuntimeError) is an elastic event: `save()`
+  raises it to the loop (as MaxText re-raises it); it is not a write failure. Any other
+  failed write is logged and counted (`write_failures`) and training goes on.
+- A checkpoint directory that disappears during the run is an error
+  (CheckpointDirectoryGone), never a silent fresh start.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orbax.checkpoint as ocp
 from etils import epath
+
+from elastic_trainer.backends import WriteHook
+from elastic_trainer.errors import CheckpointDirectoryGone, is_slice_down_error
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +45,6 @@ COMMIT_MARKER = "commit_success.txt"
 TMP_MARKER = ".orbax-checkpoint-tmp"
 _STEP_DIR = re.compile(r"^(\d+)$")
 _TMP_DIR = re.compile(r"^(\d+)\.orbax-checkpoint-tmp.*$")
-
-# Called in the background commit of step `step` once its data is written; raising
-# fails the save. The simulated backend uses it to lose the data of a slice that went
-# down during the write, as a real slice loss would.
-WriteHook = Callable[[int], None]
 
 
 class _AfterWriteFuture:
@@ -52,43 +60,76 @@ class _AfterWriteFuture:
 
 
 class _HookedHandler(ocp.StandardCheckpointHandler):
-    def __init__(self, owner: Checkpointer) -> None:
+    """Runs the write hook of the save in progress (Checkpointer.save sets it)."""
+
+    def __init__(self) -> None:
         super().__init__()
-        self.owner = owner
-        self.current_step = -1
+        self.next_save: tuple[int, WriteHook | None] = (-1, None)
 
     async def async_save(self, directory: Any, *args: Any, **kwargs: Any) -> Any:
         futures = await super().async_save(directory, *args, **kwargs)
-        hook = self.owner.write_hook  # read at save time: the trainer may set it late
+        step, hook = self.next_save
         if hook is None:
             return futures
-        return [*(futures or []), _AfterWriteFuture(hook, self.current_step)]
+        return [*(futures or []), _AfterWriteFuture(hook, step)]
 
 
-class CheckpointWriteFailed(RuntimeError):
-    pass
+class _BackgroundSave:
+    """orbax's `CheckpointManager.save` of one step, run on a thread of its own (a daemon:
+    so are the threads orbax starts from it)."""
+
+    def __init__(self, manager: ocp.CheckpointManager, step: int, state: Any) -> None:
+        self.manager = manager
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(step, state),
+                                        name=f"checkpoint-save-{step}", daemon=True)
+        self._thread.start()
+
+    def _run(self, step: int, state: Any) -> None:
+        try:
+            self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        except BaseException as err:  # raised by finish()
+            self.error = err
+
+    def finish(self) -> None:
+        """Block until the save is committed; raise what failed it."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        self.manager.wait_until_finished()
 
 
 class Checkpointer:
     def __init__(self, directory: str, period: int, keep: int, async_save: bool = True,
-                 write_hook: WriteHook | None = None, settle_timeout: float = 120.0) -> None:
+                 settle_timeout: float = 120.0) -> None:
         if period < 1:
             raise ValueError(f"--checkpoint-period must be >= 1, got {period}")
         if keep < 1:
             raise ValueError(f"--checkpoint-keep must be >= 1, got {keep}")
         self.directory = epath.Path(directory)
         self.period, self.keep, self.async_save = period, keep, async_save
-        self.write_hook = write_hook
         self.settle_timeout = settle_timeout
-        self.write_failures = 0
+        self.write_failures = 0  # failed writes that were not a slice loss
+        self.abandoned_steps: list[int] = []  # saves left running past settle_timeout
         self.in_flight_step: int | None = None
+        self._in_flight: _BackgroundSave | None = None
         self._latest_cache: tuple[float, int | None] = (-1e9, None)
-        self._handler = _HookedHandler(self)
+        self._is_local = not str(self.directory).startswith("gs://")
         self.directory.mkdir(parents=True, exist_ok=True)
+        # A local directory is held open: if it is deleted, the path no longer leads to
+        # the held one, even when something creates the path again (orbax creates missing
+        # parents), and the held inode cannot be reused meanwhile.
+        self._held = (os.open(str(self.directory), os.O_RDONLY | os.O_DIRECTORY)
+                      if self._is_local else None)
+        # The newest step this process knows is committed: it must stay there (orbax only
+        # ever deletes older ones), so its absence means the directory went away, even
+        # if a later write recreated the path.
+        self._newest_committed: int | None = None
+        self._handler = _HookedHandler()
         self._manager = self._new_manager()
 
     def _new_manager(self) -> ocp.CheckpointManager:
-        self._handler = _HookedHandler(self)
+        self._handler = _HookedHandler()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=self.keep,
             enable_async_checkpointing=self.async_save,
@@ -103,25 +144,47 @@ class Checkpointer:
 
     # --- what is on storage -------------------------------------------------------------
 
+    def _local_directory_replaced(self) -> bool:
+        if self._held is None:
+            return False
+        try:
+            now = os.stat(str(self.directory))
+        except FileNotFoundError:
+            return True
+        held = os.fstat(self._held)
+        return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+    def _check_directory(self) -> None:
+        newest = self._newest_committed
+        gone = self._local_directory_replaced() or (
+            newest is not None and not (self.directory / str(newest)).exists())
+        if gone:
+            raise CheckpointDirectoryGone(
+                f"--checkpoint-dir {self.directory} disappeared during the run (deleted or "
+                "unmounted?): the committed checkpoints in it are gone. Restore it, or "
+                "start again with a new --checkpoint-dir.")
+
     def _scan(self) -> tuple[list[int], dict[int, list[epath.Path]]]:
         """(finalized steps ascending, {step: incomplete directories})."""
+        self._check_directory()
         finalized: list[int] = []
         incomplete: dict[int, list[epath.Path]] = {}
         if not self.directory.exists():
             return finalized, incomplete
-        is_local = not str(self.directory).startswith("gs://")
         for child in self.directory.iterdir():
             name = child.name
             if m := _STEP_DIR.match(name):
                 step = int(m.group(1))
                 if (child / COMMIT_MARKER).exists() or (
-                    is_local and (child / "_CHECKPOINT_METADATA").exists()
+                    self._is_local and (child / "_CHECKPOINT_METADATA").exists()
                 ):
                     finalized.append(step)
                 else:
                     incomplete.setdefault(step, []).append(child)
             elif m := _TMP_DIR.match(name):
                 incomplete.setdefault(int(m.group(1)), []).append(child)
+        if finalized:
+            self._newest_committed = max(max(finalized), self._newest_committed or 0)
         return sorted(finalized), incomplete
 
     def latest_committed_step(self) -> int | None:
@@ -131,10 +194,14 @@ class Checkpointer:
         return latest
 
     def latest_committed_step_cached(self, max_age: float = 5.0) -> int | None:
-        """For reports: a listing (a network call on gs://) at most every `max_age` s."""
+        """For reports: a listing (a network call on gs://) at most every `max_age` s;
+        never raises (the loop finds a vanished directory at its next save)."""
         taken, latest = self._latest_cache
         if time.monotonic() - taken > max_age:
-            return self.latest_committed_step()
+            try:
+                return self.latest_committed_step()
+            except Exception as err:
+                log.debug("listing checkpoints for a report: %s", err)
         return latest
 
     def incomplete_steps(self) -> list[int]:
@@ -145,71 +212,101 @@ class Checkpointer:
     def should_save(self, step: int) -> bool:
         return step > 0 and step % self.period == 0
 
-    def save(self, step: int, state: Any) -> bool:
-        """Start (or, without async, do) the save of `step`. A failure, of this save or
-        of the previous async one surfacing here, is logged and counted, not raised."""
-        # When the previous async save has ended, collect a failure now so that it does
-        # not make this save fail too (orbax re-raises it on the next save).
-        if (
-            self.in_flight_step is not None
-            and not self._manager.is_saving_in_progress()
-            and self._wait_in_flight(self.settle_timeout) == "failed"
-        ):
-            self._delete_incomplete(keep_step=None)
-        self._handler.current_step = step
-        try:
-            saved = self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
-        except Exception as err:  # a failed write must never stop training
-            self._record_failure(step, err)
-            self._reset()
+    def save(self, step: int, state: Any, write_hook: WriteHook | None = None) -> bool:
+        """Start (or, without async, do) the save of `step`; `write_hook` runs when its
+        data is written. The previous save is finished first (bounded). A slice loss that
+        cut the previous save or this one is raised; other failures are counted."""
+        outcome, error = self._wait_in_flight(self.settle_timeout)
+        self._check_directory()
+        if outcome == "failed" and error is not None and is_slice_down_error(error):
+            raise error  # an elastic event; settle() cleans up after it
+        if outcome == "failed":
+            self._delete_incomplete()
+        if step in self.abandoned_steps:
+            log.warning("not saving step %d: an abandoned save of it may still be writing",
+                        step)
             return False
-        if saved:
+        self._handler.next_save = (step, write_hook)
+        if self.async_save:
+            self._in_flight = _BackgroundSave(self._manager, step, state)
             self.in_flight_step = step
-        return bool(saved)
+            return True
+        try:
+            self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        except Exception as err:
+            self._reset()
+            if is_slice_down_error(err):
+                raise
+            self._record_failure(step, err)  # a failed write must never stop training
+            return False
+        self._newest_committed = step
+        return True
 
     def _record_failure(self, step: int | None, err: BaseException) -> None:
         self.write_failures += 1
         log.warning("checkpoint write failed (step %s): %s: %s; training goes on",
                     step, type(err).__name__, err)
 
-    def _wait_in_flight(self, timeout: float) -> str:
-        """Wait for the in-flight save: "ok", "failed" or "running" (timed out)."""
+    def _wait_in_flight(self, timeout: float, abandon: bool = True
+                        ) -> tuple[str, BaseException | None]:
+        """Wait (at most `timeout` s) for the save in flight: ("ok"|"failed"|"abandoned",
+        the error of a failed save); "pending" when it is still running and not to be
+        abandoned."""
+        step, save = self.in_flight_step, self._in_flight
+        if step is None or save is None:
+            return "ok", None
         outcome: dict[str, BaseException | None] = {"error": None}
 
         def wait() -> None:
             try:
-                self._manager.wait_until_finished()
-            except BaseException as err:  # reported below
+                save.finish()
+            except BaseException as err:  # handed to the caller below
                 outcome["error"] = err
 
         waiter = threading.Thread(target=wait, name="checkpoint-wait", daemon=True)
         waiter.start()
         waiter.join(timeout)
+        if waiter.is_alive() and not abandon:
+            return "pending", None
+        self.in_flight_step, self._in_flight = None, None
         if waiter.is_alive():
-            log.warning("checkpoint save of step %s still running after %.0fs; its directory "
-                        "is kept", self.in_flight_step, timeout)
-            return "running"
-        failed = outcome["error"] is not None
-        if failed:
-            self._record_failure(self.in_flight_step, outcome["error"])  # type: ignore[arg-type]
-            self._reset()  # orbax would re-raise this failure on every later save
-        self.in_flight_step = None
-        return "failed" if failed else "ok"
+            self._abandon(step, timeout)
+            return "abandoned", None
+        error = outcome["error"]
+        if error is None:
+            self._newest_committed = step
+            return "ok", None
+        self._reset()  # orbax would re-raise this failure on every later save
+        if is_slice_down_error(error):
+            log.warning("checkpoint save of step %d was cut by a slice loss (%s): an "
+                        "elastic event, not a write failure", step,
+                        str(error).splitlines()[0])
+        else:
+            self._record_failure(step, error)
+        return "failed", error
+
+    def _abandon(self, step: int, timeout: float) -> None:
+        """A save that hangs: leave its thread and directory alone (orbax would join the
+        thread in every later save and in close) and go on with a fresh manager."""
+        log.warning("checkpoint save of step %d still running after %.0fs: abandoned (its "
+                    "directory is kept and the step is not saved again by this process); "
+                    "a fresh CheckpointManager takes over", step, timeout)
+        self.abandoned_steps.append(step)
+        self._manager = self._new_manager()
 
     def settle(self) -> list[int]:
-        """After start or an elastic event: finish or fail the in-flight save, delete
-        incomplete step directories that nothing can write any more, and start a fresh
-        manager. Returns the steps whose directories were deleted."""
-        done = self._wait_in_flight(self.settle_timeout) != "running"
-        keep_step = None if done else self.in_flight_step
-        deleted = self._delete_incomplete(keep_step)
-        return deleted
+        """After start or an elastic event: finish, fail or abandon the in-flight save,
+        then delete the incomplete step directories nothing writes any more. Returns the
+        steps whose directories were deleted."""
+        self._wait_in_flight(self.settle_timeout)
+        self._check_directory()
+        return self._delete_incomplete()
 
-    def _delete_incomplete(self, keep_step: int | None) -> list[int]:
+    def _delete_incomplete(self) -> list[int]:
         _, incomplete = self._scan()
         deleted = []
         for step, paths in sorted(incomplete.items()):
-            if step == keep_step:
+            if step in self.abandoned_steps:
                 continue
             try:
                 for path in paths:
@@ -237,9 +334,24 @@ class Checkpointer:
         finalized, _ = self._scan()
         if step not in finalized:
             raise ValueError(f"checkpoint step {step} is not finalized in {self.directory}")
+        self._manager.reload()  # a save abandoned earlier may have finished since
         return self._manager.restore(step, args=ocp.args.StandardRestore(target))
 
+    def has_save_of(self, step: int) -> bool:
+        """A save of `step` is in flight, or it is the newest committed step."""
+        return step in (self.in_flight_step, self._newest_committed)
+
+    def wait_committed(self, step: int, timeout: float) -> bool:
+        """Wait at most `timeout` s for the save in flight (left running, not abandoned,
+        when it takes longer); whether `step` is then committed. A save cut by a slice
+        loss raises it (an elastic event)."""
+        outcome, error = self._wait_in_flight(max(0.0, timeout), abandon=False)
+        if outcome == "failed" and error is not None and is_slice_down_error(error):
+            raise error
+        return outcome == "ok" and self._newest_committed == step
+
     def wait(self) -> None:
+        """Wait (bounded) for the save in flight."""
         self._wait_in_flight(self.settle_timeout)
 
     def close(self) -> None:
@@ -248,5 +360,6 @@ class Checkpointer:
             self._manager.close()
         except Exception as err:
             log.warning("closing checkpoint manager: %s", err)
-
-
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None

@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--job", default=None, metavar="NS/NAME",
       help="report to this ElasticTrainingJob's status (else env ETJ_JOB_NAMESPACE/NAME)")
     a("--report-interval", type=float, default=5.0, help="seconds between progress reports")
+    a("--request-poll-interval", type=float, default=1.0,
+      help="seconds between reads of the job for the operator's checkpoint requests")
     a("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     a("--compilation-cache", default=None,
       help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
@@ -117,6 +119,14 @@ def _validate(args: argparse.Namespace) -> str | None:
         return f"--min-slices {args.min_slices} exceeds --simulate-slices {args.simulate_slices}"
     if args.max_retries < 0:
         return "--max-retries must be >= 0"
+    if args.request_poll_interval <= 0:
+        return "--request-poll-interval must be > 0"
+    if args.snapshot_period < 0:
+        return "--snapshot-period must be >= 0 (0 = off)"
+    if args.snapshot_period > args.steps:
+        return (f"--snapshot-period {args.snapshot_period} is larger than the run "
+                f"(--steps {args.steps}): no snapshot would ever be taken; use a period "
+                f"<= {args.steps}, or 0 to turn snapshots off")
     return None
 
 
@@ -154,6 +164,26 @@ def _compilation_cache_dir(args: argparse.Namespace) -> str:
     return "/tmp/etj-compilation-cache"
 
 
+def setup_compilation_cache(args: argparse.Namespace, backend_name: str) -> str:
+    """JAX's persistent compilation cache on CPU. On Pathways it stays off:
+    pathwaysutils.initialize() turns it off because the Pathways servers keep a
+    compilation cache of their own, and a JAX-side cache of proxy executables would only
+    duplicate it. Returns what the log says about it."""
+    import jax
+
+    if backend_name == "pathways":
+        if args.compilation_cache:
+            logging.getLogger(__name__).warning(
+                "--compilation-cache is ignored with --backend pathways (Pathways caches "
+                "compiled programs itself)")
+        return "Pathways' own (JAX persistent cache off, as pathwaysutils.initialize() sets)"
+    cache = _compilation_cache_dir(args)
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return cache
+
+
 def _fail_early(args: argparse.Namespace, job: tuple[str, str] | None, message: str) -> int:
     """Before the loop exists: say why, in the log, the summary and the job's status."""
     import socket
@@ -178,78 +208,138 @@ def _fail_early(args: argparse.Namespace, job: tuple[str, str] | None, message: 
     return EXIT_TRAINING_ERROR
 
 
-def _train(args: argparse.Namespace) -> int:
-    import jax
+def _simulated_health(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
+    """The slice health source of the simulated backend, or an error message."""
+    from elastic_trainer.faults import Fault, FaultSchedule
+    from elastic_trainer.pods import PodReadiness
 
-    from elastic_trainer import elastic
-    from elastic_trainer.checkpoint import Checkpointer
-    from elastic_trainer.configs import get_config
-    from elastic_trainer.data import make_source
-    from elastic_trainer.loop import LoopOptions, RunResult, Trainer, summary_dict
-    from elastic_trainer.report import Metrics, StatusReporter, job_from_args, read_prior_run
+    if args.slice_health == "pods":
+        if job is None:
+            return "--slice-health pods needs --job NS/NAME (or ETJ_JOB_* env)"
+        hosts = os.environ.get("ETJ_HOSTS_PER_SLICE")
+        return PodReadiness(job[0], job[1], args.simulate_slices,
+                            hosts_per_slice=int(hosts) if hosts else None)
+    try:
+        faults = [Fault.parse(f, args.simulate_slices) for f in args.fail_at]
+    except ValueError as err:
+        return str(err)
+    resize = args.min_slices is not None and args.min_slices < args.simulate_slices
+    if any(f.back_at_step is not None for f in faults) and not resize:
+        return ("--fail-at STEP-BACK:SLICE needs replica resize (--min-slices below "
+                "--simulate-slices): pause and resume would wait forever for a slice that "
+                "returns only when training goes on")
+    return FaultSchedule(faults, args.fault_duration)
 
-    log = logging.getLogger("elastic_trainer")
-    cache = _compilation_cache_dir(args)
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
-    cfg = get_config(args.config)
-    job = job_from_args(args.job)
-    backend: elastic.Backend
+def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
+    """The backend, or (exit code, message) when it cannot be made."""
+    from elastic_trainer.backends import PathwaysBackend, SimulatedBackend
+
     if args.backend == "pathways":
         try:
-            backend = elastic.PathwaysBackend()
+            return PathwaysBackend()
         except Exception as err:
-            return _fail_early(args, job, (
+            return EXIT_TRAINING_ERROR, (
                 f"--backend pathways needs TPU slices behind a Pathways proxy "
                 f"(JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET); got {type(err).__name__}: "
-                f"{err}. On CPU use --backend simulated."))
-    else:
-        health: elastic.SliceHealthSource
-        if args.slice_health == "pods":
-            if job is None:
-                print("etj train: --slice-health pods needs --job NS/NAME (or ETJ_JOB_* env)",
-                      file=sys.stderr)
-                return 2
-            hosts = os.environ.get("ETJ_HOSTS_PER_SLICE")
-            health = elastic.PodReadiness(job[0], job[1], args.simulate_slices,
-                                          hosts_per_slice=int(hosts) if hosts else None)
-        else:
-            try:
-                faults = [elastic.Fault.parse(f, args.simulate_slices) for f in args.fail_at]
-            except ValueError as err:
-                print(f"etj train: {err}", file=sys.stderr)
-                return 2
-            resize = args.min_slices is not None and args.min_slices < args.simulate_slices
-            if any(f.back_at_step is not None for f in faults) and not resize:
-                print("etj train: --fail-at STEP-BACK:SLICE needs replica resize (--min-slices "
-                      "below --simulate-slices): pause and resume would wait forever for a "
-                      "slice that returns only when training goes on", file=sys.stderr)
-                return 2
-            health = elastic.FaultSchedule(faults, args.fault_duration)
-        backend = elastic.SimulatedBackend(args.simulate_slices, args.devices_per_slice, health)
+                f"{err}. On CPU use --backend simulated.")
+    health = _simulated_health(args, job)
+    if isinstance(health, str):
+        return 2, health
+    return SimulatedBackend(args.simulate_slices, args.devices_per_slice, health,
+                            write_seconds=args.simulate_checkpoint_write_seconds)
 
-    checkpointer = Checkpointer(
-        args.checkpoint_dir, args.checkpoint_period, args.checkpoint_keep,
-        async_save=not args.no_async_checkpoint,
-    )
-    reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None
-    prior_events, prior_failures = read_prior_run(*job, args.max_retries) if job else (0, 0)
-    if prior_events or prior_failures:
-        log.info("an earlier trainer process of this job had %d elastic event(s) and used %d "
-                 "of --max-retries %d: counting on from there", prior_events, prior_failures,
-                 args.max_retries)
-    metrics = Metrics(args.metrics_port)
-    opts = LoopOptions(
+
+def process_start_time() -> float:
+    """When this process started (unix time): its age from /proc on Linux (so the
+    goodput's `startup` includes the interpreter's start and the imports), else now."""
+    import time
+
+    now = time.time()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # starttime (field 22)
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return now
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return now - min(max(age, 0.0), 3600.0)  # an age beyond an hour is not ours to trust
+
+
+def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
+    from elastic_trainer.loop import LoopOptions
+    from elastic_trainer.report import PriorRun, read_prior_run
+
+    prior = read_prior_run(*job, args.max_retries) if job else PriorRun()
+    if prior.events or prior.failures or prior.goodput is not None:
+        logging.getLogger("elastic_trainer").info(
+            "an earlier trainer process of this job had %d elastic event(s), used %d of "
+            "--max-retries %d and reported step %d: counting on from there", prior.events,
+            prior.failures, args.max_retries, prior.step)
+    return LoopOptions(
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
         elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
         snapshot_period=args.snapshot_period, log_every=args.log_every,
-        min_step_seconds=args.min_step_seconds,
-        learning_rate=args.learning_rate,
-        simulated_write_seconds=args.simulate_checkpoint_write_seconds,
-        prior_events=prior_events, prior_failures=prior_failures,
+        min_step_seconds=args.min_step_seconds, learning_rate=args.learning_rate,
+        prior_events=prior.events, prior_failures=prior.failures,
+        prior_goodput=prior.goodput, prior_step=prior.step, prior_ack=prior.checkpoint_ack,
+        process_started_at=process_start_time(),
     )
+
+
+def _run_trainer(trainer: Any, reporter: Any) -> tuple[Any, int]:
+    """Run the loop: (RunResult, exit code); an unexpected error is a TrainingError."""
+    from elastic_trainer.errors import ElasticTimeout
+    from elastic_trainer.events import RunResult
+
+    log = logging.getLogger("elastic_trainer")
+    try:
+        result = trainer.run()
+    except Exception as err:
+        log.exception("TrainingError: %s", err)
+        trainer.progress.state = "Failed"
+        if reporter is not None:
+            reporter.update(trainer.training_report("TrainingError", str(err)), urgent=True)
+        p = trainer.progress
+        return RunResult(p.step, p.loss, "", p.step_times, p.losses, trainer.events,
+                         trainer.checkpointer.write_failures, failure=err,
+                         elastic_events_total=trainer.opts.prior_events + len(trainer.events),
+                         started_from=trainer.started_from, goodput=trainer.goodput.report(),
+                         process_started_at=trainer.process_started_at), EXIT_TRAINING_ERROR
+    if result.failure is None:
+        return result, 0
+    return result, (EXIT_TIMEOUT if isinstance(result.failure, ElasticTimeout)
+                    else EXIT_RETRIES_EXHAUSTED)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from elastic_trainer.checkpoint import Checkpointer
+    from elastic_trainer.checkpoint_requests import JobRequestWatcher
+    from elastic_trainer.configs import get_config
+    from elastic_trainer.data import make_source
+    from elastic_trainer.events import summary_dict
+    from elastic_trainer.loop import Trainer
+    from elastic_trainer.report import Metrics, StatusReporter, job_from_args
+
+    log = logging.getLogger("elastic_trainer")
+    cfg = get_config(args.config)
+    job = job_from_args(args.job)
+    made = _make_backend(args, job)
+    if isinstance(made, tuple):
+        code, message = made
+        if code == EXIT_TRAINING_ERROR:
+            return _fail_early(args, job, message)
+        print(f"etj train: {message}", file=sys.stderr)
+        return code
+    backend = made
+    cache = setup_compilation_cache(args, backend.name)
+    checkpointer = Checkpointer(args.checkpoint_dir, args.checkpoint_period,
+                                args.checkpoint_keep, async_save=not args.no_async_checkpoint)
+    reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None
+    # The operator's checkpoint requests (maintenance), read off the training thread.
+    requests = JobRequestWatcher(job[0], job[1], args.request_poll_interval) if job else None
+    opts = _loop_options(args, job)
     data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
     log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
              "%d slice(s) x %d device(s), mode %s, compilation cache %s", cfg.name,
@@ -257,27 +347,14 @@ def _train(args: argparse.Namespace) -> int:
              backend.total_slices, backend.devices_per_slice,
              "replica resize" if args.min_slices and args.min_slices < backend.total_slices
              else "pause and resume", cache)
-    trainer = Trainer(cfg, opts, backend, data, checkpointer, reporter, metrics)
-    result: RunResult | None = None
-    code = 0
+    trainer = Trainer(cfg, opts, backend, data, checkpointer, reporter,
+                      Metrics(args.metrics_port), requests)
     try:
-        result = trainer.run()
-        if result.failure is not None:
-            code = (EXIT_TIMEOUT if isinstance(result.failure, elastic.ElasticTimeout)
-                    else EXIT_RETRIES_EXHAUSTED)
-    except Exception as err:
-        log.exception("TrainingError: %s", err)
-        trainer.progress.state = "Failed"
-        if reporter is not None:
-            reporter.update(trainer.training_report("TrainingError", str(err)), urgent=True)
-        code = EXIT_TRAINING_ERROR
-        result = RunResult(trainer.progress.step, trainer.progress.loss, "",
-                           trainer.progress.step_times, trainer.progress.losses,
-                           trainer.events, checkpointer.write_failures, failure=err,
-                           elastic_events_total=opts.prior_events + len(trainer.events),
-                           started_from=trainer.started_from)
+        result, code = _run_trainer(trainer, reporter)
     finally:
         backend.close()
+        if requests is not None:
+            requests.close()
         if reporter is not None:
             reporter.close()
     summary = summary_dict(result, {
@@ -290,4 +367,13 @@ def _train(args: argparse.Namespace) -> int:
     _write_summary(args.summary, summary)
     if code:
         print(f"etj train: {summary['reason']}: {summary['message']}", file=sys.stderr)
+    if checkpointer.abandoned_steps:
+        # An abandoned save's thread would keep the interpreter from exiting (orbax's
+        # threads are not daemons): end the process without waiting for it.
+        log.warning("exiting without waiting for the abandoned checkpoint save(s) of "
+                    "step(s) %s", checkpointer.abandoned_steps)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code

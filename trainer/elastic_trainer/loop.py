@@ -2,14 +2,19 @@
 
     run():
       settle checkpoints (finish or fail the in-flight save, delete incomplete steps)
-      loop over attempts:
-        wait for slices (all = pause and resume; >= --min-slices = replica resize)
-        build (or reuse) the step for a mesh over the healthy slices
-        restore from the newer of the in-memory snapshot and the last committed
-        checkpoint (or initialize), then train step by step:
-          the step raises JaxRuntimeError(DATA_LOSS) when a slice of the mesh is down
-          -> elastic event: settle checkpoints, count the retry, next attempt
-          in replica resize, a slice that is back -> snapshot the live state, next attempt
+      run_elastic(one attempt)          retry.py: wait for slices, retry policy, hooks
+    one attempt (on the active slices):
+      build (or reuse) the step for a mesh over them
+      restore: the newest of the snapshot (from the replicas that survived) and the last
+        committed checkpoint, else a fresh start; a failed restore drops the snapshot
+      train step by step, batches made ahead on a background thread:
+        a checkpoint request of the operator open -> save this step, wait until it is
+          committed, acknowledge it, hold (pause) until released
+        a slice of the mesh lost -> JaxRuntimeError(DATA_LOSS) -> elastic event
+        every --snapshot-period steps: snapshot (copied while the next steps train)
+        every --checkpoint-period steps and at the end: checkpoint (async)
+        replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
+    all along: the goodput account (goodput.py) is told what the training thread does
 """
 from __future__ import annotations
 
@@ -22,26 +27,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 import jax
-import numpy as np
 
-from elastic_api.models import ElasticEventReport, TrainingReport
+from elastic_api.models import CheckpointAck, CheckpointRequest, TrainerGoodput, TrainingReport
 from elastic_trainer import train
+from elastic_trainer.backends import Backend
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.checkpoint_requests import RequestSource, hold_ends, to_answer
 from elastic_trainer.configs import ModelConfig
 from elastic_trainer.data import BatchSource
-from elastic_trainer.elastic import (
-    Backend,
-    ElasticRetriesExhausted,
-    ElasticTimeout,
-    ScaleUpSignal,
-)
+from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, ScaleUpSignal
+from elastic_trainer.events import ElasticEvent, RunResult, utc
+from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.report import Metrics, StatusReporter
+from elastic_trainer.retry import SliceLossLimit, run_elastic
+from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots, to_pinned_host
 
 log = logging.getLogger("elastic_trainer")
 
-
-def utc(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+HOLD_POLL_SECONDS = 0.1  # how often a held loop looks at the request (and check())
+HOLD_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
 
 
 @dataclass
@@ -56,80 +61,15 @@ class LoopOptions:
     log_every: int = 10
     learning_rate: float | None = None
     min_step_seconds: float = 0.0
-    simulated_write_seconds: float = 0.0
+    prefetch: int = 2  # batches made ahead on a background thread
     # Carried over from an earlier process of the same job (report.prior_run): event ids
     # and the retry budget go on, never start again at 0.
     prior_events: int = 0
     prior_failures: int = 0
-
-
-@dataclass
-class ElasticEvent:
-    id: int
-    kind: str  # "slice_down" or "scale_up"
-    error: str
-    failed_step: int
-    slices_down: list[int]
-    detected_at: float
-    fault_at: float | None
-    phase: str = "Detected"
-    restored_from_step: int | None = None
-    restore_source: str | None = None
-    restore_seconds: float | None = None
-    restored_at: float | None = None
-    resumed_at: float | None = None
-    resumed_step: int | None = None
-    active_slices_after: int | None = None
-
-    @property
-    def steps_lost(self) -> int | None:
-        if self.restored_from_step is None:
-            return None
-        return self.failed_step - self.restored_from_step
-
-    def summary(self) -> dict[str, Any]:
-        detect = None if self.fault_at is None else max(0.0, self.detected_at - self.fault_at)
-        resume = None if self.resumed_at is None else self.resumed_at - self.detected_at
-        return {
-            "id": self.id, "kind": self.kind, "error": self.error,
-            "failed_step": self.failed_step, "restored_from_step": self.restored_from_step,
-            "restore_source": self.restore_source, "slices_down": self.slices_down,
-            "detect_seconds": detect, "restore_seconds": self.restore_seconds,
-            "resume_seconds": resume, "steps_lost": self.steps_lost,
-            "resumed_step": self.resumed_step, "active_slices_after": self.active_slices_after,
-            "detected_at": self.detected_at, "resumed_at": self.resumed_at,
-        }
-
-    def report(self) -> ElasticEventReport:
-        return ElasticEventReport(
-            id=self.id, phase=self.phase,
-            detected_at=utc(self.detected_at),
-            error=self.error, failed_step=self.failed_step, slices_down=self.slices_down,
-            restored_from_step=self.restored_from_step,
-            restore_source=self.restore_source,
-            restored_at=utc(self.restored_at), resumed_at=utc(self.resumed_at),
-            resumed_step=self.resumed_step,
-        )
-
-
-@dataclass
-class Snapshot:
-    step: int
-    state: Any  # host copy: numpy tree (simulated) or pinned_host arrays (Pathways)
-
-
-@dataclass
-class RunResult:
-    final_step: int
-    final_loss: float | None
-    params_digest: str
-    step_times: list[tuple[int, float]]
-    losses: list[tuple[int, float]]
-    events: list[ElasticEvent]
-    checkpoint_write_failures: int
-    failure: BaseException | None = None
-    elastic_events_total: int = 0  # with an earlier process's (LoopOptions.prior_events)
-    started_from: tuple[int, str] | None = None
+    prior_goodput: TrainerGoodput | None = None  # the goodput account goes on from it
+    prior_step: int = 0  # its last reported step
+    prior_ack: CheckpointAck | None = None  # its last checkpointAck: kept, not repeated
+    process_started_at: float | None = None  # unix time the process started (else now)
 
 
 @dataclass
@@ -146,41 +86,37 @@ class _Progress:
 class Trainer:
     def __init__(self, cfg: ModelConfig, opts: LoopOptions, backend: Backend,
                  data: BatchSource, checkpointer: Checkpointer,
-                 reporter: StatusReporter | None = None, metrics: Metrics | None = None) -> None:
+                 reporter: StatusReporter | None = None, metrics: Metrics | None = None,
+                 requests: RequestSource | None = None) -> None:
         self.cfg, self.opts, self.backend, self.data = cfg, opts, backend, data
-        self.checkpointer = checkpointer
+        self.checkpointer, self.requests = checkpointer, requests
         self.reporter, self.metrics = reporter, metrics or Metrics(None)
         self.optimizer = train.make_optimizer(cfg, opts.steps, opts.learning_rate)
         self.abstract = train.abstract_state(cfg, self.optimizer)
-        self.snapshot: Snapshot | None = None
+        # Slice losses (what --max-retries counts), those of an earlier process included.
+        self.policy = SliceLossLimit(opts.max_retries, used=opts.prior_failures)
+        self.snapshots = ReplicaSnapshots()
         self.events: list[ElasticEvent] = []
-        self.failures = opts.prior_failures  # slice-down events (what --max-retries counts)
         self.progress = _Progress()
         self.current_event: ElasticEvent | None = None
         self._compiled: dict[tuple[tuple[int, ...], int], train.CompiledStep] = {}
-        self._last_snapshot_step: int | None = None
         self.started_from: tuple[int, str] | None = None  # (step, source) of this process
-        self.process_started_at = time.time()
+        self.process_started_at = opts.process_started_at or time.time()
         self._tokens_per_step = opts.batch * cfg.seq_len
-        self._save_meshes: dict[int, set[int]] = {}  # checkpoint step -> slices it came from
-        if backend.name == "simulated":
-            checkpointer.write_hook = self._checkpoint_written
+        self.goodput = GoodputAccount(self.process_started_at, opts.prior_goodput,
+                                      opts.prior_step)
+        self.checkpoint_ack = opts.prior_ack
+        # The newest request acted on (answered, or given up on at its deadline).
+        self._request_done = opts.prior_ack.id if opts.prior_ack is not None else 0
+        self.finished_at: float | None = None
 
-    def _checkpoint_written(self, step: int) -> None:
-        """Simulated backend, in the background commit of a checkpoint: a slice of the
-        mesh that went down while its shards were written loses them; the save fails
-        (on Pathways the runtime fails it by itself)."""
-        if self.opts.simulated_write_seconds > 0:
-            time.sleep(self.opts.simulated_write_seconds)  # the shards take this long
-        self.backend.on_phase("checkpoint", step)
-        down = sorted(self._save_meshes.pop(step, set()) - self.backend.healthy_slices())
-        if down:
-            from elastic_trainer.elastic import slice_down_error
-
-            raise slice_down_error(down, "went down during the checkpoint write")
-
-    def _next_event_id(self) -> int:
+    def next_event_id(self) -> int:
         return self.opts.prior_events + len(self.events) + 1
+
+    def _open_event(self) -> ElasticEvent | None:
+        """The event this attempt recovers from (None once training resumed)."""
+        event = self.current_event
+        return event if event is not None and event.resumed_at is None else None
 
     # --- reporting ----------------------------------------------------------------------
 
@@ -193,12 +129,13 @@ class Trainer:
             loss=p.loss, tokens_per_second=p.tokens_per_second, attempt=len(self.events),
             active_slices=p.active_slices,
             last_committed_checkpoint_step=self.checkpointer.latest_committed_step_cached(),
-            last_snapshot_step=self._last_snapshot_step,
+            last_snapshot_step=self.snapshots.latest_step(),
             elastic_events_total=self.opts.prior_events + len(self.events),
-            retries_remaining=max(0, self.opts.max_retries - self.failures),
+            retries_remaining=self.policy.remaining,
             process_id=os.getpid(), host_name=socket.gethostname(),
             process_started_at=utc(self.process_started_at),
             elastic_event=self.current_event.report() if self.current_event else None,
+            checkpoint_ack=self.checkpoint_ack, goodput=self.goodput.report(),
         )
 
     def _report(self, urgent: bool = False, reason: str | None = None,
@@ -206,7 +143,7 @@ class Trainer:
         if self.reporter is not None:
             self.reporter.update(self.training_report(reason, message), urgent=urgent)
 
-    # --- the outer loop: attempts --------------------------------------------------------
+    # --- the run --------------------------------------------------------------------------
 
     def run(self) -> RunResult:
         self.backend.start()
@@ -215,94 +152,114 @@ class Trainer:
             log.info("deleted incomplete checkpoint steps %s", deleted)
         self._report(urgent=True)
         failure: BaseException | None = None
-        state: Any = None
-        while True:
-            try:
-                state = self._attempt()
-                break
-            except ScaleUpSignal:
-                continue
-            except (ElasticRetriesExhausted, ElasticTimeout) as err:
-                failure = err
-                break
-            except jax.errors.JaxRuntimeError as err:
-                if not self.backend.is_slice_down_error(err):
-                    raise
-                try:
-                    self._on_slice_down(err)
-                except ElasticRetriesExhausted as exhausted:
-                    failure = exhausted
-                    break
+        digest = ""
+        try:
+            state = run_elastic(self.backend, self._attempt, policy=self.policy,
+                                min_slices=self.opts.min_slices,
+                                timeout=self.opts.elastic_timeout, hooks=self)
+        except (ElasticRetriesExhausted, ElasticTimeout) as err:
+            failure = err
         if failure is not None:
             self._fail(failure)
-            digest = ""
         else:
-            digest = train.params_digest(state["params"])
-            self.checkpointer.close()
-            self.checkpointer.latest_committed_step()  # refresh for the final report
-            self.progress.state = "Succeeded"
-            self._report(urgent=True)
-            log.info("training done: step %d, loss %.4f, params %s", self.progress.step,
-                     self.progress.loss or float("nan"), digest[:16])
+            digest = self._succeed(state)
         return RunResult(
             final_step=self.progress.step, final_loss=self.progress.loss, params_digest=digest,
             step_times=self.progress.step_times, losses=self.progress.losses,
             events=self.events, checkpoint_write_failures=self.checkpointer.write_failures,
             failure=failure, elastic_events_total=self.opts.prior_events + len(self.events),
-            started_from=self.started_from,
+            started_from=self.started_from, goodput=self.goodput.report(),
+            process_started_at=self.process_started_at, finished_at=self.finished_at,
         )
+
+    def _succeed(self, state: Any) -> str:
+        digest = train.params_digest(state["params"])
+        self.goodput.begin("checkpointing", time.time())
+        self.checkpointer.close()
+        self._finish_goodput()
+        self.checkpointer.latest_committed_step()  # refresh for the final report
+        self.progress.state = "Succeeded"
+        self._report(urgent=True)
+        log.info("training done: step %d, loss %.4f, params %s", self.progress.step,
+                 self.progress.loss or float("nan"), digest[:16])
+        return digest
 
     def _fail(self, err: BaseException) -> None:
         reason = getattr(err, "reason", "TrainingError")
         log.error("%s: %s", reason, err)
-        if self.current_event is not None and self.current_event.resumed_at is None:
-            self.current_event.phase = "Failed"
+        event = self._open_event()
+        if event is not None:
+            event.phase = "Failed"
         self.progress.state = "Failed"
         try:
             self.checkpointer.close()
         except Exception as close_err:
             log.warning("closing checkpoints: %s", close_err)
+        self._finish_goodput()
         self._report(urgent=True, reason=reason, message=str(err))
 
-    def _on_slice_down(self, err: jax.errors.JaxRuntimeError) -> None:
+    def _finish_goodput(self) -> None:
+        self.finished_at = time.time()
+        self.goodput.finish(self.finished_at)
+
+    # --- hooks of the retry loop (retry.ElasticHooks) -------------------------------------
+
+    def on_waiting(self, need: int) -> None:
+        event = self._open_event()
+        if event is not None:
+            event.phase = "WaitingForSlices"
+            self._report(urgent=True)
+        log.info("waiting for %d healthy slice(s) (timeout %ss)", need,
+                 self.opts.elastic_timeout)
+
+    def on_slices_ready(self, active: set[int], waited_seconds: float) -> None:
+        event = self._open_event()
+        if event is not None:
+            event.wait_seconds = (event.wait_seconds or 0.0) + waited_seconds
+
+    def on_slice_down(self, error: jax.errors.JaxRuntimeError, retrying: bool) -> None:
         detected = time.time()
-        self.backend.on_elastic_event()
-        active = self.progress.active_slices
-        down, fault_at = self.backend.failed_slices(err)
+        self.goodput.failed(detected, then="waiting_for_slices")
+        if self.checkpoint_ack is not None and self.checkpoint_ack.paused:
+            self.checkpoint_ack = self.checkpoint_ack.model_copy(update={"paused": False})
+        down, fault_at = self.backend.failed_slices(error)
         event = ElasticEvent(
-            id=self._next_event_id(), kind="slice_down", error=str(err).splitlines()[0],
+            id=self.next_event_id(), kind="slice_down", error=str(error).splitlines()[0],
             failed_step=self.progress.step, slices_down=down, detected_at=detected,
             fault_at=fault_at,
         )
         self.events.append(event)
         self.current_event = event
-        self.failures += 1
         self.progress.state = "Recovering"
         self.metrics.on_event()
         log.warning("elastic event %d: %s at step %d (mesh of %s slices)", event.id,
-                    event.error, event.failed_step, active)
+                    event.error, event.failed_step, self.progress.active_slices)
         self._report(urgent=True)
-        # Before any restore: finish or fail the save that may be in flight, and delete
-        # the incomplete steps nothing will write any more.
+        # Before any restore: finish or fail the save that may be in flight and delete
+        # what nothing will write any more; publish a snapshot copy that completed
+        # before the loss (the replicas on lost slices go with them).
         self.checkpointer.settle()
-        if self.failures > self.opts.max_retries:
-            raise ElasticRetriesExhausted(
-                f"{self.failures} elastic events, --max-retries is {self.opts.max_retries}; "
-                f"last: {event.error}"
-            ) from err
+        self.snapshots.settle()
+
+    def on_scale_up(self, signal: ScaleUpSignal, retrying: bool) -> None:
+        self.snapshots.settle()
+        self.goodput.begin("waiting_for_slices", time.time())
 
     # --- one attempt: mesh, restore, steps -----------------------------------------------
 
-    def _wait_for_slices(self) -> set[int]:
-        total = self.backend.total_slices
-        need = self.opts.min_slices or total
-        if len(self.backend.healthy_slices()) < need:
-            if self.current_event is not None and self.current_event.resumed_at is None:
-                self.current_event.phase = "WaitingForSlices"
-                self._report(urgent=True)
-            log.info("waiting for %d healthy slice(s) (timeout %ss)", need,
-                     self.opts.elastic_timeout)
-        return self.backend.wait_for_slices(need, self.opts.elastic_timeout)
+    def _attempt(self, active: set[int]) -> Any:
+        compiled = self._compiled_for(tuple(sorted(active)))
+        event = self._open_event()
+        if event is not None:
+            event.phase = "Restoring"
+            self._report(urgent=True)
+        state, from_step, source, seconds = self._restore_phase(compiled, active)
+        self._resumed_from(from_step, source, seconds, len(active), event)
+        log.info("attempt %d: %d slice(s) %s, %d micro-batch(es); start at step %d (%s, "
+                 "%.2fs)", len(self.events), len(active), sorted(active),
+                 compiled.micro_batches, from_step, source, seconds)
+        self._report(urgent=True)
+        return self._train(compiled, active, state, from_step, event)
 
     def _compiled_for(self, active: tuple[int, ...]) -> train.CompiledStep:
         micro = train.micro_batches_for(self.opts.batch, self.backend.total_slices,
@@ -314,99 +271,113 @@ class Trainer:
                                                    self.opts.seed)
         return self._compiled[key]
 
+    def _restore_phase(self, compiled: train.CompiledStep, active: set[int]
+                       ) -> tuple[Any, int, str, float]:
+        t0 = time.time()
+        self.goodput.begin("restore", t0)
+        try:
+            state, from_step, source = self._restore(compiled)
+            jax.block_until_ready(state)
+            # A slice lost during the restore fails this attempt like a lost step would.
+            # The phase carries the step that was running when the event hit.
+            self.backend.on_phase("restore", self.progress.step + 1)
+            self.backend.check(active)
+        except BaseException:
+            self.snapshots.discard("the restore from it failed")
+            raise
+        restored = time.time()
+        self.goodput.restored(from_step, restored)
+        return state, from_step, source, restored - t0
+
     def _restore(self, compiled: train.CompiledStep) -> tuple[Any, int, str]:
-        snap_step = self.snapshot.step if self.snapshot else None
+        target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                              self.abstract, compiled.shardings)
+        snap_step = self.snapshots.latest_step()
         ckpt_step = self.checkpointer.latest_committed_step()
         if snap_step is not None and (ckpt_step is None or snap_step >= ckpt_step):
-            assert self.snapshot is not None
-            state = jax.device_put(self.snapshot.state, compiled.shardings)
-            return state, snap_step, "snapshot"
+            try:
+                return self.snapshots.restore(target), snap_step, "snapshot"
+            except NoSurvivingReplica as err:
+                log.warning("snapshot of step %d: %s; restoring from the newest committed "
+                            "checkpoint", snap_step, err)
+        elif snap_step is not None:
+            self.snapshots.discard(f"the checkpoint of step {ckpt_step} is newer")
         if ckpt_step is not None:
-            target = jax.tree.map(
-                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                self.abstract, compiled.shardings,
-            )
             return self.checkpointer.restore(ckpt_step, target), ckpt_step, "checkpoint"
         return compiled.init_fn(), 0, "none"
 
-    def _take_snapshot(self, step: int, state: Any) -> None:
-        kind = self.backend.snapshot_memory_kind
-        if kind is None:
-            # Own copies: on CPU a fetched array can share the device buffer, which the
-            # next step (state is donated) may overwrite.
-            host = jax.tree.map(lambda x: np.array(x, copy=True), jax.device_get(state))
-        else:
-            host = jax.device_put(state, jax.tree.map(
-                lambda s: s.with_memory_kind(kind), jax.tree.map(lambda x: x.sharding, state)))
-        self.snapshot = Snapshot(step, host)
-        self._last_snapshot_step = step
-
-    def _attempt(self) -> Any:
-        active_set = self._wait_for_slices()
-        active = tuple(sorted(active_set))
-        compiled = self._compiled_for(active)
-        event = self.current_event if (
-            self.current_event is not None and self.current_event.resumed_at is None
-        ) else None
-        if event is not None:
-            event.phase = "Restoring"
-            self._report(urgent=True)
-        t0 = time.time()
-        state, from_step, source = self._restore(compiled)
-        jax.block_until_ready(state)
-        # A slice lost during the restore fails this attempt like a lost step would. The
-        # phase carries the step that was running when the event hit.
-        self.backend.on_phase("restore", self.progress.step + 1)
-        self.backend.check(active_set)
-        restore_seconds = time.time() - t0
+    def _resumed_from(self, from_step: int, source: str, seconds: float, slices: int,
+                      event: ElasticEvent | None) -> None:
         if event is not None:
             event.restored_from_step, event.restore_source = from_step, source
-            event.restore_seconds, event.restored_at = restore_seconds, time.time()
-            event.active_slices_after = len(active)
+            event.restore_seconds, event.restored_at = seconds, time.time()
+            event.active_slices_after = slices
         elif self.started_from is None:
             self.started_from = (from_step, source)
-        self.progress.active_slices = len(active)
+        self.progress.active_slices = slices
         # A new process that resumes from a checkpoint starts its count there.
         self.progress.step = max(self.progress.step, from_step)
         self.progress.state = "Recovering" if event is not None else "Training"
-        log.info("attempt %d: %d slice(s) %s, %d micro-batch(es); start at step %d (%s, %.2fs)",
-                 len(self.events), len(active), list(active), compiled.micro_batches,
-                 from_step, source, restore_seconds)
-        self._report(urgent=True)
 
-        resize = self.opts.min_slices is not None and self.opts.min_slices < \
-            self.backend.total_slices
-        step = from_step
-        while step < self.opts.steps:
-            if resize and len(active) < self.backend.total_slices:
-                back = self.backend.returned_slices(active_set)
-                if back:
-                    self._scale_up(step, state, back)
-            next_step = step + 1
-            self.backend.on_phase("step", next_step)
-            t_start = time.time()
-            tokens = jax.device_put(
-                train.shape_batch(self.data.batch(step), compiled.micro_batches),
-                compiled.batch_sharding,
-            )
-            state, metrics = compiled.step_fn(state, tokens)
-            pause = self.opts.min_step_seconds - (time.time() - t_start)
-            if pause > 0:
-                time.sleep(pause)  # a paced step: a fault during it still fails it
-            # The slice-down error surfaces here, inside the step, as on Pathways.
-            self.backend.check(active_set)
-            loss = float(metrics["loss"])
-            now = time.time()
-            step = next_step
-            self._after_step(step, loss, now - t_start, now, event)
-            event = None if (event is not None and event.resumed_at is not None) else event
-            if self.opts.snapshot_period and step % self.opts.snapshot_period == 0:
-                self._take_snapshot(step, state)
-            # The last step is always saved: a restarted head then finds the run done.
-            if self.checkpointer.should_save(step) or step == self.opts.steps:
-                self._save_meshes[step] = active_set
-                self.checkpointer.save(step, state)
+    def _train(self, compiled: train.CompiledStep, active: set[int], state: Any, step: int,
+               event: ElasticEvent | None) -> Any:
+        resize = self.opts.min_slices is not None and \
+            self.opts.min_slices < self.backend.total_slices
+        prefetch = BatchPrefetcher(lambda s: self._device_batch(compiled, s), step,
+                                   self.opts.steps - 1, self.opts.prefetch)
+        try:
+            while step < self.opts.steps:
+                if self.requests is not None:
+                    self._answer_request(step, state, active)
+                if resize and len(active) < self.backend.total_slices:
+                    self._scale_up_if_back(step, state, active)
+                state, loss, seconds, now = self._step(compiled, active, state, step, prefetch)
+                step += 1
+                self.goodput.step_done(step, now)
+                self._after_step(step, loss, seconds, now, event)
+                if event is not None and event.resumed_at is not None:
+                    event = None
+                self._keep(step, state, active)
+        finally:
+            prefetch.close()
         return state
+
+    def _device_batch(self, compiled: train.CompiledStep, step: int) -> Any:
+        """The batch of the step after `step`, split into micro-batches, on the mesh."""
+        tokens = train.shape_batch(self.data.batch(step), compiled.micro_batches)
+        return jax.device_put(tokens, compiled.batch_sharding)
+
+    def _step(self, compiled: train.CompiledStep, active: set[int], state: Any, step: int,
+              prefetch: BatchPrefetcher) -> tuple[Any, float, float, float]:
+        self.backend.on_phase("step", step + 1)
+        t_start = time.time()
+        state, metrics = compiled.step_fn(state, prefetch.get(step))
+        pause = self.opts.min_step_seconds - (time.time() - t_start)
+        if pause > 0:
+            time.sleep(pause)  # a paced step: a fault during it still fails it
+        # The slice-down error surfaces here, inside the step, as on Pathways.
+        self.backend.check(active)
+        loss = float(metrics["loss"])
+        now = time.time()
+        return state, loss, now - t_start, now
+
+    def _keep(self, step: int, state: Any, active: set[int]) -> None:
+        """Snapshot and checkpoint after `step` when they are due. Both work from one
+        copy in pinned host memory, made by one program the training thread only
+        dispatches; the rest happens in the background while the next steps run."""
+        snapshot = bool(self.opts.snapshot_period) and step % self.opts.snapshot_period == 0
+        # The last step is always saved: a restarted head then finds the run done.
+        checkpoint = self.checkpointer.should_save(step) or step == self.opts.steps
+        if not (snapshot or checkpoint):
+            return
+        self.goodput.begin("checkpointing", time.time())
+        pinned = to_pinned_host(state)
+        if snapshot:
+            self.snapshots.take(step, pinned)
+        if checkpoint:
+            self.checkpointer.save(step, pinned,
+                                   write_hook=self.backend.checkpoint_write_hook(active))
+        self.goodput.begin("step", time.time())
 
     def _after_step(self, step: int, loss: float, seconds: float, now: float,
                     event: ElasticEvent | None) -> None:
@@ -421,44 +392,26 @@ class Trainer:
             event.resumed_at, event.resumed_step, event.phase = now, step, "Resumed"
             p.state = "Training"
             urgent = True
-            self._log_event(event)
+            log.info("%s", event.log_line())
             self.metrics.on_resumed(now - event.detected_at, event.steps_lost or 0)
         if step % self.opts.log_every == 0 or step == self.opts.steps or urgent:
             log.info("step %d/%d loss %.4f (%.3fs/step, %d slice(s))", step, self.opts.steps,
                      loss, seconds, p.active_slices or 0)
         self._report(urgent=urgent)
 
-    def _log_event(self, event: ElasticEvent) -> None:
-        s = event.summary()
-        if event.kind == "scale_up":
-            log.info("elastic event %d: scale up to %d slices at step %d; snapshot restored in "
-                     "%.2fs; resumed at step %s after %.1fs; 0 steps lost", event.id,
-                     event.active_slices_after or 0, event.failed_step,
-                     event.restore_seconds or 0.0, event.resumed_step, s["resume_seconds"])
-            return
-        slices = ", ".join(str(i) for i in event.slices_down) or "?"
-        noun = "slices" if len(event.slices_down) > 1 else "slice"
-        detect = (
-            "" if s["detect_seconds"] is None
-            else f", detected after {s['detect_seconds']:.1f}s"
-        )
-        log.info(
-            "elastic event %d: %s %s down at step %d (%s%s); restored step %s from %s in "
-            "%.1fs; resumed at step %s after %.1fs; %s steps lost",
-            event.id, noun, slices, event.failed_step, event.error.split(":")[0], detect,
-            event.restored_from_step, event.restore_source, event.restore_seconds or 0.0,
-            event.resumed_step, s["resume_seconds"], event.steps_lost,
-        )
-
-    def _scale_up(self, step: int, state: Any, back: set[int]) -> None:
+    def _scale_up_if_back(self, step: int, state: Any, active: set[int]) -> None:
         """Replica resize: slices are back. Keep the live state as a snapshot (nothing is
         lost) and start a new attempt on the larger mesh."""
-        now = time.time()
-        self._take_snapshot(step, state)
+        back = self.backend.returned_slices(active)
+        if not back:
+            return
+        self.goodput.begin("checkpointing", time.time())
+        self.snapshots.take(step, to_pinned_host(state))
+        self.snapshots.settle()
         event = ElasticEvent(
-            id=self._next_event_id(), kind="scale_up",
+            id=self.next_event_id(), kind="scale_up",
             error=f"slices {sorted(back)} are back", failed_step=step, slices_down=[],
-            detected_at=now, fault_at=None,
+            detected_at=time.time(), fault_at=None,
         )
         self.events.append(event)
         self.current_event = event
@@ -468,23 +421,74 @@ class Trainer:
         raise ScaleUpSignal(event.error)
 
 
-def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "params_digest": result.params_digest,
-        "final_step": result.final_step,
-        "final_loss": result.final_loss,
-        "process_id": os.getpid(),
-        "host_name": socket.gethostname(),
-        "step_times": [[s, t] for s, t in result.step_times],
-        "losses": [[s, float(np.float64(v))] for s, v in result.losses],
-        "elastic_events": [e.summary() for e in result.events],
-        "elastic_events_total": result.elastic_events_total,
-        "started_from": (None if result.started_from is None else
-                         {"step": result.started_from[0], "source": result.started_from[1]}),
-        "checkpoint_write_failures": result.checkpoint_write_failures,
-        "status": "Failed" if result.failure else "Succeeded",
-        "reason": getattr(result.failure, "reason", None) if result.failure else None,
-        "message": str(result.failure) if result.failure else None,
-    }
-    out.update(extra or {})
-    return out
+    # --- the operator's checkpoint requests (maintenance) ---------------------------------
+
+    def _answer_request(self, step: int, state: Any, active: set[int]) -> None:
+        """A request open and not answered yet: save `step` now, wait until it is
+        committed (within the request's deadline), acknowledge it, and hold if asked."""
+        assert self.requests is not None
+        request = to_answer(self.requests.view(), self._request_done)
+        if request is None:
+            return
+        self._request_done = request.id  # answered now or never: once
+        committed_at = self._save_for_request(step, state, active, request)
+        if committed_at is None:
+            return
+        self.checkpoint_ack = CheckpointAck(id=request.id, step=step,
+                                            committed_at=utc(committed_at),
+                                            paused=request.pause)
+        log.info("checkpoint request %d (%s, slices %s): step %d committed%s", request.id,
+                 request.reason, request.slices, step,
+                 "; holding until released" if request.pause else "")
+        self._report(urgent=True)
+        if request.pause:
+            self._hold(request, active)
+
+    def _save_for_request(self, step: int, state: Any, active: set[int],
+                          request: CheckpointRequest) -> float | None:
+        """Save `step` (unless a save of it is in flight or committed) and wait for the
+        commit until the request's deadline: when it was committed, or None."""
+        started = time.time()
+        self.goodput.begin("checkpointing", started)
+        try:
+            timeout = request.deadline.timestamp() - started
+            if timeout <= 0:
+                log.warning("checkpoint request %d: its deadline passed before step %d; "
+                            "not answered", request.id, step)
+                return None
+            if not self.checkpointer.has_save_of(step):
+                self.checkpointer.save(step, to_pinned_host(state),
+                                       write_hook=self.backend.checkpoint_write_hook(active))
+            if not self.checkpointer.wait_committed(step, timeout):
+                log.warning("checkpoint request %d: the save of step %d was not committed "
+                            "by the deadline; not answered", request.id, step)
+                return None
+            return time.time()
+        finally:
+            self.goodput.begin("step", time.time())
+
+    def _hold(self, request: CheckpointRequest, active: set[int]) -> None:
+        """No step until the request is released (or expired, replaced, pauseSeconds
+        passed); a slice lost meanwhile raises here or in the next step, the ordinary
+        elastic event, and the restore finds the step just saved."""
+        assert self.requests is not None
+        self.goodput.begin("waiting_for_slices", time.time())
+        started = last_health = time.monotonic()
+        while True:
+            why = hold_ends(self.requests.view(), request, time.monotonic() - started)
+            self.backend.check(active)  # simulated: the loss raised here, as in a step
+            if why is None and time.monotonic() - last_health >= HOLD_HEALTH_SECONDS:
+                # On Pathways the loss surfaces in the next step; a health check (a small
+                # program per slice) says when to take it.
+                last_health = time.monotonic()
+                if active - self.backend.healthy_slices():
+                    why = "a slice of the mesh is down"
+            if why is not None:
+                break
+            time.sleep(HOLD_POLL_SECONDS)
+        log.info("checkpoint request %d: going on after %.1fs (%s)", request.id,
+                 time.monotonic() - started, why)
+        self.goodput.begin("step", time.time())
+        if self.checkpoint_ack is not None and self.checkpoint_ack.id == request.id:
+            self.checkpoint_ack = self.checkpoint_ack.model_copy(update={"paused": False})
+        self._report(urgent=True)

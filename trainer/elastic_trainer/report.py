@@ -11,10 +11,12 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from elastic_api.models import TrainingReport
+from elastic_api.models import CheckpointAck, TrainerGoodput, TrainingReport
 from elastic_api.names import GROUP, PLURAL, VERSION
+from elastic_trainer.goodput import trusted_goodput
 
 log = logging.getLogger(__name__)
 
@@ -48,29 +50,62 @@ def job_from_args(job: str | None) -> tuple[str, str] | None:
     return None
 
 
+def _count(value: Any) -> int | None:
+    """A report is untrusted input: ints >= 0 only (no bools, strings or floats)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else None
+
+
+def _section(status: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    value = (status or {}).get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def prior_run(status: dict[str, Any] | None, max_retries: int) -> tuple[int, int]:
     """(elastic events counted so far, retries used so far) from the job's status, for a
     trainer process that replaces an earlier one (the head container restarted): event
     ids and the --max-retries budget go on from there instead of starting again at 0."""
-    def section(name: str) -> dict[str, Any]:
-        value = (status or {}).get(name)
-        return value if isinstance(value, dict) else {}
-
-    training, counters = section("training"), section("counters")
-
-    def count(value: Any) -> int | None:  # a report is untrusted input: ints >= 0 only
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        return value if ok else None
-
-    events = max(count(counters.get("elasticEvents")) or 0,
-                 count(training.get("elasticEventsTotal")) or 0)
-    remaining = count(training.get("retriesRemaining"))
+    training, counters = _section(status, "training"), _section(status, "counters")
+    events = max(_count(counters.get("elasticEvents")) or 0,
+                 _count(training.get("elasticEventsTotal")) or 0)
+    remaining = _count(training.get("retriesRemaining"))
     used = 0 if remaining is None else min(max(max_retries - remaining, 0), max_retries)
     return events, used
 
 
-def read_prior_run(namespace: str, name: str, max_retries: int) -> tuple[int, int]:
-    """`prior_run` of the job as it is now; (0, 0) when it cannot be read (logged)."""
+def prior_checkpoint_ack(status: dict[str, Any] | None) -> CheckpointAck | None:
+    """The earlier process's answer to a checkpoint request (status.training.checkpointAck),
+    if sound: a replacement process keeps reporting it and never answers that id again."""
+    ack = _section(status, "training").get("checkpointAck")
+    if not isinstance(ack, dict) or _count(ack.get("id")) is None or \
+            _count(ack.get("step")) is None or not isinstance(ack.get("committedAt"), str):
+        return None
+    try:
+        return CheckpointAck.model_validate(ack)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class PriorRun:
+    """What an earlier trainer process of the job left in its status."""
+
+    events: int = 0
+    failures: int = 0
+    goodput: TrainerGoodput | None = None
+    step: int = 0  # its last reported step (steps after a restored one are redone)
+    checkpoint_ack: CheckpointAck | None = None
+
+
+def prior_state(status: dict[str, Any] | None, max_retries: int) -> PriorRun:
+    events, failures = prior_run(status, max_retries)
+    training = _section(status, "training")
+    return PriorRun(events, failures, trusted_goodput(training.get("goodput")),
+                    _count(training.get("step")) or 0, prior_checkpoint_ack(status))
+
+
+def read_prior_run(namespace: str, name: str, max_retries: int) -> PriorRun:
+    """`prior_state` of the job as it is now; nothing when it cannot be read (logged)."""
     from kubernetes import client
 
     try:
@@ -80,8 +115,8 @@ def read_prior_run(namespace: str, name: str, max_retries: int) -> tuple[int, in
     except Exception as err:  # a trainer without its job still trains
         log.warning("reading %s/%s for earlier elastic events: %s; counting from 0",
                     namespace, name, str(err).splitlines()[0])
-        return 0, 0
-    return prior_run(job.get("status") if isinstance(job, dict) else None, max_retries)
+        return PriorRun()
+    return prior_state(job.get("status") if isinstance(job, dict) else None, max_retries)
 
 
 def status_patch(report: TrainingReport) -> dict[str, Any]:

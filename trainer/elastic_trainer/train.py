@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -40,12 +41,23 @@ def make_optimizer(cfg: ModelConfig, total_steps: int, learning_rate: float | No
     )
 
 
-def make_mesh(slice_devices: Sequence[Sequence[jax.Device]]) -> Mesh:
-    """A (slice, fsdp) mesh over the given slices' devices (each slice the same size)."""
+def slice_mesh_devices(slice_devices: Sequence[Sequence[Any]]) -> np.ndarray:
+    """The (slice, fsdp) device array: one row per slice, in the given slice order; within
+    a slice, the order `mesh_utils.create_device_mesh` gives from the devices' physical
+    layout (the ICI torus on TPU; the listed order on CPU). This is what
+    `mesh_utils.create_hybrid_device_mesh((1, n), (slices, 1))` builds from devices
+    grouped by `slice_index`, with the slices we chose (the healthy ones) instead of all."""
     sizes = {len(d) for d in slice_devices}
     if len(sizes) != 1:
         raise ValueError(f"slices must have the same number of devices, got {sorted(sizes)}")
-    return Mesh(np.array([list(d) for d in slice_devices]), (SLICE_AXIS, FSDP_AXIS))
+    rows = [mesh_utils.create_device_mesh((1, len(d)), devices=list(d))
+            for d in slice_devices]
+    return np.concatenate(rows, axis=0)
+
+
+def make_mesh(slice_devices: Sequence[Sequence[Any]]) -> Mesh:
+    """A (slice, fsdp) mesh over the given slices' devices (each slice the same size)."""
+    return Mesh(slice_mesh_devices(slice_devices), (SLICE_AXIS, FSDP_AXIS))
 
 
 def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
@@ -136,7 +148,7 @@ def build_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, mesh: 
         updates, opt_state = optimizer.update(grads, state["opt_state"], params)
         new_state = {"step": state["step"] + 1, "params": optax.apply_updates(params, updates),
                      "opt_state": opt_state}
-        metrics = {"loss": loss_sum / micro_batches, "grad_norm": optax.global_norm(grads)}
+        metrics = {"loss": loss_sum / micro_batches, "grad_norm": optax.tree.norm(grads)}
         return new_state, metrics
 
     replicated = NamedSharding(mesh, P())

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from elastic_api.models import TrainingReport
+from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
-from elastic_trainer.elastic import FaultSchedule, SimulatedBackend
-from elastic_trainer.loop import ElasticEvent, LoopOptions, Trainer
+from elastic_trainer.events import ElasticEvent
+from elastic_trainer.faults import FaultSchedule
+from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.report import StatusReporter, job_from_args, prior_run, status_patch
 
 
@@ -84,7 +86,7 @@ def test_trainer_report_validates_against_the_model(tmp_path: Path) -> None:
         slices_down=[0], detected_at=time.time(), fault_at=None, phase="Restoring",
         restored_from_step=5, restore_source="snapshot"))
     trainer.current_event = trainer.events[0]
-    trainer.failures = 1
+    trainer.policy.used = 1
     report = trainer.training_report()
     wire = status_patch(report)["status"]["training"]
     parsed = TrainingReport.model_validate(wire)
@@ -208,4 +210,69 @@ def test_event_ids_and_budget_go_on_from_an_earlier_process(tmp_path: Path) -> N
                       Checkpointer(str(tmp_path), period=5, keep=1))
     report = trainer.training_report()
     assert report.elastic_events_total == 4 and report.retries_remaining == 2
-    assert trainer._next_event_id() == 5
+    assert trainer.next_event_id() == 5
+
+
+HEAVY = ("jax", "jaxlib", "numpy", "orbax", "optax", "kubernetes", "prometheus_client",
+         "elastic_operator", "elastic_devtools")
+
+
+def test_the_reporter_is_importable_without_anything_heavy() -> None:
+    """A trainer that is not ours (MaxText) imports the reporter alone: no jax, no
+    orbax, no operator; the Kubernetes client only when the first write goes out."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom elastic_trainer.report import StatusReporter, job_from_args\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _documented_example() -> str:
+    doc = (Path(__file__).parents[2] / "docs" / "status-contract.md").read_text()
+    section = doc.split("## Reporting from a trainer that is not ours", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_third_party_example_reports(api_server: type[_Recorder],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("ETJ_JOB_NAMESPACE", "team-a")
+    monkeypatch.setenv("ETJ_JOB_NAME", "maxtext-run")
+    subprocess.run([sys.executable, "-c", _documented_example()], timeout=120, check=True)
+    reports = [TrainingReport.model_validate(body["status"]["training"])
+               for _, path, _, body in api_server.requests
+               if path.endswith("/namespaces/team-a/elastictrainingjobs/maxtext-run/status")]
+    # The loop is instant here, so reports not yet sent were replaced by newer ones; the
+    # last one always goes out, at close().
+    assert len(reports) == len(api_server.requests) >= 1
+    assert (reports[-1].state, reports[-1].step, reports[-1].total_steps) == (
+        "Succeeded", 100, 100)
+    assert {r.process_id for r in reports} == {reports[0].process_id}
+
+
+def test_a_replacement_process_reads_the_goodput_step_and_ack_it_left() -> None:
+    from elastic_trainer.report import prior_state
+
+    status = {"counters": {"elasticEvents": 1}, "training": {
+        "elasticEventsTotal": 1, "retriesRemaining": 9, "step": 130,
+        "goodput": {"productiveSeconds": 40.5, "badputSeconds": {"restore": 2.0},
+                    "medianStepSeconds": 0.3},
+        "checkpointAck": {"id": 2, "step": 120, "committedAt": "2026-11-30T12:00:00Z",
+                          "paused": True}}}
+    prior = prior_state(status, max_retries=10)
+    assert (prior.events, prior.failures, prior.step) == (1, 1, 130)
+    assert prior.goodput is not None and prior.goodput.productive_seconds == 40.5
+    assert prior.goodput.badput_seconds.restore == 2.0
+    assert prior.checkpoint_ack is not None
+    assert (prior.checkpoint_ack.id, prior.checkpoint_ack.step) == (2, 120)
+    # Untrusted: what does not parse is left out, the rest is kept.
+    hostile = {"training": {"step": "130", "goodput": {"productiveSeconds": "40"},
+                            "checkpointAck": {"id": True, "step": 1, "committedAt": "x"}}}
+    assert prior_state(hostile, 10) == prior_state(None, 10) == prior_state({}, 10)
+    bad_time = {"training": {"checkpointAck": {"id": 1, "step": 1, "committedAt": "never"}}}
+    assert prior_state(bad_time, 10).checkpoint_ack is None

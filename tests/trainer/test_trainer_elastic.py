@@ -13,16 +13,14 @@ import jax
 import pytest
 from kubernetes import client
 
-from elastic_trainer.elastic import (
+from elastic_trainer.backends import SimulatedBackend
+from elastic_trainer.errors import is_slice_down_error, slice_down_error
+from elastic_trainer.faults import Fault, FaultSchedule
+from elastic_trainer.pods import (
     RELIST_BACKOFF_S,
-    Fault,
-    FaultSchedule,
     PodReadiness,
-    SimulatedBackend,
     WorkerPod,
-    is_slice_down_message,
     relist_delay,
-    slice_down_error,
     slice_readiness,
 )
 
@@ -31,8 +29,11 @@ def test_slice_down_error_is_the_error_pathways_raises() -> None:
     err = slice_down_error([2])
     assert isinstance(err, jax.errors.JaxRuntimeError)
     assert str(err) == "DATA_LOSS: slice 2 is down"
-    assert is_slice_down_message(str(err))
-    assert not is_slice_down_message("RESOURCE_EXHAUSTED: out of memory")
+    assert is_slice_down_error(err)
+    # The classifier is pathwaysutils' (the one elastic_retry uses).
+    assert is_slice_down_error(jax.errors.JaxRuntimeError("DEADLINE_EXCEEDED: rpc"))
+    assert not is_slice_down_error(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: oom"))
+    assert not is_slice_down_error(RuntimeError("DATA_LOSS: not from the runtime"))
 
 
 @pytest.mark.parametrize(("text", "fault"), [
@@ -95,8 +96,22 @@ def test_simulated_backend_raises_inside_the_step_only_for_slices_of_the_mesh() 
     backend.check(set())  # slice 0 is not in this mesh
     with pytest.raises(jax.errors.JaxRuntimeError, match="DATA_LOSS: slice 0 is down"):
         backend.check({0})
-    assert backend.is_slice_down_error(slice_down_error([0]))
     assert backend.healthy_slices() == set()
+
+
+def test_a_slice_that_blinks_during_a_step_still_fails_it() -> None:
+    # Down for no time at all: back before the step ends, yet what it held is gone.
+    schedule = FaultSchedule([Fault(2, 0)], duration=0.0)
+    backend = SimulatedBackend(1, 1, schedule)
+    assert backend.wait_for_slices(1, timeout=10) == {0}
+    backend.on_phase("step", 2)
+    assert backend.healthy_slices() == {0}
+    with pytest.raises(jax.errors.JaxRuntimeError, match="DATA_LOSS: slice 0 is down"):
+        backend.check({0})
+    assert backend.failed_slices(slice_down_error([0]))[0] == [0]
+    # A new attempt starts with the slice's memory forgotten; the next steps are fine.
+    assert backend.wait_for_slices(1, timeout=10) == {0}
+    backend.check({0})
 
 
 def test_simulated_backend_needs_the_device_count() -> None:
@@ -198,7 +213,7 @@ def _until(predicate: Callable[[], Any], what: str, timeout: float = 30) -> None
 
 def test_pod_readiness_watches_and_lists_again_after_a_dropped_connection(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="elastic_trainer.elastic")
+    caplog.set_level(logging.INFO, logger="elastic_trainer.pods")
     api = FakePodsApi([_pod("w-0-0", 0, True, 1), _pod("w-0-1", 0, True, 2),
                        _pod("w-1-0", 1, True, 3), _pod("w-1-1", 1, False, 4)])
     health = PodReadiness("ns", "demo", total_slices=2, hosts_per_slice=2, core_api=api)
@@ -250,7 +265,7 @@ def test_pod_readiness_watches_and_lists_again_after_a_dropped_connection(
 
 def test_pod_readiness_keeps_listing_with_backoff_while_the_api_is_away(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="elastic_trainer.elastic")
+    caplog.set_level(logging.INFO, logger="elastic_trainer.pods")
     api = FakePodsApi([_pod("w-0-0", 0, True, 1)])
     api.list_errors = [ConnectionRefusedError(111, "refused")] * 3
     health = PodReadiness("ns", "demo", total_slices=1, hosts_per_slice=1, core_api=api)

@@ -1,0 +1,307 @@
+"""The elastic runtime: one interface, two backends.
+
+`Backend` is what the training loop sees: the slices and their devices, which slices are
+healthy, waiting for slices (with a timeout), the default device of the active slices,
+and what a lost slice does to a step and to a checkpoint write in flight.
+
+- `SimulatedBackend` (CPU): the host's devices (`--xla_force_host_platform_device_count`)
+  split into N equal slices. A `SliceHealthSource` (faults.py, pods.py) says which slices
+  are down. It is as hostile as the hardware: a slice that went down, even for less than
+  a step, fails the step with the `jax.errors.JaxRuntimeError(DATA_LOSS)` Pathways
+  raises, fails a checkpoint write it took part in, and loses every array on its devices,
+  device and pinned-host memory alike (its share of the training state and its replica
+  of the snapshot).
+- `PathwaysBackend` (TPU): pathwaysutils' `Manager` (devices grouped by `slice_index`, its
+  health check, `wait_for_slices`, the monitor thread for slices that come back). The
+  runtime raises the errors and loses the memory by itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from elastic_trainer.errors import ElasticTimeout, slice_down_error
+from elastic_trainer.faults import SliceHealthSource
+
+log = logging.getLogger(__name__)
+
+# Called in the background commit of a checkpoint step once its data is written; raising
+# fails that save (see checkpoint.py).
+WriteHook = Callable[[int], None]
+
+
+class Backend(Protocol):
+    name: str
+    total_slices: int
+    devices_per_slice: int
+
+    def start(self) -> None: ...
+
+    def slice_devices(self, slices: Sequence[int]) -> list[list[Any]]: ...
+
+    def healthy_slices(self) -> set[int]: ...
+
+    def wait_for_slices(self, count: int, timeout: float | None) -> set[int]:
+        """Block until at least `count` slices are healthy; they become the active
+        slices (the mesh of the next attempt), which are returned. Raises ElasticTimeout
+        after `timeout` seconds."""
+        ...
+
+    def default_device(self) -> Any:
+        """The device jax defaults to during an attempt: on an active slice, chosen as
+        `Manager.elastic_retry` chooses it."""
+        ...
+
+    def check(self, active: set[int]) -> None:
+        """Raise the slice-down error if a slice of the mesh went down (simulated only:
+        on Pathways the runtime raises it inside the step by itself)."""
+        ...
+
+    def returned_slices(self, active: set[int]) -> set[int]:
+        """Inactive slices that are healthy again (replica resize scales up to them)."""
+        ...
+
+    def on_phase(self, phase: str, step: int) -> None: ...
+
+    def failed_slices(self, err: BaseException) -> tuple[list[int], float | None]:
+        """The slices behind a slice-down error and when they went down (if known)."""
+        ...
+
+    def checkpoint_write_hook(self, active: set[int]) -> WriteHook | None:
+        """For a save of the state on `active` that starts now: what its write does when
+        a slice of it is lost meanwhile (None: the runtime fails the save by itself)."""
+        ...
+
+    def on_elastic_event(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SimulatedBackend:
+    name = "simulated"
+
+    def __init__(self, total_slices: int, devices_per_slice: int,
+                 health: SliceHealthSource, write_seconds: float = 0.0) -> None:
+        import jax
+
+        devices = jax.devices()
+        need = total_slices * devices_per_slice
+        if len(devices) < need:
+            raise RuntimeError(
+                f"--simulate-slices {total_slices} x --devices-per-slice {devices_per_slice} "
+                f"needs {need} devices, jax sees {len(devices)}: XLA_FLAGS must carry "
+                f"--xla_force_host_platform_device_count={need} before jax is imported"
+            )
+        self.total_slices, self.devices_per_slice = total_slices, devices_per_slice
+        self.write_seconds = write_seconds  # how long the slices take to write their shards
+        self._devices = devices[:need]
+        self.health = health
+        self._active: frozenset[int] = frozenset()
+        # Losses per slice when its memory was last known good (the start of an attempt):
+        # a slice whose count has grown since then has lost what it held.
+        self._baseline: dict[int, int] = {}
+        self._last_failure: tuple[list[int], float | None] = ([], None)
+
+    def start(self) -> None:
+        self.health.start()
+
+    def slice_devices(self, slices: Sequence[int]) -> list[list[Any]]:
+        d = self.devices_per_slice
+        return [list(self._devices[i * d : (i + 1) * d]) for i in slices]
+
+    def healthy_slices(self) -> set[int]:
+        return set(range(self.total_slices)) - set(self.health.down_slices())
+
+    def _lost(self, slices: set[int] | frozenset[int]) -> dict[int, float | None]:
+        """{slice: when it went down (if still down)} for `slices` that are down now or
+        went down since their memory was last known good."""
+        down, losses = self.health.down_slices(), self.health.losses()
+        return {s: down.get(s) for s in slices
+                if s in down or losses.get(s, 0) > self._baseline.get(s, 0)}
+
+    def wait_for_slices(self, count: int, timeout: float | None) -> set[int]:
+        self.forget_lost_memory()
+        start = time.monotonic()
+        while True:
+            healthy = self.healthy_slices()
+            if len(healthy) >= count:
+                break
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise ElasticTimeout(
+                    f"waited {timeout:g}s for {count} healthy slice(s), have {len(healthy)} "
+                    f"({sorted(healthy)}); raise --elastic-timeout or lower --min-slices"
+                )
+            time.sleep(0.05)
+        self.forget_lost_memory()  # slices that blinked while we waited
+        losses = self.health.losses()
+        for s in healthy:  # their memory is fresh (empty) from here on
+            self._baseline[s] = losses.get(s, 0)
+        self._active = frozenset(healthy)
+        return healthy
+
+    def forget_lost_memory(self) -> list[int]:
+        """Delete every array that has a shard on a slice that is down or went down since
+        its memory was last known good: device memory and pinned-host memory, as a real
+        slice loss takes both. Returns those slices."""
+        import jax
+
+        lost = self._lost(frozenset(range(self.total_slices)))
+        if lost:
+            devices = {d for devs in self.slice_devices(sorted(lost)) for d in devs}
+            for array in jax.live_arrays():
+                if not array.is_deleted() and array.sharding.device_set & devices:
+                    array.delete()
+        return sorted(lost)
+
+    def default_device(self) -> Any:
+        # As pathwaysutils' Manager.default_device: the first device of the first slice
+        # the active set yields.
+        return self.slice_devices([next(iter(self._active))])[0][0]
+
+    def check(self, active: set[int]) -> None:
+        lost = self._lost(active)
+        if lost:
+            times = [t for t in lost.values() if t is not None]
+            self._last_failure = (sorted(lost), min(times) if times else time.time())
+            raise slice_down_error(sorted(lost))
+
+    def failed_slices(self, err: BaseException) -> tuple[list[int], float | None]:
+        if self._last_failure[0]:
+            failure, self._last_failure = self._last_failure, ([], None)
+            return failure
+        # Raised elsewhere (e.g. a checkpoint write): what is down or lost now.
+        lost = self._lost(frozenset(range(self.total_slices)))
+        times = [t for t in lost.values() if t is not None]
+        return sorted(lost), (min(times) if times else None)
+
+    def returned_slices(self, active: set[int]) -> set[int]:
+        return self.healthy_slices() - active
+
+    def on_phase(self, phase: str, step: int) -> None:
+        self.health.on_phase(phase, step)
+
+    def checkpoint_write_hook(self, active: set[int]) -> WriteHook:
+        """The slices write their shards (for `write_seconds`); a slice of the save's mesh
+        lost meanwhile loses its shards and the save fails, as on hardware."""
+        at_start = {s: self.health.losses().get(s, 0) for s in active}
+
+        def write(step: int) -> None:
+            if self.write_seconds > 0:
+                time.sleep(self.write_seconds)
+            self.health.on_phase("checkpoint", step)
+            down, losses = self.health.down_slices(), self.health.losses()
+            lost = sorted(s for s in active if s in down or losses.get(s, 0) > at_start[s])
+            if lost:
+                raise slice_down_error(lost, "went down during the checkpoint write")
+
+        return write
+
+    def on_elastic_event(self) -> None:
+        pass  # compiled steps per mesh stay valid: the devices are the same objects
+
+    def close(self) -> None:
+        self.health.close()
+
+
+class PathwaysBackend:
+    """pathwaysutils' Manager as `Manager.elastic_retry` and MaxText use it. Needs TPU
+    slices behind a Pathways proxy (devices with `slice_index`), or a Manager given by
+    the caller (the contract tests give one over CPU devices)."""
+
+    name = "pathways"
+
+    def __init__(self, poll_interval: float = 10.0, manager: Any = None) -> None:
+        from pathwaysutils.elastic import manager as manager_lib
+
+        if manager is None:
+            import pathwaysutils
+
+            # The IFRT proxy backend (JAX_PLATFORMS=proxy). It also turns JAX's persistent
+            # compilation cache off: Pathways keeps its own (docs/trainer.md).
+            pathwaysutils.initialize()
+            manager = manager_lib.Manager()
+        self.manager = manager
+        self.poll_interval = poll_interval
+        self.total_slices = manager.total_slice_count
+        sizes = {len(d) for d in manager.slice_to_devices.values()}
+        if len(sizes) != 1:
+            raise RuntimeError(f"slices have different device counts: {sorted(sizes)}")
+        self.devices_per_slice = sizes.pop()
+
+    def start(self) -> None:
+        # The monitor thread fills available_inactive_slices when a slice returns.
+        self.manager.start_monitoring(self.poll_interval)
+
+    def slice_devices(self, slices: Sequence[int]) -> list[list[Any]]:
+        return [list(self.manager.slice_to_devices[i]) for i in slices]
+
+    def healthy_slices(self) -> set[int]:
+        from pathwaysutils.elastic import elastic
+
+        return set(elastic.get_active_slice_indices(self.manager.slice_to_devices))
+
+    def wait_for_slices(self, count: int, timeout: float | None) -> set[int]:
+        from pathwaysutils.elastic import elastic
+
+        try:
+            active = elastic.wait_for_slices(
+                slice_count=count, slice_to_devices=self.manager.slice_to_devices,
+                poll_interval=self.poll_interval, timeout=timeout,
+            )
+        except TimeoutError as err:
+            raise ElasticTimeout(
+                f"waited {timeout}s for {count} healthy slice(s): {err}; raise "
+                "--elastic-timeout or lower --min-slices"
+            ) from err
+        # As elastic_retry at the start of each attempt: the new active set, and no
+        # returned slices left over from before it (they may be stale).
+        self.manager.active_slice_indices = active
+        self.manager.available_inactive_slices = frozenset()
+        return set(active)
+
+    def default_device(self) -> Any:
+        return self.manager.default_device
+
+    def check(self, active: set[int]) -> None:
+        pass
+
+    def failed_slices(self, err: BaseException) -> tuple[list[int], float | None]:
+        # Pathways does not say which slice or when: the slices its health check misses.
+        down = set(self.manager.all_slice_indices) - self.healthy_slices()
+        return sorted(down), None
+
+    def returned_slices(self, active: set[int]) -> set[int]:
+        """The monitor's `available_inactive_slices`, confirmed by a health check now: the
+        monitor polls every `poll_interval` s, so a slice it saw come back may have gone
+        down again since, and scaling up to it would only restart on the same mesh."""
+        from pathwaysutils.elastic import elastic
+
+        candidates = set(self.manager.available_inactive_slices) - active
+        if not candidates:
+            return set()
+        confirmed = set(elastic.get_active_slice_indices(
+            {i: self.manager.slice_to_devices[i] for i in candidates})) & candidates
+        if confirmed != candidates:
+            log.info("slices %s are not back after all (stale monitor result)",
+                     sorted(candidates - confirmed))
+            self.manager.available_inactive_slices = frozenset(confirmed)
+        return confirmed
+
+    def on_phase(self, phase: str, step: int) -> None:
+        pass
+
+    def checkpoint_write_hook(self, active: set[int]) -> WriteHook | None:
+        return None  # a lost slice fails the save's write with a JaxRuntimeError
+
+    def on_elastic_event(self) -> None:
+        import jax
+
+        with contextlib.suppress(RuntimeError, ValueError):  # no trace running
+            jax.profiler.stop_trace()
+        jax.clear_caches()  # executables loaded on the old slices; recompiled on use
+
+    def close(self) -> None:
+        self.manager.close()
