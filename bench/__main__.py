@@ -1,15 +1,23 @@
-"""`python -m bench [--quick] [--only NAME[,NAME]] [--jobs N]`
+"""`python -m bench [--quick] [--only NAME[,NAME]] [--jobs N] [--before REV]
+[--scale-sizes SIZES]`
 
 Runs the benchmarks, writes one JSON file per benchmark and a merged summary.json under
 bench/results/ (gitignored), and, for a full (non-quick) run, regenerates the table in
 docs/benchmarks.md from the merged summary (a benchmark not run this time keeps its
 previous figures, with their own date).
+
+`detection_before` runs the detection benchmark again with another revision's operator
+(`--before REV`, e.g. main: its api/ and operator/ folders, from `git archive`), on a
+cluster of its own started the same way: the before/after of a change. It runs only when
+`--before` is given.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -18,18 +26,82 @@ from typing import Any
 
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
 
-NAMES = ("detection", "recovery", "overhead", "restore", "replacement")
+NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "restore",
+         "replacement")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
+# One job of 64 slices of 16 and of 64 hosts, packed on CPU nodes: with exclusive
+# placement (one fake TPU node per host) a 1,025-node cluster could not keep its nodes
+# Ready on the 2-core machine (docs/benchmarks.md); pass 64x16:pathways to try.
+DEFAULT_SCALE_SIZES = "64x16:simulated,64x64:simulated"
+QUICK_SCALE_SIZES = "3x2:simulated"
+TOPOLOGY_OF_HOSTS = {2: "2x4", 4: "4x4", 8: "4x8", 16: "8x8", 32: "8x16", 64: "16x16"}
+
+
+def parse_sizes(text: str) -> list[tuple[int, str, str]]:
+    """'64x16:pathways,64x64:simulated' -> [(slices, v5e topology, backend), ...]."""
+    sizes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        dims, _, backend = item.partition(":")
+        slices, _, hosts = dims.partition("x")
+        if not (slices.isdigit() and hosts.isdigit()) or int(hosts) not in TOPOLOGY_OF_HOSTS:
+            raise ValueError(f"--scale-sizes: {item!r} is not SLICESxHOSTS[:BACKEND] with "
+                             f"HOSTS one of {sorted(TOPOLOGY_OF_HOSTS)}")
+        if backend not in ("", "pathways", "simulated"):
+            raise ValueError(f"--scale-sizes: backend {backend!r}: pathways or simulated")
+        sizes.append((int(slices), TOPOLOGY_OF_HOSTS[int(hosts)], backend or "pathways"))
+    return sizes
+
+
+def source_of(revision: str, into: Path) -> Path:
+    """The api/ and operator/ folders of `revision` (git archive), unpacked in `into`."""
+    archive = subprocess.run(["git", "archive", "--format=tar", revision, "api", "operator"],
+                             cwd=REPO, capture_output=True, check=True, timeout=120)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True,
+                   timeout=120)
+    return into
+
+
+def run_scale(sizes: list[tuple[int, str, str]], quick: bool) -> dict[str, Any]:
+    """One job per size, on a cluster of its own; a size that does not fit is reported."""
+    from bench import detection
+
+    results = []
+    for slices, topology, backend in sizes:
+        shape = detection.Shape(1, slices, topology, backend)
+        try:
+            results.append(detection.run(1, quick=quick, shape=shape, max_events=slices))
+        except Exception as err:
+            traceback.print_exc()
+            results.append({"shape": shape.label, "error": f"{type(err).__name__}: {err}"})
+    return {"sizes": results}
 
 
 def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]:
+    jobs = args.jobs or (QUICK_JOBS if args.quick else DEFAULT_JOBS)
+    backend = "pathways" if args.placement == "exclusive" else "simulated"
     if name == "detection":
         from bench import detection
 
-        jobs = args.jobs or (QUICK_JOBS if args.quick else DEFAULT_JOBS)
-        return lambda: detection.run(jobs, quick=args.quick)
+        shape = detection.Shape(jobs, 4, "4x4", backend)
+        return lambda: detection.run(jobs, quick=args.quick, shape=shape)
+    if name == "detection_before":
+        from bench import detection
+
+        def before() -> dict[str, Any]:
+            with tempfile.TemporaryDirectory(prefix="etj-bench-before-") as tmp:
+                source = source_of(args.before, Path(tmp))
+                result = detection.run(jobs, quick=args.quick, operator_source=source,
+                                       shape=detection.Shape(jobs, 4, "4x4", backend))
+            result["operator_revision"] = args.before
+            return result
+
+        return before
+    if name == "scale":
+        sizes = parse_sizes(args.scale_sizes or (QUICK_SCALE_SIZES if args.quick
+                                                 else DEFAULT_SCALE_SIZES))
+        return lambda: run_scale(sizes, args.quick)
     if name == "replacement":
         from bench import replacement
 
@@ -51,6 +123,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help=f"detection: number of jobs (default {DEFAULT_JOBS}; "
                         f"{QUICK_JOBS} with --quick)")
+    p.add_argument("--placement", choices=("exclusive", "packed"), default="exclusive",
+                   help="detection: each slice on its own fake TPU node pool (exclusive, "
+                        "JobSet's webhooks enforce it; one node per host) or every pod "
+                        "packed on a few CPU nodes (the simulated backend)")
+    p.add_argument("--before", default=None, metavar="REV",
+                   help="also run detection_before: detection with REV's operator")
+    p.add_argument("--scale-sizes", default=None, metavar="SIZES",
+                   help=f"scale: one job per SLICESxHOSTS[:BACKEND] (default "
+                        f"{DEFAULT_SCALE_SIZES}; {QUICK_SCALE_SIZES} with --quick)")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON results go (default bench/results)")
     p.add_argument("--docs", type=Path, default=DOCS,
@@ -60,12 +141,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="run nothing: rebuild the summary from the per-benchmark JSON files "
                         "and regenerate the table")
     args = p.parse_args(argv)
-    names = NAMES if args.only is None else tuple(n.strip() for n in args.only.split(","))
+    default = tuple(n for n in NAMES if n != "detection_before" or args.before)
+    names = default if args.only is None else tuple(n.strip() for n in args.only.split(","))
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         p.error(f"--only: unknown benchmark {', '.join(unknown)}; choose from {', '.join(NAMES)}")
     if args.jobs is not None and args.jobs < 1:
         p.error("--jobs must be >= 1")
+    if "detection_before" in names and not args.before:
+        p.error("detection_before needs --before REV (the revision to compare with)")
+    if args.scale_sizes is not None:
+        try:
+            parse_sizes(args.scale_sizes)
+        except ValueError as err:
+            p.error(str(err))
     args.names = names
     return args
 

@@ -1,30 +1,41 @@
-"""Detection at scale: N jobs x 4 slices x 4 hosts on the local control plane.
+"""Detection at scale on the local control plane: N jobs x S slices x H hosts.
 
-One worker pod per job is failed (kwok's chaos stage: the container exits 1). For each
-failure the bench's own watches record, all in this process:
+One worker pod per slice event is failed (kwok's chaos stage: the container exits 1): with
+several jobs, host 0 of slice (i % S) of job i; with one job, host 0 of each slice in turn.
+For each event (a job and a slice) the bench's own watches record, all in this process:
 
   pod_failed    the victim pod is seen Failed (or not Ready): the anchor
-  operator      the job's status first shows condition SliceDown=True
-  jobset        the JobSet's status.replicatedJobsStatus[worker].ready drops below the
-                slice count (JobSet's own reaction; its Job never fails: backoffLimit is high)
-  job           the worker Job's status.failed rises (the Job controller's reaction)
+  operator      the job's status counts the slice down (status.slices[s].restarts rises)
+  jobset        the JobSet's status.replicatedJobsStatus[worker].ready drops below S
+                (JobSet's own reaction; only when every slice was ready at the injection)
+  job           the slice's worker Job's status.failed rises (the Job controller's reaction)
+
+Two placements (`Shape.backend`): `pathways` is the real thing, exclusive placement of
+each slice on its own TPU node pool (one fake node per host, enforced by JobSet's pod
+webhooks); `simulated` has no placement constraint, so a 4,096-pod job fits on a few
+dozen fake CPU nodes. The operator sees the same pods either way.
 
 The operator runs as a subprocess (`etj operator`, through bench.opshim, which counts its
-API requests); psutil samples its CPU time and resident memory.
+API requests); psutil samples its CPU time and resident memory. `operator_source` runs
+another revision's operator (its api/ and operator/ folders first on PYTHONPATH): the
+before/after comparison.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, ratio, stats
+from elastic_api.catalog import slice_shape
 from elastic_api.names import (
     COMPLETION_INDEX_LABEL,
     GROUP,
@@ -41,47 +52,114 @@ from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 
 NAMESPACE = "etj-bench"
-SLICES = 4
-TOPOLOGY = "4x4"  # v5e 4x4: 4 hosts per slice
-HOSTS = 4
+PODS_PER_CPU_NODE = 200  # simulated placement: below the fake nodes' 250-pod capacity
+
+Event = tuple[str, int]  # (job, slice)
+
+
+@dataclass(frozen=True)
+class Shape:
+    jobs: int
+    slices: int
+    topology: str  # v5e: 4x4 = 4 hosts, 8x8 = 16, 16x16 = 64
+    backend: str = "pathways"
+
+    @property
+    def hosts(self) -> int:
+        return slice_shape("v5e", self.topology).vms
+
+    @property
+    def pods(self) -> int:
+        return self.jobs * (self.slices * self.hosts + 1)
+
+    @property
+    def label(self) -> str:
+        where = ("exclusive node pools" if self.backend == "pathways"
+                 else "packed on CPU nodes")
+        return (f"{self.jobs} job{'s' if self.jobs > 1 else ''} x {self.slices} slices x "
+                f"{self.hosts} hosts ({self.pods} pods, {where})")
+
+    @property
+    def cpu_nodes(self) -> int:
+        """One per head (exclusive placement), or enough to hold every pod (packed)."""
+        if self.backend == "pathways":
+            return self.jobs
+        return math.ceil(self.pods / PODS_PER_CPU_NODE) + 1
+
+    @property
+    def nodes(self) -> int:
+        tpu = self.jobs * self.slices * self.hosts if self.backend == "pathways" else 0
+        return self.cpu_nodes + tpu
+
+    def cluster_config(self, directory: Path) -> Any:
+        from elastic_devtools import localcluster as lc
+
+        pools = (lc.parse_tpu_pool(f"v5e:{self.topology}:{self.jobs * self.slices}"),) \
+            if self.backend == "pathways" else ()
+        return lc.ClusterConfig(dir=directory, tpu_pools=pools, cpu_nodes=self.cpu_nodes,
+                                timeout=300 + 2.0 * self.nodes, die_with_parent=True)
+
+    def victims(self, names: list[str], limit: int | None = None) -> list[Event]:
+        """Several jobs: slice i % S of job i. One job: every slice in turn."""
+        if len(names) > 1:
+            return [(name, i % self.slices) for i, name in enumerate(names)][:limit]
+        return [(names[0], s) for s in range(self.slices)][:limit]
 
 
 def _log(msg: str) -> None:
     print(f"[detection] {msg}", file=sys.stderr, flush=True)
 
 
-def job_manifest(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "backend": "pathways",
-            "tpu": {"type": "v5e", "topology": TOPOLOGY, "numSlices": SLICES},
-            "elastic": {"maxSliceRestarts": 5},
-            "maxRestarts": 0,
-            "checkpoint": {"directory": f"/tmp/etj-bench-no-checkpoints/{name}"},
-            "trainer": {"image": "trainer:bench", "steps": 1000},
-            "pathways": {"gcsScratch": "gs://bench-bucket/scratch"},
-        },
+def job_manifest(name: str, shape: Shape) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "backend": shape.backend,
+        "tpu": {"type": "v5e", "topology": shape.topology, "numSlices": shape.slices},
+        "elastic": {"maxSliceRestarts": 5},
+        "maxRestarts": 0,
+        "checkpoint": {"directory": f"/tmp/etj-bench-no-checkpoints/{name}"},
+        "trainer": {"image": "trainer:bench", "steps": 1000},
     }
+    if shape.backend == "pathways":
+        spec["pathways"] = {"gcsScratch": "gs://bench-bucket/scratch"}
+    else:  # packed on CPU nodes: no TPU placement (the default places workers on TPU pools)
+        spec["placement"] = "Any"
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
+            "metadata": {"name": name}, "spec": spec}
 
 
 @dataclass
 class Timeline:
-    """First-seen times (time.time()) per job, written by the watch threads."""
+    """First-seen times (time.time()) per event, written by the watch threads."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     running: dict[str, float] = field(default_factory=dict)
-    victims: dict[str, str] = field(default_factory=dict)  # job -> victim pod name
-    injected: dict[str, float] = field(default_factory=dict)
-    pod_failed: dict[str, float] = field(default_factory=dict)
-    operator: dict[str, float] = field(default_factory=dict)
-    jobset: dict[str, float] = field(default_factory=dict)
-    job: dict[str, float] = field(default_factory=dict)
-    job_failed_before: dict[str, int] = field(default_factory=dict)  # worker Job -> failed
+    victims: dict[Event, str] = field(default_factory=dict)  # event -> victim pod name
+    injected: dict[Event, float] = field(default_factory=dict)
+    pod_failed: dict[Event, float] = field(default_factory=dict)
+    operator: dict[Event, float] = field(default_factory=dict)
+    jobset: dict[Event, float] = field(default_factory=dict)
+    job: dict[Event, float] = field(default_factory=dict)
+    # What each event's signal is measured against, as seen at the injection.
+    restarts: dict[Event, int] = field(default_factory=dict)  # status.slices[s].restarts
+    jobset_armed: set[Event] = field(default_factory=set)  # every slice was ready
+    job_failed_before: dict[Event, int] = field(default_factory=dict)
+    # Latest seen state.
+    slice_restarts: dict[Event, int] = field(default_factory=dict)
+    jobset_ready: dict[str, int] = field(default_factory=dict)
+    job_failed: dict[Event, int] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
+
+    def arm(self, event: Event, pod: str, slices: int) -> None:
+        """Record the injection of `event` and what its signals start from."""
+        with self.lock:
+            self.victims[event] = pod
+            self.injected[event] = time.time()
+            self.restarts[event] = self.slice_restarts.get(event, 0)
+            self.job_failed_before[event] = self.job_failed.get(event, 0)
+            if self.jobset_ready.get(event[0]) == slices:
+                self.jobset_armed.add(event)
 
 
 def _is_true(obj: dict[str, Any], type_: str) -> bool:
@@ -89,20 +167,7 @@ def _is_true(obj: dict[str, Any], type_: str) -> bool:
     return any(c.get("type") == type_ and c.get("status") == "True" for c in conds)
 
 
-def _true_since(obj: dict[str, Any], type_: str) -> float | None:
-    """When condition `type_` last turned True (epoch seconds), None unless it is True."""
-    from datetime import datetime
-
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_ and c.get("status") == "True":
-            stamp = c.get("lastTransitionTime")
-            if not stamp:
-                return 0.0
-            return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    return None
-
-
-def _watch(tl: Timeline, api_client: Any, list_fn: Any, handle: Any, what: str) -> None:
+def _watch(tl: Timeline, list_fn: Any, handle: Any, what: str) -> None:
     """List+watch `list_fn` until tl.stop; `handle(obj_dict, seen_at)` per object."""
     from kubernetes import watch
 
@@ -135,103 +200,121 @@ def _watch(tl: Timeline, api_client: Any, list_fn: Any, handle: Any, what: str) 
             time.sleep(0.2)
 
 
-def _start_watches(tl: Timeline, cluster: Any, slices: int) -> list[threading.Thread]:
-    from kubernetes import client
+def _handlers(tl: Timeline, shape: Shape) -> dict[str, Callable[[dict[str, Any], float], None]]:
+    slices = shape.slices
 
     def on_job(obj: dict[str, Any], now: float) -> None:
         name = obj["metadata"]["name"]
         status = obj.get("status") or {}
-        # Healthy: every slice Ready and no SliceDown. (Ready may stay False: with no
-        # trainer reporting, a slice that went down during start-up leaves the job
-        # Recovering; that does not matter to detection.)
-        since = _true_since(obj, "SliceDown")
+        slice_down = _is_true(obj, "SliceDown")
         with tl.lock:
-            if (name not in tl.running and status.get("slicesReady") == slices
-                    and since is None):
+            # Healthy: every slice Ready and none down. (Ready may stay False: with no
+            # trainer reporting, a slice that went down during start-up leaves the job
+            # Recovering; that does not matter to detection.)
+            if name not in tl.running and status.get("slicesReady") == slices \
+                    and not slice_down:
                 tl.running[name] = now
-            # A SliceDown that turned True after the injection (the clock is shared:
-            # the API server runs on this machine; 1 s for its whole-second stamps).
-            if name in tl.injected and name not in tl.operator and since is not None \
-                    and since >= tl.injected[name] - 1.0:
-                tl.operator[name] = now
+            for entry in status.get("slices") or []:
+                event = (name, int(entry.get("index", -1)))
+                restarts = int(entry.get("restarts") or 0)
+                tl.slice_restarts[event] = restarts
+                if event in tl.injected and event not in tl.operator \
+                        and restarts > tl.restarts[event]:
+                    tl.operator[event] = now
 
     def on_jobset(obj: dict[str, Any], now: float) -> None:
         name = (obj["metadata"].get("labels") or {}).get(JOB_NAME_LABEL, obj["metadata"]["name"])
         rjs = (obj.get("status") or {}).get("replicatedJobsStatus") or []
         ready = next((r.get("ready", 0) for r in rjs if r.get("name") == "worker"), None)
         with tl.lock:
-            if name in tl.injected and name not in tl.jobset and ready is not None \
-                    and ready < slices:
-                tl.jobset[name] = now
+            if ready is None:
+                return
+            tl.jobset_ready[name] = ready
+            if ready < slices:
+                for event in tl.jobset_armed:
+                    if event[0] == name and event not in tl.jobset:
+                        tl.jobset[event] = now
 
     def on_batch_job(obj: dict[str, Any], now: float) -> None:
         labels = obj["metadata"].get("labels") or {}
         if labels.get(REPLICATED_JOB_LABEL) != WORKER_REPLICATED_JOB:
             return
         owner = labels.get(JOB_NAME_LABEL) or labels.get(JOBSET_NAME_LABEL, "")
+        event = (owner, int(labels.get(JOB_INDEX_LABEL, -1)))
         failed = int((obj.get("status") or {}).get("failed") or 0)
-        key = obj["metadata"]["name"]
         with tl.lock:
-            if owner not in tl.injected:
-                tl.job_failed_before[key] = failed
-            elif owner not in tl.job and failed > tl.job_failed_before.get(key, 0):
-                tl.job[owner] = now
+            tl.job_failed[event] = failed
+            if event in tl.injected and event not in tl.job \
+                    and failed > tl.job_failed_before[event]:
+                tl.job[event] = now
 
     def on_pod(obj: dict[str, Any], now: float) -> None:
         meta = obj["metadata"]
         labels = meta.get("labels") or {}
         status = obj.get("status") or {}
         ready = _is_true(obj, "Ready")
+        job, index = labels.get(JOB_NAME_LABEL), labels.get(JOB_INDEX_LABEL)
         with tl.lock:
             tl.pods[meta["name"]] = {
-                "job": labels.get(JOB_NAME_LABEL), "phase": status.get("phase"), "ready": ready,
-                "slice": labels.get(JOB_INDEX_LABEL),
+                "job": job, "phase": status.get("phase"), "ready": ready, "slice": index,
                 "host": labels.get(COMPLETION_INDEX_LABEL),
                 "worker": labels.get(REPLICATED_JOB_LABEL) == WORKER_REPLICATED_JOB,
                 "deleting": bool(meta.get("deletionTimestamp")),
             }
-            job = labels.get(JOB_NAME_LABEL)
-            if job in tl.injected and tl.victims.get(job) == meta["name"] \
-                    and job not in tl.pod_failed \
+            if index is None or job is None:
+                return
+            event = (job, int(index))
+            if event in tl.injected and tl.victims.get(event) == meta["name"] \
+                    and event not in tl.pod_failed \
                     and (status.get("phase") == "Failed" or not ready):
-                tl.pod_failed[job] = now
+                tl.pod_failed[event] = now
 
-    threads = []
-    for what, make_list, handle in (
-        ("jobs", lambda c: lambda **kw: client.CustomObjectsApi(c).list_namespaced_custom_object(
-            GROUP, VERSION, NAMESPACE, PLURAL, **kw), on_job),
-        ("jobsets", lambda c: lambda **kw: client.CustomObjectsApi(c).list_namespaced_custom_object(
-            "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", **kw), on_jobset),
-        ("batch jobs", lambda c: lambda **kw: client.BatchV1Api(c).list_namespaced_job(
-            NAMESPACE, **kw), on_batch_job),
-        ("pods", lambda c: lambda **kw: client.CoreV1Api(c).list_namespaced_pod(
-            NAMESPACE, **kw), on_pod),
-    ):
-        api_client = cluster.api_client()
-        list_fn = make_list(api_client)
+    return {"jobs": on_job, "jobsets": on_jobset, "batch jobs": on_batch_job, "pods": on_pod}
+
+
+def _start_watches(tl: Timeline, cluster: Any, shape: Shape) -> None:
+    from kubernetes import client
+
+    lists = {
+        "jobs": lambda c: lambda **kw: client.CustomObjectsApi(c).list_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, **kw),
+        "jobsets": lambda c: lambda **kw: client.CustomObjectsApi(c).list_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", **kw),
+        "batch jobs": lambda c: lambda **kw: client.BatchV1Api(c).list_namespaced_job(
+            NAMESPACE, **kw),
+        "pods": lambda c: lambda **kw: client.CoreV1Api(c).list_namespaced_pod(NAMESPACE, **kw),
+    }
+    for what, handle in _handlers(tl, shape).items():
+        list_fn = lists[what](cluster.api_client())
         # The watch helper needs the function's name to find its docstring-less signature.
         list_fn.__doc__ = "list"
-        t = threading.Thread(target=_watch, args=(tl, api_client, list_fn, handle, what),
-                             name=f"watch-{what}", daemon=True)
-        t.start()
-        threads.append(t)
-    return threads
+        threading.Thread(target=_watch, args=(tl, list_fn, handle, what),
+                         name=f"watch-{what}", daemon=True).start()
 
 
 class BenchOperator(OperatorProcess):
     """`etj operator` through bench.opshim (which counts its API requests), with psutil
-    sampling of its CPU time and resident memory (peak sampled every 0.2 s)."""
+    sampling of its CPU time and resident memory (peak sampled every 0.2 s).
+    `source`: a checkout whose operator runs instead of this one (no election flags)."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, source: Path | None = None) -> None:
         self.counts_file = workdir / "operator-requests.json"
+        self.source = source
+        paths = [str(REPO), os.environ.get("PYTHONPATH")]
+        if source is not None:  # its packages before the installed (editable) ones
+            paths = [str(source / "api"), str(source / "operator"), *paths]
         super().__init__(
             kubeconfig, workdir / "operator.log", args=("--namespace", NAMESPACE),
             command=(sys.executable, "-m", "bench.opshim", str(self.counts_file), "--"),
-            env={"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                             os.environ.get("PYTHONPATH")]))},
-            cwd=REPO)
+            env={"PYTHONPATH": os.pathsep.join(filter(None, paths))}, cwd=REPO)
         self.peak_rss = 0
         self._sampling = threading.Event()
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        if self.source is not None:  # an operator from before leader election
+            argv = argv[:argv.index("--leader-identity")]
+        return argv
 
     def start(self, timeout: float = 120) -> None:
         import psutil
@@ -275,182 +358,70 @@ def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in out.items() if v}
 
 
-def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, Any]:
-    from kubernetes import client
+@dataclass
+class Phases:
+    """What the operator used, read at the edges of each phase of the run."""
 
+    idle_rss: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    rss_steady: int = 0
+    peak_rss: int = 0
+    started: list[str] = field(default_factory=list)
+    inject_interval_s: float = 0.0
+    stop_seconds: float | None = None  # SIGTERM -> exit (the graceful handover's start)
+
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def mark(self, name: str, operator: BenchOperator) -> None:
+        self.cpu[name] = operator.cpu_seconds()
+        self.requests[name] = operator.requests()
+        self.seconds[name] = time.monotonic()
+        try:
+            self.metrics[name] = operator.metrics()
+        except OSError:
+            self.metrics[name] = {}
+
+    def metric_mean(self, metric: str, start: str, end: str) -> float | None:
+        """A histogram's mean over a phase (its _sum and _count deltas); None if unseen."""
+        def total(phase: str, suffix: str) -> float:
+            return sum(v for k, v in self.metrics.get(phase, {}).items()
+                       if k.split("{")[0] == metric + suffix)
+        count = total(end, "_count") - total(start, "_count")
+        return (total(end, "_sum") - total(start, "_sum")) / count if count > 0 else None
+
+
+def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
+        shape: Shape | None = None, operator_source: Path | None = None,
+        max_events: int | None = None) -> dict[str, Any]:
+    """The benchmark on its own cluster. `shape` defaults to N x 4 slices x v5e 4x4."""
     from elastic_devtools import localcluster as lc
-    from elastic_devtools.localcluster.faults import fail_pod
 
-    pods_total = n_jobs * (SLICES * HOSTS + 1)
-    quiet_s = 5.0 if quick else 30.0
-    inject_interval_s = 0.2 if quick else 0.25
+    shape = shape or Shape(n_jobs, 4, "4x4")
     workdir = Path(tempfile.mkdtemp(prefix="etj-bench-detect-"))
     cluster_dir = workdir / "cluster"
-    _log(f"N={n_jobs} jobs x {SLICES} slices x {HOSTS} hosts = {pods_total} pods "
-         f"({n_jobs * SLICES} TPU node pools, {n_jobs * SLICES * HOSTS} TPU nodes); "
-         f"work dir {workdir}")
+    _log(f"{shape.label}; {shape.nodes} nodes; operator from "
+         f"{operator_source or 'this checkout'}; work dir {workdir}")
     t_up = time.monotonic()
-    cluster = lc.up(lc.ClusterConfig(
-        dir=cluster_dir,
-        tpu_pools=(lc.parse_tpu_pool(f"v5e:{TOPOLOGY}:{n_jobs * SLICES}"),),
-        cpu_nodes=n_jobs,  # one head per CPU node (exclusive placement)
-        timeout=300 + 2.0 * n_jobs * SLICES * HOSTS, die_with_parent=True,
-    ), progress=_log)
+    cluster = lc.up(shape.cluster_config(cluster_dir), progress=_log)
     cluster_up_s = time.monotonic() - t_up
     tl = Timeline()
+    phases = Phases()
     operator: BenchOperator | None = None
+    names = [f"bench-{i:03d}" for i in range(shape.jobs)]
     try:
-        api = cluster.api_client()
-        install_crd(api)
-        core = client.CoreV1Api(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-        wait_for(lambda: any(sa.metadata is not None and sa.metadata.name == "default" for sa in
-                          core.list_namespaced_service_account(NAMESPACE).items),
-              60, "the namespace's default ServiceAccount")
-        operator = BenchOperator(cluster.kubeconfig, workdir)
-        operator.start(timeout=120)
-        _start_watches(tl, cluster, SLICES)
-        time.sleep(2.0)  # let the idle operator settle before its baseline
-        idle_rss = operator.rss()
-        cpu0, t0 = operator.cpu_seconds(), time.monotonic()
-
-        names = [f"bench-{i:03d}" for i in range(n_jobs)]
-        custom = client.CustomObjectsApi(api)
-        for name in names:
-            custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
-                                                   job_manifest(name))
-        _log(f"created {n_jobs} jobs; waiting for them to run")
-
-        def all_running() -> bool:
-            with tl.lock:
-                return len(tl.running) >= n_jobs
-
-        try:
-            wait_for(all_running, 180 + 0.3 * pods_total, f"{n_jobs} jobs with every slice Ready",
-                  0.5)
-        except TimeoutError as err:  # at scale: measure the jobs that did start
-            tl.errors.append(str(err))
-        startup_s = time.monotonic() - t0
-        cpu1 = operator.cpu_seconds()
-        with tl.lock:
-            started = [n for n in names if n in tl.running]
-        if not started:
-            raise RuntimeError(f"no job got every slice Ready; see {workdir}")
-        _log(f"{len(started)}/{n_jobs} jobs Running in {startup_s:.1f}s; "
-             f"quiet window {quiet_s:.0f}s")
-
-        time.sleep(2.0 if quick else 10.0)  # let the start-up churn end
-        cpu1b, req1b = operator.cpu_seconds(), operator.requests()
-        time.sleep(quiet_s)  # steady state: resyncs, kwok heartbeats, no failures
-        cpu2, req2, rss_steady = operator.cpu_seconds(), operator.requests(), operator.rss()
-
-        # Fail host 0 of slice (i % 4) of job i, one every inject_interval_s.
-        def victim_of(job: str, index: int) -> str:
-            with tl.lock:
-                for pod, info in sorted(tl.pods.items()):
-                    if info["job"] == job and info["worker"] and info["phase"] == "Running" \
-                            and info["ready"] and not info["deleting"] \
-                            and info["slice"] == str(index % SLICES) and info["host"] == "0":
-                        return pod
-            raise RuntimeError(f"no Running worker pod for slice {index % SLICES} of {job}")
-
-        t_inject0 = time.monotonic()
-        for i, name in enumerate(started):
-            pod = victim_of(name, i)
-            with tl.lock:
-                tl.victims[name] = pod
-                tl.injected[name] = time.time()
-            fail_pod(api, NAMESPACE, pod)
-            time.sleep(inject_interval_s)
-
-        def all_seen() -> bool:
-            # JobSet's ready count may never drop (the Job controller can report the
-            # failure and the replacement pod in one status update); the Job's
-            # status.failed always rises, so the baseline is whichever comes first.
-            with tl.lock:
-                return all(n in tl.operator and (n in tl.jobset or n in tl.job)
-                           and n in tl.pod_failed for n in started)
-
-        try:
-            wait_for(all_seen, 120 + 0.5 * n_jobs, "every failure seen by operator and JobSet",
-                     0.25)
-        except TimeoutError as err:
-            tl.errors.append(str(err))
-        time.sleep(2.0)  # the operator's trailing writes (events, metrics) for the last one
-        events_s = time.monotonic() - t_inject0
-        cpu3, req3 = operator.cpu_seconds(), operator.requests()
-        peak_rss = operator.peak_rss
+        operator = BenchOperator(cluster.kubeconfig, workdir, operator_source)
+        _measure(cluster, shape, names, tl, phases, operator, quick, max_events)
     finally:
         tl.stop.set()
         if operator is not None:
+            stopping = time.monotonic()
             operator.stop()
+            phases.stop_seconds = round(time.monotonic() - stopping, 2)
         lc.down(cluster_dir, progress=_log)
-
-    with tl.lock:
-        op_lat = [tl.operator[n] - tl.pod_failed[n] for n in names
-                  if n in tl.operator and n in tl.pod_failed]
-        jobset_only = [tl.jobset[n] - tl.pod_failed[n] for n in names
-                       if n in tl.jobset and n in tl.pod_failed]
-        # The baseline: the first status change of JobSet's or the Job controller's.
-        baseline = {n: min(t for t in (tl.jobset.get(n), tl.job.get(n)) if t is not None)
-                    for n in names if n in tl.jobset or n in tl.job}
-        js_lat = [baseline[n] - tl.pod_failed[n] for n in names
-                  if n in baseline and n in tl.pod_failed]
-        job_lat = [tl.job[n] - tl.pod_failed[n] for n in names
-                   if n in tl.job and n in tl.pod_failed]
-        op_from_inject = [tl.operator[n] - tl.injected[n] for n in names if n in tl.operator]
-        js_from_inject = [baseline[n] - tl.injected[n] for n in names if n in baseline]
-        paired = [tl.operator[n] - baseline[n]
-                  for n in names if n in tl.operator and n in baseline]
-        jobset_never = sum(1 for n in started if n not in tl.jobset)
-    op_s, js_s = stats(op_lat), stats(js_lat)
-    kpods = pods_total / 1000.0
-    quiet_requests = _diff(req2, req1b)
-    event_requests = _diff(req3, req2)
-    quiet_total = sum(quiet_requests.values())
-    event_total = sum(event_requests.values())
-    # Subtract the steady-state request rate (resyncs) over the event phase's duration.
-    net_event = event_total - quiet_total * (events_s / quiet_s)
-    events = len(op_lat)
-    result = {
-        "n_jobs": n_jobs, "slices_per_job": SLICES, "hosts_per_slice": HOSTS,
-        "pods": pods_total, "tpu_node_pools": n_jobs * SLICES,
-        "nodes": n_jobs * SLICES * HOSTS + n_jobs,
-        "cluster_up_seconds": round(cluster_up_s, 2),
-        "jobs_running_seconds": round(startup_s, 2),
-        "jobs_started": len(started),
-        "failures_injected": len(started), "failures_detected": events,
-        "inject_interval_seconds": inject_interval_s,
-        "operator_slice_down_seconds": op_s,
-        "jobset_ready_drop_seconds": js_s,
-        "jobset_replicated_jobs_ready_drop_only_seconds": stats(jobset_only),
-        "jobset_ready_never_dropped": jobset_never,
-        "job_failed_count_seconds": stats(job_lat),
-        "operator_from_injection_seconds": stats(op_from_inject),
-        "jobset_from_injection_seconds": stats(js_from_inject),
-        "operator_minus_jobset_paired_seconds": stats(paired),
-        "ratio_p50_operator_vs_jobset": ratio(op_s["p50"], js_s["p50"]),
-        "ratio_p99_operator_vs_jobset": ratio(op_s["p99"], js_s["p99"]),
-        "operator_cpu_seconds": {
-            "startup": round(cpu1 - cpu0, 3), "quiet": round(cpu2 - cpu1b, 3),
-            "events": round(cpu3 - cpu2, 3),
-        },
-        "operator_cpu_seconds_per_1000_pods": {
-            "startup": (cpu1 - cpu0) / kpods,
-            "quiet_per_minute": (cpu2 - cpu1b) / kpods * 60.0 / quiet_s,
-            "per_slice_event": ratio(cpu3 - cpu2, events),
-        },
-        "operator_rss_bytes": {"idle": idle_rss, "steady": rss_steady, "peak": peak_rss},
-        "operator_peak_rss_mib_per_1000_pods": peak_rss / 2**20 / kpods,
-        "operator_rss_growth_mib_per_1000_pods": (peak_rss - idle_rss) / 2**20 / kpods,
-        "operator_requests": {
-            "quiet_window_seconds": quiet_s, "quiet": quiet_requests,
-            "event_window_seconds": round(events_s, 2), "events": event_requests,
-        },
-        "api_requests_per_slice_event": ratio(event_total, events),
-        "api_requests_per_slice_event_net_of_resync": ratio(net_event, events),
-        "errors": tl.errors[:20],
-    }
+    result = _result(shape, names, tl, phases, cluster_up_s, quick)
+    result["operator_source"] = str(operator_source) if operator_source else None
     if not keep_dir:
         import shutil
 
@@ -458,3 +429,178 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False) -> dict[str, A
     else:
         result["work_dir"] = str(workdir)
     return result
+
+
+def _measure(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases: Phases,
+             operator: BenchOperator, quick: bool, max_events: int | None) -> None:
+    from kubernetes import client
+
+    from elastic_devtools.localcluster.faults import fail_pod
+
+    api = cluster.api_client()
+    install_crd(api)
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    wait_for(lambda: any(sa.metadata is not None and sa.metadata.name == "default" for sa in
+                         core.list_namespaced_service_account(NAMESPACE).items),
+             60, "the namespace's default ServiceAccount")
+    operator.start(timeout=120)
+    _start_watches(tl, cluster, shape)
+    time.sleep(2.0)  # let the idle operator settle before its baseline
+    phases.idle_rss = operator.rss()
+    phases.mark("created", operator)
+    custom = client.CustomObjectsApi(api)
+    for name in names:
+        custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                               job_manifest(name, shape))
+    _log(f"created {len(names)} job(s); waiting for every slice to be Ready")
+
+    def all_running() -> bool:
+        with tl.lock:
+            return len(tl.running) >= len(names)
+
+    try:
+        wait_for(all_running, 180 + 0.3 * shape.pods, "every job with every slice Ready", 0.5)
+    except TimeoutError as err:  # at scale: measure the jobs that did start
+        tl.errors.append(str(err))
+    phases.mark("running", operator)
+    with tl.lock:
+        phases.started = [n for n in names if n in tl.running]
+    if not phases.started:
+        raise RuntimeError("no job got every slice Ready")
+    quiet_s = 5.0 if quick else 30.0
+    _log(f"{len(phases.started)}/{len(names)} job(s) Running in "
+         f"{phases.seconds['running'] - phases.seconds['created']:.1f}s; quiet {quiet_s:.0f}s")
+    time.sleep(2.0 if quick else 10.0)  # let the start-up churn end
+    phases.mark("quiet", operator)
+    time.sleep(quiet_s)  # steady state: resyncs, kwok heartbeats, no failures
+    phases.mark("events", operator)
+    phases.rss_steady = operator.rss()
+
+    def victim_of(event: Event) -> str:
+        job, index = event
+        with tl.lock:
+            for pod, info in sorted(tl.pods.items()):
+                if info["job"] == job and info["worker"] and info["phase"] == "Running" \
+                        and info["ready"] and not info["deleting"] \
+                        and info["slice"] == str(index) and info["host"] == "0":
+                    return pod
+        raise RuntimeError(f"no Running worker pod for slice {index} of {job}")
+
+    phases.inject_interval_s = 0.2 if quick else (0.25 if len(phases.started) > 1 else 0.5)
+    events = shape.victims(phases.started, max_events)
+    for event in events:
+        pod = victim_of(event)
+        tl.arm(event, pod, shape.slices)
+        fail_pod(api, NAMESPACE, pod)
+        time.sleep(phases.inject_interval_s)
+
+    def all_seen() -> bool:
+        # JobSet's ready count may never drop (the Job controller can report the
+        # failure and the replacement pod in one status update); the Job's
+        # status.failed always rises, so the baseline is whichever comes first.
+        with tl.lock:
+            return all(e in tl.operator and (e in tl.jobset or e in tl.job)
+                       and e in tl.pod_failed for e in events)
+
+    try:
+        wait_for(all_seen, 120 + 0.5 * len(events), "every failure seen by operator and "
+                 "JobSet", 0.25)
+    except TimeoutError as err:
+        tl.errors.append(str(err))
+    time.sleep(2.0)  # the operator's trailing writes (events, metrics) for the last one
+    phases.mark("end", operator)
+    phases.peak_rss = operator.peak_rss
+
+
+def _latencies(tl: Timeline) -> dict[str, list[float]]:
+    with tl.lock:
+        events = list(tl.injected)
+        baseline = {e: min(t for t in (tl.jobset.get(e), tl.job.get(e)) if t is not None)
+                    for e in events if e in tl.jobset or e in tl.job}
+        anchor = tl.pod_failed
+        return {
+            "operator": [tl.operator[e] - anchor[e] for e in events
+                         if e in tl.operator and e in anchor],
+            "jobset_only": [tl.jobset[e] - anchor[e] for e in events
+                            if e in tl.jobset and e in anchor],
+            "baseline": [baseline[e] - anchor[e] for e in events if e in baseline and e in anchor],
+            "job": [tl.job[e] - anchor[e] for e in events if e in tl.job and e in anchor],
+            "operator_from_injection": [tl.operator[e] - tl.injected[e] for e in events
+                                        if e in tl.operator],
+            "baseline_from_injection": [baseline[e] - tl.injected[e] for e in events
+                                        if e in baseline],
+            "paired": [tl.operator[e] - baseline[e] for e in events
+                       if e in tl.operator and e in baseline],
+        }
+
+
+def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
+            cluster_up_s: float, quick: bool) -> dict[str, Any]:
+    lat = _latencies(tl)
+    op_s, js_s = stats(lat["operator"]), stats(lat["baseline"])
+    kpods = shape.pods / 1000.0
+    cpu, req, sec = phases.cpu, phases.requests, phases.seconds
+    quiet_s = sec["events"] - sec["quiet"]
+    events_s = sec["end"] - sec["events"]
+    quiet_requests = _diff(req["events"], req["quiet"])
+    event_requests = _diff(req["end"], req["events"])
+    quiet_total = sum(quiet_requests.values())
+    event_total = sum(event_requests.values())
+    # Subtract the steady-state request rate (resyncs) over the event phase's duration.
+    net_event = event_total - quiet_total * (events_s / quiet_s)
+    events = len(lat["operator"])
+    with tl.lock:
+        injected = len(tl.injected)
+        jobset_never = sum(1 for e in tl.injected if e not in tl.jobset)
+    return {
+        "shape": shape.label, "backend": shape.backend,
+        "n_jobs": shape.jobs, "slices_per_job": shape.slices, "hosts_per_slice": shape.hosts,
+        "pods": shape.pods, "nodes": shape.nodes,
+        "tpu_node_pools": shape.jobs * shape.slices if shape.backend == "pathways" else 0,
+        "cluster_up_seconds": round(cluster_up_s, 2),
+        "jobs_running_seconds": round(sec["running"] - sec["created"], 2),
+        "jobs_started": len(phases.started),
+        "failures_injected": injected, "failures_detected": events,
+        "inject_interval_seconds": phases.inject_interval_s,
+        "operator_slice_down_seconds": op_s,
+        "jobset_ready_drop_seconds": js_s,
+        "jobset_replicated_jobs_ready_drop_only_seconds": stats(lat["jobset_only"]),
+        "jobset_ready_never_dropped": jobset_never,
+        "job_failed_count_seconds": stats(lat["job"]),
+        "operator_from_injection_seconds": stats(lat["operator_from_injection"]),
+        "jobset_from_injection_seconds": stats(lat["baseline_from_injection"]),
+        "operator_minus_jobset_paired_seconds": stats(lat["paired"]),
+        "ratio_p50_operator_vs_jobset": ratio(op_s["p50"], js_s["p50"]),
+        "ratio_p99_operator_vs_jobset": ratio(op_s["p99"], js_s["p99"]),
+        "operator_cpu_seconds": {
+            "startup": round(cpu["running"] - cpu["created"], 3),
+            "quiet": round(cpu["events"] - cpu["quiet"], 3),
+            "events": round(cpu["end"] - cpu["events"], 3),
+        },
+        "operator_cpu_seconds_per_1000_pods": {
+            "startup": (cpu["running"] - cpu["created"]) / kpods,
+            "quiet_per_minute": (cpu["events"] - cpu["quiet"]) / kpods * 60.0 / quiet_s,
+            "per_slice_event": ratio(cpu["end"] - cpu["events"], events),
+        },
+        "operator_rss_bytes": {"idle": phases.idle_rss, "steady": phases.rss_steady,
+                               "peak": phases.peak_rss},
+        "operator_peak_rss_mib_per_1000_pods": phases.peak_rss / 2**20 / kpods,
+        "operator_rss_growth_mib_per_1000_pods": (phases.peak_rss - phases.idle_rss)
+        / 2**20 / kpods,
+        "operator_requests": {
+            "quiet_window_seconds": round(quiet_s, 2), "quiet": quiet_requests,
+            "event_window_seconds": round(events_s, 2), "events": event_requests,
+        },
+        "api_requests_per_slice_event": ratio(event_total, events),
+        "api_requests_per_slice_event_net_of_resync": ratio(net_event, events),
+        "operator_stop_seconds": phases.stop_seconds,
+        # The operator's own view over the failure phase: one reconcile's wall time, and
+        # its failure -> status written (from kwok's finishedAt, whole seconds).
+        "operator_reconcile_mean_seconds": phases.metric_mean(
+            "etj_reconcile_duration_seconds", "events", "end"),
+        "operator_reported_detection_mean_seconds": phases.metric_mean(
+            "etj_slice_down_detection_seconds", "events", "end"),
+        "errors": tl.errors[:20],
+        "quick": quick,
+    }

@@ -30,7 +30,7 @@ def _n(value: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def detection_rows(d: dict[str, Any]) -> list[Row]:
+def detection_rows(d: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     op, js = d["operator_slice_down_seconds"], d["jobset_ready_drop_seconds"]
     scale = (f"{d['n_jobs']} jobs x {d['slices_per_job']} slices x {d['hosts_per_slice']} "
              f"hosts ({d['pods']} pods)")
@@ -53,13 +53,85 @@ def detection_rows(d: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:.0f} MiB"
+
+
+def _r2(ours: float | None, before: float | None) -> str:
+    """ours / before."""
+    return _r(None if ours is None or not before else ours / before)
+
+
+def before_rows(b: dict[str, Any], benchmarks: dict[str, Any]) -> list[Row]:
+    """The same detection benchmark, this operator against an earlier revision's."""
+    ours_entry = benchmarks.get("detection")
+    if ours_entry is None:
+        return [("(run `detection` too: nothing to compare with)", "", "", "")]
+    d = ours_entry["result"]
+    scale = f"{b['n_jobs']} jobs x {b['slices_per_job']} slices x {b['hosts_per_slice']} hosts"
+    op, was = d["operator_slice_down_seconds"], b["operator_slice_down_seconds"]
+    cpu, cpu_was = (d["operator_cpu_seconds_per_1000_pods"],
+                    b["operator_cpu_seconds_per_1000_pods"])
+    rss, rss_was = d["operator_rss_bytes"]["peak"], b["operator_rss_bytes"]["peak"]
+    req, req_was = d["api_requests_per_slice_event"], b["api_requests_per_slice_event"]
+    net, net_was = (d["api_requests_per_slice_event_net_of_resync"],
+                    b["api_requests_per_slice_event_net_of_resync"])
+    return [
+        (f"Pod failure -> SliceDown, p50 ({scale}; baseline: the operator before, "
+         f"measured {benchmarks['detection_before']['measured_at']})",
+         _s(op["p50"]), _s(was["p50"]), _r2(op["p50"], was["p50"])),
+        ("Pod failure -> SliceDown, p99", _s(op["p99"]), _s(was["p99"]),
+         _r2(op["p99"], was["p99"])),
+        ("Operator CPU per 1,000 pods: jobs created -> all Running",
+         f"{_n(cpu['startup'])} s", f"{_n(cpu_was['startup'])} s",
+         _r2(cpu["startup"], cpu_was["startup"])),
+        ("Operator CPU per 1,000 pods, steady state (per minute)",
+         f"{_n(cpu['quiet_per_minute'])} s", f"{_n(cpu_was['quiet_per_minute'])} s",
+         _r2(cpu["quiet_per_minute"], cpu_was["quiet_per_minute"])),
+        ("Operator peak RSS", _mib(rss), _mib(rss_was), _r2(rss, rss_was)),
+        ("Operator API requests per slice event (gross)", _n(req), _n(req_was), _r2(req, req_was)),
+        ("Operator API requests per slice event (net of resync traffic)", _n(net), _n(net_was),
+         _r2(net, net_was)),
+    ]
+
+
+def scale_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for d in r["sizes"]:
+        if "error" in d:
+            rows.append((f"{d['shape']}: not measured", d["error"][:200], "", ""))
+            continue
+        op, js = d["operator_slice_down_seconds"], d["jobset_ready_drop_seconds"]
+        cpu = d["operator_cpu_seconds"]
+        quiet_min = cpu["quiet"] * 60.0 / d["operator_requests"]["quiet_window_seconds"]
+        rss = d["operator_rss_bytes"]
+        rows += [
+            (f"{d['shape']}: pod failure -> slice counted down, p50 / p99 (n={op['n']}; "
+             "baseline: JobSet or the slice's Job reacts)",
+             f"{_s(op['p50'])} / {_s(op['p99'])}", f"{_s(js['p50'])} / {_s(js['p99'])}",
+             f"{_r(d['ratio_p50_operator_vs_jobset'])} / "
+             f"{_r(d['ratio_p99_operator_vs_jobset'])}"),
+            (f"{d['shape']}: operator CPU, jobs created -> all Running; steady (per "
+             "minute); per slice event",
+             f"{_n(cpu['startup'])} s; {_n(quiet_min)} s; "
+             f"{_n(d['operator_cpu_seconds_per_1000_pods']['per_slice_event'], '{:.3f}')} s",
+             "-", "-"),
+            (f"{d['shape']}: operator RSS, idle -> peak", f"{_mib(rss['idle'])} -> "
+             f"{_mib(rss['peak'])}", "-", "-"),
+            (f"{d['shape']}: operator API requests per slice event (gross; net of resync)",
+             f"{_n(d['api_requests_per_slice_event'])}; "
+             f"{_n(d['api_requests_per_slice_event_net_of_resync'])}", "-", "-"),
+        ]
+    return rows
+
+
 def _phases(e: dict[str, Any]) -> str:
     return (f"wait {_s(e['wait_seconds'])}, restore {_s(e['restore_seconds'])}, "
             f"compile {_s(e['compile_seconds'])}, first step {_s(e['first_step_seconds'])}, "
             f"other {_s(e['other_seconds'])}")
 
 
-def recovery_rows(r: dict[str, Any]) -> list[Row]:
+def recovery_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for config, c in r["configs"].items():
         snap, ckpt = c["from_snapshot"], c["from_checkpoint"]
@@ -97,7 +169,7 @@ def _rounds(values: list[float | None] | None) -> str:
     return " (rounds: " + ", ".join(_r(x) for x in values) + ")" if values else ""
 
 
-def overhead_rows(o: dict[str, Any]) -> list[Row]:
+def overhead_rows(o: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for config, c in o["configs"].items():
         rows += [
@@ -120,7 +192,7 @@ def overhead_rows(o: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def restore_rows(r: dict[str, Any]) -> list[Row]:
+def restore_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     size = r["checkpoint_bytes"] / 2**20
     rows: list[Row] = []
     for mode, what in (("cold", "page cache dropped"), ("warm", "files in page cache")):
@@ -138,7 +210,7 @@ def _side(value: float | None, timeout: float) -> str:
     return f"not Ready after {timeout:.0f} s" if value is None else _s(value)
 
 
-def replacement_rows(r: dict[str, Any]) -> list[Row]:
+def replacement_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     n = r["consecutive_failures"]
     last = r["last_failure_seconds"]
     ours, base = r["dead_node"]["ours"], r["dead_node"]["baseline"]
@@ -171,6 +243,9 @@ def replacement_rows(r: dict[str, Any]) -> list[Row]:
 
 SECTIONS = (
     ("detection", "Detection at scale", detection_rows),
+    ("detection_before", "Detection at scale, this operator against an earlier one",
+     before_rows),
+    ("scale", "The largest jobs: one job of 64 slices", scale_rows),
     ("recovery", "Trainer recovery (CPU, simulated slices)", recovery_rows),
     ("overhead", "Trainer overhead", overhead_rows),
     ("restore", "Restore throughput", restore_rows),
@@ -190,7 +265,7 @@ def table(results: dict[str, Any], kept: dict[str, list[str]] | None = None) -> 
         load = (entry.get("machine") or {}).get("loadavg_1m_5m_15m")
         when = f"measured {entry['measured_at']}" + (f", load average {load}" if load else "")
         lines.append(f"| **{title}** ({when}) | | | |")
-        for row in rows_of(entry["result"]):
+        for row in rows_of(entry["result"], results.get("benchmarks", {})):
             lines.append("| " + " | ".join(cell.replace("|", "/") for cell in row) + " |")
     meta = results.get("machine", {})
     lines.append("")

@@ -1,16 +1,21 @@
-"""The kopf wiring, and nothing else: every watch event names a job, which the
-Scheduler reconciles (app.py builds the parts).
+"""The kopf wiring, and nothing else: every job event names a job, which the Scheduler
+reconciles (app.py builds the parts). Pods, JobSets and nodes are not kopf's: the
+watch-fed caches (caches.py) keep them and wake the jobs they concern.
 
-Pod events also tell the NodeIndex which jobs run on which node, and node events tell it
-readiness: a node that turns NotReady reconciles its jobs at once. Where Kueue is
-installed, a Workload's events reconcile the job whose JobSet owns it. A periodic resync
-makes the whole thing level-based: a lost event costs at most one resync interval.
+Where Kueue is installed, a Workload's events reconcile the job whose JobSet owns it. A
+periodic resync makes the whole thing level-based: a lost event costs at most one resync
+interval. It runs at once when this replica becomes the leader or its caches sync. The
+liveness endpoint (/healthz) reports the role and the caches; it fails only if the
+election or a cache has stopped (a standby is healthy).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +23,7 @@ import kopf
 
 from elastic_api.names import (
     GROUP,
-    JOB_NAME_LABEL,
     JOBSET_GROUP,
-    JOBSET_PLURAL,
-    JOBSET_VERSION,
     KUEUE_GROUP,
     KUEUE_VERSION,
     KUEUE_WORKLOAD_PLURAL,
@@ -29,7 +31,6 @@ from elastic_api.names import (
     VERSION,
 )
 from elastic_operator.app import Operator
-from elastic_operator.observed import node_from_dict
 
 logger = logging.getLogger("elastic_operator")
 
@@ -46,6 +47,11 @@ class WatchScope:
 
     def matches(self, namespace: str) -> bool:
         return self.clusterwide or any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+
+    @property
+    def list_namespaces(self) -> list[str | None]:
+        """Where to list and watch (None: every namespace, filtered by `matches`)."""
+        return [None] if self.clusterwide or self.has_globs else list(self.namespaces)
 
 
 def build_registry(op: Operator, scope: WatchScope, resync_interval_s: float, *,
@@ -68,24 +74,51 @@ def build_registry(op: Operator, scope: WatchScope, resync_interval_s: float, *,
     @kopf.on.startup(registry=registry)
     async def startup(**kw: Any) -> None:
         configure_settings(kw["settings"], scope)
-        loop = asyncio.get_running_loop()
-
-        def reconcile_soon(namespace: str, name: str) -> None:  # from a scan thread
-            if not loop.is_closed():
-                asyncio.run_coroutine_threadsafe(op.scheduler.trigger(namespace, name), loop)
-
-        op.scanner.on_result(reconcile_soon)
-        background.append(asyncio.create_task(resync(op, scope, resync_interval_s)))
+        wanted = op.attach(asyncio.get_running_loop())
+        op.scanner.on_result(op.scheduler.trigger_soon)  # from a scan thread
+        op.start()
+        background.append(asyncio.create_task(resync(op, scope, resync_interval_s, wanted)))
         if op.warden is not None:
             background.append(asyncio.create_task(sweep_pools(op)))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**kw: Any) -> None:
+        op.gate.close()  # no reconcile starts from here on
         for task in background:
             task.cancel()
+        # Let the running reconciles finish, then release the Lease: a standby takes
+        # over at its next look (graceful handover). In a thread of its own: the shared
+        # worker threads may all be busy with reconciles.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="step-down") as pool:
+            await asyncio.get_running_loop().run_in_executor(pool, op.step_down)
         op.close()
 
+    _register_probes(registry, op)
     return registry
+
+
+def _register_probes(registry: kopf.OperatorRegistry, op: Operator) -> None:
+    @kopf.on.probe(id="leadership", registry=registry)
+    def leadership(**kw: Any) -> dict[str, Any]:
+        elector = op.elector
+        if elector is None:
+            return {"role": "leader", "election": "off"}
+        if not elector.alive:
+            raise kopf.PermanentError("the leader election thread has stopped")
+        return {"role": "leader" if elector.is_leader() else "standby",
+                "identity": elector.identity, "holder": elector.holder}
+
+    @kopf.on.probe(id="caches", registry=registry)
+    def caches(**kw: Any) -> dict[str, Any]:
+        stopped = [i.resource for i in op.caches.informers if not i.alive]
+        if stopped:
+            raise kopf.PermanentError(f"watch-fed caches stopped: {', '.join(stopped)}")
+        now = time.monotonic()
+        return {"synced": op.caches.synced,
+                "objects": {i.resource: len(i) for i in op.caches.informers},
+                # Seconds since each cache last heard anything (event, bookmark, list).
+                "idle_seconds": {i.resource: round(now - i.last_event_at, 1)
+                                 for i in op.caches.informers if i.last_event_at is not None}}
 
 
 def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:
@@ -95,33 +128,9 @@ def _register_watches(registry: kopf.OperatorRegistry, op: Operator) -> None:
         if event.get("type") == "DELETED":
             op.forget(namespace, name)
             return
+        if op.reconciler.wrote(namespace, name, kw["body"]["metadata"].get("resourceVersion")):
+            return  # our own status write coming back: nothing new
         await op.scheduler.trigger(namespace, name)
-
-    @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL,
-                   labels={JOB_NAME_LABEL: kopf.PRESENT}, registry=registry)
-    async def jobset_event(**kw: Any) -> None:
-        await op.scheduler.trigger(kw["namespace"], kw["labels"][JOB_NAME_LABEL])
-
-    @kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, registry=registry)
-    async def pod_event(**kw: Any) -> None:
-        event, body, name = kw["event"], kw["body"], kw["name"]
-        job = (kw["namespace"], kw["labels"][JOB_NAME_LABEL])
-        node = (body.get("spec") or {}).get("nodeName")
-        if node:
-            if event.get("type") == "DELETED":
-                op.nodes.pod_gone(job, name, node)
-            else:
-                op.nodes.pod_seen(job, name, node)
-        await op.scheduler.trigger(*job)
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event(**kw: Any) -> None:
-        event, body, name = kw["event"], kw["body"], kw["name"]
-        if event.get("type") == "DELETED":
-            jobs = op.nodes.node_gone(name)
-        else:
-            jobs = op.nodes.node_seen(node_from_dict(dict(body)))
-        await asyncio.gather(*(op.scheduler.trigger(*job) for job in jobs))
 
 
 def _register_workload_watch(registry: kopf.OperatorRegistry, op: Operator) -> None:
@@ -142,31 +151,41 @@ def owning_job(workload: Any) -> str | None:
     return None
 
 
-async def resync(op: Operator, scope: WatchScope, interval_s: float) -> None:
-    """Reconcile every job in scope, one at a time (a background sweep), forever."""
-    namespaces: list[str | None] = (
-        [None] if scope.clusterwide or scope.has_globs else list(scope.namespaces))
+async def resync(op: Operator, scope: WatchScope, interval_s: float,
+                 wanted: asyncio.Event) -> None:
+    """While leading, reconcile every job in scope every `interval_s`, and at once when
+    `wanted` is set (this replica just became leader, or its caches synced), forever."""
+    namespaces = scope.list_namespaces
     while True:
-        await asyncio.sleep(interval_s)
+        urgent = False
+        with contextlib.suppress(TimeoutError):
+            urgent = await asyncio.wait_for(wanted.wait(), interval_s)
+        wanted.clear()
+        if not op.gate.open:
+            continue  # a standby, or caches not synced yet
         try:
             jobs = []
             for ns in namespaces:
                 jobs += await asyncio.to_thread(op.kube.list_jobs, ns)
             keys = sorted({(j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs
                            if scope.matches(j["metadata"]["namespace"])})
-            for key in keys:
+            if urgent:  # a new leader: every job at once (bounded by the worker threads)
+                await asyncio.gather(*(op.scheduler.trigger(*key) for key in keys))
+            for key in () if urgent else keys:  # the periodic sweep: one job at a time
                 await op.scheduler.trigger(*key)
         except Exception:
             logger.exception("resync failed; retrying in %.0f s", interval_s)
 
 
 async def sweep_pools(op: Operator, interval_s: float = 5.0) -> None:
-    """Release healthy quarantined node pools (the PoolWarden), forever."""
-    assert op.warden is not None
+    """Release healthy quarantined node pools (the PoolWarden), forever; only while
+    leading, through the same gate as the reconciles (a standby writes nothing)."""
+    warden = op.warden
+    assert warden is not None
     while True:
         await asyncio.sleep(interval_s)
         try:
-            await asyncio.to_thread(op.warden.sweep)
+            await asyncio.to_thread(op.gate.call, warden.sweep)
         except Exception:
             logger.exception("node pool sweep failed; retrying in %.0f s", interval_s)
 

@@ -7,7 +7,7 @@ core never sees client model classes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -24,13 +24,14 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     VERSION,
     WORKER_REPLICATED_JOB,
-    job_pods_selector,
 )
 from elastic_operator.core.events import StatusEvent
 
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
+LEASE_PATH = "/apis/coordination.k8s.io/v1"
 REQUEST_TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = 10.0
 EVENT_SOURCE = "elastic-training-operator"
 
 # kind -> plural for the objects the renderer emits (anything else: lowercase + "s").
@@ -77,6 +78,11 @@ class ApiError(Exception):
             and self.details.get("group", "") == group
 
     @property
+    def is_conflict(self) -> bool:
+        """A conditional write found the object changed since the version it was given."""
+        return self.status == 409 and self.status_reason == "Conflict"
+
+    @property
     def namespace_terminating(self) -> bool:
         """Refused because the namespace is being deleted."""
         return self.status == 403 and "NamespaceTerminating" in self.cause_types
@@ -93,6 +99,10 @@ class ApiError(Exception):
         """The API server or an admission webhook refused the object for what it is
         (invalid, undecodable, denied): sending the same object again cannot succeed."""
         return self.status in (400, 422) or (self.status == 403 and self.denied_by_webhook)
+
+
+class WatchStalled(Exception):
+    """A watch sent nothing for longer than the API server was asked to keep it open."""
 
 
 def _parse_status(body: str) -> dict[str, Any]:
@@ -121,6 +131,23 @@ def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
     return f"{base}/{plural}"
 
 
+# A watch asked to end after N seconds that has sent nothing for N + this many is stalled.
+WATCH_SILENCE_MARGIN_S = 5
+
+
+def _pods_path(namespace: str | None) -> str:
+    return f"/api/v1/namespaces/{quote(namespace)}/pods" if namespace else "/api/v1/pods"
+
+
+def _jobsets_path(namespace: str | None) -> str:
+    return f"{JOBSET_PATH}/namespaces/{quote(namespace)}/jobsets" if namespace else \
+        f"{JOBSET_PATH}/jobsets"
+
+
+def _lease_path(namespace: str, name: str) -> str:
+    return f"{LEASE_PATH}/namespaces/{quote(namespace)}/leases/{quote(name)}"
+
+
 def job_path(namespace: str, name: str) -> str:
     return f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURAL}/{quote(name)}"
 
@@ -147,6 +174,7 @@ class Kube:
     def request(
         self, method: str, path: str, *, body: Any = None,
         query: dict[str, str] | None = None, content_type: str | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -155,16 +183,17 @@ class Kube:
             method, path, query_params=list((query or {}).items()), header_params=headers,
             body=body, auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
+        response = self.api.call_api(*request, _request_timeout=timeout_s)
         response.read()
         data = response.data.decode("utf-8") if response.data else ""
         if not 200 <= response.status <= 299:
             raise ApiError(response.status, str(response.reason or ""), data)
         return json.loads(data) if data else None
 
-    def _get_or_none(self, path: str) -> dict[str, Any] | None:
+    def _get_or_none(self, path: str, timeout_s: float = REQUEST_TIMEOUT_S
+                     ) -> dict[str, Any] | None:
         try:
-            result: dict[str, Any] = self.request("GET", path)
+            result: dict[str, Any] = self.request("GET", path, timeout_s=timeout_s)
             return result
         except ApiError as e:
             if e.status == 404:
@@ -186,13 +215,111 @@ class Kube:
         return self._get_or_none(f"{JOBSET_PATH}/namespaces/{quote(namespace)}/jobsets/"
                                  f"{quote(name)}")
 
-    def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
-        result = self.request(
-            "GET", f"/api/v1/namespaces/{quote(namespace)}/pods",
-            query={"labelSelector": job_pods_selector(job_name)},
-        )
-        items: list[dict[str, Any]] = result.get("items", [])
-        return items
+    def list_pods(self, namespace: str | None, label_selector: str, *, limit: int,
+                  continue_token: str | None = None) -> dict[str, Any]:
+        """One page of a pod list (a PodList: items, metadata.resourceVersion and
+        metadata.continue), in `namespace` or every namespace."""
+        return self._list_page(_pods_path(namespace), limit, continue_token,
+                               label_selector=label_selector)
+
+    def watch_pods(self, namespace: str | None, label_selector: str, resource_version: str,
+                   timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Watch events on pods from `resource_version` (see `_watch`)."""
+        return self._watch(_pods_path(namespace), resource_version, timeout_s,
+                           label_selector=label_selector)
+
+    def list_jobsets(self, namespace: str | None, label_selector: str, *, limit: int,
+                     continue_token: str | None = None) -> dict[str, Any]:
+        return self._list_page(_jobsets_path(namespace), limit, continue_token,
+                               label_selector=label_selector)
+
+    def watch_jobsets(self, namespace: str | None, label_selector: str, resource_version: str,
+                      timeout_s: int) -> Iterator[dict[str, Any]]:
+        return self._watch(_jobsets_path(namespace), resource_version, timeout_s,
+                           label_selector=label_selector)
+
+    def list_nodes(self, *, limit: int, continue_token: str | None = None) -> dict[str, Any]:
+        return self._list_page("/api/v1/nodes", limit, continue_token)
+
+    def watch_nodes(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        return self._watch("/api/v1/nodes", resource_version, timeout_s)
+
+    def _list_page(self, path: str, limit: int, continue_token: str | None,
+                   label_selector: str | None = None) -> dict[str, Any]:
+        query = {"limit": str(limit)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if continue_token:
+            query["continue"] = continue_token
+        page: dict[str, Any] = self.request("GET", path, query=query)
+        return page
+
+    def _watch(self, path: str, resource_version: str, timeout_s: int,
+               label_selector: str | None = None) -> Iterator[dict[str, Any]]:
+        """A watch from `resource_version`, with bookmarks: yields the events ({"type":
+        ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}) as they arrive. The API
+        server ends it after `timeout_s`; a connection that stays silent longer than that
+        (plus a margin) is dead, and reading it raises (urllib3's ReadTimeoutError)."""
+        from urllib3.exceptions import ReadTimeoutError
+
+        query = {"watch": "true", "allowWatchBookmarks": "true",
+                 "resourceVersion": resource_version, "timeoutSeconds": str(timeout_s)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        request = self.api.param_serialize(
+            "GET", path, query_params=list(query.items()),
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        silence_s = timeout_s + WATCH_SILENCE_MARGIN_S
+        try:
+            response = self.api.call_api(*request,
+                                         _request_timeout=(CONNECT_TIMEOUT_S, silence_s))
+        except ReadTimeoutError as e:
+            raise WatchStalled(f"no response in {silence_s} s") from e
+        raw = response.response  # the urllib3 response, not read yet
+        try:
+            if not 200 <= response.status <= 299:
+                response.read()
+                data = response.data.decode("utf-8") if response.data else ""
+                raise ApiError(response.status, str(response.reason or ""), data)
+            pending = b""
+            for chunk in raw.stream(None, decode_content=False):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        except ReadTimeoutError as e:
+            raise WatchStalled(f"nothing received for {silence_s} s") from e
+        finally:
+            # Closed, not returned to the pool: a watch left half-read is not reusable.
+            raw.close()
+            raw.release_conn()
+
+    # Lease requests take a short timeout: a renewal must fail in time to be retried
+    # before the renew deadline, not hang past it.
+
+    def get_lease(self, namespace: str, name: str, *, timeout_s: float = REQUEST_TIMEOUT_S
+                  ) -> dict[str, Any] | None:
+        return self._get_or_none(_lease_path(namespace, name), timeout_s)
+
+    def create_lease(self, namespace: str, lease: dict[str, Any], *,
+                     timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+        """Create the Lease; ApiError 409 if another replica created it first."""
+        created: dict[str, Any] = self.request(
+            "POST", f"{LEASE_PATH}/namespaces/{quote(namespace)}/leases", body=lease,
+            timeout_s=timeout_s)
+        return created
+
+    def patch_lease(self, namespace: str, name: str, spec: dict[str, Any],
+                    resource_version: str, *, timeout_s: float = REQUEST_TIMEOUT_S
+                    ) -> dict[str, Any]:
+        """Write the Lease's spec, only if the Lease is still at `resource_version`
+        (else ApiError 409 Conflict: another replica wrote it since we read it)."""
+        patched: dict[str, Any] = self.request(
+            "PATCH", _lease_path(namespace, name),
+            body={"metadata": {"resourceVersion": resource_version}, "spec": spec},
+            content_type="application/merge-patch+json", timeout_s=timeout_s)
+        return patched
 
     def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
         """The worker Jobs of a JobSet (one per slice)."""
@@ -224,14 +351,6 @@ class Kube:
         found = self._get_or_none(f"/apis/{group_version}")
         return found is not None and any(
             isinstance(r, dict) and r.get("name") == plural for r in found.get("resources", []))
-
-    def get_nodes(self, names: Iterable[str]) -> list[dict[str, Any]]:
-        nodes = []
-        for name in sorted(set(names)):
-            node = self._get_or_none(f"/api/v1/nodes/{quote(name)}")
-            if node is not None:
-                nodes.append(node)
-        return nodes
 
     # --- writes ---
 
@@ -312,18 +431,30 @@ class Kube:
                      body={"metadata": {"labels": labels, "annotations": annotations}},
                      content_type="application/merge-patch+json")
 
-    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        self.request("PATCH", job_path(namespace, name) + "/status", body=patch,
-                     content_type="application/merge-patch+json")
+    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
+                         resource_version: str | None = None) -> str | None:
+        """Merge-patch the status; the job's new resourceVersion. With `resource_version`,
+        only if the job is still at that version (else ApiError 409 Conflict): no two
+        writers both apply a change computed from the same old status."""
+        if resource_version:
+            patch = {**patch, "metadata": {"resourceVersion": resource_version}}
+        patched = self.request("PATCH", job_path(namespace, name) + "/status", body=patch,
+                               content_type="application/merge-patch+json")
+        version = ((patched or {}).get("metadata") or {}).get("resourceVersion")
+        return version if isinstance(version, str) else None
 
-    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime) -> None:
+    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
+                   name: str | None = None) -> bool:
+        """Post an Event on the job; False if one of this `name` exists already (the same
+        status change, posted before by this or another replica)."""
         meta = job.get("metadata", {})
         namespace = meta.get("namespace") or "default"
         stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        naming = {"name": name} if name else {"generateName": f"{meta.get('name', 'job')}."}
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'job')}.", "namespace": namespace},
+            "metadata": {**naming, "namespace": namespace},
             "involvedObject": {
                 "apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
                 "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid"),
@@ -337,4 +468,10 @@ class Kube:
             "count": 1,
             "source": {"component": EVENT_SOURCE},
         }
-        self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
+        try:
+            self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
+        except ApiError as e:
+            if name and e.status == 409 and e.status_reason == "AlreadyExists":
+                return False
+            raise
+        return True

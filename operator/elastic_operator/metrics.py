@@ -64,6 +64,21 @@ class OperatorMetrics:
             "etj_reconcile_errors_total",
             "Reconciles that failed (each is retried with backoff).",
             registry=registry)
+        self.duplicate_events = Counter(
+            "etj_events_already_posted_total",
+            "Events not posted because the same status change was posted before (by a "
+            "retried write, or by the previous leader).", registry=registry)
+        self.leader = Gauge(
+            "etj_leader", "1 while this replica holds the leader Lease and reconciles, "
+            "0 while it stands by.", ["identity"], registry=registry)
+        self.cache_relists = Counter(
+            "etj_cache_relists_total",
+            "Full lists of a watch-fed cache, by why: start, expired (resourceVersion too "
+            "old, e.g. after an API server restart), stalled (the watch fell silent).",
+            ["resource", "reason"], registry=registry)
+        self.cache_objects = Gauge(
+            "etj_cache_objects", "Objects in a watch-fed cache.", ["resource"],
+            registry=registry)
         # Slice replacement (docs/architecture.md, "Slice replacement").
         self.slice_replacements = Counter(
             "etj_slice_replacements_total",
@@ -106,6 +121,9 @@ class OperatorMetrics:
             "etj_slice_down_seconds_total",
             "The operator's timeline: time some slice was not Ready after having been Ready.",
             labels, registry=registry)
+
+    def record_relist(self, resource: str, reason: str, objects: int) -> None:
+        self.cache_relists.labels(resource, reason).inc()
 
     def record_status(
         self, namespace: str, job: str, previous: ElasticTrainingJobStatus,

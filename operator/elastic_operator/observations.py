@@ -2,13 +2,16 @@
 
 `Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
 their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
-`ApiObservations` reads them from the API server (kube.py), nodes from the node watch
-(NodeIndex) and scans from the CheckpointScanner; a watch-fed cache can take its place
-without touching the reconciler.
+`ApiObservations` reads the job from the API server (kube.py: one small GET, fresh, so the
+status write can be conditional on the job's version), the JobSet and the pods from the
+watch-fed caches (caches.py), nodes from the NodeIndex (fed by the node cache),
+the Workload from the API server (a list by the JobSet's uid: one object) and scans from
+the CheckpointScanner: what one reconcile asks of the API server does not grow with the
+job's size.
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from elastic_api.models import CheckpointStatus
@@ -23,11 +26,14 @@ from elastic_operator.observed import (
     ObservedWorkload,
     job_from_dict,
     jobset_from_dict,
-    node_from_dict,
-    pod_from_dict,
     workload_from_dict,
 )
 from elastic_operator.scanner import CheckpointScanner
+
+# (namespace, job name) -> every pod of the job, from the pod cache (Caches.pods_of).
+PodSource = Callable[[str, str], tuple[ObservedPod, ...]]
+# (namespace, JobSet name) -> the JobSet as the JobSet cache last saw it (Caches.jobset).
+JobSetSource = Callable[[str, str], ObservedJobSet | None]
 
 
 class Observations(Protocol):
@@ -65,27 +71,34 @@ class Observations(Protocol):
 
 
 class ApiObservations:
-    def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner) -> None:
+    def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
+                 pods: PodSource, jobsets: JobSetSource | None = None) -> None:
         self.kube = kube
         self.node_index = nodes
         self.scanner = scanner
+        self.pod_source = pods
+        self.jobset_source = jobsets
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.kube.get_job(namespace, name)
 
     def jobset(self, namespace: str, name: str) -> ObservedJobSet | None:
+        # From the cache when it has it; its absence is confirmed by a GET (just created
+        # and not seen yet, or really gone: taking the first for the second would report
+        # the JobSet lost, for good).
+        cached = self.jobset_source(namespace, name) if self.jobset_source else None
+        if cached is not None:
+            return cached
         raw = self.kube.get_jobset(namespace, name)
         return jobset_from_dict(raw) if raw is not None else None
 
     def pods(self, namespace: str, job: str) -> tuple[ObservedPod, ...]:
-        return tuple(pod_from_dict(p) for p in self.kube.list_job_pods(namespace, job))
+        return self.pod_source(namespace, job)
 
     def nodes(self, names: Collection[str]) -> dict[str, ObservedNode]:
-        known = self.node_index.nodes(names)
-        missing = set(names) - set(known)
-        if missing:  # not seen on the node watch yet
-            known.update((n.name, n) for n in map(node_from_dict, self.kube.get_nodes(missing)))
-        return known
+        # The node cache holds every node once synced (reconciles wait for that): a
+        # node missing from it is gone.
+        return self.node_index.nodes(names)
 
     def workload(self, namespace: str, jobset_uid: str) -> ObservedWorkload | None:
         found = self.kube.list_workloads(namespace, jobset_uid)

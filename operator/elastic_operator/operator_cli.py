@@ -1,4 +1,5 @@
-"""`etj operator`: run the operator (kopf, standalone, no finalizers).
+"""`etj operator`: run the operator (kopf, no finalizers; replicas elect a leader on a
+Lease, docs/operations.md).
 
 Heavy imports (kopf, kubernetes, prometheus-client) stay inside `run`.
 """
@@ -6,6 +7,35 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from elastic_operator.app import ReplacementSettings
+
+# Where a pod finds its own namespace.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+LEASE_NAME = "elastic-training-operator"
+
+
+def default_lease_namespace() -> str:
+    """POD_NAMESPACE (the chart sets it), else the pod's own namespace, else default."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def default_identity() -> str:
+    """POD_NAME (unique among the replicas; a restarted container keeps it and takes its
+    Lease back at once), else host name plus a random suffix."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +62,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reconcile every job at least this often (default 30)")
     parser.add_argument("--checkpoint-scan-seconds", type=float, default=30.0, metavar="S",
                         help="list a job's checkpoint directory at most this often (default 30)")
+    parser.add_argument("--watch-timeout-seconds", type=int, default=30, metavar="S",
+                        help="pod and node watches are renewed this often; one silent for "
+                        "5 s longer is stalled and its cache is listed again (default 30)")
+    election = parser.add_argument_group("leader election (a Lease; docs/operations.md)")
+    election.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
+                          default=True, help="elect a leader among the replicas; only the "
+                          "leader reconciles (default: on)")
+    election.add_argument("--leader-election-namespace", default=None, metavar="NS",
+                          help="namespace of the Lease (default: $POD_NAMESPACE, else the "
+                          "pod's namespace, else default)")
+    election.add_argument("--leader-election-name", default=LEASE_NAME, metavar="NAME",
+                          help=f"name of the Lease (default {LEASE_NAME})")
+    election.add_argument("--leader-identity", default=None, metavar="ID",
+                          help="this replica's name in the Lease (default: $POD_NAME, else "
+                          "host name and a random suffix)")
+    election.add_argument("--lease-duration-seconds", type=int, default=10, metavar="S",
+                          help="a standby takes over a Lease not renewed for this long "
+                          "(default 10)")
+    election.add_argument("--renew-deadline-seconds", type=float, default=7.0, metavar="S",
+                          help="the leader stops leading when it could not renew for this "
+                          "long (default 7)")
+    election.add_argument("--retry-period-seconds", type=float, default=1.0, metavar="S",
+                          help="renew, or look at the Lease, this often (default 1)")
     replacement = parser.add_argument_group(
         "slice replacement (docs/operations.md, \"Slice replacement\")")
     replacement.add_argument(
@@ -71,16 +124,29 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def replacement_settings(args: argparse.Namespace) -> ReplacementSettings:
+    from elastic_operator.app import ReplacementSettings
+    from elastic_operator.node_actions import NodeActionLimits
+
+    return ReplacementSettings(
+        quarantine_pools=args.quarantine_pools,
+        limits=NodeActionLimits(per_minute=args.node_actions_per_minute,
+                                burst=max(1, args.node_action_burst),
+                                cooldown_s=args.node_action_cooldown_seconds),
+        release_after_s=args.quarantine_release_after_seconds,
+        repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds)
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
     from elastic_api.names import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL
-    from elastic_operator.app import ReplacementSettings, build_operator
+    from elastic_operator.app import build_operator
+    from elastic_operator.election import ElectionConfig
     from elastic_operator.handlers import WatchScope, build_registry, configure_settings
     from elastic_operator.kube import Kube
     from elastic_operator.metrics import OperatorMetrics
-    from elastic_operator.node_actions import NodeActionLimits
 
     kopf.configure(
         verbose=args.verbose,
@@ -93,15 +159,25 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
-    replacement = ReplacementSettings(
-        quarantine_pools=args.quarantine_pools,
-        limits=NodeActionLimits(per_minute=args.node_actions_per_minute,
-                                burst=max(1, args.node_action_burst),
-                                cooldown_s=args.node_action_cooldown_seconds),
-        release_after_s=args.quarantine_release_after_seconds,
-        repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds)
+    try:
+        election = ElectionConfig(
+            namespace=args.leader_election_namespace or default_lease_namespace(),
+            name=args.leader_election_name,
+            identity=args.leader_identity or default_identity(),
+            lease_duration_s=args.lease_duration_seconds,
+            renew_deadline_s=args.renew_deadline_seconds,
+            retry_period_s=args.retry_period_seconds) if args.leader_elect else None
+    except ValueError as e:
+        print(f"etj operator: {e}", file=sys.stderr)
+        return 2
+    replacement = replacement_settings(args)
+    # The watches get their own client (connection pool): a long watch never holds a
+    # connection that a reconcile or a Lease renewal waits for.
     kube = Kube.from_environment()
     operator = build_operator(kube, OperatorMetrics(),
+                              namespaces=scope.list_namespaces,
+                              watch_kube=Kube.from_environment(), election=election,
+                              watch_timeout_s=args.watch_timeout_seconds,
                               checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
                               replacement=replacement)
     # Kueue's Workloads are watched where Kueue is installed (restart the operator after

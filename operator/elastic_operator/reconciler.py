@@ -2,10 +2,11 @@
 
 Read the job, its JobSet, its pods and, for a queued job, the JobSet's Kueue Workload
 (Observations); plan (core.plan) and execute the plan's actions; read the pods' nodes and
-the newest checkpoint scan; compute the status (core.status) and write it once, as a
-merge patch that never touches status.training; then post the Events and record the
-metrics it implies. Synchronous: the Scheduler runs
-it in a worker thread, never two at once for one job.
+the newest checkpoint scan; compute the status (core.status); post the Events it implies,
+under names that make a second copy a no-op; write the status once, as a merge patch that
+never touches status.training and is conditional on the job's resourceVersion; record the
+metrics. Synchronous: the Scheduler runs it in a worker thread, never two at once for one
+job.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from elastic_api.catalog import slice_shape
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.events import StatusEvent, event_name
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.parsing import parse_job, parse_status
 from elastic_operator.core.patch import status_patch
@@ -53,6 +54,8 @@ logger = logging.getLogger("elastic_operator")
 
 # The API server's reason in a condition message: enough to act on, bounded.
 MAX_REFUSAL_MESSAGE = 1024
+# Reads and writes of one reconcile, tried again at once when the job changed in between.
+CONFLICT_ATTEMPTS = 3
 
 
 class Refused(Exception):
@@ -88,12 +91,15 @@ class Reconciler:
         # (namespace, name, uid) of jobs whose children this process has created or made
         # sure of (the trainer's RBAC may be missing after an operator upgrade).
         self._children_ensured: set[tuple[str, str, str]] = set()
+        # (namespace, name) -> the resourceVersion our last status write produced: the
+        # watch event of that version is our own write, no news (`wrote`).
+        self._written: dict[tuple[str, str], str] = {}
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
         started = time.monotonic()
         try:
-            self._reconcile(namespace, name)
+            self._reconcile_fresh(namespace, name)
             return True
         except ApiError as e:
             if e.is_not_found(GROUP, PLURAL) or e.namespace_terminating:
@@ -114,6 +120,27 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         self._children_ensured = {k for k in self._children_ensured
                                   if (k[0], k[1]) != (namespace, name)}
+        self._written.pop((namespace, name), None)
+
+    def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
+        """The job at this version is exactly what our last status write made of it (the
+        write was conditional on the version it changed): reconciling it would find
+        nothing new."""
+        return resource_version is not None and \
+            self._written.get((namespace, name)) == resource_version
+
+    def _reconcile_fresh(self, namespace: str, name: str) -> None:
+        """_reconcile, again from a fresh read when the job changed between our read and
+        our status write (the trainer reported, or another replica wrote): the write is
+        conditional on the version read, so a change is never applied twice."""
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                self._reconcile(namespace, name)
+                return
+            except ApiError as e:
+                if not e.is_conflict or attempt == CONFLICT_ATTEMPTS:
+                    raise
+                logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
 
     def _reconcile(self, namespace: str, name: str) -> None:
         raw = self.observations.job(namespace, name)
@@ -241,20 +268,39 @@ class Reconciler:
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         patch = status_patch(previous, new)
+        # The Events first, under names that make a second copy a no-op: an operator that
+        # dies between the two leaves the change to be computed again, by itself or by the
+        # next leader, and posted no second time (the other way round, it would be lost).
+        self._post_events(raw, new, events, now)
         written_at = time.time()
         if patch is not None:
-            self.kube.patch_job_status(namespace, name, patch)
+            # Conditional on the version read: ApiError 409 if the job changed meanwhile.
+            version = self.kube.patch_job_status(namespace, name, patch,
+                                                 meta.get("resourceVersion"))
+            if version is not None:
+                self._written[(namespace, name)] = version
             written_at = time.time()
         self.metrics.record_status(namespace, name, previous, new)
         self.metrics.record_events(namespace, events, written_at)
         self.metrics.record_decisions(namespace, name, events)
+
+    def _post_events(self, raw: dict[str, Any], new: ElasticTrainingJobStatus,
+                     events: list[StatusEvent], now: datetime) -> None:
+        meta = raw.get("metadata", {})
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
         for event in events:
-            logger.info("%s/%s: %s: %s", namespace, name, event.reason, event.message)
             try:
-                self.kube.post_event(raw, event, now)
+                posted = self.kube.post_event(
+                    raw, event, now, event_name(name, meta.get("uid") or "", event, new))
             except ApiError as e:  # an Event is best effort; the status is the record
                 logger.warning("could not post event %s on %s/%s: %s", event.reason,
                                namespace, name, e)
+                continue
+            if posted:
+                logger.info("%s/%s: %s: %s", namespace, name, event.reason, event.message)
+            else:
+                self.metrics.duplicate_events.inc()
+                logger.info("%s/%s: %s: posted already", namespace, name, event.reason)
 
     def _report_invalid_spec(self, raw: dict[str, Any], message: str) -> None:
         meta = raw.get("metadata", {})
@@ -266,6 +312,7 @@ class Reconciler:
             logger.debug("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),
                          message)
             return
-        self.kube.patch_job_status(meta.get("namespace", ""), meta.get("name", ""), patch)
+        self.kube.patch_job_status(meta.get("namespace", ""), meta.get("name", ""), patch,
+                                   meta.get("resourceVersion"))
         logger.warning("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),
                        message)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,7 +44,32 @@ class Scheduler:
         self._retries: dict[JobKey, asyncio.TimerHandle] = {}
         self._retry_tasks: set[asyncio.Task[None]] = set()
         self._wakes: dict[JobKey, tuple[float, asyncio.TimerHandle]] = {}
+        # Jobs named by other threads (watch-fed caches, checkpoint scans), handed to the
+        # event loop in batches.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._soon: set[JobKey] = set()
+        self._soon_lock = threading.Lock()
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop that `trigger_soon` hands jobs to (what came before is run now)."""
+        self._loop = loop
+        loop.call_soon_threadsafe(self._run_soon)
+
+    def trigger_soon(self, namespace: str, name: str) -> None:
+        """From any thread: reconcile the job soon. A burst of calls (thousands of pod
+        events) costs the event loop one wake-up and one trigger per job."""
+        with self._soon_lock:
+            first = not self._soon
+            self._soon.add((namespace, name))
+        loop = self._loop
+        if first and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._run_soon)
+
+    def _run_soon(self) -> None:
+        with self._soon_lock:
+            keys, self._soon = self._soon, set()
+        for key in sorted(keys):
+            self._spawn(key)
 
     async def trigger(self, namespace: str, name: str) -> None:
         """Reconcile the job soon: now, or right after the reconcile running for it."""

@@ -38,13 +38,16 @@ def _nonneg(value: Any) -> None:
     assert value >= 0, value
 
 
-def _stats(value: Any, n: int | None = None) -> None:
+def _stats(value: Any, n: int | None = None, *, signed: bool = False) -> None:
+    """signed: a latency measured between two watches (the anchor is the benchmark's own
+    pod watch; the other side's watch may deliver first, by a few ms), so it may be
+    negative; a duration measured on one clock may not."""
     assert set(value) == STATS_KEYS, value
     if n is not None:
         assert value["n"] == n, value
     if value["n"]:
         for key in STATS_KEYS - {"n"}:
-            _nonneg(value[key])
+            (_num if signed else _nonneg)(value[key])
         assert value["min"] <= value["p50"] <= value["p99"] <= value["max"], value
 
 
@@ -68,7 +71,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not docs.exists(), "a quick run must not rewrite the docs table"
     summary: dict[str, Any] = json.loads((out_dir / "summary-quick.json").read_text())
-    for name in ("detection", "recovery", "overhead", "restore", "replacement"):
+    for name in ("detection", "scale", "recovery", "overhead", "restore", "replacement"):
         per_file = json.loads((out_dir / f"{name}-quick.json").read_text())
         assert per_file == summary["benchmarks"][name]
     return summary
@@ -76,8 +79,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_benchmark_ran_quick(results: dict[str, Any]) -> None:
     assert results["quick"] is True
-    assert set(results["benchmarks"]) == {"detection", "recovery", "overhead", "restore",
-                                          "replacement"}
+    # detection_before runs only with --before REV.
+    assert set(results["benchmarks"]) == {"detection", "scale", "recovery", "overhead",
+                                          "restore", "replacement"}
     for entry in results["benchmarks"].values():
         assert entry["quick"] is True and isinstance(entry["measured_at"], str)
         assert entry["machine"]["cpus"] >= 1
@@ -88,9 +92,9 @@ def test_detection_result(results: dict[str, Any]) -> None:
     assert (d["n_jobs"], d["slices_per_job"], d["hosts_per_slice"]) == (2, 4, 4)
     assert d["pods"] == 2 * (4 * 4 + 1)
     assert d["failures_injected"] == d["failures_detected"] == 2, d["errors"]
-    _stats(d["operator_slice_down_seconds"], n=2)
-    _stats(d["jobset_ready_drop_seconds"], n=2)
-    _stats(d["job_failed_count_seconds"])
+    _stats(d["operator_slice_down_seconds"], n=2, signed=True)
+    _stats(d["jobset_ready_drop_seconds"], n=2, signed=True)
+    _stats(d["job_failed_count_seconds"], signed=True)
     paired = d["operator_minus_jobset_paired_seconds"]  # may be negative: a difference
     assert set(paired) == STATS_KEYS and paired["n"] == 2
     for key in STATS_KEYS - {"n"}:
@@ -109,6 +113,21 @@ def test_detection_result(results: dict[str, Any]) -> None:
     assert d["api_requests_per_slice_event"] >= 1
     _num(d["api_requests_per_slice_event_net_of_resync"])
     assert isinstance(d["errors"], list)
+
+
+def test_scale_result(results: dict[str, Any]) -> None:
+    """One job of 3 slices x 2 hosts, packed: every slice failed once, in turn."""
+    (d,) = results["benchmarks"]["scale"]["result"]["sizes"]
+    assert "error" not in d, d
+    assert (d["n_jobs"], d["slices_per_job"], d["hosts_per_slice"]) == (1, 3, 2)
+    assert d["backend"] == "simulated" and d["pods"] == 7 and d["tpu_node_pools"] == 0
+    assert d["failures_injected"] == d["failures_detected"] == 3, d["errors"]
+    _stats(d["operator_slice_down_seconds"], n=3, signed=True)
+    _stats(d["jobset_ready_drop_seconds"], n=3, signed=True)  # the Job's failed count, at least
+    events = d["operator_requests"]["events"]
+    # Served from the cache: a slice event lists no pods.
+    assert "LIST pods" not in events and events.get("PATCH elastictrainingjobs/status", 0) >= 3
+    _nonneg(d["api_requests_per_slice_event"])
 
 
 def test_recovery_result(results: dict[str, Any]) -> None:

@@ -534,8 +534,8 @@ def test_a_verb_missing_from_the_rbac_keeps_the_job_from_slice_down(
 def test_without_pods_watch_the_operator_is_refused_its_pod_watch(
     cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
 ) -> None:
-    """The chart's RBAC minus `watch` on pods: kopf's pod watch (how a failed pod is seen
-    at once, before its Job or JobSet changes) is refused with 403."""
+    """The chart's RBAC minus `watch` on pods: the pod cache's watch (how a failed pod is
+    seen at once, before its Job or JobSet changes) is refused with 403."""
     with crippled_operator(cluster, namespace, workdir, "pods", "watch") as log:
         lines = wait_for(lambda: [line for line in forbidden_lines(log.read_text())
                                   if "pods" in line and "watch" in line], 90,

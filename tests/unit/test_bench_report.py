@@ -107,6 +107,42 @@ def test_table_has_a_row_per_figure_and_keeps_the_rest_of_the_page(tmp_path: Pat
     assert page.read_text() == text  # idempotent
 
 
+def test_before_and_scale_sections(tmp_path: Path) -> None:
+    summary = _summary()
+    detection = summary["benchmarks"]["detection"]["result"]
+    before = {**detection, "operator_slice_down_seconds": stats([1.0, 2.0, 4.0]),
+              "operator_rss_bytes": {"peak": 2**28},
+              "api_requests_per_slice_event": 18.0}
+    summary["benchmarks"]["detection_before"] = {"measured_at": "T0", "result": before}
+    big = {**detection, "shape": "1 job x 64 slices x 64 hosts (4097 pods, packed on CPU "
+           "nodes)", "operator_cpu_seconds": {"startup": 10.0, "quiet": 1.0, "events": 2.0},
+           "operator_requests": {"quiet_window_seconds": 30.0},
+           "operator_rss_bytes": {"idle": 2**26, "peak": 2**27},
+           "operator_cpu_seconds_per_1000_pods": {"per_slice_event": 0.05}}
+    summary["benchmarks"]["scale"] = {"measured_at": "T3", "result": {"sizes": [
+        big, {"shape": "1 job x 64 slices x 16 hosts", "error": "TimeoutError: nodes"}]}}
+    page = tmp_path / "benchmarks.md"
+    report.update_docs(page, summary)
+    text = page.read_text()
+    # ours against before: p50 1.00 s against 2.00 s, RSS 128 against 256 MiB, requests 9/18
+    assert "| 1.00 s | 2.00 s | 0.50 |" in text
+    assert "| 128 MiB | 256 MiB | 0.50 |" in text and "| 9.0 | 18.0 | 0.50 |" in text
+    assert "64 hosts (4097 pods, packed on CPU nodes): operator RSS, idle -> peak | " \
+           "64 MiB -> 128 MiB" in text
+    assert "| 10.0 s; 2.0 s; 0.050 s |" in text  # startup; per minute; per event
+    assert "1 job x 64 slices x 16 hosts: not measured | TimeoutError: nodes" in text
+
+
+def test_scale_sizes_parse_and_refuse_what_the_catalog_lacks() -> None:
+    from bench.__main__ import parse_sizes
+
+    assert parse_sizes("64x16:pathways, 64x64:simulated,4x4") == [
+        (64, "8x8", "pathways"), (64, "16x16", "simulated"), (4, "4x4", "pathways")]
+    for bad in ("64x3", "64", "ax4", "4x4:gpu"):
+        with pytest.raises(ValueError, match="--scale-sizes"):
+            parse_sizes(bad)
+
+
 def test_a_benchmark_not_run_keeps_its_section(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     page.write_text("intro\n")
@@ -135,7 +171,7 @@ def test_replacement_rows_say_when_the_baseline_never_came_back() -> None:
         "dead_node_timeout_seconds": 360.0,
         "ratio_dead_node_ours_vs_baseline_at_most": 5.0 / 360.0,
     }
-    rows = report.replacement_rows(result)
+    rows = report.replacement_rows(result, {})
     assert rows[0][0].startswith("The 6th consecutive failure")
     assert rows[0][1:] == ("3.80 s", "322 s", "0.012")
     assert rows[2][2] == "not Ready after 360 s" and rows[2][3] == "<= 0.014"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -16,6 +17,7 @@ from elastic_devtools.localcluster.operator_process import (
     TEST_ARGS,
     OperatorProcess,
     parse_metrics,
+    replicas,
 )
 
 # Serves /healthz and /metrics on the ports it is given, as `etj operator` does; with
@@ -75,11 +77,36 @@ def test_defaults_run_etj_operator_at_test_speed(tmp_path: Path) -> None:
     argv = proc.argv()
     assert argv[:4] == [sys.executable, "-m", "elastic_api.cli", "operator"]
     assert tuple(argv[:len(OPERATOR_COMMAND) + len(TEST_ARGS)]) == OPERATOR_COMMAND + TEST_ARGS
-    assert argv[-6:] == ["--liveness-port", str(proc.liveness_port),
+    assert argv[-8:] == ["--liveness-port", str(proc.liveness_port),
                          "--metrics-port", str(proc.metrics_port),
-                         "--listen-address", "127.0.0.1"]  # not every interface
+                         "--listen-address", "127.0.0.1",  # not every interface
+                         "--leader-identity", proc.identity]
     assert proc.liveness_port != proc.metrics_port
     assert not proc.running
+
+
+def test_replicas_have_their_own_identity_ports_logs_and_clock(tmp_path: Path) -> None:
+    procs = replicas(2, tmp_path / "kubeconfig", tmp_path, skews=(0, 3600))
+    assert len({p.identity for p in procs}) == 2
+    assert len({p.liveness_port for p in procs} | {p.metrics_port for p in procs}) == 4
+    assert [p.log_path.name for p in procs] == ["operator-0.log", "operator-1.log"]
+    assert procs[0].argv()[:4] == [*OPERATOR_COMMAND]
+    assert procs[1].argv()[:6] == [sys.executable, "-m",
+                                   "elastic_devtools.localcluster.skewed_clock", "3600",
+                                   "--", "operator"]
+    with pytest.raises(ValueError, match="skew_seconds"):
+        OperatorProcess(tmp_path / "k", tmp_path / "l", command=("x",), skew_seconds=5)
+
+
+def test_the_skewed_clock_moves_wall_time_only() -> None:
+    code = ("import time, datetime as d; from elastic_devtools.localcluster import skewed_clock;"
+            "m0, t0 = time.monotonic(), time.time(); skewed_clock.install(3600);"
+            "from datetime import datetime, UTC;"
+            "print(round(time.time() - t0), round(time.monotonic() - m0),"
+            " round(datetime.now(UTC).timestamp() - t0), round(d.datetime.now().timestamp() - t0))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == ["3600", "0", "3600", "3600"]
 
 
 def test_start_kill_restart_stop(tmp_path: Path, fake: tuple[str, ...]) -> None:

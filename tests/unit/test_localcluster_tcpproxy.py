@@ -84,3 +84,22 @@ def test_proxied_kubeconfig_points_every_cluster_at_the_proxy(
     assert cluster["certificate-authority-data"] == "Q0E="
     assert config["users"] == yaml.safe_load(original.read_text())["users"]
     assert out.stat().st_mode & 0o077 == 0  # credentials inside: owner only
+
+
+def test_a_stalled_connection_stays_open_and_silent(echo_server: tuple[str, int]) -> None:
+    """What a client of a silently stalled connection sees: no error, no bytes. New
+    connections work; dropping ends the stalled one."""
+    with TcpProxy(*echo_server) as proxy:
+        stalled = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        assert _roundtrip(stalled, b"before") == b"before"
+        assert proxy.stall_connections() == 1 and proxy.stalled == 1
+        stalled.settimeout(1.0)
+        stalled.sendall(b"after")  # accepted by the kernel, never forwarded
+        with pytest.raises(TimeoutError):
+            stalled.recv(10)
+        fresh = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        assert _roundtrip(fresh, b"fresh") == b"fresh"
+        assert proxy.stall_connections() == 1  # only the fresh one is new
+        assert proxy.drop_connections() == 2
+        fresh.close()
+        stalled.close()

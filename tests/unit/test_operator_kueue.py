@@ -12,7 +12,13 @@ from elastic_api.queueing import ADMITTED, REASON_PREEMPTED, REASON_SUSPENDED_BY
 from elastic_operator.handlers import owning_job
 from tests.builders import JobSetWrapper, at
 from tests.kueue_builders import WorkloadWrapper
-from tests.unit.test_operator_reconciler import StandInKube, condition, reconciler, the_job
+from tests.unit.test_operator_reconciler import (
+    POD_CACHE_READ,
+    StandInKube,
+    condition,
+    reconciler,
+    the_job,
+)
 
 
 def queued(**spec: Any) -> dict[str, Any]:
@@ -54,7 +60,7 @@ def test_a_queued_jobs_workload_is_read_after_its_pods() -> None:
     kube = KueueKube(queued(), jobset(), admitted_workload().obj())
     rec, _ = reconciler(kube)
     assert rec.reconcile("ml", "train")
-    assert kube.calls.index("list_job_pods") < kube.calls.index("list_workloads")
+    assert kube.calls.index(POD_CACHE_READ) < kube.calls.index("list_workloads")
     assert condition(kube.job["status"], ADMITTED)["status"] == "True"
 
 

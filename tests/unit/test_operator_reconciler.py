@@ -1,7 +1,8 @@
 """reconciler.Reconciler against a stand-in Kube (an in-memory API server that records
 each request): an admitted job whose children the API server refuses is reported once,
 not retried as an error; API errors are told apart by their parsed Status; the JobSet
-is read once per reconcile; a failed checkpoint scan keeps the last good step."""
+is read once per reconcile; a failed checkpoint scan keeps the last good step; the status
+write is conditional on the job's version and a change's Events are posted once."""
 from __future__ import annotations
 
 import copy
@@ -22,9 +23,16 @@ from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
+from elastic_operator.observed import (
+    ObservedJobSet,
+    ObservedPod,
+    jobset_from_dict,
+    node_from_dict,
+    pod_from_dict,
+)
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
-from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, etj
+from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at, etj
 
 
 def api_error(code: int, reason: str, message: str, **details: Any) -> ApiError:
@@ -55,6 +63,15 @@ NAMESPACE_TERMINATING = api_error(
                                      "metadata.namespace"}])
 
 
+CONFLICT = api_error(409, "Conflict", 'Operation cannot be fulfilled on elastictrainingjobs'
+                     '.elastic.pathways.dev "train": the object has been modified; please '
+                     "apply your changes to the latest version and try again",
+                     name="train", group=GROUP, kind=PLURAL)
+
+
+POD_CACHE_READ = "pods (from the cache)"
+
+
 def the_job(**spec: Any) -> dict[str, Any]:
     return (etj("train", "ml").uid("u-1").generation(1).tpu("v5e", "2x4", 1)
             .checkpoint_dir("gs://b/ckpt").spec(**spec).obj())
@@ -66,12 +83,25 @@ class StandInKube(Kube):
     def __init__(self, job: dict[str, Any], jobset: dict[str, Any] | None = None) -> None:
         super().__init__(None)
         self.job = job
+        self.job["metadata"].setdefault("resourceVersion", "1")
         self.jobset = jobset
         self.fail: dict[str, ApiError] = {}
         self.calls: list[str] = []
         self.created: list[str] = []
         self.patches: list[dict[str, Any]] = []
         self.events: list[StatusEvent] = []
+        self.event_names: list[str] = []
+        # Runs before each status patch is applied (another writer, in between).
+        self.before_patch: Callable[[], None] = lambda: None
+
+    def write_training(self, report: dict[str, Any]) -> None:
+        """The trainer's merge patch of status.training: a new resourceVersion."""
+        self.job.setdefault("status", {})["training"] = report
+        self._bump()
+
+    def _bump(self) -> None:
+        meta = self.job["metadata"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
 
     def _call(self, method: str) -> None:
         self.calls.append(method)
@@ -85,10 +115,6 @@ class StandInKube(Kube):
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._call("get_jobset")
         return copy.deepcopy(self.jobset)
-
-    def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
-        self._call("list_job_pods")
-        return []
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         self._call(f"create {obj['kind']}")
@@ -106,14 +132,30 @@ class StandInKube(Kube):
         self.jobset["spec"]["suspend"] = suspend
         return copy.deepcopy(self.jobset)
 
-    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
+                         resource_version: str | None = None) -> str | None:
         self._call("patch_job_status")
+        self.before_patch()
+        if resource_version not in (None, self.job["metadata"]["resourceVersion"]):
+            raise CONFLICT
         self.patches.append(patch)
         self.job["status"] = _merge(self.job.get("status") or {}, patch["status"])
+        self._bump()
+        version: str = self.job["metadata"]["resourceVersion"]
+        return version
 
-    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime) -> None:
+    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        self._call("list_worker_jobs")
+        return []  # none yet (the JobSet controller has not made them)
+
+    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
+                   name: str | None = None) -> bool:
         self._call("post_event")
+        if name is not None and name in self.event_names:
+            return False  # 409 AlreadyExists
+        self.event_names.append(name or "")
         self.events.append(event)
+        return True
 
 
 def _merge(target: Any, patch: Any) -> Any:
@@ -139,7 +181,9 @@ class Synchronous(Executor):
 
 
 def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
-               ) -> tuple[Reconciler, CollectorRegistry]:
+               pods: tuple[ObservedPod, ...] = (),
+               jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
+               nodes: NodeIndex | None = None) -> tuple[Reconciler, CollectorRegistry]:
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -148,7 +192,13 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
 
     scanner = CheckpointScanner(scan=scan or no_checkpoint, executor=Synchronous(),
                                 clock=lambda: T0)
-    observations = ApiObservations(kube, NodeIndex(), scanner)
+    def pod_cache(namespace: str, job: str) -> tuple[ObservedPod, ...]:
+        if isinstance(kube, StandInKube):  # the order of reads matters (Kueue's tests)
+            kube.calls.append(POD_CACHE_READ)
+        return pods
+
+    observations = ApiObservations(kube, nodes or NodeIndex(), scanner, pods=pod_cache,
+                                   jobsets=jobsets)
     return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
 
 
@@ -263,6 +313,99 @@ def test_a_failed_checkpoint_scan_keeps_the_last_committed_step() -> None:
                for p in kube.patches)
 
 
+# --- one writer per change: conditional status writes, Events posted once ---------------
+
+HOSTS_2X4 = 2  # v5e 2x4: 2 hosts per slice
+
+
+def a_slice_goes_down() -> tuple[StandInKube, tuple[ObservedPod, ...]]:
+    """A job whose one slice was Ready, and pods that show host 1 failed."""
+    job = the_job()
+    job["status"] = {"slices": [{"index": 0, "state": "Ready", "restarts": 0}]}
+    kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").workers(1, HOSTS_2X4)
+                       .obj())
+    pods = (WorkerPod(0, 0).build(), WorkerPod(0, 1).failed(at(5)).build())
+    return kube, pods
+
+
+def test_a_write_in_between_makes_the_reconcile_read_again_and_count_once() -> None:
+    """The trainer reports between our read and our write: the conditional write is
+    refused, the reconcile reads again at once, and the slice is counted down once."""
+    kube, pods = a_slice_goes_down()
+    interleaved = iter([True])
+    kube.before_patch = lambda: next(interleaved, False) and kube.write_training(
+        {"step": 7, "observedAt": "2026-11-29T12:00:06Z"})
+    rec, metrics = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("get_job") == 2 and kube.calls.count("patch_job_status") == 2
+    status = kube.job["status"]
+    assert status["slices"][0]["restarts"] == 1 and status["counters"]["sliceFailures"] == 1
+    assert status["training"]["step"] == 7  # the trainer's write stands
+    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
+    assert errors(metrics) == 0
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 2
+
+
+def test_a_change_recomputed_after_a_failed_write_posts_its_events_once() -> None:
+    """Events go out before the status write, under names that repeat with the change:
+    a writer that dies (or fails) in between leaves the change to be computed again,
+    and the second copy of each Event is refused."""
+    kube, pods = a_slice_goes_down()
+    kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
+    rec, metrics = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train") is False
+    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
+    del kube.fail["patch_job_status"]
+    assert rec.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
+    assert kube.job["status"]["counters"]["sliceFailures"] == 1
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 2
+    assert metrics.get_sample_value("etj_slice_failures_total",
+                                    {"namespace": "ml", "job": "train"}) == 1
+    assert metrics.get_sample_value("etj_slice_replacements_total", {
+        "namespace": "ml", "job": "train", "action": "Replace"}) == 1
+
+
+def test_conflicts_that_never_end_are_an_error_to_retry() -> None:
+    kube, pods = a_slice_goes_down()
+    kube.before_patch = lambda: kube.write_training({"step": 1})
+    rec, metrics = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train") is False
+    assert kube.calls.count("patch_job_status") == 3 and errors(metrics) == 1
+
+
+def test_the_jobset_comes_from_its_cache_and_a_miss_is_checked_with_a_get() -> None:
+    """Not in the cache is no proof of absence (just created, not seen yet): a GET
+    decides, or the job would be reported JobSetLost, for good."""
+    stored = JobSetWrapper("train", "ml").owner("u-1").obj()
+    job = the_job()
+    job["status"] = {"jobSetName": "train"}
+    kube = StandInKube(job, stored)
+    cached = jobset_from_dict(stored)
+    rec, _ = reconciler(kube, jobsets=lambda _ns, _name: cached)
+    assert rec.reconcile("ml", "train")
+    assert "get_jobset" not in kube.calls
+    rec, _ = reconciler(kube, jobsets=lambda _ns, _name: None)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("get_jobset") == 1
+    assert condition(kube.job["status"], ConditionType.FAILED)["status"] == "False"
+
+
+def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
+    """kopf delivers our status write back as a job event: at exactly the version our
+    write produced it is no news (a trainer's write makes another version)."""
+    kube, pods = a_slice_goes_down()
+    rec, _ = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train")
+    ours = kube.job["metadata"]["resourceVersion"]
+    assert rec.wrote("ml", "train", ours)
+    kube.write_training({"step": 3})
+    assert not rec.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
+    assert not rec.wrote("ml", "other", ours) and not rec.wrote("ml", "train", None)
+    rec.forget("ml", "train")
+    assert not rec.wrote("ml", "train", ours)
+
+
 # --- slice replacement: the intent is written before the operator acts --------------------
 
 
@@ -277,19 +420,25 @@ class ReplacingKube(StandInKube):
         self.deleted: list[tuple[str, str]] = []
         self.job_deleting = False
 
-    def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
-        self._call("list_job_pods")
+    @classmethod
+    def pods(cls) -> tuple[ObservedPod, ...]:
+        """As the pod cache holds them: host 1 failed, on Ready nodes n0 and n1."""
         pods = []
         for host in (0, 1):
             pod = (PodWrapper.worker(0, host, job="train", namespace="ml")
-                   .labels({"batch.kubernetes.io/controller-uid": self.JOB_UID})
+                   .labels({"batch.kubernetes.io/controller-uid": cls.JOB_UID})
                    .on_node(f"n{host}"))
             pod = pod.failed(T0) if host == 1 else pod.running()
-            pods.append(pod.obj())
-        return pods
+            pods.append(pod_from_dict(pod.obj()))
+        return tuple(pods)
 
-    def get_nodes(self, names: Any) -> list[dict[str, Any]]:
-        return [NodeWrapper(n).ready().obj() for n in sorted(set(names))]
+    @staticmethod
+    def nodes() -> NodeIndex:
+        """As the node cache holds them."""
+        index = NodeIndex()
+        for name in ("n0", "n1"):
+            index.node_seen(node_from_dict(NodeWrapper(name).ready().obj()))
+        return index
 
     def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
         self._call("list_worker_jobs")
@@ -308,7 +457,7 @@ class ReplacingKube(StandInKube):
 
 def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -> None:
     kube = ReplacingKube()
-    rec, _ = reconciler(kube)
+    rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
     assert rec.reconcile("ml", "train")
     assert kube.calls.index("patch_job_status") < kube.calls.index("delete_job")
     record = kube.job["status"]["slices"][0]["replacement"]
@@ -321,6 +470,6 @@ def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -
 def test_no_delete_when_the_intent_could_not_be_written() -> None:
     kube = ReplacingKube()
     kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
-    rec, metrics = reconciler(kube)
+    rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
     assert rec.reconcile("ml", "train") is False
     assert "delete_job" not in kube.calls and errors(metrics) == 1

@@ -119,6 +119,36 @@ def test_backoff_doubles_up_to_its_cap(failures: int, delay: float) -> None:
     assert Backoff(base_s=1.0, cap_s=60.0).delay(failures) == delay
 
 
+def test_jobs_named_from_other_threads_are_reconciled_once_each() -> None:
+    """trigger_soon from watch threads: a burst of thousands of calls for a few jobs
+    reaches the loop as one trigger per job (and calls made before the loop is attached
+    are kept, not lost)."""
+    async def scenario() -> CountingReconciler:
+        rec = CountingReconciler(hold=True)
+        scheduler = Scheduler(rec.reconcile)
+        scheduler.trigger_soon("ns", "early")
+        scheduler.attach(asyncio.get_running_loop())
+        await until(lambda: ("ns", "early") in rec.calls, "the early job reconciled")
+
+        def burst() -> None:
+            for i in range(3000):
+                scheduler.trigger_soon("ns", f"job-{i % 3}")
+
+        threads = [threading.Thread(target=burst) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rec.release.set()
+        await until(lambda: len(rec.calls) >= 4, "the three jobs reconciled")
+        await asyncio.sleep(0.05)  # nothing more is coming
+        return rec
+
+    rec = asyncio.run(scenario())
+    assert sorted(rec.calls) == [("ns", "early"), ("ns", "job-0"), ("ns", "job-1"),
+                                 ("ns", "job-2")]
+
+
 def test_a_reconcile_can_ask_to_run_again_later_from_its_thread() -> None:
     """A grace period that ends (a node NotReady for nodeNotReadySeconds) wakes the job."""
     async def scenario() -> tuple[list[float], Scheduler]:

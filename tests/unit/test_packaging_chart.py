@@ -23,10 +23,9 @@ CHART = ROOT / "charts" / "elastic-operator"
 RELEASE = "elastic-operator"
 RELEASE_NAMESPACE = "elastic-operator-system"
 
-# Verbs the operator may hold at all. Never delete: the garbage collector cascades a job's
-# deletion through ownerReferences. Never update: every write is a patch.
+# Verbs the operator may hold at all. Never update: every write is a patch. Deleting is
+# limited to DELETABLE (the garbage collector cascades a job's own deletion).
 ALLOWED_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
-READ_VERBS = {"get", "list", "watch"}
 # What the operator may delete: a failed slice's worker Job (JobSet recreates it) and a pod
 # stuck Terminating on a dead node. Nothing else.
 DELETABLE = {("batch", "jobs"), ("", "pods")}
@@ -95,12 +94,15 @@ def test_chart_version_follows_the_package() -> None:
     )
 
 
-def test_deployment_is_single_recreate_and_hardened() -> None:
+def test_deployment_is_two_replicas_rolling_and_hardened() -> None:
     docs = render()
     deployment = only(docs, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # Two replicas electing a leader; a rolling update starts a standby before it stops
+    # an old replica, which hands the Lease over.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate",
+                                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -126,6 +128,65 @@ def test_deployment_is_single_recreate_and_hardened() -> None:
     assert f"--liveness-port={ports['liveness']}" in container["args"]
     assert f"--metrics-port={ports['metrics']}" in container["args"]
     assert container["image"] == "ghcr.io/elastic-training-operator/operator:0.1.0"
+
+
+def test_without_election_it_is_one_replica_recreated() -> None:
+    docs = render({"leaderElection.enabled": "false", "replicaCount": "1"})
+    spec = only(docs, "Deployment")["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert operator_parser_args(container["args"]).leader_elect is False
+    assert not [d for d in of_kind(docs, "Role") if "leader" in d["metadata"]["name"]]
+    result = run_helm("template", RELEASE, str(CHART), "--set", "leaderElection.enabled=false")
+    assert result.returncode != 0 and "leaderElection.enabled" in result.stderr
+
+
+def test_the_lease_role_names_the_lease_the_operator_uses() -> None:
+    """get and patch on exactly the Lease the operator is told to use, in the namespace
+    it is told (the release's); create (which cannot name it) on leases. Each replica is
+    known by its pod's name."""
+    docs = render()
+    pod = only(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    parsed = operator_parser_args(container["args"])
+    assert parsed.leader_elect is True
+    assert parsed.leader_election_namespace == RELEASE_NAMESPACE
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+           for e in container["env"]}
+    assert env["POD_NAME"] == "metadata.name"
+    role = only(docs, "Role", f"{RELEASE}-leader-election")
+    assert role["metadata"]["namespace"] == RELEASE_NAMESPACE
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": [parsed.leader_election_name],
+                      "verbs": ["get", "patch"]}]
+    unnamed = [r for r in role["rules"] if not r.get("resourceNames")]
+    assert unnamed == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                        "verbs": ["create"]}]
+    (binding,) = bindings_of(docs, role["metadata"]["name"])
+    assert binding["kind"] == "RoleBinding"
+    assert binding["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+
+
+def test_a_drain_evicts_one_replica_at_a_time_and_replicas_spread() -> None:
+    docs = render()
+    pdb = only(docs, "PodDisruptionBudget")
+    template = only(docs, "Deployment")["spec"]["template"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    anti = template["spec"]["affinity"]["podAntiAffinity"]
+    (preferred,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    term = preferred["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    hard = only(render({"podAntiAffinity": "hard"}), "Deployment")["spec"]["template"]
+    (required,) = hard["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["topologyKey"] == "kubernetes.io/hostname"
+    none = only(render({"podAntiAffinity": "none"}), "Deployment")["spec"]["template"]
+    assert "affinity" not in none["spec"]
+    assert not of_kind(render({"podDisruptionBudget.enabled": "false"}), "PodDisruptionBudget")
 
 
 def operator_parser_args(args: list[str]) -> Any:
@@ -196,10 +257,11 @@ def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, st
 
 def test_nodes_are_read_and_labelled_and_the_only_cluster_scoped_resource() -> None:
     docs = render(NAMESPACED)
-    # patch: the quarantine label on the nodes of a failing pool (never spec or status).
+    # list and watch: the node cache (no single node is read by name); patch: the
+    # quarantine label on the nodes of a failing pool (never spec or status).
     assert grants(docs, f"{RELEASE}-nodes") == {("", "nodes", v)
-                                                for v in READ_VERBS | {"patch"}}
-    cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions"}
+                                                for v in ("list", "watch", "patch")}
+    cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions", "leases"}
     namespaced = grants(docs, RELEASE)
     assert not {r for _, r, _ in namespaced} & cluster_scoped
 
@@ -259,7 +321,7 @@ def test_service_monitor_scrapes_the_metrics_service_when_enabled() -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [("operator.logFormat", "xml"), ("watchNamespaces", "{Bad_Namespace}"),
-     ("operator.metricsPort", "0")],
+     ("operator.metricsPort", "0"), ("podAntiAffinity", "always"), ("replicaCount", "0")],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(key: str, value: str) -> None:
     result = run_helm("template", RELEASE, str(CHART), "--set", f"{key}={value}")

@@ -30,6 +30,7 @@ from elastic_operator.kube import Kube
 from elastic_operator.render import render, render_rbac
 
 ROOT = Path(__file__).resolve().parents[2]
+LEASES = "coordination.k8s.io"
 CHART = ROOT / "charts" / "elastic-operator"
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 CLUSTER_SCOPED = {"nodes"}
@@ -39,8 +40,15 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "get_job": {(GROUP, PLURAL, "get")},
     "list_jobs": {(GROUP, PLURAL, "list")},
     "get_jobset": {("jobset.x-k8s.io", "jobsets", "get")},
-    "list_job_pods": {("", "pods", "list")},
-    "get_nodes": {("", "nodes", "get")},
+    "list_pods": {("", "pods", "list")},
+    "watch_pods": {("", "pods", "watch")},
+    "list_jobsets": {("jobset.x-k8s.io", "jobsets", "list")},
+    "watch_jobsets": {("jobset.x-k8s.io", "jobsets", "watch")},
+    "list_nodes": {("", "nodes", "list")},
+    "watch_nodes": {("", "nodes", "watch")},
+    "get_lease": {(LEASES, "leases", "get")},
+    "create_lease": {(LEASES, "leases", "create")},
+    "patch_lease": {(LEASES, "leases", "patch")},
     "list_worker_jobs": {("batch", "jobs", "list")},
     "delete_job": {("batch", "jobs", "delete")},
     "delete_pod_now": {("", "pods", "delete")},
@@ -194,17 +202,30 @@ def test_only_nodes_need_cluster_scope() -> None:
 def test_the_table_matches_the_requests_kube_py_makes() -> None:
     """Each method's source names the path and HTTP verb the table claims."""
     expected_http = {"get_job": "GET", "list_jobs": "GET", "get_jobset": "GET",
-                     "list_job_pods": "GET", "get_nodes": "GET", "create": "POST",
+                     "list_pods": "GET", "watch_pods": "GET", "list_jobsets": "GET",
+                     "watch_jobsets": "GET", "list_nodes": "GET",
+                     "watch_nodes": "GET", "get_lease": "GET", "create_lease": "POST",
+                     "patch_lease": "PATCH", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
                      "post_event": "POST", "list_workloads": "GET",
                      "patch_workload_active": "PATCH", "serves": "GET",
                      "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
                      "label_node": "PATCH"}
+    # Helpers that send GET: one object, one page of a list, a watch.
+    get_helpers = ("_get_or_none", "_list_page", "_watch")
     for name, method in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
-        uses_helper = "_get_or_none" in source and method == "GET"
+        uses_helper = method == "GET" and any(h in source for h in get_helpers)
         assert f'"{method}"' in source or uses_helper, f"Kube.{name} no longer sends {method}"
-    fragments: dict[str, Any] = {"list_job_pods": "/pods", "get_nodes": "/nodes/",
+    assert '"GET"' in inspect.getsource(Kube._list_page)
+    assert '"watch": "true"' in inspect.getsource(Kube._watch)
+    assert '"DELETE"' in inspect.getsource(Kube._delete)  # delete_job, delete_pod_now
+    fragments: dict[str, Any] = {"list_pods": "_pods_path", "watch_pods": "_pods_path",
+                                 "list_jobsets": "_jobsets_path",
+                                 "watch_jobsets": "_jobsets_path",
+                                 "list_nodes": "/nodes", "watch_nodes": "/nodes",
+                                 "get_lease": "_lease_path", "patch_lease": "_lease_path",
+                                 "create_lease": "/leases",
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
                                  "patch_job_status": "/status", "post_event": "/events",
                                  "list_workloads": "KUEUE_WORKLOAD_PLURAL",

@@ -104,6 +104,32 @@ def test_a_restarted_operator_repeats_a_delete_that_did_not_happen_and_never_twi
     assert newer.actions == ()
 
 
+def test_the_failed_jobs_pods_going_one_by_one_are_not_a_second_failure() -> None:
+    """The operator deleted the failed Job; a look between two of its pods going sees the
+    slice Restarting (the failed host's pod already replaced, the rest still up), the
+    next sees another old pod terminating: still the one failure, counted once. A pod of
+    the new Job failing afterwards is a new one."""
+    j = job()
+    st1, _, _ = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    assert st1.slices[1].restarts == 1
+    pods = healthy_pods()
+    pods[HOSTS + 2] = WorkerPod(1, 2).replacement(at(12)).not_ready().build()
+    st2, reasons, _ = step(j, st1, world(pods, deleting=(1,)), at(12))
+    assert st2.slices[1].state == "Restarting" and st2.slices[1].replacement is not None
+    pods[HOSTS + 3] = WorkerPod(1, 3).deleting(at(12)).build()
+    st3, reasons, _ = step(j, st2, world(pods, deleting=(1,)), at(13))
+    assert st3.slices[1].state == "Down" and st3.slices[1].restarts == 1
+    assert st3.counters.slice_failures == 1
+    assert Reason.SLICE_DOWN not in reasons and Reason.SLICE_REPLACING not in reasons
+    pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(14), 1).build()
+                             for h in range(HOSTS)]
+    st4, reasons, _ = step(j, st3, world(pods, jobs_gen={1: 1}), at(15))
+    assert st4.slices[1].state == "Ready" and st4.slices[1].replacement is None
+    pods[HOSTS] = WorkerPod(1, 0).recreated(at(14), 1).failed(at(16)).build()
+    st5, reasons, _ = step(j, st4, world(pods, jobs_gen={1: 1}), at(17))
+    assert st5.slices[1].restarts == 2 and Reason.SLICE_DOWN in reasons
+
+
 def test_ready_on_a_new_job_closes_the_record_with_the_pools_it_moved_between() -> None:
     j = job()
     st1, _, _ = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))

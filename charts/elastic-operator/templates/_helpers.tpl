@@ -57,9 +57,9 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Slice health from the worker pods (a failed pod is seen before its Job fails); the
-# simulated backend's trainer Role grants list/watch on pods too. delete: a pod stuck
-# Terminating on a dead node is deleted with grace period 0.
+# Slice health from the worker pods (a failed pod is seen before its Job fails), kept in
+# a watch-fed cache; the simulated backend's trainer Role grants list/watch on pods too.
+# delete: a pod stuck Terminating on a dead node is deleted with grace period 0.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "delete"]
@@ -88,5 +88,5 @@ on the nodes of a pool a slice failed on (etj operator --quarantine-pools). */}}
 {{- define "elastic-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 {{- end -}}

@@ -267,6 +267,63 @@ def _down(layout: Layout, progress: Progress) -> int:
     return len(running)
 
 
+# ------------------------------------------------------------ one component (fault tests)
+
+def _component_argv(component: str, binaries: Binaries, layout: Layout,
+                    ports: Ports) -> list[str]:
+    if component == "etcd":
+        return render.etcd_args(binaries.etcd, layout, ports)
+    if component == "kube-apiserver":
+        return render.apiserver_args(binaries.kube_apiserver, layout, ports)
+    if component == "kube-controller-manager":
+        return render.controller_manager_args(binaries.kube_controller_manager, layout, ports)
+    if component == "kube-scheduler":
+        return render.scheduler_args(binaries.kube_scheduler, layout, ports)
+    if component == "kwok":
+        return render.kwok_args(binaries.kwok, layout, ports)
+    if component == "jobset-controller":
+        return render.jobset_args(binaries.jobset_controller, layout)
+    raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
+
+
+def stop_component(directory: Path | str, component: str) -> bool:
+    """Stop one component of a running cluster (SIGTERM, SIGKILL after 5 s), as when the
+    API server restarts; False if it was not running."""
+    layout = Layout(Path(directory))
+    record = procs.read_pid_file(component, layout.pid(component))
+    if record is None or not procs.is_alive(record):
+        return False
+    procs.stop_all([record])
+    return True
+
+
+def start_component(directory: Path | str, component: str, timeout: float = 60.0) -> None:
+    """Start a stopped component again, with the arguments and ports it had (its log is
+    appended to). For the API server, returns once it is ready."""
+    layout = Layout(Path(directory))
+    state = json.loads(layout.state_file.read_text())
+    ports = Ports(**state["ports"])
+    argv = _component_argv(component, Binaries.locate(load_versions()), layout, ports)
+    record = procs.start(component, argv, layout.pid(component), layout.log(component),
+                         layout.root, die_with_parent=bool(state.get("die_with_parent")))
+    if component != "kube-apiserver":
+        return
+    api = _admin_api(layout, state["server"])
+    deadline = time.monotonic() + timeout
+    while True:
+        if not procs.is_alive(record):
+            log = layout.log(component)
+            raise ClusterStartError(f"{component} exited; log {log}:\n{_tail(log)}")
+        try:
+            if api.request("GET", "/readyz") == "ok":
+                return
+        except (ApiError, OSError, ssl.SSLError):
+            pass
+        if time.monotonic() > deadline:
+            raise ClusterStartError(f"{component} not ready after {timeout:.0f}s")
+        time.sleep(0.2)
+
+
 # ---------------------------------------------------------------------------------- up
 
 def up(config: ClusterConfig | None = None, progress: Progress = _stderr) -> Cluster:
@@ -380,6 +437,7 @@ def _prepare(cfg: ClusterConfig, layout: Layout, binaries: Binaries, ports: Port
         "cpu_nodes": cfg.cpu_nodes,
         "versions": load_versions(),
         "started_at": now.isoformat(),
+        "die_with_parent": cfg.die_with_parent,
     }
     _write(layout.state_file, json.dumps(state, indent=2))
     return server

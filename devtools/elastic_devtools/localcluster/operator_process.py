@@ -2,18 +2,25 @@
 
 The operator runs exactly as deployed (`python -m elastic_api.cli operator ...`), so
 a caller can stop it, SIGKILL it and start it again. It always gets a free liveness port
-(`start()` returns once /healthz answers) and a free metrics port (`metrics()`).
+(`start()` returns once /healthz answers: a standby answers too) and a free metrics port
+(`metrics()`). Each OperatorProcess has its own leader identity, kept across its
+restarts (as a pod's name is across container restarts), so a restarted operator takes
+its Lease back at once; `replicas()` makes several that elect one leader, and
+`skew_seconds` runs one with its wall clock off.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from elastic_devtools.localcluster.cluster import free_ports
 from elastic_devtools.localcluster.faults import wait_for
@@ -49,21 +56,29 @@ class OperatorProcess:
     def __init__(self, kubeconfig: Path | str, log_path: Path, *,
                  args: Sequence[str] = TEST_ARGS, env: Mapping[str, str] | None = None,
                  command: Sequence[str] = OPERATOR_COMMAND, cwd: Path | None = None,
-                 new_session: bool = False) -> None:
+                 new_session: bool = False, identity: str | None = None,
+                 skew_seconds: float = 0.0) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.log_path = log_path
         self.args = tuple(args)
         self.env = dict(env or {})
         self.command = tuple(command)
+        if skew_seconds:
+            if self.command != OPERATOR_COMMAND:
+                raise ValueError("skew_seconds runs `etj operator` itself: no other command")
+            self.command = (sys.executable, "-m", "elastic_devtools.localcluster.skewed_clock",
+                            str(skew_seconds), "--", "operator")
         self.cwd = cwd
         self.new_session = new_session
+        self.identity = identity or f"operator-{uuid.uuid4().hex[:8]}"
         self.liveness_port, self.metrics_port = free_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
         # Local runs: the endpoints bind the loopback only, not every interface.
         return [*self.command, *self.args, "--liveness-port", str(self.liveness_port),
-                "--metrics-port", str(self.metrics_port), "--listen-address", "127.0.0.1"]
+                "--metrics-port", str(self.metrics_port), "--listen-address", "127.0.0.1",
+                "--leader-identity", self.identity]
 
     @property
     def running(self) -> bool:
@@ -137,6 +152,22 @@ class OperatorProcess:
                                     timeout=5) as r:
             return parse_metrics(r.read().decode())
 
+    def health(self) -> dict[str, Any]:
+        """What /healthz says (the probes' results: leadership, caches)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz",
+                                    timeout=5) as r:
+            data: dict[str, Any] = json.loads(r.read().decode())
+            return data
+
+    def leading(self) -> bool:
+        """This replica says it leads (metric etj_leader); False if it is not running."""
+        if not self.running:
+            return False
+        try:
+            return self.metrics().get(f'etj_leader{{identity="{self.identity}"}}') == 1
+        except OSError:
+            return False
+
     def _signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
         if self.proc.poll() is not None:
@@ -147,3 +178,14 @@ class OperatorProcess:
                 os.killpg(self.proc.pid, sig)
             else:
                 self.proc.send_signal(sig)
+
+
+def replicas(count: int, kubeconfig: Path | str, logs_dir: Path, *,
+             args: Sequence[str] = TEST_ARGS, skews: Sequence[float] = ()
+             ) -> list[OperatorProcess]:
+    """`count` operators that elect one leader (logs operator-<i>.log in `logs_dir`;
+    `skews[i]`: replica i's clock skew in seconds). Not started."""
+    return [OperatorProcess(kubeconfig, logs_dir / f"operator-{i}.log", args=args,
+                            identity=f"replica-{i}-{uuid.uuid4().hex[:6]}",
+                            skew_seconds=skews[i] if i < len(skews) else 0.0)
+            for i in range(count)]

@@ -1,9 +1,12 @@
-"""A TCP proxy in front of the local API server whose connections a test can cut.
+"""A TCP proxy in front of the local API server whose connections a test can cut or stall.
 
 The chaos test points the operator and the trainer at it (`proxied_kubeconfig`) and calls
 `drop_connections()`: every open connection, long-running watches included, is reset at
-once, as when a load balancer or an API server replica goes away. TLS passes through
-untouched (the serving certificate is for 127.0.0.1, whatever the port).
+once, as when a load balancer or an API server replica goes away. `stall_connections()`
+stops forwarding on every open connection but leaves it open: the peers see silence, as
+behind a NAT or load balancer that lost the connection without telling anyone (a watch
+that silently stalls). TLS passes through untouched (the serving certificate is for
+127.0.0.1, whatever the port).
 """
 from __future__ import annotations
 
@@ -27,9 +30,11 @@ class TcpProxy:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self._stalled: set[socket.socket] = set()
         self._closed = threading.Event()
         self.accepted = 0
         self.dropped = 0
+        self.stalled = 0
         self._thread = threading.Thread(target=self._accept, name="tcpproxy", daemon=True)
 
     def start(self) -> TcpProxy:
@@ -53,11 +58,22 @@ class TcpProxy:
         with self._lock:
             return len(self._open) // 2
 
+    def stall_connections(self) -> int:
+        """Stop forwarding on every open connection, leaving it open (no FIN, no RST);
+        returns how many client connections were stalled. New connections are forwarded
+        as before; `drop_connections` ends the stalled ones."""
+        with self._lock:
+            count = len(self._open - self._stalled) // 2
+            self._stalled |= self._open
+        self.stalled += count
+        return count
+
     def drop_connections(self) -> int:
         """Reset every open connection (both sides); returns how many client connections
         were cut. New connections are accepted as before."""
         with self._lock:
             sockets, self._open = list(self._open), set()
+            self._stalled.clear()
         for sock in sockets:
             with contextlib.suppress(OSError):
                 # RST rather than FIN: the peer sees "connection reset", as on a crash.
@@ -95,7 +111,11 @@ class TcpProxy:
             sel.register(b, selectors.EVENT_READ)
             try:
                 while True:
-                    for key, _ in sel.select(timeout=1.0):
+                    if self._is_stalled(a):  # read nothing, send nothing, until dropped
+                        if self._closed.wait(0.2) or not self._is_open(a):
+                            return
+                        continue
+                    for key, _ in sel.select(timeout=0.2):
                         src: socket.socket = key.fileobj  # type: ignore[assignment]
                         data = src.recv(65536)
                         if not data:
@@ -109,9 +129,20 @@ class TcpProxy:
                 with self._lock:
                     self._open.discard(a)
                     self._open.discard(b)
+                    self._stalled.discard(a)
+                    self._stalled.discard(b)
                 for sock in (a, b):
                     with contextlib.suppress(OSError):
                         sock.close()
+
+
+    def _is_stalled(self, sock: socket.socket) -> bool:
+        with self._lock:
+            return sock in self._stalled
+
+    def _is_open(self, sock: socket.socket) -> bool:
+        with self._lock:
+            return sock in self._open
 
 
 def proxied_kubeconfig(kubeconfig: Path | str, proxy: TcpProxy, out: Path | str) -> Path:

@@ -2,9 +2,13 @@
 metrics.py)."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
+
+from elastic_api.conditions import ConditionType, Reason
+from elastic_api.models import ElasticTrainingJobStatus
 
 EventType = Literal["Normal", "Warning"]
 
@@ -20,3 +24,35 @@ class StatusEvent:
     failed_at: datetime | None = None  # SliceDown: when the host failed (detection latency)
     downtime_seconds: float | None = None  # Recovered
     steps_lost: int | None = None  # Recovered
+
+
+def event_name(job_name: str, job_uid: str, event: StatusEvent,
+               status: ElasticTrainingJobStatus) -> str:
+    """The Event's name: the same whenever the same status change is computed again (a
+    retried write, or a new leader continuing after the old one died between posting and
+    writing), so the API server refuses the second copy (409 AlreadyExists) and every
+    change is posted exactly once. It differs between jobs of one name (the uid)."""
+    occurrence = "\0".join((job_uid, event.reason, _occurrence(event, status)))
+    digest = hashlib.sha256(occurrence.encode()).hexdigest()[:16]
+    return f"{job_name[:200]}.{digest}"
+
+
+def _occurrence(event: StatusEvent, status: ElasticTrainingJobStatus) -> str:
+    """What makes this change unique in the life of the job."""
+    if event.slice_index is not None:
+        # SliceDown, SliceRestored, SliceReplacing, SliceReplaced: once per slice restart;
+        # a maintenance move (SliceMoving, its SliceReplaced) counts in moves, not restarts.
+        current = next((s for s in status.slices if s.index == event.slice_index), None)
+        restarts, moves = (current.restarts, current.moves) if current else (0, 0)
+        occurrence = f"slice {event.slice_index} restart {restarts} move {moves}"
+        if event.reason == Reason.MAINTENANCE_SCHEDULED:  # each notice (pool, time) once
+            occurrence += f" message {event.message}"
+        return occurrence
+    if event.reason == Reason.RECOVERED and status.last_recovery is not None:
+        return f"recovery detected at {status.last_recovery.detected_at}"
+    if event.reason == Reason.TRAINER_RESTARTED:
+        return f"trainer restart {status.counters.trainer_restarts}"
+    failed = next((c for c in status.conditions if c.type == ConditionType.FAILED), None)
+    if failed is not None and failed.status == "True" and failed.reason == event.reason:
+        return "failed"  # terminal, sticky: once per job
+    return f"message {event.message}"  # anything else: each distinct message once
