@@ -19,11 +19,19 @@ _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)
 _RECOVERY_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600)
 _STEPS_BUCKETS = (0, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_JOB_LABELS = ["namespace", "job"]
 
 
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        labels = ["namespace", "job"]
+        self._declare_job_metrics(registry)
+        self._declare_operator_metrics(registry)
+        self._declare_replacement_metrics(registry)
+        self._declare_goodput_metrics(registry)
+
+    def _declare_job_metrics(self, registry: CollectorRegistry) -> None:
+        """What happened to the jobs: failures, recoveries, slices."""
+        labels = _JOB_LABELS
         self.slice_failures = Counter(
             "etj_slice_failures_total", "Worker slices that went Down.", labels,
             registry=registry)
@@ -57,6 +65,9 @@ class OperatorMetrics:
             "etj_desired_slices", "spec.tpu.numSlices.", labels, registry=registry)
         self.ready_slices = Gauge(
             "etj_ready_slices", "Slices whose hosts are all ready.", labels, registry=registry)
+
+    def _declare_operator_metrics(self, registry: CollectorRegistry) -> None:
+        """The operator itself: reconciles, leadership, caches."""
         self.reconcile_duration = Histogram(
             "etj_reconcile_duration_seconds", "Duration of one reconcile of one job.",
             buckets=_RECONCILE_BUCKETS, registry=registry)
@@ -79,7 +90,10 @@ class OperatorMetrics:
         self.cache_objects = Gauge(
             "etj_cache_objects", "Objects in a watch-fed cache.", ["resource"],
             registry=registry)
-        # Slice replacement (docs/architecture.md, "Slice replacement").
+
+    def _declare_replacement_metrics(self, registry: CollectorRegistry) -> None:
+        """Slice replacement (docs/architecture.md, "Slice replacement")."""
+        labels = _JOB_LABELS
         self.slice_replacements = Counter(
             "etj_slice_replacements_total",
             "What the operator decided for a failed slice: Replace (recreate its Job), Move "
@@ -107,7 +121,10 @@ class OperatorMetrics:
             "etj_checkpoint_requests_total",
             "Checkpoint requests to the trainer (maintenance), by how they ended: "
             "Requested, Acknowledged, Expired.", ["namespace", "result"], registry=registry)
-        # Goodput (docs/metrics.md, "Goodput"), following status.goodput.
+
+    def _declare_goodput_metrics(self, registry: CollectorRegistry) -> None:
+        """Goodput (docs/metrics.md, "Goodput"), following status.goodput."""
+        labels = _JOB_LABELS
         self.goodput_ratio = Gauge(
             "etj_goodput_ratio", "Productive training time over wall time since the job "
             "started (status.goodput.ratio).", labels, registry=registry)
