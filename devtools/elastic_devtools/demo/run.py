@@ -119,7 +119,10 @@ class Watch:
             self.lines.append(line)
             tag = f"{cond['type']}={cond['status']}:{cond.get('reason', '')}"
             self.first_seen.setdefault(tag, now)
-            if cond["type"] in ("SliceDown", "Recovering") and cond["status"] == "True":
+            turned_true = cond["status"] == "True" and (before is None or before[0] != "True")
+            # A condition that stays True with a new reason (the stuck pod deleted) is
+            # the same episode, not a new step of the story.
+            if cond["type"] in ("SliceDown", "Recovering") and turned_true:
                 self._note(cond["type"])
             if cond.get("reason") == "Recovered":
                 self._note("Recovered")
