@@ -29,6 +29,7 @@ def test_slice_down_error_is_the_error_pathways_raises() -> None:
     err = slice_down_error([2])
     assert isinstance(err, jax.errors.JaxRuntimeError)
     assert str(err) == "DATA_LOSS: slice 2 is down"
+    assert str(slice_down_error([1, 0])) == "DATA_LOSS: slices 0, 1 are down"
     assert is_slice_down_error(err)
     # The classifier is pathwaysutils' (the one elastic_retry uses).
     assert is_slice_down_error(jax.errors.JaxRuntimeError("DEADLINE_EXCEEDED: rpc"))

@@ -29,13 +29,15 @@ class CheckpointDirectoryGone(RuntimeError):
     reason = "TrainingError"
 
 
-def slice_down_error(slices: Sequence[int], detail: str = "is down") -> Exception:
+def slice_down_error(slices: Sequence[int], detail: str | None = None) -> Exception:
     """The error a slice loss raises inside a step: a real `jax.errors.JaxRuntimeError`
     with `DATA_LOSS`, as Pathways raises it."""
     import jax
 
     which = ", ".join(str(s) for s in sorted(slices))
-    noun = "slice" if len(slices) == 1 else "slices"
+    one = len(slices) == 1
+    noun = "slice" if one else "slices"
+    detail = detail or ("is down" if one else "are down")
     return jax.errors.JaxRuntimeError(f"DATA_LOSS: {noun} {which} {detail}")
 
 
