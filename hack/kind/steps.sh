@@ -148,14 +148,31 @@ install_operator() {
   "$HELM" install "$RELEASE" "$ROOT/charts/elastic-operator" --namespace "$OPERATOR_NS" \
     --set image.repository=elastic-operator --set image.tag="$E2E_TAG" \
     --set image.pullPolicy=Never --set operator.logFormat=text --wait --timeout "${TIMEOUT_S}s"
-  local pod; pod=$(kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o name)
-  [ "$(kubectl exec -n "$OPERATOR_NS" "$pod" -- id -u)" = 65532 ] || die "the operator does not run as 65532"
-  if kubectl exec -n "$OPERATOR_NS" "$pod" -- touch /opt/etj/written 2>/dev/null; then
-    die "the operator's root filesystem is writable"
-  fi
-  wait_for "the operator's liveness endpoint (through its port)" \
-    kubectl get --raw "/api/v1/namespaces/$OPERATOR_NS/pods/${pod#pod/}:8080/proxy/healthz"
-  log "operator up: $pod, uid 65532, read-only root"
+  # Two replicas (the chart's default): each is checked; one leads through the Lease.
+  local pods pod
+  pods=$(operator_pods)
+  [ "$(wc -w <<<"$pods")" = 2 ] || die "expected 2 operator replicas, got: $pods"
+  for pod in $pods; do
+    [ "$(kubectl exec -n "$OPERATOR_NS" "$pod" -- id -u)" = 65532 ] || die "$pod does not run as 65532"
+    if kubectl exec -n "$OPERATOR_NS" "$pod" -- touch /opt/etj/written 2>/dev/null; then
+      die "$pod: the operator's root filesystem is writable"
+    fi
+    wait_for "$pod's liveness endpoint (through its port)" \
+      kubectl get --raw "/api/v1/namespaces/$OPERATOR_NS/pods/${pod#pod/}:8080/proxy/healthz"
+  done
+  wait_for "a replica to hold the leader Lease" lease_held_by_one_of "$pods"
+  log "operator up: $(echo $pods), uid 65532, read-only root; leader $(lease_holder)"
+}
+operator_pods() {
+  kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE \
+    --field-selector=status.phase=Running -o name
+}
+lease_holder() {
+  kubectl get lease -n "$OPERATOR_NS" "$RELEASE" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null
+}
+lease_held_by_one_of() {
+  local holder; holder=$(lease_holder)
+  [ -n "$holder" ] && grep -qw -- "pod/$holder" <<<"$1"
 }
 
 # --- a simulated job ------------------------------------------------------------------------
@@ -311,12 +328,14 @@ pod_succeeded() { [ "$(kubectl get pod -n "$1" "$2" -o jsonpath='{.status.phase}
 
 uninstall_operator() {
   # Its log, kept for a look after the run (the pod goes with the chart).
-  kubectl logs -n "$OPERATOR_NS" deploy/elastic-operator >"$LOGS/e2e-operator.log" 2>&1 || true
+  kubectl logs -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE --prefix --tail=-1 \
+    >"$LOGS/e2e-operator.log" 2>&1 || true
   log "the operator's log: $LOGS/e2e-operator.log ($(grep -c . "$LOGS/e2e-operator.log") lines)"
   local restarts
   restarts=$(kubectl get pods -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE \
     -o jsonpath='{.items[*].status.containerStatuses[*].restartCount}')
-  [ "$restarts" = 0 ] || die "the operator container restarted ($restarts): its liveness probe failed?"
+  [ -n "$restarts" ] && [ -z "$(tr ' ' '\n' <<<"$restarts" | grep -v '^0$')" ] \
+    || die "an operator container restarted ($restarts): its liveness probe failed?"
   "$HELM" uninstall "$RELEASE" --namespace "$OPERATOR_NS" --wait --timeout "${TIMEOUT_S}s"
   local left
   left=$(kubectl get deploy,svc,sa,role,rolebinding -n "$OPERATOR_NS" -l app.kubernetes.io/instance=$RELEASE -o name)
