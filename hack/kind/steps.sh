@@ -314,15 +314,22 @@ scrape_metrics() {
   wait_for "the scrape pod to finish" pod_succeeded default metrics-scrape
   kubectl logs -n default metrics-scrape >"$WORK/metrics.txt"
   kubectl delete pod -n default metrics-scrape --wait=false >/dev/null
-  # The gauges of the job (this operator process reconciled it after the recovery); the
-  # counters' samples depend on which process saw which failure, their families do not.
+  # The Service reaches either replica: the metric families are there on both.
   local line
-  for line in "etj_desired_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
-              "etj_ready_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
-              "# TYPE etj_slice_failures_total counter" "# TYPE etj_recovery_duration_seconds histogram"; do
+  for line in "# TYPE etj_slice_failures_total counter" "# TYPE etj_recovery_duration_seconds histogram" \
+              "# TYPE etj_leader gauge"; do
     grep -qF "$line" "$WORK/metrics.txt" || { grep etj_ "$WORK/metrics.txt" | head -n 40 >&2; die "no '$line' in $url"; }
   done
-  log "scraped $url: $(grep -c '^etj_' "$WORK/metrics.txt") etj_ samples"
+  # The job's gauges come from the leader, which reconciled it after the recovery (the
+  # standby reconciles nothing); Prometheus scrapes each pod, so read the leader's own.
+  local leader; leader=$(lease_holder)
+  kubectl get --raw "/api/v1/namespaces/$OPERATOR_NS/pods/$leader:9090/proxy/metrics" >"$WORK/leader-metrics.txt"
+  for line in "etj_desired_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
+              "etj_ready_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
+              "etj_leader{identity=\"$leader\"} 1.0"; do
+    grep -qF "$line" "$WORK/leader-metrics.txt" || { grep etj_ "$WORK/leader-metrics.txt" | head -n 40 >&2; die "no '$line' in the leader's ($leader) metrics"; }
+  done
+  log "scraped $url: $(grep -c '^etj_' "$WORK/metrics.txt") etj_ samples; the leader $leader: $(grep -c '^etj_' "$WORK/leader-metrics.txt")"
 }
 pod_succeeded() { [ "$(kubectl get pod -n "$1" "$2" -o jsonpath='{.status.phase}')" = Succeeded ]; }
 
