@@ -192,6 +192,27 @@ def test_a_replacement_process_counts_on_from_the_jobs_status() -> None:
     assert prior_run(None, 10) == prior_run({}, 10) == (0, 0)
 
 
+def test_a_slice_loss_seen_after_kueue_evicted_the_job_gives_its_retry_back() -> None:
+    def status(detected: Any, evicted: Any, slices: Any = (1,)) -> dict[str, Any]:
+        return {"training": {"retriesRemaining": 7, "elasticEvent": {
+                    "id": 3, "phase": "WaitingForSlices", "detectedAt": detected,
+                    "slicesDown": list(slices)}},
+                "admission": {"evictedAt": evicted}}
+    # Preempted at 10:00:00; the workers went, the trainer saw it 2 s later.
+    assert prior_run(status("2026-11-30T10:00:02Z", "2026-11-30T10:00:00Z"), 10) == (0, 2)
+    # A slice lost before the eviction was a real failure: it stays spent.
+    assert prior_run(status("2026-11-30T09:59:58Z", "2026-11-30T10:00:00Z"), 10) == (0, 3)
+    # No eviction, a scale-up (no slice down), or an unreadable time: nothing given back.
+    assert prior_run(status("2026-11-30T10:00:02Z", None), 10) == (0, 3)
+    assert prior_run(status("2026-11-30T10:00:02Z", "2026-11-30T10:00:00Z", ()), 10) == (0, 3)
+    assert prior_run(status("yesterday", "2026-11-30T10:00:00Z"), 10) == (0, 3)
+    assert prior_run(status("2026-11-30T10:00:02", "2026-11-30T10:00:00Z"), 10) == (0, 3)
+    # Nothing used, nothing to give back.
+    untouched = status("2026-11-30T10:00:02Z", "2026-11-30T10:00:00Z")
+    untouched["training"]["retriesRemaining"] = 10
+    assert prior_run(untouched, 10) == (0, 0)
+
+
 @pytest.mark.parametrize("garbage", [None, -1, True, "5", 2.5, [3], {"x": 1}])
 def test_prior_run_ignores_hostile_values(garbage: Any) -> None:
     status = {"counters": {"elasticEvents": garbage},

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from elastic_api.models import CheckpointAck, TrainerGoodput, TrainingReport
@@ -70,7 +71,32 @@ def prior_run(status: dict[str, Any] | None, max_retries: int) -> tuple[int, int
                  _count(training.get("elasticEventsTotal")) or 0)
     remaining = _count(training.get("retriesRemaining"))
     used = 0 if remaining is None else min(max(max_retries - remaining, 0), max_retries)
+    if used > 0 and _lost_to_an_eviction(training, _section(status, "admission")):
+        used -= 1  # the slices went because Kueue stopped the job: not a failure
     return events, used
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _lost_to_an_eviction(training: dict[str, Any], admission: dict[str, Any]) -> bool:
+    """The last elastic event of the earlier process was a slice loss it detected after
+    Kueue evicted the job (preempted it, or suspended it through its queue): Kueue evicts
+    the Workload before it suspends the JobSet, so every pod that went after that moment
+    went because of the eviction, and the retry that event used is given back."""
+    event = training.get("elasticEvent")
+    if not isinstance(event, dict) or not isinstance(event.get("slicesDown"), list) \
+            or not event["slicesDown"]:
+        return False
+    detected, evicted = _timestamp(event.get("detectedAt")), _timestamp(admission.get("evictedAt"))
+    return detected is not None and evicted is not None and detected >= evicted
 
 
 def prior_checkpoint_ack(status: dict[str, Any] | None) -> CheckpointAck | None:
