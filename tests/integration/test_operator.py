@@ -7,13 +7,14 @@ article-shaped job) and wait for its pods to be gone before the next test starts
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Phase, Reason
@@ -115,23 +116,42 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def wait_status(api: client.ApiClient, ns: str, predicate: Callable[[dict[str, Any]], Any],
-                what: str, timeout: float = TIMEOUT) -> dict[str, Any]:
-    last: dict[str, Any] = {}
+                what: str, timeout: float = TIMEOUT, since: str | None = None
+                ) -> dict[str, Any]:
+    """The first status of the job that satisfies `predicate`, among every version written
+    after `since` (a resourceVersion taken before a fault; default: the current one).
+    The versions come from a watch, not from polls: a state the operator keeps for less
+    than a poll interval (a slice replaced within a second) is still seen."""
+    job = get_job(api, ns)
+    last: dict[str, Any] = job.get("status") or {}
+    if since is None and predicate(last):
+        return last
+    rv = since or job["metadata"]["resourceVersion"]
+    deadline = time.monotonic() + timeout
+    custom = client.CustomObjectsApi(api)
+    while (left := deadline - time.monotonic()) > 0:
+        stream = watch.Watch().stream(
+            custom.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
+            field_selector=f"metadata.name={JOB}", resource_version=rv,
+            timeout_seconds=max(1, int(left)))
+        for event in stream:
+            obj = event["object"]
+            rv = obj["metadata"]["resourceVersion"]
+            last = obj.get("status") or {}
+            if event["type"] != "DELETED" and predicate(last):
+                return last
+    conds = {c["type"]: (c["status"], c["reason"], c.get("message", ""))
+             for c in last.get("conditions", [])}
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}; last phase "
+                       f"{last.get('phase')}, slices "
+                       f"{[(x.get('index'), x.get('state')) for x in last.get('slices', [])]}, "
+                       f"conditions {conds}")
 
-    def check() -> dict[str, Any] | None:
-        nonlocal last
-        last = status_of(api, ns)
-        return last if predicate(last) else None
 
-    try:
-        result: dict[str, Any] = wait_for(check, timeout, what, interval=0.25)
-        return result
-    except TimeoutError as err:
-        conds = {c["type"]: (c["status"], c["reason"], c.get("message", ""))
-                 for c in last.get("conditions", [])}
-        raise TimeoutError(f"{err}; last phase {last.get('phase')}, slices "
-                           f"{[(s['index'], s['state']) for s in last.get('slices', [])]}, "
-                           f"conditions {conds}") from None
+def job_version(api: client.ApiClient, ns: str) -> str:
+    """The job's resourceVersion now: wait_status(since=...) sees every write after it."""
+    rv: str = get_job(api, ns)["metadata"]["resourceVersion"]
+    return rv
 
 
 def is_true(status: dict[str, Any], type_: str) -> bool:
@@ -210,10 +230,12 @@ def test_article_slice_failure_is_detected_and_recovered(
         "article-trainer", ns)
     assert [s.name for s in binding.subjects] == ["default"]
     victim = worker_pods(api, ns, 2)[0]
+    before = job_version(api, ns)
     failed_at = datetime.now(UTC)
     faults.fail_pod(api, ns, victim.metadata.name)
 
-    st = wait_status(api, ns, lambda s: is_true(s, C.SLICE_DOWN), "SliceDown True", timeout=30)
+    st = wait_status(api, ns, lambda s: is_true(s, C.SLICE_DOWN), "SliceDown True", timeout=30,
+                     since=before)
     seen_at = datetime.now(UTC)  # the SliceDown write happened before this
     sd = condition(st, C.SLICE_DOWN)
     assert "slice 2" in sd["message"] and sd["reason"] == Reason.POD_FAILED, sd
@@ -283,10 +305,11 @@ def test_node_not_ready_marks_its_slice_down(api: client.ApiClient, ns: str) -> 
     submit(api, ns)
     wait_running(api, ns)
     node = worker_pods(api, ns, 0)[0].spec.node_name
+    before = job_version(api, ns)
     faults.make_node_not_ready(api, node)
     try:
         st = wait_status(api, ns, lambda s: is_true(s, C.SLICE_DOWN), "SliceDown True",
-                         timeout=30)
+                         timeout=30, since=before)
         sd = condition(st, C.SLICE_DOWN)
         assert sd["reason"] == Reason.NODE_NOT_READY and "slice 0" in sd["message"], sd
         assert node in sd["message"]
@@ -302,13 +325,14 @@ def test_node_not_ready_marks_its_slice_down(api: client.ApiClient, ns: str) -> 
 def test_two_slices_down_at_once(api: client.ApiClient, ns: str) -> None:
     submit(api, ns)
     wait_running(api, ns)
+    before = job_version(api, ns)
     for index in (0, 2):
         faults.fail_pod(api, ns, worker_pods(api, ns, index)[0].metadata.name)
     st = wait_status(
         api, ns, lambda s: is_true(s, C.SLICE_DOWN) and "slice 0" in
         condition(s, C.SLICE_DOWN)["message"] and "slice 2" in
         condition(s, C.SLICE_DOWN)["message"],
-        "SliceDown naming slices 0 and 2", timeout=30)
+        "SliceDown naming slices 0 and 2", timeout=30, since=before)
     assert "slice 1" not in condition(st, C.SLICE_DOWN)["message"]
     assert st["counters"]["sliceFailures"] == 2
     assert [s["restarts"] for s in st["slices"]] == [1, 0, 1]
