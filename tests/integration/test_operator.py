@@ -121,7 +121,8 @@ def wait_status(api: client.ApiClient, ns: str, predicate: Callable[[dict[str, A
     """The first status of the job that satisfies `predicate`, among every version written
     after `since` (a resourceVersion taken before a fault; default: the current one).
     The versions come from a watch, not from polls: a state the operator keeps for less
-    than a poll interval (a slice replaced within a second) is still seen."""
+    than a poll interval (a slice replaced within a second) is still seen; only across an
+    API server restart (the history gone: 410) does it go on from the current version."""
     job = get_job(api, ns)
     last: dict[str, Any] = job.get("status") or {}
     if since is None and predicate(last):
@@ -134,11 +135,20 @@ def wait_status(api: client.ApiClient, ns: str, predicate: Callable[[dict[str, A
             custom.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
             field_selector=f"metadata.name={JOB}", resource_version=rv,
             timeout_seconds=max(1, int(left)))
-        for event in stream:
-            obj = event["object"]
-            rv = obj["metadata"]["resourceVersion"]
-            last = obj.get("status") or {}
-            if event["type"] != "DELETED" and predicate(last):
+        try:
+            for event in stream:
+                obj = event["object"]
+                rv = obj["metadata"]["resourceVersion"]
+                last = obj.get("status") or {}
+                if event["type"] != "DELETED" and predicate(last):
+                    return last
+        except client.ApiException as err:
+            if err.status != 410:
+                raise
+            # The history is gone (an API server restart): go on from the current version.
+            job = get_job(api, ns)
+            last, rv = job.get("status") or {}, job["metadata"]["resourceVersion"]
+            if predicate(last):
                 return last
     conds = {c["type"]: (c["status"], c["reason"], c.get("message", ""))
              for c in last.get("conditions", [])}
