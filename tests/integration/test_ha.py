@@ -19,14 +19,13 @@ from kubernetes import client
 
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
-from elastic_api.names import GROUP, PLURAL, VERSION
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess, replicas
 from tests.integration.test_operator import (
-    TIMEOUT,
     condition,
+    delete_jobs_and_wait_for_pods,
     events,
     is_true,
     parse,
@@ -81,13 +80,7 @@ def ns(namespace: str, api: client.ApiClient) -> Iterator[str]:
     """The test's namespace; afterwards its job is deleted and its pods are gone (the
     garbage collector does it, no operator needed), so the fake TPU nodes are free."""
     yield namespace
-    custom = client.CustomObjectsApi(api)
-    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                               item["metadata"]["name"])
-    core = client.CoreV1Api(api)
-    wait_for(lambda: not core.list_namespaced_pod(namespace).items, TIMEOUT,
-             f"pods of {namespace} gone")
+    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 def holder(api: client.ApiClient, lease: str) -> str | None:

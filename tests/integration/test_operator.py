@@ -74,6 +74,12 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
     yield namespace
     if not operator.running:
         operator.start()
+    delete_jobs_and_wait_for_pods(api, namespace)
+
+
+def delete_jobs_and_wait_for_pods(api: client.ApiClient, namespace: str) -> None:
+    """Delete every job of the namespace and wait until the garbage collector has taken
+    their pods, so the fake TPU nodes are free for the next test."""
     custom = client.CustomObjectsApi(api)
     for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
