@@ -66,10 +66,6 @@ def child_job_name(jobset: str, replicated_job: str, index: int) -> str:
     return f"{jobset}-{replicated_job}-{index}"
 
 
-def head_job_name(jobset: str) -> str:
-    return child_job_name(jobset, HEAD_REPLICATED_JOB, 0)
-
-
 def worker_job_name(jobset: str, slice_index: int) -> str:
     return child_job_name(jobset, WORKER_REPLICATED_JOB, slice_index)
 

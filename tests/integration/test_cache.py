@@ -22,17 +22,10 @@ from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
 from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
-from tests.integration.test_ha import api, ns
-from tests.integration.test_operator import (
-    events,
-    submit,
-    wait_running,
-    wait_status,
-    worker_pods,
-)
+from tests.support.article_job import events, submit, worker_pods
+from tests.support.waiting import wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
-__all__ = ["api", "ns"]  # fixtures shared with test_ha
 
 REPO = Path(__file__).resolve().parents[2]
 WATCH_TIMEOUT_S = 5  # the API server ends each watch after 5 s; silent for 10 s: stalled

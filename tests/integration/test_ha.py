@@ -20,12 +20,10 @@ from kubernetes import client
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_devtools.localcluster import Cluster, faults
-from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess, replicas
-from tests.integration.test_operator import (
+from tests.support.article_job import (
     condition,
-    delete_jobs_and_wait_for_pods,
     events,
     is_true,
     parse,
@@ -33,24 +31,13 @@ from tests.integration.test_operator import (
     resumed_report,
     status_of,
     submit,
-    wait_running,
-    wait_status,
     worker_pods,
     write_report,
 )
+from tests.support.leases import LEASE_DURATION_S, holder
+from tests.support.waiting import wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
-
-LEASE_NAMESPACE = "default"  # an operator outside a pod keeps its Lease there
-LEASE_DURATION_S = 10  # the default
-
-
-@pytest.fixture(scope="module")
-def api(cluster: Cluster) -> Iterator[client.ApiClient]:
-    api_client = cluster.api_client()
-    install_crd(api_client, timeout=30)
-    yield api_client
-    api_client.close()
 
 
 @pytest.fixture
@@ -73,19 +60,6 @@ def pair(cluster: Cluster, api: client.ApiClient, lease: str,
     finally:
         for proc in procs:
             proc.stop()
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient) -> Iterator[str]:
-    """The test's namespace; afterwards its job is deleted and its pods are gone (the
-    garbage collector does it, no operator needed), so the fake TPU nodes are free."""
-    yield namespace
-    delete_jobs_and_wait_for_pods(api, namespace)
-
-
-def holder(api: client.ApiClient, lease: str) -> str | None:
-    spec = client.CoordinationV1Api(api).read_namespaced_lease(lease, LEASE_NAMESPACE).spec
-    return spec.holder_identity if spec is not None else None
 
 
 def wait_holder(api: client.ApiClient, lease: str, identity: str, since: float) -> float:

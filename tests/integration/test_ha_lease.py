@@ -19,11 +19,10 @@ from kubernetes import client
 from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess, replicas
-from tests.integration.test_ha import LEASE_DURATION_S, LEASE_NAMESPACE, api, holder, ns
-from tests.integration.test_operator import status_of, submit
+from tests.support.article_job import status_of, submit
+from tests.support.leases import LEASE_DURATION_S, LEASE_NAMESPACE, holder
 
 pytestmark = pytest.mark.cluster
-__all__ = ["api", "ns"]  # fixtures shared with test_ha
 
 HOUR_S = 3600.0
 

@@ -33,7 +33,7 @@ from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.builders import etj
-from tests.unit.test_hostile_spec import hostile_manifest
+from tests.support.hostile_specs import hostile_manifest
 
 pytestmark = pytest.mark.cluster
 

@@ -47,6 +47,7 @@ from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_operator.render import render_jobset
 from tests.builders import etj
+from tests.support.article_job import condition
 
 pytestmark = pytest.mark.cluster
 
@@ -190,10 +191,6 @@ def jobs(api: client.ApiClient, namespace: str, operator: OperatorProcess) -> It
 def admission(status: dict[str, Any]) -> tuple[str, str, str]:
     c = next((c for c in status.get("conditions", []) if c["type"] == ADMITTED), {})
     return c.get("status", ""), c.get("reason", ""), c.get("message", "")
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
 
 
 def short(namespace: str) -> str:

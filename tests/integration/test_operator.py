@@ -7,14 +7,12 @@ article-shaped job) and wait for its pods to be gone before the next test starts
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Phase, Reason
@@ -22,26 +20,35 @@ from elastic_api.names import (
     GROUP,
     HEAD_REPLICATED_JOB,
     JOB_NAME_LABEL,
-    JOBSET_GROUP,
-    JOBSET_PLURAL,
-    JOBSET_VERSION,
     PLURAL,
     REPLICATED_JOB_LABEL,
     VERSION,
     job_pods_selector,
-    worker_pods_selector,
 )
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
-from tests.builders import etj
+from tests.support.article_job import (
+    JOB,
+    JOBSETS,
+    TIMEOUT,
+    condition,
+    delete_jobs_and_wait_for_pods,
+    events,
+    get_jobset,
+    is_true,
+    parse,
+    recovered,
+    resumed_report,
+    status_of,
+    submit,
+    worker_pods,
+    write_report,
+)
+from tests.support.waiting import job_version, wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
-
-JOB = "article"
-JOBSETS = (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
-TIMEOUT = 120  # scheduling 13 pods and the Job controller's backoff take a while
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -75,162 +82,6 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
     if not operator.running:
         operator.start()
     delete_jobs_and_wait_for_pods(api, namespace)
-
-
-def delete_jobs_and_wait_for_pods(api: client.ApiClient, namespace: str) -> None:
-    """Delete every job of the namespace and wait until the garbage collector has taken
-    their pods, so the fake TPU nodes are free for the next test."""
-    custom = client.CustomObjectsApi(api)
-    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                               item["metadata"]["name"])
-    core = client.CoreV1Api(api)
-    wait_for(lambda: not core.list_namespaced_pod(namespace).items, TIMEOUT,
-             f"pods of {namespace} gone")
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def job_manifest(**spec: Any) -> dict[str, Any]:
-    """The article's job (v5e 4x4 x 3 slices), backend pathways; `spec` fields on top."""
-    return (etj(JOB, namespace=None).backend("pathways").max_restarts(0)
-            .spec(elastic={"maxSliceRestarts": 5},
-                  checkpoint={"directory": "/tmp/etj-operator-test/no-checkpoints-here"},
-                  pathways={"gcsScratch": "gs://test-bucket/scratch"})
-            .trainer("trainer:test", 1000).spec(**spec).obj())
-
-
-def submit(api: client.ApiClient, ns: str, **spec: Any) -> None:
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, job_manifest(**spec))
-
-
-def get_job(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, JOB)
-    return obj
-
-
-def status_of(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    status: dict[str, Any] = get_job(api, ns).get("status") or {}
-    return status
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
-
-
-def wait_status(api: client.ApiClient, ns: str, predicate: Callable[[dict[str, Any]], Any],
-                what: str, timeout: float = TIMEOUT, since: str | None = None
-                ) -> dict[str, Any]:
-    """The first status of the job that satisfies `predicate`, among every version written
-    after `since` (a resourceVersion taken before a fault; default: the current one).
-    The versions come from a watch, not from polls: a state the operator keeps for less
-    than a poll interval (a slice replaced within a second) is still seen; only across an
-    API server restart (the history gone: 410) does it go on from the current version."""
-    job = get_job(api, ns)
-    last: dict[str, Any] = job.get("status") or {}
-    if since is None and predicate(last):
-        return last
-    rv = since or job["metadata"]["resourceVersion"]
-    deadline = time.monotonic() + timeout
-    custom = client.CustomObjectsApi(api)
-    while (left := deadline - time.monotonic()) > 0:
-        stream = watch.Watch().stream(
-            custom.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
-            field_selector=f"metadata.name={JOB}", resource_version=rv,
-            timeout_seconds=max(1, int(left)))
-        try:
-            for event in stream:
-                obj = event["object"]
-                rv = obj["metadata"]["resourceVersion"]
-                last = obj.get("status") or {}
-                if event["type"] != "DELETED" and predicate(last):
-                    return last
-        except client.ApiException as err:
-            if err.status != 410:
-                raise
-            # The history is gone (an API server restart): go on from the current version.
-            job = get_job(api, ns)
-            last, rv = job.get("status") or {}, job["metadata"]["resourceVersion"]
-            if predicate(last):
-                return last
-    conds = {c["type"]: (c["status"], c["reason"], c.get("message", ""))
-             for c in last.get("conditions", [])}
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}; last phase "
-                       f"{last.get('phase')}, slices "
-                       f"{[(x.get('index'), x.get('state')) for x in last.get('slices', [])]}, "
-                       f"conditions {conds}")
-
-
-def job_version(api: client.ApiClient, ns: str) -> str:
-    """The job's resourceVersion now: wait_status(since=...) sees every write after it."""
-    rv: str = get_job(api, ns)["metadata"]["resourceVersion"]
-    return rv
-
-
-def is_true(status: dict[str, Any], type_: str) -> bool:
-    return condition(status, type_).get("status") == "True"
-
-
-def recovered(status: dict[str, Any]) -> bool:
-    return condition(status, C.RECOVERING).get("reason") == Reason.RECOVERED
-
-
-def wait_running(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    return wait_status(api, ns, lambda s: s.get("phase") == Phase.RUNNING and is_true(s, C.READY),
-                       "job Running with all 3 slices Ready")
-
-
-def worker_pods(api: client.ApiClient, ns: str, slice_index: int) -> list[client.V1Pod]:
-    pods = client.CoreV1Api(api).list_namespaced_pod(
-        ns, label_selector=worker_pods_selector(JOB, slice_index)).items
-    return sorted((p for p in pods if p.metadata.deletion_timestamp is None
-                   and p.status.phase == "Running"), key=lambda p: p.metadata.name)
-
-
-def get_jobset(api: client.ApiClient, ns: str) -> dict[str, Any] | None:
-    try:
-        obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            *JOBSETS[:2], ns, JOBSETS[2], JOB)
-        return obj
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
-def events(api: client.ApiClient, ns: str, reason: str) -> list[str]:
-    items = client.CoreV1Api(api).list_namespaced_event(
-        ns, field_selector=f"involvedObject.name={JOB},reason={reason}").items
-    return [e.message for e in items]
-
-
-def write_report(api: client.ApiClient, ns: str, report: dict[str, Any]) -> None:
-    """As the trainer does (docs/status-contract.md): a merge patch on /status."""
-    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        GROUP, VERSION, ns, PLURAL, JOB, {"status": {"training": report}},
-        _content_type="application/merge-patch+json")
-
-
-def iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def resumed_report(detected_at: datetime, resumed_at: datetime) -> dict[str, Any]:
-    return {
-        "observedAt": iso(resumed_at), "state": "Training", "step": 101, "attempt": 1,
-        "activeSlices": 3, "elasticEventsTotal": 1,
-        "elasticEvent": {"id": 1, "phase": "Resumed", "detectedAt": iso(detected_at),
-                         "failedStep": 188, "slicesDown": [2], "restoredFromStep": 100,
-                         "restoreSource": "checkpoint", "resumedAt": iso(resumed_at),
-                         "resumedStep": 101},
-    }
-
-
-def parse(ts: str) -> datetime:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
 
 
 # --- the article's scenario ------------------------------------------------------------------

@@ -33,34 +33,25 @@ from elastic_api.names import (
     worker_job_name,
 )
 from elastic_devtools.localcluster import Cluster, faults
-from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
-from tests.integration.test_operator import (
+from tests.support.article_job import (
     JOB,
     condition,
+    delete_jobs_and_wait_for_pods,
     events,
     get_jobset,
     is_true,
     status_of,
     submit,
-    wait_running,
-    wait_status,
     worker_pods,
     write_report,
 )
+from tests.support.waiting import wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
 
 TIMEOUT = 120
-
-
-@pytest.fixture(scope="module")
-def api(cluster: Cluster) -> Iterator[client.ApiClient]:
-    api_client = cluster.api_client()
-    install_crd(api_client, timeout=30)
-    yield api_client
-    api_client.close()
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +69,7 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
     yield namespace
     if not operator.running:
         operator.start()
-    custom = client.CustomObjectsApi(api)
-    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                               item["metadata"]["name"])
-    wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(namespace).items, TIMEOUT,
-             f"pods of {namespace} gone")
+    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 @pytest.fixture

@@ -14,32 +14,18 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.trainer_run import RunTrainer, TrainerRun
 
 IN_PROCESS_DEVICES = 8
 _FLAG = "--xla_force_host_platform_device_count"
 os.environ["XLA_FLAGS"] = " ".join(
     [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_FLAG)]
     + [f"{_FLAG}={IN_PROCESS_DEVICES}"])
-
-
-@dataclass
-class TrainerRun:
-    returncode: int
-    summary: dict[str, Any]
-    log: str
-    checkpoint_dir: Path
-
-    def events(self, kind: str = "slice_down") -> list[dict[str, Any]]:
-        return [e for e in self.summary["elastic_events"] if e["kind"] == kind]
-
-
-RunTrainer = Callable[..., TrainerRun]
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """End-to-end runs of `etj train` on simulated slices (CPU), with injected faults."""
 from __future__ import annotations
 
-from conftest import RunTrainer, TrainerRun
+from tests.support.trainer_run import RunTrainer, TrainerRun
 
 
 def _assert_ok(run: TrainerRun) -> None:

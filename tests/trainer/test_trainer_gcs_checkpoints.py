@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import uuid
 
-from conftest import RunTrainer, TrainerRun
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from elastic_devtools.localcluster.gcs import FakeGcsServer
+from tests.support.trainer_run import RunTrainer, TrainerRun
 
 
 def test_checkpoints_on_gcs_survive_a_slice_lost_during_a_write(fake_gcs: FakeGcsServer,

@@ -1,5 +1,7 @@
 """The layout the README and docs/architecture.md ("Packages") describe, checked against
-the code: which package may import which, and no function too long to read at once."""
+the code: which package may import which, no function too long to read at once, and no
+test module importing another (shared helpers live in tests/support, fixtures in a
+conftest.py)."""
 from __future__ import annotations
 
 import ast
@@ -58,9 +60,53 @@ def long_functions(path: Path, root: Path = ROOT) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("package", ["elastic_api", "elastic_operator", "elastic_trainer"])
-def test_no_function_is_longer_than_a_screen(package: str) -> None:
-    assert [f for p in sorted(PACKAGES[package].rglob("*.py")) for f in long_functions(p)] == []
+# Every module we ship or run: the four packages, the benchmarks, the generators of hack/.
+MODULES = {
+    **{name: sorted(path.rglob("*.py")) for name, path in PACKAGES.items()},
+    "bench": sorted((ROOT / "bench").rglob("*.py")),
+    "hack": sorted((ROOT / "hack").glob("*.py")),
+}
+
+
+@pytest.mark.parametrize("area", sorted(MODULES))
+def test_no_function_is_longer_than_a_screen(area: str) -> None:
+    assert MODULES[area], f"no modules found for {area}"
+    assert [f for p in MODULES[area] for f in long_functions(p)] == []
+
+
+def imported_test_modules(path: Path, root: Path = ROOT) -> list[str]:
+    """The test modules (test_*.py) and conftest.py files that a module imports: absolute
+    (from the repository root, as pytest's pythonpath has it, or from the module's folder
+    or one above it, as pytest's rootdir and conftest insertion have it) or relative."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names, level = [alias.name for alias in node.names], 0
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names = [base] + [f"{base}.{alias.name}".lstrip(".") for alias in node.names]
+            level = node.level
+        else:
+            continue
+        folders = [path.parent, *(p for p in path.parents if p.is_relative_to(root))]
+        bases = [root, *folders] if level == 0 else [path.parents[level - 1]]
+        for name in filter(None, names):
+            parts = name.split(".")
+            if not (parts[-1].startswith("test_") or parts[-1] == "conftest"):
+                continue
+            for base_dir in bases:
+                if base_dir.joinpath(*parts[:-1], parts[-1] + ".py").is_file():
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+                    break
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """A helper that two test modules need lives in tests/support (or tests/builders.py),
+    a fixture in the conftest.py above both: importing a test module runs its module code
+    again, registers its fixtures twice and ties one test file's edits to another's."""
+    tests = ROOT / "tests"
+    assert [f for p in sorted(tests.rglob("*.py")) for f in imported_test_modules(p)] == []
 
 
 def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
@@ -70,3 +116,16 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
                       + "    x = 1\n" * MAX_FUNCTION_LINES)
     assert imported_packages(module) == {"elastic_operator", "elastic_trainer"}
     assert long_functions(module, tmp_path) == [f"m.py:3 f ({MAX_FUNCTION_LINES + 2})"]
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    for name in ("conftest.py", "unit/test_b.py", "unit/helpers.py", "unit/test_c.py"):
+        (tmp_path / "tests" / name).write_text("")
+    test_a = tmp_path / "tests" / "unit" / "test_a.py"
+    test_a.write_text("from tests.unit.test_b import x\nfrom tests.unit import test_c, helpers\n"
+                      "import tests.unit.test_b\nfrom . import test_c\nfrom .. import conftest\n"
+                      "from conftest import y\nfrom test_b import z\n"
+                      "from tests.unit.helpers import h\nfrom tests.unit.test_gone import w\n")
+    assert imported_test_modules(test_a, tmp_path) == [
+        "tests/unit/test_a.py:1 tests.unit.test_b", "tests/unit/test_a.py:2 tests.unit.test_c",
+        "tests/unit/test_a.py:3 tests.unit.test_b", "tests/unit/test_a.py:4 test_c",
+        "tests/unit/test_a.py:5 conftest", "tests/unit/test_a.py:6 conftest",
+        "tests/unit/test_a.py:7 test_b"]

@@ -12,7 +12,7 @@ from elastic_api.queueing import ADMITTED, REASON_PREEMPTED, REASON_SUSPENDED_BY
 from elastic_operator.handlers import owning_job
 from tests.builders import JobSetWrapper, at
 from tests.kueue_builders import WorkloadWrapper
-from tests.unit.test_operator_reconciler import (
+from tests.support.stand_in_kube import (
     POD_CACHE_READ,
     StandInKube,
     condition,

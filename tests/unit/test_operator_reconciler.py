@@ -5,10 +5,6 @@ is read once per reconcile; a failed checkpoint scan keeps the last good step; t
 write is conditional on the job's version and a change's Events are posted once."""
 from __future__ import annotations
 
-import copy
-import json
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from datetime import datetime
 from typing import Any
 
@@ -18,31 +14,22 @@ from prometheus_client import CollectorRegistry
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
-from elastic_operator.core.events import StatusEvent
-from elastic_operator.kube import ApiError, Kube
-from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.kube import ApiError
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observations import ApiObservations
 from elastic_operator.observed import (
-    ObservedJobSet,
     ObservedPod,
     jobset_from_dict,
     node_from_dict,
     pod_from_dict,
 )
-from elastic_operator.reconciler import Reconciler
-from elastic_operator.scanner import CheckpointScanner
-from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at, etj
-
-
-def api_error(code: int, reason: str, message: str, **details: Any) -> ApiError:
-    """What the API server answers, as kube.request raises it."""
-    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-            "reason": reason, "message": message}
-    if details:
-        body["details"] = details
-    return ApiError(code, reason, json.dumps(body))
-
+from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at
+from tests.support.stand_in_kube import (
+    StandInKube,
+    api_error,
+    condition,
+    reconciler,
+    the_job,
+)
 
 # What JobSet's webhook answers for a maxRestarts beyond int32 (HTTP 400). Admission now
 # refuses such a spec; a job admitted under an older CRD still carries it, and this path
@@ -63,151 +50,8 @@ NAMESPACE_TERMINATING = api_error(
                                      "metadata.namespace"}])
 
 
-CONFLICT = api_error(409, "Conflict", 'Operation cannot be fulfilled on elastictrainingjobs'
-                     '.elastic.pathways.dev "train": the object has been modified; please '
-                     "apply your changes to the latest version and try again",
-                     name="train", group=GROUP, kind=PLURAL)
-
-
-POD_CACHE_READ = "pods (from the cache)"
-
-
-def the_job(**spec: Any) -> dict[str, Any]:
-    return (etj("train", "ml").uid("u-1").generation(1).tpu("v5e", "2x4", 1)
-            .checkpoint_dir("gs://b/ckpt").spec(**spec).obj())
-
-
-class StandInKube(Kube):
-    """One job in memory. `fail` maps a method name to the ApiError it raises."""
-
-    def __init__(self, job: dict[str, Any], jobset: dict[str, Any] | None = None) -> None:
-        super().__init__(None)
-        self.job = job
-        self.job["metadata"].setdefault("resourceVersion", "1")
-        self.jobset = jobset
-        self.fail: dict[str, ApiError] = {}
-        self.calls: list[str] = []
-        self.created: list[str] = []
-        self.patches: list[dict[str, Any]] = []
-        self.events: list[StatusEvent] = []
-        self.event_names: list[str] = []
-        # Runs before each status patch is applied (another writer, in between).
-        self.before_patch: Callable[[], None] = lambda: None
-
-    def write_training(self, report: dict[str, Any]) -> None:
-        """The trainer's merge patch of status.training: a new resourceVersion."""
-        self.job.setdefault("status", {})["training"] = report
-        self._bump()
-
-    def _bump(self) -> None:
-        meta = self.job["metadata"]
-        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
-
-    def _call(self, method: str) -> None:
-        self.calls.append(method)
-        if method in self.fail:
-            raise self.fail[method]
-
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._call("get_job")
-        return copy.deepcopy(self.job)
-
-    def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._call("get_jobset")
-        return copy.deepcopy(self.jobset)
-
-    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        self._call(f"create {obj['kind']}")
-        self.created.append(obj["kind"])
-        if obj["kind"] != "JobSet":
-            return copy.deepcopy(obj)
-        stored = copy.deepcopy(obj)
-        stored["metadata"]["uid"] = "js-uid"
-        self.jobset = stored
-        return copy.deepcopy(stored)
-
-    def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
-        self._call("patch_jobset_suspend")
-        assert self.jobset is not None
-        self.jobset["spec"]["suspend"] = suspend
-        return copy.deepcopy(self.jobset)
-
-    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
-                         resource_version: str | None = None) -> str | None:
-        self._call("patch_job_status")
-        self.before_patch()
-        if resource_version not in (None, self.job["metadata"]["resourceVersion"]):
-            raise CONFLICT
-        self.patches.append(patch)
-        self.job["status"] = _merge(self.job.get("status") or {}, patch["status"])
-        self._bump()
-        version: str = self.job["metadata"]["resourceVersion"]
-        return version
-
-    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
-        self._call("list_worker_jobs")
-        return []  # none yet (the JobSet controller has not made them)
-
-    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
-                   name: str | None = None) -> bool:
-        self._call("post_event")
-        if name is not None and name in self.event_names:
-            return False  # 409 AlreadyExists
-        self.event_names.append(name or "")
-        self.events.append(event)
-        return True
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
-
-
-class Synchronous(Executor):
-    """Runs each scan at once, in the caller's thread."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_result(fn(*args, **kwargs))
-        return future
-
-
-def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
-               pods: tuple[ObservedPod, ...] = (),
-               jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
-               nodes: NodeIndex | None = None) -> tuple[Reconciler, CollectorRegistry]:
-    registry = CollectorRegistry()
-    metrics = OperatorMetrics(registry)
-
-    def no_checkpoint(directory: str, now: datetime) -> CheckpointStatus:
-        return CheckpointStatus(directory=directory, observed_at=now)
-
-    scanner = CheckpointScanner(scan=scan or no_checkpoint, executor=Synchronous(),
-                                clock=lambda: T0)
-    def pod_cache(namespace: str, job: str) -> tuple[ObservedPod, ...]:
-        if isinstance(kube, StandInKube):  # the order of reads matters (Kueue's tests)
-            kube.calls.append(POD_CACHE_READ)
-        return pods
-
-    observations = ApiObservations(kube, nodes or NodeIndex(), scanner, pods=pod_cache,
-                                   jobsets=jobsets)
-    return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
-
-
 def errors(registry: CollectorRegistry) -> float:
     return registry.get_sample_value("etj_reconcile_errors_total") or 0.0
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in status["conditions"] if c["type"] == type_)
 
 
 def test_a_refused_jobset_is_reported_once_as_invalid_spec() -> None:

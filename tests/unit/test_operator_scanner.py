@@ -3,27 +3,15 @@ interval, off the reconcile's result path, and only news wakes a reconcile."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from elastic_api.models import CheckpointStatus
 from elastic_operator.scanner import CheckpointScanner
 from tests.builders import T0, at
+from tests.support.executors import Synchronous
 
 KEY = ("ns", "job")
-
-
-class Synchronous(Executor):
-    """Runs each scan at once, in the caller's thread: its future is done before submit
-    returns."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_result(fn(*args, **kwargs))
-        return future
 
 
 class Clock:

@@ -40,6 +40,7 @@ from tests.builders import (
     observed_jobset,
 )
 from tests.builders import at as s
+from tests.support.merge_patch import apply_merge_patch
 
 
 def cond(status: ElasticTrainingJobStatus, type_: str) -> tuple[str, str, str]:
@@ -585,19 +586,6 @@ def test_status_patch_never_touches_training_and_nulls_removed_fields() -> None:
     assert status_patch(prev, prev) is None
 
 
-def _apply_merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _apply_merge_patch(out.get(key), value)
-    return out
-
-
 def test_a_new_recovery_replaces_the_old_one_on_the_server() -> None:
     """Found by the soak: a new lastRecovery (no resumedAt yet) sent whole was merged into
     the old one on the server, which kept the old resumedAt and downtime; the operator then
@@ -611,7 +599,7 @@ def test_a_new_recovery_replaces_the_old_one_on_the_server() -> None:
         detected_at=s(100), slices=[2], step_at_detection=200)})
     patch = status_patch(prev, new)
     assert patch is not None
-    on_server = _apply_merge_patch(prev.to_wire(), patch["status"])
+    on_server = apply_merge_patch(prev.to_wire(), patch["status"])
     assert on_server == new.to_wire()
     parsed, problem = parse_status(on_server)
     assert problem is None and parsed.last_recovery is not None
@@ -635,7 +623,7 @@ def test_every_status_patch_lands_exactly_the_new_status(data: st.DataObject) ->
     if patch is None:
         assert prev.to_wire() == new.to_wire()
     else:
-        assert _apply_merge_patch(prev.to_wire(), patch["status"]) == new.to_wire()
+        assert apply_merge_patch(prev.to_wire(), patch["status"]) == new.to_wire()
 
 
 # --- suspend, terminal states, spec changes ---------------------------------------------------

@@ -37,7 +37,7 @@ from elastic_api.names import (
     VERSION,
     worker_pods_selector,
 )
-from elastic_devtools.demo.summary import plural, summarize
+from elastic_devtools.demo.summary import DemoSummary, plural, summarize
 from elastic_devtools.demo.timeline import Mark, draw_timeline
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
@@ -162,165 +162,223 @@ def _head_command(job_obj: dict[str, Any]) -> list[str]:
 
 
 def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> int:
-    from kubernetes import client
-    from kubernetes import watch as kube_watch
-
     from elastic_devtools import localcluster as lc
-    from elastic_devtools.localcluster import faults
-    from elastic_devtools.localcluster.crds import install_crd
 
-    t_start = time.time()
-
-    def stage(n: int, text: str) -> None:
-        say(f"\n[{n}/5] {text}  (t={time.time() - t_start:.0f}s)")
-
+    demo = DemoRun(out, Path(os.environ.get("ETJ_DEMO_CLUSTER_DIR")
+                             or lc.default_dir().parent / "demo"))
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    procs: list[subprocess.Popen[bytes]] = []
-    operator: OperatorProcess | None = None
-    dead_nodes: list[str] = []
-    cluster_dir = Path(os.environ.get("ETJ_DEMO_CLUSTER_DIR") or lc.default_dir().parent / "demo")
     try:
-        stage(1, "Local control plane: etcd, kube-apiserver, controllers, scheduler, kwok, JobSet")
-        lc.down(cluster_dir, progress=lambda _: None)  # a clean start, whatever ran before
-        cluster = lc.up(lc.ClusterConfig(dir=cluster_dir), progress=lambda line: say("  " + line))
-        api = cluster.api_client()
-        # The client's generated types add nothing over the JSON we pass; keep them loose.
-        core: Any = client.CoreV1Api(api)
-        custom: Any = client.CustomObjectsApi(api)
-        nodes = core.list_node(label_selector="cloud.google.com/gke-tpu-accelerator").items
+        demo.start_cluster_and_operator()
+        job_obj = demo.apply_job(repo, step_seconds)
+        trainer = demo.start_trainer(job_obj)
+        watch = demo.watch_job()
+        status_before = demo.wait_for_checkpoints(int(job_obj["spec"]["checkpoint"]["periodSteps"]))
+        death = demo.kill_a_host(status_before)
+        recovery = demo.wait_for_recovery(death, trainer, watch)
+        return demo.report(death, recovery, watch, status_before)
+    finally:
+        demo.stop(keep_cluster)
+
+
+@dataclass
+class HostDeath:
+    """The TPU host the demo killed: the worker pod on it, its node, and when."""
+
+    victim: str
+    node: str
+    killed_at: float
+
+
+@dataclass
+class Recovery:
+    """What the demo waited for after the host died."""
+
+    moved: dict[str, Any]  # the slice's lastReplacement, Ready again on the spare pool
+    rc: int  # the trainer's exit code
+    status_after: dict[str, Any]
+
+
+@dataclass
+class DemoRun:
+    """The demo's five stages, and what it started (all stopped by `stop`, whatever
+    happened)."""
+
+    out: Path
+    cluster_dir: Path
+    t_start: float = field(default_factory=time.time)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    operator: OperatorProcess | None = None
+    dead_nodes: list[str] = field(default_factory=list)
+    # The client's generated types add nothing over the JSON we pass; keep them loose.
+    api: Any = None
+    core: Any = None
+    custom: Any = None
+    env: dict[str, str] = field(default_factory=dict)
+    name: str = ""
+    _resource_version: str | None = None
+
+    def stage(self, n: int, text: str) -> None:
+        say(f"\n[{n}/5] {text}  (t={time.time() - self.t_start:.0f}s)")
+
+    def get_job(self) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, DEMO_NAMESPACE, PLURAL, self.name)
+        return obj
+
+    def start_cluster_and_operator(self) -> None:
+        from kubernetes import client
+
+        from elastic_devtools import localcluster as lc
+        from elastic_devtools.localcluster.crds import install_crd
+
+        self.stage(1, "Local control plane: etcd, kube-apiserver, controllers, scheduler, kwok, "
+                      "JobSet")
+        lc.down(self.cluster_dir, progress=lambda _: None)  # a clean start, whatever ran before
+        cluster = lc.up(lc.ClusterConfig(dir=self.cluster_dir),
+                        progress=lambda line: say("  " + line))
+        self.api = cluster.api_client()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        nodes = self.core.list_node(label_selector="cloud.google.com/gke-tpu-accelerator").items
         say(f"  {len(nodes)} fake TPU nodes: " + ", ".join(sorted(n.metadata.name for n in nodes)))
 
-        install_crd(api, timeout=30)
-        core.create_namespace({"metadata": {"name": DEMO_NAMESPACE}})
-        wait_for(lambda: core.list_namespaced_service_account(
+        install_crd(self.api, timeout=30)
+        self.core.create_namespace({"metadata": {"name": DEMO_NAMESPACE}})
+        wait_for(lambda: self.core.list_namespaced_service_account(
             DEMO_NAMESPACE, field_selector="metadata.name=default").items, 30,
             "the namespace's default ServiceAccount")
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        operator = OperatorProcess(cluster.kubeconfig, out / "operator.log",
-                                   args=("--namespace", DEMO_NAMESPACE),
-                                   env={"PYTHONUNBUFFERED": "1"}, new_session=True)
-        operator.start()
-        say(f"  operator started (pid {operator.pid}, log {out / 'operator.log'})")
+        self.env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        self.operator = OperatorProcess(cluster.kubeconfig, self.out / "operator.log",
+                                        args=("--namespace", DEMO_NAMESPACE),
+                                        env={"PYTHONUNBUFFERED": "1"}, new_session=True)
+        self.operator.start()
+        say(f"  operator started (pid {self.operator.pid}, log {self.out / 'operator.log'})")
 
-        stage(2, "Apply examples/demo.yaml: 3 slices x 4 hosts (v5e 4x4 shape, simulated backend)")
-        job_obj = yaml.safe_load((repo / "examples" / "demo.yaml").read_text())
+    def apply_job(self, repo: Path, step_seconds: float) -> dict[str, Any]:
+        self.stage(2, "Apply examples/demo.yaml: 3 slices x 4 hosts (v5e 4x4 shape, simulated "
+                      "backend)")
+        job_obj: dict[str, Any] = yaml.safe_load((repo / "examples" / "demo.yaml").read_text())
         job_obj["metadata"]["namespace"] = DEMO_NAMESPACE
-        job_obj["spec"]["checkpoint"]["directory"] = str((out / "checkpoints").resolve())
+        job_obj["spec"]["checkpoint"]["directory"] = str((self.out / "checkpoints").resolve())
         if step_seconds > 0:
             job_obj["spec"]["trainer"].setdefault("args", []).extend(
                 ["--min-step-seconds", str(step_seconds)])
-        name = job_obj["metadata"]["name"]
-        custom.create_namespaced_custom_object(GROUP, VERSION, DEMO_NAMESPACE, PLURAL, job_obj)
-
-        def get_job() -> dict[str, Any]:
-            obj: dict[str, Any] = custom.get_namespaced_custom_object(
-                GROUP, VERSION, DEMO_NAMESPACE, PLURAL, name)
-            return obj
-
-        wait_for(lambda: (get_job().get("status") or {}).get("slicesReady") == 3, 120,
-              "3 ready slices (12 worker pods Running on kwok nodes)")
+        self.name = job_obj["metadata"]["name"]
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, DEMO_NAMESPACE, PLURAL,
+                                                    job_obj)
+        wait_for(lambda: (self.get_job().get("status") or {}).get("slicesReady") == 3, 120,
+                 "3 ready slices (12 worker pods Running on kwok nodes)")
         say("  JobSet created by the operator; 12 worker pods Ready")
+        return job_obj
 
-        stage(3, "Start the trainer as the head's `main` container would (same command)")
+    def start_trainer(self, job_obj: dict[str, Any]) -> subprocess.Popen[bytes]:
+        self.stage(3, "Start the trainer as the head's `main` container would (same command)")
         command = _head_command(job_obj)
         if command[0] == "etj":
             command = [sys.executable, "-m", "elastic_api.cli", *command[1:]]
-        command += ["--summary", str(out / "trainer-summary.json")]
+        command += ["--summary", str(self.out / "trainer-summary.json")]
         say("  $ etj " + " ".join(command[3:]))
-        trainer_env = {**env, "ETJ_JOB_NAME": name, "ETJ_JOB_NAMESPACE": DEMO_NAMESPACE}
-        trainer_log = out / "trainer.log"
+        trainer_env = {**self.env, "ETJ_JOB_NAME": self.name, "ETJ_JOB_NAMESPACE": DEMO_NAMESPACE}
         trainer = subprocess.Popen(command, env=trainer_env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(trainer)
-        threading.Thread(target=_tee, args=(trainer, trainer_log), daemon=True).start()
-        def stream() -> Iterator[dict[str, Any]]:
-            # Resume from the last version seen, so a reconnect skips nothing.
-            kwargs = {"resource_version": resource_version[0]} if resource_version[0] else {}
-            for event in kube_watch.Watch().stream(
-                    custom.list_namespaced_custom_object, GROUP, VERSION, DEMO_NAMESPACE, PLURAL,
-                    field_selector=f"metadata.name={name}", timeout_seconds=5, **kwargs):
-                obj: dict[str, Any] = event["object"]
-                if event["type"] == "ERROR":  # e.g. 410 Gone: start again from a fresh list
-                    resource_version[0] = None
-                    return
-                resource_version[0] = obj["metadata"]["resourceVersion"]
-                yield obj
+        self.procs.append(trainer)
+        threading.Thread(target=_tee, args=(trainer, self.out / "trainer.log"),
+                         daemon=True).start()
+        return trainer
 
-        resource_version: list[str | None] = [None]
-        watch = Watch(stream)
+    def watch_job(self) -> Watch:
+        watch = Watch(self._job_versions)
         watch.start()
+        return watch
 
-        period = int(job_obj["spec"]["checkpoint"]["periodSteps"])
-        wait_for(lambda: (((get_job().get("status") or {}).get("training") or {})
-                       .get("lastCommittedCheckpointStep") or 0) >= 2 * period,
-              300, "two committed checkpoints", interval=0.5)
-        status_before = get_job().get("status") or {}
+    def _job_versions(self) -> Iterator[dict[str, Any]]:
+        from kubernetes import watch as kube_watch
 
-        stage(4, f"A TPU host of slice {KILL_SLICE} dies (its node goes NotReady, its kubelet "
-                 "stops answering)")
-        victim = _worker_pod(core, name, KILL_SLICE)
-        node = core.read_namespaced_pod(victim, DEMO_NAMESPACE).spec.node_name
+        # Resume from the last version seen, so a reconnect skips nothing.
+        kwargs = {"resource_version": self._resource_version} if self._resource_version else {}
+        for event in kube_watch.Watch().stream(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, DEMO_NAMESPACE,
+                PLURAL, field_selector=f"metadata.name={self.name}", timeout_seconds=5,
+                **kwargs):
+            obj: dict[str, Any] = event["object"]
+            if event["type"] == "ERROR":  # e.g. 410 Gone: start again from a fresh list
+                self._resource_version = None
+                return
+            self._resource_version = obj["metadata"]["resourceVersion"]
+            yield obj
+
+    def wait_for_checkpoints(self, period: int) -> dict[str, Any]:
+        """The job's status once the trainer has committed two checkpoints."""
+        wait_for(lambda: (((self.get_job().get("status") or {}).get("training") or {})
+                          .get("lastCommittedCheckpointStep") or 0) >= 2 * period,
+                 300, "two committed checkpoints", interval=0.5)
+        status: dict[str, Any] = self.get_job().get("status") or {}
+        return status
+
+    def kill_a_host(self, status_before: dict[str, Any]) -> HostDeath:
+        from elastic_devtools.localcluster import faults
+
+        self.stage(4, f"A TPU host of slice {KILL_SLICE} dies (its node goes NotReady, its "
+                      "kubelet stops answering)")
+        victim = _worker_pod(self.core, self.name, KILL_SLICE)
+        node = self.core.read_namespaced_pod(victim, DEMO_NAMESPACE).spec.node_name
         pools = {s.get("pool") for s in status_before.get("slices") or []}
         say(f"  slices run on node pools {', '.join(sorted(p for p in pools if p))}; "
-            f"hot spare: {', '.join(_spares(core, pools)) or 'none'}")
+            f"hot spare: {', '.join(_spares(self.core, pools)) or 'none'}")
         killed_at = time.time()
-        faults.kill_node(api, node)
-        dead_nodes.append(node)
+        faults.kill_node(self.api, node)
+        self.dead_nodes.append(node)
         say(f"  node {node} (pod {victim}) died at step "
             f"{(status_before.get('training') or {}).get('step')}")
+        return HostDeath(victim, node, killed_at)
 
+    def wait_for_recovery(self, death: HostDeath, trainer: subprocess.Popen[bytes],
+                          watch: Watch) -> Recovery:
+        """Recovered, the slice Ready on the spare pool, the trainer done with its steps."""
+        killed_at = death.killed_at
         wait_for(lambda: watch.seen_after("Recovering=False:Recovered", killed_at), 300,
-              "the job to report Recovered")
-        moved = wait_for(lambda: _replacement(get_job(), KILL_SLICE, killed_at), 120,
+                 "the job to report Recovered")
+        moved = wait_for(lambda: _replacement(self.get_job(), KILL_SLICE, killed_at), 120,
                          f"slice {KILL_SLICE} Ready again on a new worker Job")
         say(f"  slice {KILL_SLICE} moved from node pool {moved.get('fromPool')} to "
             f"{moved.get('toPool')} (the hot spare), Ready "
             f"{_unix(moved['readyAt']) - killed_at:.1f} s after the host died")
         rc = wait_for(lambda: trainer.poll() is not None and [trainer.returncode], 600,
-                   "the trainer to finish its steps", interval=0.5)[0]
+                      "the trainer to finish its steps", interval=0.5)[0]
         time.sleep(0.5)  # one more watch round for the final status
         watch.stop()
-        status_after = get_job().get("status") or {}
+        return Recovery(moved, rc, self.get_job().get("status") or {})
 
-        stage(5, "Summary")
+    def report(self, death: HostDeath, recovery: Recovery, watch: Watch,
+               status_before: dict[str, Any]) -> int:
+        """Writes demo-output/ and the summary table; 0 if the demo showed what it claims."""
+        self.stage(5, "Summary")
+        out, rc, status_after = self.out, recovery.rc, recovery.status_after
         summary_file = out / "trainer-summary.json"
         if not summary_file.exists():
-            raise DemoError(f"the trainer wrote no summary (exit code {rc}); see {trainer_log}")
+            raise DemoError(f"the trainer wrote no summary (exit code {rc}); see "
+                            f"{out / 'trainer.log'}")
         trainer_summary = json.loads(summary_file.read_text())
-        jobset = custom.get_namespaced_custom_object(
+        jobset = self.custom.get_namespaced_custom_object(
             "jobset.x-k8s.io", "v1alpha2", DEMO_NAMESPACE, "jobsets",
-            status_after.get("jobSetName") or name)
+            status_after.get("jobSetName") or self.name)
         restarts = int((jobset.get("status") or {}).get("restarts") or 0)
         result = summarize(
-            killed_at=killed_at, replacement=moved,
-            slice_down_at=watch.seen_after("SliceDown=True:SliceDown", killed_at)
-            or _first_true_after(watch, "SliceDown=True", killed_at),
+            killed_at=death.killed_at, replacement=recovery.moved,
+            slice_down_at=watch.seen_after("SliceDown=True:SliceDown", death.killed_at)
+            or _first_true_after(watch, "SliceDown=True", death.killed_at),
             trainer_summary=trainer_summary, status_before=status_before,
             status_after=status_after, jobset_restarts=restarts,
             condition_reasons=watch.reasons)
-        _write_events(core, name, out / "events.log")
-        data = {**result.to_json(), "killed_pod": victim, "killed_node": node,
+        _write_events(self.core, self.name, out / "events.log")
+        data = {**result.to_json(), "killed_pod": death.victim, "killed_node": death.node,
                 "trainer_exit_code": rc,
                 "last_recovery": status_after.get("lastRecovery"),
                 "counters": status_after.get("counters")}
         (out / "summary.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        event = (trainer_summary.get("elastic_events") or [{}])[0]
-        marks = [Mark(killed_at, f"a host of slice {KILL_SLICE} dies", "#c0392b")]
-        if result.detect_seconds is not None:
-            marks.append(Mark(killed_at + result.detect_seconds, "operator: SliceDown", "#e67e22"))
-        if event.get("detected_at"):
-            marks.append(Mark(event["detected_at"], "trainer: DATA_LOSS caught", "#8e44ad"))
-        if result.replaced_seconds is not None:
-            marks.append(Mark(killed_at + result.replaced_seconds,
-                              f"slice {KILL_SLICE} Ready on the spare pool", "#2471a3"))
-        if event.get("resumed_at"):
-            marks.append(Mark(event["resumed_at"], "training resumed", "#27ae60"))
-        draw_timeline(trainer_summary["step_times"], marks, str(out / "timeline.png"),
-                      title=f"Demo: a host of slice {KILL_SLICE} dies, the slice moves to a "
-                            f"hot spare; {plural(result.steps_lost or 0, 'step')} lost, "
-                            "same process")
+        _draw(result, trainer_summary, death.killed_at, out / "timeline.png")
         say(result.table())
         say(f"\nWrote {out}/summary.json, timeline.png, events.log, trainer.log, operator.log")
         ok = rc == 0 and result.same_process and restarts == 0 and result.steps_lost is not None \
@@ -329,18 +387,42 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
             say("The demo did NOT show an in-process recovery on a hot spare; see the logs "
                 "above.")
         return 0 if ok else 1
-    finally:
-        for proc in reversed(procs):
+
+    def stop(self, keep_cluster: bool) -> None:
+        from elastic_devtools import localcluster as lc
+        from elastic_devtools.localcluster import faults
+
+        for proc in reversed(self.procs):
             _stop(proc)
-        if keep_cluster and dead_nodes:
-            for node in dead_nodes:
-                faults.revive_node(api, node)
-        if operator is not None:
-            operator.stop(timeout=10)
+        if keep_cluster and self.dead_nodes:
+            for node in self.dead_nodes:
+                faults.revive_node(self.api, node)
+        if self.operator is not None:
+            self.operator.stop(timeout=10)
         if not keep_cluster:
-            lc.down(cluster_dir, progress=lambda _: None)
+            lc.down(self.cluster_dir, progress=lambda _: None)
             say(f"Stopped the operator, the trainer and the local control plane "
-                f"(t={time.time() - t_start:.0f}s).")
+                f"(t={time.time() - self.t_start:.0f}s).")
+
+
+def _draw(result: DemoSummary, trainer_summary: dict[str, Any], killed_at: float,
+          path: Path) -> None:
+    """timeline.png: the step times, with the story's moments marked."""
+    event = (trainer_summary.get("elastic_events") or [{}])[0]
+    marks = [Mark(killed_at, f"a host of slice {KILL_SLICE} dies", "#c0392b")]
+    if result.detect_seconds is not None:
+        marks.append(Mark(killed_at + result.detect_seconds, "operator: SliceDown", "#e67e22"))
+    if event.get("detected_at"):
+        marks.append(Mark(event["detected_at"], "trainer: DATA_LOSS caught", "#8e44ad"))
+    if result.replaced_seconds is not None:
+        marks.append(Mark(killed_at + result.replaced_seconds,
+                          f"slice {KILL_SLICE} Ready on the spare pool", "#2471a3"))
+    if event.get("resumed_at"):
+        marks.append(Mark(event["resumed_at"], "training resumed", "#27ae60"))
+    draw_timeline(trainer_summary["step_times"], marks, str(path),
+                  title=f"Demo: a host of slice {KILL_SLICE} dies, the slice moves to a "
+                        f"hot spare; {plural(result.steps_lost or 0, 'step')} lost, "
+                        "same process")
 
 
 def _spares(core: Any, in_use: set[str | None]) -> list[str]:

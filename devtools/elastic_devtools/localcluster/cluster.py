@@ -499,6 +499,24 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
     api = _admin_api(layout, server)
     s = _Starter(layout, progress, cfg.timeout, cfg.die_with_parent)
 
+    _start_etcd_and_apiserver(s, api, binaries, layout, ports)
+    s.start("kube-controller-manager",
+            render.controller_manager_args(binaries.kube_controller_manager, layout, ports))
+    s.start("kube-scheduler", render.scheduler_args(binaries.kube_scheduler, layout, ports))
+    s.start("kwok", render.kwok_args(binaries.kwok, layout, ports))
+    # Nodes and webhook registrations first: the node lifecycle controller and kwok
+    # work on the nodes while the CRD is applied.
+    expected = _register_nodes_and_webhooks(api, cfg, layout, ports)
+    _start_jobset(s, api, binaries, layout)
+    _wait_for_the_rest(s, api, ports, expected)
+    if cfg.kueue:
+        _start_kueue(layout, progress, max(s.deadline - time.monotonic(), 60.0),
+                     cfg.die_with_parent)
+    progress(f"cluster ready in {time.monotonic() - s.t0:.1f}s; kubeconfig: {layout.kubeconfig}")
+
+
+def _start_etcd_and_apiserver(s: _Starter, api: KubeApi, binaries: Binaries, layout: Layout,
+                              ports: Ports) -> None:
     s.start("etcd", render.etcd_args(binaries.etcd, layout, ports))
     etcd_health = f"http://127.0.0.1:{ports.etcd_client}/health"
     s.wait({"etcd": lambda: _http_ok(etcd_health, expect="true")})
@@ -513,13 +531,10 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
 
     s.wait({"kube-apiserver": apiserver_ready})
 
-    s.start("kube-controller-manager",
-            render.controller_manager_args(binaries.kube_controller_manager, layout, ports))
-    s.start("kube-scheduler", render.scheduler_args(binaries.kube_scheduler, layout, ports))
-    s.start("kwok", render.kwok_args(binaries.kwok, layout, ports))
 
-    # Nodes and webhook registrations first: the node lifecycle controller and kwok
-    # work on the nodes while the CRD is applied.
+def _register_nodes_and_webhooks(api: KubeApi, cfg: ClusterConfig, layout: Layout,
+                                 ports: Ports) -> set[str]:
+    """The fake nodes and JobSet's webhook registrations; the names of the nodes."""
     pools = render.node_pools(cfg.tpu_pools, cfg.cpu_nodes)
     nodes = render.node_manifests(pools)
     for node in nodes:
@@ -528,13 +543,15 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
         except ApiError as err:
             if err.status != 409:
                 raise
-    expected = {n["metadata"]["name"] for n in nodes}
     ca_pem = (layout.pki / "ca.crt").read_bytes()
     for hook in render.jobset_webhook_configurations(ports.jobset_webhook, ca_pem):
         plural = hook["kind"].lower() + "s"
         name = hook["metadata"]["name"]
         api.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}", hook)
+    return {n["metadata"]["name"] for n in nodes}
 
+
+def _start_jobset(s: _Starter, api: KubeApi, binaries: Binaries, layout: Layout) -> None:
     # JobSet's informers need its CRD served before the controller starts.
     crd_name = "jobsets.jobset.x-k8s.io"
     api.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}",
@@ -547,6 +564,11 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
 
     s.wait({"jobset CRD": crd_established})
     s.start("jobset-controller", render.jobset_args(binaries.jobset_controller, layout))
+
+
+def _wait_for_the_rest(s: _Starter, api: KubeApi, ports: Ports, expected: set[str]) -> None:
+    """The controllers, kwok and JobSet healthy, every node Ready, the default
+    ServiceAccount made."""
 
     def nodes_ready() -> bool:
         ready = set()
@@ -587,10 +609,6 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
         f"nodes ({len(expected)})": nodes_ready,
         "default ServiceAccount": default_sa,
     })
-    if cfg.kueue:
-        _start_kueue(layout, progress, max(s.deadline - time.monotonic(), 60.0),
-                     cfg.die_with_parent)
-    progress(f"cluster ready in {time.monotonic() - s.t0:.1f}s; kubeconfig: {layout.kubeconfig}")
 
 
 # --------------------------------------------------------------------------------- Kueue

@@ -20,6 +20,3 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     """`1 step`, `2 steps`, `0 steps`."""
     return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
 
-
-def is_are(count: int) -> str:
-    return "is" if count == 1 else "are"
