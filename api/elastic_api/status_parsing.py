@@ -114,7 +114,7 @@ def _drop_first_offender(model: Any, e: ValidationError, data: dict[str, Any],
             nested = _nested_model(model, key) if len(loc) > 1 else None
             if nested is not None and isinstance(data[key], dict):
                 part, part_dropped = _salvage(nested, data[key])
-                if part is not None:
+                if part is not None and part_dropped:  # else dropping nothing would loop
                     data[key] = part.model_dump(by_alias=True, mode="json")
                     dropped += [f"{key}.{d}" for d in part_dropped]
                     return "dropped"
