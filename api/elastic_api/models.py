@@ -748,13 +748,28 @@ class TrainerProcess(StatusModel):
 
 
 class CheckpointStatus(StatusModel):
+    """What the operator's last listing of spec.checkpoint.directory found, by the commit
+    rule both the operator and the bundled trainer apply (elastic_api/checkpoints.py)."""
+
     directory: str | None = None
-    latest_committed_step: int | None = None
-    incomplete_steps: list[int] = Field(default_factory=list)
+    latest_committed_step: int | None = Field(
+        None, description="The newest committed step: a directory named by the step in "
+        "ASCII digits (no leading zero) holding commit_success.txt, which Orbax writes "
+        "last, on gs:// and on a filesystem. The step the bundled trainer restores.")
+    incomplete_steps: list[int] = Field(
+        default_factory=list, description="Uncommitted steps newer than "
+        "latestCommittedStep (a step directory without commit_success.txt, or a "
+        "<step>.orbax-checkpoint-tmp* directory): saves that may still be in flight.")
+    abandoned_steps: list[int] = Field(
+        default_factory=list, description="Uncommitted steps not newer than "
+        "latestCommittedStep: left by saves that never finished (Orbax removes such a "
+        "directory only if the same step is saved again). Never restored; safe to delete.")
     observed_at: datetime | None = Field(
         None, description="When a listing of the directory first showed this result (it "
         "is listed every --checkpoint-scan-seconds; only changes are written).")
-    error: str | None = None
+    error: str | None = Field(
+        None, description="Why the directory could not be listed, or why it holds no "
+        "step (e.g. MaxText's run directory, one level above its checkpoints/).")
 
 
 class AdmissionStatus(StatusModel):

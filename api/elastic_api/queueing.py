@@ -8,8 +8,13 @@ Kueue (v0.17) holds a queued JobSet suspended until its Workload is admitted, an
 suspends it again when it evicts the Workload (preemption, a stopped queue, a
 deactivated Workload). The reasons below name each of those states in words a person
 acts on; the message says which queue and why.
+
+`caused_by_eviction` is the one answer, for operator and trainer alike, to "did Kueue
+taking the job back cause this loss".
 """
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 ADMITTED = "Admitted"
 
@@ -45,3 +50,33 @@ WORKLOAD_FINISHED = "Finished"
 # deactivation's is "Deactivated", possibly "DeactivatedDueTo<cause>".
 EVICTED_BY_PREEMPTION = "Preempted"
 EVICTED_BY_DEACTIVATION = "Deactivated"
+
+# --- was it Kueue? --------------------------------------------------------------------
+
+# Kubernetes condition times (the Workload's Evicted lastTransitionTime, hence
+# status.admission.evictedAt) are whole seconds, truncated: Kueue's eviction happened
+# somewhere in [evictedAt, evictedAt + 1 s). The trainer's times are sub-second.
+EVICTION_TIME_RESOLUTION = timedelta(seconds=1)
+
+
+def caused_by_eviction(evicted_at: datetime | None, *, running_since: datetime | None = None,
+                       lost_at: datetime | None = None) -> bool:
+    """What a trainer process lost (its slices, detected at `lost_at`; or itself, when
+    `lost_at` is None) went because Kueue took the job back at `evicted_at`: the eviction
+    came while the process ran (after `running_since`, None: no bound) and no later than
+    the loss. Kueue evicts the Workload first and suspends the JobSet after, so pods that
+    go after that moment go because of the eviction.
+
+    One tie-break, used by the trainer (a slice loss gives its retry back) and by the
+    operator (a replaced trainer is no restart to warn of): the whole second of
+    `evicted_at` counts as the eviction's. A time in that second cannot be ordered against
+    the eviction, and the eviction is then the likely cause: a real failure within the
+    same second is a coincidence, and a trainer started in it after the eviction is not
+    possible (the JobSet is suspended first). Clocks are taken to agree (NTP: milliseconds,
+    well inside that second).
+    """
+    if evicted_at is None:
+        return False
+    if running_since is not None and running_since >= evicted_at + EVICTION_TIME_RESOLUTION:
+        return False  # started after the eviction's second: not stopped by it
+    return lost_at is None or lost_at >= evicted_at

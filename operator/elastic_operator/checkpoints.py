@@ -1,19 +1,11 @@
-"""Checkpoint awareness: which Orbax steps under a checkpoint root are committed.
+"""Checkpoint awareness: the operator's listing of a checkpoint root, for status.checkpoint.
 
-Orbax (0.12.x) writes one directory per step, `<root>/<step>/`, and commits it in one of
-two ways (orbax/checkpoint/_src/path/atomicity.py):
-
-- gs:// (CommitFileTemporaryPath): the step is written in place and is valid only once
-  `<step>/commit_success.txt` exists; that file is written last.
-- a filesystem path (AtomicRenameTemporaryPath): the step is written to
-  `<step>.orbax-checkpoint-tmp` (older releases: `...-tmp-<timestamp>`) and renamed to
-  `<step>` when done; the rename is the commit. Newer Orbax also writes
-  commit_success.txt before the rename, older Orbax did not, so it is not required there.
-
-`summarize` is the pure decision over a listing of the root; `scan_checkpoints` is the thin
-I/O edge that lists a gs:// prefix (google-cloud-storage) or a local directory. Anything
-else under the root (foreign files, non-numeric names such as `prefix_100`) is ignored, never
-an error, and reported in `CheckpointSummary.ignored_entries` (for logs and events).
+The commit rule itself (which names are committed, incomplete or abandoned steps) is
+elastic_api.checkpoints, which the trainer applies too: this module lists a gs:// prefix
+(google-cloud-storage) or a local directory into `RootEntry`s, and `summarize` turns the
+rule's decision into the CheckpointStatus to publish. Anything else under the root
+(foreign files, non-step names such as `prefix_100`, links) is ignored, never an error,
+and reported in `CheckpointSummary.ignored_entries` (for logs and events).
 """
 from __future__ import annotations
 
@@ -24,37 +16,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from elastic_api.checkpoints import (
+    COMMIT_MARKER,
+    RootEntry,
+    decide,
+    needs_marker_lookup,
+    nested_root_hint,
+)
 from elastic_api.models import CheckpointStatus
 
-COMMIT_MARKER = "commit_success.txt"
-TMP_DIR_SUFFIX = ".orbax-checkpoint-tmp"
+__all__ = ["COMMIT_MARKER", "CheckpointScanError", "CheckpointSummary", "RootEntry",
+           "scan_checkpoints", "scan_checkpoints_detailed", "summarize", "summarize_entries"]
+
 GCS_SCHEME = "gs://"
 # How many ignored names a summary keeps (the root of a long run may hold many).
 MAX_IGNORED_REPORTED = 10
 DEFAULT_TIMEOUT_S = 10.0
 
-# ASCII digits only: \d would accept other scripts' digits, which int() also parses.
-_STEP_NAME = re.compile(r"[0-9]+")
-# 1000.orbax-checkpoint-tmp, 1000.orbax-checkpoint-tmp-1712345678 and the partial-save
-# variant 1000.partial_save.orbax-checkpoint-tmp...
-_TMP_STEP_NAME = re.compile(
-    r"([0-9]+)(?:\.partial_save)?" + re.escape(TMP_DIR_SUFFIX) + r"(?:-[0-9]+)?",
-)
 # GCS bucket naming rules (cloud.google.com/storage/docs/buckets#naming), simplified.
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
-
-
-@dataclass(frozen=True)
-class RootEntry:
-    """One name directly under the checkpoint root.
-
-    `has_commit_marker` says whether `<name>/commit_success.txt` exists; listers only
-    look it up for step-shaped directory names.
-    """
-
-    name: str
-    is_dir: bool
-    has_commit_marker: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,48 +46,26 @@ class CheckpointSummary:
     ignored_entries: list[str] = field(default_factory=list)
 
 
-def commit_needs_marker(directory: str) -> bool:
-    """On GCS only the marker commits a step; on a filesystem the rename does."""
-    return directory.startswith(GCS_SCHEME)
-
-
 def summarize_entries(
     listing: Iterable[RootEntry], directory: str, now: datetime,
 ) -> CheckpointSummary:
-    """Decide committed and incomplete steps from the names under the root (pure).
+    """The commit rule's decision over a listing of `directory`, as a status (pure).
 
-    A step is incomplete when it has data but no committed version: a step directory
-    without its marker (GCS) or a `<step>.orbax-checkpoint-tmp*` directory. A leftover
-    tmp directory of a step that is also committed is not reported (Orbax deletes such
-    leftovers itself; the step is good).
-    """
-    needs_marker = commit_needs_marker(directory)
-    committed: set[int] = set()
-    partial: set[int] = set()
-    ignored: list[str] = []
-    for entry in listing:
-        name = entry.name
-        tmp = _TMP_STEP_NAME.fullmatch(name)
-        if entry.is_dir and _STEP_NAME.fullmatch(name):
-            if entry.has_commit_marker or not needs_marker:
-                committed.add(int(name))
-            else:
-                partial.add(int(name))
-        elif entry.is_dir and tmp:
-            partial.add(int(tmp.group(1)))
-        else:
-            ignored.append(name)
-    incomplete = sorted(partial - committed)
+    A root with no step but a `checkpoints/` directory gets the rule's hint as its error
+    (MaxText's run directory given instead of its checkpoint root)."""
+    decision = decide(listing)
     status = CheckpointStatus(
         directory=directory,
-        latest_committed_step=max(committed) if committed else None,
-        incomplete_steps=incomplete,
+        latest_committed_step=decision.latest_committed,
+        incomplete_steps=list(decision.incomplete),
+        abandoned_steps=list(decision.abandoned),
         observed_at=now,
+        error=nested_root_hint(directory) if decision.nested_root else None,
     )
     return CheckpointSummary(
         status=status,
-        committed_steps=sorted(committed),
-        ignored_entries=sorted(ignored)[:MAX_IGNORED_REPORTED],
+        committed_steps=list(decision.committed),
+        ignored_entries=list(decision.ignored[:MAX_IGNORED_REPORTED]),
     )
 
 
@@ -178,7 +136,7 @@ def list_gcs(
         entries = [RootEntry(name=name, is_dir=False) for name in files if name]
         for name in dirs:
             marker = False
-            if _STEP_NAME.fullmatch(name):
+            if needs_marker_lookup(name):
                 blob_name = f"{prefix}{name}/{COMMIT_MARKER}"
                 marker = bucket.get_blob(blob_name, timeout=timeout_s, retry=retry) is not None
             entries.append(RootEntry(name=name, is_dir=True, has_commit_marker=marker))
@@ -199,7 +157,8 @@ def list_gcs(
 
 
 def list_local(directory: str) -> list[RootEntry]:
-    """os.scandir of the root; a marker lookup (one stat) per step-shaped directory."""
+    """os.scandir of the root; a marker lookup (one stat) per step directory. Links are
+    not followed (the rule ignores them)."""
     if not os.path.isabs(directory):
         raise CheckpointScanError(
             f"'{directory}' is neither a gs:// URL nor an absolute path",
@@ -208,12 +167,14 @@ def list_local(directory: str) -> list[RootEntry]:
     try:
         with os.scandir(directory) as it:
             for item in it:
-                is_dir = item.is_dir()
+                is_link = item.is_symlink()
+                is_dir = not is_link and item.is_dir()
                 marker = bool(
-                    is_dir and _STEP_NAME.fullmatch(item.name)
+                    is_dir and needs_marker_lookup(item.name)
                     and os.path.exists(os.path.join(item.path, COMMIT_MARKER)),
                 )
-                entries.append(RootEntry(name=item.name, is_dir=is_dir, has_commit_marker=marker))
+                entries.append(RootEntry(name=item.name, is_dir=is_dir, has_commit_marker=marker,
+                                         is_link=is_link))
     except FileNotFoundError as e:
         raise CheckpointScanError(
             f"{directory} does not exist on the operator's filesystem (no checkpoint written "

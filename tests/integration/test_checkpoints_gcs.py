@@ -134,7 +134,8 @@ def test_committed_incomplete_and_foreign_entries(
     assert summary.status.directory == directory
     assert summary.status.observed_at == NOW
     assert summary.status.latest_committed_step == 200
-    assert summary.status.incomplete_steps == [150, 300]
+    assert summary.status.incomplete_steps == [300]
+    assert summary.status.abandoned_steps == [150]  # older than 200: nothing finishes it
     assert summary.committed_steps == [100, 200]
     assert summary.ignored_entries == ["README.md", "metadata", "prefix_400"]
 
@@ -142,7 +143,8 @@ def test_committed_incomplete_and_foreign_entries(
     bucket.blob(f"{root}/300/{COMMIT_MARKER}").upload_from_string("ok")
     status = scan_checkpoints(directory, now=NOW, storage_client=client)
     assert status.latest_committed_step == 300
-    assert status.incomplete_steps == [150]
+    assert status.incomplete_steps == []
+    assert status.abandoned_steps == [150]
 
 
 def test_scan_is_one_list_call_plus_one_metadata_get_per_step(

@@ -320,8 +320,12 @@ def test_checkpoint_status_comes_from_the_checkpoint_directory(
     # A newer committed step shows up on a later scan.
     (root / "300").mkdir()
     (root / "300" / "commit_success.txt").write_text("ok")
-    wait_status(api, ns, lambda s: s["checkpoint"].get("latestCommittedStep") == 300,
-                "status.checkpoint.latestCommittedStep 300", timeout=30)
+    st = wait_status(api, ns, lambda s: s["checkpoint"].get("latestCommittedStep") == 300,
+                     "status.checkpoint.latestCommittedStep 300", timeout=30)
+    # Step 200's tmp directory is older than a committed step now: abandoned, not in
+    # flight (and the field survives the API server's schema pruning).
+    assert (st["checkpoint"]["incompleteSteps"], st["checkpoint"]["abandonedSteps"]) == (
+        [], [200])
 
 
 def test_jobset_deleted_behind_our_back_is_reported_not_recreated(

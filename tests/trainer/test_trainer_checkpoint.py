@@ -125,6 +125,29 @@ def test_restore_refuses_an_unfinalized_step(tmp_path: Path) -> None:
     ckpt.close()
 
 
+def test_directories_the_rule_does_not_commit_neither_block_nor_crowd_out_a_save(
+        tmp_path: Path) -> None:
+    """An empty `30/` (orbax alone takes any local directory for a step) and a `20/`
+    without commit_success.txt are not committed: settle deletes them and orbax lists its
+    steps again, so step 30 is saved (orbax would refuse it as existing) and max_to_keep
+    keeps real steps."""
+    first = Checkpointer(str(tmp_path), period=10, keep=2, async_save=False)
+    assert first.save(10, _state(10))
+    first.close()
+    (tmp_path / "30").mkdir()
+    (tmp_path / "20").mkdir()
+    (tmp_path / "20" / "_CHECKPOINT_METADATA").write_text("{}")
+    ckpt = Checkpointer(str(tmp_path), period=10, keep=2, async_save=False)
+    assert ckpt.latest_committed_step() == 10 and ckpt.incomplete_steps() == [20, 30]
+    assert ckpt.settle() == [20, 30]
+    assert ckpt.save(20, _state(20)) and ckpt.save(30, _state(30))
+    assert ckpt.write_failures == 0
+    assert ckpt.listing().committed == (20, 30)
+    restored = ckpt.restore(30, _target())
+    np.testing.assert_array_equal(np.asarray(restored["w"]), np.full((8,), 30.0, np.float32))
+    ckpt.close()
+
+
 def test_a_checkpoint_directory_that_vanishes_is_a_clear_error(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     ckpt = Checkpointer(str(root), period=1, keep=3, async_save=False)

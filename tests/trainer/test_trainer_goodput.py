@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from elastic_api.models import GoodputCounters, TrainerGoodput
-from elastic_trainer.goodput import GoodputAccount, trusted_goodput
+from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.report import prior_state
 
 
 def _causes(account: GoodputAccount) -> dict[str, float]:
@@ -103,10 +104,16 @@ def test_an_unknown_activity_is_refused() -> None:
         GoodputAccount(0.0).begin("lunch", 1.0)
 
 
+def _earlier_goodput(goodput: Any) -> Any:
+    """What a replacement process takes of an earlier one's status.training.goodput."""
+    training = {"observedAt": "2026-11-30T09:00:00Z", "state": "Training", "goodput": goodput}
+    return prior_state({"training": training}, max_retries=3).goodput
+
+
 def test_a_sound_earlier_report_is_trusted() -> None:
     wire = {"productiveSeconds": 12, "badputSeconds": {"restore": 1.5},
             "medianStepSeconds": 0.25, "future": "ignored"}
-    goodput = trusted_goodput(wire)
+    goodput = _earlier_goodput(wire)
     assert goodput is not None and goodput.productive_seconds == 12.0
     assert goodput.badput_seconds.restore == 1.5
 
@@ -118,7 +125,7 @@ def test_a_sound_earlier_report_is_trusted() -> None:
     {"medianStepSeconds": -0.5},
 ])
 def test_a_hostile_earlier_report_is_ignored(garbage: Any) -> None:
-    assert trusted_goodput(garbage) is None
+    assert _earlier_goodput(garbage) is None
 
 
 def test_a_run_accounts_for_its_wall_time_and_the_redone_steps(run_trainer: Any) -> None:

@@ -180,23 +180,31 @@ def test_metrics_are_served(tmp_path: Path) -> None:
     assert not Metrics(None).enabled
 
 
+def _stored(**fields: Any) -> dict[str, Any]:
+    """status.training as a trainer writes it (observedAt and state always come along;
+    a report without them is ignored as a whole, by the operator and the trainer)."""
+    return {"observedAt": "2026-11-30T09:00:00Z", "state": "Training", **fields}
+
+
 def test_a_replacement_process_counts_on_from_the_jobs_status() -> None:
     status = {"counters": {"elasticEvents": 4},
-              "training": {"elasticEventsTotal": 3, "retriesRemaining": 7}}
+              "training": _stored(elasticEventsTotal=3, retriesRemaining=7)}
     assert prior_run(status, max_retries=10) == (4, 3)
     # The trainer's own report may be ahead of the operator's counter.
     assert prior_run({"counters": {"elasticEvents": 2},
-                      "training": {"elasticEventsTotal": 5}}, 10) == (5, 0)
+                      "training": _stored(elasticEventsTotal=5)}, 10) == (5, 0)
     # A spent budget stays spent: the next failure ends the run.
-    assert prior_run({"training": {"retriesRemaining": 0}}, 10) == (0, 10)
+    assert prior_run({"training": _stored(retriesRemaining=0)}, 10) == (0, 10)
     assert prior_run(None, 10) == prior_run({}, 10) == (0, 0)
+    # A report without its required fields is no report (the operator ignores it too).
+    assert prior_run({"training": {"retriesRemaining": 0}}, 10) == (0, 0)
 
 
 def test_a_slice_loss_seen_after_kueue_evicted_the_job_gives_its_retry_back() -> None:
     def status(detected: Any, evicted: Any, slices: Any = (1,)) -> dict[str, Any]:
-        return {"training": {"retriesRemaining": 7, "elasticEvent": {
+        return {"training": _stored(retriesRemaining=7, elasticEvent={
                     "id": 3, "phase": "WaitingForSlices", "detectedAt": detected,
-                    "slicesDown": list(slices)}},
+                    "slicesDown": list(slices)}),
                 "admission": {"evictedAt": evicted}}
     # Preempted at 10:00:00; the workers went, the trainer saw it 2 s later.
     assert prior_run(status("2026-11-30T10:00:02Z", "2026-11-30T10:00:00Z"), 10) == (0, 2)
@@ -206,7 +214,15 @@ def test_a_slice_loss_seen_after_kueue_evicted_the_job_gives_its_retry_back() ->
     assert prior_run(status("2026-11-30T10:00:02Z", None), 10) == (0, 3)
     assert prior_run(status("2026-11-30T10:00:02Z", "2026-11-30T10:00:00Z", ()), 10) == (0, 3)
     assert prior_run(status("yesterday", "2026-11-30T10:00:00Z"), 10) == (0, 3)
-    assert prior_run(status("2026-11-30T10:00:02", "2026-11-30T10:00:00Z"), 10) == (0, 3)
+    # A time without a zone is read as UTC, as the operator reads it.
+    assert prior_run(status("2026-11-30T10:00:02", "2026-11-30T10:00:00Z"), 10) == (0, 2)
+    # Kubernetes times are whole seconds: a loss seen within the eviction's second is
+    # the eviction's (elastic_api.queueing.caused_by_eviction).
+    assert prior_run(status("2026-11-30T10:00:00.400Z", "2026-11-30T10:00:00Z"), 10) == (0, 2)
+    # An eviction from before the earlier process started did not stop it.
+    earlier = status("2026-11-30T10:00:02Z", "2026-11-30T09:00:00Z")
+    earlier["training"]["processStartedAt"] = "2026-11-30T09:30:00Z"
+    assert prior_run(earlier, 10) == (0, 3)
     # Nothing used, nothing to give back.
     untouched = status("2026-11-30T10:00:02Z", "2026-11-30T10:00:00Z")
     untouched["training"]["retriesRemaining"] = 10
@@ -215,11 +231,14 @@ def test_a_slice_loss_seen_after_kueue_evicted_the_job_gives_its_retry_back() ->
 
 @pytest.mark.parametrize("garbage", [None, -1, True, "5", 2.5, [3], {"x": 1}])
 def test_prior_run_ignores_hostile_values(garbage: Any) -> None:
-    status = {"counters": {"elasticEvents": garbage},
-              "training": {"elasticEventsTotal": garbage, "retriesRemaining": garbage}}
+    status = {"counters": {"elasticEvents": garbage, "sliceFailures": 2},
+              "training": _stored(elasticEventsTotal=garbage, retriesRemaining=garbage)}
     assert prior_run(status, 10) == (0, 0)
+    # One bad counter drops only itself.
+    status["counters"]["elasticEvents"] = 3
+    assert prior_run(status, 10) == (3, 0)
     # More remaining than the budget (a report from before a spec change): nothing used.
-    assert prior_run({"training": {"retriesRemaining": 99}}, 10) == (0, 0)
+    assert prior_run({"training": _stored(retriesRemaining=99)}, 10) == (0, 0)
 
 
 def test_event_ids_and_budget_go_on_from_an_earlier_process(tmp_path: Path) -> None:
@@ -279,12 +298,12 @@ def test_the_documented_third_party_example_reports(api_server: type[_Recorder],
 def test_a_replacement_process_reads_the_goodput_step_and_ack_it_left() -> None:
     from elastic_trainer.report import prior_state
 
-    status = {"counters": {"elasticEvents": 1}, "training": {
-        "elasticEventsTotal": 1, "retriesRemaining": 9, "step": 130,
-        "goodput": {"productiveSeconds": 40.5, "badputSeconds": {"restore": 2.0},
-                    "medianStepSeconds": 0.3},
-        "checkpointAck": {"id": 2, "step": 120, "committedAt": "2026-11-30T12:00:00Z",
-                          "paused": True}}}
+    status = {"counters": {"elasticEvents": 1}, "training": _stored(
+        elasticEventsTotal=1, retriesRemaining=9, step=130,
+        goodput={"productiveSeconds": 40.5, "badputSeconds": {"restore": 2.0},
+                 "medianStepSeconds": 0.3},
+        checkpointAck={"id": 2, "step": 120, "committedAt": "2026-11-30T12:00:00Z",
+                       "paused": True})}
     prior = prior_state(status, max_retries=10)
     assert (prior.events, prior.failures, prior.step) == (1, 1, 130)
     assert prior.goodput is not None and prior.goodput.productive_seconds == 40.5
@@ -292,8 +311,8 @@ def test_a_replacement_process_reads_the_goodput_step_and_ack_it_left() -> None:
     assert prior.checkpoint_ack is not None
     assert (prior.checkpoint_ack.id, prior.checkpoint_ack.step) == (2, 120)
     # Untrusted: what does not parse is left out, the rest is kept.
-    hostile = {"training": {"step": "130", "goodput": {"productiveSeconds": "40"},
-                            "checkpointAck": {"id": True, "step": 1, "committedAt": "x"}}}
+    hostile = {"training": _stored(step="130", goodput={"productiveSeconds": "40"},
+                                   checkpointAck={"id": True, "step": 1, "committedAt": "x"})}
     assert prior_state(hostile, 10) == prior_state(None, 10) == prior_state({}, 10)
-    bad_time = {"training": {"checkpointAck": {"id": 1, "step": 1, "committedAt": "never"}}}
+    bad_time = {"training": _stored(checkpointAck={"id": 1, "step": 1, "committedAt": "never"})}
     assert prior_state(bad_time, 10).checkpoint_ack is None

@@ -55,10 +55,12 @@ def test_gcs_newest_step_without_marker_is_incomplete_not_latest() -> None:
     assert status.incomplete_steps == [300]
 
 
-def test_gcs_older_step_without_marker_is_reported_and_does_not_hide_newer() -> None:
+def test_an_older_step_without_marker_is_abandoned_and_does_not_hide_newer() -> None:
     status = summarize([step(100), step(200, marker=False), step(300)], GCS, NOW)
     assert status.latest_committed_step == 300
-    assert status.incomplete_steps == [200]
+    # Saves only go forward: nothing will finish step 200 now that 300 is committed.
+    assert status.incomplete_steps == []
+    assert status.abandoned_steps == [200]
 
 
 def test_gcs_only_incomplete_steps_means_no_committed_step() -> None:
@@ -67,11 +69,15 @@ def test_gcs_only_incomplete_steps_means_no_committed_step() -> None:
     assert status.incomplete_steps == [5, 10]
 
 
-def test_local_step_dir_is_committed_by_the_rename_marker_or_not() -> None:
-    # Orbax 0.12 writes the marker before the rename; older Orbax did not write it.
+def test_a_local_step_dir_is_committed_by_its_marker_only() -> None:
+    # Orbax 0.12.8 writes the marker before the rename: a renamed step always has it. A
+    # step directory without it (empty, or an older Orbax's "legacy" step, which Orbax
+    # itself reads only with allow_legacy_atomic_rename) is nothing the trainer restores.
     status = summarize([step(100, marker=False), step(200, marker=True)], LOCAL, NOW)
     assert status.latest_committed_step == 200
-    assert status.incomplete_steps == []
+    assert status.abandoned_steps == [100]
+    status = summarize([step(100), step(200, marker=False)], LOCAL, NOW)
+    assert (status.latest_committed_step, status.incomplete_steps) == (100, [200])
 
 
 @pytest.mark.parametrize(
@@ -92,6 +98,17 @@ def test_tmp_dir_of_a_committed_step_is_a_leftover_not_an_incomplete_step() -> N
     status = summarize([step(200), step("200.orbax-checkpoint-tmp-17")], LOCAL, NOW)
     assert status.latest_committed_step == 200
     assert status.incomplete_steps == []
+    assert status.abandoned_steps == [200]  # the directory stays for good: say so
+
+
+def test_a_tmp_dir_older_than_the_newest_committed_step_is_abandoned() -> None:
+    """A save killed before the rename leaves its tmp directory; Orbax removes it only
+    when the same step is saved again, so once a later step commits it stays for good."""
+    status = summarize([step(100), step("150.orbax-checkpoint-tmp"), step(200),
+                        step("300.orbax-checkpoint-tmp")], LOCAL, NOW)
+    assert status.latest_committed_step == 200
+    assert status.incomplete_steps == [300]  # may still be in flight
+    assert status.abandoned_steps == [150]
 
 
 def test_foreign_files_and_names_are_ignored_and_reported() -> None:
@@ -129,10 +146,14 @@ def test_empty_root() -> None:
     assert summary.ignored_entries == []
 
 
-def test_zero_padded_step_names_are_steps() -> None:
-    status = summarize([step("00000100"), step("00000200", marker=False)], GCS, NOW)
-    assert status.latest_committed_step == 100
-    assert status.incomplete_steps == [200]
+def test_zero_padded_names_are_no_steps() -> None:
+    # Orbax's default name format reads `0|[1-9]\d*`: its manager would open `100/` to
+    # restore step 100, never `00000100/`. Step 0 is a step (MaxText saves it at start).
+    summary = summarize_entries([step("00000100"), step("007"), step("0"),
+                                 step("00000200", marker=False)], GCS, NOW)
+    assert summary.committed_steps == [0]
+    assert summary.status.incomplete_steps == []
+    assert summary.ignored_entries == ["00000100", "00000200", "007"]
 
 
 def test_wire_form_is_camel_case() -> None:
@@ -141,8 +162,17 @@ def test_wire_form_is_camel_case() -> None:
         "directory": GCS,
         "latestCommittedStep": 7,
         "incompleteSteps": [9],
+        "abandonedSteps": [],
         "observedAt": "2026-11-29T12:00:00Z",
     }
+
+
+def test_maxtexts_run_directory_instead_of_its_checkpoint_root_is_named() -> None:
+    status = summarize([step("checkpoints", marker=False), file("config.yml")], GCS, NOW)
+    assert status.latest_committed_step is None
+    assert status.error is not None and f"did you mean {GCS}/checkpoints?" in status.error
+    # Beside a step it is just a foreign name.
+    assert summarize([step("checkpoints"), step(5)], GCS, NOW).error is None
 
 
 names = st.one_of(
@@ -159,13 +189,17 @@ def test_summary_invariants(listing: list[RootEntry], directory: str) -> None:
     status = summary.status
     committed = {
         int(e.name) for e in listing
-        if e.is_dir and e.name.isascii() and e.name.isdigit()
-        and (e.has_commit_marker or directory == LOCAL)
+        if e.is_dir and e.name.isascii() and e.name.isdigit() and str(int(e.name)) == e.name
+        and e.has_commit_marker
     }
-    assert status.latest_committed_step == (max(committed) if committed else None)
+    latest = max(committed) if committed else None
+    assert status.latest_committed_step == latest
     assert set(summary.committed_steps) == committed
     assert not set(status.incomplete_steps) & committed
     assert status.incomplete_steps == sorted(set(status.incomplete_steps))
+    assert status.abandoned_steps == sorted(set(status.abandoned_steps))
+    assert all(latest is None or s > latest for s in status.incomplete_steps)
+    assert all(latest is not None and s <= latest for s in status.abandoned_steps)
     assert status.error is None
     assert len(summary.ignored_entries) <= MAX_IGNORED_REPORTED
 
@@ -230,16 +264,19 @@ def make_step(root: Path, name: str, marker: bool) -> None:
 
 def test_scan_local_layout(tmp_path: Path) -> None:
     make_step(tmp_path, "100", marker=True)
-    make_step(tmp_path, "200", marker=False)  # committed by rename (older Orbax)
+    make_step(tmp_path, "200", marker=False)  # no marker: not loadable, whoever wrote it
     make_step(tmp_path, "300.orbax-checkpoint-tmp", marker=False)
+    make_step(tmp_path, "50.orbax-checkpoint-tmp", marker=True)  # killed before the rename
     (tmp_path / "notes.txt").write_text("foreign")
     (tmp_path / "400").write_text("a file named like a step")
+    (tmp_path / "500").symlink_to(tmp_path / "100")  # a link is never a step
     summary = scan_checkpoints_detailed(str(tmp_path), now=NOW)
     assert summary.status.error is None
-    assert summary.status.latest_committed_step == 200
-    assert summary.status.incomplete_steps == [300]
-    assert summary.committed_steps == [100, 200]
-    assert summary.ignored_entries == ["400", "notes.txt"]
+    assert summary.status.latest_committed_step == 100
+    assert summary.status.incomplete_steps == [200, 300]
+    assert summary.status.abandoned_steps == [50]
+    assert summary.committed_steps == [100]
+    assert summary.ignored_entries == ["400", "500", "notes.txt"]
 
 
 def test_scan_local_empty_dir(tmp_path: Path) -> None:

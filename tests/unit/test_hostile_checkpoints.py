@@ -84,8 +84,8 @@ def test_hostile_directory_on_disk_never_raises(tmp_path_factory: pytest.TempPat
             path.symlink_to(root / "does-not-exist")
     summary = scan_checkpoints_detailed(str(root), now=NOW)
     assert summary.status.error is None, summary.status.error
-    committed = {int(n) for n, k in layout if k in ("dir", "step") and n.isascii()
-                 and n.isdigit()}
+    committed = {int(n) for n, k in layout if k == "step" and n.isascii()
+                 and n.isdigit() and str(int(n)) == n}
     assert set(summary.committed_steps) == committed
 
 
@@ -118,6 +118,7 @@ def test_hostile_roots_become_errors_not_exceptions(tmp_path: Path) -> None:
 def test_hostile_foreign_files_beside_real_steps(tmp_path: Path) -> None:
     for step in (10, 20):
         (tmp_path / str(step)).mkdir()
+        (tmp_path / str(step) / COMMIT_MARKER).write_text("ok")
     (tmp_path / "30.orbax-checkpoint-tmp").mkdir()
     (tmp_path / "40").write_text("a file named like a step")
     (tmp_path / "notes.txt").write_text("hello")

@@ -544,7 +544,8 @@ def test_a_failed_checkpoint_scan_keeps_the_last_good_step_and_shows_the_error()
     patch = status_patch(first, broken)
     assert patch is not None and patch["status"]["checkpoint"] == {
         "directory": "gs://b/ckpt", "latestCommittedStep": 100, "incompleteSteps": [200],
-        "observedAt": "2026-11-29T12:00:40Z", "error": "cannot list: timeout"}
+        "abandonedSteps": [], "observedAt": "2026-11-29T12:00:40Z",
+        "error": "cannot list: timeout"}
     still, _ = compute_status(job, failed(70), broken, s(70))
     assert status_patch(broken, still) is None  # the same failure again: no write
     healed, _ = compute_status(job, observe(checkpoint=good.model_copy(

@@ -5,16 +5,18 @@
   the metadata, starting its threads) stays off the training thread, so the state given
   to `save` must not be donated or deleted afterwards (the loop gives its pinned host
   copy).
-- Only finalized steps are restored: a step directory counts only when its name is a
-  plain step number and it holds `commit_success.txt` (orbax writes it last, on GCS and,
-  in this version, locally too) or, on a local filesystem, when orbax has renamed it from
-  `<step>.orbax-checkpoint-tmp*`.
+- Only committed steps are restored, by the commit rule the operator applies too
+  (elastic_api.checkpoints: a `<step>/` directory holding `commit_success.txt`), and the
+  step is always named to orbax: `latestCommittedStep` in the job's status is the step
+  restored, never one orbax's own listing would pick (it takes any directory on a local
+  filesystem for a step, an empty one included).
 - Waiting for a save is bounded for real (`settle_timeout`). orbax's own waits are not
   (`CheckpointManager.save` and `close` join the previous save's thread), so a save still
   running after the timeout is abandoned: its thread and directory are left alone, a fresh
   CheckpointManager takes over, and that step is never written again by this process.
 - `settle()` runs at start and after every elastic event: it waits for the in-flight save
-  (bounded), deletes incomplete step directories nothing writes any more, and rebuilds the
+  (bounded), deletes the uncommitted step directories (incomplete or abandoned) nothing
+  writes any more, then has orbax list the steps again, and rebuilds the
   CheckpointManager after a failure, so no stale entry of a failed save survives (the
   MaxText "Found incomplete checkpoint" failure).
 - A save cut by a slice loss (a slice-down JaxRuntimeError) is an elastic event: `save()`
@@ -28,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 from typing import Any
@@ -36,15 +37,21 @@ from typing import Any
 import orbax.checkpoint as ocp
 from etils import epath
 
+from elastic_api.checkpoints import (
+    COMMIT_MARKER,
+    RootDecision,
+    RootEntry,
+    decide,
+    matters,
+    needs_marker_lookup,
+    nested_root_hint,
+)
 from elastic_trainer.backends import WriteHook
 from elastic_trainer.errors import CheckpointDirectoryGone, is_slice_down_error
 
 log = logging.getLogger(__name__)
 
-COMMIT_MARKER = "commit_success.txt"
-TMP_MARKER = ".orbax-checkpoint-tmp"
-_STEP_DIR = re.compile(r"^(\d+)$")
-_TMP_DIR = re.compile(r"^(\d+)\.orbax-checkpoint-tmp.*$")
+__all__ = ["COMMIT_MARKER", "Checkpointer"]
 
 
 class _AfterWriteFuture:
@@ -125,6 +132,7 @@ class Checkpointer:
         # ever deletes older ones), so its absence means the directory went away, even
         # if a later write recreated the path.
         self._newest_committed: int | None = None
+        self._warned_nested_root = False
         self._handler = _HookedHandler()
         self._manager = self._new_manager()
 
@@ -164,32 +172,38 @@ class Checkpointer:
                 "unmounted?): the committed checkpoints in it are gone. Restore it, or "
                 "start again with a new --checkpoint-dir.")
 
-    def _scan(self) -> tuple[list[int], dict[int, list[epath.Path]]]:
-        """(finalized steps ascending, {step: incomplete directories})."""
-        self._check_directory()
-        finalized: list[int] = []
-        incomplete: dict[int, list[epath.Path]] = {}
-        if not self.directory.exists():
-            return finalized, incomplete
+    def _list(self) -> list[RootEntry]:
+        """The root's entries for the commit rule: a directory and marker lookup only for
+        the names the rule looks at (each is a request on gs://); links are not followed."""
+        entries = []
         for child in self.directory.iterdir():
             name = child.name
-            if m := _STEP_DIR.match(name):
-                step = int(m.group(1))
-                if (child / COMMIT_MARKER).exists() or (
-                    self._is_local and (child / "_CHECKPOINT_METADATA").exists()
-                ):
-                    finalized.append(step)
-                else:
-                    incomplete.setdefault(step, []).append(child)
-            elif m := _TMP_DIR.match(name):
-                incomplete.setdefault(int(m.group(1)), []).append(child)
-        if finalized:
-            self._newest_committed = max(max(finalized), self._newest_committed or 0)
-        return sorted(finalized), incomplete
+            if not matters(name):
+                entries.append(RootEntry(name=name, is_dir=False))  # ignored, whatever it is
+                continue
+            is_link = self._is_local and os.path.islink(str(child))
+            is_dir = not is_link and child.is_dir()
+            marker = is_dir and needs_marker_lookup(name) and (child / COMMIT_MARKER).exists()
+            entries.append(RootEntry(name=name, is_dir=is_dir, has_commit_marker=marker,
+                                     is_link=is_link))
+        return entries
+
+    def _scan(self) -> RootDecision:
+        """The commit rule's decision over the root as it is now."""
+        self._check_directory()
+        if not self.directory.exists():
+            return RootDecision()
+        decision = decide(self._list())
+        if decision.nested_root and not self._warned_nested_root:
+            self._warned_nested_root = True
+            log.warning("--checkpoint-dir: %s", nested_root_hint(str(self.directory)))
+        if decision.committed:
+            self._newest_committed = max(decision.committed[-1], self._newest_committed or 0)
+        return decision
 
     def latest_committed_step(self) -> int | None:
-        finalized, _ = self._scan()
-        latest = finalized[-1] if finalized else None
+        """The step `restore` takes: what the operator reports as latestCommittedStep."""
+        latest = self._scan().latest_committed
         self._latest_cache = (time.monotonic(), latest)
         return latest
 
@@ -205,7 +219,12 @@ class Checkpointer:
         return latest
 
     def incomplete_steps(self) -> list[int]:
-        return sorted(self._scan()[1])
+        """Uncommitted steps newer than the newest committed one (in flight, or cut)."""
+        return list(self._scan().incomplete)
+
+    def listing(self) -> RootDecision:
+        """The commit rule's whole decision (committed, incomplete, abandoned, ignored)."""
+        return self._scan()
 
     # --- saving -------------------------------------------------------------------------
 
@@ -303,20 +322,25 @@ class Checkpointer:
         return self._delete_incomplete()
 
     def _delete_incomplete(self) -> list[int]:
-        _, incomplete = self._scan()
+        """Delete every uncommitted step's directories (incomplete and abandoned), except
+        saves this process abandoned (they may still be writing); then orbax lists the
+        steps again, so its own view (which counts such directories) forgets them."""
         deleted = []
-        for step, paths in sorted(incomplete.items()):
+        for step, names in self._scan().uncommitted.items():
             if step in self.abandoned_steps:
                 continue
             try:
-                for path in paths:
-                    log.info("deleting incomplete checkpoint directory %s", path)
+                for name in names:
+                    log.info("deleting uncommitted checkpoint directory %s",
+                             self.directory / name)
                     with contextlib.suppress(FileNotFoundError):
-                        path.rmtree()
+                        (self.directory / name).rmtree()
             except Exception as err:  # storage trouble must not stop training; retried later
                 log.warning("deleting incomplete checkpoint step %d: %s", step, err)
                 continue
             deleted.append(step)
+        if deleted:
+            self._manager.reload()
         return deleted
 
     def _reset(self) -> None:
@@ -329,11 +353,12 @@ class Checkpointer:
     # --- restoring ----------------------------------------------------------------------
 
     def restore(self, step: int, target: Any) -> Any:
-        """Restore finalized `step` onto `target` (a tree of ShapeDtypeStruct with
-        shardings)."""
-        finalized, _ = self._scan()
-        if step not in finalized:
-            raise ValueError(f"checkpoint step {step} is not finalized in {self.directory}")
+        """Restore committed `step` onto `target` (a tree of ShapeDtypeStruct with
+        shardings). The step is given to orbax by number: orbax's latest_step could name
+        another (a directory the commit rule does not call committed)."""
+        if step not in self._scan().committed:
+            raise ValueError(f"checkpoint step {step} is not finalized (no {step}/ with "
+                             f"{COMMIT_MARKER}) in {self.directory}")
         self._manager.reload()  # a save abandoned earlier may have finished since
         return self._manager.restore(step, args=ocp.args.StandardRestore(target))
 

@@ -28,7 +28,6 @@ process (the job's last reported step beyond the restored one) by the median ste
 """
 from __future__ import annotations
 
-import math
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -181,17 +180,3 @@ class GoodputAccount:
         """Everything accounted for so far (a first step not yet split included)."""
         pending = (self._first.seconds if self._first else 0.0) + self._carry
         return self.productive + sum(self.badput.values()) + pending
-
-
-def trusted_goodput(value: object) -> TrainerGoodput | None:
-    """status.training.goodput of an earlier process, if it is sound: a report is
-    untrusted input (wrong types, negative or non-finite numbers: ignored)."""
-    if not isinstance(value, dict):
-        return None
-    try:
-        goodput = TrainerGoodput.model_validate(value, strict=True)  # no bools, no strings
-    except ValueError:
-        return None
-    numbers = [goodput.productive_seconds, *goodput.badput_seconds.model_dump().values(),
-               goodput.median_step_seconds or 0.0]
-    return goodput if all(math.isfinite(n) for n in numbers) else None

@@ -12,12 +12,17 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from elastic_api.models import CheckpointAck, TrainerGoodput, TrainingReport
+from elastic_api.models import (
+    CheckpointAck,
+    ElasticTrainingJobStatus,
+    TrainerGoodput,
+    TrainingReport,
+)
 from elastic_api.names import GROUP, PLURAL, VERSION
-from elastic_trainer.goodput import trusted_goodput
+from elastic_api.queueing import caused_by_eviction
+from elastic_api.status_parsing import parse_status
 
 log = logging.getLogger(__name__)
 
@@ -51,65 +56,49 @@ def job_from_args(job: str | None) -> tuple[str, str] | None:
     return None
 
 
-def _count(value: Any) -> int | None:
-    """A report is untrusted input: ints >= 0 only (no bools, strings or floats)."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    return value if ok else None
-
-
-def _section(status: dict[str, Any] | None, name: str) -> dict[str, Any]:
-    value = (status or {}).get(name)
-    return value if isinstance(value, dict) else {}
+def _read(status: dict[str, Any] | None) -> ElasticTrainingJobStatus:
+    """The job's status as the operator reads it (elastic_api.status_parsing): a report is
+    untrusted input, read by the one lenient reader both sides use."""
+    return parse_status(status)[0]
 
 
 def prior_run(status: dict[str, Any] | None, max_retries: int) -> tuple[int, int]:
     """(elastic events counted so far, retries used so far) from the job's status, for a
     trainer process that replaces an earlier one (the head container restarted): event
     ids and the --max-retries budget go on from there instead of starting again at 0."""
-    training, counters = _section(status, "training"), _section(status, "counters")
-    events = max(_count(counters.get("elasticEvents")) or 0,
-                 _count(training.get("elasticEventsTotal")) or 0)
-    remaining = _count(training.get("retriesRemaining"))
+    return _events_and_retries(_read(status), max_retries)
+
+
+def _events_and_retries(status: ElasticTrainingJobStatus, max_retries: int) -> tuple[int, int]:
+    training = status.training
+    events = max(status.counters.elastic_events,
+                 training.elastic_events_total if training is not None else 0, 0)
+    remaining = training.retries_remaining if training is not None else None
     used = 0 if remaining is None else min(max(max_retries - remaining, 0), max_retries)
-    if used > 0 and _lost_to_an_eviction(training, _section(status, "admission")):
+    if used > 0 and _lost_to_an_eviction(status):
         used -= 1  # the slices went because Kueue stopped the job: not a failure
     return events, used
 
 
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
-def _lost_to_an_eviction(training: dict[str, Any], admission: dict[str, Any]) -> bool:
-    """The last elastic event of the earlier process was a slice loss it detected after
-    Kueue evicted the job (preempted it, or suspended it through its queue): Kueue evicts
-    the Workload before it suspends the JobSet, so every pod that went after that moment
-    went because of the eviction, and the retry that event used is given back."""
-    event = training.get("elasticEvent")
-    if not isinstance(event, dict) or not isinstance(event.get("slicesDown"), list) \
-            or not event["slicesDown"]:
+def _lost_to_an_eviction(status: ElasticTrainingJobStatus) -> bool:
+    """The last elastic event of the earlier process was a slice loss that Kueue's last
+    eviction (preemption, suspension through its queue) caused, by the rule the operator
+    applies too (elastic_api.queueing.caused_by_eviction): the retry it used is given
+    back."""
+    training = status.training
+    event = training.elastic_event if training is not None else None
+    if training is None or event is None or not event.slices_down:
         return False
-    detected, evicted = _timestamp(event.get("detectedAt")), _timestamp(admission.get("evictedAt"))
-    return detected is not None and evicted is not None and detected >= evicted
+    evicted = status.admission.evicted_at if status.admission is not None else None
+    return caused_by_eviction(evicted, running_since=training.process_started_at,
+                              lost_at=event.detected_at)
 
 
 def prior_checkpoint_ack(status: dict[str, Any] | None) -> CheckpointAck | None:
     """The earlier process's answer to a checkpoint request (status.training.checkpointAck),
     if sound: a replacement process keeps reporting it and never answers that id again."""
-    ack = _section(status, "training").get("checkpointAck")
-    if not isinstance(ack, dict) or _count(ack.get("id")) is None or \
-            _count(ack.get("step")) is None or not isinstance(ack.get("committedAt"), str):
-        return None
-    try:
-        return CheckpointAck.model_validate(ack)
-    except ValueError:
-        return None
+    training = _read(status).training
+    return training.checkpoint_ack if training is not None else None
 
 
 @dataclass(frozen=True)
@@ -124,10 +113,13 @@ class PriorRun:
 
 
 def prior_state(status: dict[str, Any] | None, max_retries: int) -> PriorRun:
-    events, failures = prior_run(status, max_retries)
-    training = _section(status, "training")
-    return PriorRun(events, failures, trusted_goodput(training.get("goodput")),
-                    _count(training.get("step")) or 0, prior_checkpoint_ack(status))
+    parsed = _read(status)
+    events, failures = _events_and_retries(parsed, max_retries)
+    training = parsed.training
+    if training is None:
+        return PriorRun(events, failures)
+    return PriorRun(events, failures, training.goodput, training.step,
+                    training.checkpoint_ack)
 
 
 def read_prior_run(namespace: str, name: str, max_retries: int) -> PriorRun:

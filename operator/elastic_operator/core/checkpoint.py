@@ -14,6 +14,7 @@ def keep_last_known(
     return scanned.model_copy(update={
         "latest_committed_step": previous.latest_committed_step,
         "incomplete_steps": list(previous.incomplete_steps),
+        "abandoned_steps": list(previous.abandoned_steps),
     })
 
 

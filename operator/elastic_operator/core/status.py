@@ -23,6 +23,7 @@ from elastic_api.models import (
     TrainerProcess,
     TrainingReport,
 )
+from elastic_api.queueing import caused_by_eviction
 from elastic_operator.core.admission import Admission, decide_admission
 from elastic_operator.core.checkpoint import checkpoint_status
 from elastic_operator.core.conditions import (
@@ -191,9 +192,10 @@ def _slices(job: ElasticTrainingJob, observed: Observed, prev: ElasticTrainingJo
 
 
 def _stopped_by_queue(replaced: TrainerProcess, admission: Admission) -> bool:
-    """The replaced trainer started before Kueue last took the job back."""
-    return (replaced.started_at is not None and admission.evicted_since is not None
-            and admission.evicted_since > replaced.started_at)
+    """The replaced trainer ran when Kueue last took the job back (the tie-break on the
+    second is elastic_api.queueing's, the trainer's too)."""
+    return replaced.started_at is not None and caused_by_eviction(
+        admission.evicted_since, running_since=replaced.started_at)
 
 
 def _summary(job: ElasticTrainingJob, observed: Observed, slices: list[SliceStatus],
