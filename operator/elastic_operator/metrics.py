@@ -250,6 +250,8 @@ class OperatorMetrics:
         self, namespace: str, job: str, previous: ElasticTrainingJobStatus,
         new: ElasticTrainingJobStatus,
     ) -> None:
+        if (namespace, job) not in self._slices:
+            self._start_at_zero(namespace, job)
         failures = new.counters.slice_failures - previous.counters.slice_failures
         if failures > 0:
             self.slice_failures.labels(namespace, job).inc(failures)
@@ -270,6 +272,23 @@ class OperatorMetrics:
             self.active_slices.labels(namespace, job).set(new.training.active_slices)
         self._record_goodput(namespace, job, previous, new)
         self._record_alerting(namespace, job, new)
+
+    def _start_at_zero(self, namespace: str, job: str) -> None:
+        """Create a job's counters and its namespace's histograms at 0 before their first
+        event: increase() and rate() count from a series' first sample, so a series born
+        at 1 would hide the first failure (or recovery) from every dashboard and alert."""
+        for counter in (self.slice_failures, self.elastic_events, self.trainer_restarts,
+                        self.preemptions, self.productive_seconds, self.slice_down_seconds):
+            counter.labels(namespace, job)
+        for action in _ACTIONS.values():
+            self.slice_replacements.labels(namespace, job, action)
+        for cause in BadputSeconds.model_fields:
+            self.badput_seconds.labels(namespace, job, to_camel(cause))
+        for histogram in (self.detection_latency, self.recovery_duration, self.steps_lost,
+                          self.replacement_duration):
+            histogram.labels(namespace)
+        for result in _REQUEST_RESULTS.values():
+            self.checkpoint_requests.labels(namespace, result)
 
     def _record_alerting(self, namespace: str, job: str, new: ElasticTrainingJobStatus) -> None:
         """The gauges of the alert rules, as the new status says."""

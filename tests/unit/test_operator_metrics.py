@@ -28,12 +28,21 @@ def test_counters_follow_status_deltas_and_gauges_the_latest() -> None:
     m.record_status("ns", "job", before, after)
     m.record_status("ns", "job", after, after)  # no change: no increment
     assert value(registry, "etj_slice_failures_total", namespace="ns", job="job") == 1
-    assert value(registry, "etj_elastic_events_total", namespace="ns", job="job") is None
+    # Born at 0 with the job, so that increase() sees its first event.
+    assert value(registry, "etj_elastic_events_total", namespace="ns", job="job") == 0
+    assert value(registry, "etj_recovery_duration_seconds_count", namespace="ns") == 0
+    assert value(registry, "etj_slice_replacements_total", namespace="ns", job="job",
+                 action="Replace") == 0
+    assert value(registry, "etj_badput_seconds_total", namespace="ns", job="job",
+                 cause="waitingForSlices") == 0
     assert value(registry, "etj_desired_slices", namespace="ns", job="job") == 3
     assert value(registry, "etj_ready_slices", namespace="ns", job="job") == 2
     assert value(registry, "etj_active_slices", namespace="ns", job="job") == 2
     m.forget("ns", "job")
     assert value(registry, "etj_desired_slices", namespace="ns", job="job") is None
+    assert value(registry, "etj_elastic_events_total", namespace="ns", job="job") is None
+    assert value(registry, "etj_badput_seconds_total", namespace="ns", job="job",
+                 cause="waitingForSlices") is None
 
 
 def test_events_feed_the_histograms() -> None:
