@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv cluster-binaries lint test test-unit demo crd golden manifests bench soak e2e-kind clean
+.PHONY: help venv cluster-binaries prometheus lint test test-unit demo crd golden manifests bench soak e2e-kind clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -27,14 +27,19 @@ venv: $(STAMP)
 cluster-binaries:
 	@hack/build-control-plane.sh
 
+# Debian's prometheus package (prometheus, promtool) for the alert and dashboard tests;
+# as root with apt, its service never started. Quick when both are there.
+prometheus:
+	@hack/install-prometheus.sh
+
 lint: venv
 	$(VENV)/bin/ruff check api operator trainer devtools tests bench hack
 	$(VENV)/bin/mypy
 
-test: venv cluster-binaries lint
+test: venv cluster-binaries prometheus lint
 	$(PY) -m pytest -q -ra
 
-test-unit: venv lint
+test-unit: venv prometheus lint
 	$(PY) -m pytest -q -ra -m "not cluster"
 
 demo: venv cluster-binaries

@@ -145,6 +145,7 @@ def build_operator(
                     watch_timeout_s=watch_timeout_s, on_relist=relisted)
     for informer in caches.informers:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
+    metrics.observe_quarantines(nodes.all_nodes)
     observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
                                    jobsets=caches.jobset)
     reconciler = Reconciler(kube, observations, metrics, clock,

@@ -1,25 +1,49 @@
 """Prometheus metrics of the operator (listed in docs/metrics.md).
 
-Low cardinality: labels are at most `namespace` and `job`. Counters follow the job's
-status counters (the delta between the previous and the new status), so a restarted
-operator neither double-counts nor loses what the status already recorded.
+Low cardinality: per-job labels are at most `namespace`, `job` and `slice` (a job's
+slices). Counters follow the job's status counters (the delta between the previous and
+the new status), so a restarted operator neither double-counts nor loses what the status
+already recorded. Gauges copy the status (and the few spec fields the alert rules compare
+with: charts/elastic-operator/templates/_alerts.tpl), so they need no clock.
 """
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from pydantic.alias_generators import to_camel
 
-from elastic_api.conditions import Reason
-from elastic_api.models import BadputSeconds, ElasticTrainingJobStatus
+from elastic_api.conditions import ConditionType, Phase, Reason
+from elastic_api.models import BadputSeconds, ElasticTrainingJobSpec, ElasticTrainingJobStatus
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.observed import ObservedNode
 
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)
 _RECOVERY_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600)
 _STEPS_BUCKETS = (0, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _JOB_LABELS = ["namespace", "job"]
+_SLICE_LABELS = ["namespace", "job", "slice"]
+# Every status.phase, for the one-hot etj_job_phase.
+PHASES = tuple(sorted(v for k, v in vars(Phase).items() if k.isupper()))
+_DOWN_STATES = ("Down", "Restarting")
+# Our badput causes (status.goodput.badputSeconds) in ml-goodput-measurement's vocabulary
+# (its BadputType names; docs/metrics.md, "Goodput in ml-goodput-measurement's terms").
+BADPUT_TYPES = {
+    "waitingForSlices": "ELASTIC_SLICE_DOWN",
+    "restore": "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
+    "recompile": "ELASTIC_REINITIALIZATION",
+    "recomputedSteps": "WASTED_PROGRESS_FROM_DISRUPTION",
+    "checkpointing": "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+    "startup": "PROGRAM_STARTUP",
+    "other": "OTHER",
+}
+QUARANTINE_METRIC = "etj_pool_quarantined_timestamp_seconds"
 
 
 class OperatorMetrics:
@@ -28,6 +52,11 @@ class OperatorMetrics:
         self._declare_operator_metrics(registry)
         self._declare_replacement_metrics(registry)
         self._declare_goodput_metrics(registry)
+        self._declare_alerting_metrics(registry)
+        self._quarantines = _QuarantineCollector()
+        registry.register(self._quarantines)
+        # (namespace, job) -> the slice indices it has per-slice series for (forget()).
+        self._slices: dict[tuple[str, str], set[int]] = {}
 
     def _declare_job_metrics(self, registry: CollectorRegistry) -> None:
         """What happened to the jobs: failures, recoveries, slices."""
@@ -139,6 +168,81 @@ class OperatorMetrics:
             "The operator's timeline: time some slice was not Ready after having been Ready.",
             labels, registry=registry)
 
+    def _declare_alerting_metrics(self, registry: CollectorRegistry) -> None:
+        """What the alert rules compare (docs/operations.md, "Alerts"), as gauges."""
+        labels = _JOB_LABELS
+        self.job_phase = Gauge(
+            "etj_job_phase", "1 for the job's status.phase, 0 for the others.",
+            [*labels, "phase"], registry=registry)
+        self.slice_down = Gauge(
+            "etj_slice_down", "1 while the slice is Down or Restarting, else 0.",
+            _SLICE_LABELS, registry=registry)
+        self.slice_restarts = Gauge(
+            "etj_slice_restarts", "Times the slice failed (status.slices[].restarts).",
+            _SLICE_LABELS, registry=registry)
+        self.max_slice_restarts = Gauge(
+            "etj_max_slice_restarts", "The slice restart budget "
+            "(spec.elastic.maxSliceRestarts).", labels, registry=registry)
+        self.jobset_restarts = Gauge(
+            "etj_jobset_restarts", "Whole-JobSet restarts so far "
+            "(status.counters.jobSetRestarts).", labels, registry=registry)
+        self.max_restarts = Gauge(
+            "etj_max_restarts", "Whole-JobSet restarts allowed (spec.maxRestarts).", labels,
+            registry=registry)
+        self.recovering = Gauge(
+            "etj_recovering", "1 while the Recovering condition is True, else 0.", labels,
+            registry=registry)
+        self.training_step = Gauge(
+            "etj_training_step", "The trainer's step (status.training.step).", labels,
+            registry=registry)
+        self.checkpoint_step = Gauge(
+            "etj_checkpoint_latest_committed_step", "Newest committed checkpoint step "
+            "(status.checkpoint.latestCommittedStep; 0: a listing found none).", labels,
+            registry=registry)
+        self.checkpoint_period = Gauge(
+            "etj_checkpoint_period_steps", "Steps between checkpoints "
+            "(spec.checkpoint.periodSteps).", labels, registry=registry)
+        self.checkpoint_scan_failing = Gauge(
+            "etj_checkpoint_scan_failing", "1 while the checkpoint directory cannot be "
+            "listed (status.checkpoint.error), else 0.", labels, registry=registry)
+        self.api_requests = Counter(
+            "etj_api_requests_total", "Requests of the operator's Kubernetes client, by "
+            "verb, resource and HTTP status code (error: no answer).",
+            ["verb", "resource", "code"], registry=registry)
+        badput_types = Gauge(
+            "etj_badput_cause_info", "Each etj_badput_seconds_total cause with its "
+            "ml-goodput-measurement BadputType name (always 1).", ["cause", "badput_type"],
+            registry=registry)
+        for cause, badput_type in BADPUT_TYPES.items():
+            badput_types.labels(cause, badput_type).set(1)
+
+    def observe_quarantines(self, nodes: Callable[[], Iterable[ObservedNode]]) -> None:
+        """Export the quarantined node pools among `nodes()` (read at each scrape)."""
+        self._quarantines.source = nodes
+
+    def count_requests(self, api_client: Any) -> None:
+        """Count every request of a kubernetes ApiClient (kube.py makes all its requests
+        through `call_api`) in etj_api_requests_total."""
+        call_api = api_client.call_api
+
+        def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            verb, resource = request_kind(method, url)
+            try:
+                response = call_api(method, url, *args, **kwargs)
+            except Exception:
+                self.api_requests.labels(verb, resource, "error").inc()
+                raise
+            self.api_requests.labels(verb, resource, str(response.status)).inc()
+            return response
+
+        api_client.call_api = counted
+
+    def record_spec(self, namespace: str, job: str, spec: ElasticTrainingJobSpec) -> None:
+        """The limits the alert rules compare the status with."""
+        self.max_slice_restarts.labels(namespace, job).set(spec.elastic.max_slice_restarts)
+        self.max_restarts.labels(namespace, job).set(spec.max_restarts)
+        self.checkpoint_period.labels(namespace, job).set(spec.checkpoint.period_steps)
+
     def record_relist(self, resource: str, reason: str, objects: int) -> None:
         self.cache_relists.labels(resource, reason).inc()
 
@@ -146,6 +250,8 @@ class OperatorMetrics:
         self, namespace: str, job: str, previous: ElasticTrainingJobStatus,
         new: ElasticTrainingJobStatus,
     ) -> None:
+        if (namespace, job) not in self._slices:
+            self._start_at_zero(namespace, job)
         failures = new.counters.slice_failures - previous.counters.slice_failures
         if failures > 0:
             self.slice_failures.labels(namespace, job).inc(failures)
@@ -165,6 +271,49 @@ class OperatorMetrics:
         if new.training is not None and new.training.active_slices is not None:
             self.active_slices.labels(namespace, job).set(new.training.active_slices)
         self._record_goodput(namespace, job, previous, new)
+        self._record_alerting(namespace, job, new)
+
+    def _start_at_zero(self, namespace: str, job: str) -> None:
+        """Create a job's counters and its namespace's histograms at 0 before their first
+        event: increase() and rate() count from a series' first sample, so a series born
+        at 1 would hide the first failure (or recovery) from every dashboard and alert."""
+        for counter in (self.slice_failures, self.elastic_events, self.trainer_restarts,
+                        self.preemptions, self.productive_seconds, self.slice_down_seconds):
+            counter.labels(namespace, job)
+        for action in _ACTIONS.values():
+            self.slice_replacements.labels(namespace, job, action)
+        for cause in BadputSeconds.model_fields:
+            self.badput_seconds.labels(namespace, job, to_camel(cause))
+        for histogram in (self.detection_latency, self.recovery_duration, self.steps_lost,
+                          self.replacement_duration):
+            histogram.labels(namespace)
+        for result in _REQUEST_RESULTS.values():
+            self.checkpoint_requests.labels(namespace, result)
+
+    def _record_alerting(self, namespace: str, job: str, new: ElasticTrainingJobStatus) -> None:
+        """The gauges of the alert rules, as the new status says."""
+        if new.phase is not None:
+            for phase in PHASES:
+                self.job_phase.labels(namespace, job, phase).set(int(phase == new.phase))
+        indices = self._slices.setdefault((namespace, job), set())
+        for s in new.slices:
+            indices.add(s.index)
+            self.slice_down.labels(namespace, job, str(s.index)).set(
+                int(s.state in _DOWN_STATES))
+            self.slice_restarts.labels(namespace, job, str(s.index)).set(s.restarts)
+        self.jobset_restarts.labels(namespace, job).set(new.counters.job_set_restarts)
+        recovering = any(c.type == ConditionType.RECOVERING and c.status == "True"
+                         for c in new.conditions)
+        self.recovering.labels(namespace, job).set(int(recovering))
+        if new.training is not None:
+            self.training_step.labels(namespace, job).set(new.training.step)
+        checkpoint = new.checkpoint
+        if checkpoint is not None:
+            self.checkpoint_scan_failing.labels(namespace, job).set(int(bool(checkpoint.error)))
+            # Unknown (a failed listing that never succeeded) is no series, not 0.
+            if checkpoint.latest_committed_step is not None or not checkpoint.error:
+                self.checkpoint_step.labels(namespace, job).set(
+                    checkpoint.latest_committed_step or 0)
 
     def _record_goodput(self, namespace: str, job: str, previous: ElasticTrainingJobStatus,
                         new: ElasticTrainingJobStatus) -> None:
@@ -216,9 +365,19 @@ class OperatorMetrics:
         for metric in (self.slice_failures, self.elastic_events, self.trainer_restarts,
                        self.preemptions, self.active_slices, self.desired_slices,
                        self.ready_slices, self.goodput_ratio, self.productive_seconds,
-                       self.slice_down_seconds):
+                       self.slice_down_seconds, self.max_slice_restarts,
+                       self.jobset_restarts, self.max_restarts, self.recovering,
+                       self.training_step, self.checkpoint_step, self.checkpoint_period,
+                       self.checkpoint_scan_failing):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, job)
+        for phase in PHASES:
+            with contextlib.suppress(KeyError):
+                self.job_phase.remove(namespace, job, phase)
+        for index in self._slices.pop((namespace, job), set()):
+            for per_slice in (self.slice_down, self.slice_restarts):
+                with contextlib.suppress(KeyError):
+                    per_slice.remove(namespace, job, str(index))
         for action in _ACTIONS.values():
             with contextlib.suppress(KeyError):
                 self.slice_replacements.remove(namespace, job, action)
@@ -232,3 +391,58 @@ _ACTIONS = {Reason.SLICE_REPLACING: "Replace", Reason.SLICE_MOVING: "Move",
 _REQUEST_RESULTS = {Reason.CHECKPOINT_REQUESTED: "Requested",
                     Reason.CHECKPOINT_ACKNOWLEDGED: "Acknowledged",
                     Reason.CHECKPOINT_REQUEST_TIMED_OUT: "Expired"}
+
+
+def request_kind(method: str, url: str) -> tuple[str, str]:
+    """('GET', 'https://h/api/v1/namespaces/x/pods?watch=true') -> ('watch', 'pods'):
+    the verb as the API server names it and the resource (with its subresource)."""
+    parts = urlsplit(url)
+    segments = [s for s in parts.path.split("/") if s]
+    rest = segments[2:] if segments[:1] == ["api"] else segments[3:]
+    if segments[:1] not in (["api"], ["apis"]) or not rest:
+        return method.lower(), "discovery"
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    verb = {"POST": "create", "PUT": "update"}.get(method.upper(), method.lower())
+    if verb == "get" and parse_qs(parts.query).get("watch", [""])[0] in ("true", "1"):
+        verb = "watch"
+    elif verb == "get" and len(rest) == 1:
+        verb = "list"
+    return verb, resource
+
+
+def pool_quarantines(nodes: Iterable[ObservedNode]) -> dict[str, tuple[str, float]]:
+    """pool -> (reason, since): each quarantined pool, since its earliest node's
+    quarantined-at annotation (a pool whose nodes carry none is left out)."""
+    out: dict[str, tuple[str, float]] = {}
+    for node in nodes:
+        if not node.pool or not node.quarantined or node.quarantined_at is None:
+            continue
+        since = node.quarantined_at.timestamp()
+        reason, known = out.get(node.pool, (node.quarantined, since))
+        out[node.pool] = (reason, min(known, since))
+    return out
+
+
+class _QuarantineCollector(Collector):
+    """etj_pool_quarantined_timestamp_seconds{pool, reason}, read from the node cache at
+    each scrape (a quarantine belongs to the pool, not to one job)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[ObservedNode]] = lambda: ()
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            QUARANTINE_METRIC, "When the operator quarantined the node pool (Unix time: the "
+            "earliest elastic.pathways.dev/quarantined-at of its nodes).",
+            labels=["pool", "reason"])
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for pool, (reason, since) in sorted(pool_quarantines(self.source()).items()):
+            family.add_metric([pool, reason], since)
+        yield family

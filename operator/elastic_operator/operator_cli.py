@@ -173,10 +173,15 @@ def run(args: argparse.Namespace) -> int:
     replacement = replacement_settings(args)
     # The watches get their own client (connection pool): a long watch never holds a
     # connection that a reconcile or a Lease renewal waits for.
-    kube = Kube.from_environment()
-    operator = build_operator(kube, OperatorMetrics(),
+    kube, watch_kube = Kube.from_environment(), Kube.from_environment()
+    metrics = OperatorMetrics()
+    for client in (kube, watch_kube):
+        metrics.count_requests(client.api)
+    if election is None:  # no election: this replica always leads (etj_leader says so)
+        metrics.leader.labels(args.leader_identity or default_identity()).set(1)
+    operator = build_operator(kube, metrics,
                               namespaces=scope.list_namespaces,
-                              watch_kube=Kube.from_environment(), election=election,
+                              watch_kube=watch_kube, election=election,
                               watch_timeout_s=args.watch_timeout_seconds,
                               checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
                               replacement=replacement)

@@ -181,6 +181,7 @@ class Reconciler:
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
+        self.metrics.record_spec(namespace, name, job.spec)
         # The status first: it records what the replacement is about to do.
         self._write_status(raw, parsed.previous, new_status, events, now)
         self._replace(raw, job, new_status, observed, now)

@@ -92,7 +92,7 @@ def test_a_preemption_counts_in_the_metric_once() -> None:
     assert metrics.get_sample_value("etj_preemptions_total",
                                     {"namespace": "ml", "job": "train"}) == 1
     assert metrics.get_sample_value("etj_slice_failures_total",
-                                    {"namespace": "ml", "job": "train"}) is None
+                                    {"namespace": "ml", "job": "train"}) == 0
     assert [e.reason for e in kube.events if e.reason == REASON_PREEMPTED] == [REASON_PREEMPTED]
     assert kube.job["status"]["counters"]["preemptions"] == 1
 

@@ -7,6 +7,7 @@ parser, so the chart and the CLI cannot drift apart.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tomllib
@@ -75,7 +76,10 @@ SCENARIOS = {
     "defaults": None,
     "namespaced": NAMESPACED,
     "servicemonitor": {"metrics.serviceMonitor.enabled": "true", "operator.logFormat": "text"},
+    "monitoring": {"metrics.serviceMonitor.enabled": "true",
+                   "alerts.prometheusRule.enabled": "true", "dashboard.enabled": "true"},
 }
+MONITORING_GOLDEN = ROOT / "tests" / "golden" / "chart" / "monitoring.yaml"
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -303,6 +307,8 @@ def test_metrics_service_selects_the_operator_pod_and_its_metrics_port() -> None
     (container,) = pod["spec"]["containers"]
     assert port["targetPort"] in {p["name"] for p in container["ports"]}
     assert not of_kind(docs, "ServiceMonitor"), "the ServiceMonitor must be opt-in"
+    assert not of_kind(docs, "PrometheusRule"), "the alert rules must be opt-in"
+    assert not of_kind(docs, "ConfigMap"), "the dashboard must be opt-in"
 
 
 def test_service_monitor_scrapes_the_metrics_service_when_enabled() -> None:
@@ -312,6 +318,8 @@ def test_service_monitor_scrapes_the_metrics_service_when_enabled() -> None:
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    # The job's namespace and job labels must not become exported_namespace/exported_job.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     result = run_helm("template", RELEASE, str(CHART),
                       "--set", "metrics.serviceMonitor.enabled=true",
                       "--set", "metrics.service.enabled=false")
@@ -362,3 +370,66 @@ def test_install_manifest_stands_alone_for_kubectl_apply() -> None:
             assert doc["metadata"]["namespace"] == namespace, doc["metadata"]
     crd = only(docs, "CustomResourceDefinition")
     assert crd["spec"]["group"] == "elastic.pathways.dev"
+
+
+def test_monitoring_golden_is_current() -> None:
+    """The chart with the ServiceMonitor, the alert rules and the dashboard on, byte for
+    byte (hack/render-manifests writes it; the --check run of
+    test_install_manifest_is_current compares it too)."""
+    result = run_helm("template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
+                      *set_args(SCENARIOS["monitoring"]))
+    assert result.returncode == 0, result.stderr
+    golden = MONITORING_GOLDEN.read_text()
+    body = golden[golden.index("---"):]  # after the header comment
+    assert body == result.stdout, (
+        "tests/golden/chart/monitoring.yaml is stale: review the diff, then run "
+        "hack/render-manifests (make manifests)")
+
+
+def test_the_rules_are_the_plain_rules_file_and_the_dashboard_the_committed_json() -> None:
+    docs = render(SCENARIOS["monitoring"])
+    rule = only(docs, "PrometheusRule")
+    plain = yaml.safe_load((ROOT / "manifests" / "prometheus-rules.yaml").read_text())
+    assert rule["spec"] == plain, "manifests/prometheus-rules.yaml is stale: hack/render-manifests"
+    assert rule["metadata"]["namespace"] == RELEASE_NAMESPACE
+    dashboard = only(docs, "ConfigMap", f"{RELEASE}-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    committed = (CHART / "dashboards" / "elastic-training-operator.json").read_text()
+    assert json.loads(dashboard["data"]["elastic-training-operator.json"]) == json.loads(committed)
+
+
+def test_alert_values_reach_the_rules() -> None:
+    # --set gives a fraction as a string (helm types only integers): accepted as such.
+    docs = render({"alerts.prometheusRule.enabled": "true", "alerts.sliceDown.for": "3m",
+                   "alerts.sliceRestartBudget.spentFraction": "0.5",
+                   "alerts.labels.team": "ml-platform",
+                   "alerts.prometheusRule.labels.release": "kps",
+                   "alerts.runbookUrl": "https://wiki.example/etj"})
+    rule = only(docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert alerts["ElasticTrainingSliceDown"]["for"] == "3m"
+    assert ">= 0.5" in alerts["ElasticTrainingSliceRestartBudgetLow"]["expr"]
+    for name, alert in alerts.items():
+        assert alert["labels"]["team"] == "ml-platform", name
+        assert alert["annotations"]["runbook_url"] == f"https://wiki.example/etj#{name.lower()}"
+
+
+def test_dashboard_configmap_follows_its_values() -> None:
+    docs = render({"dashboard.enabled": "true", "dashboard.namespace": "monitoring",
+                   "dashboard.annotations.grafana_folder": "ML"})
+    dashboard = only(docs, "ConfigMap")
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "ML"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("alerts.sliceDown.for", "10 minutes"), ("alerts.goodputLow.threshold", "1.5"),
+     ("alerts.sliceRestartBudget.spentFraction", "0"), ("alerts.checkpointStale.periods", "x"),
+     ("dashboard.namespace", "Bad_NS")],
+)
+def test_values_schema_rejects_bad_alert_values(key: str, value: str) -> None:
+    result = run_helm("template", RELEASE, str(CHART), "--set", f"{key}={value}")
+    assert result.returncode != 0, f"{key}={value} was accepted"
+    assert key.split(".")[-1] in result.stderr, result.stderr
