@@ -79,7 +79,7 @@ def test_reports_validate_and_carry_the_identity() -> None:
 
 def test_importing_it_needs_no_jax() -> None:
     heavy = ["jax", "orbax", "flax", "optax", "kopf", "elastic_operator", "kubernetes"]
-    code = ("import sys\nimport elastic_trainer.progress\n"
+    code = ("import sys\nimport elastic_trainer.progress, elastic_trainer.progress_cli\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
