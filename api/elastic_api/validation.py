@@ -46,12 +46,16 @@ class Rule:
 
     `message` is a template; `values` maps each placeholder to the CEL expression (over
     `self` at `scope`) that fills it. A transition rule (`oldSelf`) applies on update only.
+    A `create_only` rule applies when a job is created only (`optionalOldSelf`): one that
+    jobs stored before it need not meet, since the spec cannot change after creation but
+    for `suspend` (operations.md: a rule never rejects stored objects).
     """
 
     scope: str
     rule: str
     message: str
     values: Mapping[str, str]
+    create_only: bool = False
 
     def message_expression(self) -> str:
         parts: list[str] = []
@@ -69,7 +73,10 @@ class Rule:
         return "".join(lit + (f"<{key}>" if key else "") for lit, key in pieces)
 
     def to_crd(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rule": self.rule, "message": self.static_message()}
+        rule = f"oldSelf.hasValue() || ({self.rule})" if self.create_only else self.rule
+        out: dict[str, Any] = {"rule": rule, "message": self.static_message()}
+        if self.create_only:
+            out["optionalOldSelf"] = True
         if self.values:
             out["messageExpression"] = self.message_expression()
         return out
@@ -334,14 +341,16 @@ def _checkpoint_maxtext_rules() -> list[Rule]:
         env = maxtext.env_key(key)
         fill = {"field": field, "key": key, "env": env}
         rules += [
+            # At creation only: jobs stored before these rules carry the defaults the CRD
+            # then gave keep (3) and async (true), whatever their command.
             Rule("spec", f"!has(self.checkpoint.{field}) || !has(self.trainer.command) || {runs}",
-                 _fill(CHECKPOINT_FIELD_UNREAD, fill), {}),
+                 _fill(CHECKPOINT_FIELD_UNREAD, fill), {}, create_only=True),
             Rule("spec",
                  f"!has(self.checkpoint.{field}) || !{runs} || "
                  f"(!has(self.trainer.args) || !self.trainer.args.exists(a, "
                  f"a.startsWith('{key}='))) && "
                  f"(!has(self.trainer.env) || !self.trainer.env.exists(e, e.name == '{env}'))",
-                 _fill(CHECKPOINT_FIELD_TWICE, fill), {}),
+                 _fill(CHECKPOINT_FIELD_TWICE, fill), {}, create_only=True),
         ]
     return rules
 

@@ -42,9 +42,11 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 
 
-def install_crd(api: client.ApiClient, timeout: float = 60) -> None:
-    """Server-side apply the generated CRD and wait until the API serves the resource."""
-    crd = build_crd()
+def install_crd(api: client.ApiClient, timeout: float = 60,
+                crd: dict[str, Any] | None = None) -> None:
+    """Server-side apply the generated CRD (or `crd`) and wait until the API serves the
+    resource."""
+    crd = crd or build_crd()
     name = crd["metadata"]["name"]
     ext = client.ApiextensionsV1Api(api)
     ext.patch_custom_resource_definition(
@@ -505,3 +507,43 @@ def test_api_server_and_validate_job_agree(custom: client.CustomObjectsApi, name
         api_messages = _cel_messages(causes)
         assert api_messages, message
     assert api_messages == python_messages
+
+
+def _crd_before_the_maxtext_rules() -> dict[str, Any]:
+    """The CRD as the release before the MaxText rules had it, where it matters here:
+    checkpoint.keep and checkpoint.async defaulted (3, true), no rule about them."""
+    crd = build_crd()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    checkpoint = spec["properties"]["checkpoint"]["properties"]
+    checkpoint["keep"]["default"], checkpoint["async"]["default"] = 3, True
+    spec["x-kubernetes-validations"] = [r for r in spec["x-kubernetes-validations"]
+                                        if not r.get("optionalOldSelf")]
+    return crd
+
+
+def test_a_job_stored_with_the_old_checkpoint_defaults_stays_writable(
+        custom: client.CustomObjectsApi, namespace: str):
+    """Upgrading the CRD must not reject stored jobs: a job of another program, stored
+    with the old defaults keep 3 and async true, can still be suspended and its status
+    written; only a new job with those fields is refused."""
+    api = custom.api_client
+    obj = _mutate("spec.trainer", {"image": "t:1", "command": ["python3", "train.py"]})
+    try:
+        install_crd(api, crd=_crd_before_the_maxtext_rules())
+        stored = create(custom, namespace, copy.deepcopy(obj))
+        assert stored["spec"]["checkpoint"]["keep"] == 3
+        assert stored["spec"]["checkpoint"]["async"] is True
+    finally:
+        install_crd(api)
+    name = obj["metadata"]["name"]
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                          {"spec": {"suspend": True}})
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": {"phase": "Suspended"}})
+    again = copy.deepcopy(stored["spec"])
+    fresh = {**obj, "metadata": {"name": "train-again"}, "spec": again}
+    causes, _ = refused(lambda: create(custom, namespace, fresh))
+    expected = _checkpoint_message(CHECKPOINT_FIELD_UNREAD, "keep", maxtext.KEEP_KEY)
+    assert cause_with(causes, expected), causes
+

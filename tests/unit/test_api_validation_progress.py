@@ -150,3 +150,17 @@ def test_runs_maxtext_in_python_and_cel_name_the_same_modules() -> None:
     assert maxtext.runs_maxtext(["python3"], ["-m", "MaxText.train"])
     assert not maxtext.runs_maxtext(None, ["maxtext.trainers.pre_train.train"])
     assert not maxtext.runs_maxtext(["python3", "maxtext/trainers/pre_train/train.py"], [])
+
+
+def test_the_checkpoint_rules_apply_at_creation_only() -> None:
+    """Jobs stored before them carry the old CRD's defaults (keep 3, async true): the
+    rules must never reject those on an update (test_admission shows it on the API
+    server)."""
+    spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = [r for r in spec["x-kubernetes-validations"]
+             if r["message"].startswith(("spec.checkpoint.keep:", "spec.checkpoint.async:"))]
+    assert len(rules) == 4
+    for rule in rules:
+        assert rule["optionalOldSelf"] is True
+        assert rule["rule"].startswith("oldSelf.hasValue() || (")
+
