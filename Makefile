@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv cluster-binaries prometheus lint test test-unit demo crd golden manifests bench soak e2e-kind clean
+.PHONY: help venv cluster-binaries prometheus lint test test-unit demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -72,6 +72,15 @@ manifests: crd cluster-binaries
 # in `make test`). Uses the Docker engine that is there; as root on Debian, starts one.
 e2e-kind: cluster-binaries
 	hack/kind-e2e.sh
+
+# Real MaxText 0.2.5 on CPU, run as a job's head pod runs it (docs/operations.md; not in
+# `make test`; as root): its own Python 3.13 environment (hack/maxtext-env.sh, cached by
+# version), then runs into the head's /tmp and into gs:// (fake-gcs-server), checked
+# against the checkpoint scan and the progress sidecar's follower.
+# e.g. make e2e-maxtext MAXTEXT_E2E_ARGS="--record tests/fixtures/maxtext-0.2.5"
+e2e-maxtext: venv cluster-binaries
+	hack/maxtext-env.sh
+	$(VENV)/bin/etj maxtext e2e $(MAXTEXT_E2E_ARGS)
 
 clean:
 	-$(VENV)/bin/etj cluster down

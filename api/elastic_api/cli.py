@@ -30,7 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "operator": ("elastic_operator.operator_cli", "run the operator"),
     "train": ("elastic_trainer.cli", "run the elastic trainer"),
     "slice-agent": ("elastic_trainer.slice_agent", "stand-in for a Pathways worker"),
+    "progress": ("elastic_trainer.progress_cli",
+                 "report a trainer's progress from its metrics file (head sidecar)"),
     "demo": ("elastic_devtools.demo.cli", "the article's experiment on the local control plane"),
+    "maxtext": ("elastic_devtools.maxtext.cli", "real MaxText on CPU as a head pod runs it (dev)"),
 }
 
 

@@ -214,6 +214,10 @@ class MaintenanceSpec(ApiModel):
     )
 
 
+# What the bundled trainer uses for checkpoint.keep and checkpoint.async left unset.
+DEFAULT_CHECKPOINT_KEEP, DEFAULT_CHECKPOINT_ASYNC = 3, True
+
+
 class CheckpointSpec(ApiModel):
     """Orbax checkpoints (the fallback every recovery can use)."""
 
@@ -222,12 +226,37 @@ class CheckpointSpec(ApiModel):
         description="Orbax checkpoint root: gs://bucket/path or a filesystem path.",
     )
     period_steps: SpecInt = Field(100, ge=1, description="Save a checkpoint every N steps.")
-    keep: SpecInt = Field(3, ge=1, description="Committed checkpoints to keep.")
-    async_: bool = Field(True, alias="async", description="Write checkpoints in the background.")
+    # No defaults in the CRD for keep and async: admission can then tell a value the user
+    # set (refused for a program that would never read it) from one nobody set.
+    keep: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Committed checkpoints to keep. Unset: 3 for the bundled trainer; MaxText "
+        "keeps every one (passed as max_num_checkpoints_to_keep). Only for the bundled "
+        "trainer and MaxText.",
+    )
+    async_: bool | None = Field(
+        None, alias="async",
+        description="Write checkpoints in the background. Unset: true for the bundled "
+        "trainer; MaxText's own default, true (passed as async_checkpointing). Only for the "
+        "bundled trainer and MaxText.",
+    )
     persistence: bool = Field(
         True,
-        description="TPU hosts read and write their own shards (ENABLE_PATHWAYS_PERSISTENCE=1).",
+        description="ENABLE_PATHWAYS_PERSISTENCE=1 in main (backend pathways): Orbax's "
+        "Pathways persistence handler, where the trainer registers it, has the TPU hosts "
+        "write their own shards (the bundled trainer does; MaxText 0.2.5's pre-training "
+        "trainer does not: docs/api.md).",
     )
+
+    @property
+    def keep_or_default(self) -> int:
+        """What the bundled trainer keeps."""
+        return self.keep if self.keep is not None else DEFAULT_CHECKPOINT_KEEP
+
+    @property
+    def async_or_default(self) -> bool:
+        """Whether the bundled trainer saves in the background."""
+        return self.async_ if self.async_ is not None else DEFAULT_CHECKPOINT_ASYNC
 
 
 class SnapshotSpec(ApiModel):
@@ -314,6 +343,31 @@ class Volume(ApiModel):
     empty_dir: EmptyDirVolumeSource | None = None
 
 
+class ProgressSpec(ApiModel):
+    """A progress sidecar for a program that does not write status.training itself: `etj
+    progress`, a native sidecar in the head pod, follows the program's metrics file on the
+    head's /tmp and reports step, loss and step time (docs/api.md, "Progress of any
+    trainer")."""
+
+    image: str = Field(
+        min_length=1, max_length=512,
+        description="The trainer image of this project (it runs `etj progress`), e.g. "
+        "<registry>/elastic-trainer:<version>.",
+    )
+    format: Literal["maxtext"] = Field(
+        "maxtext",
+        description="maxtext: MaxText's metrics_file, one JSON object per line with step, "
+        "learning/loss and perf/step_time_seconds (lines without learning/loss, such as eval "
+        "metrics, are ignored).",
+    )
+    metrics_file: str | None = Field(
+        None, max_length=1024,
+        description="The file to follow, under /tmp (the emptyDir main shares with the "
+        "sidecar). Unset: for MaxText, metrics_file in trainer.args, else /tmp/etj-metrics.jsonl "
+        "(the renderer passes it to MaxText as metrics_file); required for any other program.",
+    )
+
+
 @dataclass(frozen=True)
 class BundledTrainer:
     """The bundled trainer's settings, unset ones filled with their defaults."""
@@ -388,6 +442,11 @@ class TrainerSpec(ApiModel):
     )
     volume_mounts: list[VolumeMount] = Field(
         default_factory=list, max_length=16, description="Mounts of trainer.volumes in main.",
+    )
+    progress: ProgressSpec | None = Field(
+        None,
+        description="Only with command: a sidecar that reports the program's progress "
+        "(status.training) from its metrics file. Unset: no sidecar.",
     )
 
     def bundled(self) -> BundledTrainer:
@@ -696,6 +755,8 @@ class TrainingReport(StatusModel):
     step: Count = 0
     total_steps: Count | None = None
     loss: float | None = None
+    step_seconds: float | None = Field(None, ge=0, description="Wall time of the last "
+                                       "completed step.")
     tokens_per_second: float | None = None
     attempt: Count = Field(0, description="Elastic attempt: 0, then +1 per elastic event.")
     active_slices: Count | None = None

@@ -90,6 +90,7 @@ RM_CONTAINER = "pathways-rm"
 PROXY_CONTAINER = "pathways-proxy"
 WORKER_CONTAINER = "pathways-worker"
 SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
+PROGRESS_CONTAINER = "progress"  # the head's sidecar that reports a foreign trainer's progress
 
 # --- GKE nodes ----------------------------------------------------------------------------------
 

@@ -16,13 +16,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from elastic_api import API_VERSION, KIND
+from elastic_api import API_VERSION, KIND, maxtext
 from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE
 from elastic_api.models import (
     BUNDLED_TRAINER_FIELDS,
     INT32_MAX,
     MAX_SLICE_RESTARTS,
     ElasticTrainingJob,
+    ElasticTrainingJobSpec,
     TrainerSpec,
 )
 from elastic_api.names import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_NAME_LABEL
@@ -45,12 +46,16 @@ class Rule:
 
     `message` is a template; `values` maps each placeholder to the CEL expression (over
     `self` at `scope`) that fills it. A transition rule (`oldSelf`) applies on update only.
+    A `create_only` rule applies when a job is created only (`optionalOldSelf`): one that
+    jobs stored before it need not meet, since the spec cannot change after creation but
+    for `suspend` (operations.md: a rule never rejects stored objects).
     """
 
     scope: str
     rule: str
     message: str
     values: Mapping[str, str]
+    create_only: bool = False
 
     def message_expression(self) -> str:
         parts: list[str] = []
@@ -68,7 +73,10 @@ class Rule:
         return "".join(lit + (f"<{key}>" if key else "") for lit, key in pieces)
 
     def to_crd(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rule": self.rule, "message": self.static_message()}
+        rule = f"oldSelf.hasValue() || ({self.rule})" if self.create_only else self.rule
+        out: dict[str, Any] = {"rule": rule, "message": self.static_message()}
+        if self.create_only:
+            out["optionalOldSelf"] = True
         if self.values:
             out["messageExpression"] = self.message_expression()
         return out
@@ -179,6 +187,40 @@ VOLUME_MOUNT = (
     "a path other than /tmp (the head's shared emptyDir); add the volume or fix the mount"
 )
 
+# --- the progress sidecar, and what MaxText gets from the spec --------------------------------
+
+PROGRESS_NEEDS_COMMAND = (
+    "spec.trainer.progress: for a program of your own only (spec.trainer.command set): etj "
+    "train writes status.training itself; remove progress, or set command"
+)
+PROGRESS_METRICS_FILE_REQUIRED = (
+    "spec.trainer.progress.metricsFile: required unless spec.trainer.command runs MaxText's "
+    "trainer (maxtext.trainers.pre_train.train), whose metrics_file the renderer sets; set "
+    "the JSON-lines file your program writes, under /tmp"
+)
+PROGRESS_METRICS_FILE_PATH = (
+    "spec.trainer.progress.metricsFile: must be a file under /tmp/ (the head's emptyDir, "
+    "which main shares with the progress sidecar), named with letters, digits, '-', '_' and "
+    "'.', with no '.' or '..' part, e.g. /tmp/metrics.jsonl; fix the path"
+)
+MAXTEXT_METRICS_FILE_ARG = (
+    "spec.trainer.args: metrics_file must name a file under /tmp/ (the head's emptyDir, which "
+    "MaxText shares with the progress sidecar), as spec.trainer.progress.metricsFile does, and "
+    "the same one when both are set; fix it, or remove it and let the renderer set it"
+)
+CHECKPOINT_FIELD_UNREAD = (
+    "spec.checkpoint.{field}: only the bundled trainer and MaxText's trainer read it (MaxText "
+    "as {key}), not the program in spec.trainer.command; remove it and give your program the "
+    "setting in spec.trainer.args"
+)
+CHECKPOINT_FIELD_TWICE = (
+    "spec.checkpoint.{field}: the renderer passes it to MaxText as {key}, which "
+    "spec.trainer.args or the variable {env} of spec.trainer.env sets too; set it in one place"
+)
+# spec.checkpoint fields the renderer hands to MaxText, by wire name: (Python name, MaxText key)
+CHECKPOINT_MAXTEXT_FIELDS = {"keep": ("keep", maxtext.KEEP_KEY),
+                             "async": ("async_", maxtext.ASYNC_KEY)}
+
 # --- labels Kueue reads (carried to the JobSet) -------------------------------------------
 # Only Python checks these (validate_job, so `etj render` and the operator): the API server
 # itself refuses a label value that is not one, but CEL rules cannot see metadata.labels.
@@ -269,6 +311,57 @@ def _trainer_rules() -> list[Rule]:
     ]
 
 
+def _progress_rules() -> list[Rule]:
+    runs = maxtext.cel_runs_maxtext("self")
+    pattern = maxtext.METRICS_FILE_PATTERN
+    key = maxtext.METRICS_FILE_KEY + "="
+    value = f"a.substring({len(key)})"
+    return [
+        Rule("spec.trainer", "!has(self.progress) || has(self.command)",
+             PROGRESS_NEEDS_COMMAND, {}),
+        Rule("spec.trainer",
+             f"!has(self.progress) || has(self.progress.metricsFile) || {runs}",
+             PROGRESS_METRICS_FILE_REQUIRED, {}),
+        Rule("spec.trainer",
+             "!has(self.progress) || !has(self.progress.metricsFile) || "
+             f"self.progress.metricsFile.matches('{pattern}')",
+             PROGRESS_METRICS_FILE_PATH, {}),
+        Rule("spec.trainer",
+             f"!has(self.progress) || !{runs} || !has(self.args) || "
+             f"self.args.all(a, !a.startsWith('{key}') || {value}.matches('{pattern}') && "
+             f"(!has(self.progress.metricsFile) || {value} == self.progress.metricsFile))",
+             MAXTEXT_METRICS_FILE_ARG, {}),
+    ]
+
+
+def _checkpoint_maxtext_rules() -> list[Rule]:
+    runs = maxtext.cel_runs_maxtext("self.trainer")
+    rules = []
+    for field, (_, key) in CHECKPOINT_MAXTEXT_FIELDS.items():
+        env = maxtext.env_key(key)
+        fill = {"field": field, "key": key, "env": env}
+        rules += [
+            # At creation only: jobs stored before these rules carry the defaults the CRD
+            # then gave keep (3) and async (true), whatever their command.
+            Rule("spec", f"!has(self.checkpoint.{field}) || !has(self.trainer.command) || {runs}",
+                 _fill(CHECKPOINT_FIELD_UNREAD, fill), {}, create_only=True),
+            Rule("spec",
+                 f"!has(self.checkpoint.{field}) || !{runs} || "
+                 f"(!has(self.trainer.args) || !self.trainer.args.exists(a, "
+                 f"a.startsWith('{key}='))) && "
+                 f"(!has(self.trainer.env) || !self.trainer.env.exists(e, e.name == '{env}'))",
+                 _fill(CHECKPOINT_FIELD_TWICE, fill), {}, create_only=True),
+        ]
+    return rules
+
+
+def _fill(template: str, values: Mapping[str, str]) -> str:
+    """A template with its placeholders filled now (no CEL messageExpression needed)."""
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", value)
+    return template
+
+
 def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
     """Every CEL rule of the CRD; `spec_fields`/`required` are the spec's wire names."""
     return [
@@ -340,6 +433,8 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             {},
         ),
         *_trainer_rules(),
+        *_progress_rules(),
+        *_checkpoint_maxtext_rules(),
         *_immutability_rules(spec_fields, required),
     ]
 
@@ -397,6 +492,8 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     if spec.backend == "pathways" and spec.pathways.gcs_scratch is None:
         errors.append(GCS_SCRATCH)
     errors += _trainer_checks(spec.trainer)
+    errors += _progress_checks(spec.trainer)
+    errors += _checkpoint_maxtext_checks(spec)
     errors += _kueue_label_checks(job.metadata.labels)
     return errors
 
@@ -421,6 +518,43 @@ def _trainer_checks(trainer: TrainerSpec) -> list[str]:
     if any(m.mount_path in ("/tmp", "/tmp/") or m.name not in names
            for m in trainer.volume_mounts):
         errors.append(VOLUME_MOUNT)
+    return errors
+
+
+def _progress_checks(trainer: TrainerSpec) -> list[str]:
+    progress = trainer.progress
+    if progress is None:
+        return []
+    if trainer.command is None:
+        return [PROGRESS_NEEDS_COMMAND]
+    errors: list[str] = []
+    runs = maxtext.runs_maxtext(trainer.command, trainer.args)
+    path = progress.metrics_file
+    if path is None and not runs:
+        errors.append(PROGRESS_METRICS_FILE_REQUIRED)
+    if path is not None and not re.fullmatch(maxtext.METRICS_FILE_PATTERN, path):
+        errors.append(PROGRESS_METRICS_FILE_PATH)
+    key = maxtext.METRICS_FILE_KEY + "="
+    given = [a[len(key):] for a in trainer.args if a.startswith(key)] if runs else []
+    if any(not re.fullmatch(maxtext.METRICS_FILE_PATTERN, g) or (path is not None and g != path)
+           for g in given):
+        errors.append(MAXTEXT_METRICS_FILE_ARG)
+    return errors
+
+
+def _checkpoint_maxtext_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    trainer = spec.trainer
+    runs = maxtext.runs_maxtext(trainer.command, trainer.args)
+    errors: list[str] = []
+    for field, (attr, key) in CHECKPOINT_MAXTEXT_FIELDS.items():
+        if getattr(spec.checkpoint, attr) is None:
+            continue
+        fill = {"field": field, "key": key, "env": maxtext.env_key(key)}
+        if trainer.command is not None and not runs:
+            errors.append(_fill(CHECKPOINT_FIELD_UNREAD, fill))
+        elif runs and (maxtext.has_flag(trainer.args, key)
+                       or any(e.name == fill["env"] for e in trainer.env)):
+            errors.append(_fill(CHECKPOINT_FIELD_TWICE, fill))
     return errors
 
 

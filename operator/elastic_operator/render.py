@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from elastic_api import maxtext
 from elastic_api.catalog import SliceShape, slice_shape
 from elastic_api.models import (
     ElasticTrainingJob,
@@ -38,6 +39,7 @@ from elastic_api.names import (
     NODE_POOL_LABEL,
     NOT_READY_TAINT,
     PLURAL,
+    PROGRESS_CONTAINER,
     PROXY_CONTAINER,
     QUARANTINE_LABEL,
     REPLICATED_JOB_LABEL,
@@ -196,9 +198,9 @@ def trainer_command(job: ElasticTrainingJob) -> list[str]:
         "--data", bundled.data,
         "--checkpoint-dir", ckpt.directory,
         "--checkpoint-period", str(ckpt.period_steps),
-        "--checkpoint-keep", str(ckpt.keep),
+        "--checkpoint-keep", str(ckpt.keep_or_default),
     ]
-    if not ckpt.async_:
+    if not ckpt.async_or_default:
         cmd.append("--no-async-checkpoint")
     cmd += [
         "--snapshot-period", str(spec.snapshot.period_steps),
@@ -242,12 +244,50 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
         "volumeMounts": _tmp_mount() + [m.to_wire() for m in trainer.volume_mounts],
         "securityContext": main_security_context(job),
     }
-    if trainer.args:
-        container["args"] = list(trainer.args)
+    args = [*trainer.args, *maxtext.renderer_flags(job.spec)]
+    if args:
+        container["args"] = args
     resources = _resources({}, trainer.resources)
     if resources:
         container["resources"] = resources
     return container
+
+
+# The progress sidecar's own state (its identity of the trainer process, kept across its
+# restarts in the pod) lies next to the metrics file, in the head's /tmp.
+PROGRESS_STATE_FILE = "/tmp/.etj-progress.json"
+PROGRESS_RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"},
+                      "limits": {"memory": "256Mi"}}
+
+
+def _progress_sidecar(job: ElasticTrainingJob) -> dict[str, Any] | None:
+    """`etj progress` from our trainer image, following main's metrics file on the shared
+    /tmp and patching status.training with the trainer's RBAC (docs/api.md, "Progress of
+    any trainer"). A native sidecar: it starts before main and is stopped after it."""
+    trainer = job.spec.trainer
+    path = maxtext.metrics_file(trainer)
+    if trainer.progress is None or path is None:
+        return None
+    command = ["etj", "progress", "--metrics-file", path, "--format", trainer.progress.format,
+               "--state-file", PROGRESS_STATE_FILE]
+    steps = maxtext.flag_value(trainer.args, "steps") \
+        if maxtext.runs_maxtext(trainer.command, trainer.args) else None
+    if steps is not None and steps.isdigit():
+        command += ["--total-steps", steps]
+    return {
+        "name": PROGRESS_CONTAINER,
+        "image": trainer.progress.image,
+        "restartPolicy": "Always",
+        "command": command,
+        "env": [
+            *_job_identity_env(job),
+            _field_env("ETJ_POD_NAME", "metadata.name"),
+            _field_env("ETJ_POD_UID", "metadata.uid"),
+        ],
+        "resources": {k: dict(v) for k, v in PROGRESS_RESOURCES.items()},
+        "volumeMounts": _tmp_mount(),
+        "securityContext": _trainer_security_context(),
+    }
 
 
 def main_security_context(job: ElasticTrainingJob) -> dict[str, Any]:
@@ -465,8 +505,12 @@ def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     tolerations = _tolerations(job, tpu=False)
     if tolerations:
         pod["tolerations"] = tolerations
-    if pathways:
-        pod["initContainers"] = [_rm_sidecar(job, shape), _proxy_sidecar(job)]
+    init = [_rm_sidecar(job, shape), _proxy_sidecar(job)] if pathways else []
+    progress = _progress_sidecar(job)
+    if progress is not None:
+        init.append(progress)
+    if init:
+        pod["initContainers"] = init
     pod["containers"] = [_main_container(job)]
     return pod
 

@@ -17,13 +17,19 @@ from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from elastic_api import GROUP, PLURAL, VERSION
+from elastic_api import GROUP, PLURAL, VERSION, maxtext
 from elastic_api.catalog import CATALOG
 from elastic_api.crd import build_crd
 from elastic_api.models import BUNDLED_TRAINER_FIELDS, INT32_MAX, MAX_SLICE_RESTARTS
 from elastic_api.validation import (
     BUNDLED_FIELD,
+    CHECKPOINT_FIELD_TWICE,
+    CHECKPOINT_FIELD_UNREAD,
     COMMAND_EMPTY,
+    MAXTEXT_METRICS_FILE_ARG,
+    PROGRESS_METRICS_FILE_PATH,
+    PROGRESS_METRICS_FILE_REQUIRED,
+    PROGRESS_NEEDS_COMMAND,
     STEPS_REQUIRED,
     VOLUME_MOUNT,
     VOLUME_NAME,
@@ -36,9 +42,11 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 
 
-def install_crd(api: client.ApiClient, timeout: float = 60) -> None:
-    """Server-side apply the generated CRD and wait until the API serves the resource."""
-    crd = build_crd()
+def install_crd(api: client.ApiClient, timeout: float = 60,
+                crd: dict[str, Any] | None = None) -> None:
+    """Server-side apply the generated CRD (or `crd`) and wait until the API serves the
+    resource."""
+    crd = crd or build_crd()
     name = crd["metadata"]["name"]
     ext = client.ApiextensionsV1Api(api)
     ext.patch_custom_resource_definition(
@@ -142,6 +150,27 @@ def _mutate(path: str, value: Any) -> dict[str, Any]:
 
 _DELETE = object()
 
+
+def _mutated(*changes: tuple[str, Any]) -> dict[str, Any]:
+    obj = good_job()
+    for path, value in changes:
+        *parents, leaf = path.split(".")
+        node = obj
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return obj
+
+
+MAXTEXT = ["python3", "-m", "maxtext.trainers.pre_train.train"]
+PROGRESS = {"image": "registry/elastic-trainer:0.1.0"}
+CHECKPOINT = "gs://bucket/ckpt"
+
+
+def _checkpoint_message(template: str, field: str, key: str) -> str:
+    return (template.replace("{field}", field).replace("{key}", key)
+            .replace("{env}", maxtext.env_key(key)))
+
 # (test id, the bad object, the exact message the API server and validate_job both give)
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("topology", _mutate("spec.tpu.topology", "2x2x2"),
@@ -216,6 +245,40 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("placement-any-pathways", _mutate("spec.placement", "Any"),
      "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
      "remove it or set it to TPU"),
+    ("progress-bundled", _mutate("spec.trainer", {"image": "t:1", "steps": 1,
+                                                 "progress": PROGRESS}),
+     PROGRESS_NEEDS_COMMAND),
+    ("progress-no-metrics-file", _mutate("spec.trainer", {
+        "image": "t:1", "command": ["python3", "train.py"], "progress": PROGRESS}),
+     PROGRESS_METRICS_FILE_REQUIRED),
+    ("progress-metrics-file-path", _mutate("spec.trainer", {
+        "image": "t:1", "command": MAXTEXT,
+        "progress": {**PROGRESS, "metricsFile": "/tmp/../etc/m"}}),
+     PROGRESS_METRICS_FILE_PATH),
+    ("progress-maxtext-arg", _mutate("spec.trainer", {
+        "image": "t:1", "command": MAXTEXT, "args": ["metrics_file=/data/m.jsonl"],
+        "progress": PROGRESS}),
+     MAXTEXT_METRICS_FILE_ARG),
+    ("progress-maxtext-arg-differs", _mutate("spec.trainer", {
+        "image": "t:1", "command": ["python3"],
+        "args": ["-m", "MaxText.train", "metrics_file=/tmp/a"],
+        "progress": {**PROGRESS, "metricsFile": "/tmp/b"}}),
+     MAXTEXT_METRICS_FILE_ARG),
+    ("keep-unread", _mutated(("spec.checkpoint", {"directory": CHECKPOINT, "keep": 2}),
+                             ("spec.trainer", {"image": "t:1", "command": ["python3", "t.py"]})),
+     _checkpoint_message(CHECKPOINT_FIELD_UNREAD, "keep", maxtext.KEEP_KEY)),
+    ("async-unread", _mutated(("spec.checkpoint", {"directory": CHECKPOINT, "async": False}),
+                              ("spec.trainer", {"image": "t:1", "command": ["python3", "t.py"]})),
+     _checkpoint_message(CHECKPOINT_FIELD_UNREAD, "async", maxtext.ASYNC_KEY)),
+    ("async-twice", _mutated(("spec.checkpoint", {"directory": CHECKPOINT, "async": True}),
+                             ("spec.trainer", {"image": "t:1", "command": MAXTEXT,
+                                               "args": ["async_checkpointing=true"]})),
+     _checkpoint_message(CHECKPOINT_FIELD_TWICE, "async", maxtext.ASYNC_KEY)),
+    ("keep-twice-env", _mutated(
+        ("spec.checkpoint", {"directory": CHECKPOINT, "keep": 2}),
+        ("spec.trainer", {"image": "t:1", "command": MAXTEXT,
+                          "env": [{"name": "M_MAX_NUM_CHECKPOINTS_TO_KEEP", "value": "5"}]})),
+     _checkpoint_message(CHECKPOINT_FIELD_TWICE, "keep", maxtext.KEEP_KEY)),
 ]
 
 
@@ -444,3 +507,43 @@ def test_api_server_and_validate_job_agree(custom: client.CustomObjectsApi, name
         api_messages = _cel_messages(causes)
         assert api_messages, message
     assert api_messages == python_messages
+
+
+def _crd_before_the_maxtext_rules() -> dict[str, Any]:
+    """The CRD as the release before the MaxText rules had it, where it matters here:
+    checkpoint.keep and checkpoint.async defaulted (3, true), no rule about them."""
+    crd = build_crd()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    checkpoint = spec["properties"]["checkpoint"]["properties"]
+    checkpoint["keep"]["default"], checkpoint["async"]["default"] = 3, True
+    spec["x-kubernetes-validations"] = [r for r in spec["x-kubernetes-validations"]
+                                        if not r.get("optionalOldSelf")]
+    return crd
+
+
+def test_a_job_stored_with_the_old_checkpoint_defaults_stays_writable(
+        custom: client.CustomObjectsApi, namespace: str):
+    """Upgrading the CRD must not reject stored jobs: a job of another program, stored
+    with the old defaults keep 3 and async true, can still be suspended and its status
+    written; only a new job with those fields is refused."""
+    api = custom.api_client
+    obj = _mutate("spec.trainer", {"image": "t:1", "command": ["python3", "train.py"]})
+    try:
+        install_crd(api, crd=_crd_before_the_maxtext_rules())
+        stored = create(custom, namespace, copy.deepcopy(obj))
+        assert stored["spec"]["checkpoint"]["keep"] == 3
+        assert stored["spec"]["checkpoint"]["async"] is True
+    finally:
+        install_crd(api)
+    name = obj["metadata"]["name"]
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                          {"spec": {"suspend": True}})
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": {"phase": "Suspended"}})
+    again = copy.deepcopy(stored["spec"])
+    fresh = {**obj, "metadata": {"name": "train-again"}, "spec": again}
+    causes, _ = refused(lambda: create(custom, namespace, fresh))
+    expected = _checkpoint_message(CHECKPOINT_FIELD_UNREAD, "keep", maxtext.KEEP_KEY)
+    assert cause_with(causes, expected), causes
+

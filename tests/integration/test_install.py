@@ -31,6 +31,7 @@ import yaml
 from elastic_devtools.localcluster.cluster import free_port
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.versions import cache_dir, load_versions
+from tests.service_accounts import token_kubeconfig
 
 if TYPE_CHECKING:
     from elastic_devtools.localcluster import Cluster
@@ -76,35 +77,6 @@ def helm_template(release: str, namespace: str, *values: str) -> list[dict[str, 
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d]
-
-
-def token_kubeconfig(cluster: Cluster, namespace: str, service_account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token)."""
-    from kubernetes import client
-
-    api = cluster.api_client()
-    try:
-        request = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
-        response = client.CoreV1Api(api).create_namespaced_service_account_token(
-            service_account, namespace, request)
-        assert response.status is not None
-        token = response.status.token
-    finally:
-        api.close()
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    cluster_entry = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
-    user = f"system:serviceaccount:{namespace}:{service_account}"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [cluster_entry],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": cluster_entry["name"], "user": user}}],
-        "current-context": "sa",
-    }))
-    path.chmod(0o600)
-    return path
 
 
 def client_for(kubeconfig: Path) -> Any:

@@ -1,0 +1,221 @@
+"""Following a trainer's metrics file: MaxText's `metrics_file`, one JSON object per line.
+
+MaxText 0.2.5 (`maxtext/common/metric_logger.py`, `write_metrics_locally`) opens the file for
+appending for every line and writes `json.dumps` of the step's scalars, each a float, plus
+`"step"` (a float) and `"run_name"`: a train line has `learning/loss` and
+`perf/step_time_seconds`. A step's line is written one step late (when the next step has
+been dispatched; the last ones at the end of the run). Eval metrics go to the same file
+(`eval/...` keys, with the train step or an eval step's index as `step`): they are not
+progress and are ignored. When it writes step 0 it truncates the file first, so a run from
+scratch starts it anew; a run resumed from a checkpoint appends. A loss that is NaN or
+infinite is written as JSON's `NaN`/`Infinity` extension.
+
+A follower never trusts the file: a line that is not a metrics line (a partial write, a
+line cut by a truncation, bytes that are not UTF-8 JSON) is skipped and counted, a file
+replaced (another inode) or cut (shorter than what was read, or other bytes where it
+began) is read again from its start, and a missing file is waited for. Nothing here
+raises on the file's content.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Lines longer than this are not metrics lines (MaxText's are a few hundred bytes): their
+# bytes are dropped up to the next newline, so a file without newlines cannot fill memory.
+MAX_LINE_BYTES = 1 << 20
+# At most this much is read per poll; the rest waits for the next one.
+MAX_READ_BYTES = 8 << 20
+# What is remembered of the file's start, to notice it was rewritten from there.
+HEAD_BYTES = 256
+LOSS_KEY, STEP_TIME_KEY, STEP_KEY = "learning/loss", "perf/step_time_seconds", "step"
+# Steps are reported as JSON numbers the API server reads exactly (status.training.step).
+MAX_STEP = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One completed train step, as the metrics file tells it."""
+
+    step: int
+    loss: float | None  # None: not finite (NaN, Infinity)
+    step_seconds: float | None
+
+
+class NotAMetricsLine(ValueError):
+    """A line that cannot be a metrics line; the message says why."""
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NotAMetricsLine(f"{key} is not a number: {str(value)[:40]!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond any float
+        raise NotAMetricsLine(f"{key} is out of range") from None
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def parse_maxtext_line(text: str) -> StepRecord | None:
+    """A train line's record; None for other metrics (eval lines); NotAMetricsLine else."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as err:  # RecursionError: nested too deep
+        raise NotAMetricsLine(f"not JSON ({str(err)[:80]})") from None
+    if not isinstance(obj, dict):
+        raise NotAMetricsLine(f"not a JSON object: {text[:40]!r}")
+    if STEP_KEY not in obj:
+        raise NotAMetricsLine("no step")
+    step = _number(obj[STEP_KEY], STEP_KEY)
+    if LOSS_KEY not in obj:
+        if any(isinstance(k, str) and k.startswith("eval/") for k in obj):
+            return None
+        raise NotAMetricsLine(f"no {LOSS_KEY}")
+    if not (math.isfinite(step) and step.is_integer() and 0 <= step <= MAX_STEP):
+        raise NotAMetricsLine(f"step is not a whole number >= 0: {step!r}")
+    loss = _finite(_number(obj[LOSS_KEY], LOSS_KEY))
+    seconds = None
+    if STEP_TIME_KEY in obj:
+        value = _finite(_number(obj[STEP_TIME_KEY], STEP_TIME_KEY))
+        seconds = value if value is not None and value >= 0 else None
+    return StepRecord(step=int(step), loss=loss, step_seconds=seconds)
+
+
+Parser = Callable[[str], "StepRecord | None"]
+
+
+class MetricsFollower:
+    """The records of the complete lines appended to `path` since the last `poll()`.
+
+    Counters: `skipped` lines that are not metrics lines (and the partial line a cut or a
+    replacement left behind), `ignored` metrics lines that are not train steps, `restarts`
+    times the file was replaced or cut and read again from its start; `last_problem` says
+    what the last skipped line was."""
+
+    def __init__(self, path: str | Path, parse: Parser = parse_maxtext_line,
+                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.path = str(path)
+        self.parse, self.max_line_bytes = parse, max_line_bytes
+        self.skipped = self.ignored = self.restarts = 0
+        self.last_problem = ""
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+        self._offset = 0
+        self._head = b""
+        self._partial = b""
+        self._discarding = False  # inside an overlong line: drop bytes up to its newline
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def poll(self) -> list[StepRecord]:
+        records: list[StepRecord] = []
+        try:
+            st: os.stat_result | None = os.stat(self.path)
+        except OSError:
+            st = None
+        if self._fd is not None:
+            if st is None or (st.st_dev, st.st_ino) != self._identity:
+                # Removed or replaced: what the old file still holds, then the new one.
+                records += self._read()
+                self._forget_partial("the file was replaced or removed mid-line")
+                self.close()
+                if st is not None:
+                    self.restarts += 1
+            elif st.st_size < self._offset or not self._same_head():
+                self._forget_partial("the file was cut mid-line")
+                self._offset, self._head = 0, b""
+                self.restarts += 1
+        if self._fd is None and st is not None:
+            self._open()
+        if self._fd is not None:
+            records += self._read()
+        return records
+
+    def _open(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return
+        st = os.fstat(fd)
+        self._fd, self._identity = fd, (st.st_dev, st.st_ino)
+        self._offset, self._head = 0, b""
+
+    def _same_head(self) -> bool:
+        if not self._head or self._fd is None:
+            return True
+        try:
+            return os.pread(self._fd, len(self._head), 0) == self._head
+        except OSError:
+            return False
+
+    def _read(self) -> list[StepRecord]:
+        if self._fd is None:
+            return []
+        records: list[StepRecord] = []
+        budget = MAX_READ_BYTES
+        while budget > 0:
+            try:
+                chunk = os.pread(self._fd, min(budget, 1 << 20), self._offset)
+            except OSError:
+                break
+            if not chunk:
+                break
+            if len(self._head) < HEAD_BYTES and self._offset < HEAD_BYTES:
+                self._head = (self._head + chunk)[:HEAD_BYTES]
+            self._offset += len(chunk)
+            budget -= len(chunk)
+            records += self._lines(chunk)
+        return records
+
+    def _lines(self, chunk: bytes) -> list[StepRecord]:
+        records: list[StepRecord] = []
+        *complete, rest = (self._partial + chunk).split(b"\n")
+        for raw in complete:
+            if self._discarding:  # the end of an overlong line, counted when it began
+                self._discarding = False
+                continue
+            record = self._record(raw)
+            if record is not None:
+                records.append(record)
+        if len(rest) > self.max_line_bytes:
+            if not self._discarding:
+                self._skip(f"a line longer than {self.max_line_bytes} bytes")
+            self._discarding, rest = True, b""
+        self._partial = rest
+        return records
+
+    def _record(self, raw: bytes) -> StepRecord | None:
+        try:
+            text = raw.decode("utf-8").strip()
+            if len(raw) > self.max_line_bytes:
+                raise NotAMetricsLine(f"a line longer than {self.max_line_bytes} bytes")
+            if not text:
+                raise NotAMetricsLine("an empty line")
+            record = self.parse(text)
+        except (UnicodeDecodeError, NotAMetricsLine) as err:
+            self._skip(str(err))
+            return None
+        if record is None:
+            self.ignored += 1
+        return record
+
+    def _skip(self, why: str) -> None:
+        self.skipped += 1
+        self.last_problem = why
+
+    def _forget_partial(self, why: str) -> None:
+        if self._partial or self._discarding:
+            if not self._discarding:
+                self._skip(why)
+            self._partial, self._discarding = b"", False

@@ -1,0 +1,76 @@
+"""The progress sidecar's view of the trainer (`etj progress`, progress_cli.py): which
+process it is, and the status.training report of a metrics line.
+
+The trainer process is known by its pod: `hostName` is the pod's name, `processId` a
+number from the pod's uid, `processStartedAt` when the sidecar first started in the pod.
+The three are kept in a state file on the pod's /tmp, so a restart of the sidecar reports
+the same process, and a new pod (a JobSet restart) a new one (the operator's
+TrainerRestarted).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from elastic_api.models import TrainingReport
+from elastic_trainer.metrics_file import StepRecord
+
+log = logging.getLogger("etj.progress")
+# A number from the uid that the API server reads exactly (status.training.processId).
+PROCESS_ID_HEX_DIGITS = 13
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The trainer process as status.training names it."""
+
+    process_id: int
+    host_name: str
+    started_at: datetime
+
+
+def pod_identity(pod_name: str, pod_uid: str, now: datetime) -> Identity:
+    digest = hashlib.sha256(pod_uid.encode()).hexdigest()[:PROCESS_ID_HEX_DIGITS]
+    return Identity(process_id=int(digest, 16), host_name=pod_name, started_at=now)
+
+
+def load_identity(state_file: Path, pod_name: str, pod_uid: str, now: datetime) -> Identity:
+    """The identity kept in `state_file` for this pod, else a new one (written there).
+    A state file that cannot be read or written is no reason to stop: then a restart of
+    the sidecar reports a new process."""
+    try:
+        kept = json.loads(state_file.read_text())
+        if kept.get("podUid") == pod_uid and kept.get("hostName") == pod_name:
+            started = datetime.fromisoformat(kept["startedAt"])
+            if started.tzinfo is not None:
+                return Identity(int(kept["processId"]), pod_name, started)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    identity = pod_identity(pod_name, pod_uid, now)
+    record = {"podUid": pod_uid, "hostName": pod_name, "processId": identity.process_id,
+              "startedAt": identity.started_at.isoformat()}
+    try:
+        tmp = state_file.with_name(state_file.name + ".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(state_file)
+    except OSError as err:
+        log.warning("cannot keep the trainer's identity in %s: %s", state_file, err)
+    return identity
+
+
+def progress_report(identity: Identity, record: StepRecord | None, total_steps: int | None,
+                    now: datetime) -> TrainingReport:
+    """status.training for the newest record (None: no step yet)."""
+    common: dict[str, Any] = {
+        "observed_at": now, "total_steps": total_steps, "process_id": identity.process_id,
+        "host_name": identity.host_name, "process_started_at": identity.started_at,
+    }
+    if record is None:
+        return TrainingReport(state="Initializing", **common)
+    return TrainingReport(state="Training", step=record.step, loss=record.loss,
+                          step_seconds=record.step_seconds, **common)
