@@ -22,6 +22,7 @@ from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.events import StatusEvent, event_name
+from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.parsing import parse_job, parse_status
 from elastic_operator.core.patch import status_patch
@@ -30,7 +31,6 @@ from elastic_operator.core.plan import (
     PatchJobSetSuspend,
     Plan,
     SetWorkloadActive,
-    is_terminal,
     plan_reconcile,
 )
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
