@@ -234,6 +234,8 @@ def test_a_flapping_node_costs_no_replacement_until_it_stays_down(
         faults.make_node_ready(api, node)
     st = wait_status(api, ns, lambda s: s["slices"][0]["state"] == "Ready", "slice 0 Ready")
     assert st["slices"][0]["restarts"] == 3
+    # Posted after the status write that closes the replacement: wait for it.
+    wait_for(lambda: events(api, ns, Reason.SLICE_REPLACED), 30, "the SliceReplaced Event")
     assert len(events(api, ns, Reason.SLICE_REPLACED)) == 1
     assert len(events(api, ns, Reason.POOL_QUARANTINED)) <= 1
 
