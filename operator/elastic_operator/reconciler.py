@@ -5,8 +5,9 @@ Read the job, its JobSet, its pods and, for a queued job, the JobSet's Kueue Wor
 the newest checkpoint scan; compute the status (core.status); write the status once, as a
 merge patch that never touches status.training, is conditional on the job's
 resourceVersion and carries the change's Events (status.pendingEvents); record the
-metrics; post the Events, under names that make a second copy a no-op. Synchronous: the
-Scheduler runs it in a worker thread, never two at once for one job.
+metrics; act on the slice replacements the status records (replacer.py); post the Events,
+under names that make a second copy a no-op. Synchronous: the Scheduler runs it in a
+worker thread, never two at once for one job.
 """
 from __future__ import annotations
 
@@ -185,9 +186,14 @@ class Reconciler:
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
-        # The status first: it records what the replacement is about to do.
-        self._write_status(raw, parsed.previous, new_status, events, now)
-        self._replace(raw, job, new_status, observed, now)
+        # The status first: it records what the replacement is about to do, and carries
+        # the change's Events. Then the replacement (the slice back at once matters more
+        # than telling of it), then the Events (whoever sees one finds both done).
+        pending = self._write_status(raw, parsed.previous, new_status, events, now)
+        try:
+            self._replace(raw, job, new_status, observed, now)
+        finally:
+            self._post_events(raw, pending, now)
 
     def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
         """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""
@@ -268,14 +274,15 @@ class Reconciler:
 
     def _write_status(self, raw: dict[str, Any], previous: ElasticTrainingJobStatus,
                       new: ElasticTrainingJobStatus, events: list[StatusEvent],
-                      now: datetime) -> None:
-        """Write the status, then record the metrics and post the change's Events.
+                      now: datetime) -> list[PendingEvent]:
+        """Write the status with the change's Events in it (status.pendingEvents, the
+        outbox) and record the metrics; the outbox written, for `_post_events` after.
 
-        The write carries the Events too (status.pendingEvents, the outbox): one that dies
-        after the write leaves them to the next reconcile, its own or a new leader's,
-        which posts what it has not posted itself (a second copy is refused: 409) before
-        its own write replaces them. The next write clears it, whichever change it
-        carries: at most one more write per change with Events, usually none."""
+        One that dies after the write leaves the Events to the next reconcile, its own or
+        a new leader's, which posts what it has not posted itself (a second copy is
+        refused: 409) before its own write replaces them. The next write clears it,
+        whichever change it carries: at most one more write per change with Events,
+        usually none."""
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         # Committed by an earlier write (ours, or of a replica that died after it).
@@ -292,14 +299,15 @@ class Reconciler:
             if version is not None:
                 self._written[(namespace, name)] = version
             written_at = time.time()
+        # The status holds this outbox now: what was posted of the one it replaced no
+        # longer matters.
+        posted = self._posted.setdefault((namespace, name), set())
+        posted &= {e.name for e in pending}
         # Metrics before the Events: whoever sees an Event finds its metrics recorded.
         self.metrics.record_status(namespace, name, previous, new)
         self.metrics.record_events(namespace, events, written_at)
         self.metrics.record_decisions(namespace, name, events)
-        self._post_events(raw, pending, now)
-        # The status holds this outbox now: what was posted of the one it replaced no
-        # longer matters.
-        self._posted[(namespace, name)] &= {e.name for e in pending}
+        return pending
 
     def _post_events(self, raw: dict[str, Any], entries: list[PendingEvent],
                      now: datetime) -> None:

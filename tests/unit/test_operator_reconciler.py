@@ -623,6 +623,8 @@ def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -
     rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
     assert rec.reconcile("ml", "train")
     assert kube.calls.index("patch_job_status") < kube.calls.index("delete_job")
+    # The Events last: whoever sees SliceReplacing finds the Job deleted.
+    assert kube.calls.index("delete_job") < kube.calls.index("post_event")
     record = kube.job["status"]["slices"][0]["replacement"]
     assert (record["action"], record["jobUid"]) == ("Replace", ReplacingKube.JOB_UID)
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
