@@ -849,6 +849,21 @@ class AdmissionStatus(StatusModel):
         "as last seen: what counters.preemptions has taken into account.")
 
 
+# An Event's message as the operator posts it, and as its outbox keeps it.
+MAX_EVENT_MESSAGE = 1024
+
+
+class PendingEvent(StatusModel):
+    """A Kubernetes Event of a status change, kept in the status write that carries the
+    change and posted after it (the operator's outbox)."""
+
+    name: str = Field(description="The Event's name, derived from the change: the API "
+                      "server refuses a second copy.")
+    reason: str
+    type: Literal["Normal", "Warning"] = "Normal"
+    message: str = Field("", max_length=MAX_EVENT_MESSAGE)
+
+
 class ElasticTrainingJobStatus(StatusModel):
     observed_generation: int | None = None
     phase: str | None = Field(None, description="Short status for `kubectl get`.")
@@ -867,6 +882,11 @@ class ElasticTrainingJobStatus(StatusModel):
                                     "pools of the job's TPU shape.")
     checkpoint_request: CheckpointRequest | None = None
     goodput: Goodput | None = None
+    pending_events: list[PendingEvent] | None = Field(
+        None, description="The Events of the latest status change, written with it and "
+        "posted after the write; the next reconcile (this replica's or a new leader's) "
+        "posts those not known to be posted (a second copy is refused) and drops them. "
+        "Absent when there are none.")
     training: TrainingReport | None = None
 
 

@@ -2,11 +2,12 @@
 
 Read the job, its JobSet, its pods and, for a queued job, the JobSet's Kueue Workload
 (Observations); plan (core.plan) and execute the plan's actions; read the pods' nodes and
-the newest checkpoint scan; compute the status (core.status); post the Events it implies,
-under names that make a second copy a no-op; write the status once, as a merge patch that
-never touches status.training and is conditional on the job's resourceVersion; record the
-metrics. Synchronous: the Scheduler runs it in a worker thread, never two at once for one
-job.
+the newest checkpoint scan; compute the status (core.status); write the status once, as a
+merge patch that never touches status.training, is conditional on the job's
+resourceVersion and carries the change's Events (status.pendingEvents); record the
+metrics; act on the slice replacements the status records (replacer.py); post the Events,
+under names that make a second copy a no-op. Synchronous: the Scheduler runs it in a
+worker thread, never two at once for one job.
 """
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from datetime import UTC, datetime
 from typing import Any, assert_never
 
 from elastic_api.catalog import slice_shape
-from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
-from elastic_operator.core.events import StatusEvent, event_name
+from elastic_operator.core.events import StatusEvent, from_outbox, outbox
+from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.parsing import parse_job, parse_status
 from elastic_operator.core.patch import status_patch
@@ -30,7 +32,6 @@ from elastic_operator.core.plan import (
     PatchJobSetSuspend,
     Plan,
     SetWorkloadActive,
-    is_terminal,
     plan_reconcile,
 )
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
@@ -94,6 +95,9 @@ class Reconciler:
         # (namespace, name) -> the resourceVersion our last status write produced: the
         # watch event of that version is our own write, no news (`wrote`).
         self._written: dict[tuple[str, str], str] = {}
+        # (namespace, name) -> names of the Events in the job's stored outbox
+        # (status.pendingEvents) that this process has posted: not posted again.
+        self._posted: dict[tuple[str, str], set[str]] = {}
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
@@ -121,6 +125,7 @@ class Reconciler:
         self._children_ensured = {k for k in self._children_ensured
                                   if (k[0], k[1]) != (namespace, name)}
         self._written.pop((namespace, name), None)
+        self._posted.pop((namespace, name), None)
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
@@ -182,9 +187,14 @@ class Reconciler:
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
         self.metrics.record_spec(namespace, name, job.spec)
-        # The status first: it records what the replacement is about to do.
-        self._write_status(raw, parsed.previous, new_status, events, now)
-        self._replace(raw, job, new_status, observed, now)
+        # The status first: it records what the replacement is about to do, and carries
+        # the change's Events. Then the replacement (the slice back at once matters more
+        # than telling of it), then the Events (whoever sees one finds both done).
+        pending = self._write_status(raw, parsed.previous, new_status, events, now)
+        try:
+            self._replace(raw, job, new_status, observed, now)
+        finally:
+            self._post_events(raw, pending, now)
 
     def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
         """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""
@@ -265,43 +275,63 @@ class Reconciler:
 
     def _write_status(self, raw: dict[str, Any], previous: ElasticTrainingJobStatus,
                       new: ElasticTrainingJobStatus, events: list[StatusEvent],
-                      now: datetime) -> None:
+                      now: datetime) -> list[PendingEvent]:
+        """Write the status with the change's Events in it (status.pendingEvents, the
+        outbox) and record the metrics; the outbox written, for `_post_events` after.
+
+        One that dies after the write leaves the Events to the next reconcile, its own or
+        a new leader's, which posts what it has not posted itself (a second copy is
+        refused: 409) before its own write replaces them. The next write clears it,
+        whichever change it carries: at most one more write per change with Events,
+        usually none."""
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        # Committed by an earlier write (ours, or of a replica that died after it).
+        self._post_events(raw, previous.pending_events or [], now)
+        pending = outbox(name, meta.get("uid") or "", events, new)
+        new = new.model_copy(update={"pending_events": pending or None})
         patch = status_patch(previous, new)
-        # The Events first, under names that make a second copy a no-op: an operator that
-        # dies between the two leaves the change to be computed again, by itself or by the
-        # next leader, and posted no second time (the other way round, it would be lost).
-        self._post_events(raw, new, events, now)
         written_at = time.time()
         if patch is not None:
-            # Conditional on the version read: ApiError 409 if the job changed meanwhile.
+            # Conditional on the version read: ApiError 409 if the job changed meanwhile
+            # (then nothing of this change is posted: it is computed again).
             version = self.kube.patch_job_status(namespace, name, patch,
                                                  meta.get("resourceVersion"))
             if version is not None:
                 self._written[(namespace, name)] = version
             written_at = time.time()
+        # The status holds this outbox now: what was posted of the one it replaced no
+        # longer matters.
+        posted = self._posted.setdefault((namespace, name), set())
+        posted &= {e.name for e in pending}
+        # Metrics before the Events: whoever sees an Event finds its metrics recorded.
         self.metrics.record_status(namespace, name, previous, new)
         self.metrics.record_events(namespace, events, written_at)
         self.metrics.record_decisions(namespace, name, events)
+        return pending
 
-    def _post_events(self, raw: dict[str, Any], new: ElasticTrainingJobStatus,
-                     events: list[StatusEvent], now: datetime) -> None:
+    def _post_events(self, raw: dict[str, Any], entries: list[PendingEvent],
+                     now: datetime) -> None:
+        """Post the outbox entries this process has not posted yet. One that fails is
+        tried again by the next reconcile, which finds it still in the status."""
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        for event in events:
+        posted = self._posted.setdefault((namespace, name), set())
+        for entry in entries:
+            if entry.name in posted:
+                continue
             try:
-                posted = self.kube.post_event(
-                    raw, event, now, event_name(name, meta.get("uid") or "", event, new))
-            except ApiError as e:  # an Event is best effort; the status is the record
-                logger.warning("could not post event %s on %s/%s: %s", event.reason,
+                created = self.kube.post_event(raw, from_outbox(entry), now, entry.name)
+            except ApiError as e:  # best effort: the status is the record
+                logger.warning("could not post event %s on %s/%s: %s", entry.reason,
                                namespace, name, e)
                 continue
-            if posted:
-                logger.info("%s/%s: %s: %s", namespace, name, event.reason, event.message)
+            posted.add(entry.name)
+            if created:
+                logger.info("%s/%s: %s: %s", namespace, name, entry.reason, entry.message)
             else:
                 self.metrics.duplicate_events.inc()
-                logger.info("%s/%s: %s: posted already", namespace, name, event.reason)
+                logger.info("%s/%s: %s: posted already", namespace, name, entry.reason)
 
     def _report_invalid_spec(self, raw: dict[str, Any], message: str) -> None:
         meta = raw.get("metadata", {})

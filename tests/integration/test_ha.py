@@ -112,6 +112,8 @@ def test_leader_killed_mid_recovery_the_standby_finishes_it_counting_once(
     faults.fail_pod(api, ns, worker_pods(api, ns, 2)[0].metadata.name)
     before = wait_status(api, ns, lambda s: s["slices"][2]["restarts"] == 1
                          and is_true(s, C.RECOVERING), "slice 2 down, recovering", timeout=30)
+    # The leader records the metric after the status write: wait for it, then check once.
+    wait_for(lambda: slice_failures_counted(leader, ns) >= 1, 30, "the leader's count")
     assert slice_failures_counted(leader, ns) == 1
     wait_for(lambda: events(api, ns, Reason.SLICE_DOWN), 30, "the SliceDown Event")
 

@@ -333,8 +333,16 @@ def take_job_through_slice_failure(cluster: Cluster, namespace: str, operator_lo
 
         message = wait_for(slice_down, 90, f"SliceDown (operator log: {operator_log})")
         assert f"slice {FAILED_SLICE}" in message, message
-        counters = (get_job(admin, namespace, name).get("status") or {}).get("counters", {})
-        assert counters.get("sliceFailures") == 1, counters
+
+        # Counted once: wait for the count (the Event comes after the status write that
+        # counts it, but do not lean on that), then check it is exactly one.
+        def counted() -> dict[str, Any] | None:
+            status = get_job(admin, namespace, name).get("status") or {}
+            counters: dict[str, Any] = status.get("counters", {})
+            return counters if counters.get("sliceFailures", 0) >= 1 else None
+
+        counters = wait_for(counted, 30, f"counters.sliceFailures (operator log: {operator_log})")
+        assert counters["sliceFailures"] == 1, counters
 
         def slice_back() -> bool:
             cond = condition(admin, namespace, name, "SliceDown")

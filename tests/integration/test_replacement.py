@@ -98,10 +98,16 @@ def job_uid(api: client.ApiClient, ns: str, index: int) -> str | None:
 
 def ready_on_new_job(api: client.ApiClient, ns: str, index: int, old_uid: str | None,
                      what: str) -> dict[str, Any]:
-    """The slice Ready again, on a worker Job other than `old_uid`."""
+    """The slice Ready again, on a worker Job other than `old_uid`. The status must say
+    the replacement is over (no record open): a version written before the old Job went
+    (a Move is recorded while the slice is still Ready) read once the new Job exists would
+    otherwise pass for it."""
     def check(s: dict[str, Any]) -> bool:
+        slice_ = s["slices"][index]
+        if slice_["state"] != "Ready" or slice_.get("replacement") is not None:
+            return False
         uid = job_uid(api, ns, index)
-        return s["slices"][index]["state"] == "Ready" and uid is not None and uid != old_uid
+        return uid is not None and uid != old_uid
     return wait_status(api, ns, check, what, timeout=TIMEOUT)
 
 
@@ -220,6 +226,8 @@ def test_a_flapping_node_costs_no_replacement_until_it_stays_down(
         faults.make_node_ready(api, node)
     st = wait_status(api, ns, lambda s: s["slices"][0]["state"] == "Ready", "slice 0 Ready")
     assert st["slices"][0]["restarts"] == 3
+    # Posted after the status write that closes the replacement: wait for it.
+    wait_for(lambda: events(api, ns, Reason.SLICE_REPLACED), 30, "the SliceReplaced Event")
     assert len(events(api, ns, Reason.SLICE_REPLACED)) == 1
     assert len(events(api, ns, Reason.POOL_QUARANTINED)) <= 1
 

@@ -131,9 +131,10 @@ class StandInKube(Kube):
 
 
 def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
-               pods: tuple[ObservedPod, ...] = (),
+               pods: tuple[ObservedPod, ...] | Callable[[], tuple[ObservedPod, ...]] = (),
                jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
                nodes: NodeIndex | None = None) -> tuple[Reconciler, CollectorRegistry]:
+    """`pods`: what the pod cache holds (or a function that says, at each read)."""
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -145,7 +146,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
     def pod_cache(namespace: str, job: str) -> tuple[ObservedPod, ...]:
         if isinstance(kube, StandInKube):  # the order of reads matters (Kueue's tests)
             kube.calls.append(POD_CACHE_READ)
-        return pods
+        return pods() if callable(pods) else pods
 
     observations = ApiObservations(kube, nodes or NodeIndex(), scanner, pods=pod_cache,
                                    jobsets=jobsets)

@@ -5,6 +5,8 @@ is read once per reconcile; a failed checkpoint scan keeps the last good step; t
 write is conditional on the job's version and a change's Events are posted once."""
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
+from elastic_operator.core.events import StatusEvent
 from elastic_operator.kube import ApiError
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
@@ -187,23 +190,23 @@ def test_a_write_in_between_makes_the_reconcile_read_again_and_count_once() -> N
     assert status["training"]["step"] == 7  # the trainer's write stands
     assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
     assert errors(metrics) == 0
-    assert metrics.get_sample_value("etj_events_already_posted_total") == 2
+    # The refused write's Events were never posted (they go out after the write).
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 0
 
 
 def test_a_change_recomputed_after_a_failed_write_posts_its_events_once() -> None:
-    """Events go out before the status write, under names that repeat with the change:
-    a writer that dies (or fails) in between leaves the change to be computed again,
-    and the second copy of each Event is refused."""
+    """Events go out after the status write that carries the change: a write that fails
+    posts nothing, and the change computed again posts each Event once."""
     kube, pods = a_slice_goes_down()
     kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
     rec, metrics = reconciler(kube, pods=pods)
     assert rec.reconcile("ml", "train") is False
-    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
+    assert kube.events == [] and "post_event" not in kube.calls
     del kube.fail["patch_job_status"]
     assert rec.reconcile("ml", "train")
     assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
     assert kube.job["status"]["counters"]["sliceFailures"] == 1
-    assert metrics.get_sample_value("etj_events_already_posted_total") == 2
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 0
     assert metrics.get_sample_value("etj_slice_failures_total",
                                     {"namespace": "ml", "job": "train"}) == 1
     assert metrics.get_sample_value("etj_slice_replacements_total", {
@@ -248,6 +251,168 @@ def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
     assert not rec.wrote("ml", "other", ours) and not rec.wrote("ml", "train", None)
     rec.forget("ml", "train")
     assert not rec.wrote("ml", "train", ours)
+
+
+# --- Events after the status write, exactly once across a crash (the outbox) --------------
+
+
+class Died(BaseException):
+    """The operator process died here (SIGKILL): nothing after it runs, nothing catches
+    it (a BaseException, as the reconciler catches Exception)."""
+
+
+class DyingKube(StandInKube):
+    """Dies right after the status write is applied, or at the n-th Event post (1-based),
+    once; `after_patch` runs after a write is applied (another replica, in between)."""
+
+    def __init__(self, job: dict[str, Any], jobset: dict[str, Any] | None = None, *,
+                 die_after_patch: bool = False, die_at_post: int | None = None) -> None:
+        super().__init__(job, jobset)
+        self.die_after_patch = die_after_patch
+        self.die_at_post = die_at_post
+        self.after_patch: Callable[[], None] = lambda: None
+        # The counters the job's status had when each Event was posted.
+        self.status_at_post: list[dict[str, Any]] = []
+
+    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
+                         resource_version: str | None = None) -> str | None:
+        version = super().patch_job_status(namespace, name, patch, resource_version)
+        self.after_patch()
+        if self.die_after_patch:
+            self.die_after_patch = False
+            raise Died
+        return version
+
+    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
+                   name: str | None = None) -> bool:
+        if self.die_at_post is not None and self.calls.count("post_event") + 1 == \
+                self.die_at_post:
+            self.die_at_post = None
+            raise Died
+        self.status_at_post.append(copy.deepcopy(self.job.get("status", {}).get("counters")))
+        return super().post_event(job, event, now, name)
+
+
+def dying(**how: Any) -> tuple[DyingKube, tuple[ObservedPod, ...]]:
+    kube, pods = a_slice_goes_down()
+    return DyingKube(kube.job, kube.jobset, **how), pods
+
+
+SLICE_DOWN_EVENTS = [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
+
+
+def test_events_are_posted_after_the_status_write_that_carries_them() -> None:
+    """Whoever sees the SliceDown Event finds the failure counted in the status."""
+    kube, pods = dying()
+    rec, _ = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.index("patch_job_status") < kube.calls.index("post_event")
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert all(c is not None and c["sliceFailures"] == 1 for c in kube.status_at_post)
+    outbox = kube.job["status"]["pendingEvents"]  # the write carried them
+    assert [(e["name"], e["reason"]) for e in outbox] == list(
+        zip(kube.event_names, SLICE_DOWN_EVENTS, strict=True))
+
+
+def test_a_leader_that_dies_after_the_write_leaves_its_events_to_the_next() -> None:
+    """The crash window: the status (the failure counted) is written, the process dies
+    before posting. The next leader sees no transition (the slice is Down already), but
+    finds the Events in the outbox: it posts each once and clears it."""
+    kube, pods = dying(die_after_patch=True)
+    old, _ = reconciler(kube, pods=pods)
+    with pytest.raises(Died):
+        old.reconcile("ml", "train")
+    assert kube.events == [] and kube.job["status"]["counters"]["sliceFailures"] == 1
+    assert [e["reason"] for e in kube.job["status"]["pendingEvents"]] == SLICE_DOWN_EVENTS
+
+    new, metrics = reconciler(kube, pods=pods)
+    assert new.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    status = kube.job["status"]
+    assert "pendingEvents" not in status  # cleared by the new leader's write
+    assert status["counters"]["sliceFailures"] == 1 and status["slices"][0]["restarts"] == 1
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 0
+    # The failure was counted by the leader that computed it, not again.
+    assert metrics.get_sample_value("etj_slice_failures_total",
+                                    {"namespace": "ml", "job": "train"}) is None
+    assert new.reconcile("ml", "train")  # nothing left to post
+    assert len(kube.events) == 2 and kube.calls.count("post_event") == 2
+
+
+def test_a_leader_that_dies_between_two_posts_leaves_the_rest_posted_once() -> None:
+    kube, pods = dying(die_at_post=2)
+    old, _ = reconciler(kube, pods=pods)
+    with pytest.raises(Died):
+        old.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN]
+    new, metrics = reconciler(kube, pods=pods)
+    assert new.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 1  # the 409
+
+
+def test_a_stalled_leader_that_posts_after_the_new_one_is_refused_its_copies() -> None:
+    """Leader election is not fencing: the old leader wrote, stalled, and the new one
+    reconciled (posting the outbox) before the old one went on to post: 409s."""
+    kube, pods = dying()
+    new, new_metrics = reconciler(kube, pods=pods)
+    takeover = iter([True])
+    kube.after_patch = lambda: next(takeover, False) and new.reconcile("ml", "train")
+    old, old_metrics = reconciler(kube, pods=pods)
+    assert old.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert new_metrics.get_sample_value("etj_events_already_posted_total") == 0
+    assert old_metrics.get_sample_value("etj_events_already_posted_total") == 2
+
+
+def test_the_outbox_costs_no_request_when_the_next_write_clears_it() -> None:
+    """The next write clears the outbox, whatever change it carries; a reconcile with no
+    change of its own writes the clearing alone, once."""
+    kube, failed = a_slice_goes_down()
+    healthy = (WorkerPod(0, 0).build(), WorkerPod(0, 1).build())
+    restarting = (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
+    seen = [healthy]
+    rec, _ = reconciler(kube, pods=lambda: seen[-1])
+    for _ in range(3):  # the first writes, the second publishes the checkpoint scan
+        assert rec.reconcile("ml", "train")
+    writes = kube.calls.count("patch_job_status")
+    assert writes == 2, "steady: no write"
+
+    def step(pods: tuple[ObservedPod, ...]) -> tuple[int, int, dict[str, Any] | None]:
+        """(status writes, Event posts, the write's status) of one reconcile."""
+        seen.append(pods)
+        writes, posts = kube.calls.count("patch_job_status"), kube.calls.count("post_event")
+        assert rec.reconcile("ml", "train")
+        wrote = kube.calls.count("patch_job_status") - writes
+        return (wrote, kube.calls.count("post_event") - posts,
+                kube.patches[-1]["status"] if wrote else None)
+
+    wrote, posted, status = step(failed)  # the change, with its Events in the write
+    assert (wrote, posted) == (1, 2) and status is not None and len(status["pendingEvents"]) == 2
+    wrote, posted, status = step(restarting)  # the next change clears the outbox
+    assert (wrote, posted) == (1, 0) and status is not None
+    assert status["pendingEvents"] is None and status["slices"][0]["state"] == "Restarting"
+    assert step(restarting)[:2] == (0, 0)
+
+    wrote, posted, status = step(healthy)  # Ready again: SliceRestored
+    assert (wrote, posted) == (1, 1) and status is not None
+    assert [e["reason"] for e in status["pendingEvents"]] == [Reason.SLICE_RESTORED]
+    wrote, posted, status = step(healthy)  # nothing else changed: the clearing alone
+    assert (wrote, posted) == (1, 0) and status is not None and status["pendingEvents"] is None
+    assert step(healthy)[:2] == (0, 0)
+
+
+def test_an_event_the_api_server_failed_to_take_is_tried_again_by_the_next_reconcile(
+) -> None:
+    kube, pods = a_slice_goes_down()
+    kube.fail["post_event"] = api_error(500, "InternalError", "etcd timeout")
+    rec, _ = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train")  # an Event is best effort: no reconcile error
+    assert kube.events == []
+    del kube.fail["post_event"]
+    assert rec.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert "pendingEvents" not in kube.job["status"]
 
 
 # --- slice replacement: the intent is written before the operator acts --------------------
@@ -304,6 +469,8 @@ def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -
     rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
     assert rec.reconcile("ml", "train")
     assert kube.calls.index("patch_job_status") < kube.calls.index("delete_job")
+    # The Events last: whoever sees SliceReplacing finds the Job deleted.
+    assert kube.calls.index("delete_job") < kube.calls.index("post_event")
     record = kube.job["status"]["slices"][0]["replacement"]
     assert (record["action"], record["jobUid"]) == ("Replace", ReplacingKube.JOB_UID)
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]

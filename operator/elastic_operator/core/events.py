@@ -1,5 +1,11 @@
 """The Kubernetes Events a status change implies (posted by the I/O layer, counted by
-metrics.py)."""
+metrics.py), and the outbox that carries them in the status write (status.pendingEvents).
+
+A change's Events are posted after the status write that carries the change, so nobody
+sees an Event before its status. The write also carries them (`outbox`): an operator
+that dies between the write and the posts leaves them there, and the next reconcile, its
+own or a new leader's, posts them (`from_outbox`). Each has a name derived from the
+change (`event_name`), so a copy posted twice is refused (409): exactly once."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +14,7 @@ from datetime import datetime
 from typing import Literal
 
 from elastic_api.conditions import ConditionType, Reason
-from elastic_api.models import ElasticTrainingJobStatus
+from elastic_api.models import MAX_EVENT_MESSAGE, ElasticTrainingJobStatus, PendingEvent
 
 EventType = Literal["Normal", "Warning"]
 
@@ -56,3 +62,16 @@ def _occurrence(event: StatusEvent, status: ElasticTrainingJobStatus) -> str:
     if failed is not None and failed.status == "True" and failed.reason == event.reason:
         return "failed"  # terminal, sticky: once per job
     return f"message {event.message}"  # anything else: each distinct message once
+
+
+def outbox(job_name: str, job_uid: str, events: list[StatusEvent],
+           status: ElasticTrainingJobStatus) -> list[PendingEvent]:
+    """The Events of a change as status.pendingEvents keeps them (status: the new one)."""
+    return [PendingEvent(name=event_name(job_name, job_uid, e, status), reason=e.reason,
+                         type=e.type, message=e.message[:MAX_EVENT_MESSAGE])
+            for e in events]
+
+
+def from_outbox(entry: PendingEvent) -> StatusEvent:
+    """The Event to post for an outbox entry (what the API server needs of it)."""
+    return StatusEvent(reason=entry.reason, message=entry.message, type=entry.type)

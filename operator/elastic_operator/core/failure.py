@@ -3,6 +3,7 @@ True they stay, whatever the cluster shows later; a new failure posts one Event.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from elastic_api.conditions import TRAINER_FAILURE_REASONS, ConditionType, Reason
 from elastic_api.models import (
@@ -12,9 +13,11 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.names import HEAD_REPLICATED_JOB
-from elastic_operator.core.conditions import ConditionSetter, get_condition, is_true
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.observed import Observed, ObservedJobSet
+
+if TYPE_CHECKING:  # conditions.py imports plan.py, which asks is_terminal here
+    from elastic_operator.core.conditions import ConditionSetter
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,28 @@ class Outcome:
         return self.failure.message if self.failure is not None else ""
 
 
+def terminal_condition(status: ElasticTrainingJobStatus, type_: str) -> Condition | None:
+    """The status's Succeeded or Failed condition if it is True. Both are sticky, so any
+    True one counts, not only the first of its type: a status with two (a hand edit, an
+    older operator) stays finished, and every reader (the status computation, the plan,
+    the replacement) agrees that it is."""
+    return next((c for c in status.conditions if c.type == type_ and c.status == "True"),
+                None)
+
+
+def is_terminal(status: ElasticTrainingJobStatus) -> bool:
+    """The job has finished (Succeeded or Failed), as its status says."""
+    return any(terminal_condition(status, t) is not None
+               for t in (ConditionType.SUCCEEDED, ConditionType.FAILED))
+
+
 def decide_outcome(spec: ElasticTrainingJobSpec, observed: Observed,
                    previous: ElasticTrainingJobStatus) -> Outcome:
     jobset = observed.jobset
-    succeeded = is_true(previous, ConditionType.SUCCEEDED) or (
+    succeeded = terminal_condition(previous, ConditionType.SUCCEEDED) is not None or (
         jobset is not None and jobset.terminal_state == "Completed")
-    failed = get_condition(previous, ConditionType.FAILED)
-    if failed is not None and failed.status == "True":
+    failed = terminal_condition(previous, ConditionType.FAILED)
+    if failed is not None:
         return Outcome(succeeded, Failure(failed.reason, failed.message))
     if succeeded:
         return Outcome(succeeded=True)

@@ -19,6 +19,7 @@ Steps after the acknowledged save are never lost: the trainer holds until Releas
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from elastic_api.conditions import ConditionType, Reason
@@ -34,16 +35,35 @@ from elastic_api.models import (
 from elastic_operator.core.conditions import ConditionSetter
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pools import pools_in_use, spare_pools
-from elastic_operator.core.replacement import current_job_uid, worker_pods_of
+from elastic_operator.core.replacement import current_job_uid
+from elastic_operator.core.slices import worker_pods_of
 from elastic_operator.core.text import fmt_slices, iso
 from elastic_operator.observed import Observed, ObservedNode
 
 OPEN_PHASES = ("Requested", "Acknowledged", "Moving")
 
 
+@dataclass(frozen=True)
+class SliceNotices:
+    """The slices with slices[].maintenance set, and an Event for each new notice."""
+
+    slices: list[SliceStatus]
+    events: list[StatusEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RequestUpdate:
+    """status.checkpointRequest after one reconcile, the slices (with their Move
+    records), and the Events."""
+
+    request: CheckpointRequest | None
+    slices: list[SliceStatus]
+    events: list[StatusEvent] = field(default_factory=list)
+
+
 def slice_maintenance(
     spec: ElasticTrainingJobSpec, slices: list[SliceStatus], observed: Observed, now: datetime,
-) -> tuple[list[SliceStatus], list[StatusEvent]]:
+) -> SliceNotices:
     """slices[].maintenance from the signals on the nodes the slice runs on."""
     out, events = [], []
     for s in slices:
@@ -61,7 +81,7 @@ def slice_maintenance(
                 message=f"slice {s.index}: GKE announced maintenance on node pool "
                         f"{notice.pool} ({notice.signal}){when}"))
         out.append(s.model_copy(update={"maintenance": notice}))
-    return out, events
+    return SliceNotices(out, events)
 
 
 def _slice_nodes(observed: Observed, index: int) -> list[ObservedNode]:
@@ -98,7 +118,7 @@ def next_notice_in(spec: ElasticTrainingJobSpec, observed: Observed, now: dateti
 def checkpoint_request(
     spec: ElasticTrainingJobSpec, slices: list[SliceStatus], previous: CheckpointRequest | None,
     report: TrainingReport | None, observed: Observed, now: datetime,
-) -> tuple[CheckpointRequest | None, list[SliceStatus], list[StatusEvent]]:
+) -> RequestUpdate:
     """status.checkpointRequest after this reconcile, and the slices (Move records)."""
     spares = spare_pools(observed.pools, pools_in_use(slices))
     request = previous
@@ -107,7 +127,7 @@ def checkpoint_request(
         pending = [s.index for s in slices if s.maintenance is not None
                    and s.maintenance.request_id is None and s.state == "Ready"]
         if not pending:
-            return request, slices, events
+            return RequestUpdate(request, slices)
         request = _new_request(spec, pending, previous, bool(spares), now)
         slices = [s.model_copy(update={"maintenance": s.maintenance.model_copy(
             update={"request_id": request.id})}) if s.index in pending and s.maintenance
@@ -118,14 +138,14 @@ def checkpoint_request(
                     f"{'has' if len(pending) == 1 else 'have'} maintenance announced; the "
                     "trainer is asked to save now"
                     + (" and hold until the move" if request.pause else "")))
-        return request, slices, events
+        return RequestUpdate(request, slices, events)
     if request.phase == "Requested":
         return _answer(request, slices, report, spares, observed, now)
     if request.phase == "Moving" and all(
             s.state == "Ready" and s.replacement is None
             for s in slices if s.index in request.slices):
         request = request.model_copy(update={"phase": "Released"})
-    return request, slices, events
+    return RequestUpdate(request, slices)
 
 
 def _new_request(spec: ElasticTrainingJobSpec, pending: list[int],
@@ -142,7 +162,7 @@ def _new_request(spec: ElasticTrainingJobSpec, pending: list[int],
 def _answer(
     request: CheckpointRequest, slices: list[SliceStatus], report: TrainingReport | None,
     spares: list[str], observed: Observed, now: datetime,
-) -> tuple[CheckpointRequest, list[SliceStatus], list[StatusEvent]]:
+) -> RequestUpdate:
     """The trainer acknowledged (or the deadline passed): move the slices, if a spare
     pool exists to move them to."""
     ack = report.checkpoint_ack if report is not None else None
@@ -161,12 +181,12 @@ def _answer(
                     + ("moving anyway" if spares else "nothing to move to")))
         phase = "Expired"
     else:
-        return request, slices, events
+        return RequestUpdate(request, slices)
     moving = [s.index for s in slices if s.index in request.slices and s.state == "Ready"
               and s.maintenance is not None and s.replacement is None]
     if not spares or not moving:
-        return request.model_copy(update={"phase": "Released" if phase == "Acknowledged"
-                                          else phase}), slices, events
+        return RequestUpdate(request.model_copy(update={
+            "phase": "Released" if phase == "Acknowledged" else phase}), slices, events)
     out = []
     for s in slices:
         if s.index in moving[:len(spares)]:
@@ -179,8 +199,8 @@ def _answer(
                 message=f"slice {s.index}: moving off node pool {s.pool} before its "
                         "maintenance"))
         out.append(s)
-    return request.model_copy(update={"phase": "Moving" if phase == "Acknowledged"
-                                      else "Expired"}), out, events
+    return RequestUpdate(request.model_copy(update={
+        "phase": "Moving" if phase == "Acknowledged" else "Expired"}), out, events)
 
 
 def maintenance_condition(setter: ConditionSetter, slices: list[SliceStatus],

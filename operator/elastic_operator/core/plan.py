@@ -24,6 +24,7 @@ from elastic_api.names import (
     KUEUE_QUEUE_NAME_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
+from elastic_operator.core.failure import is_terminal
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload
 
 
@@ -157,11 +158,6 @@ def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[d
                 annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
         out.append(obj)
     return out
-
-
-def is_terminal(status: ElasticTrainingJobStatus) -> bool:
-    return any(c.type in (ConditionType.SUCCEEDED, ConditionType.FAILED) and c.status == "True"
-               for c in status.conditions)
 
 
 def owned_by_another(job: ElasticTrainingJob, jobset: ObservedJobSet) -> bool:

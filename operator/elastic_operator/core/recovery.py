@@ -7,6 +7,7 @@ later than the one at detection).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from elastic_api.conditions import Reason
@@ -22,13 +23,21 @@ from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.text import fmt_slices, iso, plural
 
 
+@dataclass(frozen=True)
+class RecoveryUpdate:
+    """status.lastRecovery after one reconcile, and the Recovered Event if it closed."""
+
+    record: RecoveryRecord | None
+    events: list[StatusEvent] = field(default_factory=list)
+
+
 def track_recovery(
     previous: ElasticTrainingJobStatus,
     report: TrainingReport | None,
     changes: list[SliceChange],
     now: datetime,
     not_ready: frozenset[int] = frozenset(),
-) -> tuple[RecoveryRecord | None, list[StatusEvent]]:
+) -> RecoveryUpdate:
     """The recovery record after this reconcile, and the Recovered Event if it closed.
     `not_ready`: the slices that are not Ready now."""
     record = previous.last_recovery
@@ -39,7 +48,7 @@ def track_recovery(
         record, ongoing = _link_elastic_event(record, ongoing, event,
                                               previous.counters.elastic_events)
     if record is None or not ongoing:
-        return record, []
+        return RecoveryUpdate(record)
     return _close_if_resumed(record, report, event, now, not_ready)
 
 
@@ -114,10 +123,10 @@ def _resumed_at(record: RecoveryRecord, report: TrainingReport | None,
 def _close_if_resumed(
     record: RecoveryRecord, report: TrainingReport | None,
     event: ElasticEventReport | None, now: datetime, not_ready: frozenset[int],
-) -> tuple[RecoveryRecord, list[StatusEvent]]:
+) -> RecoveryUpdate:
     resumed_at = _resumed_at(record, report, event, now, not_ready)
     if resumed_at is None:
-        return record, []
+        return RecoveryUpdate(record)
     linked = event if event is not None and record.elastic_event_id == event.id else None
     downtime = max(0.0, (resumed_at - record.detected_at).total_seconds())
     steps_lost = None
@@ -130,10 +139,10 @@ def _close_if_resumed(
         "restored_from_step": linked.restored_from_step if linked else None,
         "restore_source": linked.restore_source if linked else None,
     })
-    return record, [StatusEvent(
+    return RecoveryUpdate(record, [StatusEvent(
         reason=Reason.RECOVERED, message=recovered_message(record), type="Normal",
         downtime_seconds=record.downtime_seconds, steps_lost=steps_lost,
-    )]
+    )])
 
 
 def recovered_message(record: RecoveryRecord) -> str:
@@ -148,21 +157,28 @@ def recovered_message(record: RecoveryRecord) -> str:
     return " ".join(parts).replace(" ;", ";")
 
 
-def trainer_process(
-    known: TrainerProcess | None, report: TrainingReport | None,
-) -> tuple[TrainerProcess | None, TrainerProcess | None]:
-    """(the process now reporting, the one it replaced or None). A process counts as a
-    replacement only when it started later than the known one: a late report of the old
-    process, or the same process reporting again, changes nothing."""
+@dataclass(frozen=True)
+class ProcessUpdate:
+    """The trainer process now reporting, and the one it replaced (None: no new one)."""
+
+    process: TrainerProcess | None
+    replaced: TrainerProcess | None = None
+
+
+def trainer_process(known: TrainerProcess | None,
+                    report: TrainingReport | None) -> ProcessUpdate:
+    """A process counts as a replacement only when it started later than the known one:
+    a late report of the old process, or the same process reporting again, changes
+    nothing."""
     if report is None or report.process_started_at is None or report.process_id is None:
-        return known, None
+        return ProcessUpdate(known)
     seen = TrainerProcess(process_id=report.process_id, host_name=report.host_name,
                           started_at=report.process_started_at)
     if known is None or known.started_at is None:
-        return seen, None
+        return ProcessUpdate(seen)
     if seen == known or seen.started_at is None or seen.started_at <= known.started_at:
-        return known, None
-    return seen, known
+        return ProcessUpdate(known)
+    return ProcessUpdate(seen, replaced=known)
 
 
 def trainer_restarted_event(process: TrainerProcess, replaced: TrainerProcess,

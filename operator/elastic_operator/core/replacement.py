@@ -36,7 +36,7 @@ from elastic_api.models import (
     SliceReplacement,
     SliceStatus,
 )
-from elastic_api.names import WORKER_REPLICATED_JOB, worker_job_name
+from elastic_api.names import worker_job_name
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
@@ -53,7 +53,11 @@ from elastic_operator.core.pools import (
     slice_pool,
     spare_pools,
 )
-from elastic_operator.core.slices import SliceChange
+from elastic_operator.core.slices import (
+    SliceChange,
+    newest_per_host,
+    worker_pods_by_slice,
+)
 from elastic_operator.core.text import plural
 from elastic_operator.observed import Observed, ObservedJob, ObservedNode, ObservedPod
 
@@ -62,22 +66,10 @@ from elastic_operator.observed import Observed, ObservedJob, ObservedNode, Obser
 MAX_POOL_FAILURES = 100
 
 
-def worker_pods_of(observed: Observed, index: int) -> list[ObservedPod]:
-    return [p for p in observed.pods
-            if p.replicated_job == WORKER_REPLICATED_JOB and p.slice_index == index]
-
-
-def _newest_per_host(pods: list[ObservedPod]) -> list[ObservedPod]:
-    by_host: dict[object, ObservedPod] = {}
-    for pod in sorted(pods, key=lambda p: (p.created_at is not None, p.created_at, p.name)):
-        by_host[pod.host_index if pod.host_index is not None else pod.name] = pod
-    return list(by_host.values())
-
-
 def _failed_job_uid(pods: list[ObservedPod], nodes: dict[str, ObservedNode]) -> str | None:
     """The Job whose pods failed: that of a failed, terminating or stranded pod, else of
     the slice's newest pods."""
-    newest = _newest_per_host(pods)
+    newest = newest_per_host(pods)
     broken = [p for p in newest if p.failed or p.terminating or not _on_ready_node(p, nodes)]
     for pod in broken + newest:
         if pod.job_uid:
@@ -87,7 +79,7 @@ def _failed_job_uid(pods: list[ObservedPod], nodes: dict[str, ObservedNode]) -> 
 
 def current_job_uid(pods: list[ObservedPod]) -> str | None:
     """The Job the slice's newest pods belong to."""
-    return next((p.job_uid for p in _newest_per_host(pods) if p.job_uid), None)
+    return next((p.job_uid for p in newest_per_host(pods) if p.job_uid), None)
 
 
 def _on_ready_node(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> bool:
@@ -98,7 +90,7 @@ def _on_ready_node(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> bool:
 def _failed_pool(pods: list[ObservedPod], nodes: dict[str, ObservedNode],
                  known: str | None) -> str | None:
     """The pool of the slice's failure: of its broken pods, else where it ran."""
-    for pod in _newest_per_host(pods):
+    for pod in newest_per_host(pods):
         if pod.failed or pod.terminating or not _on_ready_node(pod, nodes):
             pool = pod_pool(pod, nodes)
             if pool:
@@ -123,11 +115,12 @@ def track_replacements(
     """slices[].pool, .replacement and .lastReplacement, and status.pools, after this
     reconcile's slice changes."""
     by_change = {c.index: c for c in changes}
+    by_slice = worker_pods_by_slice(observed)
     failed_on: list[str] = []
     out: list[SliceStatus] = []
     events: list[StatusEvent] = []
     for s in slices:
-        pods = worker_pods_of(observed, s.index)
+        pods = by_slice.get(s.index, [])
         pool = slice_pool(pods, observed.nodes) or s.pool
         record = s.replacement
         last = s.last_replacement
@@ -209,9 +202,10 @@ def _no_healthy_pool(slices: list[SliceStatus], observed: Observed,
         return slices
     spares = spare_pools(observed.pools, pools_in_use(slices))
     quarantined = [p.name for p in observed.pools if p.quarantined]
+    by_slice = worker_pods_by_slice(observed)
     out = []
     for s in slices:
-        pods = _newest_per_host(worker_pods_of(observed, s.index))
+        pods = newest_per_host(by_slice.get(s.index, []))
         unscheduled = [p for p in pods if p.node_name is None and not p.terminating]
         if s.state == "Restarting" and unscheduled and not spares:
             detail = f"; quarantined: {', '.join(quarantined)}" if quarantined else ""
@@ -238,6 +232,28 @@ def needs_jobs(status: ElasticTrainingJobStatus) -> bool:
     return any(s.replacement is not None for s in status.slices)
 
 
+@dataclass(frozen=True)
+class _Planning:
+    """What planning one job's replacements reads, the same for every slice."""
+
+    namespace: str
+    jobset: str
+    spec: ElasticTrainingJobSpec
+    observed: Observed
+    pools: dict[str, PoolStatus]  # status.pools by name
+    now: datetime
+
+
+@dataclass(frozen=True)
+class _SliceSteps:
+    """What one slice calls for now: actions, the seconds until a time-based step is due,
+    and the spare pool its quarantine sends it to (no other slice may take it)."""
+
+    actions: tuple[ReplacementAction, ...] = ()
+    waits: tuple[float, ...] = ()
+    spare: str | None = None
+
+
 def plan_replacements(
     namespace: str, jobset: str, spec: ElasticTrainingJobSpec, status: ElasticTrainingJobStatus,
     observed: Observed, now: datetime,
@@ -245,22 +261,20 @@ def plan_replacements(
     """The actions the status's replacement records and the stuck pods call for."""
     if not spec.recovery.replace_slices:
         return ReplacementPlan()
-    actions: list[ReplacementAction] = []
-    waits: list[float] = []
+    ctx = _Planning(namespace, jobset, spec, observed, {p.name: p for p in status.pools}, now)
+    by_slice = worker_pods_by_slice(observed)
     # Each quarantine sends one slice to one spare: never more quarantines than spares.
     spares = spare_pools(observed.pools, pools_in_use(status.slices))
-    pools = {p.name: p for p in status.pools}
+    actions: list[ReplacementAction] = []
+    waits: list[float] = []
     for s in status.slices:
-        pods = worker_pods_of(observed, s.index)
-        record = s.replacement
-        job = observed.jobs.get(s.index)
-        if record is not None and record.action in ("Replace", "Move"):
-            actions += _replace(namespace, jobset, spec, s, record, job, pods, observed,
-                                spares, pools, now, waits)
-        elif record is not None and record.action == "GiveUp" and _live(job, record) \
-                and job is not None and job.backoff_limit != 0 and job.finished is None:
-            actions.append(LowerBackoffLimit(namespace, job.name, job.uid, s.index))
-        actions += _stuck_pods(namespace, spec, s.index, pods, observed.nodes, now, waits)
+        pods = by_slice.get(s.index, [])
+        for steps in (_record_steps(ctx, s, pods, tuple(spares)),
+                      _stuck_pods(ctx, s.index, pods)):
+            actions += steps.actions
+            waits += steps.waits
+            if steps.spare is not None:
+                spares.remove(steps.spare)
     wake = max(0.0, min(waits)) if waits else None
     return ReplacementPlan(actions=tuple(actions), wake_after_s=wake)
 
@@ -270,32 +284,41 @@ def _live(job: ObservedJob | None, record: SliceReplacement) -> bool:
     return job is not None and job.uid == record.job_uid and not job.deleting
 
 
-def _replace(
-    namespace: str, jobset: str, spec: ElasticTrainingJobSpec, s: SliceStatus,
-    record: SliceReplacement, job: ObservedJob | None, pods: list[ObservedPod],
-    observed: Observed, spares: list[str], pools: dict[str, PoolStatus], now: datetime,
-    waits: list[float],
-) -> list[ReplacementAction]:
-    if job is None or not _live(job, record):
-        return []  # done already (or JobSet's own restart is under way)
-    grace_ends = _grace_ends(record, pods, observed.nodes, spec.recovery.node_not_ready_seconds)
-    if grace_ends is not None and now < grace_ends:
-        waits.append((grace_ends - now).total_seconds())
-        return []
+def _record_steps(ctx: _Planning, s: SliceStatus, pods: list[ObservedPod],
+                  spares: tuple[str, ...]) -> _SliceSteps:
+    """What the slice's replacement record calls for."""
+    record = s.replacement
+    job = ctx.observed.jobs.get(s.index)
+    if record is None or job is None or not _live(job, record):
+        return _SliceSteps()  # nothing to do, or done already (or JobSet's own restart)
+    if record.action in ("Replace", "Move"):
+        return _replace(ctx, s, record, job, pods, spares)
+    if record.action == "GiveUp" and job.backoff_limit != 0 and job.finished is None:
+        return _SliceSteps((LowerBackoffLimit(ctx.namespace, job.name, job.uid, s.index),))
+    return _SliceSteps()
+
+
+def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: ObservedJob,
+             pods: list[ObservedPod], spares: tuple[str, ...]) -> _SliceSteps:
+    nodes = ctx.observed.nodes
+    grace_ends = _grace_ends(record, pods, nodes, ctx.spec.recovery.node_not_ready_seconds)
+    if grace_ends is not None and ctx.now < grace_ends:
+        return _SliceSteps(waits=((grace_ends - ctx.now).total_seconds(),))
     actions: list[ReplacementAction] = []
     pool = record.from_pool
-    why = quarantine_reason(
-        pools.get(pool or ""), _node_level_cause(record, pods, observed.nodes),
-        spec.recovery.quarantine_after_failures)
-    target = next((p for p in observed.pools if p.name == pool), None)
+    why = quarantine_reason(ctx.pools.get(pool or ""), _node_level_cause(record, pods, nodes),
+                            ctx.spec.recovery.quarantine_after_failures)
+    target = next((p for p in ctx.observed.pools if p.name == pool), None)
     free = [p for p in spares if p != pool]
+    taken = None
     if why is not None and target is not None and target.quarantined is None and free:
-        spares.remove(free[0])  # taken by this slice
+        taken = free[0]
         actions.append(QuarantinePool(target.name, why, tuple(n.name for n in target.nodes),
                                       s.index))
-    actions.append(DeleteWorkerJob(namespace, job.name or worker_job_name(jobset, s.index),
+    actions.append(DeleteWorkerJob(ctx.namespace,
+                                   job.name or worker_job_name(ctx.jobset, s.index),
                                    job.uid, s.index, record.reason))
-    return actions
+    return _SliceSteps(tuple(actions), spare=taken)
 
 
 def _grace_ends(record: SliceReplacement, pods: list[ObservedPod],
@@ -305,7 +328,7 @@ def _grace_ends(record: SliceReplacement, pods: list[ObservedPod],
     (Ready=Unknown: the control plane already waited its grace) or a gone one does not."""
     if record.reason != Reason.NODE_NOT_READY or record.action != "Replace":
         return None
-    newest = _newest_per_host(pods)
+    newest = newest_per_host(pods)
     if any(p.failed or p.terminating for p in newest):
         return None
     statuses = {nodes[p.node_name].ready_status for p in newest
@@ -325,14 +348,14 @@ def _node_level_cause(record: SliceReplacement, pods: list[ObservedPod],
     return None
 
 
-def _stuck_pods(namespace: str, spec: ElasticTrainingJobSpec, index: int,
-                pods: list[ObservedPod], nodes: dict[str, ObservedNode], now: datetime,
-                waits: list[float]) -> list[ReplacementAction]:
+def _stuck_pods(ctx: _Planning, index: int, pods: list[ObservedPod]) -> _SliceSteps:
     """Pods being deleted on a node that has not been Ready for forceDeleteAfterSeconds
     (or is gone): no kubelet will ever confirm their deletion, and while they exist
     JobSet cannot recreate the Job (Foreground deletion) nor place its leader elsewhere."""
+    nodes, now = ctx.observed.nodes, ctx.now
     out: list[ReplacementAction] = []
-    bound = timedelta(seconds=spec.recovery.force_delete_after_seconds)
+    waits: list[float] = []
+    bound = timedelta(seconds=ctx.spec.recovery.force_delete_after_seconds)
     for pod in pods:
         if not pod.terminating or not pod.node_name or not pod.uid \
                 or _on_ready_node(pod, nodes):
@@ -342,7 +365,7 @@ def _stuck_pods(namespace: str, spec: ElasticTrainingJobSpec, index: int,
         due = max(pod.failure_started_at or now, (down_since or now) + bound) \
             if node is not None else (pod.failure_started_at or now) + bound
         if now >= due:
-            out.append(ForceDeletePod(namespace, pod.name, pod.uid, pod.node_name, index))
+            out.append(ForceDeletePod(ctx.namespace, pod.name, pod.uid, pod.node_name, index))
         else:
             waits.append((due - now).total_seconds())
-    return out
+    return _SliceSteps(tuple(out), tuple(waits))

@@ -63,12 +63,42 @@ class _Verdict:
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
 
+def worker_pods_by_slice(observed: Observed) -> dict[int, list[ObservedPod]]:
+    """The worker pods of each slice (its job-index): the one filter of worker pods."""
+    by_slice: dict[int, list[ObservedPod]] = {}
+    for pod in observed.pods:
+        if pod.replicated_job == WORKER_REPLICATED_JOB and pod.slice_index is not None:
+            by_slice.setdefault(pod.slice_index, []).append(pod)
+    return by_slice
+
+
+def worker_pods_of(observed: Observed, index: int) -> list[ObservedPod]:
+    """The worker pods of one slice."""
+    return worker_pods_by_slice(observed).get(index, [])
+
+
 def newest(pods: list[ObservedPod]) -> ObservedPod:
+    """The pod that represents a host: the newest. creationTimestamp has one-second
+    resolution, so a replacement made in the same second as the pod it replaces ties with
+    it; the Job controller only replaces a pod that failed or is going, so at a tie the
+    live pod is the newer one (taking the dead one would see a slice down, or a failed
+    Job, that has already come back). The name only makes the choice deterministic."""
     if len(pods) == 1:  # the common case, 4,096 times per reconcile of the largest job
         return pods[0]
-    # Newest first; at equal creation times a live pod supersedes a dead one.
     return max(pods, key=lambda p: (p.created_at or _NEVER, not (p.failed or p.terminating),
                                     p.name))
+
+
+def newest_per_host(pods: list[ObservedPod]) -> list[ObservedPod]:
+    """Each host's newest pod (`newest`), by host index (a pod without one is a host of
+    its own, after them)."""
+    by_host: dict[Any, list[ObservedPod]] = {}
+    for pod in pods:
+        key: Any = pod.host_index if pod.host_index is not None else pod.name
+        by_host.setdefault(key, []).append(pod)
+    chosen = [newest(group) for group in by_host.values()]
+    chosen.sort(key=lambda p: (p.host_index is None, p.host_index or 0, p.name))
+    return chosen
 
 
 def host_view(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> HostView:
@@ -107,18 +137,16 @@ def _failed_host(pod: ObservedPod, label: str) -> HostView:
 
 def hosts_by_slice(observed: Observed) -> dict[int, list[HostView]]:
     """The hosts of each worker slice (by job-index), sorted by host index."""
-    by_slice: dict[int, dict[Any, list[ObservedPod]]] = {}
-    for pod in observed.pods:
-        if pod.replicated_job != WORKER_REPLICATED_JOB or pod.slice_index is None:
-            continue
-        host_key: Any = pod.host_index if pod.host_index is not None else pod.name
-        by_slice.setdefault(pod.slice_index, {}).setdefault(host_key, []).append(pod)
-    out = {}
-    for index, hosts in by_slice.items():
-        views = [host_view(newest(pods), observed.nodes) for pods in hosts.values()]
-        views.sort(key=lambda h: (h.host is None, h.host or 0, h.pod.name))
-        out[index] = views
-    return out
+    return {index: [host_view(pod, observed.nodes) for pod in newest_per_host(pods)]
+            for index, pods in worker_pods_by_slice(observed).items()}
+
+
+@dataclass(frozen=True)
+class SliceHealth:
+    """The slices' states after one look, and how they changed since the last."""
+
+    slices: list[SliceStatus]
+    changes: list[SliceChange]
 
 
 def compute_slices(
@@ -129,7 +157,7 @@ def compute_slices(
     now: datetime,
     *,
     frozen_reason: str | None,
-) -> tuple[list[SliceStatus], list[SliceChange]]:
+) -> SliceHealth:
     """Slice states from the worker pods. With frozen_reason (suspended, not created),
     every slice is Pending for that reason and nothing counts as a failure."""
     prev_by_index = {s.index: s for s in previous}
@@ -142,7 +170,7 @@ def compute_slices(
         slices.append(status)
         if change is not None:
             changes.append(change)
-    return slices, changes
+    return SliceHealth(slices, changes)
 
 
 def slice_status(

@@ -1,14 +1,24 @@
 """compute_status: the operator's part of a job's status, from what one reconcile observed.
 
-It assembles the other core modules: the outcome (failure.py) freezes slice tracking,
-and so does a queue (Kueue) that holds the job (admission.py); slice health (slices.py)
-feeds recovery accounting (recovery.py); each condition is decided by its own function
-(conditions.py, failure.py, admission.py) and Ready and the phase summarize them
-(ready.py). Pure: `now` is passed in.
+A pipeline of stages over one context (`StatusInputs`, built once), each returning a
+typed result that the later stages read:
+
+1. `decide_gates`: whether the job finished (failure.py) and whether a queue (Kueue)
+   holds it (admission.py); either freezes slice tracking;
+2. `track_slices`: slice health (slices.py), then the operator's replacement records
+   (replacement.py), maintenance notices and the checkpoint request (maintenance.py);
+3. `track_trainer`: the recovery record (recovery.py) and the reporting trainer process;
+4. `decide_conditions`: one function per condition (conditions.py, failure.py,
+   admission.py), and Ready and the phase summarizing them (ready.py);
+5. the status assembled from the results, and the Events, in stage order.
+
+Pure: `now` is passed in.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from elastic_api.catalog import slice_shape
 from elastic_api.conditions import ConditionType, Reason
@@ -17,8 +27,10 @@ from elastic_api.models import (
     Condition,
     Counters,
     ElasticTrainingJob,
+    ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
     PoolStatus,
+    RecoveryRecord,
     SliceStatus,
     TrainerProcess,
     TrainingReport,
@@ -52,11 +64,101 @@ from elastic_operator.core.maintenance import (
     slice_maintenance,
 )
 from elastic_operator.core.pools import pools_in_use, spare_pools
-from elastic_operator.core.ready import JobSummary, readiness
+from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
-from elastic_operator.core.slices import SliceChange, compute_slices, slice_events
-from elastic_operator.observed import Observed, parse_time
+from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
+from elastic_operator.observed import Observed, ObservedJobSet, parse_time
+
+
+@dataclass(frozen=True)
+class StatusInputs:
+    """What one status computation reads, built once; every stage takes it."""
+
+    job: ElasticTrainingJob
+    observed: Observed
+    previous: ElasticTrainingJobStatus  # as stored (an empty one for a new job)
+    now: datetime
+    setter: ConditionSetter  # the previous conditions, now, the job's generation
+    report_problem: str | None = None  # why (part of) status.training was ignored
+
+    @classmethod
+    def of(cls, job: ElasticTrainingJob, observed: Observed,
+           previous: ElasticTrainingJobStatus | None, now: datetime,
+           report_problem: str | None = None) -> StatusInputs:
+        prev = previous or ElasticTrainingJobStatus()
+        return cls(job, observed, prev, now,
+                   ConditionSetter(prev.conditions, now, job.metadata.generation),
+                   report_problem)
+
+    @property
+    def spec(self) -> ElasticTrainingJobSpec:
+        return self.job.spec
+
+    @property
+    def report(self) -> TrainingReport | None:
+        """The trainer's report (status.training), as stored."""
+        return self.previous.training
+
+    @property
+    def jobset(self) -> ObservedJobSet | None:
+        return self.observed.jobset
+
+
+@dataclass(frozen=True)
+class Gates:
+    """Stage 1: the job finished, or a queue holds it (either freezes slice tracking)."""
+
+    outcome: Outcome
+    admission: Admission
+
+    @property
+    def terminal(self) -> bool:
+        return self.outcome.terminal
+
+    @property
+    def events(self) -> list[StatusEvent]:
+        return failure_events(self.outcome) + self.admission.events
+
+
+@dataclass(frozen=True)
+class SliceTracking:
+    """Stage 2: the slices (health, replacement records, maintenance), status.pools,
+    the checkpoint request, the spare pools, and the Events of all of it."""
+
+    slices: list[SliceStatus]
+    changes: list[SliceChange]
+    pools: list[PoolStatus]
+    checkpoint_request: CheckpointRequest | None
+    spares: list[str] | None  # None: no node pool of the job's shape seen
+    events: list[StatusEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TrainerTracking:
+    """Stage 3: the recovery record and the trainer process."""
+
+    record: RecoveryRecord | None
+    recovering: bool
+    process: TrainerProcess | None
+    replaced: TrainerProcess | None  # a trainer restart to count (Kueue's stops are not)
+    events: list[StatusEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """Stage 4: the conditions (Ready first) and the summary Ready was decided from."""
+
+    conditions: list[Condition]
+    summary: JobSummary
+    ready: Readiness
+
+
+class StatusResult(NamedTuple):
+    """What compute_status returns (a NamedTuple: `status, events = ...` reads it)."""
+
+    status: ElasticTrainingJobStatus
+    events: list[StatusEvent]
 
 
 def compute_status(
@@ -66,129 +168,94 @@ def compute_status(
     now: datetime,
     *,
     report_problem: str | None = None,
-) -> tuple[ElasticTrainingJobStatus, list[StatusEvent]]:
+) -> StatusResult:
     """The operator's part of the status (status.training is carried over untouched),
     and the Events the change implies."""
-    prev = previous or ElasticTrainingJobStatus()
-    spec = job.spec
-    report = prev.training
-    jobset = observed.jobset
-    setter = ConditionSetter(prev.conditions, now, job.metadata.generation)
-
-    # Terminal states first: they freeze slice tracking; so does a queue holding the job.
-    outcome = decide_outcome(spec, observed, prev)
-    admission = decide_admission(setter, job, jobset, observed.workload, prev,
-                                 outcome.terminal)
-    events = failure_events(outcome) + admission.events
-    slices, changes = _slices(job, observed, prev, now, outcome, admission)
-    events += slice_events(changes)
-    slices, pools, request, replacement_events = _replacements(
-        job, observed, prev, slices, changes, now, outcome.terminal)
-    events += replacement_events
-    spares = spare_pools(observed.pools, pools_in_use(slices)) if observed.pools else None
-    record, recovery_events = track_recovery(
-        prev, report, changes, now, frozenset(s.index for s in slices if s.state != "Ready"))
-    events += recovery_events
-    recovering = record is not None and record.resumed_at is None and not outcome.terminal
-    process, replaced = trainer_process(prev.trainer_process, report)
-    if replaced is not None and _stopped_by_queue(replaced, admission):
-        replaced = None  # Kueue stopped it (preempted, suspended): no restart to warn of
-    if replaced is not None and process is not None:
-        events.append(trainer_restarted_event(process, replaced, prev.counters.elastic_events))
-
-    job_set_name = jobset.name if jobset is not None else prev.job_set_name
-    degraded = degraded_condition(setter, report, spec.tpu.num_slices, outcome.terminal)
-    conditions = [
-        slice_down_condition(setter, slices, outcome.terminal),
-        recovering_condition(setter, record, recovering, report, outcome.terminal,
-                             outcome.failure_message),
-        degraded,
-        suspended_condition(setter, spec.suspend, jobset),
-        succeeded_condition(setter, outcome, job_set_name),
-        failed_condition(setter, outcome),
-        spec_applied_condition(setter, job, jobset, prev.job_set_name, outcome.terminal),
-        training_report_condition(setter, report, report_problem),
-        spares_condition(setter, spares, spec.tpu.spares),
-        maintenance_condition(setter, slices, outcome.terminal),
-    ]
-    if admission.condition is not None:
-        conditions.append(admission.condition)
-    summary = _summary(job, observed, slices, outcome, recovering, degraded, report,
-                       admission)
-    ready = readiness(summary)
-    conditions.insert(0, setter.set(ConditionType.READY, ready.status, ready.reason,
-                                    ready.message))
-    new_status = ElasticTrainingJobStatus(
-        observed_generation=job.metadata.generation,
-        phase=ready.phase,
-        job_set_name=job_set_name,
-        slices_desired=spec.tpu.num_slices,
-        slices_ready=summary.ready_slices,
-        slices=slices,
-        conditions=conditions,
-        counters=_counters(prev, changes, report, observed, replaced, admission),
-        admission=admission.status,
-        last_recovery=record,
-        checkpoint=checkpoint_status(prev.checkpoint, observed.checkpoint),
-        trainer_process=process,
-        pools=pools,
-        spare_pools=len(spares) if spares is not None else None,
-        checkpoint_request=request,
-        goodput=prev.goodput if outcome.terminal and prev.goodput else compute_goodput(
-            prev.goodput, created_at(job) or now, report, slices, changes, now),
-        training=prev.training,
-    )
-    return new_status, events
+    ctx = StatusInputs.of(job, observed, previous, now, report_problem)
+    gates = decide_gates(ctx)
+    tracking = track_slices(ctx, gates)
+    trainer = track_trainer(ctx, gates, tracking)
+    decided = decide_conditions(ctx, gates, tracking, trainer)
+    status = _assemble(ctx, gates, tracking, trainer, decided)
+    return StatusResult(status, gates.events + tracking.events + trainer.events)
 
 
-def _replacements(
-    job: ElasticTrainingJob, observed: Observed, prev: ElasticTrainingJobStatus,
-    slices: list[SliceStatus], changes: list[SliceChange], now: datetime, terminal: bool,
-) -> tuple[list[SliceStatus], list[PoolStatus], CheckpointRequest | None, list[StatusEvent]]:
-    """The operator's records of what it does about failed slices and maintenance
-    (core/replacement.py, core/maintenance.py); frozen once the job is terminal."""
-    if terminal:
-        return slices, list(prev.pools), prev.checkpoint_request, []
-    spec = job.spec
-    tracked = track_replacements(spec, slices, changes, observed, prev.pools, now)
-    slices, events = tracked.slices, tracked.events
-    if observed.jobset is None or observed.jobset.suspended:
-        return slices, tracked.pools, prev.checkpoint_request, events
-    slices, notices = slice_maintenance(spec, slices, observed, now)
-    request, slices, request_events = checkpoint_request(
-        spec, slices, prev.checkpoint_request, prev.training, observed, now)
-    return slices, tracked.pools, request, events + notices + request_events
+def decide_gates(ctx: StatusInputs) -> Gates:
+    """Terminal states first (they freeze slice tracking); then the queue, which holds a
+    job that is not finished."""
+    outcome = decide_outcome(ctx.spec, ctx.observed, ctx.previous)
+    admission = decide_admission(ctx.setter, ctx.job, ctx.jobset, ctx.observed.workload,
+                                 ctx.previous, outcome.terminal)
+    return Gates(outcome, admission)
 
 
-def created_at(job: ElasticTrainingJob) -> datetime | None:
-    """metadata.creationTimestamp (kept by ObjectMeta as an extra field)."""
-    extra = job.metadata.model_extra or {}
-    return parse_time(extra.get("creationTimestamp"))
+def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
+    """Slice health, then the operator's records of what it does about failed slices and
+    maintenance (core/replacement.py, core/maintenance.py); all frozen once the job is
+    terminal."""
+    prev = ctx.previous
+    if gates.terminal:
+        slices = list(prev.slices)
+        return SliceTracking(slices, [], list(prev.pools), prev.checkpoint_request,
+                             _spares(ctx, slices))
+    health = _slice_health(ctx, gates.admission)
+    events = slice_events(health.changes)
+    tracked = track_replacements(ctx.spec, health.slices, health.changes, ctx.observed,
+                                 prev.pools, ctx.now)
+    slices, request = tracked.slices, prev.checkpoint_request
+    events += tracked.events
+    if ctx.jobset is not None and not ctx.jobset.suspended:
+        notices = slice_maintenance(ctx.spec, slices, ctx.observed, ctx.now)
+        update = checkpoint_request(ctx.spec, notices.slices, prev.checkpoint_request,
+                                    ctx.report, ctx.observed, ctx.now)
+        slices, request = update.slices, update.request
+        events += notices.events + update.events
+    return SliceTracking(slices, health.changes, tracked.pools, request,
+                         _spares(ctx, slices), events)
 
 
-def _slices(job: ElasticTrainingJob, observed: Observed, prev: ElasticTrainingJobStatus,
-            now: datetime, outcome: Outcome,
-            admission: Admission) -> tuple[list[SliceStatus], list[SliceChange]]:
-    """Slice states; frozen once the job is terminal, Pending while suspended, while a
-    queue holds the job or before the JobSet exists. (Kueue evicts the Workload before it
-    suspends the JobSet, whose pods then go: pods seen going come with a Workload that
-    says why, as the reconciler reads it after them.)"""
-    if outcome.terminal:
-        return list(prev.slices), []
-    jobset = observed.jobset
+def _spares(ctx: StatusInputs, slices: list[SliceStatus]) -> list[str] | None:
+    pools = ctx.observed.pools
+    return spare_pools(pools, pools_in_use(slices)) if pools else None
+
+
+def _slice_health(ctx: StatusInputs, admission: Admission) -> SliceHealth:
+    """Slice states; Pending while suspended, while a queue holds the job or before the
+    JobSet exists. (Kueue evicts the Workload before it suspends the JobSet, whose pods
+    then go: pods seen going come with a Workload that says why, as the reconciler reads
+    it after them.)"""
+    jobset = ctx.jobset
     frozen = None
     if jobset is None:
         frozen = Reason.JOBSET_NOT_CREATED
-    elif job.spec.suspend:
+    elif ctx.spec.suspend:
         frozen = Reason.SUSPENDED
     elif admission.holds:
         frozen = admission.reason
     elif jobset.suspended:
         frozen = Reason.SUSPENDED
     hosts_per_slice = (jobset.worker_hosts_per_slice if jobset and jobset.worker_hosts_per_slice
-                       else catalog_hosts(job))
-    return compute_slices(job.spec.tpu.num_slices, hosts_per_slice, observed, prev.slices, now,
-                          frozen_reason=frozen)
+                       else catalog_hosts(ctx.job))
+    return compute_slices(ctx.spec.tpu.num_slices, hosts_per_slice, ctx.observed,
+                          ctx.previous.slices, ctx.now, frozen_reason=frozen)
+
+
+def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> TrainerTracking:
+    """The recovery record (opened by the slices that went down, closed by the trainer's
+    report) and the trainer process now reporting."""
+    not_ready = frozenset(s.index for s in tracking.slices if s.state != "Ready")
+    recovery = track_recovery(ctx.previous, ctx.report, tracking.changes, ctx.now, not_ready)
+    record = recovery.record
+    recovering = record is not None and record.resumed_at is None and not gates.terminal
+    process = trainer_process(ctx.previous.trainer_process, ctx.report)
+    replaced = process.replaced
+    if replaced is not None and _stopped_by_queue(replaced, gates.admission):
+        replaced = None  # Kueue stopped it (preempted, suspended): no restart to warn of
+    events = list(recovery.events)
+    if replaced is not None and process.process is not None:
+        events.append(trainer_restarted_event(process.process, replaced,
+                                              ctx.previous.counters.elastic_events))
+    return TrainerTracking(record, recovering, process.process, replaced, events)
 
 
 def _stopped_by_queue(replaced: TrainerProcess, admission: Admission) -> bool:
@@ -198,16 +265,80 @@ def _stopped_by_queue(replaced: TrainerProcess, admission: Admission) -> bool:
         admission.evicted_since, running_since=replaced.started_at)
 
 
-def _summary(job: ElasticTrainingJob, observed: Observed, slices: list[SliceStatus],
-             outcome: Outcome, recovering: bool, degraded: Condition,
-             report: TrainingReport | None, admission: Admission) -> JobSummary:
+def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
+                      trainer: TrainerTracking) -> Decided:
+    """Each condition from its own function; Ready (first) and the phase from them."""
+    setter, spec, jobset, outcome = ctx.setter, ctx.spec, ctx.jobset, gates.outcome
+    terminal, slices = gates.terminal, tracking.slices
+    degraded = degraded_condition(setter, ctx.report, spec.tpu.num_slices, terminal)
+    conditions = [
+        slice_down_condition(setter, slices, terminal),
+        recovering_condition(setter, trainer.record, trainer.recovering, ctx.report, terminal,
+                             outcome.failure_message),
+        degraded,
+        suspended_condition(setter, spec.suspend, jobset),
+        succeeded_condition(setter, outcome, _job_set_name(ctx)),
+        failed_condition(setter, outcome),
+        spec_applied_condition(setter, ctx.job, jobset, ctx.previous.job_set_name, terminal),
+        training_report_condition(setter, ctx.report, ctx.report_problem),
+        spares_condition(setter, tracking.spares, spec.tpu.spares),
+        maintenance_condition(setter, slices, terminal),
+    ]
+    if gates.admission.condition is not None:
+        conditions.append(gates.admission.condition)
+    summary = _summary(ctx, gates, slices, trainer.recovering, degraded)
+    ready = readiness(summary)
+    ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
+                                 ready.message)
+    return Decided([ready_condition, *conditions], summary, ready)
+
+
+def _job_set_name(ctx: StatusInputs) -> str | None:
+    return ctx.jobset.name if ctx.jobset is not None else ctx.previous.job_set_name
+
+
+def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
+              trainer: TrainerTracking, decided: Decided) -> ElasticTrainingJobStatus:
+    prev, now, slices = ctx.previous, ctx.now, tracking.slices
+    return ElasticTrainingJobStatus(
+        observed_generation=ctx.job.metadata.generation,
+        phase=decided.ready.phase,
+        job_set_name=_job_set_name(ctx),
+        slices_desired=ctx.spec.tpu.num_slices,
+        slices_ready=decided.summary.ready_slices,
+        slices=slices,
+        conditions=decided.conditions,
+        counters=_counters(ctx, gates, tracking, trainer),
+        admission=gates.admission.status,
+        last_recovery=trainer.record,
+        checkpoint=checkpoint_status(prev.checkpoint, ctx.observed.checkpoint),
+        trainer_process=trainer.process,
+        pools=tracking.pools,
+        spare_pools=len(tracking.spares) if tracking.spares is not None else None,
+        checkpoint_request=tracking.checkpoint_request,
+        goodput=prev.goodput if gates.terminal and prev.goodput else compute_goodput(
+            prev.goodput, created_at(ctx.job) or now, ctx.report, slices, tracking.changes,
+            now),
+        training=prev.training,
+    )
+
+
+def created_at(job: ElasticTrainingJob) -> datetime | None:
+    """metadata.creationTimestamp (kept by ObjectMeta as an extra field)."""
+    extra = job.metadata.model_extra or {}
+    return parse_time(extra.get("creationTimestamp"))
+
+
+def _summary(ctx: StatusInputs, gates: Gates, slices: list[SliceStatus], recovering: bool,
+             degraded: Condition) -> JobSummary:
+    outcome, admission, report = gates.outcome, gates.admission, ctx.report
     return JobSummary(
-        num_slices=job.spec.tpu.num_slices,
+        num_slices=ctx.spec.tpu.num_slices,
         ready_slices=sum(1 for s in slices if s.state == "Ready"),
         failure_message=outcome.failure.message if outcome.failure is not None else None,
         succeeded=outcome.succeeded,
-        suspended=job.spec.suspend,
-        jobset_exists=observed.jobset is not None,
+        suspended=ctx.spec.suspend,
+        jobset_exists=ctx.jobset is not None,
         down_slices=tuple(s.index for s in slices if s.state == "Down"),
         recovering=recovering,
         restarting=any(s.state == "Restarting" for s in slices),
@@ -217,21 +348,20 @@ def _summary(job: ElasticTrainingJob, observed: Observed, slices: list[SliceStat
     )
 
 
-def _counters(prev: ElasticTrainingJobStatus, changes: list[SliceChange],
-              report: TrainingReport | None, observed: Observed,
-              replaced: TrainerProcess | None, admission: Admission) -> Counters:
+def _counters(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
+              trainer: TrainerTracking) -> Counters:
     """Counters never go backwards (max with what the cluster and the trainer show)."""
-    jobset = observed.jobset
+    prev, report, jobset = ctx.previous.counters, ctx.report, ctx.jobset
     return Counters(
-        slice_failures=prev.counters.slice_failures + sum(1 for c in changes if c.failed),
+        slice_failures=prev.slice_failures + sum(1 for c in tracking.changes if c.failed),
         elastic_events=max(
-            prev.counters.elastic_events,
+            prev.elastic_events,
             report.elastic_events_total if report else 0,
             report.elastic_event.id if report and report.elastic_event else 0,
         ),
-        job_set_restarts=max(prev.counters.job_set_restarts, jobset.restarts if jobset else 0),
-        trainer_restarts=prev.counters.trainer_restarts + (replaced is not None),
-        preemptions=prev.counters.preemptions + admission.preemptions,
+        job_set_restarts=max(prev.job_set_restarts, jobset.restarts if jobset else 0),
+        trainer_restarts=prev.trainer_restarts + (trainer.replaced is not None),
+        preemptions=prev.preemptions + gates.admission.preemptions,
     )
 
 
