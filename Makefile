@@ -1,17 +1,19 @@
 # The two commands a new user needs: `make demo` and `make test`.
 # Everything they need is installed by the targets below (a virtualenv from PyPI, the
-# control-plane binaries built from the Go module proxy into ~/.cache).
+# control-plane binaries into ~/.cache: official releases where versions.env pins their
+# checksum and they can be downloaded, else built from the Go module proxy).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv cluster-binaries lint test test-unit demo crd golden manifests bench soak e2e-kind clean
+.PHONY: help venv cluster-binaries cluster-binaries-core lint test test-unit test-compat demo crd golden manifests bench soak e2e-kind clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
 	@echo "make test   - lint, types and every test (unit and integration, on a real control plane)"
+	@echo "make test-compat - every test on the previous JobSet/Kueue/Kubernetes pins (versions-compat.env)"
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.11"; exit 1; }
@@ -23,9 +25,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-# Kubernetes, etcd, JobSet, kwok, helm and fake-gcs-server, built once and cached by version.
+# Kubernetes, etcd, JobSet, kwok, helm, fake-gcs-server and Kueue, cached by version.
 cluster-binaries:
 	@hack/build-control-plane.sh
+
+# Only what `etj cluster up` needs (no Kueue, helm or fake-gcs-server).
+cluster-binaries-core:
+	@hack/build-control-plane.sh core
 
 lint: venv
 	$(VENV)/bin/ruff check api operator trainer devtools tests bench hack
@@ -37,7 +43,14 @@ test: venv cluster-binaries lint
 test-unit: venv lint
 	$(PY) -m pytest -q -ra -m "not cluster"
 
-demo: venv cluster-binaries
+# Every test again on the previous pins (versions-compat.env: JobSet v0.10.1, Kueue
+# v0.17.0, Kubernetes 1.34); not in CI. Binaries are cached by version beside the current ones.
+COMPAT_VERSIONS := $(CURDIR)/devtools/elastic_devtools/localcluster/versions-compat.env
+test-compat: venv lint
+	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) hack/build-control-plane.sh
+	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) $(PY) -m pytest -q -ra
+
+demo: venv cluster-binaries-core
 	$(VENV)/bin/etj demo --out demo-output
 
 # Regenerate committed, generated files (tests fail when they are stale).
