@@ -4,8 +4,8 @@ cluster like the JobSet controller, with its CRDs and webhooks from the same mod
 
 Why internal certificate management stays on: with it off, Kueue (v0.17.0, v0.19.2)
 reads a metrics certificate from the fixed path /etc/kueue/metrics/certs at start
-(cmd/kueue/main.go) and exits without one, and /etc is no place for a developer tool to write. With it on, Kueue's
-cert rotator keeps the serving certificate it finds in the Secret
+(cmd/kueue/main.go) and exits without one, and /etc is no place for a developer tool to
+write. With it on, Kueue's cert rotator keeps the serving certificate it finds in the Secret
 kueue-system/kueue-webhook-server-cert while that certificate is valid for
 kueue-webhook-service.kueue-system.svc, and injects its CA into the webhook
 configurations and the conversion webhooks of its CRDs. So this module plays the part
