@@ -157,10 +157,22 @@ download_fake_gcs_server() {
 
 # ---------------------------------------------------------------------- builds
 
+# Go, at least GO_MIN_VERSION (the highest `go` directive of the modules pinned), checked
+# once, only when something is built (a download needs no Go).
+GO_CHECKED=""
 need_go() {
-  command -v go >/dev/null 2>&1 && return 0
-  echo "error: Go is not installed. Install Go >= 1.24 (https://go.dev/dl or 'apt-get install golang') and rerun." >&2
-  exit 1
+  [ -n "$GO_CHECKED" ] && return 0
+  local want=${GO_MIN_VERSION:-1.24}
+  if ! command -v go >/dev/null 2>&1; then
+    echo "error: Go is not installed. Install Go >= $want (https://go.dev/dl) and rerun." >&2
+    exit 1
+  fi
+  local have; have=$(go env GOVERSION); have=${have#go}
+  if [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -n1)" != "$want" ]; then
+    echo "error: Go $have is too old: the pinned modules need Go >= $want (https://go.dev/dl)." >&2
+    exit 1
+  fi
+  GO_CHECKED=1
 }
 
 # go install into a temporary GOBIN, then move the binary to its versioned name.
