@@ -1,17 +1,19 @@
 # The two commands a new user needs: `make demo` and `make test`.
 # Everything they need is installed by the targets below (a virtualenv from PyPI, the
-# control-plane binaries built from the Go module proxy into ~/.cache).
+# control-plane binaries into ~/.cache: official releases where versions.env pins their
+# checksum and they can be downloaded, else built from the Go module proxy).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv cluster-binaries prometheus lint test test-unit demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
+.PHONY: help venv cluster-binaries cluster-binaries-core prometheus lint test test-unit test-compat demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
 	@echo "make test   - lint, types and every test (unit and integration, on a real control plane)"
+	@echo "make test-compat - every test on the previous JobSet/Kueue/Kubernetes pins (versions-compat.env)"
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.11"; exit 1; }
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-# Kubernetes, etcd, JobSet, kwok, helm and fake-gcs-server, built once and cached by version.
+# Kubernetes, etcd, JobSet, kwok, helm, fake-gcs-server and Kueue, cached by version.
 cluster-binaries:
 	@hack/build-control-plane.sh
 
@@ -31,6 +33,10 @@ cluster-binaries:
 # as root with apt, its service never started. Quick when both are there.
 prometheus:
 	@hack/install-prometheus.sh
+
+# Only what `etj cluster up` needs (no Kueue, helm or fake-gcs-server).
+cluster-binaries-core:
+	@hack/build-control-plane.sh core
 
 lint: venv
 	$(VENV)/bin/ruff check api operator trainer devtools tests bench hack
@@ -42,7 +48,14 @@ test: venv cluster-binaries prometheus lint
 test-unit: venv prometheus lint
 	$(PY) -m pytest -q -ra -m "not cluster"
 
-demo: venv cluster-binaries
+# Every test again on the previous pins (versions-compat.env: JobSet v0.10.1, Kueue
+# v0.17.0, Kubernetes 1.34); not in CI. Binaries are cached by version beside the current ones.
+COMPAT_VERSIONS := $(CURDIR)/devtools/elastic_devtools/localcluster/versions-compat.env
+test-compat: venv prometheus lint
+	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) hack/build-control-plane.sh
+	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) $(PY) -m pytest -q -ra
+
+demo: venv cluster-binaries-core
 	$(VENV)/bin/etj demo --out demo-output
 
 # Regenerate committed, generated files (tests fail when they are stale).

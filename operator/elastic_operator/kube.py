@@ -345,6 +345,12 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
+    def api_groups(self) -> dict[str, Any]:
+        """Discovery: the APIGroupList of every group the server serves and its versions
+        (GET /apis, which every authenticated client may read)."""
+        found: dict[str, Any] = self.request("GET", "/apis")
+        return found
+
     def serves(self, group_version: str, plural: str) -> bool:
         """Whether the API server serves this resource (discovery, which every
         authenticated client may read)."""

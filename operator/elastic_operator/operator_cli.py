@@ -11,11 +11,13 @@ import os
 import socket
 import sys
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from elastic_operator.app import ReplacementSettings
+    from elastic_operator.kube import Kube
 
 # Where a pod finds its own namespace.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -137,6 +139,33 @@ def replacement_settings(args: argparse.Namespace) -> ReplacementSettings:
         repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds)
 
 
+def check_api_versions(kube: Kube, now: datetime | None = None) -> bool:
+    """At start: log which JobSet and Kueue API versions the cluster serves; where one is
+    missing or too old, log why and post a Warning Event on the operator's pod (POD_NAME)
+    and return False: the operator must not start (core/api_support.py decides)."""
+    from elastic_operator.core.api_support import judge_apis, served_versions
+    from elastic_operator.core.events import StatusEvent
+    from elastic_operator.kube import ApiError
+
+    log = logging.getLogger("elastic_operator")
+    verdict = judge_apis(served_versions(kube.api_groups()))
+    if verdict.ok:
+        log.info("%s", verdict.message)
+        return True
+    log.error("%s", verdict.message)
+    print(f"etj operator: {verdict.message}", file=sys.stderr)
+    pod = os.environ.get("POD_NAME")
+    if pod:
+        me = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": pod, "namespace": default_lease_namespace()}}
+        try:
+            kube.post_event(me, StatusEvent(verdict.reason, verdict.message, "Warning"),
+                            now or datetime.now(UTC))
+        except (ApiError, OSError) as e:  # the log line says it all the same
+            log.warning("could not post the %s Event on pod %s: %s", verdict.reason, pod, e)
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
@@ -174,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
     # The watches get their own client (connection pool): a long watch never holds a
     # connection that a reconcile or a Lease renewal waits for.
     kube, watch_kube = Kube.from_environment(), Kube.from_environment()
+    if not check_api_versions(kube):
+        return 1
     metrics = OperatorMetrics()
     for client in (kube, watch_kube):
         metrics.count_requests(client.api)

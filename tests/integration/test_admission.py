@@ -444,9 +444,22 @@ def trainer_spec(command: list[str] | None, bundled: set[str],
 
 
 def _cel_messages(causes: list[str]) -> set[str]:
-    # A CEL cause reads `Invalid value: "object": <message>`.
-    prefix = 'Invalid value: "object": '
-    return {c.split(prefix, 1)[1] for c in causes if prefix in c}
+    """The messages of the CEL rules (all on objects) among the causes. Up to Kubernetes
+    1.35 such a cause reads `Invalid value: "object": <message>`; from 1.36 the value of an
+    object is omitted: `Invalid value: <message>` (apiextensions-apiserver
+    schema/cel/validation.go, OmitValueType). A schema error always shows the value it
+    refused (quoted, or a number)."""
+    prefix, old_value = "Invalid value: ", '"object": '
+    out = set()
+    for cause in causes:
+        if not cause.startswith(prefix):
+            continue
+        rest = cause[len(prefix):]
+        if rest.startswith(old_value):
+            out.add(rest[len(old_value):])
+        elif rest[:1].isalpha():
+            out.add(rest)
+    return out
 
 
 @settings(max_examples=60, deadline=None,

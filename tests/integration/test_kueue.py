@@ -1,4 +1,5 @@
-"""Kueue v0.17 on the real local control plane admits seed-shaped JobSets by TPU quota.
+"""Kueue (v0.19.2; v0.17.0 in make test-compat) on the real local control plane admits
+seed-shaped JobSets by TPU quota.
 
 A ClusterQueue whose quota fits exactly one of the article's JobSets (3 x v5e 4x4: 12
 worker pods x 4 chips, plus the head's Pathways servers), rendered by our renderer and

@@ -1,5 +1,6 @@
-"""The operator under Kueue v0.17 on the real local control plane (kube-apiserver, Job,
-JobSet, GC, scheduler, Kueue; kwok plays 12 fake TPU v5e hosts = one article job).
+"""The operator under Kueue (v0.19.2; v0.17.0 in make test-compat) on the real local
+control plane (kube-apiserver, Job, JobSet, GC, scheduler, Kueue; kwok plays 12 fake TPU
+v5e hosts = one article job).
 
 A ClusterQueue whose quota fits exactly one article-shaped ElasticTrainingJob: a second
 job waits (its JobSet suspended, no pods, Admitted=False/WaitingForAdmission) and runs

@@ -8,6 +8,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
@@ -40,7 +41,7 @@ MANIFESTS = [
 
 
 def test_config_runs_out_of_cluster_with_the_jobset_integration():
-    cfg = kueue.config(9444, 8082, Path("/state/kueue/certs"))
+    cfg = kueue.config(9444, 8082, Path("/state/kueue/certs"), "v0.17.0")
     assert cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     assert cfg["webhook"] == {"host": "127.0.0.1", "port": 9444,
                               "certDir": "/state/kueue/certs"}
@@ -50,6 +51,32 @@ def test_config_runs_out_of_cluster_with_the_jobset_integration():
     assert cfg["integrations"] == {"frameworks": ["jobset.x-k8s.io/jobset"]}
     assert cfg["featureGates"] == {"VisibilityOnDemand": False}
     assert cfg["internalCertManagement"]["enable"] is True
+
+
+def test_wait_for_pods_ready_is_kueue_s_default_for_the_version_and_written_out():
+    certs = Path("/c")
+    # v0.19 turned it on by default: the config says so, with Kueue's default settings.
+    on = kueue.config(1, 2, certs, "v0.19.2")
+    assert on["waitForPodsReady"] == {
+        "timeout": "30m", "recoveryTimeout": "30m", "blockAdmission": False,
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60,
+                              "backoffMaxSeconds": 3600}}
+    assert "DisableWaitForPodsReady" not in on["featureGates"]
+    # Before v0.19 it was off unless configured; absent means off there.
+    assert "waitForPodsReady" not in kueue.config(1, 2, certs, "v0.17.0")
+    # Asked for explicitly: on for an old release; off for a new one takes the gate.
+    assert "waitForPodsReady" in kueue.config(1, 2, certs, "v0.17.0", wait_for_pods_ready=True)
+    off = kueue.config(1, 2, certs, "v0.19.2", wait_for_pods_ready=False)
+    assert "waitForPodsReady" not in off
+    assert off["featureGates"]["DisableWaitForPodsReady"] is True
+
+
+def test_kueue_versions_are_compared_as_numbers():
+    assert kueue.release("v0.19.2") == (0, 19, 2)
+    assert kueue.wait_for_pods_ready_by_default("v0.100.0")
+    assert not kueue.wait_for_pods_ready_by_default("v0.9.0")
+    with pytest.raises(ValueError, match="KUEUE_VERSION"):
+        kueue.release("main")
 
 
 def test_webhooks_keep_kueue_and_jobset_and_point_at_loopback():

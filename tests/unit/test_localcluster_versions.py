@@ -6,10 +6,14 @@ import pytest
 
 from elastic_devtools.localcluster.versions import (
     BUILD_HINT,
+    COMPAT_VERSIONS_FILE,
+    VERSIONS_FILE,
+    VERSIONS_FILE_ENV,
     Binaries,
     MissingBinaryError,
     load_versions,
     parse_versions_env,
+    versions_file,
 )
 
 
@@ -49,3 +53,34 @@ def test_missing_binaries_error_names_them_and_the_fix(tmp_path: Path) -> None:
     assert "kube-apiserver-v1.2.3" in message
     assert "etcd-v3.0.0" not in message
     assert BUILD_HINT in message and "hack/build-control-plane.sh" in message
+
+
+def test_versions_file_is_selected_by_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "other.env"
+    other.write_text("KUBERNETES_VERSION=v1.0.0\n")
+    monkeypatch.setenv(VERSIONS_FILE_ENV, str(other))
+    assert versions_file() == other and load_versions() == {"KUBERNETES_VERSION": "v1.0.0"}
+    monkeypatch.setenv(VERSIONS_FILE_ENV, str(tmp_path / "missing.env"))
+    with pytest.raises(MissingBinaryError, match=r"missing\.env not found"):
+        load_versions()
+    monkeypatch.delenv(VERSIONS_FILE_ENV)
+    assert versions_file() == VERSIONS_FILE
+
+
+def test_compat_pins_the_same_control_plane_keys_at_older_versions() -> None:
+    current = parse_versions_env(VERSIONS_FILE.read_text())
+    compat = parse_versions_env(COMPAT_VERSIONS_FILE.read_text())
+    control_plane = {k for k in current if not k.startswith(("KIND_", "PYTHON_IMAGE"))}
+    assert set(compat) == control_plane
+    for key in ("KUBERNETES_VERSION", "JOBSET_VERSION", "KUEUE_VERSION"):
+        assert compat[key] != current[key], key
+
+
+def test_pinned_checksums_are_hex_of_their_algorithm_or_empty() -> None:
+    lengths = {"SHA256": 64, "SHA512": 128}
+    for path in (VERSIONS_FILE, COMPAT_VERSIONS_FILE):
+        for key, value in parse_versions_env(path.read_text()).items():
+            algo = key.rsplit("_", 1)[-1]
+            if algo in lengths and value:
+                assert len(value) == lengths[algo], (path.name, key)
+                int(value, 16)

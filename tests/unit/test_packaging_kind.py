@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 REAL_TOOLS = ["bash", "dirname", "date", "cat", "tail", "mktemp", "rm", "mkdir", "grep",
               "sed", "printf", "seq", "sleep", "setsid", "nohup", "awk", "tr", "basename",
-              "chmod", "touch", "install", "cut"]
+              "chmod", "touch", "install", "cut", "uname"]
 
 
 def tool_dir(tmp_path: Path) -> Path:

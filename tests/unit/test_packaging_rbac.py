@@ -58,6 +58,7 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "list_workloads": {("kueue.x-k8s.io", "workloads", "list")},
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
+    "api_groups": set(),  # discovery too (GET /apis)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
     "post_event": {("", "events", "create")},
     "create": set(),  # filled in by created_kinds()

@@ -303,7 +303,9 @@ def start_component(directory: Path | str, component: str, timeout: float = 60.0
     layout = Layout(Path(directory))
     state = json.loads(layout.state_file.read_text())
     ports = Ports(**state["ports"])
-    argv = _component_argv(component, Binaries.locate(load_versions()), layout, ports)
+    # The versions it was started with (another ETJ_VERSIONS_FILE may be in effect now).
+    argv = _component_argv(component, Binaries.locate(state.get("versions") or load_versions()),
+                           layout, ports)
     record = procs.start(component, argv, layout.pid(component), layout.log(component),
                          layout.root, die_with_parent=bool(state.get("die_with_parent")))
     if component != "kube-apiserver":

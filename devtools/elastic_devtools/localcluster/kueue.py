@@ -2,10 +2,10 @@
 `kueue` test fixture): the release binary built from the Go module proxy, run out of
 cluster like the JobSet controller, with its CRDs and webhooks from the same module.
 
-Why internal certificate management stays on: with it off, Kueue v0.17.0 reads a metrics
-certificate from the fixed path /etc/kueue/metrics/certs at start (cmd/kueue/main.go) and
-exits without one, and /etc is no place for a developer tool to write. With it on, Kueue's
-cert rotator keeps the serving certificate it finds in the Secret
+Why internal certificate management stays on: with it off, Kueue (v0.17.0, v0.19.2)
+reads a metrics certificate from the fixed path /etc/kueue/metrics/certs at start
+(cmd/kueue/main.go) and exits without one, and /etc is no place for a developer tool to
+write. With it on, Kueue's cert rotator keeps the serving certificate it finds in the Secret
 kueue-system/kueue-webhook-server-cert while that certificate is valid for
 kueue-webhook-service.kueue-system.svc, and injects its CA into the webhook
 configurations and the conversion webhooks of its CRDs. So this module plays the part
@@ -140,10 +140,45 @@ class Layout:
 
 # ---------------------------------------------------------------------------- builders
 
-def config(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
+# waitForPodsReady (apis/config/v1beta2): present in the config means on. Kueue v0.19
+# turned it on by default (a config without it gets the settings below, its defaults.go);
+# before v0.19 a config without it meant off (pkg/util/waitforpodsready: `cfg != nil`).
+# From v0.19 only the feature gate DisableWaitForPodsReady turns it off (a gate the
+# earlier releases do not know, and refuse).
+WAIT_FOR_PODS_READY_ON_BY_DEFAULT_FROM = (0, 19)
+WAIT_FOR_PODS_READY_DEFAULT: dict[str, Any] = {
+    "timeout": "30m",
+    "recoveryTimeout": "30m",  # defaults to timeout
+    "blockAdmission": False,
+    "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60,
+                          "backoffMaxSeconds": 3600},
+}
+
+
+def release(version: str) -> tuple[int, ...]:
+    """v0.19.2 -> (0, 19, 2)."""
+    try:
+        return tuple(int(part) for part in version.lstrip("v").split("-")[0].split("."))
+    except ValueError:
+        raise ValueError(f"KUEUE_VERSION {version!r} is not vMAJOR.MINOR.PATCH") from None
+
+
+def wait_for_pods_ready_by_default(version: str) -> bool:
+    return release(version)[:2] >= WAIT_FOR_PODS_READY_ON_BY_DEFAULT_FROM
+
+
+def config(webhook_port: int, health_port: int, cert_dir: Path, version: str,
+           wait_for_pods_ready: bool | None = None) -> dict[str, Any]:
     """Kueue's Configuration for running outside the cluster: everything on loopback, no
-    leader election, metrics and the visibility server off, the JobSet integration on."""
-    return {
+    leader election, metrics and the visibility server off, the JobSet integration on.
+
+    waitForPodsReady: `None` is what Kueue `version` does by default (on from v0.19), and
+    the config says so explicitly: when on, with Kueue's default settings written out;
+    when off from v0.19, with the gate that turns it off."""
+    on = wait_for_pods_ready_by_default(version) if wait_for_pods_ready is None \
+        else wait_for_pods_ready
+    gates: dict[str, bool] = {"VisibilityOnDemand": False}
+    cfg: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -154,8 +189,13 @@ def config(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any
         "internalCertManagement": {"enable": True, "webhookServiceName": WEBHOOK_SERVICE,
                                    "webhookSecretName": WEBHOOK_SECRET},
         "integrations": {"frameworks": list(FRAMEWORKS)},
-        "featureGates": {"VisibilityOnDemand": False},
+        "featureGates": gates,
     }
+    if on:
+        cfg["waitForPodsReady"] = dict(WAIT_FOR_PODS_READY_DEFAULT)
+    elif wait_for_pods_ready_by_default(version):
+        gates["DisableWaitForPodsReady"] = True
+    return cfg
 
 
 def args(binary: Path, layout: Layout) -> list[str]:
@@ -343,10 +383,12 @@ def _wait(check: Callable[[], bool], deadline: float, what: str,
 
 
 def start(root: Path, api: KubeApi, kubeconfig_yaml: str, *, ports: tuple[int, int],
-          progress: Progress, timeout: float = 180.0, die_with_parent: bool = False) -> None:
+          progress: Progress, timeout: float = 180.0, die_with_parent: bool = False,
+          wait_for_pods_ready: bool | None = None) -> None:
     """Start Kueue on the running cluster in `root` and return once its webhooks answer
     (a queued JobSet comes back suspended from a dry-run create). `kubeconfig_yaml` is an
-    admin kubeconfig for it; `ports` are free loopback ports (webhook, health)."""
+    admin kubeconfig for it; `ports` are free loopback ports (webhook, health);
+    `wait_for_pods_ready` None is the pinned Kueue's default (config())."""
     files = KueueFiles.locate()
     files.require()
     layout = Layout(root)
@@ -356,7 +398,9 @@ def start(root: Path, api: KubeApi, kubeconfig_yaml: str, *, ports: tuple[int, i
     certs = webhook_certs(dt.datetime.now(dt.UTC))
     _write(layout.certs / "tls.crt", certs.cert_pem)
     _write(layout.certs / "tls.key", certs.key_pem, private=True)
-    _write(layout.config, yaml.safe_dump(config(webhook_port, health_port, layout.certs)))
+    version = load_versions()["KUEUE_VERSION"]
+    _write(layout.config, yaml.safe_dump(
+        config(webhook_port, health_port, layout.certs, version, wait_for_pods_ready)))
     _write(layout.kubeconfig, kubeconfig_yaml, private=True)
     _ensure(api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                         "metadata": {"name": NAMESPACE}})

@@ -1,5 +1,6 @@
 """Pinned versions (from versions.env, shared with hack/build-control-plane.sh) and the
-cached binaries built from them."""
+cached binaries built from them. ETJ_VERSIONS_FILE selects another versions file for
+both (versions-compat.env: the previous pins, `make test-compat`)."""
 from __future__ import annotations
 
 import os
@@ -7,10 +8,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VERSIONS_FILE = Path(__file__).with_name("versions.env")
+COMPAT_VERSIONS_FILE = Path(__file__).with_name("versions-compat.env")
+VERSIONS_FILE_ENV = "ETJ_VERSIONS_FILE"
 BUILD_HINT = "run hack/build-control-plane.sh (or `make cluster-binaries`)"
 
 
-def parse_versions_env(text: str) -> dict[str, str]:
+class MissingBinaryError(RuntimeError):
+    """A control-plane binary (or file from the build) is not in the cache."""
+
+
+def versions_file() -> Path:
+    """The versions file in use: ETJ_VERSIONS_FILE, else versions.env."""
+    return Path(os.environ.get(VERSIONS_FILE_ENV) or VERSIONS_FILE)
+
+
+def parse_versions_env(text: str, name: str = VERSIONS_FILE.name) -> dict[str, str]:
     """KEY=VALUE lines; blank lines and # comments ignored; surrounding quotes stripped."""
     versions: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), 1):
@@ -19,13 +31,20 @@ def parse_versions_env(text: str) -> dict[str, str]:
             continue
         key, sep, value = line.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"{VERSIONS_FILE.name}:{number}: expected KEY=VALUE, got {raw!r}")
+            raise ValueError(f"{name}:{number}: expected KEY=VALUE, got {raw!r}")
         versions[key.strip()] = value.strip().strip("\"'")
     return versions
 
 
 def load_versions() -> dict[str, str]:
-    return parse_versions_env(VERSIONS_FILE.read_text())
+    path = versions_file()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise MissingBinaryError(
+            f"versions file {path} not found (from {VERSIONS_FILE_ENV}); unset it or point "
+            f"it at {VERSIONS_FILE} or {COMPAT_VERSIONS_FILE}") from None
+    return parse_versions_env(text, path.name)
 
 
 def cache_dir() -> Path:
@@ -40,10 +59,6 @@ def go_mod_cache() -> Path:
         return Path(os.environ["GOMODCACHE"])
     gopath = os.environ.get("GOPATH", "").split(os.pathsep)[0]
     return Path(gopath or Path.home() / "go") / "pkg/mod"
-
-
-class MissingBinaryError(RuntimeError):
-    """A control-plane binary (or file from the build) is not in the cache."""
 
 
 @dataclass(frozen=True)
