@@ -454,14 +454,20 @@ def _loc_to_path(loc: tuple[int | str, ...]) -> str:
     return path or "<root>"
 
 
+def _shown(value: str) -> str:
+    """A value as a message quotes it: control characters escaped (str.splitlines breaks
+    on \\x1e and others too), so that one problem stays one line."""
+    return value if value.isprintable() else json.dumps(value)[1:-1]
+
+
 def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors: list[str] = []
     name = job.metadata.name
     # fullmatch: `$` alone would let a trailing newline through (CEL's RE2 does not).
     if not re.fullmatch(DNS1035_LABEL, name):
-        errors.append(NAME_FORMAT.format(name=name))
+        errors.append(NAME_FORMAT.format(name=_shown(name)))
     if len(name) > MAX_NAME_LENGTH:
-        errors.append(NAME_LENGTH.format(name=name))
+        errors.append(NAME_LENGTH.format(name=_shown(name)))
     spec = job.spec
     family = CATALOG[spec.tpu.type]
     if spec.tpu.topology not in family.topologies:

@@ -112,6 +112,16 @@ def test_name_must_be_dns1035(name: str):
     assert error_of(obj).startswith(f"metadata.name: '{name}' is not a DNS-1035 label;")
 
 
+@pytest.mark.parametrize("name", ["\x1e", "a\nb", "t\u2028x"])
+def test_a_name_with_line_breaking_characters_is_one_problem_on_one_line(name: str):
+    """str.splitlines() breaks on \\x1e, \\u2028 and more than \\n: the name is escaped
+    (found by the hostile-spec property test under a random seed)."""
+    obj = job()
+    obj["metadata"]["name"] = name
+    lines = error_of(obj).splitlines()
+    assert len(lines) == 1 and lines[0].startswith("metadata.name: '")
+
+
 def test_pathways_needs_gcs_scratch():
     obj = job(checkpoint={"directory": "/tmp/ckpt"})
     del obj["spec"]["pathways"]
