@@ -126,12 +126,17 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 def _release_quarantined_pools(core: client.CoreV1Api) -> None:
     """The next test finds every node pool usable: an operator that quarantined a pool
     (and was stopped before releasing it) leaves no label behind."""
-    from elastic_api.names import QUARANTINE_LABEL, QUARANTINED_AT_ANNOTATION
+    from elastic_api.names import (
+        QUARANTINE_CAUSE_ANNOTATION,
+        QUARANTINE_LABEL,
+        QUARANTINED_AT_ANNOTATION,
+    )
 
     for node in core.list_node(label_selector=QUARANTINE_LABEL).items:
         core.patch_node(node.metadata.name, {"metadata": {
             "labels": {QUARANTINE_LABEL: None},
-            "annotations": {QUARANTINED_AT_ANNOTATION: None}}})
+            "annotations": {QUARANTINED_AT_ANNOTATION: None,
+                            QUARANTINE_CAUSE_ANNOTATION: None}}})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
