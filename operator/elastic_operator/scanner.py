@@ -87,7 +87,10 @@ class CheckpointScanner:
         if self.roots is not None:
             refused = self.roots.refusal(namespace, directory)
             if refused is None and os.path.isabs(directory):
-                real = os.path.realpath(directory)
+                try:
+                    real = os.path.realpath(directory)
+                except (ValueError, OSError):  # a NUL byte: no listing can take it either
+                    return self._scan(directory, now)
                 refused = self.roots.refusal(namespace, real)
                 if refused is not None:
                     refused = refused.replace(f"{real} is", f"{directory} is {real}, "

@@ -128,3 +128,11 @@ def test_a_link_out_of_an_allowed_root_is_refused(tmp_path: Path) -> None:
     assert f"{allowed / 'ckpt'} is {other / 'ckpt'}, which is not under" in (refused.error or "")
     real = looked(scanner(roots, listed), "team-b", str(allowed))
     assert listed == [str(allowed)] and real is not None and real.error is None
+
+
+def test_a_path_no_filesystem_can_take_is_left_to_the_scan() -> None:
+    """A NUL byte (admitted by the schema) makes resolving the path fail: the scan, which
+    never raises, reports it; the scanner does not crash on it."""
+    listed: list[str] = []
+    found = looked(scanner(CheckpointRoots.default(), listed), "any", "/tmp/a\x00b")
+    assert listed == ["/tmp/a\x00b"] and found is not None
