@@ -365,6 +365,14 @@ class WorkerPod:
         return self._with(deletion_timestamp=deletion_timestamp,
                           deletion_grace_seconds=grace_seconds)
 
+    def disrupted(self, reason: str) -> Self:
+        """The pod's DisruptionTarget condition is True for `reason` (who ended it)."""
+        return self._with(disruption=reason)
+
+    def failed_with_status(self, reason: str) -> Self:
+        """Failed with a pod status reason (the kubelet's admission, a node shutdown)."""
+        return self._with(phase="Failed", ready=False, status_reason=reason)
+
     def build(self) -> ObservedPod:
         return self._pod
 

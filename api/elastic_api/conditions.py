@@ -101,8 +101,12 @@ class Reason:
     MAINTENANCE_ONGOING: Final = "MaintenanceOngoing"
     IMPENDING_TERMINATION: Final = "ImpendingTermination"
     NO_MAINTENANCE: Final = "NoMaintenance"
-    # Pool quarantines (status.pools[].quarantined; the node label's value)
-    REPEATED_FAILURES: Final = "RepeatedFailures"
+    # Pool quarantines (status.pools[].quarantined; the node label's value), with
+    # NODE_NOT_READY and MAINTENANCE: the evidence against the pool (core/blame.py).
+    DEVICE_UNHEALTHY: Final = "DeviceUnhealthy"  # TPU chips unhealthy, or refused a pod
+    NODE_DISRUPTION: Final = "NodeDisruption"  # the node's lifecycle ended the pod
+    HARDWARE_FAILURE: Final = "HardwareFailure"  # spec.recovery.hardwareExitCodes/Reasons
+    REPEATED_FAILURES: Final = "RepeatedFailures"  # slices of different jobs failed there
 
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"

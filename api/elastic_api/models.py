@@ -152,6 +152,13 @@ class ElasticSpec(ApiModel):
     )
 
 
+# A container exit code that can fail a pod (0 never does).
+ExitCode = Annotated[int, Field(ge=1, le=255), BeforeValidator(_api_integer)]
+# A Kubernetes reason (CamelCase; `OutOfgoogle.com/tpu` has a resource name in it).
+TerminationReason = Annotated[str, Field(min_length=1, max_length=128,
+                                         pattern=r"^[A-Za-z][A-Za-z0-9./_-]*$")]
+
+
 class RecoverySpec(ApiModel):
     """How the operator replaces a failed slice (docs/operations.md, "Slice replacement, hot
     spares and maintenance")."""
@@ -181,12 +188,30 @@ class RecoverySpec(ApiModel):
     )
     quarantine_after_failures: SpecInt = Field(
         2, ge=1, le=100,
-        description="Slice failures on one node pool within quarantineWindowSeconds after "
-        "which the pool is avoided (while a spare pool exists).",
+        description="Jobs (this one counted) whose slices failed on one node pool within "
+        "quarantineWindowSeconds with no evidence against the nodes, after which the pool "
+        "is avoided (while a spare pool exists). A job whose failures follow it from pool "
+        "to pool is not counted. 1: this job's own failure is enough.",
     )
     quarantine_window_seconds: SpecInt = Field(
         3600, ge=60, le=604800,
-        description="The window of quarantineAfterFailures.",
+        description="The window of quarantineAfterFailures and hardwareExitCodes.",
+    )
+    hardware_exit_codes: list[ExitCode] = Field(
+        default_factory=list, max_length=32,
+        description="Exit codes of a worker container that say its TPU host is broken (the "
+        "convention of your program or its runtime): the node pool is quarantined as for a "
+        "dead node, unless this job reported the same on another pool within "
+        "quarantineWindowSeconds (the fault follows the job). Any other exit on a healthy "
+        "node is the job's own failure: it spends the slice's restart budget and "
+        "quarantines nothing.",
+    )
+    hardware_reasons: list[TerminationReason] = Field(
+        default_factory=list, max_length=16,
+        description="The same for reasons: a worker container's termination reason, the "
+        "pod's status reason or its DisruptionTarget condition's reason (e.g. a device "
+        "plugin's). Kubernetes' own node signals need no entry (docs/operations.md, "
+        "\"Who is to blame\").",
     )
 
 
@@ -584,6 +609,14 @@ SliceState = Literal["Pending", "Ready", "Down", "Restarting"]
 
 
 ReplacementAction = Literal["Replace", "Move", "GiveUp"]
+# Whom a slice failure's evidence blames (the operator's core/blame.py decides):
+# Node: what the control plane shows of the node or the pod (NotReady or gone, unhealthy
+#   TPU chips, the node's lifecycle ending the pod, a maintenance in progress);
+# Reported: the worker's own exit code or reason, named in spec.recovery.hardwareExitCodes
+#   or hardwareReasons;
+# Job: the worker container exited on a healthy node (the job's own failure);
+# Other: neither (a pod deleted or evicted, a host lost between two looks).
+Blame = Literal["Node", "Reported", "Job", "Other"]
 
 
 class SliceReplacement(StatusModel):
@@ -599,6 +632,9 @@ class SliceReplacement(StatusModel):
                                 "delete's precondition: a newer Job is never deleted).")
     from_pool: str | None = None
     requested_at: datetime
+    blame: Blame | None = Field(None, description="Whom the failure's evidence blames: "
+                                "Node, Reported, Job or Other (PoolFailure.blame).")
+    evidence: str | None = Field(None, description="The evidence, in words.")
 
 
 class ReplacementRecord(StatusModel):
@@ -611,6 +647,7 @@ class ReplacementRecord(StatusModel):
     seconds: float = Field(description="requestedAt to the slice Ready again.")
     from_pool: str | None = None
     to_pool: str | None = None
+    blame: Blame | None = None
 
 
 class SliceMaintenance(StatusModel):
@@ -644,18 +681,32 @@ class SliceStatus(StatusModel):
     maintenance: SliceMaintenance | None = None
 
 
+class PoolFailure(StatusModel):
+    """One slice failure of this job on a pool."""
+
+    at: datetime
+    blame: Blame
+    reason: str = Field(description="The evidence: NodeNotReady, DeviceUnhealthy, "
+                        "NodeDisruption, Maintenance, HardwareFailure, or the slice's "
+                        "reason (PodFailed, ...).")
+
+
 class PoolStatus(StatusModel):
     """A node pool this job ran on: its recent slice failures, and whether the operator
     keeps replacements off it (the node label elastic.pathways.dev/quarantined)."""
 
     name: str
-    recent_failures: list[datetime] = Field(
-        default_factory=list, description="Slice failures on this pool within "
+    failures: list[PoolFailure] = Field(
+        default_factory=list, description="This job's slice failures on this pool within "
         "spec.recovery.quarantineWindowSeconds (newest last).")
     quarantined: str | None = Field(
-        None, description="Why replacements avoid it: NodeNotReady, Maintenance, "
-        "RepeatedFailures; unset: not quarantined.")
+        None, description="Why replacements avoid it: NodeNotReady, DeviceUnhealthy, "
+        "NodeDisruption, Maintenance, HardwareFailure, RepeatedFailures; unset: not "
+        "quarantined.")
     quarantined_at: datetime | None = None
+    quarantine_cause: str | None = Field(
+        None, description="Which job(s) quarantined it and on what evidence (the nodes' "
+        "elastic.pathways.dev/quarantine-cause annotation).")
 
 
 class CheckpointRequest(StatusModel):

@@ -147,6 +147,17 @@ WORKER_TOLERATION = (
     "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
     "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"
 )
+HARDWARE_NEEDS_REPLACEMENT = (
+    "spec.recovery.hardwareExitCodes, hardwareReasons: only read when "
+    "spec.recovery.replaceSlices is true (they decide which failures quarantine a node "
+    "pool); remove them or set replaceSlices to true"
+)
+HARDWARE_EXIT_CODES_TWICE = (
+    "spec.recovery.hardwareExitCodes: an exit code is listed more than once; list each once"
+)
+HARDWARE_REASONS_TWICE = (
+    "spec.recovery.hardwareReasons: a reason is listed more than once; list each once"
+)
 CHECKPOINT_TIMEOUT = (
     "spec.maintenance.checkpointTimeoutSeconds: must be less than "
     "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
@@ -311,6 +322,23 @@ def _trainer_rules() -> list[Rule]:
     ]
 
 
+def _hardware_rules() -> list[Rule]:
+    """spec.recovery's classification of failures (the operator's core/blame.py)."""
+    def unique(field: str) -> str:
+        items = f"self.{field}"
+        return f"!has({items}) || {items}.all(x, {items}.exists_one(y, y == x))"
+
+    return [
+        Rule("spec.recovery",
+             "has(self.replaceSlices) && !self.replaceSlices ? "
+             "(!has(self.hardwareExitCodes) || size(self.hardwareExitCodes) == 0) && "
+             "(!has(self.hardwareReasons) || size(self.hardwareReasons) == 0) : true",
+             HARDWARE_NEEDS_REPLACEMENT, {}),
+        Rule("spec.recovery", unique("hardwareExitCodes"), HARDWARE_EXIT_CODES_TWICE, {}),
+        Rule("spec.recovery", unique("hardwareReasons"), HARDWARE_REASONS_TWICE, {}),
+    ]
+
+
 def _progress_rules() -> list[Rule]:
     runs = maxtext.cel_runs_maxtext("self")
     pattern = maxtext.METRICS_FILE_PATTERN
@@ -403,6 +431,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             WORKER_TOLERATION,
             {},
         ),
+        *_hardware_rules(),
         Rule(
             "spec",
             "!has(self.maintenance) || !has(self.maintenance.checkpointTimeoutSeconds) || "
@@ -488,6 +517,7 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(SPARES)
     if spec.recovery.worker_node_toleration_seconds < spec.recovery.node_not_ready_seconds:
         errors.append(WORKER_TOLERATION)
+    errors += _hardware_checks(spec)
     if spec.maintenance.checkpoint_timeout_seconds >= spec.maintenance.lead_seconds:
         errors.append(CHECKPOINT_TIMEOUT)
     if spec.placement == "Any" and spec.backend != "simulated":
@@ -501,6 +531,19 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors += _progress_checks(spec.trainer)
     errors += _checkpoint_maxtext_checks(spec)
     errors += _kueue_label_checks(job.metadata.labels)
+    return errors
+
+
+def _hardware_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    recovery = spec.recovery
+    errors = []
+    if not recovery.replace_slices and (recovery.hardware_exit_codes
+                                        or recovery.hardware_reasons):
+        errors.append(HARDWARE_NEEDS_REPLACEMENT)
+    if len(set(recovery.hardware_exit_codes)) < len(recovery.hardware_exit_codes):
+        errors.append(HARDWARE_EXIT_CODES_TWICE)
+    if len(set(recovery.hardware_reasons)) < len(recovery.hardware_reasons):
+        errors.append(HARDWARE_REASONS_TWICE)
     return errors
 
 

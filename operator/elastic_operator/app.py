@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, Caches
+from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
@@ -118,14 +119,16 @@ def build_operator(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     scan_executor: Executor | None = None, backoff: Backoff | None = None,
     replacement: ReplacementSettings | None = None,
+    checkpoint_roots: CheckpointRoots | None = None,
 ) -> Operator:
     """`namespaces`: where the pod cache watches (None: every namespace); `watch_kube`:
     the client for the watches (their own connection pool); `election`: None runs no
-    election (this replica always leads)."""
+    election (this replica always leads); `checkpoint_roots`: what it may list (None:
+    the default, local paths only)."""
     settings = replacement or ReplacementSettings()
     nodes = NodeIndex()
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
-                                clock=clock)
+                                clock=clock, roots=checkpoint_roots or CheckpointRoots.default())
     op: Operator | None = None
 
     def wake(job: tuple[str, str]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-from elastic_api.models import CheckpointStatus
+from elastic_api.models import CheckpointStatus, PoolStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
@@ -69,6 +69,12 @@ class Observations(Protocol):
         """The JobSet's worker Jobs by slice index."""
         ...
 
+    def note_failures(self, namespace: str, job: str, uid: str,
+                      pools: list[PoolStatus]) -> None:
+        """What the job's new status says of its slice failures on each pool: the
+        reconciles of other jobs read it (`pools`), as no job's status shows another's."""
+        ...
+
 
 class ApiObservations:
     def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
@@ -120,3 +126,7 @@ class ApiObservations:
         # The live Job of a slice wins over one being deleted.
         ordered = sorted(jobs, key=lambda j: (not j.deleting, j.name))
         return {j.slice_index: j for j in ordered if j.slice_index is not None}
+
+    def note_failures(self, namespace: str, job: str, uid: str,
+                      pools: list[PoolStatus]) -> None:
+        self.node_index.note_failures((namespace, job), uid, pools)

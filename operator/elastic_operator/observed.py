@@ -7,6 +7,7 @@ computation must never crash on what the cluster shows.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -20,12 +21,14 @@ from elastic_api.names import (
     IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
     NODE_POOL_LABEL,
+    QUARANTINE_CAUSE_ANNOTATION,
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
     REPLICATED_JOB_LABEL,
     SCHEDULED_MAINTENANCE_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     TPU_ACCELERATOR_LABEL,
+    TPU_RESOURCE,
     TPU_TOPOLOGY_LABEL,
     WORKER_REPLICATED_JOB,
 )
@@ -66,6 +69,38 @@ ReadyStatus = Literal["True", "False", "Unknown"]
 
 
 @dataclass(frozen=True)
+class QuarantineCause:
+    """Who quarantined a node pool and on what evidence (QUARANTINE_CAUSE_ANNOTATION)."""
+
+    jobs: tuple[tuple[str, str], ...] = ()  # ("<namespace>/<name>", uid), the quarantiner first
+    evidence: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({"jobs": [{"name": n, "uid": u} for n, u in self.jobs],
+                           "evidence": self.evidence}, separators=(",", ":"))
+
+    def describe(self) -> str:
+        who = ", ".join(n for n, _ in self.jobs) or "unknown"
+        return f"{who}: {self.evidence}" if self.evidence else who
+
+
+def quarantine_cause_from(value: Any) -> QuarantineCause | None:
+    """The annotation's JSON, leniently (a hand-edited or foreign value is None)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    jobs = tuple((str(j.get("name", "")), str(j.get("uid", "")))
+                 for j in map(_dict, _list(data.get("jobs"))) if j.get("name"))
+    evidence = data.get("evidence")
+    return QuarantineCause(jobs=jobs, evidence=evidence if isinstance(evidence, str) else "")
+
+
+@dataclass(frozen=True)
 class ObservedNode:
     name: str
     ready: bool
@@ -83,6 +118,23 @@ class ObservedNode:
     scheduled_maintenance: datetime | None = None
     maintenance_ongoing: bool = False
     impending_termination: bool = False
+    # google.com/tpu in status.capacity and .allocatable: the kubelet counts only the
+    # chips the device plugin reports healthy as allocatable.
+    tpu_capacity: int | None = None
+    tpu_allocatable: int | None = None
+    quarantine_cause: QuarantineCause | None = None
+
+    @property
+    def unhealthy_chips(self) -> int:
+        """TPU chips the device plugin reports unhealthy (0: none, or not a TPU node)."""
+        if self.tpu_capacity is None or self.tpu_allocatable is None:
+            return 0
+        return max(0, self.tpu_capacity - self.tpu_allocatable)
+
+    @property
+    def healthy(self) -> bool:
+        """Ready, with every TPU chip healthy."""
+        return self.ready and self.unhealthy_chips == 0
 
     @property
     def maintenance_signal(self) -> str | None:
@@ -118,6 +170,10 @@ class ObservedPod:
     ready_transition_time: datetime | None = None
     uid: str | None = None
     job_uid: str | None = None  # the Job that created it (batch.kubernetes.io/controller-uid)
+    # The reason of the pod's DisruptionTarget condition, when True: who ended it
+    # (DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet, EvictionByEvictionAPI,
+    # PreemptionByScheduler).
+    disruption: str | None = None
 
     @property
     def terminating(self) -> bool:
@@ -208,6 +264,17 @@ class ObservedJob:
 
 
 @dataclass(frozen=True)
+class FailureMark:
+    """A slice failure of another job on a pool that blamed no node (the job's own, as
+    far as it could tell), as that job's status records it."""
+
+    job: str  # <namespace>/<name>
+    uid: str
+    at: datetime
+    pools: int  # on how many pools that job's slices failed so (more than 1: it follows the job)
+
+
+@dataclass(frozen=True)
 class ObservedPool:
     """A node pool of one TPU shape: its nodes, and whether pods of any
     ElasticTrainingJob (other than the one reconciled) run there."""
@@ -216,13 +283,26 @@ class ObservedPool:
     nodes: tuple[ObservedNode, ...]
     used_by_others: bool = False
 
+    # Slice failures of other jobs on this pool with no evidence against its nodes, from
+    # their status (NodeIndex keeps them).
+    failures_of_others: tuple[FailureMark, ...] = ()
+
     @property
     def all_ready(self) -> bool:
         return bool(self.nodes) and all(n.ready for n in self.nodes)
 
     @property
+    def healthy(self) -> bool:
+        """Every node Ready with healthy TPU chips."""
+        return bool(self.nodes) and all(n.healthy for n in self.nodes)
+
+    @property
     def quarantined(self) -> str | None:
         return next((n.quarantined for n in self.nodes if n.quarantined), None)
+
+    @property
+    def cause(self) -> QuarantineCause | None:
+        return next((n.quarantine_cause for n in self.nodes if n.quarantine_cause), None)
 
     @property
     def maintenance(self) -> bool:
@@ -267,6 +347,7 @@ def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
             status = value if value in ("True", "False") else "Unknown"
             transition = parse_time(cond.get("lastTransitionTime"))
     taints = [_dict(t) for t in _list(_dict(obj.get("spec")).get("taints"))]
+    node_status = _dict(obj.get("status"))
 
     def label(key: str) -> str | None:
         value = labels.get(key)
@@ -281,7 +362,16 @@ def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
         scheduled_maintenance=_epoch(labels.get(SCHEDULED_MAINTENANCE_LABEL)),
         maintenance_ongoing=labels.get(ACTIVE_MAINTENANCE_LABEL) == "ONGOING",
         impending_termination=any(t.get("key") == IMPENDING_TERMINATION_TAINT for t in taints),
+        tpu_capacity=_count(_dict(node_status.get("capacity")).get(TPU_RESOURCE)),
+        tpu_allocatable=_count(_dict(node_status.get("allocatable")).get(TPU_RESOURCE)),
+        quarantine_cause=quarantine_cause_from(annotations.get(QUARANTINE_CAUSE_ANNOTATION)),
     )
+
+
+def _count(value: Any) -> int | None:
+    """A device count as the kubelet writes it (a quantity: "4"), else None."""
+    count = _int(value)
+    return count if count is not None and count >= 0 else None
 
 
 def job_from_dict(obj: dict[str, Any]) -> ObservedJob:
@@ -311,11 +401,14 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
     status = _dict(obj.get("status"))
     ready = False
     ready_transition = None
+    disruption = None
     for cond in _list(status.get("conditions")):
         cond = _dict(cond)
         if cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
             ready_transition = parse_time(cond.get("lastTransitionTime"))
+        elif cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            disruption = _str_or_none(cond.get("reason")) or "DisruptionTarget"
     terminated_at = None
     terminated_reason = None
     terminated_exit = None
@@ -355,6 +448,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         ready_transition_time=ready_transition,
         uid=uid if isinstance(uid, str) else None,
         job_uid=job_uid if isinstance(job_uid, str) else None,
+        disruption=disruption,
     )
 
 

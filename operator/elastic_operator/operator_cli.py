@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reconcile every job at least this often (default 30)")
     parser.add_argument("--checkpoint-scan-seconds", type=float, default=30.0, metavar="S",
                         help="list a job's checkpoint directory at most this often (default 30)")
+    parser.add_argument("--checkpoint-roots", action="append", default=[],
+                        metavar="NS=PREFIX[,PREFIX...]",
+                        help="list a job's checkpoint directory only under these prefixes "
+                        "(gs://BUCKET[/PATH] or an absolute path) for namespace NS ('*': "
+                        "every namespace); repeatable. Default: local paths only, no gs:// "
+                        "(docs/threat-model.md)")
     parser.add_argument("--watch-timeout-seconds", type=int, default=30, metavar="S",
                         help="pod and node watches are renewed this often; one silent for "
                         "5 s longer is stalled and its cache is listed again (default 30)")
@@ -200,6 +206,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"etj operator: {e}", file=sys.stderr)
         return 2
     replacement = replacement_settings(args)
+    from elastic_operator.checkpoint_roots import CheckpointRoots
+    try:
+        roots = CheckpointRoots.parse(args.checkpoint_roots)
+    except ValueError as e:
+        print(f"etj operator: {e}", file=sys.stderr)
+        return 2
     # The watches get their own client (connection pool): a long watch never holds a
     # connection that a reconcile or a Lease renewal waits for.
     kube, watch_kube = Kube.from_environment(), Kube.from_environment()
@@ -215,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
                               watch_kube=watch_kube, election=election,
                               watch_timeout_s=args.watch_timeout_seconds,
                               checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
-                              replacement=replacement)
+                              replacement=replacement, checkpoint_roots=roots)
     # Kueue's Workloads are watched where Kueue is installed (restart the operator after
     # installing it); its jobs are reconciled without the watch too, at each resync.
     kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)

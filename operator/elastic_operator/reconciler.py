@@ -186,6 +186,8 @@ class Reconciler:
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
+        self.observations.note_failures(namespace, name, job.metadata.uid or "",
+                                        new_status.pools)
         self.metrics.record_spec(namespace, name, job.spec)
         # The status first: it records what the replacement is about to do, and carries
         # the change's Events. Then the replacement (the slice back at once matters more

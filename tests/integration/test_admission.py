@@ -26,6 +26,9 @@ from elastic_api.validation import (
     CHECKPOINT_FIELD_TWICE,
     CHECKPOINT_FIELD_UNREAD,
     COMMAND_EMPTY,
+    HARDWARE_EXIT_CODES_TWICE,
+    HARDWARE_NEEDS_REPLACEMENT,
+    HARDWARE_REASONS_TWICE,
     MAXTEXT_METRICS_FILE_ARG,
     PROGRESS_METRICS_FILE_PATH,
     PROGRESS_METRICS_FILE_REQUIRED,
@@ -237,6 +240,13 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "spec.recovery.workerNodeTolerationSeconds: must be at least "
      "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
      "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"),
+    ("hardware-without-replacement", _mutate("spec.recovery", {"replaceSlices": False,
+                                                               "hardwareExitCodes": [42]}),
+     HARDWARE_NEEDS_REPLACEMENT),
+    ("hardware-exit-codes-twice", _mutate("spec.recovery", {"hardwareExitCodes": [42, 7, 42]}),
+     HARDWARE_EXIT_CODES_TWICE),
+    ("hardware-reasons-twice", _mutate("spec.recovery", {"hardwareReasons": ["A", "A"]}),
+     HARDWARE_REASONS_TWICE),
     ("checkpoint-timeout", _mutate("spec.maintenance", {"leadSeconds": 120,
                                                         "checkpointTimeoutSeconds": 300}),
      "spec.maintenance.checkpointTimeoutSeconds: must be less than "

@@ -339,6 +339,30 @@ def test_knobs_out_of_range_are_refused_naming_the_field(field, value, start):
     assert error_of(job(**{field: value})).startswith(start)
 
 
+@pytest.mark.parametrize(("recovery", "start"), [
+    ({"hardwareExitCodes": [0]}, "spec.recovery.hardwareExitCodes[0]: "),
+    ({"hardwareExitCodes": [256]}, "spec.recovery.hardwareExitCodes[0]: "),
+    ({"hardwareExitCodes": list(range(1, 34))}, "spec.recovery.hardwareExitCodes: "),
+    ({"hardwareExitCodes": [42, 42]}, "spec.recovery.hardwareExitCodes: an exit code is "
+                                      "listed more than once"),
+    ({"hardwareReasons": ["TPU Fault"]}, "spec.recovery.hardwareReasons[0]: "),
+    ({"hardwareReasons": ["A", "A"]}, "spec.recovery.hardwareReasons: a reason is listed"),
+    ({"replaceSlices": False, "hardwareReasons": ["TPUChipFault"]},
+     "spec.recovery.hardwareExitCodes, hardwareReasons: only read when"),
+])
+def test_bad_hardware_signals_are_refused_naming_the_field(recovery, start):
+    assert error_of(job(recovery=recovery)).startswith(start)
+
+
+def test_hardware_signals_default_to_none_and_take_kubernetes_reasons():
+    assert validate_job(job()).spec.recovery.hardware_exit_codes == []
+    recovery = validate_job(job(recovery={"hardwareExitCodes": [42, 137],
+                                          "hardwareReasons": ["OutOfgoogle.com/tpu"]})
+                            ).spec.recovery
+    assert recovery.hardware_exit_codes == [42, 137]
+    assert recovery.hardware_reasons == ["OutOfgoogle.com/tpu"]
+
+
 def test_spares_beyond_the_slices_and_contradicting_timeouts_are_refused():
     assert error_of(job(tpu={"type": "v5e", "topology": "4x4", "numSlices": 2,
                              "spares": 3})).startswith("spec.tpu.spares: must not be more")

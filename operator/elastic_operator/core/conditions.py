@@ -167,8 +167,15 @@ def training_report_condition(setter: ConditionSetter, report: TrainingReport | 
 
 
 def spares_condition(setter: ConditionSetter, spares: list[str] | None,
-                     wanted: int) -> Condition:
-    """Whether the healthy spare node pools are at least spec.tpu.spares."""
+                     wanted: int, slices: Sequence[SliceStatus] = ()) -> Condition:
+    """Whether the healthy spare node pools are at least spec.tpu.spares; False with
+    NoHealthyPool while a slice waits for one (the message says why each pool of the
+    shape was refused)."""
+    waiting = [s for s in slices if s.reason == Reason.NO_HEALTHY_POOL]
+    if waiting:
+        return setter.false(ConditionType.SPARES_AVAILABLE, Reason.NO_HEALTHY_POOL,
+                            "; ".join(f"slice {s.index} waits for a node pool: {s.message}"
+                                      for s in waiting))
     if spares is None:
         return setter.unknown(ConditionType.SPARES_AVAILABLE, Reason.NO_REPORT,
                               "no TPU node pools of this shape seen (spec.placement Any, or "

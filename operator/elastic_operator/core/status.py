@@ -281,7 +281,7 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         failed_condition(setter, outcome),
         spec_applied_condition(setter, ctx.job, jobset, ctx.previous.job_set_name, terminal),
         training_report_condition(setter, ctx.report, ctx.report_problem),
-        spares_condition(setter, tracking.spares, spec.tpu.spares),
+        spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
     ]
     if gates.admission.condition is not None:
