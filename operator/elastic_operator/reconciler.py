@@ -6,7 +6,8 @@ the newest checkpoint scan; compute the status (core.status); post the Events it
 under names that make a second copy a no-op; write the status once, as a merge patch that
 never touches status.training and is conditional on the job's resourceVersion; record the
 metrics. Synchronous: the Scheduler runs it in a worker thread, never two at once for one
-job.
+job. The job is read from the job cache (fresh from the API server after a 409, or while
+our last status write has not come back through the cache).
 """
 from __future__ import annotations
 
@@ -87,13 +88,15 @@ class Reconciler:
         self.clock = clock
         self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
                                  quarantine_pools=quarantine_pools)
-        self.wake: Wake | None = None  # set by app.py (the Scheduler's trigger_later)
+        self.wake: Wake | None = None  # set by app.py (the Scheduler's add_after)
         # (namespace, name, uid) of jobs whose children this process has created or made
         # sure of (the trainer's RBAC may be missing after an operator upgrade).
         self._children_ensured: set[tuple[str, str, str]] = set()
         # (namespace, name) -> the resourceVersion our last status write produced: the
         # watch event of that version is our own write, no news (`wrote`).
         self._written: dict[tuple[str, str], str] = {}
+        # (namespace, name) -> the last of those versions the job cache has come to hold.
+        self._seen: dict[tuple[str, str], str] = {}
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
@@ -121,13 +124,37 @@ class Reconciler:
         self._children_ensured = {k for k in self._children_ensured
                                   if (k[0], k[1]) != (namespace, name)}
         self._written.pop((namespace, name), None)
+        self._seen.pop((namespace, name), None)
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
         write was conditional on the version it changed): reconciling it would find
-        nothing new."""
-        return resource_version is not None and \
-            self._written.get((namespace, name)) == resource_version
+        nothing new. Called for every version the job cache receives."""
+        key = (namespace, name)
+        if resource_version is None or self._written.get(key) != resource_version:
+            return False
+        self._seen[key] = resource_version  # the cache holds our last write now
+        return True
+
+    def job_cache_listed(self) -> None:
+        """The job cache listed every job again (a consistent read): it holds every write
+        made before, whether or not its version came through the watch."""
+        self._seen.update(self._written)
+
+    def _read_job(self, namespace: str, name: str, fresh: bool) -> dict[str, Any] | None:
+        """The job as the cache has it, unless our last status write has not come back
+        through the cache yet (a write conditional on that older version would only be
+        refused) or `fresh`: then from the API server."""
+        key = (namespace, name)
+        if not fresh:
+            raw = self.observations.job(namespace, name)
+            written = self._written.get(key)
+            if raw is None or written is None or self._seen.get(key) == written:
+                return raw
+            if raw.get("metadata", {}).get("resourceVersion") == written:
+                self._seen[key] = written
+                return raw
+        return self.observations.job(namespace, name, fresh=True)
 
     def _reconcile_fresh(self, namespace: str, name: str) -> None:
         """_reconcile, again from a fresh read when the job changed between our read and
@@ -135,15 +162,15 @@ class Reconciler:
         conditional on the version read, so a change is never applied twice."""
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
-                self._reconcile(namespace, name)
+                self._reconcile(namespace, name, fresh=attempt > 1)
                 return
             except ApiError as e:
                 if not e.is_conflict or attempt == CONFLICT_ATTEMPTS:
                     raise
                 logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
 
-    def _reconcile(self, namespace: str, name: str) -> None:
-        raw = self.observations.job(namespace, name)
+    def _reconcile(self, namespace: str, name: str, fresh: bool = False) -> None:
+        raw = self._read_job(namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return
         try:
