@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from elastic_api.kube import Backoff, Informer, WatchStalled
+from elastic_api.kube import ApiError, Backoff, Informer, WatchStalled
 
 
 def pod(name: str, version: int, job: str = "a", namespace: str = "ns") -> dict[str, Any]:
@@ -133,6 +133,15 @@ def test_an_expired_resource_version_lists_again_and_reports_what_vanished() -> 
     assert relists == ["start", "expired"]
     assert changes[2:] == [("p2", 2, None), ("p1", 1, 250), ("p3", None, 260)]
     assert sorted(k[1] for k in inf.indexed(("ns", "a"))) == ["p1", "p3"]
+
+
+def test_a_watch_request_answered_410_lists_again() -> None:
+    """Not as an ERROR event in the stream but as the HTTP answer: the same expiry."""
+    api = ScriptedApi(lists=[[pod("p1", 1)], [pod("p1", 2)]],
+                      watches=[([], ApiError(410, "Gone", '{"kind": "Status", "code": 410}'))])
+    inf, _, relists = informer(api)
+    inf.run()
+    assert relists == ["start", "expired"]
 
 
 def test_a_stalled_watch_lists_again() -> None:

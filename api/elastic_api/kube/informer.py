@@ -157,16 +157,21 @@ class Informer(Generic[V]):
             if time.monotonic() - started < MIN_WATCH_S:  # never spin on a closing watch
                 self._stopping.wait(MIN_WATCH_S)
         except ResourceVersionExpired:
-            self._resource_version, self._relist_reason = None, "expired"
-            self._log.info("%s: watch expired (410: resourceVersion too old); listing again",
-                           self.resource)
+            self._expired()
         except WatchStalled:
             self._resource_version, self._relist_reason = None, "stalled"
             self._log.warning("%s: the watch sent nothing for too long; listing again",
                               self.resource)
         except Exception as e:  # the API server is down or refused
-            if not self._stopping.is_set():
+            if isinstance(e, ApiError) and e.status == 410:  # answered as such, not an event
+                self._expired()
+            elif not self._stopping.is_set():
                 self._failed(doing, e)
+
+    def _expired(self) -> None:
+        self._resource_version, self._relist_reason = None, "expired"
+        self._log.info("%s: watch expired (410: resourceVersion too old); listing again",
+                       self.resource)
 
     def _failed(self, doing: str, error: Exception) -> None:
         self._failures += 1
