@@ -56,10 +56,8 @@ def _lease_path(namespace: str, name: str) -> str:
 
 
 class Kube:
-    """`client` None: no API server (tests that stand in for one override the calls)."""
-
-    def __init__(self, client: KubeClient | None) -> None:
-        self.client: KubeClient = client  # type: ignore[assignment]
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
 
     @classmethod
     def from_environment(cls, *, pool_maxsize: int | None = None) -> Kube:
