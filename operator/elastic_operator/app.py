@@ -1,15 +1,17 @@
 """The operator's parts, built and wired once (by `etj operator`, and by tests).
 
-    Caches: one Informer (elastic_api.kube) per resource: jobs, pods, JobSets, nodes,
-    │       Workloads ──▶ NodeIndex        ▲ read by Observations (job, pods, JobSet, nodes)
-    │ wake: a change names a job           │
-    ▼                                      │
-    Scheduler (the work queue, a pool of worker threads) ──▶ ReconcileGate ──▶ Reconciler
-    ▲   ▲   ▲ add_after (grace periods end) ◀──────────────────────────────┘ │ ├──▶ core
-    │   │   └── CheckpointScanner (news)                 Replacer ◀──────────┘ └──▶ Kube
-    │   └── resync thread (every job, from the job cache)
-    └── a job's own change, unless it is our status write coming back (Reconciler.wrote)
+    Caches (one Informer each, elastic_api.kube):             Observations (what a
+      jobs, pods, JobSets, nodes, Workloads ──▶ NodeIndex ──▶  reconcile reads)
+        │ a change names a job (not our own status write            ▲
+        │ coming back: Reconciler.wrote; a deleted job: forget)      │
+        ▼                                                            │
+    Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
+        ▲ ▲ ▲                                                        │  └──▶ Replacer
+        │ │ └─ add_after (a grace period ends) ◀──────────────────────┘  ──▶ Kube (writes)
+        │ └─── resync thread (every job of the job cache)
+        └───── CheckpointScanner (a scan with news)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
+    kopf (handlers.py): the process, login, /healthz probes, start and step_down
 
 Everything the operator reacts to goes through the one work queue, as a job's name:
 nothing else starts a reconcile. Every replica keeps its caches warm; only the one
@@ -17,7 +19,6 @@ holding the Lease (and whose caches are synced) gets past the gate, and every wr
 the cluster goes through it: the reconciles (status, Events, JobSet, Workload, worker
 Job recreation, stuck-pod force-deletes, pool quarantine labels) and the PoolWarden's
 sweep. Becoming leader, or the caches syncing, asks for a resync of every job at once.
-kopf (handlers.py) only runs the process: login, probes, `start` and `step_down`.
 """
 from __future__ import annotations
 
