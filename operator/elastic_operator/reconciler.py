@@ -12,8 +12,10 @@ our last status write has not come back through the cache).
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, assert_never
@@ -97,6 +99,10 @@ class Reconciler:
         self._written: dict[tuple[str, str], str] = {}
         # (namespace, name) -> the last of those versions the job cache has come to hold.
         self._seen: dict[tuple[str, str], str] = {}
+        # Jobs whose status write is on its way, and the last version the job cache
+        # delivered meanwhile (our write may come back before its response does).
+        self._writing: dict[tuple[str, str], str | None] = {}
+        self._lock = threading.Lock()
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
@@ -129,12 +135,35 @@ class Reconciler:
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
         write was conditional on the version it changed): reconciling it would find
-        nothing new. Called for every version the job cache receives."""
+        nothing new. Called for every version the job cache receives; while a write of
+        the job is on its way the answer waits for its response (`_writing_status`)."""
         key = (namespace, name)
-        if resource_version is None or self._written.get(key) != resource_version:
-            return False
-        self._seen[key] = resource_version  # the cache holds our last write now
-        return True
+        with self._lock:
+            if key in self._writing:
+                self._writing[key] = resource_version
+                return True  # decided when the write returns
+            if resource_version is None or self._written.get(key) != resource_version:
+                return False
+            self._seen[key] = resource_version  # the cache holds our last write now
+            return True
+
+    @contextmanager
+    def _writing_status(self, namespace: str, name: str) -> Iterator[None]:
+        """Around a status write: a version the job cache delivers meanwhile is news
+        unless it is the one the write made (then the job is woken, once)."""
+        key = (namespace, name)
+        with self._lock:
+            self._writing[key] = None
+        try:
+            yield
+        finally:
+            with self._lock:
+                arrived = self._writing.pop(key, None)
+                news = arrived is not None and arrived != self._written.get(key)
+                if arrived is not None and not news:
+                    self._seen[key] = arrived
+            if news and self.wake is not None:
+                self.wake(namespace, name, 0.0)
 
     def job_cache_listed(self) -> None:
         """The job cache listed every job again (a consistent read): it holds every write
@@ -209,7 +238,8 @@ class Reconciler:
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
         # The status first: it records what the replacement is about to do.
-        self._write_status(raw, parsed.previous, new_status, events, now)
+        with self._writing_status(namespace, name):
+            self._write_status(raw, parsed.previous, new_status, events, now)
         self._replace(raw, job, new_status, observed, now)
 
     def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:

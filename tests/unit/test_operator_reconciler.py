@@ -467,6 +467,34 @@ def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
     assert not rec.wrote("ml", "train", ours)
 
 
+@pytest.mark.parametrize("trainer_writes_meanwhile", [False, True])
+def test_our_write_coming_back_before_its_response_is_still_ours(
+        trainer_writes_meanwhile: bool) -> None:
+    """The job cache's watch may deliver our status write before the write's response
+    reaches the reconciler: still no news (no second reconcile); a version someone else
+    wrote meanwhile wakes the job once the write returns."""
+    kube, pods = a_slice_goes_down()
+    rec, _ = reconciler(kube, pods=pods)
+    woken: list[float] = []
+    rec.wake = lambda _ns, _name, delay: woken.append(delay)
+    answers: list[bool] = []
+    patch = kube.patch_job_status
+
+    def patch_then_watch(namespace: str, name: str, body: dict[str, Any],
+                         resource_version: str | None = None) -> str | None:
+        version = patch(namespace, name, body, resource_version)
+        answers.append(rec.wrote(namespace, name, version))  # the watch, first
+        if trainer_writes_meanwhile:
+            kube.write_training({"step": 9})
+            rec.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
+        return version
+
+    kube.patch_job_status = patch_then_watch  # type: ignore[method-assign]
+    assert rec.reconcile("ml", "train")
+    assert answers == [True]
+    assert [d for d in woken if d == 0.0] == ([0.0] if trainer_writes_meanwhile else [])
+
+
 # --- slice replacement: the intent is written before the operator acts --------------------
 
 
