@@ -178,7 +178,7 @@ class Kube:
     def api_groups(self) -> dict[str, Any]:
         """Discovery: the APIGroupList of every group the server serves and its versions
         (GET /apis, which every authenticated client may read)."""
-        found: dict[str, Any] = self.request("GET", "/apis")
+        found: dict[str, Any] = self.client.get("/apis")
         return found
 
     def serves(self, group_version: str, plural: str) -> bool:
