@@ -9,9 +9,9 @@ later by the trainer's progress. docs/architecture.md, "Recovery", has the rule.
 - For one that does not, a recovery closes (`closedBy: Operator`) once every slice is
   Ready again and the head's `main` container has been running since before the failure
   (the process that lived through it: not restarted, not terminated), or, when `main`
-  started after it (a new head pod), once a checkpoint newer than the failure is listed.
-  Nothing says when training resumed or what it lost: resumedAt, downtimeSeconds,
-  stepsLost, restoredFromStep and restoreSource stay unset.
+  started after it (a new head pod), once that process shows progress since the failure
+  (then confirmed at once). Nothing says when training resumed or what it lost:
+  resumedAt, downtimeSeconds, stepsLost, restoredFromStep and restoreSource stay unset.
 - Confirmed (`confirmedBy`) by what comes after the closure: a status.training report
   made after it with another step than the one reported at the closure
   (`TrainingReport`), or a listing made after it whose newest committed checkpoint is
