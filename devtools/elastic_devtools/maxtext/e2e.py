@@ -8,9 +8,8 @@ steps, newest = steps-1), and the metrics follower (one train step per line, not
 skipped). `--record DIR` writes what MaxText wrote (metrics lines, checkpoint trees, the
 command line) as fixtures for the unit tests.
 
-What this does not do yet (it needs the operator core's scenario work): a worker slice
-failed mid-run on the local control plane, the job's conditions, a SIGKILL during a save.
-`runner.py` is the piece such a scenario runs MaxText with.
+Then the scenario on the local control plane (scenario.py): MaxText in a job's `main`
+with the progress sidecar, a worker slice failed mid-run, a SIGKILL during a save.
 """
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -240,17 +240,25 @@ def check_example(env: MaxTextEnv, example: Path, work: Path) -> None:
         f"({', '.join(f'{k}={v}' for k, v in parsed.items())})")
 
 
-def run_e2e(fixtures: Path, work: Path | None, record_to: Path | None, gcs: bool) -> int:
+def run_e2e(fixtures: Path, work: Path | None, record_to: Path | None, gcs: bool,
+            cluster: bool = True) -> int:
+    from elastic_devtools.maxtext.scenario import run_scenarios
+
     env = MaxTextEnv.locate()
     work = work or Path(tempfile.mkdtemp(prefix="maxtext-e2e-"))
     log(f"MaxText {env.version} in {env.rootfs}{env.venv}; work {work}")
     work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     check_example(env, EXAMPLE, work)
     outcomes = {"local": run_local(env, fixtures, work)}
     if gcs:
         outcomes["gcs"] = run_gcs(env, fixtures, work)
     if record_to is not None:
         record(outcomes, record_to)
-    log("passed: " + "; ".join(f"{n} in {o.result.seconds:.0f}s, latestCommittedStep "
-                               f"{o.latest}" for n, o in outcomes.items()))
+    runs = run_scenarios(env, fixtures, work, gcs) if cluster else []
+    log("passed: " + "; ".join(
+        [f"{n} in {o.result.seconds:.0f}s, latestCommittedStep {o.latest}"
+         for n, o in outcomes.items()]
+        + [f"scenario {r.name} in {r.figures['scenario wall time']}" for r in runs])
+        + f" (all in {time.monotonic() - started:.0f}s)")
     return 0
