@@ -14,14 +14,10 @@ with the progress sidecar, a worker slice failed mid-run, a SIGKILL during a sav
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,28 +153,6 @@ def run_local(env: MaxTextEnv, fixtures: Path, work: Path) -> Outcome:
     return Outcome(job, result, metrics, committed, latest, local_tree(host_dir))
 
 
-@contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _create_bucket(endpoint: str, bucket: str) -> None:
-    body = json.dumps({"name": bucket}).encode()
-    request = urllib.request.Request(f"{endpoint}/storage/v1/b?project=etj-e2e", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10):
-        pass
-
-
 def gcs_tree(directory: str) -> list[str]:
     from elastic_operator.checkpoints import parse_gcs_url, storage_client_from_env
 
@@ -188,17 +162,17 @@ def gcs_tree(directory: str) -> list[str]:
 
 
 def run_gcs(env: MaxTextEnv, fixtures: Path, work: Path) -> Outcome:
-    from elastic_devtools.localcluster.gcs import start_fake_gcs
+    from elastic_devtools.localcluster.gcs import client_environ, create_bucket, start_fake_gcs
 
     job = load_job(fixtures / GCS_JOB)
     directory = job.spec.checkpoint.directory
     bucket = directory.removeprefix("gs://").split("/", 1)[0]
     with start_fake_gcs(log_dir=work / "gcs") as server:
-        _create_bucket(server.endpoint, bucket)
+        create_bucket(server.endpoint, bucket)
         log(f"gcs: fake-gcs-server at {server.endpoint}, bucket {bucket}")
         result, metrics = run_job(env, job, work, "gcs", extra_env=server.env)
         check_metrics(metrics, _expected_steps(job)[0])
-        with _environ(server.env):
+        with client_environ(server.env):
             committed, latest = check_checkpoints(job, directory)
             tree = gcs_tree(directory)
     return Outcome(job, result, metrics, committed, latest, tree)

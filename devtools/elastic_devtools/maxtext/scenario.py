@@ -31,8 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,26 +44,27 @@ from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.names import (
     GROUP,
-    HEAD_REPLICATED_JOB,
     PLURAL,
     PROGRESS_CONTAINER,
-    REPLICATED_JOB_LABEL,
     VERSION,
-    job_pods_selector,
     worker_pods_selector,
 )
 from elastic_devtools.maxtext.env import MaxTextEnv
 from elastic_devtools.maxtext.runner import POD_TMP, cpu_process, main_process, start
+from elastic_devtools.maxtext.scenario_cluster import (
+    NAMESPACE,
+    Cluster,
+    control_plane,
+    head_pod,
+    step_column,
+    token_kubeconfig,
+)
 from elastic_devtools.maxtext.timeline import Sample, Timeline, job_stream
 
-NAMESPACE = "maxtext-e2e"
 SCENARIOS = {"local": "scenario-local.yaml", "gcs": "scenario-gcs.yaml"}
 FAILED_SLICE = 1
 # Waits on a loaded 2-core machine: scheduling, kwok's readiness, MaxText's compile.
 JOB_TIMEOUT, RECOVERY_TIMEOUT, SCAN_TIMEOUT, RUN_TIMEOUT = 180, 180, 60, 900
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-OPERATOR_ARGS = ("--namespace", NAMESPACE, "--resync-seconds", "5",
-                 "--checkpoint-scan-seconds", "2")
 
 
 class ScenarioFailure(AssertionError):
@@ -75,102 +75,12 @@ def say(message: str) -> None:
     print(f"[maxtext-e2e {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-@dataclass
-class Cluster:
-    """The local control plane, the operator and the API clients the scenario uses."""
-
-    kubeconfig: Path
-    api: Any
-    core: Any
-    custom: Any
-    operator: Any
-    gcs_env: dict[str, str] = field(default_factory=dict)
-
-
-@contextmanager
-def control_plane(work: Path, local_tmp: Path, gcs_env: dict[str, str]) -> Iterator[Cluster]:
-    """The local control plane (two v5e 2x4 slices and a spare), the CRD, the namespace,
-    and the operator, which sees `local_tmp` as its /tmp; stopped on the way out."""
-    from kubernetes import client
-
-    from elastic_devtools import localcluster as lc
-    from elastic_devtools.localcluster.crds import install_crd
-    from elastic_devtools.localcluster.faults import wait_for
-    from elastic_devtools.localcluster.operator_process import (
-        OPERATOR_COMMAND,
-        OperatorProcess,
-    )
-
-    directory = lc.default_dir().parent / "maxtext-e2e-cluster"
-    lc.down(directory, progress=lambda _: None)
-    started = time.monotonic()
-    cluster = lc.up(lc.ClusterConfig(dir=directory, tpu_pools=(lc.TpuPoolSpec("v5e", "2x4", 3),),
-                                     cpu_nodes=2), progress=lambda line: say("  " + line))
-    say(f"local control plane up in {time.monotonic() - started:.0f}s ({directory})")
-    api = cluster.api_client()
-    operator = None
-    try:
-        core: Any = client.CoreV1Api(api)
-        custom: Any = client.CustomObjectsApi(api)
-        install_crd(api, timeout=60)
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-        wait_for(lambda: core.list_namespaced_service_account(
-            NAMESPACE, field_selector="metadata.name=default").items, 60,
-            "the namespace's default ServiceAccount")
-        local_tmp.mkdir(parents=True, exist_ok=True)
-        (directory / "operator-tmp").mkdir(exist_ok=True)
-        # /tmp of the operator is the local run's head /tmp (its checkpoint directory).
-        command = ("unshare", "-m", "--", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"',
-                   str(local_tmp), *OPERATOR_COMMAND)
-        operator = OperatorProcess(
-            cluster.kubeconfig, work / "operator.log", args=OPERATOR_ARGS, command=command,
-            env={**gcs_env, "TMPDIR": str(directory / "operator-tmp"),
-                 "PYTHONUNBUFFERED": "1"})
-        operator.start(timeout=120)
-        say(f"operator running (pid {operator.pid}, log {work / 'operator.log'})")
-        yield Cluster(cluster.kubeconfig, api, core, custom, operator, gcs_env)
-    finally:
-        if operator is not None:
-            operator.stop()
-        api.close()
-        lc.down(directory, progress=lambda _: None)
-
-
 def load(path: Path) -> tuple[dict[str, Any], ElasticTrainingJob]:
     from elastic_api.validation import validate_job
 
     obj: dict[str, Any] = yaml.safe_load(path.read_text())
     obj["metadata"]["namespace"] = NAMESPACE
     return obj, validate_job(obj)
-
-
-def head_pod(cluster: Cluster, name: str) -> Any:
-    pods = cluster.core.list_namespaced_pod(
-        NAMESPACE, label_selector=f"{job_pods_selector(name)},"
-                                  f"{REPLICATED_JOB_LABEL}={HEAD_REPLICATED_JOB}").items
-    running = [p for p in pods if p.status and p.status.phase == "Running"]
-    return running[0] if running else None
-
-
-def token_kubeconfig(cluster: Cluster, path: Path, service_account: str = "default") -> Path:
-    """A kubeconfig of the namespace's ServiceAccount (the head pod's: the sidecar writes
-    the status with the job's own RBAC)."""
-    from kubernetes import client
-
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
-    token = cluster.core.create_namespaced_service_account_token(
-        service_account, NAMESPACE, request).status.token
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    entry = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "clusters": [entry],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": entry["name"], "user": "sa"}}],
-        "current-context": "sa"}))
-    path.chmod(0o600)
-    return path
 
 
 def host_path(pod_tmp: Path, path_in_pod: str) -> Path:
@@ -215,41 +125,15 @@ def newest_metrics_step(path: Path) -> int | None:
     return None
 
 
-def step_column(cluster: Cluster, name: str) -> Any:
-    """What `kubectl get etj` prints under STEP (the API server's Table of the job)."""
-    api = cluster.api
-    method, url, headers, body, post = api.param_serialize(
-        "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{name}",
-        header_params={"Accept": TABLE}, auth_settings=["BearerToken"])
-    response = api.call_api(method, url, headers, body, post, _request_timeout=30)
-    response.read()
-    table = json.loads(response.data)
-    names = [c["name"] for c in table["columnDefinitions"]]
-    return table["rows"][0]["cells"][names.index("Step")]
-
-
-@contextmanager
-def environ(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def scan(directory: str, pod_tmp: Path, gcs_env: dict[str, str]) -> Any:
     """The operator's own scan of the job's checkpoint directory, from here."""
     from datetime import UTC, datetime
 
+    from elastic_devtools.localcluster.gcs import client_environ
     from elastic_operator.checkpoints import scan_checkpoints_detailed
 
     local = directory.startswith("/")
-    with environ({} if local else gcs_env):
+    with client_environ({} if local else gcs_env):
         return scan_checkpoints_detailed(str(host_path(pod_tmp, directory)) if local
                                          else directory, now=datetime.now(UTC))
 
@@ -505,7 +389,7 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
 
 def run_scenarios(env: MaxTextEnv, fixtures: Path, work: Path, gcs: bool) -> list[Run]:
     """The scenario into the head's /tmp, then (gcs) into gs:// through fake-gcs-server."""
-    from elastic_devtools.localcluster.gcs import start_fake_gcs
+    from elastic_devtools.localcluster.gcs import create_bucket, start_fake_gcs
 
     runs: list[Run] = []
     with ExitStack() as stack:
@@ -513,9 +397,9 @@ def run_scenarios(env: MaxTextEnv, fixtures: Path, work: Path, gcs: bool) -> lis
         if gcs:
             server = stack.enter_context(start_fake_gcs(log_dir=work / "scenario-gcs-server"))
             gcs_env = server.env
-            _create_bucket(server.endpoint, "maxtext-e2e")
+            create_bucket(server.endpoint, "maxtext-e2e")
         cluster = stack.enter_context(control_plane(work, work / "scenario-local" / "pod-tmp",
-                                                    gcs_env))
+                                                    gcs_env, say))
         for name in ("local", "gcs") if gcs else ("local",):
             started = time.monotonic()
             run = run_one(name, cluster, env, fixtures, work)
@@ -523,16 +407,6 @@ def run_scenarios(env: MaxTextEnv, fixtures: Path, work: Path, gcs: bool) -> lis
             runs.append(run)
             report(run)
     return runs
-
-
-def _create_bucket(endpoint: str, bucket: str) -> None:
-    import urllib.request
-
-    body = json.dumps({"name": bucket}).encode()
-    request = urllib.request.Request(f"{endpoint}/storage/v1/b?project=etj-e2e", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10):
-        pass
 
 
 def report(run: Run) -> None:
