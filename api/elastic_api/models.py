@@ -803,14 +803,14 @@ class RecoveryRecord(StatusModel):
     confirmed_by: Literal["TrainingReport", "Checkpoint"] | None = Field(
         None, description="After an Operator closure, what showed training going on: a "
         "status.training report of a new step made after the closure, or a committed "
-        "checkpoint newer than the failure, listed after the closure.")
+        "checkpoint newer than any step known at the failure, listed after the closure.")
     confirmed_at: datetime | None = Field(
         None, description="The report's observedAt, or the listing's observedAt.")
     confirmed_step: int | None = Field(None, description="The step reported, or committed.")
     # Bookkeeping for the operator: the trainer's elasticEvent.id this recovery is matched
     # to, and the trainer's step when the slice went down (a later step means resumed);
-    # the newest committed checkpoint at the failure and the trainer's step at an Operator
-    # closure (what a confirmation must go beyond).
+    # the newest checkpoint step listed at the failure (committed or in flight) and the
+    # trainer's step at an Operator closure (what a confirmation must go beyond).
     elastic_event_id: int | None = None
     step_at_detection: int | None = None
     checkpoint_step_at_detection: int | None = None

@@ -226,6 +226,27 @@ def test_a_checkpoint_newer_than_the_failure_confirms_it() -> None:
     assert "training confirmed by checkpoint 200 committed" in cond(st3, C.RECOVERING)[2]
 
 
+def test_a_save_begun_before_the_failure_confirms_nothing() -> None:
+    """Seen in make e2e-maxtext on gs://: a save in flight at the failure committed after
+    the closure. Only a step beyond all the failure knew of (listed, committed or in
+    flight, or reported by the trainer) was saved after it."""
+    job, head = foreign_job(progress=True), head_pod(main=main_running(s(0)))
+    at_failure = CheckpointStatus(directory=CKPT, latest_committed_step=100,
+                                  incomplete_steps=[150], observed_at=s(2))
+    st0 = compute_status(job, observe(pods_with(head), checkpoint=at_failure), None, s(3))[0]
+    st1 = fail_slice0(job, head, with_report(st0, **training(s(5), 180)))
+    assert st1.last_recovery is not None
+    assert st1.last_recovery.checkpoint_step_at_detection == 150
+    st2, _ = slice_back(job, head, st1)
+    for step in (150, 175, 180):
+        st3, reasons = slice_back(job, head, st2, s(60), checkpoint=checkpoint(step, s(59)))
+        assert reasons == [], step
+        assert cond(st3, C.RECOVERING)[1] == Reason.RECOVERED_UNCONFIRMED
+    st3, reasons = slice_back(job, head, st2, s(90), checkpoint=checkpoint(200, s(89)))
+    assert reasons == [Reason.RECOVERED]
+    assert st3.last_recovery is not None and st3.last_recovery.confirmed_step == 200
+
+
 def test_the_trainers_own_late_elastic_event_reopens_and_closes_it() -> None:
     """A program that reports elastic events itself, on its first one: the operator closed
     the recovery before the report came; the event (detected before the closure) is this

@@ -29,6 +29,7 @@ from elastic_operator.core.unreported import (
     close_by_operator,
     confirm,
     confirmed_message,
+    newest_checkpoint_step,
     reopen,
     unconfirmed_message,
     waiting_message,
@@ -116,9 +117,8 @@ def _open_for_down_slices(
     detected = min(failed_times) if failed_times else now
     indices = [c.index for c in down]
     if record is None or not ongoing:
-        checkpoint = signals.checkpoint
-        at_detection = checkpoint.latest_committed_step \
-            if checkpoint is not None and not signals.reports_recovery else None
+        at_detection = None if signals.reports_recovery else newest_checkpoint_step(
+            signals.checkpoint)
         return RecoveryRecord(detected_at=detected, slices=sorted(indices),
                               step_at_detection=report.step if report else None,
                               checkpoint_step_at_detection=at_detection), True

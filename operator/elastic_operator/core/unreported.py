@@ -15,7 +15,7 @@ later by the trainer's progress. docs/architecture.md, "Recovery", has the rule.
 - Confirmed (`confirmedBy`) by what comes after the closure: a status.training report
   made after it with another step than the one reported at the closure
   (`TrainingReport`), or a listing made after it whose newest committed checkpoint is
-  newer than the one at the failure (`Checkpoint`).
+  newer than any step known at the failure (`Checkpoint`).
 """
 from __future__ import annotations
 
@@ -77,13 +77,25 @@ def main_ran_through(main: ObservedContainer | None, detected_at: datetime) -> b
         and main.started_at <= detected_at
 
 
+def newest_checkpoint_step(checkpoint: CheckpointStatus | None) -> int | None:
+    """The newest step of a listing, committed or in flight (a save in flight at the
+    failure that commits after it proves nothing about what came after)."""
+    if checkpoint is None:
+        return None
+    steps = [*checkpoint.incomplete_steps, *(
+        [checkpoint.latest_committed_step] if checkpoint.latest_committed_step is not None
+        else [])]
+    return max(steps) if steps else None
+
+
 def evidence(record: RecoveryRecord, report: TrainingReport | None,
              checkpoint: CheckpointStatus | None, since: datetime,
              step_before: int | None) -> dict[str, object] | None:
     """What shows training going on after `since`, as the record's confirmedBy, At and
     Step: a Training report made after it with another step than `step_before` (None: any
-    step), else a listing made after it whose newest committed step is newer than the one
-    at the failure. None: nothing yet."""
+    step), else a listing made after it whose newest committed step is newer than any
+    step known at the failure (listed then, committed or in flight, or reported by the
+    trainer: a save of such a step began before the failure). None: nothing yet."""
     if report is not None and report.state == "Training" and report.observed_at > since \
             and (step_before is None or report.step != step_before):
         return {"confirmed_by": CONFIRMED_BY_REPORT, "confirmed_at": report.observed_at,
@@ -91,8 +103,10 @@ def evidence(record: RecoveryRecord, report: TrainingReport | None,
     if checkpoint is None or checkpoint.error or checkpoint.latest_committed_step is None \
             or checkpoint.observed_at is None or checkpoint.observed_at <= since:
         return None
-    step, before = checkpoint.latest_committed_step, record.checkpoint_step_at_detection
-    if before is not None and step <= before:
+    known = [s for s in (record.checkpoint_step_at_detection, record.step_at_detection)
+             if s is not None]
+    step = checkpoint.latest_committed_step
+    if known and step <= max(known):
         return None
     return {"confirmed_by": CONFIRMED_BY_CHECKPOINT, "confirmed_at": checkpoint.observed_at,
             "confirmed_step": step}
