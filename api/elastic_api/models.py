@@ -823,7 +823,18 @@ class TrainingReport(StatusModel):
     goodput: TrainerGoodput | None = None
 
 
+# Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the
+# operator closed without the trainer (confirmedBy): docs/architecture.md, "Recovery".
+CLOSED_BY_TRAINER, CLOSED_BY_OPERATOR = "Trainer", "Operator"
+CONFIRMED_BY_REPORT, CONFIRMED_BY_CHECKPOINT = "TrainingReport", "Checkpoint"
+
+
 class RecoveryRecord(StatusModel):
+    """The latest recovery (status.lastRecovery): what is known of it, and nothing made
+    up. A recovery the operator closed without the trainer (closedBy Operator) has no
+    resumedAt, downtimeSeconds, stepsLost, restoredFromStep or restoreSource: nobody
+    reported them."""
+
     detected_at: datetime
     resumed_at: datetime | None = None
     downtime_seconds: float | None = None
@@ -831,10 +842,35 @@ class RecoveryRecord(StatusModel):
     restored_from_step: int | None = None
     restore_source: str | None = None
     slices: list[int] = Field(default_factory=list)
+    closed_at: datetime | None = Field(
+        None, description="When the recovery closed (Trainer: resumedAt; Operator: when "
+        "every slice was Ready again).")
+    closed_by: Literal["Trainer", "Operator"] | None = Field(
+        None, description="Trainer: the trainer's report said training resumed (its elastic "
+        "event Resumed, or a step after the failure). Operator: for a trainer that reports "
+        "no elastic events, every slice was Ready again with the head's main running since "
+        "before the failure (or, main being new, a checkpoint newer than the failure was "
+        "listed); training itself was not confirmed by that.")
+    confirmed_by: Literal["TrainingReport", "Checkpoint"] | None = Field(
+        None, description="After an Operator closure, what showed training going on: a "
+        "status.training report of a new step made after the closure, or a committed "
+        "checkpoint newer than any step known at the failure, listed after the closure.")
+    confirmed_at: datetime | None = Field(
+        None, description="The report's observedAt, or the listing's observedAt.")
+    confirmed_step: int | None = Field(None, description="The step reported, or committed.")
     # Bookkeeping for the operator: the trainer's elasticEvent.id this recovery is matched
-    # to, and the trainer's step when the slice went down (a later step means resumed).
+    # to, and the trainer's step when the slice went down (a later step means resumed);
+    # the newest checkpoint step listed at the failure (committed or in flight) and the
+    # trainer's step at an Operator closure (what a confirmation must go beyond).
     elastic_event_id: int | None = None
     step_at_detection: int | None = None
+    checkpoint_step_at_detection: int | None = None
+    step_at_closure: int | None = None
+
+    @property
+    def open(self) -> bool:
+        """Not closed yet (an older operator's closed record has resumedAt only)."""
+        return self.resumed_at is None and self.closed_at is None
 
 
 class Counters(StatusModel):

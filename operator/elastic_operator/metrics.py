@@ -87,6 +87,11 @@ class OperatorMetrics:
         self.steps_lost = Histogram(
             "etj_recovery_steps_lost", "Training steps lost per recovery.", ["namespace"],
             buckets=_STEPS_BUCKETS, registry=registry)
+        self.recoveries_unconfirmed = Counter(
+            "etj_recoveries_unconfirmed", "Recoveries the operator closed itself for a "
+            "trainer that reports no elastic events (every slice back, main still running): "
+            "no downtime or steps lost measured, so none is in the recovery histograms.",
+            ["namespace"], registry=registry)
         self.active_slices = Gauge(
             "etj_active_slices", "Slices the trainer's mesh spans (its last report).", labels,
             registry=registry)
@@ -285,7 +290,7 @@ class OperatorMetrics:
         for cause in BadputSeconds.model_fields:
             self.badput_seconds.labels(namespace, job, to_camel(cause))
         for histogram in (self.detection_latency, self.recovery_duration, self.steps_lost,
-                          self.replacement_duration):
+                          self.replacement_duration, self.recoveries_unconfirmed):
             histogram.labels(namespace)
         for result in _REQUEST_RESULTS.values():
             self.checkpoint_requests.labels(namespace, result)
@@ -343,7 +348,10 @@ class OperatorMetrics:
             if event.reason == Reason.SLICE_DOWN and event.failed_at is not None:
                 latency = written_at_s - event.failed_at.timestamp()
                 self.detection_latency.labels(namespace).observe(max(0.0, latency))
+            elif event.reason == Reason.RECOVERED_UNCONFIRMED:
+                self.recoveries_unconfirmed.labels(namespace).inc()
             elif event.reason == Reason.RECOVERED:
+                # None when nobody measured it (a recovery the operator closed, confirmed).
                 if event.downtime_seconds is not None:
                     self.recovery_duration.labels(namespace).observe(event.downtime_seconds)
                 if event.steps_lost is not None:
