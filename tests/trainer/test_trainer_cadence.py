@@ -276,3 +276,17 @@ def test_checkpoint_probes_wait_for_the_snapshot_ones():
 def test_the_trainer_flag_and_the_api_share_the_budget_defaults():
     assert cli.DEFAULT_OVERHEAD_BUDGET_PERCENT == DEFAULT_OVERHEAD_BUDGET_PERCENT
     assert cli.MAX_OVERHEAD_BUDGET_PERCENT == MAX_OVERHEAD_BUDGET_PERCENT
+
+
+def test_a_new_attempt_forgets_the_steps_and_copies_of_the_failed_one():
+    snapshot_costs: deque[tuple[int, float | None, float | None]] = deque()
+    save_walls: deque[tuple[int, float | None, float | None]] = deque()
+    cadences = Cadences(_cadence(), _cadence(), snapshot_costs, save_walls)
+    for step in range(1, 31):
+        cadences.step_done(step, 0.010, clean=True)
+    save_walls.append((25, 0.2, 0.2))
+    cadences.attempt_started(20)  # rewound to step 20
+    assert not save_walls and cadences._since(0) == []
+    for step in range(21, 24):
+        cadences.step_done(step, 0.012, clean=False)
+    assert cadences._since(22) == [0.012, 0.012]

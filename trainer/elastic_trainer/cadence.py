@@ -27,6 +27,7 @@ PROBES_KEPT samples decide the period.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -124,8 +125,9 @@ def choose_period(inputs: CadenceInputs) -> CadenceChoice:
     """The period (steps) for one kind of copy, and why. Samples that are not finite
     numbers >= 0 are ignored; a step time of 0 counts as unmeasured."""
     max_period = _check(inputs)
-    current = inputs.current if isinstance(inputs.current, int) and inputs.current >= 1 \
-        else None
+    current = min(inputs.current, max_period) if isinstance(inputs.current, int) \
+        and not isinstance(inputs.current, bool) \
+        and inputs.current >= 1 else None
     cost = _median(inputs.costs, COST_WINDOW)
     step = _median(inputs.step_seconds, STEP_WINDOW)
     if cost is None or not step:
@@ -310,8 +312,13 @@ class Cadences:
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_STEPS)
 
     def attempt_started(self, step: int) -> None:
+        """A new attempt from `step`: the steps before the rewind cannot cost a copy any
+        more, nor the copies of the failed attempt (settled by now) be costed."""
         self.snapshot.attempt_started(step)
         self.checkpoint.attempt_started(step)
+        self._recent.clear()
+        for _cadence, costs, _from_steps in self._sources:
+            costs.clear()
 
     def due(self, step: int, snapshot_busy: bool, saving: bool) -> tuple[bool, bool]:
         """(snapshot, checkpoint) of the state after `step`? The checkpoint's probes wait
@@ -329,6 +336,11 @@ class Cadences:
             self.snapshot.add_step(seconds)
             self.checkpoint.add_step(seconds)
 
+    def _since(self, step: int) -> list[float]:
+        """The durations of the steps from `step` on (the newest are at the right)."""
+        return [d for _s, d in itertools.takewhile(lambda e: e[0] >= step,
+                                                     reversed(self._recent))]
+
     def measured(self) -> list[Cadence]:
         """Cost the copies done since the last call: the cadences to decide again."""
         changed = []
@@ -336,8 +348,7 @@ class Cadences:
             while costs:
                 step, seconds, wall = costs.popleft()
                 cost = seconds if seconds is None or not from_steps else copy_cost(
-                    [d for s, d in self._recent if s >= step],
-                    _median(cadence.step_seconds, STEP_WINDOW), seconds)
+                    self._since(step), _median(cadence.step_seconds, STEP_WINDOW), seconds)
                 if cost is None:
                     cadence.lost()
                 elif cadence.add_cost(cost, wall) and cadence not in changed:
