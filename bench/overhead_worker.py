@@ -163,7 +163,7 @@ def _profile_elastic(setup: _Setup, start: int) -> dict[str, Any]:
 
     timers, threads, probe = Timers(), ThreadCpu(), WakeProbe()
     parts = [
-        (prefetch.BatchPrefetcher, "get", "batch (from the prefetch thread)"),
+        (prefetch.BatchPrefetcher, "get", "batch (inline, or from the prefetch thread)"),
         (loop.Trainer, "_dispatch", "dispatch (with the batch)"),
         (loop.Trainer, "_finish_pending", "loss read and bookkeeping"),
         (loop.Trainer, "_after_step", "bookkeeping: progress, metrics, log, report"),

@@ -119,7 +119,7 @@ def _make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any
     opts = LoopOptions(steps=spec["steps"], batch=spec.get("batch", 8), seed=0,
                        min_slices=spec.get("min_slices"), elastic_timeout=120.0,
                        max_retries=10, snapshot_period=spec.get("snapshot_period"),
-                       log_every=10**9, prefetch=spec.get("prefetch", 2))
+                       log_every=10**9, prefetch=spec.get("prefetch"))
     data = make_source("synthetic", 0, opts.batch, cfg.seq_len, cfg.vocab_size)
     return Trainer(cfg, opts, backend, data, checkpointer)
 

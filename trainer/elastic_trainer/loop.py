@@ -7,7 +7,7 @@
       build (or reuse) the step for a mesh over them
       restore: the newest of the snapshot (from the replicas that survived) and the last
         committed checkpoint, else a fresh start; a failed restore drops the snapshot
-      train step by step, batches made ahead on a background thread; each step's loss
+      train step by step, batches made ahead on a background thread (Pathways); each step's loss
       is read after the next step is dispatched (one step behind: the device always has
       a step queued, and no step waits for the host's work between two steps):
         a checkpoint request of the operator open -> save this step, wait until it is
@@ -60,6 +60,12 @@ HOLD_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
 # A progress report (not urgent) is built at most this often: the reporter sends at most
 # one per --report-interval anyway, and building one per step is host work in every step.
 REPORT_EVERY_SECONDS = 0.5
+# Batches made ahead, by backend. On Pathways the controller's host makes them while the
+# TPUs run the step. On the simulated backend the host is the device: the step already
+# keeps its cores busy, and a batch thread only adds thread switches and GIL handoffs
+# (the overhead benchmark's profile: CPU time the plain loop does not spend), so the
+# batch is made inline, as in a plain jit loop.
+PREFETCH_DEPTH = {"pathways": 2, "simulated": 0}
 
 
 @dataclass
@@ -75,7 +81,8 @@ class LoopOptions:
     log_every: int = 10
     learning_rate: float | None = None
     min_step_seconds: float = 0.0
-    prefetch: int = 2  # batches made ahead on a background thread
+    # Batches made ahead on a background thread; None: PREFETCH_DEPTH[backend.name].
+    prefetch: int | None = None
     # Carried over from an earlier process of the same job (report.prior_run): event ids
     # and the retry budget go on, never start again at 0.
     prior_events: int = 0
@@ -199,6 +206,9 @@ class Trainer:
                                 timeout=self.opts.elastic_timeout, hooks=self)
         except (ElasticRetriesExhausted, ElasticTimeout) as err:
             failure = err
+        except BaseException:
+            self._quiesce()
+            raise
         if failure is not None:
             self._fail(failure)
         else:
@@ -212,9 +222,21 @@ class Trainer:
             process_started_at=self.process_started_at, finished_at=self.finished_at,
         )
 
+    def _quiesce(self) -> None:
+        """Let the snapshot hand-off and the checkpoint save in flight finish (bounded)
+        before the run returns: a daemon thread still inside the runtime (a copy being
+        waited for) when the process exits makes the C++ runtime abort the process."""
+        for name, wait in (("snapshot", self.snapshots.settle), ("checkpoint",
+                                                                  self.checkpointer.wait)):
+            try:
+                wait()
+            except Exception as err:  # the run's own outcome is what to report
+                log.info("waiting for the %s in flight at the end: %s", name, err)
+
     def _succeed(self, state: Any) -> str:
         digest = train.params_digest(state["params"])
         self.goodput.begin("checkpointing", time.time())
+        self._quiesce()
         self.checkpointer.close()
         self._finish_goodput()
         self.checkpointer.latest_committed_step()  # refresh for the final report
@@ -231,6 +253,7 @@ class Trainer:
         if event is not None:
             event.phase = "Failed"
         self.progress.state = "Failed"
+        self._quiesce()
         try:
             self.checkpointer.close()
         except Exception as close_err:
@@ -301,7 +324,7 @@ class Trainer:
                  "%.2fs)", len(self.events), len(active), sorted(active),
                  compiled.micro_batches, from_step, source, seconds)
         self._report(urgent=True)
-        return self._train(compiled, active, state, from_step, event)
+        return self._train(compiled, active, state, from_step)
 
     def _compiled_for(self, active: tuple[int, ...]) -> train.CompiledStep:
         micro = train.micro_batches_for(self.opts.batch, self.backend.total_slices,
@@ -361,12 +384,14 @@ class Trainer:
         self.progress.step = max(self.progress.step, from_step)
         self.progress.state = "Recovering" if event is not None else "Training"
 
-    def _train(self, compiled: train.CompiledStep, active: set[int], state: Any, step: int,
-               event: ElasticEvent | None) -> Any:
+    def _train(self, compiled: train.CompiledStep, active: set[int], state: Any,
+               step: int) -> Any:
         resize = self.opts.min_slices is not None and \
             self.opts.min_slices < self.backend.total_slices
+        depth = self.opts.prefetch if self.opts.prefetch is not None else \
+            PREFETCH_DEPTH.get(self.backend.name, 2)
         prefetch = BatchPrefetcher(lambda s: self._device_batch(compiled, s), step,
-                                   self.opts.steps - 1, self.opts.prefetch)
+                                   self.opts.steps - 1, depth)
         self._pending, self._last_done_at = None, time.time()
         try:
             while step < self.opts.steps:

@@ -37,7 +37,7 @@ from elastic_api.names import (
     VERSION,
     worker_pods_selector,
 )
-from elastic_devtools.demo.summary import plural, summarize
+from elastic_devtools.demo.summary import cadence_chosen, cadence_lines, plural, summarize
 from elastic_devtools.demo.timeline import Mark, draw_timeline
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
@@ -252,11 +252,22 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         watch = Watch(stream)
         watch.start()
 
-        period = int(job_obj["spec"]["checkpoint"]["periodSteps"])
-        wait_for(lambda: (((get_job().get("status") or {}).get("training") or {})
-                       .get("lastCommittedCheckpointStep") or 0) >= 2 * period,
-              300, "two committed checkpoints", interval=0.5)
+        # The job gives no period: the trainer measures what a snapshot and a save cost
+        # and chooses both (status.training.*Cadence); the host dies once it has, with a
+        # checkpoint committed after the choice.
+        def chosen() -> bool:
+            training = (get_job().get("status") or {}).get("training") or {}
+            if not all(cadence_chosen(training.get(k))
+                       for k in ("snapshotCadence", "checkpointCadence")):
+                return False
+            committed = training.get("lastCommittedCheckpointStep") or 0
+            return committed > int(training["checkpointCadence"]["periodSteps"])
+
+        wait_for(chosen, 300, "the trainer to choose its snapshot and checkpoint cadence",
+                 interval=0.5)
         status_before = get_job().get("status") or {}
+        for line in cadence_lines(status_before.get("training") or {}):
+            say(f"  {line}")
 
         stage(4, f"A TPU host of slice {KILL_SLICE} dies (its node goes NotReady, its kubelet "
                  "stops answering)")
