@@ -4,8 +4,9 @@ loses one slice at a random step, `trials` times, against the same job with snap
 off, trial by trial in one process (the same fault for both).
 
 Per run: the steps lost, where the restore came from, the snapshot period in use when
-the slice went down, the mean step before the fault (the steady state: what the copies
-cost) and the wall time of the whole run (what the loss cost too).
+the slice went down, each step's duration up to the fault and the step by which the
+cadences were chosen (bench.trainer compares the steady state of the two runs: what
+the copies cost), and the wall time of the whole run (what the loss cost too).
 """
 from __future__ import annotations
 
@@ -34,20 +35,33 @@ def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshots: bool) -> di
         on_slice_down(error, retrying)
 
     trainer.on_slice_down = seen
+    decided: list[int] = []
+    decide = trainer._decide
+
+    def decided_at(cadence: Any) -> Any:
+        if cadence.choice.reason == "Measuring":
+            decided.append(trainer.progress.step)  # the first choice of this kind
+        return decide(cadence)
+
+    trainer._decide = decided_at
     t0 = time.time()
     result = trainer.run()
     wall = time.time() - t0
     if result.failure is not None:
         raise RuntimeError(f"training failed: {result.failure}")
     [event] = [e for e in result.events if e.kind == "slice_down"]
-    times = [t for s, t in result.step_times if s <= event.failed_step]
+    times = [(s, t) for s, t in result.step_times if s <= event.failed_step]
+    durations = [[s, round(t - t_before, 6)]
+                 for (_, t_before), (s, t) in itertools.pairwise(times)]
     warm = spec.get("warmup", 10)
-    before = [b - a for a, b in itertools.pairwise(times)][warm:]
+    before = [d for s, d in durations if s > warm]
     return {
         "failed_step": event.failed_step, "restored_from_step": event.restored_from_step,
         "restore_source": event.restore_source, "steps_lost": event.steps_lost,
         **at_failure, "wall_seconds": wall,
         "mean_step_before_failure": mean(before) if before else None,
+        "step_durations_before_failure": durations,
+        "cadences_chosen_at_step": max(decided) if decided else None,
         "final_snapshot_cadence": trainer.cadences.snapshot.report().to_wire(),
         "final_checkpoint_cadence": trainer.cadences.checkpoint.report().to_wire(),
     }

@@ -226,6 +226,10 @@ def defaults_rows(d: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
          _s(on["mean_step_before_failure_seconds"]["p50"]),
          _s(off["mean_step_before_failure_seconds"]["p50"]),
          _r(d["ratio_mean_step_before_failure_defaults_vs_off"])),
+        (f"The same, steady state only (once both chose their cadences; "
+         f"{len(d.get('ratio_steady_step_defaults_vs_off_per_trial') or [])} runs with 30 "
+         "steps of it before the loss), median of per-run ratios", "", "",
+         _r(d.get("ratio_steady_step_defaults_vs_off"))),
         ("Wall time of the run, loss and recovery included (baseline: snapshots off)",
          _s(on["wall_seconds"]["p50"]), _s(off["wall_seconds"]["p50"]),
          _r(d["ratio_wall_defaults_vs_off"])),

@@ -202,10 +202,28 @@ def _side(trials: list[dict[str, Any]], name: str) -> dict[str, Any]:
     }
 
 
+STEADY_MIN_STEPS = 30  # a trial's steady window before the loss, at least this long
+
+
+def _steady_ratio(trial: dict[str, Any], warmup: int) -> float | None:
+    """Mean step of the defaults run over that of the snapshots-off run, over the same
+    steps: after both chose their cadences (their probes and orbax's first save are
+    start-up, at different steps in the two) up to the loss. None: too short a window."""
+    on, off = trial["defaults"], trial["snapshots_off"]
+    start = max(warmup, on["cadences_chosen_at_step"] or 0, off["cadences_chosen_at_step"] or 0)
+    windows = [[d for s, d in run["step_durations_before_failure"] if s > start]
+               for run in (on, off)]
+    if min(len(w) for w in windows) < STEADY_MIN_STEPS:
+        return None
+    return mean(windows[0]) / mean(windows[1])
+
+
 def defaults(quick: bool) -> dict[str, Any]:
     """A job with every default losing one slice at a random step, against snapshots off."""
+    warmup = 10
     spec = {"kind": "defaults", "config": "tiny", "slices": 4, "steps": 60 if quick else 300,
-            "trials": 2 if quick else 20, "warmup": 10, "fault_duration": 0.5, "seed": 25}
+            "trials": 2 if quick else 20, "warmup": warmup, "fault_duration": 0.5,
+            "seed": 25}
     _log(f"defaults: {spec['trials']} runs losing a slice at a random step, snapshots at "
          "their default cadence vs off")
     raw = run_worker(spec, timeout=5400)
@@ -215,6 +233,7 @@ def defaults(quick: bool) -> dict[str, Any]:
     within = [t["defaults"]["steps_lost"] <= max(1, t["defaults"]["snapshot_period"] or 0)
               for t in trials]
     pairs = [(t["defaults"], t["snapshots_off"]) for t in trials]
+    steady = [x for t in trials if (x := _steady_ratio(t, warmup)) is not None]
     return {
         "config": raw["config"], "steps": raw["steps"], "slices": raw["slices"],
         "trials": len(trials), "seed": raw["seed"],
@@ -226,6 +245,10 @@ def defaults(quick: bool) -> dict[str, Any]:
             [x for a, b in pairs if (x := ratio(a["mean_step_before_failure"],
                                                 b["mean_step_before_failure"])) is not None]
             or [float("nan")]),
+        # The steady state: what the copies cost once start-up is over (trials whose loss
+        # leaves a window of STEADY_MIN_STEPS after both chose their cadences).
+        "ratio_steady_step_defaults_vs_off_per_trial": steady,
+        "ratio_steady_step_defaults_vs_off": median(steady) if steady else None,
         "ratio_wall_defaults_vs_off": median(
             [a["wall_seconds"] / b["wall_seconds"] for a, b in pairs]),
         "runs": trials,

@@ -735,7 +735,7 @@ class CadenceReport(StatusModel):
         max_length=64,
         description="UserSet, Off, Measuring (warming up: probe copies), WithinBudget (the "
         "shortest period within the budget), CopySlowed (lengthened: the copy got "
-        "slower), MemoryPressure (lengthened: little free host memory), YoungDaly "
+        "slower against the step), MemoryPressure (lengthened: little free host memory), YoungDaly "
         "(shortened toward sqrt(2 x cost x mean time between failures)).")
     message: str | None = None
     cost_seconds: float | None = Field(None, ge=0, description="What one copy costs (median "

@@ -18,7 +18,6 @@ from elastic_trainer.cadence import (
     CadenceInputs,
     Cadences,
     choose_period,
-    copy_cost,
 )
 
 BUDGET = 0.02
@@ -158,17 +157,6 @@ def test_within_budget_is_the_shortest_period_that_keeps_it(cost, step, budget):
         assert cost / ((choice.period - 1) * step) > budget * (1 - 1e-6)
 
 
-def test_copy_cost_from_the_steps_it_slowed():
-    # Steps of 10 ms and 14 ms against a clean 10 ms: 4 ms, within the 100 ms it lasted.
-    assert copy_cost([0.010, 0.014], 0.010, 0.1) == pytest.approx(0.004)
-    assert copy_cost([0.010, 0.009], 0.010, 0.1) == 0.0  # noise below a clean step: 0
-    assert copy_cost([0.5], 0.010, 0.1) == 0.1  # never more than its wall time
-    assert copy_cost([0.5], None, 0.1) == 0.1  # no clean step yet: its wall time
-    assert copy_cost([math.nan, -1.0, 0.014], 0.010, 0.1) == pytest.approx(0.004)
-    assert copy_cost([0.014], 0.010, math.nan) is None
-    assert copy_cost([0.014], 0.010, -1.0) is None
-
-
 def _cadence(period: int | None = None, steps: int = 1000) -> Cadence:
     return Cadence(period, BUDGET, steps)
 
@@ -242,23 +230,21 @@ def test_an_attempt_warms_up_again_and_counts_from_the_restored_step():
     assert cadence._probes_pending == 0  # a copy in flight when the attempt failed is gone
 
 
-def test_cadences_cost_a_save_from_the_steps_and_a_snapshot_as_measured():
+def test_cadences_take_what_the_copies_measured():
     snapshot_costs: deque[tuple[int, float | None, float | None]] = deque()
-    save_walls: deque[tuple[int, float | None, float | None]] = deque()
-    cadences = Cadences(_cadence(), _cadence(), snapshot_costs, save_walls)
-    for step in range(1, 21):
-        cadences.step_done(step, 0.010, clean=True)
-    for step in (21, 22, 23):  # a save at step 21 slowed these by 5 ms each
-        cadences.step_done(step, 0.015, clean=False)
+    save_costs: deque[tuple[int, float | None, float | None]] = deque()
+    cadences = Cadences(_cadence(), _cadence(), snapshot_costs, save_costs)
+    for _ in range(20):
+        cadences.step_done(0.010)
+    assert list(cadences.snapshot.step_seconds) == list(cadences.checkpoint.step_seconds)
     for wall in (1.0, 0.2):  # the first sample of each kind is dropped
         snapshot_costs.append((21, 0.003, 0.004))
-        save_walls.append((21, wall, wall))
+        save_costs.append((21, wall, wall))
         changed = cadences.measured()
     assert changed == [cadences.snapshot, cadences.checkpoint]
     assert (list(cadences.snapshot.costs), list(cadences.snapshot.walls)) == ([0.003], [0.004])
-    assert list(cadences.checkpoint.costs) == [pytest.approx(0.015)]
-    assert list(cadences.checkpoint.walls) == [0.2]
-    save_walls.append((22, None, None))  # a failed save: no sample
+    assert (list(cadences.checkpoint.costs), list(cadences.checkpoint.walls)) == ([0.2], [0.2])
+    save_costs.append((22, None, None))  # a failed save: no sample
     assert cadences.measured() == []
 
 
@@ -278,15 +264,11 @@ def test_the_trainer_flag_and_the_api_share_the_budget_defaults():
     assert cli.MAX_OVERHEAD_BUDGET_PERCENT == MAX_OVERHEAD_BUDGET_PERCENT
 
 
-def test_a_new_attempt_forgets_the_steps_and_copies_of_the_failed_one():
+def test_a_new_attempt_does_not_measure_the_copies_of_the_failed_one():
     snapshot_costs: deque[tuple[int, float | None, float | None]] = deque()
-    save_walls: deque[tuple[int, float | None, float | None]] = deque()
-    cadences = Cadences(_cadence(), _cadence(), snapshot_costs, save_walls)
-    for step in range(1, 31):
-        cadences.step_done(step, 0.010, clean=True)
-    save_walls.append((25, 0.2, 0.2))
+    save_costs: deque[tuple[int, float | None, float | None]] = deque()
+    cadences = Cadences(_cadence(), _cadence(), snapshot_costs, save_costs)
+    save_costs.append((25, 0.2, 0.2))
+    snapshot_costs.append((25, 0.003, 0.004))
     cadences.attempt_started(20)  # rewound to step 20
-    assert not save_walls and cadences._since(0) == []
-    for step in range(21, 24):
-        cadences.step_done(step, 0.012, clean=False)
-    assert cadences._since(22) == [0.012, 0.012]
+    assert not save_costs and not snapshot_costs and cadences.measured() == []

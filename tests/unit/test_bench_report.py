@@ -202,7 +202,9 @@ def _defaults() -> dict:
             "snapshot_period_at_failure": stats([20, 28, 31]),
             "losses_within_one_snapshot_period": 20,
             "ratio_mean_step_before_failure_defaults_vs_off": 1.01,
-            "ratio_wall_defaults_vs_off": 0.8}
+            "ratio_wall_defaults_vs_off": 0.8,
+            "ratio_steady_step_defaults_vs_off_per_trial": [1.01, 1.03],
+            "ratio_steady_step_defaults_vs_off": 1.02}
 
 
 def test_overhead_and_defaults_sections(tmp_path: Path) -> None:
@@ -220,6 +222,8 @@ def test_overhead_and_defaults_sections(tmp_path: Path) -> None:
     assert "| **A job with every default losing a slice** (measured T4) |" in text
     assert "| 9 / 20 (20 snapshot) | 150 / 260 (12 checkpoint, 8 none) | - |" in text
     assert "28 / 31; 20 of 20" in text
+    assert "(once both chose their cadences; 2 runs with 30 steps of it before the loss), " \
+        "median of per-run ratios |  |  | 1.02 |" in text
 
 
 def test_an_overhead_result_of_the_fixed_period_benchmark_still_renders() -> None:

@@ -2,10 +2,8 @@
 
 `choose_period` is the rule, a pure function (docs/trainer.md, "Cadence"):
 
-    cost      what one copy costs: the median of the newest measurements (a snapshot:
-              from the step's state being ready to the copy published; a checkpoint:
-              from the save starting to it being committed). Wall time: an upper bound
-              of what a copy overlapped with the next steps takes from them.
+    cost      what one copy costs the training: the median of the newest measurements
+              (a snapshot's from its parts, a save's wall time: Cadences, below)
     step      the median of the newest steps with no copy in flight
     period    the shortest whole number of steps whose overhead
               cost / (period x step) stays within the budget: ceil(cost / (budget x step))
@@ -15,7 +13,7 @@
               before the next starts (a save waits for the one before)
     memory    host memory free for fewer than MEMORY_TIGHT more copies: twice as long;
               for less than one: as long as the run (MemoryPressure)
-    change    longer at once (CopySlowed when the copy got slower); shorter only below
+    change    longer at once (CopySlowed: slower against the step); shorter only below
               3/4 of the period in use, so noise does not make it flap
     bounds    1 <= period <= max_period
 
@@ -27,7 +25,6 @@ PROBES_KEPT samples decide the period.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -70,22 +67,6 @@ class CadenceChoice:
         if self.cost_seconds is None or not self.step_seconds:
             return None
         return self.cost_seconds / (self.period * self.step_seconds)
-
-
-def copy_cost(durations: Iterable[float], clean_step: float | None, wall: float
-              ) -> float | None:
-    """What one copy took from training: how much longer than a clean step the steps
-    from the copy's step to the first one done after it (published, committed) took, at
-    least 0 and at most the copy's own wall time (it cannot have delayed the steps by
-    longer than it lasted). Without a clean step yet, its wall time. None: no sample."""
-    if isinstance(wall, bool) or not isinstance(wall, int | float) or not math.isfinite(wall) \
-            or wall < 0:
-        return None
-    if clean_step is None or not math.isfinite(clean_step) or clean_step <= 0:
-        return float(wall)
-    excess = sum(d - clean_step for d in durations if isinstance(d, int | float)
-                 and not isinstance(d, bool) and math.isfinite(d) and d >= 0)
-    return min(max(excess, 0.0), float(wall))
 
 
 def _median(values: Iterable[float], window: int) -> float | None:
@@ -289,35 +270,33 @@ def _percent(share: float | None) -> float | None:
 
 # --- the edges: what the loop feeds the cadences --------------------------------------------
 
-# (step, cost or wall seconds, wall seconds); None: the copy was not kept.
+# (step, what the copy cost in seconds, its own wall time); None: it was not kept.
 Costs = deque[tuple[int, float | None, float | None]]
-RECENT_STEPS = 8192  # step times kept for costing a copy (a save may span many steps)
 
 
 class Cadences:
-    """The snapshot and the checkpoint cadence of a run, fed from the loop's step times
-    and what the snapshot hand-off and the checkpoint saves measure (`costs` deques
-    appended on their threads, drained here on the training thread).
+    """The snapshot and the checkpoint cadence of a run, fed from the loop's clean step
+    times and what the snapshot hand-off and the checkpoint saves measure (`costs`
+    deques appended on their threads, drained here on the training thread).
 
-    A snapshot is short (a few ms on CPU, less than the noise of one step) and made of
-    parts its hand-off times itself: its cost comes measured (snapshots.py). A save spans
-    many steps, on orbax's and tensorstore's threads: its cost is what the steps during
-    it took beyond a clean step, at most its wall time (`copy_cost`). Entries are
-    (step, seconds, wall): seconds is the cost (snapshot) or the wall time (save)."""
+    What a copy costs comes measured: a snapshot's from its parts (snapshots.py: the
+    dispatch and the split in CPU time, the copy in wall time); a save's is its wall
+    time, from the state ready to committed (checkpoint.py): what it would cost if none
+    of it overlapped the steps, an upper bound. (The steps a save slows cannot tell it
+    apart: on a loaded machine their noise is larger than the save, and a cost measured
+    as 0 would make the period 1, and the steps, all slowed, none clean to measure by.)"""
 
     def __init__(self, snapshot: Cadence, checkpoint: Cadence, snapshot_costs: Costs,
-                 save_walls: Costs) -> None:
+                 save_costs: Costs) -> None:
         self.snapshot, self.checkpoint = snapshot, checkpoint
-        self._sources = ((snapshot, snapshot_costs, False), (checkpoint, save_walls, True))
-        self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_STEPS)
+        self._sources = ((snapshot, snapshot_costs), (checkpoint, save_costs))
 
     def attempt_started(self, step: int) -> None:
-        """A new attempt from `step`: the steps before the rewind cannot cost a copy any
-        more, nor the copies of the failed attempt (settled by now) be costed."""
+        """A new attempt from `step`: the copies of the failed attempt (settled by now)
+        are not measured (the slice loss may have cut or slowed them)."""
         self.snapshot.attempt_started(step)
         self.checkpoint.attempt_started(step)
-        self._recent.clear()
-        for _cadence, costs, _from_steps in self._sources:
+        for _cadence, costs in self._sources:
             costs.clear()
 
     def due(self, step: int, snapshot_busy: bool, saving: bool) -> tuple[bool, bool]:
@@ -329,26 +308,17 @@ class Cadences:
             step, quiet=not (snapshot or snapshot_busy or snapshot_measuring))
         return snapshot, checkpoint
 
-    def step_done(self, step: int, seconds: float, clean: bool) -> None:
-        """Step `step` took `seconds`; `clean`: no copy was in flight (nor compiling)."""
-        self._recent.append((step, seconds))
-        if clean:
-            self.snapshot.add_step(seconds)
-            self.checkpoint.add_step(seconds)
-
-    def _since(self, step: int) -> list[float]:
-        """The durations of the steps from `step` on (the newest are at the right)."""
-        return [d for _s, d in itertools.takewhile(lambda e: e[0] >= step,
-                                                     reversed(self._recent))]
+    def step_done(self, seconds: float) -> None:
+        """A clean step (no copy in flight, not compiling) took `seconds`."""
+        self.snapshot.add_step(seconds)
+        self.checkpoint.add_step(seconds)
 
     def measured(self) -> list[Cadence]:
-        """Cost the copies done since the last call: the cadences to decide again."""
+        """Take the copies measured since the last call: the cadences to decide again."""
         changed = []
-        for cadence, costs, from_steps in self._sources:
+        for cadence, costs in self._sources:
             while costs:
-                step, seconds, wall = costs.popleft()
-                cost = seconds if seconds is None or not from_steps else copy_cost(
-                    self._since(step), _median(cadence.step_seconds, STEP_WINDOW), seconds)
+                _step, cost, wall = costs.popleft()
                 if cost is None:
                     cadence.lost()
                 elif cadence.add_cost(cost, wall) and cadence not in changed:

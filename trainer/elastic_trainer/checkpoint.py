@@ -1,6 +1,8 @@
 """Orbax checkpoints that survive elastic events.
 
-- Saves are async (optional) every `period` steps; orbax keeps the newest `keep`. An
+- Saves are async (optional), when the loop's cadence says: every `period` steps, or
+  at a period chosen from what a save costs (`period` None; cadence.py, which the save
+  thread's timing feeds: `save_costs`); orbax keeps the newest `keep`. An
   async save starts on a thread of its own: even orbax's blocking part (the copy to host,
   the metadata, starting its threads) stays off the training thread, so the state given
   to `save` must not be donated or deleted afterwards (the loop gives its pinned host
@@ -138,9 +140,9 @@ class Checkpointer:
         self.abandoned_steps: list[int] = []  # saves left running past settle_timeout
         self.in_flight_step: int | None = None
         self._in_flight: _BackgroundSave | None = None
-        # (step, seconds from the state ready to committed (twice: the wall time is the
-        # cost's bound, cadence.py); None: failed) of each save finished, for the
-        # cadence; appended by the save's thread, taken by the loop.
+        # (step, seconds from the state ready to committed, twice: the cost and the wall
+        # time, cadence.py; None: failed) of each save finished, for the cadence;
+        # appended by the save's thread, taken by the loop.
         self.save_costs: deque[tuple[int, float | None, float | None]] = deque(maxlen=64)
         self._latest_cache: tuple[float, int | None] = (-1e9, None)
         self._is_local = not str(self.directory).startswith("gs://")

@@ -470,9 +470,9 @@ class Trainer:
 
     def _measure_cadence(self, step: int, seconds: float) -> None:
         # Not clean: the attempt's first step (it compiles), a step with a copy in flight.
-        clean = step > self._attempt_step + 1 and step > self._copy_until and \
-            not self.snapshots.busy() and not self.checkpointer.saving()
-        self.cadences.step_done(step, seconds, clean)
+        if step > self._attempt_step + 1 and step > self._copy_until and \
+                not self.snapshots.busy() and not self.checkpointer.saving():
+            self.cadences.step_done(seconds)
         for cadence in self.cadences.measured():
             self._decide(cadence)
 
@@ -485,7 +485,7 @@ class Trainer:
             snapshot or e.restore_source in ("checkpoint", "none")))
         choice = cadence.decide(failures, time.time() - self.process_started_at,
                                 self._memory_headroom() if snapshot else None)
-        if (choice.period, choice.reason) != before:
+        if choice.period != before[0] or before[1] == "Measuring":
             log.info("%s cadence: every %d step(s) (%s: %s)",
                      "snapshot" if snapshot else "checkpoint", choice.period, choice.reason,
                      choice.message)
