@@ -7,6 +7,7 @@ contract is docs/status-contract.md.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,24 @@ def _api_integer(value: Any) -> Any:
 # A spec integer: what the API server's `type: integer` admits, no more (the CRD schema
 # is the same as plain int's).
 SpecInt = Annotated[int, BeforeValidator(_api_integer)]
+
+
+def _api_number(value: Any) -> Any:
+    """Refuse, as the API server's `type: number` does, what pydantic's lax `float` would
+    turn into one: a bool or a numeric string (and, in Python, a NaN or an infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        raise PydanticCustomError("number_type", "Input should be a finite number")
+    return float(value)
+
+
+SpecNumber = Annotated[float, BeforeValidator(_api_number)]
+
+# The share of step time one kind of copy of the state (a snapshot, a checkpoint) may cost
+# when the trainer chooses its period (spec.overheadBudgetPercent, `etj train
+# --overhead-budget-percent`): admission and the trainer's flag refuse the same range.
+DEFAULT_OVERHEAD_BUDGET_PERCENT = 2.0
+MAX_OVERHEAD_BUDGET_PERCENT = 50.0
 
 
 # A quantity written as a string: the pattern JobSet's CRD checks (controller-gen's for a
@@ -250,7 +269,14 @@ class CheckpointSpec(ApiModel):
         min_length=1, max_length=1024,
         description="Orbax checkpoint root: gs://bucket/path or a filesystem path.",
     )
-    period_steps: SpecInt = Field(100, ge=1, description="Save a checkpoint every N steps.")
+    # Optional, so that "not given" (the trainer chooses) differs from any number; a job
+    # stored while the default was 100 keeps its explicit 100.
+    period_steps: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Save a checkpoint every N steps. Unset: the bundled trainer chooses the "
+        "period from what a save costs against the step time, within "
+        "spec.overheadBudgetPercent (status.training.checkpointCadence says which and why).",
+    )
     # No defaults in the CRD for keep and async: admission can then tell a value the user
     # set (refused for a program that would never read it) from one nobody set.
     keep: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
@@ -287,8 +313,12 @@ class CheckpointSpec(ApiModel):
 class SnapshotSpec(ApiModel):
     """In-memory snapshots of the training state (faster recovery than a checkpoint)."""
 
-    period_steps: SpecInt = Field(
-        0, ge=0, description="Keep an in-memory snapshot every N steps (0 = off).",
+    period_steps: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Keep an in-memory snapshot every N steps (0 = off); at most "
+        "spec.trainer.steps. Unset: the bundled trainer chooses the period from what a "
+        "snapshot costs against the step time, within spec.overheadBudgetPercent "
+        "(status.training.snapshotCadence says which and why).",
     )
 
 
@@ -553,6 +583,12 @@ class ElasticTrainingJobSpec(ApiModel):
     )
     checkpoint: CheckpointSpec
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
+    overhead_budget_percent: SpecNumber = Field(
+        DEFAULT_OVERHEAD_BUDGET_PERCENT,
+        description="Bundled trainer: the share of step time (percent, more than 0 and at "
+        "most 50) a snapshot, and a checkpoint, may each cost when their periodSteps is "
+        "unset and the trainer chooses it.",
+    )
     trainer: TrainerSpec
     pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)
     priority_class_name: str | None = Field(
@@ -796,6 +832,32 @@ class ElasticEventReport(StatusModel):
     resumed_step: Count | None = None
 
 
+class CadenceReport(StatusModel):
+    """How often the trainer keeps one kind of copy of the state (snapshot or checkpoint),
+    and why (docs/trainer.md, "Cadence")."""
+
+    period_steps: Count = Field(description="Steps between two copies; 0 = off.")
+    chosen_by: Literal["User", "Trainer"] = Field(
+        description="User: spec (or the flag) gave the period; Trainer: chosen from measured "
+        "costs.")
+    # A string, not an enum: a newer trainer may give a reason this schema does not know.
+    reason: str = Field(
+        max_length=64,
+        description="UserSet, Off, Measuring (warming up: probe copies), WithinBudget (the "
+        "shortest period within the budget), CopySlowed (lengthened: the copy got "
+        "slower against the step), MemoryPressure (lengthened: little free host memory), YoungDaly "
+        "(shortened toward sqrt(2 x cost x mean time between failures)).")
+    message: str | None = None
+    cost_seconds: float | None = Field(None, ge=0, description="What one copy costs (median "
+                                       "of the newest measurements).")
+    step_seconds: float | None = Field(None, ge=0, description="A step without a copy "
+                                       "(median of the newest).")
+    overhead_percent: float | None = Field(None, ge=0, description="costSeconds / (periodSteps"
+                                           " x stepSeconds), in percent.")
+    budget_percent: float | None = Field(None, ge=0, description="The budget the period was "
+                                         "chosen within.")
+
+
 class TrainingReport(StatusModel):
     """Written by the trainer through the status subresource; read by the operator."""
 
@@ -821,6 +883,8 @@ class TrainingReport(StatusModel):
     elastic_event: ElasticEventReport | None = None
     checkpoint_ack: CheckpointAck | None = None
     goodput: TrainerGoodput | None = None
+    snapshot_cadence: CadenceReport | None = None
+    checkpoint_cadence: CadenceReport | None = None
 
 
 # Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the

@@ -19,7 +19,12 @@ from prometheus_client.registry import Collector
 from pydantic.alias_generators import to_camel
 
 from elastic_api.conditions import ConditionType, Phase, Reason
-from elastic_api.models import BadputSeconds, ElasticTrainingJobSpec, ElasticTrainingJobStatus
+from elastic_api.models import (
+    BadputSeconds,
+    ElasticTrainingJobSpec,
+    ElasticTrainingJobStatus,
+    TrainingReport,
+)
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.observed import ObservedNode
 
@@ -242,11 +247,22 @@ class OperatorMetrics:
 
         api_client.call_api = counted
 
-    def record_spec(self, namespace: str, job: str, spec: ElasticTrainingJobSpec) -> None:
-        """The limits the alert rules compare the status with."""
+    def record_spec(self, namespace: str, job: str, spec: ElasticTrainingJobSpec,
+                    report: TrainingReport | None = None) -> None:
+        """The limits the alert rules compare the status with. The checkpoint period is
+        the spec's, else the one the trainer reports it chose (none known: no series, so
+        the stale-checkpoint alert does not guess)."""
         self.max_slice_restarts.labels(namespace, job).set(spec.elastic.max_slice_restarts)
         self.max_restarts.labels(namespace, job).set(spec.max_restarts)
-        self.checkpoint_period.labels(namespace, job).set(spec.checkpoint.period_steps)
+        period = spec.checkpoint.period_steps
+        cadence = report.checkpoint_cadence if report is not None else None
+        if period is None and cadence is not None and cadence.period_steps > 0:
+            period = cadence.period_steps
+        if period is not None:
+            self.checkpoint_period.labels(namespace, job).set(period)
+        else:
+            with contextlib.suppress(KeyError):
+                self.checkpoint_period.remove(namespace, job)
 
     def record_relist(self, resource: str, reason: str, objects: int) -> None:
         self.cache_relists.labels(resource, reason).inc()
