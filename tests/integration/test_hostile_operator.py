@@ -158,6 +158,11 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
                       "worker": st.fixed_dictionaries({}, optional={
                           "args": st.lists(odd_text(4096), max_size=8),
                           "resources": resources()})}))
+    # Periods within the run: a longer one would never save, and admission says so.
+    steps = spec["trainer"]["steps"]
+    for part in ("snapshot", "checkpoint"):
+        if "periodSteps" in spec[part]:
+            spec[part]["periodSteps"] = min(spec[part]["periodSteps"], steps)
     spec.update(draw(st.fixed_dictionaries({}, optional={
         "priorityClassName": odd_text(253),
         "nodeSelector": st.dictionaries(odd_text(253), odd_text(253), max_size=32),
