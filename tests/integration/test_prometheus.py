@@ -24,6 +24,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from elastic_api.checkpoints import COMMIT_MARKER
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.names import GROUP, PLURAL, VERSION, worker_pods_selector
 from elastic_devtools.localcluster import Cluster, faults
@@ -180,7 +181,8 @@ def test_slice_down_alert_and_every_dashboard_query_on_a_real_prometheus(
 
     started = time.time()
     checkpoints = tmp_path / "checkpoints"
-    (checkpoints / "40").mkdir(parents=True)  # a committed step (the rename is the commit)
+    (checkpoints / "40").mkdir(parents=True)
+    (checkpoints / "40" / COMMIT_MARKER).write_text("")  # a committed step
     manifest = (etj(JOB, namespace=None).backend("pathways").max_restarts(3)
                 .spec(elastic={"maxSliceRestarts": 5},
                       checkpoint={"directory": str(checkpoints), "periodSteps": 20},
