@@ -139,6 +139,11 @@ def _ratios(rounds: list[dict[str, Any]], of: Any) -> list[float]:
     return [of(r["elastic"]) / of(r["plain"]) for r in rounds]
 
 
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [x for x in values if x is not None]
+    return median(known) if known else None
+
+
 def _overhead_config(raw: dict[str, Any]) -> dict[str, Any]:
     rounds = raw["rounds"]
     mean_ratios, median_ratios = _ratios(rounds, mean), _ratios(rounds, median)
@@ -161,8 +166,8 @@ def _overhead_config(raw: dict[str, Any]) -> dict[str, Any]:
         # CPU seconds of the whole process per step (every thread), which the load of
         # other processes moves much less than wall time.
         "ratio_cpu_per_step_per_round": cpu_ratios,
-        "ratio_cpu_per_step_elastic_vs_plain": median(
-            [x for x in cpu_ratios if x is not None] or [float("nan")]),
+        # None (not NaN, which is no JSON) when no round's window held a CPU sample.
+        "ratio_cpu_per_step_elastic_vs_plain": _median_or_none(cpu_ratios),
         "load_average_per_round": [r["load_average"] for r in rounds],
         "snapshot_period_per_round": [c.get("periodSteps") for c in snap],
         "snapshot_overhead_percent_per_round": [c.get("overheadPercent") for c in snap],
