@@ -429,7 +429,9 @@ def test_the_real_trainer_answers_a_maintenance_request_and_loses_no_step(
         event = st["training"]["elasticEvent"]
         assert event["slicesDown"] == [1]
         assert event["failedStep"] == event["restoredFromStep"] == ack["step"]
-        assert event["restoreSource"] == "checkpoint"
+        # The acknowledged step is on storage; with snapshots on by default (#25) the
+        # trainer may hold the same step in memory too, and restores the nearer copy.
+        assert event["restoreSource"] in ("checkpoint", "snapshot")
         assert st["slices"][1]["pool"] != pool and st["slices"][1]["moves"] == 1
         assert st["slices"][1]["restarts"] == 0
         # Training goes on after the release, the operator's record of the recovery says
