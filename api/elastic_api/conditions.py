@@ -60,6 +60,10 @@ class Reason:
     # Recovering (True: SLICE_DOWN or ELASTIC_EVENT, what started it)
     ELASTIC_EVENT: Final = "ElasticEvent"
     RECOVERED: Final = "Recovered"
+    # Closed by the operator for a trainer that reports no elastic events: every slice is
+    # Ready again and the head's main has run since before the failure; the trainer has
+    # not confirmed progress (a new step or a newer checkpoint then makes it Recovered).
+    RECOVERED_UNCONFIRMED: Final = "RecoveredUnconfirmed"
     RECOVERY_FAILED: Final = "RecoveryFailed"
     NO_FAILURE: Final = "NoFailure"
     # Degraded

@@ -7,6 +7,7 @@ contract is docs/status-contract.md.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,24 @@ def _api_integer(value: Any) -> Any:
 # A spec integer: what the API server's `type: integer` admits, no more (the CRD schema
 # is the same as plain int's).
 SpecInt = Annotated[int, BeforeValidator(_api_integer)]
+
+
+def _api_number(value: Any) -> Any:
+    """Refuse, as the API server's `type: number` does, what pydantic's lax `float` would
+    turn into one: a bool or a numeric string (and, in Python, a NaN or an infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        raise PydanticCustomError("number_type", "Input should be a finite number")
+    return float(value)
+
+
+SpecNumber = Annotated[float, BeforeValidator(_api_number)]
+
+# The share of step time one kind of copy of the state (a snapshot, a checkpoint) may cost
+# when the trainer chooses its period (spec.overheadBudgetPercent, `etj train
+# --overhead-budget-percent`): admission and the trainer's flag refuse the same range.
+DEFAULT_OVERHEAD_BUDGET_PERCENT = 2.0
+MAX_OVERHEAD_BUDGET_PERCENT = 50.0
 
 
 # A quantity written as a string: the pattern JobSet's CRD checks (controller-gen's for a
@@ -250,7 +269,14 @@ class CheckpointSpec(ApiModel):
         min_length=1, max_length=1024,
         description="Orbax checkpoint root: gs://bucket/path or a filesystem path.",
     )
-    period_steps: SpecInt = Field(100, ge=1, description="Save a checkpoint every N steps.")
+    # Optional, so that "not given" (the trainer chooses) differs from any number; a job
+    # stored while the default was 100 keeps its explicit 100.
+    period_steps: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Save a checkpoint every N steps. Unset: the bundled trainer chooses the "
+        "period from what a save costs against the step time, within "
+        "spec.overheadBudgetPercent (status.training.checkpointCadence says which and why).",
+    )
     # No defaults in the CRD for keep and async: admission can then tell a value the user
     # set (refused for a program that would never read it) from one nobody set.
     keep: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
@@ -287,8 +313,12 @@ class CheckpointSpec(ApiModel):
 class SnapshotSpec(ApiModel):
     """In-memory snapshots of the training state (faster recovery than a checkpoint)."""
 
-    period_steps: SpecInt = Field(
-        0, ge=0, description="Keep an in-memory snapshot every N steps (0 = off).",
+    period_steps: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Keep an in-memory snapshot every N steps (0 = off); at most "
+        "spec.trainer.steps. Unset: the bundled trainer chooses the period from what a "
+        "snapshot costs against the step time, within spec.overheadBudgetPercent "
+        "(status.training.snapshotCadence says which and why).",
     )
 
 
@@ -553,6 +583,12 @@ class ElasticTrainingJobSpec(ApiModel):
     )
     checkpoint: CheckpointSpec
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
+    overhead_budget_percent: SpecNumber = Field(
+        DEFAULT_OVERHEAD_BUDGET_PERCENT,
+        description="Bundled trainer: the share of step time (percent, more than 0 and at "
+        "most 50) a snapshot, and a checkpoint, may each cost when their periodSteps is "
+        "unset and the trainer chooses it.",
+    )
     trainer: TrainerSpec
     pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)
     priority_class_name: str | None = Field(
@@ -796,6 +832,32 @@ class ElasticEventReport(StatusModel):
     resumed_step: Count | None = None
 
 
+class CadenceReport(StatusModel):
+    """How often the trainer keeps one kind of copy of the state (snapshot or checkpoint),
+    and why (docs/trainer.md, "Cadence")."""
+
+    period_steps: Count = Field(description="Steps between two copies; 0 = off.")
+    chosen_by: Literal["User", "Trainer"] = Field(
+        description="User: spec (or the flag) gave the period; Trainer: chosen from measured "
+        "costs.")
+    # A string, not an enum: a newer trainer may give a reason this schema does not know.
+    reason: str = Field(
+        max_length=64,
+        description="UserSet, Off, Measuring (warming up: probe copies), WithinBudget (the "
+        "shortest period within the budget), CopySlowed (lengthened: the copy got "
+        "slower against the step), MemoryPressure (lengthened: little free host memory), YoungDaly "
+        "(shortened toward sqrt(2 x cost x mean time between failures)).")
+    message: str | None = None
+    cost_seconds: float | None = Field(None, ge=0, description="What one copy costs (median "
+                                       "of the newest measurements).")
+    step_seconds: float | None = Field(None, ge=0, description="A step without a copy "
+                                       "(median of the newest).")
+    overhead_percent: float | None = Field(None, ge=0, description="costSeconds / (periodSteps"
+                                           " x stepSeconds), in percent.")
+    budget_percent: float | None = Field(None, ge=0, description="The budget the period was "
+                                         "chosen within.")
+
+
 class TrainingReport(StatusModel):
     """Written by the trainer through the status subresource; read by the operator."""
 
@@ -821,9 +883,22 @@ class TrainingReport(StatusModel):
     elastic_event: ElasticEventReport | None = None
     checkpoint_ack: CheckpointAck | None = None
     goodput: TrainerGoodput | None = None
+    snapshot_cadence: CadenceReport | None = None
+    checkpoint_cadence: CadenceReport | None = None
+
+
+# Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the
+# operator closed without the trainer (confirmedBy): docs/architecture.md, "Recovery".
+CLOSED_BY_TRAINER, CLOSED_BY_OPERATOR = "Trainer", "Operator"
+CONFIRMED_BY_REPORT, CONFIRMED_BY_CHECKPOINT = "TrainingReport", "Checkpoint"
 
 
 class RecoveryRecord(StatusModel):
+    """The latest recovery (status.lastRecovery): what is known of it, and nothing made
+    up. A recovery the operator closed without the trainer (closedBy Operator) has no
+    resumedAt, downtimeSeconds, stepsLost, restoredFromStep or restoreSource: nobody
+    reported them."""
+
     detected_at: datetime
     resumed_at: datetime | None = None
     downtime_seconds: float | None = None
@@ -831,10 +906,35 @@ class RecoveryRecord(StatusModel):
     restored_from_step: int | None = None
     restore_source: str | None = None
     slices: list[int] = Field(default_factory=list)
+    closed_at: datetime | None = Field(
+        None, description="When the recovery closed (Trainer: resumedAt; Operator: when "
+        "every slice was Ready again).")
+    closed_by: Literal["Trainer", "Operator"] | None = Field(
+        None, description="Trainer: the trainer's report said training resumed (its elastic "
+        "event Resumed, or a step after the failure). Operator: for a trainer that reports "
+        "no elastic events, every slice was Ready again with the head's main running since "
+        "before the failure (or, main being new, a checkpoint newer than the failure was "
+        "listed); training itself was not confirmed by that.")
+    confirmed_by: Literal["TrainingReport", "Checkpoint"] | None = Field(
+        None, description="After an Operator closure, what showed training going on: a "
+        "status.training report of a new step made after the closure, or a committed "
+        "checkpoint newer than any step known at the failure, listed after the closure.")
+    confirmed_at: datetime | None = Field(
+        None, description="The report's observedAt, or the listing's observedAt.")
+    confirmed_step: int | None = Field(None, description="The step reported, or committed.")
     # Bookkeeping for the operator: the trainer's elasticEvent.id this recovery is matched
-    # to, and the trainer's step when the slice went down (a later step means resumed).
+    # to, and the trainer's step when the slice went down (a later step means resumed);
+    # the newest checkpoint step listed at the failure (committed or in flight) and the
+    # trainer's step at an Operator closure (what a confirmation must go beyond).
     elastic_event_id: int | None = None
     step_at_detection: int | None = None
+    checkpoint_step_at_detection: int | None = None
+    step_at_closure: int | None = None
+
+    @property
+    def open(self) -> bool:
+        """Not closed yet (an older operator's closed record has resumedAt only)."""
+        return self.resumed_at is None and self.closed_at is None
 
 
 class Counters(StatusModel):

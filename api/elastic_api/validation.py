@@ -21,6 +21,7 @@ from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE
 from elastic_api.models import (
     BUNDLED_TRAINER_FIELDS,
     INT32_MAX,
+    MAX_OVERHEAD_BUDGET_PERCENT,
     MAX_SLICE_RESTARTS,
     ElasticTrainingJob,
     ElasticTrainingJobSpec,
@@ -162,6 +163,22 @@ CHECKPOINT_TIMEOUT = (
     "spec.maintenance.checkpointTimeoutSeconds: must be less than "
     "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
     "times out; lower it or raise leadSeconds"
+)
+OVERHEAD_BUDGET = (
+    "spec.overheadBudgetPercent: must be more than 0 and at most "
+    f"{MAX_OVERHEAD_BUDGET_PERCENT:g} (percent of step time a snapshot, and a checkpoint, "
+    "may each cost when the trainer chooses their period); set it in that range, e.g. 2 "
+    "(the default), or set snapshot.periodSteps and checkpoint.periodSteps yourself"
+)
+SNAPSHOT_PERIOD_RUN = (
+    "spec.snapshot.periodSteps: must not be more than spec.trainer.steps, or no snapshot "
+    "is ever taken; set it to at most steps, 0 to turn snapshots off, or leave it unset "
+    "for the trainer to choose"
+)
+CHECKPOINT_PERIOD_RUN = (
+    "spec.checkpoint.periodSteps: must not be more than spec.trainer.steps, or no "
+    "checkpoint is ever saved; set it to at most steps, or leave it unset for the trainer "
+    "to choose"
 )
 PLACEMENT = (
     "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
@@ -390,6 +407,35 @@ def _fill(template: str, values: Mapping[str, str]) -> str:
     return template
 
 
+def _cadence_rules() -> list[Rule]:
+    return [
+        Rule(
+            "spec",
+            "!has(self.overheadBudgetPercent) || self.overheadBudgetPercent > 0.0 && "
+            f"self.overheadBudgetPercent <= {MAX_OVERHEAD_BUDGET_PERCENT!r}",
+            OVERHEAD_BUDGET,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.snapshot) || !has(self.snapshot.periodSteps) || "
+            "!has(self.trainer.steps) || self.snapshot.periodSteps <= self.trainer.steps",
+            SNAPSHOT_PERIOD_RUN,
+            {},
+        ),
+        # At creation only: jobs stored while 100 was the default carry it, whatever
+        # their steps.
+        Rule(
+            "spec",
+            "!has(self.checkpoint.periodSteps) || !has(self.trainer.steps) || "
+            "self.checkpoint.periodSteps <= self.trainer.steps",
+            CHECKPOINT_PERIOD_RUN,
+            {},
+            create_only=True,
+        ),
+    ]
+
+
 def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
     """Every CEL rule of the CRD; `spec_fields`/`required` are the spec's wire names."""
     return [
@@ -440,6 +486,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             CHECKPOINT_TIMEOUT,
             {},
         ),
+        *_cadence_rules(),
         Rule(
             "spec",
             "!has(self.placement) || self.placement == 'TPU' || "
@@ -520,6 +567,14 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors += _hardware_checks(spec)
     if spec.maintenance.checkpoint_timeout_seconds >= spec.maintenance.lead_seconds:
         errors.append(CHECKPOINT_TIMEOUT)
+    if not 0 < spec.overhead_budget_percent <= MAX_OVERHEAD_BUDGET_PERCENT:
+        errors.append(OVERHEAD_BUDGET)
+    snapshot, steps = spec.snapshot.period_steps, spec.trainer.steps
+    if snapshot is not None and steps is not None and snapshot > steps:
+        errors.append(SNAPSHOT_PERIOD_RUN)
+    period = spec.checkpoint.period_steps
+    if period is not None and steps is not None and period > steps:
+        errors.append(CHECKPOINT_PERIOD_RUN)
     if spec.placement == "Any" and spec.backend != "simulated":
         errors.append(PLACEMENT)
     account = spec.service_account_name

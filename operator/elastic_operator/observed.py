@@ -20,6 +20,7 @@ from elastic_api.names import (
     CONTROLLER_UID_LABEL,
     IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
+    MAIN_CONTAINER,
     NODE_POOL_LABEL,
     QUARANTINE_CAUSE_ANNOTATION,
     QUARANTINE_LABEL,
@@ -148,6 +149,18 @@ class ObservedNode:
         return None
 
 
+ContainerState = Literal["running", "waiting", "terminated"]
+
+
+@dataclass(frozen=True)
+class ObservedContainer:
+    """A container's current state (containerStatuses[].state), e.g. the head's `main`."""
+
+    state: ContainerState | None  # None: no state reported yet
+    started_at: datetime | None = None  # state.running.startedAt
+    restart_count: int = 0
+
+
 @dataclass(frozen=True)
 class ObservedPod:
     name: str
@@ -174,6 +187,7 @@ class ObservedPod:
     # (DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet, EvictionByEvictionAPI,
     # PreemptionByScheduler).
     disruption: str | None = None
+    main: ObservedContainer | None = None  # the `main` container (the head's trainer)
 
     @property
     def terminating(self) -> bool:
@@ -424,6 +438,8 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             reason = term.get("reason")
             terminated_reason = reason if isinstance(reason, str) else None
             terminated_exit = exit_code
+    main = next((_container(_dict(cs)) for cs in _list(status.get("containerStatuses"))
+                 if _dict(cs).get("name") == MAIN_CONTAINER), None)
     uid = meta.get("uid")
     job_uid = labels.get(CONTROLLER_UID_LABEL)
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
@@ -449,7 +465,19 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         uid=uid if isinstance(uid, str) else None,
         job_uid=job_uid if isinstance(job_uid, str) else None,
         disruption=disruption,
+        main=main,
     )
+
+
+def _container(cs: dict[str, Any]) -> ObservedContainer:
+    state = _dict(cs.get("state"))
+    # One key of running/waiting/terminated is set; the kubelet never sends two.
+    current: ContainerState | None = next(
+        (k for k in ("terminated", "running", "waiting") if isinstance(state.get(k), dict)),
+        None)
+    started = parse_time(_dict(state.get("running")).get("startedAt"))
+    return ObservedContainer(state=current, started_at=started,
+                             restart_count=max(_int(cs.get("restartCount")) or 0, 0))
 
 
 def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:

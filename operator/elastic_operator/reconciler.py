@@ -263,7 +263,7 @@ class Reconciler:
                                             report_problem=parsed.report_problem)
         self.observations.note_failures(namespace, name, job.metadata.uid or "",
                                         new_status.pools)
-        self.metrics.record_spec(namespace, name, job.spec)
+        self.metrics.record_spec(namespace, name, job.spec, new_status.training)
         # The status first: it records what the replacement is about to do, and carries
         # the change's Events. Then the replacement (the slice back at once matters more
         # than telling of it), then the Events (whoever sees one finds both done).
