@@ -257,7 +257,10 @@ class Reconciler:
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
             checkpoint=self.observations.checkpoint(namespace, name,
                                                     job.spec.checkpoint.directory),
-            workload=workload, pools=self._pools(job))
+            workload=workload, pools=self._pools(job),
+            # A record open: whether its Job is being deleted decides when it closes.
+            jobs=self._worker_jobs((namespace, name), jobset.name)
+            if jobset is not None and needs_jobs(parsed.previous) else {})
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
