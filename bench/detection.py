@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, ratio, stats
+from bench.internals import internals, request_breakdown
 from elastic_api.catalog import slice_shape
 from elastic_api.names import (
     COMPLETION_INDEX_LABEL,
@@ -373,8 +374,11 @@ class Phases:
     stop_seconds: float | None = None  # SIGTERM -> exit (the graceful handover's start)
 
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The machine's load average (1, 5, 15 min) at each mark: it is shared.
+    load: dict[str, list[float]] = field(default_factory=dict)
 
     def mark(self, name: str, operator: BenchOperator) -> None:
+        self.load[name] = [round(x, 2) for x in os.getloadavg()]
         self.cpu[name] = operator.cpu_seconds()
         self.requests[name] = operator.requests()
         self.seconds[name] = time.monotonic()
@@ -594,6 +598,12 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         },
         "api_requests_per_slice_event": ratio(event_total, events),
         "api_requests_per_slice_event_net_of_resync": ratio(net_event, events),
+        "api_requests_per_slice_event_by_kind": request_breakdown(
+            event_requests, quiet_requests, quiet_s, events_s, events),
+        "load_average": phases.load,
+        # Where the time goes, from the operator's metrics over the failure phase.
+        "operator_internals": internals(phases.metrics.get("events", {}),
+                                        phases.metrics.get("end", {}), events_s),
         "operator_stop_seconds": phases.stop_seconds,
         # The operator's own view over the failure phase: one reconcile's wall time, and
         # its failure -> status written (from kwok's finishedAt, whole seconds).

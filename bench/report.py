@@ -121,7 +121,47 @@ def scale_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
             (f"{d['shape']}: operator API requests per slice event (gross; net of resync)",
              f"{_n(d['api_requests_per_slice_event'])}; "
              f"{_n(d['api_requests_per_slice_event_net_of_resync'])}", "-", "-"),
+            *_scale_detail_rows(d),
         ]
+    return rows
+
+
+def _by_kind(by_kind: dict[str, dict[str, float | None]]) -> str:
+    """'PATCH elastictrainingjobs/status 1.6, POST events 2.0, ...': net per event, the
+    kinds that cost something (Lease renewals and watch restarts net to about 0)."""
+    kept = sorted(((k, v["net"]) for k, v in by_kind.items()
+                   if v.get("net") is not None and abs(v["net"] or 0) >= 0.05),
+                  key=lambda kv: -(kv[1] or 0))
+    return ", ".join(f"{k} {v:.2f}" for k, v in kept) or "none"
+
+
+def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
+    """The breakdown rows (results from before they were measured have none)."""
+    rows: list[Row] = []
+    shape = d["shape"]
+    if "api_requests_per_slice_event_by_kind" in d:
+        rows.append((f"{shape}: requests per slice event by verb and resource (net of the "
+                     "quiet window's rate)", _by_kind(d["api_requests_per_slice_event_by_kind"]),
+                     "-", "-"))
+    inside = d.get("operator_internals")
+    if inside:
+        rec, react = inside["reconcile_seconds"], inside["slice_down_reaction_seconds"]
+        wait, writes = inside["queue_wait_seconds"], inside["status_writes"]
+        events = d["failures_detected"] or 1
+        rows += [
+            (f"{shape}: the operator's share, pod in its cache -> SliceDown written, p50 / "
+             f"p99; reconcile mean / p99 ({rec['count']} reconciles, busy "
+             f"{_n(inside['reconcile_busy_ratio'], '{:.0%}')} of the phase); queue wait p99",
+             f"{_s(react['p50'])} / {_s(react['p99'])}; {_s(rec['mean'])} / "
+             f"{_s(rec['p99'])}; {_s(wait['p99'])}", "-", "-"),
+            (f"{shape}: status writes per slice event: changes; progress (paced); progress "
+             "held back", f"{writes['change'] / events:.2f}; {writes['progress'] / events:.2f}; "
+             f"{writes['deferred'] / events:.2f}", "-", "-"),
+        ]
+    load = d.get("load_average") or {}
+    if "events" in load and "end" in load:
+        rows.append((f"{shape}: load average (1/5/15 min) as the failures began; at the end",
+                     f"{load['events']}; {load['end']}", "-", "-"))
     return rows
 
 

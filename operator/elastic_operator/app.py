@@ -221,13 +221,16 @@ def build_operator(
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
     metrics.observe_quarantines(nodes.all_nodes)
     observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
-                                   jobsets=caches.jobset, jobs=caches.job)
+                                   jobsets=caches.jobset, jobs=caches.job,
+                                   worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
     reconciler = Reconciler(kube, observations, metrics, clock,
                             limiter=NodeActionLimiter(settings.limits, clock),
                             quarantine_pools=settings.quarantine_pools)
     elector = _elector(kube, metrics, election, started, clock) if election is not None else None
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
-    scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers)
+    scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers,
+                          on_wait=metrics.queue_wait.observe)
+    metrics.queue_depth.set_function(lambda: scheduler.depth)
     reconciler.wake = scheduler.add_after
     scanner.on_result(lambda namespace, name: wake((namespace, name)))  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,

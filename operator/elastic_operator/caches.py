@@ -1,31 +1,37 @@
 """The operator's watch-fed caches: the jobs, the pods of every job (indexed by job),
-the jobs' JobSets, the nodes and (where Kueue is installed) the Workloads.
+the jobs' JobSets and their worker Jobs (indexed by JobSet), the nodes and (where Kueue
+is installed) the Workloads.
 
 Everything the operator reacts to comes through one of these informers (list+watch,
 elastic_api.kube.Informer) and names a job to reconcile (`wake`): a job's own change
 (`on_job`: the app filters out its own status writes and forgets deleted jobs), a
 change of its pods or JobSet, a node whose readiness changes (its jobs), a Workload (the
-job whose JobSet owns it, if that job is known). A reconcile reads the job, its pods,
-its JobSet and the pods' nodes from here instead of from the API server: at 64 slices x
-64 hosts a pod list is megabytes of JSON, and a reconcile runs on every pod event.
+job whose JobSet owns it, if that job is known), a worker Job created, deleted or
+changed in what replacement reads of it (not its pod counts, which move with every pod
+event already seen). A reconcile reads the job, its pods, its JobSet, its worker Jobs
+and the pods' nodes from here instead of from the API server: at 64 slices x 64 hosts a
+pod list is megabytes of JSON, and a reconcile runs on every pod event.
 """
 from __future__ import annotations
 
 import copy
 import fnmatch
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from elastic_api.kube import Informer, Key
 from elastic_api.kube.informer import ListPage, Watch
-from elastic_api.names import JOB_NAME_LABEL, JOBSET_GROUP
+from elastic_api.names import JOB_NAME_LABEL, JOBSET_GROUP, JOBSET_NAME_LABEL
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import JobKey, NodeIndex
 from elastic_operator.observed import (
+    ObservedJob,
     ObservedJobSet,
     ObservedNode,
     ObservedPod,
+    job_from_dict,
     jobset_from_dict,
     node_from_dict,
     pod_from_dict,
@@ -66,6 +72,14 @@ EVERY_NAMESPACE = WatchScope(clusterwide=True, namespaces=[])
 class CachedPod:
     job: JobKey  # (namespace, value of the job-name label)
     pod: ObservedPod
+    seen_at: float = 0.0  # time.time() when the cache received this version
+
+
+@dataclass(frozen=True)
+class CachedWorkerJob:
+    owner: JobKey  # (namespace, value of the job-name label)
+    jobset: JobKey  # (namespace, value of JobSet's jobset-name label)
+    job: ObservedJob
 
 
 @dataclass(frozen=True)
@@ -85,7 +99,15 @@ def cached_jobset(obj: dict[str, Any]) -> CachedJobSet:
 
 
 def cached_pod(obj: dict[str, Any]) -> CachedPod:
-    return CachedPod(job=_job_of(obj), pod=pod_from_dict(obj))
+    return CachedPod(job=_job_of(obj), pod=pod_from_dict(obj), seen_at=time.time())
+
+
+def cached_worker_job(obj: dict[str, Any]) -> CachedWorkerJob:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return CachedWorkerJob(owner=_job_of(obj), jobset=(str(meta.get("namespace") or ""),
+                                   str(labels.get(JOBSET_NAME_LABEL, ""))),
+                           job=job_from_dict(obj))
 
 
 def owning_job(workload: Any) -> str | None:
@@ -144,6 +166,7 @@ class Caches:
         self._jobs: dict[str | None, Informer[dict[str, Any]]] = {}
         self._pods: dict[str | None, Informer[CachedPod]] = {}
         self._jobsets: dict[str | None, Informer[CachedJobSet]] = {}
+        self._worker_jobs: dict[str | None, Informer[CachedWorkerJob]] = {}
         self._workloads: dict[str | None, Informer[str | None]] = {}
         for ns in dict.fromkeys(scope.list_namespaces):  # unique, in order
             where = "" if ns is None else f"/{ns}"
@@ -164,6 +187,12 @@ class Caches:
                 f"jobsets{where}",
                 *_labelled_calls(kube.list_jobsets, kube.watch_jobsets, ns, watch_timeout_s),
                 cached_jobset, keep=keep, on_change=self._jobset_changed, on_relist=on_relist)
+            self._worker_jobs[ns] = Informer(
+                f"worker-jobs{where}",
+                *_labelled_calls(kube.list_worker_jobs, kube.watch_worker_jobs, ns,
+                                 watch_timeout_s),
+                cached_worker_job, index=lambda _key, cached: cached.jobset, keep=keep,
+                on_change=self._worker_job_changed, on_relist=on_relist)
             if watch_workloads:
                 self._workloads[ns] = Informer(
                     f"workloads{where}", *_all_calls(kube.list_all_workloads,
@@ -178,7 +207,7 @@ class Caches:
     @property
     def informers(self) -> list[Informer[Any]]:
         return [*self._jobs.values(), *self._pods.values(), *self._jobsets.values(),
-                *self._workloads.values(), self.nodes]
+                *self._worker_jobs.values(), *self._workloads.values(), self.nodes]
 
     def start(self) -> None:
         for informer in self.informers:
@@ -229,6 +258,19 @@ class Caches:
         cached = informer.get((namespace, name)) if informer is not None else None
         return cached.jobset if cached is not None else None
 
+    def worker_jobs(self, namespace: str, jobset: str) -> tuple[ObservedJob, ...]:
+        """The JobSet's worker Jobs as last seen (a Job just created may be missing)."""
+        informer = self._in(self._worker_jobs, namespace)
+        if informer is None:
+            return ()
+        return tuple(cached.job for cached in informer.indexed((namespace, jobset)).values())
+
+    def pod_seen_at(self, namespace: str, name: str) -> float | None:
+        """When the pod cache received the pod's current version (time.time())."""
+        informer = self._in(self._pods, namespace)
+        cached = informer.get((namespace, name)) if informer is not None else None
+        return cached.seen_at if cached is not None else None
+
     def _job_changed(self, key: Key, old: dict[str, Any] | None,
                      new: dict[str, Any] | None) -> None:
         self._on_job(key, old, new)
@@ -242,6 +284,15 @@ class Caches:
     def _jobset_changed(self, key: Key, old: CachedJobSet | None,
                         new: CachedJobSet | None) -> None:
         for job in {c.job for c in (old, new) if c is not None}:
+            self._wake(job)
+
+    def _worker_job_changed(self, key: Key, old: CachedWorkerJob | None,
+                            new: CachedWorkerJob | None) -> None:
+        # A Job's status moves with each of its pods (their own events woke the job
+        # already): only what replacement reads of a Job is news (ObservedJob).
+        if (old.job if old else None) == (new.job if new else None):
+            return
+        for job in {c.owner for c in (old, new) if c is not None}:
             self._wake(job)
 
     def _pod_changed(self, key: Key, old: CachedPod | None, new: CachedPod | None) -> None:

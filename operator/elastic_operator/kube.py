@@ -14,7 +14,6 @@ from elastic_api.kube import ApiError, KubeClient, WatchStalled, job_path, resou
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
     GROUP,
-    JOBSET_NAME_LABEL,
     KUEUE_GROUP,
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
@@ -45,6 +44,10 @@ def _held_by_operator(patch: dict[str, Any], held: bool) -> dict[str, Any]:
     """The merge patch, with the operator's mark set (held) or removed."""
     return {"metadata": {"annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION:
                                          "true" if held else None}}, **patch}
+
+
+def _worker_jobs(label_selector: str) -> str:
+    return f"{label_selector},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"
 
 
 def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
@@ -152,14 +155,20 @@ class Kube:
             timeout_s=timeout_s)
         return patched
 
-    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
-        """The worker Jobs of a JobSet (one per slice)."""
-        result = self.client.get(
-            resource_path("batch/v1", "jobs", namespace),
-            query={"labelSelector": f"{JOBSET_NAME_LABEL}={jobset},"
-                                    f"{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"})
-        items: list[dict[str, Any]] = result.get("items", [])
-        return items
+    def list_worker_jobs(self, namespace: str | None, label_selector: str, *, limit: int,
+                         continue_token: str | None = None) -> dict[str, Any]:
+        """One page of the worker Jobs (one per slice) of our JobSets: those with
+        `label_selector` (the job-name label) that JobSet made for the worker
+        replicatedJob, in `namespace` or every namespace."""
+        return self.client.list_page(resource_path("batch/v1", "jobs", namespace), limit=limit,
+                                     continue_token=continue_token,
+                                     label_selector=_worker_jobs(label_selector))
+
+    def watch_worker_jobs(self, namespace: str | None, label_selector: str,
+                          resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        return self.client.watch(resource_path("batch/v1", "jobs", namespace),
+                                 resource_version, timeout_s,
+                                 label_selector=_worker_jobs(label_selector))
 
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not

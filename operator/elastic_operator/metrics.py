@@ -9,6 +9,7 @@ with: charts/elastic-operator/templates/_alerts.tpl), so they need no clock.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -129,6 +130,26 @@ class OperatorMetrics:
         self.cache_objects = Gauge(
             "etj_cache_objects", "Objects in a watch-fed cache.", ["resource"],
             registry=registry)
+        self.status_writes = Counter(
+            "etj_status_writes_total", "Status writes of the operator, by what they carry: "
+            "change (a transition, counters, Events: written at once) or progress (only "
+            "readyHosts and messages: at most one per interval per job).", ["kind"],
+            registry=registry)
+        self.status_writes_deferred = Counter(
+            "etj_status_writes_deferred_total", "Progress-only status changes not written "
+            "because the job's last write was less than an interval ago (a later reconcile "
+            "writes the latest).", registry=registry)
+        self.queue_wait = Histogram(
+            "etj_work_queue_wait_seconds", "From a job being named in the work queue to its "
+            "reconcile starting (the wait for a worker, or for the job's running reconcile "
+            "to end).", buckets=_RECONCILE_BUCKETS, registry=registry)
+        self.queue_depth = Gauge(
+            "etj_work_queue_depth", "Jobs waiting for a worker.", registry=registry)
+        self.reaction = Histogram(
+            "etj_slice_down_reaction_seconds", "From the pod cache receiving a slice's "
+            "failed pod to the SliceDown status written: the operator's own share of the "
+            "detection latency (the rest is the watch's delivery).",
+            buckets=_RECONCILE_BUCKETS, registry=registry)
 
     def _declare_replacement_metrics(self, registry: CollectorRegistry) -> None:
         """Slice replacement (docs/architecture.md, "Slice replacement")."""
@@ -219,6 +240,10 @@ class OperatorMetrics:
             "etj_api_requests_total", "Requests of the operator's Kubernetes client, by "
             "verb, resource and HTTP status code (error: no answer).",
             ["verb", "resource", "code"], registry=registry)
+        self.api_request_duration = Histogram(
+            "etj_api_request_duration_seconds", "Latency of the operator's Kubernetes "
+            "requests, by verb and resource (a watch: until its response headers).",
+            ["verb", "resource"], buckets=_RECONCILE_BUCKETS, registry=registry)
         badput_types = Gauge(
             "etj_badput_cause_info", "Each etj_badput_seconds_total cause with its "
             "ml-goodput-measurement BadputType name (always 1).", ["cause", "badput_type"],
@@ -237,11 +262,15 @@ class OperatorMetrics:
 
         def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             verb, resource = request_kind(method, url)
+            started = time.monotonic()
             try:
                 response = call_api(method, url, *args, **kwargs)
             except Exception:
                 self.api_requests.labels(verb, resource, "error").inc()
                 raise
+            finally:
+                self.api_request_duration.labels(verb, resource).observe(
+                    time.monotonic() - started)
             self.api_requests.labels(verb, resource, str(response.status)).inc()
             return response
 

@@ -2,10 +2,10 @@
 
 `Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
 their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
-`ApiObservations` reads the job, the JobSet and the pods from the watch-fed caches
-(caches.py; the job fresh from the API server when asked: the status write is
-conditional on the job's version, and a write refused for a newer one reads it again),
-nodes from the NodeIndex (fed by the node cache),
+`ApiObservations` reads the job, the JobSet, the pods and the worker Jobs from the
+watch-fed caches (caches.py; the job fresh from the API server when asked: the status
+write is conditional on the job's version, and a write refused for a newer one reads it
+again), nodes from the NodeIndex (fed by the node cache),
 the Workload from the API server (a list by the JobSet's uid: one object) and scans from
 the CheckpointScanner: what one reconcile asks of the API server does not grow with the
 job's size.
@@ -25,7 +25,6 @@ from elastic_operator.observed import (
     ObservedPod,
     ObservedPool,
     ObservedWorkload,
-    job_from_dict,
     jobset_from_dict,
     workload_from_dict,
 )
@@ -37,6 +36,10 @@ PodSource = Callable[[str, str], tuple[ObservedPod, ...]]
 JobSetSource = Callable[[str, str], ObservedJobSet | None]
 # (namespace, name) -> the job as the job cache last saw it (Caches.job; a copy).
 JobSource = Callable[[str, str], dict[str, Any] | None]
+# (namespace, JobSet name) -> its worker Jobs as the cache last saw them (Caches.worker_jobs).
+WorkerJobSource = Callable[[str, str], tuple[ObservedJob, ...]]
+# (namespace, pod name) -> when the pod cache received its current version (time.time()).
+SeenAtSource = Callable[[str, str], float | None]
 
 
 class Observations(Protocol):
@@ -74,6 +77,11 @@ class Observations(Protocol):
         """The JobSet's worker Jobs by slice index."""
         ...
 
+    def pod_seen_at(self, namespace: str, pod: str) -> float | None:
+        """When the pod's current version reached this process (time.time(); None:
+        unknown): the start of the operator's own share of a detection."""
+        ...
+
     def note_failures(self, namespace: str, job: str, uid: str,
                       pools: list[PoolStatus]) -> None:
         """What the job's new status says of its slice failures on each pool: the
@@ -84,13 +92,16 @@ class Observations(Protocol):
 class ApiObservations:
     def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
                  pods: PodSource, jobsets: JobSetSource | None = None,
-                 jobs: JobSource | None = None) -> None:
+                 jobs: JobSource | None = None, worker_jobs: WorkerJobSource | None = None,
+                 seen_at: SeenAtSource | None = None) -> None:
         self.kube = kube
         self.node_index = nodes
         self.scanner = scanner
         self.pod_source = pods
         self.jobset_source = jobsets
         self.job_source = jobs
+        self.worker_job_source = worker_jobs
+        self.seen_at_source = seen_at
 
     def job(self, namespace: str, name: str, *, fresh: bool = False
             ) -> dict[str, Any] | None:
@@ -134,10 +145,16 @@ class ApiObservations:
         return self.node_index.pools(accelerator, topology, (namespace, job))
 
     def worker_jobs(self, namespace: str, jobset: str) -> dict[int, ObservedJob]:
-        jobs = [job_from_dict(j) for j in self.kube.list_worker_jobs(namespace, jobset)]
+        # From the cache: a Job missing there was just created (the record's own Job is
+        # older than its pods' failure) or is gone, and either way there is nothing to do.
+        jobs = self.worker_job_source(namespace, jobset) \
+            if self.worker_job_source is not None else ()
         # The live Job of a slice wins over one being deleted.
         ordered = sorted(jobs, key=lambda j: (not j.deleting, j.name))
         return {j.slice_index: j for j in ordered if j.slice_index is not None}
+
+    def pod_seen_at(self, namespace: str, pod: str) -> float | None:
+        return self.seen_at_source(namespace, pod) if self.seen_at_source is not None else None
 
     def note_failures(self, namespace: str, job: str, uid: str,
                       pools: list[PoolStatus]) -> None:

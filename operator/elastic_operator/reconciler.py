@@ -23,22 +23,26 @@ from typing import Any, assert_never
 
 from elastic_api.catalog import slice_shape
 from elastic_api.clock import SYSTEM_CLOCK, Clock
+from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.events import StatusEvent, from_outbox, outbox
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
+from elastic_operator.core.pacing import progress_only
 from elastic_operator.core.parsing import parse_job, parse_status
 from elastic_operator.core.patch import status_patch
 from elastic_operator.core.plan import (
     CreateObject,
+    DeleteWorkerJob,
     PatchJobSetSuspend,
     Plan,
     SetWorkloadActive,
     plan_reconcile,
 )
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
+from elastic_operator.core.slices import worker_pods_by_slice
 from elastic_operator.core.status import compute_status, invalid_spec_status
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
@@ -46,6 +50,7 @@ from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.observations import Observations
 from elastic_operator.observed import (
     Observed,
+    ObservedJob,
     ObservedJobSet,
     ObservedPool,
     ObservedWorkload,
@@ -61,6 +66,9 @@ logger = logging.getLogger("elastic_operator")
 MAX_REFUSAL_MESSAGE = 1024
 # Reads and writes of one reconcile, tried again at once when the job changed in between.
 CONFLICT_ATTEMPTS = 3
+# A status change that only moves progress (core/pacing.py) is written at most this often
+# per job; every other change at once.
+PROGRESS_INTERVAL_S = 1.0
 
 
 class Refused(Exception):
@@ -85,7 +93,7 @@ class Reconciler:
     def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
                  clock: Clock = SYSTEM_CLOCK, *,
                  limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
-                 ) -> None:
+                 progress_interval_s: float = PROGRESS_INTERVAL_S) -> None:
         self.kube = kube  # the writes
         self.observations = observations  # the reads
         self.metrics = metrics
@@ -107,6 +115,12 @@ class Reconciler:
         # Jobs whose status write is on its way, and the last version the job cache
         # delivered meanwhile (our write may come back before its response does).
         self._writing: dict[tuple[str, str], str | None] = {}
+        # (namespace, name) -> monotonic time of our last status write (pacing).
+        self.progress_interval_s = progress_interval_s
+        self._last_write: dict[tuple[str, str], float] = {}
+        # (namespace, name) -> uids of worker Jobs this process deleted: seen as being
+        # deleted even before the Job cache says so (no second DELETE).
+        self._deleted_jobs: dict[tuple[str, str], set[str]] = {}
         self._lock = threading.Lock()
 
     def reconcile(self, namespace: str, name: str) -> bool:
@@ -137,6 +151,8 @@ class Reconciler:
         self._written.pop((namespace, name), None)
         self._posted.pop((namespace, name), None)
         self._seen.pop((namespace, name), None)
+        self._last_write.pop((namespace, name), None)
+        self._deleted_jobs.pop((namespace, name), None)
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
@@ -239,7 +255,10 @@ class Reconciler:
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
             checkpoint=self.observations.checkpoint(namespace, name,
                                                     job.spec.checkpoint.directory),
-            workload=workload, pools=self._pools(job))
+            workload=workload, pools=self._pools(job),
+            # A record open: whether its Job is being deleted decides when it closes.
+            jobs=self._worker_jobs((namespace, name), jobset.name)
+            if jobset is not None and needs_jobs(parsed.previous) else {})
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
@@ -251,6 +270,7 @@ class Reconciler:
         # than telling of it), then the Events (whoever sees one finds both done).
         with self._writing_status(namespace, name):
             pending = self._write_status(raw, parsed.previous, new_status, events, now)
+        self._record_reaction(namespace, events, observed)
         try:
             self._replace(raw, job, new_status, observed, now)
         finally:
@@ -272,12 +292,16 @@ class Reconciler:
                 or is_terminal(status):
             return
         namespace = job.metadata.namespace or ""
+        key = (namespace, job.metadata.name)
         if needs_jobs(status):
-            observed = replace(observed, jobs=self.observations.worker_jobs(namespace,
-                                                                           jobset.name))
+            observed = replace(observed, jobs=self._worker_jobs(key, jobset.name))
         plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
         waits = [plan.wake_after_s, self.replacer.execute(raw, plan.actions, now),
                  next_notice_in(job.spec, observed, now)]
+        # Deleted (or found gone or replaced, which plans the same): never again.
+        deleted = {a.uid for a in plan.actions if isinstance(a, DeleteWorkerJob)}
+        if deleted:
+            self._deleted_jobs.setdefault(key, set()).update(deleted)
         request = status.checkpoint_request
         if request is not None and request.phase == "Requested":
             waits.append((request.deadline - now).total_seconds())
@@ -285,6 +309,35 @@ class Reconciler:
         if due and self.wake is not None:
             # A little after the due time: the check compares against the clock then.
             self.wake(namespace, job.metadata.name, max(0.0, min(due)) + 0.1)
+
+    def _worker_jobs(self, key: tuple[str, str], jobset: str) -> dict[int, ObservedJob]:
+        """The worker Jobs from the cache; one this process deleted is being deleted,
+        whether or not the cache has seen it yet."""
+        jobs = self.observations.worker_jobs(key[0], jobset)
+        deleted = self._deleted_jobs.get(key)
+        if not deleted:
+            return jobs
+        deleted &= {j.uid for j in jobs.values()}  # the others are gone from the cache
+        return {i: replace(j, deleting=True) if j.uid in deleted else j
+                for i, j in jobs.items()}
+
+    def _record_reaction(self, namespace: str, events: list[StatusEvent],
+                         observed: Observed) -> None:
+        """etj_slice_down_reaction_seconds: from the pod cache receiving a slice's first
+        failed (or deleted) pod to its SliceDown written, for each slice that went down.
+        (A pod changed again since then was received later: it can only shorten it.)"""
+        down = [e.slice_index for e in events
+                if e.reason == Reason.SLICE_DOWN and e.slice_index is not None]
+        if not down:
+            return
+        written = self.clock.now().timestamp()
+        by_slice = worker_pods_by_slice(observed)
+        for index in down:
+            seen = [self.observations.pod_seen_at(namespace, p.name)
+                    for p in by_slice.get(index, []) if p.failed or p.terminating]
+            known = [t for t in seen if t is not None]
+            if known:
+                self.metrics.reaction.observe(max(0.0, written - min(known)))
 
     def _execute(self, plan: Plan, jobset: ObservedJobSet | None,
                  workload: ObservedWorkload | None,
@@ -351,6 +404,9 @@ class Reconciler:
         pending = outbox(name, meta.get("uid") or "", events, new)
         new = new.model_copy(update={"pending_events": pending or None})
         patch = status_patch(previous, new)
+        progress = patch is not None and progress_only(previous, new)
+        if progress and self._paced(namespace, name):
+            return pending  # none: a progress-only change carries no Events
         written_at = self.clock.now().timestamp()
         if patch is not None:
             # Conditional on the version read: ApiError 409 if the job changed meanwhile
@@ -359,6 +415,8 @@ class Reconciler:
                                                  meta.get("resourceVersion"))
             if version is not None:
                 self._written[(namespace, name)] = version
+            self._last_write[(namespace, name)] = self.clock.monotonic()
+            self.metrics.status_writes.labels("progress" if progress else "change").inc()
             written_at = self.clock.now().timestamp()
         # The status holds this outbox now: what was posted of the one it replaced no
         # longer matters.
@@ -369,6 +427,23 @@ class Reconciler:
         self.metrics.record_events(namespace, events, written_at)
         self.metrics.record_decisions(namespace, name, events)
         return pending
+
+    def _paced(self, namespace: str, name: str) -> bool:
+        """Whether a progress-only write (core/pacing.py) waits: one within
+        `progress_interval_s` of the job's last write does. The reconcile that ends the wait
+        (woken then, or sooner by an event) computes the status again and writes the
+        latest: level-based, nothing but the intermediate counts is skipped."""
+        key = (namespace, name)
+        last = self._last_write.get(key)
+        if last is None or self.progress_interval_s <= 0:
+            return False
+        wait = last + self.progress_interval_s - self.clock.monotonic()
+        if wait <= 0:
+            return False
+        self.metrics.status_writes_deferred.inc()
+        if self.wake is not None:
+            self.wake(namespace, name, wait)
+        return True
 
     def _post_events(self, raw: dict[str, Any], entries: list[PendingEvent],
                      now: datetime) -> None:

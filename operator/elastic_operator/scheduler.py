@@ -36,16 +36,20 @@ DEFAULT_WORKERS = 8
 
 class Scheduler:
     def __init__(self, reconcile: ReconcileFunction, backoff: Backoff = RECONCILE_BACKOFF,
-                 *, workers: int = DEFAULT_WORKERS) -> None:
+                 *, workers: int = DEFAULT_WORKERS,
+                 on_wait: Callable[[float], None] | None = None) -> None:
         self._reconcile = reconcile
         self.backoff = backoff
         self._workers = workers
+        # Seconds from a job being named to its reconcile starting (a metric).
+        self._on_wait = on_wait or (lambda _s: None)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # something queued, or stopping
         self._timer = threading.Condition(self._lock)  # the soonest delayed add changed
         self._idle = threading.Condition(self._lock)  # a reconcile ended
         self._queue: deque[JobKey] = deque()
         self._dirty: set[JobKey] = set()  # queued, or named again while processing
+        self._named_at: dict[JobKey, float] = {}  # when each dirty job was first named
         self._processing: set[JobKey] = set()
         self._failures: dict[JobKey, int] = {}
         # Delayed adds, by kind: when each is due (time.monotonic()); the heap holds
@@ -138,9 +142,12 @@ class Scheduler:
                     return
                 key = self._queue.popleft()
                 self._dirty.discard(key)
+                named_at = self._named_at.pop(key, None)
                 self._processing.add(key)
                 self._retries.pop(key, None)  # this run covers them
                 self._wakes.pop(key, None)
+            if named_at is not None:
+                self._on_wait(time.monotonic() - named_at)
             ok = self._run(key)
             with self._lock:
                 self._processing.discard(key)
@@ -178,6 +185,7 @@ class Scheduler:
         if key in self._dirty:
             return  # queued already (or to run again after the running one)
         self._dirty.add(key)
+        self._named_at[key] = time.monotonic()
         if key not in self._processing:
             self._queue.append(key)
             self._work.notify()

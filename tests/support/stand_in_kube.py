@@ -18,7 +18,7 @@ from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
-from elastic_operator.observed import ObservedJobSet, ObservedPod
+from elastic_operator.observed import ObservedJob, ObservedJobSet, ObservedPod
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from tests.builders import T0, etj
@@ -43,6 +43,7 @@ CONFLICT = api_error(409, "Conflict", 'Operation cannot be fulfilled on elastict
 
 
 POD_CACHE_READ = "pods (from the cache)"
+WORKER_JOB_CACHE_READ = "worker Jobs (from the cache)"
 
 
 def the_job(**spec: Any) -> dict[str, Any]:
@@ -117,9 +118,11 @@ class StandInKube(Kube):
         version: str = self.job["metadata"]["resourceVersion"]
         return version
 
-    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
-        self._call("list_worker_jobs")
-        return []  # none yet (the JobSet controller has not made them)
+    def worker_jobs(self, namespace: str, jobset: str) -> tuple[ObservedJob, ...]:
+        """What the worker-Job cache holds: none (the JobSet controller has not made
+        them)."""
+        self.calls.append(WORKER_JOB_CACHE_READ)
+        return ()
 
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:
@@ -136,8 +139,12 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
                jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
                nodes: NodeIndex | None = None,
                jobs: Callable[[str, str], dict[str, Any] | None] | None = None,
+               progress_interval_s: float = 0.0,
+               clock: FakeClock | None = None,
                ) -> tuple[Reconciler, CollectorRegistry]:
-    """`pods`: what the pod cache holds (or a function that says, at each read)."""
+    """`pods`: what the pod cache holds (or a function that says, at each read);
+    the worker-Job cache is the stand-in's `worker_jobs`. Progress-only status writes
+    are not paced unless `progress_interval_s` says (`clock`: the reconciler's, T0 by default)."""
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -151,9 +158,12 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
             kube.calls.append(POD_CACHE_READ)
         return pods() if callable(pods) else pods
 
-    observations = ApiObservations(kube, nodes or NodeIndex(), scanner, pods=pod_cache,
-                                   jobsets=jobsets, jobs=jobs)
-    return Reconciler(kube, observations, metrics, clock=FakeClock(T0)), registry
+    observations = ApiObservations(
+        kube, nodes or NodeIndex(), scanner, pods=pod_cache, jobsets=jobsets, jobs=jobs,
+        worker_jobs=kube.worker_jobs if isinstance(kube, StandInKube) else None)
+    rec = Reconciler(kube, observations, metrics, clock=clock or FakeClock(T0),
+                     progress_interval_s=progress_interval_s)
+    return rec, registry
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:

@@ -177,6 +177,87 @@ def test_replacement_rows_say_when_the_baseline_never_came_back() -> None:
     assert rows[2][2] == "not Ready after 360 s" and rows[2][3] == "<= 0.014"
 
 
+def test_histogram_quantiles_interpolate_within_buckets_like_prometheus() -> None:
+    from bench.internals import histogram, quantile
+
+    # 10 observations: 4 <= 0.1, 9 <= 0.5, 10 <= 1 (cumulative, as exported).
+    assert quantile({0.1: 4, 0.5: 9, 1.0: 10, float("inf"): 10}, 0.5) == pytest.approx(
+        0.1 + 0.4 * (1 / 5))
+    assert quantile({0.1: 4, 0.5: 9, 1.0: 10, float("inf"): 10}, 0.99) == pytest.approx(
+        0.5 + 0.5 * 0.9)
+    assert quantile({0.1: 0, float("inf"): 0}, 0.5) is None
+    assert quantile({0.1: 1, float("inf"): 3}, 0.99) == 0.1  # past the last bound
+    name = "etj_work_queue_wait_seconds"
+    start = {f'{name}_bucket{{le="0.1"}}': 2.0, f'{name}_bucket{{le="+Inf"}}': 2.0,
+             f"{name}_count": 2.0, f"{name}_sum": 0.1}
+    end = {f'{name}_bucket{{le="0.1"}}': 6.0, f'{name}_bucket{{le="+Inf"}}': 12.0,
+           f"{name}_count": 12.0, f"{name}_sum": 5.1}
+    h = histogram(start, end, name)  # only what the phase added: 10 observations
+    assert h["count"] == 10 and h["mean"] == pytest.approx(0.5)
+    assert h["p50"] == pytest.approx(0.1)  # 4 of the 10 in the first bucket, the rest above
+
+
+def test_request_breakdown_subtracts_the_quiet_rate_per_kind() -> None:
+    from bench.internals import request_breakdown
+
+    got = request_breakdown({"PATCH leases": 100, "DELETE jobs": 64},
+                            {"PATCH leases": 30}, quiet_s=30.0, events_s=100.0, events=64)
+    assert got["DELETE jobs"] == {"gross": 1.0, "net": 1.0}
+    assert got["PATCH leases"]["gross"] == pytest.approx(100 / 64)
+    assert got["PATCH leases"]["net"] == pytest.approx(0.0)  # renewals: time, not work
+
+
+def test_internals_read_the_operators_metrics_over_the_phase() -> None:
+    from bench.internals import internals
+
+    start = {'etj_status_writes_total{kind="change"}': 5.0,
+             "etj_reconcile_duration_seconds_sum": 1.0,
+             "etj_reconcile_duration_seconds_count": 10.0}
+    end = {'etj_status_writes_total{kind="change"}': 9.0,
+           'etj_status_writes_total{kind="progress"}': 2.0,
+           "etj_status_writes_deferred_total": 7.0,
+           "etj_reconcile_duration_seconds_sum": 6.0,
+           "etj_reconcile_duration_seconds_count": 30.0,
+           'etj_api_request_duration_seconds_count{verb="delete",resource="jobs"}': 2.0,
+           'etj_api_request_duration_seconds_sum{verb="delete",resource="jobs"}': 0.5,
+           'etj_api_request_duration_seconds_count{verb="watch",resource="pods"}': 1.0}
+    got = internals(start, end, seconds=10.0)
+    assert got["status_writes"] == {"change": 4.0, "progress": 2.0, "deferred": 7.0}
+    assert got["reconcile_seconds"]["count"] == 20
+    assert got["reconcile_seconds"]["mean"] == pytest.approx(0.25)
+    assert got["reconcile_busy_ratio"] == pytest.approx(0.5)
+    assert got["api_request_mean_seconds"] == {"delete jobs": 0.25}  # watches: not latency
+
+
+def test_scale_rows_break_the_requests_down_and_say_the_load() -> None:
+    d = {"shape": "1 job x 2 slices", "operator_slice_down_seconds": stats([0.5]),
+         "jobset_ready_drop_seconds": stats([5.0]), "ratio_p50_operator_vs_jobset": 0.1,
+         "ratio_p99_operator_vs_jobset": 0.1, "failures_detected": 2,
+         "operator_cpu_seconds": {"startup": 1.0, "quiet": 1.0, "events": 1.0},
+         "operator_requests": {"quiet_window_seconds": 30.0},
+         "operator_rss_bytes": {"idle": 2**26, "peak": 2**27},
+         "operator_cpu_seconds_per_1000_pods": {"per_slice_event": 0.5},
+         "api_requests_per_slice_event": 6.0, "api_requests_per_slice_event_net_of_resync": 5.0,
+         "api_requests_per_slice_event_by_kind": {
+             "POST events": {"gross": 4.0, "net": 4.0}, "DELETE jobs": {"gross": 1.0, "net": 1.0},
+             "PATCH leases": {"gross": 1.0, "net": 0.01}},
+         "operator_internals": {
+             "reconcile_seconds": {"count": 9, "mean": 0.2, "p50": 0.1, "p99": 0.9},
+             "reconcile_busy_ratio": 0.25,
+             "queue_wait_seconds": {"count": 9, "mean": 0.1, "p50": 0.1, "p99": 0.4},
+             "slice_down_reaction_seconds": {"count": 2, "mean": 0.3, "p50": 0.3, "p99": 0.5},
+             "status_writes": {"change": 6.0, "progress": 1.0, "deferred": 3.0}},
+         "load_average": {"events": [9.0, 8.0, 7.0], "end": [10.0, 8.5, 7.1]}}
+    rows = {row[0]: row[1] for row in report.scale_rows({"sizes": [d]}, {})}
+    by_kind = next(v for k, v in rows.items() if "by verb and resource" in k)
+    assert by_kind == "POST events 4.00, DELETE jobs 1.00"  # leases net to nothing
+    share = next(v for k, v in rows.items() if "the operator's share" in k)
+    assert share == "300 ms / 500 ms; 200 ms / 900 ms; 400 ms"
+    assert next(v for k, v in rows.items() if "status writes" in k) == "3.00; 0.50; 1.50"
+    assert next(v for k, v in rows.items() if "load average" in k) == \
+        "[9.0, 8.0, 7.0]; [10.0, 8.5, 7.1]"
+
+
 def _overhead_config() -> dict:
     s = stats([0.005, 0.006])
     return {

@@ -1,15 +1,24 @@
-"""caches.Caches: what the job, pod, JobSet, node and Workload caches feed the rest of the
-operator. A job's own change goes to `on_job`; each change of a job's pod or JobSet
-wakes that job; a pod's change tells the NodeIndex where it runs; a node whose readiness
-changes wakes the jobs with pods on it; a Workload wakes the known job whose JobSet owns
-it; a reconcile reads a job, its pods (sorted, only that job's) and its JobSet from the
-cache. A cluster-wide watch for namespace globs keeps only what is in scope. Events are
-applied as the watch delivers them (Informer.apply), no API server involved."""
+"""caches.Caches: what the job, pod, JobSet, worker-Job, node and Workload caches feed the
+rest of the operator. A job's own change goes to `on_job`; each change of a job's pod or
+JobSet wakes that job, a worker Job's only when what replacement reads of it changed; a
+pod's change tells the NodeIndex where it runs (and the cache when it arrived); a node
+whose readiness changes wakes the jobs with pods on it; a Workload wakes the known job
+whose JobSet owns it; a reconcile reads a job, its pods (sorted, only that job's), its
+JobSet and its worker Jobs from the cache. A cluster-wide watch for namespace globs
+keeps only what is in scope. Events are applied as the watch delivers them
+(Informer.apply), no API server involved."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from elastic_api.names import JOB_NAME_LABEL
+from elastic_api.names import (
+    JOB_INDEX_LABEL,
+    JOB_NAME_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    WORKER_REPLICATED_JOB,
+)
 from elastic_operator.caches import Caches, WatchScope, owning_job
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
@@ -77,6 +86,53 @@ def test_a_jobset_change_wakes_its_job_and_is_read_from_the_cache() -> None:
     assert c.jobset("ns", "other") is None and c.jobset("elsewhere", "article") is None
 
 
+def worker_job(index: int, uid: str, *, active: int = 4, deleting: bool = False,
+               jobset: str = "article") -> dict[str, Any]:
+    """A worker Job as JobSet makes it (the rendered template's labels, JobSet's own)."""
+    meta: dict[str, Any] = {
+        "name": f"{jobset}-worker-{index}", "namespace": "ns", "uid": uid,
+        "labels": {JOB_NAME_LABEL: jobset, JOBSET_NAME_LABEL: jobset,
+                   REPLICATED_JOB_LABEL: WORKER_REPLICATED_JOB, JOB_INDEX_LABEL: str(index)}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T12:00:01Z"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+            "spec": {"backoffLimit": 20}, "status": {"active": active, "ready": active}}
+
+
+def test_worker_jobs_are_read_from_the_cache_and_wake_only_on_what_replacement_reads(
+) -> None:
+    """A Job's pod counts move with every pod event (those woke the job already); its
+    creation, deletion or uid is news."""
+    c, _, woken = caches()
+    (jobs,) = [i for i in c.informers if i.resource == "worker-jobs/ns"]
+    jobs.apply(added(worker_job(0, "uid-a"), 5))
+    jobs.apply(added(worker_job(1, "uid-b"), 6))
+    assert woken == [("ns", "article"), ("ns", "article")]
+    jobs.apply(added(worker_job(0, "uid-a", active=3), 7, "MODIFIED"))
+    assert len(woken) == 2  # only its pod counts changed
+    jobs.apply(added(worker_job(0, "uid-a", active=3, deleting=True), 8, "MODIFIED"))
+    assert len(woken) == 3
+    cached = sorted(c.worker_jobs("ns", "article"), key=lambda j: j.name)
+    assert [(j.slice_index, j.uid, j.deleting, j.backoff_limit) for j in cached] == [
+        (0, "uid-a", True, 20), (1, "uid-b", False, 20)]
+    jobs.apply(added(worker_job(0, "uid-a", deleting=True), 9, "DELETED"))
+    jobs.apply(added(worker_job(0, "uid-c"), 10))  # JobSet recreated it
+    assert len(woken) == 5
+    assert sorted((j.slice_index, j.uid) for j in c.worker_jobs("ns", "article")) == [
+        (0, "uid-c"), (1, "uid-b")]
+    assert c.worker_jobs("ns", "other") == () and c.worker_jobs("elsewhere", "article") == ()
+
+
+def test_the_pod_cache_says_when_it_received_a_pods_version() -> None:
+    c, _, _ = caches()
+    (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
+    before = time.time()
+    pods.apply(added(PodWrapper.worker(0, 1).on_node("n1").running().obj(), 5))
+    seen = c.pod_seen_at("ns", "article-worker-0-1")
+    assert seen is not None and before <= seen <= time.time()
+    assert c.pod_seen_at("ns", "other") is None and c.pod_seen_at("elsewhere", "x") is None
+
+
 def test_a_jobs_change_goes_to_on_job_and_the_job_is_read_from_the_cache() -> None:
     seen: list[tuple[tuple[str, str], Any, Any]] = []
     c, _, woken = caches(on_job=lambda key, old, new: seen.append((key, old, new)))
@@ -107,7 +163,8 @@ def test_a_workload_wakes_the_known_job_whose_jobset_owns_it() -> None:
 
 def test_namespace_globs_watch_every_namespace_and_keep_those_in_scope() -> None:
     c, _, woken = caches(WatchScope(False, ["team-*"]))
-    assert sorted(i.resource for i in c.informers) == ["jobs", "jobsets", "nodes", "pods"]
+    assert sorted(i.resource for i in c.informers) == ["jobs", "jobsets", "nodes", "pods",
+                                                       "worker-jobs"]
     (jobs,) = [i for i in c.informers if i.resource == "jobs"]
     (pods,) = [i for i in c.informers if i.resource == "pods"]
     jobs.apply(added(etj("a", "team-x").obj(), 5))

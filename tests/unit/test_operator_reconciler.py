@@ -20,6 +20,7 @@ from elastic_operator.core.events import StatusEvent
 from elastic_operator.kube import ApiError
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
+    ObservedJob,
     ObservedPod,
     jobset_from_dict,
     node_from_dict,
@@ -27,6 +28,7 @@ from elastic_operator.observed import (
 )
 from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at
 from tests.support.stand_in_kube import (
+    WORKER_JOB_CACHE_READ,
     StandInKube,
     api_error,
     condition,
@@ -516,6 +518,7 @@ class ReplacingKube(StandInKube):
         super().__init__(the_job(), jobset)
         self.deleted: list[tuple[str, str]] = []
         self.job_deleting = False
+        self.cache_stale = False
 
     @classmethod
     def pods(cls) -> tuple[ObservedPod, ...]:
@@ -537,13 +540,13 @@ class ReplacingKube(StandInKube):
             index.node_seen(node_from_dict(NodeWrapper(name).ready().obj()))
         return index
 
-    def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
-        self._call("list_worker_jobs")
-        meta: dict[str, Any] = {"name": "train-worker-0", "uid": self.JOB_UID,
-                                "labels": {"jobset.sigs.k8s.io/job-index": "0"}}
-        if self.job_deleting:
-            meta["deletionTimestamp"] = "2026-11-29T12:00:01Z"
-        return [{"metadata": meta, "spec": {"backoffLimit": 10}, "status": {}}]
+    def worker_jobs(self, namespace: str, jobset: str) -> tuple[ObservedJob, ...]:
+        """The worker-Job cache: slice 0's Job, as it last saw it (`cache_stale`: from
+        before our delete)."""
+        self.calls.append(WORKER_JOB_CACHE_READ)
+        return (ObservedJob(name="train-worker-0", uid=self.JOB_UID, slice_index=0,
+                            deleting=self.job_deleting and not self.cache_stale,
+                            backoff_limit=10),)
 
     def delete_job(self, namespace: str, name: str, uid: str) -> bool:
         self._call("delete_job")
@@ -564,6 +567,19 @@ def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
     assert rec.reconcile("ml", "train")  # the Job is being deleted now: nothing more
     assert len(kube.deleted) == 1 and kube.job["status"]["slices"][0]["restarts"] == 1
+    assert "list_worker_jobs" not in kube.calls  # read from the cache, never listed
+
+
+def test_a_job_deleted_is_not_deleted_again_before_the_cache_sees_it() -> None:
+    """The worker-Job cache may still show the Job as it was before our delete when the
+    next reconcile runs (its watch lags the pods'): that Job is being deleted all the
+    same, and is not deleted a second time."""
+    kube = ReplacingKube()
+    kube.cache_stale = True
+    rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
+    for _ in range(3):
+        assert rec.reconcile("ml", "train")
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
 
 
 def test_no_delete_when_the_intent_could_not_be_written() -> None:

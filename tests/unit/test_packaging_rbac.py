@@ -53,6 +53,7 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "create_lease": {(LEASES, "leases", "create")},
     "patch_lease": {(LEASES, "leases", "patch")},
     "list_worker_jobs": {("batch", "jobs", "list")},
+    "watch_worker_jobs": {("batch", "jobs", "watch")},
     "delete_job": {("batch", "jobs", "delete")},
     "delete_pod_now": {("", "pods", "delete")},
     "lower_job_backoff_limit": {("batch", "jobs", "patch")},
@@ -238,10 +239,12 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "post_event": "POST", "list_workloads": "GET",
                      "list_all_workloads": "GET", "watch_workloads": "GET",
                      "patch_workload_active": "PATCH", "serves": "GET",
-                     "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
+                     "list_worker_jobs": "GET", "watch_worker_jobs": "GET",
+                     "lower_job_backoff_limit": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
                      "delete_pod_now": "DELETE"}
-    watches = {"watch_jobs", "watch_pods", "watch_jobsets", "watch_nodes", "watch_workloads"}
+    watches = {"watch_jobs", "watch_pods", "watch_jobsets", "watch_nodes", "watch_workloads",
+               "watch_worker_jobs"}
     for name, verb in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
         if verb == "DELETE":
@@ -266,7 +269,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "list_all_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "watch_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
-                                 "list_worker_jobs": '"jobs"', "delete_job": '"jobs"',
+                                 "list_worker_jobs": '"jobs"', "watch_worker_jobs": '"jobs"',
+                                 "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',
                                  "label_node": '"nodes"'}
     for name, fragment in fragments.items():

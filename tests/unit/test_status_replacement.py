@@ -157,6 +157,28 @@ def test_a_slice_healed_before_the_operator_acted_is_left_alone() -> None:
     assert Reason.SLICE_REPLACED not in reasons
 
 
+def test_a_slice_ready_on_the_job_the_operator_deleted_keeps_its_record() -> None:
+    """The Job controller replaced the failed pod (same Job) after the operator deleted
+    that Job: every host Ready for a moment, but the Job's pods go next. The record stays
+    open, so their going is the same failure (seen on the local control plane with a
+    stalled watch: two SliceDown for one failure); the slice on the new Job closes it."""
+    j = job()
+    st1, _, _ = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    pods = healthy_pods()
+    pods[HOSTS + 2] = WorkerPod(1, 2).replacement(at(12)).build()
+    st2, reasons, plan = step(j, st1, world(pods, deleting=(1,)), at(12))
+    assert st2.slices[1].state == "Ready" and st2.slices[1].replacement is not None
+    assert reasons == [Reason.SLICE_RESTORED] and plan.actions == ()
+    pods[HOSTS + 3] = WorkerPod(1, 3).deleting(at(13)).build()
+    st3, reasons, _ = step(j, st2, world(pods, deleting=(1,)), at(13))
+    assert st3.slices[1].state == "Down" and st3.slices[1].restarts == 1
+    assert Reason.SLICE_DOWN not in reasons and st3.counters.slice_failures == 1
+    pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(14), 1).build()
+                             for h in range(HOSTS)]
+    st4, reasons, _ = step(j, st3, world(pods, jobs_gen={1: 1}), at(15))
+    assert st4.slices[1].replacement is None and Reason.SLICE_REPLACED in reasons
+
+
 def test_without_replace_slices_nothing_is_recorded_or_done() -> None:
     j = job(recovery={"replaceSlices": False})
     st1, reasons, plan = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))

@@ -63,11 +63,12 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "delete"]
-# Slice replacement: a failed slice's worker Job is deleted (uid precondition; JobSet
-# recreates it at once) or, its restart budget spent, its backoffLimit lowered to 0.
+# Slice replacement: the worker Jobs are watched (a cache); a failed slice's worker Job
+# is deleted (uid precondition; JobSet recreates it at once) or, its restart budget
+# spent, its backoffLimit lowered to 0.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["list", "delete", "patch"]
+  verbs: ["list", "watch", "delete", "patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

@@ -36,9 +36,9 @@ from elastic_operator.core.conditions import ConditionSetter
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pools import pools_in_use, spare_pools
 from elastic_operator.core.replacement import current_job_uid
-from elastic_operator.core.slices import worker_pods_of
+from elastic_operator.core.slices import worker_pods_by_slice, worker_pods_of
 from elastic_operator.core.text import fmt_slices, iso
-from elastic_operator.observed import Observed, ObservedNode
+from elastic_operator.observed import Observed, ObservedNode, ObservedPod
 
 OPEN_PHASES = ("Requested", "Acknowledged", "Moving")
 
@@ -66,8 +66,9 @@ def slice_maintenance(
 ) -> SliceNotices:
     """slices[].maintenance from the signals on the nodes the slice runs on."""
     out, events = [], []
+    by_slice = worker_pods_by_slice(observed)  # once: 4,096 pods x 64 slices otherwise
     for s in slices:
-        nodes = _slice_nodes(observed, s.index)
+        nodes = _slice_nodes(observed, by_slice.get(s.index, []))
         notice = _notice(nodes, spec.maintenance.lead_seconds, now) \
             if spec.maintenance.enabled else None
         prev = s.maintenance
@@ -84,8 +85,8 @@ def slice_maintenance(
     return SliceNotices(out, events)
 
 
-def _slice_nodes(observed: Observed, index: int) -> list[ObservedNode]:
-    names = {p.node_name for p in worker_pods_of(observed, index)
+def _slice_nodes(observed: Observed, pods: list[ObservedPod]) -> list[ObservedNode]:
+    names = {p.node_name for p in pods
              if p.node_name and not p.terminating and not p.failed}
     return [observed.nodes[n] for n in sorted(names) if n in observed.nodes]
 

@@ -157,9 +157,12 @@ def track_replacements(
             if record is not None:
                 events.append(_record_event(s, record, spec.elastic.max_slice_restarts))
         elif record is not None and s.state == "Ready" and (
-                record.action != "Move" or _on_new_job(record, pods)):
+                _on_new_job(record, pods) or (record.action != "Move"
+                                              and not _job_going(record, observed, s.index))):
             # Ready again: on a new Job (replaced, moved), or on the same one (it healed
-            # before the operator acted, or the Job controller replaced the pod itself).
+            # before the operator acted, or the Job controller replaced the pod itself),
+            # unless the operator deleted that Job already: its pods go next, the same
+            # failure (slices._failed_job_torn_down needs the record open to say so).
             if record.action != "GiveUp" and _on_new_job(record, pods):
                 last = ReplacementRecord(
                     action=record.action, reason=record.reason, requested_at=record.requested_at,
@@ -190,6 +193,13 @@ def _on_new_job(record: SliceReplacement, pods: list[ObservedPod]) -> bool:
     """The slice's newest pods belong to another Job than the one the record names."""
     uid = current_job_uid(pods)
     return uid is not None and record.job_uid is not None and uid != record.job_uid
+
+
+def _job_going(record: SliceReplacement, observed: Observed, index: int) -> bool:
+    """The Job the record names is being deleted (the worker Jobs are read while a
+    record is open; its deletion is foreground: it stays until its pods are gone)."""
+    job = observed.jobs.get(index)
+    return job is not None and job.uid == record.job_uid and job.deleting
 
 
 def _record_event(s: SliceStatus, record: SliceReplacement, budget: int) -> StatusEvent:

@@ -1,0 +1,106 @@
+"""What the operator's own metrics say about a phase of a benchmark run: where the time
+of a detection goes (the work queue's wait, the reconcile, the API server's answers) and
+what its requests were, per verb and resource.
+
+Read from two scrapes of the operator's /metrics (bench.detection.Phases.mark), so every
+figure is the difference between the end and the start of the phase. Histogram quantiles
+are interpolated within buckets, as Prometheus' histogram_quantile does.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+Scrape = dict[str, float]  # 'name{labels}' -> value (OperatorProcess.metrics)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def _split(key: str) -> tuple[str, dict[str, str]]:
+    name, _, rest = key.partition("{")
+    return name, dict(_LABEL.findall(rest))
+
+
+def _delta(start: Scrape, end: Scrape, name: str,
+           where: dict[str, str] | None = None) -> dict[tuple[tuple[str, str], ...], float]:
+    """The series of `name` (whose labels include `where`), end minus start."""
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for key, value in end.items():
+        metric, labels = _split(key)
+        if metric != name or any(labels.get(k) != v for k, v in (where or {}).items()):
+            continue
+        out[tuple(sorted(labels.items()))] = value - start.get(key, 0.0)
+    return out
+
+
+def counter(start: Scrape, end: Scrape, name: str, **where: str) -> float:
+    return sum(_delta(start, end, name, where).values())
+
+
+def histogram(start: Scrape, end: Scrape, name: str, **where: str) -> dict[str, Any]:
+    """count, mean, p50, p99 of a histogram over the phase (None when it saw nothing)."""
+    count = counter(start, end, f"{name}_count", **where)
+    total = counter(start, end, f"{name}_sum", **where)
+    buckets: dict[float, float] = {}
+    for labels, value in _delta(start, end, f"{name}_bucket", where).items():
+        le = float(dict(labels)["le"])
+        buckets[le] = buckets.get(le, 0.0) + value
+    return {"count": round(count), "mean": total / count if count > 0 else None,
+            "p50": quantile(buckets, 0.5), "p99": quantile(buckets, 0.99)}
+
+
+def quantile(buckets: dict[float, float], q: float) -> float | None:
+    """histogram_quantile over cumulative bucket counts {upper bound: count}."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    rank = q * buckets[bounds[-1]]
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return lower  # beyond the last finite bucket: its bound
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, count
+    return lower
+
+
+def request_breakdown(requests: dict[str, int], quiet: dict[str, int], quiet_s: float,
+                      events_s: float, events: int) -> dict[str, dict[str, float | None]]:
+    """Per "VERB resource": requests per slice event over the failure phase, gross and
+    net of the steady rate of the quiet window (Lease renewals, resyncs, watch restarts:
+    they scale with the phase's length, which the slowest baseline decides)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for kind in sorted(set(requests) | set(quiet)):
+        n = requests.get(kind, 0)
+        steady = quiet.get(kind, 0) * (events_s / quiet_s) if quiet_s > 0 else 0.0
+        out[kind] = {"gross": n / events if events else None,
+                     "net": (n - steady) / events if events else None}
+    return out
+
+
+def internals(start: Scrape, end: Scrape, seconds: float) -> dict[str, Any]:
+    """The operator's own view of a phase `seconds` long."""
+    reconcile = histogram(start, end, "etj_reconcile_duration_seconds")
+    busy = counter(start, end, "etj_reconcile_duration_seconds_sum")
+    latency: dict[str, float | None] = {}
+    for labels, n in _delta(start, end, "etj_api_request_duration_seconds_count").items():
+        tags = dict(labels)
+        if n > 0 and tags.get("verb") != "watch":
+            h = histogram(start, end, "etj_api_request_duration_seconds", **tags)
+            latency[f"{tags['verb']} {tags['resource']}"] = h["mean"]
+    return {
+        "reconcile_seconds": reconcile,
+        # The share of the phase a reconcile was running: near 1 with one job, the job
+        # is reconciled back to back and every change waits for the one before.
+        "reconcile_busy_ratio": busy / seconds if seconds > 0 else None,
+        "queue_wait_seconds": histogram(start, end, "etj_work_queue_wait_seconds"),
+        "slice_down_reaction_seconds": histogram(start, end, "etj_slice_down_reaction_seconds"),
+        "status_writes": {
+            "change": counter(start, end, "etj_status_writes_total", kind="change"),
+            "progress": counter(start, end, "etj_status_writes_total", kind="progress"),
+            "deferred": counter(start, end, "etj_status_writes_deferred_total"),
+        },
+        "api_request_mean_seconds": latency,
+    }

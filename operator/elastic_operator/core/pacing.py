@@ -1,0 +1,46 @@
+"""Which status writes may wait: a change that only moves progress is coalesced (the
+reconciler writes at most one per interval per job); every other change is written at
+once. Pure.
+
+Progress is what changes host by host while nothing happens that anyone acts on: a
+slice's `readyHosts` and its message ("37/64 hosts ready" while Restarting or Pending;
+the list of hosts going while a Down slice's Job is torn down), and a condition's
+message that quotes them (SliceDown lists each down slice's message). Without pacing, a
+slice of 64 hosts coming back costs up to 64 status writes, and at 64 slices x 64 hosts
+a status write is the biggest request a reconcile makes.
+
+Everything else matters at once, and is compared here: a slice's state, reason,
+restarts, moves, transition time, pool and records (replacement, lastReplacement,
+maintenance); a condition's type, status, reason, transition time and generation
+(Kubernetes conventions: the message is detail for people); counters, the phase,
+slicesReady, lastRecovery, the checkpoint, pools, goodput, the checkpoint request, and
+status.pendingEvents (a change with Events, or the outbox being cleared after one).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from elastic_api.models import ElasticTrainingJobStatus
+from elastic_operator.core.patch import operator_wire
+
+# Per slice and per condition: the fields that are progress, not transitions.
+SLICE_PROGRESS = frozenset({"readyHosts", "message"})
+CONDITION_PROGRESS = frozenset({"message"})
+
+
+def progress_only(previous: ElasticTrainingJobStatus, new: ElasticTrainingJobStatus) -> bool:
+    """True when `new` differs from `previous` only in progress (above): its write may
+    wait. False when they are equal (nothing to write) or anything else changed."""
+    before, after = operator_wire(previous), operator_wire(new)
+    return before != after and _without_progress(before) == _without_progress(after)
+
+
+def _without_progress(wire: dict[str, Any]) -> dict[str, Any]:
+    out = dict(wire)
+    out["slices"] = [_drop(s, SLICE_PROGRESS) for s in wire.get("slices") or []]
+    out["conditions"] = [_drop(c, CONDITION_PROGRESS) for c in wire.get("conditions") or []]
+    return out
+
+
+def _drop(item: Any, keys: frozenset[str]) -> Any:
+    return {k: v for k, v in item.items() if k not in keys} if isinstance(item, dict) else item
