@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, Caches
+from elastic_operator.core.eviction import PodsReadyTimeouts
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
@@ -45,6 +46,7 @@ class ReplacementSettings:
     limits: NodeActionLimits = field(default_factory=NodeActionLimits)
     release_after_s: float = 600.0
     repeated_failures_quarantine_s: float = 3600.0
+    pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)  # Kueue's
 
 
 @dataclass
@@ -150,7 +152,8 @@ def build_operator(
                                    jobsets=caches.jobset)
     reconciler = Reconciler(kube, observations, metrics, clock,
                             limiter=NodeActionLimiter(settings.limits),
-                            quarantine_pools=settings.quarantine_pools)
+                            quarantine_pools=settings.quarantine_pools,
+                            pods_ready=settings.pods_ready)
     elector = _elector(kube, metrics, election, started) if election is not None else None
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
     scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff)

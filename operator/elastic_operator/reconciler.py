@@ -23,6 +23,7 @@ from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, Pen
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.events import StatusEvent, from_outbox, outbox
+from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.parsing import parse_job, parse_status
@@ -81,11 +82,12 @@ class Reconciler:
     def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC), *,
                  limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
-                 ) -> None:
+                 pods_ready: PodsReadyTimeouts | None = None) -> None:
         self.kube = kube  # the writes
         self.observations = observations  # the reads
         self.metrics = metrics
         self.clock = clock
+        self.pods_ready = pods_ready or PodsReadyTimeouts()  # Kueue's, as we are told
         self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
                                  quarantine_pools=quarantine_pools)
         self.wake: Wake | None = None  # set by app.py (the Scheduler's trigger_later)
@@ -185,7 +187,8 @@ class Reconciler:
             workload=workload, pools=self._pools(job))
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
-                                            report_problem=parsed.report_problem)
+                                            report_problem=parsed.report_problem,
+                                            pods_ready=self.pods_ready)
         self.metrics.record_spec(namespace, name, job.spec)
         # The status first: it records what the replacement is about to do, and carries
         # the change's Events. Then the replacement (the slice back at once matters more
@@ -195,6 +198,9 @@ class Reconciler:
             self._replace(raw, job, new_status, observed, now)
         finally:
             self._post_events(raw, pending, now)
+        warn_in = next_look_in(new_status.admission, self.pods_ready, now)
+        if warn_in is not None and self.wake is not None:  # Kueue's deadline draws near
+            self.wake(namespace, name, warn_in + 0.1)
 
     def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
         """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""

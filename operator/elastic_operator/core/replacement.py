@@ -131,7 +131,7 @@ def track_replacements(
                 failed_on.append(from_pool)
             record = _new_record(spec, s, pods, observed, from_pool, now)
             if record is not None:
-                events.append(_record_event(s, record, spec.elastic.max_slice_restarts))
+                events.append(_record_event(s, record, spec))
         elif record is not None and s.state == "Ready" and (
                 record.action != "Move" or _on_new_job(record, pods)):
             # Ready again: on a new Job (replaced, moved), or on the same one (it healed
@@ -147,7 +147,9 @@ def track_replacements(
                                         "last_replacement": last}))
     pools = record_pools(previous_pools, out, failed_on, observed.pools, now,
                          spec.recovery.quarantine_window_seconds, MAX_POOL_FAILURES)
-    return Tracked(slices=_no_healthy_pool(out, observed, pools), pools=pools, events=events)
+    if spec.tpu.topology_aware is None:  # else Kueue places them, no pool to be free
+        out = _no_healthy_pool(out, observed, pools)
+    return Tracked(slices=out, pools=pools, events=events)
 
 
 def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, pods: list[ObservedPod],
@@ -167,8 +169,13 @@ def _on_new_job(record: SliceReplacement, pods: list[ObservedPod]) -> bool:
     return uid is not None and record.job_uid is not None and uid != record.job_uid
 
 
-def _record_event(s: SliceStatus, record: SliceReplacement, budget: int) -> StatusEvent:
+def _record_event(s: SliceStatus, record: SliceReplacement,
+                  spec: ElasticTrainingJobSpec) -> StatusEvent:
+    budget = spec.elastic.max_slice_restarts
     where = f" on node pool {record.from_pool}" if record.from_pool else ""
+    tas = spec.tpu.topology_aware
+    domain = f" in its {tas.slice_level} domain{f' {s.domain}' if s.domain else ''} (Kueue " \
+        "keeps a slice where it placed it)" if tas is not None else ""
     if record.action == "GiveUp":
         return StatusEvent(
             reason=Reason.SLICE_RESTARTS_EXHAUSTED, type="Warning", slice_index=s.index,
@@ -179,7 +186,7 @@ def _record_event(s: SliceStatus, record: SliceReplacement, budget: int) -> Stat
     return StatusEvent(
         reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
         message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
-                f"Job (restart {s.restarts} of {budget})")
+                f"Job{domain} (restart {s.restarts} of {budget})")
 
 
 def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:
@@ -311,7 +318,9 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
     target = next((p for p in ctx.observed.pools if p.name == pool), None)
     free = [p for p in spares if p != pool]
     taken = None
-    if why is not None and target is not None and target.quarantined is None and free:
+    # Under Topology-Aware Scheduling Kueue, not a spare, decides where the slice goes.
+    if why is not None and target is not None and target.quarantined is None and free \
+            and ctx.spec.tpu.topology_aware is None:
         taken = free[0]
         actions.append(QuarantinePool(target.name, why, tuple(n.name for n in target.nodes),
                                       s.index))
