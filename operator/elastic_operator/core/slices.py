@@ -239,6 +239,7 @@ def slice_status(
         last_replacement=prev.last_replacement if prev else None,
         maintenance=prev.maintenance if prev else None,
         pool=prev.pool if prev else None,
+        domain=prev.domain if prev else None,
     )
     return status, change
 
