@@ -141,14 +141,14 @@ def _not_ready(slices: list[SliceStatus]) -> str:
 
 
 def _message(running: _Running, slices: list[SliceStatus], now: datetime) -> str:
-    since = "since its admission" if running.reason == REASON_WAITING_FOR_START else \
-        "since a pod stopped being Ready"
+    since = f"since its admission at {iso(running.since)}" \
+        if running.reason == REASON_WAITING_FOR_START else f"since {iso(running.since)}"
     left = (running.deadline - now).total_seconds()
     when = f"in {duration(left)}" if left > 0 else "now (the deadline has passed)"
     return (f"Kueue evicts the whole job at {iso(running.deadline)}, {when}, unless every "
-            f"pod is Ready by then: not Ready {since} at {iso(running.since)} "
-            f"(waitForPodsReady {running.setting}): {_not_ready(slices)}. Evicted, it "
-            "is requeued and resumes from its newest committed checkpoint when readmitted")
+            f"pod is Ready by then (not all Ready {since}; waitForPodsReady "
+            f"{running.setting}): {_not_ready(slices)}. Evicted, it is requeued and "
+            "resumes from its newest committed checkpoint when readmitted")
 
 
 def _warning(running: _Running, slices: list[SliceStatus], now: datetime) -> str:
