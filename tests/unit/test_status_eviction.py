@@ -277,3 +277,13 @@ def test_a_workloads_eviction_counts_and_backoff_are_read() -> None:
                                         "reason": "NodeFailures", "message": "",
                                         "lastTransitionTime": iso(at(98))})
     assert workload_from_dict(obj).last_counted_eviction == "NodeFailures"
+
+
+def test_no_workload_seen_leaves_no_deadline_to_wake_for() -> None:
+    wl = workload().admitted(ADMITTED_AT).pods_ready(False, at(100)).build()
+    ticking, _ = step(running(), at(101), wl, pods=slice_one_down(at(100)))
+    assert ticking.admission is not None and ticking.admission.pods_ready_deadline is not None
+    status, _ = compute_status(queued_job(), observe(slice_one_down(at(100)), jobset()),
+                               ticking, at(140), pods_ready=TIMEOUTS)
+    assert status.admission is not None and status.admission.pods_ready_deadline is None
+    assert next_look_in(status.admission, TIMEOUTS, at(140)) is None

@@ -364,8 +364,9 @@ def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
 
 def _with_clock(admission: AdmissionStatus | None,
                 clock: EvictionClock) -> AdmissionStatus | None:
-    """status.admission with Kueue's waitForPodsReady deadline (a finished job's stays)."""
-    if admission is None or clock.condition is None:
+    """status.admission with Kueue's waitForPodsReady deadline: none without a running
+    clock (no Workload seen, a finished job), so nothing wakes a reconcile for it."""
+    if admission is None:
         return admission
     return admission.model_copy(update={"pods_ready_deadline": clock.deadline,
                                         "eviction_warned": clock.warned})
