@@ -95,8 +95,6 @@ class Reason:
 
     # The slice states the operator's replacement adds (status.slices[].reason).
     NO_HEALTHY_POOL: Final = "NoHealthyPool"  # replacement pods Pending, no pool to go to
-    RESTART_BUDGET_EXHAUSTED: Final = "RestartBudgetExhausted"
-    MOVING: Final = "Moving"  # a planned move off a pool under maintenance
     # SparesAvailable
     ENOUGH_SPARES: Final = "EnoughSpares"
     FEWER_SPARES: Final = "FewerSpares"

@@ -27,9 +27,9 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.kube import Backoff, Key
 from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Caches, WatchScope
 from elastic_operator.checkpoint_roots import CheckpointRoots
@@ -178,7 +178,7 @@ def build_operator(
     watch_kube: Kube | None = None, election: ElectionConfig | None = None,
     watch_workloads: bool = False, watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
     resync_interval_s: float = 30.0, checkpoint_scan_interval_s: float = 30.0,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Clock = SYSTEM_CLOCK,
     scan_executor: Executor | None = None, backoff: Backoff = RECONCILE_BACKOFF,
     workers: int = DEFAULT_WORKERS, replacement: ReplacementSettings | None = None,
     checkpoint_roots: CheckpointRoots | None = None,
@@ -188,7 +188,7 @@ def build_operator(
     `watch_workloads`: Kueue's Workload API is served (checked once at start);
     `checkpoint_roots`: what it may list (None: the default, local paths only)."""
     settings = replacement or ReplacementSettings()
-    nodes = NodeIndex()
+    nodes = NodeIndex(clock)
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
                                 clock=clock, roots=checkpoint_roots or CheckpointRoots.default())
     op: Operator | None = None
@@ -225,10 +225,10 @@ def build_operator(
     observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
                                    jobsets=caches.jobset, jobs=caches.job)
     reconciler = Reconciler(kube, observations, metrics, clock,
-                            limiter=NodeActionLimiter(settings.limits),
+                            limiter=NodeActionLimiter(settings.limits, clock),
                             quarantine_pools=settings.quarantine_pools,
                             pods_ready=settings.pods_ready)
-    elector = _elector(kube, metrics, election, started) if election is not None else None
+    elector = _elector(kube, metrics, election, started, clock) if election is not None else None
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
     scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers)
     reconciler.wake = scheduler.add_after
@@ -243,7 +243,7 @@ def build_operator(
 
 
 def _elector(kube: Kube, metrics: OperatorMetrics, election: ElectionConfig,
-             started: Callable[[], None]) -> LeaseElector:
+             started: Callable[[], None], clock: Clock) -> LeaseElector:
     """The LeaseElector, with the leader metric following its role."""
     leader = metrics.leader.labels(election.identity)
     leader.set(0)
@@ -253,4 +253,4 @@ def _elector(kube: Kube, metrics: OperatorMetrics, election: ElectionConfig,
         started()
 
     return LeaseElector(kube, election, on_started=on_started,
-                        on_stopped=lambda: leader.set(0))
+                        on_stopped=lambda: leader.set(0), clock=clock)

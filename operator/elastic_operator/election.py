@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_operator.kube import ApiError, Kube
 
 logger = logging.getLogger("elastic_operator")
@@ -92,15 +92,13 @@ class LeaseElector:
         self, kube: Kube, config: ElectionConfig, *,
         on_started: Callable[[], None] = lambda: None,
         on_stopped: Callable[[], None] = lambda: None,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.kube = kube
         self.config = config
         self._on_started = on_started
         self._on_stopped = on_stopped
-        self._monotonic = monotonic
-        self._wall_clock = wall_clock
+        self._clock = clock
         self._lock = threading.Lock()
         self._lease: dict[str, Any] | None = None  # as last read or written (its version)
         self._observed: LeaseRecord | None = None
@@ -120,7 +118,7 @@ class LeaseElector:
         """Leading, and renewed within the deadline (checked now: a renewal stuck in a
         request cannot stretch the leadership)."""
         with self._lock:
-            return self._leading and (self._monotonic() - self._renewed_at
+            return self._leading and (self._clock.monotonic() - self._renewed_at
                                       < self.config.renew_deadline_s)
 
     @property
@@ -155,7 +153,7 @@ class LeaseElector:
 
     def step(self) -> None:
         """One look: acquire or renew, and change role if that changed."""
-        sent_at = self._monotonic()
+        sent_at = self._clock.monotonic()
         try:
             held = self.try_acquire_or_renew()
         except Exception as e:  # the API server is unreachable: keep trying
@@ -176,7 +174,7 @@ class LeaseElector:
         lost_to = self.holder
         if lost_to not in (None, self.identity):
             self._step_down(f"{lost_to} holds the Lease")
-        elif self._monotonic() - self._renewed_at >= self.config.renew_deadline_s:
+        elif self._clock.monotonic() - self._renewed_at >= self.config.renew_deadline_s:
             self._step_down(f"not renewed for {self.config.renew_deadline_s:.0f} s")
 
     def _step_down(self, why: str, level: int = logging.WARNING) -> None:
@@ -210,14 +208,14 @@ class LeaseElector:
         with self._lock:
             self._lease = lease
             if record != self._observed:
-                self._observed, self._observed_at = record, self._monotonic()
+                self._observed, self._observed_at = record, self._clock.monotonic()
         return record
 
     def _expired(self, record: LeaseRecord) -> bool:
-        return self._monotonic() - self._observed_at >= record.lease_duration_s
+        return self._clock.monotonic() - self._observed_at >= record.lease_duration_s
 
     def _mine(self, previous: LeaseRecord | None) -> LeaseRecord:
-        now = micro_time(self._wall_clock())
+        now = micro_time(self._clock.now())
         kept = previous is not None and previous.holder == self.identity
         return LeaseRecord(
             holder=self.identity, lease_duration_s=self.config.lease_duration_s,
@@ -260,7 +258,7 @@ class LeaseElector:
         lease = self._lease
         if lease is None or LeaseRecord.of(lease).holder != self.identity:
             return
-        now = micro_time(self._wall_clock())
+        now = micro_time(self._clock.now())
         released = LeaseRecord(holder="", lease_duration_s=1, acquire_time=now,
                                renew_time=now, transitions=LeaseRecord.of(lease).transitions)
         try:

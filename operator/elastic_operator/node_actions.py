@@ -10,9 +10,9 @@ quarantined pool gets no new pods to act on) still bound.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from elastic_api.clock import SYSTEM_CLOCK, Clock
 
 
 @dataclass(frozen=True)
@@ -24,19 +24,19 @@ class NodeActionLimits:
 
 class NodeActionLimiter:
     def __init__(self, limits: NodeActionLimits | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.limits = limits or NodeActionLimits()
         self._clock = clock
         self._lock = threading.Lock()
         self._tokens = float(self.limits.burst)
-        self._filled_at = clock()
+        self._filled_at = clock.monotonic()
         self._last: dict[tuple[str, str], float] = {}  # (kind, node) -> when acted
         self._warned: dict[tuple[str, str], float] = {}
 
     def acquire(self, kind: str, node: str) -> float:
         """0.0 and the action may go ahead (recorded); else the seconds to wait."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.monotonic()
             self._refill(now)
             key = (kind, node)
             last = self._last.get(key)
@@ -52,7 +52,7 @@ class NodeActionLimiter:
     def should_warn(self, kind: str, node: str) -> bool:
         """Whether a throttled action is worth an Event (once per cooldown per node)."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.monotonic()
             key = (kind, node)
             last = self._warned.get(key)
             if last is not None and now - last < self.limits.cooldown_s:

@@ -13,10 +13,11 @@ a lock makes it safe to read from the reconcile threads while the event loop wri
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 
+from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.models import PoolStatus
 from elastic_operator.observed import FailureMark, ObservedNode, ObservedPool
 
@@ -24,7 +25,7 @@ JobKey = tuple[str, str]  # (namespace, name)
 
 
 class NodeIndex:
-    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         # When the watch saw a node's readiness change (a kubelet, or kwok, may report the
         # Ready condition's lastTransitionTime as the node's creation).
@@ -59,7 +60,7 @@ class NodeIndex:
         before = self._ready.get(name)
         self._ready[name] = ready
         if before is not None and before != ready:
-            self._changed_seen[name] = self._clock()
+            self._changed_seen[name] = self._clock.now()
         if before is None or before == ready:
             return []
         return sorted(set(self._pods_on.get(name, {}).values()))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from elastic_api.conditions import Reason
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import (
     ACTIVE_MAINTENANCE_LABEL,
@@ -147,11 +148,11 @@ class ObservedNode:
     def maintenance_signal(self) -> str | None:
         """The strongest maintenance signal on the node, if any (Reason words)."""
         if self.impending_termination:
-            return "ImpendingTermination"
+            return Reason.IMPENDING_TERMINATION
         if self.maintenance_ongoing:
-            return "MaintenanceOngoing"
+            return Reason.MAINTENANCE_ONGOING
         if self.scheduled_maintenance is not None:
-            return "ScheduledMaintenance"
+            return Reason.SCHEDULED_MAINTENANCE
         return None
 
 

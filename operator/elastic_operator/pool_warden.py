@@ -12,10 +12,8 @@ remembered for a while when it does. Each release has an Event on the pool's fir
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime
 
+from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.conditions import Reason
 from elastic_api.names import (
     QUARANTINE_CAUSE_ANNOTATION,
@@ -37,20 +35,18 @@ EXISTS_FOR_S = 30.0
 class PoolWarden:
     def __init__(self, kube: Kube, nodes: NodeIndex, metrics: OperatorMetrics, *,
                  release_after_s: float = 600.0, repeated_failures_s: float = 3600.0,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.kube = kube
         self.nodes = nodes
         self.metrics = metrics
         self.release_after_s = release_after_s
         self.repeated_failures_s = repeated_failures_s
         self.clock = clock
-        self.monotonic = monotonic
         self._seen: dict[tuple[str, str], float] = {}  # job -> when it last existed
 
     def sweep(self) -> list[Release]:
         """Release what is due; the releases done."""
-        now = self.clock()
+        now = self.clock.now()
         nodes = self.nodes.all_nodes()
         gone = frozenset(job for job in cited_jobs(nodes) if not self._exists(job))
         done = []
@@ -80,7 +76,7 @@ class PoolWarden:
         """Whether the job ("<namespace>/<name>", uid) exists; an error says yes (a
         quarantine is never released on a failed read)."""
         seen = self._seen.get(job)
-        if seen is not None and self.monotonic() - seen < EXISTS_FOR_S:
+        if seen is not None and self.clock.monotonic() - seen < EXISTS_FOR_S:
             return True
         namespace, _, name = job[0].partition("/")
         try:
@@ -91,7 +87,7 @@ class PoolWarden:
         uid = ((raw or {}).get("metadata") or {}).get("uid")
         exists = raw is not None and (not job[1] or uid == job[1])
         if exists:
-            self._seen[job] = self.monotonic()
+            self._seen[job] = self.clock.monotonic()
         else:
             self._seen.pop(job, None)
         return exists

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, assert_never
 
 from elastic_api.catalog import slice_shape
+from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
@@ -84,7 +84,7 @@ Wake = Callable[[str, str, float], None]
 
 class Reconciler:
     def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), *,
+                 clock: Clock = SYSTEM_CLOCK, *,
                  limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
                  pods_ready: PodsReadyTimeouts | None = None) -> None:
         self.kube = kube  # the writes
@@ -113,7 +113,7 @@ class Reconciler:
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             self._reconcile_fresh(namespace, name)
             return True
@@ -126,7 +126,7 @@ class Reconciler:
         except Exception:
             self._failed(namespace, name)
         finally:
-            self.metrics.reconcile_duration.observe(time.monotonic() - started)
+            self.metrics.reconcile_duration.observe(self.clock.monotonic() - started)
         return False
 
     def _failed(self, namespace: str, name: str) -> None:
@@ -242,7 +242,7 @@ class Reconciler:
             checkpoint=self.observations.checkpoint(namespace, name,
                                                     job.spec.checkpoint.directory),
             workload=workload, pools=self._pools(job))
-        now = self.clock()
+        now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,
                                             pods_ready=self.pods_ready)
@@ -357,7 +357,7 @@ class Reconciler:
         pending = outbox(name, meta.get("uid") or "", events, new)
         new = new.model_copy(update={"pending_events": pending or None})
         patch = status_patch(previous, new)
-        written_at = time.time()
+        written_at = self.clock.now().timestamp()
         if patch is not None:
             # Conditional on the version read: ApiError 409 if the job changed meanwhile
             # (then nothing of this change is posted: it is computed again).
@@ -365,7 +365,7 @@ class Reconciler:
                                                  meta.get("resourceVersion"))
             if version is not None:
                 self._written[(namespace, name)] = version
-            written_at = time.time()
+            written_at = self.clock.now().timestamp()
         # The status holds this outbox now: what was posted of the one it replaced no
         # longer matters.
         posted = self._posted.setdefault((namespace, name), set())
@@ -403,7 +403,7 @@ class Reconciler:
         meta = raw.get("metadata", {})
         raw_status = raw.get("status")
         previous, _ = parse_status(raw_status if isinstance(raw_status, dict) else {})
-        new = invalid_spec_status(previous, message, self.clock(), meta.get("generation"))
+        new = invalid_spec_status(previous, message, self.clock.now(), meta.get("generation"))
         patch = status_patch(previous, new)
         if patch is None:  # already reported: a resync must not repeat the warning
             logger.debug("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),

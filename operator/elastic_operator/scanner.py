@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 
+from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.models import CheckpointStatus
 from elastic_operator import checkpoints
 from elastic_operator.checkpoint_roots import CheckpointRoots
@@ -42,8 +42,7 @@ class CheckpointScanner:
     def __init__(
         self, *, interval_s: float = 30.0, scan: ScanFunction = scan_directory,
         executor: Executor | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         roots: CheckpointRoots | None = None,
     ) -> None:
         self.interval_s = interval_s
@@ -52,7 +51,6 @@ class CheckpointScanner:
         self._executor = executor or ThreadPoolExecutor(max_workers=2,
                                                         thread_name_prefix="ckpt-scan")
         self._clock = clock
-        self._monotonic = monotonic
         self._on_result: ResultCallback | None = None
         self._lock = threading.Lock()
         self._last_start: dict[JobKey, float] = {}
@@ -69,11 +67,11 @@ class CheckpointScanner:
         with self._lock:
             result = self._collect(key)
             last = self._last_start.get(key)
-            due = last is None or self._monotonic() - last >= self.interval_s
+            due = last is None or self._clock.monotonic() - last >= self.interval_s
             if key not in self._running and due:
-                self._last_start[key] = self._monotonic()
+                self._last_start[key] = self._clock.monotonic()
                 started = self._executor.submit(self._bounded_scan, key[0], directory,
-                                                self._clock())
+                                                self._clock.now())
                 self._running[key] = started
         # Outside the lock: a scan that has already finished (a bad URL fails at once, or
         # a synchronous executor) runs the callback right here, and the callback locks.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from elastic_api.kube import KubeClient
 from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_operator.core.api_support import judge_apis, served_versions
@@ -16,7 +17,7 @@ from elastic_operator.kube import Kube
 def discovery(cluster: Cluster) -> dict[str, Any]:
     api = cluster.api_client()
     try:
-        return Kube(api).api_groups()
+        return Kube(KubeClient(api)).api_groups()
     finally:
         api.close()
 

@@ -22,6 +22,7 @@ from elastic_operator.observed import ObservedJobSet, ObservedPod
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from tests.builders import T0, etj
+from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous
 from tests.support.merge_patch import apply_merge_patch
 
@@ -144,7 +145,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
         return CheckpointStatus(directory=directory, observed_at=now)
 
     scanner = CheckpointScanner(scan=scan or no_checkpoint, executor=Synchronous(),
-                                clock=lambda: T0)
+                                clock=FakeClock(T0))
     def pod_cache(namespace: str, job: str) -> tuple[ObservedPod, ...]:
         if isinstance(kube, StandInKube):  # the order of reads matters (Kueue's tests)
             kube.calls.append(POD_CACHE_READ)
@@ -152,7 +153,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
 
     observations = ApiObservations(kube, nodes or NodeIndex(), scanner, pods=pod_cache,
                                    jobsets=jobsets, jobs=jobs)
-    return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
+    return Reconciler(kube, observations, metrics, clock=FakeClock(T0)), registry
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The operator's checkpoint requests (status.checkpointRequest): the pure decisions, and
-the loop on simulated slices answering them (save, commit, acknowledge, hold)."""
+the loop on simulated slices answering them (save, commit, acknowledge, pause)."""
 from __future__ import annotations
 
 import threading
@@ -16,7 +16,7 @@ from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import COMMIT_MARKER, Checkpointer
 from elastic_trainer.checkpoint_requests import (
     RequestView,
-    hold_ends,
+    pause_ends,
     request_view,
     to_answer,
 )
@@ -52,16 +52,16 @@ def test_only_an_open_request_not_yet_answered_is_answered() -> None:
     assert to_answer(RequestView(_request(3), acked_id=3), 0) is None
 
 
-def test_the_hold_ends_when_released_expired_replaced_or_timed_out() -> None:
+def test_the_pause_ends_when_released_expired_replaced_or_timed_out() -> None:
     request = _request(2, pause_seconds=60)
-    assert hold_ends(RequestView(request.model_copy(update={"phase": "Moving"})), request,
+    assert pause_ends(RequestView(request.model_copy(update={"phase": "Moving"})), request,
                      10) is None
-    assert hold_ends(None, request, 10) is None  # not read yet: hold on
+    assert pause_ends(None, request, 10) is None  # not read yet: paused on
     for phase in ("Released", "Expired"):
-        assert hold_ends(RequestView(request.model_copy(update={"phase": phase})), request,
+        assert pause_ends(RequestView(request.model_copy(update={"phase": phase})), request,
                          10) == phase
-    assert "replaced" in (hold_ends(RequestView(_request(3)), request, 10) or "")
-    assert "pauseSeconds" in (hold_ends(RequestView(request), request, 60) or "")
+    assert "replaced" in (pause_ends(RequestView(_request(3)), request, 10) or "")
+    assert "pauseSeconds" in (pause_ends(RequestView(request), request, 60) or "")
 
 
 def test_the_view_of_a_status_is_untrusted_input() -> None:
@@ -112,7 +112,7 @@ class ManualHealth:
 
 class Operator:
     """Plays the operator's side of one request, from what the loop does: the request
-    appears once the loop has reached `at_step`; once the trainer holds, `during_hold`
+    appears once the loop has reached `at_step`; once the trainer pauses, `during_pause`
     runs (once) and the request is Moving; after an elastic event it is Released.
 
     The loop sees a step done when it reads its loss, after it has dispatched the next
@@ -120,11 +120,11 @@ class Operator:
     after step at_step + 1 (ANSWERED_AFTER)."""
 
     def __init__(self, trainer: Callable[[], Trainer], request: CheckpointRequest,
-                 at_step: int, during_hold: Callable[[], None] | None = None,
+                 at_step: int, during_pause: Callable[[], None] | None = None,
                  acked_id: int | None = None) -> None:
         self.trainer, self.request, self.at_step = trainer, request, at_step
-        self.during_hold, self.acked_id = during_hold, acked_id
-        self.holds_seen = 0
+        self.during_pause, self.acked_id = during_pause, acked_id
+        self.pauses_seen = 0
 
     def view(self) -> RequestView | None:
         t = self.trainer()
@@ -133,10 +133,10 @@ class Operator:
         ack = t.checkpoint_ack
         if ack is not None and ack.id == self.request.id and self.request.phase == "Requested":
             self.request = self.request.model_copy(update={"phase": "Moving"})
-        if ack is not None and ack.paused and self.during_hold is not None:
-            self.holds_seen += 1
-            self.during_hold()
-            self.during_hold = None
+        if ack is not None and ack.paused and self.during_pause is not None:
+            self.pauses_seen += 1
+            self.during_pause()
+            self.during_pause = None
         if t.events and self.request.phase == "Moving":
             self.request = self.request.model_copy(update={"phase": "Released"})
         return RequestView(self.request, self.acked_id)
@@ -196,14 +196,14 @@ def undisturbed_digest(cpu_devices: list[Any], tmp_path_factory: pytest.TempPath
 
 
 def test_a_maintenance_request_costs_no_step(tmp_path: Path, undisturbed_digest: str) -> None:
-    """Request -> committed save of the current step -> ack -> hold -> the slice is lost
+    """Request -> committed save of the current step -> ack -> pause -> the slice is lost
     (the move) -> elastic event -> restore of exactly the acknowledged step."""
     health = ManualHealth()
     operators: list[Operator] = []
 
     def operator(trainer: Callable[[], Trainer]) -> Operator:
         operators.append(Operator(trainer, _request(1), at_step=5,
-                                  during_hold=lambda: health.down(1, 0.5)))
+                                  during_pause=lambda: health.down(1, 0.5)))
         return operators[0]
 
     trainer, reports = _trainer(tmp_path, health, operator)
@@ -215,7 +215,7 @@ def test_a_maintenance_request_costs_no_step(tmp_path: Path, undisturbed_digest:
     assert (event.restored_from_step, event.restore_source, event.steps_lost) == (
         saved, "checkpoint", 0)
     assert result.params_digest == undisturbed_digest  # nothing lost, nothing redone
-    assert operators[0].holds_seen >= 1
+    assert operators[0].pauses_seen >= 1
     # The acknowledgement went out at once, after the save of the step was committed.
     acks = [(r, urgent) for r, urgent in reports.sent if r.checkpoint_ack is not None]
     first, urgent = acks[0]
@@ -223,9 +223,9 @@ def test_a_maintenance_request_costs_no_step(tmp_path: Path, undisturbed_digest:
         id=1, step=saved, committed_at=first.checkpoint_ack.committed_at, paused=True)
     assert first.step == saved and saved in _committed(tmp_path)
     assert first.checkpoint_ack.committed_at <= first.observed_at
-    # The loss ended the hold: later reports no longer say paused.
+    # The loss ended the pause: later reports no longer say paused.
     assert acks[-1][0].checkpoint_ack is not None and not acks[-1][0].checkpoint_ack.paused
-    # No step ran while holding: the steps done are 1..16 once each.
+    # No step ran while paused: the steps done are 1..16 once each.
     assert [s for s, _ in result.step_times] == list(range(1, STEPS + 1))
     goodput = result.goodput
     assert goodput is not None

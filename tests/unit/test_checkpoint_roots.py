@@ -14,6 +14,7 @@ from elastic_operator.checkpoint_roots import CheckpointRoots, covers
 from elastic_operator.operator_cli import add_arguments
 from elastic_operator.scanner import CheckpointScanner
 from tests.builders import T0
+from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous
 
 ROOTS = CheckpointRoots.parse(["team-a=gs://team-a,gs://shared/team-a", "*=/data/common",
@@ -93,7 +94,7 @@ def scanner(roots: CheckpointRoots, listed: list[str]) -> CheckpointScanner:
         listed.append(directory)
         return CheckpointStatus(directory=directory, latest_committed_step=7, observed_at=now)
 
-    return CheckpointScanner(scan=scan, executor=Synchronous(), clock=lambda: T0,
+    return CheckpointScanner(scan=scan, executor=Synchronous(), clock=FakeClock(T0),
                              roots=roots)
 
 

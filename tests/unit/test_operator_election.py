@@ -85,6 +85,20 @@ class LeaseApi(Kube):
         return None if self.lease is None else self.lease["spec"]["holderIdentity"]
 
 
+class SkewedClock:
+    """A replica's clocks: its monotonic time is the test's `now` (or real time), its wall
+    clock that plus its skew."""
+
+    def __init__(self, replica: Replica, real_time: bool) -> None:
+        self.replica, self.real_time = replica, real_time
+
+    def monotonic(self) -> float:
+        return time.monotonic() if self.real_time else self.replica.now
+
+    def now(self) -> datetime:
+        return T0 + timedelta(seconds=self.replica.now) + self.replica.skew
+
+
 class Replica:
     """An elector with its own clocks: monotonic seconds, and a wall clock `skew` off."""
 
@@ -96,8 +110,7 @@ class Replica:
         self.stopped = 0
         self.elector = LeaseElector(
             api, config or ElectionConfig(NS, NAME, identity),
-            monotonic=time.monotonic if real_time else lambda: self.now,
-            wall_clock=lambda: T0 + timedelta(seconds=self.now) + self.skew,
+            clock=SkewedClock(self, real_time),
             on_started=self._started, on_stopped=self._stopped)
 
     def _started(self) -> None:

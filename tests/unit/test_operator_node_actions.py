@@ -5,42 +5,35 @@ from __future__ import annotations
 import pytest
 
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def test_the_same_node_waits_its_cooldown() -> None:
-    clock = Clock()
+    clock = FakeClock()
     limiter = NodeActionLimiter(NodeActionLimits(per_minute=600, burst=10, cooldown_s=60),
                                 clock)
     assert limiter.acquire("force-delete", "n1") == 0
-    clock.now += 10
+    clock.advance(10)
     assert limiter.acquire("force-delete", "n1") == pytest.approx(50)
     assert limiter.acquire("quarantine", "n1") == 0  # another kind of action
     assert limiter.acquire("force-delete", "n2") == 0  # another node
-    clock.now += 50
+    clock.advance(50)
     assert limiter.acquire("force-delete", "n1") == 0
 
 
 def test_the_bucket_bounds_a_burst_across_nodes() -> None:
-    clock = Clock()
+    clock = FakeClock()
     limiter = NodeActionLimiter(NodeActionLimits(per_minute=30, burst=3, cooldown_s=0), clock)
     assert [limiter.acquire("force-delete", f"n{i}") for i in range(3)] == [0, 0, 0]
     assert limiter.acquire("force-delete", "n3") == pytest.approx(2.0)  # 30/min: one per 2 s
-    clock.now += 2.0
+    clock.advance(2.0)
     assert limiter.acquire("force-delete", "n3") == 0
 
 
 def test_a_throttled_action_warns_once_per_cooldown() -> None:
-    clock = Clock()
+    clock = FakeClock()
     limiter = NodeActionLimiter(NodeActionLimits(cooldown_s=60), clock)
     assert limiter.should_warn("force-delete", "n1")
     assert not limiter.should_warn("force-delete", "n1")
-    clock.now += 61
+    clock.advance(61)
     assert limiter.should_warn("force-delete", "n1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import ObservedNode
 from tests.builders import T0
+from tests.support.clock import FakeClock
 
 A, B = ("ns", "a"), ("ns", "b")
 
@@ -77,15 +78,15 @@ def test_a_transition_is_never_earlier_than_the_watch_saw_it() -> None:
     Ready all along (the pool warden)."""
     from datetime import timedelta
 
-    now = [T0 + timedelta(hours=1)]
-    index = NodeIndex(clock=lambda: now[0])
+    clock = FakeClock(T0 + timedelta(hours=1))
+    index = NodeIndex(clock)
     index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
     index.node_seen(ObservedNode("n1", False, ready_transition_time=T0))  # stale time
-    assert index.nodes(["n1"])["n1"].ready_transition_time == now[0]
-    now[0] += timedelta(minutes=5)
+    assert index.nodes(["n1"])["n1"].ready_transition_time == clock.now()
+    clock.advance(5 * 60)
     index.node_seen(ObservedNode("n1", True, ready_transition_time=T0))
     (node,) = index.all_nodes()
-    assert node.ready_transition_time == now[0]
+    assert node.ready_transition_time == clock.now()
     fresh = T0 + timedelta(hours=2)  # a kubelet's own, later time stands
     index.node_seen(ObservedNode("n1", False, ready_transition_time=fresh))
     assert index.nodes(["n1"])["n1"].ready_transition_time == fresh

@@ -25,6 +25,7 @@ from elastic_operator.observed import QuarantineCause, quarantine_cause_from
 from elastic_operator.pool_warden import PoolWarden
 from elastic_operator.replacer import Replacer
 from tests.builders import HOSTS, at, tpu_node
+from tests.support.clock import FakeClock
 from tests.support.stand_in_kube import api_error
 
 NODES = tuple(f"tpu-1-{h}" for h in range(HOSTS))
@@ -87,24 +88,23 @@ def test_a_quarantine_is_labelled_with_its_cause_and_told_on_the_job_and_the_nod
 
 
 def warden(kube: NodeKube, reason: str = Reason.HARDWARE_FAILURE,
-           monotonic: list[float] | None = None) -> PoolWarden:
+           clock: FakeClock | None = None) -> PoolWarden:
     index = NodeIndex()
     for node in NODES:
         index.node_seen(tpu_node(node, quarantined=reason, quarantined_at=at(0),
                                  quarantine_cause=CAUSE))
-    ticks = monotonic if monotonic is not None else [0.0]
-    return PoolWarden(kube, index, OperatorMetrics(CollectorRegistry()), clock=lambda: at(60),
-                      monotonic=lambda: ticks[0])
+    return PoolWarden(kube, index, OperatorMetrics(CollectorRegistry()),
+                      clock=clock or FakeClock(at(60), 0.0))
 
 
 def test_the_warden_releases_a_quarantine_once_a_job_it_rests_on_is_gone() -> None:
-    kube, ticks = NodeKube({"ns-a/crashy": "uid-a"}), [0.0]
-    w = warden(kube, monotonic=ticks)
+    kube, clock = NodeKube({"ns-a/crashy": "uid-a"}), FakeClock(at(60), 0.0)
+    w = warden(kube, clock=clock)
     assert w.sweep() == [] and kube.gets == ["ns-a/crashy"]
-    ticks[0] = 29.0
+    clock.ticks = 29.0
     assert w.sweep() == [] and kube.gets == ["ns-a/crashy"]  # seen to exist: not asked again
     kube.jobs["ns-a/crashy"] = "uid-new"  # deleted, and a job of that name created since
-    ticks[0] = 31.0
+    clock.ticks = 31.0
     (release,) = w.sweep()
     assert release.pool == "tpu-1" and "ns-a/crashy no longer exists" in release.message
     assert all(kube.labels[n] == {QUARANTINE_LABEL: None} for n in NODES)

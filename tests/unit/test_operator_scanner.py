@@ -8,30 +8,22 @@ from pathlib import Path
 
 from elastic_api.models import CheckpointStatus
 from elastic_operator.scanner import CheckpointScanner
-from tests.builders import T0, at
+from tests.builders import at
+from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous
 
 KEY = ("ns", "job")
 
 
-class Clock:
-    """A monotonic clock the test moves."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def scanner(results: list[CheckpointStatus], clock: Clock,
+def scanner(results: list[CheckpointStatus], clock: FakeClock,
             woken: list[tuple[str, str]]) -> CheckpointScanner:
     """Each scan returns the next of `results`."""
     def scan(directory: str, now: datetime) -> CheckpointStatus:
         return results.pop(0)
 
     s = CheckpointScanner(interval_s=30, scan=scan, executor=Synchronous(),
-                          clock=lambda: T0, monotonic=clock)
+                          clock=clock)
     s.on_result(lambda ns, name: woken.append((ns, name)))
     return s
 
@@ -42,28 +34,28 @@ def found(step: int, when: float) -> CheckpointStatus:
 
 
 def test_a_scan_is_published_by_the_next_reconcile_and_runs_once_per_interval() -> None:
-    clock, woken = Clock(), []
+    clock, woken = FakeClock(ticks=0.0), []
     results = [found(100, 0), found(200, 40)]
     s = scanner(results, clock, woken)
     assert s.latest(KEY, "gs://b/c") is None  # started (and, here, finished)
     assert woken == [KEY]  # the news wakes a reconcile
     assert s.latest(KEY, "gs://b/c") == found(100, 0)
-    clock.now = 29.0
+    clock.ticks = 29.0
     assert s.latest(KEY, "gs://b/c") is None and len(results) == 1  # not due yet
-    clock.now = 30.0
+    clock.ticks = 30.0
     assert s.latest(KEY, "gs://b/c") is None and results == []  # due: the next scan
     assert s.latest(KEY, "gs://b/c") == found(200, 40)
 
 
 def test_a_scan_that_found_nothing_new_wakes_no_reconcile() -> None:
-    clock, woken = Clock(), []
+    clock, woken = FakeClock(ticks=0.0), []
     s = scanner([found(100, 0), found(100, 30), found(200, 60)], clock, woken)
     s.latest(KEY, "gs://b/c")
     assert woken == [KEY]  # the first result is news
-    clock.now = 30.0
+    clock.ticks = 30.0
     s.latest(KEY, "gs://b/c")
     assert woken == [KEY]  # the same listing, later: nothing to publish
-    clock.now = 60.0
+    clock.ticks = 60.0
     s.latest(KEY, "gs://b/c")
     assert woken == [KEY] * 2
 
@@ -85,7 +77,7 @@ def test_a_scan_done_before_its_callback_is_registered_does_not_deadlock(
 
 
 def test_a_forgotten_job_starts_over() -> None:
-    clock, woken = Clock(), []
+    clock, woken = FakeClock(ticks=0.0), []
     s = scanner([found(100, 0), found(100, 1)], clock, woken)
     s.latest(KEY, "gs://b/c")
     s.forget(KEY)

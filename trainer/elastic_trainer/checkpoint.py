@@ -154,11 +154,11 @@ class Checkpointer:
         self._latest_cache: tuple[float, int | None] = (-1e9, None)
         self._is_local = not str(self.directory).startswith("gs://")
         self.directory.mkdir(parents=True, exist_ok=True)
-        # A local directory is held open: if it is deleted, the path no longer leads to
-        # the held one, even when something creates the path again (orbax creates missing
-        # parents), and the held inode cannot be reused meanwhile.
-        self._held = (os.open(str(self.directory), os.O_RDONLY | os.O_DIRECTORY)
-                      if self._is_local else None)
+        # A local directory is kept open: if it is deleted, the path no longer leads to
+        # the open one, even when something creates the path again (orbax creates missing
+        # parents), and the open inode cannot be reused meanwhile.
+        self._directory_fd = (os.open(str(self.directory), os.O_RDONLY | os.O_DIRECTORY)
+                             if self._is_local else None)
         # The newest step this process knows is committed: it must stay there (orbax only
         # ever deletes older ones), so its absence means the directory went away, even
         # if a later write recreated the path.
@@ -184,14 +184,14 @@ class Checkpointer:
     # --- what is on storage -------------------------------------------------------------
 
     def _local_directory_replaced(self) -> bool:
-        if self._held is None:
+        if self._directory_fd is None:
             return False
         try:
             now = os.stat(str(self.directory))
         except FileNotFoundError:
             return True
-        held = os.fstat(self._held)
-        return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+        opened = os.fstat(self._directory_fd)
+        return (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino)
 
     def _check_directory(self) -> None:
         newest = self._newest_committed
@@ -421,6 +421,6 @@ class Checkpointer:
             self._manager.close()
         except Exception as err:
             log.warning("closing checkpoint manager: %s", err)
-        if self._held is not None:
-            os.close(self._held)
-            self._held = None
+        if self._directory_fd is not None:
+            os.close(self._directory_fd)
+            self._directory_fd = None

@@ -6,9 +6,9 @@ seconds on a thread of its own, never on the training thread, and keeps the newe
 `RequestView`. The loop asks, at each step boundary, `to_answer(view, answered)`: a
 request it must answer now (phase Requested, an id it has not answered, and not the id
 the status already carries as acknowledged: a replacement process never answers the same
-request twice). After the committed save and the acknowledgement, with `pause` it holds
-until `hold_ends(...)` says why not any longer (Released, Expired, a newer request, or
-pauseSeconds passed); a slice lost meanwhile ends the hold as the ordinary elastic event.
+request twice). After the committed save and the acknowledgement, with `pause` it pauses
+until `pause_ends(...)` says why not any longer (Released, Expired, a newer request, or
+pauseSeconds passed); a slice lost meanwhile ends the pause as the ordinary elastic event.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from elastic_api.models import CheckpointRequest
 
 log = logging.getLogger(__name__)
 
-ENDS_HOLD = ("Released", "Expired")
+ENDS_PAUSE = ("Released", "Expired")
 
 
 @dataclass(frozen=True)
@@ -72,15 +72,15 @@ def to_answer(view: RequestView | None, answered: int) -> CheckpointRequest | No
     return request
 
 
-def hold_ends(view: RequestView | None, request: CheckpointRequest,
-              held_seconds: float) -> str | None:
-    """Why the hold after answering `request` ends now (None: it goes on)."""
+def pause_ends(view: RequestView | None, request: CheckpointRequest,
+              paused_seconds: float) -> str | None:
+    """Why the pause after answering `request` ends now (None: it goes on)."""
     current = view.request if view is not None else None
-    if current is not None and current.id == request.id and current.phase in ENDS_HOLD:
+    if current is not None and current.id == request.id and current.phase in ENDS_PAUSE:
         return current.phase
     if current is not None and current.id > request.id:
         return f"request {current.id} replaced it"
-    if held_seconds >= request.pause_seconds:
+    if paused_seconds >= request.pause_seconds:
         return f"pauseSeconds ({request.pause_seconds}) passed"
     return None
 

@@ -11,7 +11,7 @@
       is read after the next step is dispatched (one step behind: the device always has
       a step queued, and no step waits for the host's work between two steps):
         a checkpoint request of the operator open -> save this step, wait until it is
-          committed, acknowledge it, hold (pause) until released
+          committed, acknowledge it, pause until released
         a slice of the mesh lost -> JaxRuntimeError(DATA_LOSS) -> elastic event
         a snapshot due (cadence.py: --snapshot-period, or chosen within the overhead
           budget): copied while the next steps train
@@ -42,7 +42,7 @@ from elastic_trainer import train
 from elastic_trainer.backends import Backend
 from elastic_trainer.cadence import Cadence, Cadences, host_memory_available
 from elastic_trainer.checkpoint import Checkpointer
-from elastic_trainer.checkpoint_requests import RequestSource, hold_ends, to_answer
+from elastic_trainer.checkpoint_requests import RequestSource, pause_ends, to_answer
 from elastic_trainer.configs import ModelConfig
 from elastic_trainer.data import BatchSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, ScaleUpSignal
@@ -55,8 +55,8 @@ from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots, to_p
 
 log = logging.getLogger("elastic_trainer")
 
-HOLD_POLL_SECONDS = 0.1  # how often a held loop looks at the request (and check())
-HOLD_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
+PAUSE_POLL_SECONDS = 0.1  # how often a paused loop looks at the request (and check())
+PAUSE_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
 # A progress report (not urgent) is built at most this often: the reporter sends at most
 # one per --report-interval anyway, and building one per step is host work in every step.
 REPORT_EVERY_SECONDS = 0.5
@@ -548,7 +548,7 @@ class Trainer:
 
     def _answer_request(self, step: int, state: Any, active: set[int]) -> None:
         """A request open and not answered yet: save `step` now, wait until it is
-        committed (within the request's deadline), acknowledge it, and hold if asked."""
+        committed (within the request's deadline), acknowledge it, and pause if asked."""
         assert self.requests is not None
         request = to_answer(self.requests.view(), self._request_done)
         if request is None:
@@ -563,10 +563,10 @@ class Trainer:
                                             paused=request.pause)
         log.info("checkpoint request %d (%s, slices %s): step %d committed%s", request.id,
                  request.reason, request.slices, step,
-                 "; holding until released" if request.pause else "")
+                 "; paused until released" if request.pause else "")
         self._report(urgent=True)
         if request.pause:
-            self._hold(request, active)
+            self._pause(request, active)
 
     def _save_for_request(self, step: int, state: Any, active: set[int],
                           request: CheckpointRequest) -> float | None:
@@ -591,7 +591,7 @@ class Trainer:
         finally:
             self.goodput.begin("step", time.time())
 
-    def _hold(self, request: CheckpointRequest, active: set[int]) -> None:
+    def _pause(self, request: CheckpointRequest, active: set[int]) -> None:
         """No step until the request is released (or expired, replaced, pauseSeconds
         passed); a slice lost meanwhile raises here or in the next step, the ordinary
         elastic event, and the restore finds the step just saved."""
@@ -599,9 +599,9 @@ class Trainer:
         self.goodput.begin("waiting_for_slices", time.time())
         started = last_health = time.monotonic()
         while True:
-            why = hold_ends(self.requests.view(), request, time.monotonic() - started)
+            why = pause_ends(self.requests.view(), request, time.monotonic() - started)
             self.backend.check(active)  # simulated: the loss raised here, as in a step
-            if why is None and time.monotonic() - last_health >= HOLD_HEALTH_SECONDS:
+            if why is None and time.monotonic() - last_health >= PAUSE_HEALTH_SECONDS:
                 # On Pathways the loss surfaces in the next step; a health check (a small
                 # program per slice) says when to take it.
                 last_health = time.monotonic()
@@ -609,7 +609,7 @@ class Trainer:
                     why = "a slice of the mesh is down"
             if why is not None:
                 break
-            time.sleep(HOLD_POLL_SECONDS)
+            time.sleep(PAUSE_POLL_SECONDS)
         log.info("checkpoint request %d: going on after %.1fs (%s)", request.id,
                  time.monotonic() - started, why)
         self.goodput.begin("step", time.time())
