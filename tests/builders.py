@@ -331,6 +331,11 @@ class WorkerPod:
     def named(self, name: str) -> Self:
         return self._with(name=name)
 
+    def created(self, created: datetime) -> Self:
+        """The same pod, created at `created` (Ready 2 s later): e.g. once a queue
+        admitted the job."""
+        return self._with(created_at=created, ready_transition_time=created + timedelta(seconds=2))
+
     def replacement(self, created: datetime, gen: int = 1) -> Self:
         """A newer pod for the same host (the Job controller's replacement)."""
         name = f"article-worker-{self.slice_index}-{self.host}-g{gen}"
@@ -410,9 +415,11 @@ def foreign_job(*, progress: bool = False, num_slices: int = SLICES) -> ElasticT
             .without("trainer").spec(trainer=trainer).build())
 
 
-def healthy_pods(num_slices: int = SLICES, hosts: int = HOSTS) -> list[ObservedPod]:
-    """Every host of every slice Ready."""
-    return [WorkerPod(i, h).build() for i in range(num_slices) for h in range(hosts)]
+def healthy_pods(num_slices: int = SLICES, hosts: int = HOSTS, *,
+                 created: datetime = T0) -> list[ObservedPod]:
+    """Every host of every slice Ready, the pods created at `created`."""
+    return [WorkerPod(i, h).created(created).build() for i in range(num_slices)
+            for h in range(hosts)]
 
 
 def tpu_node(name: str, pool: str | None = None, *, ready: bool = True,

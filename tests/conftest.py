@@ -11,7 +11,8 @@ started) and left running, for fast iteration.
 `crd_api` (function): an admin API client on `cluster` with the ElasticTrainingJob CRD
 installed (and established).
 
-`kueue` (module): Kueue added to `cluster` for one test module, removed afterwards.
+`kueue` (module): Kueue added to `cluster` for one test module, removed afterwards;
+`kueue_settings` (module), which a module overrides, configures it.
 
 Tests that use `cluster` get the `cluster` marker automatically; a failing one names the
 component log directory in its report. Missing binaries fail (never skip) with the command
@@ -36,7 +37,7 @@ from hypothesis import settings
 if TYPE_CHECKING:
     from kubernetes import client
 
-    from elastic_devtools.localcluster import Cluster
+    from elastic_devtools.localcluster import Cluster, KueueSettings
     from elastic_devtools.localcluster.gcs import FakeGcsServer
 
 # Property tests check behaviour, never speed: Hypothesis' default 200 ms deadline per
@@ -187,18 +188,32 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer
 
 
 @pytest.fixture(scope="module")
-def kueue(cluster: Cluster) -> Iterator[Cluster]:
-    """Kueue running on `cluster` for the tests of one module, then stopped with its
-    webhooks removed (unless it ran before), so later tests see the cluster as `cluster`
-    made it. Queues come from elastic_devtools.localcluster.kueue_queues."""
+def kueue_settings() -> KueueSettings:
+    """The Kueue configuration a module's `kueue` runs with: the release's defaults. A
+    test module overrides this fixture to run Kueue otherwise (a short
+    waitForPodsReady.recoveryTimeout, say)."""
+    from elastic_devtools.localcluster import KueueSettings
+
+    return KueueSettings()
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster, kueue_settings: KueueSettings) -> Iterator[Cluster]:
+    """Kueue running on `cluster` with `kueue_settings` for the tests of one module (one
+    running with other settings is restarted), then stopped with its webhooks removed
+    (or, if it ran before, restarted as it was), so later tests see the cluster as they
+    found it. Queues come from elastic_devtools.localcluster.kueue_queues."""
     from elastic_devtools import localcluster as lc
 
+    before = lc.kueue_settings(cluster)
     try:
-        started = lc.start_kueue(cluster, die_with_parent=True)
+        lc.start_kueue(cluster, die_with_parent=True, settings=kueue_settings)
     except lc.MissingBinaryError as err:
         pytest.fail(str(err), pytrace=False)
     except lc.ClusterStartError as err:
         pytest.fail(f"{err}\nlogs: {cluster.logs_dir}", pytrace=False)
     yield cluster
-    if started:
+    if before is None:
         lc.stop_kueue(cluster)
+    elif before != kueue_settings:
+        lc.start_kueue(cluster, die_with_parent=True, settings=before)

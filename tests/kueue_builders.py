@@ -96,6 +96,34 @@ class WorkloadWrapper:
             self.scheduling_stats(Preempted=count)
         return self
 
+    def pods_ready(self, ready: bool, at: datetime, *, recovering: bool = True) -> Self:
+        """waitForPodsReady's condition: True once every pod is Ready; False while not
+        (WaitForRecovery once they had been, else WaitForStart)."""
+        if ready:
+            return self.condition("PodsReady", "True", "Recovered" if recovering else
+                                  "Started", "All pods reached readiness and the workload "
+                                  "is running", at)
+        if recovering:
+            return self.condition("PodsReady", "False", "WaitForRecovery",
+                                  "At least one pod has failed, waiting for recovery", at)
+        return self.condition("PodsReady", "False", "WaitForStart",
+                              "Not all pods are ready or succeeded", at)
+
+    def evicted_by_kueue(self, at: datetime, reason: str, message: str, *,
+                         count: int = 1, requeue_at: datetime | None = None) -> Self:
+        """One of Kueue's own evictions (PodsReadyTimeout, NodeFailures), with its count in
+        schedulingStats and, for a PodsReadyTimeout, the requeuing backoff."""
+        self.evicted(at, reason, message)
+        self.scheduling_stats(**{reason: count})
+        if reason == "PodsReadyTimeout":
+            self.condition("Requeued", "False", reason, message, at)
+            self.pods_ready(False, at, recovering=False)
+            self._obj["status"]["requeueState"] = {"count": count} | (
+                {"requeueAt": iso(requeue_at)} if requeue_at else {})
+        else:
+            self.condition("Requeued", "True", reason, message, at)
+        return self
+
     def scheduling_stats(self, **counts: int) -> Self:
         self._obj["status"]["schedulingStats"] = {"evictions": [
             {"reason": reason, "underlyingCause": "", "count": count}

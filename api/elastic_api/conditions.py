@@ -24,6 +24,7 @@ class ConditionType:
     TRAINING_REPORT_VALID: Final = "TrainingReportValid"
     SPARES_AVAILABLE: Final = "SparesAvailable"
     MAINTENANCE_PENDING: Final = "MaintenancePending"
+    TOPOLOGY_PLACEMENT: Final = "TopologyPlacement"  # only with spec.tpu.topologyAware
 
 
 class Reason:
@@ -103,6 +104,11 @@ class Reason:
     MAINTENANCE_ONGOING: Final = "MaintenanceOngoing"
     IMPENDING_TERMINATION: Final = "ImpendingTermination"
     NO_MAINTENANCE: Final = "NoMaintenance"
+    # TopologyPlacement (True: PLACED_BY_KUEUE, also SparesAvailable's under it)
+    PLACED_BY_KUEUE: Final = "PlacedByKueue"
+    TOPOLOGY_LEVEL_NOT_FOUND: Final = "TopologyLevelNotFound"
+    NOT_QUEUED: Final = "NotQueued"
+    NO_NODES: Final = "NoNodes"
     # Pool quarantines (status.pools[].quarantined; the node label's value), with
     # NODE_NOT_READY and MAINTENANCE: the evidence against the pool (core/blame.py).
     DEVICE_UNHEALTHY: Final = "DeviceUnhealthy"  # TPU chips unhealthy, or refused a pod

@@ -129,6 +129,27 @@ class StatusModel(ApiModel):
 # --- spec -------------------------------------------------------------------------------
 
 
+class TopologyAwareSpec(ApiModel):
+    """Kueue's Topology-Aware Scheduling places the slices (a TAS ResourceFlavor of the
+    job's queue): each slice's pods in one domain of `sliceLevel`, instead of JobSet's
+    one-slice-per-node-pool placement."""
+
+    slice_level: str = Field(
+        max_length=317,
+        description="Node label of the Kueue Topology level one slice fills, e.g. "
+        "cloud.google.com/gke-nodepool (a v5e/v6e slice per node pool) or "
+        "cloud.google.com/gke-tpu-partition-4x4x4-id (TPU7x cubes). Rendered as "
+        "kueue.x-k8s.io/podset-slice-required-topology, with podset-slice-size = hosts "
+        "per slice.",
+    )
+    job_level: str | None = Field(
+        None, max_length=317,
+        description="Node label of a level that holds every slice of the job (e.g. "
+        "cloud.google.com/gce-topology-block): kueue.x-k8s.io/podset-required-topology. "
+        "Unset: slices may land in different domains of every level above sliceLevel.",
+    )
+
+
 class TpuSpec(ApiModel):
     """The TPU slices: type and topology pick a catalog shape; one worker Job per slice."""
 
@@ -142,6 +163,12 @@ class TpuSpec(ApiModel):
         description="Node pools of this shape expected beyond numSlices (hot spares a failed "
         "slice moves to); at most numSlices. The operator reports how many are healthy "
         "(status.sparePools, condition SparesAvailable); it cannot create them.",
+    )
+    topology_aware: TopologyAwareSpec | None = Field(
+        None,
+        description="Place slices with Kueue's Topology-Aware Scheduling (the job's queue "
+        "has a TAS flavor). Kueue then keeps each slice in its domain: the operator's "
+        "spare pools and quarantine do not apply (condition TopologyPlacement).",
     )
 
 
@@ -712,6 +739,9 @@ class SliceStatus(StatusModel):
     message: str | None = None
     last_transition_time: datetime | None = None
     pool: str | None = Field(None, description="Node pool the slice's pods run on.")
+    domain: str | None = Field(
+        None, description="With spec.tpu.topologyAware: the sliceLevel domain (the label's "
+        "value on its nodes) the slice's pods run in.")
     replacement: SliceReplacement | None = None
     last_replacement: ReplacementRecord | None = None
     maintenance: SliceMaintenance | None = None
@@ -948,6 +978,11 @@ class Counters(StatusModel):
     preemptions: int = Field(
         0, description="Times Kueue preempted the job (evicted it to admit another); none "
         "counts as a slice failure or a JobSet restart.")
+    evictions: int = Field(
+        0, description="Times Kueue evicted the job for another reason of its own "
+        "(PodsReadyTimeout, NodeFailures, a stopped queue, ...; not preemptions, not "
+        "deactivations); none counts as a slice failure, a JobSet restart or a trainer "
+        "restart. The last one's reason: status.admission.lastEvictionReason.")
 
 
 class TrainerProcess(StatusModel):
@@ -998,6 +1033,21 @@ class AdmissionStatus(StatusModel):
     workload_preemptions: int = Field(
         0, description="Preemptions Kueue counted on this Workload (its schedulingStats), "
         "as last seen: what counters.preemptions has taken into account.")
+    workload_evictions: int = Field(
+        0, description="Other evictions Kueue counted on this Workload (schedulingStats), "
+        "as last seen: what counters.evictions has taken into account.")
+    last_eviction_reason: str | None = Field(
+        None, description="Kueue's reason for the last eviction (Preempted, "
+        "PodsReadyTimeout, NodeFailures, ...).")
+    pods_ready_deadline: datetime | None = Field(
+        None, description="When Kueue's waitForPodsReady evicts the job unless all its "
+        "pods are Ready by then (condition EvictionPending); absent while they are.")
+    eviction_warned: datetime | None = Field(
+        None, description="The podsReadyDeadline the Warning Event EvictionPending was "
+        "posted for (once, half-way to it).")
+    requeue_at: datetime | None = Field(
+        None, description="After a PodsReadyTimeout eviction: not readmitted before this "
+        "(Kueue's requeuing backoff).")
 
 
 # An Event's message as the operator posts it, and as its outbox keeps it.

@@ -101,6 +101,14 @@ NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 TPU_RESOURCE = "google.com/tpu"
+# GKE's physical-topology labels of nodes in dense placement (reservations with blocks):
+# the block, the sub-block within it, the host. Kueue Topologies on GKE name these levels.
+TOPOLOGY_BLOCK_LABEL = "cloud.google.com/gce-topology-block"
+TOPOLOGY_SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# On a TPU7x worker pod: the slice topology GKE's dynamic slicing builds from the cubes
+# Kueue's Topology-Aware Scheduling assigned (xpk's super-slicing).
+TPU_SLICE_TOPOLOGY_ANNOTATION = "cloud.google.com/gke-tpu-slice-topology"
 # The kubelet's pod status reasons when admission refuses a pod on the node: a device
 # plugin that could not allocate (`UnexpectedAdmissionError`), or fewer healthy TPU chips
 # than the pod asks (`OutOf` + the resource name).
@@ -130,7 +138,7 @@ GCSFUSE_CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
 # The ServiceAccount every namespace has; pods run as it unless told otherwise.
 DEFAULT_SERVICE_ACCOUNT = "default"
 
-# --- Kueue (sigs.k8s.io/kueue v0.17) -----------------------------------------------------------
+# --- Kueue (sigs.k8s.io/kueue v0.17, v0.19) ------------------------------------------------
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -144,3 +152,9 @@ KUEUE_JOB_LABELS = (KUEUE_QUEUE_NAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL)
 # On the Workload Kueue creates for a JobSet: the JobSet's uid (the Workload is also
 # controller-owned by the JobSet and named jobset-<jobset>-<5 hex>).
 KUEUE_JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
+# Topology-Aware Scheduling (Kueue >= 0.14, beta, on by default), on a pod template: every
+# pod of the pod set in one domain of a level; or each group ("slice") of `slice-size`
+# pods (a JobSet's replicated Job: one TPU slice) in one domain of a level.
+KUEUE_PODSET_REQUIRED_TOPOLOGY = f"{KUEUE_GROUP}/podset-required-topology"
+KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY = f"{KUEUE_GROUP}/podset-slice-required-topology"
+KUEUE_PODSET_SLICE_SIZE = f"{KUEUE_GROUP}/podset-slice-size"

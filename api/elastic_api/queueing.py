@@ -4,9 +4,10 @@ Kept apart from the other condition types (conditions.py) because it is only set
 jobs that carry the `kueue.x-k8s.io/queue-name` label; a job without one has no
 `Admitted` condition, and the `Admission` printer column stays empty.
 
-Kueue (v0.17) holds a queued JobSet suspended until its Workload is admitted, and
+Kueue (v0.17, v0.19) holds a queued JobSet suspended until its Workload is admitted, and
 suspends it again when it evicts the Workload (preemption, a stopped queue, a
-deactivated Workload). The reasons below name each of those states in words a person
+deactivated Workload, waitForPodsReady's timeout, a failed node it cannot replace under
+Topology-Aware Scheduling). The reasons below name each of those states in words a person
 acts on; the message says which queue and why.
 
 `caused_by_eviction` is the one answer, for operator and trainer alike, to "did Kueue
@@ -39,6 +40,22 @@ REASON_NO_WORKLOAD = "NoWorkload"
 REASONS = (REASON_WAITING_FOR_ADMISSION, REASON_ADMITTED, REASON_PREEMPTED, REASON_EVICTED,
            REASON_SUSPENDED_BY_USER, REASON_NO_WORKLOAD)
 
+# --- EvictionPending: Kueue's waitForPodsReady clock (on by default from Kueue v0.19) -------
+#
+# Kueue evicts an admitted Workload whose pods are not all Ready `timeout` after its
+# admission (WaitForStart), or again `recoveryTimeout` after one stopped being Ready
+# (WaitForRecovery; a JobSet counts as Ready only when every replicated Job is). Set on
+# queued jobs whose Workload carries Kueue's PodsReady condition.
+EVICTION_PENDING = "EvictionPending"
+# status True: the clock runs; the message names the deadline.
+REASON_WAITING_FOR_START = "WaitingForStart"
+REASON_WAITING_FOR_RECOVERY = "WaitingForRecovery"
+# status False: every pod is Ready (or Kueue does not run the job now).
+REASON_PODS_READY = "PodsReady"
+REASON_NOT_ADMITTED = "NotAdmitted"
+EVICTION_PENDING_REASONS = (REASON_WAITING_FOR_START, REASON_WAITING_FOR_RECOVERY,
+                            REASON_PODS_READY, REASON_NOT_ADMITTED)
+
 # --- Kueue's own words on a Workload (kueue.x-k8s.io/v1beta2), as the operator reads them --
 
 WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
@@ -46,10 +63,30 @@ WORKLOAD_ADMITTED = "Admitted"
 WORKLOAD_EVICTED = "Evicted"
 WORKLOAD_PREEMPTED = "Preempted"
 WORKLOAD_FINISHED = "Finished"
+WORKLOAD_REQUEUED = "Requeued"  # after an eviction: its reason names it (or the backoff's end)
+WORKLOAD_PODS_READY = "PodsReady"  # waitForPodsReady on: are all the Workload's pods Ready
+# PodsReady False's reasons: not all Ready since admission; not all Ready again since one
+# stopped being Ready (Kueue's eviction clocks: its timeout, its recoveryTimeout).
+PODS_READY_WAIT_FOR_START = "WaitForStart"
+PODS_READY_WAIT_FOR_RECOVERY = "WaitForRecovery"
 # The Evicted reason (and schedulingStats.evictions[].reason) of a preemption; a
 # deactivation's is "Deactivated", possibly "DeactivatedDueTo<cause>".
 EVICTED_BY_PREEMPTION = "Preempted"
 EVICTED_BY_DEACTIVATION = "Deactivated"
+# waitForPodsReady: the pods were not all Ready in time (timeout or recoveryTimeout).
+EVICTED_BY_PODS_READY_TIMEOUT = "PodsReadyTimeout"
+# Topology-Aware Scheduling: a node of the Workload's assignment failed and Kueue found
+# no replacement node in its topology domain (TASFailedNodeReplacementFailFast).
+EVICTED_BY_NODE_FAILURES = "NodeFailures"
+
+
+def counts_as_eviction(reason: str) -> bool:
+    """An eviction counted in counters.evictions: Kueue took the job back for a reason of
+    its own (PodsReadyTimeout, NodeFailures, a stopped queue, an admission check, ...),
+    not a preemption (counters.preemptions) nor a deactivation (the user's spec.suspend,
+    `kueuectl stop`, or Kueue's requeuing limit, all reported as deactivated)."""
+    return bool(reason) and reason != EVICTED_BY_PREEMPTION \
+        and not reason.startswith(EVICTED_BY_DEACTIVATION)
 
 # --- was it Kueue? --------------------------------------------------------------------
 

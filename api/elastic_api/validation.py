@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from elastic_api import API_VERSION, KIND, maxtext
-from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE
+from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE, SliceShape
 from elastic_api.models import (
     BUNDLED_TRAINER_FIELDS,
     INT32_MAX,
@@ -27,7 +27,7 @@ from elastic_api.models import (
     ElasticTrainingJobSpec,
     TrainerSpec,
 )
-from elastic_api.names import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_NAME_LABEL
+from elastic_api.names import HOSTNAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_NAME_LABEL
 
 # JobSet puts `<jobset>-pathways-head-0-0.<subdomain>` (subdomain = the JobSet name) in a
 # label value, at most 63 characters: 2n + 19 <= 63.
@@ -185,6 +185,33 @@ PLACEMENT = (
     "remove it or set it to TPU"
 )
 
+# --- Topology-Aware Scheduling (spec.tpu.topologyAware) -------------------------------------
+
+# A node label key, as Kueue checks a topology annotation (a qualified name): an optional
+# DNS-1123 subdomain prefix of at most 253 characters and '/', then a name of 1-63.
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+MAX_LABEL_PREFIX = 253
+TAS_LEVEL_FORMAT = (
+    "spec.tpu.topologyAware.{field}: not a node label key (an optional DNS-1123 subdomain "
+    "prefix of at most 253 characters and '/', then at most 63 letters, digits, '-', '_' "
+    "and '.'); set it to a level of your Kueue Topology, e.g. cloud.google.com/gke-nodepool"
+)
+TAS_SAME_LEVEL = (
+    "spec.tpu.topologyAware.jobLevel: must differ from sliceLevel (a slice fills one "
+    "sliceLevel domain, jobLevel holds all of them); set it to a level above sliceLevel, "
+    "or remove it"
+)
+TAS_HOSTNAME = (
+    "spec.tpu.topologyAware.sliceLevel: kubernetes.io/hostname holds one host, and a "
+    "{type} {topology} slice has several; use the level one whole slice fills, e.g. "
+    "cloud.google.com/gke-nodepool"
+)
+TAS_PLACEMENT = (
+    "spec.tpu.topologyAware: Kueue places TPU slices by topology, and spec.placement Any "
+    "places no TPU workers; remove topologyAware, or spec.placement"
+)
+
 # --- the trainer: the bundled one, or the user's command -------------------------------------
 
 STEPS_REQUIRED = (
@@ -264,6 +291,53 @@ IMMUTABLE = (
     "spec.{field} is immutable: only spec.suspend may change after creation; delete and "
     "recreate the job to change it"
 )
+
+
+def single_host_shapes() -> list[str]:
+    """'<type>:<topology>' of the catalog's one-host slices (their slice level may be the
+    host)."""
+    return [f"{t}:{topology}" for t, family in CATALOG.items()
+            for topology in family.topologies if SliceShape(family, topology).vms == 1]
+
+
+def _topology_aware_rules() -> list[Rule]:
+    def well_formed(field: str) -> str:
+        value = f"self.topologyAware.{field}"
+        return (f"!has(self.topologyAware) || !has({value}) || {value}.matches('{LABEL_KEY}') "
+                f"&& (!{value}.contains('/') || {value}.indexOf('/') <= {MAX_LABEL_PREFIX})")
+    shapes = ", ".join(f"'{s}'" for s in single_host_shapes())
+    return [
+        *(Rule("spec.tpu", well_formed(field), TAS_LEVEL_FORMAT.replace("{field}", field), {})
+          for field in ("sliceLevel", "jobLevel")),
+        Rule("spec.tpu", "!has(self.topologyAware) || !has(self.topologyAware.jobLevel) || "
+             "self.topologyAware.jobLevel != self.topologyAware.sliceLevel",
+             TAS_SAME_LEVEL, {}),
+        Rule("spec.tpu", "!has(self.topologyAware) || "
+             f"self.topologyAware.sliceLevel != '{HOSTNAME_LABEL}' || "
+             f"(self.type + ':' + self.topology) in [{shapes}]",
+             TAS_HOSTNAME, {"type": "self.type", "topology": "self.topology"}),
+        Rule("spec", "!has(self.tpu.topologyAware) || !has(self.placement) || "
+             "self.placement == 'TPU'", TAS_PLACEMENT, {}),
+    ]
+
+
+def _topology_aware_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    tas = spec.tpu.topology_aware
+    if tas is None:
+        return []
+    errors = []
+    for field, value in (("sliceLevel", tas.slice_level), ("jobLevel", tas.job_level)):
+        if value is not None and (not re.fullmatch(LABEL_KEY, value)
+                                  or value.find("/") > MAX_LABEL_PREFIX):
+            errors.append(TAS_LEVEL_FORMAT.replace("{field}", field))
+    if tas.job_level is not None and tas.job_level == tas.slice_level:
+        errors.append(TAS_SAME_LEVEL)
+    shape = f"{spec.tpu.type}:{spec.tpu.topology}"
+    if tas.slice_level == HOSTNAME_LABEL and shape not in single_host_shapes():
+        errors.append(TAS_HOSTNAME.format(type=spec.tpu.type, topology=spec.tpu.topology))
+    if spec.placement != "TPU":
+        errors.append(TAS_PLACEMENT)
+    return errors
 
 
 def _topology_rules() -> list[Rule]:
@@ -444,6 +518,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
         Rule("", f"size(self.metadata.name) <= {MAX_NAME_LENGTH}", NAME_LENGTH,
              {"name": "self.metadata.name"}),
         *_topology_rules(),
+        *_topology_aware_rules(),
         Rule(
             "spec",
             "!has(self.elastic) || !has(self.elastic.minSlices) || "
@@ -582,6 +657,7 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(SERVICE_ACCOUNT_NAME)
     if spec.backend == "pathways" and spec.pathways.gcs_scratch is None:
         errors.append(GCS_SCRATCH)
+    errors += _topology_aware_checks(spec)
     errors += _trainer_checks(spec.trainer)
     errors += _progress_checks(spec.trainer)
     errors += _checkpoint_maxtext_checks(spec)

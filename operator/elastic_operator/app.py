@@ -33,6 +33,7 @@ from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.kube import Backoff, Key
 from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Caches, WatchScope
 from elastic_operator.checkpoint_roots import CheckpointRoots
+from elastic_operator.core.eviction import PodsReadyTimeouts
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
@@ -56,6 +57,7 @@ class ReplacementSettings:
     limits: NodeActionLimits = field(default_factory=NodeActionLimits)
     release_after_s: float = 600.0
     repeated_failures_quarantine_s: float = 3600.0
+    pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)  # Kueue's
 
 
 @dataclass
@@ -225,7 +227,8 @@ def build_operator(
                                    worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
     reconciler = Reconciler(kube, observations, metrics, clock,
                             limiter=NodeActionLimiter(settings.limits, clock),
-                            quarantine_pools=settings.quarantine_pools)
+                            quarantine_pools=settings.quarantine_pools,
+                            pods_ready=settings.pods_ready)
     elector = _elector(kube, metrics, election, started, clock) if election is not None else None
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
     scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers,

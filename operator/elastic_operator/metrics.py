@@ -81,6 +81,10 @@ class OperatorMetrics:
             "etj_preemptions_total",
             "Times Kueue preempted the job (evicted it to admit another); not slice failures.",
             labels, registry=registry)
+        self.evictions = Counter(
+            "etj_evictions_total",
+            "Times Kueue evicted the job for another reason of its own (PodsReadyTimeout, "
+            "NodeFailures, ...); not slice failures.", labels, registry=registry)
         self.detection_latency = Histogram(
             "etj_slice_down_detection_seconds",
             "From a host's failure (container finishedAt, delete request, node NotReady) to "
@@ -314,6 +318,9 @@ class OperatorMetrics:
         preemptions = new.counters.preemptions - previous.counters.preemptions
         if preemptions > 0:
             self.preemptions.labels(namespace, job).inc(preemptions)
+        evictions = new.counters.evictions - previous.counters.evictions
+        if evictions > 0:
+            self.evictions.labels(namespace, job).inc(evictions)
         if new.slices_desired is not None:
             self.desired_slices.labels(namespace, job).set(new.slices_desired)
         if new.slices_ready is not None:
@@ -328,7 +335,8 @@ class OperatorMetrics:
         event: increase() and rate() count from a series' first sample, so a series born
         at 1 would hide the first failure (or recovery) from every dashboard and alert."""
         for counter in (self.slice_failures, self.elastic_events, self.trainer_restarts,
-                        self.preemptions, self.productive_seconds, self.slice_down_seconds):
+                        self.preemptions, self.evictions, self.productive_seconds,
+                        self.slice_down_seconds):
             counter.labels(namespace, job)
         for action in _ACTIONS.values():
             self.slice_replacements.labels(namespace, job, action)
@@ -416,7 +424,7 @@ class OperatorMetrics:
     def forget(self, namespace: str, job: str) -> None:
         """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
         for metric in (self.slice_failures, self.elastic_events, self.trainer_restarts,
-                       self.preemptions, self.active_slices, self.desired_slices,
+                       self.preemptions, self.evictions, self.active_slices, self.desired_slices,
                        self.ready_slices, self.goodput_ratio, self.productive_seconds,
                        self.slice_down_seconds, self.max_slice_restarts,
                        self.jobset_restarts, self.max_restarts, self.recovering,

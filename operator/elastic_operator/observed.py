@@ -34,7 +34,7 @@ from elastic_api.names import (
     TPU_TOPOLOGY_LABEL,
     WORKER_REPLICATED_JOB,
 )
-from elastic_api.queueing import EVICTED_BY_PREEMPTION
+from elastic_api.queueing import EVICTED_BY_PREEMPTION, WORKLOAD_REQUEUED, counts_as_eviction
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -120,6 +120,9 @@ class ObservedNode:
     scheduled_maintenance: datetime | None = None
     maintenance_ongoing: bool = False
     impending_termination: bool = False
+    # Every label, as (key, value) pairs sorted by key (the topology levels of Kueue's
+    # Topology-Aware Scheduling are labels of any name).
+    labels: tuple[tuple[str, str], ...] = ()
     # google.com/tpu in status.capacity and .allocatable: the kubelet counts only the
     # chips the device plugin reports healthy as allocatable.
     tpu_capacity: int | None = None
@@ -137,6 +140,9 @@ class ObservedNode:
     def healthy(self) -> bool:
         """Ready, with every TPU chip healthy."""
         return self.ready and self.unhealthy_chips == 0
+
+    def label(self, key: str) -> str | None:
+        return next((v for k, v in self.labels if k == key), None)
 
     @property
     def maintenance_signal(self) -> str | None:
@@ -256,6 +262,14 @@ class ObservedWorkload:
     # Preempted): it keeps counting across requeues, so a reconcile that missed a short
     # eviction still sees it.
     preemptions: int = 0
+    # The other evictions counted there that counters.evictions counts
+    # (queueing.counts_as_eviction: PodsReadyTimeout, NodeFailures, ...).
+    evictions: int = 0
+    # The reasons of those counted evictions, as Kueue lists them (it keeps no times).
+    eviction_reasons: tuple[str, ...] = ()
+    # status.requeueState.requeueAt: after a PodsReadyTimeout eviction, the end of the
+    # requeuing backoff.
+    requeue_at: datetime | None = None
 
     def condition(self, type_: str) -> ObservedCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -263,6 +277,16 @@ class ObservedWorkload:
     def is_true(self, type_: str) -> bool:
         cond = self.condition(type_)
         return cond is not None and cond.status == "True"
+
+    @property
+    def last_counted_eviction(self) -> str | None:
+        """The reason of the newest counted eviction, once Kueue readmitted the job (its
+        Evicted condition no longer says): the Requeued condition's when it names one
+        (NodeFailures; PodsReadyTimeout during the backoff), else the only kind counted."""
+        requeued = self.condition(WORKLOAD_REQUEUED)
+        if requeued is not None and requeued.reason in self.eviction_reasons:
+            return requeued.reason
+        return self.eviction_reasons[0] if len(set(self.eviction_reasons)) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -377,6 +401,8 @@ def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
         scheduled_maintenance=_epoch(labels.get(SCHEDULED_MAINTENANCE_LABEL)),
         maintenance_ongoing=labels.get(ACTIVE_MAINTENANCE_LABEL) == "ONGOING",
         impending_termination=any(t.get("key") == IMPENDING_TERMINATION_TAINT for t in taints),
+        labels=tuple(sorted((k, v) for k, v in labels.items()
+                            if isinstance(k, str) and isinstance(v, str))),
         tpu_capacity=_count(_dict(node_status.get("capacity")).get(TPU_RESOURCE)),
         tpu_allocatable=_count(_dict(node_status.get("allocatable")).get(TPU_RESOURCE)),
         quarantine_cause=quarantine_cause_from(annotations.get(QUARANTINE_CAUSE_ANNOTATION)),
@@ -545,9 +571,9 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
                           last_transition_time=parse_time(c.get("lastTransitionTime")))
         for c in map(_dict, _list(status.get("conditions"))) if isinstance(c.get("type"), str)
     )
-    evictions = _list(_dict(status.get("schedulingStats")).get("evictions"))
-    preemptions = sum(max(_int(e.get("count")) or 0, 0) for e in map(_dict, evictions)
-                      if e.get("reason") == EVICTED_BY_PREEMPTION)
+    evictions = [(str(e.get("reason") or ""), max(_int(e.get("count")) or 0, 0))
+                 for e in map(_dict, _list(_dict(status.get("schedulingStats")).get("evictions")))]
+    preemptions = sum(n for reason, n in evictions if reason == EVICTED_BY_PREEMPTION)
     return ObservedWorkload(
         name=str(meta.get("name", "")),
         active=spec.get("active") is not False,
@@ -557,4 +583,7 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
         cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),
         conditions=conditions,
         preemptions=preemptions,
+        evictions=sum(n for reason, n in evictions if counts_as_eviction(reason)),
+        eviction_reasons=tuple(r for r, n in evictions if counts_as_eviction(r) and n),
+        requeue_at=parse_time(_dict(status.get("requeueState")).get("requeueAt")),
     )

@@ -117,6 +117,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeated-failures-quarantine-seconds", type=_non_negative, default=3600.0,
         metavar="S", help="a pool quarantined for repeated slice failures (its nodes look "
         "healthy) stays quarantined at least this long (default 3600)")
+    _add_kueue_arguments(parser)
+
+
+def _add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
+    kueue = parser.add_argument_group(
+        "Kueue's waitForPodsReady, as your Kueue Configuration sets it (docs/operations.md, "
+        "\"With Kueue\"): the deadlines of condition EvictionPending")
+    kueue.add_argument(
+        "--kueue-pods-ready-timeout-seconds", type=_positive, default=1800.0, metavar="S",
+        help="waitForPodsReady.timeout: Kueue evicts a job whose pods are not all Ready "
+        "this long after its admission (default 1800, Kueue's)")
+    kueue.add_argument(
+        "--kueue-recovery-timeout-seconds", type=_positive, default=None, metavar="S",
+        help="waitForPodsReady.recoveryTimeout: Kueue evicts a job whose pods are not all "
+        "Ready again this long after one stopped being Ready (default: the timeout, as "
+        "Kueue's)")
 
 
 def _positive(text: str) -> float:
@@ -135,6 +151,7 @@ def _non_negative(text: str) -> float:
 
 def replacement_settings(args: argparse.Namespace) -> ReplacementSettings:
     from elastic_operator.app import ReplacementSettings
+    from elastic_operator.core.eviction import PodsReadyTimeouts
     from elastic_operator.node_actions import NodeActionLimits
 
     return ReplacementSettings(
@@ -143,7 +160,9 @@ def replacement_settings(args: argparse.Namespace) -> ReplacementSettings:
                                 burst=max(1, args.node_action_burst),
                                 cooldown_s=args.node_action_cooldown_seconds),
         release_after_s=args.quarantine_release_after_seconds,
-        repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds)
+        repeated_failures_quarantine_s=args.repeated_failures_quarantine_seconds,
+        pods_ready=PodsReadyTimeouts(args.kueue_pods_ready_timeout_seconds,
+                                     args.kueue_recovery_timeout_seconds))
 
 
 def check_api_versions(kube: Kube, now: datetime | None = None) -> bool:

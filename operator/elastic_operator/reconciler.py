@@ -28,6 +28,7 @@ from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, Pen
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.events import StatusEvent, from_outbox, outbox
+from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.pacing import progress_only
@@ -93,11 +94,13 @@ class Reconciler:
     def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
                  clock: Clock = SYSTEM_CLOCK, *,
                  limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
-                 progress_interval_s: float = PROGRESS_INTERVAL_S) -> None:
+                 progress_interval_s: float = PROGRESS_INTERVAL_S,
+                 pods_ready: PodsReadyTimeouts | None = None) -> None:
         self.kube = kube  # the writes
         self.observations = observations  # the reads
         self.metrics = metrics
         self.clock = clock
+        self.pods_ready = pods_ready or PodsReadyTimeouts()  # Kueue's, as we are told
         self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
                                  quarantine_pools=quarantine_pools)
         self.wake: Wake | None = None  # set by app.py (the Scheduler's add_after)
@@ -261,7 +264,8 @@ class Reconciler:
             if jobset is not None and needs_jobs(parsed.previous) else {})
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
-                                            report_problem=parsed.report_problem)
+                                            report_problem=parsed.report_problem,
+                                            pods_ready=self.pods_ready)
         self.observations.note_failures(namespace, name, job.metadata.uid or "",
                                         new_status.pools)
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
@@ -275,6 +279,9 @@ class Reconciler:
             self._replace(raw, job, new_status, observed, now)
         finally:
             self._post_events(raw, pending, now)
+        warn_in = next_look_in(new_status.admission, self.pods_ready, now)
+        if warn_in is not None and self.wake is not None:  # Kueue's deadline draws near
+            self.wake(namespace, name, warn_in + 0.1)
 
     def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
         """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""

@@ -34,6 +34,9 @@ from elastic_api.names import (
     JOBSET_API_VERSION,
     JOBSET_NAME_LABEL,
     KUEUE_JOB_LABELS,
+    KUEUE_PODSET_REQUIRED_TOPOLOGY,
+    KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY,
+    KUEUE_PODSET_SLICE_SIZE,
     MAIN_CONTAINER,
     MANAGED_BY,
     NODE_POOL_LABEL,
@@ -49,6 +52,7 @@ from elastic_api.names import (
     SLICE_AGENT_CONTAINER,
     TPU_ACCELERATOR_LABEL,
     TPU_RESOURCE,
+    TPU_SLICE_TOPOLOGY_ANNOTATION,
     TPU_TOPOLOGY_LABEL,
     UNREACHABLE_TAINT,
     WORKER_CONTAINER,
@@ -470,8 +474,11 @@ def _node_failure_tolerations(job: ElasticTrainingJob) -> list[dict[str, Any]]:
 def _avoid_quarantined_pools(job: ElasticTrainingJob) -> dict[str, Any] | None:
     """Workers never land on a node pool the operator quarantined (names.QUARANTINE_LABEL):
     after a failure the recreated slice goes to a healthy spare pool. Running pods are
-    not affected (IgnoredDuringExecution)."""
-    if not job.spec.recovery.replace_slices or not tpu_placement(job):
+    not affected (IgnoredDuringExecution). Not under Topology-Aware Scheduling: Kueue
+    pins each slice's pods to the hosts it assigned at admission, and a recreated slice
+    whose domain had been quarantined could never be scheduled."""
+    if not job.spec.recovery.replace_slices or not tpu_placement(job) \
+            or job.spec.tpu.topology_aware is not None:
         return None
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
@@ -530,6 +537,8 @@ def _worker_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
         {TPU_ACCELERATOR_LABEL: shape.family.accelerator_label, TPU_TOPOLOGY_LABEL: shape.topology}
         if tpu else {}
     )
+    if dynamic_slicing(job):  # GKE builds the slice from the cubes Kueue assigns
+        node_selector.pop(TPU_TOPOLOGY_LABEL)
     node_selector.update(spec.node_selector)
     if node_selector:
         pod["nodeSelector"] = node_selector
@@ -577,6 +586,28 @@ def _replicated_job(
     }
 
 
+def dynamic_slicing(job: ElasticTrainingJob) -> bool:
+    """TPU7x under Topology-Aware Scheduling: GKE's dynamic slicing (xpk's super-slicing)
+    builds each slice of the topology the pod asks for from the cubes Kueue assigned; the
+    nodes carry their cube's topology, not the slice's."""
+    return job.spec.tpu.type == "tpu7x" and job.spec.tpu.topology_aware is not None
+
+
+def worker_pod_annotations(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, str]:
+    """Kueue's Topology-Aware Scheduling: each slice (a worker Job, `shape.vms` pods) in
+    one domain of sliceLevel, the whole job in one of jobLevel (spec.tpu.topologyAware)."""
+    tas = job.spec.tpu.topology_aware
+    if tas is None:
+        return {}
+    annotations = {KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY: tas.slice_level,
+                   KUEUE_PODSET_SLICE_SIZE: str(shape.vms)}
+    if tas.job_level is not None:
+        annotations[KUEUE_PODSET_REQUIRED_TOPOLOGY] = tas.job_level
+    if dynamic_slicing(job):
+        annotations[TPU_SLICE_TOPOLOGY_ANNOTATION] = shape.topology
+    return annotations
+
+
 def head_pod_annotations(job: ElasticTrainingJob) -> dict[str, str]:
     # The head looks idle to the cluster autoscaler (a CPU node with one pod); evicting it
     # ends the run. GKE injects its Cloud Storage FUSE sidecar only where asked to.
@@ -602,8 +633,11 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
         # A slice failure stays local: the operator recreates the slice's Job; this
         # budget is the Job controller's, for when the operator is not running.
         backoff_limit=shape.vms * spec.elastic.max_slice_restarts,
-        exclusive_topology=NODE_POOL_LABEL if tpu_placement(job) else None,
-        pod_spec=_worker_pod(job, shape),
+        # One slice per node pool (JobSet's exclusive placement), unless Kueue places
+        # the slices by topology.
+        exclusive_topology=NODE_POOL_LABEL if tpu_placement(job)
+        and spec.tpu.topology_aware is None else None,
+        pod_spec=_worker_pod(job, shape), pod_annotations=worker_pod_annotations(job, shape),
     )
     worker["dependsOn"] = [{"name": HEAD_REPLICATED_JOB, "status": "Ready"}]
     metadata = _metadata(job, name, "jobset")

@@ -37,6 +37,10 @@ from elastic_api.validation import (
     PROGRESS_NEEDS_COMMAND,
     SNAPSHOT_PERIOD_RUN,
     STEPS_REQUIRED,
+    TAS_HOSTNAME,
+    TAS_LEVEL_FORMAT,
+    TAS_PLACEMENT,
+    TAS_SAME_LEVEL,
     VOLUME_MOUNT,
     VOLUME_NAME,
     VOLUME_SOURCE,
@@ -265,6 +269,30 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("placement-any-pathways", _mutate("spec.placement", "Any"),
      "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
      "remove it or set it to TPU"),
+    ("tas-level-not-a-label", _mutate("spec.tpu", {
+        "type": "v5e", "topology": "4x4", "numSlices": 3,
+        "topologyAware": {"sliceLevel": "Node Pool"}}),
+     TAS_LEVEL_FORMAT.replace("{field}", "sliceLevel")),
+    ("tas-job-level-prefix-too-long", _mutate("spec.tpu", {
+        "type": "v5e", "topology": "4x4", "numSlices": 3,
+        "topologyAware": {"sliceLevel": "cloud.google.com/gke-nodepool",
+                          "jobLevel": "a" * 63 + "." + "b" * 63 + "." + "c" * 63 + "."
+                          + "d" * 63 + "/block"}}),
+     TAS_LEVEL_FORMAT.replace("{field}", "jobLevel")),
+    ("tas-same-level", _mutate("spec.tpu", {
+        "type": "v5e", "topology": "4x4", "numSlices": 3,
+        "topologyAware": {"sliceLevel": "cloud.google.com/gke-nodepool",
+                          "jobLevel": "cloud.google.com/gke-nodepool"}}),
+     TAS_SAME_LEVEL),
+    ("tas-hostname-multi-host", _mutate("spec.tpu", {
+        "type": "v5e", "topology": "4x4", "numSlices": 3,
+        "topologyAware": {"sliceLevel": "kubernetes.io/hostname"}}),
+     TAS_HOSTNAME.format(type="v5e", topology="4x4")),
+    ("tas-placement-any", _mutated(
+        ("spec.backend", "simulated"), ("spec.placement", "Any"),
+        ("spec.tpu", {"type": "v5e", "topology": "4x4", "numSlices": 3,
+                      "topologyAware": {"sliceLevel": "cloud.google.com/gke-nodepool"}})),
+     TAS_PLACEMENT),
     ("progress-bundled", _mutate("spec.trainer", {"image": "t:1", "steps": 1,
                                                  "progress": PROGRESS}),
      PROGRESS_NEEDS_COMMAND),

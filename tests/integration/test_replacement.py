@@ -12,9 +12,6 @@ never asserted here.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +29,6 @@ from elastic_api.names import (
     QUARANTINE_CAUSE_ANNOTATION,
     QUARANTINE_LABEL,
     VERSION,
-    worker_job_name,
 )
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
@@ -44,12 +40,14 @@ from tests.support.article_job import (
     events,
     get_jobset,
     is_true,
+    start_trainer,
     status_of,
     submit,
+    worker_job_uid,
     worker_pods,
     write_report,
 )
-from tests.support.waiting import wait_running, wait_status
+from tests.support.waiting import ready_on_new_job, wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -89,28 +87,7 @@ def revive(api: client.ApiClient) -> Iterator[list[str]]:
 
 
 def job_uid(api: client.ApiClient, ns: str, index: int) -> str | None:
-    try:
-        return str(client.BatchV1Api(api).read_namespaced_job(
-            worker_job_name(JOB, index), ns).metadata.uid)
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
-def ready_on_new_job(api: client.ApiClient, ns: str, index: int, old_uid: str | None,
-                     what: str, timeout: float = TIMEOUT) -> dict[str, Any]:
-    """The slice Ready again, on a worker Job other than `old_uid`. The status must say
-    the replacement is over (no record open): a version written before the old Job went
-    (a Move is recorded while the slice is still Ready) read once the new Job exists would
-    otherwise pass for it."""
-    def check(s: dict[str, Any]) -> bool:
-        slice_ = s["slices"][index]
-        if slice_["state"] != "Ready" or slice_.get("replacement") is not None:
-            return False
-        uid = job_uid(api, ns, index)
-        return uid is not None and uid != old_uid
-    return wait_status(api, ns, check, what, timeout=timeout)
+    return worker_job_uid(api, ns, index)
 
 
 def pool_of(api: client.ApiClient, node: str) -> str:
@@ -383,22 +360,6 @@ def test_a_maintenance_notice_moves_the_slice_after_the_trainer_checkpoints(
         faults.end_maintenance(api, pool)
 
 
-def _start_trainer(api: client.ApiClient, ns: str, kubeconfig: Path, tmp_path: Path
-                   ) -> subprocess.Popen[bytes]:
-    """The real trainer (`etj train`) of the job, on simulated slices that follow the
-    worker pods' readiness, as the head pod runs it (the kwok head pod runs nothing)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETJ_JOB_", "XLA_"))}
-    env.update(KUBECONFIG=str(kubeconfig))
-    cmd = [sys.executable, "-m", "elastic_api.cli", "train", "--config", "tiny",
-           "--steps", "100000", "--batch", "6", "--simulate-slices", "3",
-           "--devices-per-slice", "1", "--slice-health", "pods", "--job", f"{ns}/{JOB}",
-           "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-period", "100000",
-           "--compilation-cache", str(tmp_path / "cache"), "--min-step-seconds", "0.02",
-           "--log-every", "100", "--report-interval", "1", "--elastic-timeout", "120"]
-    with open(tmp_path / "train.log", "wb") as log_file:
-        return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-
-
 def test_the_real_trainer_answers_a_maintenance_request_and_loses_no_step(
         api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
     """As the test above, with `etj train` answering: the request -> its committed save
@@ -407,7 +368,7 @@ def test_the_real_trainer_answers_a_maintenance_request_and_loses_no_step(
     submit(api, ns)
     wait_running(api, ns)
     pool = status_of(api, ns)["slices"][1]["pool"]
-    trainer = _start_trainer(api, ns, Path(cluster.kubeconfig), tmp_path)
+    trainer = start_trainer(ns, Path(cluster.kubeconfig), tmp_path)
     log = tmp_path / "train.log"
 
     def training(s: dict[str, Any]) -> bool:

@@ -3,7 +3,12 @@ submitted, read back (status, conditions, pods, the JobSet, Events), reported on
 trainer does, and deleted with its pods gone, so the fake TPU nodes are free again."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -17,6 +22,7 @@ from elastic_api.names import (
     JOBSET_VERSION,
     PLURAL,
     VERSION,
+    worker_job_name,
     worker_pods_selector,
 )
 from elastic_devtools.localcluster.faults import wait_for
@@ -120,3 +126,34 @@ def resumed_report(detected_at: datetime, resumed_at: datetime) -> dict[str, Any
 
 def parse(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def worker_job_uid(api: client.ApiClient, ns: str, index: int) -> str | None:
+    """The uid of slice `index`'s worker Job (None: there is none)."""
+    try:
+        return str(client.BatchV1Api(api).read_namespaced_job(
+            worker_job_name(JOB, index), ns).metadata.uid)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def start_trainer(ns: str, kubeconfig: Path, work: Path, *, checkpoint_dir: Path | None = None,
+                  checkpoint_period: int = 100000, extra: Sequence[str] = (),
+                  log_name: str = "train.log") -> subprocess.Popen[bytes]:
+    """The real trainer (`etj train`) of the job, on simulated slices that follow the
+    worker pods' readiness, as the head pod runs it (the kwok head pod runs nothing);
+    its log in `work`/`log_name`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETJ_JOB_", "XLA_"))}
+    env.update(KUBECONFIG=str(kubeconfig))
+    cmd = [sys.executable, "-m", "elastic_api.cli", "train", "--config", "tiny",
+           "--steps", "100000", "--batch", "6", "--simulate-slices", "3",
+           "--devices-per-slice", "1", "--slice-health", "pods", "--job", f"{ns}/{JOB}",
+           "--checkpoint-dir", str(checkpoint_dir or work / "ckpt"),
+           "--checkpoint-period", str(checkpoint_period),
+           "--compilation-cache", str(work / "cache"), "--min-step-seconds", "0.02",
+           "--log-every", "100", "--report-interval", "1", "--elastic-timeout", "120",
+           *extra]
+    with open(work / log_name, "wb") as log_file:
+        return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)

@@ -12,7 +12,7 @@ from kubernetes import client, watch
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Phase
 from elastic_api.names import GROUP, PLURAL, VERSION
-from tests.support.article_job import JOB, TIMEOUT, get_job, is_true
+from tests.support.article_job import JOB, TIMEOUT, get_job, is_true, worker_job_uid
 
 
 def wait_status(api: client.ApiClient, ns: str, predicate: Callable[[dict[str, Any]], Any],
@@ -67,3 +67,18 @@ def job_version(api: client.ApiClient, ns: str) -> str:
 def wait_running(api: client.ApiClient, ns: str) -> dict[str, Any]:
     return wait_status(api, ns, lambda s: s.get("phase") == Phase.RUNNING and is_true(s, C.READY),
                        "job Running with all 3 slices Ready")
+
+
+def ready_on_new_job(api: client.ApiClient, ns: str, index: int, old_uid: str | None,
+                     what: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+    """The slice Ready again, on a worker Job other than `old_uid`. The status must say
+    the replacement is over (no record open): a version written before the old Job went
+    (a Move is recorded while the slice is still Ready) read once the new Job exists would
+    otherwise pass for it."""
+    def check(s: dict[str, Any]) -> bool:
+        slice_ = s["slices"][index]
+        if slice_["state"] != "Ready" or slice_.get("replacement") is not None:
+            return False
+        uid = worker_job_uid(api, ns, index)
+        return uid is not None and uid != old_uid
+    return wait_status(api, ns, check, what, timeout=timeout)

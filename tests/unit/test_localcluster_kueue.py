@@ -155,3 +155,22 @@ def test_files_are_found_in_the_cache(tmp_path: Path):
     (patches / "webhook_in_workloads.yaml").write_text(yaml.safe_dump(
         {"metadata": {"name": "workloads.kueue.x-k8s.io"}}))
     assert files.converted_crds() == {"workloads.kueue.x-k8s.io"}
+
+
+def test_a_test_module_s_settings_are_merged_over_kueues_defaults():
+    settings = kueue.KueueSettings(
+        pods_ready={"recoveryTimeout": "45s", "requeuingStrategy": {"backoffBaseSeconds": 10}},
+        feature_gates={"TASFailedNodeReplacementFailFast": False})
+    cfg = kueue.config(1, 2, Path("/c"), "v0.19.2", settings=settings)
+    assert cfg["waitForPodsReady"] == {
+        "timeout": "30m", "recoveryTimeout": "45s", "blockAdmission": False,
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 10,
+                              "backoffMaxSeconds": 3600}}
+    assert cfg["featureGates"] == {"VisibilityOnDemand": False,
+                                   "TASFailedNodeReplacementFailFast": False}
+    # What the running Kueue was started with is kept as JSON and compared by value.
+    assert kueue.KueueSettings.from_json(settings.to_json()) == settings
+    assert kueue.KueueSettings.from_json(kueue.KueueSettings().to_json()) != settings
+    off = kueue.config(1, 2, Path("/c"), "v0.19.2",
+                       settings=kueue.KueueSettings(wait_for_pods_ready=False))
+    assert "waitForPodsReady" not in off and off["featureGates"]["DisableWaitForPodsReady"]

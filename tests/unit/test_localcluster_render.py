@@ -59,6 +59,8 @@ def test_default_pools_hold_the_articles_job_and_one_spare() -> None:
             render.TPU_ACCELERATOR_LABEL: "tpu-v5-lite-podslice",
             render.TPU_TOPOLOGY_LABEL: "4x4",
             "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",
+            # Topology-Aware Scheduling's block level: two pools per block.
+            render.TOPOLOGY_BLOCK_LABEL: f"tpu-v5e-4x4-block-{int(pool.name[-1]) // 2}",
         }
         assert pool.capacity[render.TPU_RESOURCE] == "4"
     names = [n for p in pools for n in p.nodes]

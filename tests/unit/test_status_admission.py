@@ -72,8 +72,9 @@ def step(job: ElasticTrainingJob, prev: Status | None, now: datetime, *,
          pods: list[Any] | None = None, jobset: ObservedJobSet | None = None,
          wl: ObservedWorkload | None = None) -> tuple[Status, list[StatusEvent]]:
     jobset = jobset if jobset is not None else jobset_of(job)
-    return compute_status(job, observe(pods if pods is not None else healthy_pods(), jobset,
-                                       workload=wl), prev, now)
+    # Pods of a queued job are made once Kueue admits it (at(30) in these tests).
+    pods = pods if pods is not None else healthy_pods(created=at(30))
+    return compute_status(job, observe(pods, jobset, workload=wl), prev, now)
 
 
 def admitted_cond(status: Status) -> tuple[str, str, str]:
@@ -172,7 +173,8 @@ def test_admission_is_dated_by_kueue_and_the_job_then_runs_as_any_other() -> Non
 
 def preempted_pods(now: datetime) -> list[Any]:
     """Kueue suspended the JobSet: the Job controller deletes every pod."""
-    return [WorkerPod(i, h).deleting(now, 0).build() for i in range(3) for h in range(HOSTS)]
+    return [WorkerPod(i, h).created(at(30)).deleting(now, 0).build() for i in range(3)
+            for h in range(HOSTS)]
 
 
 def test_a_preemption_is_reported_and_is_no_slice_failure() -> None:
@@ -200,8 +202,9 @@ def test_a_preemption_is_reported_and_is_no_slice_failure() -> None:
                          wl=out.build())
     assert again.counters.preemptions == 1 and events == []
 
-    # Readmitted: the same JobSet runs again, nothing charged.
-    back, events = step(job, again, at(201), wl=out.admitted(at(200)).build())
+    # Readmitted: the same JobSet runs again (new pods), nothing charged.
+    back, events = step(job, again, at(203), wl=out.admitted(at(200)).build(),
+                        pods=healthy_pods(created=at(200)))
     assert back.counters.preemptions == 1 and back.counters.slice_failures == 0
     assert admitted_cond(back)[:2] == ("True", REASON_ADMITTED)
     assert reasons(events) == [("Normal", REASON_ADMITTED)]
@@ -278,9 +281,16 @@ def test_another_eviction_is_named() -> None:
     state, reason, message = admitted_cond(status)
     assert (state, reason) == ("False", REASON_EVICTED)
     assert message == ("evicted by Kueue (ClusterQueueStopped: The ClusterQueue is stopped); "
-                       "requeued in queue lq")
+                       "requeued in queue lq: it resumes from its newest committed checkpoint "
+                       "when admitted again")
     assert reasons(events) == [("Warning", REASON_EVICTED)]
     assert status.counters.preemptions == 0 and status.phase == Phase.QUEUED
+    # Kueue's own eviction, counted once (this Kueue keeps no count: the condition says).
+    assert status.counters.evictions == 1
+    assert status.admission is not None
+    assert status.admission.last_eviction_reason == "ClusterQueueStopped"
+    again, events = step(queued_job(), status, at(102), pods=[], wl=wl.build())
+    assert again.counters.evictions == 1 and events == []
 
 
 def test_a_workload_deactivated_by_someone_else_is_reported_and_left_alone() -> None:

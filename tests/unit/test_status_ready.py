@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from elastic_api.conditions import ConditionType, Phase, Reason
-from elastic_api.queueing import ADMITTED, REASON_PREEMPTED, REASONS
+from elastic_api.queueing import (
+    ADMITTED,
+    EVICTION_PENDING,
+    EVICTION_PENDING_REASONS,
+    REASON_PREEMPTED,
+    REASONS,
+)
 from elastic_operator.core.ready import JobSummary, readiness
 from elastic_operator.core.status import compute_status
 from tests.builders import T0, WorkerPod, article_job, at, healthy_pods, observe
@@ -109,4 +115,4 @@ def test_every_documented_word_is_a_constant() -> None:
 
 def test_the_admitted_condition_is_documented_with_its_reasons() -> None:
     queued = documented_conditions("| condition (queued jobs) | True when | reasons |")
-    assert queued == {ADMITTED: set(REASONS)}
+    assert queued == {ADMITTED: set(REASONS), EVICTION_PENDING: set(EVICTION_PENDING_REASONS)}

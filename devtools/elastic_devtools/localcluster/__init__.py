@@ -12,11 +12,13 @@ from elastic_devtools.localcluster.cluster import (
     ClusterStatus,
     default_dir,
     down,
+    kueue_settings,
     start_kueue,
     status,
     stop_kueue,
     up,
 )
+from elastic_devtools.localcluster.kueue import KueueSettings
 from elastic_devtools.localcluster.render import (
     DEFAULT_CPU_NODES,
     DEFAULT_TPU_POOLS,
@@ -35,10 +37,12 @@ __all__ = [
     "ClusterConfig",
     "ClusterStartError",
     "ClusterStatus",
+    "KueueSettings",
     "MissingBinaryError",
     "TpuPoolSpec",
     "default_dir",
     "down",
+    "kueue_settings",
     "parse_tpu_pool",
     "start_kueue",
     "status",

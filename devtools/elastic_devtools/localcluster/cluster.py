@@ -616,7 +616,7 @@ def _wait_for_the_rest(s: _Starter, api: KubeApi, ports: Ports, expected: set[st
 # --------------------------------------------------------------------------------- Kueue
 
 def _start_kueue(layout: Layout, progress: Progress, timeout: float,
-                 die_with_parent: bool) -> None:
+                 die_with_parent: bool, settings: kueue.KueueSettings | None = None) -> None:
     """Kueue on the running cluster, with an admin identity of its own (as JobSet has)."""
     server = json.loads(layout.state_file.read_text())["server"]
     ca = pki.KeyPair((layout.pki / "ca.crt").read_bytes(), (layout.pki / "ca.key").read_bytes())
@@ -628,21 +628,34 @@ def _start_kueue(layout: Layout, progress: Progress, timeout: float,
     try:
         kueue.start(layout.root, _admin_api(layout, server), kubeconfig,
                     ports=(webhook_port, health_port), progress=progress, timeout=timeout,
-                    die_with_parent=die_with_parent)
+                    die_with_parent=die_with_parent, settings=settings)
     except (RuntimeError, TimeoutError, ApiError) as err:
         kueue.stop(layout.root, _admin_api(layout, server))
         raise ClusterStartError(f"Kueue did not start: {err}") from None
 
 
 def start_kueue(cluster: Cluster, progress: Progress = _stderr,
-                die_with_parent: bool = False, timeout: float = 180.0) -> bool:
-    """Add Kueue to a running cluster; returns False (and does nothing) if it runs already."""
+                die_with_parent: bool = False, timeout: float = 180.0,
+                settings: kueue.KueueSettings | None = None) -> bool:
+    """Add Kueue to a running cluster, with `settings` (None: the release's defaults);
+    returns False (and does nothing) if it runs already with those settings. One running
+    with other settings is restarted with these (its objects stay)."""
     layout = cluster.layout
+    wanted = settings or kueue.KueueSettings()
     with _locked(layout.root):
-        if kueue.running(layout.root):
+        current = kueue.running_settings(layout.root)
+        if current == wanted:
             return False
-        _start_kueue(layout, progress, timeout, die_with_parent)
+        if current is not None:
+            progress(f"restarting Kueue with other settings ({wanted.to_json()})")
+            kueue.stop(layout.root, _admin_api(layout, cluster.server))
+        _start_kueue(layout, progress, timeout, die_with_parent, wanted)
         return True
+
+
+def kueue_settings(cluster: Cluster) -> kueue.KueueSettings | None:
+    """The settings of the Kueue running on `cluster` (None: not running)."""
+    return kueue.running_settings(cluster.layout.root)
 
 
 def stop_kueue(cluster: Cluster) -> bool:

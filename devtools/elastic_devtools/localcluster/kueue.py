@@ -22,10 +22,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import json
 import ssl
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,11 @@ class Layout:
         return self.dir / "certs"
 
     @property
+    def settings(self) -> Path:
+        """The KueueSettings the running Kueue was started with (JSON)."""
+        return self.dir / "settings.json"
+
+    @property
     def kubeconfig(self) -> Path:
         return self.root / "pki" / f"{COMPONENT}.kubeconfig"
 
@@ -167,17 +173,55 @@ def wait_for_pods_ready_by_default(version: str) -> bool:
     return release(version)[:2] >= WAIT_FOR_PODS_READY_ON_BY_DEFAULT_FROM
 
 
+@dataclass(frozen=True)
+class KueueSettings:
+    """What a test module (or a demo) may change in the local Kueue's Configuration; the
+    default is the pinned release's own behaviour.
+
+    `wait_for_pods_ready`: None is the version's default (on from v0.19), True/False
+    forces it; `pods_ready` is merged over Kueue's default waitForPodsReady settings
+    (e.g. `{"recoveryTimeout": "20s"}`; a nested mapping such as requeuingStrategy is
+    merged key by key); `feature_gates` are added to the config's gates. Compared by
+    value (the running Kueue's are kept next to its config: `running_settings`)."""
+
+    wait_for_pods_ready: bool | None = None
+    pods_ready: Mapping[str, Any] = field(default_factory=dict)
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"waitForPodsReady": self.wait_for_pods_ready,
+                "podsReady": dict(self.pods_ready), "featureGates": dict(self.feature_gates)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KueueSettings:
+        return cls(data.get("waitForPodsReady"), dict(data.get("podsReady") or {}),
+                   dict(data.get("featureGates") or {}))
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, Mapping) and \
+            isinstance(out.get(key), Mapping) else value
+    return out
+
+
 def config(webhook_port: int, health_port: int, cert_dir: Path, version: str,
-           wait_for_pods_ready: bool | None = None) -> dict[str, Any]:
+           wait_for_pods_ready: bool | None = None,
+           settings: KueueSettings | None = None) -> dict[str, Any]:
     """Kueue's Configuration for running outside the cluster: everything on loopback, no
     leader election, metrics and the visibility server off, the JobSet integration on.
 
     waitForPodsReady: `None` is what Kueue `version` does by default (on from v0.19), and
-    the config says so explicitly: when on, with Kueue's default settings written out;
-    when off from v0.19, with the gate that turns it off."""
+    the config says so explicitly: when on, with Kueue's default settings written out
+    (and `settings.pods_ready` over them); when off from v0.19, with the gate that turns
+    it off."""
+    settings = settings or KueueSettings()
+    if wait_for_pods_ready is None:
+        wait_for_pods_ready = settings.wait_for_pods_ready
     on = wait_for_pods_ready_by_default(version) if wait_for_pods_ready is None \
         else wait_for_pods_ready
-    gates: dict[str, bool] = {"VisibilityOnDemand": False}
+    gates: dict[str, bool] = {"VisibilityOnDemand": False, **dict(settings.feature_gates)}
     cfg: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -192,7 +236,7 @@ def config(webhook_port: int, health_port: int, cert_dir: Path, version: str,
         "featureGates": gates,
     }
     if on:
-        cfg["waitForPodsReady"] = dict(WAIT_FOR_PODS_READY_DEFAULT)
+        cfg["waitForPodsReady"] = _merged(WAIT_FOR_PODS_READY_DEFAULT, settings.pods_ready)
     elif wait_for_pods_ready_by_default(version):
         gates["DisableWaitForPodsReady"] = True
     return cfg
@@ -382,13 +426,24 @@ def _wait(check: Callable[[], bool], deadline: float, what: str,
         time.sleep(0.2)
 
 
+def running_settings(root: Path) -> KueueSettings | None:
+    """The settings the Kueue running in `root` was started with (None: not running)."""
+    if not running(root):
+        return None
+    try:
+        return KueueSettings.from_json(json.loads(Layout(root).settings.read_text()))
+    except (OSError, ValueError):
+        return KueueSettings()  # started before settings were recorded: the defaults
+
+
 def start(root: Path, api: KubeApi, kubeconfig_yaml: str, *, ports: tuple[int, int],
           progress: Progress, timeout: float = 180.0, die_with_parent: bool = False,
-          wait_for_pods_ready: bool | None = None) -> None:
+          settings: KueueSettings | None = None) -> None:
     """Start Kueue on the running cluster in `root` and return once its webhooks answer
     (a queued JobSet comes back suspended from a dry-run create). `kubeconfig_yaml` is an
     admin kubeconfig for it; `ports` are free loopback ports (webhook, health);
-    `wait_for_pods_ready` None is the pinned Kueue's default (config())."""
+    `settings` None is the pinned Kueue's default (config())."""
+    settings = settings or KueueSettings()
     files = KueueFiles.locate()
     files.require()
     layout = Layout(root)
@@ -400,7 +455,8 @@ def start(root: Path, api: KubeApi, kubeconfig_yaml: str, *, ports: tuple[int, i
     _write(layout.certs / "tls.key", certs.key_pem, private=True)
     version = load_versions()["KUEUE_VERSION"]
     _write(layout.config, yaml.safe_dump(
-        config(webhook_port, health_port, layout.certs, version, wait_for_pods_ready)))
+        config(webhook_port, health_port, layout.certs, version, settings=settings)))
+    _write(layout.settings, json.dumps(settings.to_json(), sort_keys=True))
     _write(layout.kubeconfig, kubeconfig_yaml, private=True)
     _ensure(api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                         "metadata": {"name": NAMESPACE}})

@@ -1,6 +1,7 @@
 """Kueue objects for tests and demos on the local cluster: a ResourceFlavor, a
-ClusterQueue sized in whole jobs, a LocalQueue, WorkloadPriorityClasses; and reading
-the Workload Kueue makes for a JobSet (the facts the Kueue tests check).
+ClusterQueue sized in whole jobs, a LocalQueue, WorkloadPriorityClasses, a Topology and
+a Topology-Aware flavor; and reading the Workload Kueue makes for a JobSet (the facts
+the Kueue tests check).
 
 Builders are pure; the helpers that talk to the API take a kubernetes ApiClient.
 """
@@ -44,6 +45,35 @@ def cluster_queue(name: str, flavor: str, quota: Mapping[str, str], *,
                     {"name": r, "nominalQuota": q} for r, q in sorted(quota.items())]}],
             }],
         },
+    }
+
+
+def topology(name: str, levels: list[str]) -> dict[str, Any]:
+    """A Kueue Topology: node labels from the widest level to the narrowest (Topology-
+    Aware Scheduling needs kubernetes.io/hostname last to replace a failed node)."""
+    return {"apiVersion": API_VERSION, "kind": "Topology", "metadata": {"name": name},
+            "spec": {"levels": [{"nodeLabel": level} for level in levels]}}
+
+
+def tas_flavor(name: str, topology_name: str, node_labels: Mapping[str, str]) -> dict[str, Any]:
+    """A ResourceFlavor that Kueue places by topology, over the nodes with `node_labels`."""
+    return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": name},
+            "spec": {"nodeLabels": dict(node_labels), "topologyName": topology_name}}
+
+
+def split_cluster_queue(name: str, groups: list[tuple[str, Mapping[str, str]]]
+                        ) -> dict[str, Any]:
+    """A ClusterQueue serving every namespace with one resource group per (flavor, quota)
+    pair: e.g. cpu and memory in a plain flavor (the head), google.com/tpu in a
+    Topology-Aware one (the workers)."""
+    return {
+        "apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+                 "resourceGroups": [{
+                     "coveredResources": sorted(quota),
+                     "flavors": [{"name": flavor, "resources": [
+                         {"name": r, "nominalQuota": q} for r, q in sorted(quota.items())]}],
+                 } for flavor, quota in groups]},
     }
 
 
@@ -139,6 +169,46 @@ def queues(api: Any, namespace: str, quota: Mapping[str, str], *, prefix: str,
     finally:
         _delete(lambda: custom.delete_cluster_custom_object(
             KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", made.flavor))
+
+
+@contextmanager
+def tas_queues(api: Any, namespace: str, quota: Mapping[str, str], *, prefix: str,
+               levels: list[str], node_labels: Mapping[str, str],
+               placed: str = "google.com/tpu") -> Iterator[Queues]:
+    """A Topology with `levels`, a Topology-Aware flavor over the nodes with
+    `node_labels` for the `placed` resource, a plain flavor for the rest of `quota`, a
+    ClusterQueue with both and a LocalQueue `prefix`-lq; all deleted afterwards.
+    `Queues.flavor` is the Topology-Aware one."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    made = Queues(f"{prefix}-tas", f"{prefix}-cq", f"{prefix}-lq", namespace)
+    plain = {k: v for k, v in quota.items() if k != placed}
+    cluster_objects = [
+        ("topologies", topology(f"{prefix}-topology", levels)),
+        ("resourceflavors", tas_flavor(made.flavor, f"{prefix}-topology", node_labels)),
+        ("resourceflavors", resource_flavor(f"{prefix}-plain")),
+        ("clusterqueues", split_cluster_queue(made.cluster_queue, [
+            (f"{prefix}-plain", plain), (made.flavor, {placed: quota[placed]})])),
+    ]
+    created: list[tuple[str, str]] = []
+    try:
+        for plural, body in cluster_objects:
+            custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, body)
+            created.append((plural, body["metadata"]["name"]))
+        custom.create_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues",
+            local_queue(namespace, made.local_queue, made.cluster_queue))
+        created.append(("localqueues", made.local_queue))
+        yield made
+    finally:
+        for plural, name in reversed(created):
+            if plural == "localqueues":
+                _delete(lambda n=name: custom.delete_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", n))
+            else:
+                _delete(lambda p=plural, n=name: custom.delete_cluster_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, p, n))
 
 
 @contextmanager

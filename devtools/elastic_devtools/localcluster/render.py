@@ -12,6 +12,7 @@ from typing import Any
 from elastic_api.catalog import slice_shape
 from elastic_api.names import (
     NODE_POOL_LABEL,
+    TOPOLOGY_BLOCK_LABEL,
     TPU_ACCELERATOR_LABEL,
     TPU_RESOURCE,
     TPU_TOPOLOGY_LABEL,
@@ -54,6 +55,8 @@ class TpuPoolSpec:
         return f"{self.tpu_type}:{self.topology}:{self.count}"
 
 
+# Node pools of one shape per topology block (the TOPOLOGY_BLOCK_LABEL of their nodes).
+POOLS_PER_BLOCK = 2
 # The article's job (3 slices) and one hot spare pool a failed slice moves to.
 DEFAULT_TPU_POOLS = (TpuPoolSpec("v5e", "4x4", 4),)
 DEFAULT_CPU_NODES = 4
@@ -117,6 +120,9 @@ def node_pools(
                         TPU_ACCELERATOR_LABEL: shape.family.accelerator_label,
                         TPU_TOPOLOGY_LABEL: spec.topology,
                         "node.kubernetes.io/instance-type": shape.machine_type,
+                        # Kueue's Topology-Aware Scheduling reads these levels (block ->
+                        # node pool -> host): two pools per block, as a reservation's.
+                        TOPOLOGY_BLOCK_LABEL: f"{slug}-block-{index // POOLS_PER_BLOCK}",
                     },
                     capacity={
                         "cpu": "112",

@@ -6,9 +6,11 @@ a Workload for its JobSet anyway (manageJobsWithoutQueueName), or once its statu
 it was. Kueue then owns the JobSet's suspend (core/plan.py holds and releases the job
 through the Workload's spec.active instead), and while Kueue holds the job (not admitted
 yet, preempted, evicted) its slices are frozen as Pending: pods that go because Kueue
-suspended the JobSet are no slice failure. Preemptions are counted from Kueue's own
-count on the Workload (status.schedulingStats), so one that came and went between two
-reconciles is still counted, exactly once. Pure.
+suspended the JobSet are no slice failure. Preemptions and Kueue's other evictions
+(waitForPodsReady's PodsReadyTimeout, Topology-Aware Scheduling's NodeFailures, ...) are
+counted from Kueue's own counts on the Workload (status.schedulingStats), so one that
+came and went between two reconciles (Kueue may readmit within a second) is still
+counted, exactly once. Pure.
 """
 from __future__ import annotations
 
@@ -25,7 +27,10 @@ from elastic_api.names import KUEUE_QUEUE_NAME_LABEL
 from elastic_api.queueing import (
     ADMITTED,
     EVICTED_BY_DEACTIVATION,
+    EVICTED_BY_NODE_FAILURES,
+    EVICTED_BY_PODS_READY_TIMEOUT,
     EVICTED_BY_PREEMPTION,
+    PODS_READY_WAIT_FOR_START,
     REASON_ADMITTED,
     REASON_EVICTED,
     REASON_NO_WORKLOAD,
@@ -34,8 +39,10 @@ from elastic_api.queueing import (
     REASON_WAITING_FOR_ADMISSION,
     WORKLOAD_ADMITTED,
     WORKLOAD_EVICTED,
+    WORKLOAD_PODS_READY,
     WORKLOAD_PREEMPTED,
     WORKLOAD_QUOTA_RESERVED,
+    counts_as_eviction,
 )
 from elastic_operator.core.conditions import ConditionSetter, get_condition
 from elastic_operator.core.events import StatusEvent
@@ -70,6 +77,7 @@ class Admission:
     status: AdmissionStatus | None = None
     events: list[StatusEvent] = field(default_factory=list)
     preemptions: int = 0  # new in this reconcile
+    evictions: int = 0  # other evictions new in this reconcile (counts_as_eviction)
     # The latest eviction known (or the readmission after one: both came after the
     # processes it stopped): a trainer started later replaced one Kueue stopped.
     evicted_since: datetime | None = None
@@ -102,35 +110,37 @@ def decide_admission(
         return Admission()
     if terminal:  # as it last was: Kueue's view of a finished job says nothing new
         return Admission(condition=prev_condition, status=previous.admission)
-    status, preemptions = _admission_status(job, workload, previous.admission)
+    status, counted = _admission_status(job, workload, previous.admission)
     condition = _condition(setter, job, jobset, workload, status)
-    events = _events(condition, prev_condition, status, preemptions)
+    events = _events(condition, prev_condition, status, counted)
     evicted = workload.condition(WORKLOAD_EVICTED) if workload is not None else None
     since = [t for t in (status.evicted_at, evicted.last_transition_time if evicted else None)
              if t is not None]
     return Admission(condition=condition, status=status, events=events,
-                     preemptions=preemptions, evicted_since=max(since) if since else None)
+                     preemptions=counted.preemptions, evictions=counted.evictions,
+                     evicted_since=max(since) if since else None)
+
+
+@dataclass(frozen=True)
+class _NewEvictions:
+    """What this look finds that earlier looks did not: preemptions, other evictions."""
+
+    preemptions: int = 0
+    evictions: int = 0
+    reason: str | None = None  # of the newest eviction seen (or inferred)
 
 
 def _admission_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
-                      prev: AdmissionStatus | None) -> tuple[AdmissionStatus, int]:
-    """status.admission, and how many preemptions are new since the last look."""
+                      prev: AdmissionStatus | None) -> tuple[AdmissionStatus, _NewEvictions]:
+    """status.admission, and the evictions that are new since the last look."""
     prev = prev or AdmissionStatus()
     queue = job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL) or \
         (workload.queue_name if workload is not None else None) or prev.queue_name
     if workload is None:
-        return prev.model_copy(update={"queue_name": queue}), 0
+        return prev.model_copy(update={"queue_name": queue}), _NewEvictions()
     same = prev.workload == workload.name
-    counted = prev.workload_preemptions if same else 0
-    new = max(0, workload.preemptions - counted)
-    evicted = workload.condition(WORKLOAD_EVICTED)
-    evicted_at = prev.evicted_at
-    if evicted is not None and evicted.status == "True" and evicted.last_transition_time:
-        fresh = evicted_at is None or evicted.last_transition_time > evicted_at
-        if fresh and evicted.reason == EVICTED_BY_PREEMPTION:
-            new = max(new, 1)  # a Kueue that keeps no count still says so
-        evicted_at = max(evicted_at or evicted.last_transition_time,
-                         evicted.last_transition_time)
+    new = _new_evictions(workload, prev, same)
+    evicted_at = _evicted_at(workload, prev.evicted_at, new)
     admitted = workload.condition(WORKLOAD_ADMITTED)
     admitted_at = prev.admitted_at
     if admitted is not None and admitted.status == "True" and admitted.last_transition_time:
@@ -139,8 +149,55 @@ def _admission_status(job: ElasticTrainingJob, workload: ObservedWorkload | None
         workload=workload.name, queue_name=queue,
         cluster_queue=workload.cluster_queue or prev.cluster_queue,
         admitted_at=admitted_at, evicted_at=evicted_at,
-        workload_preemptions=max(workload.preemptions, counted if same else 0),
+        workload_preemptions=max(workload.preemptions,
+                                 prev.workload_preemptions if same else 0),
+        workload_evictions=max(workload.evictions, prev.workload_evictions if same else 0),
+        last_eviction_reason=new.reason or (prev.last_eviction_reason if same else None),
+        requeue_at=workload.requeue_at if not workload.is_true(WORKLOAD_ADMITTED) else None,
     ), new
+
+
+def _evicted_at(workload: ObservedWorkload, known: datetime | None,
+                new: _NewEvictions) -> datetime | None:
+    """When Kueue last evicted the job: the Evicted condition's time while it is True.
+    One missed (readmitted between two looks: Evicted is False again, since the
+    readmission) happened at or before that time; after a PodsReadyTimeout, Kueue's
+    PodsReady condition turned WaitForStart at the eviction itself and says so until the
+    pods are Ready again."""
+    evicted = workload.condition(WORKLOAD_EVICTED)
+    if evicted is None or evicted.last_transition_time is None:
+        return known
+    at = evicted.last_transition_time
+    if evicted.status != "True":
+        if not (new.preemptions or new.evictions):
+            return known
+        ready = workload.condition(WORKLOAD_PODS_READY)
+        if new.reason == EVICTED_BY_PODS_READY_TIMEOUT and ready is not None \
+                and ready.reason == PODS_READY_WAIT_FOR_START \
+                and ready.last_transition_time is not None:
+            at = min(at, ready.last_transition_time)
+    return max(known or at, at)
+
+
+def _new_evictions(workload: ObservedWorkload, prev: AdmissionStatus,
+                   same: bool) -> _NewEvictions:
+    """Kueue's counts on the Workload (schedulingStats) against those taken into account,
+    and a fresh Evicted condition for a Kueue that keeps no count."""
+    preemptions = max(0, workload.preemptions - (prev.workload_preemptions if same else 0))
+    evictions = max(0, workload.evictions - (prev.workload_evictions if same else 0))
+    evicted = workload.condition(WORKLOAD_EVICTED)
+    reason = None
+    if evicted is not None and evicted.status == "True" and evicted.last_transition_time:
+        reason = evicted.reason
+        fresh = prev.evicted_at is None or evicted.last_transition_time > prev.evicted_at
+        if fresh and evicted.reason == EVICTED_BY_PREEMPTION:
+            preemptions = max(preemptions, 1)
+        elif fresh and counts_as_eviction(evicted.reason):
+            evictions = max(evictions, 1)
+    elif evictions or preemptions:  # readmitted since: which kind grew
+        reason = EVICTED_BY_PREEMPTION if preemptions and not evictions else \
+            workload.last_counted_eviction
+    return _NewEvictions(preemptions, evictions, reason)
 
 
 def _condition(setter: ConditionSetter, job: ElasticTrainingJob,
@@ -224,22 +281,47 @@ def _held(setter: ConditionSetter, workload: ObservedWorkload,
     if evicted is not None and evicted_now and not deactivation:
         return setter.false(ADMITTED, REASON_EVICTED,
                             f"evicted by Kueue ({evicted.reason}: "
-                            f"{evicted.message.rstrip('.')}); requeued in {queue}")
+                            f"{evicted.message.rstrip('.')}{_why(evicted.reason)}); "
+                            f"requeued in {queue}{_not_before(workload)}: it resumes from "
+                            "its newest committed checkpoint when admitted again")
     return None  # reactivated (still marked Evicted until admitted again): waiting
 
 
+def _why(reason: str) -> str:
+    """What an eviction reason means for this job, in a few words."""
+    if reason == EVICTED_BY_PODS_READY_TIMEOUT:
+        return "; waitForPodsReady: a slice was not Ready again within Kueue's " \
+            "recoveryTimeout, or not all were within its timeout after admission"
+    if reason == EVICTED_BY_NODE_FAILURES:
+        return "; Topology-Aware Scheduling found no replacement node in the slice's domain"
+    return ""
+
+
+def _not_before(workload: ObservedWorkload) -> str:
+    return f", not readmitted before {iso(workload.requeue_at)} (Kueue's requeuing " \
+        "backoff)" if workload.requeue_at is not None else ""
+
+
 def _events(condition: Condition, prev: Condition | None, status: AdmissionStatus,
-            preemptions: int) -> list[StatusEvent]:
+            new: _NewEvictions) -> list[StatusEvent]:
     events = []
     changed = prev is None or (prev.status, prev.reason) != (condition.status,
                                                               condition.reason)
-    if preemptions:
+    if new.preemptions:
         what = condition.message if condition.reason == REASON_PREEMPTED else \
             "preempted by Kueue between two looks of the operator"
         events.append(StatusEvent(
             reason=REASON_PREEMPTED, type="Warning",
-            message=f"{what} (preemption {status.workload_preemptions or preemptions} of "
+            message=f"{what} (preemption {status.workload_preemptions or new.preemptions} of "
                     f"Workload {status.workload})"))
+    if new.evictions:
+        what = condition.message if condition.reason == REASON_EVICTED else \
+            f"evicted by Kueue ({new.reason or 'reason not kept'}) and readmitted between " \
+            "two looks of the operator: it resumes from its newest committed checkpoint"
+        events.append(StatusEvent(
+            reason=REASON_EVICTED, type="Warning",
+            message=f"{what} (eviction {status.workload_evictions or new.evictions} of "
+                    f"Workload {status.workload}; not a slice failure)"))
     if not changed:
         return events
     if condition.status == "True":
@@ -253,7 +335,7 @@ def _events(condition: Condition, prev: Condition | None, status: AdmissionStatu
     elif condition.reason == REASON_WAITING_FOR_ADMISSION:
         events.append(StatusEvent(reason=REASON_WAITING_FOR_ADMISSION, type="Normal",
                                   message=condition.message))
-    elif condition.reason == REASON_EVICTED:
+    elif condition.reason == REASON_EVICTED and not new.evictions:  # a deactivation
         events.append(StatusEvent(reason=REASON_EVICTED, type="Warning",
                                   message=condition.message))
     return events

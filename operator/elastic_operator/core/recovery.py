@@ -165,6 +165,8 @@ def _resumed_at(record: RecoveryRecord, report: TrainingReport | None,
     Pathways worker is found out in seconds, not at once)."""
     if event is not None and record.elastic_event_id == event.id and event.phase == "Resumed":
         return event.resumed_at or (report.observed_at if report else now)
+    if _taken_over(record, report, event, not_ready):
+        return report.observed_at if report is not None else now
     if (
         record.elastic_event_id is None and report is not None
         and not set(record.slices) & not_ready
@@ -174,6 +176,20 @@ def _resumed_at(record: RecoveryRecord, report: TrainingReport | None,
     ):
         return report.observed_at
     return None
+
+
+def _taken_over(record: RecoveryRecord, report: TrainingReport | None,
+                event: ElasticEventReport | None, not_ready: frozenset[int]) -> bool:
+    """The elastic event of this recovery was a trainer process's that is gone (Kueue
+    evicted the job, or the head container restarted) and a process started after the
+    failure trains, on Ready slices: it resumed (from the newest committed checkpoint),
+    and the old event will never be reported Resumed."""
+    return (record.elastic_event_id is not None and report is not None
+            and (event is None or event.id != record.elastic_event_id)
+            and report.process_started_at is not None
+            and report.process_started_at > record.detected_at
+            and report.state == "Training" and report.observed_at > record.detected_at
+            and not set(record.slices) & not_ready)
 
 
 def _close_if_resumed(

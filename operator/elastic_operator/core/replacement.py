@@ -155,7 +155,7 @@ def track_replacements(
                 failed_on.append((from_pool, evidence))
             record = _new_record(spec, s, pods, observed, from_pool, evidence, now)
             if record is not None:
-                events.append(_record_event(s, record, spec.elastic.max_slice_restarts))
+                events.append(_record_event(s, record, spec))
         elif record is not None and s.state == "Ready" and (
                 _on_new_job(record, pods) or (record.action != "Move"
                                               and not _job_going(record, observed, s.index))):
@@ -174,7 +174,9 @@ def track_replacements(
                                         "last_replacement": last}))
     pools = record_pools(previous_pools, out, failed_on, observed.pools, now,
                          spec.recovery.quarantine_window_seconds, MAX_POOL_FAILURES)
-    return Tracked(slices=_no_healthy_pool(out, observed, pools), pools=pools, events=events)
+    if spec.tpu.topology_aware is None:  # else Kueue places them, no pool to be free
+        out = _no_healthy_pool(out, observed, pools)
+    return Tracked(slices=out, pools=pools, events=events)
 
 
 def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, pods: list[ObservedPod],
@@ -202,10 +204,15 @@ def _job_going(record: SliceReplacement, observed: Observed, index: int) -> bool
     return job is not None and job.uid == record.job_uid and job.deleting
 
 
-def _record_event(s: SliceStatus, record: SliceReplacement, budget: int) -> StatusEvent:
+def _record_event(s: SliceStatus, record: SliceReplacement,
+                  spec: ElasticTrainingJobSpec) -> StatusEvent:
+    budget = spec.elastic.max_slice_restarts
     where = f" on node pool {record.from_pool}" if record.from_pool else ""
     if record.blame is not None:
         where += f" ({_BLAME_WORDS[record.blame]}: {record.evidence})"
+    tas = spec.tpu.topology_aware
+    domain = f" in its {tas.slice_level} domain{f' {s.domain}' if s.domain else ''} (Kueue " \
+        "keeps a slice where it placed it)" if tas is not None else ""
     if record.action == "GiveUp":
         return StatusEvent(
             reason=Reason.SLICE_RESTARTS_EXHAUSTED, type="Warning", slice_index=s.index,
@@ -216,7 +223,7 @@ def _record_event(s: SliceStatus, record: SliceReplacement, budget: int) -> Stat
     return StatusEvent(
         reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
         message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
-                f"Job (restart {s.restarts} of {budget})")
+                f"Job{domain} (restart {s.restarts} of {budget})")
 
 
 def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:
@@ -360,7 +367,9 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
     target = ctx.pool(record.from_pool)
     free = [p for p in spares if p != record.from_pool]
     taken = None
-    if target is not None and target.quarantined is None and free:
+    # Under Topology-Aware Scheduling Kueue, not a spare, decides where the slice goes.
+    if target is not None and target.quarantined is None and free \
+            and ctx.spec.tpu.topology_aware is None:
         verdict = quarantine_verdict(_evidence(ctx, record, pods), target.name,
                                      ctx.status.pools, target, ctx.spec.recovery, ctx.now)
         if verdict is not None:

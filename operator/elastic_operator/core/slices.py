@@ -135,10 +135,41 @@ def _failed_host(pod: ObservedPod, label: str) -> HostView:
                     pod.failure_started_at, False)
 
 
-def hosts_by_slice(observed: Observed) -> dict[int, list[HostView]]:
-    """The hosts of each worker slice (by job-index), sorted by host index."""
-    return {index: [host_view(pod, observed.nodes) for pod in newest_per_host(pods)]
+def hosts_by_slice(observed: Observed, epoch: datetime | None = None
+                   ) -> dict[int, list[HostView]]:
+    """The hosts of each worker slice (by job-index), sorted by host index; with `epoch`,
+    only pods created in or after its second (`of_this_admission`)."""
+    return {index: [host_view(pod, observed.nodes) for pod in newest_per_host(
+                [p for p in pods if of_this_admission(p, epoch)])]
             for index, pods in worker_pods_by_slice(observed).items()}
+
+
+def of_this_admission(pod: ObservedPod, epoch: datetime | None) -> bool:
+    """Whether a pod belongs to the job's current admission by a queue (Kueue admitted
+    it at `epoch`, None: not queued). A queued JobSet is suspended until admitted and an
+    eviction suspends it again, deleting every pod: a pod created before the admission
+    is left over from an earlier one, and its going is the eviction's doing, not a
+    slice failure. Both times are whole seconds: a pod of the admission's own second
+    counts as the admission's."""
+    return epoch is None or pod.created_at is None or pod.created_at >= epoch
+
+
+def _since_admission(prev: SliceStatus | None, epoch: datetime | None) -> SliceStatus | None:
+    """The slice's previous status, as seen from the current admission: a state reached
+    before it (the slice ran, then Kueue evicted and readmitted the job between two looks)
+    starts over as Pending, and a replacement recorded before it is void (the eviction
+    recreated every pod)."""
+    if prev is None or epoch is None:
+        return prev
+    stale = prev.last_transition_time is not None and prev.last_transition_time < epoch \
+        and prev.state != "Pending"
+    void = prev.replacement is not None and prev.replacement.requested_at < epoch
+    if not stale and not void:
+        return prev
+    update: dict[str, Any] = {"replacement": None} if void else {}
+    if stale:
+        update.update(state="Pending", reason=Reason.WAITING_FOR_HOSTS)
+    return prev.model_copy(update=update)
 
 
 @dataclass(frozen=True)
@@ -157,15 +188,19 @@ def compute_slices(
     now: datetime,
     *,
     frozen_reason: str | None,
+    epoch: datetime | None = None,
 ) -> SliceHealth:
     """Slice states from the worker pods. With frozen_reason (suspended, not created),
-    every slice is Pending for that reason and nothing counts as a failure."""
+    every slice is Pending for that reason and nothing counts as a failure. `epoch`: when
+    a queue (Kueue) last admitted the job; what came before it does not count
+    (`of_this_admission`)."""
     prev_by_index = {s.index: s for s in previous}
-    hosts = hosts_by_slice(observed)
+    hosts = hosts_by_slice(observed, epoch)
     slices: list[SliceStatus] = []
     changes: list[SliceChange] = []
     for index in range(num_slices):
-        status, change = slice_status(index, hosts.get(index, []), prev_by_index.get(index),
+        prev = _since_admission(prev_by_index.get(index), epoch)
+        status, change = slice_status(index, hosts.get(index, []), prev,
                                       hosts_per_slice, now, frozen_reason)
         slices.append(status)
         if change is not None:
@@ -204,6 +239,7 @@ def slice_status(
         last_replacement=prev.last_replacement if prev else None,
         maintenance=prev.maintenance if prev else None,
         pool=prev.pool if prev else None,
+        domain=prev.domain if prev else None,
     )
     return status, change
 

@@ -25,6 +25,7 @@ from typing import NamedTuple
 from elastic_api.catalog import slice_shape
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
+    AdmissionStatus,
     CheckpointRequest,
     CheckpointStatus,
     Condition,
@@ -38,12 +39,13 @@ from elastic_api.models import (
     TrainerProcess,
     TrainingReport,
 )
-from elastic_api.queueing import caused_by_eviction
+from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
 from elastic_operator.core.admission import Admission, decide_admission
 from elastic_operator.core.checkpoint import checkpoint_status
 from elastic_operator.core.conditions import (
     ConditionSetter,
     degraded_condition,
+    get_condition,
     recovering_condition,
     set_condition,
     slice_down_condition,
@@ -53,6 +55,7 @@ from elastic_operator.core.conditions import (
     training_report_condition,
 )
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.eviction import EvictionClock, PodsReadyTimeouts, eviction_clock
 from elastic_operator.core.failure import (
     Outcome,
     decide_outcome,
@@ -71,6 +74,11 @@ from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
+from elastic_operator.core.topology import (
+    slice_domains,
+    spares_placed_by_kueue,
+    topology_condition,
+)
 from elastic_operator.core.unreported import TrainerSignals, head_main, reports_recovery
 from elastic_operator.observed import Observed, ObservedJobSet, parse_time
 
@@ -85,15 +93,17 @@ class StatusInputs:
     now: datetime
     setter: ConditionSetter  # the previous conditions, now, the job's generation
     report_problem: str | None = None  # why (part of) status.training was ignored
+    pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)  # Kueue's
 
     @classmethod
     def of(cls, job: ElasticTrainingJob, observed: Observed,
            previous: ElasticTrainingJobStatus | None, now: datetime,
-           report_problem: str | None = None) -> StatusInputs:
+           report_problem: str | None = None,
+           pods_ready: PodsReadyTimeouts | None = None) -> StatusInputs:
         prev = previous or ElasticTrainingJobStatus()
         return cls(job, observed, prev, now,
                    ConditionSetter(prev.conditions, now, job.metadata.generation),
-                   report_problem)
+                   report_problem, pods_ready or PodsReadyTimeouts())
 
     @property
     def spec(self) -> ElasticTrainingJobSpec:
@@ -162,6 +172,7 @@ class Decided:
     conditions: list[Condition]
     summary: JobSummary
     ready: Readiness
+    clock: EvictionClock  # Kueue's waitForPodsReady (EvictionPending)
 
 
 class StatusResult(NamedTuple):
@@ -178,16 +189,19 @@ def compute_status(
     now: datetime,
     *,
     report_problem: str | None = None,
+    pods_ready: PodsReadyTimeouts | None = None,
 ) -> StatusResult:
     """The operator's part of the status (status.training is carried over untouched),
-    and the Events the change implies."""
-    ctx = StatusInputs.of(job, observed, previous, now, report_problem)
+    and the Events the change implies. `pods_ready`: Kueue's waitForPodsReady timeouts
+    (None: Kueue's defaults)."""
+    ctx = StatusInputs.of(job, observed, previous, now, report_problem, pods_ready)
     gates = decide_gates(ctx)
     tracking = track_slices(ctx, gates)
     trainer = track_trainer(ctx, gates, tracking)
     decided = decide_conditions(ctx, gates, tracking, trainer)
     status = _assemble(ctx, gates, tracking, trainer, decided)
-    return StatusResult(status, gates.events + tracking.events + trainer.events)
+    return StatusResult(status, gates.events + tracking.events + trainer.events
+                        + decided.clock.events)
 
 
 def decide_gates(ctx: StatusInputs) -> Gates:
@@ -220,13 +234,18 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
                                     ctx.report, ctx.observed, ctx.now)
         slices, request = update.slices, update.request
         events += notices.events + update.events
+    slices = slice_domains(ctx.spec, slices, ctx.observed)
     return SliceTracking(slices, health.changes, tracked.pools, request,
                          _spares(ctx, slices), events)
 
 
 def _spares(ctx: StatusInputs, slices: list[SliceStatus]) -> list[str] | None:
+    """The healthy spare pools; None: none of the job's shape seen, or Kueue places the
+    slices (Topology-Aware Scheduling: no slice moves to a spare)."""
     pools = ctx.observed.pools
-    return spare_pools(pools, pools_in_use(slices)) if pools else None
+    if not pools or ctx.spec.tpu.topology_aware is not None:
+        return None
+    return spare_pools(pools, pools_in_use(slices))
 
 
 def _slice_health(ctx: StatusInputs, admission: Admission) -> SliceHealth:
@@ -246,8 +265,13 @@ def _slice_health(ctx: StatusInputs, admission: Admission) -> SliceHealth:
         frozen = Reason.SUSPENDED
     hosts_per_slice = (jobset.worker_hosts_per_slice if jobset and jobset.worker_hosts_per_slice
                        else catalog_hosts(ctx.job))
-    return compute_slices(ctx.spec.tpu.num_slices, hosts_per_slice, ctx.observed,
-                          ctx.previous.slices, ctx.now, frozen_reason=frozen)
+    epoch = admission.status.admitted_at if admission.status is not None else None
+    health = compute_slices(ctx.spec.tpu.num_slices, hosts_per_slice, ctx.observed,
+                            ctx.previous.slices, ctx.now, frozen_reason=frozen, epoch=epoch)
+    if admission.holds:  # every pod goes: what a replacement was to do is moot
+        health = SliceHealth([s.model_copy(update={"replacement": None})
+                              for s in health.slices], health.changes)
+    return health
 
 
 def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> TrainerTracking:
@@ -295,16 +319,31 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         failed_condition(setter, outcome),
         spec_applied_condition(setter, ctx.job, jobset, ctx.previous.job_set_name, terminal),
         training_report_condition(setter, ctx.report, ctx.report_problem),
-        spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
+        spares_placed_by_kueue(setter, spec) if spec.tpu.topology_aware is not None
+        else spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
     ]
+    placement = topology_condition(setter, spec, ctx.observed, slices, _queued(gates))
+    if placement is not None:
+        conditions.append(placement)
     if gates.admission.condition is not None:
         conditions.append(gates.admission.condition)
+    clock = eviction_clock(setter, ctx.observed.workload, gates.admission.holds,
+                           ctx.previous.admission, slices, ctx.pods_ready, terminal,
+                           get_condition(ctx.previous, EVICTION_PENDING))
+    if clock.condition is not None:
+        conditions.append(clock.condition)
     summary = _summary(ctx, gates, slices, trainer.recovering, degraded)
     ready = readiness(summary)
     ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
                                  ready.message)
-    return Decided([ready_condition, *conditions], summary, ready)
+    return Decided([ready_condition, *conditions], summary, ready, clock)
+
+
+def _queued(gates: Gates) -> bool:
+    """A Kueue Workload admits the job (or is about to: its JobSet is being made)."""
+    return gates.admission.condition is not None and \
+        gates.admission.reason != REASON_NO_WORKLOAD
 
 
 def _job_set_name(ctx: StatusInputs) -> str | None:
@@ -323,7 +362,7 @@ def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         slices=slices,
         conditions=decided.conditions,
         counters=_counters(ctx, gates, tracking, trainer),
-        admission=gates.admission.status,
+        admission=_with_clock(gates.admission.status, decided.clock),
         last_recovery=trainer.record,
         checkpoint=ctx.checkpoint,
         trainer_process=trainer.process,
@@ -335,6 +374,16 @@ def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
             now),
         training=prev.training,
     )
+
+
+def _with_clock(admission: AdmissionStatus | None,
+                clock: EvictionClock) -> AdmissionStatus | None:
+    """status.admission with Kueue's waitForPodsReady deadline: none without a running
+    clock (no Workload seen, a finished job), so nothing wakes a reconcile for it."""
+    if admission is None:
+        return admission
+    return admission.model_copy(update={"pods_ready_deadline": clock.deadline,
+                                        "eviction_warned": clock.warned})
 
 
 def created_at(job: ElasticTrainingJob) -> datetime | None:
@@ -376,6 +425,7 @@ def _counters(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         job_set_restarts=max(prev.job_set_restarts, jobset.restarts if jobset else 0),
         trainer_restarts=prev.trainer_restarts + (trainer.replaced is not None),
         preemptions=prev.preemptions + gates.admission.preemptions,
+        evictions=prev.evictions + gates.admission.evictions,
     )
 
 
