@@ -152,6 +152,8 @@ def build_operator(
                             limiter=NodeActionLimiter(settings.limits),
                             quarantine_pools=settings.quarantine_pools)
     elector = _elector(kube, metrics, election, started) if election is not None else None
+    if elector is not None:  # a reconcile that outlives the leadership writes no more
+        kube.may_write = elector.is_leader
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
     scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff)
     reconciler.wake = scheduler.trigger_later

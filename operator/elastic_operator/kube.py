@@ -7,7 +7,8 @@ core never sees client model classes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -31,6 +32,7 @@ JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 LEASE_PATH = "/apis/coordination.k8s.io/v1"
 REQUEST_TIMEOUT_S = 15.0
+MAX_RETRY_AFTER_RETRIES = 10  # client-go's default
 CONNECT_TIMEOUT_S = 10.0
 EVENT_SOURCE = "elastic-training-operator"
 
@@ -105,6 +107,19 @@ class WatchStalled(Exception):
     """A watch sent nothing for longer than the API server was asked to keep it open."""
 
 
+def retry_after_s(status: int, header: str | None) -> float | None:
+    """Seconds to wait before sending a refused request again: the Retry-After of a 429
+    or a 5xx (client-go's rule; in whole seconds, as the API server writes it), None if
+    it is not to be sent again."""
+    if (status != 429 and not 500 <= status <= 599) or not header:
+        return None
+    try:
+        seconds = int(header.strip())
+    except ValueError:  # an HTTP date: not what the API server sends
+        return None
+    return float(max(seconds, 0))
+
+
 def _parse_status(body: str) -> dict[str, Any]:
     try:
         parsed = json.loads(body)
@@ -152,9 +167,17 @@ def job_path(namespace: str, name: str) -> str:
     return f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURAL}/{quote(name)}"
 
 
+class NotLeading(Exception):
+    """A write not sent: this replica stopped leading since its reconcile began (one that
+    was frozen past its renew deadline, say). Leader election is not fencing: the check
+    before each write is what keeps a deposed leader from writing on."""
+
+
 class Kube:
     def __init__(self, api_client: Any) -> None:
         self.api = api_client
+        # Asked before every write but the Lease's (app.py: "this replica leads").
+        self.may_write: Callable[[], bool] = lambda: True
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -174,8 +197,13 @@ class Kube:
     def request(
         self, method: str, path: str, *, body: Any = None,
         query: dict[str, str] | None = None, content_type: str | None = None,
-        timeout_s: float = REQUEST_TIMEOUT_S,
+        timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
     ) -> Any:
+        """One request; a 429 (or a 5xx) that says Retry-After is sent again after that
+        wait, as client-go does, while the wait fits in `timeout_s` (the server did not
+        act on it: API Priority and Fairness rejected it, or storage was not ready). A
+        write (`fenced`: all but the Lease's) raises NotLeading, unsent, unless
+        `may_write()`, asked before each try."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -183,12 +211,22 @@ class Kube:
             method, path, query_params=list((query or {}).items()), header_params=headers,
             body=body, auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(*request, _request_timeout=timeout_s)
-        response.read()
-        data = response.data.decode("utf-8") if response.data else ""
-        if not 200 <= response.status <= 299:
-            raise ApiError(response.status, str(response.reason or ""), data)
-        return json.loads(data) if data else None
+        deadline = time.monotonic() + timeout_s
+        for attempt in range(MAX_RETRY_AFTER_RETRIES + 1):
+            if fenced and method != "GET" and not self.may_write():
+                raise NotLeading(f"{method} {path}: not sent, this replica no longer leads")
+            left = deadline - time.monotonic()
+            response = self.api.call_api(*request, _request_timeout=max(left, 1.0))
+            response.read()
+            data = response.data.decode("utf-8") if response.data else ""
+            if 200 <= response.status <= 299:
+                return json.loads(data) if data else None
+            wait = retry_after_s(response.status, response.getheader("Retry-After"))
+            if wait is None or attempt == MAX_RETRY_AFTER_RETRIES \
+                    or time.monotonic() + wait >= deadline:
+                break
+            time.sleep(wait)
+        raise ApiError(response.status, str(response.reason or ""), data)
 
     def _get_or_none(self, path: str, timeout_s: float = REQUEST_TIMEOUT_S
                      ) -> dict[str, Any] | None:
@@ -307,7 +345,7 @@ class Kube:
         """Create the Lease; ApiError 409 if another replica created it first."""
         created: dict[str, Any] = self.request(
             "POST", f"{LEASE_PATH}/namespaces/{quote(namespace)}/leases", body=lease,
-            timeout_s=timeout_s)
+            timeout_s=timeout_s, fenced=False)
         return created
 
     def patch_lease(self, namespace: str, name: str, spec: dict[str, Any],
@@ -318,7 +356,7 @@ class Kube:
         patched: dict[str, Any] = self.request(
             "PATCH", _lease_path(namespace, name),
             body={"metadata": {"resourceVersion": resource_version}, "spec": spec},
-            content_type="application/merge-patch+json", timeout_s=timeout_s)
+            content_type="application/merge-patch+json", timeout_s=timeout_s, fenced=False)
         return patched
 
     def list_worker_jobs(self, namespace: str, jobset: str) -> list[dict[str, Any]]:

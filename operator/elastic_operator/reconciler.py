@@ -36,7 +36,7 @@ from elastic_operator.core.plan import (
 )
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.status import compute_status, invalid_spec_status
-from elastic_operator.kube import ApiError, Kube
+from elastic_operator.kube import ApiError, Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.observations import Observations
@@ -104,6 +104,9 @@ class Reconciler:
         started = time.monotonic()
         try:
             self._reconcile_fresh(namespace, name)
+            return True
+        except NotLeading as e:  # the new leader does what is left
+            logger.warning("reconcile of %s/%s stopped: %s", namespace, name, e)
             return True
         except ApiError as e:
             if e.is_not_found(GROUP, PLURAL) or e.namespace_terminating:
