@@ -147,14 +147,40 @@ def test_ready_on_a_new_job_closes_the_record_with_the_pools_it_moved_between() 
 
 
 def test_a_slice_healed_before_the_operator_acted_is_left_alone() -> None:
-    """The Job controller replaced the pod itself (same Job): no replacement recorded."""
+    """A node reporting NotReady Ready again within its grace (the operator waits it out
+    before deleting the Job): the record is dropped, nothing replaced."""
     j = job()
-    st1, _, _ = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    st1, _, plan = step(j, running(j), world(not_ready={"tpu-1-2": at(10)}), at(10.5))
+    assert st1.slices[1].replacement is not None and plan.actions == ()
+    st2, reasons, plan = step(j, st1, world(), at(13))
+    assert st2.slices[1].state == "Ready"
+    assert st2.slices[1].replacement is None and st2.slices[1].last_replacement is None
+    assert Reason.SLICE_REPLACED not in reasons and plan.actions == ()
+
+
+def test_ready_again_on_the_job_being_replaced_is_not_the_end_of_the_replacement() -> None:
+    """A pod force-deleted: the Job controller's new pod is Ready before the garbage
+    collector tears down the Job the operator deleted (seen on the local cluster under
+    load). The record stays; the teardown is the same failure, not a second one (one
+    restart, one SliceReplacing); the record closes on the new Job."""
+    j = job()
+    st1, _, plan = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    assert isinstance(plan.actions[-1], DeleteWorkerJob)
     pods = healthy_pods()
     pods[HOSTS + 2] = WorkerPod(1, 2).replacement(at(12)).build()
-    st2, reasons, _ = step(j, st1, world(pods), at(20))
-    assert st2.slices[1].replacement is None and st2.slices[1].last_replacement is None
-    assert Reason.SLICE_REPLACED not in reasons
+    st2, reasons, plan = step(j, st1, world(pods, deleting=(1,)), at(12.5))
+    assert st2.slices[1].state == "Ready" and st2.slices[1].replacement is not None
+    assert plan.actions == ()  # deleted already
+    pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).deleting(at(13)).build() for h in range(HOSTS)]
+    st3, reasons, _ = step(j, st2, world(pods, deleting=(1,)), at(13.5))
+    assert st3.slices[1].state == "Down" and st3.slices[1].restarts == 1
+    assert st3.counters.slice_failures == 1
+    assert Reason.SLICE_DOWN not in reasons and Reason.SLICE_REPLACING not in reasons
+    pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(14), 1).build()
+                             for h in range(HOSTS)]
+    st4, reasons, _ = step(j, st3, world(pods, jobs_gen={1: 1}), at(15))
+    assert st4.slices[1].replacement is None and st4.counters.slice_failures == 1
+    assert Reason.SLICE_REPLACED in reasons
 
 
 def test_without_replace_slices_nothing_is_recorded_or_done() -> None:

@@ -133,9 +133,12 @@ def track_replacements(
             if record is not None:
                 events.append(_record_event(s, record, spec.elastic.max_slice_restarts))
         elif record is not None and s.state == "Ready" and (
-                record.action != "Move" or _on_new_job(record, pods)):
-            # Ready again: on a new Job (replaced, moved), or on the same one (it healed
-            # before the operator acted, or the Job controller replaced the pod itself).
+                _on_new_job(record, pods) or _healed_in_time(spec, record, now)):
+            # Ready again: on a new Job (replaced, moved), or on the same one before the
+            # operator acted (a NotReady node back within its grace; a GiveUp's Job).
+            # A Replace's Job is deleted in the reconcile that records it: Ready on that
+            # Job is the Job controller's last pods before it goes, not a recovery (the
+            # record stays, so their teardown is not a second failure).
             if record.action != "GiveUp" and _on_new_job(record, pods):
                 last = ReplacementRecord(
                     action=record.action, reason=record.reason, requested_at=record.requested_at,
@@ -159,6 +162,18 @@ def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, pods: list[Observe
     return SliceReplacement(action=action, reason=s.reason or Reason.SLICE_DOWN,
                             job_uid=_failed_job_uid(pods, observed.nodes), from_pool=from_pool,
                             requested_at=now)
+
+
+def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
+                    now: datetime) -> bool:
+    """Ready again on the Job the record names, which the operator has not touched: a
+    GiveUp (its Job is left to fail), or a Replace still waiting out the NotReady node's
+    grace (plan_replacements deletes the Job only after it)."""
+    if record.action == "GiveUp":
+        return True
+    grace = timedelta(seconds=spec.recovery.node_not_ready_seconds)
+    return record.action == "Replace" and record.reason == Reason.NODE_NOT_READY \
+        and now < record.requested_at + grace
 
 
 def _on_new_job(record: SliceReplacement, pods: list[ObservedPod]) -> bool:
