@@ -3,7 +3,10 @@ trainer process that reports (status.trainerProcess).
 
 A recovery opens when a slice goes down or the trainer reports a new elastic event, and
 closes when the trainer reports that event Resumed (or, without an elastic event, a step
-later than the one at detection).
+later than the one at detection). An elastic event that Kueue's eviction caused (the
+slices went because the job was preempted or suspended through its queue:
+elastic_api.queueing.caused_by_eviction, the trainer's rule too) opens none: there is no
+failure to recover from, and the job is Queued, not Recovering.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from elastic_api.conditions import Reason
+from elastic_api.queueing import caused_by_eviction
 from elastic_api.models import (
     ElasticEventReport,
     ElasticTrainingJobStatus,
@@ -37,19 +41,30 @@ def track_recovery(
     changes: list[SliceChange],
     now: datetime,
     not_ready: frozenset[int] = frozenset(),
+    evicted_since: datetime | None = None,
 ) -> RecoveryUpdate:
     """The recovery record after this reconcile, and the Recovered Event if it closed.
-    `not_ready`: the slices that are not Ready now."""
+    `not_ready`: the slices that are not Ready now; `evicted_since`: Kueue's latest
+    eviction of the job (core/admission.py)."""
     record = previous.last_recovery
     ongoing = record is not None and record.resumed_at is None
     record, ongoing = _open_for_down_slices(record, ongoing, report, changes, now)
     event = report.elastic_event if report else None
+    if event is not None and report is not None and _lost_to_eviction(report, event,
+                                                                      evicted_since):
+        event = None
     if event is not None:
         record, ongoing = _link_elastic_event(record, ongoing, event,
                                               previous.counters.elastic_events)
     if record is None or not ongoing:
         return RecoveryUpdate(record)
     return _close_if_resumed(record, report, event, now, not_ready)
+
+
+def _lost_to_eviction(report: TrainingReport, event: ElasticEventReport,
+                      evicted_since: datetime | None) -> bool:
+    return bool(event.slices_down) and caused_by_eviction(
+        evicted_since, running_since=report.process_started_at, lost_at=event.detected_at)
 
 
 def _open_for_down_slices(

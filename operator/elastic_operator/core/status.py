@@ -244,7 +244,8 @@ def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> T
     """The recovery record (opened by the slices that went down, closed by the trainer's
     report) and the trainer process now reporting."""
     not_ready = frozenset(s.index for s in tracking.slices if s.state != "Ready")
-    recovery = track_recovery(ctx.previous, ctx.report, tracking.changes, ctx.now, not_ready)
+    recovery = track_recovery(ctx.previous, ctx.report, tracking.changes, ctx.now, not_ready,
+                              evicted_since=gates.admission.evicted_since)
     record = recovery.record
     recovering = record is not None and record.resumed_at is None and not gates.terminal
     process = trainer_process(ctx.previous.trainer_process, ctx.report)
