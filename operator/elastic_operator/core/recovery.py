@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from elastic_api.conditions import Reason
-from elastic_api.queueing import caused_by_eviction
 from elastic_api.models import (
     ElasticEventReport,
     ElasticTrainingJobStatus,
@@ -22,6 +21,7 @@ from elastic_api.models import (
     TrainerProcess,
     TrainingReport,
 )
+from elastic_api.queueing import caused_by_eviction
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.text import fmt_slices, iso, plural
