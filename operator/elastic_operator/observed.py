@@ -225,6 +225,13 @@ class ObservedPool:
         return next((n.quarantined for n in self.nodes if n.quarantined), None)
 
     @property
+    def partly_quarantined(self) -> bool:
+        """Some nodes labelled, not all: a quarantine (or a release) cut short. Pods that
+        avoid quarantined nodes would land on the rest and could not all fit."""
+        labelled = sum(1 for n in self.nodes if n.quarantined)
+        return 0 < labelled < len(self.nodes)
+
+    @property
     def maintenance(self) -> bool:
         return any(n.maintenance_signal for n in self.nodes)
 

@@ -305,6 +305,28 @@ def test_a_pool_that_keeps_failing_is_quarantined_and_the_status_says_so() -> No
     assert st.pools[1].quarantined == Reason.REPEATED_FAILURES
 
 
+def test_a_quarantine_cut_short_is_finished_by_the_next_leader() -> None:
+    """The leader died labelling the pool (one node of four): the pool counts as
+    quarantined, so nothing planned it again, and the recreated slice landed on its three
+    unlabelled nodes with its fourth pod Pending for good (seen in the chaos soak). The
+    next leader finds the Job not yet deleted and labels every node first (for the
+    reason on the label: this one failure alone would not quarantine the pool)."""
+    j = job()
+    nodes = nodes_for(spares=1)
+    nodes["tpu-1-0"] = replace(nodes["tpu-1-0"], quarantined=Reason.REPEATED_FAILURES)
+    st, _, plan = step(j, running(j), world(with_failed_host(1, 2, at(10)), nodes=nodes),
+                       at(11))
+    quarantine, delete = plan.actions
+    assert quarantine == QuarantinePool("tpu-1", Reason.REPEATED_FAILURES,
+                                        tuple(f"tpu-1-{h}" for h in range(HOSTS)), 1)
+    assert isinstance(delete, DeleteWorkerJob)
+    # Every node labelled: done, not planned again.
+    done = {n: replace(v, quarantined=Reason.REPEATED_FAILURES) if v.pool == "tpu-1" else v
+            for n, v in nodes.items()}
+    _, _, plan = step(j, st, world(with_failed_host(1, 2, at(10)), nodes=done), at(12))
+    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+
+
 def test_failures_older_than_the_window_do_not_count() -> None:
     j = job(recovery={"quarantineAfterFailures": 2, "quarantineWindowSeconds": 60})
     st, _, _ = step(j, running(j), world(with_failed_host(1, 0, at(10))), at(11))

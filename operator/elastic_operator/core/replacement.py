@@ -326,7 +326,11 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
     target = next((p for p in ctx.observed.pools if p.name == pool), None)
     free = [p for p in spares if p != pool]
     taken = None
-    if why is not None and target is not None and target.quarantined is None and free:
+    # A leader that died labelling the pool's nodes left it partly quarantined: finish.
+    partial = target is not None and target.partly_quarantined
+    why = why or (target.quarantined if partial and target is not None else None)
+    if why is not None and target is not None and (target.quarantined is None or partial) \
+            and free:
         taken = free[0]
         actions.append(QuarantinePool(target.name, why, tuple(n.name for n in target.nodes),
                                       s.index))
