@@ -89,7 +89,8 @@ e2e-kind: cluster-binaries
 # Real MaxText 0.2.5 on CPU, run as a job's head pod runs it (docs/operations.md; not in
 # `make test`; as root): its own Python 3.13 environment (hack/maxtext-env.sh, cached by
 # version), then runs into the head's /tmp and into gs:// (fake-gcs-server), checked
-# against the checkpoint scan and the progress sidecar's follower.
+# against the checkpoint scan and the progress sidecar's follower; then the scenario on
+# the local control plane (a worker slice failed mid-run, a SIGKILL during a save).
 # e.g. make e2e-maxtext MAXTEXT_E2E_ARGS="--record tests/fixtures/maxtext-0.2.5"
 e2e-maxtext: venv cluster-binaries
 	hack/maxtext-env.sh

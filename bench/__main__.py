@@ -26,8 +26,8 @@ from typing import Any
 
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
 
-NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "restore",
-         "replacement")
+NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
+         "restore", "replacement")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
@@ -109,7 +109,7 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
     from bench import trainer
 
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,
-          "restore": trainer.restore}[name]
+          "defaults": trainer.defaults, "restore": trainer.restore}[name]
     return lambda: fn(args.quick)
 
 

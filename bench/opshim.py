@@ -2,11 +2,13 @@
 
     python -m bench.opshim COUNTS_FILE -- <etj operator arguments>
 
-The operator talks to the API server through two HTTP clients: urllib3 (kube.py, via the
-kubernetes client) and aiohttp (kopf's watches). Both are wrapped before the operator
-starts; the counts, keyed "VERB resource[/subresource]", are written to COUNTS_FILE
-every half second. The API server's own metrics cannot tell the operator's requests from
-the controllers' (apiserver_request_total has no user-agent label), hence this.
+The operator talks to the API server through two HTTP clients: urllib3 (every request
+and watch of its own, elastic_api.kube via the kubernetes client) and aiohttp (kopf's
+discovery at start, and the watches of operators before kopf stopped watching). Both
+are wrapped before the operator starts; the counts, keyed "VERB resource[/subresource]",
+are written to COUNTS_FILE every half second. The API server's own metrics cannot tell
+the operator's requests from the controllers' (apiserver_request_total has no user-agent
+label), hence this.
 """
 from __future__ import annotations
 

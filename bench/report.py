@@ -169,17 +169,25 @@ def _rounds(values: list[float | None] | None) -> str:
     return " (rounds: " + ", ".join(_r(x) for x in values) + ")" if values else ""
 
 
+def _periods(values: list[Any] | None, fmt: str = "{}") -> str:
+    return ", ".join("-" if v is None else fmt.format(v) for v in values or [])
+
+
 def overhead_rows(o: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for config, c in o["configs"].items():
+        if "snapshot_period_per_round" not in c:  # a result of the fixed-period benchmark
+            what = (f"async checkpoint every {c['checkpoint_period']} + snapshot every "
+                    f"{c['snapshot_period']}")
+        else:
+            what = (f"every default: snapshot every {_periods(c['snapshot_period_per_round'])}"
+                    f", checkpoint every {_periods(c['checkpoint_period_per_round'])} "
+                    f"step(s) by round, chosen within {c['budget_percent']} % each")
         rows += [
-            (f"{config}: mean step, elastic loop with async checkpoint every "
-             f"{c['checkpoint_period']} + snapshot every {c['snapshot_period']} "
-             "(baseline: plain jit loop)",
+            (f"{config}: mean step, elastic loop with {what} (baseline: plain jit loop)",
              _s(c["elastic_step_seconds"]["mean"]), _s(c["plain_step_seconds"]["mean"]),
-             _r(c["ratio_mean_step_elastic_vs_plain"]) + (
-                 " (rounds: " + ", ".join(_r(x) for x in c["ratio_mean_step_per_round"]) + ")"
-                 if c.get("ratio_mean_step_per_round") else "")),
+             _r(c["ratio_mean_step_elastic_vs_plain"]) + _rounds(
+                 c.get("ratio_mean_step_per_round"))),
             (f"{config}: median step (same runs)",
              _s(c["elastic_step_seconds"]["p50"]), _s(c["plain_step_seconds"]["p50"]),
              _r(c["ratio_median_step_elastic_vs_plain"]) + _rounds(
@@ -189,7 +197,43 @@ def overhead_rows(o: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
             rows.append((f"{config}: process CPU per step, every thread (same runs)", "", "",
                          _r(c["ratio_cpu_per_step_elastic_vs_plain"]) + _rounds(
                              c["ratio_cpu_per_step_per_round"])))
+        if c.get("snapshot_overhead_percent_per_round"):
+            rows.append((f"{config}: what the trainer measured a snapshot / a checkpoint to "
+                         "cost at its period, % of step time, by round",
+                         _periods(c["snapshot_overhead_percent_per_round"], "{:.1f}") + " / "
+                         + _periods(c["checkpoint_overhead_percent_per_round"], "{:.1f}"),
+                         f"budget {c['budget_percent']} each", "-"))
     return rows
+
+
+def defaults_rows(d: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
+    on, off = d["defaults"], d["snapshots_off"]
+
+    def lost(side: dict[str, Any]) -> str:
+        sources = ", ".join(f"{n} {s}" for s, n in side["restore_sources"].items())
+        return f"{_n(side['steps_lost']['p50'], '{:.0f}')} / " \
+            f"{_n(side['steps_lost']['max'], '{:.0f}')} ({sources})"
+
+    period = d["snapshot_period_at_failure"]
+    return [
+        (f"{d['config']}, {d['slices']} slices, {d['steps']} steps, every default: one slice "
+         f"lost at a random step, {d['trials']} runs: steps lost p50 / max (baseline: "
+         "snapshots off)", lost(on), lost(off), "-"),
+        ("Snapshot period in use at the loss, p50 / max; losses within one period",
+         f"{_n(period['p50'], '{:.0f}')} / {_n(period['max'], '{:.0f}')}; "
+         f"{d['losses_within_one_snapshot_period']} of {d['trials']}", "", ""),
+        ("Mean step before the loss, every default (baseline: snapshots off), median of runs",
+         _s(on["mean_step_before_failure_seconds"]["p50"]),
+         _s(off["mean_step_before_failure_seconds"]["p50"]),
+         _r(d["ratio_mean_step_before_failure_defaults_vs_off"])),
+        (f"The same, steady state only (once both chose their cadences; "
+         f"{len(d.get('ratio_steady_step_defaults_vs_off_per_trial') or [])} runs with 30 "
+         "steps of it before the loss), median of per-run ratios", "", "",
+         _r(d.get("ratio_steady_step_defaults_vs_off"))),
+        ("Wall time of the run, loss and recovery included (baseline: snapshots off)",
+         _s(on["wall_seconds"]["p50"]), _s(off["wall_seconds"]["p50"]),
+         _r(d["ratio_wall_defaults_vs_off"])),
+    ]
 
 
 def restore_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
@@ -248,6 +292,7 @@ SECTIONS = (
     ("scale", "The largest jobs: one job of 64 slices", scale_rows),
     ("recovery", "Trainer recovery (CPU, simulated slices)", recovery_rows),
     ("overhead", "Trainer overhead", overhead_rows),
+    ("defaults", "A job with every default losing a slice", defaults_rows),
     ("restore", "Restore throughput", restore_rows),
     ("replacement", "Slice replacement (same run, side by side)", replacement_rows),
 )

@@ -128,49 +128,131 @@ def recovery(quick: bool) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------- overhead
 
+# Steps per loop and rounds: enough that the chosen checkpoint period (hundreds of tiny
+# steps, tens of small ones) comes round a few times in the window.
+OVERHEAD_RUNS = {"tiny": {"steps": 2000, "warmup": 30, "rounds": 7},
+                 "small": {"steps": 160, "warmup": 12, "rounds": 5}}
+OVERHEAD_QUICK = {"steps": 40, "warmup": 10, "rounds": 1}
+
+
+def _ratios(rounds: list[dict[str, Any]], of: Any) -> list[float]:
+    return [of(r["elastic"]) / of(r["plain"]) for r in rounds]
+
+
+def _overhead_config(raw: dict[str, Any]) -> dict[str, Any]:
+    rounds = raw["rounds"]
+    mean_ratios, median_ratios = _ratios(rounds, mean), _ratios(rounds, median)
+    cpu_ratios = [ratio(r["elastic_cpu_per_step"], r["plain_cpu_per_step"]) for r in rounds]
+    snap = [r["snapshot_cadence"] for r in rounds]
+    ckpt = [r["checkpoint_cadence"] for r in rounds]
+    return {
+        "steps": raw["steps"], "warmup_steps_dropped": raw["warmup_steps"],
+        "rounds": len(rounds),
+        "window_first_step_per_round": [r["window_first_step"] for r in rounds],
+        "copies_in_window_per_round": [r["copies_in_window"] for r in rounds],
+        "plain_step_seconds": stats([d for r in rounds for d in r["plain"]]),
+        "elastic_step_seconds": stats([d for r in rounds for d in r["elastic"]]),
+        # Per round ratios, then their median: each round runs both loops back to back
+        # (which one first alternates).
+        "ratio_mean_step_per_round": mean_ratios,
+        "ratio_mean_step_elastic_vs_plain": median(mean_ratios),
+        "ratio_median_step_per_round": median_ratios,
+        "ratio_median_step_elastic_vs_plain": median(median_ratios),
+        # CPU seconds of the whole process per step (every thread), which the load of
+        # other processes moves much less than wall time.
+        "ratio_cpu_per_step_per_round": cpu_ratios,
+        "ratio_cpu_per_step_elastic_vs_plain": median(
+            [x for x in cpu_ratios if x is not None] or [float("nan")]),
+        "load_average_per_round": [r["load_average"] for r in rounds],
+        "snapshot_period_per_round": [c.get("periodSteps") for c in snap],
+        "snapshot_overhead_percent_per_round": [c.get("overheadPercent") for c in snap],
+        "checkpoint_period_per_round": [c.get("periodSteps") for c in ckpt],
+        "checkpoint_overhead_percent_per_round": [c.get("overheadPercent") for c in ckpt],
+        "budget_percent": (snap[0] or {}).get("budgetPercent") if snap else None,
+        "cadences_last_round": {"snapshot": snap[-1], "checkpoint": ckpt[-1]},
+        "profile": raw["profile"],
+    }
+
+
 def overhead(quick: bool) -> dict[str, Any]:
+    """The elastic loop with every default against the plain jit loop (docs/benchmarks.md)."""
     configs = ["tiny"] if quick else ["tiny", "small"]
     out: dict[str, Any] = {"configs": {}}
     for config in configs:
-        _log(f"overhead {config}: elastic loop vs plain jit loop")
-        raw = run_worker({"kind": "overhead", "config": config,
-                          # Steady state: the steps through the first save are dropped
-                          # (the first Orbax save sets up its threads and directories).
-                          "steps": 25 if quick else 102, "warmup": 12 if quick else 22,
-                          "checkpoint_period": 10 if quick else 20,
-                          "snapshot_period": 5, "rounds": 1 if quick else 7},
-                         timeout=5400)
-        plain_means = [mean(r["plain"]) for r in raw["rounds"]]
-        elastic_means = [mean(r["elastic"]) for r in raw["rounds"]]
-        plain_medians = [median(r["plain"]) for r in raw["rounds"]]
-        elastic_medians = [median(r["elastic"]) for r in raw["rounds"]]
-        out["configs"][config] = {
-            "steps": raw["steps"], "warmup_steps_dropped": raw["warmup_steps_dropped"],
-            "checkpoint_period": raw["checkpoint_period"],
-            "snapshot_period": raw["snapshot_period"], "rounds": len(raw["rounds"]),
-            "plain_step_seconds": stats([d for r in raw["rounds"] for d in r["plain"]]),
-            "elastic_step_seconds": stats([d for r in raw["rounds"] for d in r["elastic"]]),
-            # Per round ratios, then their median: each round runs both loops back to back.
-            "ratio_mean_step_per_round": [
-                e / p for e, p in zip(elastic_means, plain_means, strict=True)],
-            "ratio_mean_step_elastic_vs_plain": median(
-                [e / p for e, p in zip(elastic_means, plain_means, strict=True)]),
-            "ratio_median_step_elastic_vs_plain": median(
-                [e / p for e, p in zip(elastic_medians, plain_medians, strict=True)]),
-            "ratio_median_step_per_round": [
-                e / p for e, p in zip(elastic_medians, plain_medians, strict=True)],
-            # CPU seconds of the whole process per step (every thread), which the load of
-            # other processes moves much less than wall time.
-            "ratio_cpu_per_step_per_round": [
-                ratio(r["elastic_cpu_per_step"], r["plain_cpu_per_step"])
-                for r in raw["rounds"]],
-            "ratio_cpu_per_step_elastic_vs_plain": median(
-                [x for r in raw["rounds"]
-                 if (x := ratio(r["elastic_cpu_per_step"], r["plain_cpu_per_step"]))
-                 is not None] or [float("nan")]),
-            "load_average_per_round": [r["load_average"] for r in raw["rounds"]],
-        }
+        runs = OVERHEAD_QUICK if quick else OVERHEAD_RUNS[config]
+        _log(f"overhead {config}: elastic loop with every default vs plain jit loop")
+        raw = run_worker({"kind": "overhead", "config": config, **runs}, timeout=5400)
+        out["configs"][config] = _overhead_config(raw)
     return out
+
+
+# ------------------------------------------------------------------------------- defaults
+
+def _side(trials: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    runs = [t[name] for t in trials]
+    lost = [r["steps_lost"] for r in runs]
+    return {
+        "steps_lost": stats(lost),
+        "restore_sources": {s: sum(1 for r in runs if r["restore_source"] == s)
+                            for s in sorted({r["restore_source"] for r in runs})},
+        "mean_step_before_failure_seconds": stats(
+            [r["mean_step_before_failure"] for r in runs
+             if r["mean_step_before_failure"] is not None]),
+        "wall_seconds": stats([r["wall_seconds"] for r in runs]),
+    }
+
+
+STEADY_MIN_STEPS = 30  # a trial's steady window before the loss, at least this long
+
+
+def _steady_ratio(trial: dict[str, Any], warmup: int) -> float | None:
+    """Mean step of the defaults run over that of the snapshots-off run, over the same
+    steps: after both chose their cadences (their probes and orbax's first save are
+    start-up, at different steps in the two) up to the loss. None: too short a window."""
+    on, off = trial["defaults"], trial["snapshots_off"]
+    start = max(warmup, on["cadences_chosen_at_step"] or 0, off["cadences_chosen_at_step"] or 0)
+    windows = [[d for s, d in run["step_durations_before_failure"] if s > start]
+               for run in (on, off)]
+    if min(len(w) for w in windows) < STEADY_MIN_STEPS:
+        return None
+    return mean(windows[0]) / mean(windows[1])
+
+
+def defaults(quick: bool) -> dict[str, Any]:
+    """A job with every default losing one slice at a random step, against snapshots off."""
+    warmup = 10
+    spec = {"kind": "defaults", "config": "tiny", "slices": 4, "steps": 60 if quick else 300,
+            "trials": 2 if quick else 20, "warmup": warmup, "fault_duration": 0.5,
+            "seed": 25}
+    _log(f"defaults: {spec['trials']} runs losing a slice at a random step, snapshots at "
+         "their default cadence vs off")
+    raw = run_worker(spec, timeout=5400)
+    trials = raw["trials"]
+    on, off = _side(trials, "defaults"), _side(trials, "snapshots_off")
+    # What the headline promises: a single-slice loss costs at most one snapshot period.
+    within = [t["defaults"]["steps_lost"] <= max(1, t["defaults"]["snapshot_period"] or 0)
+              for t in trials]
+    pairs = [(t["defaults"], t["snapshots_off"]) for t in trials]
+    steady = [x for t in trials if (x := _steady_ratio(t, warmup)) is not None]
+    return {
+        "config": raw["config"], "steps": raw["steps"], "slices": raw["slices"],
+        "trials": len(trials), "seed": raw["seed"],
+        "fault_duration_seconds": raw["fault_duration_seconds"],
+        "defaults": on, "snapshots_off": off,
+        "snapshot_period_at_failure": stats([t["defaults"]["snapshot_period"] for t in trials]),
+        "losses_within_one_snapshot_period": sum(within),
+        "ratio_mean_step_before_failure_defaults_vs_off": median(
+            [x for a, b in pairs if (x := ratio(a["mean_step_before_failure"],
+                                                b["mean_step_before_failure"])) is not None]
+            or [float("nan")]),
+        # The steady state: what the copies cost once start-up is over (trials whose loss
+        # leaves a window of STEADY_MIN_STEPS after both chose their cadences).
+        "ratio_steady_step_defaults_vs_off_per_trial": steady,
+        "ratio_steady_step_defaults_vs_off": median(steady) if steady else None,
+        "ratio_wall_defaults_vs_off": median(
+            [a["wall_seconds"] / b["wall_seconds"] for a, b in pairs]),
+        "runs": trials,
+    }
 
 
 # ------------------------------------------------------------------------ restore throughput

@@ -81,7 +81,8 @@ class CpuSampler:
 
         self.samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True,
+                                        name="bench-cpu-sampler")
         self._thread.start()
 
     def _run(self, interval: float) -> None:
@@ -112,12 +113,13 @@ def _make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any
     backend = SimulatedBackend(slices, spec.get("devices_per_slice", 2), health)
     ckpt_dir = workdir / "checkpoints"
     shutil.rmtree(ckpt_dir, ignore_errors=True)
-    checkpointer = Checkpointer(str(ckpt_dir), spec.get("checkpoint_period", 20), 3,
+    # A period left out of the spec is the trainer's default: chosen (cadence.py).
+    checkpointer = Checkpointer(str(ckpt_dir), spec.get("checkpoint_period"), 3,
                                 async_save=True)
     opts = LoopOptions(steps=spec["steps"], batch=spec.get("batch", 8), seed=0,
                        min_slices=spec.get("min_slices"), elastic_timeout=120.0,
-                       max_retries=10, snapshot_period=spec.get("snapshot_period", 0),
-                       log_every=10**9, prefetch=spec.get("prefetch", 2))
+                       max_retries=10, snapshot_period=spec.get("snapshot_period"),
+                       log_every=10**9, prefetch=spec.get("prefetch"))
     data = make_source("synthetic", 0, opts.batch, cfg.seq_len, cfg.vocab_size)
     return Trainer(cfg, opts, backend, data, checkpointer)
 
@@ -185,73 +187,6 @@ def steps_lost_sweep(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
             points.append({"snapshot_period": period, **phases})
     return {"config": spec["config"], "checkpoint_period": spec.get("checkpoint_period"),
             "fail_at": spec["fail_at"], "points": points}
-
-
-def overhead(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """Steady-state step time: the elastic loop (async checkpoints + snapshots) against a
-    plain jitted loop of the same model and step function, alternating in one process."""
-    slices, dps = spec.get("slices", 2), spec.get("devices_per_slice", 2)
-    # A persistent cache of its own, so that each round's fresh Trainer (new jitted
-    # functions) does not compile again: the rounds measure steps, not compiles.
-    _setup_jax(slices * dps, str(workdir / "compilation-cache"))
-    import jax
-
-    from elastic_trainer import train
-    from elastic_trainer.backends import SimulatedBackend
-    from elastic_trainer.configs import get_config
-    from elastic_trainer.data import make_source
-    from elastic_trainer.faults import FaultSchedule
-
-    cfg = get_config(spec["config"])
-    steps, warmup, batch = spec["steps"], spec["warmup"], spec.get("batch", 8)
-    optimizer = train.make_optimizer(cfg, steps)
-    backend = SimulatedBackend(slices, dps, FaultSchedule([], 1.0))
-    compiled = train.build_step(cfg, optimizer,
-                                train.make_mesh(backend.slice_devices(range(slices))), 1, 0)
-    data = make_source("synthetic", 0, batch, cfg.seq_len, cfg.vocab_size)
-
-    sampler = CpuSampler()
-
-    def measured(times: list[float]) -> tuple[list[float], float]:
-        """Step durations after the warmup, and the CPU seconds per step over them."""
-        durations = [b - a for a, b in itertools.pairwise(times)][warmup:]
-        start, end = times[warmup], times[-1]
-        return durations, sampler.cpu_between(start, end) / max(1, len(durations))
-
-    def plain_loop() -> tuple[list[float], float]:
-        state = compiled.init_fn()
-        jax.block_until_ready(state)
-        times = [time.time()]
-        for step in range(steps):
-            tokens = jax.device_put(train.shape_batch(data.batch(step), 1),
-                                    compiled.batch_sharding)
-            state, metrics = compiled.step_fn(state, tokens)
-            float(metrics["loss"])  # the elastic loop reads the loss each step too
-            times.append(time.time())
-        return measured(times)
-
-    def elastic_loop() -> tuple[list[float], float]:
-        trainer = _make_trainer({**spec, "min_slices": None}, workdir, [])
-        result = trainer.run()
-        if result.failure is not None:
-            raise RuntimeError(f"training failed: {result.failure}")
-        return measured([t for _s, t in result.step_times])
-
-    rounds = []
-    for _ in range(spec.get("rounds", 2)):
-        load = os.getloadavg()[0]
-        plain, plain_cpu = plain_loop()
-        elastic_d, elastic_cpu = elastic_loop()
-        rounds.append({"plain": plain, "elastic": elastic_d, "plain_cpu_per_step": plain_cpu,
-                       "elastic_cpu_per_step": elastic_cpu,
-                       "load_average": [load, os.getloadavg()[0]]})
-    sampler.close()
-    return {
-        "config": spec["config"], "steps": steps, "warmup_steps_dropped": warmup,
-        "checkpoint_period": spec.get("checkpoint_period"),
-        "snapshot_period": spec.get("snapshot_period"),
-        "rounds": rounds,
-    }
 
 
 def restore_throughput(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
@@ -334,8 +269,20 @@ def restore_throughput(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     return out
 
 
-KINDS = {"recovery": recovery, "steps_lost_sweep": steps_lost_sweep, "overhead": overhead,
-         "restore_throughput": restore_throughput}
+def _overhead(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    from bench.overhead_worker import overhead
+
+    return overhead(spec, workdir)
+
+
+def _defaults(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    from bench.defaults_worker import defaults
+
+    return defaults(spec, workdir)
+
+
+KINDS = {"recovery": recovery, "steps_lost_sweep": steps_lost_sweep, "overhead": _overhead,
+         "restore_throughput": restore_throughput, "defaults": _defaults}
 
 
 def main(argv: list[str]) -> int:

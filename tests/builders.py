@@ -34,6 +34,7 @@ from elastic_api.names import (
 from elastic_operator.core.plan import applied_spec
 from elastic_operator.observed import (
     Observed,
+    ObservedContainer,
     ObservedJob,
     ObservedJobSet,
     ObservedNode,
@@ -365,14 +366,48 @@ class WorkerPod:
         return self._with(deletion_timestamp=deletion_timestamp,
                           deletion_grace_seconds=grace_seconds)
 
+    def disrupted(self, reason: str) -> Self:
+        """The pod's DisruptionTarget condition is True for `reason` (who ended it)."""
+        return self._with(disruption=reason)
+
+    def failed_with_status(self, reason: str) -> Self:
+        """Failed with a pod status reason (the kubelet's admission, a node shutdown)."""
+        return self._with(phase="Failed", ready=False, status_reason=reason)
+
     def build(self) -> ObservedPod:
         return self._pod
 
 
-def head_pod(*, failed: bool = False) -> ObservedPod:
-    return ObservedPod(name="article-pathways-head-0-0", replicated_job=HEAD_REPLICATED_JOB,
+def head_pod(*, failed: bool = False, main: ObservedContainer | None = None,
+             created: datetime | None = None, name: str = "article-pathways-head-0-0",
+             deleting: datetime | None = None) -> ObservedPod:
+    """The head pod; `main`: its main container's state (main_running, main_exited)."""
+    return ObservedPod(name=name, replicated_job=HEAD_REPLICATED_JOB,
                        slice_index=0, host_index=0, phase="Failed" if failed else "Running",
-                       ready=not failed)
+                       ready=not failed, main=main, created_at=created,
+                       deletion_timestamp=deleting)
+
+
+def main_running(since: datetime = T0) -> ObservedContainer:
+    """The head's main container, running since `since` (state.running.startedAt)."""
+    return ObservedContainer(state="running", started_at=since)
+
+
+def main_exited() -> ObservedContainer:
+    """The head's main container, terminated (its process died)."""
+    return ObservedContainer(state="terminated")
+
+
+def foreign_job(*, progress: bool = False, num_slices: int = SLICES) -> ElasticTrainingJob:
+    """The article's job running a program of its own in main (spec.trainer.command, as
+    MaxText): it reports no elastic events; `progress`: with the progress sidecar."""
+    trainer: dict[str, Any] = {"image": "maxtext-runner:1",
+                               "command": ["python3", "-m", "maxtext.trainers.pre_train.train"],
+                               "args": ["run_name=r", "steps=1000"]}
+    if progress:
+        trainer["progress"] = {"image": "trainer:1"}
+    return (etj().uid("uid-1").generation(1).num_slices(num_slices).max_restarts(0)
+            .without("trainer").spec(trainer=trainer).build())
 
 
 def healthy_pods(num_slices: int = SLICES, hosts: int = HOSTS) -> list[ObservedPod]:

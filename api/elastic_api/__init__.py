@@ -2,7 +2,9 @@
 
 Models (the CRD is generated from them), the TPU catalog, every shared name and condition
 reason, CRD generation and admission validation. Everything here is pure: no I/O, no
-clock, no randomness; it needs pydantic and PyYAML only (no kubernetes, no jax).
+clock, no randomness; it needs pydantic and PyYAML only (no kubernetes, no jax). The one
+exception is `elastic_api.kube`, the Kubernetes access layer of both sides, which imports
+the kubernetes client only when it makes a client or reads a watch.
 """
 from elastic_api.names import (
     API_VERSION,

@@ -60,6 +60,10 @@ class Reason:
     # Recovering (True: SLICE_DOWN or ELASTIC_EVENT, what started it)
     ELASTIC_EVENT: Final = "ElasticEvent"
     RECOVERED: Final = "Recovered"
+    # Closed by the operator for a trainer that reports no elastic events: every slice is
+    # Ready again and the head's main has run since before the failure; the trainer has
+    # not confirmed progress (a new step or a newer checkpoint then makes it Recovered).
+    RECOVERED_UNCONFIRMED: Final = "RecoveredUnconfirmed"
     RECOVERY_FAILED: Final = "RecoveryFailed"
     NO_FAILURE: Final = "NoFailure"
     # Degraded
@@ -101,8 +105,12 @@ class Reason:
     MAINTENANCE_ONGOING: Final = "MaintenanceOngoing"
     IMPENDING_TERMINATION: Final = "ImpendingTermination"
     NO_MAINTENANCE: Final = "NoMaintenance"
-    # Pool quarantines (status.pools[].quarantined; the node label's value)
-    REPEATED_FAILURES: Final = "RepeatedFailures"
+    # Pool quarantines (status.pools[].quarantined; the node label's value), with
+    # NODE_NOT_READY and MAINTENANCE: the evidence against the pool (core/blame.py).
+    DEVICE_UNHEALTHY: Final = "DeviceUnhealthy"  # TPU chips unhealthy, or refused a pod
+    NODE_DISRUPTION: Final = "NodeDisruption"  # the node's lifecycle ended the pod
+    HARDWARE_FAILURE: Final = "HardwareFailure"  # spec.recovery.hardwareExitCodes/Reasons
+    REPEATED_FAILURES: Final = "RepeatedFailures"  # slices of different jobs failed there
 
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"

@@ -53,7 +53,9 @@ def _structural(node: dict[str, Any], defs: dict[str, Any], *, nullable_ok: bool
             converted["nullable"] = True
         return converted
 
-    out: dict[str, Any] = {k: node[k] for k in _KEPT if k in node}
+    # Copies: a model used twice (e.g. status.training's two cadences) must not share
+    # lists, or the YAML dump writes anchors.
+    out: dict[str, Any] = {k: copy.deepcopy(node[k]) for k in _KEPT if k in node}
     if "const" in node:
         out["enum"] = [node["const"]]
     if "enum" in out and "type" not in out:

@@ -7,6 +7,7 @@ contract is docs/status-contract.md.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,24 @@ def _api_integer(value: Any) -> Any:
 # A spec integer: what the API server's `type: integer` admits, no more (the CRD schema
 # is the same as plain int's).
 SpecInt = Annotated[int, BeforeValidator(_api_integer)]
+
+
+def _api_number(value: Any) -> Any:
+    """Refuse, as the API server's `type: number` does, what pydantic's lax `float` would
+    turn into one: a bool or a numeric string (and, in Python, a NaN or an infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        raise PydanticCustomError("number_type", "Input should be a finite number")
+    return float(value)
+
+
+SpecNumber = Annotated[float, BeforeValidator(_api_number)]
+
+# The share of step time one kind of copy of the state (a snapshot, a checkpoint) may cost
+# when the trainer chooses its period (spec.overheadBudgetPercent, `etj train
+# --overhead-budget-percent`): admission and the trainer's flag refuse the same range.
+DEFAULT_OVERHEAD_BUDGET_PERCENT = 2.0
+MAX_OVERHEAD_BUDGET_PERCENT = 50.0
 
 
 # A quantity written as a string: the pattern JobSet's CRD checks (controller-gen's for a
@@ -152,6 +171,13 @@ class ElasticSpec(ApiModel):
     )
 
 
+# A container exit code that can fail a pod (0 never does).
+ExitCode = Annotated[int, Field(ge=1, le=255), BeforeValidator(_api_integer)]
+# A Kubernetes reason (CamelCase; `OutOfgoogle.com/tpu` has a resource name in it).
+TerminationReason = Annotated[str, Field(min_length=1, max_length=128,
+                                         pattern=r"^[A-Za-z][A-Za-z0-9./_-]*$")]
+
+
 class RecoverySpec(ApiModel):
     """How the operator replaces a failed slice (docs/operations.md, "Slice replacement, hot
     spares and maintenance")."""
@@ -181,12 +207,30 @@ class RecoverySpec(ApiModel):
     )
     quarantine_after_failures: SpecInt = Field(
         2, ge=1, le=100,
-        description="Slice failures on one node pool within quarantineWindowSeconds after "
-        "which the pool is avoided (while a spare pool exists).",
+        description="Jobs (this one counted) whose slices failed on one node pool within "
+        "quarantineWindowSeconds with no evidence against the nodes, after which the pool "
+        "is avoided (while a spare pool exists). A job whose failures follow it from pool "
+        "to pool is not counted. 1: this job's own failure is enough.",
     )
     quarantine_window_seconds: SpecInt = Field(
         3600, ge=60, le=604800,
-        description="The window of quarantineAfterFailures.",
+        description="The window of quarantineAfterFailures and hardwareExitCodes.",
+    )
+    hardware_exit_codes: list[ExitCode] = Field(
+        default_factory=list, max_length=32,
+        description="Exit codes of a worker container that say its TPU host is broken (the "
+        "convention of your program or its runtime): the node pool is quarantined as for a "
+        "dead node, unless this job reported the same on another pool within "
+        "quarantineWindowSeconds (the fault follows the job). Any other exit on a healthy "
+        "node is the job's own failure: it spends the slice's restart budget and "
+        "quarantines nothing.",
+    )
+    hardware_reasons: list[TerminationReason] = Field(
+        default_factory=list, max_length=16,
+        description="The same for reasons: a worker container's termination reason, the "
+        "pod's status reason or its DisruptionTarget condition's reason (e.g. a device "
+        "plugin's). Kubernetes' own node signals need no entry (docs/operations.md, "
+        "\"Who is to blame\").",
     )
 
 
@@ -225,7 +269,14 @@ class CheckpointSpec(ApiModel):
         min_length=1, max_length=1024,
         description="Orbax checkpoint root: gs://bucket/path or a filesystem path.",
     )
-    period_steps: SpecInt = Field(100, ge=1, description="Save a checkpoint every N steps.")
+    # Optional, so that "not given" (the trainer chooses) differs from any number; a job
+    # stored while the default was 100 keeps its explicit 100.
+    period_steps: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Save a checkpoint every N steps. Unset: the bundled trainer chooses the "
+        "period from what a save costs against the step time, within "
+        "spec.overheadBudgetPercent (status.training.checkpointCadence says which and why).",
+    )
     # No defaults in the CRD for keep and async: admission can then tell a value the user
     # set (refused for a program that would never read it) from one nobody set.
     keep: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
@@ -262,8 +313,12 @@ class CheckpointSpec(ApiModel):
 class SnapshotSpec(ApiModel):
     """In-memory snapshots of the training state (faster recovery than a checkpoint)."""
 
-    period_steps: SpecInt = Field(
-        0, ge=0, description="Keep an in-memory snapshot every N steps (0 = off).",
+    period_steps: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Keep an in-memory snapshot every N steps (0 = off); at most "
+        "spec.trainer.steps. Unset: the bundled trainer chooses the period from what a "
+        "snapshot costs against the step time, within spec.overheadBudgetPercent "
+        "(status.training.snapshotCadence says which and why).",
     )
 
 
@@ -528,6 +583,12 @@ class ElasticTrainingJobSpec(ApiModel):
     )
     checkpoint: CheckpointSpec
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
+    overhead_budget_percent: SpecNumber = Field(
+        DEFAULT_OVERHEAD_BUDGET_PERCENT,
+        description="Bundled trainer: the share of step time (percent, more than 0 and at "
+        "most 50) a snapshot, and a checkpoint, may each cost when their periodSteps is "
+        "unset and the trainer chooses it.",
+    )
     trainer: TrainerSpec
     pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)
     priority_class_name: str | None = Field(
@@ -584,6 +645,14 @@ SliceState = Literal["Pending", "Ready", "Down", "Restarting"]
 
 
 ReplacementAction = Literal["Replace", "Move", "GiveUp"]
+# Whom a slice failure's evidence blames (the operator's core/blame.py decides):
+# Node: what the control plane shows of the node or the pod (NotReady or gone, unhealthy
+#   TPU chips, the node's lifecycle ending the pod, a maintenance in progress);
+# Reported: the worker's own exit code or reason, named in spec.recovery.hardwareExitCodes
+#   or hardwareReasons;
+# Job: the worker container exited on a healthy node (the job's own failure);
+# Other: neither (a pod deleted or evicted, a host lost between two looks).
+Blame = Literal["Node", "Reported", "Job", "Other"]
 
 
 class SliceReplacement(StatusModel):
@@ -599,6 +668,9 @@ class SliceReplacement(StatusModel):
                                 "delete's precondition: a newer Job is never deleted).")
     from_pool: str | None = None
     requested_at: datetime
+    blame: Blame | None = Field(None, description="Whom the failure's evidence blames: "
+                                "Node, Reported, Job or Other (PoolFailure.blame).")
+    evidence: str | None = Field(None, description="The evidence, in words.")
 
 
 class ReplacementRecord(StatusModel):
@@ -611,6 +683,7 @@ class ReplacementRecord(StatusModel):
     seconds: float = Field(description="requestedAt to the slice Ready again.")
     from_pool: str | None = None
     to_pool: str | None = None
+    blame: Blame | None = None
 
 
 class SliceMaintenance(StatusModel):
@@ -644,18 +717,32 @@ class SliceStatus(StatusModel):
     maintenance: SliceMaintenance | None = None
 
 
+class PoolFailure(StatusModel):
+    """One slice failure of this job on a pool."""
+
+    at: datetime
+    blame: Blame
+    reason: str = Field(description="The evidence: NodeNotReady, DeviceUnhealthy, "
+                        "NodeDisruption, Maintenance, HardwareFailure, or the slice's "
+                        "reason (PodFailed, ...).")
+
+
 class PoolStatus(StatusModel):
     """A node pool this job ran on: its recent slice failures, and whether the operator
     keeps replacements off it (the node label elastic.pathways.dev/quarantined)."""
 
     name: str
-    recent_failures: list[datetime] = Field(
-        default_factory=list, description="Slice failures on this pool within "
+    failures: list[PoolFailure] = Field(
+        default_factory=list, description="This job's slice failures on this pool within "
         "spec.recovery.quarantineWindowSeconds (newest last).")
     quarantined: str | None = Field(
-        None, description="Why replacements avoid it: NodeNotReady, Maintenance, "
-        "RepeatedFailures; unset: not quarantined.")
+        None, description="Why replacements avoid it: NodeNotReady, DeviceUnhealthy, "
+        "NodeDisruption, Maintenance, HardwareFailure, RepeatedFailures; unset: not "
+        "quarantined.")
     quarantined_at: datetime | None = None
+    quarantine_cause: str | None = Field(
+        None, description="Which job(s) quarantined it and on what evidence (the nodes' "
+        "elastic.pathways.dev/quarantine-cause annotation).")
 
 
 class CheckpointRequest(StatusModel):
@@ -745,6 +832,32 @@ class ElasticEventReport(StatusModel):
     resumed_step: Count | None = None
 
 
+class CadenceReport(StatusModel):
+    """How often the trainer keeps one kind of copy of the state (snapshot or checkpoint),
+    and why (docs/trainer.md, "Cadence")."""
+
+    period_steps: Count = Field(description="Steps between two copies; 0 = off.")
+    chosen_by: Literal["User", "Trainer"] = Field(
+        description="User: spec (or the flag) gave the period; Trainer: chosen from measured "
+        "costs.")
+    # A string, not an enum: a newer trainer may give a reason this schema does not know.
+    reason: str = Field(
+        max_length=64,
+        description="UserSet, Off, Measuring (warming up: probe copies), WithinBudget (the "
+        "shortest period within the budget), CopySlowed (lengthened: the copy got "
+        "slower against the step), MemoryPressure (lengthened: little free host memory), YoungDaly "
+        "(shortened toward sqrt(2 x cost x mean time between failures)).")
+    message: str | None = None
+    cost_seconds: float | None = Field(None, ge=0, description="What one copy costs (median "
+                                       "of the newest measurements).")
+    step_seconds: float | None = Field(None, ge=0, description="A step without a copy "
+                                       "(median of the newest).")
+    overhead_percent: float | None = Field(None, ge=0, description="costSeconds / (periodSteps"
+                                           " x stepSeconds), in percent.")
+    budget_percent: float | None = Field(None, ge=0, description="The budget the period was "
+                                         "chosen within.")
+
+
 class TrainingReport(StatusModel):
     """Written by the trainer through the status subresource; read by the operator."""
 
@@ -770,9 +883,22 @@ class TrainingReport(StatusModel):
     elastic_event: ElasticEventReport | None = None
     checkpoint_ack: CheckpointAck | None = None
     goodput: TrainerGoodput | None = None
+    snapshot_cadence: CadenceReport | None = None
+    checkpoint_cadence: CadenceReport | None = None
+
+
+# Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the
+# operator closed without the trainer (confirmedBy): docs/architecture.md, "Recovery".
+CLOSED_BY_TRAINER, CLOSED_BY_OPERATOR = "Trainer", "Operator"
+CONFIRMED_BY_REPORT, CONFIRMED_BY_CHECKPOINT = "TrainingReport", "Checkpoint"
 
 
 class RecoveryRecord(StatusModel):
+    """The latest recovery (status.lastRecovery): what is known of it, and nothing made
+    up. A recovery the operator closed without the trainer (closedBy Operator) has no
+    resumedAt, downtimeSeconds, stepsLost, restoredFromStep or restoreSource: nobody
+    reported them."""
+
     detected_at: datetime
     resumed_at: datetime | None = None
     downtime_seconds: float | None = None
@@ -780,10 +906,35 @@ class RecoveryRecord(StatusModel):
     restored_from_step: int | None = None
     restore_source: str | None = None
     slices: list[int] = Field(default_factory=list)
+    closed_at: datetime | None = Field(
+        None, description="When the recovery closed (Trainer: resumedAt; Operator: when "
+        "every slice was Ready again).")
+    closed_by: Literal["Trainer", "Operator"] | None = Field(
+        None, description="Trainer: the trainer's report said training resumed (its elastic "
+        "event Resumed, or a step after the failure). Operator: for a trainer that reports "
+        "no elastic events, every slice was Ready again with the head's main running since "
+        "before the failure (or, main being new, a checkpoint newer than the failure was "
+        "listed); training itself was not confirmed by that.")
+    confirmed_by: Literal["TrainingReport", "Checkpoint"] | None = Field(
+        None, description="After an Operator closure, what showed training going on: a "
+        "status.training report of a new step made after the closure, or a committed "
+        "checkpoint newer than any step known at the failure, listed after the closure.")
+    confirmed_at: datetime | None = Field(
+        None, description="The report's observedAt, or the listing's observedAt.")
+    confirmed_step: int | None = Field(None, description="The step reported, or committed.")
     # Bookkeeping for the operator: the trainer's elasticEvent.id this recovery is matched
-    # to, and the trainer's step when the slice went down (a later step means resumed).
+    # to, and the trainer's step when the slice went down (a later step means resumed);
+    # the newest checkpoint step listed at the failure (committed or in flight) and the
+    # trainer's step at an Operator closure (what a confirmation must go beyond).
     elastic_event_id: int | None = None
     step_at_detection: int | None = None
+    checkpoint_step_at_detection: int | None = None
+    step_at_closure: int | None = None
+
+    @property
+    def open(self) -> bool:
+        """Not closed yet (an older operator's closed record has resumedAt only)."""
+        return self.resumed_at is None and self.closed_at is None
 
 
 class Counters(StatusModel):

@@ -28,6 +28,9 @@ APPLIED_SPEC_ANNOTATION = f"{GROUP}/applied-spec"
 QUARANTINE_LABEL = f"{GROUP}/quarantined"
 # On nodes, with the label: when (RFC 3339; a label value cannot hold ':').
 QUARANTINED_AT_ANNOTATION = f"{GROUP}/quarantined-at"
+# On nodes, with the label: which job(s) quarantined the pool and on what evidence (JSON:
+# {"jobs": [{"name": "<namespace>/<name>", "uid": "..."}], "evidence": "..."}).
+QUARANTINE_CAUSE_ANNOTATION = f"{GROUP}/quarantine-cause"
 # On a JobSet the operator suspended for spec.suspend, or a Workload it deactivated for
 # it: the hold is the operator's own, to release on resume (another's hold is left alone).
 SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
@@ -98,6 +101,11 @@ NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 TPU_RESOURCE = "google.com/tpu"
+# The kubelet's pod status reasons when admission refuses a pod on the node: a device
+# plugin that could not allocate (`UnexpectedAdmissionError`), or fewer healthy TPU chips
+# than the pod asks (`OutOf` + the resource name).
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+OUT_OF_TPU = f"OutOf{TPU_RESOURCE}"
 
 # GKE's maintenance signals on nodes (docs/operations.md cites where GKE documents them).
 # Label: an upcoming maintenance, value = its start in Unix epoch seconds.

@@ -21,6 +21,7 @@ from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE
 from elastic_api.models import (
     BUNDLED_TRAINER_FIELDS,
     INT32_MAX,
+    MAX_OVERHEAD_BUDGET_PERCENT,
     MAX_SLICE_RESTARTS,
     ElasticTrainingJob,
     ElasticTrainingJobSpec,
@@ -147,10 +148,37 @@ WORKER_TOLERATION = (
     "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
     "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"
 )
+HARDWARE_NEEDS_REPLACEMENT = (
+    "spec.recovery.hardwareExitCodes, hardwareReasons: only read when "
+    "spec.recovery.replaceSlices is true (they decide which failures quarantine a node "
+    "pool); remove them or set replaceSlices to true"
+)
+HARDWARE_EXIT_CODES_TWICE = (
+    "spec.recovery.hardwareExitCodes: an exit code is listed more than once; list each once"
+)
+HARDWARE_REASONS_TWICE = (
+    "spec.recovery.hardwareReasons: a reason is listed more than once; list each once"
+)
 CHECKPOINT_TIMEOUT = (
     "spec.maintenance.checkpointTimeoutSeconds: must be less than "
     "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
     "times out; lower it or raise leadSeconds"
+)
+OVERHEAD_BUDGET = (
+    "spec.overheadBudgetPercent: must be more than 0 and at most "
+    f"{MAX_OVERHEAD_BUDGET_PERCENT:g} (percent of step time a snapshot, and a checkpoint, "
+    "may each cost when the trainer chooses their period); set it in that range, e.g. 2 "
+    "(the default), or set snapshot.periodSteps and checkpoint.periodSteps yourself"
+)
+SNAPSHOT_PERIOD_RUN = (
+    "spec.snapshot.periodSteps: must not be more than spec.trainer.steps, or no snapshot "
+    "is ever taken; set it to at most steps, 0 to turn snapshots off, or leave it unset "
+    "for the trainer to choose"
+)
+CHECKPOINT_PERIOD_RUN = (
+    "spec.checkpoint.periodSteps: must not be more than spec.trainer.steps, or no "
+    "checkpoint is ever saved; set it to at most steps, or leave it unset for the trainer "
+    "to choose"
 )
 PLACEMENT = (
     "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
@@ -311,6 +339,23 @@ def _trainer_rules() -> list[Rule]:
     ]
 
 
+def _hardware_rules() -> list[Rule]:
+    """spec.recovery's classification of failures (the operator's core/blame.py)."""
+    def unique(field: str) -> str:
+        items = f"self.{field}"
+        return f"!has({items}) || {items}.all(x, {items}.exists_one(y, y == x))"
+
+    return [
+        Rule("spec.recovery",
+             "has(self.replaceSlices) && !self.replaceSlices ? "
+             "(!has(self.hardwareExitCodes) || size(self.hardwareExitCodes) == 0) && "
+             "(!has(self.hardwareReasons) || size(self.hardwareReasons) == 0) : true",
+             HARDWARE_NEEDS_REPLACEMENT, {}),
+        Rule("spec.recovery", unique("hardwareExitCodes"), HARDWARE_EXIT_CODES_TWICE, {}),
+        Rule("spec.recovery", unique("hardwareReasons"), HARDWARE_REASONS_TWICE, {}),
+    ]
+
+
 def _progress_rules() -> list[Rule]:
     runs = maxtext.cel_runs_maxtext("self")
     pattern = maxtext.METRICS_FILE_PATTERN
@@ -362,6 +407,35 @@ def _fill(template: str, values: Mapping[str, str]) -> str:
     return template
 
 
+def _cadence_rules() -> list[Rule]:
+    return [
+        Rule(
+            "spec",
+            "!has(self.overheadBudgetPercent) || self.overheadBudgetPercent > 0.0 && "
+            f"self.overheadBudgetPercent <= {MAX_OVERHEAD_BUDGET_PERCENT!r}",
+            OVERHEAD_BUDGET,
+            {},
+        ),
+        Rule(
+            "spec",
+            "!has(self.snapshot) || !has(self.snapshot.periodSteps) || "
+            "!has(self.trainer.steps) || self.snapshot.periodSteps <= self.trainer.steps",
+            SNAPSHOT_PERIOD_RUN,
+            {},
+        ),
+        # At creation only: jobs stored while 100 was the default carry it, whatever
+        # their steps.
+        Rule(
+            "spec",
+            "!has(self.checkpoint.periodSteps) || !has(self.trainer.steps) || "
+            "self.checkpoint.periodSteps <= self.trainer.steps",
+            CHECKPOINT_PERIOD_RUN,
+            {},
+            create_only=True,
+        ),
+    ]
+
+
 def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
     """Every CEL rule of the CRD; `spec_fields`/`required` are the spec's wire names."""
     return [
@@ -403,6 +477,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             WORKER_TOLERATION,
             {},
         ),
+        *_hardware_rules(),
         Rule(
             "spec",
             "!has(self.maintenance) || !has(self.maintenance.checkpointTimeoutSeconds) || "
@@ -411,6 +486,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             CHECKPOINT_TIMEOUT,
             {},
         ),
+        *_cadence_rules(),
         Rule(
             "spec",
             "!has(self.placement) || self.placement == 'TPU' || "
@@ -454,14 +530,20 @@ def _loc_to_path(loc: tuple[int | str, ...]) -> str:
     return path or "<root>"
 
 
+def _shown(value: str) -> str:
+    """A value as a message quotes it: control characters escaped (str.splitlines breaks
+    on \\x1e and others too), so that one problem stays one line."""
+    return value if value.isprintable() else json.dumps(value)[1:-1]
+
+
 def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors: list[str] = []
     name = job.metadata.name
     # fullmatch: `$` alone would let a trailing newline through (CEL's RE2 does not).
     if not re.fullmatch(DNS1035_LABEL, name):
-        errors.append(NAME_FORMAT.format(name=name))
+        errors.append(NAME_FORMAT.format(name=_shown(name)))
     if len(name) > MAX_NAME_LENGTH:
-        errors.append(NAME_LENGTH.format(name=name))
+        errors.append(NAME_LENGTH.format(name=_shown(name)))
     spec = job.spec
     family = CATALOG[spec.tpu.type]
     if spec.tpu.topology not in family.topologies:
@@ -482,8 +564,17 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(SPARES)
     if spec.recovery.worker_node_toleration_seconds < spec.recovery.node_not_ready_seconds:
         errors.append(WORKER_TOLERATION)
+    errors += _hardware_checks(spec)
     if spec.maintenance.checkpoint_timeout_seconds >= spec.maintenance.lead_seconds:
         errors.append(CHECKPOINT_TIMEOUT)
+    if not 0 < spec.overhead_budget_percent <= MAX_OVERHEAD_BUDGET_PERCENT:
+        errors.append(OVERHEAD_BUDGET)
+    snapshot, steps = spec.snapshot.period_steps, spec.trainer.steps
+    if snapshot is not None and steps is not None and snapshot > steps:
+        errors.append(SNAPSHOT_PERIOD_RUN)
+    period = spec.checkpoint.period_steps
+    if period is not None and steps is not None and period > steps:
+        errors.append(CHECKPOINT_PERIOD_RUN)
     if spec.placement == "Any" and spec.backend != "simulated":
         errors.append(PLACEMENT)
     account = spec.service_account_name
@@ -495,6 +586,19 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors += _progress_checks(spec.trainer)
     errors += _checkpoint_maxtext_checks(spec)
     errors += _kueue_label_checks(job.metadata.labels)
+    return errors
+
+
+def _hardware_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    recovery = spec.recovery
+    errors = []
+    if not recovery.replace_slices and (recovery.hardware_exit_codes
+                                        or recovery.hardware_reasons):
+        errors.append(HARDWARE_NEEDS_REPLACEMENT)
+    if len(set(recovery.hardware_exit_codes)) < len(recovery.hardware_exit_codes):
+        errors.append(HARDWARE_EXIT_CODES_TWICE)
+    if len(set(recovery.hardware_reasons)) < len(recovery.hardware_reasons):
+        errors.append(HARDWARE_REASONS_TWICE)
     return errors
 
 

@@ -1,30 +1,40 @@
 """The operator's parts, built and wired once (by `etj operator`, and by tests).
 
-    kopf handlers (jobs, Workloads) ──▶ Scheduler ──▶ ReconcileGate ──▶ Reconciler ──▶ core
-    Caches (pods, JobSets, nodes) ──wake──▲  ▲                         │ └──▶ Replacer ──▶ Kube
-         └──▶ NodeIndex ◀── Observations ◀┼──┼─────────────────────────┤──▶ Kube (writes)
-                 └──▶ PoolWarden ─────────┼──┼──▶ ReconcileGate ──▶ Kube (node labels)
-    LeaseElector ──▶ ReconcileGate        │  └── wake (grace periods end)
-    CheckpointScanner ──▶ wake ───────────┘
+    Caches (one Informer each, elastic_api.kube):             Observations (what a
+      jobs, pods, JobSets, nodes, Workloads ──▶ NodeIndex ──▶  reconcile reads)
+        │ a change names a job (not our own status write            ▲
+        │ coming back: Reconciler.wrote; a deleted job: forget)      │
+        ▼                                                            │
+    Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
+        ▲ ▲ ▲                                                        │  └──▶ Replacer
+        │ │ └─ add_after (a grace period ends) ◀──────────────────────┘  ──▶ Kube (writes)
+        │ └─── resync thread (every job of the job cache)
+        └───── CheckpointScanner (a scan with news)
+    LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
+    kopf (handlers.py): the process, login, /healthz probes, start and step_down
 
-Every replica keeps its caches warm; only the one holding the Lease (and whose caches
-are synced) gets past the gate, and every write to the cluster goes through it: the
-reconciles (status, Events, JobSet, Workload, worker Job recreation, stuck-pod
-force-deletes, pool quarantine labels) and the PoolWarden's sweep. Becoming leader, or
-the caches syncing, asks for a resync of every job at once.
+Everything the operator reacts to goes through the one work queue, as a job's name:
+nothing else starts a reconcile. Every replica keeps its caches warm; only the one
+holding the Lease (and whose caches are synced) gets past the gate, and every write to
+the cluster goes through it: the reconciles (status, Events, JobSet, Workload, worker
+Job recreation, stuck-pod force-deletes, pool quarantine labels) and the PoolWarden's
+sweep. Becoming leader, or the caches syncing, asks for a resync of every job at once.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, Caches
+from elastic_api.kube import Backoff, Key
+from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Caches, WatchScope
+from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
-from elastic_operator.kube import Kube
+from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.node_index import NodeIndex
@@ -32,9 +42,10 @@ from elastic_operator.observations import ApiObservations
 from elastic_operator.pool_warden import PoolWarden
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
-from elastic_operator.scheduler import Backoff, Scheduler
+from elastic_operator.scheduler import DEFAULT_WORKERS, RECONCILE_BACKOFF, Scheduler
 
 logger = logging.getLogger("elastic_operator")
+POOL_SWEEP_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -59,34 +70,37 @@ class Operator:
     gate: ReconcileGate
     elector: LeaseElector | None  # None: no election (one replica, standalone)
     warden: PoolWarden | None = None  # None: pools are not quarantined
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
-    _resync_wanted: asyncio.Event | None = field(default=None, repr=False)
-    _resync_pending: bool = field(default=False, repr=False)
+    resync_interval_s: float = 30.0
+    _resync_wanted: threading.Event = field(default_factory=threading.Event, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+    _threads: list[threading.Thread] = field(default_factory=list, repr=False)
 
     def leading(self) -> bool:
         return self.elector is None or self.elector.is_leader()
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
-        """Called on the event loop at startup: returns the event that asks for a resync."""
-        self._loop = loop
-        self._resync_wanted = asyncio.Event()
-        if self._resync_pending:
-            self._resync_wanted.set()
-        self.scheduler.attach(loop)
-        return self._resync_wanted
-
     def request_resync(self) -> None:
         """From any thread: reconcile every job now."""
-        loop, wanted = self._loop, self._resync_wanted
-        if loop is None or wanted is None:
-            self._resync_pending = True
-        elif not loop.is_closed():
-            loop.call_soon_threadsafe(wanted.set)
+        self._resync_wanted.set()
+
+    def wake(self, namespace: str, name: str) -> None:
+        """From any thread: reconcile the job soon (a standby reconciles nothing)."""
+        if self.gate.open:
+            self.scheduler.add(namespace, name)
 
     def start(self) -> None:
         self.caches.start()
+        self.scheduler.start()
         if self.elector is not None:
             self.elector.start()
+        self._spawn("resync", self._resync_loop)
+        if self.warden is not None:
+            self._spawn("pool-warden", self._sweep_loop)
+
+    @property
+    def alive(self) -> bool:
+        """The work queue and the background threads run (the caches and the election
+        are told apart by the probes)."""
+        return self.scheduler.alive and all(t.is_alive() for t in self._threads)
 
     def forget(self, namespace: str, name: str) -> None:
         """A job was deleted: drop everything kept about it."""
@@ -100,6 +114,9 @@ class Operator:
         """Shutdown (blocking): start no reconcile, let the running ones finish, then
         release the Lease so that a standby takes over at once."""
         self.gate.close()
+        self._stopping.set()
+        self._resync_wanted.set()  # the resync thread ends now, not at its next round
+        self.scheduler.stop()
         if not self.gate.drain(drain_timeout_s):
             logger.warning("reconciles still running after %.0f s; stepping down anyway",
                            drain_timeout_s)
@@ -110,30 +127,88 @@ class Operator:
     def close(self) -> None:
         self.scanner.shutdown()
 
+    def resync(self, urgent: bool) -> None:
+        """Reconcile every job in the job cache: `urgent` (a new leader, caches synced)
+        all at once, bounded by the workers; else one at a time, so that what events
+        name never waits behind a whole sweep."""
+        for namespace, name in self.caches.job_keys():
+            if self._stopping.is_set() or (not urgent and self._resync_wanted.is_set()):
+                return  # stopping, or an urgent resync replaces the rest of this one
+            self.scheduler.add(namespace, name)
+            if not urgent:
+                self.scheduler.wait_idle(namespace, name, self.resync_interval_s)
+
+    def _resync_loop(self) -> None:
+        """While leading, resync every `resync_interval_s`, and at once when asked
+        (`request_resync`): a lost event costs at most one interval."""
+        while not self._stopping.is_set():
+            urgent = self._resync_wanted.wait(self.resync_interval_s)
+            self._resync_wanted.clear()
+            if self._stopping.is_set():
+                return
+            if not self.gate.open:
+                continue  # a standby, or caches not synced yet
+            try:
+                self.resync(urgent)
+            except Exception:
+                logger.exception("resync failed; retrying in %.0f s", self.resync_interval_s)
+
+    def _sweep_loop(self) -> None:
+        """Release healthy quarantined node pools (the PoolWarden), only while leading,
+        through the same gate as the reconciles (a standby writes nothing)."""
+        warden = self.warden
+        assert warden is not None
+        while not self._stopping.wait(POOL_SWEEP_INTERVAL_S):
+            try:
+                self.gate.call(warden.sweep)
+            except NotLeading as e:  # deposed mid-sweep: the new leader sweeps
+                logger.warning("node pool sweep stopped: %s", e)
+            except Exception:
+                logger.exception("node pool sweep failed; retrying in %.0f s",
+                                 POOL_SWEEP_INTERVAL_S)
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
 
 def build_operator(
-    kube: Kube, metrics: OperatorMetrics, *, namespaces: Sequence[str | None] = (None,),
+    kube: Kube, metrics: OperatorMetrics, *, scope: WatchScope = EVERY_NAMESPACE,
     watch_kube: Kube | None = None, election: ElectionConfig | None = None,
-    watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S, checkpoint_scan_interval_s: float = 30.0,
+    watch_workloads: bool = False, watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
+    resync_interval_s: float = 30.0, checkpoint_scan_interval_s: float = 30.0,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    scan_executor: Executor | None = None, backoff: Backoff | None = None,
-    replacement: ReplacementSettings | None = None,
+    scan_executor: Executor | None = None, backoff: Backoff = RECONCILE_BACKOFF,
+    workers: int = DEFAULT_WORKERS, replacement: ReplacementSettings | None = None,
+    checkpoint_roots: CheckpointRoots | None = None,
 ) -> Operator:
-    """`namespaces`: where the pod cache watches (None: every namespace); `watch_kube`:
-    the client for the watches (their own connection pool); `election`: None runs no
-    election (this replica always leads)."""
+    """`scope`: the namespaces served; `watch_kube`: the client for the watches (their
+    own connection pool); `election`: None runs no election (this replica always leads);
+    `watch_workloads`: Kueue's Workload API is served (checked once at start);
+    `checkpoint_roots`: what it may list (None: the default, local paths only)."""
     settings = replacement or ReplacementSettings()
     nodes = NodeIndex()
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
-                                clock=clock)
+                                clock=clock, roots=checkpoint_roots or CheckpointRoots.default())
     op: Operator | None = None
 
     def wake(job: tuple[str, str]) -> None:
-        if op is not None and op.gate.open:  # a standby reconciles nothing
-            op.scheduler.trigger_soon(*job)
+        if op is not None:
+            op.wake(*job)
+
+    def job_changed(key: Key, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if op is None:
+            return
+        if new is None:
+            op.forget(*key)
+        elif not reconciler.wrote(*key, (new.get("metadata") or {}).get("resourceVersion")):
+            op.wake(*key)  # not our own status write coming back: news
 
     def relisted(resource: str, reason: str, objects: int) -> None:
         metrics.record_relist(resource, reason, objects)
+        if resource.split("/")[0] == "jobs":
+            reconciler.job_cache_listed()
         if op is not None and caches.synced:
             op.request_resync()
 
@@ -141,28 +216,30 @@ def build_operator(
         if op is not None:
             op.request_resync()
 
-    caches = Caches(watch_kube or kube, nodes, namespaces, wake,
-                    watch_timeout_s=watch_timeout_s, on_relist=relisted)
+    caches = Caches(watch_kube or kube, nodes, scope, wake, on_job=job_changed,
+                    watch_workloads=watch_workloads, watch_timeout_s=watch_timeout_s,
+                    on_relist=relisted)
     for informer in caches.informers:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
     metrics.observe_quarantines(nodes.all_nodes)
     observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
-                                   jobsets=caches.jobset)
+                                   jobsets=caches.jobset, jobs=caches.job)
     reconciler = Reconciler(kube, observations, metrics, clock,
                             limiter=NodeActionLimiter(settings.limits),
                             quarantine_pools=settings.quarantine_pools)
     elector = _elector(kube, metrics, election, started) if election is not None else None
     if elector is not None:  # a reconcile that outlives the leadership writes no more
-        kube.may_write = elector.is_leader
+        kube.client.may_write = elector.is_leader
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
-    scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff)
-    reconciler.wake = scheduler.trigger_later
+    scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers)
+    reconciler.wake = scheduler.add_after
+    scanner.on_result(lambda namespace, name: wake((namespace, name)))  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
                         clock=clock) if settings.quarantine_pools else None
     op = Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
                   reconciler=reconciler, scheduler=scheduler, gate=gate, elector=elector,
-                  warden=warden)
+                  warden=warden, resync_interval_s=resync_interval_s)
     return op
 
 

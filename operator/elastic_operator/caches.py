@@ -1,20 +1,25 @@
-"""The operator's watch-fed caches: the pods of every job (indexed by job), the jobs'
-JobSets and the nodes.
+"""The operator's watch-fed caches: the jobs, the pods of every job (indexed by job),
+the jobs' JobSets, the nodes and (where Kueue is installed) the Workloads.
 
-A reconcile reads a job's pods, its JobSet and the pods' nodes from here instead of from
-the API server: at 64 slices x 64 hosts a pod list is megabytes of JSON, and a reconcile
-runs on every pod event. Each change also tells the NodeIndex which jobs run on which
-node, and names the job to reconcile (`wake`); a node whose readiness changes wakes its
-jobs.
+Everything the operator reacts to comes through one of these informers (list+watch,
+elastic_api.kube.Informer) and names a job to reconcile (`wake`): a job's own change
+(`on_job`: the app filters out its own status writes and forgets deleted jobs), a
+change of its pods or JobSet, a node whose readiness changes (its jobs), a Workload (the
+job whose JobSet owns it, if that job is known). A reconcile reads the job, its pods,
+its JobSet and the pods' nodes from here instead of from the API server: at 64 slices x
+64 hosts a pod list is megabytes of JSON, and a reconcile runs on every pod event.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import copy
+import fnmatch
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from elastic_api.names import JOB_NAME_LABEL
-from elastic_operator.informer import Informer, Key, ListPage, Watch
+from elastic_api.kube import Informer, Key
+from elastic_api.kube.informer import ListPage, Watch
+from elastic_api.names import JOB_NAME_LABEL, JOBSET_GROUP
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import JobKey, NodeIndex
 from elastic_operator.observed import (
@@ -29,6 +34,32 @@ from elastic_operator.observed import (
 # client-go's default page size: bounds the memory of one list of thousands of pods.
 PAGE_SIZE = 500
 DEFAULT_WATCH_TIMEOUT_S = 30
+# A job changed (key, old, new; None: absent): from the job informer's thread.
+JobChange = Callable[[Key, dict[str, Any] | None, dict[str, Any] | None], None]
+
+
+@dataclass
+class WatchScope:
+    """The namespaces served: every one, or these names and globs (`team-*`)."""
+
+    clusterwide: bool
+    namespaces: list[str]
+
+    @property
+    def has_globs(self) -> bool:
+        return not self.clusterwide and any(
+            any(ch in p for ch in "*?[") for p in self.namespaces)
+
+    def matches(self, namespace: str) -> bool:
+        return self.clusterwide or any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+
+    @property
+    def list_namespaces(self) -> list[str | None]:
+        """Where to list and watch (None: every namespace, filtered by `matches`)."""
+        return [None] if self.clusterwide or self.has_globs else list(self.namespaces)
+
+
+EVERY_NAMESPACE = WatchScope(clusterwide=True, namespaces=[])
 
 
 @dataclass(frozen=True)
@@ -54,10 +85,16 @@ def cached_jobset(obj: dict[str, Any]) -> CachedJobSet:
 
 
 def cached_pod(obj: dict[str, Any]) -> CachedPod:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    return CachedPod(job=(str(meta.get("namespace") or ""), str(labels.get(JOB_NAME_LABEL, ""))),
-                     pod=pod_from_dict(obj))
+    return CachedPod(job=_job_of(obj), pod=pod_from_dict(obj))
+
+
+def owning_job(workload: Any) -> str | None:
+    """The job whose JobSet owns this Workload (a JobSet is named after its job)."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "JobSet" and \
+                str(ref.get("apiVersion", "")).startswith(f"{JOBSET_GROUP}/"):
+            return str(ref.get("name", "")) or None
+    return None
 
 
 def _labelled_calls(list_fn: Callable[..., dict[str, Any]],
@@ -73,34 +110,66 @@ def _labelled_calls(list_fn: Callable[..., dict[str, Any]],
     return list_page, watch
 
 
-class Caches:
-    """Per watched namespace (None: every namespace) one pod and one JobSet informer; one
-    node informer.
+def _all_calls(list_fn: Callable[..., dict[str, Any]],
+               watch_fn: Callable[..., Iterator[dict[str, Any]]], namespace: str | None,
+               watch_timeout_s: int) -> tuple[ListPage, Watch]:
+    """List and watch every object of a resource in `namespace` (or all)."""
+    def list_page(token: str | None) -> dict[str, Any]:
+        return list_fn(namespace, limit=PAGE_SIZE, continue_token=token)
 
-    `wake(job)` is called from the informer threads for every job whose pods (or whose
-    nodes' readiness) changed; `on_relist(resource, reason, objects)` after every list.
+    def watch(version: str) -> Iterator[dict[str, Any]]:
+        return watch_fn(namespace, version, watch_timeout_s)
+
+    return list_page, watch
+
+
+class Caches:
+    """Per watched namespace (None: every namespace, filtered by the scope) one job, one
+    pod, one JobSet and (`watch_workloads`) one Workload informer; one node informer.
+
+    `wake(job)` is called from the informer threads for every job whose pods, JobSet,
+    Workload (or whose nodes' readiness) changed; `on_job(key, old, new)` for every change
+    of a job itself; `on_relist(resource, reason, objects)` after every list.
     """
 
     def __init__(
-        self, kube: Kube, nodes: NodeIndex, namespaces: Sequence[str | None],
-        wake: Callable[[JobKey], None], *, watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
+        self, kube: Kube, nodes: NodeIndex, scope: WatchScope,
+        wake: Callable[[JobKey], None], *, on_job: JobChange | None = None,
+        watch_workloads: bool = False, watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
         on_relist: Callable[[str, str, int], None] | None = None,
     ) -> None:
         self.node_index = nodes
         self._wake = wake
+        self._on_job = on_job or (lambda key, _old, new: wake(key) if new else None)
+        self._jobs: dict[str | None, Informer[dict[str, Any]]] = {}
         self._pods: dict[str | None, Informer[CachedPod]] = {}
         self._jobsets: dict[str | None, Informer[CachedJobSet]] = {}
-        for ns in dict.fromkeys(namespaces):  # unique, in order
+        self._workloads: dict[str | None, Informer[str | None]] = {}
+        for ns in dict.fromkeys(scope.list_namespaces):  # unique, in order
             where = "" if ns is None else f"/{ns}"
+
+            def keep(key: Key, ns: str | None = ns) -> bool:
+                return ns is not None or scope.matches(key[0])
+
+            self._jobs[ns] = Informer(
+                f"jobs{where}", *_all_calls(kube.list_jobs, kube.watch_jobs, ns,
+                                            watch_timeout_s),
+                lambda obj: obj, keep=keep, on_change=self._job_changed, on_relist=on_relist)
             self._pods[ns] = Informer(
                 f"pods{where}",
                 *_labelled_calls(kube.list_pods, kube.watch_pods, ns, watch_timeout_s),
-                cached_pod, index=lambda _key, cached: cached.job,
+                cached_pod, index=lambda _key, cached: cached.job, keep=keep,
                 on_change=self._pod_changed, on_relist=on_relist)
             self._jobsets[ns] = Informer(
                 f"jobsets{where}",
                 *_labelled_calls(kube.list_jobsets, kube.watch_jobsets, ns, watch_timeout_s),
-                cached_jobset, on_change=self._jobset_changed, on_relist=on_relist)
+                cached_jobset, keep=keep, on_change=self._jobset_changed, on_relist=on_relist)
+            if watch_workloads:
+                self._workloads[ns] = Informer(
+                    f"workloads{where}", *_all_calls(kube.list_all_workloads,
+                                                     kube.watch_workloads, ns, watch_timeout_s),
+                    owning_job, keep=keep, on_change=self._workload_changed,
+                    on_relist=on_relist)
         self.nodes: Informer[ObservedNode] = Informer(
             "nodes", lambda token: kube.list_nodes(limit=PAGE_SIZE, continue_token=token),
             lambda version: kube.watch_nodes(version, watch_timeout_s), node_from_dict,
@@ -108,7 +177,8 @@ class Caches:
 
     @property
     def informers(self) -> list[Informer[Any]]:
-        return [*self._pods.values(), *self._jobsets.values(), self.nodes]
+        return [*self._jobs.values(), *self._pods.values(), *self._jobsets.values(),
+                *self._workloads.values(), self.nodes]
 
     def start(self) -> None:
         for informer in self.informers:
@@ -128,8 +198,26 @@ class Caches:
     def alive(self) -> bool:
         return all(i.alive for i in self.informers)
 
+    def _in(self, caches: dict[str | None, Informer[Any]], namespace: str
+            ) -> Informer[Any] | None:
+        return caches.get(namespace) or caches.get(None)
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The job as last seen (a copy; None: not seen, which is no proof it is absent)."""
+        informer = self._in(self._jobs, namespace)
+        cached = informer.get((namespace, name)) if informer is not None else None
+        return copy.deepcopy(cached) if cached is not None else None
+
+    def job_keys(self) -> list[JobKey]:
+        """Every job in scope, as last seen."""
+        return sorted(key for informer in self._jobs.values() for key in informer.stored_keys())
+
+    def knows_job(self, namespace: str, name: str) -> bool:
+        informer = self._in(self._jobs, namespace)
+        return informer is not None and informer.version((namespace, name)) is not None
+
     def pods_of(self, namespace: str, job: str) -> tuple[ObservedPod, ...]:
-        informer = self._pods.get(namespace) or self._pods.get(None)
+        informer = self._in(self._pods, namespace)
         if informer is None:
             return ()
         pods = [cached.pod for cached in informer.indexed((namespace, job)).values()]
@@ -137,9 +225,19 @@ class Caches:
 
     def jobset(self, namespace: str, name: str) -> ObservedJobSet | None:
         """The JobSet as last seen (None: not seen, which is no proof it is absent)."""
-        informer = self._jobsets.get(namespace) or self._jobsets.get(None)
+        informer = self._in(self._jobsets, namespace)
         cached = informer.get((namespace, name)) if informer is not None else None
         return cached.jobset if cached is not None else None
+
+    def _job_changed(self, key: Key, old: dict[str, Any] | None,
+                     new: dict[str, Any] | None) -> None:
+        self._on_job(key, old, new)
+
+    def _workload_changed(self, key: Key, old: str | None, new: str | None) -> None:
+        # Only jobs already known: other teams' JobSets have Workloads too.
+        for job in {j for j in (old, new) if j}:
+            if self.knows_job(key[0], job):
+                self._wake((key[0], job))
 
     def _jobset_changed(self, key: Key, old: CachedJobSet | None,
                         new: CachedJobSet | None) -> None:

@@ -19,7 +19,12 @@ from prometheus_client.registry import Collector
 from pydantic.alias_generators import to_camel
 
 from elastic_api.conditions import ConditionType, Phase, Reason
-from elastic_api.models import BadputSeconds, ElasticTrainingJobSpec, ElasticTrainingJobStatus
+from elastic_api.models import (
+    BadputSeconds,
+    ElasticTrainingJobSpec,
+    ElasticTrainingJobStatus,
+    TrainingReport,
+)
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.observed import ObservedNode
 
@@ -87,6 +92,11 @@ class OperatorMetrics:
         self.steps_lost = Histogram(
             "etj_recovery_steps_lost", "Training steps lost per recovery.", ["namespace"],
             buckets=_STEPS_BUCKETS, registry=registry)
+        self.recoveries_unconfirmed = Counter(
+            "etj_recoveries_unconfirmed", "Recoveries the operator closed itself for a "
+            "trainer that reports no elastic events (every slice back, main still running): "
+            "no downtime or steps lost measured, so none is in the recovery histograms.",
+            ["namespace"], registry=registry)
         self.active_slices = Gauge(
             "etj_active_slices", "Slices the trainer's mesh spans (its last report).", labels,
             registry=registry)
@@ -237,11 +247,22 @@ class OperatorMetrics:
 
         api_client.call_api = counted
 
-    def record_spec(self, namespace: str, job: str, spec: ElasticTrainingJobSpec) -> None:
-        """The limits the alert rules compare the status with."""
+    def record_spec(self, namespace: str, job: str, spec: ElasticTrainingJobSpec,
+                    report: TrainingReport | None = None) -> None:
+        """The limits the alert rules compare the status with. The checkpoint period is
+        the spec's, else the one the trainer reports it chose (none known: no series, so
+        the stale-checkpoint alert does not guess)."""
         self.max_slice_restarts.labels(namespace, job).set(spec.elastic.max_slice_restarts)
         self.max_restarts.labels(namespace, job).set(spec.max_restarts)
-        self.checkpoint_period.labels(namespace, job).set(spec.checkpoint.period_steps)
+        period = spec.checkpoint.period_steps
+        cadence = report.checkpoint_cadence if report is not None else None
+        if period is None and cadence is not None and cadence.period_steps > 0:
+            period = cadence.period_steps
+        if period is not None:
+            self.checkpoint_period.labels(namespace, job).set(period)
+        else:
+            with contextlib.suppress(KeyError):
+                self.checkpoint_period.remove(namespace, job)
 
     def record_relist(self, resource: str, reason: str, objects: int) -> None:
         self.cache_relists.labels(resource, reason).inc()
@@ -285,7 +306,7 @@ class OperatorMetrics:
         for cause in BadputSeconds.model_fields:
             self.badput_seconds.labels(namespace, job, to_camel(cause))
         for histogram in (self.detection_latency, self.recovery_duration, self.steps_lost,
-                          self.replacement_duration):
+                          self.replacement_duration, self.recoveries_unconfirmed):
             histogram.labels(namespace)
         for result in _REQUEST_RESULTS.values():
             self.checkpoint_requests.labels(namespace, result)
@@ -343,7 +364,10 @@ class OperatorMetrics:
             if event.reason == Reason.SLICE_DOWN and event.failed_at is not None:
                 latency = written_at_s - event.failed_at.timestamp()
                 self.detection_latency.labels(namespace).observe(max(0.0, latency))
+            elif event.reason == Reason.RECOVERED_UNCONFIRMED:
+                self.recoveries_unconfirmed.labels(namespace).inc()
             elif event.reason == Reason.RECOVERED:
+                # None when nobody measured it (a recovery the operator closed, confirmed).
                 if event.downtime_seconds is not None:
                     self.recovery_duration.labels(namespace).observe(event.downtime_seconds)
                 if event.steps_lost is not None:

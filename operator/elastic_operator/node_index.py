@@ -1,10 +1,14 @@
-"""Node readiness as the node watch last showed it, and which jobs have pods on which
-node (learned from the pod watch).
+"""Node readiness as the node watch last showed it, which jobs have pods on which node
+(learned from the pod watch), and which jobs' slices failed on which node pool with no
+evidence against its nodes (learned from each job's status, after its reconcile).
 
 The pod and node handlers update it through its methods; a node whose readiness changes
 names the jobs to reconcile at once (a NotReady node is a slice down). The reconciler
-reads nodes from it instead of asking the API server for each one. No I/O; a lock makes
-it safe to read from the reconcile threads while the event loop writes.
+reads nodes from it instead of asking the API server for each one, and tells it each
+job's status.pools: a pool where slices of different jobs fail is suspect
+(core/pools.py), which no single job's status can tell. A restarted operator learns them
+again as its first resync reconciles every job; a deleted job's are forgotten. No I/O;
+a lock makes it safe to read from the reconcile threads while the event loop writes.
 """
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from elastic_operator.observed import ObservedNode, ObservedPool
+from elastic_api.models import PoolStatus
+from elastic_operator.observed import FailureMark, ObservedNode, ObservedPool
 
 JobKey = tuple[str, str]  # (namespace, name)
 
@@ -32,6 +37,8 @@ class NodeIndex:
         # node -> {(namespace, pod): its job}: a job stays on a node while any of its
         # pods does (a replacement may land where the pod it replaces was).
         self._pods_on: dict[str, dict[tuple[str, str], JobKey]] = {}
+        # job -> (its uid, {pool: times its slices failed there, blamed on the job}).
+        self._failures: dict[JobKey, tuple[str, dict[str, list[datetime]]]] = {}
 
     # --- the node watch ---
 
@@ -73,6 +80,27 @@ class NodeIndex:
             for pods in self._pods_on.values():
                 for key in [k for k, owner in pods.items() if owner == job]:
                     del pods[key]
+            self._failures.pop(job, None)
+
+    # --- the jobs' statuses ---
+
+    def note_failures(self, job: JobKey, uid: str, pools: list[PoolStatus]) -> None:
+        """The job's slice failures that blamed the job itself (status.pools), replacing
+        what it said before."""
+        marks = {p.name: [f.at for f in p.failures if f.blame == "Job"] for p in pools}
+        marks = {name: times for name, times in marks.items() if times}
+        with self._lock:
+            if marks:
+                self._failures[job] = (uid, marks)
+            else:
+                self._failures.pop(job, None)
+
+    def _marks_of_others(self, pool: str, job: JobKey) -> tuple[FailureMark, ...]:
+        """(the caller holds the lock)"""
+        return tuple(FailureMark(job=f"{other[0]}/{other[1]}", uid=uid, at=at,
+                                 pools=len(marks))
+                     for other, (uid, marks) in sorted(self._failures.items())
+                     if other != job for at in marks.get(pool, ()))
 
     # --- reads ---
 
@@ -110,5 +138,6 @@ class NodeIndex:
                 ObservedPool(
                     name=pool, nodes=tuple(sorted(nodes, key=lambda n: n.name)),
                     used_by_others=any(owner != job for n in nodes
-                                       for owner in self._pods_on.get(n.name, {}).values()))
+                                       for owner in self._pods_on.get(n.name, {}).values()),
+                    failures_of_others=self._marks_of_others(pool, job))
                 for pool, nodes in sorted(members.items()))

@@ -2,9 +2,10 @@
 
 `Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
 their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
-`ApiObservations` reads the job from the API server (kube.py: one small GET, fresh, so the
-status write can be conditional on the job's version), the JobSet and the pods from the
-watch-fed caches (caches.py), nodes from the NodeIndex (fed by the node cache),
+`ApiObservations` reads the job, the JobSet and the pods from the watch-fed caches
+(caches.py; the job fresh from the API server when asked: the status write is
+conditional on the job's version, and a write refused for a newer one reads it again),
+nodes from the NodeIndex (fed by the node cache),
 the Workload from the API server (a list by the JobSet's uid: one object) and scans from
 the CheckpointScanner: what one reconcile asks of the API server does not grow with the
 job's size.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-from elastic_api.models import CheckpointStatus
+from elastic_api.models import CheckpointStatus, PoolStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
@@ -34,11 +35,15 @@ from elastic_operator.scanner import CheckpointScanner
 PodSource = Callable[[str, str], tuple[ObservedPod, ...]]
 # (namespace, JobSet name) -> the JobSet as the JobSet cache last saw it (Caches.jobset).
 JobSetSource = Callable[[str, str], ObservedJobSet | None]
+# (namespace, name) -> the job as the job cache last saw it (Caches.job; a copy).
+JobSource = Callable[[str, str], dict[str, Any] | None]
 
 
 class Observations(Protocol):
-    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ElasticTrainingJob as stored (raw: its status is parsed leniently later)."""
+    def job(self, namespace: str, name: str, *, fresh: bool = False
+            ) -> dict[str, Any] | None:
+        """The ElasticTrainingJob (raw: its status is parsed leniently later), as last
+        seen or (`fresh`) as stored now."""
         ...
 
     def jobset(self, namespace: str, name: str) -> ObservedJobSet | None: ...
@@ -69,18 +74,31 @@ class Observations(Protocol):
         """The JobSet's worker Jobs by slice index."""
         ...
 
+    def note_failures(self, namespace: str, job: str, uid: str,
+                      pools: list[PoolStatus]) -> None:
+        """What the job's new status says of its slice failures on each pool: the
+        reconciles of other jobs read it (`pools`), as no job's status shows another's."""
+        ...
+
 
 class ApiObservations:
     def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
-                 pods: PodSource, jobsets: JobSetSource | None = None) -> None:
+                 pods: PodSource, jobsets: JobSetSource | None = None,
+                 jobs: JobSource | None = None) -> None:
         self.kube = kube
         self.node_index = nodes
         self.scanner = scanner
         self.pod_source = pods
         self.jobset_source = jobsets
+        self.job_source = jobs
 
-    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.kube.get_job(namespace, name)
+    def job(self, namespace: str, name: str, *, fresh: bool = False
+            ) -> dict[str, Any] | None:
+        # A job missing from the cache is read from the API server (just created and not
+        # seen yet, or gone).
+        cached = self.job_source(namespace, name) \
+            if self.job_source is not None and not fresh else None
+        return cached if cached is not None else self.kube.get_job(namespace, name)
 
     def jobset(self, namespace: str, name: str) -> ObservedJobSet | None:
         # From the cache when it has it; its absence is confirmed by a GET (just created
@@ -120,3 +138,7 @@ class ApiObservations:
         # The live Job of a slice wins over one being deleted.
         ordered = sorted(jobs, key=lambda j: (not j.deleting, j.name))
         return {j.slice_index: j for j in ordered if j.slice_index is not None}
+
+    def note_failures(self, namespace: str, job: str, uid: str,
+                      pools: list[PoolStatus]) -> None:
+        self.node_index.note_failures((namespace, job), uid, pools)

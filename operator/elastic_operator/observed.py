@@ -7,6 +7,7 @@ computation must never crash on what the cluster shows.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -19,13 +20,16 @@ from elastic_api.names import (
     CONTROLLER_UID_LABEL,
     IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
+    MAIN_CONTAINER,
     NODE_POOL_LABEL,
+    QUARANTINE_CAUSE_ANNOTATION,
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
     REPLICATED_JOB_LABEL,
     SCHEDULED_MAINTENANCE_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     TPU_ACCELERATOR_LABEL,
+    TPU_RESOURCE,
     TPU_TOPOLOGY_LABEL,
     WORKER_REPLICATED_JOB,
 )
@@ -66,6 +70,38 @@ ReadyStatus = Literal["True", "False", "Unknown"]
 
 
 @dataclass(frozen=True)
+class QuarantineCause:
+    """Who quarantined a node pool and on what evidence (QUARANTINE_CAUSE_ANNOTATION)."""
+
+    jobs: tuple[tuple[str, str], ...] = ()  # ("<namespace>/<name>", uid), the quarantiner first
+    evidence: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({"jobs": [{"name": n, "uid": u} for n, u in self.jobs],
+                           "evidence": self.evidence}, separators=(",", ":"))
+
+    def describe(self) -> str:
+        who = ", ".join(n for n, _ in self.jobs) or "unknown"
+        return f"{who}: {self.evidence}" if self.evidence else who
+
+
+def quarantine_cause_from(value: Any) -> QuarantineCause | None:
+    """The annotation's JSON, leniently (a hand-edited or foreign value is None)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    jobs = tuple((str(j.get("name", "")), str(j.get("uid", "")))
+                 for j in map(_dict, _list(data.get("jobs"))) if j.get("name"))
+    evidence = data.get("evidence")
+    return QuarantineCause(jobs=jobs, evidence=evidence if isinstance(evidence, str) else "")
+
+
+@dataclass(frozen=True)
 class ObservedNode:
     name: str
     ready: bool
@@ -83,6 +119,23 @@ class ObservedNode:
     scheduled_maintenance: datetime | None = None
     maintenance_ongoing: bool = False
     impending_termination: bool = False
+    # google.com/tpu in status.capacity and .allocatable: the kubelet counts only the
+    # chips the device plugin reports healthy as allocatable.
+    tpu_capacity: int | None = None
+    tpu_allocatable: int | None = None
+    quarantine_cause: QuarantineCause | None = None
+
+    @property
+    def unhealthy_chips(self) -> int:
+        """TPU chips the device plugin reports unhealthy (0: none, or not a TPU node)."""
+        if self.tpu_capacity is None or self.tpu_allocatable is None:
+            return 0
+        return max(0, self.tpu_capacity - self.tpu_allocatable)
+
+    @property
+    def healthy(self) -> bool:
+        """Ready, with every TPU chip healthy."""
+        return self.ready and self.unhealthy_chips == 0
 
     @property
     def maintenance_signal(self) -> str | None:
@@ -94,6 +147,18 @@ class ObservedNode:
         if self.scheduled_maintenance is not None:
             return "ScheduledMaintenance"
         return None
+
+
+ContainerState = Literal["running", "waiting", "terminated"]
+
+
+@dataclass(frozen=True)
+class ObservedContainer:
+    """A container's current state (containerStatuses[].state), e.g. the head's `main`."""
+
+    state: ContainerState | None  # None: no state reported yet
+    started_at: datetime | None = None  # state.running.startedAt
+    restart_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,6 +183,11 @@ class ObservedPod:
     ready_transition_time: datetime | None = None
     uid: str | None = None
     job_uid: str | None = None  # the Job that created it (batch.kubernetes.io/controller-uid)
+    # The reason of the pod's DisruptionTarget condition, when True: who ended it
+    # (DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet, EvictionByEvictionAPI,
+    # PreemptionByScheduler).
+    disruption: str | None = None
+    main: ObservedContainer | None = None  # the `main` container (the head's trainer)
 
     @property
     def terminating(self) -> bool:
@@ -208,6 +278,17 @@ class ObservedJob:
 
 
 @dataclass(frozen=True)
+class FailureMark:
+    """A slice failure of another job on a pool that blamed no node (the job's own, as
+    far as it could tell), as that job's status records it."""
+
+    job: str  # <namespace>/<name>
+    uid: str
+    at: datetime
+    pools: int  # on how many pools that job's slices failed so (more than 1: it follows the job)
+
+
+@dataclass(frozen=True)
 class ObservedPool:
     """A node pool of one TPU shape: its nodes, and whether pods of any
     ElasticTrainingJob (other than the one reconciled) run there."""
@@ -216,9 +297,18 @@ class ObservedPool:
     nodes: tuple[ObservedNode, ...]
     used_by_others: bool = False
 
+    # Slice failures of other jobs on this pool with no evidence against its nodes, from
+    # their status (NodeIndex keeps them).
+    failures_of_others: tuple[FailureMark, ...] = ()
+
     @property
     def all_ready(self) -> bool:
         return bool(self.nodes) and all(n.ready for n in self.nodes)
+
+    @property
+    def healthy(self) -> bool:
+        """Every node Ready with healthy TPU chips."""
+        return bool(self.nodes) and all(n.healthy for n in self.nodes)
 
     @property
     def quarantined(self) -> str | None:
@@ -230,6 +320,10 @@ class ObservedPool:
         avoid quarantined nodes would land on the rest and could not all fit."""
         labelled = sum(1 for n in self.nodes if n.quarantined)
         return 0 < labelled < len(self.nodes)
+
+    @property
+    def cause(self) -> QuarantineCause | None:
+        return next((n.quarantine_cause for n in self.nodes if n.quarantine_cause), None)
 
     @property
     def maintenance(self) -> bool:
@@ -274,6 +368,7 @@ def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
             status = value if value in ("True", "False") else "Unknown"
             transition = parse_time(cond.get("lastTransitionTime"))
     taints = [_dict(t) for t in _list(_dict(obj.get("spec")).get("taints"))]
+    node_status = _dict(obj.get("status"))
 
     def label(key: str) -> str | None:
         value = labels.get(key)
@@ -288,7 +383,16 @@ def node_from_dict(obj: dict[str, Any]) -> ObservedNode:
         scheduled_maintenance=_epoch(labels.get(SCHEDULED_MAINTENANCE_LABEL)),
         maintenance_ongoing=labels.get(ACTIVE_MAINTENANCE_LABEL) == "ONGOING",
         impending_termination=any(t.get("key") == IMPENDING_TERMINATION_TAINT for t in taints),
+        tpu_capacity=_count(_dict(node_status.get("capacity")).get(TPU_RESOURCE)),
+        tpu_allocatable=_count(_dict(node_status.get("allocatable")).get(TPU_RESOURCE)),
+        quarantine_cause=quarantine_cause_from(annotations.get(QUARANTINE_CAUSE_ANNOTATION)),
     )
+
+
+def _count(value: Any) -> int | None:
+    """A device count as the kubelet writes it (a quantity: "4"), else None."""
+    count = _int(value)
+    return count if count is not None and count >= 0 else None
 
 
 def job_from_dict(obj: dict[str, Any]) -> ObservedJob:
@@ -318,11 +422,14 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
     status = _dict(obj.get("status"))
     ready = False
     ready_transition = None
+    disruption = None
     for cond in _list(status.get("conditions")):
         cond = _dict(cond)
         if cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
             ready_transition = parse_time(cond.get("lastTransitionTime"))
+        elif cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            disruption = _str_or_none(cond.get("reason")) or "DisruptionTarget"
     terminated_at = None
     terminated_reason = None
     terminated_exit = None
@@ -338,6 +445,8 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             reason = term.get("reason")
             terminated_reason = reason if isinstance(reason, str) else None
             terminated_exit = exit_code
+    main = next((_container(_dict(cs)) for cs in _list(status.get("containerStatuses"))
+                 if _dict(cs).get("name") == MAIN_CONTAINER), None)
     uid = meta.get("uid")
     job_uid = labels.get(CONTROLLER_UID_LABEL)
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
@@ -362,7 +471,20 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         ready_transition_time=ready_transition,
         uid=uid if isinstance(uid, str) else None,
         job_uid=job_uid if isinstance(job_uid, str) else None,
+        disruption=disruption,
+        main=main,
     )
+
+
+def _container(cs: dict[str, Any]) -> ObservedContainer:
+    state = _dict(cs.get("state"))
+    # One key of running/waiting/terminated is set; the kubelet never sends two.
+    current: ContainerState | None = next(
+        (k for k in ("terminated", "running", "waiting") if isinstance(state.get(k), dict)),
+        None)
+    started = parse_time(_dict(state.get("running")).get("startedAt"))
+    return ObservedContainer(state=current, started_at=started,
+                             restart_count=max(_int(cs.get("restartCount")) or 0, 0))
 
 
 def jobset_from_dict(obj: dict[str, Any]) -> ObservedJobSet:

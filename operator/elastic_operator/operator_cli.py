@@ -1,4 +1,4 @@
-"""`etj operator`: run the operator (kopf, no finalizers; replicas elect a leader on a
+"""`etj operator`: run the operator (kopf runs the process; replicas elect a leader on a
 Lease, docs/operations.md).
 
 Heavy imports (kopf, kubernetes, prometheus-client) stay inside `run`.
@@ -44,12 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
         "--namespace", "-n", action="append", default=[], metavar="NS",
-        help="watch this namespace (repeatable; a glob like 'team-*' also needs RBAC to "
-        "list and watch namespaces and CRDs)",
+        help="serve this namespace (repeatable; a glob like 'team-*' watches every "
+        "namespace and keeps those that match: it needs the RBAC of --all-namespaces)",
     )
     scope.add_argument(
         "--all-namespaces", "-A", action="store_true",
-        help="watch every namespace (the default when no --namespace is given)",
+        help="serve every namespace (the default when no --namespace is given)",
     )
     parser.add_argument("--liveness-port", type=int, default=8080, metavar="P",
                         help="serve GET /healthz on this port (0: off; default 8080)")
@@ -64,9 +64,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reconcile every job at least this often (default 30)")
     parser.add_argument("--checkpoint-scan-seconds", type=float, default=30.0, metavar="S",
                         help="list a job's checkpoint directory at most this often (default 30)")
+    parser.add_argument("--checkpoint-roots", action="append", default=[],
+                        metavar="NS=PREFIX[,PREFIX...]",
+                        help="list a job's checkpoint directory only under these prefixes "
+                        "(gs://BUCKET[/PATH] or an absolute path) for namespace NS ('*': "
+                        "every namespace); repeatable. Default: local paths only, no gs:// "
+                        "(docs/threat-model.md)")
     parser.add_argument("--watch-timeout-seconds", type=int, default=30, metavar="S",
-                        help="pod and node watches are renewed this often; one silent for "
-                        "5 s longer is stalled and its cache is listed again (default 30)")
+                        help="the watches (jobs, pods, JobSets, nodes, Workloads) are renewed "
+                        "this often; one silent for 5 s longer is stalled and its cache is "
+                        "listed again (default 30)")
     election = parser.add_argument_group("leader election (a Lease; docs/operations.md)")
     election.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
                           default=True, help="elect a leader among the replicas; only the "
@@ -172,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
 
     from elastic_api.names import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL
     from elastic_operator.app import build_operator
+    from elastic_operator.caches import WatchScope
     from elastic_operator.election import ElectionConfig
-    from elastic_operator.handlers import WatchScope, build_registry, configure_settings
+    from elastic_operator.handlers import build_registry, configure_settings
     from elastic_operator.kube import Kube
     from elastic_operator.metrics import OperatorMetrics
 
@@ -182,8 +190,6 @@ def run(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
     )
     if not args.verbose:
-        # kopf logs every handled watch event at INFO; pods and nodes make that a flood.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.listen_address)
@@ -200,36 +206,44 @@ def run(args: argparse.Namespace) -> int:
         print(f"etj operator: {e}", file=sys.stderr)
         return 2
     replacement = replacement_settings(args)
-    # The watches get their own client (connection pool): a long watch never holds a
-    # connection that a reconcile or a Lease renewal waits for.
-    kube, watch_kube = Kube.from_environment(), Kube.from_environment()
+    from elastic_operator.checkpoint_roots import CheckpointRoots
+    try:
+        roots = CheckpointRoots.parse(args.checkpoint_roots)
+    except ValueError as e:
+        print(f"etj operator: {e}", file=sys.stderr)
+        return 2
+    kube = Kube.from_environment()
     if not check_api_versions(kube):
         return 1
-    metrics = OperatorMetrics()
-    for client in (kube, watch_kube):
-        metrics.count_requests(client.api)
-    if election is None:  # no election: this replica always leads (etj_leader says so)
-        metrics.leader.labels(args.leader_identity or default_identity()).set(1)
-    operator = build_operator(kube, metrics,
-                              namespaces=scope.list_namespaces,
-                              watch_kube=watch_kube, election=election,
-                              watch_timeout_s=args.watch_timeout_seconds,
-                              checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
-                              replacement=replacement)
     # Kueue's Workloads are watched where Kueue is installed (restart the operator after
     # installing it); its jobs are reconciled without the watch too, at each resync.
     kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)
     logging.getLogger("elastic_operator").info(
         "Kueue's Workload API is %s", "served: watching Workloads" if kueue else "not served")
-    registry = build_registry(operator, scope, args.resync_seconds, watch_workloads=kueue)
+    # The watches get their own client (connection pool, one connection each): a long
+    # watch never holds a connection that a reconcile or a Lease renewal waits for.
+    watches = len(scope.list_namespaces) * (4 if kueue else 3) + 1
+    watch_kube = Kube.from_environment(pool_maxsize=watches + 2)
+    metrics = OperatorMetrics()
+    for client in (kube, watch_kube):
+        metrics.count_requests(client.client.api)
+    if election is None:  # no election: this replica always leads (etj_leader says so)
+        metrics.leader.labels(args.leader_identity or default_identity()).set(1)
+    operator = build_operator(kube, metrics, scope=scope, watch_kube=watch_kube,
+                              election=election, watch_workloads=kueue,
+                              watch_timeout_s=args.watch_timeout_seconds,
+                              resync_interval_s=args.resync_seconds,
+                              checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
+                              replacement=replacement, checkpoint_roots=roots)
+    registry = build_registry(operator)
     settings = kopf.OperatorSettings()
-    configure_settings(settings, scope)
+    configure_settings(settings)
+    # kopf watches nothing (the scope is the informers'): cluster-wide costs it nothing.
     kopf.run(
         registry=registry,
         settings=settings,
         standalone=True,
-        clusterwide=scope.clusterwide,
-        namespaces=scope.namespaces,
+        clusterwide=True,
         liveness_endpoint=(f"http://{args.listen_address}:{args.liveness_port}/healthz"
                            if args.liveness_port else None),
     )

@@ -1,49 +1,66 @@
-"""Ends the operator's quarantine of node pools that are healthy again.
+"""Ends the operator's quarantine of node pools once its evidence has ended.
 
 A job's reconcile quarantines a pool (core/replacement.py); no job owns the release,
 since the job that quarantined it may be gone. The warden sweeps the node index (no API
 read) every few seconds and removes the label from pools whose every node has been Ready
-for --quarantine-release-after seconds with no maintenance signal (core/pools.py), with
-an Event on the pool's first node.
+with healthy TPU chips for --quarantine-release-after seconds with no maintenance signal
+(core/pools.py), and from pools quarantined on jobs' failures (HardwareFailure,
+RepeatedFailures) as soon as a job their cause annotation names no longer exists: a
+job's deletion takes its evidence with it. Whether a named job exists is one GET of it,
+remembered for a while when it does. Each release has an Event on the pool's first node.
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from elastic_api.conditions import Reason
-from elastic_api.names import QUARANTINE_LABEL, QUARANTINED_AT_ANNOTATION
+from elastic_api.names import (
+    QUARANTINE_CAUSE_ANNOTATION,
+    QUARANTINE_LABEL,
+    QUARANTINED_AT_ANNOTATION,
+)
 from elastic_operator.core.events import StatusEvent
-from elastic_operator.core.pools import Release, pools_to_release
+from elastic_operator.core.pools import Release, cited_jobs, pools_to_release
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
 
 logger = logging.getLogger("elastic_operator")
 
+# A job seen to exist is not asked about again for this long.
+EXISTS_FOR_S = 30.0
+
 
 class PoolWarden:
     def __init__(self, kube: Kube, nodes: NodeIndex, metrics: OperatorMetrics, *,
                  release_after_s: float = 600.0, repeated_failures_s: float = 3600.0,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.nodes = nodes
         self.metrics = metrics
         self.release_after_s = release_after_s
         self.repeated_failures_s = repeated_failures_s
         self.clock = clock
+        self.monotonic = monotonic
+        self._seen: dict[tuple[str, str], float] = {}  # job -> when it last existed
 
     def sweep(self) -> list[Release]:
         """Release what is due; the releases done."""
         now = self.clock()
+        nodes = self.nodes.all_nodes()
+        gone = frozenset(job for job in cited_jobs(nodes) if not self._exists(job))
         done = []
-        for release in pools_to_release(self.nodes.all_nodes(), now, self.release_after_s,
-                                        self.repeated_failures_s):
+        for release in pools_to_release(nodes, now, self.release_after_s,
+                                        self.repeated_failures_s, gone):
             try:
                 for node in release.nodes:
                     self.kube.label_node(node, {QUARANTINE_LABEL: None},
-                                         {QUARANTINED_AT_ANNOTATION: None})
+                                         {QUARANTINED_AT_ANNOTATION: None,
+                                          QUARANTINE_CAUSE_ANNOTATION: None})
             except ApiError as e:
                 logger.warning("could not release node pool %s: %s", release.pool, e)
                 continue
@@ -58,3 +75,23 @@ class PoolWarden:
             except ApiError as e:
                 logger.warning("could not post event %s: %s", Reason.POOL_RELEASED, e)
         return done
+
+    def _exists(self, job: tuple[str, str]) -> bool:
+        """Whether the job ("<namespace>/<name>", uid) exists; an error says yes (a
+        quarantine is never released on a failed read)."""
+        seen = self._seen.get(job)
+        if seen is not None and self.monotonic() - seen < EXISTS_FOR_S:
+            return True
+        namespace, _, name = job[0].partition("/")
+        try:
+            raw = self.kube.get_job(namespace, name)
+        except ApiError as e:
+            logger.warning("could not tell whether job %s exists: %s", job[0], e)
+            return True
+        uid = ((raw or {}).get("metadata") or {}).get("uid")
+        exists = raw is not None and (not job[1] or uid == job[1])
+        if exists:
+            self._seen[job] = self.monotonic()
+        else:
+            self._seen.pop(job, None)
+        return exists

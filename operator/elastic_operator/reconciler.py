@@ -7,13 +7,17 @@ merge patch that never touches status.training, is conditional on the job's
 resourceVersion and carries the change's Events (status.pendingEvents); record the
 metrics; act on the slice replacements the status records (replacer.py); post the Events,
 under names that make a second copy a no-op. Synchronous: the Scheduler runs it in a
-worker thread, never two at once for one job.
+worker thread, never two at once for one job. The job is read from the job cache (fresh
+from the API server after a 409, or while our last status write has not come back
+through the cache).
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, assert_never
@@ -88,7 +92,7 @@ class Reconciler:
         self.clock = clock
         self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
                                  quarantine_pools=quarantine_pools)
-        self.wake: Wake | None = None  # set by app.py (the Scheduler's trigger_later)
+        self.wake: Wake | None = None  # set by app.py (the Scheduler's add_after)
         # (namespace, name, uid) of jobs whose children this process has created or made
         # sure of (the trainer's RBAC may be missing after an operator upgrade).
         self._children_ensured: set[tuple[str, str, str]] = set()
@@ -98,6 +102,12 @@ class Reconciler:
         # (namespace, name) -> names of the Events in the job's stored outbox
         # (status.pendingEvents) that this process has posted: not posted again.
         self._posted: dict[tuple[str, str], set[str]] = {}
+        # (namespace, name) -> the last of those versions the job cache has come to hold.
+        self._seen: dict[tuple[str, str], str] = {}
+        # Jobs whose status write is on its way, and the last version the job cache
+        # delivered meanwhile (our write may come back before its response does).
+        self._writing: dict[tuple[str, str], str | None] = {}
+        self._lock = threading.Lock()
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
@@ -129,13 +139,60 @@ class Reconciler:
                                   if (k[0], k[1]) != (namespace, name)}
         self._written.pop((namespace, name), None)
         self._posted.pop((namespace, name), None)
+        self._seen.pop((namespace, name), None)
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
         write was conditional on the version it changed): reconciling it would find
-        nothing new."""
-        return resource_version is not None and \
-            self._written.get((namespace, name)) == resource_version
+        nothing new. Called for every version the job cache receives; while a write of
+        the job is on its way the answer waits for its response (`_writing_status`)."""
+        key = (namespace, name)
+        with self._lock:
+            if key in self._writing:
+                self._writing[key] = resource_version
+                return True  # decided when the write returns
+            if resource_version is None or self._written.get(key) != resource_version:
+                return False
+            self._seen[key] = resource_version  # the cache holds our last write now
+            return True
+
+    @contextmanager
+    def _writing_status(self, namespace: str, name: str) -> Iterator[None]:
+        """Around a status write: a version the job cache delivers meanwhile is news
+        unless it is the one the write made (then the job is woken, once)."""
+        key = (namespace, name)
+        with self._lock:
+            self._writing[key] = None
+        try:
+            yield
+        finally:
+            with self._lock:
+                arrived = self._writing.pop(key, None)
+                news = arrived is not None and arrived != self._written.get(key)
+                if arrived is not None and not news:
+                    self._seen[key] = arrived
+            if news and self.wake is not None:
+                self.wake(namespace, name, 0.0)
+
+    def job_cache_listed(self) -> None:
+        """The job cache listed every job again (a consistent read): it holds every write
+        made before, whether or not its version came through the watch."""
+        self._seen.update(self._written)
+
+    def _read_job(self, namespace: str, name: str, fresh: bool) -> dict[str, Any] | None:
+        """The job as the cache has it, unless our last status write has not come back
+        through the cache yet (a write conditional on that older version would only be
+        refused) or `fresh`: then from the API server."""
+        key = (namespace, name)
+        if not fresh:
+            raw = self.observations.job(namespace, name)
+            written = self._written.get(key)
+            if raw is None or written is None or self._seen.get(key) == written:
+                return raw
+            if raw.get("metadata", {}).get("resourceVersion") == written:
+                self._seen[key] = written
+                return raw
+        return self.observations.job(namespace, name, fresh=True)
 
     def _reconcile_fresh(self, namespace: str, name: str) -> None:
         """_reconcile, again from a fresh read when the job changed between our read and
@@ -143,15 +200,15 @@ class Reconciler:
         conditional on the version read, so a change is never applied twice."""
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
-                self._reconcile(namespace, name)
+                self._reconcile(namespace, name, fresh=attempt > 1)
                 return
             except ApiError as e:
                 if not e.is_conflict or attempt == CONFLICT_ATTEMPTS:
                     raise
                 logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
 
-    def _reconcile(self, namespace: str, name: str) -> None:
-        raw = self.observations.job(namespace, name)
+    def _reconcile(self, namespace: str, name: str, fresh: bool = False) -> None:
+        raw = self._read_job(namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return
         try:
@@ -189,11 +246,14 @@ class Reconciler:
         now = self.clock()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem)
-        self.metrics.record_spec(namespace, name, job.spec)
+        self.observations.note_failures(namespace, name, job.metadata.uid or "",
+                                        new_status.pools)
+        self.metrics.record_spec(namespace, name, job.spec, new_status.training)
         # The status first: it records what the replacement is about to do, and carries
         # the change's Events. Then the replacement (the slice back at once matters more
         # than telling of it), then the Events (whoever sees one finds both done).
-        pending = self._write_status(raw, parsed.previous, new_status, events, now)
+        with self._writing_status(namespace, name):
+            pending = self._write_status(raw, parsed.previous, new_status, events, now)
         try:
             self._replace(raw, job, new_status, observed, now)
         finally:

@@ -181,6 +181,10 @@ def _job_identity_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     ]
 
 
+def _period(steps: int | None) -> str:
+    return "auto" if steps is None else str(steps)
+
+
 def trainer_command(job: ElasticTrainingJob) -> list[str]:
     """The command of `main`: the user's, else `etj train` with flags derived from the spec
     (the bundled trainer's CLI contract). `trainer.args` follow it as the container's args."""
@@ -197,13 +201,15 @@ def trainer_command(job: ElasticTrainingJob) -> list[str]:
         "--seed", str(bundled.seed),
         "--data", bundled.data,
         "--checkpoint-dir", ckpt.directory,
-        "--checkpoint-period", str(ckpt.period_steps),
+        # An unset period is `auto`: the trainer chooses it within the overhead budget.
+        "--checkpoint-period", _period(ckpt.period_steps),
         "--checkpoint-keep", str(ckpt.keep_or_default),
     ]
     if not ckpt.async_or_default:
         cmd.append("--no-async-checkpoint")
     cmd += [
-        "--snapshot-period", str(spec.snapshot.period_steps),
+        "--snapshot-period", _period(spec.snapshot.period_steps),
+        "--overhead-budget-percent", str(spec.overhead_budget_percent),
         "--min-slices", str(spec.min_slices),
         "--elastic-timeout", str(spec.elastic.timeout_seconds),
         "--max-retries", str(spec.elastic.max_retries),

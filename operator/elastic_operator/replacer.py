@@ -1,26 +1,34 @@
 """Executes the slice-replacement actions of one reconcile (core/replacement.py plans
 them; the status that records them is already written).
 
-Each action that touches a node or its pods (a quarantine label, a force-delete) passes
-the node-action limiter first and posts an Event on the job when it happens; one that is
-throttled waits (the reconcile is woken when it may go) and posts a NodeActionThrottled
-Event at most once per cooldown. Deleting a Job, or lowering its backoffLimit, carries
-the Job's uid as a precondition, so a stale plan never touches a newer Job.
+Each action that touches a node or its pods (a quarantine label or its release, a
+force-delete) passes the node-action limiter first and posts an Event on the job when it
+happens (a quarantine and a release also on the pool's first node, with who and why);
+one that is throttled waits (the reconcile is woken when it may go) and posts a
+NodeActionThrottled Event at most once per cooldown. Deleting a Job, or lowering its
+backoffLimit, carries the Job's uid as a precondition, so a stale plan never touches a
+newer Job.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
 from elastic_api.conditions import Reason
-from elastic_api.names import QUARANTINE_LABEL, QUARANTINED_AT_ANNOTATION
+from elastic_api.names import (
+    QUARANTINE_CAUSE_ANNOTATION,
+    QUARANTINE_LABEL,
+    QUARANTINED_AT_ANNOTATION,
+)
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
     QuarantinePool,
+    ReleasePool,
     ReplacementAction,
 )
 from elastic_operator.kube import ApiError, Kube
@@ -48,6 +56,8 @@ class Replacer:
             match action:
                 case QuarantinePool():
                     self._quarantine(action, now, events, waits)
+                case ReleasePool():
+                    self._release(action, now, events, waits)
                 case DeleteWorkerJob():
                     if self.kube.delete_job(action.namespace, action.name, action.uid):
                         logger.info("%s/%s: deleted worker Job %s (slice %d, %s); JobSet "
@@ -92,20 +102,59 @@ class Replacer:
                              events, waits):
             return
         stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        for node in action.nodes:
+        self._label(action.nodes, action.reason, {QUARANTINED_AT_ANNOTATION: stamp,
+                                                  QUARANTINE_CAUSE_ANNOTATION:
+                                                  action.cause.to_json()})
+        self.metrics.pool_quarantines.labels(action.reason).inc()
+        logger.info("quarantined node pool %s (%s, by %s): %d nodes labelled", action.pool,
+                    action.reason, action.cause.describe(), len(action.nodes))
+        event = StatusEvent(
+            reason=Reason.POOL_QUARANTINED, type="Warning", slice_index=action.slice_index,
+            message=f"node pool {action.pool} quarantined ({action.reason}, by "
+                    f"{action.cause.describe()}): replacement slices avoid its "
+                    f"{len(action.nodes)} nodes until the evidence ends")
+        events.append(event)
+        self._post_on_node(action.nodes, event, now)
+
+    def _release(self, action: ReleasePool, now: datetime, events: list[StatusEvent],
+                 waits: list[float]) -> None:
+        if not self.quarantine_pools or not action.nodes:
+            return
+        if not self._allowed("release", action.pool, f"releasing node pool {action.pool}",
+                             events, waits):
+            return
+        self._label(action.nodes, None, {QUARANTINED_AT_ANNOTATION: None,
+                                         QUARANTINE_CAUSE_ANNOTATION: None})
+        self.metrics.pool_releases.inc()
+        logger.info("released node pool %s (quarantined for %s): %s", action.pool,
+                    action.reason, action.why)
+        event = StatusEvent(
+            reason=Reason.POOL_RELEASED, slice_index=action.slice_index,
+            message=f"node pool {action.pool} released (quarantined for {action.reason}): "
+                    f"{action.why}")
+        events.append(event)
+        self._post_on_node(action.nodes, event, now)
+
+    def _label(self, nodes: tuple[str, ...], value: str | None,
+               annotations: dict[str, str | None]) -> None:
+        for node in nodes:
             try:
-                self.kube.label_node(node, {QUARANTINE_LABEL: action.reason},
-                                     {QUARANTINED_AT_ANNOTATION: stamp})
+                self.kube.label_node(node, {QUARANTINE_LABEL: value}, annotations)
             except ApiError as e:
                 if e.status != 404:  # a node that is gone needs no label
                     raise
-        self.metrics.pool_quarantines.labels(action.reason).inc()
-        logger.info("quarantined node pool %s (%s): %d nodes labelled", action.pool,
-                    action.reason, len(action.nodes))
-        events.append(StatusEvent(
-            reason=Reason.POOL_QUARANTINED, type="Warning", slice_index=action.slice_index,
-            message=f"node pool {action.pool} quarantined ({action.reason}): replacement "
-                    f"slices avoid its {len(action.nodes)} nodes until they are healthy"))
+
+    def _post_on_node(self, nodes: tuple[str, ...], event: StatusEvent,
+                      now: datetime) -> None:
+        """The same Event on the pool's first node: `kubectl describe node` says who
+        quarantined it and why."""
+        ref = {"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": nodes[0], "namespace": "default"}}
+        try:
+            self.kube.post_event(ref, replace(event, slice_index=None), now)
+        except ApiError as e:  # best effort, as every Event
+            logger.warning("could not post event %s on node %s: %s", event.reason,
+                           nodes[0], e)
 
     def _force_delete(self, action: ForceDeletePod, events: list[StatusEvent],
                       waits: list[float]) -> None:

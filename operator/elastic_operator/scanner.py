@@ -5,10 +5,16 @@ A reconcile asks `latest()`: the newest finished scan (or None) and, when one is
 the next scan starts on the executor. A finished scan that found something new calls
 back (`on_result`) so that it is published at once, not at the next resync. The
 executor is injectable: tests pass one that runs the scan synchronously.
+
+With `roots` (checkpoint_roots.py), a directory outside the roots allowed for the job's
+namespace is not listed: the scan's result is the refusal, naming the field. A local path
+is checked again once its links are resolved, in the scan thread (a link under an
+allowed root may point anywhere).
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +23,7 @@ from datetime import UTC, datetime
 
 from elastic_api.models import CheckpointStatus
 from elastic_operator import checkpoints
+from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.core.checkpoint import same_checkpoint_result
 
 logger = logging.getLogger("elastic_operator")
@@ -37,9 +44,11 @@ class CheckpointScanner:
         executor: Executor | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        roots: CheckpointRoots | None = None,
     ) -> None:
         self.interval_s = interval_s
         self._scan = scan
+        self.roots = roots  # None: every directory is listed
         self._executor = executor or ThreadPoolExecutor(max_workers=2,
                                                         thread_name_prefix="ckpt-scan")
         self._clock = clock
@@ -63,13 +72,32 @@ class CheckpointScanner:
             due = last is None or self._monotonic() - last >= self.interval_s
             if key not in self._running and due:
                 self._last_start[key] = self._monotonic()
-                started = self._executor.submit(self._scan, directory, self._clock())
+                started = self._executor.submit(self._bounded_scan, key[0], directory,
+                                                self._clock())
                 self._running[key] = started
         # Outside the lock: a scan that has already finished (a bad URL fails at once, or
         # a synchronous executor) runs the callback right here, and the callback locks.
         if started is not None:
             started.add_done_callback(lambda f: self._finished(key, f))
         return result
+
+    def _bounded_scan(self, namespace: str, directory: str,
+                      now: datetime) -> CheckpointStatus:
+        """The scan, or the refusal of a directory outside the namespace's roots."""
+        if self.roots is not None:
+            refused = self.roots.refusal(namespace, directory)
+            if refused is None and os.path.isabs(directory):
+                try:
+                    real = os.path.realpath(directory)
+                except (ValueError, OSError):  # a NUL byte: no listing can take it either
+                    return self._scan(directory, now)
+                refused = self.roots.refusal(namespace, real)
+                if refused is not None:
+                    refused = refused.replace(f"{real} is", f"{directory} is {real}, "
+                                              "which is", 1)
+            if refused is not None:
+                return CheckpointStatus(directory=directory, observed_at=now, error=refused)
+        return self._scan(directory, now)
 
     def _collect(self, key: JobKey) -> CheckpointStatus | None:
         running = self._running.get(key)

@@ -1,161 +1,199 @@
-"""The per-job work queue on the operator's event loop.
+"""The per-job work queue: everything the operator reacts to names a job here, and a
+bounded pool of worker threads reconciles the jobs named (client-go's workqueue).
 
-Reconciles of one job never overlap; events that arrive while one waits are coalesced
-into it (it reads the cluster after they happened). A reconcile that fails is retried
-on its own, after a capped exponential backoff, not only at the next event or resync;
-any event in between runs it at once (and the pending retry is dropped). A reconcile may
-also ask to run again after some seconds (`trigger_later`: a grace period that ends); any
-run before then replaces that wake-up.
+- A job named again while it waits is queued once (a burst of thousands of pod events
+  costs one reconcile, which reads the cluster after they happened).
+- A job is never reconciled by two workers at once; one named while it is being
+  reconciled is reconciled once more right after (it may have missed that change).
+- A reconcile that fails is retried on its own, after a capped exponential backoff; any
+  run in between (an event) replaces the pending retry, and a success resets the backoff.
+- A reconcile may ask to run again after some seconds (`add_after`: a grace period that
+  ends); the soonest ask wins and any run before then replaces it.
+
+Every method may be called from any thread: the watch-fed caches, the checkpoint
+scanner, the resync and the reconciles themselves all name jobs here.
 """
 from __future__ import annotations
 
-import asyncio
+import heapq
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from elastic_api.kube import Backoff
 
 logger = logging.getLogger("elastic_operator")
 
 JobKey = tuple[str, str]  # (namespace, name)
 # Reconcile one job (in a worker thread); False: it failed and should be retried.
 ReconcileFunction = Callable[[str, str], bool]
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """base_s, 2 base_s, 4 base_s, ... at most cap_s, by consecutive failures."""
-
-    base_s: float = 1.0
-    cap_s: float = 60.0
-
-    def delay(self, failures: int) -> float:
-        exponent = min(max(failures - 1, 0), 62)  # 2**62 s: already far beyond any cap
-        return float(min(self.cap_s, self.base_s * 2 ** exponent))
+# A failed reconcile is retried after 1 s, doubling up to 60 s.
+RECONCILE_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
+DEFAULT_WORKERS = 8
 
 
 class Scheduler:
-    def __init__(self, reconcile: ReconcileFunction, backoff: Backoff | None = None) -> None:
+    def __init__(self, reconcile: ReconcileFunction, backoff: Backoff = RECONCILE_BACKOFF,
+                 *, workers: int = DEFAULT_WORKERS) -> None:
         self._reconcile = reconcile
-        self.backoff = backoff or Backoff()
-        self._locks: dict[JobKey, asyncio.Lock] = {}
-        self._waiting: set[JobKey] = set()
+        self.backoff = backoff
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # something queued, or stopping
+        self._timer = threading.Condition(self._lock)  # the soonest delayed add changed
+        self._idle = threading.Condition(self._lock)  # a reconcile ended
+        self._queue: deque[JobKey] = deque()
+        self._dirty: set[JobKey] = set()  # queued, or named again while processing
+        self._processing: set[JobKey] = set()
         self._failures: dict[JobKey, int] = {}
-        self._retries: dict[JobKey, asyncio.TimerHandle] = {}
-        self._retry_tasks: set[asyncio.Task[None]] = set()
-        self._wakes: dict[JobKey, tuple[float, asyncio.TimerHandle]] = {}
-        # Jobs named by other threads (watch-fed caches, checkpoint scans), handed to the
-        # event loop in batches.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._soon: set[JobKey] = set()
-        self._soon_lock = threading.Lock()
+        # Delayed adds, by kind: when each is due (time.monotonic()); the heap holds
+        # (due, kind, key) and entries no longer in these dicts are skipped.
+        self._retries: dict[JobKey, float] = {}
+        self._wakes: dict[JobKey, float] = {}
+        self._due: list[tuple[float, str, JobKey]] = []
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The event loop that `trigger_soon` hands jobs to (what came before is run now)."""
-        self._loop = loop
-        loop.call_soon_threadsafe(self._run_soon)
+    # --- naming jobs ---
 
-    def trigger_soon(self, namespace: str, name: str) -> None:
-        """From any thread: reconcile the job soon. A burst of calls (thousands of pod
-        events) costs the event loop one wake-up and one trigger per job."""
-        with self._soon_lock:
-            first = not self._soon
-            self._soon.add((namespace, name))
-        loop = self._loop
-        if first and loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._run_soon)
-
-    def _run_soon(self) -> None:
-        with self._soon_lock:
-            keys, self._soon = self._soon, set()
-        for key in sorted(keys):
-            self._spawn(key)
-
-    async def trigger(self, namespace: str, name: str) -> None:
+    def add(self, namespace: str, name: str) -> None:
         """Reconcile the job soon: now, or right after the reconcile running for it."""
+        with self._lock:
+            self._add_locked((namespace, name))
+
+    def add_after(self, namespace: str, name: str, delay_s: float) -> None:
+        """Reconcile the job in `delay_s` seconds (or sooner, if already asked)."""
+        with self._lock:
+            self._schedule_locked(self._wakes, "wake", (namespace, name), delay_s)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The job was deleted: drop its pending retry, wake-up and failure count."""
         key = (namespace, name)
-        self._loop = asyncio.get_running_loop()
-        if key in self._waiting:
-            return  # a reconcile that has not started yet will see this change too
-        self._waiting.add(key)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            self._waiting.discard(key)
-            self._cancel_retry(key)  # this run covers it
-            self._cancel_wake(key)
-            ok = await asyncio.to_thread(self._reconcile, namespace, name)
-            if ok:
-                self._failures.pop(key, None)
-            else:
-                self._schedule_retry(key)
+        with self._lock:
+            self._retries.pop(key, None)
+            self._wakes.pop(key, None)
+            self._failures.pop(key, None)
 
-    def trigger_later(self, namespace: str, name: str, delay_s: float) -> None:
-        """Reconcile the job in `delay_s` seconds (or sooner, if already asked); safe to
-        call from a reconcile's worker thread."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        loop.call_soon_threadsafe(self._wake_at, (namespace, name), delay_s)
-
-    def wake_pending(self, namespace: str, name: str) -> bool:
-        return (namespace, name) in self._wakes
-
-    def _wake_at(self, key: JobKey, delay_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay_s
-        current = self._wakes.get(key)
-        if current is not None:
-            if current[0] <= due:
-                return
-            current[1].cancel()
-        self._wakes[key] = (due, loop.call_later(delay_s, self._woken, key))
-
-    def _woken(self, key: JobKey) -> None:
-        self._wakes.pop(key, None)
-        self._spawn(key)
-
-    def _cancel_wake(self, key: JobKey) -> None:
-        entry = self._wakes.pop(key, None)
-        if entry is not None:
-            entry[1].cancel()
-
-    def knows(self, namespace: str, name: str) -> bool:
-        """Whether this job was ever triggered (and not forgotten since): every job is, by
-        its own watch, before anything else about it matters."""
-        return (namespace, name) in self._locks
-
-    def retry_pending(self, namespace: str, name: str) -> bool:
-        return (namespace, name) in self._retries
+    # --- what it knows ---
 
     def failures(self, namespace: str, name: str) -> int:
         """Consecutive failed reconciles of the job (0 after a success)."""
-        return self._failures.get((namespace, name), 0)
+        with self._lock:
+            return self._failures.get((namespace, name), 0)
 
-    def forget(self, namespace: str, name: str) -> None:
+    def retry_pending(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace, name) in self._retries
+
+    def wake_pending(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace, name) in self._wakes
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting for a worker."""
+        with self._lock:
+            return len(self._queue)
+
+    def wait_idle(self, namespace: str, name: str, timeout: float) -> bool:
+        """Block until the job is neither queued nor being reconciled (False: timed out,
+        or stopping)."""
         key = (namespace, name)
-        self._cancel_retry(key)
-        self._cancel_wake(key)
-        self._failures.pop(key, None)
-        self._locks.pop(key, None)
+        with self._lock:
+            return self._idle.wait_for(
+                lambda: self._stopping or (key not in self._dirty
+                                           and key not in self._processing),
+                timeout) and not self._stopping
 
-    def _schedule_retry(self, key: JobKey) -> None:
+    # --- the threads ---
+
+    def start(self) -> None:
+        """Start the workers and the timer of delayed adds (jobs named before are kept)."""
+        self._threads = [threading.Thread(target=self._work_loop, name=f"reconcile-{i}",
+                                          daemon=True) for i in range(self._workers)]
+        self._threads.append(threading.Thread(target=self._timer_loop, name="requeue-timer",
+                                              daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """No reconcile starts from here on (the running ones finish)."""
+        with self._lock:
+            self._stopping = True
+            self._work.notify_all()
+            self._timer.notify_all()
+            self._idle.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    def _work_loop(self) -> None:
+        while True:
+            with self._lock:
+                self._work.wait_for(lambda: self._stopping or bool(self._queue))
+                if self._stopping:
+                    return
+                key = self._queue.popleft()
+                self._dirty.discard(key)
+                self._processing.add(key)
+                self._retries.pop(key, None)  # this run covers them
+                self._wakes.pop(key, None)
+            ok = self._run(key)
+            with self._lock:
+                self._processing.discard(key)
+                if ok:
+                    self._failures.pop(key, None)
+                else:
+                    self._retry_locked(key)
+                if key in self._dirty:  # named while it ran: once more
+                    self._queue.append(key)
+                    self._work.notify()
+                self._idle.notify_all()
+
+    def _run(self, key: JobKey) -> bool:
+        try:
+            return self._reconcile(*key)
+        except Exception:  # the reconciler logs its own failures; this is a bug
+            logger.exception("reconcile of %s/%s raised", *key)
+            return False
+
+    def _timer_loop(self) -> None:
+        with self._lock:
+            while not self._stopping:
+                now = time.monotonic()
+                while self._due and self._due[0][0] <= now:
+                    due, kind, key = heapq.heappop(self._due)
+                    pending = self._retries if kind == "retry" else self._wakes
+                    if pending.get(key) == due:
+                        del pending[key]
+                        self._add_locked(key)
+                self._timer.wait(self._due[0][0] - now if self._due else None)
+
+    # --- with the lock held ---
+
+    def _add_locked(self, key: JobKey) -> None:
+        if key in self._dirty:
+            return  # queued already (or to run again after the running one)
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._work.notify()
+
+    def _schedule_locked(self, pending: dict[JobKey, float], kind: str, key: JobKey,
+                         delay_s: float) -> None:
+        due = time.monotonic() + max(0.0, delay_s)
+        if key in pending and pending[key] <= due:
+            return  # a sooner one is pending
+        pending[key] = due
+        heapq.heappush(self._due, (due, kind, key))
+        self._timer.notify()
+
+    def _retry_locked(self, key: JobKey) -> None:
         failures = self._failures[key] = self._failures.get(key, 0) + 1
         delay = self.backoff.delay(failures)
         logger.info("reconcile of %s/%s failed %d time(s) in a row; retrying in %.1f s",
                     *key, failures, delay)
-        loop = asyncio.get_running_loop()
-        self._retries[key] = loop.call_later(delay, self._retry, key)
-
-    def _retry(self, key: JobKey) -> None:
-        self._retries.pop(key, None)
-        self._spawn(key)
-
-    def _spawn(self, key: JobKey) -> None:
-        task = asyncio.ensure_future(self.trigger(*key))
-        self._retry_tasks.add(task)  # a reference, or the task may be collected mid-run
-        task.add_done_callback(self._retry_tasks.discard)
-
-    def _cancel_retry(self, key: JobKey) -> None:
-        handle = self._retries.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        self._schedule_locked(self._retries, "retry", key, delay)

@@ -25,11 +25,17 @@ from elastic_api.validation import (
     BUNDLED_FIELD,
     CHECKPOINT_FIELD_TWICE,
     CHECKPOINT_FIELD_UNREAD,
+    CHECKPOINT_PERIOD_RUN,
     COMMAND_EMPTY,
+    HARDWARE_EXIT_CODES_TWICE,
+    HARDWARE_NEEDS_REPLACEMENT,
+    HARDWARE_REASONS_TWICE,
     MAXTEXT_METRICS_FILE_ARG,
+    OVERHEAD_BUDGET,
     PROGRESS_METRICS_FILE_PATH,
     PROGRESS_METRICS_FILE_REQUIRED,
     PROGRESS_NEEDS_COMMAND,
+    SNAPSHOT_PERIOD_RUN,
     STEPS_REQUIRED,
     VOLUME_MOUNT,
     VOLUME_NAME,
@@ -128,8 +134,10 @@ def test_good_job_is_accepted_and_defaulted(custom: client.CustomObjectsApi, nam
     assert spec["backend"] == "pathways"
     assert spec["suspend"] is False
     assert spec["elastic"] == {"timeoutSeconds": 300, "maxRetries": 10, "maxSliceRestarts": 5}
-    assert spec["checkpoint"]["periodSteps"] == 100
-    assert spec["snapshot"] == {"periodSteps": 0}
+    # No period given: none stored (the trainer chooses), within the default budget.
+    assert "periodSteps" not in spec["checkpoint"]
+    assert spec["snapshot"] == {}
+    assert spec["overheadBudgetPercent"] == 2.0
     assert spec["pathways"]["version"] == "latest"
     # The API server's defaults and the models' defaults agree.
     assert validate_job(stored).spec.model_dump() == validate_job(good_job()).spec.model_dump()
@@ -237,11 +245,23 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "spec.recovery.workerNodeTolerationSeconds: must be at least "
      "spec.recovery.nodeNotReadySeconds, or the Kubernetes eviction of a worker on a NotReady "
      "node comes before the operator's replacement; raise it or lower nodeNotReadySeconds"),
+    ("hardware-without-replacement", _mutate("spec.recovery", {"replaceSlices": False,
+                                                               "hardwareExitCodes": [42]}),
+     HARDWARE_NEEDS_REPLACEMENT),
+    ("hardware-exit-codes-twice", _mutate("spec.recovery", {"hardwareExitCodes": [42, 7, 42]}),
+     HARDWARE_EXIT_CODES_TWICE),
+    ("hardware-reasons-twice", _mutate("spec.recovery", {"hardwareReasons": ["A", "A"]}),
+     HARDWARE_REASONS_TWICE),
     ("checkpoint-timeout", _mutate("spec.maintenance", {"leadSeconds": 120,
                                                         "checkpointTimeoutSeconds": 300}),
      "spec.maintenance.checkpointTimeoutSeconds: must be less than "
      "spec.maintenance.leadSeconds, or the maintenance starts before the checkpoint request "
      "times out; lower it or raise leadSeconds"),
+    ("budget-zero", _mutate("spec.overheadBudgetPercent", 0), OVERHEAD_BUDGET),
+    ("budget-above-50", _mutate("spec.overheadBudgetPercent", 50.5), OVERHEAD_BUDGET),
+    ("budget-negative", _mutate("spec.overheadBudgetPercent", -2), OVERHEAD_BUDGET),
+    ("snapshot-period-beyond-the-run", _mutate("spec.snapshot", {"periodSteps": 101}),
+     SNAPSHOT_PERIOD_RUN),
     ("placement-any-pathways", _mutate("spec.placement", "Any"),
      "spec.placement: Any is for backend simulated only (Pathways workers need TPU nodes); "
      "remove it or set it to TPU"),
@@ -292,6 +312,25 @@ def test_bad_job_is_refused_with_the_same_message(custom: client.CustomObjectsAp
     with pytest.raises(ValueError) as info:
         validate_job(copy.deepcopy(obj))
     assert expected in str(info.value).splitlines()
+
+
+@pytest.mark.parametrize("budget", [50, 0.5, 2])
+def test_a_budget_within_the_range_is_accepted_as_an_integer_or_not(
+        custom: client.CustomObjectsApi, namespace: str, budget: float):
+    obj = _mutate("spec.overheadBudgetPercent", budget)
+    stored = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj,
+                                                    dry_run="All")
+    assert stored["spec"]["overheadBudgetPercent"] == budget
+    assert validate_job(obj).spec.overhead_budget_percent == budget
+
+
+def test_a_job_that_gives_its_periods_keeps_them(custom: client.CustomObjectsApi,
+                                                 namespace: str):
+    obj = good_job("periods")
+    obj["spec"]["checkpoint"]["periodSteps"] = 100  # as jobs stored before this release
+    obj["spec"]["snapshot"] = {"periodSteps": 0}
+    spec = create(custom, namespace, obj)["spec"]
+    assert spec["checkpoint"]["periodSteps"] == 100 and spec["snapshot"] == {"periodSteps": 0}
 
 
 def test_num_slices_zero_is_refused(custom: client.CustomObjectsApi, namespace: str):
@@ -560,3 +599,29 @@ def test_a_job_stored_with_the_old_checkpoint_defaults_stays_writable(
     expected = _checkpoint_message(CHECKPOINT_FIELD_UNREAD, "keep", maxtext.KEEP_KEY)
     assert cause_with(causes, expected), causes
 
+
+def test_a_job_stored_with_the_old_checkpoint_period_stays_writable(
+        custom: client.CustomObjectsApi, namespace: str):
+    """A bundled-trainer job stored while periodSteps defaulted to 100, with fewer steps,
+    can still be suspended; only a new job whose checkpoint period exceeds its run is
+    refused (the rule applies at creation: optionalOldSelf)."""
+    api = custom.api_client
+    obj = good_job("old-period")
+    obj["spec"]["checkpoint"]["periodSteps"] = 100
+    obj["spec"]["trainer"]["steps"] = 50
+    try:
+        install_crd(api, crd=_crd_before_the_maxtext_rules())
+        stored = create(custom, namespace, copy.deepcopy(obj))
+    finally:
+        install_crd(api)
+    name = obj["metadata"]["name"]
+    patched = custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                    {"spec": {"suspend": True}})
+    assert patched["spec"]["suspend"] is True
+    fresh = {**obj, "metadata": {"name": "old-period-again"},
+             "spec": copy.deepcopy(stored["spec"])}
+    causes, _ = refused(lambda: create(custom, namespace, fresh))
+    assert cause_with(causes, CHECKPOINT_PERIOD_RUN), causes
+    with pytest.raises(ValueError) as info:
+        validate_job(copy.deepcopy(fresh))
+    assert CHECKPOINT_PERIOD_RUN in str(info.value).splitlines()

@@ -71,7 +71,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not docs.exists(), "a quick run must not rewrite the docs table"
     summary: dict[str, Any] = json.loads((out_dir / "summary-quick.json").read_text())
-    for name in ("detection", "scale", "recovery", "overhead", "restore", "replacement"):
+    for name in ("detection", "scale", "recovery", "overhead", "defaults", "restore",
+                 "replacement"):
         per_file = json.loads((out_dir / f"{name}-quick.json").read_text())
         assert per_file == summary["benchmarks"][name]
     return summary
@@ -81,7 +82,7 @@ def test_every_benchmark_ran_quick(results: dict[str, Any]) -> None:
     assert results["quick"] is True
     # detection_before runs only with --before REV.
     assert set(results["benchmarks"]) == {"detection", "scale", "recovery", "overhead",
-                                          "restore", "replacement"}
+                                          "defaults", "restore", "replacement"}
     for entry in results["benchmarks"].values():
         assert entry["quick"] is True and isinstance(entry["measured_at"], str)
         assert entry["machine"]["cpus"] >= 1
@@ -157,11 +158,46 @@ def test_recovery_result(results: dict[str, Any]) -> None:
 def test_overhead_result(results: dict[str, Any]) -> None:
     o = results["benchmarks"]["overhead"]["result"]
     c = o["configs"]["tiny"]
-    steady = c["steps"] - c["warmup_steps_dropped"]
-    _stats(c["plain_step_seconds"], n=steady * c["rounds"])
-    _stats(c["elastic_step_seconds"], n=(steady - 1) * c["rounds"])
-    _nonneg(c["ratio_mean_step_elastic_vs_plain"])
-    _nonneg(c["ratio_median_step_elastic_vs_plain"])
+    # The window starts once both cadences are chosen, the same step for both loops.
+    firsts = c["window_first_step_per_round"]
+    assert len(firsts) == c["rounds"] and all(f > c["warmup_steps_dropped"] for f in firsts)
+    steady = sum(c["steps"] - first + 1 for first in firsts)
+    _stats(c["plain_step_seconds"], n=steady)
+    _stats(c["elastic_step_seconds"], n=steady)
+    for key in ("ratio_mean_step_elastic_vs_plain", "ratio_median_step_elastic_vs_plain",
+                "ratio_cpu_per_step_elastic_vs_plain", "budget_percent"):
+        _nonneg(c[key])
+    for period in c["snapshot_period_per_round"] + c["checkpoint_period_per_round"]:
+        assert isinstance(period, int) and period >= 1, c
+    for copies in c["copies_in_window_per_round"]:
+        assert set(copies) == {"snapshots", "checkpoints"}
+    profile = c["profile"]
+    assert set(profile) == {"plain (loss read one step behind)",
+                            "plain (loss read after each step: a device sync per step)",
+                            "elastic (defaults)"}
+    for run in profile.values():
+        _nonneg(run["mean_step_ms"])
+        # Sampled every 0.1 s: a quick run's window may hold too few samples for any.
+        for cpu in run["cpu_ms_per_step_by_thread"].values():
+            _nonneg(cpu)
+        for part in run["training_thread_ms_per_step"].values():
+            _nonneg(part["wall_ms"])
+            _nonneg(part["cpu_ms"])
+
+
+def test_defaults_result(results: dict[str, Any]) -> None:
+    d = results["benchmarks"]["defaults"]["result"]
+    assert d["trials"] == len(d["runs"]) >= 1
+    for side in ("defaults", "snapshots_off"):
+        _stats(d[side]["steps_lost"], n=d["trials"])
+        assert sum(d[side]["restore_sources"].values()) == d["trials"]
+        assert set(d[side]["restore_sources"]) <= {"snapshot", "checkpoint", "none"}
+    assert "snapshot" not in d["snapshots_off"]["restore_sources"]
+    assert 0 <= d["losses_within_one_snapshot_period"] <= d["trials"]
+    _stats(d["snapshot_period_at_failure"], n=d["trials"])
+    _nonneg(d["ratio_wall_defaults_vs_off"])
+    for run in d["runs"]:
+        assert run["defaults"]["failed_step"] == run["snapshots_off"]["failed_step"]
 
 
 def test_restore_result(results: dict[str, Any]) -> None:

@@ -35,6 +35,10 @@ def test_demo_recovers_in_the_same_process(tmp_path: Path) -> None:
     assert summary["jobset_restarts"] == 0
     assert summary["steps_lost"] >= 0
     assert summary["restore_source"] in ("snapshot", "checkpoint")
+    # The job gives no period: the demo shows the cadences the trainer chose.
+    assert summary["snapshot_cadence"].startswith("every ")
+    assert summary["checkpoint_cadence"].startswith("every ")
+    assert "snapshots: every " in proc.stdout and "checkpoints: every " in proc.stdout
     assert 0 < summary["detect_seconds"] < summary["resume_seconds"]
     assert "Recovered" in summary["condition_reasons"]
     assert (out / "timeline.png").stat().st_size > 10_000

@@ -289,7 +289,10 @@ def operator(cluster: Cluster, namespace: str, fake_gcs: FakeGcsServer,
     proc = OperatorProcess(
         Path(cluster.kubeconfig), tmp_path / "operator.log",
         args=("--namespace", namespace, "--resync-seconds", str(RESYNC_SECONDS),
-              "--checkpoint-scan-seconds", str(RESYNC_SECONDS)),
+              "--checkpoint-scan-seconds", str(RESYNC_SECONDS),
+              # gs://bucket is listed (the rest of gs:// is refused unlisted): the hostile
+              # roots meet both the GCS listing and the roots' refusal.
+              "--checkpoint-roots", "*=gs://bucket,/"),
         env=fake_gcs.env)
     proc.start()
     yield proc

@@ -193,8 +193,11 @@ def test_two_slices_down_at_once(api: client.ApiClient, ns: str) -> None:
     submit(api, ns)
     wait_running(api, ns)
     before = job_version(api, ns)
-    for index in (0, 2):
-        faults.fail_pod(api, ns, worker_pods(api, ns, index)[0].metadata.name)
+    # Both pods named first, then failed back to back: a list in between (slow on a loaded
+    # machine) let slice 0 be Restarting, no longer Down, before slice 2 failed.
+    victims = [worker_pods(api, ns, index)[0].metadata.name for index in (0, 2)]
+    for pod in victims:
+        faults.fail_pod(api, ns, pod)
     st = wait_status(
         api, ns, lambda s: is_true(s, C.SLICE_DOWN) and "slice 0" in
         condition(s, C.SLICE_DOWN)["message"] and "slice 2" in

@@ -11,6 +11,7 @@ never asserted here.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from elastic_api.names import (
     GROUP,
     NODE_POOL_LABEL,
     PLURAL,
+    QUARANTINE_CAUSE_ANNOTATION,
     QUARANTINE_LABEL,
     VERSION,
     worker_job_name,
@@ -97,7 +99,7 @@ def job_uid(api: client.ApiClient, ns: str, index: int) -> str | None:
 
 
 def ready_on_new_job(api: client.ApiClient, ns: str, index: int, old_uid: str | None,
-                     what: str) -> dict[str, Any]:
+                     what: str, timeout: float = TIMEOUT) -> dict[str, Any]:
     """The slice Ready again, on a worker Job other than `old_uid`. The status must say
     the replacement is over (no record open): a version written before the old Job went
     (a Move is recorded while the slice is still Ready) read once the new Job exists would
@@ -108,7 +110,7 @@ def ready_on_new_job(api: client.ApiClient, ns: str, index: int, old_uid: str | 
             return False
         uid = job_uid(api, ns, index)
         return uid is not None and uid != old_uid
-    return wait_status(api, ns, check, what, timeout=TIMEOUT)
+    return wait_status(api, ns, check, what, timeout=timeout)
 
 
 def pool_of(api: client.ApiClient, node: str) -> str:
@@ -118,6 +120,12 @@ def pool_of(api: client.ApiClient, node: str) -> str:
 def quarantined(api: client.ApiClient, pool: str) -> set[str | None]:
     nodes = client.CoreV1Api(api).list_node(label_selector=f"{NODE_POOL_LABEL}={pool}").items
     return {(n.metadata.labels or {}).get(QUARANTINE_LABEL) for n in nodes}
+
+
+def quarantines(api: client.ApiClient) -> dict[str, str]:
+    """Every quarantined node and why."""
+    nodes = client.CoreV1Api(api).list_node(label_selector=QUARANTINE_LABEL).items
+    return {n.metadata.name: n.metadata.labels[QUARANTINE_LABEL] for n in nodes}
 
 
 def jobset_restarts(api: client.ApiClient, ns: str) -> int:
@@ -230,6 +238,80 @@ def test_a_flapping_node_costs_no_replacement_until_it_stays_down(
     wait_for(lambda: events(api, ns, Reason.SLICE_REPLACED), 30, "the SliceReplaced Event")
     assert len(events(api, ns, Reason.SLICE_REPLACED)) == 1
     assert len(events(api, ns, Reason.POOL_QUARANTINED)) <= 1
+
+
+# --- who is to blame ---------------------------------------------------------------------------
+
+
+def test_a_jobs_crash_loop_takes_no_pool_from_another_job(
+        api: client.ApiClient, ns: str, another_namespace: str, revive: list[str]) -> None:
+    """Issue 24, as a user met it: job A's worker exits 1 four times on healthy nodes (a
+    bad image), its slice moving between pools. Its own failure each time: its budget is
+    spent, no pool is quarantined. A is deleted; job B (the article's shape) then loses a
+    node, and its slice moves to the spare pool at once, the one A crashed on included."""
+    crashing = another_namespace
+    submit(api, crashing)
+    wait_running(api, crashing)
+    visited = []
+    for n in range(1, 5):
+        old = job_uid(api, crashing, 2)
+        pod = worker_pods(api, crashing, 2)[0]
+        visited.append(pool_of(api, pod.spec.node_name))
+        faults.fail_pod(api, crashing, pod.metadata.name, exit_code=1, reason="Error")
+        st = ready_on_new_job(api, crashing, 2, old, f"A's slice 2 back after crash {n}")
+        assert quarantines(api) == {}, f"crash {n} on {visited[-1]} quarantined a pool"
+    assert st["slices"][2]["restarts"] == 4
+    blames = {(p["name"], f["blame"], f["reason"]) for p in st["pools"]
+              for f in p.get("failures", [])}
+    assert blames == {(pool, "Job", Reason.POD_FAILED) for pool in visited}, blames
+    assert all("the job's own failure" in e for e in events(api, crashing, Reason.SLICE_REPLACING))
+    assert not events(api, crashing, Reason.POOL_QUARANTINED)
+    delete_jobs_and_wait_for_pods(api, crashing)
+    assert quarantines(api) == {}, "A left a quarantine behind"
+
+    submit(api, ns)
+    st = wait_running(api, ns)
+    used = {s["pool"] for s in st["slices"]}
+    pools = {n.metadata.labels[NODE_POOL_LABEL]
+             for n in client.CoreV1Api(api).list_node(label_selector=NODE_POOL_LABEL).items
+             if n.metadata.labels[NODE_POOL_LABEL].startswith("tpu-")}
+    (spare,) = pools - used
+    old = job_uid(api, ns, 1)
+    node = worker_pods(api, ns, 1)[2].spec.node_name
+    revive.append(node)
+    faults.kill_node(api, node)
+    st = ready_on_new_job(api, ns, 1, old, "B's slice 1 on the spare", timeout=60)
+    assert st["slices"][1]["pool"] == spare, (st["slices"][1], visited)
+    assert st["slices"][1]["lastReplacement"]["blame"] == "Node"
+
+
+def test_a_quarantine_on_a_jobs_own_report_goes_with_the_job(
+        api: client.ApiClient, ns: str) -> None:
+    """A worker exit code the spec names as the hardware's quarantines the pool, and the
+    nodes say who and why; deleting the job releases it (its evidence went with it)
+    long before the RepeatedFailures hold of an hour."""
+    submit(api, ns, recovery={"hardwareExitCodes": [42]})
+    st = wait_running(api, ns)
+    pool = st["slices"][1]["pool"]
+    old = job_uid(api, ns, 1)
+    faults.fail_pod(api, ns, worker_pods(api, ns, 1)[0].metadata.name, exit_code=42)
+    st = ready_on_new_job(api, ns, 1, old, "slice 1 moved off the pool it reported")
+    assert st["slices"][1]["pool"] != pool
+    assert quarantined(api, pool) == {Reason.HARDWARE_FAILURE}
+    first = faults.pool_nodes(api, pool)[0]
+    cause = json.loads(client.CoreV1Api(api).read_node(first).metadata.annotations[
+        QUARANTINE_CAUSE_ANNOTATION])
+    assert cause["jobs"][0]["name"] == f"{ns}/{JOB}"
+    assert "exited with code 42 (spec.recovery.hardwareExitCodes)" in cause["evidence"]
+    wait_status(api, ns, lambda s: any(p["name"] == pool and p.get("quarantineCause")
+                                       for p in s["pools"]), "status.pools says who")
+    wait_for(lambda: events(api, ns, Reason.POOL_QUARANTINED), 30, "a PoolQuarantined event")
+    node_events = client.CoreV1Api(api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={first},"
+        f"reason={Reason.POOL_QUARANTINED}").items
+    assert any(f"by {ns}/{JOB}" in e.message for e in node_events)
+    delete_jobs_and_wait_for_pods(api, ns)
+    wait_for(lambda: quarantined(api, pool) == {None}, 30, f"pool {pool} released")
 
 
 # --- a restarted operator ---------------------------------------------------------------------

@@ -133,7 +133,9 @@ class StandInKube(Kube):
 def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
                pods: tuple[ObservedPod, ...] | Callable[[], tuple[ObservedPod, ...]] = (),
                jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
-               nodes: NodeIndex | None = None) -> tuple[Reconciler, CollectorRegistry]:
+               nodes: NodeIndex | None = None,
+               jobs: Callable[[str, str], dict[str, Any] | None] | None = None,
+               ) -> tuple[Reconciler, CollectorRegistry]:
     """`pods`: what the pod cache holds (or a function that says, at each read)."""
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
@@ -149,7 +151,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
         return pods() if callable(pods) else pods
 
     observations = ApiObservations(kube, nodes or NodeIndex(), scanner, pods=pod_cache,
-                                   jobsets=jobsets)
+                                   jobsets=jobsets, jobs=jobs)
     return Reconciler(kube, observations, metrics, clock=lambda: T0), registry
 
 

@@ -113,7 +113,11 @@ class ManualHealth:
 class Operator:
     """Plays the operator's side of one request, from what the loop does: the request
     appears once the loop has reached `at_step`; once the trainer holds, `during_hold`
-    runs (once) and the request is Moving; after an elastic event it is Released."""
+    runs (once) and the request is Moving; after an elastic event it is Released.
+
+    The loop sees a step done when it reads its loss, after it has dispatched the next
+    one: the first boundary after the request appears, where it answers, is the one
+    after step at_step + 1 (ANSWERED_AFTER)."""
 
     def __init__(self, trainer: Callable[[], Trainer], request: CheckpointRequest,
                  at_step: int, during_hold: Callable[[], None] | None = None,
@@ -150,13 +154,15 @@ class Reports:
 
 
 STEPS = 16
+ANSWERED_AFTER = 1  # steps after `at_step` (see Operator)
 
 
 def _trainer(tmp_path: Path, health: Any, operator: Callable[[Trainer], Any] | None,
              prior_ack: CheckpointAck | None = None) -> tuple[Trainer, Reports]:
     cfg = get_config("tiny")
+    # No snapshots: the restore after the move is of the checkpoint the request saved.
     opts = LoopOptions(steps=STEPS, batch=8, seed=0, elastic_timeout=60, max_retries=3,
-                       log_every=10**6, prior_ack=prior_ack)
+                       snapshot_period=0, log_every=10**6, prior_ack=prior_ack)
     reports = Reports()
     holder: dict[str, Trainer] = {}
     requests = operator(lambda: holder["t"]) if operator is not None else None
@@ -203,18 +209,19 @@ def test_a_maintenance_request_costs_no_step(tmp_path: Path, undisturbed_digest:
     trainer, reports = _trainer(tmp_path, health, operator)
     result = _run(trainer)
     assert result.failure is None and result.final_step == STEPS
+    saved = 5 + ANSWERED_AFTER
     [event] = result.events
-    assert (event.failed_step, event.slices_down) == (5, [1])
+    assert (event.failed_step, event.slices_down) == (saved, [1])
     assert (event.restored_from_step, event.restore_source, event.steps_lost) == (
-        5, "checkpoint", 0)
+        saved, "checkpoint", 0)
     assert result.params_digest == undisturbed_digest  # nothing lost, nothing redone
     assert operators[0].holds_seen >= 1
-    # The acknowledgement went out at once, after the save of step 5 was committed.
+    # The acknowledgement went out at once, after the save of the step was committed.
     acks = [(r, urgent) for r, urgent in reports.sent if r.checkpoint_ack is not None]
     first, urgent = acks[0]
     assert urgent and first.checkpoint_ack == CheckpointAck(
-        id=1, step=5, committed_at=first.checkpoint_ack.committed_at, paused=True)
-    assert first.step == 5 and 5 in _committed(tmp_path)
+        id=1, step=saved, committed_at=first.checkpoint_ack.committed_at, paused=True)
+    assert first.step == saved and saved in _committed(tmp_path)
     assert first.checkpoint_ack.committed_at <= first.observed_at
     # The loss ended the hold: later reports no longer say paused.
     assert acks[-1][0].checkpoint_ack is not None and not acks[-1][0].checkpoint_ack.paused
@@ -236,8 +243,8 @@ def test_without_pause_the_loop_saves_acknowledges_and_goes_on(tmp_path: Path) -
     acks = [r.checkpoint_ack for r, _ in reports.sent if r.checkpoint_ack is not None]
     ack = acks[0]
     assert all(a == ack for a in acks)
-    assert (ack.id, ack.step, ack.paused) == (7, 3, False)
-    assert _committed(tmp_path) == [3, STEPS]
+    assert (ack.id, ack.step, ack.paused) == (7, 3 + ANSWERED_AFTER, False)
+    assert _committed(tmp_path) == [3 + ANSWERED_AFTER, STEPS]
 
 
 def test_a_request_an_earlier_process_acknowledged_is_not_answered_again(

@@ -2,7 +2,6 @@
 pod watch's bookkeeping (against a stand-in for the pods API)."""
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import time
@@ -11,18 +10,11 @@ from typing import Any
 
 import jax
 import pytest
-from kubernetes import client
 
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.errors import is_slice_down_error, slice_down_error
 from elastic_trainer.faults import Fault, FaultSchedule
-from elastic_trainer.pods import (
-    RELIST_BACKOFF_S,
-    PodReadiness,
-    WorkerPod,
-    relist_delay,
-    slice_readiness,
-)
+from elastic_trainer.pods import RELIST_BACKOFF, PodReadiness, WorkerPod, slice_readiness
 
 
 def test_slice_down_error_is_the_error_pathways_raises() -> None:
@@ -131,8 +123,8 @@ def test_slice_readiness_counts_ready_pods_per_slice() -> None:
 
 
 def test_relist_backoff_doubles_and_is_bounded() -> None:
-    first, longest = RELIST_BACKOFF_S
-    delays = [relist_delay(n) for n in range(1, 12)]
+    first, longest = RELIST_BACKOFF.base_s, RELIST_BACKOFF.cap_s
+    delays = [RELIST_BACKOFF.delay(n) for n in range(1, 12)]
     assert delays[0] == first and delays[1] == 2 * first
     assert delays == sorted(delays) and max(delays) == longest == delays[-1]
 
@@ -147,33 +139,26 @@ def _pod(name: str, slice_index: int, ready: bool, rv: int, job: str = "demo") -
 
 
 class _Stream:
-    """A watch response: the lines queued for it; an exception queued is raised (a dropped
+    """A watch: the events queued for it; an exception queued is raised (a dropped
     connection), None ends it (the server's timeout)."""
-
-    status = 200
 
     def __init__(self) -> None:
         self.lines: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
 
-    def stream(self, amt: Any = None, decode_content: Any = None) -> Iterator[bytes]:
+    def events(self) -> Iterator[dict[str, Any]]:
         while True:
             item = self.lines.get(timeout=30)
             if item is None:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield json.dumps(item).encode() + b"\n"
-
-    def close(self) -> None:
-        pass
-
-    def release_conn(self) -> None:
-        pass
+            yield item
 
 
 class FakePodsApi:
-    """`list_namespaced_pod` as CoreV1Api has it: a list of `pods`, or with watch=True a
-    `_Stream` the test feeds. `list_errors` are raised by the next lists, one each."""
+    """The pod calls of elastic_api.kube.KubeClient, as PodReadiness makes them:
+    `list_page` serves `pods`, `watch` a `_Stream` the test feeds. `list_errors` are
+    raised by the next lists, one each."""
 
     def __init__(self, pods: list[dict[str, Any]]) -> None:
         self.pods = {p["metadata"]["name"]: p for p in pods}
@@ -181,19 +166,21 @@ class FakePodsApi:
         self.list_errors: list[BaseException] = []
         self.watches: queue.Queue[tuple[dict[str, Any], _Stream]] = queue.Queue()
         self.streams: list[_Stream] = []
-        self._api = client.ApiClient()
 
-    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
-        """:rtype: V1PodList"""
-        if kwargs.get("watch"):
-            stream = _Stream()
-            self.watches.put((kwargs, stream))
-            return stream
+    def list_page(self, path: str, *, limit: int, continue_token: str | None = None,
+                  label_selector: str | None = None, timeout_s: float = 15) -> dict[str, Any]:
+        assert path == "/api/v1/namespaces/ns/pods"
         if self.list_errors:
             raise self.list_errors.pop(0)
-        body = {"apiVersion": "v1", "kind": "PodList", "items": list(self.pods.values()),
+        return {"apiVersion": "v1", "kind": "PodList", "items": list(self.pods.values()),
                 "metadata": {"resourceVersion": str(self.rv)}}
-        return self._api.deserialize(json.dumps(body), "V1PodList", "application/json")
+
+    def watch(self, path: str, resource_version: str, timeout_s: int, *,
+              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
+        stream = _Stream()
+        self.watches.put(({"path": path, "resource_version": resource_version,
+                           "label_selector": label_selector}, stream))
+        return stream.events()
 
     def next_watch(self) -> tuple[dict[str, Any], _Stream]:
         kwargs, stream = self.watches.get(timeout=30)
@@ -217,7 +204,7 @@ def test_pod_readiness_watches_and_lists_again_after_a_dropped_connection(
     caplog.set_level(logging.INFO, logger="elastic_trainer.pods")
     api = FakePodsApi([_pod("w-0-0", 0, True, 1), _pod("w-0-1", 0, True, 2),
                        _pod("w-1-0", 1, True, 3), _pod("w-1-1", 1, False, 4)])
-    health = PodReadiness("ns", "demo", total_slices=2, hosts_per_slice=2, core_api=api)
+    health = PodReadiness("ns", "demo", total_slices=2, hosts_per_slice=2, client=api)
     health.start()
     try:
         assert list(health.down_slices()) == [1] and health.lists == 1
@@ -258,8 +245,8 @@ def test_pod_readiness_watches_and_lists_again_after_a_dropped_connection(
     finally:
         health.close()
         api.end_watches()
-    broke = [r for r in caplog.records if "pod watch broke" in r.getMessage()]
-    expired = [r for r in caplog.records if "pod watch expired" in r.getMessage()]
+    broke = [r for r in caplog.records if "worker pods: watch failed" in r.getMessage()]
+    expired = [r for r in caplog.records if "worker pods: watch expired" in r.getMessage()]
     assert [r.levelno for r in broke] == [logging.WARNING], caplog.text
     assert [r.levelno for r in expired] == [logging.INFO], caplog.text
 
@@ -269,7 +256,7 @@ def test_pod_readiness_keeps_listing_with_backoff_while_the_api_is_away(
     caplog.set_level(logging.INFO, logger="elastic_trainer.pods")
     api = FakePodsApi([_pod("w-0-0", 0, True, 1)])
     api.list_errors = [ConnectionRefusedError(111, "refused")] * 3
-    health = PodReadiness("ns", "demo", total_slices=1, hosts_per_slice=1, core_api=api)
+    health = PodReadiness("ns", "demo", total_slices=1, hosts_per_slice=1, client=api)
     health.start()  # its list fails: every slice stays down
     assert list(health.down_slices()) == [0] and health.lists == 0
     try:
@@ -280,5 +267,5 @@ def test_pod_readiness_keeps_listing_with_backoff_while_the_api_is_away(
         api.end_watches()
     messages = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert sum(level == logging.WARNING for level, _ in messages) == 1, messages
-    assert (logging.INFO, "slice health: listed worker pods again after 3 failed attempt(s)") \
+    assert (logging.INFO, "worker pods: listed again after 3 failed attempt(s)") \
         in messages, messages

@@ -42,8 +42,9 @@ def test_pause_resume_is_bitwise_equal_to_undisturbed(run_trainer: RunTrainer,
 
 def test_a_slice_lost_during_a_checkpoint_write_is_an_elastic_event(
         run_trainer: RunTrainer, undisturbed: TrainerRun) -> None:
-    # Slice 1 goes down while the checkpoint of step 20 is being written.
-    run = run_trainer("--fail-at", "20:1:checkpoint")
+    # Slice 1 goes down while the checkpoint of step 20 is being written (no snapshots:
+    # the recovery is from a checkpoint).
+    run = run_trainer("--fail-at", "20:1:checkpoint", "--snapshot-period", "0")
     _assert_ok(run)
     # Not a write failure to count and carry on from: the lost slice is an elastic event.
     assert run.summary["checkpoint_write_failures"] == 0
@@ -98,7 +99,8 @@ def test_every_slice_lost_restores_the_committed_checkpoint(run_trainer: RunTrai
 
 def test_snapshots_lose_fewer_steps_than_checkpoints(run_trainer: RunTrainer) -> None:
     # Synchronous checkpoints: the one of step 10 is committed before the fault.
-    without = run_trainer("--fail-at", "19:1", "--no-async-checkpoint")
+    without = run_trainer("--fail-at", "19:1", "--no-async-checkpoint",
+                          "--snapshot-period", "0")
     with_snapshots = run_trainer("--fail-at", "19:1", "--snapshot-period", "2",
                                  "--no-async-checkpoint")
     _assert_ok(without)

@@ -21,7 +21,8 @@ def test_checkpoints_on_gcs_survive_a_slice_lost_during_a_write(fake_gcs: FakeGc
                             client_options={"api_endpoint": fake_gcs.endpoint})
     bucket = client.create_bucket(f"etj-trainer-{uuid.uuid4().hex[:10]}")
     run = run_trainer("--checkpoint-dir", f"gs://{bucket.name}/run",
-                      "--fail-at", "20:1:checkpoint", env=fake_gcs.env)
+                      "--fail-at", "20:1:checkpoint", "--snapshot-period", "0",
+                      env=fake_gcs.env)
     assert run.returncode == 0, run.log[-4000:]
     [event] = run.events()
     # The slice lost during the write of step 20 is an elastic event (not a write failure

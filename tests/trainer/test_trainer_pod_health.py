@@ -139,7 +139,7 @@ def test_pod_readiness_lists_again_after_its_connection_is_cut(
             _wait(lambda: health.down_slices() == {}, 20, "slice 0 up again")
         finally:
             health.close()
-    broke = [r for r in caplog.records if "pod watch broke" in r.getMessage()]
+    broke = [r for r in caplog.records if "worker pods: watch failed" in r.getMessage()]
     assert [r.levelname for r in broke] == ["WARNING"], caplog.text
 
 

@@ -112,6 +112,16 @@ def test_name_must_be_dns1035(name: str):
     assert error_of(obj).startswith(f"metadata.name: '{name}' is not a DNS-1035 label;")
 
 
+@pytest.mark.parametrize("name", ["\x1e", "a\nb", "t\u2028x"])
+def test_a_name_with_line_breaking_characters_is_one_problem_on_one_line(name: str):
+    """str.splitlines() breaks on \\x1e, \\u2028 and more than \\n: the name is escaped
+    (found by the hostile-spec property test under a random seed)."""
+    obj = job()
+    obj["metadata"]["name"] = name
+    lines = error_of(obj).splitlines()
+    assert len(lines) == 1 and lines[0].startswith("metadata.name: '")
+
+
 def test_pathways_needs_gcs_scratch():
     obj = job(checkpoint={"directory": "/tmp/ckpt"})
     del obj["spec"]["pathways"]
@@ -327,6 +337,30 @@ def test_replacement_knobs_have_their_documented_defaults():
 ])
 def test_knobs_out_of_range_are_refused_naming_the_field(field, value, start):
     assert error_of(job(**{field: value})).startswith(start)
+
+
+@pytest.mark.parametrize(("recovery", "start"), [
+    ({"hardwareExitCodes": [0]}, "spec.recovery.hardwareExitCodes[0]: "),
+    ({"hardwareExitCodes": [256]}, "spec.recovery.hardwareExitCodes[0]: "),
+    ({"hardwareExitCodes": list(range(1, 34))}, "spec.recovery.hardwareExitCodes: "),
+    ({"hardwareExitCodes": [42, 42]}, "spec.recovery.hardwareExitCodes: an exit code is "
+                                      "listed more than once"),
+    ({"hardwareReasons": ["TPU Fault"]}, "spec.recovery.hardwareReasons[0]: "),
+    ({"hardwareReasons": ["A", "A"]}, "spec.recovery.hardwareReasons: a reason is listed"),
+    ({"replaceSlices": False, "hardwareReasons": ["TPUChipFault"]},
+     "spec.recovery.hardwareExitCodes, hardwareReasons: only read when"),
+])
+def test_bad_hardware_signals_are_refused_naming_the_field(recovery, start):
+    assert error_of(job(recovery=recovery)).startswith(start)
+
+
+def test_hardware_signals_default_to_none_and_take_kubernetes_reasons():
+    assert validate_job(job()).spec.recovery.hardware_exit_codes == []
+    recovery = validate_job(job(recovery={"hardwareExitCodes": [42, 137],
+                                          "hardwareReasons": ["OutOfgoogle.com/tpu"]})
+                            ).spec.recovery
+    assert recovery.hardware_exit_codes == [42, 137]
+    assert recovery.hardware_reasons == ["OutOfgoogle.com/tpu"]
 
 
 def test_spares_beyond_the_slices_and_contradicting_timeouts_are_refused():

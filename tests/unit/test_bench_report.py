@@ -175,3 +175,60 @@ def test_replacement_rows_say_when_the_baseline_never_came_back() -> None:
     assert rows[0][0].startswith("The 6th consecutive failure")
     assert rows[0][1:] == ("3.80 s", "322 s", "0.012")
     assert rows[2][2] == "not Ready after 360 s" and rows[2][3] == "<= 0.014"
+
+
+def _overhead_config() -> dict:
+    s = stats([0.005, 0.006])
+    return {
+        "plain_step_seconds": s, "elastic_step_seconds": s,
+        "ratio_mean_step_elastic_vs_plain": 1.02, "ratio_mean_step_per_round": [1.01, 1.03],
+        "ratio_median_step_elastic_vs_plain": 1.0, "ratio_median_step_per_round": [1.0, 1.0],
+        "ratio_cpu_per_step_elastic_vs_plain": 1.04, "ratio_cpu_per_step_per_round": [1.04],
+        "snapshot_period_per_round": [28, 31], "checkpoint_period_per_round": [700, 640],
+        "snapshot_overhead_percent_per_round": [1.6, 1.84],
+        "checkpoint_overhead_percent_per_round": [1.99, 2.0], "budget_percent": 2.0,
+    }
+
+
+def _defaults() -> dict:
+    def side(lost: list[int], sources: dict[str, int]) -> dict:
+        return {"steps_lost": stats(lost), "restore_sources": sources,
+                "mean_step_before_failure_seconds": stats([0.005]),
+                "wall_seconds": stats([3.0])}
+
+    return {"config": "tiny", "slices": 4, "steps": 300, "trials": 20,
+            "defaults": side([3, 9, 20], {"snapshot": 20}),
+            "snapshots_off": side([40, 150, 260], {"checkpoint": 12, "none": 8}),
+            "snapshot_period_at_failure": stats([20, 28, 31]),
+            "losses_within_one_snapshot_period": 20,
+            "ratio_mean_step_before_failure_defaults_vs_off": 1.01,
+            "ratio_wall_defaults_vs_off": 0.8,
+            "ratio_steady_step_defaults_vs_off_per_trial": [1.01, 1.03],
+            "ratio_steady_step_defaults_vs_off": 1.02}
+
+
+def test_overhead_and_defaults_sections(tmp_path: Path) -> None:
+    summary = _summary()
+    summary["benchmarks"]["overhead"] = {"measured_at": "T3", "machine": {
+        "loadavg_1m_5m_15m": [3.0, 4.0, 5.0]}, "result": {"configs": {
+            "tiny": _overhead_config()}}}
+    summary["benchmarks"]["defaults"] = {"measured_at": "T4", "result": _defaults()}
+    text = report.table(summary)
+    assert "every default: snapshot every 28, 31, checkpoint every 700, 640 step(s) by " \
+        "round, chosen within 2.0 % each" in text
+    assert "| 1.02 (rounds: 1.01, 1.03) |" in text
+    assert "| 1.6, 1.8 / 2.0, 2.0 | budget 2.0 each | - |" in text
+    assert "load average [3.0, 4.0, 5.0]" in text
+    assert "| **A job with every default losing a slice** (measured T4) |" in text
+    assert "| 9 / 20 (20 snapshot) | 150 / 260 (12 checkpoint, 8 none) | - |" in text
+    assert "28 / 31; 20 of 20" in text
+    assert "(once both chose their cadences; 2 runs with 30 steps of it before the loss), " \
+        "median of per-run ratios |  |  | 1.02 |" in text
+
+
+def test_an_overhead_result_of_the_fixed_period_benchmark_still_renders() -> None:
+    old = {k: v for k, v in _overhead_config().items() if "per_round" not in k
+           or k.startswith("ratio")}
+    old.update({"checkpoint_period": 20, "snapshot_period": 5})
+    rows = report.overhead_rows({"configs": {"small": old}}, {})
+    assert "async checkpoint every 20 + snapshot every 5" in rows[0][0]

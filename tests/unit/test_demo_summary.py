@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elastic_devtools.demo.summary import summarize
+from elastic_devtools.demo.summary import cadence_chosen, cadence_lines, cadence_text, summarize
 from elastic_devtools.demo.timeline import Mark, draw_timeline
 
 KILLED = 1000.0
@@ -77,3 +77,34 @@ def test_the_summary_shows_the_move_to_the_spare() -> None:
     assert result.replaced_seconds == 6.5
     assert (result.moved_from_pool, result.moved_to_pool) == ("tpu-v5e-4x4-2", "tpu-v5e-4x4-3")
     assert "tpu-v5e-4x4-2 -> tpu-v5e-4x4-3" in result.table()
+
+
+def _cadence(period: int, reason: str, chosen_by: str = "Trainer") -> dict:
+    return {"periodSteps": period, "chosenBy": chosen_by, "reason": reason,
+            "message": "a copy costs 3.0 ms, a step 100.0 ms", "overheadPercent": 1.5}
+
+
+def test_the_summary_shows_the_cadences_the_trainer_chose() -> None:
+    training = {"processId": 42, "snapshotCadence": _cadence(2, "WithinBudget"),
+                "checkpointCadence": _cadence(40, "CopySlowed")}
+    result = summarize(
+        killed_at=KILLED, slice_down_at=1000.4, trainer_summary=_trainer_summary(),
+        status_before={"training": training}, status_after={"training": {"processId": 42}},
+        jobset_restarts=0, condition_reasons=[])
+    assert result.snapshot_cadence == "every 2 steps (WithinBudget, 1.5 % of step time)"
+    assert result.checkpoint_cadence == "every 40 steps (CopySlowed, 1.5 % of step time)"
+    assert "every 2 steps (WithinBudget" in result.table()
+    assert cadence_lines(training) == [
+        "snapshots: every 2 steps (WithinBudget, 1.5 % of step time): a copy costs 3.0 ms, "
+        "a step 100.0 ms",
+        "checkpoints: every 40 steps (CopySlowed, 1.5 % of step time): a copy costs 3.0 ms, "
+        "a step 100.0 ms"]
+
+
+def test_a_cadence_still_measuring_or_set_by_the_job_is_not_chosen_yet() -> None:
+    assert cadence_chosen(_cadence(2, "WithinBudget"))
+    assert not cadence_chosen(_cadence(2, "Measuring"))
+    assert not cadence_chosen(_cadence(5, "UserSet", chosen_by="User"))
+    assert not cadence_chosen(None) and not cadence_chosen("every step")
+    assert cadence_text(_cadence(0, "Off", chosen_by="User")) == "off (Off)"
+    assert cadence_text(None) is None

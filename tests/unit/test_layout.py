@@ -129,3 +129,11 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
         "tests/unit/test_a.py:3 tests.unit.test_b", "tests/unit/test_a.py:4 test_c",
         "tests/unit/test_a.py:5 conftest", "tests/unit/test_a.py:6 conftest",
         "tests/unit/test_a.py:7 test_b"]
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    """The test directories have no __init__.py, so pytest imports each test module by its
+    bare name: two files called test_x.py in different folders stop the whole run at
+    collection ("import file mismatch"), but only when both folders are collected."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -122,3 +122,27 @@ def test_maxtexts_checkpoint_tree_reads_as_the_operator_expects(tmp_path: Path) 
     gcs = (FIXTURES / "checkpoints-gcs.txt").read_text().split()
     assert {e.split("/")[0] for e in gcs} == {"10", "20", "29"}
     assert all(f"{s}/commit_success.txt" in gcs for s in ("10", "20", "29"))
+
+
+def test_a_real_head_pods_identity_fills_the_downward_api() -> None:
+    """The scenario runs `main` as the local control plane's head pod: its name and uid."""
+    job = fixture_job("scenario-local.yaml")
+    main = main_process(job, namespace="maxtext-e2e", pod_name="maxtext-local-head-x",
+                        pod_uid="0f1e-uid")
+    assert main.pod_name == "maxtext-local-head-x" and main.namespace == "maxtext-e2e"
+    assert main.env["ETJ_JOB_NAMESPACE"] == "maxtext-e2e"
+    assert main.env["ETJ_JOB_NAME"] == "maxtext-local"
+    assert main_process(job).pod_name == "maxtext-local-pathways-head-0-0-local"
+
+
+def test_the_scenario_jobs_differ_only_in_name_and_where_they_write() -> None:
+    local, gcs = fixture_job("scenario-local.yaml"), fixture_job("scenario-gcs.yaml")
+    changed = [(a, b) for a, b in zip(main_process(local).argv, main_process(gcs).argv,
+                                      strict=True) if a != b]
+    assert changed == [("base_output_directory=/tmp/maxtext",
+                        "base_output_directory=gs://maxtext-e2e/maxtext")]
+    assert local.spec.checkpoint.directory == "/tmp/maxtext/maxtext-e2e/checkpoints"
+    assert gcs.spec.checkpoint.directory == "gs://maxtext-e2e/maxtext/maxtext-e2e/checkpoints"
+    # MaxText writes <base_output_directory>/<run_name>/checkpoints: what the operator lists.
+    assert "run_name=maxtext-e2e" in local.spec.trainer.args
+    assert local.spec.tpu.num_slices == 2 and local.spec.trainer.progress is not None

@@ -1,17 +1,20 @@
-"""caches.Caches: what the pod, JobSet and node caches feed the rest of the operator.
-Each change of a job's pod or JobSet wakes that job; a pod's change tells the NodeIndex
-where it runs; a node whose readiness changes wakes the jobs with pods on it; a
-reconcile reads a job's pods (sorted, only that job's) and its JobSet from the cache.
-Events are applied as the watch delivers them (Informer.apply), no API server involved."""
+"""caches.Caches: what the job, pod, JobSet, node and Workload caches feed the rest of the
+operator. A job's own change goes to `on_job`; each change of a job's pod or JobSet
+wakes that job; a pod's change tells the NodeIndex where it runs; a node whose readiness
+changes wakes the jobs with pods on it; a Workload wakes the known job whose JobSet owns
+it; a reconcile reads a job, its pods (sorted, only that job's) and its JobSet from the
+cache. A cluster-wide watch for namespace globs keeps only what is in scope. Events are
+applied as the watch delivers them (Informer.apply), no API server involved."""
 from __future__ import annotations
 
 from typing import Any
 
 from elastic_api.names import JOB_NAME_LABEL
-from elastic_operator.caches import Caches
+from elastic_operator.caches import Caches, WatchScope, owning_job
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
-from tests.builders import JobSetWrapper, NodeWrapper, PodWrapper, at
+from tests.builders import JobSetWrapper, NodeWrapper, PodWrapper, at, etj
+from tests.kueue_builders import WorkloadWrapper
 
 
 def added(obj: dict[str, Any], version: int, kind: str = "ADDED") -> dict[str, Any]:
@@ -19,10 +22,12 @@ def added(obj: dict[str, Any], version: int, kind: str = "ADDED") -> dict[str, A
     return {"type": kind, "object": obj}
 
 
-def caches() -> tuple[Caches, NodeIndex, list[tuple[str, str]]]:
+def caches(scope: WatchScope | None = None, **options: Any
+           ) -> tuple[Caches, NodeIndex, list[tuple[str, str]]]:
     woken: list[tuple[str, str]] = []
     index = NodeIndex()
-    return Caches(Kube(None), index, ["ns"], woken.append), index, woken
+    return (Caches(Kube(None), index, scope or WatchScope(False, ["ns"]), woken.append,
+                   **options), index, woken)
 
 
 def test_a_pod_change_wakes_its_job_and_records_its_node() -> None:
@@ -70,3 +75,52 @@ def test_a_jobset_change_wakes_its_job_and_is_read_from_the_cache() -> None:
     cached = c.jobset("ns", "article")
     assert cached is not None and cached.restarts == 2
     assert c.jobset("ns", "other") is None and c.jobset("elsewhere", "article") is None
+
+
+def test_a_jobs_change_goes_to_on_job_and_the_job_is_read_from_the_cache() -> None:
+    seen: list[tuple[tuple[str, str], Any, Any]] = []
+    c, _, woken = caches(on_job=lambda key, old, new: seen.append((key, old, new)))
+    (jobs,) = [i for i in c.informers if i.resource == "jobs/ns"]
+    jobs.apply(added(etj("train", "ns").obj(), 5))
+    assert c.knows_job("ns", "train") and c.job_keys() == [("ns", "train")]
+    read = c.job("ns", "train")
+    assert read is not None and read["metadata"]["resourceVersion"] == "5"
+    read["metadata"]["name"] = "changed"  # a copy: the cache is not touched
+    assert c.job("ns", "train")["metadata"]["name"] == "train"  # type: ignore[index]
+    jobs.apply(added(etj("train", "ns").obj(), 6, "DELETED"))
+    assert [(key, old is not None, new is not None) for key, old, new in seen] == [
+        (("ns", "train"), False, True), (("ns", "train"), True, False)]
+    assert woken == [] and c.job("ns", "train") is None and not c.knows_job("ns", "train")
+
+
+def test_a_workload_wakes_the_known_job_whose_jobset_owns_it() -> None:
+    c, _, woken = caches(watch_workloads=True, on_job=lambda *_: None)
+    (jobs,) = [i for i in c.informers if i.resource == "jobs/ns"]
+    (workloads,) = [i for i in c.informers if i.resource == "workloads/ns"]
+    workloads.apply(added(WorkloadWrapper("article").obj(), 5))
+    assert woken == []  # no such job (yet): other teams' JobSets have Workloads too
+    jobs.apply(added(etj("article", "ns").obj(), 6))
+    workloads.apply(added(WorkloadWrapper("article").admitted(at(1)).obj(), 7, "MODIFIED"))
+    assert woken == [("ns", "article")]
+    assert len(workloads) == 1  # what it keeps of a Workload: the owning job's name
+
+
+def test_namespace_globs_watch_every_namespace_and_keep_those_in_scope() -> None:
+    c, _, woken = caches(WatchScope(False, ["team-*"]))
+    assert sorted(i.resource for i in c.informers) == ["jobs", "jobsets", "nodes", "pods"]
+    (jobs,) = [i for i in c.informers if i.resource == "jobs"]
+    (pods,) = [i for i in c.informers if i.resource == "pods"]
+    jobs.apply(added(etj("a", "team-x").obj(), 5))
+    jobs.apply(added(etj("b", "other").obj(), 6))
+    pods.apply(added(PodWrapper.worker(0, 0, namespace="other").obj(), 7))
+    pods.apply(added(PodWrapper.worker(0, 0, namespace="team-x").obj(), 8))
+    assert c.job_keys() == [("team-x", "a")]
+    assert woken == [("team-x", "a"), ("team-x", "article")]
+    assert c.pods_of("other", "article") == ()
+
+
+def test_owning_job_is_the_jobset_that_controls_the_workload() -> None:
+    assert owning_job(WorkloadWrapper("train").obj()) == "train"
+    assert owning_job({"metadata": {"ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "x", "controller": True}]}}) is None
+    assert owning_job({}) is None

@@ -1,6 +1,7 @@
 """The operator's modules import as docs/architecture.md draws them ("Inside the
 operator"): downwards only, the pure core from nothing that does I/O, and only one
-module each for the Kubernetes API, kopf and Google Cloud Storage."""
+module each for the Kubernetes API (the shared client, elastic_api.kube.KubeClient),
+kopf and Google Cloud Storage."""
 from __future__ import annotations
 
 import ast
@@ -16,16 +17,20 @@ PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "elastic_operator"
 LAYERS: dict[int, list[str]] = {
     4: ["operator_cli", "render_cli", "handlers", "app"],
     3: ["scheduler", "reconciler"],
-    2: ["observations", "caches", "informer", "election", "replacer", "pool_warden",
-        "scanner", "checkpoints", "node_index", "node_actions", "kube", "metrics"],
+    2: ["observations", "caches", "election", "replacer", "pool_warden",
+        "scanner", "checkpoint_roots", "checkpoints", "node_index", "node_actions", "kube",
+        "metrics"],
     1: ["core", "render"],
     0: ["observed"],
 }
 POSITION = {name: (layer, i) for layer, names in LAYERS.items() for i, name in enumerate(names)}
 # Third-party libraries that do I/O, and the one module allowed each.
-ONLY_IN = {"kubernetes": {"kube"}, "kopf": {"handlers", "operator_cli"},
+ONLY_IN = {"kubernetes": set(), "urllib3": set(), "kopf": {"handlers", "operator_cli"},
            "google": {"checkpoints"}, "prometheus_client": {"metrics", "operator_cli"}}
 CORE_MAY_IMPORT = {"elastic_api", "pydantic"}
+# Names of the shared Kubernetes layer (elastic_api.kube) only kube.py may import: the
+# client that sends requests. The rest (Informer, Backoff, ApiError) is for everyone.
+KUBE_ONLY = {"KubeClient": {"kube"}, "client": {"kube"}}
 
 
 def unit(path: Path) -> str:
@@ -74,3 +79,15 @@ def test_imports_point_down(path: Path) -> None:
         elif me == "core":
             assert top in CORE_MAY_IMPORT or top in sys.stdlib_module_names, (
                 f"core imports {name}: the core stays pure")
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_kube_py_holds_the_client(path: Path) -> None:
+    me = unit(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("elastic_api.kube"):
+            for alias in node.names:
+                allowed = KUBE_ONLY.get(alias.name)
+                assert allowed is None or me in allowed, (
+                    f"{me} imports {alias.name} from {node.module}: only {allowed} may send "
+                    "requests")

@@ -8,7 +8,8 @@ from typing import Any
 import kopf
 import pytest
 
-from elastic_operator.handlers import WatchScope, configure_settings
+from elastic_operator.caches import WatchScope
+from elastic_operator.handlers import configure_settings
 from elastic_operator.kube import collection_path, job_path
 from elastic_operator.observed import (
     job_from_dict,
@@ -161,10 +162,9 @@ def test_watch_scope() -> None:
     assert scope.has_globs and not WatchScope(clusterwide=False, namespaces=["a"]).has_globs
 
 
-def test_kopf_settings_need_no_cluster_wide_scanning_without_globs() -> None:
+def test_kopf_settings_scan_nothing_even_for_namespace_globs() -> None:
+    """kopf watches no resource: the informers serve the namespaces (globs included), so
+    kopf never lists CRDs or namespaces, and the Lease elects the leader, not peering."""
     settings = kopf.OperatorSettings()
-    configure_settings(settings, WatchScope(clusterwide=False, namespaces=["a", "b"]))
+    configure_settings(settings)
     assert settings.scanning.disabled and settings.peering.standalone
-    assert settings.watching.server_timeout is not None
-    configure_settings(settings, WatchScope(clusterwide=False, namespaces=["team-*"]))
-    assert not settings.scanning.disabled

@@ -221,6 +221,64 @@ def test_conflicts_that_never_end_are_an_error_to_retry() -> None:
     assert kube.calls.count("patch_job_status") == 3 and errors(metrics) == 1
 
 
+class JobCache:
+    """The job cache: the job as the watch last delivered it (`catch_up`: the watch
+    delivers what the API server now holds)."""
+
+    def __init__(self, kube: StandInKube) -> None:
+        self.kube = kube
+        self.seen = copy.deepcopy(kube.job)
+
+    def catch_up(self) -> None:
+        self.seen = copy.deepcopy(self.kube.job)
+
+    def __call__(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.seen)
+
+
+def test_the_job_is_read_from_its_cache() -> None:
+    kube, pods = a_slice_goes_down()
+    cache = JobCache(kube)
+    rec, metrics = reconciler(kube, pods=pods, jobs=cache)
+    assert rec.reconcile("ml", "train")
+    assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
+    # Our write comes back through the watch: no news, and the cache is current again.
+    cache.catch_up()
+    assert rec.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
+    assert rec.reconcile("ml", "train")
+    assert "get_job" not in kube.calls and errors(metrics) == 0
+
+
+def test_until_our_write_comes_back_through_the_cache_the_job_is_read_fresh() -> None:
+    """A write conditional on the version the cache still holds would only be refused."""
+    kube, pods = a_slice_goes_down()
+    cache = JobCache(kube)
+    rec, _ = reconciler(kube, pods=pods, jobs=cache)
+    assert rec.reconcile("ml", "train")  # our status write; the cache has the old job
+    kube.calls.clear()
+    assert rec.reconcile("ml", "train")
+    # Read fresh at once: no write refused for the old version first (that would be two).
+    assert kube.calls.count("get_job") == 1 and kube.calls.count("patch_job_status") < 2
+    cache.catch_up()  # the cache holds our write now (say, after a relist)
+    kube.calls.clear()
+    assert rec.reconcile("ml", "train")
+    assert "get_job" not in kube.calls
+
+
+def test_a_job_cache_behind_another_writer_costs_one_refused_write_and_a_fresh_read() -> None:
+    """The trainer reported after the version the cache holds: the write conditional on
+    it is refused (409), the reconcile reads the job fresh, and counts the slice once."""
+    kube, pods = a_slice_goes_down()
+    cache = JobCache(kube)
+    kube.write_training({"step": 7, "observedAt": "2026-11-29T12:00:06Z"})
+    rec, metrics = reconciler(kube, pods=pods, jobs=cache)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("patch_job_status") == 2 and kube.calls.count("get_job") == 1
+    status = kube.job["status"]
+    assert status["slices"][0]["restarts"] == 1 and status["counters"]["sliceFailures"] == 1
+    assert status["training"]["step"] == 7 and errors(metrics) == 0
+
+
 def test_the_jobset_comes_from_its_cache_and_a_miss_is_checked_with_a_get() -> None:
     """Not in the cache is no proof of absence (just created, not seen yet): a GET
     decides, or the job would be reported JobSetLost, for good."""
@@ -239,8 +297,9 @@ def test_the_jobset_comes_from_its_cache_and_a_miss_is_checked_with_a_get() -> N
 
 
 def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
-    """kopf delivers our status write back as a job event: at exactly the version our
-    write produced it is no news (a trainer's write makes another version)."""
+    """The job cache delivers our status write back as a change of the job: at exactly
+    the version our write produced it is no news (a trainer's write makes another
+    version)."""
     kube, pods = a_slice_goes_down()
     rec, _ = reconciler(kube, pods=pods)
     assert rec.reconcile("ml", "train")
@@ -367,7 +426,7 @@ def test_a_stalled_leader_that_posts_after_the_new_one_is_refused_its_copies() -
 
 
 class FencedKube(DyingKube):
-    """Posts an Event only while `may_write()`, as Kube.request does for every write."""
+    """Posts an Event only while `may_write()`, as KubeClient.request does for every write."""
 
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:
@@ -444,6 +503,34 @@ def test_an_event_the_api_server_failed_to_take_is_tried_again_by_the_next_recon
     assert rec.reconcile("ml", "train")
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert "pendingEvents" not in kube.job["status"]
+
+
+@pytest.mark.parametrize("trainer_writes_meanwhile", [False, True])
+def test_our_write_coming_back_before_its_response_is_still_ours(
+        trainer_writes_meanwhile: bool) -> None:
+    """The job cache's watch may deliver our status write before the write's response
+    reaches the reconciler: still no news (no second reconcile); a version someone else
+    wrote meanwhile wakes the job once the write returns."""
+    kube, pods = a_slice_goes_down()
+    rec, _ = reconciler(kube, pods=pods)
+    woken: list[float] = []
+    rec.wake = lambda _ns, _name, delay: woken.append(delay)
+    answers: list[bool] = []
+    patch = kube.patch_job_status
+
+    def patch_then_watch(namespace: str, name: str, body: dict[str, Any],
+                         resource_version: str | None = None) -> str | None:
+        version = patch(namespace, name, body, resource_version)
+        answers.append(rec.wrote(namespace, name, version))  # the watch, first
+        if trainer_writes_meanwhile:
+            kube.write_training({"step": 9})
+            rec.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
+        return version
+
+    kube.patch_job_status = patch_then_watch  # type: ignore[method-assign]
+    assert rec.reconcile("ml", "train")
+    assert answers == [True]
+    assert [d for d in woken if d == 0.0] == ([0.0] if trainer_writes_meanwhile else [])
 
 
 # --- slice replacement: the intent is written before the operator acts --------------------

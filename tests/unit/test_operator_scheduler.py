@@ -1,15 +1,17 @@
 """The per-job work queue: reconciles of one job never overlap, a burst of events is
-coalesced, and a failed reconcile is retried on its own with capped exponential backoff."""
+coalesced, a change during a reconcile runs it once more, a failed reconcile is retried on
+its own with capped exponential backoff, delayed adds wake a job, and the worker pool is
+bounded. Every wait polls a condition with a deadline."""
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from elastic_operator.scheduler import Backoff, Scheduler
+from elastic_api.kube import Backoff
+from elastic_operator.scheduler import RECONCILE_BACKOFF, ReconcileFunction, Scheduler
 
 DEADLINE_S = 10.0
 
@@ -21,6 +23,8 @@ class CountingReconciler:
     def __init__(self, failures: int = 0, hold: bool = False) -> None:
         self.calls: list[tuple[str, str]] = []
         self.active: dict[tuple[str, str], int] = {}
+        self.running = 0
+        self.most_running = 0
         self.overlap = False
         self.lock = threading.Lock()
         self.release = threading.Event()
@@ -33,83 +37,102 @@ class CountingReconciler:
         with self.lock:
             self.active[key] = self.active.get(key, 0) + 1
             self.overlap |= self.active[key] > 1
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
             self.calls.append(key)
         self.release.wait(DEADLINE_S)
         with self.lock:
             self.active[key] -= 1
+            self.running -= 1
             if self.failures_left > 0:
                 self.failures_left -= 1
                 return False
         return True
 
 
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    """Poll the event loop until predicate() holds (a deadline, never a fixed sleep)."""
+def until(predicate: Callable[[], bool], what: str) -> None:
+    """Poll until predicate() holds (a deadline, never a fixed sleep)."""
     deadline = time.monotonic() + DEADLINE_S
     while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(what)
-        await asyncio.sleep(0.005)
+        time.sleep(0.005)
 
 
-def test_burst_is_coalesced_and_serialized() -> None:
-    async def scenario() -> CountingReconciler:
-        rec = CountingReconciler(hold=True)
-        scheduler = Scheduler(rec.reconcile)
-        first = asyncio.create_task(scheduler.trigger("ns", "a"))
-        await until(lambda: ("ns", "a") in rec.calls, "the first reconcile running")
-        burst = [asyncio.create_task(scheduler.trigger("ns", "a")) for _ in range(20)]
-        other = asyncio.create_task(scheduler.trigger("ns", "b"))  # another job: not blocked
-        await until(lambda: ("ns", "b") in rec.calls, "the other job's reconcile running")
-        rec.release.set()
-        await asyncio.gather(first, *burst, other)
-        return rec
+@pytest.fixture
+def started() -> Iterator[Callable[..., Scheduler]]:
+    """Scheduler(...) started, and stopped after the test."""
+    made: list[Scheduler] = []
 
-    rec = asyncio.run(scenario())
+    def make(reconcile: ReconcileFunction, backoff: Backoff = RECONCILE_BACKOFF,
+             workers: int = 4) -> Scheduler:
+        scheduler = Scheduler(reconcile, backoff, workers=workers)
+        scheduler.start()
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.stop()
+
+
+def test_burst_is_coalesced_and_serialized(started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(hold=True)
+    scheduler = started(rec.reconcile)
+    scheduler.add("ns", "a")
+    until(lambda: ("ns", "a") in rec.calls, "the first reconcile running")
+    for _ in range(20):
+        scheduler.add("ns", "a")
+    scheduler.add("ns", "b")  # another job: not blocked
+    until(lambda: ("ns", "b") in rec.calls, "the other job's reconcile running")
+    rec.release.set()
+    until(lambda: rec.calls.count(("ns", "a")) == 2, "the run that covers the burst")
+    assert scheduler.wait_idle("ns", "a", DEADLINE_S) and scheduler.wait_idle("ns", "b", 1)
     assert not rec.overlap
     # One running when the burst came, plus one that covers the whole burst.
     assert rec.calls.count(("ns", "a")) == 2
     assert rec.calls.count(("ns", "b")) == 1
 
 
-def test_a_failed_reconcile_is_retried_on_its_own_until_it_succeeds() -> None:
-    async def scenario() -> tuple[CountingReconciler, Scheduler]:
-        rec = CountingReconciler(failures=3)
-        scheduler = Scheduler(rec.reconcile, Backoff(base_s=0.01, cap_s=0.02))
-        await scheduler.trigger("ns", "a")  # one event, and nothing else
-        assert scheduler.failures("ns", "a") == 1 and scheduler.retry_pending("ns", "a")
-        await until(lambda: len(rec.calls) == 4 and scheduler.failures("ns", "a") == 0,
-                    "three retries, the last succeeding")
-        return rec, scheduler
-
-    rec, scheduler = asyncio.run(scenario())
+def test_a_failed_reconcile_is_retried_on_its_own_until_it_succeeds(
+        started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(failures=3)
+    scheduler = started(rec.reconcile, Backoff(base_s=0.01, cap_s=0.02))
+    scheduler.add("ns", "a")  # one event, and nothing else
+    until(lambda: len(rec.calls) == 4 and scheduler.failures("ns", "a") == 0,
+          "three retries, the last succeeding")
+    assert scheduler.wait_idle("ns", "a", DEADLINE_S)
     assert rec.calls == [("ns", "a")] * 4 and not rec.overlap
     assert not scheduler.retry_pending("ns", "a")  # a success ends the retries
 
 
-def test_an_event_runs_a_failed_job_at_once_and_replaces_its_pending_retry() -> None:
-    async def scenario() -> tuple[CountingReconciler, Scheduler]:
-        rec = CountingReconciler(failures=1)
-        scheduler = Scheduler(rec.reconcile, Backoff(base_s=3600, cap_s=3600))
-        await scheduler.trigger("ns", "a")
-        assert scheduler.retry_pending("ns", "a")  # in an hour
-        await scheduler.trigger("ns", "a")  # an event: now, not in an hour
-        assert not scheduler.retry_pending("ns", "a") and scheduler.failures("ns", "a") == 0
-        return rec, scheduler
+def test_a_failure_schedules_its_retry_after_the_backoff(
+        started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(failures=1)
+    scheduler = started(rec.reconcile, Backoff(base_s=3600, cap_s=3600))
+    scheduler.add("ns", "a")
+    until(lambda: scheduler.failures("ns", "a") == 1, "the failure counted")
+    assert scheduler.retry_pending("ns", "a") and rec.calls == [("ns", "a")]  # in an hour
 
-    rec, _ = asyncio.run(scenario())
+
+def test_an_event_runs_a_failed_job_at_once_and_replaces_its_pending_retry(
+        started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(failures=1)
+    scheduler = started(rec.reconcile, Backoff(base_s=3600, cap_s=3600))
+    scheduler.add("ns", "a")
+    until(lambda: scheduler.retry_pending("ns", "a"), "the retry in an hour")
+    scheduler.add("ns", "a")  # an event: now, not in an hour
+    until(lambda: scheduler.failures("ns", "a") == 0, "the event's reconcile succeeding")
+    assert not scheduler.retry_pending("ns", "a")
     assert rec.calls == [("ns", "a")] * 2
 
 
-def test_a_deleted_job_forgets_its_pending_retry() -> None:
-    async def scenario() -> Scheduler:
-        rec = CountingReconciler(failures=1)
-        scheduler = Scheduler(rec.reconcile, Backoff(base_s=3600, cap_s=3600))
-        await scheduler.trigger("ns", "a")
-        scheduler.forget("ns", "a")
-        return scheduler
-
-    scheduler = asyncio.run(scenario())
+def test_a_deleted_job_forgets_its_pending_retry(started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(failures=1)
+    scheduler = started(rec.reconcile, Backoff(base_s=3600, cap_s=3600))
+    scheduler.add("ns", "a")
+    until(lambda: scheduler.retry_pending("ns", "a"), "the retry in an hour")
+    scheduler.forget("ns", "a")
     assert not scheduler.retry_pending("ns", "a") and scheduler.failures("ns", "a") == 0
 
 
@@ -117,77 +140,106 @@ def test_a_deleted_job_forgets_its_pending_retry() -> None:
     (0, 1.0), (1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (50, 60.0), (10**6, 60.0)])
 def test_backoff_doubles_up_to_its_cap(failures: int, delay: float) -> None:
     assert Backoff(base_s=1.0, cap_s=60.0).delay(failures) == delay
+    assert RECONCILE_BACKOFF.delay(failures) == delay  # the operator's: 1 s to 60 s
 
 
 def test_jobs_named_from_other_threads_are_reconciled_once_each() -> None:
-    """trigger_soon from watch threads: a burst of thousands of calls for a few jobs
-    reaches the loop as one trigger per job (and calls made before the loop is attached
-    are kept, not lost)."""
-    async def scenario() -> CountingReconciler:
-        rec = CountingReconciler(hold=True)
-        scheduler = Scheduler(rec.reconcile)
-        scheduler.trigger_soon("ns", "early")
-        scheduler.attach(asyncio.get_running_loop())
-        await until(lambda: ("ns", "early") in rec.calls, "the early job reconciled")
+    """add from watch threads: a burst of thousands of calls for a few jobs that wait for
+    a worker reaches the reconciler as one reconcile per job (and jobs named before the
+    workers start are kept, not lost)."""
+    rec = CountingReconciler(hold=True)
+    scheduler = Scheduler(rec.reconcile, workers=1)  # "early" holds the only worker
+    scheduler.add("ns", "early")
+    scheduler.start()
+    try:
+        until(lambda: ("ns", "early") in rec.calls, "the early job reconciled")
 
         def burst() -> None:
             for i in range(3000):
-                scheduler.trigger_soon("ns", f"job-{i % 3}")
+                scheduler.add("ns", f"job-{i % 3}")
 
         threads = [threading.Thread(target=burst) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        assert scheduler.depth == 3
         rec.release.set()
-        await until(lambda: len(rec.calls) >= 4, "the three jobs reconciled")
-        await asyncio.sleep(0.05)  # nothing more is coming
-        return rec
-
-    rec = asyncio.run(scenario())
+        for job in ("early", "job-0", "job-1", "job-2"):
+            assert scheduler.wait_idle("ns", job, DEADLINE_S)
+    finally:
+        scheduler.stop()
     assert sorted(rec.calls) == [("ns", "early"), ("ns", "job-0"), ("ns", "job-1"),
                                  ("ns", "job-2")]
 
 
-def test_a_reconcile_can_ask_to_run_again_later_from_its_thread() -> None:
+def test_the_worker_pool_is_bounded(started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(hold=True)
+    scheduler = started(rec.reconcile, workers=2)
+    for i in range(6):
+        scheduler.add("ns", f"job-{i}")
+    until(lambda: rec.running == 2, "two reconciles running")
+    assert scheduler.depth == 4  # the others wait for a worker
+    rec.release.set()
+    for i in range(6):
+        assert scheduler.wait_idle("ns", f"job-{i}", DEADLINE_S)
+    assert rec.most_running == 2 and len(rec.calls) == 6
+
+
+def test_a_reconcile_can_ask_to_run_again_later_from_its_thread(
+        started: Callable[..., Scheduler]) -> None:
     """A grace period that ends (a node NotReady for nodeNotReadySeconds) wakes the job."""
-    async def scenario() -> tuple[list[float], Scheduler]:
-        times: list[float] = []
-        scheduler: Scheduler
+    times: list[float] = []
+    scheduler: Scheduler
 
-        def reconcile(namespace: str, name: str) -> bool:
-            times.append(time.monotonic())
-            if len(times) == 1:  # from the worker thread, as the Reconciler does
-                scheduler.trigger_later(namespace, name, 0.2)
-                scheduler.trigger_later(namespace, name, 30.0)  # a later ask: the sooner wins
-            return True
+    def reconcile(namespace: str, name: str) -> bool:
+        times.append(time.monotonic())
+        if len(times) == 1:  # from the worker thread, as the Reconciler does
+            scheduler.add_after(namespace, name, 0.2)
+            scheduler.add_after(namespace, name, 30.0)  # a later ask: the sooner wins
+        return True
 
-        scheduler = Scheduler(reconcile)
-        await scheduler.trigger("ns", "a")
-        await until(lambda: len(times) == 2, "the woken reconcile")
-        assert not scheduler.wake_pending("ns", "a")
-        return times, scheduler
-
-    times, _ = asyncio.run(scenario())
+    scheduler = started(reconcile)
+    scheduler.add("ns", "a")
+    until(lambda: len(times) == 2, "the woken reconcile")
+    assert not scheduler.wake_pending("ns", "a")
     assert times[1] - times[0] >= 0.2
 
 
-def test_an_event_before_the_wake_replaces_it() -> None:
-    async def scenario() -> list[tuple[str, str]]:
-        calls: list[tuple[str, str]] = []
-        scheduler: Scheduler
+def test_an_event_before_the_wake_replaces_it(started: Callable[..., Scheduler]) -> None:
+    calls: list[tuple[str, str]] = []
+    scheduler: Scheduler
 
-        def reconcile(namespace: str, name: str) -> bool:
-            calls.append((namespace, name))
-            if len(calls) == 1:
-                scheduler.trigger_later(namespace, name, 3600)
-            return True
+    def reconcile(namespace: str, name: str) -> bool:
+        calls.append((namespace, name))
+        if len(calls) == 1:
+            scheduler.add_after(namespace, name, 3600)
+        return True
 
-        scheduler = Scheduler(reconcile)
-        await scheduler.trigger("ns", "a")
-        await until(lambda: scheduler.wake_pending("ns", "a"), "the wake registered")
-        await scheduler.trigger("ns", "a")  # an event covers it
-        assert not scheduler.wake_pending("ns", "a")
-        return calls
+    scheduler = started(reconcile)
+    scheduler.add("ns", "a")
+    until(lambda: scheduler.wake_pending("ns", "a"), "the wake registered")
+    scheduler.add("ns", "a")  # an event covers it
+    until(lambda: len(calls) == 2, "the event's reconcile")
+    assert scheduler.wait_idle("ns", "a", DEADLINE_S)
+    assert not scheduler.wake_pending("ns", "a")
+    assert calls == [("ns", "a")] * 2
 
-    assert asyncio.run(scenario()) == [("ns", "a")] * 2
+
+def test_a_reconcile_that_raises_is_retried_and_stop_ends_the_workers() -> None:
+    calls: list[int] = []
+
+    def reconcile(namespace: str, name: str) -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return True
+
+    scheduler = Scheduler(reconcile, Backoff(base_s=0.01, cap_s=0.01), workers=2)
+    scheduler.start()
+    scheduler.add("ns", "a")
+    until(lambda: len(calls) == 2 and scheduler.failures("ns", "a") == 0, "the retry")
+    assert scheduler.alive
+    scheduler.stop()
+    until(lambda: not scheduler.alive, "the workers ending")
+    assert not scheduler.wait_idle("ns", "a", 0.1)  # stopping: nothing to wait for

@@ -71,7 +71,8 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}
+NAMESPACED = {"watchNamespaces": "{team-a,team-b}",
+              "checkpointRoots.team-a": "{gs://team-a-ckpt,/mnt/team-a}"}
 SCENARIOS = {
     "defaults": None,
     "namespaced": NAMESPACED,
@@ -220,8 +221,10 @@ def test_container_args_parse_with_the_real_operator_cli(scenario: str) -> None:
     if scenario == "namespaced":
         assert sorted(parsed.namespace) == ["team-a", "team-b"]
         assert not parsed.all_namespaces
+        assert parsed.checkpoint_roots == ["team-a=gs://team-a-ckpt,/mnt/team-a"]
     else:
         assert parsed.all_namespaces and not parsed.namespace
+        assert parsed.checkpoint_roots == []  # local paths only, no gs://
 
 
 def rbac_rules(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

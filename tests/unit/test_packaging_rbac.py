@@ -2,10 +2,11 @@
 
 Three sources of need, all read from the real code:
   - every method of `Kube` (operator/elastic_operator/kube.py, the only module that calls
-    the API) maps to the permissions its request needs (the table below; a new method
-    fails the test until it is added, and the chart with it);
-  - kopf lists and watches every resource the handlers subscribe to (read from the
-    registry that `etj operator` builds), and would patch the ones with change handlers;
+    the API; its informers list and watch through it too) maps to the permissions its
+    request needs (the table below; a new method fails the test until it is added, and
+    the chart with it);
+  - kopf would list and watch every resource a handler subscribes to (read from the
+    registry that `etj operator` builds): none, kopf watches nothing;
   - RBAC lets the operator create the per-job trainer Role only if it holds every
     permission the Role grants (render_rbac, for every backend).
 The chart must grant the union of these, and nothing else. Sufficiency is also shown for
@@ -24,6 +25,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from elastic_api import GROUP, PLURAL
+from elastic_api.kube import KubeClient
 from elastic_api.models import ElasticTrainingJob
 from elastic_devtools.localcluster.versions import cache_dir, load_versions
 from elastic_operator.kube import Kube
@@ -39,6 +41,7 @@ CLUSTER_SCOPED = {"nodes"}
 KUBE_METHODS: dict[str, set[Permission]] = {
     "get_job": {(GROUP, PLURAL, "get")},
     "list_jobs": {(GROUP, PLURAL, "list")},
+    "watch_jobs": {(GROUP, PLURAL, "watch")},
     "get_jobset": {("jobset.x-k8s.io", "jobsets", "get")},
     "list_pods": {("", "pods", "list")},
     "watch_pods": {("", "pods", "watch")},
@@ -56,6 +59,8 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "label_node": {("", "nodes", "patch")},
     "patch_jobset_suspend": {("jobset.x-k8s.io", "jobsets", "patch")},
     "list_workloads": {("kueue.x-k8s.io", "workloads", "list")},
+    "list_all_workloads": {("kueue.x-k8s.io", "workloads", "list")},
+    "watch_workloads": {("kueue.x-k8s.io", "workloads", "watch")},
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
@@ -113,11 +118,12 @@ def kube_permissions() -> set[Permission]:
 
 def kopf_permissions() -> set[Permission]:
     from elastic_operator.app import build_operator
-    from elastic_operator.handlers import WatchScope, build_registry
+    from elastic_operator.handlers import build_registry
     from elastic_operator.metrics import OperatorMetrics
 
-    operator = build_operator(Kube(None), OperatorMetrics(CollectorRegistry()))
-    registry = build_registry(operator, WatchScope(True, []), 30.0)
+    operator = build_operator(Kube(None), OperatorMetrics(CollectorRegistry()),
+                              watch_workloads=True)
+    registry = build_registry(operator)
     needed: set[Permission] = set()
     for kind, verbs in ((registry._watching, ("list", "watch")),
                         (registry._spawning, ("list", "watch", "patch")),
@@ -200,39 +206,68 @@ def test_only_nodes_need_cluster_scope() -> None:
     assert not {"namespaces", "customresourcedefinitions", "secrets"} & resources
 
 
+def test_kopf_watches_nothing() -> None:
+    """kopf 1.45 runs the process only: no resource handler, so it lists, watches and
+    patches nothing (its CRD and namespace scanning are off, handlers.configure_settings)."""
+    assert kopf_permissions() == set()
+
+
+# KubeClient's method -> the HTTP verb it sends (and the helpers that send GET).
+CLIENT_VERBS = {"get": "GET", "get_or_none": "GET", "list_page": "GET", "watch": "GET",
+                "create": "POST", "patch": "PATCH", "delete": "DELETE"}
+
+
+def test_the_client_methods_send_the_verbs_they_are_named_for() -> None:
+    for name, verb in CLIENT_VERBS.items():
+        source = inspect.getsource(getattr(KubeClient, name))
+        helper = verb == "GET" and ("self.get(" in source or "self.request" not in source)
+        assert f'"{verb}"' in source or helper, f"KubeClient.{name} no longer sends {verb}"
+    assert '"watch": "true"' in inspect.getsource(KubeClient.watch)
+    assert '"limit"' in inspect.getsource(KubeClient.list_page)
+
+
 def test_the_table_matches_the_requests_kube_py_makes() -> None:
-    """Each method's source names the path and HTTP verb the table claims."""
-    expected_http = {"get_job": "GET", "list_jobs": "GET", "get_jobset": "GET",
-                     "list_pods": "GET", "watch_pods": "GET", "list_jobsets": "GET",
-                     "watch_jobsets": "GET", "list_nodes": "GET",
+    """Each method's source names the path and the client call (HTTP verb) the table
+    claims."""
+    expected_http = {"get_job": "GET", "list_jobs": "GET", "watch_jobs": "GET",
+                     "get_jobset": "GET", "list_pods": "GET", "watch_pods": "GET",
+                     "list_jobsets": "GET", "watch_jobsets": "GET", "list_nodes": "GET",
                      "watch_nodes": "GET", "get_lease": "GET", "create_lease": "POST",
                      "patch_lease": "PATCH", "create": "POST",
                      "patch_jobset_suspend": "PATCH", "patch_job_status": "PATCH",
                      "post_event": "POST", "list_workloads": "GET",
+                     "list_all_workloads": "GET", "watch_workloads": "GET",
                      "patch_workload_active": "PATCH", "serves": "GET",
                      "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
-                     "label_node": "PATCH"}
-    # Helpers that send GET: one object, one page of a list, a watch.
-    get_helpers = ("_get_or_none", "_list_page", "_watch")
-    for name, method in expected_http.items():
+                     "label_node": "PATCH", "delete_job": "DELETE",
+                     "delete_pod_now": "DELETE"}
+    watches = {"watch_jobs", "watch_pods", "watch_jobsets", "watch_nodes", "watch_workloads"}
+    for name, verb in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
-        uses_helper = method == "GET" and any(h in source for h in get_helpers)
-        assert f'"{method}"' in source or uses_helper, f"Kube.{name} no longer sends {method}"
-    assert '"GET"' in inspect.getsource(Kube._list_page)
-    assert '"watch": "true"' in inspect.getsource(Kube._watch)
-    assert '"DELETE"' in inspect.getsource(Kube._delete)  # delete_job, delete_pod_now
-    fragments: dict[str, Any] = {"list_pods": "_pods_path", "watch_pods": "_pods_path",
-                                 "list_jobsets": "_jobsets_path",
-                                 "watch_jobsets": "_jobsets_path",
+        if verb == "DELETE":
+            source += inspect.getsource(Kube._delete)
+        calls = {m for m, v in CLIENT_VERBS.items() if v == verb
+                 and f"self.client.{m}(" in source}
+        assert calls, f"Kube.{name} no longer sends {verb}"
+        if name in watches:
+            assert calls == {"watch"}, name
+        elif name.startswith("list_"):
+            assert calls & {"list_page", "get"}, name
+    fragments: dict[str, Any] = {"list_jobs": "PLURAL", "watch_jobs": "PLURAL",
+                                 "get_job": "job_path",
+                                 "list_pods": '"pods"', "watch_pods": '"pods"',
+                                 "list_jobsets": '"jobsets"', "watch_jobsets": '"jobsets"',
                                  "list_nodes": "/nodes", "watch_nodes": "/nodes",
                                  "get_lease": "_lease_path", "patch_lease": "_lease_path",
-                                 "create_lease": "/leases",
+                                 "create_lease": '"leases"',
                                  "get_jobset": "jobsets", "patch_jobset_suspend": "jobsets",
-                                 "patch_job_status": "/status", "post_event": "/events",
+                                 "patch_job_status": "/status", "post_event": '"events"',
                                  "list_workloads": "KUEUE_WORKLOAD_PLURAL",
+                                 "list_all_workloads": "KUEUE_WORKLOAD_PLURAL",
+                                 "watch_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
-                                 "list_worker_jobs": "/jobs", "delete_job": "/jobs/",
-                                 "delete_pod_now": "/pods/", "lower_job_backoff_limit": "/jobs/",
-                                 "label_node": "/nodes/"}
+                                 "list_worker_jobs": '"jobs"', "delete_job": '"jobs"',
+                                 "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',
+                                 "label_node": '"nodes"'}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)

@@ -127,10 +127,22 @@ def test_article_trainer_command():
     assert trainer_command(load_example("article")) == [
         "etj", "train", "--config", "qwen3-0.6b", "--steps", "10000", "--batch", "48",
         "--seed", "0", "--data", "synthetic", "--checkpoint-dir",
-        "gs://my-bucket/article/checkpoints", "--checkpoint-period", "100",
-        "--checkpoint-keep", "3", "--snapshot-period", "0", "--min-slices", "3",
-        "--elastic-timeout", "300", "--max-retries", "10", "--backend", "pathways",
+        "gs://my-bucket/article/checkpoints", "--checkpoint-period", "auto",
+        "--checkpoint-keep", "3", "--snapshot-period", "auto", "--overhead-budget-percent",
+        "2.0", "--min-slices", "3", "--elastic-timeout", "300", "--max-retries", "10",
+        "--backend", "pathways",
     ]
+
+
+def test_periods_given_win_and_the_budget_is_rendered():
+    job = load_example("article").model_copy(deep=True)
+    job.spec.checkpoint.period_steps = 100  # a job stored while 100 was the default
+    job.spec.snapshot.period_steps = 0
+    job.spec.overhead_budget_percent = 0.5
+    cmd = trainer_command(job)
+    assert cmd[cmd.index("--checkpoint-period") + 1] == "100"
+    assert cmd[cmd.index("--snapshot-period") + 1] == "0"
+    assert cmd[cmd.index("--overhead-budget-percent") + 1] == "0.5"
 
 
 def test_article_workers():
@@ -324,7 +336,7 @@ def test_options_flow_through():
         checkpoint={"directory": "gs://b/c", "async": False, "persistence": False, "keep": 2,
                     "periodSteps": 10},
         snapshot={"periodSteps": 4},
-        trainer={"image": "t:2", "steps": 9, "args": ["--x", "1"],
+        trainer={"image": "t:2", "steps": 19, "args": ["--x", "1"],
                  "env": [{"name": "JAX_PLATFORMS", "value": "proxy,cpu"},
                          {"name": "A", "value": "b"}]},
         pathways={"gcsScratch": "gs://s", "version": "v9",

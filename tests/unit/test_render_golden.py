@@ -36,7 +36,9 @@ def test_demo_is_the_article_shape_on_the_simulated_backend():
     demo = yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())["spec"]
     assert demo["backend"] == "simulated"
     assert demo["tpu"] == {"type": "v5e", "topology": "4x4", "numSlices": 3}
-    assert demo["checkpoint"]["periodSteps"] == 20 and demo["snapshot"]["periodSteps"] == 5
+    # Every cadence is the default: the trainer chooses (the demo shows what).
+    assert "periodSteps" not in demo["checkpoint"] and "snapshot" not in demo
+    assert "overheadBudgetPercent" not in demo
     assert demo["checkpoint"]["directory"].startswith("/tmp/etj-demo/")
 
 

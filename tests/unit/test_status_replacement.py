@@ -21,7 +21,7 @@ from elastic_operator.core.plan import (
 from elastic_operator.core.pools import pools_to_release
 from elastic_operator.core.replacement import ReplacementPlan, needs_jobs, plan_replacements
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import Observed, ObservedNode
+from elastic_operator.observed import FailureMark, Observed, ObservedNode, QuarantineCause
 from tests.builders import (
     HOSTS,
     SLICES,
@@ -234,8 +234,9 @@ def test_a_node_reporting_not_ready_waits_the_grace_then_quarantines_and_replace
     assert plan.actions == () and plan.wake_after_s == pytest.approx(5.0)
     _, _, plan = step(j, st1, observed, at(16))
     quarantine, delete = plan.actions
+    cause = QuarantineCause((("ns/article", "uid-1"),), "node tpu-1-2 is NotReady (Ready=False)")
     assert quarantine == QuarantinePool("tpu-1", Reason.NODE_NOT_READY,
-                                        tuple(f"tpu-1-{h}" for h in range(HOSTS)), 1)
+                                        tuple(f"tpu-1-{h}" for h in range(HOSTS)), 1, cause)
     assert isinstance(delete, DeleteWorkerJob) and delete.uid == worker_job_uid(1)
 
 
@@ -284,25 +285,53 @@ def test_a_terminating_pod_on_a_ready_node_is_left_to_its_kubelet() -> None:
     assert not any(isinstance(a, ForceDeletePod) for a in plan.actions)
 
 
-def test_a_pool_that_keeps_failing_is_quarantined_and_the_status_says_so() -> None:
-    j = job(recovery={"quarantineAfterFailures": 2})
-    st, _, plan = step(j, running(j), world(with_failed_host(1, 0, at(10))), at(11))
-    assert st.pools[1].name == "tpu-1" and len(st.pools[1].recent_failures) == 1
-    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
-    # Recreated on the same pool (its nodes are fine), it fails again there.
+def failing_twice_on(j: ElasticTrainingJob, others: tuple[FailureMark, ...] = (),
+                     second_at: float = 20) -> tuple[ElasticTrainingJobStatus, ReplacementPlan]:
+    """Slice 1's container exits on healthy tpu-1, is recreated there, and exits again
+    (`others`: what other jobs' statuses say of tpu-1)."""
+    def seen(pods: list[Any], **more: Any) -> Observed:
+        observed = world(pods, **more)
+        return replace(observed, pools=tuple(
+            replace(p, failures_of_others=others) if p.name == "tpu-1" else p
+            for p in observed.pools))
+
+    st, _, plan = step(j, running(j), seen(with_failed_host(1, 0, at(10))), at(11))
     pods = healthy_pods()
     pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(15), 1).build() for h in range(HOSTS)]
-    st, _, _ = step(j, st, world(pods, jobs_gen={1: 1}), at(16))
-    pods[HOSTS] = WorkerPod(1, 0).recreated(at(15), 1).failed(at(20)).build()
-    st, _, plan = step(j, st, world(pods, jobs_gen={1: 1}), at(21))
-    assert len(st.pools[1].recent_failures) == 2
-    assert plan.actions[0] == QuarantinePool("tpu-1", Reason.REPEATED_FAILURES,
-                                             tuple(f"tpu-1-{h}" for h in range(HOSTS)), 1)
-    # The label shows in the next look: status.pools says so.
-    nodes = {n: replace(v, quarantined=Reason.REPEATED_FAILURES) if v.pool == "tpu-1" else v
+    st, _, _ = step(j, st, seen(pods, jobs_gen={1: 1}), at(16))
+    pods[HOSTS] = WorkerPod(1, 0).recreated(at(15), 1).failed(at(second_at)).build()
+    st, _, plan = step(j, st, seen(pods, jobs_gen={1: 1}), at(second_at + 1))
+    return st, plan
+
+
+def test_one_jobs_crashes_on_one_pool_quarantine_nothing() -> None:
+    """Exits on healthy nodes are the job's own failures: they spend its budget and
+    quarantine nothing, however often they happen on one pool."""
+    j = job(recovery={"quarantineAfterFailures": 2})
+    st, plan = failing_twice_on(j)
+    assert [(f.blame, f.reason) for f in st.pools[1].failures] == [("Job", Reason.POD_FAILED)] * 2
+    assert st.slices[1].restarts == 2 and st.slices[1].replacement is not None
+    assert st.slices[1].replacement.blame == "Job"
+    assert "exited with code 1" in (st.slices[1].replacement.evidence or "")
+    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+
+
+def test_slices_of_different_jobs_failing_on_one_pool_quarantine_it() -> None:
+    j = job(recovery={"quarantineAfterFailures": 2})
+    other = FailureMark("team-b/other", "uid-b", at(5), pools=1)
+    st, plan = failing_twice_on(j, (other,))
+    quarantine = plan.actions[0]
+    assert isinstance(quarantine, QuarantinePool)
+    assert (quarantine.pool, quarantine.reason) == ("tpu-1", Reason.REPEATED_FAILURES)
+    assert quarantine.cause.jobs == (("ns/article", "uid-1"), ("team-b/other", "uid-b"))
+    assert "slices of 2 jobs failed on it" in quarantine.cause.evidence
+    # The label shows in the next look: status.pools says so, and who did it.
+    nodes = {n: replace(v, quarantined=Reason.REPEATED_FAILURES,
+                        quarantine_cause=quarantine.cause) if v.pool == "tpu-1" else v
              for n, v in nodes_for(spares=1).items()}
-    st, _, _ = step(j, st, world(pods, nodes=nodes, jobs_gen={1: 1}), at(22))
+    st, _, _ = step(j, st, world(healthy_pods(), nodes=nodes, jobs_gen={1: 1}), at(22))
     assert st.pools[1].quarantined == Reason.REPEATED_FAILURES
+    assert (st.pools[1].quarantine_cause or "").startswith("ns/article, team-b/other: slices")
 
 
 def test_a_quarantine_cut_short_is_finished_by_the_next_leader() -> None:
@@ -327,16 +356,20 @@ def test_a_quarantine_cut_short_is_finished_by_the_next_leader() -> None:
     assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
 
 
-def test_failures_older_than_the_window_do_not_count() -> None:
+def test_another_jobs_failure_that_follows_it_or_is_old_does_not_count() -> None:
     j = job(recovery={"quarantineAfterFailures": 2, "quarantineWindowSeconds": 60})
-    st, _, _ = step(j, running(j), world(with_failed_host(1, 0, at(10))), at(11))
-    pods = healthy_pods()
-    pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(15), 1).build() for h in range(HOSTS)]
-    st, _, _ = step(j, st, world(pods, jobs_gen={1: 1}), at(16))
-    pods[HOSTS] = WorkerPod(1, 0).recreated(at(15), 1).failed(at(200)).build()
-    st, _, plan = step(j, st, world(pods, jobs_gen={1: 1}), at(201))
-    assert len(st.pools[1].recent_failures) == 1
+    follows = FailureMark("team-b/other", "uid-b", at(5), pools=2)  # failed on 2 pools
+    _, plan = failing_twice_on(j, (follows,))
     assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+    old = FailureMark("team-b/other", "uid-b", at(5), pools=1)
+    _, plan = failing_twice_on(j, (old,), second_at=200)  # 195 s later: out of the window
+    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+
+
+def test_failures_older_than_the_window_drop_out_of_status_pools() -> None:
+    j = job(recovery={"quarantineWindowSeconds": 60})
+    st, _ = failing_twice_on(j, second_at=200)
+    assert [f.at for f in st.pools[1].failures] == [at(201)]
 
 
 def test_replacement_pods_with_no_pool_to_go_to_say_so() -> None:

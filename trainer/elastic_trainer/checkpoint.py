@@ -1,6 +1,8 @@
 """Orbax checkpoints that survive elastic events.
 
-- Saves are async (optional) every `period` steps; orbax keeps the newest `keep`. An
+- Saves are async (optional), when the loop's cadence says: every `period` steps, or
+  at a period chosen from what a save costs (`period` None; cadence.py, which the save
+  thread's timing feeds: `save_costs`); orbax keeps the newest `keep`. An
   async save starts on a thread of its own: even orbax's blocking part (the copy to host,
   the metadata, starting its threads) stays off the training thread, so the state given
   to `save` must not be donated or deleted afterwards (the loop gives its pinned host
@@ -32,8 +34,10 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -83,20 +87,42 @@ class _HookedHandler(ocp.StandardCheckpointHandler):
 
 class _BackgroundSave:
     """orbax's `CheckpointManager.save` of one step, run on a thread of its own (a daemon:
-    so are the threads orbax starts from it)."""
+    so are the threads orbax starts from it), through to the commit, so that the thread
+    knows what the save took (the cost the loop's checkpoint cadence weighs)."""
 
-    def __init__(self, manager: ocp.CheckpointManager, step: int, state: Any) -> None:
+    def __init__(self, manager: ocp.CheckpointManager, step: int, state: Any,
+                 costs: deque[tuple[int, float | None, float | None]]) -> None:
         self.manager = manager
         self.error: BaseException | None = None
+        self._costs = costs
         self._thread = threading.Thread(target=self._run, args=(step, state),
                                         name=f"checkpoint-save-{step}", daemon=True)
         self._thread.start()
 
     def _run(self, step: int, state: Any) -> None:
+        seconds: float | None = None
         try:
-            self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+            started = self._start(step, state)
+            del state  # nothing here may keep the copy alive (see below)
+            self.manager.wait_until_finished()
+            seconds = time.monotonic() - started
         except BaseException as err:  # raised by finish()
-            self.error = err
+            # Without its traceback: its frames hold the state, a copy whose buffers the
+            # snapshot's replicas share; a slice loss must be able to free them all.
+            self.error = err.with_traceback(None)
+        finally:
+            self._costs.append((step, seconds, seconds))
+
+    def _start(self, step: int, state: Any) -> float:
+        """Wait for the state (the step that makes it may still run: the loop does not
+        wait for it; the cost starts once it is there), then start the save."""
+        jax.block_until_ready(state)
+        started = time.monotonic()
+        self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        return started
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def finish(self) -> None:
         """Block until the save is committed; raise what failed it."""
@@ -107,10 +133,11 @@ class _BackgroundSave:
 
 
 class Checkpointer:
-    def __init__(self, directory: str, period: int, keep: int, async_save: bool = True,
+    def __init__(self, directory: str, period: int | None, keep: int, async_save: bool = True,
                  settle_timeout: float = 120.0) -> None:
-        if period < 1:
-            raise ValueError(f"--checkpoint-period must be >= 1, got {period}")
+        """`period`: save every N steps; None: the loop chooses (loop.py, cadence.py)."""
+        if period is not None and period < 1:
+            raise ValueError(f"--checkpoint-period must be >= 1 (or auto), got {period}")
         if keep < 1:
             raise ValueError(f"--checkpoint-keep must be >= 1, got {keep}")
         self.directory = epath.Path(directory)
@@ -120,6 +147,10 @@ class Checkpointer:
         self.abandoned_steps: list[int] = []  # saves left running past settle_timeout
         self.in_flight_step: int | None = None
         self._in_flight: _BackgroundSave | None = None
+        # (step, seconds from the state ready to committed, twice: the cost and the wall
+        # time, cadence.py; None: failed) of each save finished, for the cadence;
+        # appended by the save's thread, taken by the loop.
+        self.save_costs: deque[tuple[int, float | None, float | None]] = deque(maxlen=64)
         self._latest_cache: tuple[float, int | None] = (-1e9, None)
         self._is_local = not str(self.directory).startswith("gs://")
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -228,8 +259,9 @@ class Checkpointer:
 
     # --- saving -------------------------------------------------------------------------
 
-    def should_save(self, step: int) -> bool:
-        return step > 0 and step % self.period == 0
+    def saving(self) -> bool:
+        """A background save is still writing (not committed yet)."""
+        return self._in_flight is not None and self._in_flight.running()
 
     def save(self, step: int, state: Any, write_hook: WriteHook | None = None) -> bool:
         """Start (or, without async, do) the save of `step`; `write_hook` runs when its
@@ -247,17 +279,21 @@ class Checkpointer:
             return False
         self._handler.next_save = (step, write_hook)
         if self.async_save:
-            self._in_flight = _BackgroundSave(self._manager, step, state)
+            self._in_flight = _BackgroundSave(self._manager, step, state, self.save_costs)
             self.in_flight_step = step
             return True
+        started = time.monotonic()
         try:
             self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
         except Exception as err:
+            self.save_costs.append((step, None, None))
             self._reset()
             if is_slice_down_error(err):
                 raise
             self._record_failure(step, err)  # a failed write must never stop training
             return False
+        seconds = time.monotonic() - started
+        self.save_costs.append((step, seconds, seconds))
         self._newest_committed = step
         return True
 

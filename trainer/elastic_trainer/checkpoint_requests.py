@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from elastic_api.kube import KubeClient, job_path
 from elastic_api.models import CheckpointRequest
-from elastic_api.names import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class JobRequestWatcher:
         self._view: RequestView | None = None
         self._stop = threading.Event()
         self._last_error_log = -1e9
-        self._api: Any = None
+        self._api: KubeClient | None = None
         self._thread = threading.Thread(target=self._run, name="checkpoint-requests",
                                         daemon=True)
         self._thread.start()
@@ -108,14 +108,9 @@ class JobRequestWatcher:
     def _read(self) -> None:
         try:
             if self._api is None:
-                from kubernetes import client
-
-                from elastic_trainer.report import kube_api_client
-
-                self._api = client.CustomObjectsApi(kube_api_client(retries=0))
-            job = self._api.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name,
-                _request_timeout=self.request_timeout)
+                self._api = KubeClient.from_environment(retries=0)
+            job = self._api.get(job_path(self.namespace, self.name),
+                                timeout_s=self.request_timeout)
         except Exception as err:  # the next read tries again; training never waits on it
             self.failed += 1
             now = time.monotonic()

@@ -14,6 +14,19 @@ from typing import Any
 
 DEFAULT_DEVICES_PER_SLICE = 2
 EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
+# As elastic_api.models' (not imported here: it pulls in pydantic; test_cli checks it).
+DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
+
+
+def period(text: str) -> int | None:
+    """A period flag: a number of steps, or `auto` (None: the trainer chooses it)."""
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a number of steps nor auto") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,11 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="simulated backend: the slices take this long to write their checkpoint shards "
            "(a real model's write lasts seconds; a slice lost meanwhile fails the save)")
     a("--checkpoint-dir", help="Orbax checkpoint root: a path or gs://bucket/prefix")
-    a("--checkpoint-period", type=int, default=100, help="save every N steps")
+    a("--checkpoint-period", type=period, default=None, metavar="N|auto",
+      help="save every N steps; auto (default): chosen from what a save costs, within "
+           "--overhead-budget-percent")
     a("--checkpoint-keep", type=int, default=3, help="committed checkpoints to keep")
     a("--no-async-checkpoint", action="store_true", help="write checkpoints synchronously")
-    a("--snapshot-period", type=int, default=0,
-      help="keep an in-memory snapshot every N steps (0 = off)")
+    a("--snapshot-period", type=period, default=None, metavar="N|auto",
+      help="keep an in-memory snapshot every N steps (0 = off); auto (default): chosen "
+           "from what a snapshot costs, within --overhead-budget-percent")
+    a("--overhead-budget-percent", type=float, default=DEFAULT_OVERHEAD_BUDGET_PERCENT,
+      help="with an auto period: the share of step time (percent) a snapshot, and a "
+           "checkpoint, may each cost (default %(default)s)")
     a("--min-slices", type=int, default=None,
       help="replica resize: train on at least M slices (unset = pause and resume)")
     a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
@@ -121,13 +140,29 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "--max-retries must be >= 0"
     if args.request_poll_interval <= 0:
         return "--request-poll-interval must be > 0"
+    return _validate_cadence(args)
+
+
+def _validate_cadence(args: argparse.Namespace) -> str | None:
+    budget = args.overhead_budget_percent
+    if not 0 < budget <= MAX_OVERHEAD_BUDGET_PERCENT:  # also nan
+        return (f"--overhead-budget-percent {budget} must be more than 0 and at most "
+                f"{MAX_OVERHEAD_BUDGET_PERCENT:g}")
+    if args.checkpoint_period is not None and args.checkpoint_period < 1:
+        return "--checkpoint-period must be >= 1, or auto"
+    if args.snapshot_period is None:
+        return None
     if args.snapshot_period < 0:
-        return "--snapshot-period must be >= 0 (0 = off)"
+        return "--snapshot-period must be >= 0 (0 = off), or auto"
     if args.snapshot_period > args.steps:
         return (f"--snapshot-period {args.snapshot_period} is larger than the run "
                 f"(--steps {args.steps}): no snapshot would ever be taken; use a period "
                 f"<= {args.steps}, or 0 to turn snapshots off")
     return None
+
+
+def _shown(period: int | None) -> str:
+    return "auto" if period is None else "off" if period == 0 else str(period)
 
 
 def _write_summary(path: str | None, summary: dict[str, Any]) -> None:
@@ -281,6 +316,7 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
         elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
         snapshot_period=args.snapshot_period, log_every=args.log_every,
+        overhead_budget_percent=args.overhead_budget_percent,
         min_step_seconds=args.min_step_seconds, learning_rate=args.learning_rate,
         prior_events=prior.events, prior_failures=prior.failures,
         prior_goodput=prior.goodput, prior_step=prior.step, prior_ack=prior.checkpoint_ack,
@@ -342,11 +378,13 @@ def _train(args: argparse.Namespace) -> int:
     opts = _loop_options(args, job)
     data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
     log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
-             "%d slice(s) x %d device(s), mode %s, compilation cache %s", cfg.name,
-             cfg.param_count() / 1e6, args.steps, args.batch, backend.name,
+             "%d slice(s) x %d device(s), mode %s, compilation cache %s; snapshots every "
+             "%s, checkpoints every %s step(s) (auto: within %g%% of step time each)",
+             cfg.name, cfg.param_count() / 1e6, args.steps, args.batch, backend.name,
              backend.total_slices, backend.devices_per_slice,
              "replica resize" if args.min_slices and args.min_slices < backend.total_slices
-             else "pause and resume", cache)
+             else "pause and resume", cache, _shown(args.snapshot_period),
+             _shown(args.checkpoint_period), args.overhead_budget_percent)
     trainer = Trainer(cfg, opts, backend, data, checkpointer, reporter,
                       Metrics(args.metrics_port), requests)
     try:

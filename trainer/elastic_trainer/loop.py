@@ -7,12 +7,15 @@
       build (or reuse) the step for a mesh over them
       restore: the newest of the snapshot (from the replicas that survived) and the last
         committed checkpoint, else a fresh start; a failed restore drops the snapshot
-      train step by step, batches made ahead on a background thread:
+      train step by step, batches made ahead on a background thread (Pathways); each step's loss
+      is read after the next step is dispatched (one step behind: the device always has
+      a step queued, and no step waits for the host's work between two steps):
         a checkpoint request of the operator open -> save this step, wait until it is
           committed, acknowledge it, hold (pause) until released
         a slice of the mesh lost -> JaxRuntimeError(DATA_LOSS) -> elastic event
-        every --snapshot-period steps: snapshot (copied while the next steps train)
-        every --checkpoint-period steps and at the end: checkpoint (async)
+        a snapshot due (cadence.py: --snapshot-period, or chosen within the overhead
+          budget): copied while the next steps train
+        a checkpoint due (likewise) and at the end: checkpoint (async)
         replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
     all along: the goodput account (goodput.py) is told what the training thread does
 """
@@ -28,9 +31,16 @@ from typing import Any
 
 import jax
 
-from elastic_api.models import CheckpointAck, CheckpointRequest, TrainerGoodput, TrainingReport
+from elastic_api.models import (
+    DEFAULT_OVERHEAD_BUDGET_PERCENT,
+    CheckpointAck,
+    CheckpointRequest,
+    TrainerGoodput,
+    TrainingReport,
+)
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
+from elastic_trainer.cadence import Cadence, Cadences, host_memory_available
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.checkpoint_requests import RequestSource, hold_ends, to_answer
 from elastic_trainer.configs import ModelConfig
@@ -47,6 +57,15 @@ log = logging.getLogger("elastic_trainer")
 
 HOLD_POLL_SECONDS = 0.1  # how often a held loop looks at the request (and check())
 HOLD_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
+# A progress report (not urgent) is built at most this often: the reporter sends at most
+# one per --report-interval anyway, and building one per step is host work in every step.
+REPORT_EVERY_SECONDS = 0.5
+# Batches made ahead, by backend. On Pathways the controller's host makes them while the
+# TPUs run the step. On the simulated backend the host is the device: the step already
+# keeps its cores busy, and a batch thread only adds thread switches and GIL handoffs
+# (the overhead benchmark's profile: CPU time the plain loop does not spend), so the
+# batch is made inline, as in a plain jit loop.
+PREFETCH_DEPTH = {"pathways": 2, "simulated": 0}
 
 
 @dataclass
@@ -57,11 +76,13 @@ class LoopOptions:
     min_slices: int | None = None
     elastic_timeout: float | None = 300.0
     max_retries: int = 10
-    snapshot_period: int = 0
+    snapshot_period: int | None = None  # None: chosen (cadence.py); 0: off
+    overhead_budget_percent: float = DEFAULT_OVERHEAD_BUDGET_PERCENT
     log_every: int = 10
     learning_rate: float | None = None
     min_step_seconds: float = 0.0
-    prefetch: int = 2  # batches made ahead on a background thread
+    # Batches made ahead on a background thread; None: PREFETCH_DEPTH[backend.name].
+    prefetch: int | None = None
     # Carried over from an earlier process of the same job (report.prior_run): event ids
     # and the retry budget go on, never start again at 0.
     prior_events: int = 0
@@ -83,6 +104,14 @@ class _Progress:
     losses: list[tuple[int, float]] = field(default_factory=list)
 
 
+@dataclass
+class _Dispatched:
+    """The step dispatched last, its loss not read yet."""
+
+    step: int  # its number (the count of steps done once it is)
+    loss: Any  # a device array
+
+
 class Trainer:
     def __init__(self, cfg: ModelConfig, opts: LoopOptions, backend: Backend,
                  data: BatchSource, checkpointer: Checkpointer,
@@ -96,6 +125,17 @@ class Trainer:
         # Slice losses (what --max-retries counts), those of an earlier process included.
         self.policy = SliceLossLimit(opts.max_retries, used=opts.prior_failures)
         self.snapshots = ReplicaSnapshots()
+        budget = opts.overhead_budget_percent / 100
+        self.cadences = Cadences(Cadence(opts.snapshot_period, budget, opts.steps),
+                                 Cadence(checkpointer.period, budget, opts.steps),
+                                 self.snapshots.costs, checkpointer.save_costs)
+        self._state_bytes = sum(int(x.size) * x.dtype.itemsize
+                                for x in jax.tree.leaves(self.abstract))
+        self._pending: _Dispatched | None = None  # the step whose loss is read next
+        self._last_done_at = 0.0  # when the loop saw the last step done
+        self._attempt_step = 0  # the step the current attempt started from
+        self._copy_until = 0  # the steps up to this one ran with a copy in flight
+        self._reported_at = -1e9
         self.events: list[ElasticEvent] = []
         self.progress = _Progress()
         self.current_event: ElasticEvent | None = None
@@ -136,12 +176,19 @@ class Trainer:
             process_started_at=utc(self.process_started_at),
             elastic_event=self.current_event.report() if self.current_event else None,
             checkpoint_ack=self.checkpoint_ack, goodput=self.goodput.report(),
+            snapshot_cadence=self.cadences.snapshot.report(),
+            checkpoint_cadence=self.cadences.checkpoint.report(),
         )
 
     def _report(self, urgent: bool = False, reason: str | None = None,
                 message: str | None = None) -> None:
-        if self.reporter is not None:
-            self.reporter.update(self.training_report(reason, message), urgent=urgent)
+        if self.reporter is None:
+            return
+        now = time.monotonic()
+        if not urgent and now - self._reported_at < REPORT_EVERY_SECONDS:
+            return
+        self._reported_at = now
+        self.reporter.update(self.training_report(reason, message), urgent=urgent)
 
     # --- the run --------------------------------------------------------------------------
 
@@ -159,6 +206,9 @@ class Trainer:
                                 timeout=self.opts.elastic_timeout, hooks=self)
         except (ElasticRetriesExhausted, ElasticTimeout) as err:
             failure = err
+        except BaseException:
+            self._quiesce()
+            raise
         if failure is not None:
             self._fail(failure)
         else:
@@ -172,9 +222,21 @@ class Trainer:
             process_started_at=self.process_started_at, finished_at=self.finished_at,
         )
 
+    def _quiesce(self) -> None:
+        """Let the snapshot hand-off and the checkpoint save in flight finish (bounded)
+        before the run returns: a daemon thread still inside the runtime (a copy being
+        waited for) when the process exits makes the C++ runtime abort the process."""
+        for name, wait in (("snapshot", self.snapshots.settle), ("checkpoint",
+                                                                  self.checkpointer.wait)):
+            try:
+                wait()
+            except Exception as err:  # the run's own outcome is what to report
+                log.info("waiting for the %s in flight at the end: %s", name, err)
+
     def _succeed(self, state: Any) -> str:
         digest = train.params_digest(state["params"])
         self.goodput.begin("checkpointing", time.time())
+        self._quiesce()
         self.checkpointer.close()
         self._finish_goodput()
         self.checkpointer.latest_committed_step()  # refresh for the final report
@@ -191,6 +253,7 @@ class Trainer:
         if event is not None:
             event.phase = "Failed"
         self.progress.state = "Failed"
+        self._quiesce()
         try:
             self.checkpointer.close()
         except Exception as close_err:
@@ -255,11 +318,13 @@ class Trainer:
             self._report(urgent=True)
         state, from_step, source, seconds = self._restore_phase(compiled, active)
         self._resumed_from(from_step, source, seconds, len(active), event)
+        self.cadences.attempt_started(from_step)
+        self._attempt_step = from_step
         log.info("attempt %d: %d slice(s) %s, %d micro-batch(es); start at step %d (%s, "
                  "%.2fs)", len(self.events), len(active), sorted(active),
                  compiled.micro_batches, from_step, source, seconds)
         self._report(urgent=True)
-        return self._train(compiled, active, state, from_step, event)
+        return self._train(compiled, active, state, from_step)
 
     def _compiled_for(self, active: tuple[int, ...]) -> train.CompiledStep:
         micro = train.micro_batches_for(self.opts.batch, self.backend.total_slices,
@@ -319,25 +384,30 @@ class Trainer:
         self.progress.step = max(self.progress.step, from_step)
         self.progress.state = "Recovering" if event is not None else "Training"
 
-    def _train(self, compiled: train.CompiledStep, active: set[int], state: Any, step: int,
-               event: ElasticEvent | None) -> Any:
+    def _train(self, compiled: train.CompiledStep, active: set[int], state: Any,
+               step: int) -> Any:
         resize = self.opts.min_slices is not None and \
             self.opts.min_slices < self.backend.total_slices
+        depth = self.opts.prefetch if self.opts.prefetch is not None else \
+            PREFETCH_DEPTH.get(self.backend.name, 2)
         prefetch = BatchPrefetcher(lambda s: self._device_batch(compiled, s), step,
-                                   self.opts.steps - 1, self.opts.prefetch)
+                                   self.opts.steps - 1, depth)
+        self._pending, self._last_done_at = None, time.time()
         try:
             while step < self.opts.steps:
                 if self.requests is not None:
                     self._answer_request(step, state, active)
                 if resize and len(active) < self.backend.total_slices:
                     self._scale_up_if_back(step, state, active)
-                state, loss, seconds, now = self._step(compiled, active, state, step, prefetch)
+                state, loss = self._dispatch(compiled, state, step, prefetch)
                 step += 1
-                self.goodput.step_done(step, now)
-                self._after_step(step, loss, seconds, now, event)
-                if event is not None and event.resumed_at is not None:
-                    event = None
-                self._keep(step, state, active)
+                # The step before is read now, with this one queued behind it.
+                self._finish_pending()
+                self._pending = _Dispatched(step, loss)
+                # The slice-down error surfaces here, inside the step, as on Pathways.
+                self.backend.check(active)
+                self._keep(step, state, active, loss)
+            self._finish_pending()
         finally:
             prefetch.close()
         return state
@@ -347,40 +417,92 @@ class Trainer:
         tokens = train.shape_batch(self.data.batch(step), compiled.micro_batches)
         return jax.device_put(tokens, compiled.batch_sharding)
 
-    def _step(self, compiled: train.CompiledStep, active: set[int], state: Any, step: int,
-              prefetch: BatchPrefetcher) -> tuple[Any, float, float, float]:
+    def _dispatch(self, compiled: train.CompiledStep, state: Any, step: int,
+                  prefetch: BatchPrefetcher) -> tuple[Any, Any]:
+        """Start the step after `step`: (the new state, its loss), both on the device."""
         self.backend.on_phase("step", step + 1)
         t_start = time.time()
         state, metrics = compiled.step_fn(state, prefetch.get(step))
         pause = self.opts.min_step_seconds - (time.time() - t_start)
         if pause > 0:
             time.sleep(pause)  # a paced step: a fault during it still fails it
-        # The slice-down error surfaces here, inside the step, as on Pathways.
-        self.backend.check(active)
-        loss = float(metrics["loss"])
-        now = time.time()
-        return state, loss, now - t_start, now
+        return state, metrics["loss"]
 
-    def _keep(self, step: int, state: Any, active: set[int]) -> None:
+    def _finish_pending(self) -> None:
+        """Wait for the step dispatched before (reading its loss: the one sync per step,
+        on a step the device has finished or is finishing) and account for it."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        loss = float(pending.loss)
+        now = time.time()
+        seconds, self._last_done_at = now - self._last_done_at, now
+        self.goodput.step_done(pending.step, now)
+        self._after_step(pending.step, loss, seconds, now)
+        self._measure_cadence(pending.step, seconds)
+
+    def _keep(self, step: int, state: Any, active: set[int], ready: Any) -> None:
         """Snapshot and checkpoint after `step` when they are due. Both work from one
         copy in pinned host memory, made by one program the training thread only
-        dispatches; the rest happens in the background while the next steps run."""
-        snapshot = bool(self.opts.snapshot_period) and step % self.opts.snapshot_period == 0
+        dispatches; the rest happens in the background while the next steps run.
+        `ready`: an output of the step (its loss), ready once the state is."""
+        snapshot, checkpoint = self.cadences.due(step, self.snapshots.busy(),
+                                                 self.checkpointer.saving())
         # The last step is always saved: a restarted head then finds the run done.
-        checkpoint = self.checkpointer.should_save(step) or step == self.opts.steps
+        checkpoint = checkpoint or step == self.opts.steps
         if not (snapshot or checkpoint):
             return
         self.goodput.begin("checkpointing", time.time())
+        # This thread's CPU time, not its wall time: on CPU the dispatch also waits for
+        # the step that makes `state`, which is no cost of the copy.
+        cpu = time.thread_time()
         pinned = to_pinned_host(state)
         if snapshot:
-            self.snapshots.take(step, pinned)
-        if checkpoint:
-            self.checkpointer.save(step, pinned,
-                                   write_hook=self.backend.checkpoint_write_hook(active))
+            self.snapshots.take(step, pinned, ready, dispatch=time.thread_time() - cpu)
+            self.cadences.snapshot.made(step)
+        if checkpoint and self.checkpointer.save(
+                step, pinned, write_hook=self.backend.checkpoint_write_hook(active)):
+            self.cadences.checkpoint.made(step)
+        self._copy_until = step + 1  # the next step waits for the copy to read the state
         self.goodput.begin("step", time.time())
 
-    def _after_step(self, step: int, loss: float, seconds: float, now: float,
-                    event: ElasticEvent | None) -> None:
+    # --- the cadence (cadence.py): what copies cost against the steps ---------------------
+
+    def _measure_cadence(self, step: int, seconds: float) -> None:
+        # Not clean: the attempt's first step (it compiles), a step with a copy in flight.
+        if step > self._attempt_step + 1 and step > self._copy_until and \
+                not self.snapshots.busy() and not self.checkpointer.saving():
+            self.cadences.step_done(seconds)
+        for cadence in self.cadences.measured():
+            self._decide(cadence)
+
+    def _decide(self, cadence: Cadence) -> None:
+        before = (cadence.period, cadence.choice.reason)
+        snapshot = cadence is self.cadences.snapshot
+        # Failures this kind of copy would have saved steps from: any slice loss for a
+        # snapshot; for a checkpoint, those a snapshot did not cover.
+        failures = sum(1 for e in self.events if e.kind == "slice_down" and (
+            snapshot or e.restore_source in ("checkpoint", "none")))
+        choice = cadence.decide(failures, time.time() - self.process_started_at,
+                                self._memory_headroom() if snapshot else None)
+        if choice.period != before[0] or before[1] == "Measuring":
+            log.info("%s cadence: every %d step(s) (%s: %s)",
+                     "snapshot" if snapshot else "checkpoint", choice.period, choice.reason,
+                     choice.message)
+            self._report()
+
+    def _memory_headroom(self) -> float | None:
+        """Free host memory in copies of the snapshot (one replica per active slice). On
+        the simulated backend the slices' pinned host memory is this host's; on Pathways
+        it is the TPU hosts', which the controller cannot see (None: not weighed)."""
+        if self.backend.name != "simulated":
+            return None
+        available = host_memory_available()
+        copy = self._state_bytes * max(1, self.progress.active_slices or 1)
+        return None if available is None or copy <= 0 else available / copy
+
+    def _after_step(self, step: int, loss: float, seconds: float, now: float) -> None:
+        event = self._open_event()
         p = self.progress
         p.step, p.loss = step, loss
         p.tokens_per_second = self._tokens_per_step / seconds if seconds > 0 else None
@@ -405,6 +527,7 @@ class Trainer:
         back = self.backend.returned_slices(active)
         if not back:
             return
+        self._finish_pending()  # the snapshot is of a step done
         self.goodput.begin("checkpointing", time.time())
         self.snapshots.take(step, to_pinned_host(state))
         self.snapshots.settle()
@@ -431,6 +554,7 @@ class Trainer:
         if request is None:
             return
         self._request_done = request.id  # answered now or never: once
+        self._finish_pending()  # the step saved is done, and reported as the step
         committed_at = self._save_for_request(step, state, active, request)
         if committed_at is None:
             return

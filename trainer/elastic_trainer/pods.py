@@ -1,35 +1,30 @@
 """Slice health from the job's worker pods (the simulated backend in a cluster).
 
-`PodReadiness` lists this job's worker pods once, then watches them, and says which slices
-have their expected number of Ready pods. It is a `SliceHealthSource` (see faults.py).
+`PodReadiness` keeps this job's worker pods in a list+watch cache (elastic_api.kube's
+Informer, the one the operator keeps its caches with) and says which slices have their
+expected number of Ready pods. It is a `SliceHealthSource` (see faults.py).
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from elastic_api.kube import Backoff, Informer, Key, KubeClient, job_path, resource_path
 from elastic_api.names import JOB_INDEX_LABEL, worker_pods_selector
 
 log = logging.getLogger(__name__)
 
 
 # A watch request lasts WATCH_SECONDS (the API server ends it; the next one resumes from
-# the last resourceVersion), so a read that stalls past WATCH_READ_TIMEOUT_S is a dead
-# connection that nobody reset.
+# the last resourceVersion); one silent for 5 s longer is a dead connection.
 WATCH_SECONDS = 30
-WATCH_READ_TIMEOUT_S = WATCH_SECONDS + 15
 # After an error, list again after 0.05 s, doubling per failed attempt up to 5 s.
-RELIST_BACKOFF_S = (0.05, 5.0)
-
-
-def relist_delay(failures: int) -> float:
-    """Seconds to wait before listing again after `failures` attempts in a row failed."""
-    first, longest = RELIST_BACKOFF_S
-    return float(min(longest, first * 2 ** max(failures - 1, 0)))
+RELIST_BACKOFF = Backoff(base_s=0.05, cap_s=5.0)
+PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
@@ -56,54 +51,39 @@ class PodReadiness:
     ETJ_HOSTS_PER_SLICE), else the VMs per slice of the job's TPU shape (the trainer may
     `get` its ElasticTrainingJob), else the owning Job's `spec.parallelism`, else 1.
 
-    A background thread lists the pods once (`poll_once`), then watches them from the
-    list's resourceVersion, so a pod that turns NotReady is seen as soon as the API
-    server sends the change. Any error (an expired resourceVersion, a dropped or stalled
-    connection, a failed request) starts again with a list, after a backoff that grows
-    with each failure in a row (RELIST_BACKOFF_S); meanwhile the last known health stays.
+    `start` lists the pods once; then a background thread watches them from the list's
+    resourceVersion, so a pod that turns NotReady is seen as soon as the API server sends
+    the change. Any error (an expired resourceVersion, a dropped or stalled connection, a
+    failed request) starts again with a list, after a backoff that grows with each
+    failure in a row (RELIST_BACKOFF); meanwhile the last known health stays.
     """
 
     def __init__(self, namespace: str, job_name: str, total_slices: int,
-                 hosts_per_slice: int | None = None, core_api: Any = None) -> None:
+                 hosts_per_slice: int | None = None, client: KubeClient | None = None) -> None:
         self.namespace, self.job_name, self.total_slices = namespace, job_name, total_slices
         self.hosts_per_slice = hosts_per_slice
         self.selector = worker_pods_selector(job_name)
         self.lists = 0  # successful lists so far: one at start, one per recovered error
         self._job_parallelism: dict[str, int] = {}
-        self._pods: dict[str, WorkerPod] = {}  # by pod name; guarded by _lock, as _down
         self._down: dict[int, float] = {i: time.time() for i in range(total_slices)}
         self._losses: dict[int, int] = {}  # times each slice went from up to down
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._watch: Any = None
-        self._resource_version: str | None = None
-        self._core: Any = core_api  # a CoreV1Api; by default one from the kubeconfig
-        self._batch: Any = None
+        self._lock = threading.Lock()  # guards _down and _losses
+        self._client = client  # by default one from the environment, at start
+        self._pods: Informer[WorkerPod] = Informer(
+            "worker pods", self._list_page, self._watch, self._worker_pod,
+            index=lambda _key, pod: pod.slice, on_change=self._changed,
+            on_relist=self._listed, backoff=RELIST_BACKOFF, relist_on_error=True, logger=log)
 
     def start(self) -> None:
-        if self._core is None:
-            from kubernetes import client
-
-            from elastic_trainer.report import kube_api_client
-
-            api = kube_api_client()
-            self._core, self._batch = client.CoreV1Api(api), client.BatchV1Api(api)
-            if not self.hosts_per_slice:
-                self.hosts_per_slice = self._hosts_from_job(client.CustomObjectsApi(api))
-        try:
-            self._resource_version = self.poll_once()
-        except Exception as err:  # every slice stays down until a list succeeds
-            log.warning("slice health: listing worker pods failed: %s; trying again",
-                        _first_line(err))
-        self._thread = threading.Thread(target=self._run, name="slice-health", daemon=True)
-        self._thread.start()
+        if self._client is None:
+            self._client = KubeClient.from_environment()
+        if not self.hosts_per_slice:
+            self.hosts_per_slice = self._hosts_from_job()
+        # Every slice stays down until a list succeeds.
+        self._pods.start(list_first=True)
 
     def close(self) -> None:
-        self._stop.set()
-        watch = self._watch
-        if watch is not None:
-            watch.stop()  # shuts its socket down: the blocked read returns at once
+        self._pods.stop()
 
     def on_phase(self, phase: str, step: int) -> None:
         pass
@@ -119,138 +99,90 @@ class PodReadiness:
     @property
     def watching(self) -> bool:
         """The background thread is alive (it never gives up before `close`)."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._pods.alive
 
-    def _run(self) -> None:
-        from kubernetes import watch
+    # --- the informer's calls ---
 
-        self._watch = watch.Watch()
-        resource_version = self._resource_version
-        # Attempts in a row that failed before a watch got anywhere (start's list counts).
-        failures = 0 if resource_version else 1
-        while not self._stop.is_set():
-            watched_from = None
-            try:
-                if resource_version is None:
-                    resource_version = self.poll_once()
-                    if failures > 1:
-                        log.info("slice health: listed worker pods again after %d failed "
-                                 "attempt(s)", failures)
-                watched_from = resource_version
-                resource_version = self._watch_from(resource_version)
-                failures = 0  # the server ended the watch: resume from where it was
-            except Exception as err:
-                if self._stop.is_set():
-                    return
-                if watched_from is not None and self._watch.resource_version != watched_from:
-                    failures = 0  # events (or bookmarks) came through before it broke
-                resource_version = None
-                failures += 1
-                if failures == 1:  # once per outage, not once per attempt
-                    gone = getattr(err, "status", None) == 410
-                    log.log(logging.INFO if gone else logging.WARNING,
-                            "slice health: pod watch %s (%s: %s); listing worker pods again",
-                            "expired" if gone else "broke", type(err).__name__,
-                            _first_line(err))
-                else:
-                    log.debug("slice health: attempt %d failed: %s", failures, err)
-                self._stop.wait(relist_delay(failures))
+    def _list_page(self, token: str | None) -> dict[str, Any]:
+        assert self._client is not None
+        return self._client.list_page(resource_path("v1", "pods", self.namespace),
+                                      limit=PAGE_SIZE, continue_token=token,
+                                      label_selector=self.selector, timeout_s=10)
 
-    def _watch_from(self, resource_version: str) -> str:
-        """Apply pod events from `resource_version` until the server ends the watch;
-        returns the resourceVersion to resume from. Raises on any error."""
-        w = self._watch
-        w.resource_version = resource_version
-        for event in w.stream(self._core.list_namespaced_pod, self.namespace,
-                              label_selector=self.selector, resource_version=resource_version,
-                              allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
-                              _request_timeout=(10, WATCH_READ_TIMEOUT_S)):
-            if self._stop.is_set():
-                break
-            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                pod = event["object"]
-                worker = self._worker_pod(pod) if event["type"] != "DELETED" else None
-                with self._lock:
-                    if worker is None:
-                        self._pods.pop(pod.metadata.name, None)
-                    else:
-                        self._pods[pod.metadata.name] = worker
-                    self._update_locked()
-        return str(w.resource_version or resource_version)
+    def _watch(self, resource_version: str) -> Iterator[dict[str, Any]]:
+        assert self._client is not None
+        return self._client.watch(resource_path("v1", "pods", self.namespace),
+                                  resource_version, WATCH_SECONDS,
+                                  label_selector=self.selector)
 
-    def _hosts_from_job(self, api: Any) -> int | None:
+    def _listed(self, _resource: str, _reason: str, _objects: int) -> None:
+        self.lists += 1
+
+    def _changed(self, _key: Key, old: WorkerPod | None, new: WorkerPod | None) -> None:
+        self._update({pod.slice for pod in (old, new) if pod is not None})
+
+    # --- what a pod says ---
+
+    def _hosts_from_job(self) -> int | None:
         from elastic_api.catalog import slice_shape
         from elastic_api.models import ElasticTrainingJob
-        from elastic_api.names import GROUP, PLURAL, VERSION
 
+        assert self._client is not None
         try:
-            obj = api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
-                                                   self.job_name, _request_timeout=10)
+            obj = self._client.get(job_path(self.namespace, self.job_name), timeout_s=10)
             tpu = ElasticTrainingJob.model_validate(obj).spec.tpu
             return slice_shape(tpu.type, tpu.topology).vms
         except Exception as err:  # fall back to the Jobs' parallelism
-            log.info("hosts per slice from job %s/%s: %s", self.namespace, self.job_name, err)
+            log.info("hosts per slice from job %s/%s: %s", self.namespace, self.job_name,
+                     str(err).splitlines()[0] if str(err) else type(err).__name__)
             return None
 
-    def _expected(self, pod: Any) -> int:
+    def _expected(self, meta: dict[str, Any]) -> int:
         if self.hosts_per_slice:
             return self.hosts_per_slice
-        for owner in pod.metadata.owner_references or []:
-            if owner.kind != "Job":
+        for owner in meta.get("ownerReferences") or []:
+            if owner.get("kind") != "Job":
                 continue
-            if owner.name not in self._job_parallelism:
-                try:
-                    job = self._batch.read_namespaced_job(owner.name, self.namespace,
-                                                          _request_timeout=5)
-                    self._job_parallelism[owner.name] = int(job.spec.parallelism or 1)
-                except Exception as err:
-                    log.warning("reading Job %s for its parallelism: %s; expecting 1 pod "
-                                "per slice (set ETJ_HOSTS_PER_SLICE)", owner.name, err)
-                    self._job_parallelism[owner.name] = 1
-            return self._job_parallelism[owner.name]
+            name = str(owner.get("name", ""))
+            if name not in self._job_parallelism:
+                self._job_parallelism[name] = self._parallelism(name)
+            return self._job_parallelism[name]
         return 1
 
-    def _worker_pod(self, pod: Any) -> WorkerPod | None:
-        labels = pod.metadata.labels or {}
+    def _parallelism(self, job: str) -> int:
+        assert self._client is not None
         try:
-            index = int(labels[JOB_INDEX_LABEL])
+            found = self._client.get(resource_path("batch/v1", "jobs", self.namespace, job),
+                                     timeout_s=5)
+            return int((found.get("spec") or {}).get("parallelism") or 1)
+        except Exception as err:
+            log.warning("reading Job %s for its parallelism: %s; expecting 1 pod per slice "
+                        "(set ETJ_HOSTS_PER_SLICE)", job, err)
+            return 1
+
+    def _worker_pod(self, pod: dict[str, Any]) -> WorkerPod | None:
+        """What the cache keeps of a pod (None: not a worker pod of a slice)."""
+        meta = pod.get("metadata") or {}
+        try:
+            index = int((meta.get("labels") or {})[JOB_INDEX_LABEL])
         except (KeyError, ValueError):
             return None
-        conditions = (pod.status.conditions if pod.status else None) or []
-        ready = pod.metadata.deletion_timestamp is None and any(
-            c.type == "Ready" and c.status == "True" for c in conditions)
-        return WorkerPod(index, ready, self._expected(pod))
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        ready = meta.get("deletionTimestamp") is None and any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        return WorkerPod(index, ready, self._expected(meta))
 
-    def poll_once(self) -> str:
-        """List the worker pods and replace what is known of them (the watch's re-list
-        step); returns the list's resourceVersion, where a watch starts."""
-        listing = self._core.list_namespaced_pod(self.namespace, label_selector=self.selector,
-                                                 _request_timeout=10)
-        pods = {}
-        for pod in listing.items:
-            worker = self._worker_pod(pod)
-            if worker is not None:
-                pods[pod.metadata.name] = worker
-        with self._lock:
-            self._pods = pods
-            self._update_locked()
-            self.lists += 1
-        return str(listing.metadata.resource_version)
-
-    def _update_locked(self) -> None:
-        """Mark slices up or down from `_pods` (the caller holds `_lock`)."""
-        counts = slice_readiness(self._pods.values())
+    def _update(self, slices: set[int]) -> None:
+        """Mark these slices up or down from their pods as the cache has them now."""
         now = time.time()
-        for index in range(self.total_slices):
-            ready, expected = counts.get(index, (0, 0))
-            if index in counts and ready >= expected:
-                self._down.pop(index, None)
-            elif index not in self._down:
-                self._down[index] = now
-                self._losses[index] = self._losses.get(index, 0) + 1
-                log.info("slice %d is down (%d/%d pods Ready)", index, ready, expected or 1)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+        with self._lock:
+            for index in sorted(slices & set(range(self.total_slices))):
+                counts = slice_readiness(self._pods.indexed(index).values())
+                ready, expected = counts.get(index, (0, 0))
+                if index in counts and ready >= expected:
+                    self._down.pop(index, None)
+                elif index not in self._down:
+                    self._down[index] = now
+                    self._losses[index] = self._losses.get(index, 0) + 1
+                    log.info("slice %d is down (%d/%d pods Ready)", index, ready,
+                             expected or 1)

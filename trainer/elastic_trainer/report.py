@@ -14,33 +14,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from elastic_api.kube import KubeClient, job_path
 from elastic_api.models import (
     CheckpointAck,
     ElasticTrainingJobStatus,
     TrainerGoodput,
     TrainingReport,
 )
-from elastic_api.names import GROUP, PLURAL, VERSION
 from elastic_api.queueing import caused_by_eviction
 from elastic_api.status_parsing import parse_status
 
 log = logging.getLogger(__name__)
-
-
-def kube_api_client(retries: int | None = None) -> Any:
-    """An ApiClient of its own (the process-wide default is left alone): from KUBECONFIG
-    (read now, not when kubernetes was imported) or ~/.kube/config, else in-cluster."""
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    if os.environ.get("KUBECONFIG") or os.path.exists(kubeconfig):
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)
-    if retries is not None:
-        configuration.retries = retries
-    return client.ApiClient(configuration)
 
 
 def job_from_args(job: str | None) -> tuple[str, str] | None:
@@ -124,12 +108,8 @@ def prior_state(status: dict[str, Any] | None, max_retries: int) -> PriorRun:
 
 def read_prior_run(namespace: str, name: str, max_retries: int) -> PriorRun:
     """`prior_state` of the job as it is now; nothing when it cannot be read (logged)."""
-    from kubernetes import client
-
     try:
-        api = client.CustomObjectsApi(kube_api_client())
-        job: Any = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                    _request_timeout=10)
+        job: Any = KubeClient.from_environment().get(job_path(namespace, name), timeout_s=10)
     except Exception as err:  # a trainer without its job still trains
         log.warning("reading %s/%s for earlier elastic events: %s; counting from 0",
                     namespace, name, str(err).splitlines()[0])
@@ -157,7 +137,7 @@ class StatusReporter:
         self.sent = 0
         self.failed = 0
         self._last_error_log = 0.0
-        self._api: Any = None
+        self._client: KubeClient | None = None
         self._thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
         self._thread.start()
 
@@ -168,21 +148,13 @@ class StatusReporter:
             self._urgent = self._urgent or urgent
             self._cond.notify()
 
-    def _client(self) -> Any:
-        if self._api is None:
-            from kubernetes import client
-
-            # No urllib3 retries: a dropped write is replaced by the next one anyway.
-            self._api = client.CustomObjectsApi(kube_api_client(retries=0))
-        return self._api
-
     def _send(self, report: TrainingReport) -> None:
         try:
-            self._client().patch_namespaced_custom_object_status(
-                GROUP, VERSION, self.namespace, PLURAL, self.name, status_patch(report),
-                _content_type="application/merge-patch+json",
-                _request_timeout=self.request_timeout,
-            )
+            if self._client is None:
+                # No urllib3 retries: a dropped write is replaced by the next one anyway.
+                self._client = KubeClient.from_environment(retries=0)
+            self._client.patch(job_path(self.namespace, self.name) + "/status",
+                               status_patch(report), timeout_s=self.request_timeout)
             self.sent += 1
         except Exception as err:  # never let reporting stop training
             self.failed += 1

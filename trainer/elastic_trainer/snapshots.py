@@ -28,6 +28,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections import deque
 from typing import Any
 
 import jax
@@ -55,7 +57,11 @@ class ReplicaSnapshots:
         # One copy waiting at most: a second would hold another full copy of the state
         # in host memory, so `take` waits instead (the copy of `period` steps ago is done
         # long before, so it does not wait in practice).
-        self._handoff: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=1)
+        self._handoff: queue.Queue[tuple[int, Any, Any, float]] = queue.Queue(maxsize=1)
+        # (step, what it cost in seconds (see take()), its wall time from the step done to
+        # published; None: not kept) of each snapshot handed off, for the cadence;
+        # appended here, taken by the loop.
+        self.costs: deque[tuple[int, float | None, float | None]] = deque(maxlen=64)
         threading.Thread(target=self._hand_off, name="snapshot-handoff", daemon=True).start()
 
     def _new(self) -> Any:
@@ -65,20 +71,42 @@ class ReplicaSnapshots:
 
     def _hand_off(self) -> None:
         while True:
-            step, pinned = self._handoff.get()
+            step, pinned, ready, dispatch = self._handoff.get()
+            cost: float | None = None
+            wall: float | None = None
             try:
                 self._snapshotter.join()  # the previous one first: none is skipped
+                if ready is not None:
+                    jax.block_until_ready(ready)  # the step is done: the copy starts
+                started = time.monotonic()
+                jax.block_until_ready(pinned)
+                copied, cpu = time.monotonic() - started, time.thread_time()
                 self._snapshotter.save(step, pinned)
+                self._snapshotter.join()  # published, or failed
+                if self.latest_step() == step:
+                    cost = dispatch + copied + time.thread_time() - cpu
+                    wall = time.monotonic() - started
             except Exception as err:  # e.g. the copy's slice was lost: not published
                 log.warning("snapshot of step %d not kept: %s", step, err)
             finally:
                 del pinned
+                self.costs.append((step, cost, wall))
                 self._handoff.task_done()
 
-    def take(self, step: int, pinned: Any) -> None:
+    def take(self, step: int, pinned: Any, ready: Any = None, dispatch: float = 0.0) -> None:
         """Keep `pinned` (`to_pinned_host` of the state after `step`) as the next
-        snapshot, split per replica; it is published in the background once complete."""
-        self._handoff.put((step, pinned))
+        snapshot, split per replica; it is published in the background once complete.
+
+        What it costs the training (`costs`, for the cadence): `dispatch` (the training
+        thread's time to dispatch the copy), the copy itself (from `ready`, an output of
+        the step, being ready: the next step waits that long to reuse the donated
+        buffers), and the CPU time this thread spends splitting and publishing it."""
+        self._handoff.put((step, pinned, ready, dispatch))
+
+    def busy(self) -> bool:
+        """A snapshot handed off is not published (or dropped) yet."""
+        # Queue.unfinished_tasks: put() counts up, task_done() down, under the queue's lock.
+        return self._handoff.unfinished_tasks > 0
 
     def settle(self) -> int | None:
         """Wait until the copy in flight is published (or has failed); the newest

@@ -37,9 +37,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/*
 Rules on namespaced resources: exactly what the operator does. Its API calls are all in
-operator/elastic_operator/kube.py; kopf lists and watches the resources the handlers
-(operator/elastic_operator/handlers.py) subscribe to; and RBAC lets it create the per-job
-trainer Role only if it holds every permission that Role grants. Kept in step with the
+operator/elastic_operator/kube.py (its watch-fed caches included; kopf watches nothing);
+and RBAC lets it create the per-job trainer Role only if it holds every permission that
+Role grants. Kept in step with the
 code by tests/unit/test_packaging_rbac.py. Granted cluster-wide (ClusterRoleBinding) when
 watchNamespaces is empty, else by one RoleBinding per watched namespace.
 */}}

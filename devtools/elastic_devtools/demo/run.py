@@ -5,7 +5,8 @@
 2. apply examples/demo.yaml (3 slices x 4 hosts, simulated backend) and run the trainer
    as the job's head would: the exact command the renderer puts in the `main` container,
    attached to the job (slice health from the worker pods, progress into the status);
-3. after a few checkpoints, a TPU host of slice 2 dies (its node goes NotReady and its
+3. once the trainer has chosen its cadences (the job gives no period) and committed a
+   checkpoint, a TPU host of slice 2 dies (its node goes NotReady and its
    kubelet stops: faults.kill_node); the operator replaces the slice on the hot spare node
    pool at once, and the demo prints what `kubectl get etj -w` and the conditions show;
 4. write demo-output/ (summary.json, timeline.png, events.log, logs) and a summary table;
@@ -37,7 +38,13 @@ from elastic_api.names import (
     VERSION,
     worker_pods_selector,
 )
-from elastic_devtools.demo.summary import DemoSummary, plural, summarize
+from elastic_devtools.demo.summary import (
+    DemoSummary,
+    cadence_chosen,
+    cadence_lines,
+    plural,
+    summarize,
+)
 from elastic_devtools.demo.timeline import Mark, draw_timeline
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
@@ -174,7 +181,7 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         job_obj = demo.apply_job(repo, step_seconds)
         trainer = demo.start_trainer(job_obj)
         watch = demo.watch_job()
-        status_before = demo.wait_for_checkpoints(int(job_obj["spec"]["checkpoint"]["periodSteps"]))
+        status_before = demo.wait_for_cadences()
         death = demo.kill_a_host(status_before)
         recovery = demo.wait_for_recovery(death, trainer, watch)
         return demo.report(death, recovery, watch, status_before)
@@ -309,12 +316,23 @@ class DemoRun:
             self._resource_version = obj["metadata"]["resourceVersion"]
             yield obj
 
-    def wait_for_checkpoints(self, period: int) -> dict[str, Any]:
-        """The job's status once the trainer has committed two checkpoints."""
-        wait_for(lambda: (((self.get_job().get("status") or {}).get("training") or {})
-                          .get("lastCommittedCheckpointStep") or 0) >= 2 * period,
-                 300, "two committed checkpoints", interval=0.5)
+    def wait_for_cadences(self) -> dict[str, Any]:
+        """The job's status once the trainer has chosen its cadences and committed a
+        checkpoint. The job gives no period: the trainer measures what a snapshot and a
+        save cost and chooses both (status.training.*Cadence); the host dies then, not a
+        whole checkpoint period later (a save that costs much against a short step gets a
+        period longer than the demo's run)."""
+        def chosen() -> bool:
+            training = (self.get_job().get("status") or {}).get("training") or {}
+            return all(cadence_chosen(training.get(k))
+                       for k in ("snapshotCadence", "checkpointCadence")) and \
+                bool(training.get("lastCommittedCheckpointStep"))
+
+        wait_for(chosen, 300, "the trainer to choose its snapshot and checkpoint cadence",
+                 interval=0.5)
         status: dict[str, Any] = self.get_job().get("status") or {}
+        for line in cadence_lines(status.get("training") or {}):
+            say(f"  {line}")
         return status
 
     def kill_a_host(self, status_before: dict[str, Any]) -> HostDeath:

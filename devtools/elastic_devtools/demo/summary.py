@@ -27,6 +27,9 @@ class DemoSummary:
     replaced_seconds: float | None = None  # failure -> slice Ready again
     moved_from_pool: str | None = None
     moved_to_pool: str | None = None
+    # The cadences the trainer had chosen when the host died (status.training).
+    snapshot_cadence: str | None = None
+    checkpoint_cadence: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,6 +46,8 @@ class DemoSummary:
             ("restored from step", _opt(self.restored_from_step)),
             ("step at failure", _opt(self.failed_step)),
             ("steps lost", _opt(self.steps_lost)),
+            ("snapshot cadence (chosen)", self.snapshot_cadence or "-"),
+            ("checkpoint cadence (chosen)", self.checkpoint_cadence or "-"),
             ("process id before / after",
              f"{_opt(self.process_id_before)} / {_opt(self.process_id_after)}"
              + (" (same process)" if self.same_process else " (DIFFERENT)")),
@@ -66,6 +71,35 @@ def _secs(value: float | None) -> str:
 
 def _opt(value: object) -> str:
     return "-" if value is None else str(value)
+
+
+def cadence_chosen(report: Any) -> bool:
+    """A status.training cadence the trainer has chosen (not still measuring)."""
+    return isinstance(report, dict) and report.get("chosenBy") == "Trainer" and \
+        report.get("reason") not in (None, "Measuring")
+
+
+def cadence_text(report: Any) -> str | None:
+    """`every 3 steps (WithinBudget, 1.6 % of step time)` from a status.training cadence."""
+    if not isinstance(report, dict) or report.get("periodSteps") is None:
+        return None
+    period = int(report["periodSteps"])
+    if period == 0:
+        return f"off ({report.get('reason')})"
+    overhead = report.get("overheadPercent")
+    cost = "" if overhead is None else f", {overhead:.1f} % of step time"
+    return f"every {plural(period, 'step')} ({report.get('reason')}{cost})"
+
+
+def cadence_lines(training: dict[str, Any]) -> list[str]:
+    """What the demo prints about the cadences the trainer chose, and why."""
+    lines = []
+    for kind, key in (("snapshots", "snapshotCadence"), ("checkpoints", "checkpointCadence")):
+        report = training.get(key)
+        text = cadence_text(report)
+        if text is not None and isinstance(report, dict):
+            lines.append(f"{kind}: {text}: {report.get('message') or ''}".rstrip(": "))
+    return lines
 
 
 def plural(count: int, noun: str) -> str:
@@ -121,6 +155,8 @@ def summarize(
         replaced_seconds=_ready_after(replacement, killed_at),
         moved_from_pool=(replacement or {}).get("fromPool"),
         moved_to_pool=(replacement or {}).get("toPool"),
+        snapshot_cadence=cadence_text(training_before.get("snapshotCadence")),
+        checkpoint_cadence=cadence_text(training_before.get("checkpointCadence")),
     )
 
 

@@ -5,12 +5,15 @@ in versions.env."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -167,3 +170,28 @@ def wait_until_ready(server: FakeGcsServer, timeout_s: float) -> None:
                 f"log {server.log_path}:\n{server.log_tail()}",
             )
         time.sleep(0.1)
+
+
+def create_bucket(endpoint: str, bucket: str, project: str = "etj-e2e") -> None:
+    """A bucket on the server (its JSON API), for a client that does not make its own."""
+    body = json.dumps({"name": bucket}).encode()
+    request = urllib.request.Request(f"{endpoint}/storage/v1/b?project={project}", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+@contextlib.contextmanager
+def client_environ(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment with `values` (a server's `env`) for the duration: the
+    GCS clients created inside it talk to the emulator."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -24,18 +24,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e2e.add_argument("--work", type=Path, default=None, help="work directory (default: a temp)")
     e2e.add_argument("--record", type=Path, default=None,
                      help="write what MaxText wrote there, as test fixtures")
-    e2e.add_argument("--no-gcs", action="store_true", help="skip the gs:// run")
+    e2e.add_argument("--no-gcs", action="store_true", help="skip the gs:// runs")
+    e2e.add_argument("--no-cluster", action="store_true",
+                     help="skip the scenario on the local control plane")
 
 
 def run(args: argparse.Namespace) -> int:
     from elastic_devtools.maxtext import e2e, runner
     from elastic_devtools.maxtext.env import MaxTextEnv, MaxTextEnvMissing, require_root
+    from elastic_devtools.maxtext.scenario import ScenarioFailure
 
     try:
         require_root()
         if args.maxtext_command == "e2e":
             return e2e.run_e2e(args.fixtures or e2e.FIXTURES, args.work, args.record,
-                               gcs=not args.no_gcs)
+                               gcs=not args.no_gcs, cluster=not args.no_cluster)
         env = MaxTextEnv.locate()
         process = runner.cpu_process(runner.main_process(e2e.load_job(args.filename)),
                                      tiny=not args.full_model)
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"exit {result.returncode} after {result.seconds:.0f}s; the pod's /tmp: "
               f"{result.pod_tmp}; log: {result.log}")
         return result.returncode
-    except (MaxTextEnvMissing, e2e.E2EFailure, ValueError) as err:
+    except (MaxTextEnvMissing, e2e.E2EFailure, ScenarioFailure, TimeoutError,
+            ValueError) as err:
         print(f"etj maxtext: {err}", file=sys.stderr)
         return 1

@@ -8,20 +8,16 @@ steps, newest = steps-1), and the metrics follower (one train step per line, not
 skipped). `--record DIR` writes what MaxText wrote (metrics lines, checkpoint trees, the
 command line) as fixtures for the unit tests.
 
-What this does not do yet (it needs the operator core's scenario work): a worker slice
-failed mid-run on the local control plane, the job's conditions, a SIGKILL during a save.
-`runner.py` is the piece such a scenario runs MaxText with.
+Then the scenario on the local control plane (scenario.py): MaxText in a job's `main`
+with the progress sidecar, a worker slice failed mid-run, a SIGKILL during a save.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,28 +153,6 @@ def run_local(env: MaxTextEnv, fixtures: Path, work: Path) -> Outcome:
     return Outcome(job, result, metrics, committed, latest, local_tree(host_dir))
 
 
-@contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _create_bucket(endpoint: str, bucket: str) -> None:
-    body = json.dumps({"name": bucket}).encode()
-    request = urllib.request.Request(f"{endpoint}/storage/v1/b?project=etj-e2e", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10):
-        pass
-
-
 def gcs_tree(directory: str) -> list[str]:
     from elastic_operator.checkpoints import parse_gcs_url, storage_client_from_env
 
@@ -188,17 +162,17 @@ def gcs_tree(directory: str) -> list[str]:
 
 
 def run_gcs(env: MaxTextEnv, fixtures: Path, work: Path) -> Outcome:
-    from elastic_devtools.localcluster.gcs import start_fake_gcs
+    from elastic_devtools.localcluster.gcs import client_environ, create_bucket, start_fake_gcs
 
     job = load_job(fixtures / GCS_JOB)
     directory = job.spec.checkpoint.directory
     bucket = directory.removeprefix("gs://").split("/", 1)[0]
     with start_fake_gcs(log_dir=work / "gcs") as server:
-        _create_bucket(server.endpoint, bucket)
+        create_bucket(server.endpoint, bucket)
         log(f"gcs: fake-gcs-server at {server.endpoint}, bucket {bucket}")
         result, metrics = run_job(env, job, work, "gcs", extra_env=server.env)
         check_metrics(metrics, _expected_steps(job)[0])
-        with _environ(server.env):
+        with client_environ(server.env):
             committed, latest = check_checkpoints(job, directory)
             tree = gcs_tree(directory)
     return Outcome(job, result, metrics, committed, latest, tree)
@@ -240,17 +214,25 @@ def check_example(env: MaxTextEnv, example: Path, work: Path) -> None:
         f"({', '.join(f'{k}={v}' for k, v in parsed.items())})")
 
 
-def run_e2e(fixtures: Path, work: Path | None, record_to: Path | None, gcs: bool) -> int:
+def run_e2e(fixtures: Path, work: Path | None, record_to: Path | None, gcs: bool,
+            cluster: bool = True) -> int:
+    from elastic_devtools.maxtext.scenario import run_scenarios
+
     env = MaxTextEnv.locate()
     work = work or Path(tempfile.mkdtemp(prefix="maxtext-e2e-"))
     log(f"MaxText {env.version} in {env.rootfs}{env.venv}; work {work}")
     work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     check_example(env, EXAMPLE, work)
     outcomes = {"local": run_local(env, fixtures, work)}
     if gcs:
         outcomes["gcs"] = run_gcs(env, fixtures, work)
     if record_to is not None:
         record(outcomes, record_to)
-    log("passed: " + "; ".join(f"{n} in {o.result.seconds:.0f}s, latestCommittedStep "
-                               f"{o.latest}" for n, o in outcomes.items()))
+    runs = run_scenarios(env, fixtures, work, gcs) if cluster else []
+    log("passed: " + "; ".join(
+        [f"{n} in {o.result.seconds:.0f}s, latestCommittedStep {o.latest}"
+         for n, o in outcomes.items()]
+        + [f"scenario {r.name} in {r.figures['scenario wall time']}" for r in runs])
+        + f" (all in {time.monotonic() - started:.0f}s)")
     return 0

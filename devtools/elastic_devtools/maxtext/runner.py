@@ -76,23 +76,30 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return _VAR_REF.sub(sub, text)
 
 
-def _pod_fields(job: ElasticTrainingJob, pod_name: str, namespace: str) -> dict[str, str]:
+LOCAL_POD_UID = "00000000-0000-4000-8000-000000000000"
+
+
+def _pod_fields(job: ElasticTrainingJob, pod_name: str, namespace: str,
+                pod_uid: str) -> dict[str, str]:
     """The downward API values of the head pod that the renderer refers to."""
     jobset = job.metadata.name
     return {
         "metadata.name": pod_name,
         "metadata.namespace": namespace,
-        "metadata.uid": "00000000-0000-4000-8000-000000000000",
+        "metadata.uid": pod_uid,
         f"metadata.labels['{COORDINATOR_LABEL}']": f"{jobset}-{HEAD_REPLICATED_JOB}-0-0.{jobset}",
         f"metadata.annotations['{JOBSET_NAME_LABEL}']": jobset,
         f"metadata.annotations['{REPLICATED_JOB_LABEL}']": HEAD_REPLICATED_JOB,
     }
 
 
-def main_process(job: ElasticTrainingJob, namespace: str | None = None) -> MainProcess:
+def main_process(job: ElasticTrainingJob, namespace: str | None = None,
+                 pod_name: str | None = None, pod_uid: str = LOCAL_POD_UID) -> MainProcess:
+    """`main` of the job's head pod; `pod_name`, `pod_uid`: a real head pod's (the
+    scenario's, on the local control plane), else made up."""
     namespace = namespace or job.metadata.namespace or "default"
-    pod_name = f"{job.metadata.name}-{HEAD_REPLICATED_JOB}-0-0-local"
-    fields = _pod_fields(job, pod_name, namespace)
+    pod_name = pod_name or f"{job.metadata.name}-{HEAD_REPLICATED_JOB}-0-0-local"
+    fields = _pod_fields(job, pod_name, namespace, pod_uid)
     container = _head_main(job)
     env: dict[str, str] = {}
     for var in container.get("env", []):
@@ -131,26 +138,36 @@ class RunResult:
         return "\n".join(text[-lines:])
 
 
-def run(env: MaxTextEnv, process: MainProcess, pod_tmp: Path, log: Path,
-        binds: Mapping[str, Path] | None = None, timeout: float = 900.0,
-        cwd: str = "/") -> RunResult:
-    """Run `process` in the MaxText root with `pod_tmp` as its /tmp; output to `log`."""
+def start(env: MaxTextEnv, process: MainProcess, pod_tmp: Path, log: Path,
+          binds: Mapping[str, Path] | None = None,
+          cwd: str = "/") -> subprocess.Popen[bytes]:
+    """Start `process` in the MaxText root with `pod_tmp` as its /tmp, output appended to
+    `log`, in a process group of its own (the command execs down to MaxText's python, so
+    the group is MaxText: a signal to it reaches every thread and child)."""
     pod_tmp.mkdir(parents=True, exist_ok=True)
     pod_tmp.chmod(0o1777)  # an emptyDir is world-writable, like /tmp
     command = env.command(process.argv, process.env, {POD_TMP: pod_tmp, **(binds or {})},
                           cwd=cwd)
     log.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         out.write(("# " + " ".join(_shown(process.argv)) + "\n").encode())
         out.flush()
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def run(env: MaxTextEnv, process: MainProcess, pod_tmp: Path, log: Path,
+        binds: Mapping[str, Path] | None = None, timeout: float = 900.0,
+        cwd: str = "/") -> RunResult:
+    """Run `process` in the MaxText root with `pod_tmp` as its /tmp; output to `log`."""
+    log.unlink(missing_ok=True)
+    started = time.monotonic()
+    proc = start(env, process, pod_tmp, log, binds, cwd)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
     return RunResult(returncode=code, seconds=time.monotonic() - started, pod_tmp=pod_tmp,
                      log=log, argv=list(process.argv))
 

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
+    CLOSED_BY_OPERATOR,
     Condition,
     ConditionStatus,
     ElasticTrainingJob,
@@ -24,6 +25,7 @@ from elastic_api.models import (
 from elastic_operator.core.plan import owned_by_another, spec_drift
 from elastic_operator.core.recovery import recovered_message
 from elastic_operator.core.text import fmt_slices, iso, plural
+from elastic_operator.core.unreported import confirmed_message, unconfirmed_message
 from elastic_operator.observed import ObservedJobSet
 
 
@@ -88,8 +90,11 @@ def slice_down_condition(setter: ConditionSetter, slices: list[SliceStatus],
 def recovering_condition(
     setter: ConditionSetter, record: RecoveryRecord | None, recovering: bool,
     report: TrainingReport | None, terminal: bool, failure_message: str,
+    waiting_for: str | None = None,
 ) -> Condition:
-    """True from a failure until the trainer resumes; False says how it ended."""
+    """True from a failure until the trainer resumes (for a trainer that reports no
+    elastic events, until the operator closes it: `waiting_for` says on what); False says
+    how it ended."""
     if recovering and record is not None:
         source = Reason.ELASTIC_EVENT if record.elastic_event_id is not None \
             else Reason.SLICE_DOWN
@@ -99,10 +104,18 @@ def recovering_condition(
         if report is not None and report.elastic_event is not None and \
                 report.elastic_event.id == record.elastic_event_id:
             message += f"; trainer phase {report.elastic_event.phase}"
+        elif waiting_for:
+            message += f"; {waiting_for}"
         else:
             message += "; waiting for the trainer to report a step after the failure"
         return setter.true(ConditionType.RECOVERING, source, message)
-    if record is not None and record.resumed_at is not None:
+    if record is not None and record.closed_by == CLOSED_BY_OPERATOR:
+        if record.confirmed_by is None:
+            return setter.false(ConditionType.RECOVERING, Reason.RECOVERED_UNCONFIRMED,
+                                unconfirmed_message(record))
+        return setter.false(ConditionType.RECOVERING, Reason.RECOVERED,
+                            confirmed_message(record))
+    if record is not None and not record.open:
         return setter.false(ConditionType.RECOVERING, Reason.RECOVERED,
                             recovered_message(record))
     if record is not None and terminal:
@@ -167,8 +180,15 @@ def training_report_condition(setter: ConditionSetter, report: TrainingReport | 
 
 
 def spares_condition(setter: ConditionSetter, spares: list[str] | None,
-                     wanted: int) -> Condition:
-    """Whether the healthy spare node pools are at least spec.tpu.spares."""
+                     wanted: int, slices: Sequence[SliceStatus] = ()) -> Condition:
+    """Whether the healthy spare node pools are at least spec.tpu.spares; False with
+    NoHealthyPool while a slice waits for one (the message says why each pool of the
+    shape was refused)."""
+    waiting = [s for s in slices if s.reason == Reason.NO_HEALTHY_POOL]
+    if waiting:
+        return setter.false(ConditionType.SPARES_AVAILABLE, Reason.NO_HEALTHY_POOL,
+                            "; ".join(f"slice {s.index} waits for a node pool: {s.message}"
+                                      for s in waiting))
     if spares is None:
         return setter.unknown(ConditionType.SPARES_AVAILABLE, Reason.NO_REPORT,
                               "no TPU node pools of this shape seen (spec.placement Any, or "

@@ -14,7 +14,12 @@ from datetime import datetime
 from typing import Literal
 
 from elastic_api.conditions import ConditionType, Reason
-from elastic_api.models import MAX_EVENT_MESSAGE, ElasticTrainingJobStatus, PendingEvent
+from elastic_api.models import (
+    CLOSED_BY_OPERATOR,
+    MAX_EVENT_MESSAGE,
+    ElasticTrainingJobStatus,
+    PendingEvent,
+)
 
 EventType = Literal["Normal", "Warning"]
 
@@ -54,8 +59,13 @@ def _occurrence(event: StatusEvent, status: ElasticTrainingJobStatus) -> str:
         if event.reason == Reason.MAINTENANCE_SCHEDULED:  # each notice (pool, time) once
             occurrence += f" message {event.message}"
         return occurrence
-    if event.reason == Reason.RECOVERED and status.last_recovery is not None:
-        return f"recovery detected at {status.last_recovery.detected_at}"
+    record = status.last_recovery
+    if event.reason in (Reason.RECOVERED, Reason.RECOVERED_UNCONFIRMED) and record is not None:
+        occurrence = f"recovery detected at {record.detected_at}"
+        if event.reason == Reason.RECOVERED_UNCONFIRMED:
+            return occurrence + " closed by the operator"
+        # Confirmed after the operator closed it (a trainer's own close stays as it was).
+        return occurrence + (" confirmed" if record.closed_by == CLOSED_BY_OPERATOR else "")
     if event.reason == Reason.TRAINER_RESTARTED:
         return f"trainer restart {status.counters.trainer_restarts}"
     failed = next((c for c in status.conditions if c.type == ConditionType.FAILED), None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_api.conditions import ConditionType
@@ -25,7 +25,7 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
 from elastic_operator.core.failure import is_terminal
-from elastic_operator.observed import ObservedJobSet, ObservedWorkload
+from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
 @dataclass(frozen=True)
@@ -92,12 +92,27 @@ class ForceDeletePod:
 
 @dataclass(frozen=True)
 class QuarantinePool:
-    """Label every node of a node pool so that replacement workers avoid it."""
+    """Label every node of a node pool so that replacement workers avoid it, recording
+    who quarantined it and on what evidence (the cause annotation, and an Event)."""
 
     pool: str
-    reason: str  # NodeNotReady, Maintenance, RepeatedFailures
+    reason: str  # NodeNotReady, DeviceUnhealthy, NodeDisruption, Maintenance, ...
     nodes: tuple[str, ...]
     slice_index: int
+    cause: QuarantineCause = field(default_factory=QuarantineCause)
+
+
+@dataclass(frozen=True)
+class ReleasePool:
+    """Remove a quarantine whose evidence has ended (a slice waits for the pool, whose
+    nodes are healthy again; or the job's own failures, which caused it, follow the job
+    to other pools)."""
+
+    pool: str
+    reason: str  # the quarantine's
+    nodes: tuple[str, ...]
+    slice_index: int | None  # the slice that waits for it (None: no slice in particular)
+    why: str
 
 
 @dataclass(frozen=True)
@@ -111,7 +126,8 @@ class LowerBackoffLimit:
     slice_index: int
 
 
-ReplacementAction = DeleteWorkerJob | ForceDeletePod | QuarantinePool | LowerBackoffLimit
+ReplacementAction = (DeleteWorkerJob | ForceDeletePod | QuarantinePool | ReleasePool
+                     | LowerBackoffLimit)
 
 
 @dataclass(frozen=True)

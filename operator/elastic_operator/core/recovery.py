@@ -3,10 +3,12 @@ trainer process that reports (status.trainerProcess).
 
 A recovery opens when a slice goes down or the trainer reports a new elastic event, and
 closes when the trainer reports that event Resumed (or, without an elastic event, a step
-later than the one at detection). An elastic event that Kueue's eviction caused (the
-slices went because the job was preempted or suspended through its queue:
-elastic_api.queueing.caused_by_eviction, the trainer's rule too) opens none: there is no
-failure to recover from, and the job is Queued, not Recovering.
+later than the one at detection). For a trainer that reports no elastic events the
+operator closes it from what it sees, and the trainer's progress confirms it later
+(unreported.py). An elastic event that Kueue's eviction caused (the slices went because
+the job was preempted or suspended through its queue: elastic_api.queueing.
+caused_by_eviction, the trainer's rule too) opens none: there is no failure to recover
+from, and the job is Queued, not Recovering.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from datetime import datetime
 
 from elastic_api.conditions import Reason
 from elastic_api.models import (
+    CLOSED_BY_TRAINER,
     ElasticEventReport,
     ElasticTrainingJobStatus,
     RecoveryRecord,
@@ -25,14 +28,26 @@ from elastic_api.queueing import caused_by_eviction
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.text import fmt_slices, iso, plural
+from elastic_operator.core.unreported import (
+    TrainerSignals,
+    close_by_operator,
+    confirm,
+    confirmed_message,
+    newest_checkpoint_step,
+    reopen,
+    unconfirmed_message,
+    waiting_message,
+)
 
 
 @dataclass(frozen=True)
 class RecoveryUpdate:
-    """status.lastRecovery after one reconcile, and the Recovered Event if it closed."""
+    """status.lastRecovery after one reconcile, the Event if it closed (or was
+    confirmed), and, for an open one the operator may close itself, what it waits for."""
 
     record: RecoveryRecord | None
     events: list[StatusEvent] = field(default_factory=list)
+    waiting_for: str | None = None
 
 
 def track_recovery(
@@ -41,24 +56,62 @@ def track_recovery(
     changes: list[SliceChange],
     now: datetime,
     not_ready: frozenset[int] = frozenset(),
+    signals: TrainerSignals | None = None,
     evicted_since: datetime | None = None,
 ) -> RecoveryUpdate:
     """The recovery record after this reconcile, and the Recovered Event if it closed.
-    `not_ready`: the slices that are not Ready now; `evicted_since`: Kueue's latest
-    eviction of the job (core/admission.py)."""
+    `not_ready`: the slices that are not Ready now; `signals`: what the operator sees of
+    the trainer beside its report (the defaults: a trainer that reports its recoveries);
+    `evicted_since`: Kueue's latest eviction of the job (core/admission.py)."""
+    signals = signals or TrainerSignals()
     record = previous.last_recovery
-    ongoing = record is not None and record.resumed_at is None
-    record, ongoing = _open_for_down_slices(record, ongoing, report, changes, now)
+    ongoing = record is not None and record.open
+    record, ongoing = _open_for_down_slices(record, ongoing, report, changes, now, signals)
     event = report.elastic_event if report else None
     if event is not None and report is not None and _lost_to_eviction(report, event,
                                                                       evicted_since):
         event = None
     if event is not None:
-        record, ongoing = _link_elastic_event(record, ongoing, event,
-                                              previous.counters.elastic_events)
-    if record is None or not ongoing:
+        seen = previous.counters.elastic_events
+        if record is not None and not ongoing and _late_event_of(record, event, seen):
+            record, ongoing = reopen(record), True
+        record, ongoing = _link_elastic_event(record, ongoing, event, seen)
+    if record is None:
         return RecoveryUpdate(record)
-    return _close_if_resumed(record, report, event, now, not_ready)
+    if not ongoing:
+        confirmed = confirm(record, report, signals.checkpoint)
+        return RecoveryUpdate(record) if confirmed is None else _recovered(confirmed)
+    if signals.reports_recovery:
+        return _close_if_resumed(record, report, event, now, not_ready)
+    return _close_without_trainer(record, report, signals, now, not_ready)
+
+
+def _late_event_of(record: RecoveryRecord, event: ElasticEventReport, seen: int) -> bool:
+    """A new elastic event the trainer detected before the operator closed this recovery
+    on its own: this failure's, reported after all."""
+    return (record.closed_by is not None and record.closed_by != CLOSED_BY_TRAINER
+            and record.closed_at is not None and event.id > seen
+            and event.detected_at <= record.closed_at)
+
+
+def _close_without_trainer(record: RecoveryRecord, report: TrainingReport | None,
+                           signals: TrainerSignals, now: datetime,
+                           not_ready: frozenset[int]) -> RecoveryUpdate:
+    closed = None if not_ready else close_by_operator(record, report, signals, now)
+    if closed is None:
+        return RecoveryUpdate(record, waiting_for=waiting_message(record, signals, not_ready))
+    if closed.confirmed_by is not None:
+        return _recovered(closed)
+    return RecoveryUpdate(closed, [StatusEvent(
+        reason=Reason.RECOVERED_UNCONFIRMED, message=unconfirmed_message(closed),
+        type="Normal")])
+
+
+def _recovered(record: RecoveryRecord) -> RecoveryUpdate:
+    """A recovery the operator closed, confirmed: Recovered, with no downtime or steps
+    lost for the metrics (nobody measured them)."""
+    return RecoveryUpdate(record, [StatusEvent(
+        reason=Reason.RECOVERED, message=confirmed_message(record), type="Normal")])
 
 
 def _lost_to_eviction(report: TrainingReport, event: ElasticEventReport,
@@ -69,7 +122,7 @@ def _lost_to_eviction(report: TrainingReport, event: ElasticEventReport,
 
 def _open_for_down_slices(
     record: RecoveryRecord | None, ongoing: bool, report: TrainingReport | None,
-    changes: list[SliceChange], now: datetime,
+    changes: list[SliceChange], now: datetime, signals: TrainerSignals,
 ) -> tuple[RecoveryRecord | None, bool]:
     """Slices that went down open a recovery, or join the one in progress."""
     down = [c for c in changes if c.went_down]
@@ -79,8 +132,11 @@ def _open_for_down_slices(
     detected = min(failed_times) if failed_times else now
     indices = [c.index for c in down]
     if record is None or not ongoing:
+        at_detection = None if signals.reports_recovery else newest_checkpoint_step(
+            signals.checkpoint)
         return RecoveryRecord(detected_at=detected, slices=sorted(indices),
-                              step_at_detection=report.step if report else None), True
+                              step_at_detection=report.step if report else None,
+                              checkpoint_step_at_detection=at_detection), True
     return record.model_copy(update={
         "detected_at": min(record.detected_at, detected),
         "slices": sorted(set(record.slices) | set(indices)),
@@ -150,6 +206,7 @@ def _close_if_resumed(
         steps_lost = max(0, linked.failed_step - linked.restored_from_step)
     record = record.model_copy(update={
         "resumed_at": resumed_at, "downtime_seconds": round(downtime, 3),
+        "closed_at": resumed_at, "closed_by": CLOSED_BY_TRAINER,
         "steps_lost": steps_lost,
         "restored_from_step": linked.restored_from_step if linked else None,
         "restore_source": linked.restore_source if linked else None,

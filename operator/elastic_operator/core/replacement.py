@@ -16,9 +16,12 @@ Two steps, with the status written in between (intent first):
    when the slice is Ready again on a new Job, move the record to `lastReplacement`.
 2. `plan_replacements` (after the write): the actions the records call for, level-based:
    the Job named in a record that still exists, not being deleted, is deleted (after the
-   NodeNotReady grace), its pool quarantined first when a spare exists; a GiveUp lowers
-   the Job's backoffLimit; pods Terminating on a dead node are force-deleted after
-   spec.recovery.forceDeleteAfterSeconds. A restarted operator finds the record and the
+   NodeNotReady grace), its pool quarantined first when a spare exists and the failure's
+   evidence blames the pool (core/blame.py, core/pools.py); a GiveUp lowers the Job's
+   backoffLimit; pods Terminating on a dead node are force-deleted after
+   spec.recovery.forceDeleteAfterSeconds; a slice that waits for a pool takes its old one
+   back once its nodes are healthy; a quarantine this job's failures caused is released
+   once they follow the job elsewhere. A restarted operator finds the record and the
    Job and does what is left; a delete that already happened is never repeated (the Job
    has another uid).
 """
@@ -37,21 +40,26 @@ from elastic_api.models import (
     SliceStatus,
 )
 from elastic_api.names import worker_job_name
+from elastic_operator.core.blame import Evidence, slice_evidence
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
     QuarantinePool,
+    ReleasePool,
     ReplacementAction,
 )
 from elastic_operator.core.pools import (
     pod_pool,
     pools_in_use,
-    quarantine_reason,
+    quarantine_verdict,
     record_pools,
+    refusals,
     slice_pool,
     spare_pools,
+    taken_back,
+    withdrawn,
 )
 from elastic_operator.core.slices import (
     SliceChange,
@@ -59,11 +67,22 @@ from elastic_operator.core.slices import (
     worker_pods_by_slice,
 )
 from elastic_operator.core.text import plural
-from elastic_operator.observed import Observed, ObservedJob, ObservedNode, ObservedPod
+from elastic_operator.observed import (
+    Observed,
+    ObservedJob,
+    ObservedNode,
+    ObservedPod,
+    ObservedPool,
+    QuarantineCause,
+)
 
-# Failures kept per pool in status.pools (enough for any quarantineAfterFailures that
-# makes sense; admission caps it at 100).
-MAX_POOL_FAILURES = 100
+# This job's failures kept per pool in status.pools: enough to tell whether they follow
+# the job (quarantineAfterFailures counts jobs, each job's failures only once).
+MAX_POOL_FAILURES = 20
+# The words of each blame in the SliceReplacing Event.
+_BLAME_WORDS = {"Node": "evidence against the node pool", "Reported": "the job reports a "
+                "hardware failure", "Job": "the job's own failure", "Other": "not the node's "
+                "nor the container's doing"}
 
 
 def _failed_job_uid(pods: list[ObservedPod], nodes: dict[str, ObservedNode]) -> str | None:
@@ -88,8 +107,12 @@ def _on_ready_node(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> bool:
 
 
 def _failed_pool(pods: list[ObservedPod], nodes: dict[str, ObservedNode],
-                 known: str | None) -> str | None:
-    """The pool of the slice's failure: of its broken pods, else where it ran."""
+                 evidence: Evidence, known: str | None) -> str | None:
+    """The pool of the slice's failure: of the node the evidence is about, else of its
+    broken pods, else where it ran."""
+    node = nodes.get(evidence.node or "")
+    if node is not None and node.pool:
+        return node.pool
     for pod in newest_per_host(pods):
         if pod.failed or pod.terminating or not _on_ready_node(pod, nodes):
             pool = pod_pool(pod, nodes)
@@ -116,7 +139,7 @@ def track_replacements(
     reconcile's slice changes."""
     by_change = {c.index: c for c in changes}
     by_slice = worker_pods_by_slice(observed)
-    failed_on: list[str] = []
+    failed_on: list[tuple[str, Evidence]] = []
     out: list[SliceStatus] = []
     events: list[StatusEvent] = []
     for s in slices:
@@ -126,10 +149,11 @@ def track_replacements(
         last = s.last_replacement
         change = by_change.get(s.index)
         if change is not None and change.failed:
-            from_pool = _failed_pool(pods, observed.nodes, s.pool)
+            evidence = slice_evidence(pods, observed.nodes, spec.recovery)
+            from_pool = _failed_pool(pods, observed.nodes, evidence, s.pool)
             if from_pool:
-                failed_on.append(from_pool)
-            record = _new_record(spec, s, pods, observed, from_pool, now)
+                failed_on.append((from_pool, evidence))
+            record = _new_record(spec, s, pods, observed, from_pool, evidence, now)
             if record is not None:
                 events.append(_record_event(s, record, spec.elastic.max_slice_restarts))
         elif record is not None and s.state == "Ready" and (
@@ -143,7 +167,7 @@ def track_replacements(
                 last = ReplacementRecord(
                     action=record.action, reason=record.reason, requested_at=record.requested_at,
                     ready_at=now, seconds=round((now - record.requested_at).total_seconds(), 3),
-                    from_pool=record.from_pool, to_pool=pool)
+                    from_pool=record.from_pool, to_pool=pool, blame=record.blame)
                 events.append(_replaced_event(s.index, last))
             record = None
         out.append(s.model_copy(update={"pool": pool, "replacement": record,
@@ -154,14 +178,15 @@ def track_replacements(
 
 
 def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, pods: list[ObservedPod],
-                observed: Observed, from_pool: str | None,
+                observed: Observed, from_pool: str | None, evidence: Evidence,
                 now: datetime) -> SliceReplacement | None:
     if not spec.recovery.replace_slices:
         return None
     action = "GiveUp" if s.restarts > spec.elastic.max_slice_restarts else "Replace"
     return SliceReplacement(action=action, reason=s.reason or Reason.SLICE_DOWN,
                             job_uid=_failed_job_uid(pods, observed.nodes), from_pool=from_pool,
-                            requested_at=now)
+                            requested_at=now, blame=evidence.blame,
+                            evidence=evidence.detail)
 
 
 def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
@@ -184,6 +209,8 @@ def _on_new_job(record: SliceReplacement, pods: list[ObservedPod]) -> bool:
 
 def _record_event(s: SliceStatus, record: SliceReplacement, budget: int) -> StatusEvent:
     where = f" on node pool {record.from_pool}" if record.from_pool else ""
+    if record.blame is not None:
+        where += f" ({_BLAME_WORDS[record.blame]}: {record.evidence})"
     if record.action == "GiveUp":
         return StatusEvent(
             reason=Reason.SLICE_RESTARTS_EXHAUSTED, type="Warning", slice_index=s.index,
@@ -212,22 +239,23 @@ def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:
 
 def _no_healthy_pool(slices: list[SliceStatus], observed: Observed,
                      pools: list[PoolStatus]) -> list[SliceStatus]:
-    """A slice whose replacement pods cannot be scheduled while no spare exists says so."""
-    if not observed.pools:
+    """A slice whose replacement pods cannot be scheduled while no spare exists says so,
+    naming each pool of the shape and why it was refused."""
+    if not observed.pools or spare_pools(observed.pools, pools_in_use(slices)):
         return slices
-    spares = spare_pools(observed.pools, pools_in_use(slices))
-    quarantined = [p.name for p in observed.pools if p.quarantined]
     by_slice = worker_pods_by_slice(observed)
+    unscheduled = {s.index: [p for p in newest_per_host(by_slice.get(s.index, []))
+                             if p.node_name is None and not p.terminating]
+                   for s in slices if s.state == "Restarting"}
+    waiting = {i for i, pods in unscheduled.items() if pods}
+    why = refusals(observed.pools, slices, waiting)
     out = []
     for s in slices:
-        pods = newest_per_host(by_slice.get(s.index, []))
-        unscheduled = [p for p in pods if p.node_name is None and not p.terminating]
-        if s.state == "Restarting" and unscheduled and not spares:
-            detail = f"; quarantined: {', '.join(quarantined)}" if quarantined else ""
+        if s.index in waiting:
             s = s.model_copy(update={
                 "reason": Reason.NO_HEALTHY_POOL,
-                "message": f"{plural(len(unscheduled), 'replacement pod')} Pending: no "
-                           f"healthy node pool of this shape is free{detail}"})
+                "message": f"{plural(len(unscheduled[s.index]), 'replacement pod')} Pending: "
+                           f"no healthy node pool of this shape is free ({why})"})
         out.append(s)
     return out
 
@@ -255,8 +283,21 @@ class _Planning:
     jobset: str
     spec: ElasticTrainingJobSpec
     observed: Observed
-    pools: dict[str, PoolStatus]  # status.pools by name
+    status: ElasticTrainingJobStatus
     now: datetime
+
+    @property
+    def me(self) -> str:
+        """The job, as quarantine causes name it (its JobSet has its name)."""
+        return f"{self.namespace}/{self.jobset}"
+
+    @property
+    def uid(self) -> str:
+        jobset = self.observed.jobset
+        return (jobset.owner_uid if jobset is not None else None) or ""
+
+    def pool(self, name: str | None) -> ObservedPool | None:
+        return next((p for p in self.observed.pools if p.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -273,19 +314,20 @@ def plan_replacements(
     namespace: str, jobset: str, spec: ElasticTrainingJobSpec, status: ElasticTrainingJobStatus,
     observed: Observed, now: datetime,
 ) -> ReplacementPlan:
-    """The actions the status's replacement records and the stuck pods call for."""
+    """The actions the status's replacement records, the stuck pods and the quarantines
+    whose evidence has ended call for."""
     if not spec.recovery.replace_slices:
         return ReplacementPlan()
-    ctx = _Planning(namespace, jobset, spec, observed, {p.name: p for p in status.pools}, now)
+    ctx = _Planning(namespace, jobset, spec, observed, status, now)
     by_slice = worker_pods_by_slice(observed)
     # Each quarantine sends one slice to one spare: never more quarantines than spares.
     spares = spare_pools(observed.pools, pools_in_use(status.slices))
-    actions: list[ReplacementAction] = []
+    actions: list[ReplacementAction] = list(_withdrawn(ctx))
     waits: list[float] = []
     for s in status.slices:
         pods = by_slice.get(s.index, [])
         for steps in (_record_steps(ctx, s, pods, tuple(spares)),
-                      _stuck_pods(ctx, s.index, pods)):
+                      _stuck_pods(ctx, s.index, pods), _take_back(ctx, s)):
             actions += steps.actions
             waits += steps.waits
             if steps.spare is not None:
@@ -320,24 +362,75 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
     if grace_ends is not None and ctx.now < grace_ends:
         return _SliceSteps(waits=((grace_ends - ctx.now).total_seconds(),))
     actions: list[ReplacementAction] = []
-    pool = record.from_pool
-    why = quarantine_reason(ctx.pools.get(pool or ""), _node_level_cause(record, pods, nodes),
-                            ctx.spec.recovery.quarantine_after_failures)
-    target = next((p for p in ctx.observed.pools if p.name == pool), None)
-    free = [p for p in spares if p != pool]
+    target = ctx.pool(record.from_pool)
+    free = [p for p in spares if p != record.from_pool]
     taken = None
-    # A leader that died labelling the pool's nodes left it partly quarantined: finish.
-    partial = target is not None and target.partly_quarantined
-    why = why or (target.quarantined if partial and target is not None else None)
-    if why is not None and target is not None and (target.quarantined is None or partial) \
-            and free:
+    quarantine = _quarantine(ctx, record, pods, target, s.index) \
+        if target is not None and free else None
+    if quarantine is not None:
         taken = free[0]
-        actions.append(QuarantinePool(target.name, why, tuple(n.name for n in target.nodes),
-                                      s.index))
+        actions.append(quarantine)
     actions.append(DeleteWorkerJob(ctx.namespace,
                                    job.name or worker_job_name(ctx.jobset, s.index),
                                    job.uid, s.index, record.reason))
     return _SliceSteps(tuple(actions), spare=taken)
+
+
+def _quarantine(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod],
+                pool: ObservedPool, slice_index: int) -> QuarantinePool | None:
+    """The quarantine of the failed slice's pool, if the evidence calls for one. A pool
+    partly labelled (a leader died in the replacer's label loop) is labelled in full
+    first, for the label's reason and cause: counted as quarantined, it would not be
+    planned again, and the recreated slice would land on its unlabelled nodes short of
+    room for its last pods."""
+    nodes = tuple(n.name for n in pool.nodes)
+    if pool.partly_quarantined and pool.quarantined is not None:
+        return QuarantinePool(pool.name, pool.quarantined, nodes, slice_index,
+                              pool.cause or QuarantineCause())
+    if pool.quarantined is not None:
+        return None
+    verdict = quarantine_verdict(_evidence(ctx, record, pods), pool.name, ctx.status.pools,
+                                 pool, ctx.spec.recovery, ctx.now)
+    if verdict is None:
+        return None
+    others = {m.job: m.uid for m in pool.failures_of_others}
+    cause = QuarantineCause(
+        jobs=((ctx.me, ctx.uid), *((o, others.get(o, "")) for o in verdict.other_jobs)),
+        evidence=verdict.evidence)
+    return QuarantinePool(pool.name, verdict.reason, nodes, slice_index, cause)
+
+
+def _evidence(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod]) -> Evidence:
+    """What the failure shows now (a planned move: the maintenance it moves away from)."""
+    if record.action == "Move" or record.reason == Reason.MAINTENANCE:
+        return Evidence("Node", Reason.MAINTENANCE,
+                        f"maintenance announced on node pool {record.from_pool}")
+    return slice_evidence(pods, ctx.observed.nodes, ctx.spec.recovery)
+
+
+def _take_back(ctx: _Planning, s: SliceStatus) -> _SliceSteps:
+    """A slice that waits for a pool (NoHealthyPool) takes its old one back once the
+    evidence that quarantined it has ended, rather than wait for a spare."""
+    record = s.replacement
+    pool = ctx.pool(record.from_pool if record is not None else None)
+    if s.reason != Reason.NO_HEALTHY_POOL or pool is None or not taken_back(pool):
+        return _SliceSteps()
+    why = (f"slice {s.index} waits for a node pool and the nodes of {pool.name}, its own, "
+           "are healthy again")
+    return _SliceSteps((ReleasePool(pool.name, pool.quarantined or "",
+                                    tuple(n.name for n in pool.nodes), s.index, why),))
+
+
+def _withdrawn(ctx: _Planning) -> list[ReplacementAction]:
+    """Quarantines this job's failures caused, whose evidence the job's later failures
+    withdrew (they follow the job to other pools)."""
+    out: list[ReplacementAction] = []
+    for pool in ctx.observed.pools:
+        why = withdrawn(pool, ctx.me, ctx.status.pools, ctx.spec.recovery, ctx.now)
+        if why is not None:
+            out.append(ReleasePool(pool.name, pool.quarantined or "",
+                                   tuple(n.name for n in pool.nodes), None, why))
+    return out
 
 
 def _grace_ends(record: SliceReplacement, pods: list[ObservedPod],
@@ -355,16 +448,6 @@ def _grace_ends(record: SliceReplacement, pods: list[ObservedPod],
     if statuses != {"False"}:
         return None
     return record.requested_at + timedelta(seconds=grace_s)
-
-
-def _node_level_cause(record: SliceReplacement, pods: list[ObservedPod],
-                      nodes: dict[str, ObservedNode]) -> str | None:
-    if record.action == "Move" or record.reason == Reason.MAINTENANCE:
-        return Reason.MAINTENANCE
-    for pod in pods:
-        if pod.node_name and not _on_ready_node(pod, nodes):
-            return Reason.NODE_NOT_READY
-    return None
 
 
 def _stuck_pods(ctx: _Planning, index: int, pods: list[ObservedPod]) -> _SliceSteps:

@@ -7,7 +7,9 @@ typed result that the later stages read:
    holds it (admission.py); either freezes slice tracking;
 2. `track_slices`: slice health (slices.py), then the operator's replacement records
    (replacement.py), maintenance notices and the checkpoint request (maintenance.py);
-3. `track_trainer`: the recovery record (recovery.py) and the reporting trainer process;
+3. `track_trainer`: the recovery record (recovery.py; for a trainer that reports no
+   elastic events, closed from the slices and the head's `main`: unreported.py) and the
+   reporting trainer process;
 4. `decide_conditions`: one function per condition (conditions.py, failure.py,
    admission.py), and Ready and the phase summarizing them (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
@@ -24,6 +26,7 @@ from elastic_api.catalog import slice_shape
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
     CheckpointRequest,
+    CheckpointStatus,
     Condition,
     Counters,
     ElasticTrainingJob,
@@ -68,6 +71,7 @@ from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
+from elastic_operator.core.unreported import TrainerSignals, head_main, reports_recovery
 from elastic_operator.observed import Observed, ObservedJobSet, parse_time
 
 
@@ -103,6 +107,11 @@ class StatusInputs:
     @property
     def jobset(self) -> ObservedJobSet | None:
         return self.observed.jobset
+
+    @property
+    def checkpoint(self) -> CheckpointStatus | None:
+        """status.checkpoint as this reconcile writes it (after the newest scan)."""
+        return checkpoint_status(self.previous.checkpoint, self.observed.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,7 @@ class TrainerTracking:
     process: TrainerProcess | None
     replaced: TrainerProcess | None  # a trainer restart to count (Kueue's stops are not)
     events: list[StatusEvent] = field(default_factory=list)
+    waiting_for: str | None = None  # what an open recovery the operator may close waits for
 
 
 @dataclass(frozen=True)
@@ -244,10 +254,12 @@ def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> T
     """The recovery record (opened by the slices that went down, closed by the trainer's
     report) and the trainer process now reporting."""
     not_ready = frozenset(s.index for s in tracking.slices if s.state != "Ready")
+    signals = TrainerSignals(reports_recovery=reports_recovery(ctx.spec, ctx.previous),
+                             main=head_main(ctx.observed.pods), checkpoint=ctx.checkpoint)
     recovery = track_recovery(ctx.previous, ctx.report, tracking.changes, ctx.now, not_ready,
-                              evicted_since=gates.admission.evicted_since)
+                              signals, evicted_since=gates.admission.evicted_since)
     record = recovery.record
-    recovering = record is not None and record.resumed_at is None and not gates.terminal
+    recovering = record is not None and record.open and not gates.terminal
     process = trainer_process(ctx.previous.trainer_process, ctx.report)
     replaced = process.replaced
     if replaced is not None and _stopped_by_queue(replaced, gates.admission):
@@ -256,7 +268,8 @@ def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> T
     if replaced is not None and process.process is not None:
         events.append(trainer_restarted_event(process.process, replaced,
                                               ctx.previous.counters.elastic_events))
-    return TrainerTracking(record, recovering, process.process, replaced, events)
+    return TrainerTracking(record, recovering, process.process, replaced, events,
+                           recovery.waiting_for)
 
 
 def _stopped_by_queue(replaced: TrainerProcess, admission: Admission) -> bool:
@@ -275,14 +288,14 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     conditions = [
         slice_down_condition(setter, slices, terminal),
         recovering_condition(setter, trainer.record, trainer.recovering, ctx.report, terminal,
-                             outcome.failure_message),
+                             outcome.failure_message, trainer.waiting_for),
         degraded,
         suspended_condition(setter, spec.suspend, jobset),
         succeeded_condition(setter, outcome, _job_set_name(ctx)),
         failed_condition(setter, outcome),
         spec_applied_condition(setter, ctx.job, jobset, ctx.previous.job_set_name, terminal),
         training_report_condition(setter, ctx.report, ctx.report_problem),
-        spares_condition(setter, tracking.spares, spec.tpu.spares),
+        spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
     ]
     if gates.admission.condition is not None:
@@ -312,7 +325,7 @@ def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         counters=_counters(ctx, gates, tracking, trainer),
         admission=gates.admission.status,
         last_recovery=trainer.record,
-        checkpoint=checkpoint_status(prev.checkpoint, ctx.observed.checkpoint),
+        checkpoint=ctx.checkpoint,
         trainer_process=trainer.process,
         pools=tracking.pools,
         spare_pools=len(tracking.spares) if tracking.spares is not None else None,

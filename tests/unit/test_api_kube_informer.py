@@ -1,14 +1,18 @@
-"""informer.Informer against a scripted API: what it lists (in pages), what each watch
-sends and how it ends. Checks the store, the index, the changes reported, and what is
-listed or watched again after a watch ends, expires (410), stalls or fails.
+"""elastic_api.kube.Informer (the operator's caches, the trainer's pod watch) against a
+scripted API: what it lists (in pages), what each watch sends and how it ends. Checks
+the store, the index, the changes reported, what is listed or watched again after a
+watch ends, expires (410), stalls or fails, and what an outage logs.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from elastic_operator.informer import Backoff, Informer
-from elastic_operator.kube import WatchStalled
+import pytest
+
+from elastic_api.kube import ApiError, Backoff, Informer, WatchStalled
 
 
 def pod(name: str, version: int, job: str = "a", namespace: str = "ns") -> dict[str, Any]:
@@ -72,7 +76,8 @@ class ScriptedApi:
 Changes = list[tuple[str, Any, Any]]
 
 
-def informer(api: ScriptedApi) -> tuple[Informer[dict[str, Any]], Changes, list[str]]:
+def informer(api: ScriptedApi, **options: Any
+             ) -> tuple[Informer[dict[str, Any]], Changes, list[str]]:
     """The informer, the changes it reports (name, old, new) and why it listed."""
     changes: list[tuple[str, Any, Any]] = []
     relists: list[str] = []
@@ -86,7 +91,7 @@ def informer(api: ScriptedApi) -> tuple[Informer[dict[str, Any]], Changes, list[
                      "job": obj["metadata"]["labels"]["job"]},
         index=lambda key, value: (key[0], value["job"]), on_change=changed,
         on_relist=lambda _res, why, _n: relists.append(why),
-        backoff=Backoff(base_s=0.001, cap_s=0.001))
+        backoff=Backoff(base_s=0.001, cap_s=0.001), **options)
     api.informer = inf
     return inf, changes, relists
 
@@ -130,6 +135,15 @@ def test_an_expired_resource_version_lists_again_and_reports_what_vanished() -> 
     assert sorted(k[1] for k in inf.indexed(("ns", "a"))) == ["p1", "p3"]
 
 
+def test_a_watch_request_answered_410_lists_again() -> None:
+    """Not as an ERROR event in the stream but as the HTTP answer: the same expiry."""
+    api = ScriptedApi(lists=[[pod("p1", 1)], [pod("p1", 2)]],
+                      watches=[([], ApiError(410, "Gone", '{"kind": "Status", "code": 410}'))])
+    inf, _, relists = informer(api)
+    inf.run()
+    assert relists == ["start", "expired"]
+
+
 def test_a_stalled_watch_lists_again() -> None:
     api = ScriptedApi(lists=[[pod("p1", 1)], [pod("p1", 2)]],
                       watches=[([], WatchStalled("nothing received for 35 s"))])
@@ -171,3 +185,87 @@ def test_a_consumer_that_raises_does_not_stop_the_cache() -> None:
     api.informer = inf
     inf.run()
     assert len(inf) == 2
+
+
+def test_with_relist_on_error_a_failed_watch_lists_again() -> None:
+    """The trainer's pod watch: after any error, list again (what changed while the
+    connection was down is in the list), then watch from the new list."""
+    api = ScriptedApi(lists=[[pod("p1", 1)], [pod("p1", 250), pod("p2", 260)]],
+                      watches=[([event("MODIFIED", pod("p1", 210))],
+                                ConnectionResetError("reset")), ([], None)])
+    inf, changes, relists = informer(api, relist_on_error=True)
+    inf.run()
+    assert relists == ["start", "error"] and api.watched_from == ["200", "300", "300"]
+    assert changes == [("p1", None, 1), ("p1", 1, 210), ("p1", 210, 250), ("p2", None, 260)]
+
+
+def test_only_what_keep_accepts_is_stored_and_reported() -> None:
+    """A cluster-wide watch served for some namespaces (globs): the others are neither
+    kept nor reported, and their versions still move the watch on."""
+    api = ScriptedApi(lists=[[pod("p1", 1, namespace="team-a"), pod("p2", 2, namespace="x")]],
+                      watches=[([event("ADDED", pod("p3", 210, namespace="x")),
+                                 event("ADDED", pod("p4", 220, namespace="team-b"))], None)])
+    inf, changes, _ = informer(api, keep=lambda key: key[0].startswith("team-"))
+    inf.run()
+    assert sorted(inf.stored_keys()) == [("team-a", "p1"), ("team-b", "p4")]
+    assert changes == [("p1", None, 1), ("p4", None, 220)]
+    assert api.watched_from == ["200", "220"]
+
+
+def test_what_parses_to_none_is_not_stored() -> None:
+    api = ScriptedApi(lists=[[pod("p1", 1), pod("p2", 2, job="-")]],
+                      watches=[([event("ADDED", pod("p3", 210, job="-"))], None)])
+    inf: Informer[dict[str, Any]] = Informer(
+        "pods", api.list_page, api.watch,
+        lambda obj: None if obj["metadata"]["labels"]["job"] == "-" else obj)
+    api.informer = inf
+    inf.run()
+    assert inf.stored_keys() == [("ns", "p1")] and inf.version(("ns", "p1")) == "1"
+
+
+def test_an_outage_is_logged_once_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:
+    log = logging.getLogger("test.informer")
+    caplog.set_level(logging.INFO, logger=log.name)
+    refused = ([], ConnectionRefusedError("refused"))
+    api = ScriptedApi(lists=[[pod("p1", 1)]],
+                      watches=[refused, refused, refused,
+                               ([event("MODIFIED", pod("p1", 210))], None),
+                               refused])
+    inf, _, _ = informer(api, logger=log)
+    inf.run()
+    records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == log.name]
+    warnings = [m for level, m in records if level == logging.WARNING]
+    assert len(warnings) == 2, records  # the first outage, and the second
+    assert warnings[0].startswith("pods: watch failed (ConnectionRefusedError: refused); "
+                                  "resuming the watch in")
+    assert (logging.INFO, "pods: watching again after 3 failed attempt(s)") in records
+
+
+def _until(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_list_first_lists_before_start_returns_and_keeps_trying_if_it_fails() -> None:
+    api = ScriptedApi(lists=[[pod("p1", 1)]], watches=[])
+    inf, _, _ = informer(api)
+    inf.start(list_first=True)
+    assert inf.synced and inf.get(("ns", "p1")) is not None
+
+    failing = ScriptedApi(lists=[[pod("p1", 1)]], watches=[])
+    failures = [ConnectionRefusedError("refused")]
+
+    def list_page(token: str | None) -> dict[str, Any]:
+        if failures:
+            raise failures.pop()
+        return failing.list_page(token)
+
+    inf2: Informer[dict[str, Any]] = Informer(
+        "pods", list_page, failing.watch, lambda obj: obj,
+        backoff=Backoff(base_s=0.001, cap_s=0.001))
+    failing.informer = inf2
+    inf2.start(list_first=True)
+    assert not inf2.synced  # every object still unknown
+    _until(lambda: inf2.synced, "the second list")

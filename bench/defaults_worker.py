@@ -1,0 +1,89 @@
+"""The defaults benchmark's worker (run by bench.trainer_worker in a fresh process): a job
+with every default (no period given: snapshots and checkpoints chosen by the trainer)
+loses one slice at a random step, `trials` times, against the same job with snapshots
+off, trial by trial in one process (the same fault for both).
+
+Per run: the steps lost, where the restore came from, the snapshot period in use when
+the slice went down, each step's duration up to the fault and the step by which the
+cadences were chosen (bench.trainer compares the steady state of the two runs: what
+the copies cost), and the wall time of the whole run (what the loss cost too).
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+
+def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshots: bool) -> dict[str, Any]:
+    from bench.trainer_worker import _make_trainer
+
+    run_spec = {**spec, "fault_duration": spec.get("fault_duration", 0.5)}
+    if not snapshots:
+        run_spec["snapshot_period"] = 0
+    trainer = _make_trainer(run_spec, workdir, [fault])
+    at_failure: dict[str, Any] = {}
+    on_slice_down = trainer.on_slice_down
+
+    def seen(error: Any, retrying: bool) -> None:
+        at_failure["snapshot_period"] = trainer.cadences.snapshot.period
+        at_failure["checkpoint_period"] = trainer.cadences.checkpoint.period
+        at_failure["snapshot_reason"] = trainer.cadences.snapshot.choice.reason
+        on_slice_down(error, retrying)
+
+    trainer.on_slice_down = seen
+    decided: list[int] = []
+    decide = trainer._decide
+
+    def decided_at(cadence: Any) -> Any:
+        if cadence.choice.reason == "Measuring":
+            decided.append(trainer.progress.step)  # the first choice of this kind
+        return decide(cadence)
+
+    trainer._decide = decided_at
+    t0 = time.time()
+    result = trainer.run()
+    wall = time.time() - t0
+    if result.failure is not None:
+        raise RuntimeError(f"training failed: {result.failure}")
+    [event] = [e for e in result.events if e.kind == "slice_down"]
+    times = [(s, t) for s, t in result.step_times if s <= event.failed_step]
+    durations = [[s, round(t - t_before, 6)]
+                 for (_, t_before), (s, t) in itertools.pairwise(times)]
+    warm = spec.get("warmup", 10)
+    before = [d for s, d in durations if s > warm]
+    return {
+        "failed_step": event.failed_step, "restored_from_step": event.restored_from_step,
+        "restore_source": event.restore_source, "steps_lost": event.steps_lost,
+        **at_failure, "wall_seconds": wall,
+        "mean_step_before_failure": mean(before) if before else None,
+        "step_durations_before_failure": durations,
+        "cadences_chosen_at_step": max(decided) if decided else None,
+        "final_snapshot_cadence": trainer.cadences.snapshot.report().to_wire(),
+        "final_checkpoint_cadence": trainer.cadences.checkpoint.report().to_wire(),
+    }
+
+
+def defaults(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    from bench.trainer_worker import _setup_jax
+
+    slices = spec.get("slices", 4)
+    _setup_jax(slices * spec.get("devices_per_slice", 2), str(workdir / "compilation-cache"))
+    rng = random.Random(spec.get("seed", 0))
+    steps = spec["steps"]
+    trials = []
+    for i in range(spec.get("trials", 20)):
+        fault = f"{rng.randint(1, steps - 1)}:{rng.randrange(slices)}"
+        pair = [("defaults", True), ("snapshots_off", False)]
+        if i % 2:  # alternate which runs first: drift in the machine's load cancels
+            pair.reverse()
+        trial: dict[str, Any] = {"fault": fault}
+        for name, snapshots in pair:
+            trial[name] = _run(spec, workdir, fault, snapshots)
+        trials.append(trial)
+    return {"config": spec["config"], "steps": steps, "slices": slices,
+            "fault_duration_seconds": spec.get("fault_duration", 0.5),
+            "seed": spec.get("seed", 0), "trials": trials}

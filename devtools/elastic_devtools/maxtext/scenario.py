@@ -1,0 +1,416 @@
+"""The scenario of `etj maxtext e2e` on the local control plane: real MaxText in a job's
+`main`, a worker slice failed mid-run, a SIGKILL during a save.
+
+For each of tests/fixtures/maxtext-0.2.5/scenario-{local,gcs}.yaml (checkpoints in the
+head's /tmp, then on gs:// through fake-gcs-server):
+
+1. the job is created on the local control plane (kwok plays two v5e 2x4 slices and a
+   spare; the operator runs as deployed); once it runs, MaxText 0.2.5 is started exactly
+   as the head pod's `main` (runner.py: the rendered command, args and env with the head
+   pod's own name and uid, JAX_PLATFORMS=cpu and the tiny model's flags), and the
+   progress sidecar beside it (the head pod's rendered `etj progress` command, the pod's
+   identity, the job's ServiceAccount), both following one directory as the head's /tmp;
+2. once the STEP column moves, a worker of slice 1 fails (kwok's chaos stage): the job
+   shows SliceDown, Recovering, then RecoveredUnconfirmed when the slice is back (MaxText
+   reports no elastic events), then Recovered when the sidecar reports a later step;
+3. at the next save MaxText is frozen (SIGSTOP) while the save is in flight, checked to
+   be, and killed (SIGKILL): status.checkpoint.incompleteSteps shows the step;
+4. MaxText is started again (the head's /tmp kept), resumes from its newest committed
+   checkpoint and finishes: the incomplete step is gone (saved again, or abandoned by the
+   commit rule), latestCommittedStep is MaxText's newest committed step (steps-1), and the
+   STEP column is MaxText's last step.
+
+The operator shares the head's /tmp of the local run (it runs in a mount namespace where
+that directory is /tmp), as any operator shares a checkpoint directory it lists.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from elastic_api import maxtext
+from elastic_api.conditions import ConditionType as C
+from elastic_api.conditions import Reason
+from elastic_api.models import ElasticTrainingJob
+from elastic_api.names import (
+    GROUP,
+    PLURAL,
+    PROGRESS_CONTAINER,
+    VERSION,
+    worker_pods_selector,
+)
+from elastic_devtools.maxtext.env import MaxTextEnv
+from elastic_devtools.maxtext.runner import POD_TMP, cpu_process, main_process, start
+from elastic_devtools.maxtext.scenario_cluster import (
+    NAMESPACE,
+    Cluster,
+    control_plane,
+    head_pod,
+    step_column,
+    token_kubeconfig,
+)
+from elastic_devtools.maxtext.timeline import Sample, Timeline, job_stream
+
+SCENARIOS = {"local": "scenario-local.yaml", "gcs": "scenario-gcs.yaml"}
+FAILED_SLICE = 1
+# Waits on a loaded 2-core machine: scheduling, kwok's readiness, MaxText's compile.
+JOB_TIMEOUT, RECOVERY_TIMEOUT, SCAN_TIMEOUT, RUN_TIMEOUT = 180, 180, 60, 900
+
+
+class ScenarioFailure(AssertionError):
+    """A check of the scenario failed; the message says which and what was seen."""
+
+
+def say(message: str) -> None:
+    print(f"[maxtext-e2e {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def load(path: Path) -> tuple[dict[str, Any], ElasticTrainingJob]:
+    from elastic_api.validation import validate_job
+
+    obj: dict[str, Any] = yaml.safe_load(path.read_text())
+    obj["metadata"]["namespace"] = NAMESPACE
+    return obj, validate_job(obj)
+
+
+def host_path(pod_tmp: Path, path_in_pod: str) -> Path:
+    if not path_in_pod.startswith(POD_TMP + "/"):
+        raise ScenarioFailure(f"{path_in_pod} is not under the head's {POD_TMP}")
+    return pod_tmp / path_in_pod[len(POD_TMP) + 1:]
+
+
+def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`etj progress` as the head pod's `progress` container runs it (its /tmp paths on
+    `pod_tmp`), with the pod's identity."""
+    (spec,) = [c for c in pod.spec.init_containers or [] if c.name == PROGRESS_CONTAINER]
+    if spec.command[:2] != ["etj", "progress"]:
+        raise ScenarioFailure(f"the progress container runs {spec.command}")
+    argv = [sys.executable, "-m", "elastic_api.cli", "progress",
+            *[str(host_path(pod_tmp, a)) if a.startswith(POD_TMP + "/") else a
+              for a in spec.command[2:]]]
+    env = {"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "ETJ_JOB_NAME": pod.metadata.labels.get("elastic.pathways.dev/job-name", ""),
+           "ETJ_JOB_NAMESPACE": pod.metadata.namespace, "ETJ_POD_NAME": pod.metadata.name,
+           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+
+
+def newest_metrics_step(path: Path) -> int | None:
+    """The step of the last complete train line of MaxText's metrics file."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - 16384))
+            lines = f.read().split(b"\n")[:-1]
+    except OSError:
+        return None
+    for raw in reversed(lines):
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "learning/loss" in obj and "step" in obj:
+            return int(obj["step"])
+    return None
+
+
+def scan(directory: str, pod_tmp: Path, gcs_env: dict[str, str]) -> Any:
+    """The operator's own scan of the job's checkpoint directory, from here."""
+    from datetime import UTC, datetime
+
+    from elastic_devtools.localcluster.gcs import client_environ
+    from elastic_operator.checkpoints import scan_checkpoints_detailed
+
+    local = directory.startswith("/")
+    with client_environ({} if local else gcs_env):
+        return scan_checkpoints_detailed(str(host_path(pod_tmp, directory)) if local
+                                         else directory, now=datetime.now(UTC))
+
+
+@dataclass
+class Run:
+    """One scenario: the job, its MaxText and its sidecar, the timeline, and the figures."""
+
+    name: str
+    cluster: Cluster
+    env: MaxTextEnv
+    job_obj: dict[str, Any]
+    job: ElasticTrainingJob
+    work: Path
+    timeline: Timeline | None = None
+    maxtext_proc: subprocess.Popen[bytes] | None = None
+    sidecar_proc: subprocess.Popen[bytes] | None = None
+    figures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pod_tmp(self) -> Path:
+        return self.work / "pod-tmp"
+
+    @property
+    def directory(self) -> str:
+        return self.job.spec.checkpoint.directory
+
+    @property
+    def metrics(self) -> Path:
+        path = maxtext.metrics_file(self.job.spec.trainer)
+        if path is None:
+            raise ScenarioFailure(f"{self.name}: the job has no progress sidecar")
+        return host_path(self.pod_tmp, path)
+
+    @property
+    def last_step(self) -> int:
+        return int(maxtext.flag_value(self.job.spec.trainer.args, "steps") or 0) - 1
+
+    @property
+    def tl(self) -> Timeline:
+        assert self.timeline is not None
+        return self.timeline
+
+
+def submit(run: Run) -> Any:
+    """Create the job and wait until it runs (every slice Ready); the head pod."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    cluster, name = run.cluster, run.job.metadata.name
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                                   run.job_obj)
+    run.timeline = Timeline(job_stream(cluster.custom, NAMESPACE, name),
+                            run.job.spec.tpu.num_slices, lambda m: say(f"{run.name}: {m}"),
+                            lambda: newest_metrics_step(run.metrics))
+    run.tl.start()
+    run.tl.wait(lambda s: s.status.get("phase") == "Running", JOB_TIMEOUT,
+                "the job Running (every slice Ready)")
+    pod = wait_for(lambda: head_pod(cluster, name), JOB_TIMEOUT, "the head pod Running")
+    run.tl.note(f"job {name} runs; head pod {pod.metadata.name} (uid {pod.metadata.uid})")
+    return pod
+
+
+def start_main(run: Run, pod: Any, log_name: str) -> None:
+    """MaxText as the head pod's `main` (that pod's name and uid in its downward API)."""
+    process = cpu_process(main_process(run.job, NAMESPACE, pod.metadata.name, pod.metadata.uid),
+                          extra_env=run.cluster.gcs_env if run.directory.startswith("gs://")
+                          else None)
+    run.maxtext_proc = start(run.env, process, run.pod_tmp, run.work / log_name)
+    run.tl.note(f"MaxText started as `main` (pid {run.maxtext_proc.pid}): "
+                f"{' '.join(process.argv[:3])} ... {len(process.argv) - 3} flags "
+                f"(log {run.work / log_name})")
+
+
+def fail_a_slice(run: Run) -> float:
+    """Once the STEP column moves, a worker of slice 1 fails; the time of the fault."""
+    from elastic_devtools.localcluster import faults
+
+    run.tl.wait(lambda s: (s.step or 0) >= 2, RUN_TIMEOUT,
+                "the STEP column at 2 (MaxText training, the sidecar reporting)")
+    pods = run.cluster.core.list_namespaced_pod(
+        NAMESPACE, label_selector=worker_pods_selector(run.job.metadata.name, FAILED_SLICE))
+    victim = sorted(p.metadata.name for p in pods.items if p.status.phase == "Running")[0]
+    at = time.monotonic()
+    faults.fail_pod(run.cluster.api, NAMESPACE, victim)
+    run.tl.note(f"worker pod {victim} of slice {FAILED_SLICE} fails (kwok: container exits 1)")
+    return at
+
+
+def check_recovery(run: Run, fault: float) -> None:
+    """SliceDown, Recovering, RecoveredUnconfirmed with the slice back, then Recovered."""
+    tl = run.tl
+    down = tl.wait(lambda s: s.condition(C.SLICE_DOWN)[0] == "True", RECOVERY_TIMEOUT,
+                   "SliceDown True", since=fault)
+    back = tl.wait(lambda s: all(x.get("state") == "Ready" for x in s.status.get("slices", []))
+                   and s.condition(C.SLICE_DOWN)[0] == "False", RECOVERY_TIMEOUT,
+                   f"slice {FAILED_SLICE} Ready again", since=down.at)
+    closed = tl.wait(lambda s: s.condition(C.RECOVERING)[1] == Reason.RECOVERED_UNCONFIRMED,
+                     RECOVERY_TIMEOUT, "Recovering False/RecoveredUnconfirmed", since=fault)
+    confirmed = tl.wait(lambda s: s.condition(C.RECOVERING)[1] == Reason.RECOVERED,
+                        RECOVERY_TIMEOUT, "Recovering False/Recovered (confirmed)",
+                        since=closed.at)
+    seen = tl.transitions(C.RECOVERING, fault)
+    expected = [("True", Reason.SLICE_DOWN), ("False", Reason.RECOVERED_UNCONFIRMED),
+                ("False", Reason.RECOVERED)]
+    if [v for v in seen if v[1] != Reason.NO_FAILURE] != expected:
+        raise ScenarioFailure(f"{run.name}: Recovering went {seen}, not {expected}")
+    record = confirmed.status.get("lastRecovery") or {}
+    unknown = [k for k in ("resumedAt", "downtimeSeconds", "stepsLost", "restoredFromStep",
+                           "restoreSource") if k in record]
+    # Confirmed by whichever came first after the closure: the sidecar's next step, or a
+    # listing with a checkpoint newer than the failure.
+    if record.get("closedBy") != "Operator" or unknown or \
+            record.get("confirmedBy") not in ("TrainingReport", "Checkpoint"):
+        raise ScenarioFailure(f"{run.name}: lastRecovery {record}")
+    if closed is not back:  # one reconcile sees the slice back and closes the recovery
+        raise ScenarioFailure(f"{run.name}: the recovery closed at {tl.t(closed.at)}, not in "
+                              f"the status write that showed every slice Ready "
+                              f"({tl.t(back.at)})")
+    run.figures.update({
+        "SliceDown after the fault": f"{down.at - fault:.1f} s",
+        "slice Ready again after the fault": f"{back.at - fault:.1f} s",
+        "RecoveredUnconfirmed after the slice was Ready": f"{closed.at - back.at:.1f} s",
+        "Recovered after that": f"{confirmed.at - closed.at:.1f} s (confirmed by "
+                                f"{record.get('confirmedBy')}, step "
+                                f"{record.get('confirmedStep')})",
+    })
+
+
+def in_flight(run: Run) -> list[int]:
+    """The saves in flight now: uncommitted steps newer than the newest committed one."""
+    return list(scan(run.directory, run.pod_tmp, run.cluster.gcs_env).status.incomplete_steps)
+
+
+def kill_during_a_save(run: Run) -> int:
+    """At the next save, freeze MaxText (SIGSTOP) and, if the save is still in flight while
+    it cannot move, SIGKILL it: the step it was saving."""
+    proc = run.maxtext_proc
+    assert proc is not None
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ScenarioFailure(f"{run.name}: MaxText ended (exit {proc.returncode}) before "
+                                  "a save could be interrupted; give it more steps")
+        if in_flight(run):
+            os.killpg(proc.pid, signal.SIGSTOP)
+            steps = in_flight(run)
+            if steps:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+                run.tl.note(f"MaxText SIGKILLed while saving step {steps[-1]} (frozen first: "
+                            "the save was still in flight)")
+                return steps[-1]
+            os.killpg(proc.pid, signal.SIGCONT)  # the save committed meanwhile: next one
+        time.sleep(0.01)
+    raise ScenarioFailure(f"{run.name}: no save to interrupt within {RUN_TIMEOUT}s")
+
+
+def check_incomplete(run: Run, killed: int, at: float) -> None:
+    """The job's status, read after the kill, says the step is incomplete (a scan may have
+    shown it already while the save was in flight: the operator writes only changes)."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    def current() -> list[int]:
+        obj = run.cluster.custom.get_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, run.job.metadata.name)
+        steps: list[int] = ((obj.get("status") or {}).get("checkpoint") or {}).get(
+            "incompleteSteps") or []
+        return steps
+
+    steps = wait_for(lambda: killed in current() and current(), SCAN_TIMEOUT,
+                     f"status.checkpoint.incompleteSteps with {killed}", interval=0.5)
+    run.figures["incompleteSteps after the SIGKILL"] = (
+        f"{steps}, read {time.monotonic() - at:.1f} s after it")
+
+
+def finish(run: Run, pod: Any, killed: int) -> None:
+    """MaxText again until it ends; the incomplete step gone by the commit rule,
+    latestCommittedStep and STEP at MaxText's last step."""
+    start_main(run, pod, "main-2.log")
+    proc = run.maxtext_proc
+    assert proc is not None
+    code = proc.wait(timeout=RUN_TIMEOUT)
+    if code != 0:
+        raise ScenarioFailure(f"{run.name}: MaxText exited {code} after the restart; log "
+                              f"{run.work / 'main-2.log'}")
+    run.tl.note("MaxText finished (exit 0)")
+    mine = scan(run.directory, run.pod_tmp, run.cluster.gcs_env)
+    newest = mine.status.latest_committed_step
+    if newest != run.last_step:
+        raise ScenarioFailure(f"{run.name}: MaxText's newest committed step is {newest}, not "
+                              f"steps-1 = {run.last_step}")
+
+    def final(s: Sample) -> bool:
+        ckpt = s.checkpoint
+        return (ckpt.get("latestCommittedStep") == newest and s.step == run.last_step
+                and killed not in (ckpt.get("incompleteSteps") or []))
+
+    done = run.tl.wait(final, SCAN_TIMEOUT, f"latestCommittedStep {newest} and STEP "
+                       f"{run.last_step}, step {killed} no longer incomplete")
+    ckpt = done.checkpoint
+    expected = (mine.status.incomplete_steps, mine.status.abandoned_steps)
+    if (ckpt.get("incompleteSteps", []), ckpt.get("abandonedSteps", [])) != expected:
+        raise ScenarioFailure(f"{run.name}: the status says incomplete "
+                              f"{ckpt.get('incompleteSteps')}, abandoned "
+                              f"{ckpt.get('abandonedSteps')}; the rule on the directory: "
+                              f"{expected}")
+    if step_column(run.cluster, run.job.metadata.name) != run.last_step:
+        raise ScenarioFailure(f"{run.name}: the STEP column is not {run.last_step}")
+    how = (f"abandoned (abandonedSteps {ckpt['abandonedSteps']})" if killed in
+           ckpt.get("abandonedSteps", []) else "saved again and committed")
+    run.figures.update({
+        f"step {killed} after the restart": how,
+        "latestCommittedStep = MaxText's newest committed": f"{newest} (committed "
+                                                             f"{mine.committed_steps})",
+        "STEP column (status.training.step)": f"{run.last_step}, seen "
+                                               f"{len(run.tl.steps(0))} values on the way",
+    })
+
+
+def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path) -> Run:
+    """One scenario, from the job's creation to its deletion."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    obj, job = load(fixtures / SCENARIOS[name])
+    run = Run(name, cluster, env, obj, job, work / f"scenario-{name}")
+    run.pod_tmp.mkdir(parents=True, exist_ok=True)
+    say(f"{name}: job {job.metadata.name}, {job.spec.tpu.num_slices} slices of "
+        f"{job.spec.tpu.type} {job.spec.tpu.topology}, checkpoints in {run.directory}")
+    try:
+        pod = submit(run)
+        kubeconfig = token_kubeconfig(cluster, run.work / "trainer.kubeconfig")
+        run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log")
+        run.tl.note(f"progress sidecar started (pid {run.sidecar_proc.pid}) for pod "
+                    f"{pod.metadata.name}, as the job's ServiceAccount")
+        start_main(run, pod, "main-1.log")
+        check_recovery(run, fail_a_slice(run))
+        killed = kill_during_a_save(run)
+        check_incomplete(run, killed, time.monotonic())
+        finish(run, pod, killed)
+    finally:
+        for proc in (run.maxtext_proc, run.sidecar_proc):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+        if run.timeline is not None:
+            run.timeline.stop()
+        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                                       job.metadata.name)
+        wait_for(lambda: not cluster.core.list_namespaced_pod(NAMESPACE).items, JOB_TIMEOUT,
+                 f"the pods of {job.metadata.name} gone")
+    return run
+
+
+def run_scenarios(env: MaxTextEnv, fixtures: Path, work: Path, gcs: bool) -> list[Run]:
+    """The scenario into the head's /tmp, then (gcs) into gs:// through fake-gcs-server."""
+    from elastic_devtools.localcluster.gcs import create_bucket, start_fake_gcs
+
+    runs: list[Run] = []
+    with ExitStack() as stack:
+        gcs_env: dict[str, str] = {}
+        if gcs:
+            server = stack.enter_context(start_fake_gcs(log_dir=work / "scenario-gcs-server"))
+            gcs_env = server.env
+            create_bucket(server.endpoint, "maxtext-e2e")
+        cluster = stack.enter_context(control_plane(work, work / "scenario-local" / "pod-tmp",
+                                                    gcs_env, say))
+        for name in ("local", "gcs") if gcs else ("local",):
+            started = time.monotonic()
+            run = run_one(name, cluster, env, fixtures, work)
+            run.figures["scenario wall time"] = f"{time.monotonic() - started:.0f} s"
+            runs.append(run)
+            report(run)
+    return runs
+
+
+def report(run: Run) -> None:
+    width = max(len(k) for k in run.figures)
+    say(f"{run.name}: the scenario passed")
+    for key, value in run.figures.items():
+        say(f"    {key:<{width}}  {value}")

@@ -1,0 +1,274 @@
+"""The cadence rule (cadence.py): the period a copy gets from measured costs, step times,
+failures and memory, within the overhead budget; hostile measurements never break it."""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from elastic_api.models import DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT
+from elastic_trainer import cli
+from elastic_trainer.cadence import (
+    PROBE_PERIOD,
+    WARMUP_STEPS,
+    Cadence,
+    CadenceInputs,
+    Cadences,
+    choose_period,
+)
+
+BUDGET = 0.02
+
+
+def choose(costs: list[float], steps: list[float], max_period: int = 10_000, **kw: object):
+    return choose_period(CadenceInputs(BUDGET, costs, steps, max_period, **kw))  # type: ignore[arg-type]
+
+
+def test_the_shortest_period_within_the_budget():
+    # 3 ms a copy, 5 ms a step: 30 steps cost 3 / 150 = 2 %; 29 would cost more.
+    choice = choose([0.003] * 5, [0.005] * 10)
+    assert (choice.period, choice.reason) == (30, "WithinBudget")
+    assert choice.overhead is not None and choice.overhead <= BUDGET
+    assert BUDGET < 0.003 / (29 * 0.005)
+    # A cheap copy against a long step: every step.
+    assert choose([0.003] * 5, [0.9] * 10).period == 1
+
+
+def test_medians_of_the_newest_samples_so_one_slow_copy_does_not_decide():
+    assert choose([0.003, 0.003, 0.5, 0.003, 0.003], [0.005] * 10).period == 30
+    # Only the newest five costs count: older slow ones are forgotten.
+    assert choose([0.5] * 10 + [0.003] * 5, [0.005] * 10).period == 30
+
+
+def test_the_copy_getting_slower_lengthens_at_once_and_noise_does_not_shorten():
+    slower = choose([0.006] * 5, [0.005] * 10, current=30)
+    assert (slower.period, slower.reason) == (60, "CopySlowed")
+    # 27 is less than a quarter shorter than 30: kept.
+    assert choose([0.0027] * 5, [0.005] * 10, current=30).period == 30
+    assert choose([0.0015] * 5, [0.005] * 10, current=30).period == 15
+
+
+def test_failures_shorten_toward_young_daly_never_below_twice_the_copy():
+    # 50 ms a copy, 0.9 s a step: 3 steps within 2 %; one failure in 30 s:
+    # sqrt(2 x 0.05 x 30) = 1.73 s = 2 steps.
+    choice = choose([0.05] * 5, [0.9] * 10, failures=1, seconds_trained=30.0)
+    assert (choice.period, choice.reason) == (2, "YoungDaly")
+    # Failures every second: the optimum is below the copy itself; twice the copy instead.
+    floor = choose([0.05] * 5, [0.01] * 10, failures=10**6, seconds_trained=1.0,
+                   walls=[0.05] * 5)
+    assert floor.period == 10 and floor.reason == "YoungDaly"
+    # Rare failures: the budget's period is shorter, and stays.
+    assert choose([0.003] * 5, [0.005] * 10, failures=1, seconds_trained=1e6).reason == \
+        "WithinBudget"
+
+
+def test_never_sooner_than_twice_a_copy_lasts():
+    # A save that costs the steps nothing (paced steps) but lasts 150 ms: not every step.
+    choice = choose([0.0] * 5, [0.1] * 10, walls=[0.15] * 5)
+    assert (choice.period, choice.reason) == (3, "WithinBudget")
+    assert "lasts 150 ms" in choice.message
+    # Frequent failures do not go below it either.
+    assert choose([0.01] * 5, [0.1] * 10, walls=[0.15] * 5, failures=10**6,
+                  seconds_trained=1.0).period == 3
+    assert choose([0.0] * 5, [0.1] * 10, walls=[math.nan, -1.0]).period == 1
+
+
+def test_memory_pressure_lengthens():
+    tight = choose([0.003] * 5, [0.005] * 10, headroom=1.5)
+    assert (tight.period, tight.reason) == (60, "MemoryPressure")
+    none_left = choose([0.003] * 5, [0.005] * 10, max_period=500, headroom=0.4)
+    assert (none_left.period, none_left.reason) == (500, "MemoryPressure")
+    assert choose([0.003] * 5, [0.005] * 10, headroom=10.0).reason == "WithinBudget"
+
+
+def test_nothing_measured_yet_keeps_probing():
+    assert choose([], []).reason == "Measuring"
+    assert choose([], []).period == PROBE_PERIOD
+    assert choose([0.003], [], current=7).period == 7
+    assert choose([0.003], [0.0, 0.0]).reason == "Measuring"  # a 0 s step is no step
+
+
+HOSTILE = [math.nan, math.inf, -math.inf, -1.0, -1e-9, 1e308, 0.0, 5e-324]
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_hostile_samples_are_ignored_or_bounded(bad: float):
+    for choice in (
+        choose([bad] * 5, [0.005] * 10),
+        choose([0.003] * 5, [bad] * 10),
+        choose([0.003] * 5 + [bad], [0.005] * 10 + [bad]),
+        choose([0.003] * 5, [0.005] * 10, failures=3, seconds_trained=bad),
+        choose([0.003] * 5, [0.005] * 10, headroom=bad),
+    ):
+        assert 1 <= choice.period <= 10_000
+        assert isinstance(choice.period, int)
+
+
+def test_hostile_counts_and_types():
+    for failures in (-1, 0, True, 2**80):
+        choice = choose([0.003] * 5, [0.005] * 10, failures=failures, seconds_trained=10.0)
+        assert 1 <= choice.period <= 10_000
+    assert choose(["3", None, True], [0.005] * 10).reason == "Measuring"  # type: ignore[list-item]
+    for current in (0, -5, None):
+        assert choose([0.003] * 5, [0.005] * 10, current=current).period == 30  # type: ignore[arg-type]
+    # A huge cost against a tiny step: the longest period, no overflow.
+    assert choose([1e308] * 5, [5e-324] * 10, max_period=77).period == 77
+
+
+@pytest.mark.parametrize("budget", [0, -0.01, 0.51, math.nan, math.inf, True, "0.02"])
+def test_a_budget_outside_the_range_is_a_bug_of_the_caller(budget: object):
+    with pytest.raises(ValueError, match="overhead budget"):
+        choose_period(CadenceInputs(budget, [0.003], [0.005], 100))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("max_period", [0, -1, 1.5, True])
+def test_a_max_period_below_one_is_a_bug_of_the_caller(max_period: object):
+    with pytest.raises(ValueError, match="max_period"):
+        choose_period(CadenceInputs(0.02, [0.003], [0.005], max_period))  # type: ignore[arg-type]
+
+
+samples = st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40)
+
+
+@given(costs=samples, steps=samples, max_period=st.integers(1, 10**9),
+       budget=st.floats(min_value=1e-6, max_value=0.5),
+       failures=st.integers(-5, 10**12), seconds=st.floats(allow_nan=True),
+       headroom=st.none() | st.floats(allow_nan=True),
+       current=st.none() | st.integers(-5, 10**9))
+def test_any_measurements_give_a_period_within_bounds(costs, steps, max_period, budget,
+                                                      failures, seconds, headroom, current):
+    choice = choose_period(CadenceInputs(budget, costs, steps, max_period, current, failures,
+                                         seconds, headroom))
+    assert isinstance(choice.period, int) and 1 <= choice.period <= max_period
+    assert choice.reason in ("Measuring", "WithinBudget", "CopySlowed", "MemoryPressure",
+                             "YoungDaly")
+
+
+@given(cost=st.floats(1e-6, 10.0), step=st.floats(1e-4, 10.0),
+       budget=st.floats(0.001, 0.5))
+def test_within_budget_is_the_shortest_period_that_keeps_it(cost, step, budget):
+    choice = choose_period(CadenceInputs(budget, [cost], [step], 10**9))
+    assert choice.reason == "WithinBudget"
+    assert cost / (choice.period * step) <= budget * (1 + 1e-6)
+    if choice.period > 1:
+        assert cost / ((choice.period - 1) * step) > budget * (1 - 1e-6)
+
+
+def _cadence(period: int | None = None, steps: int = 1000) -> Cadence:
+    return Cadence(period, BUDGET, steps)
+
+
+def test_a_user_period_is_kept_and_zero_is_off():
+    fixed = _cadence(7)
+    assert [s for s in range(1, 30) if fixed.due(s)] == [7, 14, 21, 28]
+    fixed.add_step(0.005)
+    for _ in range(6):
+        fixed.add_cost(0.003)
+    assert fixed.decide().period == 2  # nothing chosen: decide() leaves it alone
+    assert fixed.period == 7
+    report = fixed.report()
+    assert (report.period_steps, report.chosen_by, report.reason) == (7, "User", "UserSet")
+    assert report.overhead_percent == pytest.approx(100 * 0.003 / (7 * 0.005), rel=1e-4)
+    off = _cadence(0)
+    assert not any(off.due(s) for s in range(1, 1000))
+    assert (off.report().period_steps, off.report().reason) == (0, "Off")
+
+
+def _probe_until_chosen(cadence: Cadence, cost: float, step_seconds: float) -> list[int]:
+    """Run the cadence's probes, each measured at `cost`; the steps copied."""
+    made = []
+    for step in range(1, 100):
+        cadence.add_step(step_seconds)
+        if cadence.due(step):
+            cadence.made(step)
+            made.append(step)
+            if cadence.add_cost(cost):
+                cadence.decide()
+        if not cadence.measuring:
+            break
+    return made
+
+
+def test_a_chosen_cadence_probes_after_warm_up_drops_the_first_then_decides():
+    cadence = _cadence()
+    assert cadence.chosen and cadence.measuring
+    assert not any(cadence.due(s) for s in range(WARMUP_STEPS))
+    made = _probe_until_chosen(cadence, 0.003, 0.005)
+    # The first probe after warm-up; its sample is dropped; the second decides.
+    assert made == [WARMUP_STEPS, WARMUP_STEPS + PROBE_PERIOD]
+    assert (cadence.period, cadence.choice.reason) == (30, "WithinBudget")
+    last = made[-1]
+    assert not cadence.due(last + 29) and cadence.due(last + 30)
+    report = cadence.report()
+    assert (report.chosen_by, report.reason, report.budget_percent) == ("Trainer",
+                                                                         "WithinBudget", 2.0)
+    assert report.overhead_percent is not None and report.overhead_percent <= 2.0
+
+
+def test_a_probe_waits_for_the_one_before_and_for_quiet():
+    cadence = _cadence()
+    assert cadence.due(WARMUP_STEPS)
+    assert not cadence.due(WARMUP_STEPS, quiet=False)  # another copy in flight: later
+    cadence.made(WARMUP_STEPS)
+    assert not cadence.due(WARMUP_STEPS + 10)  # its cost has not come back
+    cadence.lost()  # the copy failed: no measurement, probe again
+    assert cadence.due(WARMUP_STEPS + 10)
+
+
+def test_an_attempt_warms_up_again_and_counts_from_the_restored_step():
+    cadence = _cadence()
+    _probe_until_chosen(cadence, 0.003, 0.005)
+    cadence.made(100)
+    cadence.attempt_started(90)  # restored step 90
+    assert not cadence.due(90 + WARMUP_STEPS - 1)
+    assert not cadence.due(119) and cadence.due(120)
+    cadence.made(120)
+    cadence.attempt_started(120)
+    assert cadence._probes_pending == 0  # a copy in flight when the attempt failed is gone
+
+
+def test_cadences_take_what_the_copies_measured():
+    snapshot_costs: deque[tuple[int, float | None, float | None]] = deque()
+    save_costs: deque[tuple[int, float | None, float | None]] = deque()
+    cadences = Cadences(_cadence(), _cadence(), snapshot_costs, save_costs)
+    for _ in range(20):
+        cadences.step_done(0.010)
+    assert list(cadences.snapshot.step_seconds) == list(cadences.checkpoint.step_seconds)
+    for wall in (1.0, 0.2):  # the first sample of each kind is dropped
+        snapshot_costs.append((21, 0.003, 0.004))
+        save_costs.append((21, wall, wall))
+        changed = cadences.measured()
+    assert changed == [cadences.snapshot, cadences.checkpoint]
+    assert (list(cadences.snapshot.costs), list(cadences.snapshot.walls)) == ([0.003], [0.004])
+    assert (list(cadences.checkpoint.costs), list(cadences.checkpoint.walls)) == ([0.2], [0.2])
+    save_costs.append((22, None, None))  # a failed save: no sample
+    assert cadences.measured() == []
+
+
+def test_checkpoint_probes_wait_for_the_snapshot_ones():
+    cadences = Cadences(_cadence(), _cadence(), deque(), deque())
+    step = WARMUP_STEPS
+    assert cadences.due(step, snapshot_busy=False, saving=False) == (True, False)
+    cadences.snapshot.made(step)
+    assert cadences.due(step + 2, snapshot_busy=True, saving=False) == (False, False)
+    # Snapshots off: the checkpoint probes at once.
+    off = Cadences(_cadence(0), _cadence(), deque(), deque())
+    assert off.due(step, snapshot_busy=False, saving=False) == (False, True)
+
+
+def test_the_trainer_flag_and_the_api_share_the_budget_defaults():
+    assert cli.DEFAULT_OVERHEAD_BUDGET_PERCENT == DEFAULT_OVERHEAD_BUDGET_PERCENT
+    assert cli.MAX_OVERHEAD_BUDGET_PERCENT == MAX_OVERHEAD_BUDGET_PERCENT
+
+
+def test_a_new_attempt_does_not_measure_the_copies_of_the_failed_one():
+    snapshot_costs: deque[tuple[int, float | None, float | None]] = deque()
+    save_costs: deque[tuple[int, float | None, float | None]] = deque()
+    cadences = Cadences(_cadence(), _cadence(), snapshot_costs, save_costs)
+    save_costs.append((25, 0.2, 0.2))
+    snapshot_costs.append((25, 0.003, 0.004))
+    cadences.attempt_started(20)  # rewound to step 20
+    assert not save_costs and not snapshot_costs and cadences.measured() == []
