@@ -35,7 +35,7 @@ from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Ca
 from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.core.eviction import PodsReadyTimeouts
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
-from elastic_operator.kube import Kube
+from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.node_index import NodeIndex
@@ -163,6 +163,8 @@ class Operator:
         while not self._stopping.wait(POOL_SWEEP_INTERVAL_S):
             try:
                 self.gate.call(warden.sweep)
+            except NotLeading as e:  # deposed mid-sweep: the new leader sweeps
+                logger.warning("node pool sweep stopped: %s", e)
             except Exception:
                 logger.exception("node pool sweep failed; retrying in %.0f s",
                                  POOL_SWEEP_INTERVAL_S)
@@ -230,6 +232,8 @@ def build_operator(
                             quarantine_pools=settings.quarantine_pools,
                             pods_ready=settings.pods_ready)
     elector = _elector(kube, metrics, election, started, clock) if election is not None else None
+    if elector is not None:  # a reconcile that outlives the leadership writes no more
+        kube.client.may_write = elector.is_leader
     gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
     scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers,
                           on_wait=metrics.queue_wait.observe)

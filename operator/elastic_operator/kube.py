@@ -10,7 +10,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from elastic_api.kube import ApiError, KubeClient, WatchStalled, job_path, resource_path
+from elastic_api.kube import (
+    ApiError,
+    KubeClient,
+    NotLeading,
+    WatchStalled,
+    job_path,
+    resource_path,
+)
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
     GROUP,
@@ -26,7 +33,7 @@ from elastic_api.names import (
 )
 from elastic_operator.core.events import StatusEvent
 
-__all__ = ["ApiError", "Kube", "WatchStalled", "collection_path", "job_path"]
+__all__ = ["ApiError", "Kube", "NotLeading", "WatchStalled", "collection_path", "job_path"]
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
@@ -141,7 +148,8 @@ class Kube:
                      timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         """Create the Lease; ApiError 409 if another replica created it first."""
         created: dict[str, Any] = self.client.create(
-            resource_path(LEASE_API, "leases", namespace), lease, timeout_s=timeout_s)
+            resource_path(LEASE_API, "leases", namespace), lease, timeout_s=timeout_s,
+            fenced=False)
         return created
 
     def patch_lease(self, namespace: str, name: str, spec: dict[str, Any],
@@ -152,7 +160,7 @@ class Kube:
         patched: dict[str, Any] = self.client.patch(
             _lease_path(namespace, name),
             {"metadata": {"resourceVersion": resource_version}, "spec": spec},
-            timeout_s=timeout_s)
+            timeout_s=timeout_s, fenced=False)
         return patched
 
     def list_worker_jobs(self, namespace: str | None, label_selector: str, *, limit: int,

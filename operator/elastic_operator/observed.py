@@ -340,6 +340,13 @@ class ObservedPool:
         return next((n.quarantined for n in self.nodes if n.quarantined), None)
 
     @property
+    def partly_quarantined(self) -> bool:
+        """Some nodes labelled, not all: a quarantine (or a release) cut short. Pods that
+        avoid quarantined nodes would land on the rest and could not all fit."""
+        labelled = sum(1 for n in self.nodes if n.quarantined)
+        return 0 < labelled < len(self.nodes)
+
+    @property
     def cause(self) -> QuarantineCause | None:
         return next((n.quarantine_cause for n in self.nodes if n.quarantine_cause), None)
 

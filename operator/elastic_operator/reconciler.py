@@ -45,7 +45,7 @@ from elastic_operator.core.plan import (
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.slices import worker_pods_by_slice
 from elastic_operator.core.status import compute_status, invalid_spec_status
-from elastic_operator.kube import ApiError, Kube
+from elastic_operator.kube import ApiError, Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.observations import Observations
@@ -131,6 +131,9 @@ class Reconciler:
         started = self.clock.monotonic()
         try:
             self._reconcile_fresh(namespace, name)
+            return True
+        except NotLeading as e:  # the new leader does what is left
+            logger.warning("reconcile of %s/%s stopped: %s", namespace, name, e)
             return True
         except ApiError as e:
             if e.is_not_found(GROUP, PLURAL) or e.namespace_terminating:
@@ -258,10 +261,7 @@ class Reconciler:
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
             checkpoint=self.observations.checkpoint(namespace, name,
                                                     job.spec.checkpoint.directory),
-            workload=workload, pools=self._pools(job),
-            # A record open: whether its Job is being deleted decides when it closes.
-            jobs=self._worker_jobs((namespace, name), jobset.name)
-            if jobset is not None and needs_jobs(parsed.previous) else {})
+            workload=workload, pools=self._pools(job))
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,

@@ -1,20 +1,31 @@
 """Chaos: a simulated ElasticTrainingJob trains to completion with the real operator and
 the real trainer (both subprocesses) while a seeded random sequence of faults hits it.
 
+The operator runs as the chart deploys it: two replicas electing a leader on the chart's
+Lease, with the chart's RBAC and arguments, each with a ServiceAccount token of its own
+(the API server's audit log tells their writes apart: tests/support/ha_faults.py).
+
 Faults: a worker pod failed, a worker pod force-deleted, a node NotReady then Ready, two
-slices failed at once, the operator SIGKILLed and restarted, every API connection of the
-operator and the trainer cut (they talk to the API server through a TCP proxy) with a pod
-failed right after, a slice lost while a checkpoint is being written, and the trainer
+slices failed at once, the leader SIGKILLed and restarted at once, every API connection of
+the operators and the trainer cut (they talk to the API server through a TCP proxy) with a
+pod failed right after, a slice lost while a checkpoint is being written, the trainer
 SIGKILLed while a checkpoint is being written (a new trainer process takes over, as when
-the head container restarts). The short run (in `make test`) injects each kind once, in a
+the head container restarts), and what HA adds (HA_KINDS, each with a slice failure): the
+leader SIGKILLed (the standby takes over), the leader SIGSTOPped longer than its lease in
+the middle of a slice replacement (woken, it must write nothing), the operator's
+ServiceAccount throttled by API Priority and Fairness (429 + Retry-After, honoured), and
+the API server restarted. The short run (in `make test`) injects each kind once, in a
 seeded order on seeded slices. ETJ_SOAK_SECONDS=<n> turns it into the soak (`make soak`):
-random faults for about n seconds of a longer run. ETJ_CHAOS_SEED=<int> replays a sequence
-(the seed is printed either way).
+each kind once, the HA kinds a second time, then random faults for about n seconds of a
+longer run. ETJ_CHAOS_SEED=<int> replays a sequence (the seed is printed either way).
 
 Asserts: the trainer exits 0 with the parameters of an undisturbed run of the same steps;
 the JobSet never restarted; the job's counters never went backwards, across operator and
 trainer restarts; every slice the trainer lost was one we hit, and the operator counted
-each elastic event; every slice we hit shows up in a SliceDown event on the job. For the
+each elastic event; every slice failure was counted once (sliceFailures) with one
+SliceReplacing event, and shows up in a SliceDown event on the job; a woken leader made
+no write the API server accepted, and no write was sent again sooner than its
+Retry-After. For the
 checkpoints (watched on disk all through the run): a committed step disappears only by
 retention (`keep` newer ones exist), the newest committed step never goes backwards, a
 fault during a write fails that write and nothing else, every restore from a checkpoint
@@ -27,42 +38,44 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
+import urllib3
 from kubernetes import client
 
 from elastic_api import GROUP, PLURAL, VERSION
-from elastic_devtools.demo.run import _head_command, _stop
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 from tests.builders import etj
+from tests.support.chart import ChartReplicas
+from tests.support.ha_faults import HaFaults
+from tests.support.trainer_run import Reference, TrainerProcesses, head_command
 
 pytestmark = pytest.mark.cluster
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 JOB = "chaos"
 JOB_LABEL = "elastic.pathways.dev/job-name"
 SLICES = 3
 STEP_SECONDS = 0.05
 SOAK_SECONDS = float(os.environ.get("ETJ_SOAK_SECONDS") or 0)
-# Short run: ~25 s of paced steps, plenty for five faults gated on progress (the trainer
-# pauses while a slice is down, so steps are consumed only between faults). A fault with
-# its recovery and the 25 steps after it took ~13 s here (~3 steps/s of soak): 4 steps per
-# soak second keeps faults coming for the whole soak without a long quiet tail.
-STEPS = max(500, int(SOAK_SECONDS * 4)) if SOAK_SECONDS else 500
+# Short run: ~80 s of paced steps, enough for the twelve faults gated on progress (the
+# trainer pauses while a slice is down, but trains on through a leader's takeover, a
+# throttle or an API server restart: those faults take 100-200 steps). The short run
+# consumed ~6.5 steps per second of faults here: 7 steps per soak second keeps faults
+# coming for the whole soak without a long quiet tail.
+STEPS = max(1600, int(SOAK_SECONDS * 7)) if SOAK_SECONDS else 1600
 STEPS_BETWEEN_FAULTS = 25  # at least two checkpoints / five snapshots between faults
 # The Job controller delays a worker Job's replacement pod 10 s x 2^(failures - 1), up to
 # 10 min (Kubernetes 1.34, MaxJobPodFailureBackOff), and only a succeeded pod resets the
@@ -71,7 +84,11 @@ STEPS_BETWEEN_FAULTS = 25  # at least two checkpoints / five snapshots between f
 RECOVERY_TIMEOUT = 900 if SOAK_SECONDS else 180
 KINDS = ("fail_pod", "delete_pod", "node_not_ready", "two_slices", "operator_kill",
          "connections_dropped", "slice_down_during_checkpoint_write",
-         "trainer_killed_during_checkpoint_write")
+         "trainer_killed_during_checkpoint_write",
+         # What the chart's two replicas add (tests/support/ha_faults.py):
+         "leader_killed", "leader_stopped", "apiserver_throttled", "apiserver_restarted")
+HA_KINDS = KINDS[-4:]
+WITHOUT_SLICES = ("operator_kill", "trainer_killed_during_checkpoint_write")
 CHECKPOINT_PERIOD, CHECKPOINT_KEEP = 10, 3
 # The simulated slices take this long to write their shards: long enough for the fault
 # to land inside the write (and for the trainer to learn of it), short enough that a
@@ -86,6 +103,7 @@ class Fault:
     slices: list[int]
     at_step: int = -1
     detail: str = ""
+    hits: int = 0  # slice failures injected, over all its tries
 
 
 @dataclass
@@ -118,8 +136,8 @@ class Sampler:
                 job = custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, JOB)
                 jobset = custom.get_namespaced_custom_object(
                     "jobset.x-k8s.io", "v1alpha2", self.ns, "jobsets", JOB)
-            except client.ApiException:
-                continue  # not created yet, or the API server briefly busy
+            except Exception:  # not created yet, or the API server busy or restarting
+                continue
             status = job.get("status") or {}
             self.latest = status
             recovery = status.get("lastRecovery") or {}
@@ -227,57 +245,18 @@ class CheckpointWatcher:
         return step
 
 
-class TrainerProcesses:
-    """The trainer (`etj train`, as the head pod's main container runs it) as a child
-    process; `restart` after `kill` plays the head container restarting."""
-
-    def __init__(self, command: list[str], env: dict[str, str], tmp_path: Path) -> None:
-        self.command, self.env, self.tmp_path = command, env, tmp_path
-        self.summary = tmp_path / "trainer.json"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started = 0
-
-    @property
-    def log(self) -> Path:
-        return self.tmp_path / f"trainer-{self.started}.log"
-
-    def start(self) -> None:
-        self.started += 1
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [*self.command, "--summary", str(self.summary)], env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def poll(self) -> int | None:
-        assert self.proc is not None
-        return self.proc.poll()
-
-    def write_failures(self) -> int:
-        """Failed checkpoint writes the current process has logged: cut by a slice loss
-        (an elastic event) or failed otherwise."""
-        text = self.log.read_text(errors="replace")
-        return text.count("was cut by a slice loss") + text.count("checkpoint write failed")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            _stop(self.proc)
-
-
 def plan_faults(rng: random.Random, soak: bool) -> list[Fault]:
     kinds = list(KINDS)
     rng.shuffle(kinds)
-    if soak:  # a long random tail after one of each; the soak stops drawing when time is up
-        kinds += [rng.choice(KINDS) for _ in range(1000)]
+    if soak:  # the HA kinds twice, then a long random tail (drawn until time is up)
+        again = list(HA_KINDS)
+        rng.shuffle(again)
+        kinds += again + [rng.choice(KINDS) for _ in range(1000)]
     plan = []
     for kind in kinds:
         if kind == "two_slices":
             plan.append(Fault(kind, sorted(rng.sample(range(SLICES), 2))))
-        elif kind in ("operator_kill", "trainer_killed_during_checkpoint_write"):
+        elif kind in WITHOUT_SLICES:
             plan.append(Fault(kind, []))
         else:
             plan.append(Fault(kind, [rng.randrange(SLICES)]))
@@ -303,12 +282,15 @@ def proxied(cluster: Cluster, proxy: TcpProxy, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def operator(cluster: Cluster, api: client.ApiClient, proxied: Path,
-             tmp_path: Path) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(proxied, tmp_path / "operator.log")
-    proc.start()
-    yield proc
-    proc.stop()
+def operators(cluster: Cluster, api: client.ApiClient, namespace: str, proxy: TcpProxy,
+              tmp_path: Path) -> Iterator[ChartReplicas]:
+    """The chart's two replicas, each with its own token, through the proxy."""
+    def through_proxy(kubeconfig: Path) -> Path:
+        return proxied_kubeconfig(kubeconfig, proxy, kubeconfig.with_suffix(".proxied"))
+
+    with ChartReplicas(cluster, api, namespace, tmp_path, kubeconfig=through_proxy
+                       ).running() as replicas:
+        yield replicas
 
 
 def job_manifest(ns: str, checkpoint_dir: Path) -> dict[str, Any]:
@@ -322,17 +304,6 @@ def job_manifest(ns: str, checkpoint_dir: Path) -> dict[str, Any]:
                      args=["--min-step-seconds", str(STEP_SECONDS), "--report-interval", "0.5",
                            "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS)])
             .without("pathways").obj())
-
-
-def _cli(command: list[str]) -> list[str]:
-    assert command[0] == "etj", command
-    return [sys.executable, "-m", "elastic_api.cli", *command[1:]]
-
-
-def _flag(command: list[str], flag: str, value: str) -> list[str]:
-    out = list(command)
-    out[out.index(flag) + 1] = value
-    return out
 
 
 def worker_pods(api: client.ApiClient, ns: str, index: int) -> list[client.V1Pod]:
@@ -363,7 +334,7 @@ class Chaos:
 
     api: client.ApiClient
     ns: str
-    operator: OperatorProcess
+    ha: HaFaults
     trainer: TrainerProcesses
     proxy: TcpProxy
     checkpoints: CheckpointWatcher
@@ -371,9 +342,9 @@ class Chaos:
     not_ready_nodes: list[str] = field(default_factory=list)
 
 
-@pytest.mark.timeout(int(SOAK_SECONDS * 3) + 900 if SOAK_SECONDS else 720)
+@pytest.mark.timeout(int(SOAK_SECONDS * 3) + 900 if SOAK_SECONDS else 900)
 def test_chaos_training_survives_random_faults(
-        cluster: Cluster, api: client.ApiClient, namespace: str, operator: OperatorProcess,
+        cluster: Cluster, api: client.ApiClient, namespace: str, operators: ChartReplicas,
         proxy: TcpProxy, proxied: Path, tmp_path: Path) -> None:
     seed = int(os.environ.get("ETJ_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
     print(f"\nchaos seed {seed} (replay: ETJ_CHAOS_SEED={seed}); steps {STEPS}; "
@@ -385,23 +356,20 @@ def test_chaos_training_survives_random_faults(
 
     checkpoint_dir = tmp_path / "checkpoints"
     manifest = job_manifest(namespace, checkpoint_dir)
-    command = _cli(_head_command(manifest))
+    command = head_command(manifest)
     # The reference: the same run without faults and without the cluster, in parallel.
-    reference_cmd = _flag(_flag(command, "--slice-health", "schedule"),
-                          "--checkpoint-dir", str(tmp_path / "reference-checkpoints"))
-    reference_env = {k: v for k, v in os.environ.items()
-                     if not k.startswith("ETJ_JOB") and k != "KUBECONFIG"}
-    reference_log = (tmp_path / "reference.log").open("wb")
-    reference = subprocess.Popen(
-        [*reference_cmd, "--summary", str(tmp_path / "reference.json")], env=reference_env,
-        stdout=reference_log, stderr=subprocess.STDOUT, start_new_session=True)
+    reference = Reference(command, tmp_path)
+    reference_cmd, reference_env = reference.command, reference.env
 
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
 
-    def status() -> dict[str, Any]:
+    def read_status() -> dict[str, Any]:
         got: dict[str, Any] = custom.get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, JOB).get("status") or {}
         return got
+
+    def status() -> dict[str, Any]:
+        return _retrying(read_status)
 
     wait_for(lambda: status().get("slicesReady") == SLICES, RECOVERY_TIMEOUT,
              "3 ready slices", interval=0.5)
@@ -413,7 +381,8 @@ def test_chaos_training_survives_random_faults(
     trainer.start()
     sampler = Sampler(api, namespace)
     sampler.start()
-    chaos = Chaos(api, namespace, operator, trainer, proxy, checkpoints, status)
+    ha = HaFaults(cluster, api, namespace, operators, status)
+    chaos = Chaos(api, namespace, ha, trainer, proxy, checkpoints, status)
     injected: list[Fault] = []
     started = time.monotonic()
 
@@ -453,27 +422,28 @@ def test_chaos_training_survives_random_faults(
         rc = wait_for(lambda: trainer.poll() is not None and [trainer.poll()],
                       RECOVERY_TIMEOUT + STEPS * STEP_SECONDS * 2,
                       "the trainer to finish", interval=0.5)[0]
-        wait_for(lambda: reference.poll() is not None, 300 + STEPS * STEP_SECONDS * 2,
-                 "the reference run")
+        reference.wait(300 + STEPS * STEP_SECONDS * 2)
     finally:
         for node in chaos.not_ready_nodes:
             faults.make_node_ready(api, node)
-        if operator.proc is None or operator.proc.poll() is not None:
-            operator.start()
+        for proc in operators.procs:  # the final counts need a leader
+            proc.resume()
+            if not proc.running:
+                proc.start()
         sampler.stop()
         checkpoints.stop()
         trainer.stop()
-        _stop(reference)
-        reference_log.close()
+        reference.stop()
 
-    logs = f"(logs: {tmp_path}/trainer-*.log, operator.log)"
-    wanted = len(KINDS) if not SOAK_SECONDS else 1
-    assert len(injected) >= wanted, \
-        f"only {[f.kind for f in injected]} injected before the trainer finished {logs}"
+    ha.next_fault()  # the last quiet window ends with the run
+    logs = f"(logs: {tmp_path}/trainer-*.log, operator-*.log)"
+    kinds = [f.kind for f in injected]
+    assert set(kinds) == set(KINDS), f"only {kinds} injected before the trainer finished {logs}"
+    if SOAK_SECONDS:
+        assert all(kinds.count(k) >= 2 for k in HA_KINDS), f"HA kinds not twice: {kinds}"
     assert rc == 0, f"trainer exited {rc} {logs}"
-    assert reference.returncode == 0, f"reference run failed (log: {tmp_path}/reference.log)"
+    expected = reference.summary()
     summary = json.loads(trainer.summary.read_text())
-    expected = json.loads((tmp_path / "reference.json").read_text())
     assert summary["final_step"] == expected["final_step"] == STEPS
     assert summary["params_digest"] == expected["params_digest"], \
         f"parameters differ from the undisturbed run {logs}"
@@ -511,9 +481,16 @@ def test_chaos_training_survives_random_faults(
     for fault in injected:
         for index in fault.slices:
             assert any(f"slice {index} " in m for m in slice_down), (fault, slice_down)
-    # Each injection waited for the operator to count its slices as restarted.
-    slice_faults = sum(len(f.slices) for f in injected)
-    assert final["counters"]["sliceFailures"] >= slice_faults, final["counters"]
+    # Each injection waited for the operator to count its slices as restarted: every
+    # failure counted once, whichever replica saw it, with one SliceReplacing (a write
+    # fault that came too late is tried again: a failure per try).
+    slice_faults = sum(f.hits for f in injected)
+    assert final["counters"]["sliceFailures"] == slice_faults, final["counters"]
+    replacing = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={JOB},reason=SliceReplacing").items
+    assert sum(e.count or 1 for e in replacing) == slice_faults, [e.message for e in replacing]
+    # The woken leaders wrote nothing; Retry-After was honoured (the API server's audit log).
+    assert ha.audit_problems() == []
 
     # A replaced trainer process shows up too: counted once, with an event.
     restarted = [e for e in core.list_namespaced_event(
@@ -523,7 +500,7 @@ def test_chaos_training_survives_random_faults(
         [e.message for e in restarted]
 
     _print_figures(seed, injected, summary, trainer, checkpoints, final,
-                   list(sampler.recoveries.values()), tmp_path)
+                   list(sampler.recoveries.values()), ha, tmp_path)
 
     # Checkpoints: none lost, none half-loaded.
     assert checkpoints.problems == [], checkpoints.problems
@@ -546,7 +523,7 @@ def test_chaos_training_survives_random_faults(
 
 def _print_figures(seed: int, injected: list[Fault], summary: dict[str, Any],
                    trainer: TrainerProcesses, checkpoints: CheckpointWatcher,
-                   final: dict[str, Any], recoveries: list[dict[str, Any]],
+                   final: dict[str, Any], recoveries: list[dict[str, Any]], ha: HaFaults,
                    tmp_path: Path) -> None:
     """The run in numbers (docs/benchmarks.md quotes a soak's), also as chaos.json.
     Recoveries are the operator's (status.lastRecovery, sampled all through the run)."""
@@ -564,6 +541,7 @@ def _print_figures(seed: int, injected: list[Fault], summary: dict[str, Any],
         "downtime_seconds": {"p50": _pct(downtimes, 50), "p90": _pct(downtimes, 90),
                              "max": downtimes[-1] if downtimes else None},
         "steps_lost": {"p50": _pct(lost, 50), "max": lost[-1] if lost else None},
+        "ha": ha.figures(),
     }
     (tmp_path / "chaos.json").write_text(json.dumps(figures, indent=1))
     print(f"\nchaos figures ({tmp_path / 'chaos.json'}):\n"
@@ -582,40 +560,68 @@ def _inject(chaos: Chaos, fault: Fault) -> bool:
     """Inject one fault and wait until it has been seen (SliceDown naming the slices, a
     failed checkpoint write, a new trainer process started from the newest committed
     checkpoint). False when a fault meant for a checkpoint write came too late for it."""
-    api, ns, status = chaos.api, chaos.ns, chaos.status
+    chaos.ha.next_fault()
     if fault.kind == "operator_kill":
-        chaos.operator.kill()
-        chaos.operator.start()
+        fault.detail = chaos.ha.operator_kill()
         return True
     if fault.kind == "trainer_killed_during_checkpoint_write":
-        writing = chaos.checkpoints.wait_for_write(60)
-        chaos.trainer.kill()
-        committed = chaos.checkpoints.latest()
-        fault.detail = f"during the write of step {writing}; newest committed {committed}"
-        chaos.trainer.start()
-        started = wait_for(lambda: _started_from(chaos.trainer.log), 120,
-                           f"the new trainer process to start (log {chaos.trainer.log})")
-        assert started == (committed, "checkpoint"), \
-            f"the new process started from {started}, not the newest committed step " \
-            f"{committed} (the write of {writing} was cut)"
-        fault.detail += f"; the new process started from {started[0]}"
-        return True
-    before = _restarts(status())
-    victims = {i: worker_pods(api, ns, i)[0] for i in fault.slices}
+        return _trainer_killed(chaos, fault)
+    before = _restarts(chaos.status())
+    victims = {i: worker_pods(chaos.api, chaos.ns, i)[0] for i in fault.slices}
     if fault.kind == "node_not_ready":
-        (pod,) = victims.values()
-        node = pod.spec.node_name
-        # Every slice with a worker on that node goes down with it.
-        fault.slices = sorted({i for i in range(SLICES)
-                               if any(p.spec.node_name == node for p in worker_pods(api, ns, i))})
-        fault.detail = f"node {node}"
-        chaos.not_ready_nodes.append(node)
-        faults.make_node_not_ready(api, node)
-        _wait_slice_down(status, before, fault.slices)
-        faults.make_node_ready(api, node)
-        chaos.not_ready_nodes.remove(node)
-        faults.wait_for_node_ready(api, node, True)
-        return True
+        return _node_not_ready(chaos, fault, before, next(iter(victims.values())))
+    if fault.kind in HA_KINDS:
+        return _ha_fault(chaos, fault, before, victims)
+    return _slice_fault(chaos, fault, before, victims)
+
+
+def _trainer_killed(chaos: Chaos, fault: Fault) -> bool:
+    writing = chaos.checkpoints.wait_for_write(60)
+    chaos.trainer.kill()
+    committed = chaos.checkpoints.latest()
+    fault.detail = f"during the write of step {writing}; newest committed {committed}"
+    chaos.trainer.start()
+    started = wait_for(lambda: _started_from(chaos.trainer.log), 120,
+                       f"the new trainer process to start (log {chaos.trainer.log})")
+    assert started == (committed, "checkpoint"), \
+        f"the new process started from {started}, not the newest committed step " \
+        f"{committed} (the write of {writing} was cut)"
+    fault.detail += f"; the new process started from {started[0]}"
+    return True
+
+
+def _node_not_ready(chaos: Chaos, fault: Fault, before: dict[int, int],
+                    pod: client.V1Pod) -> bool:
+    api, ns = chaos.api, chaos.ns
+    node = pod.spec.node_name
+    # Every slice with a worker on that node goes down with it.
+    fault.slices = sorted({i for i in range(SLICES)
+                           if any(p.spec.node_name == node for p in worker_pods(api, ns, i))})
+    fault.detail = f"node {node}"
+    chaos.not_ready_nodes.append(node)
+    fault.hits += len(fault.slices)
+    faults.make_node_not_ready(api, node)
+    _wait_slice_down(chaos.status, before, fault.slices)
+    faults.make_node_ready(api, node)
+    chaos.not_ready_nodes.remove(node)
+    faults.wait_for_node_ready(api, node, True)
+    return True
+
+
+def _fail_pods(chaos: Chaos, fault: Fault, victims: dict[int, client.V1Pod],
+               delete: bool = False) -> str:
+    fault.hits += len(victims)
+    for pod in victims.values():
+        name = pod.metadata.name
+        if delete:
+            faults.delete_pod(chaos.api, chaos.ns, name, force=True)
+        else:
+            _retrying(lambda name=name: faults.fail_pod(chaos.api, chaos.ns, name))
+    return " ".join(f"pod {p.metadata.name}" for p in victims.values())
+
+
+def _slice_fault(chaos: Chaos, fault: Fault, before: dict[int, int],
+                 victims: dict[int, client.V1Pod]) -> bool:
     write_failures = chaos.trainer.write_failures()
     if fault.kind == "connections_dropped":
         cut = chaos.proxy.drop_connections()
@@ -623,13 +629,8 @@ def _inject(chaos: Chaos, fault: Fault) -> bool:
         fault.detail = f"{cut} connections cut, then "
     elif fault.kind == "slice_down_during_checkpoint_write":
         fault.detail = f"during the write of step {chaos.checkpoints.wait_for_write(60)}, "
-    for pod in victims.values():
-        fault.detail += f"pod {pod.metadata.name} "
-        if fault.kind == "delete_pod":
-            faults.delete_pod(api, ns, pod.metadata.name, force=True)
-        else:
-            faults.fail_pod(api, ns, pod.metadata.name)
-    _wait_slice_down(status, before, fault.slices)
+    fault.detail += _fail_pods(chaos, fault, victims, delete=fault.kind == "delete_pod")
+    _wait_slice_down(chaos.status, before, fault.slices)
     if fault.kind == "slice_down_during_checkpoint_write":
         # The trainer fails the write (the slice's shards are lost) once it settles its
         # checkpoints for the recovery; a fault that came after the write ended fails none.
@@ -637,9 +638,53 @@ def _inject(chaos: Chaos, fault: Fault) -> bool:
             wait_for(lambda: chaos.trainer.write_failures() > write_failures, 20,
                      "the trainer to fail the checkpoint write", interval=0.1)
         except TimeoutError:
-            fault.detail += "(came after the write: tried again) "
+            fault.detail += " (came after the write: tried again)"
             return False
     return True
+
+
+def _ha_fault(chaos: Chaos, fault: Fault, before: dict[int, int],
+              victims: dict[int, client.V1Pod]) -> bool:
+    def fail() -> str:
+        return _fail_pods(chaos, fault, victims)
+
+    def slice_down() -> None:
+        _wait_slice_down(chaos.status, before, fault.slices, RECOVERY_TIMEOUT)
+
+    def replacing() -> bool:
+        """The leader recorded the replacement of every slice hit; not done yet."""
+        slices = {s["index"]: s for s in chaos.status().get("slices") or []}
+        return all(slices.get(i, {}).get("restarts", 0) > before.get(i, 0)
+                   and slices[i].get("replacement") is not None for i in fault.slices)
+
+    ha = chaos.ha
+    if fault.kind == "leader_killed":
+        fault.detail = ha.leader_killed(fail, slice_down)
+    elif fault.kind == "leader_stopped":
+        fault.detail = ha.leader_stopped(fail, replacing)
+    elif fault.kind == "apiserver_throttled":
+        fault.detail = ha.apiserver_throttled(fail, slice_down,
+                                              lambda: _healthy(chaos.status()),
+                                              RECOVERY_TIMEOUT)
+    else:
+        assert fault.kind == "apiserver_restarted", fault.kind
+        fault.detail = ha.apiserver_restarted(fail, slice_down)
+    return True
+
+
+def _retrying(call: Callable[[], T], timeout: float = 60) -> T:
+    """`call()`, again while the API server is not answering (restarting: refused
+    connections, 503s, a custom resource not served yet) for up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+            status = getattr(err, "status", None)
+            if status not in (None, 404, 429, 500, 502, 503, 504) \
+                    or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 _STARTED = re.compile(r"attempt 0: .* start at step (\d+) \((\w+),")
@@ -655,7 +700,7 @@ def _restarts(status: dict[str, Any]) -> dict[int, int]:
 
 
 def _wait_slice_down(status: Callable[[], dict[str, Any]], before: dict[int, int],
-                     slices: list[int]) -> None:
+                     slices: list[int], timeout: float = 60) -> None:
     """The operator counts a slice failure as a restart of that slice (never undone)."""
     wait_for(lambda: all(_restarts(status()).get(i, 0) > before.get(i, 0) for i in slices),
-             60, f"the operator to see slices {slices} down", interval=0.1)
+             timeout, f"the operator to see slices {slices} down", interval=0.1)

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +31,7 @@ from elastic_devtools.localcluster.cluster import free_port
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.versions import cache_dir, load_versions
 from tests.service_accounts import token_kubeconfig
+from tests.support.chart import chart_rbac, helm_template, only, operator_args, unique_release
 
 if TYPE_CHECKING:
     from elastic_devtools.localcluster import Cluster
@@ -66,39 +66,10 @@ def apply_docs(cluster: Cluster, docs: list[dict[str, Any]], *extra: str) -> Non
     assert result.returncode == 0, f"kubectl apply failed:\n{result.stderr}"
 
 
-def helm_template(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
-    version = load_versions()["HELM_VERSION"]
-    helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
-    if not os.access(helm, os.X_OK):
-        pytest.fail(f"helm {version} not found at {helm}: run hack/build-control-plane.sh")
-    args = [str(helm), "template", release, str(CHART), "--namespace", namespace]
-    for value in values:
-        args += ["--set", value]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
-
-
 def client_for(kubeconfig: Path) -> Any:
     from kubernetes import config
 
     return config.new_client_from_config(config_file=str(kubeconfig))
-
-
-def operator_args(deployment: dict[str, Any], namespace: str) -> list[str]:
-    """The chart's container args, with the scope narrowed to the test's namespace and
-    free local ports (the session cluster is shared with other tests)."""
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    args = []
-    for arg in container["args"]:
-        if arg == "--all-namespaces" or arg.startswith("--namespace"):
-            continue
-        if arg.startswith("--liveness-port") or arg.startswith("--metrics-port"):
-            continue
-        if arg.startswith("--log-format"):
-            arg = "--log-format=text"
-        args.append(arg)
-    return [*args, f"--namespace={namespace}"]
 
 
 @contextlib.contextmanager
@@ -277,12 +248,6 @@ def installed(cluster: Cluster) -> list[dict[str, Any]]:
     return docs
 
 
-def only(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
-    return found[0]
-
-
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="etj-install-") as d:
@@ -388,18 +353,6 @@ def test_install_manifest_operator_takes_a_job_through_a_slice_failure(
     args = operator_args(only(installed, "Deployment"), namespace)
     with running_operator(args, kubeconfig, workdir / "operator.log") as log:
         take_job_through_slice_failure(cluster, namespace, log)
-
-
-def unique_release() -> str:
-    """A release name holding the chart's name, so its objects are named after it alone
-    (cluster-scoped ClusterRoles must not collide between tests)."""
-    return f"elastic-operator-{uuid.uuid4().hex[:6]}"
-
-
-def chart_rbac(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
-    docs = helm_template(release, namespace, *values)
-    return [d for d in docs if d["kind"] in
-            ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
 
 
 @contextlib.contextmanager

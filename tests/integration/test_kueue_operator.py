@@ -9,9 +9,17 @@ reported as a preemption (not a slice failure, no restart charged) and readmitte
 user's spec.suspend deactivates the Workload, which frees the quota for a waiting job,
 and resume queues it again. (Without Kueue, suspend and resume are
 tests/integration/test_operator.py::test_suspend_and_resume.)
+
+With the real trainer (`etj train` as the head pod's main container runs it): preempted
+twice, each time its process loses the slices (a retry used) and is stopped with its pod;
+the next process, on the readmitted job, gives the retry back (the eviction caused the
+loss: elastic_api.queueing.caused_by_eviction), so spec.elastic.maxRetries is untouched,
+and the job ends with the parameters of an undisturbed run.
 """
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,10 +57,12 @@ from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_operator.render import render_jobset
 from tests.builders import etj
 from tests.support.article_job import condition
+from tests.support.trainer_run import Reference, TrainerProcesses, head_command
 
 pytestmark = pytest.mark.cluster
 
 TIMEOUT = 120  # 13 pods scheduled, Kueue's admission and eviction, GC
+MAX_RETRIES = 3
 POD_COUNT = 1 + 3 * 4
 JOBSETS = (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
 
@@ -97,6 +107,28 @@ def one_job_of_quota() -> dict[str, str]:
     return {k: str(int(v)) for k, v in requests.items()}
 
 
+def trainer_manifest(name: str, queue: str, priority_class: str, checkpoint_dir: Path,
+                     steps: int) -> dict[str, Any]:
+    """An article-shaped job on simulated slices (no Pathways) that the real trainer runs:
+    paced steps, checkpoints every 10, a snapshot every 5, MAX_RETRIES retries."""
+    obj = (etj(name, namespace=None).backend("simulated").tpu("v5e", "4x4", 3)
+           .spec(elastic={"maxRetries": MAX_RETRIES},
+                 checkpoint={"directory": str(checkpoint_dir), "periodSteps": 10, "keep": 3},
+                 snapshot={"periodSteps": 5})
+           .trainer("trainer:test", steps, model="tiny", batch=24,
+                    args=["--min-step-seconds", "0.05", "--report-interval", "0.5"])
+           .without("pathways").obj())
+    obj["metadata"]["labels"] = {KUEUE_QUEUE_NAME_LABEL: queue,
+                                 KUEUE_PRIORITY_CLASS_LABEL: priority_class}
+    return obj
+
+
+def quota_of(obj: dict[str, Any]) -> dict[str, str]:
+    obj = {**obj, "metadata": {**obj["metadata"], "namespace": "x"}}
+    requests = kq.jobset_requests(render_jobset(validate_job(obj)))
+    return {k: str(int(v)) for k, v in requests.items()}
+
+
 class Jobs:
     """The test's ElasticTrainingJobs in one namespace; deleted, pods gone, at the end."""
 
@@ -106,8 +138,10 @@ class Jobs:
         self.core = client.CoreV1Api(api)
 
     def submit(self, name: str, queue: str, **kw: Any) -> None:
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL,
-                                                    manifest(name, queue, **kw))
+        self.create(manifest(name, queue, **kw))
+
+    def create(self, obj: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, obj)
 
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
@@ -300,3 +334,101 @@ def test_the_users_suspend_and_resume_under_kueue(jobs: Jobs, api: client.ApiCli
         jobs.delete("other")
         st = jobs.wait_running("mine")
         assert st["counters"]["sliceFailures"] == 0
+
+
+def test_a_preempted_trainer_gives_its_retry_back_and_ends_as_if_undisturbed(
+        jobs: Jobs, api: client.ApiClient, kueue: Cluster, tmp_path: Path) -> None:
+    steps, preemptions = 200, 2
+    low, high = f"{short(jobs.ns)}-low", f"{short(jobs.ns)}-high"
+    obj = trainer_manifest("low", "lq", low, tmp_path / "checkpoints", steps)
+    command = head_command(obj)
+    reference = Reference(command, tmp_path)
+    env = {**os.environ, "KUBECONFIG": str(kueue.kubeconfig), "PYTHONUNBUFFERED": "1",
+           "ETJ_JOB_NAME": "low", "ETJ_JOB_NAMESPACE": jobs.ns}
+    trainer = TrainerProcesses(command, env, tmp_path)
+
+    def training(s: dict[str, Any]) -> dict[str, Any]:
+        return s.get("training") or {}
+
+    def alive(s: dict[str, Any]) -> dict[str, Any]:
+        assert trainer.poll() is None, f"trainer exited {trainer.poll()} (log {trainer.log})"
+        return s
+
+    with kq.priority_classes(api, {low: 100, high: 1000}), \
+            kq.queues(api, jobs.ns, quota_of(obj), prefix=short(jobs.ns)) as queues:
+        obj["metadata"]["labels"][KUEUE_QUEUE_NAME_LABEL] = queues.local_queue
+        jobs.create(obj)
+        try:
+            jobs.wait_running("low")
+            trainer.start()
+            floor = 0
+            for n in range(1, preemptions + 1):
+                # Each process trains past where the last one was preempted.
+                st = jobs.wait("low", lambda s, f=floor: training(alive(s)).get("step", 0)
+                               >= f + 30, f"trained 30 steps past {floor}")
+                started = training(st).get("processStartedAt")
+                preemptor = trainer_manifest(f"high-{n}", queues.local_queue, high,
+                                             tmp_path / "unused", steps)
+                floor = _preempt_and_readmit(jobs, trainer, preemptor, n)
+                # A new process reports, with the retry the preemption cost given back.
+                jobs.wait("low", lambda s, t=started: training(alive(s)).get(
+                    "processStartedAt") not in (None, t)
+                    and training(s).get("retriesRemaining") == MAX_RETRIES,
+                    f"a new trainer process after preemption {n}, its retries full")
+            final = jobs.wait("low", lambda s: training(s).get("state") == "Succeeded",
+                              "the trainer's last report", timeout=TIMEOUT + steps * 0.2)
+            assert trainer.proc is not None and trainer.proc.wait(timeout=60) == 0, trainer.log
+            reference.wait(timeout=300)
+        finally:
+            trainer.stop()
+            reference.stop()
+
+    summary = json.loads(trainer.summary.read_text())
+    expected = reference.summary()
+    assert summary["final_step"] == expected["final_step"] == steps
+    assert summary["params_digest"] == expected["params_digest"], \
+        f"parameters differ from the undisturbed run (logs {tmp_path}/trainer-*.log)"
+    assert final["training"]["retriesRemaining"] == MAX_RETRIES, final["training"]
+    spec = jobs.custom.get_namespaced_custom_object(GROUP, VERSION, jobs.ns, PLURAL, "low")
+    assert spec["spec"]["elastic"]["maxRetries"] == MAX_RETRIES
+    counters = final["counters"]
+    assert counters["preemptions"] == preemptions, counters
+    # Kueue stopped each process: no slice failure, no trainer restart to warn of.
+    assert (counters["sliceFailures"], counters["trainerRestarts"],
+            counters["jobSetRestarts"]) == (0, 0, 0), counters
+    assert jobs.events("low", Reason.TRAINER_RESTARTED) == []
+    assert trainer.started == preemptions + 1
+
+
+def _preempt_and_readmit(jobs: Jobs, trainer: TrainerProcesses, obj: dict[str, Any],
+                         n: int) -> int:
+    """A higher-priority job of the same shape (`obj`, no trainer) takes the quota: the
+    trainer loses its slices and reports the retry it used; its pod goes, and so does it
+    (SIGTERM, as the kubelet stops the head's main container). The other job deleted, the
+    readmitted job's new head pod runs a new trainer process. The step it was lost at."""
+    def training(s: dict[str, Any]) -> dict[str, Any]:
+        return s.get("training") or {}
+
+    preemptor = obj["metadata"]["name"]
+    jobs.create(obj)
+    st = jobs.wait_admission("low", REASON_PREEMPTED, f"preempted by {preemptor}")
+    assert st["counters"]["preemptions"] == n
+    st = jobs.wait("low", lambda s: training(s).get("retriesRemaining") == MAX_RETRIES - 1
+                   and (training(s).get("elasticEvent") or {}).get("slicesDown"),
+                   "the trainer to report the slice loss (a retry used)")
+    # Taken in by the operator: the job is Queued; the loss is no failure to recover from.
+    st = jobs.wait("low", lambda s: s["counters"]["elasticEvents"] >= n,
+                   "the operator to count the trainer's elastic event")
+    assert st["phase"] == Phase.QUEUED and condition(st, C.RECOVERING)["status"] == "False", \
+        (st["phase"], condition(st, C.RECOVERING))
+    assert st["counters"]["sliceFailures"] == 0
+    wait_for(lambda: not jobs.pods("low"), TIMEOUT, "low's pods gone")
+    trainer.stop()
+    jobs.wait_running(preemptor)
+    jobs.delete(preemptor)
+    # Readmitted, its slices back: the new head pod's trainer starts.
+    jobs.wait("low", lambda s: admission(s)[:2] == ("True", REASON_ADMITTED)
+              and s.get("slicesReady") == 3, "readmitted, all 3 slices Ready")
+    trainer.start()
+    lost_at: int = training(st)["step"]
+    return lost_at

@@ -17,7 +17,7 @@ from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.events import StatusEvent
-from elastic_operator.kube import ApiError
+from elastic_operator.kube import ApiError, NotLeading
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
     ObservedJob,
@@ -425,6 +425,36 @@ def test_a_stalled_leader_that_posts_after_the_new_one_is_refused_its_copies() -
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert new_metrics.get_sample_value("etj_events_already_posted_total") == 0
     assert old_metrics.get_sample_value("etj_events_already_posted_total") == 2
+
+
+class FencedKube(DyingKube):
+    """Posts an Event only while `may_write()`, as KubeClient.request does for every write."""
+
+    def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
+                   name: str | None = None) -> bool:
+        if not self.may_write():
+            self.calls.append("post_event (not sent)")
+            raise NotLeading("POST events: not sent")
+        return super().post_event(job, event, now, name)
+
+
+def test_a_leader_deposed_after_its_status_write_sends_nothing_more() -> None:
+    """Frozen (SIGSTOP) right after the status write, past its renew deadline: woken, its
+    reconcile goes on, but the fence stops its first Event; the reconcile ends there
+    (no error to retry), and the new leader posts the outbox, each Event once."""
+    kube, pods = dying()
+    fenced = FencedKube(kube.job, kube.jobset)
+    leads = [True]
+    fenced.may_write = lambda: leads[0]
+    fenced.after_patch = lambda: leads.__setitem__(0, False)
+    old, old_metrics = reconciler(fenced, pods=pods)
+    assert old.reconcile("ml", "train")
+    assert fenced.events == [] and fenced.calls[-1] == "post_event (not sent)"
+    assert old_metrics.get_sample_value("etj_reconcile_errors_total") == 0
+    fenced.may_write = lambda: True  # the new leader's
+    new, _ = reconciler(fenced, pods=pods)
+    assert new.reconcile("ml", "train")
+    assert [e.reason for e in fenced.events] == SLICE_DOWN_EVENTS
 
 
 def test_the_outbox_costs_no_request_when_the_next_write_clears_it() -> None:

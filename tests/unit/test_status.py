@@ -33,6 +33,7 @@ from tests.builders import (
     T0,
     WorkerPod,
     article_job,
+    etj,
     head_pod,
     healthy_pods,
     nodes_for,
@@ -401,6 +402,7 @@ def test_superseded_failed_pod_does_not_keep_slice_down() -> None:
 
 
 def test_slice_down_again_increments_restarts() -> None:
+    """Each failure of the slice's current Job, replaced by a new one each time."""
     job = article_job()
     pods = healthy_pods()
     prev = running(job)
@@ -409,12 +411,27 @@ def test_slice_down_again_increments_restarts() -> None:
         down = [p if not (p.slice_index == 2 and p.host_index == 0)
                 else failed_pod(2, 0, s(gen * 100)).build() for p in pods]
         prev, _ = compute_status(job, observe(down), prev, s(gen * 100 + 1))
-        pods = [p for p in pods if not (p.slice_index == 2 and p.host_index == 0)]
-        pods.append(WorkerPod(2, 0).replacement(s(gen * 100 + 5), gen).build())
+        pods = [p for p in pods if p.slice_index != 2]
+        pods += [WorkerPod(2, h).recreated(s(gen * 100 + 5), gen).build() for h in range(4)]
         prev, _ = compute_status(job, observe(pods), prev, s(gen * 100 + 50))
         restarts.append(prev.slices[2].restarts)
     assert restarts == [1, 2, 3]
     assert prev.counters.slice_failures == 3
+
+
+def test_without_replacement_each_failure_of_the_same_job_counts() -> None:
+    """replaceSlices off: the Job controller replaces the pod on the same Job each time."""
+    job = etj().uid("uid-1").generation(1).spec(recovery={"replaceSlices": False}).build()
+    pods = healthy_pods()
+    prev = running(job)
+    for gen in range(1, 4):
+        down = [p if not (p.slice_index == 2 and p.host_index == 0)
+                else failed_pod(2, 0, s(gen * 100)).build() for p in pods]
+        prev, _ = compute_status(job, observe(down), prev, s(gen * 100 + 1))
+        pods = [p for p in pods if not (p.slice_index == 2 and p.host_index == 0)]
+        pods.append(WorkerPod(2, 0).replacement(s(gen * 100 + 5), gen).build())
+        prev, _ = compute_status(job, observe(pods), prev, s(gen * 100 + 50))
+    assert prev.slices[2].restarts == 3 and prev.counters.slice_failures == 3
 
 
 # --- conventions ------------------------------------------------------------------------------

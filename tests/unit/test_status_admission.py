@@ -271,6 +271,43 @@ def test_a_trainer_started_after_a_preemption_is_no_restart(preempted: bool) -> 
         ((0, 0) if preempted else (1, 1))
 
 
+def lost_slices_report(started: datetime, lost: datetime) -> TrainingReport:
+    """A trainer (started at `started`) that lost every slice at `lost`, waiting."""
+    return TrainingReport.model_validate({
+        "observedAt": iso(lost), "state": "Recovering", "step": 10, "processId": 7,
+        "hostName": "head", "processStartedAt": iso(started), "elasticEventsTotal": 1,
+        "retriesRemaining": 2, "elasticEvent": {
+            "id": 1, "kind": "slice_down", "phase": "WaitingForSlices",
+            "detectedAt": iso(lost), "failedStep": 10, "slicesDown": [0, 1, 2]}})
+
+
+@pytest.mark.parametrize("preempted", [True, False])
+def test_the_trainers_loss_to_a_preemption_is_no_recovery(preempted: bool) -> None:
+    """The real trainer reports the slices it lost when Kueue took them back (an elastic
+    event): the job is Queued, not Recovering, until it is readmitted and a new trainer
+    reports (tests/integration/test_kueue_operator.py runs `etj train` through two
+    preemptions). The same report without an eviction is a recovery."""
+    job = queued_job()
+    wl = workload().admitted(at(30))
+    if preempted:
+        wl = wl.preempted(at(100))
+    prev = running().model_copy(update={"training": trainer_report(at(40), 7)})
+    prev, _ = step(job, prev, at(101), pods=preempted_pods(at(100)) if preempted else None,
+                   wl=wl.build())
+    prev = prev.model_copy(update={"training": lost_slices_report(at(40), at(100.5))})
+    status, events = step(job, prev, at(102), pods=[] if preempted else None,
+                          jobset=jobset_of(job, suspended=preempted), wl=wl.build())
+    recovering = get_condition(status, C.RECOVERING)
+    assert recovering is not None
+    assert status.counters.elastic_events == 1  # the trainer counted it either way
+    if preempted:
+        assert status.phase == Phase.QUEUED and recovering.status == "False"
+        assert status.last_recovery is None
+        assert not [e for e in events if e.reason == Reason.RECOVERED]
+    else:
+        assert recovering.status == "True" and status.last_recovery is not None
+
+
 # --- other evictions -------------------------------------------------------------------
 
 

@@ -147,14 +147,44 @@ def test_ready_on_a_new_job_closes_the_record_with_the_pools_it_moved_between() 
 
 
 def test_a_slice_healed_before_the_operator_acted_is_left_alone() -> None:
-    """The Job controller replaced the pod itself (same Job): no replacement recorded."""
+    """A node reporting NotReady Ready again within its grace (the operator waits it out
+    before deleting the Job): the record is dropped, nothing replaced."""
     j = job()
-    st1, _, _ = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    st1, _, plan = step(j, running(j), world(not_ready={"tpu-1-2": at(10)}), at(10.5))
+    assert st1.slices[1].replacement is not None and plan.actions == ()
+    st2, reasons, plan = step(j, st1, world(), at(13))
+    assert st2.slices[1].state == "Ready"
+    assert st2.slices[1].replacement is None and st2.slices[1].last_replacement is None
+    assert Reason.SLICE_REPLACED not in reasons and plan.actions == ()
+
+
+def test_ready_again_on_the_job_being_replaced_is_not_the_end_of_the_replacement() -> None:
+    """A pod force-deleted: the Job controller's new pod is Ready before the garbage
+    collector tears down the Job the operator deleted (seen on the local cluster under
+    load). The record stays; the teardown is the same failure, not a second one (one
+    restart, one SliceReplacing); the record closes on the new Job."""
+    j = job()
+    st1, _, plan = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    assert isinstance(plan.actions[-1], DeleteWorkerJob)
     pods = healthy_pods()
     pods[HOSTS + 2] = WorkerPod(1, 2).replacement(at(12)).build()
-    st2, reasons, _ = step(j, st1, world(pods), at(20))
-    assert st2.slices[1].replacement is None and st2.slices[1].last_replacement is None
-    assert Reason.SLICE_REPLACED not in reasons
+    st2, reasons, plan = step(j, st1, world(pods, deleting=(1,)), at(12.5))
+    assert st2.slices[1].state == "Ready" and st2.slices[1].replacement is not None
+    assert plan.actions == ()  # deleted already
+    # The teardown, whichever way the next look finds it: its pods terminating, gone,
+    # or already replaced by the new Job's (Ready) between two looks.
+    new_job = [WorkerPod(1, h).recreated(at(14), 1).build() for h in range(HOSTS)]
+    for seen in ([WorkerPod(1, h).deleting(at(13)).build() for h in range(HOSTS)], [],
+                 new_job):
+        torn = [p for p in pods if p.slice_index != 1] + seen
+        st3, reasons, _ = step(j, st2, world(torn, deleting=(1,)), at(14.5))
+        assert st3.slices[1].restarts == 1 and st3.counters.slice_failures == 1
+        assert Reason.SLICE_DOWN not in reasons and Reason.SLICE_REPLACING not in reasons
+    done = [p for p in pods if p.slice_index != 1] + new_job
+    st4, reasons, _ = step(j, st3, world(done, jobs_gen={1: 1}), at(15))
+    assert st4.slices[1].state == "Ready"
+    assert st4.slices[1].replacement is None and st4.counters.slice_failures == 1
+    assert Reason.SLICE_REPLACED in reasons
 
 
 def test_a_slice_ready_on_the_job_the_operator_deleted_keeps_its_record() -> None:
@@ -324,6 +354,28 @@ def test_slices_of_different_jobs_failing_on_one_pool_quarantine_it() -> None:
     st, _, _ = step(j, st, world(healthy_pods(), nodes=nodes, jobs_gen={1: 1}), at(22))
     assert st.pools[1].quarantined == Reason.REPEATED_FAILURES
     assert (st.pools[1].quarantine_cause or "").startswith("ns/article, team-b/other: slices")
+
+
+def test_a_quarantine_cut_short_is_finished_by_the_next_leader() -> None:
+    """The leader died labelling the pool (one node of four): the pool counts as
+    quarantined, so nothing planned it again, and the recreated slice landed on its three
+    unlabelled nodes with its fourth pod Pending for good (seen in the chaos soak). The
+    next leader finds the Job not yet deleted and labels every node first (for the
+    reason on the label: this one failure alone would not quarantine the pool)."""
+    j = job()
+    nodes = nodes_for(spares=1)
+    nodes["tpu-1-0"] = replace(nodes["tpu-1-0"], quarantined=Reason.REPEATED_FAILURES)
+    st, _, plan = step(j, running(j), world(with_failed_host(1, 2, at(10)), nodes=nodes),
+                       at(11))
+    quarantine, delete = plan.actions
+    assert quarantine == QuarantinePool("tpu-1", Reason.REPEATED_FAILURES,
+                                        tuple(f"tpu-1-{h}" for h in range(HOSTS)), 1)
+    assert isinstance(delete, DeleteWorkerJob)
+    # Every node labelled: done, not planned again.
+    done = {n: replace(v, quarantined=Reason.REPEATED_FAILURES) if v.pool == "tpu-1" else v
+            for n, v in nodes.items()}
+    _, _, plan = step(j, st, world(with_failed_host(1, 2, at(10)), nodes=done), at(12))
+    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
 
 
 def test_another_jobs_failure_that_follows_it_or_is_old_does_not_count() -> None:

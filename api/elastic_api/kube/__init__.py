@@ -9,11 +9,12 @@ from elastic_api.kube.backoff import Backoff
 from elastic_api.kube.client import (
     ApiError,
     KubeClient,
+    NotLeading,
     WatchStalled,
     job_path,
     resource_path,
 )
 from elastic_api.kube.informer import Informer, Key, ResourceVersionExpired
 
-__all__ = ["ApiError", "Backoff", "Informer", "Key", "KubeClient", "ResourceVersionExpired",
-           "WatchStalled", "job_path", "resource_path"]
+__all__ = ["ApiError", "Backoff", "Informer", "Key", "KubeClient", "NotLeading",
+           "ResourceVersionExpired", "WatchStalled", "job_path", "resource_path"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -18,6 +19,7 @@ from elastic_api.names import GROUP, PLURAL, VERSION
 
 REQUEST_TIMEOUT_S = 15.0
 CONNECT_TIMEOUT_S = 10.0
+MAX_RETRY_AFTER_RETRIES = 10  # client-go's default
 # A watch asked to end after N seconds that has sent nothing for N + this many is stalled.
 WATCH_SILENCE_MARGIN_S = 5
 PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}
@@ -88,6 +90,27 @@ class WatchStalled(Exception):
     """A watch sent nothing for longer than the API server was asked to keep it open."""
 
 
+class NotLeading(Exception):
+    """A write not sent: the client's `may_write` said no (the operator: this replica
+    stopped leading since its reconcile began, one frozen past its renew deadline, say).
+    Leader election is not fencing: the check before each write is what keeps a deposed
+    leader from writing on."""
+
+
+def retry_after_s(status: int, header: str | None) -> float | None:
+    """Seconds to wait before sending a refused request again: the Retry-After of a 429
+    or a 5xx (client-go's rule; in whole seconds, as the API server writes it), None if
+    it is not to be sent again. The server's wait, not a backoff of ours: without a
+    Retry-After the caller's one Backoff (backoff.py) decides."""
+    if (status != 429 and not 500 <= status <= 599) or not header:
+        return None
+    try:
+        seconds = int(header.strip())
+    except ValueError:  # an HTTP date: not what the API server sends
+        return None
+    return float(max(seconds, 0))
+
+
 def _parse_status(body: str) -> dict[str, Any]:
     try:
         parsed = json.loads(body)
@@ -143,6 +166,9 @@ class KubeClient:
 
     def __init__(self, api_client: Any) -> None:
         self.api = api_client
+        # Asked before every try of a write but an unfenced one (the operator's Lease):
+        # the operator sets "this replica leads" (app.py); the trainer leaves it.
+        self.may_write: Callable[[], bool] = lambda: True
 
     @classmethod
     def from_environment(cls, *, retries: int | None = None,
@@ -158,8 +184,13 @@ class KubeClient:
     def request(
         self, method: str, path: str, *, body: Any = None,
         query: dict[str, str] | None = None, content_type: str | None = None,
-        timeout_s: float = REQUEST_TIMEOUT_S,
+        timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
     ) -> Any:
+        """One request; a 429 (or a 5xx) that says Retry-After is sent again after that
+        wait, as client-go does, while the wait fits in `timeout_s` (the server did not
+        act on it: API Priority and Fairness rejected it, or storage was not ready). A
+        write (`fenced`: all but the operator's Lease's) raises NotLeading, unsent,
+        unless `may_write()`, asked before each try."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -167,12 +198,22 @@ class KubeClient:
             method, path, query_params=list((query or {}).items()), header_params=headers,
             body=body, auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(*request, _request_timeout=timeout_s)
-        response.read()
-        data = response.data.decode("utf-8") if response.data else ""
-        if not 200 <= response.status <= 299:
-            raise ApiError(response.status, str(response.reason or ""), data)
-        return json.loads(data) if data else None
+        deadline = time.monotonic() + timeout_s
+        for attempt in range(MAX_RETRY_AFTER_RETRIES + 1):
+            if fenced and method != "GET" and not self.may_write():
+                raise NotLeading(f"{method} {path}: not sent, this replica no longer leads")
+            left = deadline - time.monotonic()
+            response = self.api.call_api(*request, _request_timeout=max(left, 1.0))
+            response.read()
+            data = response.data.decode("utf-8") if response.data else ""
+            if 200 <= response.status <= 299:
+                return json.loads(data) if data else None
+            wait = retry_after_s(response.status, response.getheader("Retry-After"))
+            if wait is None or attempt == MAX_RETRY_AFTER_RETRIES \
+                    or time.monotonic() + wait >= deadline:
+                break
+            time.sleep(wait)
+        raise ApiError(response.status, str(response.reason or ""), data)
 
     # --- reads ---
 
@@ -247,15 +288,15 @@ class KubeClient:
     # --- writes ---
 
     def create(self, path: str, body: dict[str, Any], *,
-               timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+               timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True) -> Any:
         """POST `body` to the collection at `path`; the object as stored."""
-        return self.request("POST", path, body=body, timeout_s=timeout_s)
+        return self.request("POST", path, body=body, timeout_s=timeout_s, fenced=fenced)
 
     def patch(self, path: str, body: Any, *, patch_type: str = "merge",
-              timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+              timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True) -> Any:
         """A JSON merge patch (RFC 7386; "merge") or a JSON patch (RFC 6902; "json")."""
         return self.request("PATCH", path, body=body, content_type=PATCH_TYPES[patch_type],
-                            timeout_s=timeout_s)
+                            timeout_s=timeout_s, fenced=fenced)
 
     def delete(self, path: str, options: dict[str, Any], *,
                timeout_s: float = REQUEST_TIMEOUT_S) -> Any:

@@ -426,6 +426,8 @@ def _prepare(cfg: ClusterConfig, layout: Layout, binaries: Binaries, ports: Port
     _write(layout.jobset_config, yaml.safe_dump(
         render.jobset_config(ports.jobset_webhook, ports.jobset_health, layout.jobset_certs)))
 
+    _write(layout.audit_policy, yaml.safe_dump(render.audit_policy()))
+
     stages = []
     for rel in render.KWOK_STAGE_FILES:
         stage = yaml.safe_load((binaries.kwok_stages / rel).read_text())

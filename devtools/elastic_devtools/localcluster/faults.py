@@ -13,6 +13,11 @@ the kubelet, so a "failed container" or a "dead node" is a status kwok writes).
     schedule_maintenance(api, pool, in_seconds)   GKE's scheduled-maintenance-time label
     start_maintenance(api, pool)     GKE's active-maintenance label and termination taint
     end_maintenance(api, pool)       the signals removed
+    throttle(api, name, ns, sa)      API Priority and Fairness: a FlowSchema and a priority
+                                     level with no seats of its own for that
+                                     ServiceAccount (429 with Retry-After when it sends two
+                                     requests at once); unthrottle(api, name) undoes it
+    rejected_requests(api, name)     how many requests that priority level rejected
 """
 from __future__ import annotations
 
@@ -186,6 +191,70 @@ def _other_taints(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
     taints: list[dict[str, Any]] = [api.sanitize_for_serialization(t)
                                     for t in (spec.taints or []) if spec is not None]
     return [t for t in taints if t.get("key") != IMPENDING_TERMINATION_TAINT]
+
+
+# ------------------------------------------------------------------ API Priority and Fairness
+
+FLOWCONTROL = "flowcontrol.apiserver.k8s.io"
+
+
+def throttle(api: client.ApiClient, name: str, namespace: str, service_account: str,
+             matching_precedence: int = 100) -> None:
+    """Put every request of the ServiceAccount in a priority level of its own with no
+    nominal seats, nothing to borrow and `Reject` as the answer: the API server runs one
+    of its requests at a time and answers the others at once with 429 Too Many Requests
+    and a Retry-After. The FlowSchema outranks the default `service-accounts` one (9000)."""
+    custom = client.CustomObjectsApi(api)
+    custom.create_cluster_custom_object(FLOWCONTROL, "v1", "prioritylevelconfigurations", {
+        "apiVersion": f"{FLOWCONTROL}/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": name},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"}}}})
+    every = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"],
+             "clusterScope": True}
+    custom.create_cluster_custom_object(FLOWCONTROL, "v1", "flowschemas", {
+        "apiVersion": f"{FLOWCONTROL}/v1", "kind": "FlowSchema", "metadata": {"name": name},
+        "spec": {"priorityLevelConfiguration": {"name": name},
+                 "matchingPrecedence": matching_precedence,
+                 "distinguisherMethod": {"type": "ByUser"},
+                 "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {
+                     "namespace": namespace, "name": service_account}}],
+                     "resourceRules": [every],
+                     "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}})
+    wait_for(lambda: _flow_schema_active(custom, name), 30,
+             f"FlowSchema {name} in effect", interval=0.2)
+
+
+def _flow_schema_active(custom: client.CustomObjectsApi, name: str) -> bool:
+    schema: Any = custom.get_cluster_custom_object(FLOWCONTROL, "v1", "flowschemas", name)
+    return any(c.get("type") == "Dangling" and c.get("status") == "False"
+               for c in (schema.get("status") or {}).get("conditions") or [])
+
+
+def unthrottle(api: client.ApiClient, name: str) -> None:
+    custom = client.CustomObjectsApi(api)
+    for plural in ("flowschemas", "prioritylevelconfigurations"):
+        try:
+            custom.delete_cluster_custom_object(FLOWCONTROL, "v1", plural, name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def rejected_requests(api: client.ApiClient, priority_level: str) -> int:
+    """Requests the API server's priority level `priority_level` has rejected (429) since
+    the API server started (its apiserver_flowcontrol_rejected_requests_total)."""
+    request = api.param_serialize("GET", "/metrics", header_params={"Accept": "text/plain"},
+                                  auth_settings=["BearerToken"])
+    response = api.call_api(*request, _request_timeout=30)
+    text = (response.read() or b"").decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_flowcontrol_rejected_requests_total{") and \
+                f'priority_level="{priority_level}"' in line:
+            total += float(line.rpartition(" ")[2])
+    return int(total)
 
 
 # ------------------------------------------------------------------------------- waiting

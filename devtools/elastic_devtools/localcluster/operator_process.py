@@ -6,7 +6,8 @@ a caller can stop it, SIGKILL it and start it again. It always gets a free liven
 (`metrics()`). Each OperatorProcess has its own leader identity, kept across its
 restarts (as a pod's name is across container restarts), so a restarted operator takes
 its Lease back at once; `replicas()` makes several that elect one leader, and
-`skew_seconds` runs one with its wall clock off.
+`skew_seconds` runs one with its wall clock off. `pause` / `resume` freeze and wake it
+(SIGSTOP / SIGCONT).
 """
 from __future__ import annotations
 
@@ -136,12 +137,21 @@ class OperatorProcess:
         if not self.running:
             return
         assert self.proc is not None
+        self._signal(signal.SIGCONT)  # a paused process would not act on SIGTERM
         self._signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self._signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
+
+    def pause(self) -> None:
+        """SIGSTOP: frozen, its connections open, as a process starved of CPU or a VM
+        paused; `resume` (SIGCONT) wakes it where it stopped."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
 
     def restart(self, timeout: float = 60) -> None:
         self.stop()

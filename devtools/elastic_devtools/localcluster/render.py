@@ -379,6 +379,14 @@ class Layout:
     def kwok_stages(self) -> Path:
         return self.root / "kwok" / "stages.yaml"
 
+    @property
+    def audit_policy(self) -> Path:
+        return self.root / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
 
 def etcd_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     client = f"http://127.0.0.1:{ports.etcd_client}"
@@ -427,7 +435,30 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         # The `kubernetes` Service would point at 127.0.0.1, which Endpoints reject.
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+        # The writes of ServiceAccounts outside kube-system (audit_policy): which replica
+        # of an operator wrote what, for the HA fault tests.
+        f"--audit-policy-file={layout.audit_policy}",
+        f"--audit-log-path={layout.audit_log}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=200",
+        "--audit-log-maxbackup=1",
     ]
+
+
+def audit_policy() -> dict[str, Any]:
+    """Audit (at Metadata level: who, what, the answer's code) every write made with a
+    ServiceAccount token outside kube-system, and nothing else: an operator run as the
+    chart's ServiceAccount is audited, the controllers (kube-system ServiceAccounts) and
+    the certificate users (admin, kwok, JobSet, Kueue) are not. A token's audit entry
+    names its credential (user.extra's credential-id): two replicas with a token each
+    are told apart."""
+    writes = ["create", "update", "patch", "delete", "deletecollection"]
+    return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [{"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+                      {"level": "Metadata", "userGroups": ["system:serviceaccounts"],
+                       "verbs": writes},
+                      {"level": "None"}]}
 
 
 def _component_common(layout: Layout, component: str, port: int) -> list[str]:

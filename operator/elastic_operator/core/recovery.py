@@ -5,7 +5,10 @@ A recovery opens when a slice goes down or the trainer reports a new elastic eve
 closes when the trainer reports that event Resumed (or, without an elastic event, a step
 later than the one at detection). For a trainer that reports no elastic events the
 operator closes it from what it sees, and the trainer's progress confirms it later
-(unreported.py).
+(unreported.py). An elastic event that Kueue's eviction caused (the slices went because
+the job was preempted or suspended through its queue: elastic_api.queueing.
+caused_by_eviction, the trainer's rule too) opens none: there is no failure to recover
+from, and the job is Queued, not Recovering.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from elastic_api.models import (
     TrainerProcess,
     TrainingReport,
 )
+from elastic_api.queueing import caused_by_eviction
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.text import fmt_slices, iso, plural
@@ -53,15 +57,20 @@ def track_recovery(
     now: datetime,
     not_ready: frozenset[int] = frozenset(),
     signals: TrainerSignals | None = None,
+    evicted_since: datetime | None = None,
 ) -> RecoveryUpdate:
     """The recovery record after this reconcile, and the Recovered Event if it closed.
     `not_ready`: the slices that are not Ready now; `signals`: what the operator sees of
-    the trainer beside its report (the defaults: a trainer that reports its recoveries)."""
+    the trainer beside its report (the defaults: a trainer that reports its recoveries);
+    `evicted_since`: Kueue's latest eviction of the job (core/admission.py)."""
     signals = signals or TrainerSignals()
     record = previous.last_recovery
     ongoing = record is not None and record.open
     record, ongoing = _open_for_down_slices(record, ongoing, report, changes, now, signals)
     event = report.elastic_event if report else None
+    if event is not None and report is not None and _lost_to_eviction(report, event,
+                                                                      evicted_since):
+        event = None
     if event is not None:
         seen = previous.counters.elastic_events
         if record is not None and not ongoing and _late_event_of(record, event, seen):
@@ -103,6 +112,12 @@ def _recovered(record: RecoveryRecord) -> RecoveryUpdate:
     lost for the metrics (nobody measured them)."""
     return RecoveryUpdate(record, [StatusEvent(
         reason=Reason.RECOVERED, message=confirmed_message(record), type="Normal")])
+
+
+def _lost_to_eviction(report: TrainingReport, event: ElasticEventReport,
+                      evicted_since: datetime | None) -> bool:
+    return bool(event.slices_down) and caused_by_eviction(
+        evicted_since, running_since=report.process_started_at, lost_at=event.detected_at)
 
 
 def _open_for_down_slices(

@@ -157,12 +157,12 @@ def track_replacements(
             if record is not None:
                 events.append(_record_event(s, record, spec))
         elif record is not None and s.state == "Ready" and (
-                _on_new_job(record, pods) or (record.action != "Move"
-                                              and not _job_going(record, observed, s.index))):
-            # Ready again: on a new Job (replaced, moved), or on the same one (it healed
-            # before the operator acted, or the Job controller replaced the pod itself),
-            # unless the operator deleted that Job already: its pods go next, the same
-            # failure (slices._failed_job_torn_down needs the record open to say so).
+                _on_new_job(record, pods) or _healed_in_time(spec, record, now)):
+            # Ready again: on a new Job (replaced, moved), or on the same one before the
+            # operator acted (a NotReady node back within its grace; a GiveUp's Job).
+            # A Replace's Job is deleted in the reconcile that records it: Ready on that
+            # Job is the Job controller's last pods before it goes, not a recovery (the
+            # record stays, so their teardown is not a second failure).
             if record.action != "GiveUp" and _on_new_job(record, pods):
                 last = ReplacementRecord(
                     action=record.action, reason=record.reason, requested_at=record.requested_at,
@@ -191,17 +191,22 @@ def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, pods: list[Observe
                             evidence=evidence.detail)
 
 
+def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
+                    now: datetime) -> bool:
+    """Ready again on the Job the record names, which the operator has not touched: a
+    GiveUp (its Job is left to fail), or a Replace still waiting out the NotReady node's
+    grace (plan_replacements deletes the Job only after it)."""
+    if record.action == "GiveUp":
+        return True
+    grace = timedelta(seconds=spec.recovery.node_not_ready_seconds)
+    return record.action == "Replace" and record.reason == Reason.NODE_NOT_READY \
+        and now < record.requested_at + grace
+
+
 def _on_new_job(record: SliceReplacement, pods: list[ObservedPod]) -> bool:
     """The slice's newest pods belong to another Job than the one the record names."""
     uid = current_job_uid(pods)
     return uid is not None and record.job_uid is not None and uid != record.job_uid
-
-
-def _job_going(record: SliceReplacement, observed: Observed, index: int) -> bool:
-    """The Job the record names is being deleted (the worker Jobs are read while a
-    record is open; its deletion is foreground: it stays until its pods are gone)."""
-    job = observed.jobs.get(index)
-    return job is not None and job.uid == record.job_uid and job.deleting
 
 
 def _record_event(s: SliceStatus, record: SliceReplacement,
@@ -368,22 +373,39 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
     free = [p for p in spares if p != record.from_pool]
     taken = None
     # Under Topology-Aware Scheduling Kueue, not a spare, decides where the slice goes.
-    if target is not None and target.quarantined is None and free \
-            and ctx.spec.tpu.topology_aware is None:
-        verdict = quarantine_verdict(_evidence(ctx, record, pods), target.name,
-                                     ctx.status.pools, target, ctx.spec.recovery, ctx.now)
-        if verdict is not None:
-            taken = free[0]
-            others = {m.job: m.uid for m in target.failures_of_others}
-            cause = QuarantineCause(
-                jobs=((ctx.me, ctx.uid), *((o, others.get(o, "")) for o in verdict.other_jobs)),
-                evidence=verdict.evidence)
-            actions.append(QuarantinePool(target.name, verdict.reason,
-                                          tuple(n.name for n in target.nodes), s.index, cause))
+    quarantine = _quarantine(ctx, record, pods, target, s.index) \
+        if target is not None and free and ctx.spec.tpu.topology_aware is None else None
+    if quarantine is not None:
+        taken = free[0]
+        actions.append(quarantine)
     actions.append(DeleteWorkerJob(ctx.namespace,
                                    job.name or worker_job_name(ctx.jobset, s.index),
                                    job.uid, s.index, record.reason))
     return _SliceSteps(tuple(actions), spare=taken)
+
+
+def _quarantine(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod],
+                pool: ObservedPool, slice_index: int) -> QuarantinePool | None:
+    """The quarantine of the failed slice's pool, if the evidence calls for one. A pool
+    partly labelled (a leader died in the replacer's label loop) is labelled in full
+    first, for the label's reason and cause: counted as quarantined, it would not be
+    planned again, and the recreated slice would land on its unlabelled nodes short of
+    room for its last pods."""
+    nodes = tuple(n.name for n in pool.nodes)
+    if pool.partly_quarantined and pool.quarantined is not None:
+        return QuarantinePool(pool.name, pool.quarantined, nodes, slice_index,
+                              pool.cause or QuarantineCause())
+    if pool.quarantined is not None:
+        return None
+    verdict = quarantine_verdict(_evidence(ctx, record, pods), pool.name, ctx.status.pools,
+                                 pool, ctx.spec.recovery, ctx.now)
+    if verdict is None:
+        return None
+    others = {m.job: m.uid for m in pool.failures_of_others}
+    cause = QuarantineCause(
+        jobs=((ctx.me, ctx.uid), *((o, others.get(o, "")) for o in verdict.other_jobs)),
+        evidence=verdict.evidence)
+    return QuarantinePool(pool.name, verdict.reason, nodes, slice_index, cause)
 
 
 def _evidence(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod]) -> Evidence:

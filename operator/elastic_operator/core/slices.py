@@ -247,13 +247,14 @@ def slice_status(
 def _failed_job_torn_down(hosts: list[HostView], prev: SliceStatus | None) -> bool:
     """Down again while the replacement of a failed Job is under way, and every host down
     is a pod of that Job (the operator deleted it; its pods go one by one, and a look
-    between two of them can see the slice Restarting): the same failure, not a new one.
-    A pod of another Job going down is a new failure."""
+    between two of them can see the slice Restarting), or none is: its pods gone, or
+    already replaced by the new Job's, between two looks: the same failure, not a new
+    one. A pod of another Job going down is a new failure."""
     record = prev.replacement if prev is not None else None
     if record is None or record.action == "Move" or record.job_uid is None:
         return False
     down = [h for h in hosts if h.down_reason is not None]
-    return bool(down) and all(h.pod.job_uid == record.job_uid for h in down)
+    return all(h.pod.job_uid == record.job_uid for h in down)
 
 
 def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,

@@ -281,7 +281,7 @@ def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> T
     signals = TrainerSignals(reports_recovery=reports_recovery(ctx.spec, ctx.previous),
                              main=head_main(ctx.observed.pods), checkpoint=ctx.checkpoint)
     recovery = track_recovery(ctx.previous, ctx.report, tracking.changes, ctx.now, not_ready,
-                              signals)
+                              signals, evicted_since=gates.admission.evicted_since)
     record = recovery.record
     recovering = record is not None and record.open and not gates.terminal
     process = trainer_process(ctx.previous.trainer_process, ctx.report)
