@@ -280,7 +280,7 @@ class MaintenanceSpec(ApiModel):
     )
     pause_timeout_seconds: SpecInt = Field(
         600, ge=1, le=3600,
-        description="The longest the trainer holds (no steps) after acknowledging, waiting "
+        description="The longest the trainer pauses (no steps) after acknowledging, waiting "
         "for the slice to move.",
     )
 
@@ -797,7 +797,7 @@ class CheckpointAck(StatusModel):
     id: Count
     step: Count = Field(description="The step saved (committed) for the request.")
     committed_at: datetime
-    paused: bool = Field(False, description="The trainer holds before the next step.")
+    paused: bool = Field(False, description="The trainer pauses before the next step.")
 
 
 class GoodputCounters(StatusModel):
@@ -972,7 +972,7 @@ class Counters(StatusModel):
 
     slice_failures: int = 0
     elastic_events: int = 0
-    job_set_restarts: int = 0
+    jobset_restarts: int = Field(0, alias="jobSetRestarts")
     trainer_restarts: int = Field(
         0, description="Times a new trainer process replaced the one that was reporting.")
     preemptions: int = Field(
@@ -1068,7 +1068,7 @@ class PendingEvent(StatusModel):
 class ElasticTrainingJobStatus(StatusModel):
     observed_generation: int | None = None
     phase: str | None = Field(None, description="Short status for `kubectl get`.")
-    job_set_name: str | None = None
+    jobset_name: str | None = Field(None, alias="jobSetName")
     slices_desired: int | None = None
     slices_ready: int | None = None
     slices: list[SliceStatus] = Field(default_factory=list)

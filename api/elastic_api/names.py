@@ -32,7 +32,7 @@ QUARANTINED_AT_ANNOTATION = f"{GROUP}/quarantined-at"
 # {"jobs": [{"name": "<namespace>/<name>", "uid": "..."}], "evidence": "..."}).
 QUARANTINE_CAUSE_ANNOTATION = f"{GROUP}/quarantine-cause"
 # On a JobSet the operator suspended for spec.suspend, or a Workload it deactivated for
-# it: the hold is the operator's own, to release on resume (another's hold is left alone).
+# it: the suspension is the operator's own, to lift on resume (another's is left alone).
 SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
 
 # --- JobSet -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 ADMITTED = "Admitted"
 
-# status False: Kueue holds the JobSet suspended; its Workload has no quota yet.
+# status False: Kueue keeps the JobSet suspended; its Workload has no quota yet.
 REASON_WAITING_FOR_ADMISSION = "WaitingForAdmission"
 # status True: the Workload is admitted and the JobSet may run.
 REASON_ADMITTED = "Admitted"

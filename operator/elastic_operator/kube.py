@@ -47,8 +47,8 @@ _PLURALS = {"JobSet": "jobsets", "ServiceAccount": "serviceaccounts", "Role": "r
             "Secret": "secrets", "Event": "events"}
 
 
-def _held_by_operator(patch: dict[str, Any], held: bool) -> dict[str, Any]:
-    """The merge patch, with the operator's mark set (held) or removed."""
+def _with_operator_mark(patch: dict[str, Any], held: bool) -> dict[str, Any]:
+    """The merge patch, with the operator's mark set (suspended) or removed."""
     return {"metadata": {"annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION:
                                          "true" if held else None}}, **patch}
 
@@ -221,11 +221,11 @@ class Kube:
             raise
 
     def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
-        """Set the JobSet's spec.suspend, marked as the operator's hold (the mark goes on
+        """Set the JobSet's spec.suspend, marked as the operator's suspension (the mark goes on
         resume); the JobSet as patched."""
         patched: dict[str, Any] = self.client.patch(
             resource_path(JOBSET_API, "jobsets", namespace, name),
-            _held_by_operator({"spec": {"suspend": suspend}}, suspend))
+            _with_operator_mark({"spec": {"suspend": suspend}}, suspend))
         return patched
 
     def patch_workload_active(self, namespace: str, name: str, active: bool) -> dict[str, Any]:
@@ -233,7 +233,7 @@ class Kube:
         a deactivation marked as the operator's; the Workload as patched."""
         patched: dict[str, Any] = self.client.patch(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name),
-            _held_by_operator({"spec": {"active": active}}, not active))
+            _with_operator_mark({"spec": {"active": active}}, not active))
         return patched
 
     def delete_job(self, namespace: str, name: str, uid: str) -> bool:

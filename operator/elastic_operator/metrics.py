@@ -359,7 +359,7 @@ class OperatorMetrics:
             self.slice_down.labels(namespace, job, str(s.index)).set(
                 int(s.state in _DOWN_STATES))
             self.slice_restarts.labels(namespace, job, str(s.index)).set(s.restarts)
-        self.jobset_restarts.labels(namespace, job).set(new.counters.job_set_restarts)
+        self.jobset_restarts.labels(namespace, job).set(new.counters.jobset_restarts)
         recovering = any(c.type == ConditionType.RECOVERING and c.status == "True"
                          for c in new.conditions)
         self.recovering.labels(namespace, job).set(int(recovering))

@@ -254,7 +254,7 @@ class ObservedWorkload:
 
     name: str
     active: bool = True  # spec.active (unset: active)
-    deactivated_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
+    suspended_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
     queue_name: str | None = None  # spec.queueName (the LocalQueue)
     cluster_queue: str | None = None  # status.admission.clusterQueue, while it has quota
     conditions: tuple[ObservedCondition, ...] = ()
@@ -584,7 +584,7 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
     return ObservedWorkload(
         name=str(meta.get("name", "")),
         active=spec.get("active") is not False,
-        deactivated_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in _dict(
+        suspended_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in _dict(
             meta.get("annotations")),
         queue_name=_str_or_none(spec.get("queueName")),
         cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),

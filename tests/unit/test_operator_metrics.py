@@ -77,7 +77,7 @@ def test_alerting_gauges_copy_the_status_and_the_spec() -> None:
         slices=[SliceStatus(index=0, state="Ready", restarts=1),
                 SliceStatus(index=1, state="Restarting", restarts=4),
                 SliceStatus(index=2, state="Down", restarts=0)],
-        counters=Counters(job_set_restarts=2),
+        counters=Counters(jobset_restarts=2),
         conditions=[Condition(type="Recovering", status="True", reason="PodFailed",
                               last_transition_time=T)],
         training=TrainingReport(observed_at=T, state="Training", step=420),

@@ -467,15 +467,15 @@ def test_observed_generation_follows_the_job() -> None:
 def test_counters_never_go_backwards() -> None:
     job = article_job()
     prev = running(job).model_copy(update={
-        "counters": Counters(slice_failures=5, elastic_events=4, job_set_restarts=2)})
+        "counters": Counters(slice_failures=5, elastic_events=4, jobset_restarts=2)})
     prev = with_report(prev, {"observedAt": s(1).isoformat(), "state": "Training",
                               "elasticEventsTotal": 1})  # a new trainer process
     restarted = observed_jobset().restarts(1).build()
     status, _ = compute_status(job, observe(jobset=restarted), prev, s(2))
-    assert status.counters == Counters(slice_failures=5, elastic_events=4, job_set_restarts=2)
+    assert status.counters == Counters(slice_failures=5, elastic_events=4, jobset_restarts=2)
     restarted = observed_jobset().restarts(3).build()
     status, _ = compute_status(job, observe(jobset=restarted), prev, s(2))
-    assert status.counters.job_set_restarts == 3
+    assert status.counters.jobset_restarts == 3
 
 
 def _process_report(pid: int, started: float, step: int = 10) -> dict[str, Any]:
@@ -692,7 +692,7 @@ def test_plan_creates_owned_objects_with_applied_spec() -> None:
 
 def test_finished_jobset_is_never_recreated() -> None:
     job = article_job()
-    done = ElasticTrainingJobStatus(job_set_name="article")
+    done = ElasticTrainingJobStatus(jobset_name="article")
     plan = plan_reconcile(job, [{"kind": "JobSet"}], None, done)
     assert plan.actions == () and plan.why_not
     plan = plan_reconcile(job, [], observed_jobset().terminal("Failed").build(),
@@ -703,7 +703,7 @@ def test_finished_jobset_is_never_recreated() -> None:
 def test_lost_jobset_is_reported_not_recreated() -> None:
     job = article_job()
     prev = running(job)
-    assert prev.job_set_name == "article"
+    assert prev.jobset_name == "article"
     status, events = compute_status(job, Observed(jobset=None), prev, s(5))
     assert cond(status, C.FAILED)[:2] == ("True", Reason.JOBSET_LOST)
     assert status.phase == Phase.FAILED

@@ -499,4 +499,4 @@ def test_a_workload_is_read_leniently() -> None:
     assert garbage == ObservedWorkload(name="w")
     counted = workload().scheduling_stats(Preempted=2, Deactivated=5).build()
     assert counted.preemptions == 2 and counted.active
-    assert workload().active(False, by_operator=True).build().deactivated_by_operator
+    assert workload().active(False, by_operator=True).build().suspended_by_operator

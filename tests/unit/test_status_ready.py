@@ -33,7 +33,7 @@ ROWS: list[tuple[str, JobSummary, str, str, str]] = [
      Phase.SUCCEEDED),
     ("suspended", JobSummary(3, 0, suspended=True, jobset_exists=False, down_slices=(0,)),
      "False", Reason.SUSPENDED, Phase.SUSPENDED),
-    ("a queue holds it", JobSummary(3, 0, held_by_queue=(REASON_PREEMPTED, "preempted"),
+    ("a queue holds it", JobSummary(3, 0, queued_because=(REASON_PREEMPTED, "preempted"),
                                     down_slices=(1,)),
      "False", REASON_PREEMPTED, Phase.QUEUED),
     ("no JobSet yet", JobSummary(3, 0, jobset_exists=False), "False",

@@ -3,8 +3,8 @@ status.admission, counters.preemptions), from the Workload Kueue made for its Jo
 
 A job is queued when it names a queue (label kueue.x-k8s.io/queue-name), when Kueue made
 a Workload for its JobSet anyway (manageJobsWithoutQueueName), or once its status says
-it was. Kueue then owns the JobSet's suspend (core/plan.py holds and releases the job
-through the Workload's spec.active instead), and while Kueue holds the job (not admitted
+it was. Kueue then owns the JobSet's suspend (core/plan.py suspends and resumes the job
+through the Workload's spec.active instead), and while the job is queued (not admitted
 yet, preempted, evicted) its slices are frozen as Pending: pods that go because Kueue
 suspended the JobSet are no slice failure. Preemptions and Kueue's other evictions
 (waitForPodsReady's PodsReadyTimeout, Topology-Aware Scheduling's NodeFailures, ...) are
@@ -49,8 +49,9 @@ from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.text import iso
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload
 
-# The Admitted reasons under which Kueue holds the job: no pods, phase Queued.
-HOLDING_REASONS = (REASON_WAITING_FOR_ADMISSION, REASON_PREEMPTED, REASON_EVICTED)
+# The Admitted reasons of a queued job: Kueue has not admitted it or took it back; no
+# pods, phase Queued.
+QUEUED_REASONS = (REASON_WAITING_FOR_ADMISSION, REASON_PREEMPTED, REASON_EVICTED)
 
 
 def names_queue(job: ElasticTrainingJob) -> bool:
@@ -60,7 +61,7 @@ def names_queue(job: ElasticTrainingJob) -> bool:
 def wants_workload(job: ElasticTrainingJob, jobset: ObservedJobSet | None,
                    previous: ElasticTrainingJobStatus) -> bool:
     """Whether a reconcile looks for the JobSet's Workload: the job names a queue or was
-    queued before, or someone other than the operator holds its JobSet suspended (Kueue
+    queued before, or someone other than the operator suspended its JobSet (Kueue
     may manage JobSets without a queue name). A running job that no queue ever admitted
     costs no request."""
     if jobset is None or jobset.uid is None:
@@ -83,10 +84,10 @@ class Admission:
     evicted_since: datetime | None = None
 
     @property
-    def holds(self) -> bool:
-        """Kueue holds the job: not admitted, or taken back."""
+    def queued(self) -> bool:
+        """Kueue has not admitted the job, or took it back."""
         return self.condition is not None and self.condition.status == "False" \
-            and self.condition.reason in HOLDING_REASONS
+            and self.condition.reason in QUEUED_REASONS
 
     @property
     def reason(self) -> str:
@@ -104,9 +105,9 @@ def decide_admission(
     """The Admitted condition (None for a job no queue admits), status.admission, new
     preemptions and their Events. A finished job keeps them as they were."""
     prev_condition = get_condition(previous, ADMITTED)
-    queued = names_queue(job) or workload is not None or previous.admission is not None \
+    through_queue = names_queue(job) or workload is not None or previous.admission is not None \
         or prev_condition is not None
-    if not queued:
+    if not through_queue:
         return Admission()
     if terminal:  # as it last was: Kueue's view of a finished job says nothing new
         return Admission(condition=prev_condition, status=previous.admission)
@@ -212,9 +213,9 @@ def _condition(setter: ConditionSetter, job: ElasticTrainingJob,
                             f"spec.suspend is true: {how}, and it holds no quota of {queue}")
     if workload is None:
         return _without_workload(setter, jobset, queue)
-    held = _held(setter, workload, queue)
-    if held is not None:
-        return held
+    taken_back = _taken_back(setter, workload, queue)
+    if taken_back is not None:
+        return taken_back
     admitted = workload.condition(WORKLOAD_ADMITTED)
     if admitted is not None and admitted.status == "True":
         cond = setter.true(ADMITTED, REASON_ADMITTED,
@@ -254,7 +255,7 @@ def _without_workload(setter: ConditionSetter, jobset: ObservedJobSet | None,
         "installed, with its JobSet integration, for this namespace?)")
 
 
-def _held(setter: ConditionSetter, workload: ObservedWorkload,
+def _taken_back(setter: ConditionSetter, workload: ObservedWorkload,
           queue: str) -> Condition | None:
     """Preempted, deactivated or otherwise evicted: Kueue took the job back (None: not)."""
     evicted = workload.condition(WORKLOAD_EVICTED)
@@ -270,7 +271,7 @@ def _held(setter: ConditionSetter, workload: ObservedWorkload,
     deactivation = evicted is not None and evicted_now and \
         evicted.reason.startswith(EVICTED_BY_DEACTIVATION)
     if not workload.active:
-        if workload.deactivated_by_operator:  # spec.suspend is false again
+        if workload.suspended_by_operator:  # spec.suspend is false again
             return setter.false(ADMITTED, REASON_WAITING_FOR_ADMISSION,
                                 f"resumed: reactivating Workload {workload.name} in {queue}")
         return setter.false(

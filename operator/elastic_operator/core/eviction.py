@@ -84,7 +84,7 @@ class _Running:
 
 
 def eviction_clock(setter: ConditionSetter, workload: ObservedWorkload | None,
-                   held: bool, previous: AdmissionStatus | None,
+                   queued: bool, previous: AdmissionStatus | None,
                    slices: list[SliceStatus], timeouts: PodsReadyTimeouts,
                    terminal: bool, prev_condition: Condition | None) -> EvictionClock:
     """EvictionPending, the deadline and its Warning Event. Set on a queued job whose
@@ -94,7 +94,7 @@ def eviction_clock(setter: ConditionSetter, workload: ObservedWorkload | None,
         return EvictionClock(condition=prev_condition)
     if workload is None or workload.condition(WORKLOAD_PODS_READY) is None:
         return EvictionClock()
-    if held or not workload.is_true(WORKLOAD_ADMITTED):
+    if queued or not workload.is_true(WORKLOAD_ADMITTED):
         return EvictionClock(setter.false(
             EVICTION_PENDING, REASON_NOT_ADMITTED,
             "Kueue does not run the job now: no waitForPodsReady clock"))

@@ -70,7 +70,7 @@ def decide_outcome(spec: ElasticTrainingJobSpec, observed: Observed,
         return Outcome(succeeded=True)
     failure = (trainer_failure(previous.training)
                or jobset_failure(spec, observed)
-               or lost_jobset_failure(jobset, previous.job_set_name))
+               or lost_jobset_failure(jobset, previous.jobset_name))
     return Outcome(failure=failure, new_failure=failure is not None)
 
 

@@ -5,7 +5,7 @@ label, the active-node-maintenance label, the impending-node-termination taint).
 whose nodes carry a signal (a scheduled time within spec.maintenance.leadSeconds, or an
 active one) gets `slices[i].maintenance`; then, through `status.checkpointRequest`:
 
-    Requested     the operator asks the trainer for a checkpoint now (pause: hold after
+    Requested     the operator asks the trainer for a checkpoint now (pause: no steps after
                   it, when a spare pool exists to move to)
     Acknowledged  status.training.checkpointAck has the request's id: the state of step
                   `ack.step` is committed
@@ -15,7 +15,7 @@ active one) gets `slices[i].maintenance`; then, through `status.checkpointReques
                   goes on, and the maintenance will take the slice as a failure)
     Expired       no acknowledgement by `deadline`: moved anyway (when a spare exists)
 
-Steps after the acknowledged save are never lost: the trainer holds until Released.
+Steps after the acknowledged save are never lost: the trainer pauses until Released.
 """
 from __future__ import annotations
 

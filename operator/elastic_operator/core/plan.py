@@ -5,7 +5,7 @@ The plan is pure; the reconciler (the thin I/O layer) executes its actions in or
 Creation is idempotent (an object that exists is left alone) and a JobSet that existed
 is never recreated: that would reset JobSet's restart budget and lose the trainer.
 
-spec.suspend holds and releases the job only through what is the operator's to hold:
+spec.suspend suspends and resumes the job only through what is the operator's own:
 the JobSet's suspend, marked as the operator's (a JobSet that another suspended, an
 admission controller say, is never unsuspended), or, when Kueue manages the JobSet
 (it owns its suspend both ways), the Workload's spec.active, marked the same way.
@@ -42,7 +42,7 @@ class CreateObject:
 @dataclass(frozen=True)
 class PatchJobSetSuspend:
     """Apply spec.suspend to the JobSet (the one spec field applied in place), marking the
-    hold as the operator's (or clearing the mark)."""
+    suspension as the operator's (or clearing the mark)."""
 
     namespace: str
     jobset: str
@@ -170,7 +170,7 @@ def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[d
         if obj.get("kind") == "JobSet":
             annotations = meta.setdefault("annotations", {})
             annotations[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
-            if job.spec.suspend:  # created suspended: the operator's own hold
+            if job.spec.suspend:  # created suspended: the operator's own suspension
                 annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
         out.append(obj)
     return out
@@ -198,8 +198,8 @@ def plan_reconcile(
     if jobset is None:
         if is_terminal(previous):
             return Plan(why_not="the job is finished; its JobSet is not recreated")
-        if previous.job_set_name:
-            return Plan(why_not=f"JobSet {previous.job_set_name} existed and is gone; "
+        if previous.jobset_name:
+            return Plan(why_not=f"JobSet {previous.jobset_name} existed and is gone; "
                         "not recreated (that would reset its restart budget)")
         if job.spec.suspend and job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL):
             # Kueue could admit and start it before its Workload is deactivated.
@@ -220,13 +220,13 @@ def plan_reconcile(
 def suspend_actions(job: ElasticTrainingJob, jobset: ObservedJobSet,
                     workload: ObservedWorkload | None,
                     previous: ElasticTrainingJobStatus) -> list[Action]:
-    """Hold or release the job for spec.suspend, only through the operator's own holds."""
+    """Suspend or resume the job for spec.suspend, lifting only the operator's own suspension."""
     namespace = job.metadata.namespace or ""
     suspend = job.spec.suspend
     if workload is not None:  # Kueue owns the JobSet's suspend: never touch it
         if suspend and workload.active:
             return [SetWorkloadActive(namespace, workload.name, active=False)]
-        if not suspend and not workload.active and workload.deactivated_by_operator:
+        if not suspend and not workload.active and workload.suspended_by_operator:
             return [SetWorkloadActive(namespace, workload.name, active=True)]
         return []
     if suspend and not jobset.suspended:
@@ -240,7 +240,7 @@ def suspend_actions(job: ElasticTrainingJob, jobset: ObservedJobSet,
 def _suspended_by_older_operator(job: ElasticTrainingJob,
                                  previous: ElasticTrainingJobStatus) -> bool:
     """An operator from before the mark suspended this JobSet: the status says the job
-    was suspended, and no queue holds it."""
+    was suspended, and it is not queued."""
     was_suspended = any(c.type == ConditionType.SUSPENDED and c.status == "True"
                         for c in previous.conditions)
     return was_suspended and previous.admission is None and \

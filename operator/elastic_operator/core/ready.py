@@ -27,8 +27,8 @@ class JobSummary:
     restarting: bool = False  # a slice is Restarting (replacement pods not ready)
     degraded: bool = False
     active_slices: int | None = None  # the trainer's report
-    # A queue (Kueue) holds the job: the Admitted condition's (reason, message).
-    held_by_queue: tuple[str, str] | None = None
+    # Queued (Kueue): the Admitted condition's (reason, message).
+    queued_because: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ def readiness(s: JobSummary) -> Readiness:
         return Readiness("False", Reason.SUCCEEDED, "the job has finished", Phase.SUCCEEDED)
     if s.suspended:
         return Readiness("False", Reason.SUSPENDED, "spec.suspend is true", Phase.SUSPENDED)
-    if s.held_by_queue is not None:
-        return Readiness("False", s.held_by_queue[0], s.held_by_queue[1], Phase.QUEUED)
+    if s.queued_because is not None:
+        return Readiness("False", s.queued_because[0], s.queued_because[1], Phase.QUEUED)
     if not s.jobset_exists:
         return Readiness("False", Reason.JOBSET_NOT_CREATED, "the JobSet does not exist yet",
                          Phase.PENDING)

@@ -4,7 +4,7 @@ A pipeline of stages over one context (`StatusInputs`, built once), each returni
 typed result that the later stages read:
 
 1. `decide_gates`: whether the job finished (failure.py) and whether a queue (Kueue)
-   holds it (admission.py); either freezes slice tracking;
+   queues it (admission.py); either freezes slice tracking;
 2. `track_slices`: slice health (slices.py), then the operator's replacement records
    (replacement.py), maintenance notices and the checkpoint request (maintenance.py);
 3. `track_trainer`: the recovery record (recovery.py; for a trainer that reports no
@@ -126,7 +126,7 @@ class StatusInputs:
 
 @dataclass(frozen=True)
 class Gates:
-    """Stage 1: the job finished, or a queue holds it (either freezes slice tracking)."""
+    """Stage 1: the job finished, or it is queued (either freezes slice tracking)."""
 
     outcome: Outcome
     admission: Admission
@@ -249,7 +249,7 @@ def _spares(ctx: StatusInputs, slices: list[SliceStatus]) -> list[str] | None:
 
 
 def _slice_health(ctx: StatusInputs, admission: Admission) -> SliceHealth:
-    """Slice states; Pending while suspended, while a queue holds the job or before the
+    """Slice states; Pending while suspended, while the job is queued or before the
     JobSet exists. (Kueue evicts the Workload before it suspends the JobSet, whose pods
     then go: pods seen going come with a Workload that says why, as the reconciler reads
     it after them.)"""
@@ -259,7 +259,7 @@ def _slice_health(ctx: StatusInputs, admission: Admission) -> SliceHealth:
         frozen = Reason.JOBSET_NOT_CREATED
     elif ctx.spec.suspend:
         frozen = Reason.SUSPENDED
-    elif admission.holds:
+    elif admission.queued:
         frozen = admission.reason
     elif jobset.suspended:
         frozen = Reason.SUSPENDED
@@ -268,7 +268,7 @@ def _slice_health(ctx: StatusInputs, admission: Admission) -> SliceHealth:
     epoch = admission.status.admitted_at if admission.status is not None else None
     health = compute_slices(ctx.spec.tpu.num_slices, hosts_per_slice, ctx.observed,
                             ctx.previous.slices, ctx.now, frozen_reason=frozen, epoch=epoch)
-    if admission.holds:  # every pod goes: what a replacement was to do is moot
+    if admission.queued:  # every pod goes: what a replacement was to do is moot
         health = SliceHealth([s.model_copy(update={"replacement": None})
                               for s in health.slices], health.changes)
     return health
@@ -315,9 +315,9 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                              outcome.failure_message, trainer.waiting_for),
         degraded,
         suspended_condition(setter, spec.suspend, jobset),
-        succeeded_condition(setter, outcome, _job_set_name(ctx)),
+        succeeded_condition(setter, outcome, _jobset_name(ctx)),
         failed_condition(setter, outcome),
-        spec_applied_condition(setter, ctx.job, jobset, ctx.previous.job_set_name, terminal),
+        spec_applied_condition(setter, ctx.job, jobset, ctx.previous.jobset_name, terminal),
         training_report_condition(setter, ctx.report, ctx.report_problem),
         spares_placed_by_kueue(setter, spec) if spec.tpu.topology_aware is not None
         else spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
@@ -328,7 +328,7 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         conditions.append(placement)
     if gates.admission.condition is not None:
         conditions.append(gates.admission.condition)
-    clock = eviction_clock(setter, ctx.observed.workload, gates.admission.holds,
+    clock = eviction_clock(setter, ctx.observed.workload, gates.admission.queued,
                            ctx.previous.admission, slices, ctx.pods_ready, terminal,
                            get_condition(ctx.previous, EVICTION_PENDING))
     if clock.condition is not None:
@@ -346,8 +346,8 @@ def _queued(gates: Gates) -> bool:
         gates.admission.reason != REASON_NO_WORKLOAD
 
 
-def _job_set_name(ctx: StatusInputs) -> str | None:
-    return ctx.jobset.name if ctx.jobset is not None else ctx.previous.job_set_name
+def _jobset_name(ctx: StatusInputs) -> str | None:
+    return ctx.jobset.name if ctx.jobset is not None else ctx.previous.jobset_name
 
 
 def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
@@ -356,7 +356,7 @@ def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     return ElasticTrainingJobStatus(
         observed_generation=ctx.job.metadata.generation,
         phase=decided.ready.phase,
-        job_set_name=_job_set_name(ctx),
+        jobset_name=_jobset_name(ctx),
         slices_desired=ctx.spec.tpu.num_slices,
         slices_ready=decided.summary.ready_slices,
         slices=slices,
@@ -407,7 +407,7 @@ def _summary(ctx: StatusInputs, gates: Gates, slices: list[SliceStatus], recover
         restarting=any(s.state == "Restarting" for s in slices),
         degraded=degraded.status == "True",
         active_slices=report.active_slices if report is not None else None,
-        held_by_queue=(admission.reason, admission.message) if admission.holds else None,
+        queued_because=(admission.reason, admission.message) if admission.queued else None,
     )
 
 
@@ -422,7 +422,7 @@ def _counters(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
             report.elastic_events_total if report else 0,
             report.elastic_event.id if report and report.elastic_event else 0,
         ),
-        job_set_restarts=max(prev.job_set_restarts, jobset.restarts if jobset else 0),
+        jobset_restarts=max(prev.jobset_restarts, jobset.restarts if jobset else 0),
         trainer_restarts=prev.trainer_restarts + (trainer.replaced is not None),
         preemptions=prev.preemptions + gates.admission.preemptions,
         evictions=prev.evictions + gates.admission.evictions,
