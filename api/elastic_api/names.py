@@ -135,6 +135,7 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_WORKLOAD_PLURAL = "workloads"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 # Kueue reads both as labels of the JobSet (never as annotations): the LocalQueue that
 # admits it, and the WorkloadPriorityClass that orders and preempts it. The operator
 # copies them from the ElasticTrainingJob's own labels.

@@ -273,6 +273,12 @@ MULTIKUEUE_VOLUME = (
     "job (spec.managedBy set) may run in another; use a csi volume (Cloud Storage FUSE) or "
     "an emptyDir, or remove spec.managedBy to run the job in this cluster"
 )
+# Python only, as KUEUE_LABEL_VALUE: CEL rules cannot see metadata.labels.
+MULTIKUEUE_QUEUE = (
+    f"metadata.labels[{KUEUE_QUEUE_NAME_LABEL}]: required for a MultiKueue job "
+    "(spec.managedBy set), whose Workload no queue admits without it; set it to a "
+    "LocalQueue whose ClusterQueue has the MultiKueue admission check"
+)
 
 IMMUTABLE = (
     "spec.{field} is immutable: only spec.suspend may change after creation; delete and "
@@ -611,6 +617,8 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors += _progress_checks(spec.trainer)
     errors += _checkpoint_maxtext_checks(spec)
     errors += _multikueue_checks(spec)
+    if spec.multikueue and not job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL):
+        errors.append(MULTIKUEUE_QUEUE)
     errors += _kueue_label_checks(job.metadata.labels)
     return errors
 

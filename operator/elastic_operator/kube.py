@@ -161,6 +161,11 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
+    def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Kueue Workload by name (None: none, or Kueue's API is not served)."""
+        return self.client.get_or_none(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name))
+
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not
         served."""

@@ -61,6 +61,11 @@ class Observations(Protocol):
         the pods: Kueue evicts a Workload before its JobSet's pods go."""
         ...
 
+    def dispatch_workload(self, namespace: str, name: str) -> ObservedWorkload | None:
+        """The Workload the operator made for a MultiKueue job (by name; None: none), read
+        from the API server: a Workload not seen yet must not pass for one deleted."""
+        ...
+
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         """The newest checkpoint scan finished since the last call (None: none)."""
         ...
@@ -125,6 +130,10 @@ class ApiObservations:
         # One per JobSet; should Kueue ever hold two (one replacing the other), the newest.
         newest = max(found, key=lambda w: str(w.get("metadata", {}).get("creationTimestamp")))
         return workload_from_dict(newest)
+
+    def dispatch_workload(self, namespace: str, name: str) -> ObservedWorkload | None:
+        raw = self.kube.get_workload(namespace, name)
+        return workload_from_dict(raw) if raw is not None else None
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)

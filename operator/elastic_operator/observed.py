@@ -250,6 +250,8 @@ class ObservedWorkload:
     deactivated_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
     queue_name: str | None = None  # spec.queueName (the LocalQueue)
     cluster_queue: str | None = None  # status.admission.clusterQueue, while it has quota
+    # status.clusterName: the worker cluster MultiKueue dispatched it to (set once).
+    cluster_name: str | None = None
     conditions: tuple[ObservedCondition, ...] = ()
     # The preemptions Kueue counted on it (status.schedulingStats.evictions, reason
     # Preempted): it keeps counting across requeues, so a reconcile that missed a short
@@ -554,6 +556,7 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
             meta.get("annotations")),
         queue_name=_str_or_none(spec.get("queueName")),
         cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),
+        cluster_name=_str_or_none(status.get("clusterName")),
         conditions=conditions,
         preemptions=preemptions,
     )

@@ -62,6 +62,7 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "list_all_workloads": {("kueue.x-k8s.io", "workloads", "list")},
     "watch_workloads": {("kueue.x-k8s.io", "workloads", "watch")},
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
+    "get_workload": {("kueue.x-k8s.io", "workloads", "get")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
@@ -72,7 +73,8 @@ KUBE_METHODS: dict[str, set[Permission]] = {
 KUBE_NOT_CALLS = {"request", "from_environment"}
 PLURALS = {"JobSet": ("jobset.x-k8s.io", "jobsets"), "ServiceAccount": ("", "serviceaccounts"),
            "Role": ("rbac.authorization.k8s.io", "roles"),
-           "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings")}
+           "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+           "Workload": ("kueue.x-k8s.io", "workloads")}
 
 
 def example_jobs() -> list[ElasticTrainingJob]:
@@ -238,6 +240,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "post_event": "POST", "list_workloads": "GET",
                      "list_all_workloads": "GET", "watch_workloads": "GET",
                      "patch_workload_active": "PATCH", "serves": "GET",
+                     "get_workload": "GET",
                      "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
                      "delete_pod_now": "DELETE"}
@@ -266,6 +269,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "list_all_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "watch_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
+                                 "get_workload": "KUEUE_WORKLOAD_PLURAL",
                                  "list_worker_jobs": '"jobs"', "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',
                                  "label_node": '"nodes"'}

@@ -167,6 +167,8 @@ def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[d
         if job.metadata.namespace:
             meta["namespace"] = job.metadata.namespace
         meta["ownerReferences"] = [owner_reference(job)]
+        if obj.get("kind") == "Workload" and job.spec.suspend:
+            meta.setdefault("annotations", {})[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
         if obj.get("kind") == "JobSet":
             annotations = meta.setdefault("annotations", {})
             annotations[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
@@ -224,17 +226,43 @@ def suspend_actions(job: ElasticTrainingJob, jobset: ObservedJobSet,
     namespace = job.metadata.namespace or ""
     suspend = job.spec.suspend
     if workload is not None:  # Kueue owns the JobSet's suspend: never touch it
-        if suspend and workload.active:
-            return [SetWorkloadActive(namespace, workload.name, active=False)]
-        if not suspend and not workload.active and workload.deactivated_by_operator:
-            return [SetWorkloadActive(namespace, workload.name, active=True)]
-        return []
+        return workload_suspend_actions(job, workload)
     if suspend and not jobset.suspended:
         return [PatchJobSetSuspend(namespace, jobset.name, True)]
     if not suspend and jobset.suspended and (
             jobset.suspended_by_operator or _suspended_by_older_operator(job, previous)):
         return [PatchJobSetSuspend(namespace, jobset.name, False)]
     return []
+
+
+def workload_suspend_actions(job: ElasticTrainingJob,
+                             workload: ObservedWorkload) -> list[Action]:
+    """spec.suspend through the Workload: deactivate it, or reactivate one the operator
+    deactivated (never one an administrator did)."""
+    namespace = job.metadata.namespace or ""
+    if job.spec.suspend and workload.active:
+        return [SetWorkloadActive(namespace, workload.name, active=False)]
+    if not job.spec.suspend and not workload.active and workload.deactivated_by_operator:
+        return [SetWorkloadActive(namespace, workload.name, active=True)]
+    return []
+
+
+def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
+                  workload: ObservedWorkload | None,
+                  previous: ElasticTrainingJobStatus) -> Plan:
+    """A MultiKueue job on the manager cluster: create its Workload (rendered: the
+    Workload alone, render.render_workload), apply spec.suspend to it. A Workload that
+    existed (the status names it) and is gone is not recreated: that would run the job
+    again, from the start of its queue."""
+    if workload is not None:
+        return Plan(actions=tuple(workload_suspend_actions(job, workload)))
+    if is_terminal(previous):
+        return Plan(why_not="the job is finished; its Workload is not recreated")
+    recorded = previous.admission.workload if previous.admission is not None else None
+    if recorded or previous.job_set_name:
+        return Plan(why_not=f"Workload {recorded or '?'} existed and is gone; not recreated "
+                    "(the job would run again)")
+    return Plan(actions=tuple(CreateObject(obj) for obj in owned(job, rendered)))
 
 
 def _suspended_by_older_operator(job: ElasticTrainingJob,

@@ -1,0 +1,207 @@
+"""A MultiKueue job (spec.managedBy) on the manager cluster: the operator renders its
+Workload and no JobSet (the PodSets Kueue's JobSet integration makes of the JobSet the
+worker renders, so that the worker takes it as its prebuilt Workload), applies
+spec.suspend to it, writes the status only until MultiKueue dispatches the job, and never
+after (the worker's status is copied back); on the worker the copy's JobSet carries the
+prebuilt-workload label."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_api.names import (
+    API_VERSION,
+    KIND,
+    KUEUE_PREBUILT_WORKLOAD_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    MULTIKUEUE_CONTROLLER,
+    MULTIKUEUE_ORIGIN_LABEL,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+)
+from elastic_api.queueing import ADMITTED, REASON_WAITING_FOR_ADMISSION
+from elastic_operator.caches import owning_job
+from elastic_operator.core.dispatch import dispatch_status
+from elastic_operator.core.plan import CreateObject, SetWorkloadActive, plan_dispatch
+from elastic_operator.observed import workload_from_dict
+from elastic_operator.render import (
+    render,
+    render_jobset,
+    render_workload,
+    workload_name,
+)
+from tests.builders import T0, at
+from tests.support.stand_in_kube import StandInKube, condition, reconciler, the_job
+
+
+def mk_raw(**spec: Any) -> dict[str, Any]:
+    job = the_job(managedBy=MULTIKUEUE_CONTROLLER, **spec)
+    job["metadata"]["labels"] = {KUEUE_QUEUE_NAME_LABEL: "lq"}
+    return job
+
+
+def mk_job(**spec: Any) -> ElasticTrainingJob:
+    return ElasticTrainingJob.model_validate(mk_raw(**spec))
+
+
+def with_status(workload: dict[str, Any], **status: Any) -> dict[str, Any]:
+    workload = copy.deepcopy(workload)
+    workload["status"] = status
+    return workload
+
+
+RESERVED = {"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                            "message": "Quota reserved in ClusterQueue cq",
+                            "lastTransitionTime": "2026-11-29T12:00:10Z"}],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": []}}
+
+
+def test_the_workload_has_the_podsets_kueue_makes_of_the_workers_jobset() -> None:
+    job = mk_job()
+    workload = render_workload(job)
+    jobset = render_jobset(job)
+    assert [p["name"] for p in workload["spec"]["podSets"]] == ["pathways-head", "worker"]
+    assert [p["count"] for p in workload["spec"]["podSets"]] == [1, 2]  # v5e 2x4: 2 VMs
+    for pod_set, rj in zip(workload["spec"]["podSets"], jobset["spec"]["replicatedJobs"],
+                           strict=True):
+        assert pod_set["template"] == rj["template"]["spec"]["template"]
+    assert workload["spec"]["queueName"] == "lq" and workload["spec"]["active"] is True
+    # The worker renders the copy (no managedBy, other uid): the same containers.
+    copy_ = mk_raw()
+    copy_["spec"].pop("managedBy")
+    copy_["metadata"]["uid"] = "worker-uid"
+    worker = render_jobset(ElasticTrainingJob.model_validate(copy_))
+    assert [rj["template"]["spec"]["template"] for rj in worker["spec"]["replicatedJobs"]] \
+        == [p["template"] for p in workload["spec"]["podSets"]]
+
+
+def test_a_multikueue_job_renders_its_workload_and_nothing_that_runs() -> None:
+    assert [o["kind"] for o in render(mk_job())] == ["Workload"]
+    assert [o["kind"] for o in render(ElasticTrainingJob.model_validate(the_job()))] == \
+        ["Role", "RoleBinding", "JobSet"]
+
+
+def test_the_workload_name_fits_a_label_value_and_follows_the_uid() -> None:
+    job = mk_job()
+    name = workload_name(job)
+    assert name.startswith("elastictrainingjob-train-") and len(name) <= 63
+    other = mk_raw()
+    other["metadata"]["uid"] = "u-2"
+    assert workload_name(ElasticTrainingJob.model_validate(other)) != name
+
+
+def test_the_plan_creates_the_workload_owned_by_the_job() -> None:
+    job = mk_job()
+    plan = plan_dispatch(job, render(job), None, ElasticTrainingJobStatus())
+    (action,) = plan.actions
+    assert isinstance(action, CreateObject) and action.kind == "Workload"
+    ref = action.obj["metadata"]["ownerReferences"][0]
+    assert (ref["apiVersion"], ref["kind"], ref["uid"], ref["controller"]) == \
+        (API_VERSION, KIND, "u-1", True)
+    assert owning_job(action.obj) == "train"  # its changes wake the job
+
+
+def test_a_suspended_job_gets_its_workload_inactive_and_marked() -> None:
+    job = mk_job(suspend=True)
+    (action,) = plan_dispatch(job, render(job), None, ElasticTrainingJobStatus()).actions
+    assert isinstance(action, CreateObject)
+    assert action.obj["spec"]["active"] is False
+    assert action.obj["metadata"]["annotations"][SUSPENDED_BY_OPERATOR_ANNOTATION] == "true"
+
+
+def test_suspend_and_resume_go_through_the_workload() -> None:
+    workload = workload_from_dict(render_workload(mk_job()))
+    (action,) = plan_dispatch(mk_job(suspend=True), [], workload,
+                              ElasticTrainingJobStatus()).actions
+    assert action == SetWorkloadActive("ml", workload.name, active=False)
+    inactive = render_workload(mk_job(suspend=True))
+    inactive["metadata"]["annotations"] = {SUSPENDED_BY_OPERATOR_ANNOTATION: "true"}
+    (action,) = plan_dispatch(mk_job(), [], workload_from_dict(inactive),
+                              ElasticTrainingJobStatus()).actions
+    assert action == SetWorkloadActive("ml", workload.name, active=True)
+
+
+def test_a_workload_that_existed_is_not_recreated() -> None:
+    job = mk_job()
+    previous = ElasticTrainingJobStatus.model_validate(
+        {"admission": {"workload": workload_name(job), "queueName": "lq"}})
+    plan = plan_dispatch(job, render(job), None, previous)
+    assert plan.actions == () and plan.why_not is not None
+    worker_status = ElasticTrainingJobStatus(job_set_name="train")
+    assert plan_dispatch(job, render(job), None, worker_status).actions == ()
+
+
+def test_a_waiting_job_says_where_it_waits() -> None:
+    job = mk_job()
+    workload = workload_from_dict(with_status(render_workload(job), **RESERVED))
+    status, events = dispatch_status(job, workload, ElasticTrainingJobStatus(), T0)
+    assert status is not None
+    assert status.phase == "Queued" and status.slices_ready == 0
+    admitted = next(c for c in status.conditions if c.type == ADMITTED)
+    assert (admitted.status, admitted.reason) == ("False", REASON_WAITING_FOR_ADMISSION)
+    assert "admission checks" in admitted.message
+    assert [e.reason for e in events] == [REASON_WAITING_FOR_ADMISSION]
+
+
+def test_once_dispatched_the_status_is_the_workers() -> None:
+    job = mk_job()
+    dispatched = with_status(render_workload(job), clusterName="worker-1", **RESERVED)
+    assert dispatch_status(job, workload_from_dict(dispatched), ElasticTrainingJobStatus(),
+                           at(20)) == (None, [])
+    # The worker's status came back before our Workload read did.
+    workload = workload_from_dict(with_status(render_workload(job), **RESERVED))
+    worker = ElasticTrainingJobStatus(job_set_name="train", phase="Running")
+    assert dispatch_status(job, workload, worker, at(20)) == (None, [])
+
+
+class ManagerKube(StandInKube):
+    """The stand-in API server of the manager cluster, with the job's Workload."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        super().__init__(job)
+        self.workload: dict[str, Any] | None = None
+
+    def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._call("get_workload")
+        return copy.deepcopy(self.workload)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        created = super().create(obj)
+        if obj["kind"] == "Workload":
+            self.workload = copy.deepcopy(obj)
+        return created
+
+
+def test_the_manager_reconcile_makes_the_workload_then_leaves_the_status_to_the_worker(
+        ) -> None:
+    kube = ManagerKube(mk_raw())
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.created == ["Workload"]  # no JobSet, no RBAC: nothing runs here
+    assert kube.job["status"]["phase"] == "Queued"
+    assert condition(kube.job["status"], ADMITTED)["reason"] == REASON_WAITING_FOR_ADMISSION
+    # MultiKueue dispatches it, and copies the worker's status (its outbox too) here.
+    assert kube.workload is not None
+    kube.workload = with_status(kube.workload, clusterName="worker-1", **RESERVED)
+    worker_status = {"phase": "Running", "jobSetName": "train", "slicesReady": 1,
+                     "pendingEvents": [{"name": "e1", "reason": "SliceDown",
+                                        "type": "Warning", "message": "on the worker"}]}
+    kube.job["status"] = copy.deepcopy(worker_status)
+    kube._bump()
+    writes, events = kube.calls.count("patch_job_status"), len(kube.events)
+    assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
+    assert kube.calls.count("patch_job_status") == writes
+    assert len(kube.events) == events  # the worker posts its own Events
+    assert kube.job["status"] == worker_status
+    assert kube.created == ["Workload"]
+
+
+def test_the_workers_copy_carries_its_prebuilt_workload_to_the_jobset() -> None:
+    copy_ = the_job()
+    copy_["metadata"]["labels"] = {KUEUE_QUEUE_NAME_LABEL: "lq",
+                                   KUEUE_PREBUILT_WORKLOAD_LABEL: "elastictrainingjob-train-1",
+                                   MULTIKUEUE_ORIGIN_LABEL: "manager"}
+    labels = render_jobset(ElasticTrainingJob.model_validate(copy_))["metadata"]["labels"]
+    assert labels[KUEUE_PREBUILT_WORKLOAD_LABEL] == "elastictrainingjob-train-1"
+    assert labels[KUEUE_QUEUE_NAME_LABEL] == "lq"
+    assert MULTIKUEUE_ORIGIN_LABEL not in labels
