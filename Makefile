@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv cluster-binaries cluster-binaries-core prometheus lint test test-unit test-compat demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
+.PHONY: help venv cluster-binaries cluster-binaries-core prometheus lint test test-unit test-multicluster test-compat demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -47,6 +47,11 @@ test: venv cluster-binaries prometheus lint
 
 test-unit: venv prometheus lint
 	$(PY) -m pytest -q -ra -m "not cluster"
+
+# MultiKueue on two local control planes (tests/multicluster; not in `make test`: two
+# control planes and two Kueues take minutes to start). Timed.
+test-multicluster: venv lint
+	ETJ_MULTICLUSTER=1 /usr/bin/time -f "test-multicluster: %e s" $(PY) -m pytest -q -ra tests/multicluster
 
 # Every test again on the previous pins (versions-compat.env: JobSet v0.10.1, Kueue
 # v0.17.0, Kubernetes 1.34); not in CI. Binaries are cached by version beside the current ones.

@@ -1,0 +1,226 @@
+"""MultiKueue on two real local control planes (each kube-apiserver, etcd, controllers,
+scheduler, kwok, JobSet and Kueue v0.19.2; one operator per cluster): a job submitted to
+the manager cluster is dispatched by MultiKueue to the worker, whose operator runs it
+(JobSet, slice replacement); the manager's job shows the worker's status; deleting the
+job on the manager deletes the worker's copy and everything it owned.
+
+Not in `make test`: two control planes and two Kueues take minutes to start on a loaded
+CI runner; `make test-multicluster` runs it (README, docs/operations.md "Many clusters").
+"""
+from __future__ import annotations
+
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from elastic_api.conditions import Phase
+from elastic_api.names import (
+    GROUP,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_PREBUILT_WORKLOAD_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    KUEUE_VERSION,
+    KUEUE_WORKLOAD_PLURAL,
+    MULTIKUEUE_CONTROLLER,
+    MULTIKUEUE_ORIGIN_LABEL,
+    PLURAL,
+    VERSION,
+    worker_pods_selector,
+)
+from elastic_api.validation import validate_job
+from elastic_devtools import localcluster as lc
+from elastic_devtools.localcluster import kueue_queues as kq
+from elastic_devtools.localcluster.crds import install_crd
+from elastic_devtools.localcluster.faults import fail_pod, wait_for
+from elastic_devtools.localcluster.multikueue import Worker, dispatching
+from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_operator.render import render_jobset, workload_name
+from tests.builders import etj
+
+pytestmark = [pytest.mark.cluster, pytest.mark.multicluster]
+
+TIMEOUT = 180  # MultiKueue's dispatch, the worker's admission, kwok's pods, on a loaded host
+NAMESPACE = "mk"
+WORKER = "worker-1"
+
+
+class Side:
+    """One cluster of the test: its handle, API client and operator."""
+
+    def __init__(self, cluster: lc.Cluster) -> None:
+        self.cluster = cluster
+        self.api = cluster.api_client()
+        self.custom = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        return _get(lambda: self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, name))
+
+    def jobset(self, name: str) -> dict[str, Any] | None:
+        return _get(lambda: self.custom.get_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name))
+
+    def workload(self, name: str) -> dict[str, Any] | None:
+        return _get(lambda: self.custom.get_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, KUEUE_WORKLOAD_PLURAL, name))
+
+
+def _get(call: Callable[[], Any]) -> dict[str, Any] | None:
+    try:
+        got: dict[str, Any] = call()
+        return got
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _start(config: lc.ClusterConfig, out: dict[str, Any], key: str) -> None:
+    try:
+        out[key] = lc.up(config)
+    except BaseException as err:  # reported by the fixture, in the test's thread
+        out[key] = err
+
+
+@pytest.fixture(scope="module")
+def clusters() -> Iterator[tuple[Side, Side]]:
+    """A manager (Kueue as MultiKueue manager, origin `manager`) and a worker (Kueue),
+    started side by side, each with the CRD, the namespace and an operator."""
+    root = Path(tempfile.mkdtemp(prefix="etj-multicluster-"))
+    pools = (lc.parse_tpu_pool("v5e:2x4:2"),)
+    configs = {
+        "manager": lc.ClusterConfig(dir=root / "manager", die_with_parent=True, tpu_pools=pools,
+                                    cpu_nodes=1, multikueue_origin="manager", timeout=300),
+        WORKER: lc.ClusterConfig(dir=root / WORKER, die_with_parent=True, tpu_pools=pools,
+                                 cpu_nodes=1, kueue=True, timeout=300),
+    }
+    started: dict[str, Any] = {}
+    threads = [threading.Thread(target=_start, args=(c, started, k)) for k, c in configs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = [f"{k}: {v}" for k, v in started.items() if isinstance(v, BaseException)]
+    if failed:
+        for handle in started.values():
+            if not isinstance(handle, BaseException):
+                lc.down(handle.dir)
+        pytest.fail("\n".join(failed) + f"\nlogs in {root}", pytrace=False)
+    sides = (Side(started["manager"]), Side(started[WORKER]))
+    operators = []
+    try:
+        for side in sides:
+            install_crd(side.api, timeout=60)
+            side.core.create_namespace({"metadata": {"name": NAMESPACE}})
+            wait_for(lambda s=side: s.core.read_namespaced_service_account("default", NAMESPACE),
+                     60, "the default ServiceAccount")
+            proc = OperatorProcess(side.cluster.kubeconfig,
+                                   side.cluster.logs_dir / "operator.log")
+            proc.start()
+            operators.append(proc)
+        yield sides
+    finally:
+        for proc in operators:
+            proc.stop()
+        for side in sides:
+            side.api.close()
+            lc.down(side.cluster.dir)
+        print(f"\nmulticluster logs in {root}")
+
+
+def manifest(name: str, queue: str) -> dict[str, Any]:
+    """One simulated v5e 2x4 slice (2 hosts), checkpoints on gs:// (MultiKueue requires
+    storage every cluster reads), dispatched by MultiKueue."""
+    obj = (etj(name, namespace=None).backend("simulated").tpu("v5e", "2x4", 1)
+           .checkpoint_dir(f"gs://etj-multicluster/{name}").trainer("trainer:test", 1000)
+           .spec(managedBy=MULTIKUEUE_CONTROLLER,
+                 elastic={"maxSliceRestarts": 5}).obj())
+    obj["metadata"]["labels"] = {KUEUE_QUEUE_NAME_LABEL: queue}
+    return obj
+
+
+def one_job_of_quota() -> dict[str, str]:
+    obj = manifest("x", "q")
+    obj["metadata"]["namespace"] = NAMESPACE
+    requests = kq.jobset_requests(render_jobset(validate_job(obj)))
+    return {k: str(int(v) + 1) for k, v in requests.items()}
+
+
+@pytest.fixture(scope="module")
+def queue(clusters: tuple[Side, Side]) -> Iterator[str]:
+    manager, worker = clusters
+    quota = one_job_of_quota()
+    kubeconfig = Path(worker.cluster.kubeconfig).read_text()
+    with dispatching(manager.api, {WORKER: Worker(worker.api, kubeconfig, quota)}, NAMESPACE,
+                     manager_quota=quota, prefix="mk") as made:
+        wait_for(lambda: _active(manager, WORKER), 60, f"MultiKueueCluster {WORKER} Active")
+        yield made.local_queue
+
+
+def _active(manager: Side, name: str) -> bool:
+    got = manager.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION,
+                                                   "multikueueclusters", name)
+    return any(c["type"] == "Active" and c["status"] == "True"
+               for c in (got.get("status") or {}).get("conditions") or [])
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
+    return wait_for(check, timeout, what, interval=0.25)
+
+
+def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
+        clusters: tuple[Side, Side], queue: str) -> None:
+    manager, worker = clusters
+    name = f"mk-{uuid.uuid4().hex[:5]}"
+    manager.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                                   manifest(name, queue))
+    job = manager.job(name)
+    assert job is not None
+    wl_name = workload_name(validate_job(job))
+
+    # The manager: a Workload owned by the job, and never a JobSet.
+    wl = wait("the manager's Workload dispatched to the worker",
+              lambda: (w := manager.workload(wl_name)) is not None
+              and (w.get("status") or {}).get("clusterName") == WORKER and w)
+    owner = wl["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("ElasticTrainingJob", name)
+
+    # The worker: MultiKueue's copy, without managedBy, runs as any job.
+    copy = wait("the worker's copy", lambda: worker.job(name))
+    assert "managedBy" not in copy["spec"]
+    assert copy["metadata"]["labels"][KUEUE_PREBUILT_WORKLOAD_LABEL] == wl_name
+    assert copy["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL] == "manager"
+    jobset = wait("the worker's JobSet", lambda: worker.jobset(name))
+    assert jobset["metadata"]["labels"][KUEUE_PREBUILT_WORKLOAD_LABEL] == wl_name
+
+    running = wait("the manager's job Running with its slice Ready (the worker's status)",
+                   lambda: (j := manager.job(name)) is not None
+                   and (s := j.get("status") or {}).get("phase") == Phase.RUNNING
+                   and s.get("slicesReady") == 1 and s)
+    assert running["jobSetName"] == name
+    assert manager.jobset(name) is None
+
+    # A slice lost on the worker is replaced there; the manager's status follows.
+    pods = worker.core.list_namespaced_pod(NAMESPACE,
+                                           label_selector=worker_pods_selector(name, 0)).items
+    fail_pod(worker.api, NAMESPACE, pods[0].metadata.name, exit_code=1)
+    wait("the manager's job counts the slice failure and is Running again",
+         lambda: (s := (manager.job(name) or {}).get("status") or {})
+         .get("counters", {}).get("sliceFailures", 0) >= 1
+         and s.get("phase") == Phase.RUNNING and s.get("slicesReady") == 1)
+
+    # Deleted on the manager: the worker's copy and what it owned go too.
+    manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+    wait("the worker's copy deleted", lambda: worker.job(name) is None)
+    wait("the worker's JobSet deleted", lambda: worker.jobset(name) is None)
+    wait("the manager's Workload deleted", lambda: manager.workload(wl_name) is None)
