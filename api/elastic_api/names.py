@@ -144,7 +144,10 @@ KUEUE_PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
 # On the copy MultiKueue makes in a worker cluster: the Workload (MultiKueue's copy of the
 # manager's) that admits it. Carried to the JobSet, so that Kueue's JobSet integration there
 # takes that Workload instead of making a second one (quota counted once).
+# Kueue v0.19 (WorkloadIdentifierAnnotations, on by default) writes it as an annotation of
+# the same name instead, and reads either.
 KUEUE_PREBUILT_WORKLOAD_LABEL = f"{KUEUE_GROUP}/prebuilt-workload-name"
+KUEUE_PREBUILT_WORKLOAD_ANNOTATION = KUEUE_PREBUILT_WORKLOAD_LABEL
 KUEUE_JOB_LABELS = (KUEUE_QUEUE_NAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL,
                     KUEUE_PREBUILT_WORKLOAD_LABEL)
 # MultiKueue (Kueue's multi-cluster dispatcher): the value of spec.managedBy of a job it

@@ -36,6 +36,7 @@ from elastic_api.names import (
     JOBSET_NAME_LABEL,
     KUEUE_API_VERSION,
     KUEUE_JOB_LABELS,
+    KUEUE_PREBUILT_WORKLOAD_ANNOTATION,
     KUEUE_QUEUE_NAME_LABEL,
     MAIN_CONTAINER,
     MANAGED_BY,
@@ -611,6 +612,9 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
     worker["dependsOn"] = [{"name": HEAD_REPLICATED_JOB, "status": "Ready"}]
     metadata = _metadata(job, name, "jobset")
     metadata["labels"].update(kueue_labels(job))
+    prebuilt = job.metadata.annotations.get(KUEUE_PREBUILT_WORKLOAD_ANNOTATION)
+    if prebuilt:  # a MultiKueue copy: Kueue's JobSet integration takes this Workload
+        metadata["annotations"] = {KUEUE_PREBUILT_WORKLOAD_ANNOTATION: prebuilt}
     return {
         "apiVersion": JOBSET_API_VERSION,
         "kind": "JobSet",

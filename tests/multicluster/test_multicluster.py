@@ -10,7 +10,6 @@ CI runner; `make test-multicluster` runs it (README, docs/operations.md "Many cl
 from __future__ import annotations
 
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from elastic_api.names import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
     KUEUE_GROUP,
+    KUEUE_PREBUILT_WORKLOAD_ANNOTATION,
     KUEUE_PREBUILT_WORKLOAD_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
     KUEUE_VERSION,
@@ -85,17 +85,11 @@ def _get(call: Callable[[], Any]) -> dict[str, Any] | None:
         raise
 
 
-def _start(config: lc.ClusterConfig, out: dict[str, Any], key: str) -> None:
-    try:
-        out[key] = lc.up(config)
-    except BaseException as err:  # reported by the fixture, in the test's thread
-        out[key] = err
-
-
 @pytest.fixture(scope="module")
 def clusters() -> Iterator[tuple[Side, Side]]:
     """A manager (Kueue as MultiKueue manager, origin `manager`) and a worker (Kueue),
-    started side by side, each with the CRD, the namespace and an operator."""
+    each with the CRD, the namespace and an operator. Started one after the other, from
+    this thread: their processes die with the thread that started them (PDEATHSIG)."""
     root = Path(tempfile.mkdtemp(prefix="etj-multicluster-"))
     pools = (lc.parse_tpu_pool("v5e:2x4:2"),)
     configs = {
@@ -104,26 +98,22 @@ def clusters() -> Iterator[tuple[Side, Side]]:
         WORKER: lc.ClusterConfig(dir=root / WORKER, die_with_parent=True, tpu_pools=pools,
                                  cpu_nodes=1, kueue=True, timeout=300),
     }
-    started: dict[str, Any] = {}
-    threads = [threading.Thread(target=_start, args=(c, started, k)) for k, c in configs.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    failed = [f"{k}: {v}" for k, v in started.items() if isinstance(v, BaseException)]
-    if failed:
-        for handle in started.values():
-            if not isinstance(handle, BaseException):
+    started: dict[str, lc.Cluster] = {}
+    for key, config in configs.items():
+        try:
+            started[key] = lc.up(config)
+        except (lc.MissingBinaryError, lc.ClusterStartError) as err:
+            for handle in started.values():
                 lc.down(handle.dir)
-        pytest.fail("\n".join(failed) + f"\nlogs in {root}", pytrace=False)
+            pytest.fail(f"{key}: {err}\nlogs in {root}", pytrace=False)
     sides = (Side(started["manager"]), Side(started[WORKER]))
     operators = []
     try:
         for side in sides:
             install_crd(side.api, timeout=60)
             side.core.create_namespace({"metadata": {"name": NAMESPACE}})
-            wait_for(lambda s=side: s.core.read_namespaced_service_account("default", NAMESPACE),
-                     60, "the default ServiceAccount")
+            wait_for(lambda s=side: _get(lambda: s.core.read_namespaced_service_account(
+                "default", NAMESPACE).to_dict()), 60, "the default ServiceAccount")
             proc = OperatorProcess(side.cluster.kubeconfig,
                                    side.cluster.logs_dir / "operator.log")
             proc.start()
@@ -174,6 +164,14 @@ def _active(manager: Side, name: str) -> bool:
                for c in (got.get("status") or {}).get("conditions") or [])
 
 
+def prebuilt(obj: dict[str, Any]) -> str | None:
+    """The prebuilt Workload an object names: an annotation from Kueue v0.19
+    (WorkloadIdentifierAnnotations), a label before."""
+    meta = obj["metadata"]
+    return (meta.get("annotations") or {}).get(KUEUE_PREBUILT_WORKLOAD_ANNOTATION) or \
+        (meta.get("labels") or {}).get(KUEUE_PREBUILT_WORKLOAD_LABEL)
+
+
 def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
     return wait_for(check, timeout, what, interval=0.25)
 
@@ -198,10 +196,15 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     # The worker: MultiKueue's copy, without managedBy, runs as any job.
     copy = wait("the worker's copy", lambda: worker.job(name))
     assert "managedBy" not in copy["spec"]
-    assert copy["metadata"]["labels"][KUEUE_PREBUILT_WORKLOAD_LABEL] == wl_name
+    assert prebuilt(copy) == wl_name
     assert copy["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL] == "manager"
     jobset = wait("the worker's JobSet", lambda: worker.jobset(name))
-    assert jobset["metadata"]["labels"][KUEUE_PREBUILT_WORKLOAD_LABEL] == wl_name
+    assert prebuilt(jobset) == wl_name
+    # The worker's Kueue took MultiKueue's copy of the Workload for the JobSet (no second).
+    wait("the worker's Workload owned by the JobSet",
+         lambda: (w := worker.workload(wl_name)) is not None and any(
+             r["kind"] == "JobSet" and r["name"] == name
+             for r in w["metadata"].get("ownerReferences") or []))
 
     running = wait("the manager's job Running with its slice Ready (the worker's status)",
                    lambda: (j := manager.job(name)) is not None

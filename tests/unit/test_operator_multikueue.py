@@ -205,3 +205,9 @@ def test_the_workers_copy_carries_its_prebuilt_workload_to_the_jobset() -> None:
     assert labels[KUEUE_PREBUILT_WORKLOAD_LABEL] == "elastictrainingjob-train-1"
     assert labels[KUEUE_QUEUE_NAME_LABEL] == "lq"
     assert MULTIKUEUE_ORIGIN_LABEL not in labels
+    # Kueue v0.19 writes it as an annotation (WorkloadIdentifierAnnotations).
+    copy_["metadata"]["labels"] = {KUEUE_QUEUE_NAME_LABEL: "lq"}
+    copy_["metadata"]["annotations"] = {KUEUE_PREBUILT_WORKLOAD_LABEL: "elastictrainingjob-t-2"}
+    meta = render_jobset(ElasticTrainingJob.model_validate(copy_))["metadata"]
+    assert meta["annotations"] == {KUEUE_PREBUILT_WORKLOAD_LABEL: "elastictrainingjob-t-2"}
+    assert KUEUE_PREBUILT_WORKLOAD_LABEL not in meta["labels"]
