@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,24 @@ def prebuilt(obj: dict[str, Any]) -> str | None:
         (meta.get("labels") or {}).get(KUEUE_PREBUILT_WORKLOAD_LABEL)
 
 
+def status(side: Side, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = (side.job(name) or {}).get("status") or {}
+    return got
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def report(side: Side, name: str, training: dict[str, Any]) -> None:
+    """The trainer's report (docs/status-contract.md): a merge patch of
+    status.training."""
+    side.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NAMESPACE, PLURAL, name,
+        {"status": {"training": {"observedAt": now(), **training}}},
+        _content_type="application/merge-patch+json")
+
+
 def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
     return wait_for(check, timeout, what, interval=0.25)
 
@@ -207,20 +226,38 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
              for r in w["metadata"].get("ownerReferences") or []))
 
     running = wait("the manager's job Running with its slice Ready (the worker's status)",
-                   lambda: (j := manager.job(name)) is not None
-                   and (s := j.get("status") or {}).get("phase") == Phase.RUNNING
+                   lambda: (s := status(manager, name)).get("phase") == Phase.RUNNING
                    and s.get("slicesReady") == 1 and s)
     assert running["jobSetName"] == name
     assert manager.jobset(name) is None
+    # The trainer (kwok runs no process: the test writes its report, as it does, on
+    # the worker's copy) reports; the manager's copy shows it.
+    report(worker, name, {"state": "Training", "step": 5, "attempt": 1, "activeSlices": 1,
+                          "elasticEventsTotal": 0})
+    wait("the trainer's step on the manager",
+         lambda: (status(manager, name).get("training") or {}).get("step") == 5)
 
     # A slice lost on the worker is replaced there; the manager's status follows.
     pods = worker.core.list_namespaced_pod(NAMESPACE,
                                            label_selector=worker_pods_selector(name, 0)).items
     fail_pod(worker.api, NAMESPACE, pods[0].metadata.name, exit_code=1)
-    wait("the manager's job counts the slice failure and is Running again",
-         lambda: (s := (manager.job(name) or {}).get("status") or {})
-         .get("counters", {}).get("sliceFailures", 0) >= 1
-         and s.get("phase") == Phase.RUNNING and s.get("slicesReady") == 1)
+    down = wait("the manager's job Recovering, its slice failure counted",
+                lambda: (s := status(manager, name)).get("phase") == Phase.RECOVERING
+                and s.get("counters", {}).get("sliceFailures") == 1 and s)
+    wait("the replaced slice Ready on the worker",
+         lambda: status(worker, name).get("slicesReady") == 1)
+    detected = down["lastRecovery"]["detectedAt"]
+    report(worker, name, {
+        "state": "Training", "step": 6, "attempt": 1, "activeSlices": 1,
+        "elasticEventsTotal": 1,
+        "elasticEvent": {"id": 1, "phase": "Resumed", "detectedAt": detected,
+                         "failedStep": 5, "slicesDown": [0], "restoredFromStep": 5,
+                         "restoreSource": "snapshot", "resumedAt": now(), "resumedStep": 6}})
+    recovered = wait("the manager's job Running again, the recovery closed",
+                     lambda: (s := status(manager, name)).get("phase") == Phase.RUNNING
+                     and (s.get("lastRecovery") or {}).get("closedAt") and s)
+    assert recovered["counters"]["sliceFailures"] == 1
+    assert recovered["training"]["step"] == 6
 
     # Deleted on the manager: the worker's copy and what it owned go too.
     manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)

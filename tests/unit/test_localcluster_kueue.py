@@ -155,3 +155,28 @@ def test_files_are_found_in_the_cache(tmp_path: Path):
     (patches / "webhook_in_workloads.yaml").write_text(yaml.safe_dump(
         {"metadata": {"name": "workloads.kueue.x-k8s.io"}}))
     assert files.converted_crds() == {"workloads.kueue.x-k8s.io"}
+
+
+def test_a_manager_dispatches_elastic_training_jobs():
+    from elastic_api import API_VERSION, KIND
+
+    cfg = kueue.config(9444, 8082, Path("/c"), "v0.19.2", multikueue_origin="manager")
+    frameworks = cfg["multiKueue"]["externalFrameworks"]
+    group_version = API_VERSION.split("/")
+    assert frameworks == [{"name": f"{KIND}.{group_version[1]}.{group_version[0]}"}]
+    assert cfg["multiKueue"]["origin"] == "manager"
+    assert "multiKueue" not in kueue.config(9444, 8082, Path("/c"), "v0.19.2")
+
+
+def test_multikueue_objects_point_at_each_other():
+    from elastic_devtools.localcluster import multikueue as mk
+
+    secret = mk.kubeconfig_secret("w1-secret", "apiVersion: v1\n")
+    assert base64.b64decode(secret["data"]["kubeconfig"]) == b"apiVersion: v1\n"
+    assert secret["metadata"]["namespace"] == kueue.NAMESPACE
+    source = mk.multikueue_cluster("w1", "w1-secret")["spec"]["clusterSource"]["kubeConfig"]
+    assert source == {"locationType": "Secret", "location": "w1-secret"}
+    check = mk.admission_check("ac", "cfg")["spec"]
+    assert check["controllerName"] == "kueue.x-k8s.io/multikueue"
+    assert check["parameters"]["name"] == "cfg"
+    assert mk.multikueue_config("cfg", ["w1"])["spec"]["clusters"] == ["w1"]
