@@ -19,6 +19,7 @@ from elastic_api.names import (
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
     KUEUE_WORKLOAD_PLURAL,
+    MANAGED_BY,
     PLURAL,
     REPLICATED_JOB_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
@@ -222,6 +223,19 @@ class Kube:
         patched: dict[str, Any] = self.client.patch(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name),
             _held_by_operator({"spec": {"active": active}}, not active))
+        return patched
+
+    def apply_workload_condition(self, namespace: str, name: str,
+                                 condition: dict[str, Any]) -> dict[str, Any]:
+        """Set one condition of a Kueue Workload's status by server-side apply (its
+        conditions are a list keyed by type: Kueue's own stay as they are); the Workload
+        as patched."""
+        body = {"apiVersion": KUEUE_API, "kind": "Workload",
+                "metadata": {"name": name, "namespace": namespace},
+                "status": {"conditions": [condition]}}
+        patched: dict[str, Any] = self.client.patch(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name) + "/status",
+            body, patch_type="apply", query={"fieldManager": MANAGED_BY, "force": "true"})
         return patched
 
     def delete_job(self, namespace: str, name: str, uid: str) -> bool:

@@ -37,6 +37,7 @@ from elastic_operator.core.plan import (
     PatchJobSetSuspend,
     Plan,
     SetWorkloadActive,
+    SetWorkloadCondition,
     plan_dispatch,
     plan_reconcile,
 )
@@ -270,7 +271,7 @@ class Reconciler:
         job, previous = parsed.job, parsed.previous
         namespace, name = job.metadata.namespace or "", job.metadata.name
         workload = self.observations.dispatch_workload(namespace, workload_name(job))
-        plan = plan_dispatch(job, rendered, workload, previous)
+        plan = plan_dispatch(job, rendered, workload, previous, self.clock())
         if plan.why_not:
             logger.debug("%s/%s: %s", namespace, name, plan.why_not)
         try:
@@ -338,6 +339,13 @@ class Reconciler:
                                                               action.workload, action.active)
                     logger.info("%s Workload %s/%s", "reactivated" if action.active
                                 else "deactivated", action.namespace, action.workload)
+                    workload = workload_from_dict(patched)
+                case SetWorkloadCondition():
+                    patched = self.kube.apply_workload_condition(
+                        action.namespace, action.workload, action.condition)
+                    logger.info("Workload %s/%s: %s %s (%s)", action.namespace,
+                                action.workload, action.condition["type"],
+                                action.condition["status"], action.condition["reason"])
                     workload = workload_from_dict(patched)
                 case _:
                     assert_never(action)

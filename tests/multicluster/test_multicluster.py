@@ -230,6 +230,9 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
                    and s.get("slicesReady") == 1 and s)
     assert running["jobSetName"] == name
     assert manager.jobset(name) is None
+    # Kueue on the manager hears that the pods are Ready (else waitForPodsReady evicts).
+    wait("the manager's Workload PodsReady",
+         lambda: kq.is_true(manager.workload(wl_name) or {}, "PodsReady"))
     # The trainer (kwok runs no process: the test writes its report, as it does, on
     # the worker's copy) reports; the manager's copy shows it.
     report(worker, name, {"state": "Training", "step": 5, "attempt": 1, "activeSlices": 1,
@@ -258,6 +261,8 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
                      and (s.get("lastRecovery") or {}).get("closedAt") and s)
     assert recovered["counters"]["sliceFailures"] == 1
     assert recovered["training"]["step"] == 6
+    wait("the manager's Workload PodsReady again",
+         lambda: kq.is_true(manager.workload(wl_name) or {}, "PodsReady"))
 
     # Deleted on the manager: the worker's copy and what it owned go too.
     manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)

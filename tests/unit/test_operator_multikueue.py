@@ -92,7 +92,7 @@ def test_the_workload_name_fits_a_label_value_and_follows_the_uid() -> None:
 
 def test_the_plan_creates_the_workload_owned_by_the_job() -> None:
     job = mk_job()
-    plan = plan_dispatch(job, render(job), None, ElasticTrainingJobStatus())
+    plan = plan_dispatch(job, render(job), None, ElasticTrainingJobStatus(), T0)
     (action,) = plan.actions
     assert isinstance(action, CreateObject) and action.kind == "Workload"
     ref = action.obj["metadata"]["ownerReferences"][0]
@@ -103,7 +103,7 @@ def test_the_plan_creates_the_workload_owned_by_the_job() -> None:
 
 def test_a_suspended_job_gets_its_workload_inactive_and_marked() -> None:
     job = mk_job(suspend=True)
-    (action,) = plan_dispatch(job, render(job), None, ElasticTrainingJobStatus()).actions
+    (action,) = plan_dispatch(job, render(job), None, ElasticTrainingJobStatus(), T0).actions
     assert isinstance(action, CreateObject)
     assert action.obj["spec"]["active"] is False
     assert action.obj["metadata"]["annotations"][SUSPENDED_BY_OPERATOR_ANNOTATION] == "true"
@@ -112,12 +112,12 @@ def test_a_suspended_job_gets_its_workload_inactive_and_marked() -> None:
 def test_suspend_and_resume_go_through_the_workload() -> None:
     workload = workload_from_dict(render_workload(mk_job()))
     (action,) = plan_dispatch(mk_job(suspend=True), [], workload,
-                              ElasticTrainingJobStatus()).actions
+                              ElasticTrainingJobStatus(), T0).actions
     assert action == SetWorkloadActive("ml", workload.name, active=False)
     inactive = render_workload(mk_job(suspend=True))
     inactive["metadata"]["annotations"] = {SUSPENDED_BY_OPERATOR_ANNOTATION: "true"}
     (action,) = plan_dispatch(mk_job(), [], workload_from_dict(inactive),
-                              ElasticTrainingJobStatus()).actions
+                              ElasticTrainingJobStatus(), T0).actions
     assert action == SetWorkloadActive("ml", workload.name, active=True)
 
 
@@ -125,10 +125,10 @@ def test_a_workload_that_existed_is_not_recreated() -> None:
     job = mk_job()
     previous = ElasticTrainingJobStatus.model_validate(
         {"admission": {"workload": workload_name(job), "queueName": "lq"}})
-    plan = plan_dispatch(job, render(job), None, previous)
+    plan = plan_dispatch(job, render(job), None, previous, T0)
     assert plan.actions == () and plan.why_not is not None
     worker_status = ElasticTrainingJobStatus(job_set_name="train")
-    assert plan_dispatch(job, render(job), None, worker_status).actions == ()
+    assert plan_dispatch(job, render(job), None, worker_status, T0).actions == ()
 
 
 def test_a_waiting_job_says_where_it_waits() -> None:
@@ -211,3 +211,50 @@ def test_the_workers_copy_carries_its_prebuilt_workload_to_the_jobset() -> None:
     meta = render_jobset(ElasticTrainingJob.model_validate(copy_))["metadata"]
     assert meta["annotations"] == {KUEUE_PREBUILT_WORKLOAD_LABEL: "elastictrainingjob-t-2"}
     assert KUEUE_PREBUILT_WORKLOAD_LABEL not in meta["labels"]
+
+
+def dispatched_workload(pods_ready: dict[str, Any] | None = None) -> dict[str, Any]:
+    admitted = copy.deepcopy(RESERVED)
+    admitted["conditions"].append({"type": "Admitted", "status": "True", "reason": "Admitted",
+                                   "message": "", "lastTransitionTime": "2026-11-29T12:00:11Z"})
+    if pods_ready is not None:
+        admitted["conditions"].append({"message": "", "lastTransitionTime":
+                                       "2026-11-29T12:00:20Z", **pods_ready})
+    return with_status(render_workload(mk_job()), clusterName="worker-1", **admitted)
+
+
+def worker(ready: int) -> ElasticTrainingJobStatus:
+    return ElasticTrainingJobStatus(job_set_name="train", phase="Running", slices_desired=2,
+                                    slices_ready=ready)
+
+
+def test_kueue_hears_from_the_operator_that_the_workers_pods_are_ready() -> None:
+    from elastic_operator.core.plan import SetWorkloadCondition
+
+    job = mk_job()
+    plan = plan_dispatch(job, [], workload_from_dict(dispatched_workload()), worker(2), at(30))
+    (action,) = plan.actions
+    assert isinstance(action, SetWorkloadCondition)
+    cond = action.condition
+    assert (cond["type"], cond["status"], cond["reason"]) == ("PodsReady", "True", "PodsReady")
+    assert "worker-1" in cond["message"] and cond["lastTransitionTime"] == "2026-11-29T12:00:30Z"
+    # Said once: the same condition is not written again.
+    ready = workload_from_dict(dispatched_workload({"type": "PodsReady", "status": "True",
+                                                    "reason": "PodsReady"}))
+    assert plan_dispatch(job, [], ready, worker(2), at(40)).actions == ()
+
+
+def test_a_slice_down_on_the_worker_is_a_recovery_for_kueue() -> None:
+    from elastic_operator.core.podsready import pods_ready_condition
+
+    ready = workload_from_dict(dispatched_workload({"type": "PodsReady", "status": "True",
+                                                    "reason": "PodsReady"}))
+    cond = pods_ready_condition(ready, worker(1), at(50))
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "WaitForRecovery")
+    starting = workload_from_dict(dispatched_workload())
+    cond = pods_ready_condition(starting, worker(0), at(50))
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "WaitForStart")
+    # Not yet dispatched, or the worker has not reported: nothing to tell.
+    waiting = workload_from_dict(with_status(render_workload(mk_job()), **RESERVED))
+    assert pods_ready_condition(waiting, worker(2), at(50)) is None
+    assert pods_ready_condition(starting, ElasticTrainingJobStatus(), at(50)) is None

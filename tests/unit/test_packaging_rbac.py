@@ -63,6 +63,7 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "watch_workloads": {("kueue.x-k8s.io", "workloads", "watch")},
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
     "get_workload": {("kueue.x-k8s.io", "workloads", "get")},
+    "apply_workload_condition": {("kueue.x-k8s.io", "workloads/status", "patch")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
@@ -240,7 +241,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "post_event": "POST", "list_workloads": "GET",
                      "list_all_workloads": "GET", "watch_workloads": "GET",
                      "patch_workload_active": "PATCH", "serves": "GET",
-                     "get_workload": "GET",
+                     "get_workload": "GET", "apply_workload_condition": "PATCH",
                      "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
                      "delete_pod_now": "DELETE"}
@@ -270,6 +271,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "watch_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
                                  "get_workload": "KUEUE_WORKLOAD_PLURAL",
+                                 "apply_workload_condition": "/status",
                                  "list_worker_jobs": '"jobs"', "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',
                                  "label_node": '"nodes"'}

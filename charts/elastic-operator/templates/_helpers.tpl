@@ -74,10 +74,13 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 # Kueue (where installed): a queued job's Workload, found by its JobSet's uid and watched;
 # patch deactivates and reactivates it for spec.suspend (Kueue owns the JobSet's suspend).
 # On a MultiKueue manager cluster the operator creates a MultiKueue job's Workload itself
-# (create, and get by name).
+# (create, and get by name), and tells Kueue its pods are Ready (status, PodsReady).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
 # The per-job trainer Role and its RoleBinding (to the pods' ServiceAccount), created
 # once; the Role only grants what the operator holds above, so no `bind` or `escalate`.
 - apiGroups: ["rbac.authorization.k8s.io"]

@@ -49,3 +49,4 @@ def dispatch_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
         "conditions": [ready, admission.condition], "admission": admission.status,
     })
     return status, admission.events
+

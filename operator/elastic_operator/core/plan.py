@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from elastic_api.conditions import ConditionType
@@ -25,6 +26,7 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
 from elastic_operator.core.failure import is_terminal
+from elastic_operator.core.podsready import pods_ready_condition
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
@@ -60,7 +62,17 @@ class SetWorkloadActive:
     active: bool
 
 
-Action = CreateObject | PatchJobSetSuspend | SetWorkloadActive
+@dataclass(frozen=True)
+class SetWorkloadCondition:
+    """Set one condition of a Workload's status (server-side apply): a MultiKueue job's
+    PodsReady, on the manager, where the operator is Kueue's integration for it."""
+
+    namespace: str
+    workload: str
+    condition: dict[str, Any]
+
+
+Action = CreateObject | PatchJobSetSuspend | SetWorkloadActive | SetWorkloadCondition
 
 
 # --- slice replacement (core/replacement.py plans these after the status is written) ---
@@ -249,13 +261,19 @@ def workload_suspend_actions(job: ElasticTrainingJob,
 
 def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
                   workload: ObservedWorkload | None,
-                  previous: ElasticTrainingJobStatus) -> Plan:
+                  previous: ElasticTrainingJobStatus, now: datetime) -> Plan:
     """A MultiKueue job on the manager cluster: create its Workload (rendered: the
-    Workload alone, render.render_workload), apply spec.suspend to it. A Workload that
+    Workload alone, render.render_workload), apply spec.suspend to it, and tell Kueue its
+    pods are Ready when the worker's status says so (core/dispatch.py). A Workload that
     existed (the status names it) and is gone is not recreated: that would run the job
     again, from the start of its queue."""
     if workload is not None:
-        return Plan(actions=tuple(workload_suspend_actions(job, workload)))
+        actions = workload_suspend_actions(job, workload)
+        condition = pods_ready_condition(workload, previous, now)
+        if condition is not None:
+            actions.append(SetWorkloadCondition(job.metadata.namespace or "", workload.name,
+                                                condition))
+        return Plan(actions=tuple(actions))
     if is_terminal(previous):
         return Plan(why_not="the job is finished; its Workload is not recreated")
     recorded = previous.admission.workload if previous.admission is not None else None
