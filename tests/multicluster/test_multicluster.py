@@ -51,7 +51,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.multicluster]
 
 TIMEOUT = 180  # MultiKueue's dispatch, the worker's admission, kwok's pods, on a loaded host
 NAMESPACE = "mk"
-WORKER = "worker-1"
+WORKERS = ("worker-1", "worker-2")
 
 
 class Side:
@@ -86,9 +86,12 @@ def _get(call: Callable[[], Any]) -> dict[str, Any] | None:
         raise
 
 
+Clusters = tuple["Side", dict[str, "Side"]]
+
+
 @pytest.fixture(scope="module")
-def clusters() -> Iterator[tuple[Side, Side]]:
-    """A manager (Kueue as MultiKueue manager, origin `manager`) and a worker (Kueue),
+def clusters() -> Iterator[Clusters]:
+    """A manager (Kueue as MultiKueue manager, origin `manager`) and two workers (Kueue),
     each with the CRD, the namespace and an operator. Started one after the other, from
     this thread: their processes die with the thread that started them (PDEATHSIG)."""
     root = Path(tempfile.mkdtemp(prefix="etj-multicluster-"))
@@ -96,8 +99,9 @@ def clusters() -> Iterator[tuple[Side, Side]]:
     configs = {
         "manager": lc.ClusterConfig(dir=root / "manager", die_with_parent=True, tpu_pools=pools,
                                     cpu_nodes=1, multikueue_origin="manager", timeout=300),
-        WORKER: lc.ClusterConfig(dir=root / WORKER, die_with_parent=True, tpu_pools=pools,
-                                 cpu_nodes=1, kueue=True, timeout=300),
+        **{worker: lc.ClusterConfig(dir=root / worker, die_with_parent=True, tpu_pools=pools,
+                                    cpu_nodes=1, kueue=True, timeout=300)
+           for worker in WORKERS},
     }
     started: dict[str, lc.Cluster] = {}
     for key, config in configs.items():
@@ -107,10 +111,10 @@ def clusters() -> Iterator[tuple[Side, Side]]:
             for handle in started.values():
                 lc.down(handle.dir)
             pytest.fail(f"{key}: {err}\nlogs in {root}", pytrace=False)
-    sides = (Side(started["manager"]), Side(started[WORKER]))
+    sides = {key: Side(handle) for key, handle in started.items()}
     operators = []
     try:
-        for side in sides:
+        for side in sides.values():
             install_crd(side.api, timeout=60)
             side.core.create_namespace({"metadata": {"name": NAMESPACE}})
             wait_for(lambda s=side: _get(lambda: s.core.read_namespaced_service_account(
@@ -119,11 +123,11 @@ def clusters() -> Iterator[tuple[Side, Side]]:
                                    side.cluster.logs_dir / "operator.log")
             proc.start()
             operators.append(proc)
-        yield sides
+        yield sides["manager"], {w: sides[w] for w in WORKERS}
     finally:
         for proc in operators:
             proc.stop()
-        for side in sides:
+        for side in sides.values():
             side.api.close()
             lc.down(side.cluster.dir)
         print(f"\nmulticluster logs in {root}")
@@ -140,21 +144,24 @@ def manifest(name: str, queue: str) -> dict[str, Any]:
     return obj
 
 
-def one_job_of_quota() -> dict[str, str]:
+def quota_of(jobs: float) -> dict[str, str]:
+    """A quota for `jobs` of these jobs: 1.5 fits one and not two."""
     obj = manifest("x", "q")
     obj["metadata"]["namespace"] = NAMESPACE
     requests = kq.jobset_requests(render_jobset(validate_job(obj)))
-    return {k: str(int(v) + 1) for k, v in requests.items()}
+    return {k: f"{v * jobs:.3f}" for k, v in requests.items()}
 
 
 @pytest.fixture(scope="module")
-def queue(clusters: tuple[Side, Side]) -> Iterator[str]:
-    manager, worker = clusters
-    quota = one_job_of_quota()
-    kubeconfig = Path(worker.cluster.kubeconfig).read_text()
-    with dispatching(manager.api, {WORKER: Worker(worker.api, kubeconfig, quota)}, NAMESPACE,
-                     manager_quota=quota, prefix="mk") as made:
-        wait_for(lambda: _active(manager, WORKER), 60, f"MultiKueueCluster {WORKER} Active")
+def queue(clusters: Clusters) -> Iterator[str]:
+    """MultiKueue from the manager (room for two jobs) to each worker (room for one)."""
+    manager, workers = clusters
+    targets = {name: Worker(side.api, Path(side.cluster.kubeconfig).read_text(),
+                            quota_of(1.5)) for name, side in workers.items()}
+    with dispatching(manager.api, targets, NAMESPACE, manager_quota=quota_of(2.5),
+                     prefix="mk") as made:
+        for name in workers:
+            wait_for(lambda n=name: _active(manager, n), 60, f"MultiKueueCluster {name} Active")
         yield made.local_queue
 
 
@@ -195,20 +202,32 @@ def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
     return wait_for(check, timeout, what, interval=0.25)
 
 
-def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
-        clusters: tuple[Side, Side], queue: str) -> None:
-    manager, worker = clusters
+def submit(manager: Side, queue: str) -> tuple[str, str]:
+    """A job submitted to the manager: its name and its Workload's."""
     name = f"mk-{uuid.uuid4().hex[:5]}"
     manager.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
                                                    manifest(name, queue))
     job = manager.job(name)
     assert job is not None
-    wl_name = workload_name(validate_job(job))
+    return name, workload_name(validate_job(job))
+
+
+def dispatched_to(manager: Side, wl_name: str) -> str:
+    wl = wait(f"Workload {wl_name} dispatched to a worker",
+              lambda: (w := manager.workload(wl_name)) is not None
+              and (w.get("status") or {}).get("clusterName"))
+    return str(wl)
+
+
+def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
+        clusters: Clusters, queue: str) -> None:
+    manager, workers = clusters
+    name, wl_name = submit(manager, queue)
 
     # The manager: a Workload owned by the job, and never a JobSet.
-    wl = wait("the manager's Workload dispatched to the worker",
-              lambda: (w := manager.workload(wl_name)) is not None
-              and (w.get("status") or {}).get("clusterName") == WORKER and w)
+    worker = workers[dispatched_to(manager, wl_name)]
+    wl = manager.workload(wl_name)
+    assert wl is not None
     owner = wl["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("ElasticTrainingJob", name)
 
@@ -269,3 +288,24 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     wait("the worker's copy deleted", lambda: worker.job(name) is None)
     wait("the worker's JobSet deleted", lambda: worker.jobset(name) is None)
     wait("the manager's Workload deleted", lambda: manager.workload(wl_name) is None)
+    wait("the worker's Workload deleted", lambda: worker.workload(wl_name) is None)
+
+
+def test_a_second_job_goes_to_the_other_worker_when_the_first_is_full(
+        clusters: Clusters, queue: str) -> None:
+    manager, workers = clusters
+    first, first_wl = submit(manager, queue)
+    on = dispatched_to(manager, first_wl)
+    wait("the first job Running", lambda: status(manager, first).get("phase") == Phase.RUNNING)
+    second, second_wl = submit(manager, queue)
+    other = dispatched_to(manager, second_wl)
+    assert other != on, f"both jobs on {on}, whose quota fits one"
+    wait("the second job Running on the other worker (its status on the manager)",
+         lambda: status(manager, second).get("phase") == Phase.RUNNING)
+    assert workers[other].job(second) is not None and workers[on].job(second) is None
+    assert workers[on].job(first) is not None and workers[other].job(first) is None
+    for name in (first, second):
+        manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                                       name)
+    for name, worker in ((first, on), (second, other)):
+        wait(f"{name} deleted on {worker}", lambda n=name, w=worker: workers[w].job(n) is None)
