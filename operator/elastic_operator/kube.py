@@ -32,6 +32,7 @@ __all__ = ["ApiError", "Kube", "WatchStalled", "collection_path", "job_path"]
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+MULTIKUEUE_CLUSTER_PLURAL = "multikueueclusters"
 JOB_API = f"{GROUP}/{VERSION}"
 LEASE_API = "coordination.k8s.io/v1"
 EVENT_SOURCE = "elastic-training-operator"
@@ -166,6 +167,12 @@ class Kube:
         """One Kueue Workload by name (None: none, or Kueue's API is not served)."""
         return self.client.get_or_none(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name))
+
+    def get_multikueue_cluster(self, name: str) -> dict[str, Any] | None:
+        """A MultiKueueCluster (cluster-scoped: a worker cluster of the manager's Kueue);
+        None: none."""
+        return self.client.get_or_none(
+            resource_path(KUEUE_API, MULTIKUEUE_CLUSTER_PLURAL, None, name))
 
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not

@@ -24,9 +24,11 @@ from elastic_operator.observed import (
     ObservedNode,
     ObservedPod,
     ObservedPool,
+    ObservedWorkerCluster,
     ObservedWorkload,
     job_from_dict,
     jobset_from_dict,
+    worker_cluster_from_dict,
     workload_from_dict,
 )
 from elastic_operator.scanner import CheckpointScanner
@@ -64,6 +66,10 @@ class Observations(Protocol):
     def dispatch_workload(self, namespace: str, name: str) -> ObservedWorkload | None:
         """The Workload the operator made for a MultiKueue job (by name; None: none), read
         from the API server: a Workload not seen yet must not pass for one deleted."""
+        ...
+
+    def worker_cluster(self, name: str) -> ObservedWorkerCluster | None:
+        """The MultiKueueCluster of this name (None: none, or no MultiKueue here)."""
         ...
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
@@ -134,6 +140,10 @@ class ApiObservations:
     def dispatch_workload(self, namespace: str, name: str) -> ObservedWorkload | None:
         raw = self.kube.get_workload(namespace, name)
         return workload_from_dict(raw) if raw is not None else None
+
+    def worker_cluster(self, name: str) -> ObservedWorkerCluster | None:
+        raw = self.kube.get_multikueue_cluster(name)
+        return worker_cluster_from_dict(raw) if raw is not None else None
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)

@@ -267,6 +267,17 @@ class ObservedWorkload:
 
 
 @dataclass(frozen=True)
+class ObservedWorkerCluster:
+    """A MultiKueueCluster (a worker cluster, as the manager's Kueue sees it)."""
+
+    name: str
+    active: bool  # its Active condition is True
+    reason: str = ""
+    message: str = ""
+    since: datetime | None = None  # when Active last changed
+
+
+@dataclass(frozen=True)
 class ObservedJob:
     """A worker Job of the JobSet (one per slice)."""
 
@@ -560,3 +571,15 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
         conditions=conditions,
         preemptions=preemptions,
     )
+
+
+def worker_cluster_from_dict(obj: dict[str, Any]) -> ObservedWorkerCluster:
+    status = _dict(obj.get("status"))
+    active = next((c for c in map(_dict, _list(status.get("conditions")))
+                   if c.get("type") == "Active"), {})
+    return ObservedWorkerCluster(
+        name=str(_dict(obj.get("metadata")).get("name", "")),
+        active=active.get("status") == "True",
+        reason=_str_or_none(active.get("reason")) or "",
+        message=_str_or_none(active.get("message")) or "",
+        since=parse_time(active.get("lastTransitionTime")))

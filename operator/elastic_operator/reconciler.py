@@ -26,7 +26,7 @@ from elastic_api.catalog import slice_shape
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
-from elastic_operator.core.dispatch import dispatch_status
+from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
 from elastic_operator.core.events import StatusEvent, from_outbox, outbox
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
@@ -281,6 +281,9 @@ class Reconciler:
             return
         now = self.clock()
         status, events = dispatch_status(job, workload, previous, now)
+        if status is None and workload is not None and workload.cluster_name is not None:
+            cluster = self.observations.worker_cluster(workload.cluster_name)
+            status, events = worker_lost_status(job, workload, cluster, previous, now)
         if status is None:
             return
         with self._writing_status(namespace, name):

@@ -154,16 +154,33 @@ def test_once_dispatched_the_status_is_the_workers() -> None:
     assert dispatch_status(job, workload, worker, at(20)) == (None, [])
 
 
+def worker_cluster(active: bool) -> dict[str, Any]:
+    """A MultiKueueCluster as the manager's Kueue keeps it."""
+    reason, message = ("Active", "Connected") if active else \
+        ("ClientConnectionFailed", "dial tcp 127.0.0.1:6443: connect: connection refused")
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster",
+            "metadata": {"name": "worker-1"},
+            "status": {"conditions": [{"type": "Active", "status": str(active),
+                                       "reason": reason, "message": message,
+                                       "lastTransitionTime": "2026-11-29T12:00:40Z"}]}}
+
+
 class ManagerKube(StandInKube):
     """The stand-in API server of the manager cluster, with the job's Workload."""
 
     def __init__(self, job: dict[str, Any]) -> None:
         super().__init__(job)
         self.workload: dict[str, Any] | None = None
+        self.clusters: dict[str, dict[str, Any]] = {"worker-1": worker_cluster(True)}
 
     def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._call("get_workload")
         return copy.deepcopy(self.workload)
+
+    def get_multikueue_cluster(self, name: str) -> dict[str, Any] | None:
+        self._call("get_multikueue_cluster")
+        return copy.deepcopy(self.clusters.get(name))
+
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         created = super().create(obj)
@@ -258,3 +275,42 @@ def test_a_slice_down_on_the_worker_is_a_recovery_for_kueue() -> None:
     waiting = workload_from_dict(with_status(render_workload(mk_job()), **RESERVED))
     assert pods_ready_condition(waiting, worker(2), at(50)) is None
     assert pods_ready_condition(starting, ElasticTrainingJobStatus(), at(50)) is None
+
+
+def test_a_lost_worker_cluster_is_reported_on_the_manager_until_it_is_back() -> None:
+    from elastic_api.conditions import ConditionType, Reason
+
+    kube = ManagerKube(mk_raw())
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.workload is not None
+    kube.workload = with_status(kube.workload, clusterName="worker-1", **RESERVED)
+    kube.job["status"] = {"phase": "Running", "jobSetName": "train", "slicesReady": 1,
+                          "conditions": [{"type": "Ready", "status": "True",
+                                          "reason": "AllSlicesReady", "message": "",
+                                          "lastTransitionTime": "2026-11-29T12:00:30Z"}]}
+    kube._bump()
+    kube.clusters["worker-1"] = worker_cluster(False)
+    assert rec.reconcile("ml", "train")
+    status = kube.job["status"]
+    lost = condition(status, ConditionType.WORKER_CLUSTER_REACHABLE)
+    assert (lost["status"], lost["reason"]) == ("False", Reason.WORKER_CLUSTER_LOST)
+    assert "worker-1" in lost["message"] and "since 2026-11-29T12:00:40Z" in lost["message"]
+    assert "connection refused" in lost["message"]
+    ready = condition(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", Reason.WORKER_CLUSTER_LOST)
+    assert status["phase"] == "Running" and status["slicesReady"] == 1  # the last copy
+    assert [e.reason for e in kube.events] == [REASON_WAITING_FOR_ADMISSION,
+                                               Reason.WORKER_CLUSTER_LOST]
+    # Said once: further reconciles write nothing, post nothing.
+    writes = kube.calls.count("patch_job_status")
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("patch_job_status") == writes and len(kube.events) == 2
+    # Back: the worker's next copy replaces the status; the manager writes nothing.
+    kube.clusters["worker-1"] = worker_cluster(True)
+    kube.job["status"] = {"phase": "Running", "jobSetName": "train", "slicesReady": 1}
+    kube._bump()
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("patch_job_status") == writes
+    assert kube.job["status"] == {"phase": "Running", "jobSetName": "train",
+                                  "slicesReady": 1}

@@ -89,9 +89,13 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 {{- end -}}
 
 {{/* Cluster-scoped: a NotReady node takes its slices down; patch: the quarantine label
-on the nodes of a pool a slice failed on (etj operator --quarantine-pools). */}}
+on the nodes of a pool a slice failed on (etj operator --quarantine-pools). On a MultiKueue
+manager: whether the worker cluster a job runs in can be reached (read only). */}}
 {{- define "elastic-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list", "watch", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["multikueueclusters"]
+  verbs: ["get"]
 {{- end -}}

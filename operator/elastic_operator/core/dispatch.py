@@ -7,19 +7,23 @@ managedBy), which that cluster's operator runs as any job. MultiKueue's generic 
 then copies the copy's whole `.status` back onto this job. So this status is written
 here only until MultiKueue has chosen a cluster (the Workload's status.clusterName):
 where the job waits, in the words of the Admitted condition. From then on it is the
-worker's, and a write here would be overwritten at the next copy, or overwrite it. Pure.
+worker's, and a write here would be overwritten at the next copy, or overwrite it; but
+for one case: while that worker cluster cannot be reached, nothing is copied, and the
+manager says so (WorkerClusterReachable False, Ready Unknown), until the worker's next
+copy replaces it. Pure.
 """
 from __future__ import annotations
 
 from datetime import datetime
 
-from elastic_api.conditions import ConditionType, Phase
+from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_operator.core.admission import decide_admission
-from elastic_operator.core.conditions import ConditionSetter
+from elastic_operator.core.conditions import ConditionSetter, get_condition
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.failure import is_terminal
-from elastic_operator.observed import ObservedWorkload
+from elastic_operator.core.text import iso
+from elastic_operator.observed import ObservedWorkerCluster, ObservedWorkload
 
 
 def dispatched(workload: ObservedWorkload | None, previous: ElasticTrainingJobStatus) -> bool:
@@ -50,3 +54,39 @@ def dispatch_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
     })
     return status, admission.events
 
+
+
+# What MultiKueue's condition message may add to ours (it can be a long client error).
+MAX_CLUSTER_MESSAGE = 300
+
+
+def worker_lost_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
+                       cluster: ObservedWorkerCluster | None,
+                       previous: ElasticTrainingJobStatus, now: datetime,
+                       ) -> tuple[ElasticTrainingJobStatus | None, list[StatusEvent]]:
+    """The status (the worker's last copy, with WorkerClusterReachable False and Ready
+    Unknown) while the worker cluster the job runs in cannot be reached, and a Warning
+    Event; None while it can (the copy stands), or when this is said already."""
+    if workload is None or workload.cluster_name is None or cluster is None \
+            or cluster.active or is_terminal(previous):
+        return None, []
+    said = get_condition(previous, ConditionType.WORKER_CLUSTER_REACHABLE)
+    if said is not None and (said.status, said.reason) == ("False", Reason.WORKER_CLUSTER_LOST):
+        return None, []
+    name = workload.cluster_name
+    since = f" since {iso(cluster.since)}" if cluster.since is not None else ""
+    why = f"{cluster.reason}: {cluster.message}"[:MAX_CLUSTER_MESSAGE].rstrip(". ")
+    message = (f"worker cluster {name} cannot be reached{since} (MultiKueueCluster {name} "
+               f"not Active, {why}); the rest of this status is the last it sent. If it "
+               "stays unreachable for MultiKueue's workerLostTimeout, MultiKueue dispatches "
+               "the job again, and it resumes from its newest committed checkpoint")
+    setter = ConditionSetter(previous.conditions, now, job.metadata.generation)
+    ready = setter.unknown(ConditionType.READY, Reason.WORKER_CLUSTER_LOST,
+                           f"worker cluster {name} cannot be reached{since}")
+    kept = [c for c in previous.conditions
+            if c.type not in (ConditionType.READY, ConditionType.WORKER_CLUSTER_REACHABLE)]
+    reachable = setter.false(ConditionType.WORKER_CLUSTER_REACHABLE,
+                             Reason.WORKER_CLUSTER_LOST, message)
+    status = previous.model_copy(update={"conditions": [ready, *kept, reachable]})
+    return status, [StatusEvent(reason=Reason.WORKER_CLUSTER_LOST, type="Warning",
+                                message=message)]
