@@ -40,6 +40,7 @@ from elastic_api.names import (
 from elastic_api.validation import validate_job
 from elastic_devtools import localcluster as lc
 from elastic_devtools.localcluster import kueue_queues as kq
+from elastic_devtools.localcluster.cluster import start_component, stop_component
 from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import fail_pod, wait_for
 from elastic_devtools.localcluster.multikueue import Worker, dispatching
@@ -185,6 +186,10 @@ def status(side: Side, name: str) -> dict[str, Any]:
     return got
 
 
+def _condition(st: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in st.get("conditions") or [] if c["type"] == type_), None)
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -225,7 +230,8 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     name, wl_name = submit(manager, queue)
 
     # The manager: a Workload owned by the job, and never a JobSet.
-    worker = workers[dispatched_to(manager, wl_name)]
+    worker_name = dispatched_to(manager, wl_name)
+    worker = workers[worker_name]
     wl = manager.workload(wl_name)
     assert wl is not None
     owner = wl["metadata"]["ownerReferences"][0]
@@ -282,6 +288,23 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     assert recovered["training"]["step"] == 6
     wait("the manager's Workload PodsReady again",
          lambda: kq.is_true(manager.workload(wl_name) or {}, "PodsReady"))
+
+    # The worker's API server goes away (shorter than MultiKueue's workerLostTimeout, so
+    # the job is not dispatched again): the manager says so, naming it; back, the worker's
+    # status replaces that.
+    stop_component(worker.cluster.dir, "kube-apiserver")
+    try:
+        lost = wait("the manager's job says its worker cluster is lost",
+                    lambda: _condition(status(manager, name), "WorkerClusterReachable"),
+                    timeout=60)
+    finally:
+        start_component(worker.cluster.dir, "kube-apiserver")
+    assert (lost["status"], lost["reason"]) == ("False", "WorkerClusterLost")
+    assert f"worker cluster {worker_name}" in lost["message"]
+    assert _condition(status(manager, name), "Ready")["status"] == "Unknown"
+    wait("the worker's status copied again once it is back",
+         lambda: _condition(status(manager, name), "WorkerClusterReachable") is None
+         and status(manager, name).get("phase") == Phase.RUNNING)
 
     # Deleted on the manager: the worker's copy and what it owned go too.
     manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
