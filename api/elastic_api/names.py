@@ -158,3 +158,9 @@ MULTIKUEUE_ORIGIN_LABEL = f"{KUEUE_GROUP}/multikueue-origin"
 # On the Workload Kueue creates for a JobSet: the JobSet's uid (the Workload is also
 # controller-owned by the JobSet and named jobset-<jobset>-<5 hex>).
 KUEUE_JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
+# Topology-Aware Scheduling (Kueue >= 0.14, beta, on by default), on a pod template: every
+# pod of the pod set in one domain of a level; or each group ("slice") of `slice-size`
+# pods (a JobSet's replicated Job: one TPU slice) in one domain of a level.
+KUEUE_PODSET_REQUIRED_TOPOLOGY = f"{KUEUE_GROUP}/podset-required-topology"
+KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY = f"{KUEUE_GROUP}/podset-slice-required-topology"
+KUEUE_PODSET_SLICE_SIZE = f"{KUEUE_GROUP}/podset-slice-size"

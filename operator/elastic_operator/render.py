@@ -23,6 +23,7 @@ from elastic_api.models import (
     Resources,
 )
 from elastic_api.names import (
+    COMPLETION_INDEX_LABEL,
     COORDINATOR_LABEL,
     DEFAULT_SERVICE_ACCOUNT,
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
@@ -36,6 +37,9 @@ from elastic_api.names import (
     JOBSET_NAME_LABEL,
     KUEUE_API_VERSION,
     KUEUE_JOB_LABELS,
+    KUEUE_PODSET_REQUIRED_TOPOLOGY,
+    KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY,
+    KUEUE_PODSET_SLICE_SIZE,
     KUEUE_PREBUILT_WORKLOAD_ANNOTATION,
     KUEUE_QUEUE_NAME_LABEL,
     MAIN_CONTAINER,
@@ -683,7 +687,8 @@ def render_workload(job: ElasticTrainingJob) -> dict[str, Any]:
     pod_sets = [
         {"name": rj["name"],
          "count": rj["replicas"] * rj["template"]["spec"]["parallelism"],
-         "template": rj["template"]["spec"]["template"]}
+         "template": rj["template"]["spec"]["template"],
+         "topologyRequest": topology_request(rj)}
         for rj in jobset["spec"]["replicatedJobs"]
     ]
     metadata = _metadata(job, workload_name(job), "workload")
@@ -694,6 +699,26 @@ def render_workload(job: ElasticTrainingJob) -> dict[str, Any]:
         spec["queueName"] = queue
     return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": metadata,
             "spec": spec}
+
+
+def topology_request(replicated_job: dict[str, Any]) -> dict[str, Any]:
+    """The PodSet's topologyRequest, as Kueue's JobSet integration makes it with
+    Topology-Aware Scheduling on (v0.19's default): the pod and slice index labels, the
+    slices, and what the pod template's TAS annotations ask for. On a worker cluster
+    Kueue schedules MultiKueue's copy of the Workload by it."""
+    annotations = replicated_job["template"]["spec"]["template"]["metadata"].get(
+        "annotations") or {}
+    request: dict[str, Any] = {"podIndexLabel": COMPLETION_INDEX_LABEL,
+                               "subGroupIndexLabel": JOB_INDEX_LABEL,
+                               "subGroupCount": replicated_job["replicas"]}
+    if KUEUE_PODSET_REQUIRED_TOPOLOGY in annotations:
+        request["required"] = annotations[KUEUE_PODSET_REQUIRED_TOPOLOGY]
+    if KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY in annotations \
+            and KUEUE_PODSET_SLICE_SIZE in annotations:
+        request["podSetSliceRequiredTopology"] = annotations[
+            KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY]
+        request["podSetSliceSize"] = int(annotations[KUEUE_PODSET_SLICE_SIZE])
+    return request
 
 
 def render(job: ElasticTrainingJob) -> list[dict[str, Any]]:

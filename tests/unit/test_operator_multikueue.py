@@ -314,3 +314,26 @@ def test_a_lost_worker_cluster_is_reported_on_the_manager_until_it_is_back() -> 
     assert kube.calls.count("patch_job_status") == writes
     assert kube.job["status"] == {"phase": "Running", "jobSetName": "train",
                                   "slicesReady": 1}
+
+
+def test_the_podsets_ask_for_the_topology_kueue_asks_of_a_jobset() -> None:
+    from elastic_api.names import (
+        KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY,
+        KUEUE_PODSET_SLICE_SIZE,
+    )
+    from elastic_operator.render import topology_request
+
+    head, workers = render_workload(mk_job(tpu={"type": "v5e", "topology": "2x4",
+                                                "numSlices": 3}))["spec"]["podSets"]
+    assert workers["topologyRequest"] == {
+        "podIndexLabel": "batch.kubernetes.io/job-completion-index",
+        "subGroupIndexLabel": "jobset.sigs.k8s.io/job-index", "subGroupCount": 3}
+    assert head["topologyRequest"]["subGroupCount"] == 1
+    # A template that asks Topology-Aware Scheduling for one block per slice.
+    rj = copy.deepcopy(render_jobset(mk_job())["spec"]["replicatedJobs"][1])
+    rj["template"]["spec"]["template"]["metadata"]["annotations"] = {
+        KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY: "cloud.google.com/gce-topology-block",
+        KUEUE_PODSET_SLICE_SIZE: "2"}
+    request = topology_request(rj)
+    assert request["podSetSliceRequiredTopology"] == "cloud.google.com/gce-topology-block"
+    assert request["podSetSliceSize"] == 2
