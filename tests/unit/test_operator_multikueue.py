@@ -145,13 +145,27 @@ def test_a_waiting_job_says_where_it_waits() -> None:
 
 def test_once_dispatched_the_status_is_the_workers() -> None:
     job = mk_job()
-    dispatched = with_status(render_workload(job), clusterName="worker-1", **RESERVED)
-    assert dispatch_status(job, workload_from_dict(dispatched), ElasticTrainingJobStatus(),
+    assert dispatch_status(job, workload_from_dict(dispatched_workload()),
+                           ElasticTrainingJobStatus(), at(20)) == (None, [])
+    finished = ElasticTrainingJobStatus.model_validate({"conditions": [
+        {"type": "Succeeded", "status": "True", "reason": "JobSetCompleted",
+         "lastTransitionTime": "2026-11-29T12:10:00Z"}]})
+    assert dispatch_status(job, workload_from_dict(dispatched_workload()), finished,
                            at(20)) == (None, [])
-    # The worker's status came back before our Workload read did.
-    workload = workload_from_dict(with_status(render_workload(job), **RESERVED))
-    worker = ElasticTrainingJobStatus(job_set_name="train", phase="Running")
-    assert dispatch_status(job, workload, worker, at(20)) == (None, [])
+
+
+def test_a_job_taken_back_from_its_worker_says_where_it_waits_again() -> None:
+    job = mk_job(suspend=True)
+    deactivated = render_workload(job)
+    deactivated["metadata"]["annotations"] = {SUSPENDED_BY_OPERATOR_ANNOTATION: "true"}
+    evicted = {"conditions": [{"type": "Evicted", "status": "True", "reason": "Deactivated",
+                               "message": "The workload is deactivated",
+                               "lastTransitionTime": "2026-11-29T12:05:00Z"}]}
+    worker = ElasticTrainingJobStatus(job_set_name="train", phase="Running", slices_ready=1)
+    status, _ = dispatch_status(job, workload_from_dict(with_status(deactivated, **evicted)),
+                                worker, at(400))
+    assert status is not None and status.phase == "Suspended"
+    assert next(c for c in status.conditions if c.type == ADMITTED).reason == "Suspended"
 
 
 def worker_cluster(active: bool) -> dict[str, Any]:
@@ -199,7 +213,7 @@ def test_the_manager_reconcile_makes_the_workload_then_leaves_the_status_to_the_
     assert condition(kube.job["status"], ADMITTED)["reason"] == REASON_WAITING_FOR_ADMISSION
     # MultiKueue dispatches it, and copies the worker's status (its outbox too) here.
     assert kube.workload is not None
-    kube.workload = with_status(kube.workload, clusterName="worker-1", **RESERVED)
+    kube.workload = dispatched_workload()
     worker_status = {"phase": "Running", "jobSetName": "train", "slicesReady": 1,
                      "pendingEvents": [{"name": "e1", "reason": "SliceDown",
                                         "type": "Warning", "message": "on the worker"}]}
@@ -284,7 +298,7 @@ def test_a_lost_worker_cluster_is_reported_on_the_manager_until_it_is_back() -> 
     rec, _ = reconciler(kube)
     assert rec.reconcile("ml", "train")
     assert kube.workload is not None
-    kube.workload = with_status(kube.workload, clusterName="worker-1", **RESERVED)
+    kube.workload = dispatched_workload()
     kube.job["status"] = {"phase": "Running", "jobSetName": "train", "slicesReady": 1,
                           "conditions": [{"type": "Ready", "status": "True",
                                           "reason": "AllSlicesReady", "message": "",

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_api.queueing import WORKLOAD_ADMITTED
 from elastic_operator.core.admission import decide_admission
 from elastic_operator.core.conditions import ConditionSetter, get_condition
 from elastic_operator.core.events import StatusEvent
@@ -27,18 +28,21 @@ from elastic_operator.observed import ObservedWorkerCluster, ObservedWorkload
 
 
 def dispatched(workload: ObservedWorkload | None, previous: ElasticTrainingJobStatus) -> bool:
-    """MultiKueue has sent the job to a worker cluster: its Workload names one, or the
-    status is already a worker's (only an operator running the job names a JobSet)."""
-    return (workload is not None and workload.cluster_name is not None) \
-        or previous.job_set_name is not None or is_terminal(previous)
+    """MultiKueue runs the job in a worker cluster: its Workload is admitted (a worker
+    admitted MultiKueue's copy, which got a copy of the job), or the job finished there.
+    A Workload taken back (preempted, deactivated for spec.suspend, its worker lost for
+    good) is not: its copy is deleted, and the status says again where the job waits."""
+    return is_terminal(previous) or (
+        workload is not None and workload.is_true(WORKLOAD_ADMITTED))
 
 
 def dispatch_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
                     previous: ElasticTrainingJobStatus, now: datetime,
                     ) -> tuple[ElasticTrainingJobStatus | None, list[StatusEvent]]:
-    """The status of a MultiKueue job that waits on the manager, and its Events; None
-    once it is dispatched (the worker's status is copied here: never overwritten) or
-    while it has no Workload yet (the reconcile that creates one writes it)."""
+    """The status of a MultiKueue job that waits on the manager (again, after its copy
+    was taken back), and its Events; None while it is dispatched (the worker's status is
+    copied here: never overwritten) or has no Workload (the reconcile that creates one
+    writes it)."""
     if workload is None or dispatched(workload, previous):
         return None, []
     setter = ConditionSetter(previous.conditions, now, job.metadata.generation)
