@@ -245,6 +245,15 @@ class Kube:
             body, patch_type="apply", query={"fieldManager": MANAGED_BY, "force": "true"})
         return patched
 
+    def patch_workload_status(self, namespace: str, name: str,
+                              ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON patch (RFC 6902, with its tests) of a Kueue Workload's status; the
+        Workload as patched (ApiError 422 when a test fails: it changed meanwhile)."""
+        patched: dict[str, Any] = self.client.patch(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name) + "/status",
+            ops, patch_type="json")
+        return patched
+
     def delete_job(self, namespace: str, name: str, uid: str) -> bool:
         """Delete a Job and (Foreground) its pods first, only if it still has this uid;
         False if it is already gone or replaced (404 / 409 precondition failed)."""

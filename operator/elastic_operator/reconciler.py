@@ -36,6 +36,7 @@ from elastic_operator.core.plan import (
     CreateObject,
     PatchJobSetSuspend,
     Plan,
+    ReleaseEvictedWorkload,
     SetWorkloadActive,
     SetWorkloadCondition,
     plan_dispatch,
@@ -342,6 +343,13 @@ class Reconciler:
                                                               action.workload, action.active)
                     logger.info("%s Workload %s/%s", "reactivated" if action.active
                                 else "deactivated", action.namespace, action.workload)
+                    workload = workload_from_dict(patched)
+                case ReleaseEvictedWorkload():
+                    patched = self.kube.patch_workload_status(action.namespace,
+                                                              action.workload,
+                                                              list(action.ops))
+                    logger.info("Workload %s/%s: evicted, its quota released (the job "
+                                "runs elsewhere)", action.namespace, action.workload)
                     workload = workload_from_dict(patched)
                 case SetWorkloadCondition():
                     patched = self.kube.apply_workload_condition(

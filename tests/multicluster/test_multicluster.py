@@ -186,6 +186,12 @@ def status(side: Side, name: str) -> dict[str, Any]:
     return got
 
 
+def set_suspend(side: Side, name: str, suspend: bool) -> None:
+    side.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, PLURAL, name, {"spec": {"suspend": suspend}},
+        _content_type="application/merge-patch+json")
+
+
 def _condition(st: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in st.get("conditions") or [] if c["type"] == type_), None)
 
@@ -305,6 +311,20 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     wait("the worker's status copied again once it is back",
          lambda: _condition(status(manager, name), "WorkerClusterReachable") is None
          and status(manager, name).get("phase") == Phase.RUNNING)
+
+    # spec.suspend on the manager: MultiKueue takes the job back (the worker's copy goes)
+    # and the manager says so; resumed, the job is dispatched again.
+    set_suspend(manager, name, True)
+    wait("the worker's copy deleted for the suspension", lambda: worker.job(name) is None)
+    wait("the manager's job Suspended",
+         lambda: status(manager, name).get("phase") == Phase.SUSPENDED)
+    set_suspend(manager, name, False)
+    worker_name = wait("a worker's copy again after the resumption",
+                       lambda: next((w for w, side in workers.items()
+                                     if side.job(name) is not None), None))
+    worker = workers[worker_name]
+    wait("the job Running again after its resumption",
+         lambda: status(manager, name).get("phase") == Phase.RUNNING)
 
     # Deleted on the manager: the worker's copy and what it owned go too.
     manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)

@@ -351,3 +351,29 @@ def test_the_podsets_ask_for_the_topology_kueue_asks_of_a_jobset() -> None:
     request = topology_request(rj)
     assert request["podSetSliceRequiredTopology"] == "cloud.google.com/gce-topology-block"
     assert request["podSetSliceSize"] == 2
+
+
+def test_an_evicted_workload_has_its_quota_released_by_the_operator() -> None:
+    from elastic_operator.core.plan import ReleaseEvictedWorkload
+
+    evicted = dispatched_workload()
+    evicted["status"]["conditions"].append(
+        {"type": "Evicted", "status": "True", "reason": "Deactivated",
+         "message": "The workload is deactivated", "lastTransitionTime": "2026-11-29T12:05:00Z"})
+    (action,) = plan_dispatch(mk_job(), [], workload_from_dict(evicted), worker(2),
+                              at(400)).actions
+    assert isinstance(action, ReleaseEvictedWorkload)
+    ops = list(action.ops)
+    replaced = {op["value"]["type"]: op["value"] for op in ops if op["op"] == "replace"}
+    assert (replaced["QuotaReserved"]["status"], replaced["QuotaReserved"]["reason"]) == \
+        ("False", "Pending")
+    assert replaced["Admitted"]["status"] == "False"
+    tests = [op for op in ops if op["op"] == "test"]
+    assert len(tests) == len(replaced)  # every replacement checks it hits its condition
+    added = [op["value"] for op in ops if op["op"] == "add"]
+    assert [(a["type"], a["status"]) for a in added] == [("Requeued", "False")]
+    assert ops[-1] == {"op": "remove", "path": "/status/admission"}
+    # Released (or never evicted): nothing to do.
+    assert plan_dispatch(mk_job(), [], workload_from_dict(dispatched_workload(
+        {"type": "PodsReady", "status": "True", "reason": "PodsReady"})), worker(2),
+        at(400)).actions == ()

@@ -64,6 +64,7 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
     "get_workload": {("kueue.x-k8s.io", "workloads", "get")},
     "apply_workload_condition": {("kueue.x-k8s.io", "workloads/status", "patch")},
+    "patch_workload_status": {("kueue.x-k8s.io", "workloads/status", "patch")},
     "get_multikueue_cluster": {("kueue.x-k8s.io", "multikueueclusters", "get")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
@@ -244,6 +245,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "list_all_workloads": "GET", "watch_workloads": "GET",
                      "patch_workload_active": "PATCH", "serves": "GET",
                      "get_workload": "GET", "apply_workload_condition": "PATCH",
+                     "patch_workload_status": "PATCH",
                      "get_multikueue_cluster": "GET",
                      "list_worker_jobs": "GET", "lower_job_backoff_limit": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
@@ -275,6 +277,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
                                  "get_workload": "KUEUE_WORKLOAD_PLURAL",
                                  "apply_workload_condition": "/status",
+                                 "patch_workload_status": "/status",
                                  "get_multikueue_cluster": "MULTIKUEUE_CLUSTER_PLURAL",
                                  "list_worker_jobs": '"jobs"', "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',

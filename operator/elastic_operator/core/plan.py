@@ -26,7 +26,7 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
 from elastic_operator.core.failure import is_terminal
-from elastic_operator.core.podsready import pods_ready_condition
+from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
@@ -72,7 +72,18 @@ class SetWorkloadCondition:
     condition: dict[str, Any]
 
 
-Action = CreateObject | PatchJobSetSuspend | SetWorkloadActive | SetWorkloadCondition
+@dataclass(frozen=True)
+class ReleaseEvictedWorkload:
+    """JSON patch of an evicted Workload's status that frees its quota: what a job's
+    integration writes once the job stopped (a MultiKueue job's, on the manager)."""
+
+    namespace: str
+    workload: str
+    ops: tuple[dict[str, Any], ...]
+
+
+Action = (CreateObject | PatchJobSetSuspend | SetWorkloadActive | SetWorkloadCondition
+          | ReleaseEvictedWorkload)
 
 
 # --- slice replacement (core/replacement.py plans these after the status is written) ---
@@ -269,6 +280,10 @@ def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
     again, from the start of its queue."""
     if workload is not None:
         actions = workload_suspend_actions(job, workload)
+        release = release_after_eviction(workload, now)
+        if release is not None:
+            actions.append(ReleaseEvictedWorkload(job.metadata.namespace or "", workload.name,
+                                                  tuple(release)))
         condition = pods_ready_condition(workload, previous, now)
         if condition is not None:
             actions.append(SetWorkloadCondition(job.metadata.namespace or "", workload.name,
