@@ -51,7 +51,7 @@ test-unit: venv prometheus lint
 
 # MultiKueue on three local control planes (tests/multicluster; a manager, two workers):
 # also the last step of `make test`, run apart so that its control planes never run beside
-# the suite's own (118-137 s here). Timed.
+# the suite's own (96-137 s here). Timed.
 test-multicluster: venv lint
 	ETJ_MULTICLUSTER=1 /usr/bin/time -f "test-multicluster: %e s" $(PY) -m pytest -q -ra tests/multicluster
 

@@ -265,10 +265,12 @@ class Reconciler:
 
     def _reconcile_dispatched(self, raw: dict[str, Any], parsed: ParsedJob,
                               rendered: list[dict[str, Any]]) -> None:
-        """A MultiKueue job on the manager cluster (core/dispatch.py): its Workload, and
-        the status only until MultiKueue has dispatched it (then the status is the
-        worker's copy's, copied back by MultiKueue: never written, its Events never
-        posted here)."""
+        """A MultiKueue job on the manager cluster (core/dispatch.py): its Workload (made,
+        suspended, told PodsReady, its quota released after an eviction), and the status
+        only while MultiKueue has not dispatched it (once it has, the status is the
+        worker's copy's, copied back by MultiKueue: not written, its Events not posted
+        here, unless that worker cannot be reached: read at each reconcile, so within a
+        resync)."""
         job, previous = parsed.job, parsed.previous
         namespace, name = job.metadata.namespace or "", job.metadata.name
         workload = self.observations.dispatch_workload(namespace, workload_name(job))
