@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv cluster-binaries cluster-binaries-core prometheus lint test test-unit test-compat demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
+.PHONY: help venv cluster-binaries cluster-binaries-core prometheus lint test test-unit test-multicluster test-compat demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -44,9 +44,16 @@ lint: venv
 
 test: venv cluster-binaries prometheus lint
 	$(PY) -m pytest -q -ra
+	ETJ_MULTICLUSTER=1 $(PY) -m pytest -q -ra tests/multicluster
 
 test-unit: venv prometheus lint
 	$(PY) -m pytest -q -ra -m "not cluster"
+
+# MultiKueue on three local control planes (tests/multicluster; a manager, two workers):
+# also the last step of `make test`, run apart so that its control planes never run beside
+# the suite's own (96-137 s here). Timed.
+test-multicluster: venv lint
+	ETJ_MULTICLUSTER=1 /usr/bin/time -f "test-multicluster: %e s" $(PY) -m pytest -q -ra tests/multicluster
 
 # Every test again on the previous pins (versions-compat.env: JobSet v0.10.1, Kueue
 # v0.17.0, Kubernetes 1.34); not in CI. Binaries are cached by version beside the current ones.

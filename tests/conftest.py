@@ -50,6 +50,10 @@ settings.load_profile("etj")
 
 _LOGS_DIRS: list[Path] = []
 
+# Two control planes take minutes to start: tests/multicluster runs only with
+# `make test-multicluster` (which sets ETJ_MULTICLUSTER=1), not in `make test`.
+collect_ignore = [] if os.environ.get("ETJ_MULTICLUSTER") else ["multicluster"]
+
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:

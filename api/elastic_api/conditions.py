@@ -25,6 +25,9 @@ class ConditionType:
     SPARES_AVAILABLE: Final = "SparesAvailable"
     MAINTENANCE_PENDING: Final = "MaintenancePending"
     TOPOLOGY_PLACEMENT: Final = "TopologyPlacement"  # only with spec.tpu.topologyAware
+    # A MultiKueue job, on the manager cluster: False while the worker cluster it runs in
+    # cannot be reached (the rest of the status is the last the worker sent).
+    WORKER_CLUSTER_REACHABLE: Final = "WorkerClusterReachable"
 
 
 class Reason:
@@ -58,6 +61,8 @@ class Reason:
     INVALID_SPEC: Final = "InvalidSpec"
     # SliceDown
     NO_SLICE_DOWN: Final = "NoSliceDown"
+    # WorkerClusterReachable False; Ready Unknown for it (and its Warning Event)
+    WORKER_CLUSTER_LOST: Final = "WorkerClusterLost"
     # Recovering (True: SLICE_DOWN or ELASTIC_EVENT, what started it)
     ELASTIC_EVENT: Final = "ElasticEvent"
     RECOVERED: Final = "Recovered"

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from elastic_api.catalog import MAX_VMS_PER_SLICE, TpuType
+from elastic_api.names import MULTIKUEUE_CONTROLLER
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # JobSet's failurePolicy.maxRestarts and a Job's backoffLimit are int32: admission keeps
@@ -642,6 +643,18 @@ class ElasticTrainingJobSpec(ApiModel):
         30, ge=0, description="terminationGracePeriodSeconds of every pod.",
     )
     suspend: bool = Field(False, description="Suspend the JobSet (pods are deleted, state kept).")
+    managed_by: Literal["kueue.x-k8s.io/multikueue"] | None = Field(
+        None,
+        description=f"{MULTIKUEUE_CONTROLLER}: Kueue's MultiKueue dispatches the job to a "
+        "worker cluster, where the operator runs it; in this (the manager) cluster the "
+        "operator makes its Kueue Workload and no JobSet, and the status is the worker's. "
+        "Unset: the job runs in this cluster. Immutable.",
+    )
+
+    @property
+    def multikueue(self) -> bool:
+        """MultiKueue dispatches this job: this is the manager cluster's copy."""
+        return self.managed_by == MULTIKUEUE_CONTROLLER
 
     @property
     def min_slices(self) -> int:

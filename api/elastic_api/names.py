@@ -143,12 +143,26 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_WORKLOAD_PLURAL = "workloads"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 # Kueue reads both as labels of the JobSet (never as annotations): the LocalQueue that
 # admits it, and the WorkloadPriorityClass that orders and preempts it. The operator
 # copies them from the ElasticTrainingJob's own labels.
 KUEUE_QUEUE_NAME_LABEL = f"{KUEUE_GROUP}/queue-name"
 KUEUE_PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
-KUEUE_JOB_LABELS = (KUEUE_QUEUE_NAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL)
+# On the copy MultiKueue makes in a worker cluster: the Workload (MultiKueue's copy of the
+# manager's) that admits it. Carried to the JobSet, so that Kueue's JobSet integration there
+# takes that Workload instead of making a second one (quota counted once).
+# Kueue v0.19 (WorkloadIdentifierAnnotations, on by default) writes it as an annotation of
+# the same name instead, and reads either.
+KUEUE_PREBUILT_WORKLOAD_LABEL = f"{KUEUE_GROUP}/prebuilt-workload-name"
+KUEUE_PREBUILT_WORKLOAD_ANNOTATION = KUEUE_PREBUILT_WORKLOAD_LABEL
+KUEUE_JOB_LABELS = (KUEUE_QUEUE_NAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL,
+                    KUEUE_PREBUILT_WORKLOAD_LABEL)
+# MultiKueue (Kueue's multi-cluster dispatcher): the value of spec.managedBy of a job it
+# dispatches (the manager cluster's copy); the worker's copy has no managedBy. And the
+# label it puts on the copies it makes (the manager's origin name).
+MULTIKUEUE_CONTROLLER = f"{KUEUE_GROUP}/multikueue"
+MULTIKUEUE_ORIGIN_LABEL = f"{KUEUE_GROUP}/multikueue-origin"
 # On the Workload Kueue creates for a JobSet: the JobSet's uid (the Workload is also
 # controller-owned by the JobSet and named jobset-<jobset>-<5 hex>).
 KUEUE_JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"

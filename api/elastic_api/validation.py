@@ -287,6 +287,26 @@ KUEUE_LABEL_VALUE = (
 KUEUE_LABELS = {KUEUE_QUEUE_NAME_LABEL: "LocalQueue", KUEUE_PRIORITY_CLASS_LABEL:
                 "WorkloadPriorityClass"}
 
+# --- MultiKueue: what must hold in whichever worker cluster the job lands in ------------------
+
+MULTIKUEUE_CHECKPOINT_DIRECTORY = (
+    "spec.checkpoint.directory: a MultiKueue job (spec.managedBy set) may run in any worker "
+    "cluster, and be dispatched again to another, so its checkpoints must be on storage "
+    "every cluster reads; set a gs://bucket/path, or remove spec.managedBy to run the job "
+    "in this cluster"
+)
+MULTIKUEUE_VOLUME = (
+    "spec.trainer.volumes: a persistentVolumeClaim belongs to one cluster, and a MultiKueue "
+    "job (spec.managedBy set) may run in another; use a csi volume (Cloud Storage FUSE) or "
+    "an emptyDir, or remove spec.managedBy to run the job in this cluster"
+)
+# Python only, as KUEUE_LABEL_VALUE: CEL rules cannot see metadata.labels.
+MULTIKUEUE_QUEUE = (
+    f"metadata.labels[{KUEUE_QUEUE_NAME_LABEL}]: required for a MultiKueue job "
+    "(spec.managedBy set), whose Workload no queue admits without it; set it to a "
+    "LocalQueue whose ClusterQueue has the MultiKueue admission check"
+)
+
 IMMUTABLE = (
     "spec.{field} is immutable: only spec.suspend may change after creation; delete and "
     "recreate the job to change it"
@@ -510,6 +530,16 @@ def _cadence_rules() -> list[Rule]:
     ]
 
 
+def _multikueue_rules() -> list[Rule]:
+    return [
+        Rule("spec", "!has(self.managedBy) || self.checkpoint.directory.startsWith('gs://')",
+             MULTIKUEUE_CHECKPOINT_DIRECTORY, {}),
+        Rule("spec", "!has(self.managedBy) || !has(self.trainer.volumes) || "
+             "self.trainer.volumes.all(v, !has(v.persistentVolumeClaim))",
+             MULTIKUEUE_VOLUME, {}),
+    ]
+
+
 def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
     """Every CEL rule of the CRD; `spec_fields`/`required` are the spec's wire names."""
     return [
@@ -586,6 +616,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
         *_trainer_rules(),
         *_progress_rules(),
         *_checkpoint_maxtext_rules(),
+        *_multikueue_rules(),
         *_immutability_rules(spec_fields, required),
     ]
 
@@ -661,7 +692,21 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors += _trainer_checks(spec.trainer)
     errors += _progress_checks(spec.trainer)
     errors += _checkpoint_maxtext_checks(spec)
+    errors += _multikueue_checks(spec)
+    if spec.multikueue and not job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL):
+        errors.append(MULTIKUEUE_QUEUE)
     errors += _kueue_label_checks(job.metadata.labels)
+    return errors
+
+
+def _multikueue_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    if spec.managed_by is None:
+        return []
+    errors = []
+    if not spec.checkpoint.directory.startswith("gs://"):
+        errors.append(MULTIKUEUE_CHECKPOINT_DIRECTORY)
+    if any(v.persistent_volume_claim is not None for v in spec.trainer.volumes):
+        errors.append(MULTIKUEUE_VOLUME)
     return errors
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from elastic_api.kube import Informer, Key
 from elastic_api.kube.informer import ListPage, Watch
-from elastic_api.names import JOB_NAME_LABEL, JOBSET_GROUP, JOBSET_NAME_LABEL
+from elastic_api.names import API_VERSION, JOB_NAME_LABEL, JOBSET_GROUP, JOBSET_NAME_LABEL, KIND
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import JobKey, NodeIndex
 from elastic_operator.observed import (
@@ -111,10 +111,13 @@ def cached_worker_job(obj: dict[str, Any]) -> CachedWorkerJob:
 
 
 def owning_job(workload: Any) -> str | None:
-    """The job whose JobSet owns this Workload (a JobSet is named after its job)."""
+    """The job whose JobSet owns this Workload (a JobSet is named after its job), or
+    that owns it itself (a MultiKueue job's, on the manager cluster)."""
     for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "JobSet" and \
-                str(ref.get("apiVersion", "")).startswith(f"{JOBSET_GROUP}/"):
+        api_version = str(ref.get("apiVersion", ""))
+        if ref.get("controller") and (
+                (ref.get("kind") == "JobSet" and api_version.startswith(f"{JOBSET_GROUP}/"))
+                or (ref.get("kind") == KIND and api_version == API_VERSION)):
             return str(ref.get("name", "")) or None
     return None
 

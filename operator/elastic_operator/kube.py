@@ -25,6 +25,7 @@ from elastic_api.names import (
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
     KUEUE_WORKLOAD_PLURAL,
+    MANAGED_BY,
     PLURAL,
     REPLICATED_JOB_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
@@ -37,6 +38,7 @@ __all__ = ["ApiError", "Kube", "NotLeading", "WatchStalled", "collection_path", 
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+MULTIKUEUE_CLUSTER_PLURAL = "multikueueclusters"
 JOB_API = f"{GROUP}/{VERSION}"
 LEASE_API = "coordination.k8s.io/v1"
 EVENT_SOURCE = "elastic-training-operator"
@@ -178,6 +180,17 @@ class Kube:
                                  resource_version, timeout_s,
                                  label_selector=_worker_jobs(label_selector))
 
+    def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Kueue Workload by name (None: none, or Kueue's API is not served)."""
+        return self.client.get_or_none(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name))
+
+    def get_multikueue_cluster(self, name: str) -> dict[str, Any] | None:
+        """A MultiKueueCluster (cluster-scoped: a worker cluster of the manager's Kueue);
+        None: none."""
+        return self.client.get_or_none(
+            resource_path(KUEUE_API, MULTIKUEUE_CLUSTER_PLURAL, None, name))
+
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not
         served."""
@@ -234,6 +247,28 @@ class Kube:
         patched: dict[str, Any] = self.client.patch(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name),
             _with_operator_mark({"spec": {"active": active}}, not active))
+        return patched
+
+    def apply_workload_condition(self, namespace: str, name: str,
+                                 condition: dict[str, Any]) -> dict[str, Any]:
+        """Set one condition of a Kueue Workload's status by server-side apply (its
+        conditions are a list keyed by type: Kueue's own stay as they are); the Workload
+        as patched."""
+        body = {"apiVersion": KUEUE_API, "kind": "Workload",
+                "metadata": {"name": name, "namespace": namespace},
+                "status": {"conditions": [condition]}}
+        patched: dict[str, Any] = self.client.patch(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name) + "/status",
+            body, patch_type="apply", query={"fieldManager": MANAGED_BY, "force": "true"})
+        return patched
+
+    def patch_workload_status(self, namespace: str, name: str,
+                              ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON patch (RFC 6902, with its tests) of a Kueue Workload's status; the
+        Workload as patched (ApiError 422 when a test fails: it changed meanwhile)."""
+        patched: dict[str, Any] = self.client.patch(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name) + "/status",
+            ops, patch_type="json")
         return patched
 
     def delete_job(self, namespace: str, name: str, uid: str) -> bool:

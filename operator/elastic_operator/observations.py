@@ -24,8 +24,10 @@ from elastic_operator.observed import (
     ObservedNode,
     ObservedPod,
     ObservedPool,
+    ObservedWorkerCluster,
     ObservedWorkload,
     jobset_from_dict,
+    worker_cluster_from_dict,
     workload_from_dict,
 )
 from elastic_operator.scanner import CheckpointScanner
@@ -62,6 +64,15 @@ class Observations(Protocol):
     def workload(self, namespace: str, jobset_uid: str) -> ObservedWorkload | None:
         """The Workload Kueue made for the JobSet with this uid (None: none). Read after
         the pods: Kueue evicts a Workload before its JobSet's pods go."""
+        ...
+
+    def dispatch_workload(self, namespace: str, name: str) -> ObservedWorkload | None:
+        """The Workload the operator made for a MultiKueue job (by name; None: none), read
+        from the API server: a Workload not seen yet must not pass for one deleted."""
+        ...
+
+    def worker_cluster(self, name: str) -> ObservedWorkerCluster | None:
+        """The MultiKueueCluster of this name (None: none, or no MultiKueue here)."""
         ...
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
@@ -136,6 +147,14 @@ class ApiObservations:
         # One per JobSet; should Kueue ever hold two (one replacing the other), the newest.
         newest = max(found, key=lambda w: str(w.get("metadata", {}).get("creationTimestamp")))
         return workload_from_dict(newest)
+
+    def dispatch_workload(self, namespace: str, name: str) -> ObservedWorkload | None:
+        raw = self.kube.get_workload(namespace, name)
+        return workload_from_dict(raw) if raw is not None else None
+
+    def worker_cluster(self, name: str) -> ObservedWorkerCluster | None:
+        raw = self.kube.get_multikueue_cluster(name)
+        return worker_cluster_from_dict(raw) if raw is not None else None
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)

@@ -257,6 +257,8 @@ class ObservedWorkload:
     suspended_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
     queue_name: str | None = None  # spec.queueName (the LocalQueue)
     cluster_queue: str | None = None  # status.admission.clusterQueue, while it has quota
+    # status.clusterName: the worker cluster MultiKueue dispatched it to (set once).
+    cluster_name: str | None = None
     conditions: tuple[ObservedCondition, ...] = ()
     # The preemptions Kueue counted on it (status.schedulingStats.evictions, reason
     # Preempted): it keeps counting across requeues, so a reconcile that missed a short
@@ -287,6 +289,17 @@ class ObservedWorkload:
         if requeued is not None and requeued.reason in self.eviction_reasons:
             return requeued.reason
         return self.eviction_reasons[0] if len(set(self.eviction_reasons)) == 1 else None
+
+
+@dataclass(frozen=True)
+class ObservedWorkerCluster:
+    """A MultiKueueCluster (a worker cluster, as the manager's Kueue sees it)."""
+
+    name: str
+    active: bool  # its Active condition is True
+    reason: str = ""
+    message: str = ""
+    since: datetime | None = None  # when Active last changed
 
 
 @dataclass(frozen=True)
@@ -588,9 +601,22 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
             meta.get("annotations")),
         queue_name=_str_or_none(spec.get("queueName")),
         cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),
+        cluster_name=_str_or_none(status.get("clusterName")),
         conditions=conditions,
         preemptions=preemptions,
         evictions=sum(n for reason, n in evictions if counts_as_eviction(reason)),
         eviction_reasons=tuple(r for r, n in evictions if counts_as_eviction(r) and n),
         requeue_at=parse_time(_dict(status.get("requeueState")).get("requeueAt")),
     )
+
+
+def worker_cluster_from_dict(obj: dict[str, Any]) -> ObservedWorkerCluster:
+    status = _dict(obj.get("status"))
+    active = next((c for c in map(_dict, _list(status.get("conditions")))
+                   if c.get("type") == "Active"), {})
+    return ObservedWorkerCluster(
+        name=str(_dict(obj.get("metadata")).get("name", "")),
+        active=active.get("status") == "True",
+        reason=_str_or_none(active.get("reason")) or "",
+        message=_str_or_none(active.get("message")) or "",
+        since=parse_time(active.get("lastTransitionTime")))

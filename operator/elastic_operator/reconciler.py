@@ -27,19 +27,23 @@ from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
+from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
 from elastic_operator.core.events import StatusEvent, from_outbox, outbox
 from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.pacing import progress_only
-from elastic_operator.core.parsing import parse_job, parse_status
+from elastic_operator.core.parsing import ParsedJob, parse_job, parse_status
 from elastic_operator.core.patch import status_patch
 from elastic_operator.core.plan import (
     CreateObject,
     DeleteWorkerJob,
     PatchJobSetSuspend,
     Plan,
+    ReleaseEvictedWorkload,
     SetWorkloadActive,
+    SetWorkloadCondition,
+    plan_dispatch,
     plan_reconcile,
 )
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
@@ -58,7 +62,7 @@ from elastic_operator.observed import (
     jobset_from_dict,
     workload_from_dict,
 )
-from elastic_operator.render import jobset_name, render
+from elastic_operator.render import jobset_name, render, workload_name
 from elastic_operator.replacer import Replacer
 
 logger = logging.getLogger("elastic_operator")
@@ -237,6 +241,9 @@ class Reconciler:
             self._report_invalid_spec(raw, str(e))
             return
         job = parsed.job
+        if job.spec.multikueue:  # it runs in a worker cluster; here, only its Workload
+            self._reconcile_dispatched(raw, parsed, rendered)
+            return
         children = (namespace, name, job.metadata.uid or "")
         jobset = self.observations.jobset(namespace, jobset_name(job))
         pods = self.observations.pods(namespace, name)
@@ -282,6 +289,36 @@ class Reconciler:
         warn_in = next_look_in(new_status.admission, self.pods_ready, now)
         if warn_in is not None and self.wake is not None:  # Kueue's deadline draws near
             self.wake(namespace, name, warn_in + 0.1)
+
+    def _reconcile_dispatched(self, raw: dict[str, Any], parsed: ParsedJob,
+                              rendered: list[dict[str, Any]]) -> None:
+        """A MultiKueue job on the manager cluster (core/dispatch.py): its Workload (made,
+        suspended, told PodsReady, its quota released after an eviction), and the status
+        only while MultiKueue has not dispatched it (once it has, the status is the
+        worker's copy's, copied back by MultiKueue: not written, its Events not posted
+        here, unless that worker cannot be reached: read at each reconcile, so within a
+        resync)."""
+        job, previous = parsed.job, parsed.previous
+        namespace, name = job.metadata.namespace or "", job.metadata.name
+        workload = self.observations.dispatch_workload(namespace, workload_name(job))
+        plan = plan_dispatch(job, rendered, workload, previous, self.clock.now())
+        if plan.why_not:
+            logger.debug("%s/%s: %s", namespace, name, plan.why_not)
+        try:
+            _, workload = self._execute(plan, None, workload)
+        except Refused as e:
+            self._report_invalid_spec(raw, str(e))
+            return
+        now = self.clock.now()
+        status, events = dispatch_status(job, workload, previous, now)
+        if status is None and workload is not None and workload.cluster_name is not None:
+            cluster = self.observations.worker_cluster(workload.cluster_name)
+            status, events = worker_lost_status(job, workload, cluster, previous, now)
+        if status is None:
+            return
+        with self._writing_status(namespace, name):
+            pending = self._write_status(raw, previous, status, events, now)
+        self._post_events(raw, pending, now)
 
     def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
         """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""
@@ -353,6 +390,8 @@ class Reconciler:
         writes returned them."""
         for action in plan.actions:
             match action:
+                case CreateObject() if action.kind == "Workload":
+                    workload = self._create_workload(action) or workload
                 case CreateObject():
                     jobset = self._create(action) or jobset
                 case PatchJobSetSuspend():
@@ -367,12 +406,45 @@ class Reconciler:
                     logger.info("%s Workload %s/%s", "reactivated" if action.active
                                 else "deactivated", action.namespace, action.workload)
                     workload = workload_from_dict(patched)
+                case ReleaseEvictedWorkload():
+                    patched = self.kube.patch_workload_status(action.namespace,
+                                                              action.workload,
+                                                              list(action.ops))
+                    logger.info("Workload %s/%s: evicted, its quota released (the job "
+                                "runs elsewhere)", action.namespace, action.workload)
+                    workload = workload_from_dict(patched)
+                case SetWorkloadCondition():
+                    patched = self.kube.apply_workload_condition(
+                        action.namespace, action.workload, action.condition)
+                    logger.info("Workload %s/%s: %s %s (%s)", action.namespace,
+                                action.workload, action.condition["type"],
+                                action.condition["status"], action.condition["reason"])
+                    workload = workload_from_dict(patched)
                 case _:
                     assert_never(action)
         return jobset, workload
 
+    def _create_workload(self, action: CreateObject) -> ObservedWorkload | None:
+        """Create a MultiKueue job's Workload; the Workload as it now is."""
+        created = self._created(action)
+        if created is not None:
+            return workload_from_dict(created)
+        meta = action.obj.get("metadata", {})
+        return self.observations.dispatch_workload(meta.get("namespace", ""),
+                                                   meta.get("name", ""))
+
     def _create(self, action: CreateObject) -> ObservedJobSet | None:
         """Create one object; for a JobSet, the JobSet as it now is."""
+        meta = action.obj.get("metadata", {})
+        created = self._created(action)
+        if action.kind != "JobSet":
+            return None
+        if created is not None:
+            return jobset_from_dict(created)
+        return self.observations.jobset(meta.get("namespace", ""), meta.get("name", ""))
+
+    def _created(self, action: CreateObject) -> dict[str, Any] | None:
+        """Create one object: as created, or None if it existed."""
         meta = action.obj.get("metadata", {})
         try:
             created = self.kube.create(action.obj)
@@ -387,11 +459,7 @@ class Reconciler:
         logger.log(logging.INFO if created is not None else logging.DEBUG, "%s %s %s/%s",
                    "created" if created is not None else "found", action.kind,
                    meta.get("namespace"), meta.get("name"))
-        if action.kind != "JobSet":
-            return None
-        if created is not None:
-            return jobset_from_dict(created)
-        return self.observations.jobset(meta.get("namespace", ""), meta.get("name", ""))
+        return created
 
     def _write_status(self, raw: dict[str, Any], previous: ElasticTrainingJobStatus,
                       new: ElasticTrainingJobStatus, events: list[StatusEvent],

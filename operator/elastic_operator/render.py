@@ -9,6 +9,7 @@ ownerReferences; this module does not.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import yaml
@@ -22,6 +23,7 @@ from elastic_api.models import (
     Resources,
 )
 from elastic_api.names import (
+    COMPLETION_INDEX_LABEL,
     COORDINATOR_LABEL,
     DEFAULT_SERVICE_ACCOUNT,
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
@@ -33,10 +35,13 @@ from elastic_api.names import (
     JOB_NAME_LABEL,
     JOBSET_API_VERSION,
     JOBSET_NAME_LABEL,
+    KUEUE_API_VERSION,
     KUEUE_JOB_LABELS,
     KUEUE_PODSET_REQUIRED_TOPOLOGY,
     KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY,
     KUEUE_PODSET_SLICE_SIZE,
+    KUEUE_PREBUILT_WORKLOAD_ANNOTATION,
+    KUEUE_QUEUE_NAME_LABEL,
     MAIN_CONTAINER,
     MANAGED_BY,
     NODE_POOL_LABEL,
@@ -642,6 +647,9 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
     worker["dependsOn"] = [{"name": HEAD_REPLICATED_JOB, "status": "Ready"}]
     metadata = _metadata(job, name, "jobset")
     metadata["labels"].update(kueue_labels(job))
+    prebuilt = job.metadata.annotations.get(KUEUE_PREBUILT_WORKLOAD_ANNOTATION)
+    if prebuilt:  # a MultiKueue copy: Kueue's JobSet integration takes this Workload
+        metadata["annotations"] = {KUEUE_PREBUILT_WORKLOAD_ANNOTATION: prebuilt}
     return {
         "apiVersion": JOBSET_API_VERSION,
         "kind": "JobSet",
@@ -690,8 +698,65 @@ def render_rbac(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     ]
 
 
+def workload_name(job: ElasticTrainingJob) -> str:
+    """The Workload of a MultiKueue job, named as Kueue names those it makes
+    (`<kind>-<name>-<5 hex>`; the hex from the uid, so a job deleted and recreated under
+    the same name gets a new Workload). At most 47 characters: it is also a label value
+    (kueue.x-k8s.io/prebuilt-workload-name on the worker cluster's copy)."""
+    digest = hashlib.sha256((job.metadata.uid or "").encode()).hexdigest()[:5]
+    return f"{job.kind.lower()}-{job.metadata.name}-{digest}"
+
+
+def render_workload(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The Kueue Workload of a MultiKueue job, made on the manager cluster (where no
+    JobSet runs): the PodSets Kueue's JobSet integration makes of the JobSet the worker
+    cluster's operator renders, one per replicatedJob (the head; the workers, slices x
+    VMs), with the same pod templates. They must be the same: MultiKueue copies this
+    Workload to the worker, where the JobSet takes it as its prebuilt Workload, and
+    Kueue finishes a prebuilt Workload whose PodSets differ from its job's (OutOfSync)."""
+    jobset = render_jobset(job)
+    pod_sets = [
+        {"name": rj["name"],
+         "count": rj["replicas"] * rj["template"]["spec"]["parallelism"],
+         "template": rj["template"]["spec"]["template"],
+         "topologyRequest": topology_request(rj)}
+        for rj in jobset["spec"]["replicatedJobs"]
+    ]
+    metadata = _metadata(job, workload_name(job), "workload")
+    metadata["labels"].update(kueue_labels(job))
+    spec: dict[str, Any] = {"active": not job.spec.suspend, "podSets": pod_sets}
+    queue = job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL)
+    if queue:
+        spec["queueName"] = queue
+    return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": metadata,
+            "spec": spec}
+
+
+def topology_request(replicated_job: dict[str, Any]) -> dict[str, Any]:
+    """The PodSet's topologyRequest, as Kueue's JobSet integration makes it with
+    Topology-Aware Scheduling on (v0.19's default): the pod and slice index labels, the
+    slices, and what the pod template's TAS annotations ask for. On a worker cluster
+    Kueue schedules MultiKueue's copy of the Workload by it."""
+    annotations = replicated_job["template"]["spec"]["template"]["metadata"].get(
+        "annotations") or {}
+    request: dict[str, Any] = {"podIndexLabel": COMPLETION_INDEX_LABEL,
+                               "subGroupIndexLabel": JOB_INDEX_LABEL,
+                               "subGroupCount": replicated_job["replicas"]}
+    if KUEUE_PODSET_REQUIRED_TOPOLOGY in annotations:
+        request["required"] = annotations[KUEUE_PODSET_REQUIRED_TOPOLOGY]
+    if KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY in annotations \
+            and KUEUE_PODSET_SLICE_SIZE in annotations:
+        request["podSetSliceRequiredTopology"] = annotations[
+            KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY]
+        request["podSetSliceSize"] = int(annotations[KUEUE_PODSET_SLICE_SIZE])
+    return request
+
+
 def render(job: ElasticTrainingJob) -> list[dict[str, Any]]:
-    """Every child object of the job: trainer RBAC first, then the JobSet."""
+    """Every child object of the job: trainer RBAC first, then the JobSet; for a job
+    MultiKueue dispatches (spec.managedBy), only its Workload (it runs elsewhere)."""
+    if job.spec.multikueue:
+        return [render_workload(job)]
     return [*render_rbac(job), render_jobset(job)]
 
 

@@ -31,6 +31,8 @@ from elastic_api.validation import (
     HARDWARE_NEEDS_REPLACEMENT,
     HARDWARE_REASONS_TWICE,
     MAXTEXT_METRICS_FILE_ARG,
+    MULTIKUEUE_CHECKPOINT_DIRECTORY,
+    MULTIKUEUE_VOLUME,
     OVERHEAD_BUDGET,
     PROGRESS_METRICS_FILE_PATH,
     PROGRESS_METRICS_FILE_REQUIRED,
@@ -234,6 +236,13 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "image": "t:1", "steps": 1,
         "volumes": [{"name": "v", "emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}]}),
      VOLUME_SOURCE),
+    ("multikueue-local-checkpoint", _mutated(
+        ("spec.managedBy", "kueue.x-k8s.io/multikueue"),
+        ("spec.checkpoint", {"directory": "/ckpt"})), MULTIKUEUE_CHECKPOINT_DIRECTORY),
+    ("multikueue-pvc", _mutated(
+        ("spec.managedBy", "kueue.x-k8s.io/multikueue"),
+        ("spec.trainer", {"image": "t:1", "steps": 1, "volumes": [
+            {"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]})), MULTIKUEUE_VOLUME),
     ("volume-shared-tmp", _mutate("spec.trainer", {
         "image": "t:1", "steps": 1, "volumes": [{"name": "shared-tmp", "emptyDir": {}}]}),
      VOLUME_NAME),
@@ -437,6 +446,9 @@ def test_spec_is_immutable_except_suspend(custom: client.CustomObjectsApi, names
     # Adding an optional field is a change too.
     causes, _ = refused(lambda: patch({"priorityClassName": "high"}))
     assert cause_with(causes, immutable("priorityClassName")), causes
+    # Handing a job to MultiKueue after creation (or taking it back) is refused.
+    causes, _ = refused(lambda: patch({"managedBy": "kueue.x-k8s.io/multikueue"}))
+    assert cause_with(causes, immutable("managedBy")), causes
 
     assert patch({"suspend": True})["spec"]["suspend"] is True
     assert patch({"suspend": False})["spec"]["suspend"] is False

@@ -372,3 +372,56 @@ def test_spares_beyond_the_slices_and_contradicting_timeouts_are_refused():
         "spec.maintenance.checkpointTimeoutSeconds: must be less than")
     assert error_of(job(placement="Any")).startswith("spec.placement: Any is for backend")
     validate_job(job(placement="Any", backend="simulated"))
+
+
+# --- MultiKueue (spec.managedBy) --------------------------------------------------------------
+
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+
+def mk_job(**spec: Any) -> dict[str, Any]:
+    obj = job(managedBy=MULTIKUEUE, **spec)
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    return obj
+
+
+def test_managed_by_multikueue_is_accepted_with_shared_storage():
+    parsed = validate_job(mk_job())
+    assert parsed.spec.multikueue
+    assert not validate_job(job()).spec.multikueue
+
+
+def test_a_multikueue_job_names_its_queue():
+    from elastic_api.validation import MULTIKUEUE_QUEUE
+    assert error_of(job(managedBy=MULTIKUEUE)).splitlines() == [MULTIKUEUE_QUEUE]
+
+
+def test_managed_by_names_only_multikueue():
+    message = error_of(job(managedBy="someone-else"))
+    assert message.startswith("spec.managedBy: ")
+    assert MULTIKUEUE in message
+
+
+def test_managed_by_literal_is_the_shared_name():
+    from elastic_api.names import MULTIKUEUE_CONTROLLER
+    assert MULTIKUEUE == MULTIKUEUE_CONTROLLER
+
+
+def test_multikueue_job_refuses_a_local_checkpoint_directory():
+    from elastic_api.validation import MULTIKUEUE_CHECKPOINT_DIRECTORY
+    message = error_of(mk_job(checkpoint={"directory": "/ckpt"}))
+    assert message.splitlines() == [MULTIKUEUE_CHECKPOINT_DIRECTORY]
+    assert message.startswith("spec.checkpoint.directory: ") and "gs://" in message
+    validate_job(job(checkpoint={"directory": "/ckpt"}))  # fine in one cluster
+
+
+def test_multikueue_job_refuses_a_claim_of_one_cluster():
+    from elastic_api.validation import MULTIKUEUE_VOLUME
+    trainer = {"image": "t:1", "steps": 1,
+               "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}
+    assert error_of(mk_job(trainer=trainer)).splitlines() == \
+        [MULTIKUEUE_VOLUME]
+    validate_job(job(trainer=trainer))
+    fuse = {"image": "t:1", "steps": 1, "volumes": [
+        {"name": "v", "csi": {"driver": "gcsfuse.csi.storage.gke.io"}}]}
+    validate_job(mk_job(trainer=fuse))

@@ -59,3 +59,15 @@ def test_up_without_binaries_says_what_to_run(
 def test_up_with_kueue_is_opt_in() -> None:
     assert build_parser().parse_args(["cluster", "up", "--kueue"]).kueue is True
     assert build_parser().parse_args(["cluster", "up"]).kueue is False
+
+
+def test_named_clusters_live_side_by_side(monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    from elastic_devtools.localcluster import default_dir
+
+    monkeypatch.setenv("ETJ_CACHE_DIR", str(tmp_path))
+    assert default_dir("manager") == tmp_path / "cluster-manager"
+    assert default_dir("worker-1") != default_dir("manager")
+    args = build_parser().parse_args(["cluster", "up", "--name", "manager", "--multikueue"])
+    assert (args.name, args.multikueue) == ("manager", True)
+    assert build_parser().parse_args(["cluster", "down", "--name", "w"]).name == "w"

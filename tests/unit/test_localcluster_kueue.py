@@ -174,3 +174,28 @@ def test_a_test_module_s_settings_are_merged_over_kueues_defaults():
     off = kueue.config(1, 2, Path("/c"), "v0.19.2",
                        settings=kueue.KueueSettings(wait_for_pods_ready=False))
     assert "waitForPodsReady" not in off and off["featureGates"]["DisableWaitForPodsReady"]
+
+
+def test_a_manager_dispatches_elastic_training_jobs():
+    from elastic_api import API_VERSION, KIND
+
+    cfg = kueue.config(9444, 8082, Path("/c"), "v0.19.2", multikueue_origin="manager")
+    frameworks = cfg["multiKueue"]["externalFrameworks"]
+    group_version = API_VERSION.split("/")
+    assert frameworks == [{"name": f"{KIND}.{group_version[1]}.{group_version[0]}"}]
+    assert cfg["multiKueue"]["origin"] == "manager"
+    assert "multiKueue" not in kueue.config(9444, 8082, Path("/c"), "v0.19.2")
+
+
+def test_multikueue_objects_point_at_each_other():
+    from elastic_devtools.localcluster import multikueue as mk
+
+    secret = mk.kubeconfig_secret("w1-secret", "apiVersion: v1\n")
+    assert base64.b64decode(secret["data"]["kubeconfig"]) == b"apiVersion: v1\n"
+    assert secret["metadata"]["namespace"] == kueue.NAMESPACE
+    source = mk.multikueue_cluster("w1", "w1-secret")["spec"]["clusterSource"]["kubeConfig"]
+    assert source == {"locationType": "Secret", "location": "w1-secret"}
+    check = mk.admission_check("ac", "cfg")["spec"]
+    assert check["controllerName"] == "kueue.x-k8s.io/multikueue"
+    assert check["parameters"]["name"] == "cfg"
+    assert mk.multikueue_config("cfg", ["w1"])["spec"]["clusters"] == ["w1"]

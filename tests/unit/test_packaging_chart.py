@@ -262,13 +262,16 @@ def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, st
     }
 
 
-def test_nodes_are_read_and_labelled_and_the_only_cluster_scoped_resource() -> None:
+def test_nodes_and_worker_clusters_are_the_only_cluster_scoped_resources() -> None:
     docs = render(NAMESPACED)
     # list and watch: the node cache (no single node is read by name); patch: the
-    # quarantine label on the nodes of a failing pool (never spec or status).
-    assert grants(docs, f"{RELEASE}-nodes") == {("", "nodes", v)
-                                                for v in ("list", "watch", "patch")}
-    cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions", "leases"}
+    # quarantine label on the nodes of a failing pool (never spec or status). get: on a
+    # MultiKueue manager, whether a job's worker cluster can be reached.
+    assert grants(docs, f"{RELEASE}-nodes") == {
+        *{("", "nodes", v) for v in ("list", "watch", "patch")},
+        ("kueue.x-k8s.io", "multikueueclusters", "get")}
+    cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions", "leases",
+                      "multikueueclusters"}
     namespaced = grants(docs, RELEASE)
     assert not {r for _, r, _ in namespaced} & cluster_scoped
 

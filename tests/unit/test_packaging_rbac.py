@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LEASES = "coordination.k8s.io"
 CHART = ROOT / "charts" / "elastic-operator"
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
-CLUSTER_SCOPED = {"nodes"}
+CLUSTER_SCOPED = {"nodes", "multikueueclusters"}
 
 # What each request of kube.py needs. `create` is resolved from what the renderer emits.
 KUBE_METHODS: dict[str, set[Permission]] = {
@@ -63,6 +63,10 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "list_all_workloads": {("kueue.x-k8s.io", "workloads", "list")},
     "watch_workloads": {("kueue.x-k8s.io", "workloads", "watch")},
     "patch_workload_active": {("kueue.x-k8s.io", "workloads", "patch")},
+    "get_workload": {("kueue.x-k8s.io", "workloads", "get")},
+    "apply_workload_condition": {("kueue.x-k8s.io", "workloads/status", "patch")},
+    "patch_workload_status": {("kueue.x-k8s.io", "workloads/status", "patch")},
+    "get_multikueue_cluster": {("kueue.x-k8s.io", "multikueueclusters", "get")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
@@ -73,7 +77,8 @@ KUBE_METHODS: dict[str, set[Permission]] = {
 KUBE_NOT_CALLS = {"request", "from_environment"}
 PLURALS = {"JobSet": ("jobset.x-k8s.io", "jobsets"), "ServiceAccount": ("", "serviceaccounts"),
            "Role": ("rbac.authorization.k8s.io", "roles"),
-           "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings")}
+           "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+           "Workload": ("kueue.x-k8s.io", "workloads")}
 
 
 def example_jobs() -> list[ElasticTrainingJob]:
@@ -200,10 +205,11 @@ def test_trainer_role_is_scoped_to_its_own_job() -> None:
             assert set(rule["verbs"]) <= {"get", "list", "watch", "patch"}, rule
 
 
-def test_only_nodes_need_cluster_scope() -> None:
+def test_only_nodes_and_worker_clusters_need_cluster_scope() -> None:
     resources = {r for _, r, _ in kube_permissions() | kopf_permissions()}
-    # Everything but nodes is namespaced, so namespace mode (RoleBindings) suffices.
-    assert resources & CLUSTER_SCOPED == {"nodes"}
+    # Everything but nodes (and, read-only, MultiKueue's worker clusters) is namespaced,
+    # so namespace mode (RoleBindings) suffices.
+    assert resources & CLUSTER_SCOPED == {"nodes", "multikueueclusters"}
     assert not {"namespaces", "customresourcedefinitions", "secrets"} & resources
 
 
@@ -239,6 +245,9 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "post_event": "POST", "list_workloads": "GET",
                      "list_all_workloads": "GET", "watch_workloads": "GET",
                      "patch_workload_active": "PATCH", "serves": "GET",
+                     "get_workload": "GET", "apply_workload_condition": "PATCH",
+                     "patch_workload_status": "PATCH",
+                     "get_multikueue_cluster": "GET",
                      "list_worker_jobs": "GET", "watch_worker_jobs": "GET",
                      "lower_job_backoff_limit": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
@@ -269,6 +278,10 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "list_all_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "watch_workloads": "KUEUE_WORKLOAD_PLURAL",
                                  "patch_workload_active": "KUEUE_WORKLOAD_PLURAL",
+                                 "get_workload": "KUEUE_WORKLOAD_PLURAL",
+                                 "apply_workload_condition": "/status",
+                                 "patch_workload_status": "/status",
+                                 "get_multikueue_cluster": "MULTIKUEUE_CLUSTER_PLURAL",
                                  "list_worker_jobs": '"jobs"', "watch_worker_jobs": '"jobs"',
                                  "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',

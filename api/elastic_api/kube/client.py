@@ -22,7 +22,8 @@ CONNECT_TIMEOUT_S = 10.0
 MAX_RETRY_AFTER_RETRIES = 10  # client-go's default
 # A watch asked to end after N seconds that has sent nothing for N + this many is stalled.
 WATCH_SILENCE_MARGIN_S = 5
-PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}
+PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
+               "apply": "application/apply-patch+yaml"}  # server-side apply (JSON is YAML)
 
 
 class ApiError(Exception):
@@ -293,10 +294,12 @@ class KubeClient:
         return self.request("POST", path, body=body, timeout_s=timeout_s, fenced=fenced)
 
     def patch(self, path: str, body: Any, *, patch_type: str = "merge",
+              query: dict[str, str] | None = None,
               timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True) -> Any:
-        """A JSON merge patch (RFC 7386; "merge") or a JSON patch (RFC 6902; "json")."""
+        """A JSON merge patch (RFC 7386; "merge"), a JSON patch (RFC 6902; "json") or a
+        server-side apply ("apply"; `query` names its fieldManager)."""
         return self.request("PATCH", path, body=body, content_type=PATCH_TYPES[patch_type],
-                            timeout_s=timeout_s, fenced=fenced)
+                            query=query, timeout_s=timeout_s, fenced=fenced)
 
     def delete(self, path: str, options: dict[str, Any], *,
                timeout_s: float = REQUEST_TIMEOUT_S) -> Any:

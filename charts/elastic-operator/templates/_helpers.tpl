@@ -74,9 +74,14 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
   verbs: ["create"]
 # Kueue (where installed): a queued job's Workload, found by its JobSet's uid and watched;
 # patch deactivates and reactivates it for spec.suspend (Kueue owns the JobSet's suspend).
+# On a MultiKueue manager cluster the operator creates a MultiKueue job's Workload itself
+# (create, and get by name), and tells Kueue its pods are Ready (status, PodsReady).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
 # The per-job trainer Role and its RoleBinding (to the pods' ServiceAccount), created
 # once; the Role only grants what the operator holds above, so no `bind` or `escalate`.
 - apiGroups: ["rbac.authorization.k8s.io"]
@@ -85,9 +90,13 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 {{- end -}}
 
 {{/* Cluster-scoped: a NotReady node takes its slices down; patch: the quarantine label
-on the nodes of a pool a slice failed on (etj operator --quarantine-pools). */}}
+on the nodes of a pool a slice failed on (etj operator --quarantine-pools). On a MultiKueue
+manager: whether the worker cluster a job runs in can be reached (read only). */}}
 {{- define "elastic-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list", "watch", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["multikueueclusters"]
+  verbs: ["get"]
 {{- end -}}

@@ -17,10 +17,13 @@ def _tpu_pool(text: str) -> object:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
-    dir_help = "state directory (default: $ETJ_CLUSTER_DIR or $ETJ_CACHE_DIR/cluster)"
+    dir_help = ("state directory (default: $ETJ_CACHE_DIR/cluster-NAME with --name, else "
+                "$ETJ_CLUSTER_DIR or $ETJ_CACHE_DIR/cluster)")
+    name_help = "a named cluster, one of several side by side (e.g. manager, worker-1)"
 
     up = sub.add_parser("up", help="start the cluster (no-op if it runs) and wait until ready")
     up.add_argument("--dir", type=Path, default=None, help=dir_help)
+    up.add_argument("--name", default=None, help=name_help)
     up.add_argument(
         "--tpu-pools", type=_tpu_pool, action="append", default=None, metavar="TYPE:TOPOLOGY[:N]",
         help="N node pools (one per slice) of fake TPU nodes, repeatable; default v5e:4x4:4 "
@@ -32,21 +35,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--kueue", action="store_true",
                     help="also run Kueue (quota and admission for JobSets); added to a "
                     "running cluster that lacks it")
+    up.add_argument("--multikueue", action="store_true",
+                    help="run Kueue as a MultiKueue manager (implies --kueue) that "
+                    "dispatches ElasticTrainingJobs to worker clusters; its origin is the "
+                    "cluster's --name (default: manager)")
 
     down = sub.add_parser("down", help="stop every process of the cluster")
     down.add_argument("--dir", type=Path, default=None, help=dir_help)
+    down.add_argument("--name", default=None, help=name_help)
 
     kc = sub.add_parser("kubeconfig", help="print the path of the admin kubeconfig")
     kc.add_argument("--dir", type=Path, default=None, help=dir_help)
+    kc.add_argument("--name", default=None, help=name_help)
 
     st = sub.add_parser("status", help="show components, pids and memory")
     st.add_argument("--dir", type=Path, default=None, help=dir_help)
+    st.add_argument("--name", default=None, help=name_help)
 
 
 def run(args: argparse.Namespace) -> int:
     from elastic_devtools import localcluster as lc
 
-    directory: Path = (args.dir or lc.default_dir()).absolute()
+    directory: Path = (args.dir or lc.default_dir(args.name)).absolute()
     if args.cluster_command == "up":
         config = lc.ClusterConfig(
             dir=directory,
@@ -54,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
             cpu_nodes=args.cpu_nodes if args.cpu_nodes is not None else lc.DEFAULT_CPU_NODES,
             timeout=args.timeout,
             kueue=args.kueue,
+            multikueue_origin=(args.name or "manager") if args.multikueue else None,
         )
         try:
             cluster = lc.up(config)

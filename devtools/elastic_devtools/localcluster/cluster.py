@@ -63,7 +63,11 @@ class ClusterStartError(RuntimeError):
     """The cluster did not become ready; the message names the component and its log."""
 
 
-def default_dir() -> Path:
+def default_dir(name: str | None = None) -> Path:
+    """The state directory of the cluster `name` (None: the one cluster of `etj cluster
+    up`); several named clusters run side by side (MultiKueue: a manager and workers)."""
+    if name is not None:
+        return cache_dir() / f"cluster-{name}"
     return Path(os.environ.get("ETJ_CLUSTER_DIR") or cache_dir() / "cluster")
 
 
@@ -78,6 +82,9 @@ class ClusterConfig:
     die_with_parent: bool = False
     # Also run Kueue (admission by quota; devtools/elastic_devtools/localcluster/kueue.py).
     kueue: bool = False
+    # Kueue as a MultiKueue manager, with this origin name (implies kueue): it dispatches
+    # ElasticTrainingJobs to worker clusters (kueue_queues.multikueue names them).
+    multikueue_origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -343,8 +350,9 @@ def up(config: ClusterConfig | None = None, progress: Progress = _stderr) -> Clu
                 progress(f"note: the cluster in {layout.root} already runs with TPU pools {have}; "
                          f"run `etj cluster down --dir {layout.root}` first to change them")
             progress(f"cluster already running ({layout.root}); kubeconfig: {layout.kubeconfig}")
-            if cfg.kueue and not kueue.running(layout.root):
-                _start_kueue(layout, progress, cfg.timeout, cfg.die_with_parent)
+            if (cfg.kueue or cfg.multikueue_origin) and not kueue.running(layout.root):
+                _start_kueue(layout, progress, cfg.timeout, cfg.die_with_parent,
+                             multikueue_origin=cfg.multikueue_origin)
             return Cluster(layout.root)
         if current.any_alive:
             progress("cluster partly running; stopping what is left")
@@ -513,9 +521,9 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
     expected = _register_nodes_and_webhooks(api, cfg, layout, ports)
     _start_jobset(s, api, binaries, layout)
     _wait_for_the_rest(s, api, ports, expected)
-    if cfg.kueue:
+    if cfg.kueue or cfg.multikueue_origin:
         _start_kueue(layout, progress, max(s.deadline - time.monotonic(), 60.0),
-                     cfg.die_with_parent)
+                     cfg.die_with_parent, multikueue_origin=cfg.multikueue_origin)
     progress(f"cluster ready in {time.monotonic() - s.t0:.1f}s; kubeconfig: {layout.kubeconfig}")
 
 
@@ -618,7 +626,8 @@ def _wait_for_the_rest(s: _Starter, api: KubeApi, ports: Ports, expected: set[st
 # --------------------------------------------------------------------------------- Kueue
 
 def _start_kueue(layout: Layout, progress: Progress, timeout: float,
-                 die_with_parent: bool, settings: kueue.KueueSettings | None = None) -> None:
+                 die_with_parent: bool, settings: kueue.KueueSettings | None = None,
+                 multikueue_origin: str | None = None) -> None:
     """Kueue on the running cluster, with an admin identity of its own (as JobSet has)."""
     server = json.loads(layout.state_file.read_text())["server"]
     ca = pki.KeyPair((layout.pki / "ca.crt").read_bytes(), (layout.pki / "ca.key").read_bytes())
@@ -630,7 +639,8 @@ def _start_kueue(layout: Layout, progress: Progress, timeout: float,
     try:
         kueue.start(layout.root, _admin_api(layout, server), kubeconfig,
                     ports=(webhook_port, health_port), progress=progress, timeout=timeout,
-                    die_with_parent=die_with_parent, settings=settings)
+                    die_with_parent=die_with_parent, settings=settings,
+                    multikueue_origin=multikueue_origin)
     except (RuntimeError, TimeoutError, ApiError) as err:
         kueue.stop(layout.root, _admin_api(layout, server))
         raise ClusterStartError(f"Kueue did not start: {err}") from None
@@ -638,10 +648,12 @@ def _start_kueue(layout: Layout, progress: Progress, timeout: float,
 
 def start_kueue(cluster: Cluster, progress: Progress = _stderr,
                 die_with_parent: bool = False, timeout: float = 180.0,
-                settings: kueue.KueueSettings | None = None) -> bool:
-    """Add Kueue to a running cluster, with `settings` (None: the release's defaults);
-    returns False (and does nothing) if it runs already with those settings. One running
-    with other settings is restarted with these (its objects stay)."""
+                settings: kueue.KueueSettings | None = None,
+                multikueue_origin: str | None = None) -> bool:
+    """Add Kueue to a running cluster, with `settings` (None: the release's defaults; a
+    MultiKueue manager with `multikueue_origin`); returns False (and does nothing) if it
+    runs already with those settings. One running with other settings is restarted with
+    these (its objects stay)."""
     layout = cluster.layout
     wanted = settings or kueue.KueueSettings()
     with _locked(layout.root):
@@ -651,7 +663,8 @@ def start_kueue(cluster: Cluster, progress: Progress = _stderr,
         if current is not None:
             progress(f"restarting Kueue with other settings ({wanted.to_json()})")
             kueue.stop(layout.root, _admin_api(layout, cluster.server))
-        _start_kueue(layout, progress, timeout, die_with_parent, wanted)
+        _start_kueue(layout, progress, timeout, die_with_parent, wanted,
+                     multikueue_origin=multikueue_origin)
         return True
 
 

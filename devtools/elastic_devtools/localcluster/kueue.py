@@ -206,9 +206,26 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The ElasticTrainingJob as a MultiKueue external framework (`Kind.version.group`): the
+# generic adapter copies a job whose spec.managedBy is kueue.x-k8s.io/multikueue to the
+# worker cluster that admits its Workload and copies that copy's status back.
+ETJ_EXTERNAL_FRAMEWORK = "ElasticTrainingJob.v1alpha1.elastic.pathways.dev"
+# How long a manager keeps a dispatched Workload admitted while its worker cannot be
+# reached (Kueue's default is 15 min; a test loses a worker in seconds).
+MULTIKUEUE_WORKER_LOST_TIMEOUT = "60s"
+
+
+def multikueue_config(origin: str) -> dict[str, Any]:
+    """The manager's MultiKueue section: our CRD as an external framework, the origin
+    label value of the copies it makes, the Kueue defaults otherwise."""
+    return {"origin": origin, "workerLostTimeout": MULTIKUEUE_WORKER_LOST_TIMEOUT,
+            "externalFrameworks": [{"name": ETJ_EXTERNAL_FRAMEWORK}]}
+
+
 def config(webhook_port: int, health_port: int, cert_dir: Path, version: str,
            wait_for_pods_ready: bool | None = None,
-           settings: KueueSettings | None = None) -> dict[str, Any]:
+           settings: KueueSettings | None = None,
+           multikueue_origin: str | None = None) -> dict[str, Any]:
     """Kueue's Configuration for running outside the cluster: everything on loopback, no
     leader election, metrics and the visibility server off, the JobSet integration on.
 
@@ -235,6 +252,8 @@ def config(webhook_port: int, health_port: int, cert_dir: Path, version: str,
         "integrations": {"frameworks": list(FRAMEWORKS)},
         "featureGates": gates,
     }
+    if multikueue_origin is not None:  # a manager cluster
+        cfg["multiKueue"] = multikueue_config(multikueue_origin)
     if on:
         cfg["waitForPodsReady"] = _merged(WAIT_FOR_PODS_READY_DEFAULT, settings.pods_ready)
     elif wait_for_pods_ready_by_default(version):
@@ -416,6 +435,21 @@ def install(api: KubeApi, files: KueueFiles, port: int, ca_pem: bytes,
     progress(f"  kueue CRDs ({len(crds)}) established")
 
 
+def install_etj_crd(api: KubeApi, deadline: float) -> None:
+    """The ElasticTrainingJob CRD (server-side apply), established."""
+    from elastic_api.crd import build_crd
+
+    crd = build_crd()
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+    api.apply(path, crd)
+
+    def established() -> bool:
+        conditions = (api.get(path).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    _wait(established, deadline, "the ElasticTrainingJob CRD established")
+
+
 def _wait(check: Callable[[], bool], deadline: float, what: str,
           alive: Callable[[], None] | None = None) -> None:
     while not check():
@@ -438,11 +472,14 @@ def running_settings(root: Path) -> KueueSettings | None:
 
 def start(root: Path, api: KubeApi, kubeconfig_yaml: str, *, ports: tuple[int, int],
           progress: Progress, timeout: float = 180.0, die_with_parent: bool = False,
-          settings: KueueSettings | None = None) -> None:
+          settings: KueueSettings | None = None,
+          multikueue_origin: str | None = None) -> None:
     """Start Kueue on the running cluster in `root` and return once its webhooks answer
     (a queued JobSet comes back suspended from a dry-run create). `kubeconfig_yaml` is an
     admin kubeconfig for it; `ports` are free loopback ports (webhook, health);
-    `settings` None is the pinned Kueue's default (config())."""
+    `settings` None is the pinned Kueue's default (config()); `multikueue_origin`: this is
+    a MultiKueue manager cluster (our CRD is installed first: MultiKueue watches the
+    external frameworks it is given from its start)."""
     settings = settings or KueueSettings()
     files = KueueFiles.locate()
     files.require()
@@ -455,13 +492,16 @@ def start(root: Path, api: KubeApi, kubeconfig_yaml: str, *, ports: tuple[int, i
     _write(layout.certs / "tls.key", certs.key_pem, private=True)
     version = load_versions()["KUEUE_VERSION"]
     _write(layout.config, yaml.safe_dump(
-        config(webhook_port, health_port, layout.certs, version, settings=settings)))
+        config(webhook_port, health_port, layout.certs, version, settings=settings,
+               multikueue_origin=multikueue_origin)))
     _write(layout.settings, json.dumps(settings.to_json(), sort_keys=True))
     _write(layout.kubeconfig, kubeconfig_yaml, private=True)
     _ensure(api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                         "metadata": {"name": NAMESPACE}})
     api.apply(f"/api/v1/namespaces/{NAMESPACE}/secrets/{WEBHOOK_SECRET}", cert_secret(certs))
     install(api, files, webhook_port, certs.ca_pem, progress, deadline)
+    if multikueue_origin is not None:
+        install_etj_crd(api, deadline)
     rec = procs.start(COMPONENT, args(files.binary, layout), layout.pid, layout.log, root,
                       die_with_parent=die_with_parent)
     started = time.monotonic()

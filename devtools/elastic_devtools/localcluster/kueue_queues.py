@@ -7,7 +7,7 @@ Builders are pure; the helpers that talk to the API take a kubernetes ApiClient.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +29,12 @@ def resource_flavor(name: str) -> dict[str, Any]:
 
 
 def cluster_queue(name: str, flavor: str, quota: Mapping[str, str], *,
-                  preempt_lower_priority: bool = True) -> dict[str, Any]:
+                  preempt_lower_priority: bool = True,
+                  admission_checks: Sequence[str] = ()) -> dict[str, Any]:
     """A ClusterQueue serving every namespace, with nominal `quota` (resource -> quantity)
-    of one flavor; it preempts lower-priority workloads to admit a higher one."""
-    return {
+    of one flavor; it preempts lower-priority workloads to admit a higher one. Its
+    `admission_checks` (e.g. MultiKueue's) must all pass before a Workload is admitted."""
+    queue: dict[str, Any] = {
         "apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name},
         "spec": {
             "namespaceSelector": {},
@@ -46,6 +48,10 @@ def cluster_queue(name: str, flavor: str, quota: Mapping[str, str], *,
             }],
         },
     }
+    if admission_checks:
+        queue["spec"]["admissionChecksStrategy"] = {
+            "admissionChecks": [{"name": check} for check in admission_checks]}
+    return queue
 
 
 def topology(name: str, levels: list[str]) -> dict[str, Any]:
@@ -141,7 +147,8 @@ class Queues:
 
 @contextmanager
 def queues(api: Any, namespace: str, quota: Mapping[str, str], *, prefix: str,
-           preempt_lower_priority: bool = True) -> Iterator[Queues]:
+           preempt_lower_priority: bool = True,
+           admission_checks: Sequence[str] = ()) -> Iterator[Queues]:
     """A flavor, a ClusterQueue with `quota` and a LocalQueue `prefix`-lq in `namespace`;
     the cluster-scoped ones (named after `prefix`, so tests do not share them) are deleted
     afterwards."""
@@ -155,7 +162,8 @@ def queues(api: Any, namespace: str, quota: Mapping[str, str], *, prefix: str,
         custom.create_cluster_custom_object(
             KUEUE_GROUP, KUEUE_VERSION, "clusterqueues",
             cluster_queue(made.cluster_queue, made.flavor, quota,
-                          preempt_lower_priority=preempt_lower_priority))
+                          preempt_lower_priority=preempt_lower_priority,
+                          admission_checks=admission_checks))
         try:
             custom.create_namespaced_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues",

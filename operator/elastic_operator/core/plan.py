@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from elastic_api.conditions import ConditionType
@@ -25,6 +26,7 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
 from elastic_operator.core.failure import is_terminal
+from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
@@ -60,7 +62,28 @@ class SetWorkloadActive:
     active: bool
 
 
-Action = CreateObject | PatchJobSetSuspend | SetWorkloadActive
+@dataclass(frozen=True)
+class SetWorkloadCondition:
+    """Set one condition of a Workload's status (server-side apply): a MultiKueue job's
+    PodsReady, on the manager, where the operator is Kueue's integration for it."""
+
+    namespace: str
+    workload: str
+    condition: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReleaseEvictedWorkload:
+    """JSON patch of an evicted Workload's status that frees its quota: what a job's
+    integration writes once the job stopped (a MultiKueue job's, on the manager)."""
+
+    namespace: str
+    workload: str
+    ops: tuple[dict[str, Any], ...]
+
+
+Action = (CreateObject | PatchJobSetSuspend | SetWorkloadActive | SetWorkloadCondition
+          | ReleaseEvictedWorkload)
 
 
 # --- slice replacement (core/replacement.py plans these after the status is written) ---
@@ -167,6 +190,8 @@ def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[d
         if job.metadata.namespace:
             meta["namespace"] = job.metadata.namespace
         meta["ownerReferences"] = [owner_reference(job)]
+        if obj.get("kind") == "Workload" and job.spec.suspend:
+            meta.setdefault("annotations", {})[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
         if obj.get("kind") == "JobSet":
             annotations = meta.setdefault("annotations", {})
             annotations[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
@@ -224,17 +249,53 @@ def suspend_actions(job: ElasticTrainingJob, jobset: ObservedJobSet,
     namespace = job.metadata.namespace or ""
     suspend = job.spec.suspend
     if workload is not None:  # Kueue owns the JobSet's suspend: never touch it
-        if suspend and workload.active:
-            return [SetWorkloadActive(namespace, workload.name, active=False)]
-        if not suspend and not workload.active and workload.suspended_by_operator:
-            return [SetWorkloadActive(namespace, workload.name, active=True)]
-        return []
+        return workload_suspend_actions(job, workload)
     if suspend and not jobset.suspended:
         return [PatchJobSetSuspend(namespace, jobset.name, True)]
     if not suspend and jobset.suspended and (
             jobset.suspended_by_operator or _suspended_by_older_operator(job, previous)):
         return [PatchJobSetSuspend(namespace, jobset.name, False)]
     return []
+
+
+def workload_suspend_actions(job: ElasticTrainingJob,
+                             workload: ObservedWorkload) -> list[Action]:
+    """spec.suspend through the Workload: deactivate it, or reactivate one the operator
+    deactivated (never one an administrator did)."""
+    namespace = job.metadata.namespace or ""
+    if job.spec.suspend and workload.active:
+        return [SetWorkloadActive(namespace, workload.name, active=False)]
+    if not job.spec.suspend and not workload.active and workload.suspended_by_operator:
+        return [SetWorkloadActive(namespace, workload.name, active=True)]
+    return []
+
+
+def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
+                  workload: ObservedWorkload | None,
+                  previous: ElasticTrainingJobStatus, now: datetime) -> Plan:
+    """A MultiKueue job on the manager cluster: create its Workload (rendered: the
+    Workload alone, render.render_workload), apply spec.suspend to it, and tell Kueue its
+    pods are Ready when the worker's status says so (core/dispatch.py). A Workload that
+    existed (the status names it) and is gone is not recreated: that would run the job
+    again, from the start of its queue."""
+    if workload is not None:
+        actions = workload_suspend_actions(job, workload)
+        release = release_after_eviction(workload, now)
+        if release is not None:
+            actions.append(ReleaseEvictedWorkload(job.metadata.namespace or "", workload.name,
+                                                  tuple(release)))
+        condition = pods_ready_condition(workload, previous, now)
+        if condition is not None:
+            actions.append(SetWorkloadCondition(job.metadata.namespace or "", workload.name,
+                                                condition))
+        return Plan(actions=tuple(actions))
+    if is_terminal(previous):
+        return Plan(why_not="the job is finished; its Workload is not recreated")
+    recorded = previous.admission.workload if previous.admission is not None else None
+    if recorded or previous.jobset_name:
+        return Plan(why_not=f"Workload {recorded or '?'} existed and is gone; not recreated "
+                    "(the job would run again)")
+    return Plan(actions=tuple(CreateObject(obj) for obj in owned(job, rendered)))
 
 
 def _suspended_by_older_operator(job: ElasticTrainingJob,
