@@ -284,6 +284,51 @@ def test_node_not_ready_and_back(api: client.ApiClient, namespace: str) -> None:
              TIMEOUT, "taints lifted")
 
 
+def test_pods_of_a_not_ready_node_stay_not_ready_and_are_ready_again_with_it(
+        api: client.ApiClient, namespace: str) -> None:
+    """The node lifecycle controller marks the pods of a NotReady node Ready=False; kwok,
+    playing their kubelet, keeps them so while the node is NotReady and says they are Ready
+    again once it is (render.pod_ready_again_stage), as a real kubelet's status sync does.
+    The Ready report carries a heartbeat of a later second than the NotReady one: the
+    controller takes a node's status in only when that heartbeat changes."""
+    core = client.CoreV1Api(api)
+    node = "cpu-np-2"
+    pod = bare_pod(namespace)
+    pod.spec.node_name = node  # pinned, and tolerating the NotReady taints: never evicted
+    pod.spec.tolerations = [client.V1Toleration(key=f"node.kubernetes.io/{taint}",
+                                                operator="Exists", effect="NoExecute")
+                            for taint in ("not-ready", "unreachable")]
+    name = core.create_namespaced_pod(namespace, pod).metadata.name
+
+    def conditions() -> dict[str, str]:
+        got = core.read_namespaced_pod(name, namespace).status.conditions or []
+        return {c.type: c.status for c in got}
+
+    def heartbeat() -> Any:
+        return next(c.last_heartbeat_time for c in core.read_node(node).status.conditions
+                    if c.type == "Ready")
+
+    wait_for(lambda: conditions().get("Ready") == "True", TIMEOUT, "the pod Ready")
+    faults.make_node_not_ready(api, node)
+    try:
+        faults.wait_for_node_ready(api, node, ready=False, timeout=TIMEOUT)
+        wait_for(lambda: conditions().get("Ready") == "False", TIMEOUT,
+                 "the node lifecycle controller to mark the pod NotReady")
+        assert conditions()["ContainersReady"] == "True"  # its mark, and only its
+        not_ready_beat = heartbeat()
+        # kwok's stages act a second after a match: three seconds of NotReady say no
+        # stage makes it Ready while its node is NotReady.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert conditions()["Ready"] == "False"
+            time.sleep(0.2)
+    finally:
+        faults.make_node_ready(api, node)
+    faults.wait_for_node_ready(api, node, ready=True, timeout=TIMEOUT)
+    assert heartbeat() > not_ready_beat
+    wait_for(lambda: conditions().get("Ready") == "True", TIMEOUT, "the pod Ready again")
+
+
 # ------------------------------------------------------------------------- cluster lifecycle
 
 def test_second_cluster_side_by_side_up_noop_and_down(
