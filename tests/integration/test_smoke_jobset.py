@@ -284,6 +284,66 @@ def test_node_not_ready_and_back(api: client.ApiClient, namespace: str) -> None:
              TIMEOUT, "taints lifted")
 
 
+def test_a_pod_marked_not_ready_is_ready_again_once_its_node_is(
+        api: client.ApiClient, namespace: str) -> None:
+    """The node lifecycle controller marks Ready=False (and nothing else) a pod bound to a
+    node it believes NotReady. kwok, playing the pod's kubelet, keeps that mark while the
+    node is NotReady and says the pod is Ready again once it is (a second later:
+    render.pod_ready_again_stage), as a real kubelet's status sync does. The mark is made
+    here as MarkPodsNotReady makes it: the controller's is a race with kwok's pod-ready.
+    The node's Ready report carries a heartbeat of a later second than its NotReady one:
+    the controller takes a node's status in only when that heartbeat changes."""
+    core = client.CoreV1Api(api)
+    node = "cpu-np-2"
+    pod = bare_pod(namespace)
+    pod.spec.node_name = node  # pinned, and tolerating the NotReady taints: never evicted
+    pod.spec.tolerations = [client.V1Toleration(key=f"node.kubernetes.io/{taint}",
+                                                operator="Exists", effect="NoExecute")
+                            for taint in ("not-ready", "unreachable")]
+    name = core.create_namespaced_pod(namespace, pod).metadata.name
+
+    def ready() -> str | None:
+        got = core.read_namespaced_pod(name, namespace).status.conditions or []
+        return next((c.status for c in got if c.type == "Ready"), None)
+
+    def mark_not_ready() -> None:
+        core.patch_namespaced_pod_status(name, namespace, {"status": {"conditions": [
+            {"type": "Ready", "status": "False"}]}})
+
+    def heartbeat() -> Any:
+        return next(c.last_heartbeat_time for c in core.read_node(node).status.conditions
+                    if c.type == "Ready")
+
+    wait_for(lambda: ready() == "True", TIMEOUT, "the pod Ready")
+    mark_not_ready()  # on a Ready node: Ready again at the next status sync
+    wait_for(lambda: ready() == "True", TIMEOUT, "the pod Ready again on a Ready node")
+    faults.make_node_not_ready(api, node)
+    try:
+        faults.wait_for_node_ready(api, node, ready=False, timeout=TIMEOUT)
+        not_ready_beat = heartbeat()
+        mark_not_ready()
+        # kwok's stage would act a second after a match: three seconds of NotReady say
+        # it does not while the node is NotReady.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert ready() == "False"
+            time.sleep(0.2)
+    finally:
+        faults.make_node_ready(api, node)
+    faults.wait_for_node_ready(api, node, ready=True, timeout=TIMEOUT)
+    assert heartbeat() > not_ready_beat
+    wait_for(lambda: ready() == "True", TIMEOUT, "the pod Ready again with its node")
+    # NotReady and back at once, as the chaos test does (its fault 18 took 154 ms).
+    faults.make_node_not_ready(api, node)
+    try:
+        faults.wait_for_node_ready(api, node, ready=False, timeout=TIMEOUT)
+        not_ready_beat = heartbeat()
+    finally:
+        faults.make_node_ready(api, node)
+    faults.wait_for_node_ready(api, node, ready=True, timeout=TIMEOUT)
+    assert heartbeat() > not_ready_beat
+
+
 # ------------------------------------------------------------------------- cluster lifecycle
 
 def test_second_cluster_side_by_side_up_noop_and_down(

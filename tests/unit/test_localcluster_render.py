@@ -154,6 +154,33 @@ def test_pod_complete_is_opt_in_and_every_stage_but_not_ready_skips_dead_kubelet
     assert render.adapt_kwok_stage(chaos)["spec"]["selector"] == {"matchExpressions": []}
 
 
+def test_kwok_stages_add_the_kubelets_ready_again_to_kwoks_own() -> None:
+    loaded = [{"metadata": {"name": "pod-ready"}, "spec": {}}]
+    stages = render.kwok_stages(loaded)
+    assert [s["metadata"]["name"] for s in stages] == ["pod-ready", "pod-ready-again"]
+    again = stages[1]["spec"]
+    assert again["resourceRef"] == {"apiGroup": "v1", "kind": "Pod"}
+    selector = {e["key"]: (e["operator"], e.get("values"))
+                for e in again["selector"]["matchExpressions"]}
+    # The mark the node lifecycle controller leaves (Ready only) on a Running pod that
+    # kwok's pod-ready stage has already seen (it has an IP), not being deleted...
+    assert selector['.status.conditions.[] | select( .type == "Ready" ) | .status'] == (
+        "In", ["False"])
+    assert selector['.status.conditions.[] | select( .type == "ContainersReady" ) | .status'] \
+        == ("In", ["True"])
+    assert selector[".status.phase"] == ("In", ["Running"])
+    assert selector[".status.podIP"] == ("Exists", None)
+    assert selector[".metadata.deletionTimestamp"] == ("DoesNotExist", None)
+    # ...and neither on a node still NotReady nor on a dead kubelet.
+    assert selector[f'.metadata.labels["{render.NODE_NOT_READY_POD_LABEL}"]'] == (
+        "DoesNotExist", None)
+    assert selector[DEAD["key"]] == ("DoesNotExist", None)
+    template = yaml.safe_load(again["next"]["statusTemplate"].replace("{{ Now | Quote }}", "t"))
+    assert template == {"conditions": [{"lastTransitionTime": "t", "status": "True",
+                                        "type": "Ready"}]}
+    assert again["delay"]["durationMilliseconds"] >= 1000  # a status sync, not at once
+
+
 def test_kwok_stages_include_defaults_and_chaos() -> None:
     files = render.KWOK_STAGE_FILES
     for needed in ("node/fast/node-initialize.yaml", "pod/fast/pod-ready.yaml",

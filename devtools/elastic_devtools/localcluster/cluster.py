@@ -436,10 +436,8 @@ def _prepare(cfg: ClusterConfig, layout: Layout, binaries: Binaries, ports: Port
 
     _write(layout.audit_policy, yaml.safe_dump(render.audit_policy()))
 
-    stages = []
-    for rel in render.KWOK_STAGE_FILES:
-        stage = yaml.safe_load((binaries.kwok_stages / rel).read_text())
-        stages.append(render.adapt_kwok_stage(stage))
+    stages = render.kwok_stages(yaml.safe_load((binaries.kwok_stages / rel).read_text())
+                                for rel in render.KWOK_STAGE_FILES)
     _write(layout.kwok_stages, yaml.safe_dump_all(stages))
 
     state = {

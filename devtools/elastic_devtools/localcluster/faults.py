@@ -4,8 +4,9 @@ the kubelet, so a "failed container" or a "dead node" is a status kwok writes).
     fail_pod(api, ns, name)          container exits 1, pod phase Failed
     delete_pod(api, ns, name, force) plain delete, or grace 0
     make_node_not_ready(api, node)   Ready=False, the kubelet alive (kwok goes on playing
-                                     it: an evicted pod vanishes at once)
-    make_node_ready(api, node)       undo
+                                     it: an evicted pod vanishes at once; its pods stay
+                                     NotReady once the node lifecycle controller marks them)
+    make_node_ready(api, node)       undo (the kubelet says its pods are Ready again)
     kill_node(api, node)             a dead host: Ready=False (or, silent, Unknown after
                                      the node-monitor grace), no heartbeat, and nothing
                                      acts on its pods (a deleted pod stays Terminating)
@@ -34,7 +35,7 @@ from elastic_api.names import (
     NODE_POOL_LABEL,
     SCHEDULED_MAINTENANCE_LABEL,
 )
-from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
+from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL, NODE_NOT_READY_POD_LABEL
 
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
@@ -76,13 +77,36 @@ def _label_node(api: client.ApiClient, node: str, value: str | None) -> None:
 
 
 def make_node_not_ready(api: client.ApiClient, node: str) -> None:
-    """Node condition Ready=False, as if the kubelet reported the node failed."""
+    """Node condition Ready=False, as if the kubelet reported the node failed. Its pods are
+    labelled first: the pods the node lifecycle controller then marks Ready=False stay so
+    (render.pod_ready_again_stage) until make_node_ready."""
+    _label_node_pods(client.CoreV1Api(api), node, NODE_NOT_READY_POD_LABEL, "true")
     _label_node(api, node, "true")
 
 
 def make_node_ready(api: client.ApiClient, node: str) -> None:
-    """Undo make_node_not_ready: kwok reports the node healthy again."""
+    """Undo make_node_not_ready: kwok reports the node healthy again, and a second later
+    its pods Ready again (render.pod_ready_again_stage), as a real kubelet's status sync.
+
+    Not within the second of the NotReady report: the node lifecycle controller takes in a
+    node's status only when its Ready heartbeat time (whole seconds) changes, and kwok
+    stamps both reports with the time it writes them. A Ready report in the same second
+    would leave the controller believing the node NotReady until kwok's next heartbeat
+    (10 minutes), marking NotReady every pod bound to the node meanwhile."""
+    core = client.CoreV1Api(api)
+    _after_ready_heartbeat_second(core, node)
     _label_node(api, node, None)
+    _label_node_pods(core, node, NODE_NOT_READY_POD_LABEL, None)
+
+
+def _after_ready_heartbeat_second(core: client.CoreV1Api, node: str) -> None:
+    """Return once the clock (kwok's: the same host) is past the second of the node's
+    Ready heartbeat: a deterministic wait of at most a second, for a known instant."""
+    status = core.read_node(node).status
+    conditions = (status.conditions if status is not None else None) or []
+    ready = next((c for c in conditions if c.type == "Ready"), None)
+    if ready is not None and ready.last_heartbeat_time is not None:
+        time.sleep(max(0.0, ready.last_heartbeat_time.timestamp() + 1 - time.time()))
 
 
 # --------------------------------------------------------------------------- dead hosts
@@ -108,8 +132,8 @@ def kill_node(api: client.ApiClient, node: str, *, report_not_ready: bool = True
     client.CoordinationV1Api(api).patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": {
         "holderIdentity": DEAD_HOLDER, "leaseDurationSeconds": 86400, "renewTime": now}})
     core.patch_node(node, {"metadata": {"labels": {DEAD_KUBELET_LABEL: "true"}}})
-    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
-        _label_pod(core, pod, "true")
+    for pod in _node_pods(core, node):
+        _label_pod(core, pod, DEAD_KUBELET_LABEL, "true")
         if report_not_ready:
             _pod_not_ready(core, pod)
 
@@ -118,18 +142,29 @@ def revive_node(api: client.ApiClient, node: str) -> None:
     """The host is back: kwok plays its kubelet again (the Lease expired at once, kwok takes
     it within its renew interval) and reports it Ready."""
     core = client.CoreV1Api(api)
-    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
-        _label_pod(core, pod, None)
+    _label_node_pods(core, node, DEAD_KUBELET_LABEL, None)
     make_node_ready(api, node)
     core.patch_node(node, {"metadata": {"labels": {DEAD_KUBELET_LABEL: None}}})
     client.CoordinationV1Api(api).patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": {
         "leaseDurationSeconds": 1, "renewTime": "2000-01-01T00:00:00.000000Z"}})
 
 
-def _label_pod(core: client.CoreV1Api, pod: Any, value: str | None) -> None:
+def _node_pods(core: client.CoreV1Api, node: str) -> list[Any]:
+    pods: list[Any] = core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node}").items
+    return pods
+
+
+def _label_node_pods(core: client.CoreV1Api, node: str, key: str, value: str | None) -> None:
+    for pod in _node_pods(core, node):
+        if (pod.metadata.labels or {}).get(key) != value:
+            _label_pod(core, pod, key, value)
+
+
+def _label_pod(core: client.CoreV1Api, pod: Any, key: str, value: str | None) -> None:
     try:
         core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                  {"metadata": {"labels": {DEAD_KUBELET_LABEL: value}}})
+                                  {"metadata": {"labels": {key: value}}})
     except client.ApiException as err:
         if err.status != 404:  # gone meanwhile
             raise

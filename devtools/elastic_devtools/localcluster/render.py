@@ -284,6 +284,54 @@ KWOK_STAGE_FILES = (
 DEAD_KUBELET_LABEL = "localcluster.elastic.pathways.dev/dead-kubelet"
 # The one stage a dead node keeps: reporting it NotReady (kill_node's first step).
 NODE_NOT_READY_STAGE = "node-not-ready"
+# Pods of a node that faults.make_node_not_ready reports NotReady: their kubelet does not
+# say they are Ready again until the node is (POD_READY_AGAIN_STAGE).
+NODE_NOT_READY_POD_LABEL = "localcluster.elastic.pathways.dev/node-not-ready"
+POD_READY_AGAIN_STAGE = "pod-ready-again"
+
+
+def pod_ready_again_stage() -> dict[str, Any]:
+    """Our one stage of kwok's kubelet: a Running pod whose containers are ready but whose
+    Ready condition is False is made Ready again, a second later, as a real kubelet's status
+    sync does. Only the node lifecycle controller leaves that mark (MarkPodsNotReady sets
+    Ready=False, nothing else, on the pods of a node it believes NotReady; also on a pod
+    bound to the node while its view is stale, a NotReady that was undone within the same
+    second of heartbeat time), and kwok's pod-ready stage acts only once, before the pod has
+    an IP. Pods of a node still NotReady (NODE_NOT_READY_POD_LABEL), being deleted or on a
+    dead kubelet (adapt_kwok_stage) keep Ready=False."""
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": POD_READY_AGAIN_STAGE},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {"matchExpressions": [
+                {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                {"key": ".status.podIP", "operator": "Exists"},
+                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                {"key": _condition_status("Ready"), "operator": "In", "values": ["False"]},
+                {"key": _condition_status("ContainersReady"), "operator": "In",
+                 "values": ["True"]},
+                {"key": f'.metadata.labels["{NODE_NOT_READY_POD_LABEL}"]',
+                 "operator": "DoesNotExist"},
+            ]},
+            "delay": {"durationMilliseconds": 1000},
+            "next": {"statusTemplate": (
+                "conditions:\n"
+                "- lastTransitionTime: {{ Now | Quote }}\n"
+                '  status: "True"\n'
+                "  type: Ready\n")},
+        },
+    }
+
+
+def _condition_status(type_: str) -> str:
+    return f'.status.conditions.[] | select( .type == "{type_}" ) | .status'
+
+
+def kwok_stages(loaded: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """kwok's stages (KWOK_STAGE_FILES, loaded) and ours, each adapted."""
+    return [adapt_kwok_stage(s) for s in [*loaded, pod_ready_again_stage()]]
 
 
 def adapt_kwok_stage(stage: dict[str, Any]) -> dict[str, Any]:
