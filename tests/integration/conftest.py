@@ -2,6 +2,8 @@
 
 `api` (module): an admin API client on `cluster` with the ElasticTrainingJob CRD installed.
 
+`killed` (function): the nodes a test kills, revived afterwards whatever happened.
+
 `ns` (function): the test's namespace; afterwards its jobs are deleted and their pods are
 gone (the garbage collector does it, no operator needed), so the fake TPU nodes are free.
 
@@ -15,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from elastic_devtools.localcluster import Cluster
+from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.crds import install_crd
 from tests.support.article_job import delete_jobs_and_wait_for_pods
 
@@ -34,3 +36,14 @@ def ns(namespace: str, api: client.ApiClient) -> Iterator[str]:
     garbage collector does it, no operator needed), so the fake TPU nodes are free."""
     yield namespace
     delete_jobs_and_wait_for_pods(api, namespace)
+
+
+@pytest.fixture
+def killed(api: client.ApiClient) -> Iterator[list[str]]:
+    """Nodes a test kills (it appends them); revived afterwards, whatever happened."""
+    nodes: list[str] = []
+    yield nodes
+    for node in nodes:
+        faults.revive_node(api, node)
+    for node in nodes:
+        faults.wait_for_node_ready(api, node, True, timeout=60)

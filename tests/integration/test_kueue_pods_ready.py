@@ -117,17 +117,6 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
 
 
 @pytest.fixture
-def killed(api: client.ApiClient) -> Iterator[list[str]]:
-    """Nodes a test kills; revived afterwards, whatever happened."""
-    nodes: list[str] = []
-    yield nodes
-    for node in nodes:
-        faults.revive_node(api, node)
-    for node in nodes:
-        faults.wait_for_node_ready(api, node, True, timeout=60)
-
-
-@pytest.fixture
 def queue(api: client.ApiClient, ns: str) -> Iterator[kq.Queues]:
     """A ClusterQueue with the quota of one article job, and its LocalQueue."""
     obj = job_manifest()

@@ -91,16 +91,6 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
     delete_jobs_and_wait_for_pods(api, namespace)
 
 
-@pytest.fixture
-def killed(api: client.ApiClient) -> Iterator[list[str]]:
-    nodes: list[str] = []
-    yield nodes
-    for node in nodes:
-        faults.revive_node(api, node)
-    for node in nodes:
-        faults.wait_for_node_ready(api, node, True, timeout=60)
-
-
 def manifest(queue: str, placement: dict[str, str] | None = None) -> dict[str, Any]:
     obj = job_manifest(tpu={"type": "v5e", "topology": "4x4", "numSlices": SLICES,
                             "topologyAware": placement or PLACEMENT})

@@ -72,17 +72,6 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
     delete_jobs_and_wait_for_pods(api, namespace)
 
 
-@pytest.fixture
-def revive(api: client.ApiClient) -> Iterator[list[str]]:
-    """Nodes a test kills; revived afterwards, whatever happened."""
-    killed: list[str] = []
-    yield killed
-    for node in killed:
-        faults.revive_node(api, node)
-    for node in killed:
-        faults.wait_for_node_ready(api, node, True, timeout=60)
-
-
 # --- helpers ----------------------------------------------------------------------------------
 
 
@@ -152,14 +141,14 @@ def test_past_max_slice_restarts_the_jobset_failure_policy_applies(
 
 
 def test_a_dead_host_moves_its_slice_to_the_spare_pool(
-        api: client.ApiClient, ns: str, revive: list[str]) -> None:
+        api: client.ApiClient, ns: str, killed: list[str]) -> None:
     submit(api, ns)
     st = wait_running(api, ns)
     broken = st["slices"][1]["pool"]
     used = {s["pool"] for s in st["slices"]}
     old = job_uid(api, ns, 1)
     node = worker_pods(api, ns, 1)[2].spec.node_name
-    revive.append(node)
+    killed.append(node)
     faults.kill_node(api, node)
     st = ready_on_new_job(api, ns, 1, old, "slice 1 Ready again on a new Job")
     spare = st["slices"][1]["pool"]
@@ -221,7 +210,7 @@ def test_a_flapping_node_costs_no_replacement_until_it_stays_down(
 
 
 def test_a_jobs_crash_loop_takes_no_pool_from_another_job(
-        api: client.ApiClient, ns: str, another_namespace: str, revive: list[str]) -> None:
+        api: client.ApiClient, ns: str, another_namespace: str, killed: list[str]) -> None:
     """Issue 24, as a user met it: job A's worker exits 1 four times on healthy nodes (a
     bad image), its slice moving between pools. Its own failure each time: its budget is
     spent, no pool is quarantined. A is deleted; job B (the article's shape) then loses a
@@ -255,7 +244,7 @@ def test_a_jobs_crash_loop_takes_no_pool_from_another_job(
     (spare,) = pools - used
     old = job_uid(api, ns, 1)
     node = worker_pods(api, ns, 1)[2].spec.node_name
-    revive.append(node)
+    killed.append(node)
     faults.kill_node(api, node)
     st = ready_on_new_job(api, ns, 1, old, "B's slice 1 on the spare", timeout=60)
     assert st["slices"][1]["pool"] == spare, (st["slices"][1], visited)
