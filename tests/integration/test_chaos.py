@@ -73,9 +73,10 @@ SOAK_SECONDS = float(os.environ.get("ETJ_SOAK_SECONDS") or 0)
 # Short run: ~80 s of paced steps, enough for the twelve faults gated on progress (the
 # trainer pauses while a slice is down, but trains on through a leader's takeover, a
 # throttle or an API server restart: those faults take 100-200 steps). The short run
-# consumed ~6.5 steps per second of faults here: 7 steps per soak second keeps faults
-# coming for the whole soak without a long quiet tail.
-STEPS = max(1600, int(SOAK_SECONDS * 7)) if SOAK_SECONDS else 1600
+# consumed ~6.5 steps per second of faults; a 600 s soak on 2026-12-01 (less load) went
+# through 4,200 steps in ~420 s and its faults stopped there: 12 steps per soak second
+# keep faults coming for the whole soak, the tail after it shorter than the soak.
+STEPS = max(1600, int(SOAK_SECONDS * 12)) if SOAK_SECONDS else 1600
 STEPS_BETWEEN_FAULTS = 25  # at least two checkpoints / five snapshots between faults
 # The Job controller delays a worker Job's replacement pod 10 s x 2^(failures - 1), up to
 # 10 min (Kubernetes 1.34, MaxJobPodFailureBackOff), and only a succeeded pod resets the
