@@ -614,8 +614,9 @@ class ElasticTrainingJobSpec(ApiModel):
     overhead_budget_percent: SpecNumber = Field(
         DEFAULT_OVERHEAD_BUDGET_PERCENT,
         description="Bundled trainer: the share of step time (percent, more than 0 and at "
-        "most 50) a snapshot, and a checkpoint, may each cost when their periodSteps is "
-        "unset and the trainer chooses it.",
+        "most 50) the copies whose periodSteps is unset may cost together: half each when "
+        "the trainer chooses both the snapshot and the checkpoint period, all of it for the "
+        "one it chooses otherwise.",
     )
     trainer: TrainerSpec
     pathways: PathwaysSpec = Field(default_factory=PathwaysSpec)

@@ -17,6 +17,7 @@ from elastic_trainer.cadence import (
     Cadence,
     CadenceInputs,
     Cadences,
+    budget_shares,
     choose_period,
 )
 
@@ -35,6 +36,21 @@ def test_the_shortest_period_within_the_budget():
     assert BUDGET < 0.003 / (29 * 0.005)
     # A cheap copy against a long step: every step.
     assert choose([0.003] * 5, [0.9] * 10).period == 1
+
+
+def test_one_budget_for_the_copies_the_trainer_schedules():
+    # Both chosen: half each, so together they stay within the job's budget.
+    assert budget_shares(0.02, None, None) == (0.01, 0.01)
+    # One fixed (or snapshots off) by the job: the chosen one has all of it.
+    assert budget_shares(0.02, 5, None) == (0.02, 0.02)
+    assert budget_shares(0.02, 0, None) == (0.02, 0.02)
+    assert budget_shares(0.02, None, 100) == (0.02, 0.02)
+    # What the two chosen periods cost together is within the whole budget.
+    snap, ckpt = budget_shares(BUDGET, None, None)
+    step = [0.005] * 10
+    together = choose_period(CadenceInputs(snap, [0.003] * 5, step, 10_000)).overhead + \
+        choose_period(CadenceInputs(ckpt, [0.09] * 5, step, 10_000)).overhead  # type: ignore[operator]
+    assert together <= BUDGET
 
 
 def test_medians_of_the_newest_samples_so_one_slow_copy_does_not_decide():

@@ -17,6 +17,10 @@
               3/4 of the period in use, so noise does not make it flap
     bounds    1 <= period <= max_period
 
+`budget_shares` splits the job's one overhead budget between the copies the trainer
+schedules: the whole budget to one kind when the job fixes or turns off the other, half
+each when it chooses both (so the user's number bounds what the copies cost together).
+
 `Cadence` keeps one kind's samples and period through a run: user-set (fixed, or 0 =
 off) or chosen. A chosen cadence starts by measuring: a first probe copy after WARMUP_STEPS
 steps (its sample is dropped: it pays for compiling the copy, or orbax's first save), then
@@ -159,6 +163,17 @@ def _memory(headroom: float | None, period: int, max_period: int) -> tuple[int, 
     longer = min(2 * period, max_period)
     return longer, (f"free host memory holds only {headroom:.1f} more copies: every "
                     f"{longer} step(s) instead of {period}")
+
+
+def budget_shares(budget: float, snapshot_period: int | None,
+                  checkpoint_period: int | None) -> tuple[float, float]:
+    """(snapshot, checkpoint) shares of `budget` (a share of step time) for the cadences
+    the trainer chooses (a period of None). Half each when it chooses both: the budget is
+    what the copies may cost together, not each (2 % + 2 % measured as 1.07x the plain
+    loop on `tiny`, docs/benchmarks.md). A period the job set costs what the job chose."""
+    if snapshot_period is None and checkpoint_period is None:
+        return budget / 2, budget / 2
+    return budget, budget
 
 
 class Cadence:

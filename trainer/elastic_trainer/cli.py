@@ -63,8 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="keep an in-memory snapshot every N steps (0 = off); auto (default): chosen "
            "from what a snapshot costs, within --overhead-budget-percent")
     a("--overhead-budget-percent", type=float, default=DEFAULT_OVERHEAD_BUDGET_PERCENT,
-      help="with an auto period: the share of step time (percent) a snapshot, and a "
-           "checkpoint, may each cost (default %(default)s)")
+      help="with auto periods: the share of step time (percent) the copies the trainer "
+           "schedules may cost together, half each when both periods are auto "
+           "(default %(default)s)")
     a("--min-slices", type=int, default=None,
       help="replica resize: train on at least M slices (unset = pause and resume)")
     a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")

@@ -40,7 +40,7 @@ from elastic_api.models import (
 )
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
-from elastic_trainer.cadence import Cadence, Cadences, host_memory_available
+from elastic_trainer.cadence import Cadence, Cadences, budget_shares, host_memory_available
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.checkpoint_requests import RequestSource, pause_ends, to_answer
 from elastic_trainer.configs import ModelConfig
@@ -125,9 +125,10 @@ class Trainer:
         # Slice losses (what --max-retries counts), those of an earlier process included.
         self.policy = SliceLossLimit(opts.max_retries, used=opts.prior_failures)
         self.snapshots = ReplicaSnapshots()
-        budget = opts.overhead_budget_percent / 100
-        self.cadences = Cadences(Cadence(opts.snapshot_period, budget, opts.steps),
-                                 Cadence(checkpointer.period, budget, opts.steps),
+        snapshot_budget, checkpoint_budget = budget_shares(
+            opts.overhead_budget_percent / 100, opts.snapshot_period, checkpointer.period)
+        self.cadences = Cadences(Cadence(opts.snapshot_period, snapshot_budget, opts.steps),
+                                 Cadence(checkpointer.period, checkpoint_budget, opts.steps),
                                  self.snapshots.costs, checkpointer.save_costs)
         self._state_bytes = sum(int(x.size) * x.dtype.itemsize
                                 for x in jax.tree.leaves(self.abstract))
