@@ -1,6 +1,7 @@
-"""Kueue's waitForPodsReady (on by default from v0.19; here v0.19.2) and the operator, on
-the real local control plane, with a recoveryTimeout of 45 s instead of Kueue's 30 min
-(the module's kueue_settings), told to the operator by its flags.
+"""Kueue's waitForPodsReady and the operator, on the real local control plane: forced on
+(the module's kueue_settings), so the same on v0.19.2, where it is on by default, as on
+v0.17.0 (`make test-compat`), where it is off unless configured; with a recoveryTimeout of
+45 s instead of Kueue's 30 min, told to the operator by its flags.
 
 Kueue evicts a running Workload whose pods are not all Ready again within recoveryTimeout
 (a JobSet is Ready for Kueue only when every worker Job is). The operator's own
@@ -83,8 +84,10 @@ TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def kueue_settings() -> KueueSettings:
-    # A requeuing backoff of 10-20 s (60 s by default): the eviction stays visible a while.
-    return KueueSettings(pods_ready={
+    # On whatever the release's default (off before v0.19: without this the tests ran
+    # with it off on v0.17.0). A requeuing backoff of 10-20 s (60 s by default): the
+    # eviction stays visible a while.
+    return KueueSettings(wait_for_pods_ready=True, pods_ready={
         "timeout": f"{START_S}s", "recoveryTimeout": f"{RECOVERY_S}s",
         "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 20}})
 
