@@ -178,8 +178,10 @@ def test_the_operators_recoveries_end_before_kueues_recovery_timeout(
 
     old = worker_job_uid(api, ns, 1)
     faults.fail_pod(api, ns, worker_pods(api, ns, 1)[0].metadata.name)
-    ready_on_new_job(api, ns, 1, old, "slice 1 recreated")
+    st = ready_on_new_job(api, ns, 1, old, "slice 1 recreated")
 
+    # The pools in use now: the recreated slice 1 may have taken the spare (JobSet's
+    # exclusive placement lets its new Job land on any free pool), freeing its old one.
     old = worker_job_uid(api, ns, 2)
     used = {s["pool"] for s in st["slices"]}
     node = worker_pods(api, ns, 2)[0].spec.node_name
