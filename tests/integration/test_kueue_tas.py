@@ -1,7 +1,8 @@
 """Slices placed by Kueue's Topology-Aware Scheduling (Kueue v0.19.2, and v0.17.0 in
-`make test-compat`; TAS on by default in both), on the real local control plane: a Kueue Topology block -> node pool -> host over kwok's
-fake TPU nodes (two v5e 4x4 node pools per block; render.py labels them), a
-Topology-Aware ResourceFlavor for google.com/tpu, a plain one for the head.
+`make test-compat`; TAS on by default in both), on the real local control plane: a Kueue
+Topology block -> node pool -> host over kwok's fake TPU nodes (two v5e 4x4 node pools
+per block; render.py labels them), a Topology-Aware ResourceFlavor for google.com/tpu, a
+plain one for the head.
 
 A job of 2 slices with spec.tpu.topologyAware {sliceLevel: node pool, jobLevel: block}
 lands with each slice in a node pool of its own, both in one block. A failed slice is
