@@ -1,6 +1,7 @@
-"""Kueue's waitForPodsReady (on by default from v0.19; here v0.19.2) and the operator, on
-the real local control plane, with a recoveryTimeout of 45 s instead of Kueue's 30 min
-(the module's kueue_settings), told to the operator by its flags.
+"""Kueue's waitForPodsReady and the operator, on the real local control plane: forced on
+(the module's kueue_settings), so the same on v0.19.2, where it is on by default, as on
+v0.17.0 (`make test-compat`), where it is off unless configured; with a recoveryTimeout of
+45 s instead of Kueue's 30 min, told to the operator by its flags.
 
 Kueue evicts a running Workload whose pods are not all Ready again within recoveryTimeout
 (a JobSet is Ready for Kueue only when every worker Job is). The operator's own
@@ -83,8 +84,10 @@ TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def kueue_settings() -> KueueSettings:
-    # A requeuing backoff of 10-20 s (60 s by default): the eviction stays visible a while.
-    return KueueSettings(pods_ready={
+    # On whatever the release's default (off before v0.19: without this the tests ran
+    # with it off on v0.17.0). A requeuing backoff of 10-20 s (60 s by default): the
+    # eviction stays visible a while.
+    return KueueSettings(wait_for_pods_ready=True, pods_ready={
         "timeout": f"{START_S}s", "recoveryTimeout": f"{RECOVERY_S}s",
         "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 20}})
 
@@ -175,8 +178,10 @@ def test_the_operators_recoveries_end_before_kueues_recovery_timeout(
 
     old = worker_job_uid(api, ns, 1)
     faults.fail_pod(api, ns, worker_pods(api, ns, 1)[0].metadata.name)
-    ready_on_new_job(api, ns, 1, old, "slice 1 recreated")
+    st = ready_on_new_job(api, ns, 1, old, "slice 1 recreated")
 
+    # The pools in use now: the recreated slice 1 may have taken the spare (JobSet's
+    # exclusive placement lets its new Job land on any free pool), freeing its old one.
     old = worker_job_uid(api, ns, 2)
     used = {s["pool"] for s in st["slices"]}
     node = worker_pods(api, ns, 2)[0].spec.node_name

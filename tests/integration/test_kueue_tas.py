@@ -1,7 +1,8 @@
-"""Slices placed by Kueue's Topology-Aware Scheduling (Kueue v0.19.2, TAS on by default),
-on the real local control plane: a Kueue Topology block -> node pool -> host over kwok's
-fake TPU nodes (two v5e 4x4 node pools per block; render.py labels them), a
-Topology-Aware ResourceFlavor for google.com/tpu, a plain one for the head.
+"""Slices placed by Kueue's Topology-Aware Scheduling (Kueue v0.19.2, and v0.17.0 in
+`make test-compat`; TAS on by default in both), on the real local control plane: a Kueue
+Topology block -> node pool -> host over kwok's fake TPU nodes (two v5e 4x4 node pools
+per block; render.py labels them), a Topology-Aware ResourceFlavor for google.com/tpu, a
+plain one for the head.
 
 A job of 2 slices with spec.tpu.topologyAware {sliceLevel: node pool, jobLevel: block}
 lands with each slice in a node pool of its own, both in one block. A failed slice is
@@ -14,6 +15,7 @@ reported, naming it; a level that is no label key is refused at admission.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,14 @@ def assert_placed_by_topology(api: client.ApiClient, ns: str, st: dict[str, Any]
     assert not [n for n, ls in node_labels(api).items() if QUARANTINE_LABEL in ls]
 
 
+def not_ready_since(api: client.ApiClient, node: str) -> datetime:
+    conditions = client.CoreV1Api(api).read_node(node).status.conditions or []
+    (ready,) = [c for c in conditions if c.type == "Ready"]
+    assert ready.status == "False", ready
+    stamp: datetime = ready.last_transition_time
+    return stamp
+
+
 def workload(api: client.ApiClient, ns: str) -> dict[str, Any]:
     jobset = get_jobset(api, ns)
     assert jobset is not None
@@ -192,8 +202,12 @@ def test_a_dead_host_is_kueues_an_eviction_and_the_job_comes_back_on_a_healthy_b
     node = worker_pods(api, ns, 1)[0].spec.node_name
     labels = node_labels(api)
     dead_pool, dead_block = labels[node][NODE_POOL_LABEL], labels[node][TOPOLOGY_BLOCK_LABEL]
+    before = datetime.now(UTC).replace(microsecond=0)
     killed.append(node)
     faults.kill_node(api, node)
+    # Ready=False since now, not since the node was created: Kueue before v0.19 fails a
+    # host NotReady for 30 s counted from that stamp, whatever its pods do.
+    assert not_ready_since(api, node) >= before
 
     # No host of the slice's pool is free: Kueue evicts the job (NodeFailures) and
     # readmits it where both slices fit, the other block. (Recovering stays True until a

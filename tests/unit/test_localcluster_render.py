@@ -154,6 +154,22 @@ def test_pod_complete_is_opt_in_and_every_stage_but_not_ready_skips_dead_kubelet
     assert render.adapt_kwok_stage(chaos)["spec"]["selector"] == {"matchExpressions": []}
 
 
+def test_node_not_ready_is_stamped_with_the_failure_not_the_nodes_creation() -> None:
+    template = ("{{ $now := Now }}\n" + render.KWOK_CREATION_STAMP + "\nconditions:\n"
+                "- lastTransitionTime: {{ $lastTransitionTime | Quote }}\n")
+    stage = {"metadata": {"name": "node-not-ready"},
+             "spec": {"selector": {}, "next": {"statusTemplate": template}}}
+    adapted = render.adapt_kwok_stage(stage)["spec"]["next"]["statusTemplate"]
+    assert "creationTimestamp" not in adapted
+    assert adapted.startswith("{{ $now := Now }}\n{{ $lastTransitionTime := $now }}")
+    # An existing Ready=False keeps its stamp when the stage runs again.
+    assert '(eq .status "False") }}{{ $lastTransitionTime = .lastTransitionTime }}' in adapted
+    assert stage["spec"]["next"]["statusTemplate"] == template  # input untouched
+    with pytest.raises(ValueError, match="no longer stamps"):
+        render.adapt_kwok_stage({"metadata": {"name": "node-not-ready"},
+                                 "spec": {"next": {"statusTemplate": "conditions: []"}}})
+
+
 def test_kwok_stages_add_the_kubelets_ready_again_to_kwoks_own() -> None:
     loaded = [{"metadata": {"name": "pod-ready"}, "spec": {}}]
     stages = render.kwok_stages(loaded)

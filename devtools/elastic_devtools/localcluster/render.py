@@ -334,16 +334,45 @@ def kwok_stages(loaded: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [adapt_kwok_stage(s) for s in [*loaded, pod_ready_again_stage()]]
 
 
+# kwok's node-not-ready stamps every condition's lastTransitionTime with the node's
+# creationTimestamp: a node that fails now would say it has been NotReady since it was
+# created. A kubelet stamps the moment the status changed. Kueue before v0.19 fails a TAS
+# node NotReady for 30 s counted from that stamp, whatever its pods do (v0.17.0
+# pkg/controller/tas/node_controller.go Reconcile, NodeFailureDelay in constants.go;
+# v0.19 keeps it only behind the gate TASReplaceNodeDueToNotReadyOverFixedTime, off), so
+# with kwok's stamp it evicted a job the instant a host died.
+KWOK_CREATION_STAMP = "{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}"
+# The moment Ready went False: kept while it stays False (the stage runs again), else now.
+NOT_READY_SINCE_STAMP = (
+    "{{ $lastTransitionTime := $now }}\n"
+    "{{ range .status.conditions }}{{ if and (eq .type \"Ready\") (eq .status \"False\") }}"
+    "{{ $lastTransitionTime = .lastTransitionTime }}{{ end }}{{ end }}")
+
+
+def _not_ready_since_the_failure(stage: dict[str, Any]) -> dict[str, Any]:
+    next_ = stage["spec"]["next"]
+    template = next_["statusTemplate"]
+    if KWOK_CREATION_STAMP not in template:
+        raise ValueError(f"kwok's {NODE_NOT_READY_STAGE} stage no longer stamps "
+                         f"{KWOK_CREATION_STAMP!r}: review render.adapt_kwok_stage")
+    stamped = template.replace(KWOK_CREATION_STAMP, NOT_READY_SINCE_STAMP)
+    return {**stage, "spec": {**stage["spec"], "next": {**next_, "statusTemplate": stamped}}}
+
+
 def adapt_kwok_stage(stage: dict[str, Any]) -> dict[str, Any]:
-    """Two changes to kwok's stages, each a selector expression added:
+    """Three changes to kwok's stages:
 
     - kwok's default pod-complete finishes every Running pod owned by a Job at once, which
       would end every JobSet the moment it starts: only pods that opt in with the label
       `pod-complete.stage.kwok.x-k8s.io: "true"` complete.
     - every stage but node-not-ready skips nodes and pods labelled DEAD_KUBELET_LABEL: kwok
       would otherwise keep playing the kubelet of a dead host (heartbeats, and deleting
-      its evicted pods at once), kinder than production, where they stay Terminating."""
+      its evicted pods at once), kinder than production, where they stay Terminating.
+    - node-not-ready stamps Ready=False with the moment of the failure, as a kubelet
+      does, not with the node's creation (KWOK_CREATION_STAMP)."""
     name = stage.get("metadata", {}).get("name")
+    if name == NODE_NOT_READY_STAGE and "next" in stage.get("spec", {}):
+        stage = _not_ready_since_the_failure(stage)
     added = []
     if name == "pod-complete":
         added.append({"key": f'.metadata.labels["{POD_COMPLETE_LABEL}"]', "operator": "In",
