@@ -409,10 +409,13 @@ class Reconciler:
                                 action.namespace, action.jobset)
                     jobset = jobset_from_dict(patched)
                 case SetWorkloadActive():
-                    patched = self.kube.patch_workload_active(action.namespace,
-                                                              action.workload, action.active)
-                    logger.info("%s Workload %s/%s", "reactivated" if action.active
-                                else "deactivated", action.namespace, action.workload)
+                    patched = self.kube.patch_workload_active(
+                        action.namespace, action.workload, action.active,
+                        action.held_after_worker_lost)
+                    logger.info("%s Workload %s/%s%s", "reactivated" if action.active
+                                else "deactivated", action.namespace, action.workload,
+                                "" if action.held_after_worker_lost is None else
+                                " (its worker cluster was lost; redispatch not allowed)")
                     workload = workload_from_dict(patched)
                 case ReleaseEvictedWorkload():
                     patched = self.kube.patch_workload_status(action.namespace,

@@ -436,8 +436,8 @@ def test_spec_is_immutable_except_suspend(custom: client.CustomObjectsApi, names
         return result
 
     def immutable(field: str) -> str:
-        return (f"spec.{field} is immutable: only spec.suspend may change after creation; "
-                "delete and recreate the job to change it")
+        return (f"spec.{field} is immutable: only spec.suspend and spec.multiCluster may "
+                "change after creation; delete and recreate the job to change it")
 
     causes, _ = refused(lambda: patch({"tpu": {"numSlices": 2}}))
     assert cause_with(causes, immutable("tpu")), causes
