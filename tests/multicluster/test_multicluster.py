@@ -377,7 +377,7 @@ def test_a_job_whose_worker_is_lost_runs_elsewhere_only_once_the_user_allows_it(
         # workerLostTimeout (60 s) from MultiKueue noticing, then Kueue's eviction.
         held = wait("the manager's job held after its worker was lost",
                     lambda: (s := status(manager, name)).get("phase") == Phase.SUSPENDED
-                    and _condition(s, "Admitted") or None,
+                    and _condition(s, "Admitted"),
                     timeout=TIMEOUT + 60)
         assert held["reason"] == "RedispatchNotAllowed", held
         assert f"worker cluster {lost_name} was lost" in held["message"]

@@ -135,7 +135,7 @@ def test_a_jobset_left_by_a_deleted_job_of_the_same_name_is_not_taken_for_its_ow
     assert rec.reconcile("ml", "train")
     assert kube.created == []  # nothing created beside another's JobSet
     status = kube.job["status"]
-    assert "jobSetName" not in status and "slices" not in status
+    assert "jobSetName" not in status and not status.get("slices")
     applied = condition(status, ConditionType.SPEC_APPLIED)
     assert (applied["status"], applied["reason"]) == ("False", Reason.JOBSET_NAME_CONFLICT)
     assert "owned by another object" in applied["message"]

@@ -68,8 +68,19 @@ def lost_workload(job: ElasticTrainingJob) -> dict[str, Any]:
     return retried_by_multikueue(dispatched_workload(job, at(10)), at(120))
 
 
+def released(obj: dict[str, Any]) -> dict[str, Any]:
+    """Its quota released (what release_after_eviction writes)."""
+    obj = copy.deepcopy(obj)
+    obj["status"].pop("admission")
+    for c in obj["status"]["conditions"]:
+        if c["type"] in ("QuotaReserved", "Admitted"):
+            c["status"] = "False"
+    return obj
+
+
 def held_workload(job: ElasticTrainingJob, cluster: str = "worker-1") -> dict[str, Any]:
-    obj = lost_workload(job)
+    """Held by the operator, its quota released."""
+    obj = released(lost_workload(job))
     obj["spec"]["active"] = False
     obj["metadata"]["annotations"] = {SUSPENDED_BY_OPERATOR_ANNOTATION: "true",
                                       HELD_AFTER_WORKER_LOST_ANNOTATION: cluster}
@@ -129,20 +140,16 @@ def test_an_eviction_the_worker_answered_for_is_no_partition_and_is_not_held(
 
 def test_a_hold_is_planned_even_after_the_quota_went_and_never_once_readmitted() -> None:
     job = mk_job()
-    released = lost_workload(job)
-    released["status"].pop("admission")
-    for c in released["status"]["conditions"]:
-        if c["type"] in ("QuotaReserved", "Admitted"):
-            c["status"] = "False"
-    (action,) = plan_dispatch(job, [], workload_from_dict(released), lost_status(),
+    (action,) = plan_dispatch(job, [], workload_from_dict(released(lost_workload(job))),
+                              lost_status(),
                               at(121)).actions
     assert isinstance(action, SetWorkloadActive) and action.active is False
     readmitted = dispatched_workload(job, at(200), cluster="worker-2")
     readmitted["status"]["conditions"].append(
         {"type": "Evicted", "status": "False", "reason": "QuotaReserved",
          "message": "Previously: evicted", "lastTransitionTime": "2026-11-29T12:03:20Z"})
-    assert plan_dispatch(job, [], workload_from_dict(readmitted), lost_status(),
-                         at(201)).actions == ()
+    assert plan_dispatch(job, [], workload_from_dict(readmitted),
+                         ElasticTrainingJobStatus(), at(201)).actions == ()
 
 
 def test_a_held_job_stays_held_until_the_user_allows_redispatch() -> None:
@@ -209,7 +216,8 @@ def test_the_manager_reconcile_deactivates_before_it_releases_then_lifts_the_hol
     assert status["phase"] == Phase.SUSPENDED
     assert condition(status, ADMITTED)["reason"] == Reason.REDISPATCH_NOT_ALLOWED
     assert kube.events[-1].reason == Reason.REDISPATCH_NOT_ALLOWED
-    # Nothing more while held.
+    # Nothing more while held (once the outbox of that write is cleared).
+    assert rec.reconcile("ml", "train")
     kube.calls.clear()
     assert rec.reconcile("ml", "train")
     assert not [c for c in kube.calls if c.startswith("patch_")]
