@@ -422,7 +422,7 @@ class Reconciler:
                                                               action.workload,
                                                               list(action.ops))
                     logger.info("Workload %s/%s: evicted, its quota released (the job "
-                                "runs elsewhere)", action.namespace, action.workload)
+                                "runs in no pod here)", action.namespace, action.workload)
                     workload = workload_from_dict(patched)
                 case SetWorkloadCondition():
                     patched = self.kube.apply_workload_condition(
