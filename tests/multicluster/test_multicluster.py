@@ -361,7 +361,7 @@ def test_a_job_whose_worker_is_lost_runs_elsewhere_only_once_the_user_allows_it(
         clusters: Clusters, queue: str) -> None:
     """The worker's API server down past MultiKueue's workerLostTimeout (60 s here): with
     spec.multiCluster.redispatch unset (Never) the manager holds the job, saying why, and
-    the other worker gets no copy; set to OnWorkerLost, the job lands on the other worker
+    no copy stays on the other worker; set to OnWorkerLost, the job lands on the other worker
     and runs there."""
     manager, workers = clusters
     name, wl_name = submit(manager, queue)
