@@ -49,8 +49,9 @@ test-unit: venv prometheus lint
 	$(PY) -m pytest -q -ra -m "not cluster"
 
 # MultiKueue on three local control planes (tests/multicluster; a manager, two workers):
-# not in `make test`: its suspend/resume redispatch step timed out once in two fresh-clone
-# runs (2026-12-01, issue 27), and CI must not fail by chance. 96-137 s here. Timed.
+# not in `make test`: three control planes and a 60 s worker loss (workerLostTimeout) take
+# minutes. Its resume-after-suspend flake (issue 27) was the worker's operator adopting the
+# old copy's JobSet (fixed: JobSetNameConflict). Timed.
 test-multicluster: venv lint
 	ETJ_MULTICLUSTER=1 /usr/bin/time -f "test-multicluster: %e s" $(PY) -m pytest -q -ra tests/multicluster
 

@@ -164,3 +164,51 @@ def queued_job(queue: str = "lq", *, suspend: bool = False,
         labels[KUEUE_PRIORITY_CLASS_LABEL] = priority_class
     obj["metadata"]["labels"] = labels
     return ElasticTrainingJob.model_validate(obj)
+
+
+# --- a MultiKueue job's Workload on the manager cluster -----------------------------------
+
+MULTIKUEUE_CHECK = "mk-check"
+
+
+def dispatched_workload(job: ElasticTrainingJob, at: datetime,
+                        cluster: str = "worker-1") -> dict[str, Any]:
+    """The job's Workload (render_workload) as Kueue keeps it once MultiKueue dispatched
+    it: quota reserved, its MultiKueue check Ready, admitted, status.clusterName."""
+    from elastic_operator.render import render_workload
+
+    obj = render_workload(job)
+    obj["metadata"]["namespace"] = job.metadata.namespace
+    stamp = iso(at)
+    obj["status"] = {
+        "admission": {"clusterQueue": "cq", "podSetAssignments": []},
+        "clusterName": cluster,
+        "admissionChecks": [{"name": MULTIKUEUE_CHECK, "state": "Ready",
+                             "message": f'The workload got reservation on "{cluster}"',
+                             "lastTransitionTime": stamp}],
+        "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+             "message": "Quota reserved in ClusterQueue cq", "lastTransitionTime": stamp},
+            {"type": "Admitted", "status": "True", "reason": "Admitted",
+             "message": "The workload is admitted", "lastTransitionTime": stamp}]}
+    return obj
+
+
+def retried_by_multikueue(obj: dict[str, Any], at: datetime,
+                          why: str = "Admitting remote lost") -> dict[str, Any]:
+    """Kueue v0.19.2 after MultiKueue set the check to Retry (`why`: its worker cluster
+    unreachable past workerLostTimeout; "Workload evicted on worker cluster: ..." after
+    the worker's Kueue evicted its copy): the Workload evicted, reason AdmissionCheck,
+    status.clusterName cleared, checks reset to Pending; the quota stays reserved until
+    the job's integration (the operator) says the job has stopped."""
+    obj = copy.deepcopy(obj)
+    status = obj["status"]
+    status.pop("clusterName", None)
+    status["admissionChecks"] = [{"name": MULTIKUEUE_CHECK, "state": "Pending",
+                                  "message": "Reset to Pending after eviction. Previously: "
+                                             "Retry", "lastTransitionTime": iso(at)}]
+    status["conditions"].append(
+        {"type": "Evicted", "status": "True", "reason": "AdmissionCheck",
+         "message": f'Evicted due to AdmissionCheck in Retry state: "{MULTIKUEUE_CHECK}" '
+                    f'({why}, Previously: "Ready")', "lastTransitionTime": iso(at)})
+    return obj

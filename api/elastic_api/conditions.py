@@ -63,6 +63,10 @@ class Reason:
     NO_SLICE_DOWN: Final = "NoSliceDown"
     # WorkerClusterReachable False; Ready Unknown for it (and its Warning Event)
     WORKER_CLUSTER_LOST: Final = "WorkerClusterLost"
+    # Ready False and Admitted False (phase Suspended) of a MultiKueue job on the manager
+    # whose worker cluster was lost, kept from running elsewhere by
+    # spec.multiCluster.redispatch Never (and its Warning Event)
+    REDISPATCH_NOT_ALLOWED: Final = "RedispatchNotAllowed"
     # Recovering (True: SLICE_DOWN or ELASTIC_EVENT, what started it)
     ELASTIC_EVENT: Final = "ElasticEvent"
     RECOVERED: Final = "Recovered"

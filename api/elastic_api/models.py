@@ -199,6 +199,25 @@ class ElasticSpec(ApiModel):
     )
 
 
+Redispatch = Literal["Never", "OnWorkerLost"]
+
+
+class MultiClusterSpec(ApiModel):
+    """A MultiKueue job (spec.managedBy): what the manager cluster's operator may do when
+    the worker cluster it runs in is lost (docs/operations.md, "Many clusters")."""
+
+    redispatch: Redispatch = Field(
+        "Never",
+        description="When MultiKueue declares the worker cluster the job runs in lost "
+        "(unreachable for its workerLostTimeout), Kueue takes the job back. Never: the "
+        "operator keeps it from being dispatched again (its Workload deactivated, phase "
+        "Suspended, reason RedispatchNotAllowed): a lost cluster may still be running it, "
+        "and two copies would write the same checkpoint directory. OnWorkerLost: it is "
+        "dispatched again to a cluster with quota and resumes from its newest committed "
+        "checkpoint. Mutable: setting OnWorkerLost on a held job runs it again.",
+    )
+
+
 # A container exit code that can fail a pod (0 never does).
 ExitCode = Annotated[int, Field(ge=1, le=255), BeforeValidator(_api_integer)]
 # A Kubernetes reason (CamelCase; `OutOfgoogle.com/tpu` has a resource name in it).
@@ -651,11 +670,21 @@ class ElasticTrainingJobSpec(ApiModel):
         "operator makes its Kueue Workload and no JobSet, and the status is the worker's. "
         "Unset: the job runs in this cluster. Immutable.",
     )
+    multi_cluster: MultiClusterSpec | None = Field(
+        None,
+        description="A MultiKueue job (spec.managedBy): whether it may be dispatched again "
+        "when its worker cluster is lost. Unset: as {} (redispatch Never). Mutable.",
+    )
 
     @property
     def multikueue(self) -> bool:
         """MultiKueue dispatches this job: this is the manager cluster's copy."""
         return self.managed_by == MULTIKUEUE_CONTROLLER
+
+    @property
+    def redispatch(self) -> str:
+        """spec.multiCluster.redispatch, with its default."""
+        return (self.multi_cluster or MultiClusterSpec()).redispatch
 
     @property
     def min_slices(self) -> int:
@@ -1062,6 +1091,10 @@ class AdmissionStatus(StatusModel):
     requeue_at: datetime | None = Field(
         None, description="After a PodsReadyTimeout eviction: not readmitted before this "
         "(Kueue's requeuing backoff).")
+    worker_cluster: str | None = Field(
+        None, description="A MultiKueue job, on the manager cluster: the worker cluster "
+        "it ran in, while that cluster cannot be reached and once it is lost (written by "
+        "the manager; the worker's status, copied here otherwise, does not know it).")
 
 
 # An Event's message as the operator posts it, and as its outbox keeps it.

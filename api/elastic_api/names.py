@@ -34,6 +34,11 @@ QUARANTINE_CAUSE_ANNOTATION = f"{GROUP}/quarantine-cause"
 # On a JobSet the operator suspended for spec.suspend, or a Workload it deactivated for
 # it: the suspension is the operator's own, to lift on resume (another's is left alone).
 SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
+# On a MultiKueue job's Workload (manager cluster), with SUSPENDED_BY_OPERATOR_ANNOTATION:
+# the operator deactivated it because its worker cluster was lost and
+# spec.multiCluster.redispatch does not allow running it elsewhere; the value names that
+# cluster ("" when the manager never learnt its name). Lifted when the user allows it.
+HELD_AFTER_WORKER_LOST_ANNOTATION = f"{GROUP}/held-after-worker-lost"
 
 # --- JobSet -----------------------------------------------------------------------------------
 

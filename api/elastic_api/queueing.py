@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from elastic_api.conditions import Reason
+
 ADMITTED = "Admitted"
 
 # status False: Kueue keeps the JobSet suspended; its Workload has no quota yet.
@@ -37,8 +39,12 @@ REASON_SUSPENDED_BY_USER = "Suspended"
 # not installed, runs without its JobSet integration, or does not watch the namespace).
 REASON_NO_WORKLOAD = "NoWorkload"
 
+# status False: a MultiKueue job (manager cluster) whose worker cluster was lost; its
+# Workload is deactivated because spec.multiCluster.redispatch is Never.
+REASON_REDISPATCH_NOT_ALLOWED = Reason.REDISPATCH_NOT_ALLOWED
+
 REASONS = (REASON_WAITING_FOR_ADMISSION, REASON_ADMITTED, REASON_PREEMPTED, REASON_EVICTED,
-           REASON_SUSPENDED_BY_USER, REASON_NO_WORKLOAD)
+           REASON_SUSPENDED_BY_USER, REASON_NO_WORKLOAD, REASON_REDISPATCH_NOT_ALLOWED)
 
 # --- EvictionPending: Kueue's waitForPodsReady clock (on by default from Kueue v0.19) -------
 #

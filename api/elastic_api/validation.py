@@ -27,7 +27,12 @@ from elastic_api.models import (
     ElasticTrainingJobSpec,
     TrainerSpec,
 )
-from elastic_api.names import HOSTNAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_NAME_LABEL
+from elastic_api.names import (
+    HOSTNAME_LABEL,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    MULTIKUEUE_ORIGIN_LABEL,
+)
 
 # JobSet puts `<jobset>-pathways-head-0-0.<subdomain>` (subdomain = the JobSet name) in a
 # label value, at most 63 characters: 2n + 19 <= 63.
@@ -307,8 +312,18 @@ MULTIKUEUE_QUEUE = (
     "LocalQueue whose ClusterQueue has the MultiKueue admission check"
 )
 
+# Python only, as KUEUE_LABEL_VALUE: MultiKueue's copy of a job in a worker cluster carries
+# spec.multiCluster without spec.managedBy, and only its origin label (which CEL rules
+# cannot see) tells it from a job submitted there.
+MULTI_CLUSTER_WITHOUT_MULTIKUEUE = (
+    "spec.multiCluster: only a MultiKueue job (spec.managedBy: kueue.x-k8s.io/multikueue) "
+    "is dispatched to other clusters, and may be dispatched again; set spec.managedBy, or "
+    "remove spec.multiCluster to run the job in this cluster"
+)
+
 IMMUTABLE = (
-    "spec.{field} is immutable: only spec.suspend may change after creation; delete and "
+    "spec.{field} is immutable: only spec.suspend and spec.multiCluster may change after "
+    "creation; delete and "
     "recreate the job to change it"
 )
 
@@ -381,7 +396,9 @@ def _topology_rules() -> list[Rule]:
 # Spec fields that may change after creation. Everything else is immutable: the JobSet's
 # replicatedJobs are immutable, so honouring a change would mean a new JobSet, which resets
 # JobSet's restart budget and loses the running trainer.
-MUTABLE_SPEC_FIELDS = frozenset({"suspend"})
+# spec.multiCluster only says what the manager may do when the job's worker cluster is
+# lost; it renders into nothing.
+MUTABLE_SPEC_FIELDS = frozenset({"suspend", "multiCluster"})
 
 
 def _immutability_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
@@ -695,6 +712,9 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
     errors += _multikueue_checks(spec)
     if spec.multikueue and not job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL):
         errors.append(MULTIKUEUE_QUEUE)
+    if spec.multi_cluster is not None and not spec.multikueue \
+            and MULTIKUEUE_ORIGIN_LABEL not in job.metadata.labels:
+        errors.append(MULTI_CLUSTER_WITHOUT_MULTIKUEUE)
     errors += _kueue_label_checks(job.metadata.labels)
     return errors
 

@@ -21,6 +21,7 @@ from elastic_api.kube import (
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
     GROUP,
+    HELD_AFTER_WORKER_LOST_ANNOTATION,
     KUEUE_GROUP,
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
@@ -241,12 +242,17 @@ class Kube:
             _with_operator_mark({"spec": {"suspend": suspend}}, suspend))
         return patched
 
-    def patch_workload_active(self, namespace: str, name: str, active: bool) -> dict[str, Any]:
+    def patch_workload_active(self, namespace: str, name: str, active: bool,
+                              held_after_worker_lost: str | None = None) -> dict[str, Any]:
         """Set a Kueue Workload's spec.active (what `kueuectl stop|resume workload` does),
-        a deactivation marked as the operator's; the Workload as patched."""
+        a deactivation marked as the operator's (and, `held_after_worker_lost`, as a hold
+        after that worker cluster was lost; a reactivation lifts both marks); the
+        Workload as patched."""
+        patch = _with_operator_mark({"spec": {"active": active}}, not active)
+        patch["metadata"]["annotations"][HELD_AFTER_WORKER_LOST_ANNOTATION] = \
+            held_after_worker_lost if not active else None
         patched: dict[str, Any] = self.client.patch(
-            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name),
-            _with_operator_mark({"spec": {"active": active}}, not active))
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name), patch)
         return patched
 
     def apply_workload_condition(self, namespace: str, name: str,

@@ -19,6 +19,7 @@ from elastic_api.names import (
     APPLIED_SPEC_ANNOTATION,
     COMPLETION_INDEX_LABEL,
     CONTROLLER_UID_LABEL,
+    HELD_AFTER_WORKER_LOST_ANNOTATION,
     IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
     MAIN_CONTAINER,
@@ -255,6 +256,9 @@ class ObservedWorkload:
     name: str
     active: bool = True  # spec.active (unset: active)
     suspended_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
+    # HELD_AFTER_WORKER_LOST_ANNOTATION: deactivated by the operator after its worker
+    # cluster (the value; "" if unknown) was lost, redispatch not allowed.
+    held_after_worker_lost: str | None = None
     queue_name: str | None = None  # spec.queueName (the LocalQueue)
     cluster_queue: str | None = None  # status.admission.clusterQueue, while it has quota
     # status.clusterName: the worker cluster MultiKueue dispatched it to (set once).
@@ -582,6 +586,8 @@ def _str_or_none(value: Any) -> str | None:
 
 def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
     meta = _dict(obj.get("metadata"))
+    annotations = _dict(meta.get("annotations"))
+    held = annotations.get(HELD_AFTER_WORKER_LOST_ANNOTATION)
     spec = _dict(obj.get("spec"))
     status = _dict(obj.get("status"))
     conditions = tuple(
@@ -597,8 +603,8 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
     return ObservedWorkload(
         name=str(meta.get("name", "")),
         active=spec.get("active") is not False,
-        suspended_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in _dict(
-            meta.get("annotations")),
+        suspended_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in annotations,
+        held_after_worker_lost=held if isinstance(held, str) else None,
         queue_name=_str_or_none(spec.get("queueName")),
         cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),
         cluster_name=_str_or_none(status.get("clusterName")),

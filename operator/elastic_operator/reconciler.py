@@ -43,12 +43,17 @@ from elastic_operator.core.plan import (
     ReleaseEvictedWorkload,
     SetWorkloadActive,
     SetWorkloadCondition,
+    owned_by_another,
     plan_dispatch,
     plan_reconcile,
 )
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.slices import worker_pods_by_slice
-from elastic_operator.core.status import compute_status, invalid_spec_status
+from elastic_operator.core.status import (
+    compute_status,
+    invalid_spec_status,
+    name_conflict_status,
+)
 from elastic_operator.kube import ApiError, Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
@@ -246,6 +251,9 @@ class Reconciler:
             return
         children = (namespace, name, job.metadata.uid or "")
         jobset = self.observations.jobset(namespace, jobset_name(job))
+        if jobset is not None and owned_by_another(job, jobset):
+            self._report_name_conflict(raw, parsed, jobset)
+            return
         pods = self.observations.pods(namespace, name)
         # After the pods (Observations.workload): pods going because Kueue took the job
         # back come with a Workload that says so.
@@ -401,17 +409,20 @@ class Reconciler:
                                 action.namespace, action.jobset)
                     jobset = jobset_from_dict(patched)
                 case SetWorkloadActive():
-                    patched = self.kube.patch_workload_active(action.namespace,
-                                                              action.workload, action.active)
-                    logger.info("%s Workload %s/%s", "reactivated" if action.active
-                                else "deactivated", action.namespace, action.workload)
+                    patched = self.kube.patch_workload_active(
+                        action.namespace, action.workload, action.active,
+                        action.held_after_worker_lost)
+                    logger.info("%s Workload %s/%s%s", "reactivated" if action.active
+                                else "deactivated", action.namespace, action.workload,
+                                "" if action.held_after_worker_lost is None else
+                                " (its worker cluster was lost; redispatch not allowed)")
                     workload = workload_from_dict(patched)
                 case ReleaseEvictedWorkload():
                     patched = self.kube.patch_workload_status(action.namespace,
                                                               action.workload,
                                                               list(action.ops))
                     logger.info("Workload %s/%s: evicted, its quota released (the job "
-                                "runs elsewhere)", action.namespace, action.workload)
+                                "runs in no pod here)", action.namespace, action.workload)
                     workload = workload_from_dict(patched)
                 case SetWorkloadCondition():
                     patched = self.kube.apply_workload_condition(
@@ -542,6 +553,18 @@ class Reconciler:
             else:
                 self.metrics.duplicate_events.inc()
                 logger.info("%s/%s: %s: posted already", namespace, name, entry.reason)
+
+    def _report_name_conflict(self, raw: dict[str, Any], parsed: ParsedJob,
+                              jobset: ObservedJobSet) -> None:
+        """The JobSet of the job's name is another object's (core/status.py
+        `name_conflict_status`): say so, read nothing of it; its deletion wakes the job."""
+        namespace, name = parsed.job.metadata.namespace or "", parsed.job.metadata.name
+        now = self.clock.now()
+        status = name_conflict_status(parsed.job, jobset, parsed.previous, now)
+        logger.debug("%s/%s: JobSet %s is owned by another object", namespace, name,
+                     jobset.name)
+        with self._writing_status(namespace, name):
+            self._write_status(raw, parsed.previous, status, [], now)
 
     def _report_invalid_spec(self, raw: dict[str, Any], message: str) -> None:
         meta = raw.get("metadata", {})

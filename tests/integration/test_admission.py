@@ -427,7 +427,8 @@ def test_simulated_job_needs_no_gcs(custom: client.CustomObjectsApi, namespace: 
     create(custom, namespace, obj)
 
 
-def test_spec_is_immutable_except_suspend(custom: client.CustomObjectsApi, namespace: str):
+def test_spec_is_immutable_except_suspend_and_multi_cluster(custom: client.CustomObjectsApi,
+                                                            namespace: str):
     create(custom, namespace, good_job("immutable"))
 
     def patch(spec: dict[str, Any]) -> dict[str, Any]:
@@ -436,8 +437,8 @@ def test_spec_is_immutable_except_suspend(custom: client.CustomObjectsApi, names
         return result
 
     def immutable(field: str) -> str:
-        return (f"spec.{field} is immutable: only spec.suspend may change after creation; "
-                "delete and recreate the job to change it")
+        return (f"spec.{field} is immutable: only spec.suspend and spec.multiCluster may "
+                "change after creation; delete and recreate the job to change it")
 
     causes, _ = refused(lambda: patch({"tpu": {"numSlices": 2}}))
     assert cause_with(causes, immutable("tpu")), causes
@@ -452,6 +453,10 @@ def test_spec_is_immutable_except_suspend(custom: client.CustomObjectsApi, names
 
     assert patch({"suspend": True})["spec"]["suspend"] is True
     assert patch({"suspend": False})["spec"]["suspend"] is False
+    # What the manager may do when the job's worker cluster is lost: mutable, defaulted.
+    assert patch({"multiCluster": {}})["spec"]["multiCluster"] == {"redispatch": "Never"}
+    assert patch({"multiCluster": {"redispatch": "OnWorkerLost"}})["spec"]["multiCluster"] \
+        == {"redispatch": "OnWorkerLost"}
 
 
 def test_status_subresource_takes_the_trainer_report(custom: client.CustomObjectsApi,

@@ -2,7 +2,9 @@
 scheduler, kwok, JobSet and Kueue v0.19.2; one operator per cluster): a job submitted to
 the manager cluster is dispatched by MultiKueue to the worker, whose operator runs it
 (JobSet, slice replacement); the manager's job shows the worker's status; deleting the
-job on the manager deletes the worker's copy and everything it owned.
+job on the manager deletes the worker's copy and everything it owned; a worker lost past
+MultiKueue's workerLostTimeout holds the job on the manager until the user allows
+running it elsewhere (spec.multiCluster.redispatch).
 
 Not in `make test`: two control planes and two Kueues take minutes to start on a loaded
 CI runner; `make test-multicluster` runs it (README, docs/operations.md "Many clusters").
@@ -22,6 +24,7 @@ from kubernetes import client
 from elastic_api.conditions import Phase
 from elastic_api.names import (
     GROUP,
+    HELD_AFTER_WORKER_LOST_ANNOTATION,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -352,3 +355,64 @@ def test_a_second_job_goes_to_the_other_worker_when_the_first_is_full(
                                                        name)
     for name, worker in ((first, on), (second, other)):
         wait(f"{name} deleted on {worker}", lambda n=name, w=worker: workers[w].job(n) is None)
+
+
+def test_a_job_whose_worker_is_lost_runs_elsewhere_only_once_the_user_allows_it(
+        clusters: Clusters, queue: str) -> None:
+    """The worker's API server down past MultiKueue's workerLostTimeout (60 s here): with
+    spec.multiCluster.redispatch unset (Never) the manager holds the job, saying why, and
+    no copy stays on the other worker; set to OnWorkerLost, the job lands on the other worker
+    and runs there."""
+    manager, workers = clusters
+    name, wl_name = submit(manager, queue)
+    lost_name = dispatched_to(manager, wl_name)
+    lost = workers[lost_name]
+    other_name, other = next((w, s) for w, s in workers.items() if w != lost_name)
+    wait("the job Running", lambda: status(manager, name).get("phase") == Phase.RUNNING)
+    wait("the manager's Workload PodsReady",
+         lambda: kq.is_true(manager.workload(wl_name) or {}, "PodsReady"))
+
+    stop_component(lost.cluster.dir, "kube-apiserver")
+    try:
+        # workerLostTimeout (60 s) from MultiKueue noticing, then Kueue's eviction.
+        held = wait("the manager's job held after its worker was lost",
+                    lambda: (s := status(manager, name)).get("phase") == Phase.SUSPENDED
+                    and _condition(s, "Admitted"),
+                    timeout=TIMEOUT + 60)
+        assert held["reason"] == "RedispatchNotAllowed", held
+        assert f"worker cluster {lost_name} was lost" in held["message"]
+        assert "spec.multiCluster.redispatch is Never" in held["message"]
+        wl = manager.workload(wl_name)
+        assert wl is not None and wl["spec"]["active"] is False
+        assert wl["metadata"]["annotations"][HELD_AFTER_WORKER_LOST_ANNOTATION] == lost_name
+        # Kueue v0.19.2 nominates workers again as its eviction resets the MultiKueue
+        # check, before the operator releases the quota: a copy may appear on the other
+        # worker for a second (docs/operations.md, "Many clusters"); MultiKueue deletes
+        # it once the quota is released. Then the Workload, inactive and without quota,
+        # is neither readmitted nor dispatched.
+        wait("no copy on the other worker while the job is held",
+             lambda: other.job(name) is None)
+        wl = manager.workload(wl_name)
+        assert wl is not None and wl["spec"]["active"] is False
+        assert not kq.is_true(wl, "QuotaReserved") and not (wl.get("status") or {}).get(
+            "clusterName")
+        assert status(manager, name).get("phase") == Phase.SUSPENDED
+
+        # The user allows it: the job lands on the other worker and runs there.
+        manager.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, name,
+            {"spec": {"multiCluster": {"redispatch": "OnWorkerLost"}}},
+            _content_type="application/merge-patch+json")
+        assert dispatched_to(manager, wl_name) == other_name
+        wait("the job Running on the other worker (its status on the manager)",
+             lambda: status(manager, name).get("phase") == Phase.RUNNING)
+        assert other.job(name) is not None
+        # Deleted on the manager while the lost worker is still away. (Not after it is
+        # back: Kueue v0.19.2 then takes the lost worker's stale copy for the admitted
+        # one, deletes the other's and fails to move status.clusterName; docs/
+        # operations.md, "Many clusters".)
+        manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                                       name)
+        wait("the other worker's copy deleted", lambda: other.job(name) is None)
+    finally:
+        start_component(lost.cluster.dir, "kube-apiserver")

@@ -136,15 +136,15 @@ def test_topology_rules_generated_from_catalog():
             assert f"'{topology}'" in rule
 
 
-def test_every_spec_field_but_suspend_is_immutable():
+def test_every_spec_field_but_suspend_and_multi_cluster_is_immutable():
     spec = crd.openapi_schema()["properties"]["spec"]
     # Immutability: the transition rules (a rule at creation only names oldSelf too).
     transition = [r for r in spec["x-kubernetes-validations"]
                   if "oldSelf" in r["rule"] and not r.get("optionalOldSelf")]
     guarded = {r["message"].split(" ")[0].removeprefix("spec.") for r in transition}
-    assert guarded == set(spec["properties"]) - {"suspend"}
+    assert guarded == set(spec["properties"]) - {"suspend", "multiCluster"}
     for rule in transition:
-        assert "suspend" not in rule["rule"]
+        assert "suspend" not in rule["rule"] and "multiCluster" not in rule["rule"]
 
 
 def test_root_rules_check_the_name():

@@ -40,7 +40,8 @@ class KueueKube(StandInKube):
         self._call("list_workloads")
         return [copy.deepcopy(self.workload)] if self.workload is not None else []
 
-    def patch_workload_active(self, namespace: str, name: str, active: bool) -> dict[str, Any]:
+    def patch_workload_active(self, namespace: str, name: str, active: bool,
+                              held_after_worker_lost: str | None = None) -> dict[str, Any]:
         self._call("patch_workload_active")
         assert self.workload is not None
         self.workload_patches.append(active)

@@ -31,7 +31,8 @@ from elastic_operator.render import (
     workload_name,
 )
 from tests.builders import T0, at
-from tests.support.stand_in_kube import StandInKube, condition, reconciler, the_job
+from tests.support.manager_kube import ManagerKube, worker_cluster
+from tests.support.stand_in_kube import condition, reconciler, the_job
 
 
 def mk_raw(**spec: Any) -> dict[str, Any]:
@@ -166,41 +167,6 @@ def test_a_job_taken_back_from_its_worker_says_where_it_waits_again() -> None:
                                 worker, at(400))
     assert status is not None and status.phase == "Suspended"
     assert next(c for c in status.conditions if c.type == ADMITTED).reason == "Suspended"
-
-
-def worker_cluster(active: bool) -> dict[str, Any]:
-    """A MultiKueueCluster as the manager's Kueue keeps it."""
-    reason, message = ("Active", "Connected") if active else \
-        ("ClientConnectionFailed", "dial tcp 127.0.0.1:6443: connect: connection refused")
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster",
-            "metadata": {"name": "worker-1"},
-            "status": {"conditions": [{"type": "Active", "status": str(active),
-                                       "reason": reason, "message": message,
-                                       "lastTransitionTime": "2026-11-29T12:00:40Z"}]}}
-
-
-class ManagerKube(StandInKube):
-    """The stand-in API server of the manager cluster, with the job's Workload."""
-
-    def __init__(self, job: dict[str, Any]) -> None:
-        super().__init__(job)
-        self.workload: dict[str, Any] | None = None
-        self.clusters: dict[str, dict[str, Any]] = {"worker-1": worker_cluster(True)}
-
-    def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._call("get_workload")
-        return copy.deepcopy(self.workload)
-
-    def get_multikueue_cluster(self, name: str) -> dict[str, Any] | None:
-        self._call("get_multikueue_cluster")
-        return copy.deepcopy(self.clusters.get(name))
-
-
-    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        created = super().create(obj)
-        if obj["kind"] == "Workload":
-            self.workload = copy.deepcopy(obj)
-        return created
 
 
 def test_the_manager_reconcile_makes_the_workload_then_leaves_the_status_to_the_worker(

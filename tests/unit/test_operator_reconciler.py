@@ -123,6 +123,34 @@ def test_creating_the_jobset_reads_it_once_and_uses_what_the_create_returned() -
     assert condition(status, ConditionType.SPEC_APPLIED)["reason"] == Reason.APPLIED
 
 
+def test_a_jobset_left_by_a_deleted_job_of_the_same_name_is_not_taken_for_its_own(
+        ) -> None:
+    """MultiKueue recreates its copy in a worker cluster at once after taking the job
+    back: the old copy's JobSet may still be there, waiting for the garbage collector.
+    Taken for the new copy's own, it went with the collector and the copy failed
+    (JobSetLost): the multicluster test's resume-after-suspend flake."""
+    pods = (WorkerPod(0, 0).build(),)  # the old JobSet's pods, same job-name label
+    kube = StandInKube(the_job(), JobSetWrapper("train", "ml").owner("old-copy-uid").obj())
+    rec, _ = reconciler(kube, pods=pods)
+    assert rec.reconcile("ml", "train")
+    assert kube.created == []  # nothing created beside another's JobSet
+    status = kube.job["status"]
+    assert "jobSetName" not in status and not status.get("slices")
+    applied = condition(status, ConditionType.SPEC_APPLIED)
+    assert (applied["status"], applied["reason"]) == ("False", Reason.JOBSET_NAME_CONFLICT)
+    assert "owned by another object" in applied["message"]
+    assert condition(status, ConditionType.READY)["reason"] == Reason.JOBSET_NOT_CREATED
+    # Collected: the job's own JobSet is created, and the job runs (no JobSetLost).
+    kube.jobset = None
+    assert rec.reconcile("ml", "train")
+    assert kube.created == ["Role", "RoleBinding", "JobSet"]
+    assert kube.jobset is not None and kube.jobset["metadata"]["ownerReferences"][0][
+        "uid"] == "u-1"
+    assert kube.job["status"]["jobSetName"] == "train"
+    assert "Failed" not in {c["type"] for c in kube.job["status"]["conditions"]
+                            if c["status"] == "True"}
+
+
 def test_a_suspend_reads_the_jobset_once_and_uses_the_patch_response() -> None:
     job = the_job(suspend=True)
     kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").obj())

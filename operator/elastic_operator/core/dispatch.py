@@ -10,19 +10,28 @@ where the job waits, in the words of the Admitted condition. From then on it is 
 worker's, and a write here would be overwritten at the next copy, or overwrite it; but
 for one case: while that worker cluster cannot be reached, nothing is copied, and the
 manager says so (WorkerClusterReachable False, Ready Unknown), until the worker's next
-copy replaces it. Pure.
+copy replaces it.
+
+When it stays unreachable past MultiKueue's workerLostTimeout, Kueue takes the job back
+(the Workload evicted, reason AdmissionCheck) and would dispatch it again. That cluster
+may still be running it (a partition, not a loss), and two copies would write the same
+checkpoint directory: so unless spec.multiCluster.redispatch is OnWorkerLost, the
+operator holds it (core/plan.py `hold_actions`: the Workload deactivated before its quota
+is released) and says so (`held_status`, phase Suspended, reason RedispatchNotAllowed);
+setting OnWorkerLost lifts the hold. Pure.
 """
 from __future__ import annotations
 
 from datetime import datetime
 
 from elastic_api.conditions import ConditionType, Phase, Reason
-from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
-from elastic_api.queueing import WORKLOAD_ADMITTED
+from elastic_api.models import AdmissionStatus, ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_api.queueing import ADMITTED, WORKLOAD_ADMITTED
 from elastic_operator.core.admission import decide_admission
 from elastic_operator.core.conditions import ConditionSetter, get_condition
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.failure import is_terminal
+from elastic_operator.core.redispatch import held, redispatch_allowed
 from elastic_operator.core.text import iso
 from elastic_operator.observed import ObservedWorkerCluster, ObservedWorkload
 
@@ -45,6 +54,8 @@ def dispatch_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
     writes it)."""
     if workload is None or dispatched(workload, previous):
         return None, []
+    if held(workload):
+        return held_status(job, workload, previous, now)
     setter = ConditionSetter(previous.conditions, now, job.metadata.generation)
     admission = decide_admission(setter, job, None, workload, previous, terminal=False)
     assert admission.condition is not None  # a Workload: queued
@@ -80,10 +91,14 @@ def worker_lost_status(job: ElasticTrainingJob, workload: ObservedWorkload | Non
     name = workload.cluster_name
     since = f" since {iso(cluster.since)}" if cluster.since is not None else ""
     why = f"{cluster.reason}: {cluster.message}"[:MAX_CLUSTER_MESSAGE].rstrip(". ")
+    then = ("MultiKueue dispatches the job again, and it resumes from its newest committed "
+            "checkpoint (spec.multiCluster.redispatch OnWorkerLost)"
+            if redispatch_allowed(job) else
+            "Kueue takes the job back and the operator keeps it from running elsewhere "
+            "(spec.multiCluster.redispatch Never)")
     message = (f"worker cluster {name} cannot be reached{since} (MultiKueueCluster {name} "
                f"not Active, {why}); the rest of this status is the last it sent. If it "
-               "stays unreachable for MultiKueue's workerLostTimeout, MultiKueue dispatches "
-               "the job again, and it resumes from its newest committed checkpoint")
+               f"stays unreachable for MultiKueue's workerLostTimeout, {then}")
     setter = ConditionSetter(previous.conditions, now, job.metadata.generation)
     ready = setter.unknown(ConditionType.READY, Reason.WORKER_CLUSTER_LOST,
                            f"worker cluster {name} cannot be reached{since}")
@@ -91,6 +106,46 @@ def worker_lost_status(job: ElasticTrainingJob, workload: ObservedWorkload | Non
             if c.type not in (ConditionType.READY, ConditionType.WORKER_CLUSTER_REACHABLE)]
     reachable = setter.false(ConditionType.WORKER_CLUSTER_REACHABLE,
                              Reason.WORKER_CLUSTER_LOST, message)
-    status = previous.model_copy(update={"conditions": [ready, *kept, reachable]})
+    # The cluster's name, for a hold after it is lost (Kueue forgets it at the eviction).
+    admission = (previous.admission or AdmissionStatus()).model_copy(
+        update={"worker_cluster": name})
+    status = previous.model_copy(update={"conditions": [ready, *kept, reachable],
+                                         "admission": admission})
     return status, [StatusEvent(reason=Reason.WORKER_CLUSTER_LOST, type="Warning",
+                                message=message)]
+
+
+def held_status(job: ElasticTrainingJob, workload: ObservedWorkload,
+                previous: ElasticTrainingJobStatus, now: datetime,
+                ) -> tuple[ElasticTrainingJobStatus, list[StatusEvent]]:
+    """The status of a job held after its worker cluster was lost: phase Suspended,
+    Ready and Admitted False (RedispatchNotAllowed, naming the cluster and the field),
+    WorkerClusterReachable False; the rest (checkpoint, counters, training) the worker's
+    last. A Warning Event when the hold begins."""
+    cluster = workload.held_after_worker_lost or None
+    name = f"worker cluster {cluster}" if cluster else "its worker cluster"
+    why = (f"{name} was lost (unreachable for MultiKueue's workerLostTimeout) and Kueue "
+           "took the job back; it is not dispatched again since "
+           "spec.multiCluster.redispatch is Never: the lost cluster may still be running "
+           "it, and two copies would write the same checkpoint directory")
+    message = (f"{why}. Its Workload {workload.name} is deactivated; nothing else was "
+               "touched. To run it in a cluster with quota, from its newest committed "
+               "checkpoint, set spec.multiCluster.redispatch to OnWorkerLost")
+    setter = ConditionSetter(previous.conditions, now, job.metadata.generation)
+    admission = decide_admission(setter, job, None, workload, previous, terminal=False)
+    said = get_condition(previous, ADMITTED)
+    admitted = setter.false(ADMITTED, Reason.REDISPATCH_NOT_ALLOWED, message)
+    ready = setter.false(ConditionType.READY, Reason.REDISPATCH_NOT_ALLOWED, why)
+    reachable = setter.false(ConditionType.WORKER_CLUSTER_REACHABLE,
+                             Reason.WORKER_CLUSTER_LOST, f"{name} was lost")
+    status = previous.model_copy(update={
+        "observed_generation": job.metadata.generation, "phase": Phase.SUSPENDED,
+        "slices_desired": job.spec.tpu.num_slices, "slices_ready": 0,
+        "conditions": [ready, admitted, reachable],
+        "admission": (admission.status or AdmissionStatus()).model_copy(
+            update={"worker_cluster": cluster}),
+    })
+    if said is not None and said.reason == Reason.REDISPATCH_NOT_ALLOWED:
+        return status, []
+    return status, [StatusEvent(reason=Reason.REDISPATCH_NOT_ALLOWED, type="Warning",
                                 message=message)]

@@ -25,8 +25,10 @@ from elastic_api.names import (
     KUEUE_QUEUE_NAME_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
+from elastic_api.validation import MUTABLE_SPEC_FIELDS
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
+from elastic_operator.core.redispatch import evicted_for_lost_worker, redispatch_allowed
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
@@ -55,11 +57,14 @@ class PatchJobSetSuspend:
 class SetWorkloadActive:
     """Apply spec.suspend to a JobSet Kueue manages: deactivate its Workload (Kueue then
     evicts it, suspends the JobSet and frees the quota), marked as the operator's, or
-    reactivate one the operator deactivated (it queues again)."""
+    reactivate one the operator deactivated (it queues again). On a MultiKueue job's
+    Workload, also the hold after its worker cluster was lost
+    (`held_after_worker_lost`: that cluster's name, "" if unknown; core/dispatch.py)."""
 
     namespace: str
     workload: str
     active: bool
+    held_after_worker_lost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,9 +169,11 @@ class Plan:
 
 
 def applied_spec(job: ElasticTrainingJob) -> str:
-    """The spec a JobSet was rendered from, minus the one field applied in place."""
+    """The spec a JobSet was rendered from, minus the fields that may change (suspend,
+    applied in place; multiCluster, the manager's alone)."""
     spec = job.spec.to_wire()
-    spec.pop("suspend", None)
+    for name in MUTABLE_SPEC_FIELDS:
+        spec.pop(name, None)
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
@@ -266,8 +273,25 @@ def workload_suspend_actions(job: ElasticTrainingJob,
     if job.spec.suspend and workload.active:
         return [SetWorkloadActive(namespace, workload.name, active=False)]
     if not job.spec.suspend and not workload.active and workload.suspended_by_operator:
+        if workload.held_after_worker_lost is not None and not redispatch_allowed(job):
+            return []  # held until the user allows it (core/dispatch.py)
         return [SetWorkloadActive(namespace, workload.name, active=True)]
     return []
+
+
+def hold_actions(job: ElasticTrainingJob, workload: ObservedWorkload,
+                 previous: ElasticTrainingJobStatus) -> list[Action]:
+    """A MultiKueue job whose worker cluster was lost, and may not run elsewhere: its
+    Workload deactivated (marked as a hold, naming the cluster) while Kueue has not
+    readmitted it. Planned before the quota release (release_after_eviction), in the
+    same plan: Kueue requeues a Workload once its quota is free, and an inactive one it
+    never readmits."""
+    if redispatch_allowed(job) or job.spec.suspend or not workload.active \
+            or not evicted_for_lost_worker(workload):
+        return []
+    cluster = previous.admission.worker_cluster if previous.admission is not None else None
+    return [SetWorkloadActive(job.metadata.namespace or "", workload.name, active=False,
+                              held_after_worker_lost=cluster or "")]
 
 
 def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
@@ -277,9 +301,13 @@ def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
     Workload alone, render.render_workload), apply spec.suspend to it, and tell Kueue its
     pods are Ready when the worker's status says so (core/dispatch.py). A Workload that
     existed (the status names it) and is gone is not recreated: that would run the job
-    again, from the start of its queue."""
+    again, from the start of its queue. A Workload taken back because its worker cluster
+    was lost is held (deactivated) unless spec.multiCluster.redispatch allows running it
+    elsewhere, and reactivated once it does."""
     if workload is not None:
-        actions = workload_suspend_actions(job, workload)
+        # The hold first: the release frees the quota Kueue would readmit it with.
+        actions = workload_suspend_actions(job, workload) or \
+            hold_actions(job, workload, previous)
         release = release_after_eviction(workload, now)
         if release is not None:
             actions.append(ReleaseEvictedWorkload(job.metadata.namespace or "", workload.name,

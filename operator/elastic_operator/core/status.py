@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from elastic_api.catalog import slice_shape
-from elastic_api.conditions import ConditionType, Reason
+from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import (
     AdmissionStatus,
     CheckpointRequest,
@@ -435,6 +435,30 @@ def catalog_hosts(job: ElasticTrainingJob) -> int:
         return slice_shape(job.spec.tpu.type, job.spec.tpu.topology).vms
     except ValueError:
         return 1
+
+
+def name_conflict_status(job: ElasticTrainingJob, jobset: ObservedJobSet,
+                         previous: ElasticTrainingJobStatus,
+                         now: datetime) -> ElasticTrainingJobStatus:
+    """The status of a job whose JobSet's name is taken by another object's JobSet. Most
+    often that is the JobSet of a job of the same name deleted a moment ago, not yet
+    removed by the garbage collector (MultiKueue recreates its copy in a worker cluster
+    at once after taking a job back): nothing of it (its slices, pods, end) is this
+    job's, so none of it is read; the job's own JobSet is created once it is gone."""
+    gen = job.metadata.generation
+    message = (f"JobSet {jobset.name} exists and is owned by another object; this job's "
+               "JobSet is created once it is gone (delete it, or rename this job)")
+    kept = [c for c in previous.conditions
+            if c.type not in (ConditionType.READY, ConditionType.SPEC_APPLIED)]
+    conds = [
+        set_condition(previous.conditions, ConditionType.READY, "False",
+                      Reason.JOBSET_NOT_CREATED, message, now, gen),
+        *kept,
+        set_condition(previous.conditions, ConditionType.SPEC_APPLIED, "False",
+                      Reason.JOBSET_NAME_CONFLICT, message, now, gen),
+    ]
+    return previous.model_copy(update={"conditions": conds, "observed_generation": gen,
+                                       "phase": previous.phase or Phase.PENDING})
 
 
 def invalid_spec_status(
