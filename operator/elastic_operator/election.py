@@ -166,8 +166,12 @@ class LeaseElector:
                 # was False meanwhile, so events were dropped and writes refused as if
                 # this replica stood by. It leads again, and starts over as a new leader
                 # does (a resync of every job), not at the next periodic resync.
-                lapsed = self._leading and (self._clock.monotonic() - self._renewed_at
-                                            >= self.config.renew_deadline_s)
+                # Unless the answer came so late that even this renewal is past the
+                # deadline (frozen mid-request): is_leader() stays False, the next look
+                # decides.
+                now, deadline = self._clock.monotonic(), self.config.renew_deadline_s
+                lapsed = self._leading and now - self._renewed_at >= deadline \
+                    and now - sent_at < deadline
                 self._renewed_at = sent_at
                 started = not self._leading or lapsed
                 self._leading = True

@@ -257,6 +257,22 @@ def test_a_renewal_answered_past_the_deadline_starts_the_leadership_over() -> No
     assert a.started == 2
 
 
+def test_a_renewal_answered_after_a_freeze_longer_than_the_deadline_starts_nothing() -> None:
+    """Frozen (SIGSTOP) between sending a renewal and reading its answer: the answer is
+    older than the renew deadline, so it does not lead on it (the next look decides)."""
+    api = LeaseApi()
+    a = Replica(api, "a")
+    a.step()
+    run(3, a)
+
+    def frozen() -> None:
+        a.now += 15.0
+
+    api.before_patch = frozen
+    assert not a.step()
+    assert a.started == 1
+
+
 def test_a_renewal_refused_because_another_replica_took_the_lease_steps_down_at_once() -> None:
     api = LeaseApi()
     a = Replica(api, "a")
