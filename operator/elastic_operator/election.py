@@ -161,11 +161,23 @@ class LeaseElector:
             held = False
         if held:
             with self._lock:
+                # A renewal answered only after the deadline had passed (sent late, or
+                # slow: an API server just restarted, a starved process): is_leader()
+                # was False meanwhile, so events were dropped and writes refused as if
+                # this replica stood by. It leads again, and starts over as a new leader
+                # does (a resync of every job), not at the next periodic resync.
+                # Unless the answer came so late that even this renewal is past the
+                # deadline (frozen mid-request): is_leader() stays False, the next look
+                # decides.
+                now, deadline = self._clock.monotonic(), self.config.renew_deadline_s
+                lapsed = self._leading and now - self._renewed_at >= deadline \
+                    and now - sent_at < deadline
                 self._renewed_at = sent_at
-                started = not self._leading
+                started = not self._leading or lapsed
                 self._leading = True
             if started:
-                logger.info("leader election: %s leads now (Lease %s/%s)", self.identity,
+                logger.info("leader election: %s leads %s (Lease %s/%s)", self.identity,
+                            "again (renewed past the renew deadline)" if lapsed else "now",
                             self.config.namespace, self.config.name)
                 self._on_started()
             return

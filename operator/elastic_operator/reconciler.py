@@ -485,9 +485,12 @@ class Reconciler:
         usually none."""
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        # Committed by an earlier write (ours, or of a replica that died after it).
-        self._post_events(raw, previous.pending_events or [], now)
-        pending = outbox(name, meta.get("uid") or "", events, new)
+        # Committed by an earlier write (ours, or of a replica that died after it). One
+        # the API server could not take now (429, 5xx) stays in the outbox for the next
+        # reconcile: this write would otherwise drop it unposted.
+        unposted = self._post_events(raw, previous.pending_events or [], now)
+        fresh = outbox(name, meta.get("uid") or "", events, new)
+        pending = [e for e in unposted if e.name not in {f.name for f in fresh}] + fresh
         new = new.model_copy(update={"pending_events": pending or None})
         patch = status_patch(previous, new)
         progress = patch is not None and progress_only(previous, new)
@@ -532,12 +535,15 @@ class Reconciler:
         return True
 
     def _post_events(self, raw: dict[str, Any], entries: list[PendingEvent],
-                     now: datetime) -> None:
+                     now: datetime) -> list[PendingEvent]:
         """Post the outbox entries this process has not posted yet. One that fails is
-        tried again by the next reconcile, which finds it still in the status."""
+        tried again by the next reconcile, which finds it still in the status; those
+        refused for now (429, 5xx: API Priority and Fairness, a restarting API server)
+        are returned, for the next status write to keep in the outbox."""
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         posted = self._posted.setdefault((namespace, name), set())
+        unposted = []
         for entry in entries:
             if entry.name in posted:
                 continue
@@ -546,6 +552,8 @@ class Reconciler:
             except ApiError as e:  # best effort: the status is the record
                 logger.warning("could not post event %s on %s/%s: %s", entry.reason,
                                namespace, name, e)
+                if e.status == 429 or e.status >= 500:
+                    unposted.append(entry)
                 continue
             posted.add(entry.name)
             if created:
@@ -553,6 +561,7 @@ class Reconciler:
             else:
                 self.metrics.duplicate_events.inc()
                 logger.info("%s/%s: %s: posted already", namespace, name, entry.reason)
+        return unposted
 
     def _report_name_conflict(self, raw: dict[str, Any], parsed: ParsedJob,
                               jobset: ObservedJobSet) -> None:

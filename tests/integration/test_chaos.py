@@ -602,7 +602,7 @@ def _node_not_ready(chaos: Chaos, fault: Fault, before: dict[int, int],
     chaos.not_ready_nodes.append(node)
     fault.hits += len(fault.slices)
     faults.make_node_not_ready(api, node)
-    _wait_slice_down(chaos.status, before, fault.slices)
+    _wait_seen(chaos, before, fault.slices, {})
     faults.make_node_ready(api, node)
     chaos.not_ready_nodes.remove(node)
     faults.wait_for_node_ready(api, node, True)
@@ -631,7 +631,7 @@ def _slice_fault(chaos: Chaos, fault: Fault, before: dict[int, int],
     elif fault.kind == "slice_down_during_checkpoint_write":
         fault.detail = f"during the write of step {chaos.checkpoints.wait_for_write(60)}, "
     fault.detail += _fail_pods(chaos, fault, victims, delete=fault.kind == "delete_pod")
-    _wait_slice_down(chaos.status, before, fault.slices)
+    _wait_seen(chaos, before, fault.slices, victims)
     if fault.kind == "slice_down_during_checkpoint_write":
         # The trainer fails the write (the slice's shards are lost) once it settles its
         # checkpoints for the recovery; a fault that came after the write ended fails none.
@@ -650,7 +650,7 @@ def _ha_fault(chaos: Chaos, fault: Fault, before: dict[int, int],
         return _fail_pods(chaos, fault, victims)
 
     def slice_down() -> None:
-        _wait_slice_down(chaos.status, before, fault.slices, RECOVERY_TIMEOUT)
+        _wait_seen(chaos, before, fault.slices, victims, RECOVERY_TIMEOUT)
 
     def replacing() -> bool:
         """The leader recorded the replacement of every slice hit; not done yet."""
@@ -698,6 +698,40 @@ def _started_from(log: Path) -> tuple[int, str] | None:
 
 def _restarts(status: dict[str, Any]) -> dict[int, int]:
     return {s["index"]: int(s.get("restarts") or 0) for s in status.get("slices") or []}
+
+
+def _wait_seen(chaos: Chaos, before: dict[int, int], slices: list[int],
+               victims: dict[int, client.V1Pod], timeout: float = 60) -> None:
+    """_wait_slice_down; on a timeout, the message says where the failure got stuck:
+    whether each victim pod reached the API server as failed (kwok's part), what the
+    job's status says of the slices, and what each replica says of itself (its role,
+    its caches, its queue)."""
+    try:
+        _wait_slice_down(chaos.status, before, slices, timeout)
+    except TimeoutError as timed_out:
+        raise TimeoutError(f"{timed_out}; {_where_stuck(chaos, slices, victims)}") from None
+
+
+def _where_stuck(chaos: Chaos, slices: list[int], victims: dict[int, client.V1Pod]) -> str:
+    core = client.CoreV1Api(chaos.api)
+    facts = []
+    for pod in victims.values():
+        try:
+            now = core.read_namespaced_pod(pod.metadata.name, chaos.ns)
+            facts.append(f"pod {pod.metadata.name} {now.status.phase}"
+                         f"{' (deleting)' if now.metadata.deletion_timestamp else ''}")
+        except client.ApiException as err:
+            facts.append(f"pod {pod.metadata.name}: HTTP {err.status}")
+    slices_now = {s["index"]: s for s in chaos.status().get("slices") or []}
+    facts += [f"slice {i} {slices_now.get(i, {}).get('state')} restarts "
+              f"{slices_now.get(i, {}).get('restarts')}" for i in slices]
+    facts.append(f"Lease holder {chaos.ha.operators.holder()}")
+    for i, proc in enumerate(chaos.ha.operators.procs):
+        try:
+            facts.append(f"replica {i} {json.dumps(proc.health(), sort_keys=True)}")
+        except OSError as err:
+            facts.append(f"replica {i}: {err}")
+    return "; ".join(facts)
 
 
 def _wait_slice_down(status: Callable[[], dict[str, Any]], before: dict[int, int],

@@ -233,6 +233,46 @@ def test_a_leader_that_cannot_renew_stops_leading_before_anyone_may_take_over() 
     assert not b.step()
 
 
+def test_a_renewal_answered_past_the_deadline_starts_the_leadership_over() -> None:
+    """A renewal sent within the renew deadline but answered after it (an API server just
+    restarted, a starved process): meanwhile is_leader() was False (events dropped,
+    writes refused), so leading again is a start, with its resync, not a quiet renewal."""
+    api = LeaseApi()
+    a = Replica(api, "a")
+    a.step()
+    run(3, a)
+    assert a.started == 1  # renewals on time start nothing
+    a.now += 6.0  # the next look comes late, within the deadline; its answer takes 2 s
+    seen_meanwhile: list[bool] = []
+
+    def slow_answer() -> None:
+        a.now += 2.0
+        seen_meanwhile.append(a.elector.is_leader())
+
+    api.before_patch = slow_answer
+    assert a.step()
+    assert seen_meanwhile == [False] and a.stopped == 0
+    assert a.started == 2
+    run(3, a)
+    assert a.started == 2
+
+
+def test_a_renewal_answered_after_a_freeze_longer_than_the_deadline_starts_nothing() -> None:
+    """Frozen (SIGSTOP) between sending a renewal and reading its answer: the answer is
+    older than the renew deadline, so it does not lead on it (the next look decides)."""
+    api = LeaseApi()
+    a = Replica(api, "a")
+    a.step()
+    run(3, a)
+
+    def frozen() -> None:
+        a.now += 15.0
+
+    api.before_patch = frozen
+    assert not a.step()
+    assert a.started == 1
+
+
 def test_a_renewal_refused_because_another_replica_took_the_lease_steps_down_at_once() -> None:
     api = LeaseApi()
     a = Replica(api, "a")

@@ -535,6 +535,31 @@ def test_an_event_the_api_server_failed_to_take_is_tried_again_by_the_next_recon
     assert "pendingEvents" not in kube.job["status"]
 
 
+def test_an_event_refused_for_now_stays_in_the_outbox_across_the_next_write() -> None:
+    """API Priority and Fairness refuses a slice failure's Events (429) and still
+    refuses them when the next reconcile writes a new change (the slice Restarting):
+    that write keeps them in the outbox instead of dropping them unposted, and each is
+    posted once when the API server takes them (a soak came up 2 SliceReplacing short)."""
+    kube, failed = a_slice_goes_down()
+    restarting = (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
+    seen = [failed]
+    rec, _ = reconciler(kube, pods=lambda: seen[-1])
+    kube.fail["post_event"] = api_error(429, "TooManyRequests", "throttled")
+    assert rec.reconcile("ml", "train")
+    seen.append(restarting)
+    writes = kube.calls.count("patch_job_status")
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("patch_job_status") == writes + 1
+    status = kube.job["status"]
+    assert status["slices"][0]["state"] == "Restarting" and kube.events == []
+    assert [e["reason"] for e in status["pendingEvents"]] == SLICE_DOWN_EVENTS
+    del kube.fail["post_event"]
+    for _ in range(3):
+        assert rec.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert "pendingEvents" not in kube.job["status"]
+
+
 @pytest.mark.parametrize("trainer_writes_meanwhile", [False, True])
 def test_our_write_coming_back_before_its_response_is_still_ours(
         trainer_writes_meanwhile: bool) -> None:

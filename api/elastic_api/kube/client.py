@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -170,6 +171,10 @@ class KubeClient:
         # Asked before every try of a write but an unfenced one (the operator's Lease):
         # the operator sets "this replica leads" (app.py); the trainer leaves it.
         self.may_write: Callable[[], bool] = lambda: True
+        # (method, path) -> time.monotonic() before which it is not sent again: the end
+        # of the last Retry-After answered there, even to a request that gave up on it.
+        self._not_before: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def from_environment(cls, *, retries: int | None = None,
@@ -185,13 +190,16 @@ class KubeClient:
     def request(
         self, method: str, path: str, *, body: Any = None,
         query: dict[str, str] | None = None, content_type: str | None = None,
-        timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
+        timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True, hold: bool = True,
     ) -> Any:
         """One request; a 429 (or a 5xx) that says Retry-After is sent again after that
         wait, as client-go does, while the wait fits in `timeout_s` (the server did not
         act on it: API Priority and Fairness rejected it, or storage was not ready). A
-        write (`fenced`: all but the operator's Lease's) raises NotLeading, unsent,
-        unless `may_write()`, asked before each try."""
+        Retry-After longer than that still holds: no request of this method to this path
+        is sent before it ends (`hold`; one that cannot wait so long fails unsent), so
+        the next reconcile or the next Event does not knock again at once. A write
+        (`fenced`: all but the operator's Lease's) raises NotLeading, unsent, unless
+        `may_write()`, asked before each try."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -200,6 +208,8 @@ class KubeClient:
             body=body, auth_settings=["BearerToken"],
         )
         deadline = time.monotonic() + timeout_s
+        if hold:
+            self._wait_out_retry_after(method, path, deadline)
         for attempt in range(MAX_RETRY_AFTER_RETRIES + 1):
             if fenced and method != "GET" and not self.may_write():
                 raise NotLeading(f"{method} {path}: not sent, this replica no longer leads")
@@ -210,23 +220,40 @@ class KubeClient:
             if 200 <= response.status <= 299:
                 return json.loads(data) if data else None
             wait = retry_after_s(response.status, response.getheader("Retry-After"))
+            if wait is not None:
+                with self._lock:
+                    self._not_before[(method, path)] = time.monotonic() + wait
             if wait is None or attempt == MAX_RETRY_AFTER_RETRIES \
                     or time.monotonic() + wait >= deadline:
                 break
             time.sleep(wait)
         raise ApiError(response.status, str(response.reason or ""), data)
 
+    def _wait_out_retry_after(self, method: str, path: str, deadline: float) -> None:
+        """Sleep until the last Retry-After answered to `method path` has passed; if it
+        ends past `deadline`, raise a 429 ApiError without sending anything."""
+        with self._lock:
+            until = self._not_before.get((method, path), 0.0)
+        now = time.monotonic()
+        if until <= now:
+            return
+        if until >= deadline:
+            raise ApiError(429, "Too Many Requests (not sent)",
+                           f"{method} {path}: the API server asked to wait "
+                           f"{until - now:.1f} s more before sending it again (Retry-After)")
+        time.sleep(until - now)
+
     # --- reads ---
 
     def get(self, path: str, *, query: dict[str, str] | None = None,
-            timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
-        return self.request("GET", path, query=query, timeout_s=timeout_s)
+            timeout_s: float = REQUEST_TIMEOUT_S, hold: bool = True) -> Any:
+        return self.request("GET", path, query=query, timeout_s=timeout_s, hold=hold)
 
-    def get_or_none(self, path: str, *, timeout_s: float = REQUEST_TIMEOUT_S
-                    ) -> dict[str, Any] | None:
+    def get_or_none(self, path: str, *, timeout_s: float = REQUEST_TIMEOUT_S,
+                    hold: bool = True) -> dict[str, Any] | None:
         """The object, or None if the API server answers 404."""
         try:
-            result: dict[str, Any] = self.get(path, timeout_s=timeout_s)
+            result: dict[str, Any] = self.get(path, timeout_s=timeout_s, hold=hold)
             return result
         except ApiError as e:
             if e.status == 404:
@@ -289,17 +316,20 @@ class KubeClient:
     # --- writes ---
 
     def create(self, path: str, body: dict[str, Any], *,
-               timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True) -> Any:
+               timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
+               hold: bool = True) -> Any:
         """POST `body` to the collection at `path`; the object as stored."""
-        return self.request("POST", path, body=body, timeout_s=timeout_s, fenced=fenced)
+        return self.request("POST", path, body=body, timeout_s=timeout_s, fenced=fenced,
+                            hold=hold)
 
     def patch(self, path: str, body: Any, *, patch_type: str = "merge",
               query: dict[str, str] | None = None,
-              timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True) -> Any:
+              timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
+              hold: bool = True) -> Any:
         """A JSON merge patch (RFC 7386; "merge"), a JSON patch (RFC 6902; "json") or a
         server-side apply ("apply"; `query` names its fieldManager)."""
         return self.request("PATCH", path, body=body, content_type=PATCH_TYPES[patch_type],
-                            query=query, timeout_s=timeout_s, fenced=fenced)
+                            query=query, timeout_s=timeout_s, fenced=fenced, hold=hold)
 
     def delete(self, path: str, options: dict[str, Any], *,
                timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
