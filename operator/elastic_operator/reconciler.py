@@ -128,9 +128,10 @@ class Reconciler:
         # (namespace, name) -> the resourceVersion our last status write produced: the
         # watch event of that version is our own write, no news (`wrote`).
         self._written: dict[tuple[str, str], str] = {}
-        # ... and the job as that write's response returned it (read instead of a GET
-        # while the cache has not caught up; dropped when someone else wrote meanwhile).
-        self._written_job: dict[tuple[str, str], dict[str, Any]] = {}
+        # ... and the version that write was conditional on, with the job as the write's
+        # response returned it: read instead of a GET while the cache still holds that
+        # version (dropped when someone else wrote meanwhile).
+        self._written_job: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         # (namespace, name) -> names of the Events in the job's stored outbox
         # (status.pendingEvents) that this process has posted: not posted again.
         self._posted: dict[tuple[str, str], set[str]] = {}
@@ -231,10 +232,11 @@ class Reconciler:
     def _read_job(self, namespace: str, name: str, fresh: bool) -> dict[str, Any] | None:
         """The job as the cache has it, unless our last status write has not come back
         through the cache yet (a write conditional on that older version would only be
-        refused): then as that write's response returned it (a job reconciled back to
-        back, one slice failure after another, would otherwise cost a GET each time),
-        else, or when `fresh`, from the API server. A write of someone else's after ours
-        is refused (409) like any other and read fresh."""
+        refused): then, if the cache still holds the version our write changed, as the
+        write's response returned it (a job reconciled back to back, one slice failure
+        after another, cost a GET each time), else, or when `fresh`, from the API
+        server. A write of someone else's after ours is refused (409) like any other
+        and read fresh."""
         key = (namespace, name)
         if not fresh:
             raw = self.observations.job(namespace, name)
@@ -244,8 +246,9 @@ class Reconciler:
             if raw.get("metadata", {}).get("resourceVersion") == written:
                 self._seen[key] = written
                 return raw
-            ours = self._written_job.get(key)
-            if ours is not None and ours.get("metadata", {}).get("resourceVersion") == written:
+            base, ours = self._written_job.get(key, (None, None))
+            if ours is not None and base == raw.get("metadata", {}).get("resourceVersion") \
+                    and ours.get("metadata", {}).get("resourceVersion") == written:
                 return copy.deepcopy(ours)
         return self.observations.job(namespace, name, fresh=True)
 
@@ -563,7 +566,7 @@ class Reconciler:
             # (then nothing of this change is posted: it is computed again).
             written = self.kube.patch_job_status(namespace, name, patch,
                                                  meta.get("resourceVersion"))
-            self._remember_write(key, written)
+            self._remember_write(key, meta.get("resourceVersion"), written)
             self._last_write[(namespace, name)] = self.clock.monotonic()
             self.metrics.status_writes.labels("progress" if progress else "change").inc()
             written_at = self.clock.now().timestamp()
@@ -595,11 +598,14 @@ class Reconciler:
             self.wake(namespace, name, wait)
         return True
 
-    def _remember_write(self, key: tuple[str, str], written: dict[str, Any] | None) -> None:
+    def _remember_write(self, key: tuple[str, str], base: str | None,
+                        written: dict[str, Any] | None) -> None:
+        """Our status write changed version `base` into `written`."""
         version = ((written or {}).get("metadata") or {}).get("resourceVersion")
         if isinstance(version, str) and written is not None:
             self._written[key] = version
-            self._written_job[key] = written
+        if isinstance(version, str) and written is not None and base:
+            self._written_job[key] = (base, written)
         else:
             self._written_job.pop(key, None)
 
