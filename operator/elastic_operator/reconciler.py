@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -82,6 +83,8 @@ CONFLICT_ATTEMPTS = 3
 # A status change that only moves progress (core/pacing.py) is written at most this often
 # per job; every other change at once.
 PROGRESS_INTERVAL_S = 1.0
+# The versions our last status writes of a job produced, kept to know them late.
+OWN_VERSIONS_KEPT = 16
 # A follow-up (replacement writes) that failed wakes the job after this backoff.
 FOLLOW_UP_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 
@@ -132,6 +135,9 @@ class Reconciler:
         # response returned it: read instead of a GET while the cache still holds that
         # version (dropped when someone else wrote meanwhile).
         self._written_job: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        # ... and the versions our last few writes produced: one the job watch delivers
+        # late (after our next write went out) is our own still, no news.
+        self._own_versions: dict[tuple[str, str], deque[str]] = {}
         # (namespace, name) -> names of the Events in the job's stored outbox
         # (status.pendingEvents) that this process has posted: not posted again.
         self._posted: dict[tuple[str, str], set[str]] = {}
@@ -182,6 +188,7 @@ class Reconciler:
                                   if (k[0], k[1]) != (namespace, name)}
         self._written.pop((namespace, name), None)
         self._written_job.pop((namespace, name), None)
+        self._own_versions.pop((namespace, name), None)
         self._posted.pop((namespace, name), None)
         self._posting.pop((namespace, name), None)
         self._follow_up_failures.pop((namespace, name), None)
@@ -192,15 +199,19 @@ class Reconciler:
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
         write was conditional on the version it changed): reconciling it would find
-        nothing new. Called for every version the job cache receives; while a write of
-        the job is on its way the answer waits for its response (`_writing_status`)."""
+        nothing new; so is a version an earlier write of ours made, come late (a job
+        reconciled back to back writes again before the watch delivers the last one).
+        Called for every version the job cache receives; while a write of the job is on
+        its way the answer waits for its response (`_writing_status`)."""
         key = (namespace, name)
         with self._lock:
             if key in self._writing:
                 self._writing[key] = resource_version
                 return True  # decided when the write returns
-            if resource_version is None or self._written.get(key) != resource_version:
+            if resource_version is None:
                 return False
+            if self._written.get(key) != resource_version:
+                return resource_version in self._own_versions.get(key, ())
             self._seen[key] = resource_version  # the cache holds our last write now
             return True
 
@@ -216,7 +227,8 @@ class Reconciler:
         finally:
             with self._lock:
                 arrived = self._writing.pop(key, None)
-                news = arrived is not None and arrived != self._written.get(key)
+                news = arrived is not None and arrived != self._written.get(key) \
+                    and arrived not in self._own_versions.get(key, ())
                 if arrived is not None and not news:
                     self._seen[key] = arrived
                 if news:  # someone wrote after us: our write's response is old news
@@ -603,7 +615,10 @@ class Reconciler:
         """Our status write changed version `base` into `written`."""
         version = ((written or {}).get("metadata") or {}).get("resourceVersion")
         if isinstance(version, str) and written is not None:
-            self._written[key] = version
+            with self._lock:
+                self._written[key] = version
+                self._own_versions.setdefault(key, deque(maxlen=OWN_VERSIONS_KEPT)).append(
+                    version)
         if isinstance(version, str) and written is not None and base:
             self._written_job[key] = (base, written)
         else:

@@ -734,3 +734,37 @@ def test_a_leader_that_dies_with_its_events_on_their_way_leaves_them_to_the_next
     assert new.reconcile("ml", "train")
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert "pendingEvents" not in kube.job["status"]
+
+
+def test_our_earlier_write_coming_back_late_is_still_ours() -> None:
+    """Reconciled back to back, the job is written again before the job watch delivers
+    the write before: that version, when it comes, is our own still (no news: no wake,
+    no GET), and the cache holding it, our last write's response stands in for the job."""
+    kube, failed = a_slice_goes_down()
+    seen = [failed]
+    cache = JobCache(kube)
+    rec, _ = reconciler(kube, pods=lambda: seen[-1], jobs=cache)
+    woken: list[float] = []
+    rec.wake = lambda _ns, _name, delay: woken.append(delay)
+    assert rec.reconcile("ml", "train")  # the first write; the watch is behind
+    first = copy.deepcopy(kube.job)
+    patch = kube.patch_job_status
+
+    def patch_then_late_watch(namespace: str, name: str, body: dict[str, Any],
+                              resource_version: str | None = None) -> dict[str, Any] | None:
+        written = patch(namespace, name, body, resource_version)
+        rec.wrote(namespace, name, first["metadata"]["resourceVersion"])  # comes now
+        return written
+
+    kube.patch_job_status = patch_then_late_watch  # type: ignore[method-assign]
+    seen.append(restarting_pods())
+    assert rec.reconcile("ml", "train")  # the second write
+    kube.patch_job_status = patch  # type: ignore[method-assign]
+    assert 0.0 not in woken
+    assert rec.wrote("ml", "train", first["metadata"]["resourceVersion"])
+    cache.seen = first  # the cache holds the first write
+    kube.calls.clear()
+    seen.append((WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).build()))
+    assert rec.reconcile("ml", "train")
+    assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
+    assert kube.job["status"]["slices"][0]["state"] == "Ready"
