@@ -8,6 +8,7 @@
     Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
         ▲ ▲ ▲                                                        │  └──▶ Replacer
         │ │ └─ add_after (a grace period ends) ◀──────────────────────┘  ──▶ Kube (writes)
+        │ │        FollowUps (after the status write: replacement writes, Events) ──▶ Kube
         │ └─── resync thread (every job of the job cache)
         └───── CheckpointScanner (a scan with news)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
@@ -35,6 +36,7 @@ from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Ca
 from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.core.eviction import PodsReadyTimeouts
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
+from elastic_operator.followups import FollowUps
 from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
@@ -72,6 +74,8 @@ class Operator:
     gate: ReconcileGate
     elector: LeaseElector | None  # None: no election (one replica, standalone)
     warden: PoolWarden | None = None  # None: pools are not quarantined
+    # What follows a status write, off the reconcile's thread (None: run inline).
+    follow_ups: FollowUps | None = None
     resync_interval_s: float = 30.0
     _resync_wanted: threading.Event = field(default_factory=threading.Event, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -91,6 +95,8 @@ class Operator:
 
     def start(self) -> None:
         self.caches.start()
+        if self.follow_ups is not None:
+            self.follow_ups.start()
         self.scheduler.start()
         if self.elector is not None:
             self.elector.start()
@@ -102,7 +108,8 @@ class Operator:
     def alive(self) -> bool:
         """The work queue and the background threads run (the caches and the election
         are told apart by the probes)."""
-        return self.scheduler.alive and all(t.is_alive() for t in self._threads)
+        return self.scheduler.alive and all(t.is_alive() for t in self._threads) \
+            and (self.follow_ups is None or self.follow_ups.alive)
 
     def forget(self, namespace: str, name: str) -> None:
         """A job was deleted: drop everything kept about it."""
@@ -122,6 +129,11 @@ class Operator:
         if not self.gate.drain(drain_timeout_s):
             logger.warning("reconciles still running after %.0f s; stepping down anyway",
                            drain_timeout_s)
+        if self.follow_ups is not None:  # the Events and Job deletions under way, still leading
+            if not self.follow_ups.drain(drain_timeout_s):
+                logger.warning("follow-ups still running after %.0f s; the next leader "
+                               "does what is left", drain_timeout_s)
+            self.follow_ups.stop()
         if self.elector is not None:
             self.elector.stop()
         self.caches.stop()
@@ -227,10 +239,11 @@ def build_operator(
     observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
                                    jobsets=caches.jobset, jobs=caches.job,
                                    worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
+    follow_ups = FollowUps()
     reconciler = Reconciler(kube, observations, metrics, clock,
                             limiter=NodeActionLimiter(settings.limits, clock),
                             quarantine_pools=settings.quarantine_pools,
-                            pods_ready=settings.pods_ready)
+                            pods_ready=settings.pods_ready, follow_ups=follow_ups)
     elector = _elector(kube, metrics, election, started, clock) if election is not None else None
     if elector is not None:  # a reconcile that outlives the leadership writes no more
         kube.client.may_write = elector.is_leader
@@ -245,7 +258,7 @@ def build_operator(
                         clock=clock) if settings.quarantine_pools else None
     op = Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
                   reconciler=reconciler, scheduler=scheduler, gate=gate, elector=elector,
-                  warden=warden, resync_interval_s=resync_interval_s)
+                  warden=warden, resync_interval_s=resync_interval_s, follow_ups=follow_ups)
     return op
 
 

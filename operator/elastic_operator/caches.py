@@ -8,9 +8,10 @@ elastic_api.kube.Informer) and names a job to reconcile (`wake`): a job's own ch
 change of its pods or JobSet, a node whose readiness changes (its jobs), a Workload (the
 job whose JobSet owns it, if that job is known), a worker Job created, deleted or
 changed in what replacement reads of it (not its pod counts, which move with every pod
-event already seen). A reconcile reads the job, its pods, its JobSet, its worker Jobs
-and the pods' nodes from here instead of from the API server: at 64 slices x 64 hosts a
-pod list is megabytes of JSON, and a reconcile runs on every pod event.
+event already seen); a pod's change, only when what a reconcile reads of it changed. A
+reconcile reads the job, its pods, its JobSet, its worker Jobs and the pods' nodes from
+here instead of from the API server: at 64 slices x 64 hosts a pod list is megabytes of
+JSON, and a reconcile runs on every pod event.
 """
 from __future__ import annotations
 
@@ -305,6 +306,11 @@ class Caches:
             self.node_index.pod_gone(old.job, name, old.pod.node_name)
         if new is not None and new.pod.node_name:
             self.node_index.pod_seen(new.job, name, new.pod.node_name)
+        if old is not None and new is not None and (old.job, old.pod) == (new.job, new.pod):
+            # Nothing a reconcile reads of the pod changed (kwok and the kubelet update
+            # conditions, IPs and start times one by one): at 4,096 pods each such
+            # version cost a reconcile of the whole job.
+            return
         for job in {c.job for c in (old, new) if c is not None}:
             self._wake(job)
 

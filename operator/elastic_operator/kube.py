@@ -322,15 +322,15 @@ class Kube:
                           {"metadata": {"labels": labels, "annotations": annotations}})
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
-                         resource_version: str | None = None) -> str | None:
-        """Merge-patch the status; the job's new resourceVersion. With `resource_version`,
-        only if the job is still at that version (else ApiError 409 Conflict): no two
-        writers both apply a change computed from the same old status."""
+                         resource_version: str | None = None) -> dict[str, Any] | None:
+        """Merge-patch the status; the job as the write left it (its new resourceVersion
+        in it: the next reconcile reads it rather than GET the job again). With
+        `resource_version`, only if the job is still at that version (else ApiError 409
+        Conflict): no two writers both apply a change computed from the same old status."""
         if resource_version:
             patch = {**patch, "metadata": {"resourceVersion": resource_version}}
         patched = self.client.patch(job_path(namespace, name) + "/status", patch)
-        version = ((patched or {}).get("metadata") or {}).get("resourceVersion")
-        return version if isinstance(version, str) else None
+        return patched if isinstance(patched, dict) else None
 
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:

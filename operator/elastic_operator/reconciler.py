@@ -6,15 +6,21 @@ the newest checkpoint scan; compute the status (core.status); write the status o
 merge patch that never touches status.training, is conditional on the job's
 resourceVersion and carries the change's Events (status.pendingEvents); record the
 metrics; act on the slice replacements the status records (replacer.py); post the Events,
-under names that make a second copy a no-op. Synchronous: the Scheduler runs it in a
-worker thread, never two at once for one job. The job is read from the job cache (fresh
-from the API server after a 409, or while our last status write has not come back
-through the cache).
+under names that make a second copy a no-op. Synchronous up to the status write: the
+Scheduler runs it in a worker thread, never two at once for one job. What follows the
+write and decides nothing of it (the replacement's writes, the Event posts) is handed to
+the follow-up runner (followups.py: in order per job, off the reconcile's thread in the
+operator), so that the job's next reconcile, and the next slice failure's status write,
+need not wait for it; an Event not yet posted stays in the outbox of every write until it
+is. The job is read from the job cache (fresh from the API server after a 409; while our
+last status write has not come back through the cache, as that write's response left it).
 """
 from __future__ import annotations
 
+import copy
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -24,6 +30,7 @@ from typing import Any, assert_never
 from elastic_api.catalog import slice_shape
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.conditions import Reason
+from elastic_api.kube import Backoff
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
@@ -41,6 +48,7 @@ from elastic_operator.core.plan import (
     PatchJobSetSuspend,
     Plan,
     ReleaseEvictedWorkload,
+    ReplacementAction,
     SetWorkloadActive,
     SetWorkloadCondition,
     owned_by_another,
@@ -54,6 +62,7 @@ from elastic_operator.core.status import (
     invalid_spec_status,
     name_conflict_status,
 )
+from elastic_operator.followups import FollowUpRunner, Inline
 from elastic_operator.kube import ApiError, Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
@@ -79,6 +88,10 @@ CONFLICT_ATTEMPTS = 3
 # A status change that only moves progress (core/pacing.py) is written at most this often
 # per job; every other change at once.
 PROGRESS_INTERVAL_S = 1.0
+# The versions our last status writes of a job produced, kept to know them late.
+OWN_VERSIONS_KEPT = 16
+# A follow-up (replacement writes) that failed wakes the job after this backoff.
+FOLLOW_UP_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 
 
 class Refused(Exception):
@@ -104,8 +117,12 @@ class Reconciler:
                  clock: Clock = SYSTEM_CLOCK, *,
                  limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
                  progress_interval_s: float = PROGRESS_INTERVAL_S,
-                 pods_ready: PodsReadyTimeouts | None = None) -> None:
+                 pods_ready: PodsReadyTimeouts | None = None,
+                 follow_ups: FollowUpRunner | None = None) -> None:
         self.kube = kube  # the writes
+        # What follows a status write (replacement writes, Event posts): at once by
+        # default; off the reconcile's thread in the operator (app.py).
+        self.follow_ups = follow_ups or Inline()
         self.observations = observations  # the reads
         self.metrics = metrics
         self.clock = clock
@@ -119,9 +136,20 @@ class Reconciler:
         # (namespace, name) -> the resourceVersion our last status write produced: the
         # watch event of that version is our own write, no news (`wrote`).
         self._written: dict[tuple[str, str], str] = {}
+        # ... and the version that write was conditional on, with the job as the write's
+        # response returned it: read instead of a GET while the cache still holds that
+        # version (dropped when someone else wrote meanwhile).
+        self._written_job: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        # ... and the versions our last few writes produced: one the job watch delivers
+        # late (after our next write went out) is our own still, no news.
+        self._own_versions: dict[tuple[str, str], deque[str]] = {}
         # (namespace, name) -> names of the Events in the job's stored outbox
         # (status.pendingEvents) that this process has posted: not posted again.
         self._posted: dict[tuple[str, str], set[str]] = {}
+        # ... and those handed to the follow-up runner, not posted yet (not handed twice).
+        self._posting: dict[tuple[str, str], set[str]] = {}
+        # (namespace, name) -> consecutive failed follow-ups (their retry's backoff).
+        self._follow_up_failures: dict[tuple[str, str], int] = {}
         # (namespace, name) -> the last of those versions the job cache has come to hold.
         self._seen: dict[tuple[str, str], str] = {}
         # Jobs whose status write is on its way, and the last version the job cache
@@ -164,7 +192,11 @@ class Reconciler:
         self._children_ensured = {k for k in self._children_ensured
                                   if (k[0], k[1]) != (namespace, name)}
         self._written.pop((namespace, name), None)
+        self._written_job.pop((namespace, name), None)
+        self._own_versions.pop((namespace, name), None)
         self._posted.pop((namespace, name), None)
+        self._posting.pop((namespace, name), None)
+        self._follow_up_failures.pop((namespace, name), None)
         self._seen.pop((namespace, name), None)
         self._last_write.pop((namespace, name), None)
         self._deleted_jobs.pop((namespace, name), None)
@@ -172,15 +204,19 @@ class Reconciler:
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
         write was conditional on the version it changed): reconciling it would find
-        nothing new. Called for every version the job cache receives; while a write of
-        the job is on its way the answer waits for its response (`_writing_status`)."""
+        nothing new; so is a version an earlier write of ours made, come late (a job
+        reconciled back to back writes again before the watch delivers the last one).
+        Called for every version the job cache receives; while a write of the job is on
+        its way the answer waits for its response (`_writing_status`)."""
         key = (namespace, name)
         with self._lock:
             if key in self._writing:
                 self._writing[key] = resource_version
                 return True  # decided when the write returns
-            if resource_version is None or self._written.get(key) != resource_version:
+            if resource_version is None:
                 return False
+            if self._written.get(key) != resource_version:
+                return resource_version in self._own_versions.get(key, ())
             self._seen[key] = resource_version  # the cache holds our last write now
             return True
 
@@ -196,9 +232,12 @@ class Reconciler:
         finally:
             with self._lock:
                 arrived = self._writing.pop(key, None)
-                news = arrived is not None and arrived != self._written.get(key)
+                news = arrived is not None and arrived != self._written.get(key) \
+                    and arrived not in self._own_versions.get(key, ())
                 if arrived is not None and not news:
                     self._seen[key] = arrived
+                if news:  # someone wrote after us: our write's response is old news
+                    self._written_job.pop(key, None)
             if news and self.wake is not None:
                 self.wake(namespace, name, 0.0)
 
@@ -210,7 +249,11 @@ class Reconciler:
     def _read_job(self, namespace: str, name: str, fresh: bool) -> dict[str, Any] | None:
         """The job as the cache has it, unless our last status write has not come back
         through the cache yet (a write conditional on that older version would only be
-        refused) or `fresh`: then from the API server."""
+        refused): then, if the cache still holds the version our write changed, as the
+        write's response returned it (a job reconciled back to back, one slice failure
+        after another, cost a GET each time), else, or when `fresh`, from the API
+        server. A write of someone else's after ours is refused (409) like any other
+        and read fresh."""
         key = (namespace, name)
         if not fresh:
             raw = self.observations.job(namespace, name)
@@ -220,6 +263,10 @@ class Reconciler:
             if raw.get("metadata", {}).get("resourceVersion") == written:
                 self._seen[key] = written
                 return raw
+            base, ours = self._written_job.get(key, (None, None))
+            if ours is not None and base == raw.get("metadata", {}).get("resourceVersion") \
+                    and ours.get("metadata", {}).get("resourceVersion") == written:
+                return copy.deepcopy(ours)
         return self.observations.job(namespace, name, fresh=True)
 
     def _reconcile_fresh(self, namespace: str, name: str) -> None:
@@ -338,7 +385,8 @@ class Reconciler:
 
     def _replace(self, raw: dict[str, Any], job: ElasticTrainingJob,
                  status: ElasticTrainingJobStatus, observed: Observed, now: datetime) -> None:
-        """Act on the replacement records the status now carries (core/replacement.py)."""
+        """Act on the replacement records the status now carries (core/replacement.py):
+        planned here, written by a follow-up (the status already records the intent)."""
         jobset = observed.jobset
         if not job.spec.recovery.replace_slices or jobset is None or jobset.suspended \
                 or is_terminal(status):
@@ -348,29 +396,65 @@ class Reconciler:
         if needs_jobs(status):
             observed = replace(observed, jobs=self._worker_jobs(key, jobset.name))
         plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
-        waits = [plan.wake_after_s, self.replacer.execute(raw, plan.actions, now),
-                 next_notice_in(job.spec, observed, now)]
-        # Deleted (or found gone or replaced, which plans the same): never again.
-        deleted = {a.uid for a in plan.actions if isinstance(a, DeleteWorkerJob)}
-        if deleted:
-            self._deleted_jobs.setdefault(key, set()).update(deleted)
+        if plan.actions:
+            self._act(raw, key, plan.actions, now)
+        waits = [plan.wake_after_s, next_notice_in(job.spec, observed, now)]
         request = status.checkpoint_request
         if request is not None and request.phase == "Requested":
             waits.append((request.deadline - now).total_seconds())
+        self._wake_after(key, waits)
+
+    def _act(self, raw: dict[str, Any], key: tuple[str, str],
+             actions: tuple[ReplacementAction, ...], now: datetime) -> None:
+        """Hand the replacement's writes to the follow-up runner. A Job to delete counts
+        as being deleted from now on (the next reconcile may plan before the DELETE
+        returns: no second one); again not, should the DELETE not go through."""
+        # Deleted (or found gone or replaced, which plans the same): never again.
+        deleted = {a.uid for a in actions if isinstance(a, DeleteWorkerJob)}
+        with self._lock:
+            self._deleted_jobs.setdefault(key, set()).update(deleted)
+
+        def write() -> None:
+            try:
+                throttled = self.replacer.execute(raw, actions, now)
+            except Exception as e:
+                with self._lock:
+                    self._deleted_jobs.get(key, set()).difference_update(deleted)
+                self._follow_up_failed(key, e)
+                return
+            self._follow_up_failures.pop(key, None)
+            self._wake_after(key, [throttled])
+
+        self.follow_ups.submit(key, write)
+
+    def _follow_up_failed(self, key: tuple[str, str], error: Exception) -> None:
+        """A follow-up's write failed: counted and logged as a failed reconcile would
+        be, and the job reconciled again after a backoff (it plans the write again)."""
+        if isinstance(error, NotLeading):  # the new leader does what is left
+            logger.warning("follow-up of %s/%s stopped: %s", *key, error)
+            return
+        self.metrics.reconcile_errors.inc()
+        logger.error("follow-up of %s/%s failed", *key, exc_info=error)
+        failures = self._follow_up_failures[key] = self._follow_up_failures.get(key, 0) + 1
+        self._wake_after(key, [FOLLOW_UP_BACKOFF.delay(failures)])
+
+    def _wake_after(self, key: tuple[str, str], waits: list[float | None]) -> None:
         due = [w for w in waits if w is not None]
         if due and self.wake is not None:
             # A little after the due time: the check compares against the clock then.
-            self.wake(namespace, job.metadata.name, max(0.0, min(due)) + 0.1)
+            self.wake(key[0], key[1], max(0.0, min(due)) + 0.1)
 
     def _worker_jobs(self, key: tuple[str, str], jobset: str) -> dict[int, ObservedJob]:
         """The worker Jobs from the cache; one this process deleted is being deleted,
         whether or not the cache has seen it yet."""
         jobs = self.observations.worker_jobs(key[0], jobset)
-        deleted = self._deleted_jobs.get(key)
-        if not deleted:
-            return jobs
-        deleted &= {j.uid for j in jobs.values()}  # the others are gone from the cache
-        return {i: replace(j, deleting=True) if j.uid in deleted else j
+        with self._lock:
+            deleted = self._deleted_jobs.get(key)
+            if not deleted:
+                return jobs
+            deleted &= {j.uid for j in jobs.values()}  # the others are gone from the cache
+            deleting = set(deleted)
+        return {i: replace(j, deleting=True) if j.uid in deleting else j
                 for i, j in jobs.items()}
 
     def _record_reaction(self, namespace: str, events: list[StatusEvent],
@@ -480,17 +564,21 @@ class Reconciler:
 
         One that dies after the write leaves the Events to the next reconcile, its own or
         a new leader's, which posts what it has not posted itself (a second copy is
-        refused: 409) before its own write replaces them. The next write clears it,
-        whichever change it carries: at most one more write per change with Events,
-        usually none."""
+        refused: 409). Its write keeps in the outbox every entry not yet posted (one
+        still on its way, or refused by the API server) and clears the rest, whichever
+        change it carries: at most one more write per change with Events, usually none."""
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        # Committed by an earlier write (ours, or of a replica that died after it). One
-        # the API server could not take now (429, 5xx) stays in the outbox for the next
-        # reconcile: this write would otherwise drop it unposted.
-        unposted = self._post_events(raw, previous.pending_events or [], now)
-        fresh = outbox(name, meta.get("uid") or "", events, new)
-        pending = [e for e in unposted if e.name not in {f.name for f in fresh}] + fresh
+        key = (namespace, name)
+        stored = previous.pending_events or []
+        # Committed by an earlier write (ours, or of a replica that died after it). One not
+        # posted yet (on its way, or refused for now: 429, 5xx) stays in the outbox.
+        self._post_events(raw, stored, now)
+        with self._lock:
+            posted_before = set(self._posted.get(key, ()))
+        pending = outbox(name, meta.get("uid") or "", events, new)
+        fresh = {e.name for e in pending}
+        pending = [*(e for e in stored if e.name not in posted_before | fresh), *pending]
         new = new.model_copy(update={"pending_events": pending or None})
         patch = status_patch(previous, new)
         progress = patch is not None and progress_only(previous, new)
@@ -500,17 +588,17 @@ class Reconciler:
         if patch is not None:
             # Conditional on the version read: ApiError 409 if the job changed meanwhile
             # (then nothing of this change is posted: it is computed again).
-            version = self.kube.patch_job_status(namespace, name, patch,
+            written = self.kube.patch_job_status(namespace, name, patch,
                                                  meta.get("resourceVersion"))
-            if version is not None:
-                self._written[(namespace, name)] = version
+            self._remember_write(key, meta.get("resourceVersion"), written)
             self._last_write[(namespace, name)] = self.clock.monotonic()
             self.metrics.status_writes.labels("progress" if progress else "change").inc()
             written_at = self.clock.now().timestamp()
         # The status holds this outbox now: what was posted of the one it replaced no
         # longer matters.
-        posted = self._posted.setdefault((namespace, name), set())
-        posted &= {e.name for e in pending}
+        with self._lock:
+            posted = self._posted.setdefault(key, set())
+            posted &= {e.name for e in pending}
         # Metrics before the Events: whoever sees an Event finds its metrics recorded.
         self.metrics.record_status(namespace, name, previous, new)
         self.metrics.record_events(namespace, events, written_at)
@@ -534,34 +622,65 @@ class Reconciler:
             self.wake(namespace, name, wait)
         return True
 
+    def _remember_write(self, key: tuple[str, str], base: str | None,
+                        written: dict[str, Any] | None) -> None:
+        """Our status write changed version `base` into `written`."""
+        version = ((written or {}).get("metadata") or {}).get("resourceVersion")
+        if isinstance(version, str) and written is not None:
+            with self._lock:
+                self._written[key] = version
+                self._own_versions.setdefault(key, deque(maxlen=OWN_VERSIONS_KEPT)).append(
+                    version)
+        if isinstance(version, str) and written is not None and base:
+            self._written_job[key] = (base, written)
+        else:
+            self._written_job.pop(key, None)
+
     def _post_events(self, raw: dict[str, Any], entries: list[PendingEvent],
-                     now: datetime) -> list[PendingEvent]:
-        """Post the outbox entries this process has not posted yet. One that fails is
-        tried again by the next reconcile, which finds it still in the status; those
-        refused for now (429, 5xx: API Priority and Fairness, a restarting API server)
-        are returned, for the next status write to keep in the outbox."""
+                     now: datetime) -> None:
+        """Hand the follow-up runner the outbox entries this process has neither posted
+        nor handed it yet. One that fails is tried again by the next reconcile, which
+        finds it still in the status."""
         meta = raw.get("metadata", {})
-        namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        posted = self._posted.setdefault((namespace, name), set())
-        unposted = []
-        for entry in entries:
-            if entry.name in posted:
-                continue
-            try:
-                created = self.kube.post_event(raw, from_outbox(entry), now, entry.name)
-            except ApiError as e:  # best effort: the status is the record
-                logger.warning("could not post event %s on %s/%s: %s", entry.reason,
-                               namespace, name, e)
-                if e.status == 429 or e.status >= 500:
-                    unposted.append(entry)
-                continue
-            posted.add(entry.name)
-            if created:
-                logger.info("%s/%s: %s: %s", namespace, name, entry.reason, entry.message)
-            else:
-                self.metrics.duplicate_events.inc()
-                logger.info("%s/%s: %s: posted already", namespace, name, entry.reason)
-        return unposted
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        with self._lock:
+            posted = self._posted.setdefault(key, set())
+            posting = self._posting.setdefault(key, set())
+            todo = [e for e in entries if e.name not in posted and e.name not in posting]
+            posting.update(e.name for e in todo)
+        if todo:
+            self.follow_ups.submit(key, lambda: self._post_now(raw, key, todo, now))
+
+    def _post_now(self, raw: dict[str, Any], key: tuple[str, str],
+                  entries: list[PendingEvent], now: datetime) -> None:
+        namespace, name = key
+        try:
+            for entry in entries:
+                try:
+                    created: bool | None = self.kube.post_event(raw, from_outbox(entry), now,
+                                                                entry.name)
+                except ApiError as e:  # best effort: the status is the record
+                    logger.warning("could not post event %s on %s/%s: %s", entry.reason,
+                                   namespace, name, e)
+                    if e.status == 429 or e.status >= 500:
+                        continue  # refused for now: it stays in the outbox, tried again
+                    created = None  # refused for good: it leaves the outbox
+                with self._lock:
+                    posted = self._posted.get(key)
+                    if posted is not None:  # (None: the job was forgotten meanwhile)
+                        posted.add(entry.name)
+                if created is None:
+                    continue
+                if created:
+                    logger.info("%s/%s: %s: %s", namespace, name, entry.reason, entry.message)
+                else:
+                    self.metrics.duplicate_events.inc()
+                    logger.info("%s/%s: %s: posted already", namespace, name, entry.reason)
+        except NotLeading as e:  # the new leader posts what is left of the outbox
+            logger.warning("posting the events of %s/%s stopped: %s", namespace, name, e)
+        finally:
+            with self._lock:
+                self._posting.get(key, set()).difference_update(e.name for e in entries)
 
     def _report_name_conflict(self, raw: dict[str, Any], parsed: ParsedJob,
                               jobset: ObservedJobSet) -> None:

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.followups import FollowUpRunner
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
@@ -107,7 +108,7 @@ class StandInKube(Kube):
         return copy.deepcopy(self.jobset)
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
-                         resource_version: str | None = None) -> str | None:
+                         resource_version: str | None = None) -> dict[str, Any] | None:
         self._call("patch_job_status")
         self.before_patch()
         if resource_version not in (None, self.job["metadata"]["resourceVersion"]):
@@ -115,8 +116,7 @@ class StandInKube(Kube):
         self.patches.append(patch)
         self.job["status"] = apply_merge_patch(self.job.get("status") or {}, patch["status"])
         self._bump()
-        version: str = self.job["metadata"]["resourceVersion"]
-        return version
+        return copy.deepcopy(self.job)  # the job as the write left it, as the API answers
 
     def worker_jobs(self, namespace: str, jobset: str) -> tuple[ObservedJob, ...]:
         """What the worker-Job cache holds: none (the JobSet controller has not made
@@ -141,10 +141,12 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
                jobs: Callable[[str, str], dict[str, Any] | None] | None = None,
                progress_interval_s: float = 0.0,
                clock: FakeClock | None = None,
+               follow_ups: FollowUpRunner | None = None,
                ) -> tuple[Reconciler, CollectorRegistry]:
     """`pods`: what the pod cache holds (or a function that says, at each read);
     the worker-Job cache is the stand-in's `worker_jobs`. Progress-only status writes
-    are not paced unless `progress_interval_s` says (`clock`: the reconciler's, T0 by default)."""
+    are not paced unless `progress_interval_s` says (`clock`: the reconciler's, T0 by default).
+    `follow_ups`: what runs the work after a status write (default: at once, inline)."""
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -162,7 +164,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
         kube, nodes or NodeIndex(), scanner, pods=pod_cache, jobsets=jobsets, jobs=jobs,
         worker_jobs=kube.worker_jobs if isinstance(kube, StandInKube) else None)
     rec = Reconciler(kube, observations, metrics, clock=clock or FakeClock(T0),
-                     progress_interval_s=progress_interval_s)
+                     progress_interval_s=progress_interval_s, follow_ups=follow_ups)
     return rec, registry
 
 

@@ -55,6 +55,25 @@ def test_a_pod_change_wakes_its_job_and_records_its_node() -> None:
     assert c.pods_of("elsewhere", "article") == ()
 
 
+def test_a_pod_version_that_changes_nothing_a_reconcile_reads_wakes_no_one() -> None:
+    """kwok and the kubelet update a pod's conditions, IPs and start time one by one: a
+    version whose observed pod is the same as before is no news."""
+    c, _, woken = caches()
+    (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
+    pod = PodWrapper.worker(0, 0).on_node("n0").running()
+    pods.apply(added(pod.obj(), 5))
+    scheduled = pod.obj()
+    scheduled["status"]["podIP"] = "10.0.0.7"
+    scheduled["status"]["conditions"].append({"type": "PodScheduled", "status": "True"})
+    pods.apply(added(scheduled, 6, "MODIFIED"))
+    assert woken == [("ns", "article")]
+    failed = PodWrapper.worker(0, 0).on_node("n0").failed(at(5)).obj()
+    pods.apply(added(failed, 7, "MODIFIED"))
+    assert woken == [("ns", "article")] * 2
+    pods.apply(added(failed, 8, "DELETED"))
+    assert woken == [("ns", "article")] * 3
+
+
 def test_a_node_turning_not_ready_wakes_the_jobs_on_it() -> None:
     c, _, woken = caches()
     (pods,) = [i for i in c.informers if i.resource == "pods/ns"]

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "elastic_operator"
 LAYERS: dict[int, list[str]] = {
     4: ["operator_cli", "render_cli", "handlers", "app"],
     3: ["scheduler", "reconciler"],
-    2: ["observations", "caches", "election", "replacer", "pool_warden",
+    2: ["followups", "observations", "caches", "election", "replacer", "pool_warden",
         "scanner", "checkpoint_roots", "checkpoints", "node_index", "node_actions", "kube",
         "metrics"],
     1: ["core", "render"],

@@ -27,6 +27,7 @@ from elastic_operator.observed import (
     pod_from_dict,
 )
 from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at
+from tests.support.executors import Deferred
 from tests.support.stand_in_kube import (
     WORKER_JOB_CACHE_READ,
     StandInKube,
@@ -279,20 +280,48 @@ def test_the_job_is_read_from_its_cache() -> None:
     assert "get_job" not in kube.calls and errors(metrics) == 0
 
 
-def test_until_our_write_comes_back_through_the_cache_the_job_is_read_fresh() -> None:
-    """A write conditional on the version the cache still holds would only be refused."""
+def test_until_our_write_comes_back_through_the_cache_the_job_is_read_as_it_left_it(
+) -> None:
+    """A write conditional on the version the cache still holds would only be refused:
+    the next reconcile reads the job as our write's response returned it, with no GET (a
+    job reconciled back to back, one slice failure after another, paid one each time)."""
     kube, pods = a_slice_goes_down()
     cache = JobCache(kube)
     rec, _ = reconciler(kube, pods=pods, jobs=cache)
     assert rec.reconcile("ml", "train")  # our status write; the cache has the old job
     kube.calls.clear()
-    assert rec.reconcile("ml", "train")
-    # Read fresh at once: no write refused for the old version first (that would be two).
-    assert kube.calls.count("get_job") == 1 and kube.calls.count("patch_job_status") < 2
+    healthy = (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
+    rec.observations.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
+    assert rec.reconcile("ml", "train")  # a change (Restarting) written on our own version
+    assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
+    assert kube.job["status"]["slices"][0]["state"] == "Restarting"
     cache.catch_up()  # the cache holds our write now (say, after a relist)
     kube.calls.clear()
     assert rec.reconcile("ml", "train")
     assert "get_job" not in kube.calls
+
+
+def test_a_write_of_someone_else_after_ours_is_read_fresh() -> None:
+    """The trainer wrote after our write (the job watch said so while we wrote): the
+    job is read fresh, not as our write left it (a write on that would be refused)."""
+    kube, pods = a_slice_goes_down()
+    cache = JobCache(kube)
+    rec, _ = reconciler(kube, pods=pods, jobs=cache)
+    patch = kube.patch_job_status
+
+    def patch_then_trainer(namespace: str, name: str, body: dict[str, Any],
+                           resource_version: str | None = None) -> dict[str, Any] | None:
+        written = patch(namespace, name, body, resource_version)
+        kube.write_training({"step": 9})
+        rec.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])  # the watch
+        return written
+
+    kube.patch_job_status = patch_then_trainer  # type: ignore[method-assign]
+    assert rec.reconcile("ml", "train")
+    kube.patch_job_status = patch  # type: ignore[method-assign]
+    kube.calls.clear()
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("get_job") == 1 and kube.calls.count("patch_job_status") < 2
 
 
 def test_a_job_cache_behind_another_writer_costs_one_refused_write_and_a_fresh_read() -> None:
@@ -364,13 +393,13 @@ class DyingKube(StandInKube):
         self.status_at_post: list[dict[str, Any]] = []
 
     def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any],
-                         resource_version: str | None = None) -> str | None:
-        version = super().patch_job_status(namespace, name, patch, resource_version)
+                         resource_version: str | None = None) -> dict[str, Any] | None:
+        written = super().patch_job_status(namespace, name, patch, resource_version)
         self.after_patch()
         if self.die_after_patch:
             self.die_after_patch = False
             raise Died
-        return version
+        return written
 
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:
@@ -574,13 +603,14 @@ def test_our_write_coming_back_before_its_response_is_still_ours(
     patch = kube.patch_job_status
 
     def patch_then_watch(namespace: str, name: str, body: dict[str, Any],
-                         resource_version: str | None = None) -> str | None:
-        version = patch(namespace, name, body, resource_version)
-        answers.append(rec.wrote(namespace, name, version))  # the watch, first
+                         resource_version: str | None = None) -> dict[str, Any] | None:
+        written = patch(namespace, name, body, resource_version)
+        assert written is not None
+        answers.append(rec.wrote(namespace, name, written["metadata"]["resourceVersion"]))
         if trainer_writes_meanwhile:
             kube.write_training({"step": 9})
             rec.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
-        return version
+        return written
 
     kube.patch_job_status = patch_then_watch  # type: ignore[method-assign]
     assert rec.reconcile("ml", "train")
@@ -671,3 +701,123 @@ def test_no_delete_when_the_intent_could_not_be_written() -> None:
     rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
     assert rec.reconcile("ml", "train") is False
     assert "delete_job" not in kube.calls and errors(metrics) == 1
+
+
+# --- after the status write: the follow-ups (replacement writes, Events) ----------------
+
+
+def test_the_status_write_is_the_last_request_a_reconcile_waits_for() -> None:
+    """A job's reconciles run one after another: whatever a reconcile sends after its
+    status write delays the next slice failure's. The worker Job's DELETE and the Events
+    are handed to the follow-up runner, in that order (whoever sees SliceReplacing finds
+    the Job deleted)."""
+    kube = ReplacingKube()
+    later = Deferred()
+    rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes(), follow_ups=later)
+    assert rec.reconcile("ml", "train")
+    assert kube.calls[-2:] == ["patch_job_status", WORKER_JOB_CACHE_READ]
+    assert "delete_job" not in kube.calls and "post_event" not in kube.calls
+    assert kube.job["status"]["slices"][0]["replacement"]["jobUid"] == ReplacingKube.JOB_UID
+    before = len(kube.calls)
+    assert later.run() == 2
+    assert kube.calls[before:] == ["delete_job", "post_event", "post_event"]
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+
+
+def test_a_job_handed_over_for_deletion_is_not_deleted_twice() -> None:
+    """The next reconcile may run before the follow-up's DELETE has gone out: the Job
+    counts as being deleted from the moment it was handed over."""
+    kube = ReplacingKube()
+    later = Deferred()
+    rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes(), follow_ups=later)
+    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train")
+    later.run()
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+
+
+def test_a_delete_that_failed_in_a_follow_up_is_planned_again() -> None:
+    kube = ReplacingKube()
+    kube.fail["delete_job"] = api_error(500, "InternalError", "etcd timeout")
+    rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
+    woken: list[float] = []
+    rec.wake = lambda _ns, _name, delay: woken.append(delay)
+    assert rec.reconcile("ml", "train")
+    assert kube.deleted == [] and errors(metrics) == 1
+    assert any(abs(delay - 1.1) < 1e-9 for delay in woken)  # retried after a backoff
+    del kube.fail["delete_job"]
+    assert rec.reconcile("ml", "train")
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+
+
+def restarting_pods() -> tuple[ObservedPod, ...]:
+    """a_slice_goes_down's slice a moment later: host 1's replacement pod Pending."""
+    return (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
+
+
+def test_an_event_on_its_way_stays_in_the_outbox_and_is_handed_over_once() -> None:
+    """A write made while a change's Events are still being posted keeps them in the
+    outbox (a crash now would lose them otherwise); they are handed over once, and the
+    first write after they went out clears them."""
+    kube, failed = a_slice_goes_down()
+    seen = [failed]
+    later = Deferred()
+    rec, metrics = reconciler(kube, pods=lambda: seen[-1], follow_ups=later)
+    assert rec.reconcile("ml", "train")
+    outbox = [e["name"] for e in kube.job["status"]["pendingEvents"]]
+    seen.append(restarting_pods())
+    assert rec.reconcile("ml", "train")
+    status = kube.job["status"]
+    assert status["slices"][0]["state"] == "Restarting"
+    assert [e["name"] for e in status["pendingEvents"]] == outbox
+    assert later.run() == 1 and [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert rec.reconcile("ml", "train")
+    assert "pendingEvents" not in kube.job["status"] and later.run() == 0
+    assert metrics.get_sample_value("etj_events_already_posted_total") == 0
+
+
+def test_a_leader_that_dies_with_its_events_on_their_way_leaves_them_to_the_next() -> None:
+    kube, failed = a_slice_goes_down()
+    seen = [failed]
+    old, _ = reconciler(kube, pods=lambda: seen[-1], follow_ups=Deferred())
+    assert old.reconcile("ml", "train")
+    seen.append(restarting_pods())
+    assert old.reconcile("ml", "train")  # another write; then the process dies
+    new, _ = reconciler(kube, pods=lambda: seen[-1])
+    assert new.reconcile("ml", "train")
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert "pendingEvents" not in kube.job["status"]
+
+
+def test_our_earlier_write_coming_back_late_is_still_ours() -> None:
+    """Reconciled back to back, the job is written again before the job watch delivers
+    the write before: that version, when it comes, is our own still (no news: no wake,
+    no GET), and the cache holding it, our last write's response stands in for the job."""
+    kube, failed = a_slice_goes_down()
+    seen = [failed]
+    cache = JobCache(kube)
+    rec, _ = reconciler(kube, pods=lambda: seen[-1], jobs=cache)
+    woken: list[float] = []
+    rec.wake = lambda _ns, _name, delay: woken.append(delay)
+    assert rec.reconcile("ml", "train")  # the first write; the watch is behind
+    first = copy.deepcopy(kube.job)
+    patch = kube.patch_job_status
+
+    def patch_then_late_watch(namespace: str, name: str, body: dict[str, Any],
+                              resource_version: str | None = None) -> dict[str, Any] | None:
+        written = patch(namespace, name, body, resource_version)
+        rec.wrote(namespace, name, first["metadata"]["resourceVersion"])  # comes now
+        return written
+
+    kube.patch_job_status = patch_then_late_watch  # type: ignore[method-assign]
+    seen.append(restarting_pods())
+    assert rec.reconcile("ml", "train")  # the second write
+    kube.patch_job_status = patch  # type: ignore[method-assign]
+    assert 0.0 not in woken
+    assert rec.wrote("ml", "train", first["metadata"]["resourceVersion"])
+    cache.seen = first  # the cache holds the first write
+    kube.calls.clear()
+    seen.append((WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).build()))
+    assert rec.reconcile("ml", "train")
+    assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
+    assert kube.job["status"]["slices"][0]["state"] == "Ready"

@@ -9,12 +9,18 @@ message that quotes them (SliceDown lists each down slice's message). Without pa
 slice of 64 hosts coming back costs up to 64 status writes, and at 64 slices x 64 hosts
 a status write is the biggest request a reconcile makes.
 
+So is the outbox shrinking (status.pendingEvents: entries dropped once posted, none
+added): the Events went out already, and an entry left a second longer costs at most a
+second copy refused (409) should another replica take over meanwhile. With the posts run
+after the reconcile (followups.py), a job reconciled back to back otherwise wrote its
+status once more per change with Events, just to clear them.
+
 Everything else matters at once, and is compared here: a slice's state, reason,
 restarts, moves, transition time, pool and records (replacement, lastReplacement,
 maintenance); a condition's type, status, reason, transition time and generation
 (Kubernetes conventions: the message is detail for people); counters, the phase,
 slicesReady, lastRecovery, the checkpoint, pools, goodput, the checkpoint request, and
-status.pendingEvents (a change with Events, or the outbox being cleared after one).
+an Event added to the outbox (a change with Events).
 """
 from __future__ import annotations
 
@@ -32,7 +38,20 @@ def progress_only(previous: ElasticTrainingJobStatus, new: ElasticTrainingJobSta
     """True when `new` differs from `previous` only in progress (above): its write may
     wait. False when they are equal (nothing to write) or anything else changed."""
     before, after = operator_wire(previous), operator_wire(new)
-    return before != after and _without_progress(before) == _without_progress(after)
+    if before == after:
+        return False
+    if _outbox_names(after) <= _outbox_names(before):  # posted ones dropped, none added
+        before, after = _without_outbox(before), _without_outbox(after)
+    return _without_progress(before) == _without_progress(after)
+
+
+def _outbox_names(wire: dict[str, Any]) -> set[str]:
+    return {str(e.get("name")) for e in wire.get("pendingEvents") or []
+            if isinstance(e, dict)}
+
+
+def _without_outbox(wire: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in wire.items() if k != "pendingEvents"}
 
 
 def _without_progress(wire: dict[str, Any]) -> dict[str, Any]:

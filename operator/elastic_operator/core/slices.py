@@ -19,7 +19,6 @@ from typing import Any
 
 from elastic_api.conditions import Reason
 from elastic_api.models import SliceState, SliceStatus
-from elastic_api.names import WORKER_REPLICATED_JOB
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.observed import Observed, ObservedNode, ObservedPod
 
@@ -64,12 +63,9 @@ _NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 def worker_pods_by_slice(observed: Observed) -> dict[int, list[ObservedPod]]:
-    """The worker pods of each slice (its job-index): the one filter of worker pods."""
-    by_slice: dict[int, list[ObservedPod]] = {}
-    for pod in observed.pods:
-        if pod.replicated_job == WORKER_REPLICATED_JOB and pod.slice_index is not None:
-            by_slice.setdefault(pod.slice_index, []).append(pod)
-    return by_slice
+    """The worker pods of each slice (its job-index), grouped once per observation
+    (Observed.worker_pods_by_slice). Read-only: every stage shares it."""
+    return observed.worker_pods_by_slice
 
 
 def worker_pods_of(observed: Observed, index: int) -> list[ObservedPod]:
