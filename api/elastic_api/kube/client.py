@@ -232,9 +232,11 @@ class KubeClient:
     def _wait_out_retry_after(self, method: str, path: str, deadline: float) -> None:
         """Sleep until the last Retry-After answered to `method path` has passed; if it
         ends past `deadline`, raise a 429 ApiError without sending anything."""
+        now = time.monotonic()
         with self._lock:
             until = self._not_before.get((method, path), 0.0)
-        now = time.monotonic()
+            if until and until <= now:  # passed: forget it (paths come and go with jobs)
+                del self._not_before[(method, path)]
         if until <= now:
             return
         if until >= deadline:
