@@ -375,6 +375,12 @@ class WorkerPod:
         """The pod's DisruptionTarget condition is True for `reason` (who ended it)."""
         return self._with(disruption=reason)
 
+    def failed_by_kueue(self) -> Self:
+        """Failed by Kueue's TAS node controller (condition TerminatedByKueue): pending,
+        ungated onto the unhealthy node Kueue assigned it, never scheduled."""
+        return self._with(phase="Failed", ready=False, node_name=None,
+                          terminated_by_kueue=True)
+
     def failed_with_status(self, reason: str) -> Self:
         """Failed with a pod status reason (the kubelet's admission, a node shutdown)."""
         return self._with(phase="Failed", ready=False, status_reason=reason)

@@ -84,6 +84,14 @@ EVICTED_BY_PODS_READY_TIMEOUT = "PodsReadyTimeout"
 # Topology-Aware Scheduling: a node of the Workload's assignment failed and Kueue found
 # no replacement node in its topology domain (TASFailedNodeReplacementFailFast).
 EVICTED_BY_NODE_FAILURES = "NodeFailures"
+# Topology-Aware Scheduling, before the eviction: a pod Kueue placed on a node that is
+# now unhealthy (tainted: NotReady, unreachable) cannot schedule there, so Kueue's TAS
+# node controller sets it Failed with this pod condition (reason
+# UnschedulableOnAssignedNode) for its Job to make another, which Kueue places on a
+# replacement node or, finding none, evicts the Workload (NodeFailures). Kueue v0.17
+# does it to a recreated slice's pods it ungates onto the dead node; v0.19 keeps those
+# gated. The node's failure, already seen; the pod's own failure it is not.
+POD_TERMINATED_BY_KUEUE = "TerminatedByKueue"
 
 
 def counts_as_eviction(reason: str) -> bool:

@@ -36,7 +36,12 @@ from elastic_api.names import (
     TPU_TOPOLOGY_LABEL,
     WORKER_REPLICATED_JOB,
 )
-from elastic_api.queueing import EVICTED_BY_PREEMPTION, WORKLOAD_REQUEUED, counts_as_eviction
+from elastic_api.queueing import (
+    EVICTED_BY_PREEMPTION,
+    POD_TERMINATED_BY_KUEUE,
+    WORKLOAD_REQUEUED,
+    counts_as_eviction,
+)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -196,6 +201,9 @@ class ObservedPod:
     # (DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet, EvictionByEvictionAPI,
     # PreemptionByScheduler).
     disruption: str | None = None
+    # Failed by Kueue's Topology-Aware Scheduling: it could not schedule on the node
+    # Kueue assigned it, now unhealthy (elastic_api.queueing.POD_TERMINATED_BY_KUEUE).
+    terminated_by_kueue: bool = False
     main: ObservedContainer | None = None  # the `main` container (the head's trainer)
 
     @property
@@ -480,6 +488,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
     ready = False
     ready_transition = None
     disruption = None
+    by_kueue = False
     for cond in _list(status.get("conditions")):
         cond = _dict(cond)
         if cond.get("type") == "Ready":
@@ -487,6 +496,8 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             ready_transition = parse_time(cond.get("lastTransitionTime"))
         elif cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
             disruption = _str_or_none(cond.get("reason")) or "DisruptionTarget"
+        elif cond.get("type") == POD_TERMINATED_BY_KUEUE and cond.get("status") == "True":
+            by_kueue = True
     terminated_at = None
     terminated_reason = None
     terminated_exit = None
@@ -529,6 +540,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         uid=uid if isinstance(uid, str) else None,
         job_uid=job_uid if isinstance(job_uid, str) else None,
         disruption=disruption,
+        terminated_by_kueue=by_kueue,
         main=main,
     )
 

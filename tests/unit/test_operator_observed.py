@@ -51,6 +51,20 @@ def test_terminating_pod_failure_time_is_the_delete_request() -> None:
     assert pod.terminating and pod.failure_started_at == T
 
 
+def test_a_pod_kueue_failed_off_its_unhealthy_node_says_so() -> None:
+    # As Kueue's TAS node controller writes it (pkg/controller/tas/node_controller.go).
+    raw = PodWrapper.worker(1, 0).obj()
+    raw["status"] = {"phase": "Failed", "conditions": [
+        {"type": "TerminatedByKueue", "status": "True",
+         "reason": "UnschedulableOnAssignedNode",
+         "message": "Pod terminated by Kueue NodeController due to node taint"}]}
+    pod = pod_from_dict(raw)
+    assert pod.failed and pod.terminated_by_kueue and pod.node_name is None
+    raw["status"]["conditions"][0]["status"] = "False"
+    assert not pod_from_dict(raw).terminated_by_kueue
+    assert not pod_from_dict(failed_worker_pod()).terminated_by_kueue
+
+
 @pytest.mark.parametrize("junk", [
     {}, {"metadata": None, "status": "x"}, {"metadata": {"labels": {"jobset.sigs.k8s.io/job-index":
                                                                    "two"}}},

@@ -234,3 +234,40 @@ def test_the_replacing_event_names_the_domain() -> None:
     (replacing,) = [e for e in events if e.reason == Reason.SLICE_REPLACING]
     assert f"in its {NODE_POOL_LABEL} domain tpu-1 (Kueue keeps a slice where it placed it)" \
         in replacing.message
+
+
+def test_a_pod_kueue_fails_off_the_dead_node_it_assigned_is_no_second_failure() -> None:
+    """Kueue v0.17 ungates the recreated slice's pods onto the dead node its assignment
+    still names, then fails the one that cannot schedule there (TerminatedByKueue) on its
+    way to a replacement node or an eviction: the node's failure, counted once, and
+    nothing for the operator to replace again."""
+    j = job()
+    nodes = labelled(nodes_for(spares=1), **{TOPOLOGY_BLOCK_LABEL: "b0"})
+    prev = step(j, None, healthy_pods(created=at(0)), nodes)
+    dead = {**nodes, "tpu-1-0": replace(nodes["tpu-1-0"], ready=False, ready_status="Unknown")}
+    down = step(j, prev, healthy_pods(created=at(0)), dead, now_s=10)
+    assert down.counters.slice_failures == 1 and down.slices[1].replacement is not None
+    # The operator deleted the worker Job; JobSet made the next, whose pods wait.
+    others = [p for p in healthy_pods(created=at(0)) if p.slice_index != 1]
+    fresh = [WorkerPod(1, h).recreated(at(12)).on_node(None).pending() for h in range(HOSTS)]
+    restarting = step(j, down, others + [p.build() for p in fresh], dead, now_s=13)
+    assert restarting.slices[1].state == "Restarting"
+
+    fresh[0] = fresh[0].failed_by_kueue()
+    pods = others + [p.build() for p in fresh]
+    observed = observe(pods, nodes=dead, pools=pools_of(dead), workload=admitted(),
+                       jobs={i: worker_job(i, gen=1 if i == 1 else 0) for i in range(SLICES)})
+    status, events = compute_status(j, observed, restarting, at(14))
+    assert status.counters.slice_failures == 1
+    assert (status.slices[1].state, status.slices[1].restarts) == ("Restarting", 1)
+    assert "was failed by Kueue: it could not schedule on the unhealthy node" \
+        in (status.slices[1].message or "")
+    assert not [e for e in events if e.reason in (Reason.SLICE_DOWN, Reason.SLICE_REPLACING)]
+    plan = plan_replacements("ns", "article", j.spec, status, observed, at(14))
+    assert not [a for a in plan.actions if isinstance(a, DeleteWorkerJob)]
+    # The same pod failed by anything else is the new Job's own failure.
+    fresh[0] = WorkerPod(1, 0).recreated(at(12)).on_node(None).failed(at(13.5))
+    again, _ = compute_status(j, observe(
+        others + [p.build() for p in fresh], nodes=dead, pools=pools_of(dead),
+        workload=admitted()), restarting, at(14))
+    assert again.counters.slice_failures == 2

@@ -6,6 +6,8 @@ Slice states (status.slices[]), per worker slice (the pods with one job-index):
   NotReady node; or a slice that was Ready lost a host without us seeing why.
 - Restarting: after Down, replacement pods exist but are not all ready yet.
 - Pending: never been ready yet (or the JobSet is suspended / not created).
+A pod Kueue failed because it could not schedule on the (unhealthy) node Kueue assigned
+it is no down host: Kueue is replacing that node (host_view).
 A slice entering Down increments its `restarts` (and counters.sliceFailures), unless the
 operator took it down on purpose (a planned move off a pool under maintenance, whose
 record is in `replacement`): that is a move, not a failure; nor when only pods of the Job
@@ -49,6 +51,7 @@ class HostView:
     down_message: str | None
     failed_at: datetime | None
     ready: bool
+    note: str | None = None  # not down, yet worth saying (Kueue replaces its node)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,15 @@ def host_view(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> HostView:
     if not (pod.terminating or pod.failed) and (node is None or node.ready):
         return HostView(pod.host_index, pod, None, None, None, pod.ready)  # healthy
     label = f"host {pod.host_index} (pod {pod.name})"
+    if pod.terminated_by_kueue:
+        # Kueue's node replacement, not a failure: the node it assigned the pod to is
+        # unhealthy (that failure was seen, on the pods that ran there), and the Job
+        # makes another pod that Kueue places on a replacement node, or Kueue evicts
+        # the job. Like a host whose pod is still pending.
+        return HostView(pod.host_index, pod, None, None, None, False,
+                        note=f"{label} was failed by Kueue: it could not schedule on the "
+                        "unhealthy node Kueue assigned it; Kueue places its next pod on a "
+                        "replacement node or evicts the job")
     if pod.terminating:
         reason = Reason.POD_EVICTED if pod.status_reason == "Evicted" else Reason.POD_DELETED
         return HostView(pod.host_index, pod, reason, f"{label} is terminating",
@@ -275,7 +287,8 @@ def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int
         return _all_ready(hosts, prev)
     if prev_state == "Ready":
         return _lost_host(hosts, prev, hosts_per_slice)
-    message = f"{ready_hosts}/{hosts_per_slice} hosts ready"
+    message = "; ".join([f"{ready_hosts}/{hosts_per_slice} hosts ready",
+                         *(h.note for h in hosts if h.note)])
     if prev_state in ("Down", "Restarting"):
         return _Verdict("Restarting", Reason.REPLACEMENT_PODS_NOT_READY, message)
     return _Verdict("Pending", Reason.WAITING_FOR_HOSTS, message)
