@@ -291,14 +291,14 @@ def process_start_time() -> float:
     goodput's `startup` includes the interpreter's start and the imports), else now."""
     import time
 
-    now = time.time()
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # starttime (field 22)
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return now
+        # starttime counts from boot on CLOCK_BOOTTIME; read it next to the wall clock
+        # (a file read between the two, descheduled on a loaded machine, would age it).
+        uptime, now = time.clock_gettime(time.CLOCK_BOOTTIME), time.time()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.time()
     age = uptime - ticks / os.sysconf("SC_CLK_TCK")
     return now - min(max(age, 0.0), 3600.0)  # an age beyond an hour is not ours to trust
 
