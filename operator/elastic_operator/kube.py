@@ -142,20 +142,20 @@ class Kube:
 
     # Lease requests take a short timeout: a renewal must fail in time to be retried
     # before the renew deadline, not hang past it. They are tried at the election's own
-    # period (hold=False): a Retry-After longer than the renew deadline, held, would
-    # give up the leadership to a standby that the same throttle holds back as well.
+    # period (back_off=False): a Retry-After longer than the renew deadline, waited out,
+    # would give up the leadership to a standby that the same throttle holds back as well.
 
     def get_lease(self, namespace: str, name: str, *, timeout_s: float = REQUEST_TIMEOUT_S
                   ) -> dict[str, Any] | None:
         return self.client.get_or_none(_lease_path(namespace, name), timeout_s=timeout_s,
-                                       hold=False)
+                                       back_off=False)
 
     def create_lease(self, namespace: str, lease: dict[str, Any], *,
                      timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         """Create the Lease; ApiError 409 if another replica created it first."""
         created: dict[str, Any] = self.client.create(
             resource_path(LEASE_API, "leases", namespace), lease, timeout_s=timeout_s,
-            fenced=False, hold=False)
+            fenced=False, back_off=False)
         return created
 
     def patch_lease(self, namespace: str, name: str, spec: dict[str, Any],
@@ -166,7 +166,7 @@ class Kube:
         patched: dict[str, Any] = self.client.patch(
             _lease_path(namespace, name),
             {"metadata": {"resourceVersion": resource_version}, "spec": spec},
-            timeout_s=timeout_s, fenced=False, hold=False)
+            timeout_s=timeout_s, fenced=False, back_off=False)
         return patched
 
     def list_worker_jobs(self, namespace: str | None, label_selector: str, *, limit: int,
