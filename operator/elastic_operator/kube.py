@@ -21,7 +21,6 @@ from elastic_api.kube import (
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
     GROUP,
-    HELD_AFTER_WORKER_LOST_ANNOTATION,
     KUEUE_GROUP,
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
@@ -29,6 +28,7 @@ from elastic_api.names import (
     MANAGED_BY,
     PLURAL,
     REPLICATED_JOB_LABEL,
+    SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     VERSION,
     WORKER_REPLICATED_JOB,
@@ -50,10 +50,10 @@ _PLURALS = {"JobSet": "jobsets", "ServiceAccount": "serviceaccounts", "Role": "r
             "Secret": "secrets", "Event": "events"}
 
 
-def _with_operator_mark(patch: dict[str, Any], held: bool) -> dict[str, Any]:
+def _with_operator_mark(patch: dict[str, Any], suspended: bool) -> dict[str, Any]:
     """The merge patch, with the operator's mark set (suspended) or removed."""
     return {"metadata": {"annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION:
-                                         "true" if held else None}}, **patch}
+                                         "true" if suspended else None}}, **patch}
 
 
 def _worker_jobs(label_selector: str) -> str:
@@ -246,14 +246,14 @@ class Kube:
         return patched
 
     def patch_workload_active(self, namespace: str, name: str, active: bool,
-                              held_after_worker_lost: str | None = None) -> dict[str, Any]:
+                              suspended_after_worker_lost: str | None = None) -> dict[str, Any]:
         """Set a Kueue Workload's spec.active (what `kueuectl stop|resume workload` does),
-        a deactivation marked as the operator's (and, `held_after_worker_lost`, as a hold
-        after that worker cluster was lost; a reactivation lifts both marks); the
-        Workload as patched."""
+        a deactivation marked as the operator's (and, `suspended_after_worker_lost`, as
+        suspended after that worker cluster was lost; a reactivation lifts both marks);
+        the Workload as patched."""
         patch = _with_operator_mark({"spec": {"active": active}}, not active)
-        patch["metadata"]["annotations"][HELD_AFTER_WORKER_LOST_ANNOTATION] = \
-            held_after_worker_lost if not active else None
+        patch["metadata"]["annotations"][SUSPENDED_AFTER_WORKER_LOST_ANNOTATION] = \
+            suspended_after_worker_lost if not active else None
         patched: dict[str, Any] = self.client.patch(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name), patch)
         return patched
