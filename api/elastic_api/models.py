@@ -210,11 +210,12 @@ class MultiClusterSpec(ApiModel):
         "Never",
         description="When MultiKueue declares the worker cluster the job runs in lost "
         "(unreachable for its workerLostTimeout), Kueue takes the job back. Never: the "
-        "operator keeps it from being dispatched again (its Workload deactivated, phase "
-        "Suspended, reason RedispatchNotAllowed): a lost cluster may still be running it, "
-        "and two copies would write the same checkpoint directory. OnWorkerLost: it is "
-        "dispatched again to a cluster with quota and resumes from its newest committed "
-        "checkpoint. Mutable: setting OnWorkerLost on a held job runs it again.",
+        "operator suspends it so that it is not dispatched again (its Workload "
+        "deactivated, phase Suspended, reason RedispatchNotAllowed): a lost cluster may "
+        "still be running it, and two copies would write the same checkpoint directory. "
+        "OnWorkerLost: it is dispatched again to a cluster with quota and resumes from its "
+        "newest committed checkpoint. Mutable: setting OnWorkerLost on a job so suspended "
+        "runs it again.",
     )
 
 

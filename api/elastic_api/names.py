@@ -38,7 +38,7 @@ SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
 # the operator deactivated it because its worker cluster was lost and
 # spec.multiCluster.redispatch does not allow running it elsewhere; the value names that
 # cluster ("" when the manager never learnt its name). Lifted when the user allows it.
-HELD_AFTER_WORKER_LOST_ANNOTATION = f"{GROUP}/held-after-worker-lost"
+SUSPENDED_AFTER_WORKER_LOST_ANNOTATION = f"{GROUP}/suspended-after-worker-lost"
 
 # --- JobSet -----------------------------------------------------------------------------------
 

@@ -21,7 +21,6 @@ from elastic_api.kube import (
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
     GROUP,
-    HELD_AFTER_WORKER_LOST_ANNOTATION,
     KUEUE_GROUP,
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
@@ -29,6 +28,7 @@ from elastic_api.names import (
     MANAGED_BY,
     PLURAL,
     REPLICATED_JOB_LABEL,
+    SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     VERSION,
     WORKER_REPLICATED_JOB,
@@ -50,10 +50,10 @@ _PLURALS = {"JobSet": "jobsets", "ServiceAccount": "serviceaccounts", "Role": "r
             "Secret": "secrets", "Event": "events"}
 
 
-def _with_operator_mark(patch: dict[str, Any], held: bool) -> dict[str, Any]:
+def _with_operator_mark(patch: dict[str, Any], suspended: bool) -> dict[str, Any]:
     """The merge patch, with the operator's mark set (suspended) or removed."""
     return {"metadata": {"annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION:
-                                         "true" if held else None}}, **patch}
+                                         "true" if suspended else None}}, **patch}
 
 
 def _worker_jobs(label_selector: str) -> str:
@@ -142,20 +142,20 @@ class Kube:
 
     # Lease requests take a short timeout: a renewal must fail in time to be retried
     # before the renew deadline, not hang past it. They are tried at the election's own
-    # period (hold=False): a Retry-After longer than the renew deadline, held, would
-    # give up the leadership to a standby that the same throttle holds back as well.
+    # period (back_off=False): a Retry-After longer than the renew deadline, waited out,
+    # would give up the leadership to a standby that the same throttle holds back as well.
 
     def get_lease(self, namespace: str, name: str, *, timeout_s: float = REQUEST_TIMEOUT_S
                   ) -> dict[str, Any] | None:
         return self.client.get_or_none(_lease_path(namespace, name), timeout_s=timeout_s,
-                                       hold=False)
+                                       back_off=False)
 
     def create_lease(self, namespace: str, lease: dict[str, Any], *,
                      timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         """Create the Lease; ApiError 409 if another replica created it first."""
         created: dict[str, Any] = self.client.create(
             resource_path(LEASE_API, "leases", namespace), lease, timeout_s=timeout_s,
-            fenced=False, hold=False)
+            fenced=False, back_off=False)
         return created
 
     def patch_lease(self, namespace: str, name: str, spec: dict[str, Any],
@@ -166,7 +166,7 @@ class Kube:
         patched: dict[str, Any] = self.client.patch(
             _lease_path(namespace, name),
             {"metadata": {"resourceVersion": resource_version}, "spec": spec},
-            timeout_s=timeout_s, fenced=False, hold=False)
+            timeout_s=timeout_s, fenced=False, back_off=False)
         return patched
 
     def list_worker_jobs(self, namespace: str | None, label_selector: str, *, limit: int,
@@ -246,14 +246,14 @@ class Kube:
         return patched
 
     def patch_workload_active(self, namespace: str, name: str, active: bool,
-                              held_after_worker_lost: str | None = None) -> dict[str, Any]:
+                              suspended_after_worker_lost: str | None = None) -> dict[str, Any]:
         """Set a Kueue Workload's spec.active (what `kueuectl stop|resume workload` does),
-        a deactivation marked as the operator's (and, `held_after_worker_lost`, as a hold
-        after that worker cluster was lost; a reactivation lifts both marks); the
-        Workload as patched."""
+        a deactivation marked as the operator's (and, `suspended_after_worker_lost`, as
+        suspended after that worker cluster was lost; a reactivation lifts both marks);
+        the Workload as patched."""
         patch = _with_operator_mark({"spec": {"active": active}}, not active)
-        patch["metadata"]["annotations"][HELD_AFTER_WORKER_LOST_ANNOTATION] = \
-            held_after_worker_lost if not active else None
+        patch["metadata"]["annotations"][SUSPENDED_AFTER_WORKER_LOST_ANNOTATION] = \
+            suspended_after_worker_lost if not active else None
         patched: dict[str, Any] = self.client.patch(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name), patch)
         return patched

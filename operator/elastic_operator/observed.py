@@ -20,7 +20,6 @@ from elastic_api.names import (
     APPLIED_SPEC_ANNOTATION,
     COMPLETION_INDEX_LABEL,
     CONTROLLER_UID_LABEL,
-    HELD_AFTER_WORKER_LOST_ANNOTATION,
     IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
     MAIN_CONTAINER,
@@ -30,6 +29,7 @@ from elastic_api.names import (
     QUARANTINED_AT_ANNOTATION,
     REPLICATED_JOB_LABEL,
     SCHEDULED_MAINTENANCE_LABEL,
+    SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     TPU_ACCELERATOR_LABEL,
     TPU_RESOURCE,
@@ -265,9 +265,9 @@ class ObservedWorkload:
     name: str
     active: bool = True  # spec.active (unset: active)
     suspended_by_operator: bool = False  # SUSPENDED_BY_OPERATOR_ANNOTATION
-    # HELD_AFTER_WORKER_LOST_ANNOTATION: deactivated by the operator after its worker
+    # SUSPENDED_AFTER_WORKER_LOST_ANNOTATION: deactivated by the operator after its worker
     # cluster (the value; "" if unknown) was lost, redispatch not allowed.
-    held_after_worker_lost: str | None = None
+    suspended_after_worker_lost: str | None = None
     queue_name: str | None = None  # spec.queueName (the LocalQueue)
     cluster_queue: str | None = None  # status.admission.clusterQueue, while it has quota
     # status.clusterName: the worker cluster MultiKueue dispatched it to (set once).
@@ -612,7 +612,7 @@ def _str_or_none(value: Any) -> str | None:
 def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
     meta = _dict(obj.get("metadata"))
     annotations = _dict(meta.get("annotations"))
-    held = annotations.get(HELD_AFTER_WORKER_LOST_ANNOTATION)
+    lost = annotations.get(SUSPENDED_AFTER_WORKER_LOST_ANNOTATION)
     spec = _dict(obj.get("spec"))
     status = _dict(obj.get("status"))
     conditions = tuple(
@@ -629,7 +629,7 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
         name=str(meta.get("name", "")),
         active=spec.get("active") is not False,
         suspended_by_operator=SUSPENDED_BY_OPERATOR_ANNOTATION in annotations,
-        held_after_worker_lost=held if isinstance(held, str) else None,
+        suspended_after_worker_lost=lost if isinstance(lost, str) else None,
         queue_name=_str_or_none(spec.get("queueName")),
         cluster_queue=_str_or_none(_dict(status.get("admission")).get("clusterQueue")),
         cluster_name=_str_or_none(status.get("clusterName")),

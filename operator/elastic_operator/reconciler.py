@@ -495,10 +495,10 @@ class Reconciler:
                 case SetWorkloadActive():
                     patched = self.kube.patch_workload_active(
                         action.namespace, action.workload, action.active,
-                        action.held_after_worker_lost)
+                        action.suspended_after_worker_lost)
                     logger.info("%s Workload %s/%s%s", "reactivated" if action.active
                                 else "deactivated", action.namespace, action.workload,
-                                "" if action.held_after_worker_lost is None else
+                                "" if action.suspended_after_worker_lost is None else
                                 " (its worker cluster was lost; redispatch not allowed)")
                     workload = workload_from_dict(patched)
                 case ReleaseEvictedWorkload():

@@ -3,7 +3,7 @@ scheduler, kwok, JobSet and Kueue v0.19.2; one operator per cluster): a job subm
 the manager cluster is dispatched by MultiKueue to the worker, whose operator runs it
 (JobSet, slice replacement); the manager's job shows the worker's status; deleting the
 job on the manager deletes the worker's copy and everything it owned; a worker lost past
-MultiKueue's workerLostTimeout holds the job on the manager until the user allows
+MultiKueue's workerLostTimeout suspends the job on the manager until the user allows
 running it elsewhere (spec.multiCluster.redispatch).
 
 Not in `make test`: two control planes and two Kueues take minutes to start on a loaded
@@ -24,7 +24,6 @@ from kubernetes import client
 from elastic_api.conditions import Phase
 from elastic_api.names import (
     GROUP,
-    HELD_AFTER_WORKER_LOST_ANNOTATION,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -37,6 +36,7 @@ from elastic_api.names import (
     MULTIKUEUE_CONTROLLER,
     MULTIKUEUE_ORIGIN_LABEL,
     PLURAL,
+    SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     VERSION,
     worker_pods_selector,
 )
@@ -360,7 +360,7 @@ def test_a_second_job_goes_to_the_other_worker_when_the_first_is_full(
 def test_a_job_whose_worker_is_lost_runs_elsewhere_only_once_the_user_allows_it(
         clusters: Clusters, queue: str) -> None:
     """The worker's API server down past MultiKueue's workerLostTimeout (60 s here): with
-    spec.multiCluster.redispatch unset (Never) the manager holds the job, saying why, and
+    spec.multiCluster.redispatch unset (Never) the manager suspends the job, saying why, and
     no copy stays on the other worker; set to OnWorkerLost, the job lands on the other worker
     and runs there."""
     manager, workers = clusters
@@ -375,22 +375,22 @@ def test_a_job_whose_worker_is_lost_runs_elsewhere_only_once_the_user_allows_it(
     stop_component(lost.cluster.dir, "kube-apiserver")
     try:
         # workerLostTimeout (60 s) from MultiKueue noticing, then Kueue's eviction.
-        held = wait("the manager's job held after its worker was lost",
-                    lambda: (s := status(manager, name)).get("phase") == Phase.SUSPENDED
-                    and _condition(s, "Admitted"),
-                    timeout=TIMEOUT + 60)
-        assert held["reason"] == "RedispatchNotAllowed", held
-        assert f"worker cluster {lost_name} was lost" in held["message"]
-        assert "spec.multiCluster.redispatch is Never" in held["message"]
+        suspended = wait("the manager's job suspended after its worker was lost",
+                         lambda: (s := status(manager, name)).get("phase") == Phase.SUSPENDED
+                         and _condition(s, "Admitted"),
+                         timeout=TIMEOUT + 60)
+        assert suspended["reason"] == "RedispatchNotAllowed", suspended
+        assert f"worker cluster {lost_name} was lost" in suspended["message"]
+        assert "spec.multiCluster.redispatch is Never" in suspended["message"]
         wl = manager.workload(wl_name)
         assert wl is not None and wl["spec"]["active"] is False
-        assert wl["metadata"]["annotations"][HELD_AFTER_WORKER_LOST_ANNOTATION] == lost_name
+        assert wl["metadata"]["annotations"][SUSPENDED_AFTER_WORKER_LOST_ANNOTATION] == lost_name
         # Kueue v0.19.2 nominates workers again as its eviction resets the MultiKueue
         # check, before the operator releases the quota: a copy may appear on the other
         # worker for a second (docs/operations.md, "Many clusters"); MultiKueue deletes
         # it once the quota is released. Then the Workload, inactive and without quota,
         # is neither readmitted nor dispatched.
-        wait("no copy on the other worker while the job is held",
+        wait("no copy on the other worker while the job is suspended",
              lambda: other.job(name) is None)
         wl = manager.workload(wl_name)
         assert wl is not None and wl["spec"]["active"] is False

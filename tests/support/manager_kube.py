@@ -6,7 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from elastic_api.names import HELD_AFTER_WORKER_LOST_ANNOTATION, SUSPENDED_BY_OPERATOR_ANNOTATION
+from elastic_api.names import (
+    SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+)
 from tests.support.stand_in_kube import StandInKube
 
 
@@ -70,14 +73,14 @@ class ManagerKube(StandInKube):
         return created
 
     def patch_workload_active(self, namespace: str, name: str, active: bool,
-                              held_after_worker_lost: str | None = None) -> dict[str, Any]:
+                              suspended_after_worker_lost: str | None = None) -> dict[str, Any]:
         self._call("patch_workload_active")
         assert self.workload is not None
         self.workload["spec"]["active"] = active
         annotations = self.workload["metadata"].setdefault("annotations", {})
         for key, value in ((SUSPENDED_BY_OPERATOR_ANNOTATION, None if active else "true"),
-                           (HELD_AFTER_WORKER_LOST_ANNOTATION,
-                            None if active else held_after_worker_lost)):
+                           (SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
+                            None if active else suspended_after_worker_lost)):
             if value is None:
                 annotations.pop(key, None)
             else:

@@ -111,31 +111,31 @@ def test_at_most_ten_retries(clock: Clock) -> None:
     assert len(api.sent) == 11
 
 
-def test_a_retry_after_too_long_to_wait_still_holds_the_next_request_there(
+def test_a_retry_after_too_long_to_wait_still_backs_off_the_next_request_there(
         clock: Clock) -> None:
     """APF answered Retry-After: 20 (its wait grows while a priority level keeps
     dropping requests): this request gives up at once, and the next one to the same
     path (the next Event, the next reconcile's status write) is not sent before the 20 s
     are over: it waits them out if it may wait so long, else fails unsent. Other paths
-    are not held; the soak's audit log caught an Event POST 14 ms after a 429."""
+    are not backed off; the soak's audit log caught an Event POST 14 ms after a 429."""
     api = ApiClient([Response(429, "20"), Response(201), Response(201), Response(201)])
     client = KubeClient(api)
     with pytest.raises(ApiError) as refused:
         client.request("POST", "/events", body={"n": 1})
     assert refused.value.status == 429 and len(api.sent) == 1 and clock.slept == []
-    with pytest.raises(ApiError) as held:
+    with pytest.raises(ApiError) as backed_off:
         client.request("POST", "/events", body={"n": 2}, timeout_s=15)
-    assert held.value.status == 429 and "not sent" in held.value.reason
+    assert backed_off.value.status == 429 and "not sent" in backed_off.value.reason
     assert len(api.sent) == 1
-    client.request("PATCH", "/status", body={})  # another path: not held
+    client.request("PATCH", "/status", body={})  # another path: not backed off
     clock.now += 10.0
     client.request("POST", "/events", body={"n": 3}, timeout_s=15)
     assert clock.slept == [pytest.approx(10.0)]  # the rest of the 20 s, then sent
     assert [b for _, b in api.sent] == [{"n": 1}, {}, {"n": 3}]
 
 
-def test_the_lease_is_not_held_by_an_earlier_retry_after(clock: Clock) -> None:
-    """A renewal goes at the election's period: held past the renew deadline, the
+def test_the_lease_does_not_back_off_for_an_earlier_retry_after(clock: Clock) -> None:
+    """A renewal goes at the election's period: backed off past the renew deadline, the
     leader would give up its Lease to a standby throttled just the same."""
     lease = b'{"metadata": {}}'
     api = ApiClient([Response(429, "30"), Response(200, data=lease)])

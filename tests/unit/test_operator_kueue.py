@@ -41,7 +41,7 @@ class KueueKube(StandInKube):
         return [copy.deepcopy(self.workload)] if self.workload is not None else []
 
     def patch_workload_active(self, namespace: str, name: str, active: bool,
-                              held_after_worker_lost: str | None = None) -> dict[str, Any]:
+                              suspended_after_worker_lost: str | None = None) -> dict[str, Any]:
         self._call("patch_workload_active")
         assert self.workload is not None
         self.workload_patches.append(active)

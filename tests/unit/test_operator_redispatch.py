@@ -1,5 +1,5 @@
 """spec.multiCluster.redispatch: a MultiKueue job whose worker cluster is lost (Kueue
-took it back after workerLostTimeout) is held on the manager unless the user allows
+took it back after workerLostTimeout) is suspended on the manager unless the user allows
 running it elsewhere: its Workload deactivated before its quota is released (so Kueue
 never readmits it), the status naming the cluster and the field; allowing it later
 reactivates the Workload. Validation: the field belongs to MultiKueue jobs."""
@@ -13,10 +13,10 @@ import pytest
 from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.names import (
-    HELD_AFTER_WORKER_LOST_ANNOTATION,
     KUEUE_QUEUE_NAME_LABEL,
     MULTIKUEUE_CONTROLLER,
     MULTIKUEUE_ORIGIN_LABEL,
+    SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
 from elastic_api.queueing import ADMITTED
@@ -78,12 +78,12 @@ def released(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def held_workload(job: ElasticTrainingJob, cluster: str = "worker-1") -> dict[str, Any]:
-    """Held by the operator, its quota released."""
+def suspended_workload(job: ElasticTrainingJob, cluster: str = "worker-1") -> dict[str, Any]:
+    """Suspended by the operator after the loss, its quota released."""
     obj = released(lost_workload(job))
     obj["spec"]["active"] = False
     obj["metadata"]["annotations"] = {SUSPENDED_BY_OPERATOR_ANNOTATION: "true",
-                                      HELD_AFTER_WORKER_LOST_ANNOTATION: cluster}
+                                      SUSPENDED_AFTER_WORKER_LOST_ANNOTATION: cluster}
     return obj
 
 
@@ -108,13 +108,13 @@ def test_while_unreachable_the_manager_records_the_cluster_and_says_what_follows
     assert status is not None and "dispatches the job again" in status.conditions[-1].message
 
 
-def test_a_lost_worker_holds_the_workload_before_its_quota_is_released() -> None:
+def test_a_lost_worker_suspends_the_workload_before_its_quota_is_released() -> None:
     job = mk_job()
     plan = plan_dispatch(job, [], workload_from_dict(lost_workload(job)), lost_status(),
                          at(121))
-    hold, release = plan.actions
-    assert hold == SetWorkloadActive("ml", workload_from_dict(lost_workload(job)).name,
-                                     active=False, held_after_worker_lost="worker-1")
+    suspend, release = plan.actions
+    assert suspend == SetWorkloadActive("ml", workload_from_dict(lost_workload(job)).name,
+                                     active=False, suspended_after_worker_lost="worker-1")
     assert isinstance(release, ReleaseEvictedWorkload)
 
 
@@ -129,7 +129,7 @@ def test_with_redispatch_allowed_the_quota_is_released_and_kueue_dispatches_agai
     'Workload evicted on worker cluster: "worker-1", resetting for re-admission. '
     'Previously: "Ready"',
     "Admitting remote no longer exists"])
-def test_an_eviction_the_worker_answered_for_is_no_partition_and_is_not_held(
+def test_an_eviction_the_worker_answered_for_is_no_partition_and_is_not_suspended(
         why: str) -> None:
     job = mk_job()
     evicted = retried_by_multikueue(dispatched_workload(job, at(10)), at(120), why)
@@ -138,7 +138,7 @@ def test_an_eviction_the_worker_answered_for_is_no_partition_and_is_not_held(
     assert isinstance(action, ReleaseEvictedWorkload)
 
 
-def test_a_hold_is_planned_even_after_the_quota_went_and_never_once_readmitted() -> None:
+def test_a_suspension_is_planned_even_after_the_quota_went_and_never_once_readmitted() -> None:
     job = mk_job()
     (action,) = plan_dispatch(job, [], workload_from_dict(released(lost_workload(job))),
                               lost_status(),
@@ -152,20 +152,21 @@ def test_a_hold_is_planned_even_after_the_quota_went_and_never_once_readmitted()
                          ElasticTrainingJobStatus(), at(201)).actions == ()
 
 
-def test_a_held_job_stays_held_until_the_user_allows_redispatch() -> None:
+def test_a_suspended_job_stays_suspended_until_the_user_allows_redispatch() -> None:
     never = mk_job()
-    held = workload_from_dict(held_workload(never))
-    assert plan_dispatch(never, [], held, lost_status(), at(130)).actions == ()
-    # Suspending and resuming it is no way around the hold.
-    assert plan_dispatch(mk_job(suspend=True), [], held, lost_status(), at(130)).actions == ()
+    suspended = workload_from_dict(suspended_workload(never))
+    assert plan_dispatch(never, [], suspended, lost_status(), at(130)).actions == ()
+    # spec.suspend set and cleared again is no way around it.
+    assert plan_dispatch(mk_job(suspend=True), [], suspended, lost_status(),
+                         at(130)).actions == ()
     allowed = mk_job("OnWorkerLost")
-    assert plan_dispatch(allowed, [], held, lost_status(), at(130)).actions == (
-        SetWorkloadActive("ml", held.name, active=True),)
+    assert plan_dispatch(allowed, [], suspended, lost_status(), at(130)).actions == (
+        SetWorkloadActive("ml", suspended.name, active=True),)
 
 
-def test_a_held_job_says_why_naming_the_cluster_and_the_field() -> None:
+def test_a_suspended_job_says_why_naming_the_cluster_and_the_field() -> None:
     job = mk_job()
-    status, events = dispatch_status(job, workload_from_dict(held_workload(job)),
+    status, events = dispatch_status(job, workload_from_dict(suspended_workload(job)),
                                      lost_status(), at(130))
     assert status is not None and status.phase == Phase.SUSPENDED
     admitted = next(c for c in status.conditions if c.type == ADMITTED)
@@ -182,18 +183,18 @@ def test_a_held_job_says_why_naming_the_cluster_and_the_field() -> None:
     assert [(e.reason, e.type) for e in events] == [(Reason.REDISPATCH_NOT_ALLOWED,
                                                      "Warning")]
     # Said once.
-    again, events = dispatch_status(job, workload_from_dict(held_workload(job)), status,
+    again, events = dispatch_status(job, workload_from_dict(suspended_workload(job)), status,
                                     at(160))
     assert again is not None and events == []
     assert next(c for c in again.conditions if c.type == ADMITTED).last_transition_time \
         == admitted.last_transition_time
     # A cluster the manager never learnt the name of.
-    unnamed, _ = dispatch_status(job, workload_from_dict(held_workload(job, "")),
+    unnamed, _ = dispatch_status(job, workload_from_dict(suspended_workload(job, "")),
                                  ElasticTrainingJobStatus(), at(130))
     assert unnamed is not None and "its worker cluster was lost" in unnamed.conditions[0].message
 
 
-def test_the_manager_reconcile_deactivates_before_it_releases_then_lifts_the_hold() -> None:
+def test_the_manager_reconcile_deactivates_before_it_releases_then_resumes_the_job() -> None:
     kube = ManagerKube(mk_raw())
     rec, _ = reconciler(kube)
     assert rec.reconcile("ml", "train")
@@ -209,14 +210,14 @@ def test_the_manager_reconcile_deactivates_before_it_releases_then_lifts_the_hol
     writes = [c for c in kube.calls if c.startswith("patch_workload")]
     assert writes == ["patch_workload_active", "patch_workload_status"]
     assert kube.workload["spec"]["active"] is False
-    assert kube.workload["metadata"]["annotations"][HELD_AFTER_WORKER_LOST_ANNOTATION] \
+    assert kube.workload["metadata"]["annotations"][SUSPENDED_AFTER_WORKER_LOST_ANNOTATION] \
         == "worker-1"
     assert condition(kube.workload["status"], "QuotaReserved")["status"] == "False"
     status = kube.job["status"]
     assert status["phase"] == Phase.SUSPENDED
     assert condition(status, ADMITTED)["reason"] == Reason.REDISPATCH_NOT_ALLOWED
     assert kube.events[-1].reason == Reason.REDISPATCH_NOT_ALLOWED
-    # Nothing more while held (once the outbox of that write is cleared).
+    # Nothing more while suspended (once the outbox of that write is cleared).
     assert rec.reconcile("ml", "train")
     kube.calls.clear()
     assert rec.reconcile("ml", "train")

@@ -190,14 +190,15 @@ class KubeClient:
     def request(
         self, method: str, path: str, *, body: Any = None,
         query: dict[str, str] | None = None, content_type: str | None = None,
-        timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True, hold: bool = True,
+        timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True, back_off: bool = True,
     ) -> Any:
         """One request; a 429 (or a 5xx) that says Retry-After is sent again after that
         wait, as client-go does, while the wait fits in `timeout_s` (the server did not
         act on it: API Priority and Fairness rejected it, or storage was not ready). A
-        Retry-After longer than that still holds: no request of this method to this path
-        is sent before it ends (`hold`; one that cannot wait so long fails unsent), so
-        the next reconcile or the next Event does not knock again at once. A write
+        Retry-After longer than that still counts: the client backs off each (method,
+        path) for its Retry-After (`back_off`): no request of this method to this path is
+        sent before it ends (one that cannot wait so long fails unsent), so the next
+        reconcile or the next Event does not knock again at once. A write
         (`fenced`: all but the operator's Lease's) raises NotLeading, unsent, unless
         `may_write()`, asked before each try."""
         headers = {"Accept": "application/json"}
@@ -208,7 +209,7 @@ class KubeClient:
             body=body, auth_settings=["BearerToken"],
         )
         deadline = time.monotonic() + timeout_s
-        if hold:
+        if back_off:
             self._wait_out_retry_after(method, path, deadline)
         for attempt in range(MAX_RETRY_AFTER_RETRIES + 1):
             if fenced and method != "GET" and not self.may_write():
@@ -248,14 +249,14 @@ class KubeClient:
     # --- reads ---
 
     def get(self, path: str, *, query: dict[str, str] | None = None,
-            timeout_s: float = REQUEST_TIMEOUT_S, hold: bool = True) -> Any:
-        return self.request("GET", path, query=query, timeout_s=timeout_s, hold=hold)
+            timeout_s: float = REQUEST_TIMEOUT_S, back_off: bool = True) -> Any:
+        return self.request("GET", path, query=query, timeout_s=timeout_s, back_off=back_off)
 
     def get_or_none(self, path: str, *, timeout_s: float = REQUEST_TIMEOUT_S,
-                    hold: bool = True) -> dict[str, Any] | None:
+                    back_off: bool = True) -> dict[str, Any] | None:
         """The object, or None if the API server answers 404."""
         try:
-            result: dict[str, Any] = self.get(path, timeout_s=timeout_s, hold=hold)
+            result: dict[str, Any] = self.get(path, timeout_s=timeout_s, back_off=back_off)
             return result
         except ApiError as e:
             if e.status == 404:
@@ -319,19 +320,19 @@ class KubeClient:
 
     def create(self, path: str, body: dict[str, Any], *,
                timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
-               hold: bool = True) -> Any:
+               back_off: bool = True) -> Any:
         """POST `body` to the collection at `path`; the object as stored."""
         return self.request("POST", path, body=body, timeout_s=timeout_s, fenced=fenced,
-                            hold=hold)
+                            back_off=back_off)
 
     def patch(self, path: str, body: Any, *, patch_type: str = "merge",
               query: dict[str, str] | None = None,
               timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
-              hold: bool = True) -> Any:
+              back_off: bool = True) -> Any:
         """A JSON merge patch (RFC 7386; "merge"), a JSON patch (RFC 6902; "json") or a
         server-side apply ("apply"; `query` names its fieldManager)."""
         return self.request("PATCH", path, body=body, content_type=PATCH_TYPES[patch_type],
-                            query=query, timeout_s=timeout_s, fenced=fenced, hold=hold)
+                            query=query, timeout_s=timeout_s, fenced=fenced, back_off=back_off)
 
     def delete(self, path: str, options: dict[str, Any], *,
                timeout_s: float = REQUEST_TIMEOUT_S) -> Any:

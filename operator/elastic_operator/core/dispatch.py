@@ -16,9 +16,9 @@ When it stays unreachable past MultiKueue's workerLostTimeout, Kueue takes the j
 (the Workload evicted, reason AdmissionCheck) and would dispatch it again. That cluster
 may still be running it (a partition, not a loss), and two copies would write the same
 checkpoint directory: so unless spec.multiCluster.redispatch is OnWorkerLost, the
-operator holds it (core/plan.py `hold_actions`: the Workload deactivated before its quota
-is released) and says so (`held_status`, phase Suspended, reason RedispatchNotAllowed);
-setting OnWorkerLost lifts the hold. Pure.
+operator suspends it (core/plan.py `suspend_after_loss_actions`: the Workload deactivated
+before its quota is released) and says so (`suspended_after_loss_status`, phase Suspended,
+reason RedispatchNotAllowed); setting OnWorkerLost resumes it. Pure.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from elastic_operator.core.admission import decide_admission
 from elastic_operator.core.conditions import ConditionSetter, get_condition
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.failure import is_terminal
-from elastic_operator.core.redispatch import held, redispatch_allowed
+from elastic_operator.core.redispatch import redispatch_allowed, suspended_after_loss
 from elastic_operator.core.text import iso
 from elastic_operator.observed import ObservedWorkerCluster, ObservedWorkload
 
@@ -54,8 +54,8 @@ def dispatch_status(job: ElasticTrainingJob, workload: ObservedWorkload | None,
     writes it)."""
     if workload is None or dispatched(workload, previous):
         return None, []
-    if held(workload):
-        return held_status(job, workload, previous, now)
+    if suspended_after_loss(workload):
+        return suspended_after_loss_status(job, workload, previous, now)
     setter = ConditionSetter(previous.conditions, now, job.metadata.generation)
     admission = decide_admission(setter, job, None, workload, previous, terminal=False)
     assert admission.condition is not None  # a Workload: queued
@@ -106,7 +106,8 @@ def worker_lost_status(job: ElasticTrainingJob, workload: ObservedWorkload | Non
             if c.type not in (ConditionType.READY, ConditionType.WORKER_CLUSTER_REACHABLE)]
     reachable = setter.false(ConditionType.WORKER_CLUSTER_REACHABLE,
                              Reason.WORKER_CLUSTER_LOST, message)
-    # The cluster's name, for a hold after it is lost (Kueue forgets it at the eviction).
+    # The cluster's name, for the suspension after it is lost (Kueue forgets it at the
+    # eviction).
     admission = (previous.admission or AdmissionStatus()).model_copy(
         update={"worker_cluster": name})
     status = previous.model_copy(update={"conditions": [ready, *kept, reachable],
@@ -115,14 +116,14 @@ def worker_lost_status(job: ElasticTrainingJob, workload: ObservedWorkload | Non
                                 message=message)]
 
 
-def held_status(job: ElasticTrainingJob, workload: ObservedWorkload,
-                previous: ElasticTrainingJobStatus, now: datetime,
-                ) -> tuple[ElasticTrainingJobStatus, list[StatusEvent]]:
-    """The status of a job held after its worker cluster was lost: phase Suspended,
+def suspended_after_loss_status(job: ElasticTrainingJob, workload: ObservedWorkload,
+                                previous: ElasticTrainingJobStatus, now: datetime,
+                                ) -> tuple[ElasticTrainingJobStatus, list[StatusEvent]]:
+    """The status of a job suspended after its worker cluster was lost: phase Suspended,
     Ready and Admitted False (RedispatchNotAllowed, naming the cluster and the field),
     WorkerClusterReachable False; the rest (checkpoint, counters, training) the worker's
-    last. A Warning Event when the hold begins."""
-    cluster = workload.held_after_worker_lost or None
+    last. A Warning Event when the suspension begins."""
+    cluster = workload.suspended_after_worker_lost or None
     name = f"worker cluster {cluster}" if cluster else "its worker cluster"
     why = (f"{name} was lost (unreachable for MultiKueue's workerLostTimeout) and Kueue "
            "took the job back; it is not dispatched again since "

@@ -58,13 +58,13 @@ class SetWorkloadActive:
     """Apply spec.suspend to a JobSet Kueue manages: deactivate its Workload (Kueue then
     evicts it, suspends the JobSet and frees the quota), marked as the operator's, or
     reactivate one the operator deactivated (it queues again). On a MultiKueue job's
-    Workload, also the hold after its worker cluster was lost
-    (`held_after_worker_lost`: that cluster's name, "" if unknown; core/dispatch.py)."""
+    Workload, also its suspension after its worker cluster was lost
+    (`suspended_after_worker_lost`: that cluster's name, "" if unknown; core/dispatch.py)."""
 
     namespace: str
     workload: str
     active: bool
-    held_after_worker_lost: str | None = None
+    suspended_after_worker_lost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -273,25 +273,25 @@ def workload_suspend_actions(job: ElasticTrainingJob,
     if job.spec.suspend and workload.active:
         return [SetWorkloadActive(namespace, workload.name, active=False)]
     if not job.spec.suspend and not workload.active and workload.suspended_by_operator:
-        if workload.held_after_worker_lost is not None and not redispatch_allowed(job):
-            return []  # held until the user allows it (core/dispatch.py)
+        if workload.suspended_after_worker_lost is not None and not redispatch_allowed(job):
+            return []  # suspended until the user allows it (core/dispatch.py)
         return [SetWorkloadActive(namespace, workload.name, active=True)]
     return []
 
 
-def hold_actions(job: ElasticTrainingJob, workload: ObservedWorkload,
-                 previous: ElasticTrainingJobStatus) -> list[Action]:
+def suspend_after_loss_actions(job: ElasticTrainingJob, workload: ObservedWorkload,
+                               previous: ElasticTrainingJobStatus) -> list[Action]:
     """A MultiKueue job whose worker cluster was lost, and may not run elsewhere: its
-    Workload deactivated (marked as a hold, naming the cluster) while Kueue has not
-    readmitted it. Planned before the quota release (release_after_eviction), in the
-    same plan: Kueue requeues a Workload once its quota is free, and an inactive one it
-    never readmits."""
+    Workload deactivated (marked as suspended after the loss, naming the cluster) while
+    Kueue has not readmitted it. Planned before the quota release
+    (release_after_eviction), in the same plan: Kueue requeues a Workload once its quota
+    is free, and an inactive one it never readmits."""
     if redispatch_allowed(job) or job.spec.suspend or not workload.active \
             or not evicted_for_lost_worker(workload):
         return []
     cluster = previous.admission.worker_cluster if previous.admission is not None else None
     return [SetWorkloadActive(job.metadata.namespace or "", workload.name, active=False,
-                              held_after_worker_lost=cluster or "")]
+                              suspended_after_worker_lost=cluster or "")]
 
 
 def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
@@ -302,12 +302,12 @@ def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
     pods are Ready when the worker's status says so (core/dispatch.py). A Workload that
     existed (the status names it) and is gone is not recreated: that would run the job
     again, from the start of its queue. A Workload taken back because its worker cluster
-    was lost is held (deactivated) unless spec.multiCluster.redispatch allows running it
+    was lost is suspended (deactivated) unless spec.multiCluster.redispatch allows running it
     elsewhere, and reactivated once it does."""
     if workload is not None:
-        # The hold first: the release frees the quota Kueue would readmit it with.
+        # The suspension first: the release frees the quota Kueue would readmit it with.
         actions = workload_suspend_actions(job, workload) or \
-            hold_actions(job, workload, previous)
+            suspend_after_loss_actions(job, workload, previous)
         release = release_after_eviction(workload, now)
         if release is not None:
             actions.append(ReleaseEvictedWorkload(job.metadata.namespace or "", workload.name,

@@ -1,6 +1,7 @@
 """Whether a MultiKueue job whose worker cluster was lost may run elsewhere
 (spec.multiCluster.redispatch), as the manager cluster's operator reads Kueue's Workload:
-the rule core/plan.py (`hold_actions`) and core/dispatch.py (`held_status`) share. Pure.
+the rule core/plan.py (`suspend_after_loss_actions`) and core/dispatch.py
+(`suspended_after_loss_status`) share. Pure.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def evicted_for_lost_worker(workload: ObservedWorkload) -> bool:
         and WORKER_LOST_MESSAGE in evicted.message
 
 
-def held(workload: ObservedWorkload | None) -> bool:
-    """The operator holds the Workload after its worker cluster was lost."""
+def suspended_after_loss(workload: ObservedWorkload | None) -> bool:
+    """The operator suspended the job (deactivated its Workload) after its worker
+    cluster was lost."""
     return workload is not None and not workload.active \
-        and workload.held_after_worker_lost is not None
+        and workload.suspended_after_worker_lost is not None
