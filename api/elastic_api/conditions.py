@@ -118,6 +118,11 @@ class Reason:
     TOPOLOGY_LEVEL_NOT_FOUND: Final = "TopologyLevelNotFound"
     NOT_QUEUED: Final = "NotQueued"
     NO_NODES: Final = "NoNodes"
+    # Silent failures (issue 32): a slice whose part of a step never returns or runs slow
+    # while its pods stay Ready, blamed by the trainer's watchdog or the operator's own
+    # progress tracking (status.slices[].reason; status.training.sliceReplacement.reason).
+    SLICE_HUNG: Final = "SliceHung"
+    SLICE_SLOW: Final = "SliceSlow"
     # Pool quarantines (status.pools[].quarantined; the node label's value), with
     # NODE_NOT_READY and MAINTENANCE: the evidence against the pool (core/blame.py).
     DEVICE_UNHEALTHY: Final = "DeviceUnhealthy"  # TPU chips unhealthy, or refused a pod

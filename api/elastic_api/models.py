@@ -932,6 +932,40 @@ class CadenceReport(StatusModel):
                                          "chosen within.")
 
 
+class StallReport(StatusModel):
+    """The trainer's watchdog (docs/trainer.md, "Watchdog"): the step in flight has run
+    past the deadline learned from the run's own step times. Absent while steps complete."""
+
+    step: Count = Field(description="The step that has not completed (the last completed + 1).")
+    phase: Literal["Step", "FirstStep", "Checkpoint", "Restore"] = Field(
+        description="What was in flight: a step, the first step after a compile or resize, "
+        "a checkpoint save or a restore (each has its own, longer deadline).")
+    started_at: datetime = Field(description="When that step (or save, or restore) started.")
+    detected_at: datetime
+    deadline_seconds: float = Field(ge=0, description="The deadline it ran past.")
+    suspect_slices: list[Count] = Field(
+        default_factory=list,
+        description="Slices the evidence blames; empty: nothing could be blamed (the "
+        "operator restarts the trainer after its own progress deadline).")
+    evidence: str | None = Field(
+        None, max_length=512,
+        description="What the blame rests on, e.g. slice 2's part of step 53 did not finish "
+        "while slices 0, 1 and 3 finished theirs in 0.11 s.")
+
+
+class SliceReplacementRequest(StatusModel):
+    """The trainer asks the operator to replace slices its own evidence blames, whose pods
+    stay Ready (a hung or slow slice): the operator recreates each one's worker Job once
+    per (processId, id), counted as a slice failure."""
+
+    id: Count = Field(description="1 for the process's first request, then 2, 3, ...")
+    slices: list[Count] = Field(min_length=1)
+    # A string, not an enum: a newer trainer may give a reason this schema does not know.
+    reason: str = Field(max_length=64, description="SliceHung or SliceSlow.")
+    requested_at: datetime
+    message: str | None = Field(None, max_length=512)
+
+
 class TrainingReport(StatusModel):
     """Written by the trainer through the status subresource; read by the operator."""
 
@@ -959,6 +993,10 @@ class TrainingReport(StatusModel):
     goodput: TrainerGoodput | None = None
     snapshot_cadence: CadenceReport | None = None
     checkpoint_cadence: CadenceReport | None = None
+    stall: StallReport | None = Field(
+        None, description="Set while the step in flight is past the watchdog's deadline.")
+    slice_replacement: SliceReplacementRequest | None = Field(
+        None, description="The trainer's newest request to replace slices it blames.")
 
 
 # Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the
