@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
 	@echo "Installing Python dependencies (pinned in constraints.txt; a few minutes the first time)..."
-	$(VENV)/bin/pip install --quiet --progress-bar off -c constraints.txt -e ".[operator,trainer,devtools,dev]"
+	$(VENV)/bin/pip install --quiet --progress-bar off -c constraints.txt -e ".[operator,trainer,cli,devtools,dev]"
 	@touch $@
 
 venv: $(STAMP)
@@ -39,7 +39,7 @@ cluster-binaries-core:
 	@hack/build-control-plane.sh core
 
 lint: venv
-	$(VENV)/bin/ruff check api operator trainer devtools tests bench hack
+	$(VENV)/bin/ruff check api operator trainer kubectl devtools tests bench hack
 	$(VENV)/bin/mypy
 
 test: venv cluster-binaries prometheus lint
