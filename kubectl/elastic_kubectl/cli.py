@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,7 +102,7 @@ class Session:
         job = read_job(self.obj)
         access = [a for a in (self.reader.access.events if self.command == "timeline"
                               else None, self.reader.access.nodes) if a]
-        return Job(**{**job.__dict__, "notes": [*job.notes, *access]})
+        return replace(job, notes=[*job.notes, *access])
 
 
 def views() -> dict[str, Callable[[Session, datetime], tuple[list[str], dict[str, Any]]]]:
