@@ -84,6 +84,7 @@ class Session:
     nodes: list[dict[str, Any]] | None = None
     samples: dict[str, tuple[float, float]] = field(default_factory=dict)
     drawn_at: float | None = None  # when a watch last drew the picture (monotonic)
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     def refresh(self, obj: dict[str, Any] | None) -> None:
         """A new version of the job (None: a quiet round; the Events may have come)."""
@@ -149,7 +150,7 @@ def draw(session: Session, now: datetime) -> None:
 
 def show(session: Session, out: Any, last: str | None) -> str:
     """Print the view if it changed; the text printed."""
-    now = datetime.now(UTC)
+    now = session.clock()
     lines, data = views()[session.command](session, now)
     if getattr(session.args, "output", None) == "json":
         text = json.dumps(data, indent=None if session.args.watch else 2, sort_keys=True)
@@ -169,7 +170,8 @@ def show(session: Session, out: Any, last: str | None) -> str:
     return text
 
 
-def run(args: argparse.Namespace, out: Any = None) -> int:
+def run(args: argparse.Namespace, out: Any = None,
+        clock: Callable[[], datetime] | None = None) -> int:
     out = out or sys.stdout
     for key, default in (("namespace", None), ("context", None), ("kubeconfig", None),
                          ("output", None), ("watch", False)):
@@ -178,6 +180,8 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
     namespace = args.namespace or default_namespace(args.kubeconfig, args.context)
     reader = Reader(connect(args.kubeconfig, args.context), namespace)
     session = Session(args.command, reader, args)
+    if clock is not None:
+        session.clock = clock
     session.refresh(reader.job(args.job))
     last = show(session, out, None)
     if getattr(args, "png", None) and not args.watch:
@@ -191,7 +195,7 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
     except KeyboardInterrupt:
         pass
     if getattr(args, "png", None):
-        draw(session, datetime.now(UTC))
+        draw(session, session.clock())
         print(f"wrote {args.png}", file=sys.stderr)
     return 0
 

@@ -14,9 +14,10 @@ import pytest
 from elastic_api.kube import ApiError
 from elastic_kubectl import cli
 from elastic_kubectl.reader import PluginError, Reader
-from tests.kubectl_builders import demo_events, pools_nodes, recovered_job
+from tests.kubectl_builders import at, demo_events, pools_nodes, recovered_job
 
 ROOT = Path(__file__).resolve().parents[2]
+NOW = at(310)
 
 
 def status_body(code: int, reason: str, message: str, **details: Any) -> str:
@@ -57,7 +58,7 @@ def run(argv: list[str], api: StandInApi, monkeypatch: pytest.MonkeyPatch) -> tu
     out = io.StringIO()
     args = cli.build_parser().parse_args(argv)
     try:
-        return cli.run(args, out), out.getvalue()
+        return cli.run(args, out, clock=lambda: NOW), out.getvalue()
     except PluginError as e:
         return 1, str(e)
 
@@ -155,3 +156,41 @@ def test_reader_degrades_on_events_only_for_access(monkeypatch: pytest.MonkeyPat
     reader = Reader(StandInApi({EVENTS_PATH: broken}), "etj-demo")  # type: ignore[arg-type]
     with pytest.raises(PluginError, match="listing the job's Events failed"):
         reader.events(recovered_job())
+
+
+class WatchedApi(StandInApi):
+    """One watch round brings a newer version of the job (the trainer at step 260);
+    the next one is the user's Ctrl-C."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        super().__init__(answers)
+        self.rounds = 0
+        self.watched: list[tuple[str, str, str | None]] = []
+
+    def watch(self, path: str, version: str, timeout_s: int, *,
+              field_selector: str | None = None, **_: Any) -> Any:
+        self.rounds += 1
+        self.watched.append((path, version, field_selector))
+        if self.rounds > 1:
+            raise KeyboardInterrupt
+        newer = recovered_job()
+        newer["metadata"]["resourceVersion"] = "43"
+        newer["status"]["training"] |= {"step": 260, "observedAt": "2026-12-01T10:05:06Z"}
+        yield {"type": "MODIFIED", "object": newer}
+
+
+def test_a_watch_shows_each_change_and_draws_the_picture_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    api = WatchedApi({JOB_PATH: recovered_job(), EVENTS_PATH: {"items": demo_events()}})
+    png = tmp_path / "live.png"
+    rc, out = run(["timeline", "demo", "-n", "etj-demo", "-w", "--png", str(png)], api,
+                  monkeypatch)
+    assert rc == 0 and png.stat().st_size > 20_000
+    assert api.watched[0] == ("/apis/elastic.pathways.dev/v1alpha1/namespaces/etj-demo/"
+                              "elastictrainingjobs", "42", "metadata.name=demo")
+    # The new version changed nothing the timeline shows (at the same time): not repeated.
+    assert out.count("demo (etj-demo): 10:00:00 to 10:05:10") == 1
+    api = WatchedApi({JOB_PATH: recovered_job()})
+    rc, out = run(["status", "demo", "-n", "etj-demo", "-w", "-o", "json"], api, monkeypatch)
+    steps = [json.loads(line)["step"] for line in out.splitlines()]
+    assert rc == 0 and steps[:2] == [250, 260]
