@@ -42,6 +42,7 @@ KINDS = {
     CHECKPOINT: (Reason.CHECKPOINT_REQUESTED, Reason.CHECKPOINT_ACKNOWLEDGED,
                  Reason.CHECKPOINT_REQUEST_TIMED_OUT, Reason.MAINTENANCE_SCHEDULED),
 }
+_ORDER = (OTHER, FAILURE, STALL, EVICTION, REPLACEMENT, CHECKPOINT, RECOVERY)
 _KIND_OF = {reason: kind for kind, reasons in KINDS.items() for reason in reasons}
 # The operator's Event messages about one slice begin with it ("slice 2 is down: ...").
 _SLICE = re.compile(r"^slice (\d+)\b")
@@ -104,7 +105,8 @@ def moments(job: Job, events: Iterable[dict[str, Any]], since: datetime | None =
     """Every moment of the job's history (oldest first), from `since` on."""
     found = [m for e in of_job(job, events) if (m := _from_event(e)) is not None]
     found += _from_status(job)
-    found.sort(key=lambda m: (m.at, m.source != "Event"))
+    # Events have one-second times: within one second, the failure before what it caused.
+    found.sort(key=lambda m: (m.at, _ORDER.index(m.kind), m.source != "Event"))
     return [m for m in found if since is None or m.at >= since]
 
 
@@ -163,21 +165,25 @@ def _from_status(job: Job) -> list[Moment]:
 def lanes(job: Job, found: Sequence[Moment], start: datetime, now: datetime
           ) -> dict[int, list[Segment]]:
     """Each slice's states from `start` to `now`: the Events' transitions, then the
-    status's present state. Before a slice's first transition it is in the state that
-    transition left (a slice goes Down from Ready), or its present one."""
+    status's present state. A slice whose first transition is a failure was Ready before
+    it, from when the job's other slices became Ready (no Event says when it did)."""
     count = max([job.num_slices, *(s.index + 1 for s in job.status.slices)])
     current = {s.index: s for s in job.status.slices}
+    changes = {i: [(m.at, _LANE_STATE[m.reason]) for m in found
+                   if m.slice == i and m.reason in _LANE_STATE and m.source == "Event"]
+               for i in range(count)}
+    became_ready = [s.last_transition_time for s in job.status.slices
+                    if s.state == "Ready" and s.last_transition_time and not changes[s.index]]
     out: dict[int, list[Segment]] = {}
     for index in range(count):
-        changes = [(m.at, _LANE_STATE[m.reason]) for m in found
-                   if m.slice == index and m.reason in _LANE_STATE and m.source == "Event"]
+        mine = changes[index]
         now_state = current[index].state if index in current else "Pending"
         since = current[index].last_transition_time if index in current else None
-        if since is not None and (not changes or since > changes[-1][0]):
-            changes.append((since, now_state))
-        first = "Ready" if changes and changes[0][1] == "Down" else \
-            ("Pending" if changes else now_state)
-        out[index] = _segments(first, changes, start, now)
+        if since is not None and (not mine or since > mine[-1][0]):
+            mine.append((since, now_state))
+        if mine and mine[0][1] != "Ready" and became_ready and min(became_ready) < mine[0][0]:
+            mine.insert(0, (min(became_ready), "Ready"))
+        out[index] = _segments("Pending" if mine else now_state, mine, start, now)
     return out
 
 
@@ -189,7 +195,7 @@ def _segments(first: str, changes: list[tuple[datetime, str]], start: datetime,
         when = min(max(when, start), now)
         if new == state:
             continue
-        if when > at:
+        if when > at or state == "Down":  # an outage shorter than an Event's second shows
             segments.append(Segment(at, when, state))
         state, at = new, when
     if now > at:

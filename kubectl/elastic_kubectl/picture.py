@@ -135,8 +135,10 @@ def draw_timeline(
                              else None)
     ax = axes[0][0]
     xs = [t - t0 for _, t in step_times]
-    ax.plot(xs, [s for s, _ in step_times], ".", markersize=2.5, color="#1f5fa8",
-            label="completed step")
+    # A line through the points: a watch sees a step per trainer report (every few
+    # seconds), a rewind shows as the line dropping back.
+    ax.plot(xs, [s for s, _ in step_times], ".-", markersize=4 if len(xs) < 200 else 2.5,
+            linewidth=0.8, color="#1f5fa8", label="completed step")
     if not step_times:
         ax.text(0.5, 0.5, "no step history: `kubectl etj timeline -w --png` records it",
                 transform=ax.transAxes, ha="center", va="center", color="#777777")

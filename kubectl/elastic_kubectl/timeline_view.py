@@ -44,7 +44,7 @@ def lane_text(segments: Sequence[Segment], start: datetime, now: datetime,
     for col in range(width):
         lo = start + timedelta(seconds=span * col / width)
         hi = start + timedelta(seconds=span * (col + 1) / width)
-        held = {s.state for s in segments if s.start < hi and s.end > lo}
+        held = {s.state for s in segments if s.start < hi and (s.end > lo or s.start >= lo)}
         state = next((p for p in _PRECEDENCE if p in held), None)
         out.append(LANE_CHARS.get(state, " ") if state else " ")
     return "".join(out)

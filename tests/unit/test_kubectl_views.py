@@ -18,6 +18,7 @@ from elastic_kubectl.timeline_view import lane_text
 from tests.kubectl_builders import (
     at,
     demo_events,
+    event,
     job,
     pools_nodes,
     queued_job,
@@ -125,6 +126,7 @@ def test_the_text_timeline_fits_80_columns_with_a_lane_per_slice() -> None:
     assert lane2.startswith("slice 2   |") and lane2.endswith("|") and len(lane2) == 80
     assert "X" in lane2 and "~" in lane2 and lane2.index("X") < lane2.index("~")
     assert lines[1].startswith("slice 0   |.....====")  # Pending until Ready at 20 s
+    assert lines[3].startswith("slice 2   |.....====")
     text = "\n".join(lines)
     assert "10:03:14   +194s failure     SliceDown: slice 2 is down" in text
     assert "[trainer] TrainingResumed: training resumed from" in text
@@ -147,8 +149,9 @@ def test_lanes_follow_the_events_then_the_status() -> None:
     found = moments(j, demo_events())
     states = [(s.state, (s.start - at(0)).total_seconds())
               for s in lanes(j, found, at(0), NOW)[2]]
-    assert states == [("Ready", 0.0), ("Down", 194.2), ("Restarting", 194.6),
-                      ("Ready", 204.4)]
+    # Ready from when the other slices became Ready (no Event tells it of slice 2).
+    assert states == [("Pending", 0.0), ("Ready", 20.0), ("Down", 194.2),
+                      ("Restarting", 194.6), ("Ready", 204.4)]
     # A short outage stays visible in a column that is mostly Ready.
     assert lane_text(lanes(j, found, at(0), NOW)[2], at(0), NOW, width=10).count("X") == 1
 
@@ -251,3 +254,17 @@ def test_event_numbers_of_close_lines_never_share_a_height() -> None:
     # A host dies, the operator and the trainer react within a second; resumed later.
     assert label_levels([30.0, 30.2, 30.9, 36.0, 40.0], span=100) == [0, 1, 2, 0, 0]
     assert label_levels([], span=10) == []
+
+
+def test_events_of_one_second_keep_their_order_and_a_short_outage_shows() -> None:
+    """The operator's Events of one failure share a second: SliceDown comes first, and
+    its lane keeps the Down it had (for less than a second) visible."""
+    events = [event("SliceReplacing", 194, "slice 2 failed on node pool p", "Warning"),
+              event("SliceDown", 194, "slice 2 is down: host 0", "Warning"),
+              event("SliceReplaced", 204, "slice 2 replaced and Ready")]
+    j = read_job(recovered_job())
+    found = moments(j, events)
+    assert [m.reason for m in found if m.slice == 2] == ["SliceDown", "SliceReplacing",
+                                                        "SliceReplaced"]
+    lane = lane_text(lanes(j, found, at(0), NOW)[2], at(0), NOW)
+    assert "X~" in lane
