@@ -112,9 +112,9 @@ def render_status(job: Job, now: datetime) -> list[str]:
     desired = st.slices_desired or job.num_slices
     step = "-" if report is None else str(report.step) + (
         f"/{report.total_steps}" if report.total_steps else "")
-    lines = [f"{job.name} ({job.namespace})  phase {st.phase or 'unknown'}  "
-             f"slices {st.slices_ready if st.slices_ready is not None else '?'}/{desired} "
-             f"Ready  step {step}"]
+    lines = wrap(f"{job.name} ({job.namespace})  phase {st.phase or 'unknown'}  "
+                 f"slices {st.slices_ready if st.slices_ready is not None else '?'}/{desired} "
+                 f"Ready  step {step}")
     rows, details = [], []
     for s in sorted(st.slices, key=lambda s: s.index):
         reason, cause, at = _last_failure(s, now)

@@ -55,8 +55,8 @@ def render_timeline(job: Job, events: Sequence[dict[str, Any]], now: datetime,
     start = window(job, now, since)
     found = moments(job, events)
     shown = [m for m in found if m.at >= start]
-    lines = [f"{job.name} ({job.namespace}): {clock(start)} to {clock(now)} UTC "
-             f"({duration((now - start).total_seconds())}), {len(shown)} moments"]
+    lines = wrap(f"{job.name} ({job.namespace}): {clock(start)} to {clock(now)} UTC "
+                 f"({duration((now - start).total_seconds())}), {len(shown)} moments")
     for index, segments in lanes(job, found, start, now).items():
         lines.append(f"slice {index:<3} |{lane_text(segments, start, now)}|")
     left, right = clock(start), clock(now)

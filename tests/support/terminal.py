@@ -20,9 +20,11 @@ class Terminal:
         self.socket = str(work / f"tmux-{uuid.uuid4().hex[:8]}.sock")
         self.width, self.height = width, height
         self.count = 0
+        # The environment on the shell's command line: tmux's own (-e, the global one)
+        # does not reach a session's first process on every tmux version.
         self._run("new-session", "-d", "-s", "etj", "-x", str(width), "-y", str(height),
-                  *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
-                  "env", "PS1=$ ", "bash", "--noprofile", "--norc")
+                  "env", *[f"{k}={v}" for k, v in env.items()], "PS1=$ ", "bash",
+                  "--noprofile", "--norc")
         self._run("set-option", "-t", "etj", "history-limit", "5000")
 
     def _run(self, *args: str) -> str:

@@ -268,3 +268,13 @@ def test_events_of_one_second_keep_their_order_and_a_short_outage_shows() -> Non
                                                         "SliceReplaced"]
     lane = lane_text(lanes(j, found, at(0), NOW)[2], at(0), NOW)
     assert "X~" in lane
+
+
+def test_long_names_wrap_the_headers_inside_80_columns() -> None:
+    obj = recovered_job("a-job-with-a-name-long-enough")
+    obj["metadata"]["namespace"] = "a-namespace-of-a-team-with-a-long-name-too"
+    j = read_job(obj)
+    fits(status_view.render_status(j, NOW))
+    fits(timeline_view.render_timeline(j, demo_events(), NOW))
+    fits(why_view.render_why(j, why_view.findings(j, pools_nodes(), NOW), NOW))
+    fits(goodput_view.render_goodput(j, NOW))
