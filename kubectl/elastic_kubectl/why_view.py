@@ -237,7 +237,7 @@ def _recovering(job: Job) -> list[Finding]:
     cond = job.condition(ConditionType.RECOVERING)
     if cond is None or cond.status != "True":
         return []
-    return [Finding("Recovering", f"The job is recovering: {cond.message}",
+    return [Finding("Recovering", f"The job is recovering: {cond.message.rstrip('.')}.",
                     cond.last_transition_time)]
 
 

@@ -161,7 +161,7 @@ def test_a_failure_and_a_queued_job_in_a_real_terminal(
         assert "replacement PoolQuarantined: node pool " + moved["fromPool"] in text
 
         rc, lines = terminal.run(f"kubectl-etj why {JOB} {flags}")
-        text = " ".join(" ".join(fits(lines)).split())
+        text = " ".join(fits(lines).split())
         assert rc == 0 and f"Node pool {moved['fromPool']} is quarantined (NodeNotReady)" \
             in text, text
 
@@ -169,7 +169,7 @@ def test_a_failure_and_a_queued_job_in_a_real_terminal(
                           ["waitingOn"]][:1] == ["Queued"], TIMEOUT,
                  "the queued job waiting on Kueue", interval=1)
         rc, lines = terminal.run(f"kubectl-etj why {QUEUED} {flags}")
-        text = " ".join(" ".join(fits(lines)).split())
+        text = " ".join(fits(lines).split())
         assert rc == 0, text
         assert f"Kueue has not admitted the job: it waits in {queues.local_queue} for quota" \
             in text and REASON_WAITING_FOR_ADMISSION in text, text
