@@ -130,7 +130,7 @@ def draw_timeline(
     t0 = start
     rows = len(slice_lanes or {})
     fig, axes = plt.subplots(2 if rows else 1, 1, sharex=True, squeeze=False,
-                             figsize=(10, 4.8 + (0.25 * rows + 0.6 if rows else 0)), dpi=110,
+                             figsize=(13, 4.8 + (0.25 * rows + 0.6 if rows else 0)), dpi=110,
                              gridspec_kw={"height_ratios": [4, 0.35 * rows + 0.6]} if rows
                              else None)
     ax = axes[0][0]
@@ -159,7 +159,8 @@ def draw_timeline(
     ax.set_ylabel("step")
     ax.set_title(title, pad=14 + 10 * max(levels, default=0))
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    # Beside the plot, not on it: the steps rise to the right, where the legend would sit.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     if rows and slice_lanes is not None:
         _draw_lanes(axes[1][0], slice_lanes, t0)
     axes[-1][0].set_xlabel(f"seconds since {datetime.fromtimestamp(t0, UTC):%H:%M:%S} UTC")
@@ -183,4 +184,4 @@ def _draw_lanes(ax: Any, slice_lanes: dict[int, list[Segment]], t0: float) -> No
     ax.set_ylim(-0.6, len(slice_lanes) - 0.4)
     ax.invert_yaxis()
     ax.legend(handles=[Patch(color=c, label=s) for s, c in STATE_COLORS.items()],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
