@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv cluster-binaries cluster-binaries-core prometheus lint test test-unit test-multicluster test-compat demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
+.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-multicluster test-compat demo crd golden manifests bench soak e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
 	@echo "Installing Python dependencies (pinned in constraints.txt; a few minutes the first time)..."
-	$(VENV)/bin/pip install --quiet --progress-bar off -c constraints.txt -e ".[operator,trainer,devtools,dev]"
+	$(VENV)/bin/pip install --quiet --progress-bar off -c constraints.txt -e ".[operator,trainer,cli,devtools,dev]"
 	@touch $@
 
 venv: $(STAMP)
@@ -34,15 +34,19 @@ cluster-binaries:
 prometheus:
 	@hack/install-prometheus.sh
 
+# tmux, for the test that runs `kubectl etj` in a real terminal (Debian's package, as root).
+tmux:
+	@hack/install-tmux.sh
+
 # Only what `etj cluster up` needs (no Kueue, helm or fake-gcs-server).
 cluster-binaries-core:
 	@hack/build-control-plane.sh core
 
 lint: venv
-	$(VENV)/bin/ruff check api operator trainer devtools tests bench hack
+	$(VENV)/bin/ruff check api operator trainer kubectl devtools tests bench hack
 	$(VENV)/bin/mypy
 
-test: venv cluster-binaries prometheus lint
+test: venv cluster-binaries prometheus tmux lint
 	$(PY) -m pytest -q -ra
 
 test-unit: venv prometheus lint
@@ -58,7 +62,7 @@ test-multicluster: venv lint
 # Every test again on the previous pins (versions-compat.env: JobSet v0.10.1, Kueue
 # v0.17.0, Kubernetes 1.34); not in CI. Binaries are cached by version beside the current ones.
 COMPAT_VERSIONS := $(CURDIR)/devtools/elastic_devtools/localcluster/versions-compat.env
-test-compat: venv prometheus lint
+test-compat: venv prometheus tmux lint
 	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) hack/build-control-plane.sh
 	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) $(PY) -m pytest -q -ra
 
@@ -102,6 +106,11 @@ e2e-kind: cluster-binaries
 e2e-maxtext: venv cluster-binaries
 	hack/maxtext-env.sh
 	$(VENV)/bin/etj maxtext e2e $(MAXTEXT_E2E_ARGS)
+
+# The archive of kubectl/krew/etj.yaml (its launcher) and the sha256 that the manifest names.
+krew-archive:
+	tar -C kubectl/krew -czf kubectl-etj.tar.gz kubectl-etj
+	sha256sum kubectl-etj.tar.gz
 
 clean:
 	-$(VENV)/bin/etj cluster down

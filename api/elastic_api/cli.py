@@ -66,7 +66,8 @@ def _unavailable(name: str, missing: str) -> Callable[[argparse.Namespace], int]
     def run(_: argparse.Namespace) -> int:
         print(
             f"etj {name}: the Python module {missing} is not installed here; from a checkout, "
-            "`make venv` installs everything (pip install -e '.[operator,trainer,devtools,dev]')",
+            "`make venv` installs everything "
+            "(pip install -e '.[operator,trainer,cli,devtools,dev]')",
             file=sys.stderr,
         )
         return 2

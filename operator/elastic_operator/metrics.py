@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pydantic.alias_generators import to_camel
 
+from elastic_api.badput import BADPUT_TYPES
 from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import (
     BadputSeconds,
@@ -38,17 +39,6 @@ _SLICE_LABELS = ["namespace", "job", "slice"]
 # Every status.phase, for the one-hot etj_job_phase.
 PHASES = tuple(sorted(v for k, v in vars(Phase).items() if k.isupper()))
 _DOWN_STATES = ("Down", "Restarting")
-# Our badput causes (status.goodput.badputSeconds) in ml-goodput-measurement's vocabulary
-# (its BadputType names; docs/metrics.md, "Goodput in ml-goodput-measurement's terms").
-BADPUT_TYPES = {
-    "waitingForSlices": "ELASTIC_SLICE_DOWN",
-    "restore": "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
-    "recompile": "ELASTIC_REINITIALIZATION",
-    "recomputedSteps": "WASTED_PROGRESS_FROM_DISRUPTION",
-    "checkpointing": "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
-    "startup": "PROGRAM_STARTUP",
-    "other": "OTHER",
-}
 QUARANTINE_METRIC = "etj_pool_quarantined_timestamp_seconds"
 
 

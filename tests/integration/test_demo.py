@@ -2,7 +2,8 @@
 
 It starts its own local control plane (in a temp dir, beside the session's), the real
 operator and the real trainer, kills a worker pod of slice 2 and checks what the demo
-claims: recovered in the same process, no JobSet restart, steps lost accounted for.
+claims: recovered in the same process, no JobSet restart, steps lost accounted for; and
+that it ends with `kubectl etj status` and `timeline` of its job.
 """
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ def test_demo_recovers_in_the_same_process(tmp_path: Path) -> None:
     assert "snapshots: every " in proc.stdout and "checkpoints: every " in proc.stdout
     assert 0 < summary["detect_seconds"] < summary["resume_seconds"]
     assert "Recovered" in summary["condition_reasons"]
+    # It ends with what `kubectl etj` shows of the job (the plugin's own output), and the
+    # picture its `timeline -w --png` drew while the demo ran.
+    tail = proc.stdout[proc.stdout.index("$ kubectl etj status demo"):
+                       proc.stdout.index("\nWrote ")]
+    slice_2 = next(line for line in tail.splitlines() if line.startswith("2  ")).split()
+    assert slice_2[:2] == ["2", "Ready"] and slice_2[2] == summary["moved_to_pool"], tail
+    assert "counters:    slice failures 1," in tail
+    assert "$ kubectl etj timeline demo" in tail and "SliceReplaced: slice 2" in tail
+    assert all(len(line) <= 80 for line in tail.splitlines()[1:]), tail
     assert (out / "timeline.png").stat().st_size > 10_000
     assert "SliceDown" in (out / "events.log").read_text()
     # Nothing left running: the demo's cluster is down.

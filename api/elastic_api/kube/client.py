@@ -139,22 +139,28 @@ def job_path(namespace: str, name: str) -> str:
     return resource_path(f"{GROUP}/{VERSION}", PLURAL, namespace, name)
 
 
-def _configuration(retries: int | None, pool_maxsize: int | None) -> Any:
+def _configuration(retries: int | None, pool_maxsize: int | None,
+                   kubeconfig: str | None = None, context: str | None = None) -> Any:
     """A Configuration of its own (the process-wide default is left alone), found as
-    controller-runtime finds one: $KUBECONFIG (read now, not when kubernetes was
-    imported), else in-cluster (a pod's service account), else ~/.kube/config."""
+    controller-runtime finds one: `kubeconfig` (kubectl's --kubeconfig), else $KUBECONFIG
+    (read now, not when kubernetes was imported; a list of files as kubectl merges them),
+    else in-cluster (a pod's service account), else ~/.kube/config. `context`: kubectl's
+    --context (the kubeconfig's current-context otherwise)."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    kubeconfig = os.environ.get("KUBECONFIG")
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        config.load_kube_config(config_file=kubeconfig, context=context,
+                                client_configuration=configuration)
     else:
         try:
+            if context:
+                raise config.ConfigException("a context is named: read the kubeconfig")
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(config_file=os.path.expanduser("~/.kube/config"),
-                                    client_configuration=configuration)
+                                    context=context, client_configuration=configuration)
     if retries is not None:
         configuration.retries = retries
     if pool_maxsize is not None:
@@ -178,14 +184,16 @@ class KubeClient:
 
     @classmethod
     def from_environment(cls, *, retries: int | None = None,
-                         pool_maxsize: int | None = None) -> KubeClient:
+                         pool_maxsize: int | None = None, kubeconfig: str | None = None,
+                         context: str | None = None) -> KubeClient:
         """A client with a connection pool of its own. `retries`: urllib3's retries of a
         failed connection or read (None: urllib3's default; 0 for a write that the next
         one replaces anyway); `pool_maxsize`: connections kept (one per watch that runs
-        at once, for a watch client)."""
+        at once, for a watch client); `kubeconfig`, `context`: kubectl's flags."""
         from kubernetes import client
 
-        return cls(client.ApiClient(_configuration(retries, pool_maxsize)))
+        return cls(client.ApiClient(_configuration(retries, pool_maxsize, kubeconfig,
+                                                   context)))
 
     def request(
         self, method: str, path: str, *, body: Any = None,
@@ -276,7 +284,8 @@ class KubeClient:
         return page
 
     def watch(self, path: str, resource_version: str, timeout_s: int, *,
-              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
+              label_selector: str | None = None,
+              field_selector: str | None = None) -> Iterator[dict[str, Any]]:
         """A watch from `resource_version`, with bookmarks: yields the events ({"type":
         ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}) as they arrive. The API
         server ends it after `timeout_s`; a connection that stays silent longer than that
@@ -287,6 +296,8 @@ class KubeClient:
                  "resourceVersion": resource_version, "timeoutSeconds": str(timeout_s)}
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         request = self.api.param_serialize(
             "GET", path, query_params=list(query.items()),
             header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])

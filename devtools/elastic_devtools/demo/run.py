@@ -9,7 +9,10 @@
    checkpoint, a TPU host of slice 2 dies (its node goes NotReady and its
    kubelet stops: faults.kill_node); the operator replaces the slice on the hot spare node
    pool at once, and the demo prints what `kubectl get etj -w` and the conditions show;
-4. write demo-output/ (summary.json, timeline.png, events.log, logs) and a summary table;
+4. write demo-output/ (summary.json, events.log, logs) and end with what a user sees of
+   the job: `kubectl etj status` and `kubectl etj timeline`, whose `-w --png` has followed
+   the job since the trainer started and drew demo-output/timeline.png (the plugin's
+   code, elastic_kubectl: the demo has no table or picture of its own);
 5. stop everything it started.
 """
 from __future__ import annotations
@@ -38,14 +41,7 @@ from elastic_api.names import (
     VERSION,
     worker_pods_selector,
 )
-from elastic_devtools.demo.summary import (
-    DemoSummary,
-    cadence_chosen,
-    cadence_lines,
-    plural,
-    summarize,
-)
-from elastic_devtools.demo.timeline import Mark, draw_timeline
+from elastic_devtools.demo.summary import cadence_chosen, cadence_lines, summarize
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 
@@ -180,6 +176,7 @@ def run_demo(repo: Path, out: Path, keep_cluster: bool, step_seconds: float) -> 
         demo.start_cluster_and_operator()
         job_obj = demo.apply_job(repo, step_seconds)
         trainer = demo.start_trainer(job_obj)
+        demo.follow_timeline()
         watch = demo.watch_job()
         status_before = demo.wait_for_cadences()
         death = demo.kill_a_host(status_before)
@@ -224,6 +221,7 @@ class DemoRun:
     custom: Any = None
     env: dict[str, str] = field(default_factory=dict)
     name: str = ""
+    timeline: subprocess.Popen[bytes] | None = None  # kubectl etj timeline -w --png
     _resource_version: str | None = None
 
     def stage(self, n: int, text: str) -> None:
@@ -294,6 +292,37 @@ class DemoRun:
         threading.Thread(target=_tee, args=(trainer, self.out / "trainer.log"),
                          daemon=True).start()
         return trainer
+
+    def follow_timeline(self) -> None:
+        """`kubectl etj timeline JOB -w --png timeline.png`, from now until the report: the
+        watch records the trainer's step at each report, the picture's step line."""
+        args = ["timeline", self.name, "-w", "--png", str(self.out / "timeline.png")]
+        with (self.out / "timeline-watch.log").open("wb") as log:
+            self.timeline = subprocess.Popen(_kubectl_etj(args, DEMO_NAMESPACE), env=self.env,
+                                             stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+        self.procs.append(self.timeline)
+        say(f"  $ kubectl etj {' '.join(args)} -n {DEMO_NAMESPACE} &")
+
+    def plugin(self, *args: str) -> None:
+        """Run `kubectl etj ARGS` on the demo's job and print what it prints."""
+        say(f"\n$ kubectl etj {' '.join(args)} -n {DEMO_NAMESPACE}")
+        done = subprocess.run(_kubectl_etj(list(args), DEMO_NAMESPACE), env=self.env,
+                              capture_output=True, text=True, timeout=60, check=False)
+        say((done.stdout + done.stderr).rstrip())
+        if done.returncode != 0:
+            raise DemoError(f"kubectl etj {args[0]} exited with {done.returncode}")
+
+    def end_timeline(self) -> None:
+        """Stop the timeline's watch (SIGTERM, as Ctrl-C): it draws the picture last."""
+        proc = self.timeline
+        if proc is None:
+            raise DemoError("kubectl etj timeline -w was not started")
+        os.killpg(proc.pid, signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        if rc != 0 or not (self.out / "timeline.png").exists():
+            raise DemoError(f"kubectl etj timeline -w --png exited with {rc}; see "
+                            f"{self.out / 'timeline-watch.log'}")
 
     def watch_job(self) -> Watch:
         watch = Watch(self._job_versions)
@@ -396,9 +425,11 @@ class DemoRun:
                 "last_recovery": status_after.get("lastRecovery"),
                 "counters": status_after.get("counters")}
         (out / "summary.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        _draw(result, trainer_summary, death.killed_at, out / "timeline.png")
-        say(result.table())
-        say(f"\nWrote {out}/summary.json, timeline.png, events.log, trainer.log, operator.log")
+        self.end_timeline()
+        self.plugin("status", self.name)
+        self.plugin("timeline", self.name)
+        say(f"\nWrote {out}/summary.json, events.log, trainer.log, operator.log and "
+            f"timeline.png (drawn by `kubectl etj timeline {self.name} -w --png`)")
         ok = rc == 0 and result.same_process and restarts == 0 and result.steps_lost is not None \
             and result.moved_to_pool not in (None, result.moved_from_pool)
         if not ok:
@@ -423,24 +454,10 @@ class DemoRun:
                 f"(t={time.time() - self.t_start:.0f}s).")
 
 
-def _draw(result: DemoSummary, trainer_summary: dict[str, Any], killed_at: float,
-          path: Path) -> None:
-    """timeline.png: the step times, with the story's moments marked."""
-    event = (trainer_summary.get("elastic_events") or [{}])[0]
-    marks = [Mark(killed_at, f"a host of slice {KILL_SLICE} dies", "#c0392b")]
-    if result.detect_seconds is not None:
-        marks.append(Mark(killed_at + result.detect_seconds, "operator: SliceDown", "#e67e22"))
-    if event.get("detected_at"):
-        marks.append(Mark(event["detected_at"], "trainer: DATA_LOSS caught", "#8e44ad"))
-    if result.replaced_seconds is not None:
-        marks.append(Mark(killed_at + result.replaced_seconds,
-                          f"slice {KILL_SLICE} Ready on the spare pool", "#2471a3"))
-    if event.get("resumed_at"):
-        marks.append(Mark(event["resumed_at"], "training resumed", "#27ae60"))
-    draw_timeline(trainer_summary["step_times"], marks, str(path),
-                  title=f"Demo: a host of slice {KILL_SLICE} dies, the slice moves to a "
-                        f"hot spare; {plural(result.steps_lost or 0, 'step')} lost, "
-                        "same process")
+def _kubectl_etj(args: list[str], namespace: str) -> list[str]:
+    """The command kubectl runs for `kubectl etj ARGS -n NAMESPACE` (the plugin on PATH,
+    here the package's module in this Python)."""
+    return [sys.executable, "-m", "elastic_kubectl", *args, "-n", namespace]
 
 
 def _spares(core: Any, in_use: set[str | None]) -> list[str]:

@@ -1,9 +1,12 @@
-"""Pure: the demo's summary from what the trainer and the operator reported."""
+"""Pure: the demo's summary (summary.json) from what the trainer and the operator reported;
+what it prints at the end is `kubectl etj status`'s (elastic_kubectl)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
+
+from elastic_kubectl.status_view import cadence_text
 
 
 @dataclass(frozen=True)
@@ -34,61 +37,11 @@ class DemoSummary:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    def table(self) -> str:
-        rows = [
-            ("time to detect (operator SliceDown)", _secs(self.detect_seconds)),
-            ("time to detect (trainer exception)", _secs(self.trainer_detect_seconds)),
-            ("slice Ready again (failure -> Ready)", _secs(self.replaced_seconds)),
-            ("node pool before -> after", f"{self.moved_from_pool or '-'} -> "
-             f"{self.moved_to_pool or '-'}"),
-            ("time to resume (failure -> next step)", _secs(self.resume_seconds)),
-            ("restore source", self.restore_source or "-"),
-            ("restored from step", _opt(self.restored_from_step)),
-            ("step at failure", _opt(self.failed_step)),
-            ("steps lost", _opt(self.steps_lost)),
-            ("snapshot cadence (chosen)", self.snapshot_cadence or "-"),
-            ("checkpoint cadence (chosen)", self.checkpoint_cadence or "-"),
-            ("process id before / after",
-             f"{_opt(self.process_id_before)} / {_opt(self.process_id_after)}"
-             + (" (same process)" if self.same_process else " (DIFFERENT)")),
-            ("JobSet restarts", str(self.jobset_restarts)),
-            ("final step / loss", f"{_opt(self.final_step)} / "
-             + ("-" if self.final_loss is None else f"{self.final_loss:.4f}")),
-            ("conditions seen", " -> ".join(self.condition_reasons) or "-"),
-        ]
-        width = max(len(k) for k, _ in rows)
-        values = max(38, *(len(v) for _, v in rows))
-        line = "+" + "-" * (width + 2) + "+" + "-" * (values + 2) + "+"
-        out = [line]
-        out += [f"| {k.ljust(width)} | {v.ljust(values)} |" for k, v in rows]
-        out.append(line)
-        return "\n".join(out)
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
-
-
-def _opt(value: object) -> str:
-    return "-" if value is None else str(value)
-
 
 def cadence_chosen(report: Any) -> bool:
     """A status.training cadence the trainer has chosen (not still measuring)."""
     return isinstance(report, dict) and report.get("chosenBy") == "Trainer" and \
         report.get("reason") not in (None, "Measuring")
-
-
-def cadence_text(report: Any) -> str | None:
-    """`every 3 steps (WithinBudget, 1.6 % of step time)` from a status.training cadence."""
-    if not isinstance(report, dict) or report.get("periodSteps") is None:
-        return None
-    period = int(report["periodSteps"])
-    if period == 0:
-        return f"off ({report.get('reason')})"
-    overhead = report.get("overheadPercent")
-    cost = "" if overhead is None else f", {overhead:.1f} % of step time"
-    return f"every {plural(period, 'step')} ({report.get('reason')}{cost})"
 
 
 def cadence_lines(training: dict[str, Any]) -> list[str]:
@@ -100,11 +53,6 @@ def cadence_lines(training: dict[str, Any]) -> list[str]:
         if text is not None and isinstance(report, dict):
             lines.append(f"{kind}: {text}: {report.get('message') or ''}".rstrip(": "))
     return lines
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 step`, `2 steps`."""
-    return f"{count} {noun if count == 1 else noun + 's'}"
 
 
 def summarize(

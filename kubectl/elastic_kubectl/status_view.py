@@ -1,0 +1,185 @@
+"""Pure: `kubectl etj status JOB`: one row per slice (state, node pool, hosts ready,
+restarts, last failure and its cause, downtime), then the job's counters and cadences."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from elastic_api.models import CadenceReport, SliceStatus
+from elastic_kubectl.job import Job
+from elastic_kubectl.text import age, duration, plural, stamp, table, wrap
+
+DOWN_STATES = ("Down", "Restarting")
+
+
+def cadence_text(report: CadenceReport | dict[str, Any] | None) -> str | None:
+    """`every 3 steps (WithinBudget, 1.6 % of step time)` from a status.training cadence."""
+    if isinstance(report, dict):
+        try:
+            report = CadenceReport.model_validate(report)
+        except ValidationError:
+            return None
+    if not isinstance(report, CadenceReport):
+        return None
+    if report.period_steps == 0:
+        return f"off ({report.reason})"
+    cost = "" if report.overhead_percent is None else \
+        f", {report.overhead_percent:.1f} % of step time"
+    return f"every {plural(report.period_steps, 'step')} ({report.reason}{cost})"
+
+
+def _last_failure(s: SliceStatus, now: datetime) -> tuple[str, str | None, datetime | None]:
+    """(reason, its cause in words, when) of the slice's current or last failure."""
+    if s.state in DOWN_STATES:
+        cause = s.replacement.evidence if s.replacement and s.replacement.evidence else s.message
+        blame = s.replacement.blame if s.replacement else None
+        return s.reason or s.state, _cause(blame, cause), s.last_transition_time
+    if s.replacement is not None:
+        return s.replacement.reason, _cause(s.replacement.blame, s.replacement.evidence), \
+            s.replacement.requested_at
+    if s.last_replacement is not None:
+        last = s.last_replacement
+        return last.reason, _cause(last.blame, None), last.requested_at
+    return "-", None, None
+
+
+def _cause(blame: str | None, evidence: str | None) -> str | None:
+    parts = [f"blame {blame}" if blame else None, evidence]
+    text = "; ".join(p for p in parts if p)
+    return text or None
+
+
+def _downtime(s: SliceStatus, now: datetime) -> tuple[str, float | None, bool]:
+    """(text, seconds, still down) of the current outage, else of the last replacement."""
+    if s.state in DOWN_STATES and s.last_transition_time is not None:
+        seconds = (now - s.last_transition_time).total_seconds()
+        return f"{duration(seconds)} so far", seconds, True
+    if s.last_replacement is not None:
+        return duration(s.last_replacement.seconds), s.last_replacement.seconds, False
+    return "-", None, False
+
+
+def slice_json(s: SliceStatus, now: datetime) -> dict[str, Any]:
+    reason, cause, at = _last_failure(s, now)
+    _, seconds, ongoing = _downtime(s, now)
+    last = s.last_replacement
+    return {
+        "index": s.index, "state": s.state, "reason": s.reason, "pool": s.pool,
+        "readyHosts": s.ready_hosts, "hosts": s.hosts, "restarts": s.restarts,
+        "lastFailure": None if reason == "-" else {"reason": reason, "cause": cause,
+                                                   "at": stamp(at)},
+        "downtimeSeconds": None if seconds is None else round(seconds, 3),
+        "downNow": ongoing,
+        "lastReplacement": None if last is None else {
+            "action": last.action, "fromPool": last.from_pool, "toPool": last.to_pool,
+            "seconds": last.seconds, "readyAt": stamp(last.ready_at)},
+    }
+
+
+def status_json(job: Job, now: datetime) -> dict[str, Any]:
+    st, report = job.status, job.status.training
+    rec = st.last_recovery
+    return {
+        "name": job.name, "namespace": job.namespace, "phase": st.phase,
+        "slicesReady": st.slices_ready, "slicesDesired": st.slices_desired or job.num_slices,
+        "step": report.step if report else None,
+        "totalSteps": report.total_steps if report else None,
+        "trainerState": report.state if report else None,
+        "slices": [slice_json(s, now) for s in sorted(st.slices, key=lambda s: s.index)],
+        "counters": st.counters.model_dump(by_alias=True, mode="json")
+        if job.has("counters") else None,
+        "lastRecovery": None if rec is None else rec.model_dump(by_alias=True, mode="json",
+                                                                exclude_none=True),
+        "cadences": {"snapshot": cadence_text(report.snapshot_cadence) if report else None,
+                     "checkpoint": cadence_text(report.checkpoint_cadence) if report else None},
+        "latestCommittedStep": _committed(job),
+        "notes": job.notes,
+    }
+
+
+def _committed(job: Job) -> int | None:
+    values = [v for v in ((job.status.checkpoint.latest_committed_step
+                           if job.status.checkpoint else None),
+                          (job.status.training.last_committed_checkpoint_step
+                           if job.status.training else None)) if v is not None]
+    return max(values) if values else None
+
+
+def render_status(job: Job, now: datetime) -> list[str]:
+    st, report = job.status, job.status.training
+    desired = st.slices_desired or job.num_slices
+    step = "-" if report is None else str(report.step) + (
+        f"/{report.total_steps}" if report.total_steps else "")
+    lines = wrap(f"{job.name} ({job.namespace})  phase {st.phase or 'unknown'}  "
+                 f"slices {st.slices_ready if st.slices_ready is not None else '?'}/{desired} "
+                 f"Ready  step {step}")
+    rows, details = [], []
+    for s in sorted(st.slices, key=lambda s: s.index):
+        reason, cause, at = _last_failure(s, now)
+        text, _, _ = _downtime(s, now)
+        rows.append([str(s.index), s.state, s.pool or "-", f"{s.ready_hosts}/{s.hosts}",
+                     str(s.restarts), reason, text])
+        when = f"{reason} {age(at, now)} ago" if at is not None and reason != "-" else None
+        details += _detail_lines(s, when, cause)
+    if rows:
+        lines += table(["SLICE", "STATE", "POOL", "HOSTS", "RESTARTS", "LAST FAILURE",
+                        "DOWNTIME"], rows, flexible=5)
+    else:
+        lines.append("no slices reported yet")
+    lines += details
+    lines += _job_lines(job, now)
+    return lines
+
+
+def _detail_lines(s: SliceStatus, when: str | None, cause: str | None) -> list[str]:
+    parts = [p for p in (when, cause) if p]
+    last = s.last_replacement
+    if last is not None and (last.from_pool or last.to_pool):
+        parts.append(f"{last.from_pool or '?'} -> {last.to_pool or '?'}")
+    if not parts:
+        return []
+    return wrap("; ".join(parts), indent="    ", first=f"  slice {s.index}: ")
+
+
+def _job_lines(job: Job, now: datetime) -> list[str]:
+    st, report = job.status, job.status.training
+    lines = []
+    if job.has("counters"):
+        c = st.counters
+        lines += wrap(f"slice failures {c.slice_failures}, elastic events {c.elastic_events}, "
+                      f"JobSet restarts {c.jobset_restarts}, trainer restarts "
+                      f"{c.trainer_restarts}, preemptions {c.preemptions}, evictions "
+                      f"{c.evictions}", indent=" " * 13, first="counters:    ")
+    rec = st.last_recovery
+    if rec is not None:
+        lines += wrap(_recovery_text(rec, now), indent=" " * 13, first="recovery:    ")
+    for kind, text in (
+            ("snapshots:", cadence_text(report.snapshot_cadence) if report else None),
+            ("checkpoints:", cadence_text(report.checkpoint_cadence) if report else None)):
+        if text:
+            lines += wrap(text, indent=" " * 13, first=f"{kind:<12} ")
+    committed = _committed(job)
+    if committed is not None:
+        lines.append(f"committed:   checkpoint of step {committed} (the newest)")
+    if report is not None and report.process_id is not None:
+        lines += wrap(f"pid {report.process_id} on {report.host_name or '?'}, attempt "
+                      f"{report.attempt}, {report.state}, reported {age(report.observed_at, now)}"
+                      " ago", indent=" " * 13, first="trainer:     ")
+    lines += [line for note in job.notes for line in wrap(note, "      ", "note: ")]
+    return lines
+
+
+def _recovery_text(rec: Any, now: datetime) -> str:
+    if rec.resumed_at is None and rec.closed_at is None:
+        return (f"in progress for {duration((now - rec.detected_at).total_seconds())} "
+                f"(slices {', '.join(map(str, rec.slices)) or '?'})")
+    parts = [f"{duration(rec.downtime_seconds)} of downtime {age(rec.detected_at, now)} ago"]
+    if rec.steps_lost is not None:
+        parts.append(plural(rec.steps_lost, "step") + " lost")
+    if rec.restored_from_step is not None:
+        parts.append(f"restored from step {rec.restored_from_step} ({rec.restore_source})")
+    if rec.closed_by:
+        parts.append(f"closed by the {rec.closed_by.lower()}")
+    return ", ".join(parts)
