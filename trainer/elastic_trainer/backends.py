@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import statistics
 import threading
 import time
 from collections import deque
@@ -37,10 +36,8 @@ log = logging.getLogger(__name__)
 # Called in the background commit of a checkpoint step once its data is written; raising
 # fails that save (see checkpoint.py).
 WriteHook = Callable[[int], None]
-# Each slice's part of the last steps on this mesh, for its median (sliceStepTimes), and
-# how many the median needs.
+# Each slice's part of the last steps on this mesh (sliceStepTimes: elastic_api.stragglers).
 PARTS_WINDOW = 20
-PARTS_NEEDED = 5
 WAIT_POLL_SECONDS = 0.005
 PATHWAYS_NO_BLAME = (
     "the Pathways client sees one program over every slice: no slice's part of a step can "
@@ -105,9 +102,10 @@ class Backend(Protocol):
         it itself (the simulation playing the operator), False when the operator does."""
         ...
 
-    def slice_step_times(self) -> dict[int, float] | None:
-        """{slice: median seconds of its part of the recent steps}, or None where the
-        parts cannot be timed (Pathways) or too few were."""
+    def slice_parts(self) -> list[dict[int, float]] | None:
+        """Each active slice's part of the recent steps of this mesh ({slice: seconds},
+        oldest first; not the first step of an attempt, which compiles), or None where
+        the parts cannot be timed (Pathways)."""
         ...
 
     def on_elastic_event(self) -> None: ...
@@ -272,8 +270,9 @@ class SimulatedBackend:
             with self._lock:
                 self._waiting = None
         with self._lock:
+            if self._last_done > 0:  # not the attempt's first step: it compiles
+                self._parts.append(parts)
             self._last_done = time.time()
-            self._parts.append(parts)
 
     def blame(self) -> tuple[list[int], str]:
         with self._lock:
@@ -297,12 +296,9 @@ class SimulatedBackend:
     def replace_slices(self, slices: list[int]) -> bool:
         return bool(self.health.replace(slices))
 
-    def slice_step_times(self) -> dict[int, float] | None:
+    def slice_parts(self) -> list[dict[int, float]] | None:
         with self._lock:
-            parts = [p for p in self._parts if set(p) == set(self._active)]
-        if len(parts) < PARTS_NEEDED:
-            return None
-        return {s: statistics.median(p[s] for p in parts) for s in sorted(self._active)}
+            return [p for p in self._parts if set(p) == set(self._active)]
 
     def checkpoint_write_hook(self, active: set[int]) -> WriteHook:
         """The slices write their shards (for `write_seconds`); a slice of the save's mesh
@@ -426,7 +422,7 @@ class PathwaysBackend:
     def replace_slices(self, slices: list[int]) -> bool:
         return False  # the operator recreates their worker Jobs: DATA_LOSS follows
 
-    def slice_step_times(self) -> dict[int, float] | None:
+    def slice_parts(self) -> list[dict[int, float]] | None:
         return None
 
     def on_elastic_event(self) -> None:

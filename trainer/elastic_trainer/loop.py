@@ -769,19 +769,16 @@ class Trainer:
     def _watch_slices(self, step: int) -> None:
         """Each slice's part of the recent steps, where the backend times them: slow
         slices reported (and, with --on-slow-slice Replace, asked to be replaced)."""
-        medians = self.backend.slice_step_times()
-        if medians is None:
-            self.slice_times = None
-            return
-        self.slice_times = step_times(medians)
+        parts = self.backend.slice_parts()
+        self.slice_times = None if parts is None else step_times(parts)
         slow = frozenset(slow_slices(self.slice_times)) - self._slow_reported
         if not slow:
             return
         self._slow_reported |= slow  # once per slice and attempt
-        times = ", ".join(f"slice {t.slice} {t.relative:g}x" for t in self.slice_times
+        times = ", ".join(f"slice {t.slice} {t.relative:g}x" for t in self.slice_times or []
                           if t.slice in slow)
-        message = (f"{times} the fastest slice's part of the last steps (median), at "
-                   f"step {step}")
+        message = (f"{times} the fastest slice's part of a step (median of the last "
+                   f"{len(parts or [])}), at step {step}")
         log.warning("slow slice(s) %s: %s", sorted(slow), message)
         if self.opts.on_slow_slice != "Replace" or self._blamed is not None:
             self._report(urgent=True)
