@@ -51,6 +51,7 @@ class Reports:
 
 def _trainer(tmp_path: Path, silent: list[SilentFault] | None = None,
              faults: list[Fault] | None = None, watchdog: WatchdogOptions = TIGHT,
+             health: Any = None, reports: Reports | None = None,
              **options: Any) -> tuple[Trainer, Reports]:
     cfg = get_config("tiny")
     write_seconds = options.pop("write_seconds", 0.0)
@@ -59,10 +60,10 @@ def _trainer(tmp_path: Path, silent: list[SilentFault] | None = None,
     opts = LoopOptions(**{"steps": STEPS, "batch": 8, "seed": 0, "elastic_timeout": 60,
                           "max_retries": 3, "snapshot_period": 5, "log_every": 10**6,
                           "min_step_seconds": 0.02, "watchdog": watchdog, **options})
-    schedule = FaultSchedule(faults or [], duration=0.3, replace_seconds=0.3)
+    schedule = health or FaultSchedule(faults or [], duration=0.3, replace_seconds=0.3)
     backend = SimulatedBackend(SLICES, 2, schedule, write_seconds=write_seconds,
                                step_faults=StepFaults(silent or []))
-    reports = Reports()
+    reports = reports or Reports()
     trainer = Trainer(cfg, opts, backend, SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
                       Checkpointer(str(tmp_path / "ckpt"), period=10, keep=5,
                                    async_save=async_save),
@@ -119,6 +120,71 @@ def test_a_hung_slice_is_blamed_replaced_and_recovered_in_process(
     # Every thread's stack went to the log, the training thread's waiting in the step.
     stacks = [r.getMessage() for r in caplog.records if "watchdog: thread" in r.getMessage()]
     assert any("MainThread" in s and "wait_step" in s for s in stacks), stacks
+
+
+class _PodsHealth:
+    """Slice health as the worker pods give it (`--slice-health pods`): the trainer cannot
+    replace a slice itself; the operator reads status.training.sliceReplacement and
+    recreates the slice's worker Job, whose pods go away and come back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.down: dict[int, tuple[float, float]] = {}  # slice: (since, until)
+        self.lost: dict[int, int] = {}
+
+    def recreate(self, index: int, seconds: float) -> None:
+        with self.lock:
+            now = time.time()
+            self.down[index] = (now, now + seconds)
+            self.lost[index] = self.lost.get(index, 0) + 1
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def on_phase(self, phase: str, step: int) -> None: ...
+
+    def replace(self, slices: list[int]) -> bool:
+        return False
+
+    def down_slices(self) -> dict[int, float]:
+        with self.lock:
+            now = time.time()
+            return {i: since for i, (since, until) in self.down.items() if until > now}
+
+    def losses(self) -> dict[int, int]:
+        with self.lock:
+            return dict(self.lost)
+
+
+class _Operator(Reports):
+    """Acts on each new sliceReplacement request once per id, as the operator does."""
+
+    def __init__(self, health: _PodsHealth) -> None:
+        super().__init__()
+        self.health = health
+        self.acted: list[int] = []
+
+    def update(self, report: TrainingReport, urgent: bool = False) -> None:
+        super().update(report, urgent)
+        request = report.slice_replacement
+        if request is not None and request.id not in self.acted:
+            self.acted.append(request.id)
+            for index in request.slices:
+                threading.Timer(0.3, self.health.recreate, (index, 1.0)).start()
+
+
+def test_with_pods_health_the_operator_replaces_the_hung_slice(
+        tmp_path: Path, undisturbed_digest: str) -> None:
+    health = _PodsHealth()
+    operator = _Operator(health)
+    trainer, _ = _trainer(tmp_path, [SilentFault(23, 1, "hang")], health=health,
+                          reports=operator, watchdog=WatchdogOptions())
+    result = _run(trainer)
+    assert operator.acted == [1] and health.losses() == {1: 1}
+    [event] = result.events
+    assert event.slices_down == [1] and event.error.startswith("SliceHung: slice 1 hung")
+    assert result.params_digest == undisturbed_digest
 
 
 class _BlockingSource(SyntheticSource):
