@@ -730,6 +730,7 @@ class Trainer:
         """The watchdog's thread: a phase ran past its deadline. Stacks to the log, the
         stall in the status, and the slices the evidence blames asked to be replaced."""
         log.error("watchdog: %s; every thread's stack follows", stall.describe())
+        self.metrics.on_stall()
         log_stacks(log)
         suspects, evidence = self.backend.blame()
         self.stall = StallReport(
@@ -747,8 +748,8 @@ class Trainer:
         self._request_replacement(
             suspects, Reason.SLICE_HUNG, f"{stall.describe()}: {evidence}",
             _Blamed(frozenset(suspects),
-                    f"{Reason.SLICE_HUNG}: slice {which} hung in {stall.phase.lower()} "
-                    f"{stall.step} (no result after {stall.seconds:.1f}s, deadline "
+                    f"{Reason.SLICE_HUNG}: slice {which} hung in {stall.what} "
+                    f"(no result after {stall.seconds:.1f}s, deadline "
                     f"{stall.deadline_seconds:.1f}s), replaced",
                     stall.started_at, stall.detected_at))
 

@@ -118,11 +118,15 @@ class Stall:
     def seconds(self) -> float:
         return self.detected_at - self.started_at
 
+    @property
+    def what(self) -> str:
+        """'step 53', 'first step 51', 'save around step 50', 'restore before step 51'."""
+        return {STEP: "step", FIRST_STEP: "first step", CHECKPOINT: "save around step",
+                RESTORE: "restore before step"}[self.phase] + f" {self.step}"
+
     def describe(self) -> str:
-        what = {STEP: "step", FIRST_STEP: "first step", CHECKPOINT: "save around step",
-                RESTORE: "restore before step"}[self.phase]
-        return (f"{what} {self.step} has run {self.seconds:.1f}s, past the watchdog's "
-                f"deadline of {self.deadline_seconds:.1f}s")
+        return (f"{self.what} has run {self.seconds:.1f}s, past the watchdog's deadline of "
+                f"{self.deadline_seconds:.1f}s")
 
 
 @dataclass
