@@ -258,14 +258,20 @@ class SimulatedBackend:
         end = started + max(parts.values(), default=base)
         with self._lock:
             self._waiting = _Wait(step, started, parts, hung)
+        was_hung = bool(hung)
         try:
-            while True:
+            # Nothing outstanding: done, and a slice lost since (in the step dispatched
+            # after this one) fails that step, at its own check, not this one.
+            while hung or time.time() < end:
                 self.check(active)  # a slice lost (a hung one replaced) fails the step
                 now = time.time()
-                if now >= end and not self.step_faults.hung(step, self.health.losses()):
+                hung = self.step_faults.hung(step, self.health.losses()) & active
+                if now >= end and not hung:
                     break
                 time.sleep(min(WAIT_POLL_SECONDS, max(end - now, WAIT_POLL_SECONDS / 5))
                            if not hung else WAIT_POLL_SECONDS)
+            if was_hung:  # a hung part ends only with its slice replaced: lost
+                self.check(active)
         finally:
             with self._lock:
                 self._waiting = None
