@@ -27,7 +27,7 @@ from typing import Any
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
-         "restore", "replacement")
+         "restore", "replacement", "hang")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
@@ -106,6 +106,10 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
         from bench import replacement
 
         return lambda: replacement.run(args.quick)
+    if name == "hang":
+        from bench import hang
+
+        return lambda: hang.run(args.quick)
     from bench import trainer
 
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,

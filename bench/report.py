@@ -325,6 +325,29 @@ def replacement_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row
     return rows
 
 
+def hang_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
+    anchors = r["anchors"]
+    rows: list[Row] = []
+    for run, to_nvrx, to_collective in zip(r["runs"], r["ratio_detected_vs_nvrx"],
+                                           r["ratio_resumed_vs_collective_timeout"],
+                                           strict=True):
+        paced = f"{run['step_seconds_paced']:g} s steps (median {_s(run['median_step_seconds'])})"
+
+        def cell(key: str, run: dict[str, Any] = run) -> str:
+            return f"{_s(run[f'{key}_seconds'])} ({_n(run[f'{key}_steps'])} steps)"
+
+        rows += [
+            (f"A hung slice, {paced}: hang -> detected (baseline: NVRx's default soft "
+             "timeout)", cell("detected"), _s(anchors["nvrx_soft_timeout_seconds"]),
+             _r(to_nvrx)),
+            ("The same: hang -> slice replaced; -> training resumed, in process (baseline: "
+             "a 10 min collective timeout, then a restart)",
+             f"{cell('replaced')}; {cell('resumed')}",
+             _s(anchors["collective_timeout_seconds"]), _r(to_collective)),
+        ]
+    return rows
+
+
 SECTIONS = (
     ("detection", "Detection at scale", detection_rows),
     ("detection_before", "Detection at scale, this operator against an earlier one",
@@ -335,6 +358,7 @@ SECTIONS = (
     ("defaults", "A job with every default losing a slice", defaults_rows),
     ("restore", "Restore throughput", restore_rows),
     ("replacement", "Slice replacement (same run, side by side)", replacement_rows),
+    ("hang", "A hung slice (CPU, simulated slices, the trainer's watchdog)", hang_rows),
 )
 
 

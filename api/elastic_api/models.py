@@ -999,6 +999,19 @@ class SliceReplacementRequest(StatusModel):
     message: str | None = Field(None, max_length=512)
 
 
+class SliceStepTime(StatusModel):
+    """One slice's part of the recent steps, where the backend can time each part (the
+    simulated backend can; the Pathways client sees one program, docs/trainer.md). Slow,
+    not stalled: a slice at `relative` >= elastic_api.stragglers.SLOW_SLICE_FACTOR is a
+    straggler (elastic_api.stragglers.slow_slices, the rule both sides apply)."""
+
+    slice: Count
+    seconds: float = Field(ge=0, description="The median of its part over the last steps "
+                           "measured on this mesh.")
+    relative: float = Field(ge=0, description="seconds over the fastest slice's (1 for the "
+                            "fastest).")
+
+
 class TrainingReport(StatusModel):
     """Written by the trainer through the status subresource; read by the operator."""
 
@@ -1030,6 +1043,9 @@ class TrainingReport(StatusModel):
         None, description="Set while the step in flight is past the watchdog's deadline.")
     slice_replacement: SliceReplacementRequest | None = Field(
         None, description="The trainer's newest request to replace slices it blames.")
+    slice_step_times: list[SliceStepTime] | None = Field(
+        None, description="Each active slice's part of the recent steps; absent where the "
+        "backend cannot time the parts (Pathways).")
 
 
 # Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the

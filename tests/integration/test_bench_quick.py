@@ -72,7 +72,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert not docs.exists(), "a quick run must not rewrite the docs table"
     summary: dict[str, Any] = json.loads((out_dir / "summary-quick.json").read_text())
     for name in ("detection", "scale", "recovery", "overhead", "defaults", "restore",
-                 "replacement"):
+                 "replacement", "hang"):
         per_file = json.loads((out_dir / f"{name}-quick.json").read_text())
         assert per_file == summary["benchmarks"][name]
     return summary
@@ -82,10 +82,17 @@ def test_every_benchmark_ran_quick(results: dict[str, Any]) -> None:
     assert results["quick"] is True
     # detection_before runs only with --before REV.
     assert set(results["benchmarks"]) == {"detection", "scale", "recovery", "overhead",
-                                          "defaults", "restore", "replacement"}
+                                          "defaults", "restore", "replacement", "hang"}
     for entry in results["benchmarks"].values():
         assert entry["quick"] is True and isinstance(entry["measured_at"], str)
         assert entry["machine"]["cpus"] >= 1
+
+
+def test_hang_result(results: dict[str, Any]) -> None:
+    [run] = results["benchmarks"]["hang"]["result"]["runs"]
+    assert run["error"].startswith("SliceHung: slice 2 hung in step 23")
+    assert 0 < run["detected_seconds"] <= run["replaced_seconds"] <= run["resumed_seconds"]
+    assert run["exit_code"] == 0 and run["detected_steps"] > 0
 
 
 def test_detection_result(results: dict[str, Any]) -> None:

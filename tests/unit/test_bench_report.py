@@ -313,3 +313,31 @@ def test_an_overhead_result_of_the_fixed_period_benchmark_still_renders() -> Non
     old.update({"checkpoint_period": 20, "snapshot_period": 5})
     rows = report.overhead_rows({"configs": {"small": old}}, {})
     assert "async checkpoint every 20 + snapshot every 5" in rows[0][0]
+
+
+def test_the_hang_benchmark_reads_its_figures_from_the_runs_summary() -> None:
+    from bench import hang
+
+    t0 = 1000.0
+    summary = {
+        "step_times": [[i, t0 + 0.1 * i] for i in range(1, 53)],
+        "elastic_events": [{
+            "kind": "slice_down", "error": "SliceHung: slice 2 hung in step 53 (...)",
+            "fault_at": t0 + 5.2, "detected_at": t0 + 10.2, "slices_back_at": t0 + 12.2,
+            "resumed_at": t0 + 12.6, "restore_source": "snapshot", "steps_lost": 2}],
+        "stalls": [{"step": 53}], "exit_code": 0,
+    }
+    run = hang.reduce(summary, 0.1, 53)
+    assert run["median_step_seconds"] == pytest.approx(0.1)
+    assert (run["detected_seconds"], run["replaced_seconds"], run["resumed_seconds"]) == (
+        pytest.approx(5.0), pytest.approx(7.0), pytest.approx(7.4))
+    assert run["detected_steps"] == pytest.approx(50.0)
+    result = {"runs": [run], "anchors": {"nvrx_soft_timeout_seconds": 60.0,
+                                         "collective_timeout_seconds": 600.0},
+              "ratio_detected_vs_nvrx": [5.0 / 60], "ratio_resumed_vs_collective_timeout":
+              [7.4 / 600]}
+    detected, resumed = report.hang_rows(result, {})
+    assert detected[1:] == ("5.00 s (50.0 steps)", "60.00 s", "0.083")
+    assert resumed[1].endswith("7.40 s (74.0 steps)") and resumed[2:] == ("600 s", "0.012")
+    with pytest.raises(RuntimeError, match="SliceHung"):
+        hang.reduce({**summary, "elastic_events": []}, 0.1, 53)

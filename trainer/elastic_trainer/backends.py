@@ -10,7 +10,9 @@ and what a lost slice does to a step and to a checkpoint write in flight.
   a step, fails the step with the `jax.errors.JaxRuntimeError(DATA_LOSS)` Pathways
   raises, fails a checkpoint write it took part in, and loses every array on its devices,
   device and pinned-host memory alike (its share of the training state and its replica
-  of the snapshot).
+  of the snapshot). Silent faults (faults.StepFaults) hang or slow one slice's part of a
+  step while its health stays good; each part is timed, which is the evidence the
+  watchdog blames a slice on (`blame`) and the stragglers' step times.
 - `PathwaysBackend` (TPU): pathwaysutils' `Manager` (devices grouped by `slice_index`, its
   health check, `wait_for_slices`, the monitor thread for slices that come back). The
   runtime raises the errors and loses the memory by itself.
@@ -19,18 +21,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from elastic_trainer.errors import ElasticTimeout, slice_down_error
-from elastic_trainer.faults import SliceHealthSource
+from elastic_trainer.faults import SliceHealthSource, StepFaults
 
 log = logging.getLogger(__name__)
 
 # Called in the background commit of a checkpoint step once its data is written; raising
 # fails that save (see checkpoint.py).
 WriteHook = Callable[[int], None]
+# Each slice's part of the last steps on this mesh (sliceStepTimes: elastic_api.stragglers).
+PARTS_WINDOW = 20
+WAIT_POLL_SECONDS = 0.005
+PATHWAYS_NO_BLAME = (
+    "the Pathways client sees one program over every slice: no slice's part of a step can "
+    "be timed or told apart from the controller, and a hung slice's pods stay Ready")
 
 
 class Backend(Protocol):
@@ -75,16 +86,49 @@ class Backend(Protocol):
         a slice of it is lost meanwhile (None: the runtime fails the save by itself)."""
         ...
 
+    def wait_step(self, step: int, active: set[int]) -> None:
+        """Once the result of `step` is read: wait until every slice's part of it is done
+        (simulated: the hung and slow parts; on Pathways reading the result was the
+        wait). Raises the slice-down error if a slice of the mesh is lost meanwhile."""
+        ...
+
+    def blame(self) -> tuple[list[int], str]:
+        """For a step past the watchdog's deadline: (the slices the evidence blames,
+        what it rests on); no slices when nothing can be told."""
+        ...
+
+    def replace_slices(self, slices: list[int]) -> bool:
+        """The trainer asked for these slices to be replaced: True when the backend does
+        it itself (the simulation playing the operator), False when the operator does."""
+        ...
+
+    def slice_parts(self) -> list[dict[int, float]] | None:
+        """Each active slice's part of the recent steps of this mesh ({slice: seconds},
+        oldest first; not the first step of an attempt, which compiles), or None where
+        the parts cannot be timed (Pathways)."""
+        ...
+
     def on_elastic_event(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass
+class _Wait:
+    """The step whose slices' parts the loop waits for."""
+
+    step: int
+    started: float  # when its parts started (dispatched, or the step before done)
+    parts: dict[int, float]  # slice: seconds its part takes (not a hung one)
+    hung: set[int]
 
 
 class SimulatedBackend:
     name = "simulated"
 
     def __init__(self, total_slices: int, devices_per_slice: int,
-                 health: SliceHealthSource, write_seconds: float = 0.0) -> None:
+                 health: SliceHealthSource, write_seconds: float = 0.0,
+                 step_faults: StepFaults | None = None) -> None:
         import jax
 
         devices = jax.devices()
@@ -104,6 +148,12 @@ class SimulatedBackend:
         # a slice whose count has grown since then has lost what it held.
         self._baseline: dict[int, int] = {}
         self._last_failure: tuple[list[int], float | None] = ([], None)
+        self.step_faults = step_faults or StepFaults([])
+        self._dispatched: dict[int, float] = {}  # step: when the loop dispatched it
+        self._last_done = 0.0
+        self._waiting: _Wait | None = None  # read by the watchdog's thread
+        self._parts: deque[dict[int, float]] = deque(maxlen=PARTS_WINDOW)
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         self.health.start()
@@ -140,6 +190,10 @@ class SimulatedBackend:
         for s in healthy:  # their memory is fresh (empty) from here on
             self._baseline[s] = losses.get(s, 0)
         self._active = frozenset(healthy)
+        with self._lock:  # a new mesh: its parts are timed afresh
+            self._parts.clear()
+            self._dispatched.clear()
+            self._last_done = 0.0
         return healthy
 
     def forget_lost_memory(self) -> list[int]:
@@ -182,6 +236,69 @@ class SimulatedBackend:
 
     def on_phase(self, phase: str, step: int) -> None:
         self.health.on_phase(phase, step)
+        if phase == "step":
+            self.step_faults.on_step(step, self.health.losses())
+            with self._lock:
+                self._dispatched[step] = time.time()
+
+    # --- each slice's part of a step: silent faults, the evidence ---
+
+    def wait_step(self, step: int, active: set[int]) -> None:
+        """The device's result of `step` is read: the healthy slices' parts are done. A
+        slow slice's part ends `factor` times its own time after the part started; a hung
+        one's never (until the slice is replaced, which fails the step with DATA_LOSS)."""
+        now = time.time()
+        losses = self.health.losses()
+        with self._lock:
+            started = max(self._dispatched.pop(step, now), self._last_done)
+        base = max(now - started, 0.0)
+        hung = self.step_faults.hung(step, losses) & active
+        slow = self.step_faults.slowdown(step, losses)
+        parts = {s: base * slow.get(s, 1.0) for s in sorted(active - hung)}
+        end = started + max(parts.values(), default=base)
+        with self._lock:
+            self._waiting = _Wait(step, started, parts, hung)
+        try:
+            while True:
+                self.check(active)  # a slice lost (a hung one replaced) fails the step
+                now = time.time()
+                if now >= end and not self.step_faults.hung(step, self.health.losses()):
+                    break
+                time.sleep(min(WAIT_POLL_SECONDS, max(end - now, WAIT_POLL_SECONDS / 5))
+                           if not hung else WAIT_POLL_SECONDS)
+        finally:
+            with self._lock:
+                self._waiting = None
+        with self._lock:
+            if self._last_done > 0:  # not the attempt's first step: it compiles
+                self._parts.append(parts)
+            self._last_done = time.time()
+
+    def blame(self) -> tuple[list[int], str]:
+        with self._lock:
+            wait = self._waiting
+        if wait is None:
+            return [], ("no slice's part of a step is outstanding: the controller waits "
+                        "elsewhere (the threads' stacks are in the log)")
+        now = time.time()
+        pending = sorted(wait.hung | {s for s, t in wait.parts.items()
+                                      if wait.started + t > now})
+        finished = sorted(set(wait.parts) - set(pending))
+        if not pending or not finished:
+            return [], (f"every slice's part of step {wait.step} is "
+                        f"{'outstanding' if pending else 'done'}: no slice stands out")
+        slowest = max(wait.parts[s] for s in finished)
+        return pending, (
+            f"{_slices(pending)}'s part of step {wait.step} has not finished after "
+            f"{now - wait.started:.1f}s; {_slices(finished)} finished theirs in "
+            f"{slowest:.2f}s or less")
+
+    def replace_slices(self, slices: list[int]) -> bool:
+        return bool(self.health.replace(slices))
+
+    def slice_parts(self) -> list[dict[int, float]] | None:
+        with self._lock:
+            return [p for p in self._parts if set(p) == set(self._active)]
 
     def checkpoint_write_hook(self, active: set[int]) -> WriteHook:
         """The slices write their shards (for `write_seconds`); a slice of the save's mesh
@@ -296,6 +413,18 @@ class PathwaysBackend:
     def checkpoint_write_hook(self, active: set[int]) -> WriteHook | None:
         return None  # a lost slice fails the save's write with a JaxRuntimeError
 
+    def wait_step(self, step: int, active: set[int]) -> None:
+        pass  # reading the step's result waited for every slice's part
+
+    def blame(self) -> tuple[list[int], str]:
+        return [], PATHWAYS_NO_BLAME
+
+    def replace_slices(self, slices: list[int]) -> bool:
+        return False  # the operator recreates their worker Jobs: DATA_LOSS follows
+
+    def slice_parts(self) -> list[dict[int, float]] | None:
+        return None
+
     def on_elastic_event(self) -> None:
         import jax
 
@@ -305,3 +434,10 @@ class PathwaysBackend:
 
     def close(self) -> None:
         self.manager.close()
+
+
+def _slices(indices: Sequence[int]) -> str:
+    """'slice 2', 'slices 0, 1 and 3'."""
+    if len(indices) == 1:
+        return f"slice {indices[0]}"
+    return "slices " + ", ".join(str(i) for i in indices[:-1]) + f" and {indices[-1]}"

@@ -16,6 +16,9 @@ DEFAULT_DEVICES_PER_SLICE = 2
 EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
 # As elastic_api.models' (not imported here: it pulls in pydantic; test_cli checks it).
 DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
+# As elastic_trainer.watchdog's (not imported here either: it is light, but keeps the
+# flags' module free of the loop's; test_trainer_watchdog checks they agree).
+WATCHDOG_FACTOR, WATCHDOG_FLOOR_SECONDS, WATCHDOG_LONG_FLOOR_SECONDS = 10.0, 5.0, 300.0
 
 
 def period(text: str) -> int | None:
@@ -48,7 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="take SLICE down while STEP runs, back after --fault-duration (repeatable); "
            "STEP-BACK:SLICE: back when the loop reaches step BACK (replica resize); "
            "STEP:SLICE:checkpoint fails the checkpoint write of the first checkpoint step "
-           ">= STEP, STEP:SLICE:restore the first restore after a failure at a step >= STEP")
+           ">= STEP, STEP:SLICE:restore the first restore after a failure at a step >= STEP; "
+           "silent faults (the slice stays healthy, with either --slice-health): "
+           "STEP:SLICE:hang (its part of STEP never finishes until it is replaced), "
+           "STEP[-BACK]:SLICE:slow=FACTOR (its part takes FACTOR times longer from STEP, "
+           "until step BACK or until it is replaced)")
     a("--fault-duration", type=float, default=2.0, help="seconds a failed slice stays down")
     a("--simulate-checkpoint-write-seconds", type=float, default=0.0,
       help="simulated backend: the slices take this long to write their checkpoint shards "
@@ -79,6 +86,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--compilation-cache", default=None,
       help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
            "for local checkpoints, else /tmp/etj-compilation-cache)")
+    a("--watchdog-factor", type=float, default=WATCHDOG_FACTOR,
+      help="watchdog: a step may take this many times the 99th percentile of the recent "
+           "steps of its mesh; a first step, save or restore this many times the longest "
+           "of its kind so far (default %(default)s)")
+    a("--watchdog-floor-seconds", type=float, default=WATCHDOG_FLOOR_SECONDS,
+      help="watchdog: no deadline is shorter (default %(default)s)")
+    a("--watchdog-long-floor-seconds", type=float, default=WATCHDOG_LONG_FLOOR_SECONDS,
+      help="watchdog: the deadline of a first step (a compile), a save or a restore "
+           "before one was measured in this process (default %(default)s)")
+    a("--no-watchdog", action="store_true", help="no watchdog (no stall is reported)")
+    a("--on-slow-slice", choices=("Report", "Replace"), default="Report",
+      help="a slice whose part of the steps is 1.5x the fastest slice's or more: report "
+           "it (status.training.sliceStepTimes; default) or also ask for its replacement")
     a("--log-every", type=int, default=10, help="log a progress line every N steps")
     a("--min-step-seconds", type=float, default=0.0,
       help="pace the loop: each step takes at least this long (demos on CPU, where a tiny "
@@ -141,6 +161,12 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "--max-retries must be >= 0"
     if args.request_poll_interval <= 0:
         return "--request-poll-interval must be > 0"
+    if not args.watchdog_factor >= 1:  # also nan
+        return f"--watchdog-factor {args.watchdog_factor} must be >= 1"
+    if not 0 < args.watchdog_floor_seconds <= args.watchdog_long_floor_seconds:
+        return (f"--watchdog-floor-seconds {args.watchdog_floor_seconds} must be more than "
+                f"0 and at most --watchdog-long-floor-seconds "
+                f"{args.watchdog_long_floor_seconds}")
     return _validate_cadence(args)
 
 
@@ -244,21 +270,34 @@ def _fail_early(args: argparse.Namespace, job: tuple[str, str] | None, message: 
     return EXIT_TRAINING_ERROR
 
 
-def _simulated_health(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
+def _faults(args: argparse.Namespace) -> Any:
+    """(faults that take a slice down, silent ones) from --fail-at, or an error message."""
+    from elastic_trainer.faults import Fault, parse_fault
+
+    try:
+        parsed = [parse_fault(f, args.simulate_slices) for f in args.fail_at]
+    except ValueError as err:
+        return str(err)
+    down = [f for f in parsed if isinstance(f, Fault)]
+    return down, [f for f in parsed if not isinstance(f, Fault)]
+
+
+def _simulated_health(args: argparse.Namespace, job: tuple[str, str] | None,
+                      faults: list[Any]) -> Any:
     """The slice health source of the simulated backend, or an error message."""
-    from elastic_trainer.faults import Fault, FaultSchedule
+    from elastic_trainer.faults import FaultSchedule
     from elastic_trainer.pods import PodReadiness
 
     if args.slice_health == "pods":
         if job is None:
             return "--slice-health pods needs --job NS/NAME (or ETJ_JOB_* env)"
+        if faults:
+            return ("--fail-at STEP:SLICE takes a slice down only with --slice-health "
+                    "schedule (with pods, the pods say; silent faults, hang and slow, work "
+                    "with both)")
         hosts = os.environ.get("ETJ_HOSTS_PER_SLICE")
         return PodReadiness(job[0], job[1], args.simulate_slices,
                             hosts_per_slice=int(hosts) if hosts else None)
-    try:
-        faults = [Fault.parse(f, args.simulate_slices) for f in args.fail_at]
-    except ValueError as err:
-        return str(err)
     resize = args.min_slices is not None and args.min_slices < args.simulate_slices
     if any(f.back_at_step is not None for f in faults) and not resize:
         return ("--fail-at STEP-BACK:SLICE needs replica resize (--min-slices below "
@@ -279,11 +318,17 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
                 f"--backend pathways needs TPU slices behind a Pathways proxy "
                 f"(JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET); got {type(err).__name__}: "
                 f"{err}. On CPU use --backend simulated.")
-    health = _simulated_health(args, job)
+    from elastic_trainer.faults import StepFaults
+
+    faults = _faults(args)
+    if isinstance(faults, str):
+        return 2, faults
+    health = _simulated_health(args, job, faults[0])
     if isinstance(health, str):
         return 2, health
     return SimulatedBackend(args.simulate_slices, args.devices_per_slice, health,
-                            write_seconds=args.simulate_checkpoint_write_seconds)
+                            write_seconds=args.simulate_checkpoint_write_seconds,
+                            step_faults=StepFaults(faults[1]))
 
 
 def process_start_time() -> float:
@@ -306,6 +351,7 @@ def process_start_time() -> float:
 def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
     from elastic_trainer.loop import LoopOptions
     from elastic_trainer.report import PriorRun, read_prior_run
+    from elastic_trainer.watchdog import WatchdogOptions
 
     prior = read_prior_run(*job, args.max_retries) if job else PriorRun()
     if prior.events or prior.failures or prior.goodput is not None:
@@ -322,6 +368,9 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         prior_events=prior.events, prior_failures=prior.failures,
         prior_goodput=prior.goodput, prior_step=prior.step, prior_ack=prior.checkpoint_ack,
         process_started_at=process_start_time(),
+        watchdog=WatchdogOptions(args.watchdog_factor, args.watchdog_floor_seconds,
+                                 args.watchdog_long_floor_seconds, not args.no_watchdog),
+        on_slow_slice=args.on_slow_slice,
     )
 
 
@@ -343,7 +392,8 @@ def _run_trainer(trainer: Any, reporter: Any) -> tuple[Any, int]:
                          trainer.checkpointer.write_failures, failure=err,
                          elastic_events_total=trainer.opts.prior_events + len(trainer.events),
                          started_from=trainer.started_from, goodput=trainer.goodput.report(),
-                         process_started_at=trainer.process_started_at), EXIT_TRAINING_ERROR
+                         process_started_at=trainer.process_started_at,
+                         **trainer.watch_record()), EXIT_TRAINING_ERROR
     if result.failure is None:
         return result, 0
     return result, (EXIT_TIMEOUT if isinstance(result.failure, ElasticTimeout)

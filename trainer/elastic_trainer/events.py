@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +34,7 @@ class ElasticEvent:
     resumed_step: int | None = None
     active_slices_after: int | None = None
     wait_seconds: float | None = None  # waiting for slices before the restore
+    slices_back_at: float | None = None  # when the slices needed were healthy again
 
     @property
     def steps_lost(self) -> int | None:
@@ -53,6 +54,7 @@ class ElasticEvent:
             "resume_seconds": resume, "steps_lost": self.steps_lost,
             "resumed_step": self.resumed_step, "active_slices_after": self.active_slices_after,
             "detected_at": self.detected_at, "resumed_at": self.resumed_at,
+            "fault_at": self.fault_at, "slices_back_at": self.slices_back_at,
         }
 
     def log_line(self) -> str:
@@ -100,6 +102,10 @@ class RunResult:
     goodput: TrainerGoodput | None = None
     process_started_at: float | None = None
     finished_at: float | None = None  # when the goodput account was closed
+    # The watchdog's stalls and the replacement requests, as reported (JSON).
+    stalls: list[dict[str, Any]] = field(default_factory=list)
+    slice_replacements: list[dict[str, Any]] = field(default_factory=list)
+    slice_step_times: list[dict[str, Any]] | None = None  # the last reported
 
 
 def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -120,6 +126,8 @@ def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict
                     else result.goodput.model_dump(by_alias=True, mode="json")),
         "process_started_at": result.process_started_at,
         "finished_at": result.finished_at,
+        "stalls": result.stalls, "slice_replacements": result.slice_replacements,
+        "slice_step_times": result.slice_step_times,
         "status": "Failed" if result.failure else "Succeeded",
         "reason": getattr(result.failure, "reason", None) if result.failure else None,
         "message": str(result.failure) if result.failure else None,

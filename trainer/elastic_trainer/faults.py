@@ -1,9 +1,15 @@
-"""Slice health for the simulated backend: the protocol, and a fault schedule.
+"""Slice health for the simulated backend: the protocol, a fault schedule, and the
+silent faults of a step.
 
 A health source says which slices are down now and how many times each slice has gone
 down so far (`losses`). The second matters: a slice that goes down and comes back while
 one step runs has still lost everything it held, so the step fails, as on hardware, even
 though the slice looks healthy again when the step ends.
+
+Silent faults (`StepFaults`) leave a slice's health alone, as a hung TPU host leaves its
+pods Ready: a hung slice's part of a step never finishes, a slow slice's takes FACTOR
+times longer. Both end when the slice is replaced (its loss count grows: its worker Job
+was recreated) or, for a slow one, when the loop reaches step BACK.
 """
 from __future__ import annotations
 
@@ -16,6 +22,14 @@ from typing import Protocol
 log = logging.getLogger(__name__)
 
 PHASES = ("step", "checkpoint", "restore")
+# Silent faults: `hang` and `slow=FACTOR` (parse_fault).
+SILENT = ("hang", "slow")
+# The simulation playing the operator (--slice-health schedule): after a replacement
+# request, the operator's reaction (status write -> reconcile -> the worker Job deleted)
+# and the slice's new pods being Ready, as bench/replacement.py measures them on the local
+# control plane (0.7-2.6 s from failure to the slice Ready again; docs/benchmarks.md).
+REPLACE_REACTION_SECONDS = 0.5
+REPLACE_SECONDS = 1.5
 
 
 class SliceHealthSource(Protocol):
@@ -33,6 +47,12 @@ class SliceHealthSource(Protocol):
         """The loop is at `phase` ("step", "restore", "checkpoint") of `step`."""
         ...
 
+    def replace(self, slices: list[int]) -> bool:
+        """The trainer asks for these slices to be replaced (status.training.
+        sliceReplacement). True: this source plays the operator and replaces them itself;
+        False: the operator does (their pods go away and come back)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -48,6 +68,7 @@ class Fault:
 
     @classmethod
     def parse(cls, text: str, total_slices: int) -> Fault:
+        """A fault that takes a slice down (not a silent one: see parse_fault)."""
         parts = text.split(":")
         try:
             if len(parts) not in (2, 3):
@@ -60,10 +81,12 @@ class Fault:
             raise ValueError(
                 f"--fail-at {text!r}: expected STEP:SLICE (e.g. 23:1), STEP-BACK:SLICE "
                 "(down from step STEP until the loop reaches step BACK), "
-                "STEP:SLICE:checkpoint or STEP:SLICE:restore"
+                "STEP:SLICE:checkpoint, STEP:SLICE:restore, STEP:SLICE:hang or "
+                "STEP[-BACK]:SLICE:slow=FACTOR"
             ) from None
         if phase not in PHASES:
-            raise ValueError(f"--fail-at {text!r}: phase must be step, checkpoint or restore")
+            raise ValueError(f"--fail-at {text!r}: phase must be step, checkpoint or restore "
+                             "(or a silent fault: hang, slow=FACTOR)")
         if not 0 <= slice_index < total_slices:
             raise ValueError(
                 f"--fail-at {text!r}: slice {slice_index} does not exist "
@@ -97,8 +120,10 @@ class FaultSchedule:
 
     faults: list[Fault]
     duration: float = 2.0
+    replace_seconds: float = REPLACE_SECONDS  # a replaced slice's outage (replace())
     _down: dict[int, _Outage] = field(default_factory=dict)
     _losses: dict[int, int] = field(default_factory=dict)
+    _replacing: list[tuple[float, int]] = field(default_factory=list)  # (when, slice)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
@@ -119,6 +144,25 @@ class FaultSchedule:
                     fault.fired = True
                     self._fire(fault, phase, step)
 
+    def replace(self, slices: list[int]) -> bool:
+        """Play the operator: each slice goes down once the operator would have deleted
+        its worker Job, and is back when its new pods would be Ready."""
+        at = time.time() + REPLACE_REACTION_SECONDS
+        with self._lock:
+            self._replacing.extend((at, s) for s in slices)
+        log.info("simulated operator: replacing slice(s) %s in %.1fs, back %.1fs later",
+                 slices, REPLACE_REACTION_SECONDS, self.replace_seconds)
+        return True
+
+    def _replace_due(self, now: float) -> None:
+        due = [(at, s) for at, s in self._replacing if at <= now]
+        for at, index in due:
+            self._replacing.remove((at, index))
+            since = self._down[index].since if index in self._down else at
+            self._down[index] = _Outage(since, at + self.replace_seconds, None)
+            self._losses[index] = self._losses.get(index, 0) + 1
+            log.info("simulated operator: slice %d's worker Job recreated", index)
+
     def _fire(self, fault: Fault, phase: str, step: int) -> None:
         now = time.time()
         since = self._down[fault.slice].since if fault.slice in self._down else now
@@ -134,6 +178,7 @@ class FaultSchedule:
     def down_slices(self) -> dict[int, float]:
         now = time.time()
         with self._lock:
+            self._replace_due(now)
             for index in [i for i, o in self._down.items()
                           if o.until is not None and o.until <= now]:
                 del self._down[index]
@@ -141,4 +186,83 @@ class FaultSchedule:
 
     def losses(self) -> dict[int, int]:
         with self._lock:
+            self._replace_due(time.time())
             return dict(self._losses)
+
+
+@dataclass
+class SilentFault:
+    """A slice's part of the steps misbehaves while its health stays good: `hang` (its
+    part of STEP never finishes) or `slow` (from STEP on, its part takes `factor` times
+    the others'); both until the slice is replaced, a slow one at most until step BACK."""
+
+    step: int
+    slice: int
+    kind: str  # "hang" or "slow"
+    factor: float = 1.0
+    until_step: int | None = None
+    losses_at_fire: int | None = None  # None: not fired yet
+
+    def active(self, step: int, losses: dict[int, int]) -> bool:
+        if self.losses_at_fire is None or losses.get(self.slice, 0) > self.losses_at_fire:
+            return False  # not yet, or the slice was replaced since
+        if self.kind == "hang":
+            return step == self.step
+        return self.until_step is None or step < self.until_step
+
+
+def parse_fault(text: str, total_slices: int) -> Fault | SilentFault:
+    """One --fail-at: STEP:SLICE:hang, STEP[-BACK]:SLICE:slow=FACTOR, else Fault.parse."""
+    parts = text.split(":")
+    kind = parts[2].partition("=")[0] if len(parts) == 3 else ""
+    if kind not in SILENT:
+        return Fault.parse(text, total_slices)
+    down = Fault.parse(":".join(parts[:2]), total_slices)
+    factor = 1.0
+    if kind == "hang" and (down.back_at_step is not None or parts[2] != "hang"):
+        raise ValueError(f"--fail-at {text!r}: a hang is STEP:SLICE:hang (the slice's part "
+                         "of STEP never finishes; it is back once replaced)")
+    if kind == "slow":
+        try:
+            factor = float(parts[2].partition("=")[2])
+        except ValueError:
+            factor = 0.0
+        if not 1.0 < factor < 1e6:  # also nan
+            raise ValueError(f"--fail-at {text!r}: slow=FACTOR needs a FACTOR above 1 "
+                             "(the slice's part takes FACTOR times longer), e.g. slow=3")
+    return SilentFault(down.step, down.slice, kind, factor, down.back_at_step)
+
+
+class StepFaults:
+    """The silent faults of a run: which slices' parts of a step hang or run slow."""
+
+    def __init__(self, faults: list[SilentFault]) -> None:
+        self.faults = faults
+        self._lock = threading.Lock()
+
+    def on_step(self, step: int, losses: dict[int, int]) -> None:
+        """The loop dispatches `step`: faults due fire (once each, even if the loop
+        rewinds past them)."""
+        with self._lock:
+            for fault in self.faults:
+                if fault.losses_at_fire is None and fault.step == step:
+                    fault.losses_at_fire = losses.get(fault.slice, 0)
+                    what = ("hangs" if fault.kind == "hang" else
+                            f"runs {fault.factor:g}x slower"
+                            + (f" until step {fault.until_step}" if fault.until_step else ""))
+                    log.info("fault injected: slice %d's part of step %d %s (its pods stay "
+                             "Ready)", fault.slice, step, what)
+
+    def hung(self, step: int, losses: dict[int, int]) -> set[int]:
+        with self._lock:
+            return {f.slice for f in self.faults
+                    if f.kind == "hang" and f.active(step, losses)}
+
+    def slowdown(self, step: int, losses: dict[int, int]) -> dict[int, float]:
+        """{slice: factor} for the slices whose part of `step` runs slow."""
+        out: dict[int, float] = {}
+        with self._lock:
+            for f in self.faults:
+                if f.kind == "slow" and f.active(step, losses):
+                    out[f.slice] = max(out.get(f.slice, 1.0), f.factor)
+        return out

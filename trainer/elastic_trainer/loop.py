@@ -17,7 +17,13 @@
           budget): copied while the next steps train
         a checkpoint due (likewise) and at the end: checkpoint (async)
         replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
-    all along: the goodput account (goodput.py) is told what the training thread does
+    all along: the goodput account (goodput.py) is told what the training thread does,
+      and the watchdog (watchdog.py) what it waits for: past that phase's deadline
+      (learned from the run's own), every thread's stack to the log, status.training.stall,
+      and the slices the backend's evidence blames asked to be replaced
+      (status.training.sliceReplacement): their loss is the DATA_LOSS of any lost slice
+    slow slices (elastic_api.stragglers) reported in status.training.sliceStepTimes;
+      with --on-slow-slice Replace, asked to be replaced too
 """
 from __future__ import annotations
 
@@ -31,13 +37,18 @@ from typing import Any
 
 import jax
 
+from elastic_api.conditions import Reason
 from elastic_api.models import (
     DEFAULT_OVERHEAD_BUDGET_PERCENT,
     CheckpointAck,
     CheckpointRequest,
+    SliceReplacementRequest,
+    SliceStepTime,
+    StallReport,
     TrainerGoodput,
     TrainingReport,
 )
+from elastic_api.stragglers import slow_slices, step_times
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
 from elastic_trainer.cadence import Cadence, Cadences, budget_shares, host_memory_available
@@ -52,6 +63,16 @@ from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.retry import SliceLossLimit, run_elastic
 from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots, to_pinned_host
+from elastic_trainer.watchdog import (
+    CHECKPOINT,
+    FIRST_STEP,
+    RESTORE,
+    STEP,
+    Stall,
+    Watchdog,
+    WatchdogOptions,
+    log_stacks,
+)
 
 log = logging.getLogger("elastic_trainer")
 
@@ -91,17 +112,31 @@ class LoopOptions:
     prior_step: int = 0  # its last reported step
     prior_ack: CheckpointAck | None = None  # its last checkpointAck: kept, not repeated
     process_started_at: float | None = None  # unix time the process started (else now)
+    watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
+    on_slow_slice: str = "Report"  # or "Replace": ask for a straggler to be replaced
 
 
 @dataclass
 class _Progress:
     step: int = 0  # last completed step (high-water mark of this process)
     loss: float | None = None
+    step_seconds: float | None = None
     tokens_per_second: float | None = None
     active_slices: int | None = None
     state: str = "Initializing"
     step_times: list[tuple[int, float]] = field(default_factory=list)
     losses: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Blamed:
+    """Slices the trainer asked to be replaced, and why: the elastic event their loss
+    becomes names it."""
+
+    slices: frozenset[int]
+    cause: str
+    fault_at: float | None  # when the fault began, if known (the hung step's start)
+    detected_at: float
 
 
 @dataclass
@@ -150,6 +185,17 @@ class Trainer:
         # The newest request acted on (answered, or given up on at its deadline).
         self._request_done = opts.prior_ack.id if opts.prior_ack is not None else 0
         self.finished_at: float | None = None
+        # The watchdog, stalls and replacement requests (watchdog.py).
+        self.watchdog = Watchdog(opts.watchdog, self._on_stall)
+        self.stall: StallReport | None = None
+        self.slice_replacement: SliceReplacementRequest | None = None
+        self.slice_times: list[SliceStepTime] | None = None
+        self._blamed: _Blamed | None = None
+        self.stalls_seen: list[StallReport] = []
+        self.replacements: list[SliceReplacementRequest] = []
+        self._slow_reported: frozenset[int] = frozenset()
+        self._active: set[int] = set()
+        self._mesh: tuple[tuple[int, ...], int] | None = None
 
     def next_event_id(self) -> int:
         return self.opts.prior_events + len(self.events) + 1
@@ -167,7 +213,8 @@ class Trainer:
         return TrainingReport(
             observed_at=datetime.now(UTC), state=p.state,
             reason=reason, message=message, step=p.step, total_steps=self.opts.steps,
-            loss=p.loss, tokens_per_second=p.tokens_per_second, attempt=len(self.events),
+            loss=p.loss, step_seconds=p.step_seconds, tokens_per_second=p.tokens_per_second,
+            attempt=len(self.events),
             active_slices=p.active_slices,
             last_committed_checkpoint_step=self.checkpointer.latest_committed_step_cached(),
             last_snapshot_step=self.snapshots.latest_step(),
@@ -179,6 +226,8 @@ class Trainer:
             checkpoint_ack=self.checkpoint_ack, goodput=self.goodput.report(),
             snapshot_cadence=self.cadences.snapshot.report(),
             checkpoint_cadence=self.cadences.checkpoint.report(),
+            stall=self.stall, slice_replacement=self.slice_replacement,
+            slice_step_times=self.slice_times,
         )
 
     def _report(self, urgent: bool = False, reason: str | None = None,
@@ -195,7 +244,9 @@ class Trainer:
 
     def run(self) -> RunResult:
         self.backend.start()
+        self.watchdog.arm(CHECKPOINT, 1)
         deleted = self.checkpointer.settle()
+        self.watchdog.disarm()  # the slices may take long to come up: the elastic timeout
         if deleted:
             log.info("deleted incomplete checkpoint steps %s", deleted)
         self._report(urgent=True)
@@ -208,12 +259,18 @@ class Trainer:
         except (ElasticRetriesExhausted, ElasticTimeout) as err:
             failure = err
         except BaseException:
+            self.watchdog.close()
             self._quiesce()
             raise
-        if failure is not None:
-            self._fail(failure)
-        else:
-            digest = self._succeed(state)
+        # The end: the last save's commit (a phase of its own), then no deadline at all.
+        self.watchdog.arm(CHECKPOINT, self.progress.step)
+        try:
+            if failure is not None:
+                self._fail(failure)
+            else:
+                digest = self._succeed(state)
+        finally:
+            self.watchdog.close()
         return RunResult(
             final_step=self.progress.step, final_loss=self.progress.loss, params_digest=digest,
             step_times=self.progress.step_times, losses=self.progress.losses,
@@ -221,7 +278,18 @@ class Trainer:
             failure=failure, elastic_events_total=self.opts.prior_events + len(self.events),
             started_from=self.started_from, goodput=self.goodput.report(),
             process_started_at=self.process_started_at, finished_at=self.finished_at,
+            **self.watch_record(),
         )
+
+    def watch_record(self) -> dict[str, Any]:
+        """The watchdog's part of the run's result: stalls, requests, slice times."""
+        return {
+            "stalls": [s.model_dump(by_alias=True, mode="json") for s in self.stalls_seen],
+            "slice_replacements": [r.model_dump(by_alias=True, mode="json")
+                                   for r in self.replacements],
+            "slice_step_times": None if self.slice_times is None else
+            [t.model_dump(by_alias=True, mode="json") for t in self.slice_times],
+        }
 
     def _quiesce(self) -> None:
         """Let the snapshot hand-off and the checkpoint save in flight finish (bounded)
@@ -269,6 +337,7 @@ class Trainer:
     # --- hooks of the retry loop (retry.ElasticHooks) -------------------------------------
 
     def on_waiting(self, need: int) -> None:
+        self.watchdog.disarm()  # the elastic timeout bounds the wait
         event = self._open_event()
         if event is not None:
             event.phase = "WaitingForSlices"
@@ -280,15 +349,24 @@ class Trainer:
         event = self._open_event()
         if event is not None:
             event.wait_seconds = (event.wait_seconds or 0.0) + waited_seconds
+            event.slices_back_at = time.time()
 
     def on_slice_down(self, error: jax.errors.JaxRuntimeError, retrying: bool) -> None:
         detected = time.time()
+        self.watchdog.arm(CHECKPOINT, self.progress.step + 1)  # the settles below
         self.goodput.failed(detected, then="waiting_for_slices")
         if self.checkpoint_ack is not None and self.checkpoint_ack.paused:
             self.checkpoint_ack = self.checkpoint_ack.model_copy(update={"paused": False})
         down, fault_at = self.backend.failed_slices(error)
+        text = str(error).splitlines()[0]
+        blamed, self._blamed, self.stall = self._blamed, None, None
+        if blamed is not None and blamed.slices & set(down):
+            # The slices asked for are the ones lost: the event is the hang (or the
+            # straggler), found when it was, not when the replacement took the slice.
+            text, detected = f"{blamed.cause}; {text}", blamed.detected_at
+            fault_at = blamed.fault_at if blamed.fault_at is not None else fault_at
         event = ElasticEvent(
-            id=self.next_event_id(), kind="slice_down", error=str(error).splitlines()[0],
+            id=self.next_event_id(), kind="slice_down", error=text,
             failed_step=self.progress.step, slices_down=down, detected_at=detected,
             fault_at=fault_at,
         )
@@ -304,14 +382,19 @@ class Trainer:
         # before the loss (the replicas on lost slices go with them).
         self.checkpointer.settle()
         self.snapshots.settle()
+        self.watchdog.disarm()
 
     def on_scale_up(self, signal: ScaleUpSignal, retrying: bool) -> None:
+        self.watchdog.arm(CHECKPOINT, self.progress.step + 1)
         self.snapshots.settle()
+        self.watchdog.disarm()
         self.goodput.begin("waiting_for_slices", time.time())
 
     # --- one attempt: mesh, restore, steps -----------------------------------------------
 
     def _attempt(self, active: set[int]) -> Any:
+        self._active, self._slow_reported = set(active), frozenset()
+        self.watchdog.arm(RESTORE, self.progress.step + 1)
         compiled = self._compiled_for(tuple(sorted(active)))
         event = self._open_event()
         if event is not None:
@@ -324,13 +407,16 @@ class Trainer:
         log.info("attempt %d: %d slice(s) %s, %d micro-batch(es); start at step %d (%s, "
                  "%.2fs)", len(self.events), len(active), sorted(active),
                  compiled.micro_batches, from_step, source, seconds)
+        self.watchdog.done()
         self._report(urgent=True)
+        self.watchdog.arm(FIRST_STEP, from_step + 1, self._mesh)
         return self._train(compiled, active, state, from_step)
 
     def _compiled_for(self, active: tuple[int, ...]) -> train.CompiledStep:
         micro = train.micro_batches_for(self.opts.batch, self.backend.total_slices,
                                         len(active), self.backend.devices_per_slice)
         key = (active, micro)
+        self._mesh = key  # the steps of a mesh are timed against each other
         if key not in self._compiled:
             mesh = train.make_mesh(self.backend.slice_devices(active))
             self._compiled[key] = train.build_step(self.cfg, self.optimizer, mesh, micro,
@@ -436,11 +522,14 @@ class Trainer:
         if pending is None:
             return
         loss = float(pending.loss)
+        self.backend.wait_step(pending.step, self._active)  # every slice's part of it
         now = time.time()
         seconds, self._last_done_at = now - self._last_done_at, now
+        self._watch_next(pending.step)
         self.goodput.step_done(pending.step, now)
         self._after_step(pending.step, loss, seconds, now)
         self._measure_cadence(pending.step, seconds)
+        self._watch_slices(pending.step)
 
     def _keep(self, step: int, state: Any, active: set[int], ready: Any) -> None:
         """Snapshot and checkpoint after `step` when they are due. Both work from one
@@ -454,6 +543,7 @@ class Trainer:
         if not (snapshot or checkpoint):
             return
         self.goodput.begin("checkpointing", time.time())
+        self.watchdog.relabel(CHECKPOINT)  # the step in flight goes on beside the copy
         # This thread's CPU time, not its wall time: on CPU the dispatch also waits for
         # the step that makes `state`, which is no cost of the copy.
         cpu = time.thread_time()
@@ -505,7 +595,7 @@ class Trainer:
     def _after_step(self, step: int, loss: float, seconds: float, now: float) -> None:
         event = self._open_event()
         p = self.progress
-        p.step, p.loss = step, loss
+        p.step, p.loss, p.step_seconds = step, loss, seconds
         p.tokens_per_second = self._tokens_per_step / seconds if seconds > 0 else None
         p.step_times.append((step, now))
         p.losses.append((step, loss))
@@ -530,6 +620,7 @@ class Trainer:
             return
         self._finish_pending()  # the snapshot is of a step done
         self.goodput.begin("checkpointing", time.time())
+        self.watchdog.relabel(CHECKPOINT)
         self.snapshots.take(step, to_pinned_host(state))
         self.snapshots.settle()
         event = ElasticEvent(
@@ -575,6 +666,7 @@ class Trainer:
         commit until the request's deadline: when it was committed, or None."""
         started = time.time()
         self.goodput.begin("checkpointing", started)
+        self.watchdog.relabel(CHECKPOINT)
         try:
             timeout = request.deadline.timestamp() - started
             if timeout <= 0:
@@ -598,6 +690,7 @@ class Trainer:
         elastic event, and the restore finds the step just saved."""
         assert self.requests is not None
         self.goodput.begin("waiting_for_slices", time.time())
+        self.watchdog.disarm()  # a hold is no stall: the request says when it ends
         started = last_health = time.monotonic()
         while True:
             why = pause_ends(self.requests.view(), request, time.monotonic() - started)
@@ -614,6 +707,83 @@ class Trainer:
         log.info("checkpoint request %d: going on after %.1fs (%s)", request.id,
                  time.monotonic() - started, why)
         self.goodput.begin("step", time.time())
+        self.watchdog.arm(STEP, self.progress.step + 1, self._mesh)
         if self.checkpoint_ack is not None and self.checkpoint_ack.id == request.id:
             self.checkpoint_ack = self.checkpoint_ack.model_copy(update={"paused": False})
         self._report(urgent=True)
+
+    # --- the watchdog (watchdog.py) and stragglers ------------------------------------
+
+    def _watch_next(self, step: int) -> None:
+        """`step` is done: what was armed is measured, and the next step is armed (as a
+        save's when a copy of this one is in flight)."""
+        seconds = self.watchdog.done()
+        if self.stall is not None and self._blamed is None:
+            log.warning("watchdog: step %d completed after all, after %.1fs (a false "
+                        "alarm: the deadline now allows for it)", step, seconds or 0.0)
+            self.stall = None
+            self._report(urgent=True)
+        phase = CHECKPOINT if step + 1 <= self._copy_until else STEP
+        self.watchdog.arm(phase, step + 1, self._mesh)
+
+    def _on_stall(self, stall: Stall) -> None:
+        """The watchdog's thread: a phase ran past its deadline. Stacks to the log, the
+        stall in the status, and the slices the evidence blames asked to be replaced."""
+        log.error("watchdog: %s; every thread's stack follows", stall.describe())
+        self.metrics.on_stall()
+        log_stacks(log)
+        suspects, evidence = self.backend.blame()
+        self.stall = StallReport(
+            step=stall.step, phase=stall.phase, started_at=utc(stall.started_at),
+            detected_at=utc(stall.detected_at),
+            deadline_seconds=round(stall.deadline_seconds, 3), suspect_slices=suspects,
+            evidence=evidence[:512])
+        self.stalls_seen.append(self.stall)
+        if not suspects:
+            log.error("watchdog: no slice to blame (%s): reported; the operator's progress "
+                      "deadline restarts the trainer", evidence)
+            self._report(urgent=True)
+            return
+        which = ", ".join(str(s) for s in suspects)
+        self._request_replacement(
+            suspects, Reason.SLICE_HUNG, f"{stall.describe()}: {evidence}",
+            _Blamed(frozenset(suspects),
+                    f"{Reason.SLICE_HUNG}: slice {which} hung in {stall.what} "
+                    f"(no result after {stall.seconds:.1f}s, deadline "
+                    f"{stall.deadline_seconds:.1f}s), replaced",
+                    stall.started_at, stall.detected_at))
+
+    def _request_replacement(self, slices: list[int], reason: str, message: str,
+                             blamed: _Blamed) -> None:
+        number = (self.slice_replacement.id if self.slice_replacement else 0) + 1
+        self._blamed = blamed
+        self.slice_replacement = SliceReplacementRequest(
+            id=number, slices=slices, reason=reason, requested_at=utc(time.time()),
+            message=message[:512])
+        self.replacements.append(self.slice_replacement)
+        log.warning("asking for slice(s) %s to be replaced (request %d, %s): %s",
+                    slices, number, reason, message)
+        self._report(urgent=True)
+        if self.backend.replace_slices(slices):
+            log.info("the simulated backend replaces slice(s) %s itself", slices)
+
+    def _watch_slices(self, step: int) -> None:
+        """Each slice's part of the recent steps, where the backend times them: slow
+        slices reported (and, with --on-slow-slice Replace, asked to be replaced)."""
+        parts = self.backend.slice_parts()
+        self.slice_times = None if parts is None else step_times(parts)
+        slow = frozenset(slow_slices(self.slice_times)) - self._slow_reported
+        if not slow:
+            return
+        self._slow_reported |= slow  # once per slice and attempt
+        times = ", ".join(f"slice {t.slice} {t.relative:g}x" for t in self.slice_times or []
+                          if t.slice in slow)
+        message = (f"{times} the fastest slice's part of a step (median of the last "
+                   f"{len(parts or [])}), at step {step}")
+        log.warning("slow slice(s) %s: %s", sorted(slow), message)
+        if self.opts.on_slow_slice != "Replace" or self._blamed is not None:
+            self._report(urgent=True)
+            return
+        self._request_replacement(
+            sorted(slow), Reason.SLICE_SLOW, message,
+            _Blamed(slow, f"{Reason.SLICE_SLOW}: {message}, replaced", None, time.time()))

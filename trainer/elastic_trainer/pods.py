@@ -88,6 +88,9 @@ class PodReadiness:
     def on_phase(self, phase: str, step: int) -> None:
         pass
 
+    def replace(self, slices: list[int]) -> bool:
+        return False  # the operator recreates their worker Jobs: the pods say when
+
     def down_slices(self) -> dict[int, float]:
         with self._lock:
             return dict(self._down)

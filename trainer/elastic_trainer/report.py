@@ -217,6 +217,8 @@ class Metrics:
                               registry=self.registry)
         self.steps_lost = Counter("etj_trainer_steps_lost", "Steps redone after restores",
                                   registry=self.registry)
+        self.stalls = Counter("etj_trainer_stalls", "Phases past the watchdog's deadline",
+                              registry=self.registry)
         start_http_server(port, registry=self.registry)
         log.info("metrics on :%d/metrics", port)
 
@@ -230,6 +232,10 @@ class Metrics:
     def on_event(self) -> None:
         if self.enabled:
             self.events.inc()
+
+    def on_stall(self) -> None:
+        if self.enabled:
+            self.stalls.inc()
 
     def on_resumed(self, recovery_seconds: float, steps_lost: int) -> None:
         if self.enabled:

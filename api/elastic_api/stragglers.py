@@ -1,0 +1,48 @@
+"""Which slices are stragglers: the one rule the trainer (its `--on-slow-slice`) and the
+operator (status.training.sliceStepTimes) both apply.
+
+A slice is slow when its part of the recent steps takes SLOW_SLICE_FACTOR times the
+fastest slice's part of the same step or more, as a median over at least
+SLOW_SLICE_STEPS steps (so one slow step is not a straggler: half of them must be).
+Against the fastest slice, not the mean: with four slices one at half speed moves the
+mean by a quarter, and a whole job that is slow (a loaded host, a bigger batch after a
+resize) has no straggler at all. NVRx's straggler detection scores each rank against
+the fastest the same way.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+
+from elastic_api.models import SliceStepTime
+
+SLOW_SLICE_FACTOR = 1.5
+SLOW_SLICE_STEPS = 10  # steps timed before any slice is called slow
+
+
+def step_times(parts: Sequence[Mapping[int, float]]) -> list[SliceStepTime] | None:
+    """Each slice's part of the recent steps ({slice: seconds}, one per step, the same
+    slices in each) -> the report's entries: its median part, and the median over the
+    steps of its part over that step's fastest (a per-step ratio, so that one slow step,
+    or a whole job slowing down, moves no slice). None: fewer than SLOW_SLICE_STEPS."""
+    if len(parts) < SLOW_SLICE_STEPS:
+        return None
+    slices = sorted(parts[-1])
+    out = []
+    for i in slices:
+        ratios = [p[i] / min(p.values()) for p in parts if min(p.values()) > 0]
+        out.append(SliceStepTime(
+            slice=i, seconds=round(statistics.median(p[i] for p in parts), 6),
+            relative=round(statistics.median(ratios), 3) if ratios else 1.0))
+    return out
+
+
+def slow_slices(times: Iterable[SliceStepTime] | None,
+                factor: float = SLOW_SLICE_FACTOR) -> list[int]:
+    """The slices whose part is `factor` times the fastest slice's or more. Not one when
+    they all are (nothing to compare against) or fewer than two slices are timed."""
+    entries: Sequence[SliceStepTime] = list(times or [])
+    if len(entries) < 2:
+        return []
+    slow = sorted(t.slice for t in entries if t.relative >= factor)
+    return [] if len(slow) == len(entries) else slow
