@@ -355,17 +355,20 @@ def test_sustained_slow_steps_make_degraded_slow_steps_with_the_factor() -> None
     run = Run(job_with())
     run.look(0, training(s(0), 0, state="Initializing"))
     step = run.steps(10, 200, 5, step_every=50)  # 0.1 s per step
-    # 2.5 times slower from 200 s: 20 steps per 5 s.
+    # 2.5 times slower from 200 s: 20 steps per 5 s, slice 1 the straggler.
+    times = [{"slice": i, "seconds": 0.25 if i == 1 else 0.1, "relative": 2.5 if i == 1
+              else 1.0} for i in range(3)]
     t = 205.0
     while t < 400:
         step += 20
-        run.look(t, training(s(t), step))
+        run.look(t, training(s(t), step, sliceStepTimes=times))
         t += 5
     degraded = get_condition(run.status, C.DEGRADED)
     assert degraded is not None and (degraded.status, degraded.reason) == ("True",
                                                                            Reason.SLOW_STEPS)
     assert "steps take 2.5x the job's own best (0.25 s against 0.1 s per step)" in \
         degraded.message
+    assert "slice 1's part takes 2.5x the fastest slice's" in degraded.message
     assert run.reasons().count(Reason.SLOW_STEPS) == 1
     assert progressing(run.status)[0] == "True"  # slow is no stall
     # Back to speed: Degraded False again.

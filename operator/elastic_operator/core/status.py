@@ -43,6 +43,7 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
+from elastic_api.stragglers import slow_slices
 from elastic_operator.core.admission import Admission, decide_admission
 from elastic_operator.core.checkpoint import checkpoint_status
 from elastic_operator.core.conditions import (
@@ -433,7 +434,13 @@ def _slow_words(ctx: StatusInputs, tracking: SliceTracking,
         return None
     words = steps.slow.message
     handled = tracking.requested.handled
-    request = ctx.report.slice_replacement if ctx.report is not None else None
+    report = ctx.report
+    request = report.slice_replacement if report is not None else None
+    stragglers = slow_slices(report.slice_step_times if report is not None else None)
+    if stragglers and report is not None:
+        times = {t.slice: t.relative for t in report.slice_step_times or []}
+        words += "; " + ", ".join(f"slice {i}'s part takes {times[i]:.1f}x the fastest "
+                                  "slice's" for i in stragglers)
     if request is not None and request.reason == Reason.SLICE_SLOW:
         words += f"; the trainer blames {fmt_slices(request.slices)}"
         if handled is not None and handled.id == request.id and handled.message:
