@@ -31,7 +31,7 @@ from tests.support.article_job import JOB, condition, delete_jobs_and_wait_for_p
 from tests.support.trainer_run import TrainerProcesses, head_command
 from tests.support.waiting import wait_running, wait_status
 
-pytestmark = [pytest.mark.cluster, pytest.mark.stalls]
+pytestmark = pytest.mark.cluster
 
 DEADLINE = 8  # spec.elastic.progressDeadlineSeconds
 
@@ -51,14 +51,21 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
     delete_jobs_and_wait_for_pods(api, namespace)
 
 
-def manifest(checkpoint_dir: Path) -> dict[str, Any]:
-    """The article's shape on simulated slices, the real trainer, a short deadline."""
+def manifest(checkpoint_dir: Path, *args: str, **elastic: Any) -> dict[str, Any]:
+    """The article's shape on simulated slices, the real trainer (`args` more flags)."""
     return (etj(JOB, namespace=None).backend("simulated").tpu("v5e", "4x4", 3)
-            .spec(elastic={"progressDeadlineSeconds": DEADLINE, "onStall": "Recover"},
+            .spec(elastic=elastic,
                   checkpoint={"directory": str(checkpoint_dir), "periodSteps": 20})
             .trainer("trainer:test", 100000, model="tiny", batch=24,
-                     args=["--min-step-seconds", "0.05", "--report-interval", "0.5"])
+                     args=["--min-step-seconds", "0.05", "--report-interval", "0.5", *args])
             .without("pathways").obj())
+
+
+def trainer_of(obj: dict[str, Any], cluster: Cluster, ns: str,
+               tmp_path: Path) -> TrainerProcesses:
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1",
+           "ETJ_JOB_NAME": JOB, "ETJ_JOB_NAMESPACE": ns}
+    return TrainerProcesses(head_command(obj), env, tmp_path)
 
 
 def head_pods(api: client.ApiClient, ns: str) -> list[client.V1Pod]:
@@ -72,12 +79,12 @@ def progressing(status: dict[str, Any]) -> tuple[str, str]:
     return c.get("status", ""), c.get("reason", "")
 
 
+@pytest.mark.stalls
 def test_a_frozen_trainer_is_stalled_and_restarted(
         api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
-    obj = manifest(tmp_path / "checkpoints")
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1",
-           "ETJ_JOB_NAME": JOB, "ETJ_JOB_NAMESPACE": ns}
-    trainer = TrainerProcesses(head_command(obj), env, tmp_path)
+    obj = manifest(tmp_path / "checkpoints", progressDeadlineSeconds=DEADLINE,
+                   onStall="Recover")
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
     custom = client.CustomObjectsApi(api)
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj)
     wait_running(api, ns)
@@ -126,6 +133,44 @@ def test_a_frozen_trainer_is_stalled_and_restarted(
         assert st["training"]["processStartedAt"] != first
         assert events(api, ns, Reason.TRAINER_RESTARTED)
         assert len(events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED)) == 1
+    finally:
+        if trainer.proc is not None and trainer.poll() is None:
+            trainer.kill()
+
+
+def test_a_hung_slice_is_replaced_and_the_trainer_recovers_in_process(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    """Slice 1's part of step 40 never returns (`--fail-at 40:1:hang`) while its pods stay
+    Ready: the trainer's watchdog blames it and asks; the operator recreates its worker
+    Job (a slice failure, reason SliceHung); the pods going end the hung step (DATA_LOSS in
+    the trainer) and the same process resumes on the new slice. No Progressing=False: the
+    slice was down, and Recovering owned it (this test is not marked stalls)."""
+    obj = manifest(tmp_path / "checkpoints", "--fail-at", "40:1:hang")
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj)
+    wait_running(api, ns)
+    trainer.start()
+    try:
+        st = wait_status(api, ns, lambda s: (s.get("slices") or [{}, {}])[1].get("reason")
+                         == Reason.SLICE_HUNG, "slice 1 down for a hang", timeout=240)
+        one = st["slices"][1]
+        assert one["state"] == "Down" and one["restarts"] == 1, one
+        assert st["counters"]["sliceFailures"] == 1
+        started = st["training"]["processStartedAt"]
+        assert st["training"]["sliceReplacement"]["slices"] == [1]
+        st = wait_status(api, ns, lambda s: condition(s, C.RECOVERING).get("reason")
+                         == Reason.RECOVERED and s["slices"][1]["state"] == "Ready"
+                         and (s.get("training") or {}).get("step", 0) >= 60,
+                         "recovered in process, trained past step 60", timeout=240)
+        assert st["training"]["processStartedAt"] == started  # the same process
+        assert st["counters"].get("trainerRestarts", 0) == 0
+        assert st["counters"]["sliceFailures"] == 1 and st["slices"][1]["restarts"] == 1
+        assert st["slices"][1]["lastReplacement"]["reason"] == Reason.SLICE_HUNG
+        assert st["handledSliceReplacement"]["replaced"] == [1]
+        assert progressing(st) == ("True", Reason.STEPS_ADVANCING)
+        assert events(api, ns, Reason.SLICE_REPLACING)
+        assert trainer.poll() is None, f"trainer exited (log {trainer.log})"
     finally:
         if trainer.proc is not None and trainer.poll() is None:
             trainer.kill()
