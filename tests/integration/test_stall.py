@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,11 @@ def test_a_frozen_trainer_is_stalled_and_restarted(
         assert c["reason"] == Reason.PROGRESS_DEADLINE_EXCEEDED, c
         assert "a frozen trainer: it has reported nothing since" in c["message"], c
         assert waited >= DEADLINE - 1, f"stalled after {waited:.1f} s, deadline {DEADLINE} s"
+        # Found by the reconcile's own wake-up at the deadline, not by a resync (30 s):
+        # the operator's clock (status.progress.since) to the condition's transition.
+        since = datetime.fromisoformat(st["progress"]["since"])
+        late = (datetime.fromisoformat(c["lastTransitionTime"]) - since).total_seconds()
+        assert late < DEADLINE + 10, f"stalled {late:.1f} s after the last step was seen"
         wait_for(lambda: events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED), 30,
                  "a ProgressDeadlineExceeded Event")
         wait_for(lambda: events(api, ns, Reason.TRAINER_RESTARTING), 30,
