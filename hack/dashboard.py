@@ -66,6 +66,14 @@ JOB_PANELS = [
           "1 while a slice is Down or Restarting (alert ElasticTrainingSliceDown).",
           [Target(leader_gauge("etj_slice_down", "namespace, job, slice"),
                   "{{namespace}}/{{job}} slice {{slice}}")]),
+    Panel("Stalls and slow steps",
+          "1 while Progressing is False: no new step for the progress deadline (alert "
+          "ElasticTrainingStalled); 1 while Degraded is SlowSteps; and the deadline in "
+          "force (spec.elastic.progressDeadlineSeconds, or learned), in seconds.",
+          [Target(leader_gauge("etj_stalled"), "{{namespace}}/{{job}} stalled"),
+           Target(leader_gauge("etj_slow_steps"), "{{namespace}}/{{job}} slow steps"),
+           Target(leader_gauge("etj_progress_deadline_seconds"),
+                  "{{namespace}}/{{job}} deadline (s)")]),
     Panel("Slice failures and replacements",
           "Slices that went Down, and the operator's decisions: Replace (recreate the "
           "worker Job), Move (maintenance), GiveUp (budget spent).",

@@ -28,6 +28,9 @@ class ConditionType:
     # A MultiKueue job, on the manager cluster: False while the worker cluster it runs in
     # cannot be reached (the rest of the status is the last the worker sent).
     WORKER_CLUSTER_REACHABLE: Final = "WorkerClusterReachable"
+    # Kubernetes' Deployment convention: True while training steps advance, False once
+    # none has come for the progress deadline, Unknown while held or not started.
+    PROGRESSING: Final = "Progressing"
 
 
 class Reason:
@@ -123,6 +126,13 @@ class Reason:
     # progress tracking (status.slices[].reason; status.training.sliceReplacement.reason).
     SLICE_HUNG: Final = "SliceHung"
     SLICE_SLOW: Final = "SliceSlow"
+    # Progressing (True: STEPS_ADVANCING; False: PROGRESS_DEADLINE_EXCEEDED, also its
+    # Warning Event; Unknown: held, or no step yet); Degraded True for slow steps.
+    STEPS_ADVANCING: Final = "StepsAdvancing"
+    PROGRESS_DEADLINE_EXCEEDED: Final = "ProgressDeadlineExceeded"
+    PROGRESS_HELD: Final = "ProgressHeld"
+    WAITING_FOR_FIRST_STEP: Final = "WaitingForFirstStep"
+    SLOW_STEPS: Final = "SlowSteps"
     # Pool quarantines (status.pools[].quarantined; the node label's value), with
     # NODE_NOT_READY and MAINTENANCE: the evidence against the pool (core/blame.py).
     DEVICE_UNHEALTHY: Final = "DeviceUnhealthy"  # TPU chips unhealthy, or refused a pod
@@ -133,6 +143,8 @@ class Reason:
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"
     TRAINER_RESTARTED: Final = "TrainerRestarted"
+    TRAINER_RESTARTING: Final = "TrainerRestarting"  # the operator restarts a stalled one
+    SLICE_REPLACEMENT_DECLINED: Final = "SliceReplacementDeclined"  # a trainer's request
     SLICE_REPLACING: Final = "SliceReplacing"
     SLICE_REPLACED: Final = "SliceReplaced"
     SLICE_MOVING: Final = "SliceMoving"

@@ -173,6 +173,13 @@ class TpuSpec(ApiModel):
     )
 
 
+# spec.elastic.progressDeadlineSeconds: its bounds, and the floor of the learned deadline
+# (elastic_api.progress has the rule).
+MIN_PROGRESS_DEADLINE_SECONDS = 5
+MAX_PROGRESS_DEADLINE_SECONDS = 86400
+PROGRESS_DEADLINE_FLOOR_SECONDS = 60.0
+
+
 class ElasticSpec(ApiModel):
     """How the trainer survives losing slices inside its process."""
 
@@ -196,6 +203,32 @@ class ElasticSpec(ApiModel):
         None,
         description="Slices that may be missing before the JobSet restarts (--num_elastic_slices). "
         "Unset = numSlices.",
+    )
+    progress_deadline_seconds: Annotated[int, Field(ge=MIN_PROGRESS_DEADLINE_SECONDS,
+                                                    le=MAX_PROGRESS_DEADLINE_SECONDS),
+                                         BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="Seconds without a new training step (status.training.step) after "
+        "which the job is stalled: condition Progressing False (ProgressDeadlineExceeded), "
+        "a Warning Event, and onStall. Unset: learned from the step interval the operator "
+        "observes (10 x its median, 2 x the longest gap seen, at least "
+        f"{int(PROGRESS_DEADLINE_FLOOR_SECONDS)} s; 5 x that for the first step after a "
+        "pause or resize and while a checkpoint save is in flight).",
+    )
+    on_stall: Literal["Recover", "Report"] = Field(
+        "Recover",
+        description="What the operator does when the progress deadline passes and nothing "
+        "is blamed (no slice down, none the trainer suspects). Recover: restart the "
+        "trainer (the head's main: its pod is deleted and its Job makes a new one; counted "
+        "as a trainer restart, resumed from the newest committed checkpoint; the JobSet is "
+        "kept), once per stall. Report: the condition and Event only.",
+    )
+    on_slow_slice: Literal["Replace", "Report"] = Field(
+        "Report",
+        description="When the trainer blames one slice for slow steps (its sliceReplacement "
+        "request with reason SliceSlow) and a healthy spare node pool exists. Replace: "
+        "recreate that slice's worker Job on the spare (counted as a slice failure). "
+        "Report: condition Degraded (SlowSteps) only.",
     )
 
 
@@ -1083,6 +1116,65 @@ class Counters(StatusModel):
         "restart. The last one's reason: status.admission.lastEvictionReason.")
 
 
+class TrainerRestart(StatusModel):
+    """The operator restarting the trainer after a stall (spec.elastic.onStall Recover):
+    the head pod it deletes, written before it acts."""
+
+    requested_at: datetime
+    step: int | None = Field(None, description="The step the trainer was stalled at.")
+    pod_name: str
+    pod_uid: str
+    reason: str = Field(description="ProgressDeadlineExceeded.")
+
+
+class ProgressStatus(StatusModel):
+    """The operator's own view of training progress (condition Progressing), from the
+    steps in status.training: what it has learned of the job's step interval, kept here so
+    that a restarted operator keeps it."""
+
+    step: int | None = Field(None, description="The newest step seen.")
+    since: datetime = Field(description="When the operator first saw that step, or when "
+                            "its clock started again (a hold ended, a new trainer process).")
+    process_started_at: datetime | None = Field(
+        None, description="status.training.processStartedAt of the process seen.")
+    advanced: bool = Field(False, description="That process has made a step since the "
+                           "clock started (before: still starting, never stalled).")
+    first_step: bool = Field(False, description="Waiting for the first step after a hold "
+                             "(a recovery, a pause, a resume: a recompile may come first).")
+    held: str | None = Field(None, description="Why the clock is held (the job is "
+                             "suspended, queued, recovering, paused for maintenance, ...).")
+    gaps: list[float] = Field(default_factory=list, description="Seconds between the "
+                              "newest step changes the operator saw (newest last).")
+    step_gaps: list[float] = Field(default_factory=list, description="The gaps that measure "
+                                   "the step time (every slice active; newest last).")
+    step_counts: list[int] = Field(default_factory=list, description="The steps each of "
+                                   "stepGaps spans.")
+    longest_gap_seconds: float | None = None
+    baseline_step_seconds: float | None = Field(
+        None, description="The job's own best seconds per step (the lowest over the "
+        "newest stepGaps seen).")
+    slow_since: datetime | None = Field(None, description="Since when steps run slower "
+                                        "than the baseline by the SlowSteps factor.")
+    deadline_seconds: float | None = Field(None, description="The progress deadline in "
+                                           "force (spec, or learned).")
+    stalled_at: datetime | None = Field(None, description="When the deadline passed.")
+    restart: TrainerRestart | None = Field(None, description="The operator's restart of "
+                                           "the trainer for the latest stall.")
+
+
+class HandledSliceReplacement(StatusModel):
+    """The trainer's slice replacement request (status.training.sliceReplacement) the
+    operator last handled: each is acted on once per (processId, processStartedAt, id)."""
+
+    process_id: int | None = None
+    process_started_at: datetime | None = None
+    id: int
+    handled_at: datetime
+    replaced: list[int] = Field(default_factory=list, description="The slices replaced.")
+    message: str | None = Field(None, description="What was done, and why not for a slice "
+                                "left alone.")
+
+
 class TrainerProcess(StatusModel):
     """The trainer process the operator last saw reporting (status.training's identity),
     kept by the operator so that a replacement process is noticed and counted."""
@@ -1185,6 +1277,8 @@ class ElasticTrainingJobStatus(StatusModel):
                                     "pools of the job's TPU shape.")
     checkpoint_request: CheckpointRequest | None = None
     goodput: Goodput | None = None
+    progress: ProgressStatus | None = None
+    handled_slice_replacement: HandledSliceReplacement | None = None
     pending_events: list[PendingEvent] | None = Field(
         None, description="The Events of the latest status change, written with it and "
         "posted after the write; the next reconcile (this replica's or a new leader's) "

@@ -129,6 +129,11 @@ GCS_SCRATCH = (
     "spec.pathways.gcsScratch: required when spec.backend is pathways; set it to a gs:// "
     "location for Pathways' scratch files (or use backend simulated)"
 )
+SLOW_SLICE_REPLACE = (
+    "spec.elastic.onSlowSlice: Replace needs spec.recovery.replaceSlices true (the operator "
+    "replaces a slow slice as it replaces a failed one); set onSlowSlice to Report, or "
+    "replaceSlices to true"
+)
 MAX_RESTARTS_INT32 = (
     f"spec.maxRestarts: must be at most {INT32_MAX} (JobSet's failurePolicy.maxRestarts is "
     "an int32); set it lower"
@@ -557,6 +562,13 @@ def _multikueue_rules() -> list[Rule]:
     ]
 
 
+def _slow_slice_rule() -> Rule:
+    return Rule("spec", "!has(self.elastic) || !has(self.elastic.onSlowSlice) || "
+                "self.elastic.onSlowSlice != 'Replace' || !has(self.recovery) || "
+                "!has(self.recovery.replaceSlices) || self.recovery.replaceSlices",
+                SLOW_SLICE_REPLACE, {})
+
+
 def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
     """Every CEL rule of the CRD; `spec_fields`/`required` are the spec's wire names."""
     return [
@@ -591,6 +603,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
         ),
         Rule("spec", "!has(self.tpu.spares) || self.tpu.spares <= self.tpu.numSlices",
              SPARES, {}),
+        _slow_slice_rule(),
         Rule(
             "spec",
             "!has(self.recovery) || !has(self.recovery.workerNodeTolerationSeconds) || "
@@ -685,6 +698,8 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(MAX_SLICE_RESTARTS_INT32)
     if spec.tpu.spares > num:
         errors.append(SPARES)
+    if spec.elastic.on_slow_slice == "Replace" and not spec.recovery.replace_slices:
+        errors.append(SLOW_SLICE_REPLACE)
     if spec.recovery.worker_node_toleration_seconds < spec.recovery.node_not_ready_seconds:
         errors.append(WORKER_TOLERATION)
     errors += _hardware_checks(spec)

@@ -335,6 +335,32 @@ class Kube:
                 return False
             raise
 
+    def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Job (the head's, before a trainer restart), or None if it is gone."""
+        return self.client.get_or_none(resource_path("batch/v1", "jobs", namespace, name))
+
+    def allow_job_failure(self, namespace: str, name: str, uid: str, failed: int,
+                          limit: int) -> bool:
+        """Raise the Job's spec.backoffLimit from `limit` to `failed` + 1 (JSON patch whose
+        `test`s are the preconditions: the same Job, the same limit); False if it is gone,
+        replaced or changed meanwhile."""
+        patch = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                 {"op": "test", "path": "/spec/backoffLimit", "value": limit},
+                 {"op": "replace", "path": "/spec/backoffLimit", "value": failed + 1}]
+        try:
+            self.client.patch(resource_path("batch/v1", "jobs", namespace, name), patch,
+                              patch_type="json")
+            return True
+        except ApiError as e:
+            if e.status in (404, 409, 422):
+                return False
+            raise
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod gracefully, only if it still has this uid; False if it is gone."""
+        return self._delete(resource_path("v1", "pods", namespace, name),
+                            {"preconditions": {"uid": uid}})
+
     def label_node(self, name: str, labels: dict[str, str | None],
                    annotations: dict[str, str | None]) -> None:
         """Merge labels and annotations into a node (None removes one)."""

@@ -87,6 +87,9 @@ class OperatorMetrics:
         self.steps_lost = Histogram(
             "etj_recovery_steps_lost", "Training steps lost per recovery.", ["namespace"],
             buckets=_STEPS_BUCKETS, registry=registry)
+        self.stalls = Counter(
+            "etj_stalls_total", "Stalls: the progress deadline passed with no new step "
+            "(ProgressDeadlineExceeded Events).", labels, registry=registry)
         self.recoveries_unconfirmed = Counter(
             "etj_recoveries_unconfirmed", "Recoveries the operator closed itself for a "
             "trainer that reports no elastic events (every slice back, main still running): "
@@ -220,6 +223,16 @@ class OperatorMetrics:
         self.training_step = Gauge(
             "etj_training_step", "The trainer's step (status.training.step).", labels,
             registry=registry)
+        self.stalled = Gauge(
+            "etj_stalled", "1 while the Progressing condition is False (no new step for the "
+            "progress deadline), else 0.", labels, registry=registry)
+        self.progress_deadline = Gauge(
+            "etj_progress_deadline_seconds", "The progress deadline in force "
+            "(status.progress.deadlineSeconds: the spec's, or learned).", labels,
+            registry=registry)
+        self.slow_steps = Gauge(
+            "etj_slow_steps", "1 while Degraded is True with reason SlowSteps, else 0.",
+            labels, registry=registry)
         self.checkpoint_step = Gauge(
             "etj_checkpoint_latest_committed_step", "Newest committed checkpoint step "
             "(status.checkpoint.latestCommittedStep; 0: a listing found none).", labels,
@@ -326,7 +339,7 @@ class OperatorMetrics:
         at 1 would hide the first failure (or recovery) from every dashboard and alert."""
         for counter in (self.slice_failures, self.elastic_events, self.trainer_restarts,
                         self.preemptions, self.evictions, self.productive_seconds,
-                        self.slice_down_seconds):
+                        self.slice_down_seconds, self.stalls):
             counter.labels(namespace, job)
         for action in _ACTIONS.values():
             self.slice_replacements.labels(namespace, job, action)
@@ -353,6 +366,14 @@ class OperatorMetrics:
         recovering = any(c.type == ConditionType.RECOVERING and c.status == "True"
                          for c in new.conditions)
         self.recovering.labels(namespace, job).set(int(recovering))
+        self.stalled.labels(namespace, job).set(int(any(
+            c.type == ConditionType.PROGRESSING and c.status == "False"
+            for c in new.conditions)))
+        self.slow_steps.labels(namespace, job).set(int(any(
+            c.type == ConditionType.DEGRADED and c.status == "True"
+            and c.reason == Reason.SLOW_STEPS for c in new.conditions)))
+        if new.progress is not None and new.progress.deadline_seconds is not None:
+            self.progress_deadline.labels(namespace, job).set(new.progress.deadline_seconds)
         if new.training is not None:
             self.training_step.labels(namespace, job).set(new.training.step)
         checkpoint = new.checkpoint
@@ -405,8 +426,10 @@ class OperatorMetrics:
                 self.checkpoint_requests.labels(namespace, _REQUEST_RESULTS[event.reason]).inc()
 
     def record_decisions(self, namespace: str, job: str, events: list[StatusEvent]) -> None:
-        """The replacement decisions among a reconcile's Events."""
+        """The replacement decisions (and the stalls) among a reconcile's Events."""
         for event in events:
+            if event.reason == Reason.PROGRESS_DEADLINE_EXCEEDED:
+                self.stalls.labels(namespace, job).inc()
             action = _ACTIONS.get(event.reason)
             if action is not None:
                 self.slice_replacements.labels(namespace, job, action).inc()
@@ -419,7 +442,8 @@ class OperatorMetrics:
                        self.slice_down_seconds, self.max_slice_restarts,
                        self.jobset_restarts, self.max_restarts, self.recovering,
                        self.training_step, self.checkpoint_step, self.checkpoint_period,
-                       self.checkpoint_scan_failing):
+                       self.checkpoint_scan_failing, self.stalled, self.progress_deadline,
+                       self.slow_steps, self.stalls):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, job)
         for phase in PHASES:

@@ -61,6 +61,7 @@ from elastic_operator.core.plan import (
     plan_dispatch,
     plan_reconcile,
 )
+from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.slices import worker_pods_by_slice
 from elastic_operator.core.status import (
@@ -174,6 +175,8 @@ class Reconciler:
         # (namespace, name) -> uids of worker Jobs this process deleted: seen as being
         # deleted even before the Job cache says so (no second DELETE).
         self._deleted_jobs: dict[tuple[str, str], set[str]] = {}
+        # Head pods handed to the follow-ups for a trainer restart (core/progress.py).
+        self._restarted_pods: set[str] = set()
         self._lock = threading.Lock()
 
     def reconcile(self, namespace: str, name: str) -> bool:
@@ -423,11 +426,19 @@ class Reconciler:
         """Act on the replacement records the status now carries (core/replacement.py):
         planned here, written by a follow-up (the status already records the intent)."""
         jobset = observed.jobset
-        if not job.spec.recovery.replace_slices or jobset is None or jobset.suspended \
-                or is_terminal(status):
-            return
         namespace = job.metadata.namespace or ""
         key = (namespace, job.metadata.name)
+        # The progress deadline comes due (core/progress.py): woken then, whatever else.
+        self._wake_after(key, [next_progress_look_in(job.spec, status.progress, now)])
+        if jobset is None or jobset.suspended or is_terminal(status):
+            return
+        restart = plan_trainer_restart(namespace, jobset.name, status.progress,
+                                       observed.pods)
+        if restart is not None and restart.pod_uid not in self._restarted_pods:
+            self._restarted_pods.add(restart.pod_uid)  # its deletion is on its way
+            self._act(raw, key, (restart,), now)
+        if not job.spec.recovery.replace_slices:
+            return
         if needs_jobs(status):
             observed = replace(observed, jobs=self._worker_jobs(key, jobset.name))
         plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)

@@ -230,6 +230,8 @@ def trainer_command(job: ElasticTrainingJob) -> list[str]:
         "--max-retries", str(spec.elastic.max_retries),
         "--backend", spec.backend,
     ]
+    if spec.elastic.on_slow_slice == "Replace":  # the trainer then asks (SliceSlow)
+        cmd += ["--on-slow-slice", "Replace"]
     if spec.backend == "simulated":
         cmd += ["--simulate-slices", str(spec.tpu.num_slices), "--slice-health", "pods"]
     return cmd

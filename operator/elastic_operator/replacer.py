@@ -30,6 +30,7 @@ from elastic_operator.core.plan import (
     QuarantinePool,
     ReleasePool,
     ReplacementAction,
+    RestartTrainer,
 )
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
@@ -71,6 +72,8 @@ class Replacer:
                         logger.info("%s/%s: slice %d's restart budget is spent: Job %s "
                                     "backoffLimit set to 0", namespace,
                                     raw["metadata"]["name"], action.slice_index, action.name)
+                case RestartTrainer():
+                    self._restart_trainer(action, raw["metadata"]["name"])
                 case _:
                     assert_never(action)
         for event in events:
@@ -79,6 +82,28 @@ class Replacer:
             except ApiError as e:  # best effort, as every Event
                 logger.warning("could not post event %s: %s", event.reason, e)
         return min(waits) if waits else None
+
+    def _restart_trainer(self, action: RestartTrainer, job: str) -> None:
+        """Let the head Job replace one more failed pod, then delete the head pod: the Job
+        makes a new one (the head's restartPolicy is Never and its backoffLimit 0, so the
+        deletion alone would fail the Job, and with it the JobSet). A Job changed meanwhile
+        (another head Job: a JobSet restart) is left alone: the next reconcile plans
+        again from what it sees."""
+        head = self.kube.get_batch_job(action.namespace, action.head_job)
+        if head is None:
+            return
+        uid = str(head.get("metadata", {}).get("uid") or "")
+        if action.job_uid and uid != action.job_uid:
+            return
+        failed = int(head.get("status", {}).get("failed") or 0)
+        limit = int(head.get("spec", {}).get("backoffLimit") or 0)
+        if limit < failed + 1 and not self.kube.allow_job_failure(
+                action.namespace, action.head_job, uid, failed, limit):
+            return
+        if self.kube.delete_pod(action.namespace, action.pod_name, action.pod_uid):
+            logger.info("%s/%s: restarting the trainer stalled at step %s: deleted head pod "
+                        "%s (Job %s backoffLimit %d)", action.namespace, job, action.step,
+                        action.pod_name, action.head_job, max(limit, failed + 1))
 
     def _allowed(self, kind: str, node: str, what: str, events: list[StatusEvent],
                  waits: list[float]) -> bool:

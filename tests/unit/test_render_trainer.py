@@ -3,6 +3,7 @@ unchanged with the Pathways environment, the security context stays hardened whe
 user does not relax it, and the job's Kueue labels reach the JobSet."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.validation import validate_job
 from elastic_operator.render import render, render_jobset, trainer_command
+from elastic_trainer.cli import add_arguments
 
 REPO = Path(__file__).resolve().parents[2]
 HARDENED = {
@@ -119,6 +121,17 @@ def test_bundled_trainer_defaults_fill_unset_fields():
     flags = dict(zip(cmd[2::2], cmd[3::2], strict=False))
     assert (flags["--config"], flags["--steps"], flags["--batch"], flags["--seed"],
             flags["--data"]) == ("tiny", "7", "8", "0", "synthetic")
+
+
+def test_on_slow_slice_replace_reaches_the_bundled_trainer():
+    """The trainer asks for a slow slice's replacement (SliceSlow) only when the spec says
+    the operator will act on it; by default it reports only (and the flag is not given)."""
+    assert "--on-slow-slice" not in trainer_command(job({"steps": 7}))
+    cmd = trainer_command(job({"steps": 7}, elastic={"onSlowSlice": "Replace"}))
+    assert cmd[cmd.index("--on-slow-slice") + 1] == "Replace"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(cmd[2:]).on_slow_slice == "Replace"
 
 
 def test_a_command_on_the_simulated_backend_runs_on_cpu():

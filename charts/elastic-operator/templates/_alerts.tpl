@@ -45,6 +45,18 @@ groups:
           summary: {{ printf "Job %s has been recovering for more than %s" $job $a.recoveryNotClosing.for | quote }}
           description: {{ printf "The Recovering condition of ElasticTrainingJob %s is still True: training has not resumed since a slice failed (or the trainer does not report it resuming)." $job | quote }}
           runbook_url: {{ printf "%s#elastictrainingrecoverynotclosing" $a.runbookUrl | quote }}
+      - alert: ElasticTrainingStalled
+        expr: |-
+          max by (namespace, job) (etj_stalled == 1 {{ $leader }})
+          {{ $active }}
+        for: {{ $a.stalled.for }}
+        labels:
+          severity: {{ $a.stalled.severity }}
+          {{- with $a.labels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: {{ printf "Job %s makes no training steps" $job | quote }}
+          description: {{ printf "The Progressing condition of ElasticTrainingJob %s is False (ProgressDeadlineExceeded): no new step for its progress deadline, with every slice Ready and nothing holding it. Its message says whether the trainer is frozen, hung or blames a slice; with spec.elastic.onStall Recover the operator restarts the trainer." $job | quote }}
+          runbook_url: {{ printf "%s#elastictrainingstalled" $a.runbookUrl | quote }}
       - alert: ElasticTrainingSliceRestartBudgetLow
         expr: |-
           max by (namespace, job, slice) (

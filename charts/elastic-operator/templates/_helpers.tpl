@@ -60,16 +60,19 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
   verbs: ["get", "list", "watch", "create", "patch"]
 # Slice health from the worker pods (a failed pod is seen before its Job fails), kept in
 # a watch-fed cache; the simulated backend's trainer Role grants list/watch on pods too.
-# delete: a pod stuck Terminating on a dead node is deleted with grace period 0.
+# delete: a pod stuck Terminating on a dead node is deleted with grace period 0; a
+# stalled trainer's head pod is deleted (spec.elastic.onStall Recover; its Job makes a
+# new one).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "delete"]
 # Slice replacement: the worker Jobs are watched (a cache); a failed slice's worker Job
 # is deleted (uid precondition; JobSet recreates it at once) or, its restart budget
-# spent, its backoffLimit lowered to 0.
+# spent, its backoffLimit lowered to 0. A trainer restart reads the head Job (get) and
+# raises its backoffLimit to its failures + 1 (patch), so that it replaces the pod.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["list", "watch", "delete", "patch"]
+  verbs: ["get", "list", "watch", "delete", "patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

@@ -22,6 +22,7 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
+from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import owned_by_another, spec_drift
 from elastic_operator.core.recovery import recovered_message
 from elastic_operator.core.text import fmt_slices, iso, plural
@@ -125,15 +126,30 @@ def recovering_condition(
 
 
 def degraded_condition(setter: ConditionSetter, report: TrainingReport | None,
-                       num_slices: int, terminal: bool) -> Condition:
-    """True while the trainer trains (or recovers) on fewer slices than the spec asks."""
+                       num_slices: int, terminal: bool, slow: str | None = None) -> Condition:
+    """True while the trainer trains (or recovers) on fewer slices than the spec asks
+    (FewerSlices, which explains slower steps too), or while its steps run slower than
+    its own best for a sustained window (SlowSteps: `slow` says how, core/progress.py)."""
     active = report.active_slices if report is not None else None
     if (active is not None and active < num_slices and not terminal and report is not None
             and report.state in ("Training", "Recovering")):
         return setter.true(ConditionType.DEGRADED, Reason.FEWER_SLICES,
-                           f"training on {active} of {num_slices} slices")
+                           f"training on {active} of {num_slices} slices"
+                           + (f"; {slow}" if slow else ""))
+    if slow is not None and not terminal:
+        return setter.true(ConditionType.DEGRADED, Reason.SLOW_STEPS, slow)
     return setter.false(ConditionType.DEGRADED, Reason.ALL_SLICES_ACTIVE if active is not None
                         else Reason.NO_REPORT)
+
+
+def slow_steps_events(previous: Condition | None, degraded: Condition) -> list[StatusEvent]:
+    """The SlowSteps Warning, once per episode (when Degraded turns to SlowSteps)."""
+    if degraded.status != "True" or degraded.reason != Reason.SLOW_STEPS:
+        return []
+    if previous is not None and previous.status == "True" \
+            and previous.reason == Reason.SLOW_STEPS:
+        return []
+    return [StatusEvent(reason=Reason.SLOW_STEPS, type="Warning", message=degraded.message)]
 
 
 def suspended_condition(setter: ConditionSetter, suspend: bool,

@@ -168,8 +168,23 @@ class LowerBackoffLimit:
     slice_index: int
 
 
+@dataclass(frozen=True)
+class RestartTrainer:
+    """Restart a stalled trainer (core/progress.py): let the head Job replace one more
+    failed pod (its backoffLimit raised to its failures + 1, uid precondition), then
+    delete the head pod (uid precondition); the Job makes a new one. The JobSet, the
+    workers and the JobSet's restart budget are untouched."""
+
+    namespace: str
+    head_job: str
+    job_uid: str | None  # the head Job's (the pod's controller-uid)
+    pod_name: str
+    pod_uid: str
+    step: int | None
+
+
 ReplacementAction = (DeleteWorkerJob | ForceDeletePod | QuarantinePool | ReleasePool
-                     | LowerBackoffLimit)
+                     | LowerBackoffLimit | RestartTrainer)
 
 
 @dataclass(frozen=True)

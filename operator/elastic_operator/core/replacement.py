@@ -27,6 +27,7 @@ Two steps, with the status written in between (intent first):
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -42,6 +43,7 @@ from elastic_api.models import (
 from elastic_api.names import worker_job_name
 from elastic_operator.core.blame import Evidence, slice_evidence
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.hung import REQUESTED_REASONS, reported_evidence
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
     ForceDeletePod,
@@ -134,9 +136,11 @@ class Tracked:
 def track_replacements(
     spec: ElasticTrainingJobSpec, slices: list[SliceStatus], changes: list[SliceChange],
     observed: Observed, previous_pools: list[PoolStatus], now: datetime,
+    reported: Mapping[int, Evidence] | None = None,
 ) -> Tracked:
     """slices[].pool, .replacement and .lastReplacement, and status.pools, after this
-    reconcile's slice changes."""
+    reconcile's slice changes. `reported`: the evidence of the slices the trainer blames
+    (core/hung.py), which their pods do not show."""
     by_change = {c.index: c for c in changes}
     by_slice = worker_pods_by_slice(observed)
     failed_on: list[tuple[str, Evidence]] = []
@@ -149,7 +153,8 @@ def track_replacements(
         last = s.last_replacement
         change = by_change.get(s.index)
         if change is not None and change.failed:
-            evidence = slice_evidence(pods, observed.nodes, spec.recovery)
+            evidence = (reported or {}).get(s.index) or slice_evidence(
+                pods, observed.nodes, spec.recovery)
             from_pool = _failed_pool(pods, observed.nodes, evidence, s.pool)
             if from_pool:
                 failed_on.append((from_pool, evidence))
@@ -413,6 +418,8 @@ def _evidence(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod])
     if record.action == "Move" or record.reason == Reason.MAINTENANCE:
         return Evidence("Node", Reason.MAINTENANCE,
                         f"maintenance announced on node pool {record.from_pool}")
+    if record.reason in REQUESTED_REASONS:  # the trainer's evidence; the pods show none
+        return reported_evidence(record.reason, record.evidence or record.reason)
     return slice_evidence(pods, ctx.observed.nodes, ctx.spec.recovery)
 
 

@@ -15,6 +15,7 @@ whose replacement is under way go down (the failure was counted when it happened
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -63,6 +64,17 @@ class _Verdict:
 
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class HeldDown:
+    """A slice held Down whatever its pods show: the trainer blames it (a hung or slow
+    slice whose pods stay Ready; core/hung.py decides)."""
+
+    reason: str
+    message: str
+    failed_at: datetime | None
+    new: bool  # a new request's: a failure of its own, whatever record the slice carries
 
 
 def worker_pods_by_slice(observed: Observed) -> dict[int, list[ObservedPod]]:
@@ -197,6 +209,7 @@ def compute_slices(
     *,
     frozen_reason: str | None,
     epoch: datetime | None = None,
+    held_down: Mapping[int, HeldDown] | None = None,
 ) -> SliceHealth:
     """Slice states from the worker pods. With frozen_reason (suspended, not created),
     every slice is Pending for that reason and nothing counts as a failure. `epoch`: when
@@ -208,8 +221,9 @@ def compute_slices(
     changes: list[SliceChange] = []
     for index in range(num_slices):
         prev = _since_admission(prev_by_index.get(index), epoch)
+        held = (held_down or {}).get(index) if frozen_reason is None else None
         status, change = slice_status(index, hosts.get(index, []), prev,
-                                      hosts_per_slice, now, frozen_reason)
+                                      hosts_per_slice, now, frozen_reason, held)
         slices.append(status)
         if change is not None:
             changes.append(change)
@@ -218,16 +232,20 @@ def compute_slices(
 
 def slice_status(
     index: int, hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,
-    now: datetime, frozen_reason: str | None,
+    now: datetime, frozen_reason: str | None, held: HeldDown | None = None,
 ) -> tuple[SliceStatus, SliceChange | None]:
-    """One slice's new status, and how it changed since `prev`."""
+    """One slice's new status, and how it changed since `prev` (`held`: Down for the
+    trainer's blame, whatever the pods show)."""
     prev_state = prev.state if prev else None
     restarts = prev.restarts if prev else 0
     verdict = _judge(hosts, prev, hosts_per_slice, frozen_reason)
+    if held is not None:
+        verdict = _Verdict("Down", held.reason, held.message, held.failed_at)
     planned = prev is not None and prev.replacement is not None \
         and prev.replacement.action == "Move"
     change = None
-    if verdict.state == "Down" and prev_state != "Down" and _failed_job_torn_down(hosts, prev):
+    if verdict.state == "Down" and prev_state != "Down" and not (held and held.new) \
+            and _failed_job_torn_down(hosts, prev):
         pass  # the failure is counted already: its Job's pods go because it is replaced
     elif verdict.state == "Down" and prev_state != "Down":
         restarts += 0 if planned else 1

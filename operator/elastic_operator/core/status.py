@@ -5,11 +5,14 @@ typed result that the later stages read:
 
 1. `decide_gates`: whether the job finished (failure.py) and whether a queue (Kueue)
    queues it (admission.py); either freezes slice tracking;
-2. `track_slices`: slice health (slices.py), then the operator's replacement records
-   (replacement.py), maintenance notices and the checkpoint request (maintenance.py);
+2. `track_slices`: the slices the trainer blames (hung.py), slice health (slices.py),
+   then the operator's replacement records (replacement.py), maintenance notices and
+   the checkpoint request (maintenance.py);
 3. `track_trainer`: the recovery record (recovery.py; for a trainer that reports no
    elastic events, closed from the slices and the head's `main`: unreported.py) and the
    reporting trainer process;
+3b. `track_steps`: whether training advances (progress.py: Progressing, slow steps, the
+   trainer restart a stall calls for), held by whatever the stages before explain;
 4. `decide_conditions`: one function per condition (conditions.py, failure.py,
    admission.py), and Ready and the phase summarizing them (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
@@ -40,6 +43,7 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
+from elastic_api.stragglers import slow_slices
 from elastic_operator.core.admission import Admission, decide_admission
 from elastic_operator.core.checkpoint import checkpoint_status
 from elastic_operator.core.conditions import (
@@ -49,6 +53,7 @@ from elastic_operator.core.conditions import (
     recovering_condition,
     set_condition,
     slice_down_condition,
+    slow_steps_events,
     spares_condition,
     spec_applied_condition,
     suspended_condition,
@@ -64,16 +69,25 @@ from elastic_operator.core.failure import (
     succeeded_condition,
 )
 from elastic_operator.core.goodput import compute_goodput
+from elastic_operator.core.hung import Requested, reported_evidence, requested_down
 from elastic_operator.core.maintenance import (
+    OPEN_PHASES,
     checkpoint_request,
     maintenance_condition,
     slice_maintenance,
 )
 from elastic_operator.core.pools import pools_in_use, spare_pools
+from elastic_operator.core.progress import (
+    ProgressSignals,
+    ProgressUpdate,
+    newest_head,
+    track_progress,
+)
 from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
+from elastic_operator.core.text import fmt_slices
 from elastic_operator.core.topology import (
     slice_domains,
     spares_placed_by_kueue,
@@ -151,6 +165,7 @@ class SliceTracking:
     checkpoint_request: CheckpointRequest | None
     spares: list[str] | None  # None: no node pool of the job's shape seen
     events: list[StatusEvent] = field(default_factory=list)
+    requested: Requested = field(default_factory=Requested)  # the trainer's blame
 
 
 @dataclass(frozen=True)
@@ -173,6 +188,11 @@ class Decided:
     summary: JobSummary
     ready: Readiness
     clock: EvictionClock  # Kueue's waitForPodsReady (EvictionPending)
+    slow_events: list[StatusEvent] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[StatusEvent]:
+        return self.clock.events + self.slow_events
 
 
 class StatusResult(NamedTuple):
@@ -198,10 +218,11 @@ def compute_status(
     gates = decide_gates(ctx)
     tracking = track_slices(ctx, gates)
     trainer = track_trainer(ctx, gates, tracking)
-    decided = decide_conditions(ctx, gates, tracking, trainer)
-    status = _assemble(ctx, gates, tracking, trainer, decided)
+    steps = track_steps(ctx, gates, tracking, trainer)
+    decided = decide_conditions(ctx, gates, tracking, trainer, steps)
+    status = _assemble(ctx, gates, tracking, trainer, decided, steps)
     return StatusResult(status, gates.events + tracking.events + trainer.events
-                        + decided.clock.events)
+                        + steps.events + decided.events)
 
 
 def decide_gates(ctx: StatusInputs) -> Gates:
@@ -221,11 +242,17 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
     if gates.terminal:
         slices = list(prev.slices)
         return SliceTracking(slices, [], list(prev.pools), prev.checkpoint_request,
-                             _spares(ctx, slices))
-    health = _slice_health(ctx, gates.admission)
-    events = slice_events(health.changes)
+                             _spares(ctx, slices),
+                             requested=Requested(handled=prev.handled_slice_replacement))
+    requested = requested_down(ctx.spec, ctx.report, prev, ctx.observed,
+                               frozen=_frozen(ctx, gates.admission),
+                               spare_free=bool(_spares(ctx, prev.slices)), now=ctx.now)
+    health = _slice_health(ctx, gates.admission, requested)
+    events = requested.events + slice_events(health.changes)
+    reported = {i: reported_evidence(h.reason, h.message)
+                for i, h in requested.down.items() if h.new}
     tracked = track_replacements(ctx.spec, health.slices, health.changes, ctx.observed,
-                                 prev.pools, ctx.now)
+                                 prev.pools, ctx.now, reported)
     slices, request = tracked.slices, prev.checkpoint_request
     events += tracked.events
     if ctx.jobset is not None and not ctx.jobset.suspended:
@@ -236,7 +263,7 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
         events += notices.events + update.events
     slices = slice_domains(ctx.spec, slices, ctx.observed)
     return SliceTracking(slices, health.changes, tracked.pools, request,
-                         _spares(ctx, slices), events)
+                         _spares(ctx, slices), events, requested)
 
 
 def _spares(ctx: StatusInputs, slices: list[SliceStatus]) -> list[str] | None:
@@ -248,26 +275,34 @@ def _spares(ctx: StatusInputs, slices: list[SliceStatus]) -> list[str] | None:
     return spare_pools(pools, pools_in_use(slices))
 
 
-def _slice_health(ctx: StatusInputs, admission: Admission) -> SliceHealth:
+def _frozen(ctx: StatusInputs, admission: Admission) -> str | None:
+    """Why every slice is Pending (no JobSet, suspended, queued), if it is."""
+    jobset = ctx.jobset
+    if jobset is None:
+        return Reason.JOBSET_NOT_CREATED
+    if ctx.spec.suspend:
+        return Reason.SUSPENDED
+    if admission.queued:
+        return admission.reason
+    if jobset.suspended:
+        return Reason.SUSPENDED
+    return None
+
+
+def _slice_health(ctx: StatusInputs, admission: Admission,
+                  requested: Requested) -> SliceHealth:
     """Slice states; Pending while suspended, while the job is queued or before the
     JobSet exists. (Kueue evicts the Workload before it suspends the JobSet, whose pods
     then go: pods seen going come with a Workload that says why, as the reconciler reads
-    it after them.)"""
+    it after them.) The slices the trainer blames are Down (hung.py)."""
     jobset = ctx.jobset
-    frozen = None
-    if jobset is None:
-        frozen = Reason.JOBSET_NOT_CREATED
-    elif ctx.spec.suspend:
-        frozen = Reason.SUSPENDED
-    elif admission.queued:
-        frozen = admission.reason
-    elif jobset.suspended:
-        frozen = Reason.SUSPENDED
+    frozen = _frozen(ctx, admission)
     hosts_per_slice = (jobset.worker_hosts_per_slice if jobset and jobset.worker_hosts_per_slice
                        else catalog_hosts(ctx.job))
     epoch = admission.status.admitted_at if admission.status is not None else None
     health = compute_slices(ctx.spec.tpu.num_slices, hosts_per_slice, ctx.observed,
-                            ctx.previous.slices, ctx.now, frozen_reason=frozen, epoch=epoch)
+                            ctx.previous.slices, ctx.now, frozen_reason=frozen, epoch=epoch,
+                            held_down=requested.down)
     if admission.queued:  # every pod goes: what a replacement was to do is moot
         health = SliceHealth([s.model_copy(update={"replacement": None})
                               for s in health.slices], health.changes)
@@ -296,6 +331,54 @@ def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> T
                            recovery.waiting_for)
 
 
+def track_steps(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
+                trainer: TrainerTracking) -> ProgressUpdate:
+    """Whether training advances (core/progress.py), held by what the stages before
+    explain: no stall while the job is finished, suspended, queued, short of a Ready
+    slice, recovering, or paused for maintenance."""
+    report = ctx.report
+    active = report.active_slices if report is not None else None
+    signals = ProgressSignals(hold=_hold(ctx, gates, tracking, trainer),
+                              saving=_saving(ctx), head=newest_head(ctx.observed.pods),
+                              all_slices_active=active is None
+                              or active >= ctx.spec.tpu.num_slices)
+    return track_progress(ctx.setter, ctx.spec, report, ctx.previous.progress, signals,
+                          ctx.now)
+
+
+def _hold(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
+          trainer: TrainerTracking) -> str | None:
+    """Why no step is expected now (each has a condition of its own), or None."""
+    report, request = ctx.report, tracking.checkpoint_request
+    not_ready = [s.index for s in tracking.slices if s.state != "Ready"]
+    holds = [
+        (gates.terminal, "the job finished"),
+        (ctx.jobset is None, "no JobSet yet"),
+        (gates.admission.queued, f"Kueue holds the job ({gates.admission.reason})"),
+        (ctx.spec.suspend or (ctx.jobset is not None and ctx.jobset.suspended),
+         "the job is suspended"),
+        (bool(not_ready), f"{fmt_slices(not_ready)} not Ready"),
+        (trainer.recovering, "a recovery is in progress"),
+        (request is not None and request.pause and request.phase in OPEN_PHASES,
+         "the trainer holds for maintenance"),
+        (report is not None and report.state in ("Recovering", "Succeeded", "Failed"),
+         f"the trainer reports {report.state if report else ''}"),
+    ]
+    return next((why for held, why in holds if held), None)
+
+
+def _saving(ctx: StatusInputs) -> bool:
+    """A checkpoint save (or restore) in flight: the newest listing shows a step newer
+    than the committed one, or the trainer's watchdog says so."""
+    stall = ctx.report.stall if ctx.report is not None else None
+    if stall is not None and stall.phase in ("Checkpoint", "Restore"):
+        return True
+    checkpoint = ctx.checkpoint
+    if checkpoint is None or not checkpoint.incomplete_steps:
+        return False
+    return max(checkpoint.incomplete_steps) > (checkpoint.latest_committed_step or -1)
+
+
 def _stopped_by_queue(replaced: TrainerProcess, admission: Admission) -> bool:
     """The replaced trainer ran when Kueue last took the job back (the tie-break on the
     second is elastic_api.queueing's, the trainer's too)."""
@@ -304,12 +387,14 @@ def _stopped_by_queue(replaced: TrainerProcess, admission: Admission) -> bool:
 
 
 def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
-                      trainer: TrainerTracking) -> Decided:
+                      trainer: TrainerTracking, steps: ProgressUpdate) -> Decided:
     """Each condition from its own function; Ready (first) and the phase from them."""
     setter, spec, jobset, outcome = ctx.setter, ctx.spec, ctx.jobset, gates.outcome
     terminal, slices = gates.terminal, tracking.slices
-    degraded = degraded_condition(setter, ctx.report, spec.tpu.num_slices, terminal)
+    slow = _slow_words(ctx, tracking, steps)
+    degraded = degraded_condition(setter, ctx.report, spec.tpu.num_slices, terminal, slow)
     conditions = [
+        steps.condition,
         slice_down_condition(setter, slices, terminal),
         recovering_condition(setter, trainer.record, trainer.recovering, ctx.report, terminal,
                              outcome.failure_message, trainer.waiting_for),
@@ -337,7 +422,30 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     ready = readiness(summary)
     ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
                                  ready.message)
-    return Decided([ready_condition, *conditions], summary, ready, clock)
+    return Decided([ready_condition, *conditions], summary, ready, clock,
+                   slow_steps_events(get_condition(ctx.previous, ConditionType.DEGRADED),
+                                     degraded))
+
+
+def _slow_words(ctx: StatusInputs, tracking: SliceTracking,
+                steps: ProgressUpdate) -> str | None:
+    """Slow steps in words, with whom the trainer blames and what is done about it."""
+    if steps.slow is None:
+        return None
+    words = steps.slow.message
+    handled = tracking.requested.handled
+    report = ctx.report
+    request = report.slice_replacement if report is not None else None
+    stragglers = slow_slices(report.slice_step_times if report is not None else None)
+    if stragglers and report is not None:
+        times = {t.slice: t.relative for t in report.slice_step_times or []}
+        words += "; " + ", ".join(f"slice {i}'s part takes {times[i]:.1f}x the fastest "
+                                  "slice's" for i in stragglers)
+    if request is not None and request.reason == Reason.SLICE_SLOW:
+        words += f"; the trainer blames {fmt_slices(request.slices)}"
+        if handled is not None and handled.id == request.id and handled.message:
+            words += f" ({handled.message})"
+    return words
 
 
 def _queued(gates: Gates) -> bool:
@@ -351,7 +459,8 @@ def _jobset_name(ctx: StatusInputs) -> str | None:
 
 
 def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
-              trainer: TrainerTracking, decided: Decided) -> ElasticTrainingJobStatus:
+              trainer: TrainerTracking, decided: Decided,
+              steps: ProgressUpdate) -> ElasticTrainingJobStatus:
     prev, now, slices = ctx.previous, ctx.now, tracking.slices
     return ElasticTrainingJobStatus(
         observed_generation=ctx.job.metadata.generation,
@@ -369,6 +478,8 @@ def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         pools=tracking.pools,
         spare_pools=len(tracking.spares) if tracking.spares is not None else None,
         checkpoint_request=tracking.checkpoint_request,
+        progress=steps.state,
+        handled_slice_replacement=tracking.requested.handled,
         goodput=prev.goodput if gates.terminal and prev.goodput else compute_goodput(
             prev.goodput, created_at(ctx.job) or now, ctx.report, slices, tracking.changes,
             now),

@@ -1,0 +1,344 @@
+"""Progress: whether training advances, seen by the operator itself (condition
+`Progressing`, in Kubernetes' Deployment convention), for any trainer that reports a step
+(the bundled trainer, or MaxText through the progress sidecar). Pure.
+
+Three parts, each its own function:
+
+- detect (`observe`): the clock and what is learned, kept in status.progress. The clock
+  restarts at each new step the operator sees, at a new trainer process, and when a hold
+  ends; a hold (the job suspended, queued, finished, a slice not Ready or a recovery in
+  progress, a pause for maintenance, the trainer recovering) stops it: none of those is a
+  stall, and each is reported by its own condition. The gaps between step changes teach
+  the deadline (elastic_api.progress) unless the gap spans a hold, a process start or the
+  first step after a hold (a recompile).
+- blame (`diagnose`): what the stall looks like, in the message: the trainer's watchdog
+  names suspect slices (a slow or hung slice: the trainer asks for their replacement,
+  core/hung.py), or names none (a hung step); a trainer that reports nothing at all any
+  more is frozen; behind the progress sidecar, MaxText is hung.
+- act (`restart_for`): with nothing blamed and spec.elastic.onStall Recover, the trainer
+  is restarted once per stall: status.progress.restart records the head pod to delete
+  (its Job makes a new one: `plan_trainer_restart`), written before the delete.
+
+Stragglers (`slow_steps`): steps slower than the job's own best for a sustained window
+make Degraded True with reason SlowSteps (conditions.py reconciles it with FewerSlices).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from elastic_api import progress as rule
+from elastic_api.conditions import ConditionType, Reason
+from elastic_api.models import (
+    Condition,
+    ElasticTrainingJobSpec,
+    ProgressStatus,
+    TrainerRestart,
+    TrainingReport,
+)
+from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
+from elastic_operator.core.conditions import ConditionSetter
+from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.plan import RestartTrainer
+from elastic_operator.core.text import duration, fmt_slices, iso
+from elastic_operator.observed import ObservedPod
+
+
+@dataclass(frozen=True)
+class ProgressSignals:
+    """What the other stages tell progress tracking."""
+
+    hold: str | None = None  # why no step is expected now (None: one is)
+    saving: bool = False  # a checkpoint save is in flight (the newest listing shows it)
+    head: ObservedPod | None = None  # the newest head pod, running and not going
+    all_slices_active: bool = True  # the trainer trains on every slice
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A stall (the deadline passed), and what it looks like."""
+
+    step: int | None
+    seconds: float  # without a new step
+    deadline: float
+    diagnosis: str  # in words
+    blamed: tuple[int, ...] = ()  # slices the trainer's evidence blames
+
+    @property
+    def message(self) -> str:
+        at = f"step {self.step}" if self.step is not None else "the last step"
+        return (f"no new step for {duration(self.seconds)} (progress deadline "
+                f"{duration(self.deadline)}): training stopped at {at}; {self.diagnosis}")
+
+
+@dataclass(frozen=True)
+class Slow:
+    factor: float
+    recent: float
+    best: float
+    seconds: float  # how long it has lasted
+
+    @property
+    def message(self) -> str:
+        return (f"steps take {self.factor:.1f}x the job's own best ({self.recent:.3g} s "
+                f"against {self.best:.3g} s per step) for {duration(self.seconds)}")
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    state: ProgressStatus | None
+    condition: Condition
+    stall: Stall | None = None
+    slow: Slow | None = None
+    events: list[StatusEvent] = field(default_factory=list)
+
+
+# --- detect -----------------------------------------------------------------------------
+
+
+def observe(previous: ProgressStatus | None, report: TrainingReport | None, now: datetime,
+            hold: str | None, learn_steps: bool = True) -> ProgressStatus | None:
+    """status.progress after this look at the trainer's step. `learn_steps`: the step
+    times may teach the baseline (every slice active)."""
+    if report is None:
+        return previous
+    started = report.process_started_at
+    if previous is None or (started is not None and started != previous.process_started_at):
+        fresh = ProgressStatus(step=report.step, since=now, process_started_at=started,
+                               held=hold)
+        if previous is None:
+            return fresh
+        return fresh.model_copy(update={  # what was learned is the job's, not the process's
+            "gaps": previous.gaps, "step_gaps": previous.step_gaps,
+            "step_counts": previous.step_counts,
+            "longest_gap_seconds": previous.longest_gap_seconds,
+            "baseline_step_seconds": previous.baseline_step_seconds,
+            "restart": previous.restart})
+    if hold is not None:
+        # The clock stands still (its start moves to the hold's end): no write per look.
+        return previous.model_copy(update={
+            "step": report.step, "held": hold, "stalled_at": None, "slow_since": None,
+            "first_step": previous.advanced or previous.first_step})
+    if previous.held is not None:  # the hold ended: the clock starts now
+        return previous.model_copy(update={"step": report.step, "since": now, "held": None,
+                                           "first_step": previous.advanced})
+    if report.step == previous.step:
+        return previous
+    return _advanced(previous, report.step, now, learn_steps)
+
+
+def _advanced(previous: ProgressStatus, step: int, now: datetime,
+              learn_steps: bool) -> ProgressStatus:
+    """A new step: learned from, unless its gap spans a start or a recompile."""
+    update: dict[str, object] = {"step": step, "since": now, "advanced": True,
+                                 "first_step": False, "stalled_at": None}
+    old = previous.step
+    if previous.advanced and not previous.first_step and old is not None and step > old:
+        gap = max(0.0, (now - previous.since).total_seconds())
+        update["gaps"] = [*previous.gaps, round(gap, 3)][-rule.SAMPLES:]
+        update["longest_gap_seconds"] = round(max(gap, previous.longest_gap_seconds or 0.0), 3)
+        if learn_steps:
+            gaps = [*previous.step_gaps, round(gap, 3)][-rule.SAMPLES:]
+            counts = [*previous.step_counts, step - old][-rule.SAMPLES:]
+            update.update(step_gaps=gaps, step_counts=counts,
+                          baseline_step_seconds=rule.baseline(
+                              previous.baseline_step_seconds, gaps, counts))
+    return previous.model_copy(update=update)
+
+
+def deadline_of(spec: ElasticTrainingJobSpec, state: ProgressStatus, saving: bool) -> float:
+    return rule.progress_deadline(spec.elastic.progress_deadline_seconds, state.gaps,
+                                  state.longest_gap_seconds,
+                                  extended=state.first_step or saving)
+
+
+def stalled_for(spec: ElasticTrainingJobSpec, state: ProgressStatus | None, saving: bool,
+                now: datetime) -> tuple[float, float] | None:
+    """(seconds without a new step, the deadline) once the deadline has passed."""
+    if state is None or not state.advanced or state.held is not None:
+        return None
+    seconds = (now - state.since).total_seconds()
+    deadline = deadline_of(spec, state, saving)
+    return (seconds, deadline) if seconds >= deadline else None
+
+
+# --- blame ------------------------------------------------------------------------------
+
+
+def diagnose(spec: ElasticTrainingJobSpec, report: TrainingReport, state: ProgressStatus,
+             head: ObservedPod | None) -> tuple[str, tuple[int, ...]]:
+    """What the stall looks like, and the slices the trainer's evidence blames."""
+    stall = report.stall
+    if stall is not None and stall.suspect_slices:
+        said = f": {stall.evidence}" if stall.evidence else ""
+        return (f"a slow slice: the trainer's watchdog reports step {stall.step} "
+                f"({stall.phase}) past its {duration(stall.deadline_seconds)} deadline and "
+                f"suspects {fmt_slices(stall.suspect_slices)}{said}",
+                tuple(sorted(set(stall.suspect_slices))))
+    if stall is not None:
+        return (f"a hung step: the trainer's watchdog reports step {stall.step} "
+                f"({stall.phase}) running since {iso(stall.started_at)}, past its "
+                f"{duration(stall.deadline_seconds)} deadline, and can blame no slice", ())
+    main = head.main if head is not None else None
+    alive = (f"its main container runs (since {iso(main.started_at)})"
+             if main is not None and main.state == "running" and main.started_at
+             else "its main container is not seen running")
+    if spec.trainer.progress is not None and spec.trainer.command:
+        return (f"a hung trainer: the metrics file the progress sidecar follows has had no "
+                f"new step since {iso(state.since)}; {alive}", ())
+    if report.observed_at <= state.since:
+        return (f"a frozen trainer: it has reported nothing since {iso(report.observed_at)}; "
+                f"{alive}", ())
+    return (f"a hung trainer: it reports (last at {iso(report.observed_at)}) but no new "
+            f"step; {alive}", ())
+
+
+# --- act --------------------------------------------------------------------------------
+
+
+def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stall,
+                head: ObservedPod | None, now: datetime) -> TrainerRestart | None:
+    """The trainer restart this stall calls for (None: none, or one is recorded)."""
+    if spec.elastic.on_stall != "Recover" or stall.blamed:
+        return None
+    done = state.restart
+    if done is not None and state.stalled_at is not None \
+            and done.requested_at >= state.stalled_at:
+        return None  # this stall's restart is recorded already
+    if head is None or not head.uid or head.terminating:
+        return None
+    return TrainerRestart(requested_at=now, step=state.step, pod_name=head.name,
+                          pod_uid=head.uid, reason=Reason.PROGRESS_DEADLINE_EXCEEDED)
+
+
+def plan_trainer_restart(namespace: str, jobset: str, progress: ProgressStatus | None,
+                         pods: Sequence[ObservedPod]) -> RestartTrainer | None:
+    """The restart status.progress records, while its head pod is still there and not
+    going (level-based: once it is gone or going, there is nothing left to do)."""
+    restart = progress.restart if progress is not None else None
+    if restart is None:
+        return None
+    pod = next((p for p in pods if p.uid == restart.pod_uid
+                and p.replicated_job == HEAD_REPLICATED_JOB), None)
+    if pod is None or pod.terminating or pod.phase in ("Succeeded", "Failed"):
+        return None
+    return RestartTrainer(namespace, child_job_name(jobset, HEAD_REPLICATED_JOB, 0),
+                          pod.job_uid, pod.name, restart.pod_uid, restart.step)
+
+
+def newest_head(pods: Sequence[ObservedPod]) -> ObservedPod | None:
+    """The newest head pod, if it runs and is not going."""
+    heads = [p for p in pods if p.replicated_job == HEAD_REPLICATED_JOB]
+    if not heads:
+        return None
+    newest = max(heads, key=lambda p: (p.created_at is not None, p.created_at or 0, p.name))
+    return None if newest.terminating or newest.phase != "Running" else newest
+
+
+# --- the stage --------------------------------------------------------------------------
+
+
+def track_progress(setter: ConditionSetter, spec: ElasticTrainingJobSpec,
+                   report: TrainingReport | None, previous: ProgressStatus | None,
+                   signals: ProgressSignals, now: datetime) -> ProgressUpdate:
+    """status.progress, the Progressing condition, slow steps, their Events, and the
+    trainer restart a stall calls for."""
+    state = observe(previous, report, now, signals.hold, signals.all_slices_active)
+    if state is None or report is None:
+        return ProgressUpdate(state, setter.unknown(
+            ConditionType.PROGRESSING, Reason.WAITING_FOR_FIRST_STEP,
+            "the trainer has not reported a step yet"))
+    state = state.model_copy(update={"deadline_seconds": deadline_of(spec, state,
+                                                                     signals.saving)})
+    if state.held is not None:
+        return ProgressUpdate(state, setter.unknown(
+            ConditionType.PROGRESSING, Reason.PROGRESS_HELD, f"{state.held}: no step expected"))
+    if not state.advanced:
+        return ProgressUpdate(state, setter.unknown(
+            ConditionType.PROGRESSING, Reason.WAITING_FOR_FIRST_STEP,
+            f"the trainer process is starting (step {state.step} reported, no new one yet)"))
+    slow = slow_steps(state, now)
+    state = state.model_copy(update={"slow_since": _slow_since(state, now)})
+    stalled = stalled_for(spec, state, signals.saving, now)
+    if stalled is None:
+        return _advancing(setter, state, slow)
+    diagnosis, blamed = diagnose(spec, report, state, signals.head)
+    stall = Stall(state.step, stalled[0], stalled[1], diagnosis, blamed)
+    return _stalled(setter, spec, state, stall, signals.head, now)
+
+
+def _advancing(setter: ConditionSetter, state: ProgressStatus,
+               slow: Slow | None) -> ProgressUpdate:
+    deadline = state.deadline_seconds or 0.0
+    message = (f"step {state.step} at {iso(state.since)}; progress deadline "
+               f"{duration(deadline)}")
+    sustained = slow if slow is not None and slow.seconds >= rule.SLOW_SECONDS else None
+    return ProgressUpdate(state, setter.true(ConditionType.PROGRESSING,
+                                             Reason.STEPS_ADVANCING, message), slow=sustained)
+
+
+def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: ProgressStatus,
+             stall: Stall, head: ObservedPod | None, now: datetime) -> ProgressUpdate:
+    first = state.stalled_at is None
+    state = state.model_copy(update={"stalled_at": state.stalled_at or now})
+    events = []
+    if first:
+        events.append(StatusEvent(reason=Reason.PROGRESS_DEADLINE_EXCEEDED, type="Warning",
+                                  message=stall.message))
+    restart = restart_for(spec, state, stall, head, now)
+    message = stall.message
+    if restart is not None:
+        state = state.model_copy(update={"restart": restart})
+        events.append(StatusEvent(
+            reason=Reason.TRAINER_RESTARTING, type="Warning",
+            message=f"restarting the trainer stalled at step {stall.step} "
+                    f"(spec.elastic.onStall Recover): deleting head pod {restart.pod_name}; "
+                    "its Job makes a new one, which resumes from the newest committed "
+                    "checkpoint"))
+    done = state.restart
+    if done is not None and state.stalled_at is not None \
+            and done.requested_at >= state.stalled_at:
+        message += f"; restarting the trainer (head pod {done.pod_name} deleted)"
+    elif spec.elastic.on_stall == "Report":
+        message += "; spec.elastic.onStall is Report: not restarted"
+    elif stall.blamed:
+        message += "; the trainer's request replaces the slices it blames"
+    return ProgressUpdate(state, setter.false(ConditionType.PROGRESSING,
+                                              Reason.PROGRESS_DEADLINE_EXCEEDED, message),
+                          stall=stall, events=events)
+
+
+def slow_steps(state: ProgressStatus, now: datetime) -> Slow | None:
+    """Steps slower than the job's own best by the SlowSteps factor (with how long)."""
+    factor = rule.slow_factor(state.step_gaps, state.step_counts,
+                              state.baseline_step_seconds)
+    if factor is None or factor < rule.SLOW_FACTOR or state.baseline_step_seconds is None:
+        return None
+    recent = rule.recent_step_seconds(state.step_gaps, state.step_counts) or 0.0
+    since = state.slow_since or now
+    return Slow(round(factor, 2), recent, state.baseline_step_seconds,
+                max(0.0, (now - since).total_seconds()))
+
+
+def _slow_since(state: ProgressStatus, now: datetime) -> datetime | None:
+    factor = rule.slow_factor(state.step_gaps, state.step_counts,
+                              state.baseline_step_seconds)
+    if factor is None or factor < rule.SLOW_FACTOR:
+        return None
+    return state.slow_since or now
+
+
+def next_progress_look_in(spec: ElasticTrainingJobSpec, state: ProgressStatus | None,
+                          now: datetime) -> float | None:
+    """Seconds until the progress deadline (or the slow-steps window) comes due, for the
+    reconcile's wake-up (None: nothing to wait for)."""
+    if state is None or not state.advanced or state.held is not None \
+            or state.stalled_at is not None:
+        return None
+    deadline = state.deadline_seconds or deadline_of(spec, state, False)
+    waits = [(state.since + timedelta(seconds=deadline) - now).total_seconds()]
+    if state.slow_since is not None:
+        waits.append((state.slow_since + timedelta(seconds=rule.SLOW_SECONDS)
+                      - now).total_seconds())
+    return max(0.0, min(waits))

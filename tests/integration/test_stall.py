@@ -1,0 +1,182 @@
+"""A frozen trainer on the local control plane (issue 32): the bundled trainer, run as the
+head pod's main runs it, SIGSTOP'd while every pod stays Ready. The operator sees no new
+step for the progress deadline: Progressing=False (ProgressDeadlineExceeded, "a frozen
+trainer") and a Warning Event within the deadline; with onStall Recover it restarts the
+trainer by deleting the head pod after raising its Job's backoffLimit, and its Job makes a
+new one: the JobSet is the same, not restarted; the new process (started here, as the new
+pod's main would) is a TrainerRestarted and Progressing is True again.
+
+Every other cluster test checks, in its namespace's teardown (tests/conftest.py), that
+no ProgressDeadlineExceeded Event was posted: no Progressing=False anywhere else."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from elastic_api.conditions import ConditionType as C
+from elastic_api.conditions import Reason
+from elastic_api.names import GROUP, HEAD_REPLICATED_JOB, PLURAL, VERSION
+from elastic_devtools.localcluster import Cluster
+from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import OperatorProcess
+from tests.builders import etj
+from tests.support.article_job import JOB, condition, delete_jobs_and_wait_for_pods, events
+from tests.support.trainer_run import TrainerProcesses, head_command
+from tests.support.waiting import wait_running, wait_status
+
+pytestmark = pytest.mark.cluster
+
+DEADLINE = 8  # spec.elastic.progressDeadlineSeconds
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(Path(cluster.kubeconfig),
+                           Path(cluster.logs_dir) / "operator-stall.log")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
+    yield namespace
+    delete_jobs_and_wait_for_pods(api, namespace)
+
+
+def manifest(checkpoint_dir: Path, *args: str, **elastic: Any) -> dict[str, Any]:
+    """The article's shape on simulated slices, the real trainer (`args` more flags)."""
+    return (etj(JOB, namespace=None).backend("simulated").tpu("v5e", "4x4", 3)
+            .spec(elastic=elastic,
+                  checkpoint={"directory": str(checkpoint_dir), "periodSteps": 20})
+            .trainer("trainer:test", 100000, model="tiny", batch=24,
+                     args=["--min-step-seconds", "0.05", "--report-interval", "0.5", *args])
+            .without("pathways").obj())
+
+
+def trainer_of(obj: dict[str, Any], cluster: Cluster, ns: str,
+               tmp_path: Path) -> TrainerProcesses:
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1",
+           "ETJ_JOB_NAME": JOB, "ETJ_JOB_NAMESPACE": ns}
+    return TrainerProcesses(head_command(obj), env, tmp_path)
+
+
+def head_pods(api: client.ApiClient, ns: str) -> list[client.V1Pod]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        ns, label_selector=f"jobset.sigs.k8s.io/replicatedjob-name={HEAD_REPLICATED_JOB}").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def progressing(status: dict[str, Any]) -> tuple[str, str]:
+    c = condition(status, C.PROGRESSING)
+    return c.get("status", ""), c.get("reason", "")
+
+
+@pytest.mark.stalls
+def test_a_frozen_trainer_is_stalled_and_restarted(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    obj = manifest(tmp_path / "checkpoints", progressDeadlineSeconds=DEADLINE,
+                   onStall="Recover")
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj)
+    wait_running(api, ns)
+    jobset_uid = custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", JOB)["metadata"]["uid"]
+    [head] = head_pods(api, ns)
+    trainer.start()
+    try:
+        st = wait_status(api, ns, lambda s: progressing(s) == ("True", Reason.STEPS_ADVANCING)
+                         and (s.get("training") or {}).get("step", 0) >= 30,
+                         "steps advancing past 30", timeout=180)
+        first = st["training"]["processStartedAt"]
+
+        assert trainer.proc is not None
+        os.killpg(trainer.proc.pid, signal.SIGSTOP)  # frozen: alive, silent
+        frozen_at = time.monotonic()
+        st = wait_status(api, ns, lambda s: progressing(s)[0] == "False",
+                         "Progressing False", timeout=DEADLINE + 30)
+        waited = time.monotonic() - frozen_at
+        c = condition(st, C.PROGRESSING)
+        assert c["reason"] == Reason.PROGRESS_DEADLINE_EXCEEDED, c
+        assert "a frozen trainer: it has reported nothing since" in c["message"], c
+        assert waited >= DEADLINE - 1, f"stalled after {waited:.1f} s, deadline {DEADLINE} s"
+        # Found by the reconcile's own wake-up at the deadline, not by a resync (30 s):
+        # the operator's clock (status.progress.since) to the condition's transition.
+        since = datetime.fromisoformat(st["progress"]["since"])
+        late = (datetime.fromisoformat(c["lastTransitionTime"]) - since).total_seconds()
+        assert late < DEADLINE + 10, f"stalled {late:.1f} s after the last step was seen"
+        wait_for(lambda: events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED), 30,
+                 "a ProgressDeadlineExceeded Event")
+        wait_for(lambda: events(api, ns, Reason.TRAINER_RESTARTING), 30,
+                 "a TrainerRestarting Event")
+
+        # The head pod is replaced by its own Job; the JobSet is the same one, unrestarted.
+        wait_for(lambda: [p for p in head_pods(api, ns) if p.metadata.uid != head.metadata.uid],
+                 90, "a new head pod")
+        head_job = client.BatchV1Api(api).read_namespaced_job(f"{JOB}-{HEAD_REPLICATED_JOB}-0",
+                                                              ns)
+        assert head_job.spec.backoff_limit == 1 and not head_job.status.conditions, head_job
+        jobset = custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns,
+                                                     "jobsets", JOB)
+        assert jobset["metadata"]["uid"] == jobset_uid
+        assert (jobset.get("status") or {}).get("restarts", 0) == 0
+
+        # The new pod's main: a new trainer process, resumed from the newest checkpoint.
+        trainer.kill()
+        trainer.start()
+        st = wait_status(api, ns, lambda s: s.get("counters", {}).get("trainerRestarts") == 1
+                         and progressing(s) == ("True", Reason.STEPS_ADVANCING),
+                         "the new trainer process counted and advancing", timeout=180)
+        assert st["training"]["processStartedAt"] != first
+        assert events(api, ns, Reason.TRAINER_RESTARTED)
+        assert len(events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED)) == 1
+    finally:
+        if trainer.proc is not None and trainer.poll() is None:
+            trainer.kill()
+
+
+def test_a_hung_slice_is_replaced_and_the_trainer_recovers_in_process(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    """Slice 1's part of step 40 never returns (`--fail-at 40:1:hang`) while its pods stay
+    Ready: the trainer's watchdog blames it and asks; the operator recreates its worker
+    Job (a slice failure, reason SliceHung); the pods going end the hung step (DATA_LOSS in
+    the trainer) and the same process resumes on the new slice. No Progressing=False: the
+    slice was down, and Recovering owned it (this test is not marked stalls)."""
+    obj = manifest(tmp_path / "checkpoints", "--fail-at", "40:1:hang")
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj)
+    wait_running(api, ns)
+    trainer.start()
+    try:
+        st = wait_status(api, ns, lambda s: (s.get("slices") or [{}, {}])[1].get("reason")
+                         == Reason.SLICE_HUNG, "slice 1 down for a hang", timeout=240)
+        one = st["slices"][1]
+        assert one["state"] == "Down" and one["restarts"] == 1, one
+        assert st["counters"]["sliceFailures"] == 1
+        started = st["training"]["processStartedAt"]
+        assert st["training"]["sliceReplacement"]["slices"] == [1]
+        st = wait_status(api, ns, lambda s: condition(s, C.RECOVERING).get("reason")
+                         == Reason.RECOVERED and s["slices"][1]["state"] == "Ready"
+                         and (s.get("training") or {}).get("step", 0) >= 60,
+                         "recovered in process, trained past step 60", timeout=240)
+        assert st["training"]["processStartedAt"] == started  # the same process
+        assert st["counters"].get("trainerRestarts", 0) == 0
+        assert st["counters"]["sliceFailures"] == 1 and st["slices"][1]["restarts"] == 1
+        assert st["slices"][1]["lastReplacement"]["reason"] == Reason.SLICE_HUNG
+        assert st["handledSliceReplacement"]["replaced"] == [1]
+        assert progressing(st) == ("True", Reason.STEPS_ADVANCING)
+        assert events(api, ns, Reason.SLICE_REPLACING)
+        assert trainer.poll() is None, f"trainer exited (log {trainer.log})"
+    finally:
+        if trainer.proc is not None and trainer.poll() is None:
+            trainer.kill()
