@@ -28,6 +28,9 @@ class ConditionType:
     # A MultiKueue job, on the manager cluster: False while the worker cluster it runs in
     # cannot be reached (the rest of the status is the last the worker sent).
     WORKER_CLUSTER_REACHABLE: Final = "WorkerClusterReachable"
+    # Whether the operator may list spec.checkpoint.directory (its --checkpoint-roots for
+    # the job's namespace): False, the job's status shows no checkpoint of it.
+    CHECKPOINT_ROOT_ALLOWED: Final = "CheckpointRootAllowed"
 
 
 class Reason:
@@ -101,6 +104,10 @@ class Reason:
     # TrainingReportValid
     VALID: Final = "Valid"
     INVALID_REPORT: Final = "InvalidReport"
+    # CheckpointRootAllowed (False: also status.checkpoint.reason, and its Warning Event)
+    ROOT_ALLOWED: Final = "RootAllowed"
+    CHECKPOINT_ROOT_NOT_ALLOWED: Final = "CheckpointRootNotAllowed"
+    NOT_LISTED_YET: Final = "NotListedYet"
 
     # The slice states the operator's replacement adds (status.slices[].reason).
     NO_HEALTHY_POOL: Final = "NoHealthyPool"  # replacement pods Pending, no pool to go to
