@@ -23,11 +23,13 @@ from elastic_api.names import (
     VERSION,
     job_pods_selector,
 )
+from elastic_devtools.localcluster.operator_settings import MAXTEXT_E2E_NAMESPACE, SETTINGS
 
-NAMESPACE = "maxtext-e2e"
+NAMESPACE = MAXTEXT_E2E_NAMESPACE
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-OPERATOR_ARGS = ("--namespace", NAMESPACE, "--resync-seconds", "5",
-                 "--checkpoint-scan-seconds", "2")
+# The scenario's operator (operator_settings.py): its namespace, a scan every 2 s, and
+# the scenario's own checkpoint roots (the head's /tmp/maxtext, gs://maxtext-e2e/maxtext).
+OPERATOR_SETTINGS = SETTINGS["maxtext-e2e"]
 
 
 @dataclass
@@ -79,7 +81,7 @@ def control_plane(work: Path, local_tmp: Path, gcs_env: dict[str, str],
         command = ("unshare", "-m", "--", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"',
                    str(local_tmp), *OPERATOR_COMMAND)
         operator = OperatorProcess(
-            cluster.kubeconfig, work / "operator.log", args=OPERATOR_ARGS, command=command,
+            cluster.kubeconfig, work / "operator.log", args=OPERATOR_SETTINGS, command=command,
             env={**gcs_env, "TMPDIR": str(directory / "operator-tmp"),
                  "PYTHONUNBUFFERED": "1"})
         operator.start(timeout=120)
