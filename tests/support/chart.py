@@ -40,12 +40,15 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 FAST_ARGS = TEST.speed_args()
 
 
-def helm_template(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
+def helm_template(release: str, namespace: str, *values: str,
+                  values_file: Path | None = None) -> list[dict[str, Any]]:
     version = load_versions()["HELM_VERSION"]
     helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
     if not os.access(helm, os.X_OK):
         pytest.fail(f"helm {version} not found at {helm}: run hack/build-control-plane.sh")
     args = [str(helm), "template", release, str(CHART), "--namespace", namespace]
+    if values_file is not None:
+        args += ["-f", str(values_file)]
     for value in values:
         args += ["--set", value]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)

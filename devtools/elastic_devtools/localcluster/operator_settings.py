@@ -7,11 +7,13 @@ before this table each spelled its flags, and `make e2e-maxtext` missed the
 checkpoint-roots guard when it landed (issue 36). Now a flag or guard is added here,
 once, and every tool's row says what it gets; tests/unit/test_operator_settings.py
 checks that each row is accepted by `etj operator`'s own parser and, for the tools
-whose jobs live in files, that their operator may list their checkpoint roots.
+whose jobs live in files, that their operator may list their checkpoint roots;
+tests/integration/test_long_targets.py starts the long targets' operators in `make test`.
 
-Only the standard library: `python -m elastic_devtools.localcluster.operator_settings
-kind-e2e --helm-values` prints the chart values of a row (JSON, which is YAML) for
-hack/kind-e2e.sh.
+Only the standard library, and no package import: hack/kind/steps.sh runs
+`python3 devtools/elastic_devtools/localcluster/operator_settings.py kind-e2e
+--helm-values` (any python3, no venv) for the chart values of its row (JSON, which is
+YAML).
 """
 from __future__ import annotations
 
@@ -124,7 +126,7 @@ SETTINGS: dict[str, OperatorSettings] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m elastic_devtools.localcluster.operator_settings",
+        prog="operator_settings.py",
         description="print a tool's `etj operator` arguments, or its chart values")
     parser.add_argument("tool", choices=sorted(SETTINGS))
     parser.add_argument("--helm-values", action="store_true",
