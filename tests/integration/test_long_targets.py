@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.names import GROUP, PLURAL, VERSION
 from elastic_api.validation import validate_job
+from elastic_devtools import localcluster as lc
 from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.gcs import FakeGcsServer, create_bucket
@@ -151,14 +154,18 @@ def test_make_e2e_maxtext_operator_lists_the_scenarios_roots(
         maxtext_namespace: str, tmp_path: Path) -> None:
     # The head's /tmp is the operator's only in a mount namespace (root); otherwise the
     # local scenario's root is checked for the refusal alone (the host's /tmp is shared).
+    # In there the host's /tmp is hidden: its kubeconfig and TMPDIR live elsewhere, as the
+    # e2e's do (in the cache directory).
     share_tmp = os.geteuid() == 0
     local_tmp = tmp_path / "pod-tmp"
-    operator = scenario_operator(Path(cluster.kubeconfig), tmp_path / "operator.log",
-                                 local_tmp, tmp_path / "operator-tmp", fake_gcs.env,
-                                 share_tmp=share_tmp)
-    operator.start(timeout=120)
+    outside = Path(tempfile.mkdtemp(prefix="guard-", dir=lc.default_dir().parent))
+    kubeconfig = outside / "kubeconfig"
+    shutil.copyfile(cluster.kubeconfig, kubeconfig)
+    operator = scenario_operator(kubeconfig, tmp_path / "operator.log", local_tmp,
+                                 outside / "operator-tmp", fake_gcs.env, share_tmp=share_tmp)
     names = []
     try:
+        operator.start(timeout=120)
         for fixture in scenario.SCENARIOS.values():  # the ones the e2e runs
             obj, job = scenario.load(ROOT / FIXTURES / fixture)
             directory = job.spec.checkpoint.directory
@@ -175,6 +182,7 @@ def test_make_e2e_maxtext_operator_lists_the_scenarios_roots(
             custom.delete_namespaced_custom_object(GROUP, VERSION, maxtext_namespace, PLURAL,
                                                    name)
         operator.stop()
+        shutil.rmtree(outside, ignore_errors=True)
 
 
 # --- make e2e-kind ---------------------------------------------------------------------------
@@ -224,11 +232,14 @@ def test_make_e2e_kind_chart_operator_lists_its_jobs_root(
 def test_make_test_multicluster_job_is_admitted_and_renders(
         api: client.ApiClient, namespace: str) -> None:
     """Its job, as the manager's user writes it: admitted (a server-side dry run: schema
-    and CEL), and rendered (the JobSet the worker's operator makes of it, and the
-    Workload the manager's makes)."""
+    and CEL), and rendered: the Workload the manager's operator makes of it, and the
+    JobSet the worker's makes of MultiKueue's copy (the same, without managedBy)."""
     obj = multicluster_manifest("guard", "mk-queue")
     obj["metadata"]["namespace"] = namespace
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, obj, dry_run="All")
-    kinds = [doc["kind"] for doc in render(validate_job(obj))]
+    assert [doc["kind"] for doc in render(validate_job(obj))] == ["Workload"]
+    copy = json.loads(json.dumps(obj))
+    del copy["spec"]["managedBy"]
+    kinds = [doc["kind"] for doc in render(validate_job(copy))]
     assert "JobSet" in kinds, kinds
