@@ -16,6 +16,7 @@ import yaml
 
 from elastic_api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus
+from elastic_api.names import DISPATCHED_TO_ANNOTATION
 from elastic_api.queueing import ADMITTED
 from elastic_api.validation import Rule, cel_rules
 
@@ -155,6 +156,11 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Admission", "type": "string",
      "jsonPath": f'.status.conditions[?(@.type=="{ADMITTED}")].reason',
      "description": "Where the job stands with its Kueue queue (empty without a queue)."},
+    # The annotation's dots escaped, as kubectl's JSONPath reads a key that has them.
+    {"name": "Cluster", "type": "string",
+     "jsonPath": ".metadata.annotations." + DISPATCHED_TO_ANNOTATION.replace(".", "\\."),
+     "description": "MultiKueue, on the manager: the worker cluster the job was dispatched "
+     "to (its Workload's status.clusterName; empty elsewhere)."},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.counters.jobSetRestarts",
      "description": "Whole-JobSet restarts."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -39,6 +39,10 @@ SUSPENDED_BY_OPERATOR_ANNOTATION = f"{GROUP}/suspended-by-operator"
 # spec.multiCluster.redispatch does not allow running it elsewhere; the value names that
 # cluster ("" when the manager never learnt its name). Lifted when the user allows it.
 SUSPENDED_AFTER_WORKER_LOST_ANNOTATION = f"{GROUP}/suspended-after-worker-lost"
+# On a MultiKueue job on the manager cluster: the worker cluster it runs in, from its
+# Workload's status.clusterName (MultiKueue copies the worker's whole status back over the
+# job's, so the manager cannot say it in the status); the CRD's Cluster column.
+DISPATCHED_TO_ANNOTATION = f"{GROUP}/dispatched-to"
 
 # --- JobSet -----------------------------------------------------------------------------------
 
@@ -161,6 +165,12 @@ KUEUE_PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
 # the same name instead, and reads either.
 KUEUE_PREBUILT_WORKLOAD_LABEL = f"{KUEUE_GROUP}/prebuilt-workload-name"
 KUEUE_PREBUILT_WORKLOAD_ANNOTATION = KUEUE_PREBUILT_WORKLOAD_LABEL
+# What a Workload's spec.priorityClassRef names: a WorkloadPriorityClass (the job's
+# KUEUE_PRIORITY_CLASS_LABEL) or, without one, the pods' PriorityClass.
+WORKLOAD_PRIORITY_CLASS_KIND = "WorkloadPriorityClass"
+WORKLOAD_PRIORITY_CLASS_PLURAL = "workloadpriorityclasses"
+POD_PRIORITY_CLASS_GROUP = "scheduling.k8s.io"
+POD_PRIORITY_CLASS_KIND = "PriorityClass"
 KUEUE_JOB_LABELS = (KUEUE_QUEUE_NAME_LABEL, KUEUE_PRIORITY_CLASS_LABEL,
                     KUEUE_PREBUILT_WORKLOAD_LABEL)
 # MultiKueue (Kueue's multi-cluster dispatcher): the value of spec.managedBy of a job it

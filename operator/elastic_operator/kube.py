@@ -20,6 +20,7 @@ from elastic_api.kube import (
 )
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
+    DISPATCHED_TO_ANNOTATION,
     GROUP,
     KUEUE_GROUP,
     KUEUE_JOB_UID_LABEL,
@@ -27,11 +28,13 @@ from elastic_api.names import (
     KUEUE_WORKLOAD_PLURAL,
     MANAGED_BY,
     PLURAL,
+    POD_PRIORITY_CLASS_GROUP,
     REPLICATED_JOB_LABEL,
     SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     VERSION,
     WORKER_REPLICATED_JOB,
+    WORKLOAD_PRIORITY_CLASS_PLURAL,
 )
 from elastic_operator.core.events import StatusEvent
 
@@ -194,6 +197,23 @@ class Kube:
         None: none."""
         return self.client.get_or_none(
             resource_path(KUEUE_API, MULTIKUEUE_CLUSTER_PLURAL, None, name))
+
+    def get_priority_class(self, group: str, name: str) -> dict[str, Any] | None:
+        """A WorkloadPriorityClass (group kueue.x-k8s.io) or a pod PriorityClass
+        (scheduling.k8s.io), cluster-scoped; None: none of that name."""
+        if group == POD_PRIORITY_CLASS_GROUP:
+            path = resource_path(f"{POD_PRIORITY_CLASS_GROUP}/v1", "priorityclasses", None, name)
+        else:
+            path = resource_path(KUEUE_API, WORKLOAD_PRIORITY_CLASS_PLURAL, None, name)
+        return self.client.get_or_none(path)
+
+    def annotate_dispatched_to(self, namespace: str, name: str, cluster: str | None
+                               ) -> dict[str, Any]:
+        """Set (None: remove) a MultiKueue job's DISPATCHED_TO_ANNOTATION, on the manager:
+        the one write of a job's own metadata (its status is MultiKueue's copy)."""
+        patch = {"metadata": {"annotations": {DISPATCHED_TO_ANNOTATION: cluster}}}
+        result: dict[str, Any] = self.client.patch(job_path(namespace, name), patch)
+        return result
 
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not

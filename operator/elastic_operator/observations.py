@@ -24,9 +24,12 @@ from elastic_operator.observed import (
     ObservedNode,
     ObservedPod,
     ObservedPool,
+    ObservedPriorityClass,
     ObservedWorkerCluster,
     ObservedWorkload,
+    PriorityClassRef,
     jobset_from_dict,
+    priority_class_from_dict,
     worker_cluster_from_dict,
     workload_from_dict,
 )
@@ -73,6 +76,10 @@ class Observations(Protocol):
 
     def worker_cluster(self, name: str) -> ObservedWorkerCluster | None:
         """The MultiKueueCluster of this name (None: none, or no MultiKueue here)."""
+        ...
+
+    def priority_class(self, ref: PriorityClassRef) -> ObservedPriorityClass | None:
+        """The WorkloadPriorityClass or PriorityClass `ref` names (None: none)."""
         ...
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
@@ -155,6 +162,10 @@ class ApiObservations:
     def worker_cluster(self, name: str) -> ObservedWorkerCluster | None:
         raw = self.kube.get_multikueue_cluster(name)
         return worker_cluster_from_dict(raw) if raw is not None else None
+
+    def priority_class(self, ref: PriorityClassRef) -> ObservedPriorityClass | None:
+        raw = self.kube.get_priority_class(ref.group, ref.name)
+        return priority_class_from_dict(ref, raw) if raw is not None else None
 
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)

@@ -305,6 +305,25 @@ class ObservedWorkload:
 
 
 @dataclass(frozen=True)
+class PriorityClassRef:
+    """A Workload's spec.priorityClassRef: a WorkloadPriorityClass (group kueue.x-k8s.io)
+    or a pod PriorityClass (scheduling.k8s.io)."""
+
+    group: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ObservedPriorityClass:
+    """A priority class as read: what Kueue orders and preempts a Workload by (its value,
+    the Workload's spec.priority)."""
+
+    ref: PriorityClassRef
+    value: int
+
+
+@dataclass(frozen=True)
 class ObservedWorkerCluster:
     """A MultiKueueCluster (a worker cluster, as the manager's Kueue sees it)."""
 
@@ -639,6 +658,15 @@ def workload_from_dict(obj: dict[str, Any]) -> ObservedWorkload:
         eviction_reasons=tuple(r for r, n in evictions if counts_as_eviction(r) and n),
         requeue_at=parse_time(_dict(status.get("requeueState")).get("requeueAt")),
     )
+
+
+def priority_class_from_dict(ref: PriorityClassRef, obj: dict[str, Any]
+                             ) -> ObservedPriorityClass | None:
+    """Both kinds keep their value in `value` (an int32); None: none readable."""
+    value = obj.get("value")
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return ObservedPriorityClass(ref, value)
 
 
 def worker_cluster_from_dict(obj: dict[str, Any]) -> ObservedWorkerCluster:

@@ -32,7 +32,12 @@ from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.conditions import Reason
 from elastic_api.kube import Backoff
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
-from elastic_api.names import GROUP, PLURAL
+from elastic_api.names import (
+    GROUP,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    PLURAL,
+    WORKLOAD_PRIORITY_CLASS_KIND,
+)
 from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
 from elastic_operator.core.events import StatusEvent, from_outbox, outbox
@@ -43,6 +48,7 @@ from elastic_operator.core.pacing import progress_only
 from elastic_operator.core.parsing import ParsedJob, parse_job, parse_status
 from elastic_operator.core.patch import status_patch
 from elastic_operator.core.plan import (
+    AnnotateDispatchedTo,
     CreateObject,
     DeleteWorkerJob,
     PatchJobSetSuspend,
@@ -72,11 +78,18 @@ from elastic_operator.observed import (
     ObservedJob,
     ObservedJobSet,
     ObservedPool,
+    ObservedPriorityClass,
     ObservedWorkload,
     jobset_from_dict,
     workload_from_dict,
 )
-from elastic_operator.render import jobset_name, render, workload_name
+from elastic_operator.render import (
+    jobset_name,
+    render,
+    render_workload,
+    workload_name,
+    workload_priority_class,
+)
 from elastic_operator.replacer import Replacer
 
 logger = logging.getLogger("elastic_operator")
@@ -356,6 +369,12 @@ class Reconciler:
         job, previous = parsed.job, parsed.previous
         namespace, name = job.metadata.namespace or "", job.metadata.name
         workload = self.observations.dispatch_workload(namespace, workload_name(job))
+        if workload is None:  # its priority is read for the Workload about to be made
+            try:
+                rendered = [render_workload(job, self._priority(job))]
+            except Refused as e:
+                self._report_invalid_spec(raw, str(e))
+                return
         plan = plan_dispatch(job, rendered, workload, previous, self.clock.now())
         if plan.why_not:
             logger.debug("%s/%s: %s", namespace, name, plan.why_not)
@@ -374,6 +393,22 @@ class Reconciler:
         with self._writing_status(namespace, name):
             pending = self._write_status(raw, previous, status, events, now)
         self._post_events(raw, pending, now)
+
+    def _priority(self, job: ElasticTrainingJob) -> ObservedPriorityClass | None:
+        """The priority class a MultiKueue job's Workload is ordered by, as read; Refused
+        when the job names one that does not exist (Kueue's integration makes no Workload
+        for such a job either)."""
+        ref = workload_priority_class(job)
+        if ref is None:
+            return None
+        found = self.observations.priority_class(ref)
+        if found is None:
+            where = f"label {KUEUE_PRIORITY_CLASS_LABEL}" \
+                if ref.kind == WORKLOAD_PRIORITY_CLASS_KIND else "spec.priorityClassName"
+            raise Refused(f"{where} names {ref.kind} {ref.name!r}, which does not exist: "
+                          f"create it, or name one that exists (kubectl get {ref.kind.lower()}"
+                          "es)")
+        return found
 
     def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
         """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""
@@ -508,6 +543,11 @@ class Reconciler:
                     logger.info("Workload %s/%s: evicted, its quota released (the job "
                                 "runs in no pod here)", action.namespace, action.workload)
                     workload = workload_from_dict(patched)
+                case AnnotateDispatchedTo():
+                    self.kube.annotate_dispatched_to(action.namespace, action.name,
+                                                     action.cluster)
+                    logger.info("%s/%s: dispatched to %s", action.namespace, action.name,
+                                action.cluster or "no cluster (taken back)")
                 case SetWorkloadCondition():
                     patched = self.kube.apply_workload_condition(
                         action.namespace, action.workload, action.condition)

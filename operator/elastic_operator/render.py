@@ -36,17 +36,21 @@ from elastic_api.names import (
     JOBSET_API_VERSION,
     JOBSET_NAME_LABEL,
     KUEUE_API_VERSION,
+    KUEUE_GROUP,
     KUEUE_JOB_LABELS,
     KUEUE_PODSET_REQUIRED_TOPOLOGY,
     KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY,
     KUEUE_PODSET_SLICE_SIZE,
     KUEUE_PREBUILT_WORKLOAD_ANNOTATION,
+    KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
     MAIN_CONTAINER,
     MANAGED_BY,
     NODE_POOL_LABEL,
     NOT_READY_TAINT,
     PLURAL,
+    POD_PRIORITY_CLASS_GROUP,
+    POD_PRIORITY_CLASS_KIND,
     PROGRESS_CONTAINER,
     PROXY_CONTAINER,
     QUARANTINE_LABEL,
@@ -62,8 +66,10 @@ from elastic_api.names import (
     UNREACHABLE_TAINT,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
+    WORKLOAD_PRIORITY_CLASS_KIND,
 )
 from elastic_api.names import jobset_name as _jobset_name
+from elastic_operator.observed import ObservedPriorityClass, PriorityClassRef
 
 PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
 RM_PORT = 29001
@@ -707,13 +713,31 @@ def workload_name(job: ElasticTrainingJob) -> str:
     return f"{job.kind.lower()}-{job.metadata.name}-{digest}"
 
 
-def render_workload(job: ElasticTrainingJob) -> dict[str, Any]:
+def workload_priority_class(job: ElasticTrainingJob) -> PriorityClassRef | None:
+    """The class Kueue's JobSet integration orders the job's Workload by (jobframework
+    ExtractPriority): the WorkloadPriorityClass its kueue.x-k8s.io/priority-class label
+    names, else its pods' PriorityClass (spec.priorityClassName); None: neither, Kueue's
+    default priority. Not applied here: a cluster's globalDefault PriorityClass."""
+    name = job.metadata.labels.get(KUEUE_PRIORITY_CLASS_LABEL)
+    if name:
+        return PriorityClassRef(KUEUE_GROUP, WORKLOAD_PRIORITY_CLASS_KIND, name)
+    if job.spec.priority_class_name:
+        return PriorityClassRef(POD_PRIORITY_CLASS_GROUP, POD_PRIORITY_CLASS_KIND,
+                                job.spec.priority_class_name)
+    return None
+
+
+def render_workload(job: ElasticTrainingJob,
+                    priority: ObservedPriorityClass | None = None) -> dict[str, Any]:
     """The Kueue Workload of a MultiKueue job, made on the manager cluster (where no
     JobSet runs): the PodSets Kueue's JobSet integration makes of the JobSet the worker
     cluster's operator renders, one per replicatedJob (the head; the workers, slices x
     VMs), with the same pod templates. They must be the same: MultiKueue copies this
     Workload to the worker, where the JobSet takes it as its prebuilt Workload, and
-    Kueue finishes a prebuilt Workload whose PodSets differ from its job's (OutOfSync)."""
+    Kueue finishes a prebuilt Workload whose PodSets differ from its job's (OutOfSync).
+    `priority`: the class `workload_priority_class` names, as read (its value), set as
+    Kueue's integration sets it on the Workloads it makes: Kueue orders and preempts by
+    spec.priority, and reads no label of a Workload it did not make."""
     jobset = render_jobset(job)
     pod_sets = [
         {"name": rj["name"],
@@ -728,6 +752,10 @@ def render_workload(job: ElasticTrainingJob) -> dict[str, Any]:
     queue = job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL)
     if queue:
         spec["queueName"] = queue
+    if priority is not None:
+        spec["priorityClassRef"] = {"group": priority.ref.group, "kind": priority.ref.kind,
+                                    "name": priority.ref.name}
+        spec["priority"] = priority.value
     return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": metadata,
             "spec": spec}
 

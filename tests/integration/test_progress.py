@@ -35,6 +35,7 @@ from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.service_accounts import token_kubeconfig
+from tests.support.printed import printed_jobs
 
 pytestmark = pytest.mark.cluster
 
@@ -42,8 +43,6 @@ JOB = "mt-progress"
 TIMEOUT = 120
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "maxtext-0.2.5"
 LINES = (FIXTURES / "metrics-local.jsonl").read_text().splitlines(keepends=True)
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-
 
 @pytest.fixture(scope="module")
 def api(cluster: Cluster) -> Iterator[client.ApiClient]:
@@ -85,15 +84,8 @@ def job_status(api: client.ApiClient, ns: str) -> dict[str, Any]:
 
 
 def step_column(api: client.ApiClient, ns: str) -> Any:
-    """What `kubectl get etj` prints under STEP: the API server's Table of the job."""
-    method, url, headers, body, post = api.param_serialize(
-        "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}/{JOB}",
-        header_params={"Accept": TABLE}, auth_settings=["BearerToken"])
-    response = api.call_api(method, url, headers, body, post, _request_timeout=30)
-    response.read()
-    table = json.loads(response.data)
-    names = [c["name"] for c in table["columnDefinitions"]]
-    return table["rows"][0]["cells"][names.index("Step")]
+    """What `kubectl get etj` prints under STEP."""
+    return printed_jobs(api, ns, JOB)[JOB]["Step"]
 
 
 def head_pod(api: client.ApiClient, ns: str) -> client.V1Pod | None:

@@ -4,7 +4,8 @@ the manager cluster is dispatched by MultiKueue to the worker, whose operator ru
 (JobSet, slice replacement); the manager's job shows the worker's status; deleting the
 job on the manager deletes the worker's copy and everything it owned; a worker lost past
 MultiKueue's workerLostTimeout suspends the job on the manager until the user allows
-running it elsewhere (spec.multiCluster.redispatch).
+running it elsewhere (spec.multiCluster.redispatch); a higher-priority job preempts a
+lower one on the manager, and `kubectl get etj` there says where each runs.
 
 Not in `make test`: two control planes and two Kueues take minutes to start on a loaded
 CI runner; `make test-multicluster` runs it (README, docs/operations.md "Many clusters").
@@ -14,6 +15,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_devtools.localcluster.operator_settings import SETTINGS
 from elastic_operator.render import render_jobset, workload_name
 from tests.support.multicluster import manifest
+from tests.support.printed import printed_jobs
 
 pytestmark = [pytest.mark.cluster, pytest.mark.multicluster]
 
@@ -205,11 +208,11 @@ def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
     return wait_for(check, timeout, what, interval=0.25)
 
 
-def submit(manager: Side, queue: str) -> tuple[str, str]:
+def submit(manager: Side, queue: str, priority: str | None = None) -> tuple[str, str]:
     """A job submitted to the manager: its name and its Workload's."""
     name = f"mk-{uuid.uuid4().hex[:5]}"
     manager.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
-                                                   manifest(name, queue))
+                                                   manifest(name, queue, priority))
     job = manager.job(name)
     assert job is not None
     return name, workload_name(validate_job(job))
@@ -405,3 +408,53 @@ def test_a_job_whose_worker_is_lost_runs_elsewhere_only_once_the_user_allows_it(
         wait("the other worker's copy deleted", lambda: other.job(name) is None)
     finally:
         start_component(lost.cluster.dir, "kube-apiserver")
+
+
+def test_a_higher_priority_job_preempts_a_dispatched_one_and_get_shows_where_each_runs(
+        clusters: Clusters) -> None:
+    """Queues of their own (the manager's quota fits one job, each worker's three, so
+    only the manager preempts): a low-priority job runs on a worker; a high-priority one
+    preempts it there on the manager, by the priority the operator gave each Workload
+    from its WorkloadPriorityClass, and runs; `kubectl get etj` on the manager says on
+    which cluster each runs (the Cluster column; empty for the preempted job)."""
+    manager, workers = clusters
+    # Other MultiKueueCluster names than the `queue` fixture's (they are cluster-wide).
+    targets = {f"p-{name}": Worker(side.api, Path(side.cluster.kubeconfig).read_text(),
+                                   quota_of(3)) for name, side in workers.items()}
+    low_class, high_class = "mk-low", "mk-high"
+    with ExitStack() as stack:
+        for side in (manager, *workers.values()):  # every cluster knows the classes
+            stack.enter_context(kq.priority_classes(side.api, {low_class: 100,
+                                                               high_class: 1000}))
+        made = stack.enter_context(dispatching(manager.api, targets, NAMESPACE,
+                                               manager_quota=quota_of(1.5), prefix="mkp"))
+        for name in targets:
+            wait_for(lambda n=name: _active(manager, n), 60, f"MultiKueueCluster {name} Active")
+        low, low_wl = submit(manager, made.local_queue, low_class)
+        low_on = dispatched_to(manager, low_wl)
+        wait("the low-priority job Running",
+             lambda: status(manager, low).get("phase") == Phase.RUNNING)
+        wait(f"the manager's table saying the low-priority job runs on {low_on}",
+             lambda: printed_jobs(manager.api, NAMESPACE)[low]["Cluster"] == low_on)
+
+        high, high_wl = submit(manager, made.local_queue, high_class)
+        wait("the low-priority Workload preempted on the manager",
+             lambda: kq.is_true(manager.workload(low_wl) or {}, "Preempted"))
+        priorities = {n: (manager.workload(w) or {})["spec"].get("priority")
+                      for n, w in ((low, low_wl), (high, high_wl))}
+        assert priorities == {low: 100, high: 1000}
+        high_on = dispatched_to(manager, high_wl)
+        wait("the high-priority job Running",
+             lambda: status(manager, high).get("phase") == Phase.RUNNING)
+        assert workers[high_on.removeprefix("p-")].job(high) is not None
+        rows = wait("the manager's table: the high-priority job's cluster, none for the "
+                    "preempted one",
+                    lambda: (r := printed_jobs(manager.api, NAMESPACE))[high]["Cluster"]
+                    == high_on and not r[low]["Cluster"] and r)
+        assert rows[low]["Status"] == Phase.QUEUED, rows[low]
+        for name in (low, high):
+            manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                                           name)
+        for name in (low, high):
+            wait(f"{name}'s copies deleted", lambda n=name: all(
+                side.job(n) is None for side in workers.values()))

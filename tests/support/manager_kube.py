@@ -1,12 +1,14 @@
 """The stand-in API server of a MultiKueue manager cluster: the job (StandInKube), its
-Workload and the MultiKueueClusters, with the Workload writes the manager's operator
-makes (spec.active with its marks, a JSON patch of the status, one condition applied)."""
+Workload, the MultiKueueClusters and the priority classes, with the writes the manager's
+operator makes (the Workload's spec.active with its marks, a JSON patch of its status, one
+condition applied; the job's dispatched-to annotation)."""
 from __future__ import annotations
 
 import copy
 from typing import Any
 
 from elastic_api.names import (
+    DISPATCHED_TO_ANNOTATION,
     SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
@@ -50,13 +52,29 @@ def apply_json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str
 
 
 class ManagerKube(StandInKube):
-    """The manager cluster: the job, its Workload (None until created) and the worker
-    clusters (worker-1 Active)."""
+    """The manager cluster: the job, its Workload (None until created), the worker
+    clusters (worker-1 Active) and the priority classes by (group, name) (none)."""
 
     def __init__(self, job: dict[str, Any]) -> None:
         super().__init__(job)
         self.workload: dict[str, Any] | None = None
         self.clusters: dict[str, dict[str, Any]] = {"worker-1": worker_cluster(True)}
+        self.priority_classes: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def get_priority_class(self, group: str, name: str) -> dict[str, Any] | None:
+        self._call("get_priority_class")
+        return copy.deepcopy(self.priority_classes.get((group, name)))
+
+    def annotate_dispatched_to(self, namespace: str, name: str, cluster: str | None
+                               ) -> dict[str, Any]:
+        self._call("annotate_dispatched_to")
+        annotations = self.job["metadata"].setdefault("annotations", {})
+        if cluster is None:
+            annotations.pop(DISPATCHED_TO_ANNOTATION, None)
+        else:
+            annotations[DISPATCHED_TO_ANNOTATION] = cluster
+        self._bump()
+        return copy.deepcopy(self.job)
 
     def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._call("get_workload")

@@ -66,6 +66,7 @@ def test_printer_columns():
         "Checkpoint": ".status.checkpoint.latestCommittedStep",
         "Status": ".status.phase",
         "Admission": '.status.conditions[?(@.type=="Admitted")].reason',
+        "Cluster": r".metadata.annotations.elastic\.pathways\.dev/dispatched-to",
         "Restarts": ".status.counters.jobSetRestarts",
         "Age": ".metadata.creationTimestamp",
     }

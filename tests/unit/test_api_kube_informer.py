@@ -6,6 +6,7 @@ watch ends, expires (410), stalls or fails, and what an outage logs.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -256,10 +257,12 @@ def test_list_first_lists_before_start_returns_and_keeps_trying_if_it_fails() ->
 
     failing = ScriptedApi(lists=[[pod("p1", 1)]], watches=[])
     failures = [ConnectionRefusedError("refused")]
+    checked = threading.Event()  # the retry waits for the test to look first
 
     def list_page(token: str | None) -> dict[str, Any]:
         if failures:
             raise failures.pop()
+        assert checked.wait(30), "the test never looked"
         return failing.list_page(token)
 
     inf2: Informer[dict[str, Any]] = Informer(
@@ -268,4 +271,5 @@ def test_list_first_lists_before_start_returns_and_keeps_trying_if_it_fails() ->
     failing.informer = inf2
     inf2.start(list_first=True)
     assert not inf2.synced  # every object still unknown
+    checked.set()
     _until(lambda: inf2.synced, "the second list")

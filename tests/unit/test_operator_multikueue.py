@@ -12,6 +12,7 @@ from typing import Any
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.names import (
     API_VERSION,
+    DISPATCHED_TO_ANNOTATION,
     KIND,
     KUEUE_PREBUILT_WORKLOAD_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
@@ -43,6 +44,13 @@ def mk_raw(**spec: Any) -> dict[str, Any]:
 
 def mk_job(**spec: Any) -> ElasticTrainingJob:
     return ElasticTrainingJob.model_validate(mk_raw(**spec))
+
+
+def running_on_worker_1() -> ElasticTrainingJob:
+    """The job once the operator said where MultiKueue dispatched it."""
+    raw = mk_raw()
+    raw["metadata"]["annotations"] = {DISPATCHED_TO_ANNOTATION: "worker-1"}
+    return ElasticTrainingJob.model_validate(raw)
 
 
 def with_status(workload: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -228,7 +236,7 @@ def worker(ready: int) -> ElasticTrainingJobStatus:
 def test_kueue_hears_from_the_operator_that_the_workers_pods_are_ready() -> None:
     from elastic_operator.core.plan import SetWorkloadCondition
 
-    job = mk_job()
+    job = running_on_worker_1()
     plan = plan_dispatch(job, [], workload_from_dict(dispatched_workload()), worker(2), at(30))
     (action,) = plan.actions
     assert isinstance(action, SetWorkloadCondition)
@@ -326,8 +334,8 @@ def test_an_evicted_workload_has_its_quota_released_by_the_operator() -> None:
     evicted["status"]["conditions"].append(
         {"type": "Evicted", "status": "True", "reason": "Deactivated",
          "message": "The workload is deactivated", "lastTransitionTime": "2026-11-29T12:05:00Z"})
-    (action,) = plan_dispatch(mk_job(), [], workload_from_dict(evicted), worker(2),
-                              at(400)).actions
+    (action,) = plan_dispatch(running_on_worker_1(), [], workload_from_dict(evicted),
+                              worker(2), at(400)).actions
     assert isinstance(action, ReleaseEvictedWorkload)
     ops = list(action.ops)
     replaced = {op["value"]["type"]: op["value"] for op in ops if op["op"] == "replace"}
@@ -340,6 +348,76 @@ def test_an_evicted_workload_has_its_quota_released_by_the_operator() -> None:
     assert [(a["type"], a["status"]) for a in added] == [("Requeued", "False")]
     assert ops[-1] == {"op": "remove", "path": "/status/admission"}
     # Released (or never evicted): nothing to do.
-    assert plan_dispatch(mk_job(), [], workload_from_dict(dispatched_workload(
+    assert plan_dispatch(running_on_worker_1(), [], workload_from_dict(dispatched_workload(
         {"type": "PodsReady", "status": "True", "reason": "PodsReady"})), worker(2),
         at(400)).actions == ()
+
+
+def with_label(raw: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    raw["metadata"]["labels"][key] = value
+    return raw
+
+
+def test_the_workload_is_ordered_by_the_jobs_priority_class_as_kueue_orders_a_jobset() -> None:
+    from elastic_api.names import KUEUE_PRIORITY_CLASS_LABEL
+
+    kube = ManagerKube(with_label(mk_raw(priorityClassName="pods-high"),
+                                  KUEUE_PRIORITY_CLASS_LABEL, "low"))
+    kube.priority_classes[("kueue.x-k8s.io", "low")] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+        "metadata": {"name": "low"}, "value": 100}
+    kube.priority_classes[("scheduling.k8s.io", "pods-high")] = {"value": 9000}
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.workload is not None
+    # The label wins over the pods' PriorityClass, as in Kueue's jobframework.
+    assert kube.workload["spec"]["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "low"}
+    assert kube.workload["spec"]["priority"] == 100
+    # Without the label, the pods' PriorityClass; with neither, no priority (Kueue's 0).
+    kube = ManagerKube(mk_raw(priorityClassName="pods-high"))
+    kube.priority_classes[("scheduling.k8s.io", "pods-high")] = {"value": 9000}
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train") and kube.workload is not None
+    assert kube.workload["spec"]["priorityClassRef"]["kind"] == "PriorityClass"
+    assert kube.workload["spec"]["priority"] == 9000
+    plain = render_workload(mk_job())["spec"]
+    assert "priority" not in plain and "priorityClassRef" not in plain
+
+
+def test_a_priority_class_that_does_not_exist_makes_no_workload_and_says_so() -> None:
+    from elastic_api.conditions import ConditionType, Reason
+    from elastic_api.names import KUEUE_PRIORITY_CLASS_LABEL
+
+    kube = ManagerKube(with_label(mk_raw(), KUEUE_PRIORITY_CLASS_LABEL, "urgent"))
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    assert kube.workload is None and kube.created == []
+    applied = condition(kube.job["status"], ConditionType.SPEC_APPLIED)
+    assert (applied["status"], applied["reason"]) == ("False", Reason.INVALID_SPEC)
+    assert KUEUE_PRIORITY_CLASS_LABEL in applied["message"]
+    assert "WorkloadPriorityClass 'urgent', which does not exist" in applied["message"]
+    # Created: the next reconcile makes the Workload.
+    kube.priority_classes[("kueue.x-k8s.io", "urgent")] = {"value": 5}
+    assert rec.reconcile("ml", "train")
+    assert kube.workload is not None and kube.workload["spec"]["priority"] == 5
+
+
+def test_the_job_says_which_cluster_it_was_dispatched_to_and_forgets_it_when_taken_back(
+        ) -> None:
+    kube = ManagerKube(mk_raw())
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train")
+    annotations = kube.job["metadata"].get("annotations") or {}
+    assert DISPATCHED_TO_ANNOTATION not in annotations  # waiting: no cluster
+    kube.workload = dispatched_workload()
+    kube._bump()
+    assert rec.reconcile("ml", "train")
+    assert kube.job["metadata"]["annotations"][DISPATCHED_TO_ANNOTATION] == "worker-1"
+    assert rec.reconcile("ml", "train")
+    assert kube.calls.count("annotate_dispatched_to") == 1  # said once
+    # Preempted: Kueue takes the Workload back (not admitted, no cluster any more).
+    kube.workload = with_status(render_workload(mk_job()), **RESERVED)
+    kube._bump()
+    assert rec.reconcile("ml", "train")
+    assert DISPATCHED_TO_ANNOTATION not in kube.job["metadata"]["annotations"]

@@ -23,6 +23,7 @@ from elastic_api.queueing import ADMITTED
 from elastic_api.validation import MULTI_CLUSTER_WITHOUT_MULTIKUEUE, validate_job
 from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
 from elastic_operator.core.plan import (
+    AnnotateDispatchedTo,
     ReleaseEvictedWorkload,
     SetWorkloadActive,
     applied_spec,
@@ -148,8 +149,10 @@ def test_a_suspension_is_planned_even_after_the_quota_went_and_never_once_readmi
     readmitted["status"]["conditions"].append(
         {"type": "Evicted", "status": "False", "reason": "QuotaReserved",
          "message": "Previously: evicted", "lastTransitionTime": "2026-11-29T12:03:20Z"})
+    # Nothing to suspend; only where it now runs is said (the Cluster column).
     assert plan_dispatch(job, [], workload_from_dict(readmitted),
-                         ElasticTrainingJobStatus(), at(201)).actions == ()
+                         ElasticTrainingJobStatus(), at(201)).actions == (
+        AnnotateDispatchedTo("ml", "train", "worker-2"),)
 
 
 def test_a_suspended_job_stays_suspended_until_the_user_allows_redispatch() -> None:

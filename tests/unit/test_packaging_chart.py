@@ -262,16 +262,20 @@ def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, st
     }
 
 
-def test_nodes_and_worker_clusters_are_the_only_cluster_scoped_resources() -> None:
+def test_nodes_worker_clusters_and_priority_classes_are_the_only_cluster_scoped_resources(
+        ) -> None:
     docs = render(NAMESPACED)
     # list and watch: the node cache (no single node is read by name); patch: the
     # quarantine label on the nodes of a failing pool (never spec or status). get: on a
-    # MultiKueue manager, whether a job's worker cluster can be reached.
+    # MultiKueue manager, whether a job's worker cluster can be reached, and the priority
+    # class a job's Workload is ordered by.
     assert grants(docs, f"{RELEASE}-nodes") == {
         *{("", "nodes", v) for v in ("list", "watch", "patch")},
-        ("kueue.x-k8s.io", "multikueueclusters", "get")}
+        ("kueue.x-k8s.io", "multikueueclusters", "get"),
+        ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
+        ("scheduling.k8s.io", "priorityclasses", "get")}
     cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions", "leases",
-                      "multikueueclusters"}
+                      "multikueueclusters", "workloadpriorityclasses", "priorityclasses"}
     namespaced = grants(docs, RELEASE)
     assert not {r for _, r, _ in namespaced} & cluster_scoped
 

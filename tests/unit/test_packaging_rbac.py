@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LEASES = "coordination.k8s.io"
 CHART = ROOT / "charts" / "elastic-operator"
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
-CLUSTER_SCOPED = {"nodes", "multikueueclusters"}
+CLUSTER_SCOPED = {"nodes", "multikueueclusters", "workloadpriorityclasses",
+                  "priorityclasses"}
 
 # What each request of kube.py needs. `create` is resolved from what the renderer emits.
 KUBE_METHODS: dict[str, set[Permission]] = {
@@ -67,6 +68,9 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "apply_workload_condition": {("kueue.x-k8s.io", "workloads/status", "patch")},
     "patch_workload_status": {("kueue.x-k8s.io", "workloads/status", "patch")},
     "get_multikueue_cluster": {("kueue.x-k8s.io", "multikueueclusters", "get")},
+    "get_priority_class": {("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
+                           ("scheduling.k8s.io", "priorityclasses", "get")},
+    "annotate_dispatched_to": {(GROUP, PLURAL, "patch")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
@@ -205,11 +209,12 @@ def test_trainer_role_is_scoped_to_its_own_job() -> None:
             assert set(rule["verbs"]) <= {"get", "list", "watch", "patch"}, rule
 
 
-def test_only_nodes_and_worker_clusters_need_cluster_scope() -> None:
+def test_only_nodes_worker_clusters_and_priority_classes_need_cluster_scope() -> None:
     resources = {r for _, r, _ in kube_permissions() | kopf_permissions()}
-    # Everything but nodes (and, read-only, MultiKueue's worker clusters) is namespaced,
-    # so namespace mode (RoleBindings) suffices.
-    assert resources & CLUSTER_SCOPED == {"nodes", "multikueueclusters"}
+    # Everything but nodes (and, read-only, MultiKueue's worker clusters and the priority
+    # classes a MultiKueue job's Workload is ordered by) is namespaced, so namespace mode
+    # (RoleBindings) suffices.
+    assert resources & CLUSTER_SCOPED == CLUSTER_SCOPED
     assert not {"namespaces", "customresourcedefinitions", "secrets"} & resources
 
 
@@ -247,7 +252,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "patch_workload_active": "PATCH", "serves": "GET",
                      "get_workload": "GET", "apply_workload_condition": "PATCH",
                      "patch_workload_status": "PATCH",
-                     "get_multikueue_cluster": "GET",
+                     "get_multikueue_cluster": "GET", "get_priority_class": "GET",
+                     "annotate_dispatched_to": "PATCH",
                      "list_worker_jobs": "GET", "watch_worker_jobs": "GET",
                      "lower_job_backoff_limit": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
@@ -282,6 +288,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "apply_workload_condition": "/status",
                                  "patch_workload_status": "/status",
                                  "get_multikueue_cluster": "MULTIKUEUE_CLUSTER_PLURAL",
+                                 "get_priority_class": "WORKLOAD_PRIORITY_CLASS_PLURAL",
+                                 "annotate_dispatched_to": "job_path",
                                  "list_worker_jobs": '"jobs"', "watch_worker_jobs": '"jobs"',
                                  "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',

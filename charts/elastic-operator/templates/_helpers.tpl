@@ -44,10 +44,11 @@ code by tests/unit/test_packaging_rbac.py. Granted cluster-wide (ClusterRoleBind
 watchNamespaces is empty, else by one RoleBinding per watched namespace.
 */}}
 {{- define "elastic-operator.namespacedRules" -}}
-# The jobs it serves: read and watched, never written except their status.
+# The jobs it serves: read and watched, never written except their status and, for a
+# MultiKueue job on the manager, one annotation (the cluster it was dispatched to).
 - apiGroups: ["elastic.pathways.dev"]
   resources: ["elastictrainingjobs"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Conditions, slices and counters. get: the trainer Role grants it (see below).
 - apiGroups: ["elastic.pathways.dev"]
   resources: ["elastictrainingjobs/status"]
@@ -98,5 +99,12 @@ manager: whether the worker cluster a job runs in can be reached (read only). */
   verbs: ["list", "watch", "patch"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["multikueueclusters"]
+  verbs: ["get"]
+# The class a MultiKueue job's Workload is ordered and preempted by (its priority value).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloadpriorityclasses"]
+  verbs: ["get"]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
   verbs: ["get"]
 {{- end -}}

@@ -22,9 +22,11 @@ from elastic_api.conditions import ConditionType
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.names import (
     APPLIED_SPEC_ANNOTATION,
+    DISPATCHED_TO_ANNOTATION,
     KUEUE_QUEUE_NAME_LABEL,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
+from elastic_api.queueing import WORKLOAD_ADMITTED
 from elastic_api.validation import MUTABLE_SPEC_FIELDS
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
@@ -87,8 +89,20 @@ class ReleaseEvictedWorkload:
     ops: tuple[dict[str, Any], ...]
 
 
+@dataclass(frozen=True)
+class AnnotateDispatchedTo:
+    """Set (None: remove) a MultiKueue job's DISPATCHED_TO_ANNOTATION on the manager: the
+    worker cluster its Workload was dispatched to (status.clusterName), for `kubectl get
+    etj` (the Cluster column). Its status cannot say it: MultiKueue copies the worker's
+    whole status over it."""
+
+    namespace: str
+    name: str
+    cluster: str | None
+
+
 Action = (CreateObject | PatchJobSetSuspend | SetWorkloadActive | SetWorkloadCondition
-          | ReleaseEvictedWorkload)
+          | ReleaseEvictedWorkload | AnnotateDispatchedTo)
 
 
 # --- slice replacement (core/replacement.py plans these after the status is written) ---
@@ -316,6 +330,7 @@ def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
         if condition is not None:
             actions.append(SetWorkloadCondition(job.metadata.namespace or "", workload.name,
                                                 condition))
+        actions += dispatched_to_actions(job, workload, previous)
         return Plan(actions=tuple(actions))
     if is_terminal(previous):
         return Plan(why_not="the job is finished; its Workload is not recreated")
@@ -324,6 +339,21 @@ def plan_dispatch(job: ElasticTrainingJob, rendered: list[dict[str, Any]],
         return Plan(why_not=f"Workload {recorded or '?'} existed and is gone; not recreated "
                     "(the job would run again)")
     return Plan(actions=tuple(CreateObject(obj) for obj in owned(job, rendered)))
+
+
+def dispatched_to_actions(job: ElasticTrainingJob, workload: ObservedWorkload,
+                          previous: ElasticTrainingJobStatus) -> list[Action]:
+    """Keep the job's DISPATCHED_TO_ANNOTATION equal to where it runs: its Workload's
+    status.clusterName while admitted (and, once finished, where it ran); removed when the
+    Workload is taken back, so that a copy MultiKueue makes for another cluster does not
+    carry the old name."""
+    if is_terminal(previous) and workload.cluster_name is None:
+        return []  # finished: where it ran stays said
+    wanted = workload.cluster_name if workload.is_true(WORKLOAD_ADMITTED) or \
+        is_terminal(previous) else None
+    if job.metadata.annotations.get(DISPATCHED_TO_ANNOTATION) == wanted:
+        return []
+    return [AnnotateDispatchedTo(job.metadata.namespace or "", job.metadata.name, wanted)]
 
 
 def _suspended_by_older_operator(job: ElasticTrainingJob,
