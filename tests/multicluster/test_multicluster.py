@@ -295,14 +295,18 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     # status replaces that.
     stop_component(worker.cluster.dir, "kube-apiserver")
     try:
-        lost = wait("the manager's job says its worker cluster is lost",
-                    lambda: _condition(status(manager, name), "WorkerClusterReachable"),
-                    timeout=60)
+        # One read for every assertion: once the worker is back, its next copy replaces it.
+        unreachable = wait("the manager's job says its worker cluster is lost",
+                           lambda: _condition(s := status(manager, name),
+                                              "WorkerClusterReachable") and s,
+                           timeout=60)
     finally:
         start_component(worker.cluster.dir, "kube-apiserver")
+    lost = _condition(unreachable, "WorkerClusterReachable")
+    assert lost is not None
     assert (lost["status"], lost["reason"]) == ("False", "WorkerClusterLost")
     assert f"worker cluster {worker_name}" in lost["message"]
-    assert _condition(status(manager, name), "Ready")["status"] == "Unknown"
+    assert _condition(unreachable, "Ready")["status"] == "Unknown"
     wait("the worker's status copied again once it is back",
          lambda: _condition(status(manager, name), "WorkerClusterReachable") is None
          and status(manager, name).get("phase") == Phase.RUNNING)
