@@ -14,7 +14,7 @@ typed result that the later stages read:
 3b. `track_steps`: whether training advances (progress.py: Progressing, slow steps, the
    trainer restart a stall calls for), held by whatever the stages before explain;
 4. `decide_conditions`: one function per condition (conditions.py, failure.py,
-   admission.py), and Ready and the phase summarizing them (ready.py);
+   admission.py, checkpoint.py), and Ready and the phase summarizing them (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
 
 Pure: `now` is passed in.
@@ -45,7 +45,11 @@ from elastic_api.models import (
 from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
 from elastic_api.stragglers import slow_slices
 from elastic_operator.core.admission import Admission, decide_admission
-from elastic_operator.core.checkpoint import checkpoint_status
+from elastic_operator.core.checkpoint import (
+    checkpoint_status,
+    root_allowed_condition,
+    root_refused_events,
+)
 from elastic_operator.core.conditions import (
     ConditionSetter,
     degraded_condition,
@@ -189,10 +193,11 @@ class Decided:
     ready: Readiness
     clock: EvictionClock  # Kueue's waitForPodsReady (EvictionPending)
     slow_events: list[StatusEvent] = field(default_factory=list)
+    root_events: list[StatusEvent] = field(default_factory=list)  # CheckpointRootNotAllowed
 
     @property
     def events(self) -> list[StatusEvent]:
-        return self.clock.events + self.slow_events
+        return self.clock.events + self.slow_events + self.root_events
 
 
 class StatusResult(NamedTuple):
@@ -408,6 +413,8 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         else spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
     ]
+    root_allowed = root_allowed_condition(setter, ctx.checkpoint)
+    conditions.append(root_allowed)
     placement = topology_condition(setter, spec, ctx.observed, slices, _queued(gates))
     if placement is not None:
         conditions.append(placement)
@@ -424,7 +431,8 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                                  ready.message)
     return Decided([ready_condition, *conditions], summary, ready, clock,
                    slow_steps_events(get_condition(ctx.previous, ConditionType.DEGRADED),
-                                     degraded))
+                                     degraded),
+                   root_refused_events(ctx.previous, root_allowed))
 
 
 def _slow_words(ctx: StatusInputs, tracking: SliceTracking,
