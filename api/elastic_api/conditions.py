@@ -28,6 +28,9 @@ class ConditionType:
     # A MultiKueue job, on the manager cluster: False while the worker cluster it runs in
     # cannot be reached (the rest of the status is the last the worker sent).
     WORKER_CLUSTER_REACHABLE: Final = "WorkerClusterReachable"
+    # Whether a restore of the newest checkpoint can outgrow the Pathways proxy's memory
+    # (elastic_api/restore_risk.py).
+    RESTORE_AT_RISK: Final = "RestoreAtRisk"
 
 
 class Reason:
@@ -130,6 +133,13 @@ class Reason:
     HARDWARE_FAILURE: Final = "HardwareFailure"  # spec.recovery.hardwareExitCodes/Reasons
     REPEATED_FAILURES: Final = "RepeatedFailures"  # slices of different jobs failed there
 
+    # RestoreAtRisk (True: PROXY_MEMORY, also its Warning Event)
+    PROXY_MEMORY: Final = "ProxyMemory"
+    WITHIN_PROXY_MEMORY: Final = "WithinProxyMemory"
+    HOSTS_RESTORE: Final = "HostsRestore"  # the TPU hosts read their own shards
+    NO_PROXY: Final = "NoProxy"  # backend simulated
+    SIZE_UNKNOWN: Final = "SizeUnknown"
+
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"
     TRAINER_RESTARTED: Final = "TrainerRestarted"
@@ -145,6 +155,7 @@ class Reason:
     CHECKPOINT_REQUESTED: Final = "CheckpointRequested"
     CHECKPOINT_ACKNOWLEDGED: Final = "CheckpointAcknowledged"
     CHECKPOINT_REQUEST_TIMED_OUT: Final = "CheckpointRequestTimedOut"
+    RESTORE_AT_RISK: Final = "RestoreAtRisk"  # Warning: the condition turned True
 
 
 # The trainer's Failed reasons (status.training.reason) that fail the job, with the same

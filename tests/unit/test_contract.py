@@ -185,16 +185,48 @@ def test_any_local_root_reads_alike(tmp_path_factory: pytest.TempPathFactory,
     assert operator["error"] is None or "did you mean" in operator["error"]
 
 
-def _run_trainer(root: Path, steps: int) -> RunResult:
+def _trainer(root: Path, steps: int) -> Trainer:
     cfg = get_config("tiny")
     opts = LoopOptions(steps=steps, batch=2, seed=0, max_retries=1, log_every=10**6)
-    trainer = Trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
-                      SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
-                      Checkpointer(str(root), period=5, keep=5, async_save=False))
+    return Trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
+                   SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
+                   Checkpointer(str(root), period=5, keep=5, async_save=False))
+
+
+def _run_trainer(root: Path, steps: int) -> RunResult:
+    trainer = _trainer(root, steps)
     try:
         return trainer.run()
     finally:
         trainer.backend.close()
+
+
+def test_the_trainer_reports_the_restore_of_the_size_the_operator_lists(tmp_path: Path) -> None:
+    """status.checkpoint.latestCommittedBytes and status.training.lastRestore.bytes count
+    one step alike (elastic_api.checkpoints.step_size): Orbax's files, a sparse file and
+    a link the rule does not count."""
+    assert _run_trainer(tmp_path, steps=10).final_step == 10
+    with open(tmp_path / "10" / "sparse", "wb") as f:
+        f.truncate(3 * 2**30)
+    (tmp_path / "10" / "link").symlink_to(tmp_path / "10" / "sparse")
+    listed = scan_checkpoints_detailed(str(tmp_path), now=NOW).status
+    assert listed.latest_committed_bytes is not None
+    assert listed.latest_committed_bytes > 3 * 2**30
+    files = [p for p in (tmp_path / "10").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert listed.latest_committed_files == len(files)
+    assert listed.latest_committed_bytes == sum(p.stat().st_size for p in files)
+    trainer = _trainer(tmp_path, steps=12)
+    try:
+        result = trainer.run()
+    finally:
+        trainer.backend.close()
+    assert result.started_from == (10, "checkpoint")
+    restore = trainer.training_report().last_restore
+    assert restore is not None
+    assert (restore.source, restore.step, restore.bytes) == (
+        "checkpoint", 10, listed.latest_committed_bytes)
+    assert restore.gib_per_second == pytest.approx(
+        restore.bytes / 2**30 / restore.seconds, rel=1e-3)
 
 
 def test_the_trainer_resumes_from_the_step_the_operator_reports(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ typed result that the later stages read:
    elastic events, closed from the slices and the head's `main`: unreported.py) and the
    reporting trainer process;
 4. `decide_conditions`: one function per condition (conditions.py, failure.py,
-   admission.py), and Ready and the phase summarizing them (ready.py);
+   admission.py, restore.py), and Ready and the phase summarizing them (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
 
 Pure: `now` is passed in.
@@ -73,6 +73,7 @@ from elastic_operator.core.pools import pools_in_use, spare_pools
 from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
+from elastic_operator.core.restore import restore_risk_condition, restore_risk_events
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
 from elastic_operator.core.topology import (
     slice_domains,
@@ -121,7 +122,8 @@ class StatusInputs:
     @property
     def checkpoint(self) -> CheckpointStatus | None:
         """status.checkpoint as this reconcile writes it (after the newest scan)."""
-        return checkpoint_status(self.previous.checkpoint, self.observed.checkpoint)
+        return checkpoint_status(self.previous.checkpoint, self.observed.checkpoint,
+                                 self.report)
 
 
 @dataclass(frozen=True)
@@ -200,8 +202,10 @@ def compute_status(
     trainer = track_trainer(ctx, gates, tracking)
     decided = decide_conditions(ctx, gates, tracking, trainer)
     status = _assemble(ctx, gates, tracking, trainer, decided)
+    risk = next(c for c in decided.conditions if c.type == ConditionType.RESTORE_AT_RISK)
+    warned = [] if gates.terminal else restore_risk_events(ctx.previous.conditions, risk)
     return StatusResult(status, gates.events + tracking.events + trainer.events
-                        + decided.clock.events)
+                        + decided.clock.events + warned)
 
 
 def decide_gates(ctx: StatusInputs) -> Gates:
@@ -322,6 +326,7 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         spares_placed_by_kueue(setter, spec) if spec.tpu.topology_aware is not None
         else spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
+        restore_risk_condition(setter, spec, ctx.checkpoint),
     ]
     placement = topology_condition(setter, spec, ctx.observed, slices, _queued(gates))
     if placement is not None:
