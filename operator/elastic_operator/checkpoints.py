@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -181,6 +182,15 @@ def list_gcs_step(directory: str, step: int, client: Any, *,
             if not blob.name.endswith("/")]  # a folder placeholder holds nothing
 
 
+# A committed step's size on gs://, once listed: Orbax writes commit_success.txt last and
+# never writes a committed step again (saves only go forward), so each scan need not list
+# the same step (thousands of objects for an unsharded save: several paged requests)
+# again. Bounded; oldest out first. A local step is listed each time (a few lstat calls).
+_SIZES: dict[tuple[str, int], StepSize] = {}
+_SIZES_LOCK = threading.Lock()  # the scanner's threads share it
+MAX_SIZES_KEPT = 4096
+
+
 def _newest_step_size(directory: str, listing: list[RootEntry], client: Any,
                       timeout_s: float) -> StepSize | None:
     """The newest committed step's size; None when it could not be listed (the step may
@@ -188,12 +198,23 @@ def _newest_step_size(directory: str, listing: list[RootEntry], client: Any,
     newest = decide(listing).latest_committed
     if newest is None:
         return None
+    with _SIZES_LOCK:
+        known = _SIZES.get((directory, newest)) if client is not None else None
+    if known is not None:
+        return known
     try:
         files = (list_gcs_step(directory, newest, client, timeout_s=timeout_s)
                  if client is not None else list_local_step(directory, newest))
     except Exception:  # the size is extra: a step deleted meanwhile keeps the listing good
         return None
-    return step_size(files)
+    size = step_size(files)
+    if client is None:
+        return size
+    with _SIZES_LOCK:
+        _SIZES[(directory, newest)] = size
+        while len(_SIZES) > MAX_SIZES_KEPT:
+            del _SIZES[next(iter(_SIZES))]
+    return size
 
 
 def list_local(directory: str) -> list[RootEntry]:

@@ -174,6 +174,13 @@ def test_scan_is_one_list_call_plus_one_metadata_get_per_step_and_one_list_to_si
     # bucket, in a background thread, cached per client), not object traffic.
     others = [url for _, url in session.calls if url not in lists and url not in gets]
     assert all(url.split("?")[0].endswith(f"/b/{bucket.name}") for url in others), others
+    # A committed step is never written again: the next scan does not list it again.
+    again = RecordingSession()
+    status = scan_checkpoints(
+        f"gs://{bucket.name}/ckpt", now=NOW, storage_client=client_for(fake_gcs, again),
+    )
+    assert status.latest_committed_bytes == 21 + 2 + 2 + 64 + 64 + 256 + 2 + marker
+    assert len([url for _, url in again.calls if url.split("?")[0].endswith("/o")]) == 1
 
 
 def test_bucket_root_and_empty_prefix(bucket: storage.Bucket, client: storage.Client) -> None:
