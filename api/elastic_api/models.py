@@ -977,7 +977,8 @@ class RestoreReport(StatusModel):
     step: Count = Field(description="The step restored.")
     bytes: Count | None = Field(
         None, description="What the restore read: the committed step's files as listed "
-        "(elastic_api.checkpoints.step_size, the operator's rule too); unset for a snapshot.")
+        "(elastic_api.checkpoints.step_size, the operator's rule too); for a snapshot, the "
+        "state's bytes.")
     seconds: float = Field(ge=0, description="From the start of the restore to the state "
                            "on the devices.")
     gib_per_second: float | None = Field(None, ge=0, alias="gibPerSecond",
