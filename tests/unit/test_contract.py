@@ -58,6 +58,13 @@ def operator_view(directory: str, **kw: Any) -> dict[str, Any]:
             "ignored": summary.ignored_entries, "error": status.error}
 
 
+def operator_size(directory: str, **kw: Any) -> list[int] | None:
+    status = scan_checkpoints_detailed(directory, now=NOW, **kw).status
+    if status.latest_committed_bytes is None or status.latest_committed_files is None:
+        return None
+    return [status.latest_committed_bytes, status.latest_committed_files]
+
+
 def trainer_view(decision: RootDecision, directory: str) -> dict[str, Any]:
     """The trainer's decision in the operator's terms (its hint is the status error)."""
     return {"committed": list(decision.committed), "latest": decision.latest_committed,
@@ -250,9 +257,11 @@ from elastic_trainer.checkpoint import Checkpointer
 for directory in sys.argv[1:]:
     ckpt = Checkpointer(directory, period=1, keep=5, async_save=False)
     d = ckpt.listing()
+    size = ckpt.step_size(d.latest_committed) if d.latest_committed is not None else None
     print(json.dumps({"committed": d.committed, "incomplete": d.incomplete,
                       "abandoned": d.abandoned, "ignored": d.ignored,
-                      "nested": d.nested_root}))
+                      "nested": d.nested_root,
+                      "size": [size.bytes, size.files] if size is not None else None}))
     ckpt.close()
 """
 
@@ -291,10 +300,12 @@ def test_both_sides_read_a_hostile_gcs_root_alike(fake_gcs: FakeGcsServer) -> No
                            "error": None}
     assert operator[1]["error"] is not None
     assert f"did you mean {nested}/checkpoints?" in operator[1]["error"]
-    for seen, theirs in zip(operator, trainer, strict=True):
+    for seen, theirs, directory in zip(operator, trainer, (hostile, nested), strict=True):
         assert theirs == {"committed": seen["committed"], "incomplete": seen["incomplete"],
                           "abandoned": seen["abandoned"], "ignored": seen["ignored"],
-                          "nested": seen["error"] is not None}
+                          "nested": seen["error"] is not None,
+                          "size": operator_size(directory, storage_client=client)}
+    assert operator_size(hostile, storage_client=client) == [len("ok{}x"), 3]
 
 
 # --- hostile statuses: one reader ----------------------------------------------------------

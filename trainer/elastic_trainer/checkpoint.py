@@ -136,6 +136,15 @@ class _BackgroundSave:
         self.manager.wait_until_finished()
 
 
+def _walk(path: epath.Path) -> Any:
+    """The files under `path` (gs://: an object listing per "directory")."""
+    for child in path.iterdir():
+        if child.is_dir():
+            yield from _walk(child)
+        else:
+            yield child
+
+
 class Checkpointer:
     def __init__(self, directory: str, period: int | None, keep: int, async_save: bool = True,
                  settle_timeout: float = 120.0) -> None:
@@ -408,9 +417,9 @@ class Checkpointer:
         try:
             if self._is_local:
                 files = list_local_step(str(self.directory), step)
-            else:
+            else:  # epath refuses rglob on gs://: one listing per directory level
                 files = [StepFile(size=p.stat().length)
-                         for p in (self.directory / str(step)).rglob("*") if p.is_file()]
+                         for p in _walk(self.directory / str(step))]
         except Exception as err:  # the size is for the report only
             log.info("sizing checkpoint step %d: %s", step, err)
             return None
