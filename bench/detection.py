@@ -51,8 +51,9 @@ from elastic_api.names import (
 from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.operator_settings import SETTINGS
 
-NAMESPACE = "etj-bench"
+NAMESPACE = SETTINGS["bench-detection"].namespaces[0]
 PODS_PER_CPU_NODE = 200  # simulated placement: below the fake nodes' 250-pod capacity
 
 Event = tuple[str, int]  # (job, slice)
@@ -305,7 +306,7 @@ class BenchOperator(OperatorProcess):
         if source is not None:  # its packages before the installed (editable) ones
             paths = [str(source / "api"), str(source / "operator"), *paths]
         super().__init__(
-            kubeconfig, workdir / "operator.log", args=("--namespace", NAMESPACE),
+            kubeconfig, workdir / "operator.log", args=SETTINGS["bench-detection"],
             command=(sys.executable, "-m", "bench.opshim", str(self.counts_file), "--"),
             env={"PYTHONPATH": os.pathsep.join(filter(None, paths))}, cwd=REPO)
         self.peak_rss = 0

@@ -41,8 +41,9 @@ from elastic_api.names import (
 )
 from elastic_devtools.localcluster.faults import fail_pod, kill_node, revive_node, wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.operator_settings import SETTINGS
 
-NAMESPACE = "etj-bench-replace"
+NAMESPACE = SETTINGS["bench-replacement"].namespaces[0]
 SLICES, HOSTS, SLICE = 3, 4, 1
 POOLS = 8  # two jobs of 3 slices, and a spare each
 CONSECUTIVE = 6
@@ -257,7 +258,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             NAMESPACE, field_selector="metadata.name=default").items, 60,
             "the namespace's default ServiceAccount")
         operator = OperatorProcess(cluster.kubeconfig, workdir / "operator.log",
-                                   args=("--namespace", NAMESPACE))
+                                   args=SETTINGS["bench-replacement"])
         operator.start(timeout=120)
         with Jobs(api, "a") as jobs:
             _log(f"{count} consecutive failures of slice {SLICE}, ours and baseline at once")

@@ -31,6 +31,9 @@ class ConditionType:
     # Whether a restore of the newest checkpoint can outgrow the Pathways proxy's memory
     # (elastic_api/restore_risk.py).
     RESTORE_AT_RISK: Final = "RestoreAtRisk"
+    # Whether the operator may list spec.checkpoint.directory (its --checkpoint-roots for
+    # the job's namespace): False, the job's status shows no checkpoint of it.
+    CHECKPOINT_ROOT_ALLOWED: Final = "CheckpointRootAllowed"
 
 
 class Reason:
@@ -104,6 +107,10 @@ class Reason:
     # TrainingReportValid
     VALID: Final = "Valid"
     INVALID_REPORT: Final = "InvalidReport"
+    # CheckpointRootAllowed (False: also status.checkpoint.reason, and its Warning Event)
+    ROOT_ALLOWED: Final = "RootAllowed"
+    CHECKPOINT_ROOT_NOT_ALLOWED: Final = "CheckpointRootNotAllowed"
+    NOT_LISTED_YET: Final = "NotListedYet"
 
     # The slice states the operator's replacement adds (status.slices[].reason).
     NO_HEALTHY_POOL: Final = "NoHealthyPool"  # replacement pods Pending, no pool to go to

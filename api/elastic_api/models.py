@@ -1122,6 +1122,11 @@ class CheckpointStatus(StatusModel):
     error: str | None = Field(
         None, description="Why the directory could not be listed, or why it holds no "
         "step (e.g. MaxText's run directory, one level above its checkpoints/).")
+    reason: str | None = Field(
+        None, description="Why `error` is set, as one word, where it is the operator's "
+        "own configuration: CheckpointRootNotAllowed, the directory is outside the roots "
+        "`etj operator --checkpoint-roots` (chart value checkpointRoots) allows for the "
+        "job's namespace, and is never listed (condition CheckpointRootAllowed False).")
     latest_committed_bytes: int | None = Field(
         None, ge=0, description="The size of latestCommittedStep: the bytes of the regular "
         "files under its directory, from the same listing (no object is read; a sparse "

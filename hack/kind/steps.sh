@@ -145,7 +145,12 @@ restricted_namespace() {
 
 install_operator() {
   restricted_namespace "$OPERATOR_NS"
+  # The operator's settings for this target, from their one definition (stdlib only:
+  # any python3 runs it): chart values, {} for the chart's defaults.
+  python3 "$ROOT/devtools/elastic_devtools/localcluster/operator_settings.py" kind-e2e \
+    --helm-values >"$WORK/operator-values.yaml"
   "$HELM" install "$RELEASE" "$ROOT/charts/elastic-operator" --namespace "$OPERATOR_NS" \
+    -f "$WORK/operator-values.yaml" \
     --set image.repository=elastic-operator --set image.tag="$E2E_TAG" \
     --set image.pullPolicy=Never --set operator.logFormat=text --wait --timeout "${TIMEOUT_S}s"
   # Two replicas (the chart's default): each is checked; one leads through the Lease.
@@ -178,28 +183,8 @@ lease_held_by_one_of() {
 # --- a simulated job ------------------------------------------------------------------------
 start_training() {
   restricted_namespace "$NS"
-  # examples/demo.yaml's shape, smaller (two one-host slices) and long enough to outlast
-  # the phases below.
-  cat >"$WORK/job.yaml" <<EOF
-apiVersion: elastic.pathways.dev/v1alpha1
-kind: ElasticTrainingJob
-metadata:
-  name: $JOB
-  namespace: $NS
-spec:
-  backend: simulated
-  # kind's nodes carry no TPU labels: workers placed as TPU workers would stay Pending.
-  placement: Any
-  tpu: {type: v6e, topology: 2x2, numSlices: 2}
-  elastic: {timeoutSeconds: 600, maxRetries: 10}
-  checkpoint: {directory: /tmp/etj-e2e/checkpoints, periodSteps: 20, keep: 3}
-  snapshot: {periodSteps: 5}
-  trainer:
-    image: elastic-trainer:$E2E_TAG
-    model: tiny
-    steps: 1000000
-    batch: 8
-EOF
+  # hack/kind/job.yaml (named $JOB, in $NS), with the images of this checkout.
+  sed "s/@E2E_TAG@/$E2E_TAG/g" "$ROOT/hack/kind/job.yaml" >"$WORK/job.yaml"
   kubectl apply -f "$WORK/job.yaml" >/dev/null
   wait_for "the trainer to report step 10 or later" step_at_least 10
   TRAINER_BEFORE=$(trainer_identity)

@@ -7,7 +7,8 @@ back (`on_result`) so that it is published at once, not at the next resync. The
 executor is injectable: tests pass one that runs the scan synchronously.
 
 With `roots` (checkpoint_roots.py), a directory outside the roots allowed for the job's
-namespace is not listed: the scan's result is the refusal, naming the field. A local path
+namespace is not listed: the scan's result is the refusal, naming the field (reason
+CheckpointRootNotAllowed: the job's condition CheckpointRootAllowed). A local path
 is checked again once its links are resolved, in the scan thread (a link under an
 allowed root may point anywhere).
 """
@@ -21,6 +22,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import datetime
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
+from elastic_api.conditions import Reason
 from elastic_api.models import CheckpointStatus
 from elastic_operator import checkpoints
 from elastic_operator.checkpoint_roots import CheckpointRoots
@@ -94,7 +96,8 @@ class CheckpointScanner:
                     refused = refused.replace(f"{real} is", f"{directory} is {real}, "
                                               "which is", 1)
             if refused is not None:
-                return CheckpointStatus(directory=directory, observed_at=now, error=refused)
+                return CheckpointStatus(directory=directory, observed_at=now, error=refused,
+                                        reason=Reason.CHECKPOINT_ROOT_NOT_ALLOWED)
         return self._scan(directory, now)
 
     def _collect(self, key: JobKey) -> CheckpointStatus | None:

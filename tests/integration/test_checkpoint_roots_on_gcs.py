@@ -13,11 +13,14 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 from kubernetes import client
 
+from elastic_api.conditions import ConditionType as C
+from elastic_api.conditions import Reason
 from elastic_devtools.localcluster import Cluster
+from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
 from elastic_operator.checkpoints import COMMIT_MARKER
-from tests.support.article_job import delete_jobs_and_wait_for_pods, submit
+from tests.support.article_job import condition, delete_jobs_and_wait_for_pods, events, submit
 from tests.support.waiting import wait_status
 
 pytestmark = pytest.mark.cluster
@@ -57,6 +60,7 @@ def test_a_root_is_listed_for_the_namespace_it_is_allowed_to_and_refused_for_ano
         st = wait_status(api, namespace, lambda s: (s.get("checkpoint") or {}).get(
             "latestCommittedStep") == 100, "the allowed team's step 100", timeout=60)
         assert st["checkpoint"].get("error") is None
+        assert condition(st, C.CHECKPOINT_ROOT_ALLOWED)["status"] == "True"
         st = wait_status(api, another_namespace, lambda s: (s.get("checkpoint") or {}).get(
             "error"), "the other team's refusal", timeout=60)
         error = st["checkpoint"]["error"]
@@ -67,6 +71,18 @@ def test_a_root_is_listed_for_the_namespace_it_is_allowed_to_and_refused_for_ano
         # Refused, never listed: nothing of the bucket is published.
         assert "latestCommittedStep" not in st["checkpoint"]
         assert not st["checkpoint"].get("incompleteSteps")
+        # Said where a user looks first: a condition, and one Warning Event naming the
+        # flag and the chart value (once: tests/unit/test_checkpoint_root_condition.py).
+        assert st["checkpoint"]["reason"] == Reason.CHECKPOINT_ROOT_NOT_ALLOWED
+        refused = condition(st, C.CHECKPOINT_ROOT_ALLOWED)
+        assert (refused["status"], refused["reason"]) == (
+            "False", Reason.CHECKPOINT_ROOT_NOT_ALLOWED), refused
+        assert error in refused["message"]
+        warned = wait_for(lambda: events(api, another_namespace,
+                                         Reason.CHECKPOINT_ROOT_NOT_ALLOWED), 30,
+                          "the CheckpointRootNotAllowed Event")
+        assert len(warned) == 1 and "--checkpoint-roots" in warned[0] and \
+            "checkpointRoots" in warned[0], warned
     finally:
         for ns in (namespace, another_namespace):
             delete_jobs_and_wait_for_pods(api, ns)

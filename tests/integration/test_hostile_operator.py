@@ -16,6 +16,7 @@ import itertools
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.operator_settings import TEST
 from tests.builders import etj
 from tests.support.hostile_specs import hostile_manifest
 
@@ -293,11 +295,12 @@ def operator(cluster: Cluster, namespace: str, fake_gcs: FakeGcsServer,
     """One operator for this namespace; gs:// checkpoint scans go to a real (fake) GCS."""
     proc = OperatorProcess(
         Path(cluster.kubeconfig), tmp_path / "operator.log",
-        args=("--namespace", namespace, "--resync-seconds", str(RESYNC_SECONDS),
-              "--checkpoint-scan-seconds", str(RESYNC_SECONDS),
-              # gs://bucket is listed (the rest of gs:// is refused unlisted): the hostile
-              # roots meet both the GCS listing and the roots' refusal.
-              "--checkpoint-roots", "*=gs://bucket,/"),
+        args=replace(TEST, namespaces=(namespace,), resync_seconds=RESYNC_SECONDS,
+                     checkpoint_scan_seconds=RESYNC_SECONDS,
+                     quarantine_release_after_seconds=None,
+                     # gs://bucket is listed (the rest of gs:// is refused unlisted): the
+                     # hostile roots meet both the GCS listing and the roots' refusal.
+                     checkpoint_roots=("*=gs://bucket,/",)),
         env=fake_gcs.env)
     proc.start()
     yield proc

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.operator_settings import DEFAULTS
 from tests.builders import etj
 
 pytestmark = pytest.mark.cluster
@@ -85,9 +87,9 @@ def test_a_namespace_glob_serves_the_namespaces_that_match(
     submit(api, team_a)
     submit(api, other)
     op = OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "globs.log",
-                         args=("--namespace", f"globs-{unique}-team-*",
-                               "--resync-seconds", "5",
-                               "--leader-election-name", f"globs-{unique}"))
+                         args=replace(DEFAULTS, namespaces=(f"globs-{unique}-team-*",),
+                                      resync_seconds=5).with_args(
+                             "--leader-election-name", f"globs-{unique}"))
     op.start()
     try:
         wait_for(lambda: status(api, team_a).get("phase") == "Suspended", TIMEOUT,

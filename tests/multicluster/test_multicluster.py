@@ -30,10 +30,8 @@ from elastic_api.names import (
     KUEUE_GROUP,
     KUEUE_PREBUILT_WORKLOAD_ANNOTATION,
     KUEUE_PREBUILT_WORKLOAD_LABEL,
-    KUEUE_QUEUE_NAME_LABEL,
     KUEUE_VERSION,
     KUEUE_WORKLOAD_PLURAL,
-    MULTIKUEUE_CONTROLLER,
     MULTIKUEUE_ORIGIN_LABEL,
     PLURAL,
     SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
@@ -48,8 +46,9 @@ from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import fail_pod, wait_for
 from elastic_devtools.localcluster.multikueue import Worker, dispatching
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.operator_settings import SETTINGS
 from elastic_operator.render import render_jobset, workload_name
-from tests.builders import etj
+from tests.support.multicluster import manifest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.multicluster]
 
@@ -124,7 +123,8 @@ def clusters() -> Iterator[Clusters]:
             wait_for(lambda s=side: _get(lambda: s.core.read_namespaced_service_account(
                 "default", NAMESPACE).to_dict()), 60, "the default ServiceAccount")
             proc = OperatorProcess(side.cluster.kubeconfig,
-                                   side.cluster.logs_dir / "operator.log")
+                                   side.cluster.logs_dir / "operator.log",
+                                   args=SETTINGS["multicluster"])
             proc.start()
             operators.append(proc)
         yield sides["manager"], {w: sides[w] for w in WORKERS}
@@ -135,17 +135,6 @@ def clusters() -> Iterator[Clusters]:
             side.api.close()
             lc.down(side.cluster.dir)
         print(f"\nmulticluster logs in {root}")
-
-
-def manifest(name: str, queue: str) -> dict[str, Any]:
-    """One simulated v5e 2x4 slice (2 hosts), checkpoints on gs:// (MultiKueue requires
-    storage every cluster reads), dispatched by MultiKueue."""
-    obj = (etj(name, namespace=None).backend("simulated").tpu("v5e", "2x4", 1)
-           .checkpoint_dir(f"gs://etj-multicluster/{name}").trainer("trainer:test", 1000)
-           .spec(managedBy=MULTIKUEUE_CONTROLLER,
-                 elastic={"maxSliceRestarts": 5}).obj())
-    obj["metadata"]["labels"] = {KUEUE_QUEUE_NAME_LABEL: queue}
-    return obj
 
 
 def quota_of(jobs: float) -> dict[str, str]:

@@ -23,6 +23,7 @@ import yaml
 from elastic_devtools.localcluster.audit import credential_of
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.operator_settings import TEST
 from elastic_devtools.localcluster.versions import cache_dir, load_versions
 from tests.service_accounts import token_kubeconfig
 
@@ -33,18 +34,21 @@ if TYPE_CHECKING:
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "elastic-operator"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-# Test speed, over the chart's arguments: resync and checkpoint scan every 5 s, a
-# quarantined node pool released 5 s after its nodes are Ready again.
-FAST_ARGS = ("--resync-seconds", "5", "--checkpoint-scan-seconds", "5",
-             "--quarantine-release-after-seconds", "5")
+# Test speed, over the chart's arguments (make test's, operator_settings.TEST): resync
+# and checkpoint scan every 5 s, a quarantined node pool released 5 s after its nodes are
+# Ready again.
+FAST_ARGS = TEST.speed_args()
 
 
-def helm_template(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
+def helm_template(release: str, namespace: str, *values: str,
+                  values_file: Path | None = None) -> list[dict[str, Any]]:
     version = load_versions()["HELM_VERSION"]
     helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
     if not os.access(helm, os.X_OK):
         pytest.fail(f"helm {version} not found at {helm}: run hack/build-control-plane.sh")
     args = [str(helm), "template", release, str(CHART), "--namespace", namespace]
+    if values_file is not None:
+        args += ["-f", str(values_file)]
     for value in values:
         args += ["--set", value]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)

@@ -1,6 +1,8 @@
 """The bound on what the operator lists with its own identity (checkpoint_roots.py): a
 checkpoint root only under a prefix allowed for the job's namespace, on path boundaries,
-links resolved; any other is refused before any I/O, the error naming the field."""
+links resolved; any other is refused before any I/O, the error naming the field; and the
+job then says so where a user looks first (condition CheckpointRootAllowed, one Warning
+Event)."""
 from __future__ import annotations
 
 import os
@@ -9,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from elastic_api.models import CheckpointStatus
+from elastic_api.conditions import ConditionType, Reason
+from elastic_api.models import CheckpointStatus, ElasticTrainingJobStatus
 from elastic_operator.checkpoint_roots import CheckpointRoots, covers
+from elastic_operator.core.status import compute_status
 from elastic_operator.operator_cli import add_arguments
 from elastic_operator.scanner import CheckpointScanner
-from tests.builders import T0
+from tests.builders import T0, article_job, at, observe
 from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous
 
@@ -111,6 +115,7 @@ def test_a_refused_root_is_never_listed_and_its_status_says_why() -> None:
     assert refused is not None and refused.latest_committed_step is None
     assert (refused.error or "").startswith("spec.checkpoint.directory: gs://team-a/run1 is "
                                             "not under a checkpoint root")
+    assert refused.reason == Reason.CHECKPOINT_ROOT_NOT_ALLOWED
     found = looked(scanner(ROOTS, listed), "team-a", "gs://team-a/run1")
     assert listed == ["gs://team-a/run1"]
     assert found is not None and found.latest_committed_step == 7
@@ -127,6 +132,7 @@ def test_a_link_out_of_an_allowed_root_is_refused(tmp_path: Path) -> None:
     assert listed == []
     assert refused is not None
     assert f"{allowed / 'ckpt'} is {other / 'ckpt'}, which is not under" in (refused.error or "")
+    assert refused.reason == Reason.CHECKPOINT_ROOT_NOT_ALLOWED
     real = looked(scanner(roots, listed), "team-b", str(allowed))
     assert listed == [str(allowed)] and real is not None and real.error is None
 
@@ -137,3 +143,61 @@ def test_a_path_no_filesystem_can_take_is_left_to_the_scan() -> None:
     listed: list[str] = []
     found = looked(scanner(CheckpointRoots.default(), listed), "any", "/tmp/a\x00b")
     assert listed == ["/tmp/a\x00b"] and found is not None
+
+
+# --- the job says so: condition CheckpointRootAllowed, one Warning Event --------------------
+
+
+def refusal(directory: str = "gs://team-a/run1") -> CheckpointStatus:
+    refused = looked(scanner(ROOTS, []), "team-b", directory)
+    assert refused is not None
+    return refused
+
+
+def root_allowed(status: ElasticTrainingJobStatus) -> tuple[str, str, str]:
+    (c,) = [c for c in status.conditions if c.type == ConditionType.CHECKPOINT_ROOT_ALLOWED]
+    return c.status, c.reason, c.message
+
+
+def warnings(events: list) -> list[str]:  # type: ignore[type-arg]
+    return [e.message for e in events if e.reason == Reason.CHECKPOINT_ROOT_NOT_ALLOWED
+            and e.type == "Warning"]
+
+
+def test_a_refused_root_is_a_false_condition_and_one_warning_naming_the_flag() -> None:
+    job = article_job()
+    first, _ = compute_status(job, observe(), None, T0)
+    assert root_allowed(first)[:2] == ("Unknown", Reason.NOT_LISTED_YET)
+    refused, events = compute_status(job, observe(checkpoint=refusal()), first, at(1))
+    state, reason, message = root_allowed(refused)
+    assert (state, reason) == ("False", Reason.CHECKPOINT_ROOT_NOT_ALLOWED)
+    assert refused.checkpoint is not None and refused.checkpoint.error in message
+    (warned,) = warnings(events)
+    assert "--checkpoint-roots" in warned and "chart value checkpointRoots" in warned
+    # Level-based, told once: no new scan, the same refusal scanned again, or a restarted
+    # operator reading the stored status back: still False, no second Event.
+    stored = ElasticTrainingJobStatus.model_validate(refused.model_dump(by_alias=True,
+                                                                        mode="json"))
+    for observed, previous in ((observe(), refused),
+                               (observe(checkpoint=refusal()), refused),
+                               (observe(), stored)):
+        again, events = compute_status(job, observed, previous, at(2))
+        assert root_allowed(again)[:2] == ("False", Reason.CHECKPOINT_ROOT_NOT_ALLOWED)
+        assert warnings(events) == []
+    # The admin allows the root: the next scan lists it, and the condition turns True.
+    listed = CheckpointStatus(directory="gs://team-a/run1", latest_committed_step=7,
+                              observed_at=at(3))
+    allowed, events = compute_status(job, observe(checkpoint=listed), refused, at(3))
+    assert root_allowed(allowed)[:2] == ("True", Reason.ROOT_ALLOWED)
+    assert warnings(events) == []
+
+
+def test_another_listing_error_leaves_the_root_allowed() -> None:
+    """A directory not written yet (or a 403, a hiccup) is status.checkpoint.error's to
+    say: no false alarm on every new job."""
+    job = article_job()
+    missing = CheckpointStatus(directory="/data/x", observed_at=T0,
+                               error="/data/x does not exist on the operator's filesystem")
+    status, events = compute_status(job, observe(checkpoint=missing), None, T0)
+    assert root_allowed(status)[:2] == ("True", Reason.ROOT_ALLOWED)
+    assert warnings(events) == []

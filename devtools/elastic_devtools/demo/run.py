@@ -48,8 +48,9 @@ from elastic_devtools.demo.summary import (
 from elastic_devtools.demo.timeline import Mark, draw_timeline
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_devtools.localcluster.operator_settings import SETTINGS
 
-DEMO_NAMESPACE = "etj-demo"
+DEMO_NAMESPACE = SETTINGS["demo"].namespaces[0]
 KILL_SLICE = 2
 
 
@@ -258,7 +259,7 @@ class DemoRun:
             "the namespace's default ServiceAccount")
         self.env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
         self.operator = OperatorProcess(cluster.kubeconfig, self.out / "operator.log",
-                                        args=("--namespace", DEMO_NAMESPACE),
+                                        args=SETTINGS["demo"],
                                         env={"PYTHONUNBUFFERED": "1"}, new_session=True)
         self.operator.start()
         say(f"  operator started (pid {self.operator.pid}, log {self.out / 'operator.log'})")

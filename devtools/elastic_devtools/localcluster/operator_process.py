@@ -25,13 +25,14 @@ from typing import Any
 
 from elastic_devtools.localcluster.cluster import free_ports
 from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_settings import TEST, OperatorSettings
 
 # `etj operator` with the interpreter running us (the venv's), whatever `etj` is on PATH.
 OPERATOR_COMMAND = (sys.executable, "-m", "elastic_api.cli", "operator")
-# Test speed: every namespace, resync and checkpoint scan every 5 s (30 s by default), a
-# quarantined node pool released 5 s after its nodes are Ready again (600 s by default).
-TEST_ARGS = ("--all-namespaces", "--resync-seconds", "5", "--checkpoint-scan-seconds", "5",
-             "--quarantine-release-after-seconds", "5")
+# make test's operator (operator_settings.py, the one definition of every tool's flags):
+# every namespace, resync and checkpoint scan every 5 s (30 s by default), a quarantined
+# node pool released 5 s after its nodes are Ready again (600 s by default).
+TEST_ARGS = TEST.args()
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -47,7 +48,8 @@ def parse_metrics(text: str) -> dict[str, float]:
 class OperatorProcess:
     """One `etj operator` child process with its own log file (appended to on restarts).
 
-    `args` are the operator's flags other than the two ports (default: TEST_ARGS).
+    `args` are the operator's flags other than the two ports: an OperatorSettings (a
+    tool's row of operator_settings.SETTINGS; default TEST) or the flags themselves.
     `command` runs `etj operator` given those flags; a wrapper such as the benchmarks'
     request counter replaces it. `env` is added to this process's environment (with
     KUBECONFIG). `new_session` puts the child in its own process group, signalled as a
@@ -55,13 +57,14 @@ class OperatorProcess:
     """
 
     def __init__(self, kubeconfig: Path | str, log_path: Path, *,
-                 args: Sequence[str] = TEST_ARGS, env: Mapping[str, str] | None = None,
+                 args: Sequence[str] | OperatorSettings = TEST,
+                 env: Mapping[str, str] | None = None,
                  command: Sequence[str] = OPERATOR_COMMAND, cwd: Path | None = None,
                  new_session: bool = False, identity: str | None = None,
                  skew_seconds: float = 0.0) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.log_path = log_path
-        self.args = tuple(args)
+        self.args = args.args() if isinstance(args, OperatorSettings) else tuple(args)
         self.env = dict(env or {})
         self.command = tuple(command)
         if skew_seconds:
@@ -191,7 +194,7 @@ class OperatorProcess:
 
 
 def replicas(count: int, kubeconfig: Path | str, logs_dir: Path, *,
-             args: Sequence[str] = TEST_ARGS, skews: Sequence[float] = ()
+             args: Sequence[str] | OperatorSettings = TEST, skews: Sequence[float] = ()
              ) -> list[OperatorProcess]:
     """`count` operators that elect one leader (logs operator-<i>.log in `logs_dir`;
     `skews[i]`: replica i's clock skew in seconds). Not started."""

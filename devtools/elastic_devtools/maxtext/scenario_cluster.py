@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -23,11 +23,16 @@ from elastic_api.names import (
     VERSION,
     job_pods_selector,
 )
+from elastic_devtools.localcluster.operator_settings import MAXTEXT_E2E_NAMESPACE, SETTINGS
 
-NAMESPACE = "maxtext-e2e"
+if TYPE_CHECKING:
+    from elastic_devtools.localcluster.operator_process import OperatorProcess
+
+NAMESPACE = MAXTEXT_E2E_NAMESPACE
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-OPERATOR_ARGS = ("--namespace", NAMESPACE, "--resync-seconds", "5",
-                 "--checkpoint-scan-seconds", "2")
+# The scenario's operator (operator_settings.py): its namespace, a scan every 2 s, and
+# the scenario's own checkpoint roots (the head's /tmp/maxtext, gs://maxtext-e2e/maxtext).
+OPERATOR_SETTINGS = SETTINGS["maxtext-e2e"]
 
 
 @dataclass
@@ -52,10 +57,6 @@ def control_plane(work: Path, local_tmp: Path, gcs_env: dict[str, str],
     from elastic_devtools import localcluster as lc
     from elastic_devtools.localcluster.crds import install_crd
     from elastic_devtools.localcluster.faults import wait_for
-    from elastic_devtools.localcluster.operator_process import (
-        OPERATOR_COMMAND,
-        OperatorProcess,
-    )
 
     directory = lc.default_dir().parent / "maxtext-e2e-cluster"
     lc.down(directory, progress=lambda _: None)
@@ -73,15 +74,8 @@ def control_plane(work: Path, local_tmp: Path, gcs_env: dict[str, str],
         wait_for(lambda: core.list_namespaced_service_account(
             NAMESPACE, field_selector="metadata.name=default").items, 60,
             "the namespace's default ServiceAccount")
-        local_tmp.mkdir(parents=True, exist_ok=True)
-        (directory / "operator-tmp").mkdir(exist_ok=True)
-        # /tmp of the operator is the local run's head /tmp (its checkpoint directory).
-        command = ("unshare", "-m", "--", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"',
-                   str(local_tmp), *OPERATOR_COMMAND)
-        operator = OperatorProcess(
-            cluster.kubeconfig, work / "operator.log", args=OPERATOR_ARGS, command=command,
-            env={**gcs_env, "TMPDIR": str(directory / "operator-tmp"),
-                 "PYTHONUNBUFFERED": "1"})
+        operator = scenario_operator(cluster.kubeconfig, work / "operator.log", local_tmp,
+                                     directory / "operator-tmp", gcs_env)
         operator.start(timeout=120)
         say(f"operator running (pid {operator.pid}, log {work / 'operator.log'})")
         yield Cluster(cluster.kubeconfig, api, core, custom, operator, gcs_env)
@@ -90,6 +84,28 @@ def control_plane(work: Path, local_tmp: Path, gcs_env: dict[str, str],
             operator.stop()
         api.close()
         lc.down(directory, progress=lambda _: None)
+
+
+def scenario_operator(kubeconfig: Path, log: Path, local_tmp: Path, scratch: Path,
+                      gcs_env: dict[str, str], share_tmp: bool = True) -> OperatorProcess:
+    """The scenario's operator (an OperatorProcess, not started), as `make e2e-maxtext`
+    runs it and as its guard in `make test` does (tests/integration/test_long_targets.py):
+    its settings (OPERATOR_SETTINGS), fake-gcs-server's environment, and (`share_tmp`,
+    root only: a mount namespace of its own) the local run's head /tmp as its /tmp, the
+    local scenario's checkpoint directory; `scratch` is its own TMPDIR."""
+    from elastic_devtools.localcluster.operator_process import (
+        OPERATOR_COMMAND,
+        OperatorProcess,
+    )
+
+    local_tmp.mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    command: tuple[str, ...] = OPERATOR_COMMAND
+    if share_tmp:
+        command = ("unshare", "-m", "--", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"',
+                   str(local_tmp), *OPERATOR_COMMAND)
+    return OperatorProcess(kubeconfig, log, args=OPERATOR_SETTINGS, command=command,
+                           env={**gcs_env, "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
 
 
 def head_pod(cluster: Cluster, name: str) -> Any:

@@ -1,12 +1,18 @@
 """What a checkpoint scan, and the trainer's report of its restore, change in
-status.checkpoint."""
+status.checkpoint, and the condition CheckpointRootAllowed that the scanner's
+refusal of a root makes (with its Warning Event, once)."""
 from __future__ import annotations
 
-from elastic_api.models import CheckpointStatus, RestoreReport, TrainingReport
-
-# What a scan found, as opposed to what the operator carries (lastRestore).
-_SCANNED_STEPS = ("latest_committed_step", "incomplete_steps", "abandoned_steps",
-                  "latest_committed_bytes", "latest_committed_files")
+from elastic_api.conditions import ConditionType, Reason
+from elastic_api.models import (
+    CheckpointStatus,
+    Condition,
+    ElasticTrainingJobStatus,
+    RestoreReport,
+    TrainingReport,
+)
+from elastic_operator.core.conditions import ConditionSetter, get_condition
+from elastic_operator.core.events import StatusEvent
 
 
 def keep_last_known(
@@ -66,3 +72,34 @@ def checkpoint_status(known: CheckpointStatus | None,
     if merged.last_restore == restore:
         return merged
     return merged.model_copy(update={"last_restore": restore})
+
+
+def root_allowed_condition(setter: ConditionSetter,
+                           checkpoint: CheckpointStatus | None) -> Condition:
+    """Whether the operator may list spec.checkpoint.directory, from status.checkpoint as
+    this reconcile writes it (level-based: a refusal is kept until a scan is allowed).
+    Any other listing error (a directory not written yet, a 403) leaves it True: that is
+    status.checkpoint.error's to say, and passes; this is the operator's configuration."""
+    type_ = ConditionType.CHECKPOINT_ROOT_ALLOWED
+    if checkpoint is None or checkpoint.observed_at is None:  # lastRestore alone: no listing
+        return setter.unknown(type_, Reason.NOT_LISTED_YET,
+                              "no listing of spec.checkpoint.directory has finished yet")
+    if checkpoint.reason == Reason.CHECKPOINT_ROOT_NOT_ALLOWED:
+        return setter.false(type_, Reason.CHECKPOINT_ROOT_NOT_ALLOWED,
+                            f"{checkpoint.error}. Until then the status shows no checkpoint "
+                            "of this job: recoveries are reported without one")
+    return setter.true(type_, Reason.ROOT_ALLOWED, "spec.checkpoint.directory is under a "
+                       "checkpoint root the operator may list for this namespace")
+
+
+def root_refused_events(previous: ElasticTrainingJobStatus,
+                        condition: Condition) -> list[StatusEvent]:
+    """A Warning Event when the root is first refused (not again on every scan, nor after
+    an operator restart: the stored condition says it was told)."""
+    before = get_condition(previous, ConditionType.CHECKPOINT_ROOT_ALLOWED)
+    refused = (condition.status == "False"
+               and condition.reason == Reason.CHECKPOINT_ROOT_NOT_ALLOWED)
+    if not refused or (before is not None and before.status == "False"
+                       and before.reason == condition.reason):
+        return []
+    return [StatusEvent(Reason.CHECKPOINT_ROOT_NOT_ALLOWED, condition.message, "Warning")]

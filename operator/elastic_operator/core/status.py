@@ -11,7 +11,8 @@ typed result that the later stages read:
    elastic events, closed from the slices and the head's `main`: unreported.py) and the
    reporting trainer process;
 4. `decide_conditions`: one function per condition (conditions.py, failure.py,
-   admission.py, restore.py), and Ready and the phase summarizing them (ready.py);
+   admission.py, checkpoint.py, restore.py), and Ready and the phase summarizing them
+   (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
 
 Pure: `now` is passed in.
@@ -41,7 +42,11 @@ from elastic_api.models import (
 )
 from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
 from elastic_operator.core.admission import Admission, decide_admission
-from elastic_operator.core.checkpoint import checkpoint_status
+from elastic_operator.core.checkpoint import (
+    checkpoint_status,
+    root_allowed_condition,
+    root_refused_events,
+)
 from elastic_operator.core.conditions import (
     ConditionSetter,
     degraded_condition,
@@ -175,6 +180,7 @@ class Decided:
     summary: JobSummary
     ready: Readiness
     clock: EvictionClock  # Kueue's waitForPodsReady (EvictionPending)
+    events: list[StatusEvent] = field(default_factory=list)  # CheckpointRootNotAllowed
 
 
 class StatusResult(NamedTuple):
@@ -205,7 +211,7 @@ def compute_status(
     risk = next(c for c in decided.conditions if c.type == ConditionType.RESTORE_AT_RISK)
     warned = [] if gates.terminal else restore_risk_events(ctx.previous.conditions, risk)
     return StatusResult(status, gates.events + tracking.events + trainer.events
-                        + decided.clock.events + warned)
+                        + decided.clock.events + decided.events + warned)
 
 
 def decide_gates(ctx: StatusInputs) -> Gates:
@@ -328,6 +334,8 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         maintenance_condition(setter, slices, terminal),
         restore_risk_condition(setter, spec, ctx.checkpoint),
     ]
+    root_allowed = root_allowed_condition(setter, ctx.checkpoint)
+    conditions.append(root_allowed)
     placement = topology_condition(setter, spec, ctx.observed, slices, _queued(gates))
     if placement is not None:
         conditions.append(placement)
@@ -342,7 +350,8 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     ready = readiness(summary)
     ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
                                  ready.message)
-    return Decided([ready_condition, *conditions], summary, ready, clock)
+    return Decided([ready_condition, *conditions], summary, ready, clock,
+                   root_refused_events(ctx.previous, root_allowed))
 
 
 def _queued(gates: Gates) -> bool:
