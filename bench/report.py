@@ -296,6 +296,12 @@ def _gib(value: float | None) -> str:
     return "n/a" if value is None else (f"{value:.2f} GiB" if value < 10 else f"{value:.0f} GiB")
 
 
+def _sized_as(p: dict[str, Any]) -> str:
+    if p["gib"] is None:  # the listing failed: the state's nominal size
+        return f"the checkpoint of a {p['size_mb']} MiB state (size not listed)"
+    return f"a {_gib(p['gib'])} checkpoint ({p['files']} files)"
+
+
 def restore_size_rows(b: dict[str, Any]) -> list[Row]:
     """Restore speed against checkpoint size (baseline: the smallest checkpoint), and
     where the default pathways-proxy limit is crossed on the controller's path."""
@@ -305,8 +311,8 @@ def restore_size_rows(b: dict[str, Any]) -> list[Row]:
         points = b[where]
         base = points[0]
         for p in points[1:]:
-            rows.append((f"Restore of a {_gib(p['gib'])} checkpoint ({p['files']} files) from "
-                         f"{what} (baseline: {_gib(base['gib'])})",
+            rows.append((f"Restore of {_sized_as(p)} from {what} (baseline: "
+                         f"{_sized_as(base)})",
                          f"{_n(p['gib_per_second'], '{:.2f}')} GiB/s, "
                          f"{_s(p['restore_seconds_median'])}",
                          f"{_n(base['gib_per_second'], '{:.2f}')} GiB/s, "
