@@ -164,9 +164,13 @@ def estimated_checkpoint_bytes(spec: ElasticTrainingJobSpec) -> int | None:
 
 
 def gib(n: int) -> str:
-    """Bytes as GiB in a message: `150 GiB`, `0.12 GiB`."""
+    """Bytes in a message: `150 GiB`, `1.85 GiB`, `1.3 MiB`, `512 bytes`."""
     value = n / GIB
-    return f"{value:.0f} GiB" if value >= 10 else f"{value:.2f} GiB"
+    if value >= 10:
+        return f"{value:.0f} GiB"
+    if value >= 0.01:
+        return f"{value:.2f} GiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from elastic_api.restore_risk import (
     MAXTEXT_PARAMETERS,
     assess,
     estimated_checkpoint_bytes,
+    gib,
     quantity_bytes,
 )
 from elastic_api.validation import SNAPSHOT_MAXTEXT, validate_job
@@ -127,6 +128,12 @@ def test_the_listed_size_wins_over_the_estimate():
 def test_the_bundled_models_parameter_counts_are_the_trainers():
     assert {name: c.param_count() for name, c in CONFIGS.items()} == BUNDLED_PARAMETERS
     assert BYTES_PER_PARAMETER_WITH_ADAM == 12
+
+
+@pytest.mark.parametrize(("n", "shown"), [(150 * GIB, "150 GiB"), (int(1.85 * GIB), "1.85 GiB"),
+                                         (1358012, "1.3 MiB"), (512, "512 bytes")])
+def test_sizes_in_messages(n: int, shown: str):
+    assert gib(n) == shown
 
 
 @pytest.mark.parametrize(("text", "expected"), [
