@@ -287,6 +287,44 @@ def restore_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
                      f"{_n(m['orbax_restore_mib_per_s'], '{:.0f}')} MiB/s",
                      f"{_n(m['plain_read_mib_per_s'], '{:.0f}')} MiB/s",
                      _r(m["ratio_orbax_vs_plain_read_throughput"])))
+    if "by_size" in r:
+        rows += restore_size_rows(r["by_size"])
+    return rows
+
+
+def _gib(value: float | None) -> str:
+    return "n/a" if value is None else (f"{value:.2f} GiB" if value < 10 else f"{value:.0f} GiB")
+
+
+def _sized_as(p: dict[str, Any]) -> str:
+    if p["gib"] is None:  # the listing failed: the state's nominal size
+        return f"the checkpoint of a {p['size_mb']} MiB state (size not listed)"
+    return f"a {_gib(p['gib'])} checkpoint ({p['files']} files)"
+
+
+def restore_size_rows(b: dict[str, Any]) -> list[Row]:
+    """Restore speed against checkpoint size (baseline: the smallest checkpoint), and
+    where the default pathways-proxy limit is crossed on the controller's path."""
+    rows: list[Row] = []
+    for where, what in (("local", "local files, page cache dropped"),
+                        ("gcs", "gs:// (fake-gcs-server)")):
+        points = b[where]
+        base = points[0]
+        for p in points[1:]:
+            rows.append((f"Restore of {_sized_as(p)} from {what} (baseline: "
+                         f"{_sized_as(base)})",
+                         f"{_n(p['gib_per_second'], '{:.2f}')} GiB/s, "
+                         f"{_s(p['restore_seconds_median'])}",
+                         f"{_n(base['gib_per_second'], '{:.2f}')} GiB/s, "
+                         f"{_s(base['restore_seconds_median'])}",
+                         _r(p["gib_per_second"] / base["gib_per_second"]
+                            if p["gib_per_second"] and base["gib_per_second"] else None)))
+    rows.append((f"RestoreAtRisk above (controller's path, {b['safe_share']:.0%} of the "
+                 f"default proxy limit {b['proxy_memory']} = {_gib(b['proxy_limit_gib'])}); "
+                 f"largest catalog model within: {b['largest_catalog_model_within']} with Adam",
+                 _gib(b["at_risk_above_gib"]),
+                 f"at these speeds: {_s(b['local_seconds_at_risk_size'])} local, "
+                 f"{_s(b['gcs_seconds_at_risk_size'])} gs://", ""))
     return rows
 
 

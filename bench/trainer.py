@@ -23,12 +23,13 @@ def _log(msg: str) -> None:
     print(f"[trainer] {msg}", file=sys.stderr, flush=True)
 
 
-def run_worker(spec: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
+def run_worker(spec: dict[str, Any], timeout: float = 900,
+               env_extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one worker spec in a fresh process; its JSON result."""
     with tempfile.TemporaryDirectory(prefix="etj-bench-") as tmp:
         out = Path(tmp) / "result.json"
         spec = {"workdir": str(Path(tmp) / "work"), **spec}
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        env = {**os.environ, **(env_extra or {}), "PYTHONPATH": os.pathsep.join(
             filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "bench.trainer_worker", json.dumps(spec),
@@ -281,4 +282,54 @@ def restore(quick: bool) -> dict[str, Any]:
             "ratio_orbax_vs_plain_read_throughput": ratio(plain_s, orbax_s),
             "page_cache_evicted": m["page_cache_evicted"],
         }
+    out["by_size"] = restore_by_size(quick)
+    return out
+
+
+def _sized(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    points = []
+    for p in raw["points"]:
+        secs = median(p["restore_seconds"])
+        gib = p["bytes"] / 2**30 if p["bytes"] is not None else None
+        points.append({**p, "gib": gib, "restore_seconds_median": secs,
+                       "gib_per_second": gib / secs if gib is not None and secs else None})
+    return points
+
+
+def restore_by_size(quick: bool) -> dict[str, Any]:
+    """Restore seconds and GiB/s against checkpoint size, from local files and from gs://
+    (fake-gcs-server), and where the default pathways-proxy limit is crossed for a restore
+    through the controller (elastic_api/restore_risk.py)."""
+    from elastic_api.restore_risk import (
+        BYTES_PER_PARAMETER_WITH_ADAM,
+        DEFAULT_PROXY_MEMORY,
+        MAXTEXT_PARAMETERS,
+        SAFE_SHARE,
+        quantity_bytes,
+    )
+    from elastic_devtools.localcluster.gcs import create_bucket, start_fake_gcs
+
+    sizes = [16, 32, 64] if quick else [128, 512, 2048]
+    _log(f"restore by size: {sizes} MiB, local and fake-gcs")
+    local = run_worker({"kind": "restore_sizes", "sizes_mb": sizes, "repeats": 2},
+                       timeout=1800)
+    with start_fake_gcs() as gcs:
+        create_bucket(gcs.endpoint, "etj-bench-restore")
+        remote = run_worker({"kind": "restore_sizes", "sizes_mb": sizes, "repeats": 2,
+                             "root": "gs://etj-bench-restore/run"}, timeout=1800,
+                            env_extra=gcs.env)
+    limit = quantity_bytes(DEFAULT_PROXY_MEMORY)
+    safe = limit * SAFE_SHARE
+    largest = [n for n, p in MAXTEXT_PARAMETERS.items()
+               if p * BYTES_PER_PARAMETER_WITH_ADAM <= safe]
+    out: dict[str, Any] = {"local": _sized(local), "gcs": _sized(remote),
+                           "proxy_memory": DEFAULT_PROXY_MEMORY, "safe_share": SAFE_SHARE,
+                           "at_risk_above_gib": safe / 2**30, "proxy_limit_gib": limit / 2**30,
+                           "largest_catalog_model_within": max(
+                               largest, key=lambda n: MAXTEXT_PARAMETERS[n]),
+                           }
+    for where in ("local", "gcs"):
+        speed = out[where][-1]["gib_per_second"]
+        out[f"{where}_seconds_at_risk_size"] = (out["at_risk_above_gib"] / speed
+                                                if speed else None)
     return out

@@ -269,6 +269,83 @@ def restore_throughput(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     return out
 
 
+def _random_tree(size_mb: float, devices: int) -> tuple[Any, Any]:
+    """About `size_mb` MiB of random float32 arrays sharded over `devices` CPU devices
+    (random: constant arrays would compress to nothing), and their sharding."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:devices]), ("x",)), P("x"))
+    n_arrays = 8
+    per_array = int(size_mb * 2**20 / n_arrays / 4)
+    rows = max(devices, per_array // 1024 // devices * devices)
+    keys = jax.random.split(jax.random.PRNGKey(0), n_arrays)
+    tree = {f"w{i}": jax.device_put(jax.random.normal(keys[i], (rows, 1024), jnp.float32),
+                                    sharding) for i in range(n_arrays)}
+    return tree, sharding
+
+
+def _drop_page_cache(directory: Path) -> bool:
+    """The files under `directory` out of the page cache, so a restore reads the disk."""
+    ok = True
+    for p in (x for x in directory.rglob("*") if x.is_file()):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            ok = False
+        finally:
+            os.close(fd)
+    return ok
+
+
+def restore_sizes(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Save and restore checkpoints of each of `sizes_mb` under `root` (a gs:// URL, on
+    fake-gcs-server, or none: local files, page cache dropped before each restore); the
+    size as the operator's scan counts it (Checkpointer.step_size: the same rule)."""
+    devices = spec.get("devices", 4)
+    _setup_jax(devices, None)
+    import jax
+    from etils import epath
+
+    from elastic_trainer.checkpoint import Checkpointer
+
+    root = spec.get("root") or str(workdir / "restore-sizes")
+    points = []
+    for size_mb in spec["sizes_mb"]:
+        tree, sharding = _random_tree(size_mb, devices)
+        directory = f"{root}/size-{size_mb}"
+        ckpt = Checkpointer(directory, 1, 1, async_save=False)
+        t0 = time.perf_counter()
+        ckpt.save(1, tree)
+        ckpt.wait()
+        save_s = time.perf_counter() - t0
+        size = ckpt.step_size(1)
+        target = jax.tree.map(
+            lambda a, s=sharding: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree)
+        del tree
+        seconds, evicted = [], True
+        for _ in range(spec.get("repeats", 2)):
+            if not directory.startswith("gs://"):
+                evicted = _drop_page_cache(Path(directory)) and evicted
+            t0 = time.perf_counter()
+            restored = ckpt.restore(1, target)
+            jax.block_until_ready(restored)
+            seconds.append(time.perf_counter() - t0)
+            del restored
+        ckpt.close()
+        epath.Path(directory).rmtree()
+        points.append({"size_mb": size_mb, "bytes": size.bytes if size else None,
+                       "files": size.files if size else None, "save_seconds": save_s,
+                       "restore_seconds": seconds,
+                       "page_cache_evicted": evicted and not directory.startswith("gs://")})
+    return {"root": "gs://" if root.startswith("gs://") else "local", "points": points}
+
+
 def _overhead(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     from bench.overhead_worker import overhead
 
@@ -282,7 +359,8 @@ def _defaults(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
 
 
 KINDS = {"recovery": recovery, "steps_lost_sweep": steps_lost_sweep, "overhead": _overhead,
-         "restore_throughput": restore_throughput, "defaults": _defaults}
+         "restore_throughput": restore_throughput, "restore_sizes": restore_sizes,
+         "defaults": _defaults}
 
 
 def main(argv: list[str]) -> int:

@@ -130,6 +130,19 @@ JOB_PANELS = [
                   "{{namespace}}/{{job}} behind"),
            Target(leader_gauge("etj_checkpoint_period_steps"),
                   "{{namespace}}/{{job}} period")]),
+    Panel("Newest checkpoint size",
+          "The newest committed step's size, from the operator's listing "
+          "(status.checkpoint.latestCommittedBytes).",
+          [Target(leader_gauge("etj_checkpoint_latest_committed_bytes"),
+                  "{{namespace}}/{{job}}")],
+          unit="bytes"),
+    Panel("Restore at risk, and the last restore's speed",
+          "1 while RestoreAtRisk is True: a restore through the controller can outgrow "
+          "the pathways-proxy's memory (alert ElasticTrainingRestoreAtRisk); the trainer's "
+          "last restore in GiB/s (status.checkpoint.lastRestore).",
+          [Target(leader_gauge("etj_restore_at_risk"), "{{namespace}}/{{job}} at risk"),
+           Target(leader_gauge("etj_last_restore_gib_per_second"),
+                  "{{namespace}}/{{job}} GiB/s")]),
     Panel("Quarantined node pools (age)",
           "Node pools the operator keeps replacements off, and for how long (alert "
           "ElasticTrainingPoolQuarantinedLong after 1h).",

@@ -44,9 +44,16 @@ The rule, and why:
   following one would count, or delete, another run's data.
 - A root with no step at all but a `checkpoints/` directory is MaxText's run directory,
   one level above its checkpoint root: `nested_root_hint` says so.
+
+A committed step's size (`step_size`) is what a restore of it reads: the bytes of the
+regular files under its directory, by their length as listed (a sparse file counts its
+length: a restore reads it whole), links neither followed nor counted, no object read.
+The operator's scan (status.checkpoint.latestCommittedBytes) and the trainer's report of
+its restore (status.training.lastRestore.bytes) count it the same way.
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -152,6 +159,58 @@ def _classify(entry: RootEntry) -> tuple[int, bool] | None:
         return step, entry.has_commit_marker
     tmp = tmp_step_of(entry.name)
     return (tmp, False) if tmp is not None else None
+
+
+@dataclass(frozen=True)
+class StepFile:
+    """One entry under a step's directory, as a lister saw it (`size`: its length)."""
+
+    size: int
+    is_file: bool = True
+    is_link: bool = False
+
+
+@dataclass(frozen=True)
+class StepSize:
+    """What a restore of one step reads."""
+
+    bytes: int = 0
+    files: int = 0
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+
+GIB = 2**30
+
+
+def step_size(entries: Iterable[StepFile]) -> StepSize:
+    """The bytes and files of a step's listing: regular files only, links not counted."""
+    total = count = 0
+    for entry in entries:
+        if entry.is_file and not entry.is_link and entry.size >= 0:
+            total += entry.size
+            count += 1
+    return StepSize(bytes=total, files=count)
+
+
+def list_local_step(directory: str, step: int) -> list[StepFile]:
+    """Every entry under `<directory>/<step>/` on a filesystem, for `step_size` (lstat:
+    links are not followed). The operator's scan and the trainer list a local step so."""
+    files: list[StepFile] = []
+    pending = [os.path.join(directory, str(step))]
+    while pending:
+        with os.scandir(pending.pop()) as it:
+            for item in it:
+                if item.is_symlink():
+                    files.append(StepFile(size=0, is_file=False, is_link=True))
+                elif item.is_dir(follow_symlinks=False):
+                    pending.append(item.path)
+                else:
+                    files.append(StepFile(size=item.stat(follow_symlinks=False).st_size,
+                                          is_file=item.is_file(follow_symlinks=False)))
+    return files
 
 
 def nested_root_hint(directory: str) -> str:

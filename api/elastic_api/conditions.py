@@ -31,6 +31,9 @@ class ConditionType:
     # Kubernetes' Deployment convention: True while training steps advance, False once
     # none has come for the progress deadline, Unknown while held or not started.
     PROGRESSING: Final = "Progressing"
+    # Whether a restore of the newest checkpoint can outgrow the Pathways proxy's memory
+    # (elastic_api/restore_risk.py).
+    RESTORE_AT_RISK: Final = "RestoreAtRisk"
     # Whether the operator may list spec.checkpoint.directory (its --checkpoint-roots for
     # the job's namespace): False, the job's status shows no checkpoint of it.
     CHECKPOINT_ROOT_ALLOWED: Final = "CheckpointRootAllowed"
@@ -147,6 +150,13 @@ class Reason:
     HARDWARE_FAILURE: Final = "HardwareFailure"  # spec.recovery.hardwareExitCodes/Reasons
     REPEATED_FAILURES: Final = "RepeatedFailures"  # slices of different jobs failed there
 
+    # RestoreAtRisk (True: PROXY_MEMORY, also its Warning Event)
+    PROXY_MEMORY: Final = "ProxyMemory"
+    WITHIN_PROXY_MEMORY: Final = "WithinProxyMemory"
+    HOSTS_RESTORE: Final = "HostsRestore"  # the TPU hosts read their own shards
+    NO_PROXY: Final = "NoProxy"  # backend simulated
+    SIZE_UNKNOWN: Final = "SizeUnknown"
+
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"
     TRAINER_RESTARTED: Final = "TrainerRestarted"
@@ -164,6 +174,7 @@ class Reason:
     CHECKPOINT_REQUESTED: Final = "CheckpointRequested"
     CHECKPOINT_ACKNOWLEDGED: Final = "CheckpointAcknowledged"
     CHECKPOINT_REQUEST_TIMED_OUT: Final = "CheckpointRequestTimedOut"
+    RESTORE_AT_RISK: Final = "RestoreAtRisk"  # Warning: the condition turned True
 
 
 # The trainer's Failed reasons (status.training.reason) that fail the job, with the same

@@ -1012,6 +1012,26 @@ class SliceStepTime(StatusModel):
                             "fastest).")
 
 
+class RestoreReport(StatusModel):
+    """The restore the trainer last did (status.training.lastRestore; the operator carries
+    it into status.checkpoint.lastRestore)."""
+
+    # A string, not an enum: a newer trainer may restore from a source this schema does
+    # not know.
+    source: str = Field(max_length=64, description="checkpoint (from checkpoint.directory) "
+                        "or snapshot (from the surviving slices' memory).")
+    step: Count = Field(description="The step restored.")
+    bytes: Count | None = Field(
+        None, description="What the restore read: the committed step's files as listed "
+        "(elastic_api.checkpoints.step_size, the operator's rule too); for a snapshot, the "
+        "state's bytes.")
+    seconds: float = Field(ge=0, description="From the start of the restore to the state "
+                           "on the devices.")
+    gib_per_second: float | None = Field(None, ge=0, alias="gibPerSecond",
+                                         description="bytes / 2^30 / seconds.")
+    restored_at: datetime
+
+
 class TrainingReport(StatusModel):
     """Written by the trainer through the status subresource; read by the operator."""
 
@@ -1046,6 +1066,9 @@ class TrainingReport(StatusModel):
     slice_step_times: list[SliceStepTime] | None = Field(
         None, description="Each active slice's part of the recent steps; absent where the "
         "backend cannot time the parts (Pathways).")
+    last_restore: RestoreReport | None = Field(
+        None, description="The restore this trainer process last did (the newest of its "
+        "start and its elastic events).")
 
 
 # Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the
@@ -1212,6 +1235,15 @@ class CheckpointStatus(StatusModel):
         "own configuration: CheckpointRootNotAllowed, the directory is outside the roots "
         "`etj operator --checkpoint-roots` (chart value checkpointRoots) allows for the "
         "job's namespace, and is never listed (condition CheckpointRootAllowed False).")
+    latest_committed_bytes: int | None = Field(
+        None, ge=0, description="The size of latestCommittedStep: the bytes of the regular "
+        "files under its directory, from the same listing (no object is read; a sparse "
+        "file counts its length). What a restore of it reads.")
+    latest_committed_files: int | None = Field(
+        None, ge=0, description="The regular files under latestCommittedStep's directory.")
+    last_restore: RestoreReport | None = Field(
+        None, description="The restore the trainer last reported "
+        "(status.training.lastRestore), kept by the operator across trainer processes.")
 
 
 class AdmissionStatus(StatusModel):

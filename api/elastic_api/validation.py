@@ -282,6 +282,13 @@ CHECKPOINT_FIELD_TWICE = (
     "spec.checkpoint.{field}: the renderer passes it to MaxText as {key}, which "
     "spec.trainer.args or the variable {env} of spec.trainer.env sets too; set it in one place"
 )
+SNAPSHOT_MAXTEXT = (
+    "spec.snapshot.periodSteps: MaxText 0.2.5 keeps no snapshot this could turn on: its "
+    "elastic_backup_kind (snapshot by default) is read by no code of its trainer "
+    "(maxtext/utils/elastic_utils.py elastic_snapshot() is never called), and it has no "
+    "snapshot period, so the operator renders no flag for it; remove "
+    "spec.snapshot.periodSteps (or set 0): MaxText restores from its newest checkpoint"
+)
 # spec.checkpoint fields the renderer hands to MaxText, by wire name: (Python name, MaxText key)
 CHECKPOINT_MAXTEXT_FIELDS = {"keep": ("keep", maxtext.KEEP_KEY),
                              "async": ("async_", maxtext.ASYNC_KEY)}
@@ -513,6 +520,10 @@ def _checkpoint_maxtext_rules() -> list[Rule]:
                  f"(!has(self.trainer.env) || !self.trainer.env.exists(e, e.name == '{env}'))",
                  _fill(CHECKPOINT_FIELD_TWICE, fill), {}, create_only=True),
         ]
+    # At creation only, as the rules above.
+    rules.append(Rule("spec", f"!has(self.snapshot) || !has(self.snapshot.periodSteps) || "
+                      f"self.snapshot.periodSteps == 0 || !{runs}",
+                      SNAPSHOT_MAXTEXT, {}, create_only=True))
     return rules
 
 
@@ -815,6 +826,8 @@ def _checkpoint_maxtext_checks(spec: ElasticTrainingJobSpec) -> list[str]:
         elif runs and (maxtext.has_flag(trainer.args, key)
                        or any(e.name == fill["env"] for e in trainer.env)):
             errors.append(_fill(CHECKPOINT_FIELD_TWICE, fill))
+    if runs and spec.snapshot.period_steps:
+        errors.append(SNAPSHOT_MAXTEXT)
     return errors
 
 

@@ -3,7 +3,9 @@
 The commit rule itself (which names are committed, incomplete or abandoned steps) is
 elastic_api.checkpoints, which the trainer applies too: this module lists a gs:// prefix
 (google-cloud-storage) or a local directory into `RootEntry`s, and `summarize` turns the
-rule's decision into the CheckpointStatus to publish. Anything else under the root
+rule's decision into the CheckpointStatus to publish, with the newest committed step's
+size (`step_size` over one more listing, of that step's directory: its files' lengths,
+no object read). Anything else under the root
 (foreign files, non-step names such as `prefix_100`, links) is ignored, never an error,
 and reported in `CheckpointSummary.ignored_entries` (for logs and events).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,9 +22,13 @@ from typing import Any
 from elastic_api.checkpoints import (
     COMMIT_MARKER,
     RootEntry,
+    StepFile,
+    StepSize,
     decide,
+    list_local_step,
     needs_marker_lookup,
     nested_root_hint,
+    step_size,
 )
 from elastic_api.models import CheckpointStatus
 
@@ -48,13 +55,19 @@ class CheckpointSummary:
 
 def summarize_entries(
     listing: Iterable[RootEntry], directory: str, now: datetime,
+    size: StepSize | None = None,
 ) -> CheckpointSummary:
-    """The commit rule's decision over a listing of `directory`, as a status (pure).
+    """The commit rule's decision over a listing of `directory`, as a status (pure);
+    `size`: the newest committed step's (step_size), when it was listed.
 
     A root with no step but a `checkpoints/` directory gets the rule's hint as its error
     (MaxText's run directory given instead of its checkpoint root)."""
     decision = decide(listing)
+    if decision.latest_committed is None:
+        size = None
     status = CheckpointStatus(
+        latest_committed_bytes=size.bytes if size is not None else None,
+        latest_committed_files=size.files if size is not None else None,
         directory=directory,
         latest_committed_step=decision.latest_committed,
         incomplete_steps=list(decision.incomplete),
@@ -156,6 +169,54 @@ def list_gcs(
     return entries
 
 
+def list_gcs_step(directory: str, step: int, client: Any, *,
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> list[StepFile]:
+    """One recursive list call under `<root>/<step>/`: every object's size as listed (no
+    object is read)."""
+    from google.cloud.storage.retry import DEFAULT_RETRY  # see storage_client_from_env
+
+    bucket_name, prefix = parse_gcs_url(directory)
+    blobs = client.list_blobs(client.bucket(bucket_name), prefix=f"{prefix}{step}/",
+                              timeout=timeout_s, retry=DEFAULT_RETRY.with_timeout(timeout_s))
+    return [StepFile(size=int(blob.size or 0)) for blob in blobs
+            if not blob.name.endswith("/")]  # a folder placeholder holds nothing
+
+
+# A committed step's size on gs://, once listed: Orbax writes commit_success.txt last and
+# never writes a committed step again (saves only go forward), so each scan need not list
+# the same step (thousands of objects for an unsharded save: several paged requests)
+# again. Bounded; oldest out first. A local step is listed each time (a few lstat calls).
+_SIZES: dict[tuple[str, int], StepSize] = {}
+_SIZES_LOCK = threading.Lock()  # the scanner's threads share it
+MAX_SIZES_KEPT = 4096
+
+
+def _newest_step_size(directory: str, listing: list[RootEntry], client: Any,
+                      timeout_s: float) -> StepSize | None:
+    """The newest committed step's size; None when it could not be listed (the step may
+    have been deleted since, by the trainer's keep)."""
+    newest = decide(listing).latest_committed
+    if newest is None:
+        return None
+    with _SIZES_LOCK:
+        known = _SIZES.get((directory, newest)) if client is not None else None
+    if known is not None:
+        return known
+    try:
+        files = (list_gcs_step(directory, newest, client, timeout_s=timeout_s)
+                 if client is not None else list_local_step(directory, newest))
+    except Exception:  # the size is extra: a step deleted meanwhile keeps the listing good
+        return None
+    size = step_size(files)
+    if client is None:
+        return size
+    with _SIZES_LOCK:
+        _SIZES[(directory, newest)] = size
+        while len(_SIZES) > MAX_SIZES_KEPT:
+            del _SIZES[next(iter(_SIZES))]
+    return size
+
+
 def list_local(directory: str) -> list[RootEntry]:
     """os.scandir of the root; a marker lookup (one stat) per step directory. Links are
     not followed (the rule ignores them)."""
@@ -211,6 +272,7 @@ def scan_checkpoints_detailed(
             parse_gcs_url(directory)  # a bad URL needs no client (nor credentials)
             client = storage_client if storage_client is not None else storage_client_from_env()
             listing = list_gcs(directory, client, timeout_s=timeout_s)
+            size = _newest_step_size(directory, listing, client, timeout_s)
         elif "://" in directory:
             scheme = directory.split("://", 1)[0]
             raise CheckpointScanError(
@@ -219,6 +281,7 @@ def scan_checkpoints_detailed(
             )
         else:
             listing = list_local(directory)
+            size = _newest_step_size(directory, listing, None, timeout_s)
     except CheckpointScanError as e:
         return _failed(directory, now, str(e))
     except Exception as e:  # the edge must not crash the reconcile loop
@@ -230,7 +293,7 @@ def scan_checkpoints_detailed(
                 "GOOGLE_APPLICATION_CREDENTIALS",
             )
         return _failed(directory, now, f"cannot list {directory}: {type(e).__name__}: {_short(e)}")
-    return summarize_entries(listing, directory, now)
+    return summarize_entries(listing, directory, now, size)
 
 
 def _failed(directory: str, now: datetime, message: str) -> CheckpointSummary:

@@ -23,6 +23,7 @@ from elastic_api.badput import BADPUT_TYPES
 from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import (
     BadputSeconds,
+    CheckpointStatus,
     ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
     TrainingReport,
@@ -240,6 +241,17 @@ class OperatorMetrics:
         self.checkpoint_period = Gauge(
             "etj_checkpoint_period_steps", "Steps between checkpoints "
             "(spec.checkpoint.periodSteps).", labels, registry=registry)
+        self.checkpoint_bytes = Gauge(
+            "etj_checkpoint_latest_committed_bytes", "Size of the newest committed "
+            "checkpoint step (status.checkpoint.latestCommittedBytes).", labels,
+            registry=registry)
+        self.restore_at_risk = Gauge(
+            "etj_restore_at_risk", "1 while RestoreAtRisk is True (a restore can outgrow "
+            "the pathways-proxy's memory), else 0.", labels, registry=registry)
+        self.restore_gib_per_second = Gauge(
+            "etj_last_restore_gib_per_second", "Speed of the trainer's last restore from a "
+            "checkpoint (status.checkpoint.lastRestore.gibPerSecond).", labels,
+            registry=registry)
         self.checkpoint_scan_failing = Gauge(
             "etj_checkpoint_scan_failing", "1 while the checkpoint directory cannot be "
             "listed (status.checkpoint.error), else 0.", labels, registry=registry)
@@ -376,13 +388,27 @@ class OperatorMetrics:
             self.progress_deadline.labels(namespace, job).set(new.progress.deadline_seconds)
         if new.training is not None:
             self.training_step.labels(namespace, job).set(new.training.step)
+        at_risk = any(c.type == ConditionType.RESTORE_AT_RISK and c.status == "True"
+                      for c in new.conditions)
+        self.restore_at_risk.labels(namespace, job).set(int(at_risk))
         checkpoint = new.checkpoint
         if checkpoint is not None:
+            self._record_checkpoint_size(namespace, job, checkpoint)
+        if checkpoint is not None and (checkpoint.directory is not None
+                                       or checkpoint.error is not None):
             self.checkpoint_scan_failing.labels(namespace, job).set(int(bool(checkpoint.error)))
             # Unknown (a failed listing that never succeeded) is no series, not 0.
             if checkpoint.latest_committed_step is not None or not checkpoint.error:
                 self.checkpoint_step.labels(namespace, job).set(
                     checkpoint.latest_committed_step or 0)
+
+    def _record_checkpoint_size(self, namespace: str, job: str,
+                                checkpoint: CheckpointStatus) -> None:
+        if checkpoint.latest_committed_bytes is not None:
+            self.checkpoint_bytes.labels(namespace, job).set(checkpoint.latest_committed_bytes)
+        restore = checkpoint.last_restore
+        if restore is not None and restore.gib_per_second is not None:
+            self.restore_gib_per_second.labels(namespace, job).set(restore.gib_per_second)
 
     def _record_goodput(self, namespace: str, job: str, previous: ElasticTrainingJobStatus,
                         new: ElasticTrainingJobStatus) -> None:
@@ -443,7 +469,8 @@ class OperatorMetrics:
                        self.jobset_restarts, self.max_restarts, self.recovering,
                        self.training_step, self.checkpoint_step, self.checkpoint_period,
                        self.checkpoint_scan_failing, self.stalled, self.progress_deadline,
-                       self.slow_steps, self.stalls):
+                       self.slow_steps, self.stalls, self.checkpoint_bytes,
+                       self.restore_at_risk, self.restore_gib_per_second):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, job)
         for phase in PHASES:

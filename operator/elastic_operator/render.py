@@ -69,6 +69,7 @@ from elastic_api.names import (
     WORKLOAD_PRIORITY_CLASS_KIND,
 )
 from elastic_api.names import jobset_name as _jobset_name
+from elastic_api.restore_risk import DEFAULT_PROXY_MEMORY
 from elastic_operator.observed import ObservedPriorityClass, PriorityClassRef
 
 PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
@@ -78,7 +79,7 @@ WORKER_PORT = 29005
 
 
 RM_LIMITS = {"cpu": "8", "memory": "32G"}
-PROXY_LIMITS = {"cpu": "16", "memory": "100G"}
+PROXY_LIMITS = {"cpu": "16", "memory": DEFAULT_PROXY_MEMORY}  # restore_risk reads it too
 SHARED_TMP = "shared-tmp"
 
 

@@ -1,7 +1,9 @@
 """`etj render -f job.yaml`: print the objects a job renders to, as a YAML stream.
 
 Like `helm template`: nothing is sent to a cluster. An invalid file fails with the same
-rules as admission, each message naming the field and the fix.
+rules as admission, each message naming the field and the fix. A job whose restore the
+spec alone shows at risk (RestoreAtRisk: a model of known size through the proxy) renders
+with a warning on stderr.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
     # models (pydantic) would slow down every other subcommand's start.
     import yaml
 
+    from elastic_api.restore_risk import assess
     from elastic_api.validation import validate_job
     from elastic_operator.render import render, to_yaml_stream
 
@@ -53,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
             for line in str(exc).splitlines():
                 print(f"  {line}", file=sys.stderr)
             return 1
+        risk = assess(job.spec, None)  # the spec alone, as the first reconcile sees it
+        if risk.status == "True":
+            print(f"etj render: warning: {job.metadata.name}: RestoreAtRisk: {risk.message}",
+                  file=sys.stderr)
         out.extend(render(job))
     sys.stdout.write(to_yaml_stream(out))
     return 0

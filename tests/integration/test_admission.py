@@ -37,6 +37,7 @@ from elastic_api.validation import (
     PROGRESS_METRICS_FILE_PATH,
     PROGRESS_METRICS_FILE_REQUIRED,
     PROGRESS_NEEDS_COMMAND,
+    SNAPSHOT_MAXTEXT,
     SNAPSHOT_PERIOD_RUN,
     STEPS_REQUIRED,
     TAS_HOSTNAME,
@@ -336,6 +337,9 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         ("spec.trainer", {"image": "t:1", "command": MAXTEXT,
                           "env": [{"name": "M_MAX_NUM_CHECKPOINTS_TO_KEEP", "value": "5"}]})),
      _checkpoint_message(CHECKPOINT_FIELD_TWICE, "keep", maxtext.KEEP_KEY)),
+    ("snapshot-maxtext", _mutated(("spec.snapshot", {"periodSteps": 10}),
+                                  ("spec.trainer", {"image": "t:1", "command": MAXTEXT})),
+     SNAPSHOT_MAXTEXT),
 ]
 
 

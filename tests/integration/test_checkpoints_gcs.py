@@ -147,7 +147,7 @@ def test_committed_incomplete_and_foreign_entries(
     assert status.abandoned_steps == [150]
 
 
-def test_scan_is_one_list_call_plus_one_metadata_get_per_step(
+def test_scan_is_one_list_call_plus_one_metadata_get_per_step_and_one_list_to_size(
     fake_gcs: FakeGcsServer, bucket: storage.Bucket,
 ) -> None:
     for step in (10, 20, 30):
@@ -158,9 +158,15 @@ def test_scan_is_one_list_call_plus_one_metadata_get_per_step(
         f"gs://{bucket.name}/ckpt", now=NOW, storage_client=client_for(fake_gcs, session),
     )
     assert status.latest_committed_step == 20 and status.incomplete_steps == [30]
+    # The newest committed step's objects as listed: the seven of write_orbax_step and
+    # its marker.
+    marker = len(f"Checkpoint commit was successful to gs://{bucket.name}/ckpt/20")
+    assert status.latest_committed_files == 8
+    assert status.latest_committed_bytes == 21 + 2 + 2 + 64 + 64 + 256 + 2 + marker
     lists = [url for _, url in session.calls if url.split("?")[0].endswith("/o")]
     gets = [url for _, url in session.calls if "/o/" in url]
-    assert len(lists) == 1 and "delimiter=%2F" in lists[0]
+    assert len(lists) == 2 and "delimiter=%2F" in lists[0]
+    assert "delimiter" not in lists[1] and "prefix=ckpt%2F20%2F" in lists[1]
     assert len(gets) == 3
     assert all("commit_success.txt" in url for url in gets)
     assert not any("alt=media" in url for _, url in session.calls), "no object is downloaded"
@@ -168,6 +174,13 @@ def test_scan_is_one_list_call_plus_one_metadata_get_per_step(
     # bucket, in a background thread, cached per client), not object traffic.
     others = [url for _, url in session.calls if url not in lists and url not in gets]
     assert all(url.split("?")[0].endswith(f"/b/{bucket.name}") for url in others), others
+    # A committed step is never written again: the next scan does not list it again.
+    again = RecordingSession()
+    status = scan_checkpoints(
+        f"gs://{bucket.name}/ckpt", now=NOW, storage_client=client_for(fake_gcs, again),
+    )
+    assert status.latest_committed_bytes == 21 + 2 + 2 + 64 + 64 + 256 + 2 + marker
+    assert len([url for _, url in again.calls if url.split("?")[0].endswith("/o")]) == 1
 
 
 def test_bucket_root_and_empty_prefix(bucket: storage.Bucket, client: storage.Client) -> None:

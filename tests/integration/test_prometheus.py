@@ -223,7 +223,9 @@ def test_slice_down_alert_and_every_dashboard_query_on_a_real_prometheus(
         "elasticEvent": {"id": 1, "phase": "Resumed", "detectedAt": iso(failed_at),
                          "failedStep": 60, "slicesDown": [SLICE], "restoredFromStep": 40,
                          "restoreSource": "checkpoint", "resumedAt": iso(now),
-                         "resumedStep": 61}})
+                         "resumedStep": 61},
+        "lastRestore": {"source": "checkpoint", "step": 40, "bytes": 2**31, "seconds": 1.0,
+                        "gibPerSecond": 2.0, "restoredAt": iso(now)}})
     wait_status(api, namespace, lambda s: condition(s, ConditionType.RECOVERING).get("reason")
                 == Reason.RECOVERED, "Recovering False/Recovered")
     board = json.loads(dashboard.OUTPUT.read_text())

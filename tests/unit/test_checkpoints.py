@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_api.models import CheckpointStatus
+from elastic_api.models import CheckpointStatus, RestoreReport, TrainingReport
 from elastic_operator.checkpoints import (
     COMMIT_MARKER,
     MAX_IGNORED_REPORTED,
@@ -21,7 +21,7 @@ from elastic_operator.checkpoints import (
     summarize,
     summarize_entries,
 )
-from elastic_operator.core.checkpoint import keep_last_known
+from elastic_operator.core.checkpoint import checkpoint_status, keep_last_known
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GCS = "gs://bucket/run1/checkpoints"
@@ -321,3 +321,70 @@ def test_good_scan_or_new_directory_replaces_everything() -> None:
     moved = CheckpointStatus(directory="gs://bucket/other", observed_at=LATER, error="x")
     assert keep_last_known(previous, moved) == moved
     assert keep_last_known(None, moved) == moved
+
+
+# --- the newest committed step's size -------------------------------------------------------
+
+
+def test_the_newest_committed_steps_size_comes_from_its_listing(tmp_path: Path) -> None:
+    """Lengths as listed (a sparse file counts whole), nested files counted, links and
+    older or uncommitted steps not."""
+    for step_name, size in (("100", 5), ("200", 2**40), ("300.orbax-checkpoint-tmp", 7)):
+        items = tmp_path / step_name / "items" / "ocdbt"
+        items.mkdir(parents=True)
+        with open(items / "d", "wb") as f:
+            f.truncate(size)
+    (tmp_path / "100" / COMMIT_MARKER).write_text("ok")
+    (tmp_path / "200" / COMMIT_MARKER).write_text("ok")
+    (tmp_path / "200" / "link").symlink_to(tmp_path / "100" / "items")
+    status = scan_checkpoints(str(tmp_path), now=NOW)
+    assert status.latest_committed_step == 200
+    assert status.latest_committed_bytes == 2**40 + 2
+    assert status.latest_committed_files == 2
+
+
+def test_no_committed_step_no_size(tmp_path: Path) -> None:
+    (tmp_path / "300.orbax-checkpoint-tmp").mkdir()
+    status = scan_checkpoints(str(tmp_path), now=NOW)
+    assert status.latest_committed_bytes is None and status.latest_committed_files is None
+
+
+def test_a_failed_scan_keeps_the_last_size_with_the_last_step() -> None:
+    previous = CheckpointStatus(directory=LOCAL, latest_committed_step=200,
+                                latest_committed_bytes=10, latest_committed_files=2,
+                                observed_at=NOW)
+    failed = CheckpointStatus(directory=LOCAL, observed_at=NOW, error="gone")
+    merged = keep_last_known(previous, failed)
+    assert (merged.latest_committed_bytes, merged.latest_committed_files) == (10, 2)
+
+
+def restore(seconds: float, at_minute: int) -> RestoreReport:
+    return RestoreReport(source="checkpoint", step=100, bytes=2**30, seconds=seconds,
+                         gib_per_second=1 / seconds,
+                         restored_at=datetime(2026, 11, 29, 12, at_minute, tzinfo=UTC))
+
+
+def test_the_trainers_last_restore_is_carried_across_scans_and_processes() -> None:
+    scanned = CheckpointStatus(directory=LOCAL, latest_committed_step=100, observed_at=NOW)
+    first = restore(2.0, 1)
+    report = TrainingReport(observed_at=NOW, state="Training", last_restore=first)
+    status = checkpoint_status(None, scanned, report)
+    assert status is not None and status.last_restore == first
+    # A later scan finding the same steps changes nothing (no write).
+    again = scanned.model_copy(update={"observed_at": NOW.replace(minute=5)})
+    assert checkpoint_status(status, again, report) is status
+    # A new process that has not restored yet reports none: the last one stays.
+    fresh = TrainingReport(observed_at=NOW, state="Initializing")
+    assert checkpoint_status(status, None, fresh) is status
+    # An older restore reported late never replaces a newer one.
+    newer = restore(1.0, 9)
+    status = checkpoint_status(status, None, report.model_copy(update={"last_restore": newer}))
+    assert status is not None and status.last_restore == newer
+    assert checkpoint_status(status, None, report) is status
+
+
+def test_a_restore_reported_before_any_scan_makes_a_checkpoint_status() -> None:
+    report = TrainingReport(observed_at=NOW, state="Training", last_restore=restore(2.0, 1))
+    status = checkpoint_status(None, None, report)
+    assert status is not None and status.directory is None
+    assert status.last_restore == report.last_restore

@@ -58,6 +58,13 @@ def operator_view(directory: str, **kw: Any) -> dict[str, Any]:
             "ignored": summary.ignored_entries, "error": status.error}
 
 
+def operator_size(directory: str, **kw: Any) -> list[int] | None:
+    status = scan_checkpoints_detailed(directory, now=NOW, **kw).status
+    if status.latest_committed_bytes is None or status.latest_committed_files is None:
+        return None
+    return [status.latest_committed_bytes, status.latest_committed_files]
+
+
 def trainer_view(decision: RootDecision, directory: str) -> dict[str, Any]:
     """The trainer's decision in the operator's terms (its hint is the status error)."""
     return {"committed": list(decision.committed), "latest": decision.latest_committed,
@@ -185,16 +192,48 @@ def test_any_local_root_reads_alike(tmp_path_factory: pytest.TempPathFactory,
     assert operator["error"] is None or "did you mean" in operator["error"]
 
 
-def _run_trainer(root: Path, steps: int) -> RunResult:
+def _trainer(root: Path, steps: int) -> Trainer:
     cfg = get_config("tiny")
     opts = LoopOptions(steps=steps, batch=2, seed=0, max_retries=1, log_every=10**6)
-    trainer = Trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
-                      SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
-                      Checkpointer(str(root), period=5, keep=5, async_save=False))
+    return Trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
+                   SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
+                   Checkpointer(str(root), period=5, keep=5, async_save=False))
+
+
+def _run_trainer(root: Path, steps: int) -> RunResult:
+    trainer = _trainer(root, steps)
     try:
         return trainer.run()
     finally:
         trainer.backend.close()
+
+
+def test_the_trainer_reports_the_restore_of_the_size_the_operator_lists(tmp_path: Path) -> None:
+    """status.checkpoint.latestCommittedBytes and status.training.lastRestore.bytes count
+    one step alike (elastic_api.checkpoints.step_size): Orbax's files, a sparse file and
+    a link the rule does not count."""
+    assert _run_trainer(tmp_path, steps=10).final_step == 10
+    with open(tmp_path / "10" / "sparse", "wb") as f:
+        f.truncate(3 * 2**30)
+    (tmp_path / "10" / "link").symlink_to(tmp_path / "10" / "sparse")
+    listed = scan_checkpoints_detailed(str(tmp_path), now=NOW).status
+    assert listed.latest_committed_bytes is not None
+    assert listed.latest_committed_bytes > 3 * 2**30
+    files = [p for p in (tmp_path / "10").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert listed.latest_committed_files == len(files)
+    assert listed.latest_committed_bytes == sum(p.stat().st_size for p in files)
+    trainer = _trainer(tmp_path, steps=12)
+    try:
+        result = trainer.run()
+    finally:
+        trainer.backend.close()
+    assert result.started_from == (10, "checkpoint")
+    restore = trainer.training_report().last_restore
+    assert restore is not None
+    assert (restore.source, restore.step, restore.bytes) == (
+        "checkpoint", 10, listed.latest_committed_bytes)
+    assert restore.gib_per_second == pytest.approx(
+        restore.bytes / 2**30 / restore.seconds, rel=1e-3)
 
 
 def test_the_trainer_resumes_from_the_step_the_operator_reports(tmp_path: Path) -> None:
@@ -218,9 +257,11 @@ from elastic_trainer.checkpoint import Checkpointer
 for directory in sys.argv[1:]:
     ckpt = Checkpointer(directory, period=1, keep=5, async_save=False)
     d = ckpt.listing()
+    size = ckpt.step_size(d.latest_committed) if d.latest_committed is not None else None
     print(json.dumps({"committed": d.committed, "incomplete": d.incomplete,
                       "abandoned": d.abandoned, "ignored": d.ignored,
-                      "nested": d.nested_root}))
+                      "nested": d.nested_root,
+                      "size": [size.bytes, size.files] if size is not None else None}))
     ckpt.close()
 """
 
@@ -259,10 +300,12 @@ def test_both_sides_read_a_hostile_gcs_root_alike(fake_gcs: FakeGcsServer) -> No
                            "error": None}
     assert operator[1]["error"] is not None
     assert f"did you mean {nested}/checkpoints?" in operator[1]["error"]
-    for seen, theirs in zip(operator, trainer, strict=True):
+    for seen, theirs, directory in zip(operator, trainer, (hostile, nested), strict=True):
         assert theirs == {"committed": seen["committed"], "incomplete": seen["incomplete"],
                           "abandoned": seen["abandoned"], "ignored": seen["ignored"],
-                          "nested": seen["error"] is not None}
+                          "nested": seen["error"] is not None,
+                          "size": operator_size(directory, storage_client=client)}
+    assert operator_size(hostile, storage_client=client) == [len("ok{}x"), 3]
 
 
 # --- hostile statuses: one reader ----------------------------------------------------------

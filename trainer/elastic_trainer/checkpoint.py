@@ -45,10 +45,14 @@ from elastic_api.checkpoints import (
     COMMIT_MARKER,
     RootDecision,
     RootEntry,
+    StepFile,
+    StepSize,
     decide,
+    list_local_step,
     matters,
     needs_marker_lookup,
     nested_root_hint,
+    step_size,
 )
 from elastic_trainer.backends import WriteHook
 from elastic_trainer.errors import CheckpointDirectoryGone, is_slice_down_error
@@ -130,6 +134,15 @@ class _BackgroundSave:
         if self.error is not None:
             raise self.error
         self.manager.wait_until_finished()
+
+
+def _walk(path: epath.Path) -> Any:
+    """The files under `path` (gs://: an object listing per "directory")."""
+    for child in path.iterdir():
+        if child.is_dir():
+            yield from _walk(child)
+        else:
+            yield child
 
 
 class Checkpointer:
@@ -397,6 +410,20 @@ class Checkpointer:
                              f"{COMMIT_MARKER}) in {self.directory}")
         self._manager.reload()  # a save abandoned earlier may have finished since
         return self._manager.restore(step, args=ocp.args.StandardRestore(target))
+
+    def step_size(self, step: int) -> StepSize | None:
+        """What a restore of `step` reads, counted as the operator's scan counts it
+        (elastic_api.checkpoints.step_size); None when it cannot be listed."""
+        try:
+            if self._is_local:
+                files = list_local_step(str(self.directory), step)
+            else:  # epath refuses rglob on gs://: one listing per directory level
+                files = [StepFile(size=p.stat().length)
+                         for p in _walk(self.directory / str(step))]
+        except Exception as err:  # the size is for the report only
+            log.info("sizing checkpoint step %d: %s", step, err)
+            return None
+        return step_size(files)
 
     def has_save_of(self, step: int) -> bool:
         """A save of `step` is in flight, or it is the newest committed step."""

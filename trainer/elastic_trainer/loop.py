@@ -37,11 +37,13 @@ from typing import Any
 
 import jax
 
+from elastic_api.checkpoints import GIB
 from elastic_api.conditions import Reason
 from elastic_api.models import (
     DEFAULT_OVERHEAD_BUDGET_PERCENT,
     CheckpointAck,
     CheckpointRequest,
+    RestoreReport,
     SliceReplacementRequest,
     SliceStepTime,
     StallReport,
@@ -177,6 +179,7 @@ class Trainer:
         self.current_event: ElasticEvent | None = None
         self._compiled: dict[tuple[tuple[int, ...], int], train.CompiledStep] = {}
         self.started_from: tuple[int, str] | None = None  # (step, source) of this process
+        self.last_restore: RestoreReport | None = None
         self.process_started_at = opts.process_started_at or time.time()
         self._tokens_per_step = opts.batch * cfg.seq_len
         self.goodput = GoodputAccount(self.process_started_at, opts.prior_goodput,
@@ -228,6 +231,7 @@ class Trainer:
             checkpoint_cadence=self.cadences.checkpoint.report(),
             stall=self.stall, slice_replacement=self.slice_replacement,
             slice_step_times=self.slice_times,
+            last_restore=self.last_restore,
         )
 
     def _report(self, urgent: bool = False, reason: str | None = None,
@@ -439,7 +443,26 @@ class Trainer:
             raise
         restored = time.time()
         self.goodput.restored(from_step, restored)
+        self._record_restore(state, from_step, source, restored - t0, restored)
         return state, from_step, source, restored - t0
+
+    def _record_restore(self, state: Any, step: int, source: str, seconds: float,
+                        at: float) -> None:
+        """status.training.lastRestore: bytes as the operator's scan counts a checkpoint
+        step, or the state's bytes for a snapshot."""
+        if source == "none":
+            return
+        if source == "checkpoint":
+            size = self.checkpointer.step_size(step)
+            nbytes = size.bytes if size is not None else None
+        else:
+            nbytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(state))
+        speed = nbytes / GIB / seconds if nbytes is not None and seconds > 0 else None
+        self.last_restore = RestoreReport(source=source, step=step, bytes=nbytes,
+                                          seconds=round(seconds, 4),
+                                          gib_per_second=speed,
+                                          restored_at=datetime.fromtimestamp(at, UTC))
+        log.info("restored step %d from %s: %s bytes in %.3fs", step, source, nbytes, seconds)
 
     def _restore(self, compiled: train.CompiledStep) -> tuple[Any, int, str]:
         target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),

@@ -171,4 +171,16 @@ groups:
           summary: {{ printf "Job %s is {{ $value }} steps past its newest committed checkpoint" $job | quote }}
           description: {{ printf "ElasticTrainingJob %s saves a checkpoint every spec.checkpoint.periodSteps steps, yet the newest committed one (status.checkpoint.latestCommittedStep) is more than %v periods behind the trainer's step: a failure of every slice would lose those steps." $job $a.checkpointStale.periods | quote }}
           runbook_url: {{ printf "%s#elastictrainingcheckpointstale" $a.runbookUrl | quote }}
+      - alert: ElasticTrainingRestoreAtRisk
+        expr: |-
+          max by (namespace, job) (etj_restore_at_risk == 1 {{ $leader }})
+          {{ $active }}
+        for: {{ $a.restoreAtRisk.for }}
+        labels:
+          severity: {{ $a.restoreAtRisk.severity }}
+          {{- with $a.labels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: {{ printf "A restore of job %s can get the pathways-proxy OOM-killed" $job | quote }}
+          description: {{ printf "ElasticTrainingJob %s restores its checkpoints through the controller and the pathways-proxy, and its newest checkpoint (status.checkpoint.latestCommittedBytes, or the spec's estimate) is larger than the share of the proxy's memory limit a restore may take: its next recovery from a checkpoint can fail. The RestoreAtRisk condition names the numbers and the fix." $job | quote }}
+          runbook_url: {{ printf "%s#elastictrainingrestoreatrisk" $a.runbookUrl | quote }}
 {{- end -}}

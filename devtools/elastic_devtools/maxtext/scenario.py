@@ -340,6 +340,12 @@ def finish(run: Run, pod: Any, killed: int) -> None:
                               f"{ckpt.get('incompleteSteps')}, abandoned "
                               f"{ckpt.get('abandonedSteps')}; the rule on the directory: "
                               f"{expected}")
+    size = (mine.status.latest_committed_bytes, mine.status.latest_committed_files)
+    if (ckpt.get("latestCommittedBytes"), ckpt.get("latestCommittedFiles")) != size:
+        raise ScenarioFailure(f"{run.name}: the status says step {newest} holds "
+                              f"{ckpt.get('latestCommittedBytes')} bytes in "
+                              f"{ckpt.get('latestCommittedFiles')} files; its listing: {size}")
+    risk = done.condition(C.RESTORE_AT_RISK)
     if step_column(run.cluster, run.job.metadata.name) != run.last_step:
         raise ScenarioFailure(f"{run.name}: the STEP column is not {run.last_step}")
     how = (f"abandoned (abandonedSteps {ckpt['abandonedSteps']})" if killed in
@@ -350,6 +356,10 @@ def finish(run: Run, pod: Any, killed: int) -> None:
                                                              f"{mine.committed_steps})",
         "STEP column (status.training.step)": f"{run.last_step}, seen "
                                                f"{len(run.tl.steps(0))} values on the way",
+        "step size (status.checkpoint)": f"{size[0]} bytes in {size[1]} files",
+        "RestoreAtRisk": f"{risk[0]}/{risk[1]}: {risk[2]}",
+        # MaxText 0.2.5 reports no restore (its metrics file has no restore timing).
+        "lastRestore (status.checkpoint)": str(ckpt.get("lastRestore", "none reported")),
     })
 
 

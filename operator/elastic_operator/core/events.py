@@ -68,6 +68,10 @@ def _occurrence(event: StatusEvent, status: ElasticTrainingJobStatus) -> str:
             return occurrence + " closed by the operator"
         # Confirmed after the operator closed it (a trainer's own close stays as it was).
         return occurrence + (" confirmed" if record.closed_by == CLOSED_BY_OPERATOR else "")
+    if event.reason == Reason.RESTORE_AT_RISK:  # once each time the condition turns True
+        risk = next((c for c in status.conditions
+                     if c.type == ConditionType.RESTORE_AT_RISK), None)
+        return f"at risk since {risk.last_transition_time if risk else None}"
     if event.reason == Reason.TRAINER_RESTARTED:
         return f"trainer restart {status.counters.trainer_restarts}"
     progress = status.progress

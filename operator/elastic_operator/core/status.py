@@ -14,7 +14,8 @@ typed result that the later stages read:
 3b. `track_steps`: whether training advances (progress.py: Progressing, slow steps, the
    trainer restart a stall calls for), held by whatever the stages before explain;
 4. `decide_conditions`: one function per condition (conditions.py, failure.py,
-   admission.py, checkpoint.py), and Ready and the phase summarizing them (ready.py);
+   admission.py, checkpoint.py, restore.py), and Ready and the phase summarizing them
+   (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
 
 Pure: `now` is passed in.
@@ -90,6 +91,7 @@ from elastic_operator.core.progress import (
 from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
+from elastic_operator.core.restore import restore_risk_condition, restore_risk_events
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
 from elastic_operator.core.text import fmt_slices
 from elastic_operator.core.topology import (
@@ -139,7 +141,8 @@ class StatusInputs:
     @property
     def checkpoint(self) -> CheckpointStatus | None:
         """status.checkpoint as this reconcile writes it (after the newest scan)."""
-        return checkpoint_status(self.previous.checkpoint, self.observed.checkpoint)
+        return checkpoint_status(self.previous.checkpoint, self.observed.checkpoint,
+                                 self.report)
 
 
 @dataclass(frozen=True)
@@ -226,8 +229,10 @@ def compute_status(
     steps = track_steps(ctx, gates, tracking, trainer)
     decided = decide_conditions(ctx, gates, tracking, trainer, steps)
     status = _assemble(ctx, gates, tracking, trainer, decided, steps)
+    risk = next(c for c in decided.conditions if c.type == ConditionType.RESTORE_AT_RISK)
+    warned = [] if gates.terminal else restore_risk_events(ctx.previous.conditions, risk)
     return StatusResult(status, gates.events + tracking.events + trainer.events
-                        + steps.events + decided.events)
+                        + steps.events + decided.events + warned)
 
 
 def decide_gates(ctx: StatusInputs) -> Gates:
@@ -412,6 +417,7 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         spares_placed_by_kueue(setter, spec) if spec.tpu.topology_aware is not None
         else spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
+        restore_risk_condition(setter, spec, ctx.checkpoint),
     ]
     root_allowed = root_allowed_condition(setter, ctx.checkpoint)
     conditions.append(root_allowed)
