@@ -802,6 +802,16 @@ class SliceMaintenance(StatusModel):
     request_id: int | None = Field(None, description="The checkpointRequest that covers it.")
 
 
+class CountedFailures(StatusModel):
+    """How far the slice's restarts account for its worker Job's own count of failed pods
+    (status.failed + uncountedTerminatedPods.failed: the Job controller's, kept across
+    operator restarts). A count above it is a failure no look saw, counted once
+    (docs/architecture.md, "Exactly once")."""
+
+    job_uid: str = Field(description="uid of the worker Job the count is of.")
+    failed_pods: int = Field(0, description="Its failed pods the restarts account for.")
+
+
 class SliceStatus(StatusModel):
     index: int
     state: SliceState
@@ -822,6 +832,7 @@ class SliceStatus(StatusModel):
     replacement: SliceReplacement | None = None
     last_replacement: ReplacementRecord | None = None
     maintenance: SliceMaintenance | None = None
+    counted: CountedFailures | None = None
 
 
 class PoolFailure(StatusModel):

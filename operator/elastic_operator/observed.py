@@ -343,8 +343,9 @@ class ObservedJob:
     slice_index: int | None
     deleting: bool = False
     backoff_limit: int | None = None
-    failed_pods: int = 0
+    failed_pods: int = 0  # status.failed + uncountedTerminatedPods.failed
     finished: str | None = None  # "Complete" or "Failed" once the Job is finished
+    deleted_at: datetime | None = None  # metadata.deletionTimestamp (whole seconds)
 
 
 @dataclass(frozen=True)
@@ -493,8 +494,13 @@ def job_from_dict(obj: dict[str, Any]) -> ObservedJob:
         name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
         slice_index=_int(labels.get(JOB_INDEX_LABEL)),
         deleting=meta.get("deletionTimestamp") is not None,
+        deleted_at=parse_time(meta.get("deletionTimestamp")),
         backoff_limit=_int(spec.get("backoffLimit")),
-        failed_pods=_int(status.get("failed")) or 0, finished=finished,
+        # The Job controller's count: a failed pod enters uncountedTerminatedPods before
+        # its finalizer goes and status.failed after: their sum never goes back.
+        failed_pods=(_int(status.get("failed")) or 0)
+        + len(_list(_dict(status.get("uncountedTerminatedPods")).get("failed"))),
+        finished=finished,
     )
 
 

@@ -172,11 +172,16 @@ class Reconciler:
         # (namespace, name) -> monotonic time of our last status write (pacing).
         self.progress_interval_s = progress_interval_s
         self._last_write: dict[tuple[str, str], float] = {}
-        # (namespace, name) -> uids of worker Jobs this process deleted: seen as being
-        # deleted even before the Job cache says so (no second DELETE).
+        # (namespace, name) -> uids of worker Jobs this process is deleting (planned, the
+        # DELETE maybe still queued): planned as being deleted (no second DELETE).
         self._deleted_jobs: dict[tuple[str, str], set[str]] = {}
         # Head pods handed to the follow-ups for a trainer restart (core/progress.py).
         self._restarted_pods: set[str] = set()
+        # ... and those whose DELETE the API server has answered: seen as being deleted
+        # by the status too (their pods' going is the replacement's teardown) before the
+        # Job cache says so; never one only planned (a slow DELETE's Job is live: its pod
+        # failing is a new failure, core/slices.py).
+        self._sent_deletes: dict[tuple[str, str], set[str]] = {}
         self._lock = threading.Lock()
 
     def reconcile(self, namespace: str, name: str) -> bool:
@@ -216,6 +221,7 @@ class Reconciler:
         self._seen.pop((namespace, name), None)
         self._last_write.pop((namespace, name), None)
         self._deleted_jobs.pop((namespace, name), None)
+        self._sent_deletes.pop((namespace, name), None)
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
@@ -339,6 +345,10 @@ class Reconciler:
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
             checkpoint=self.observations.checkpoint(namespace, name,
                                                     job.spec.checkpoint.directory),
+            # After the pods: their Jobs' own counts of failed pods (core/counting.py),
+            # and whether a Job under replacement is being deleted yet.
+            jobs=self._worker_jobs((namespace, name), jobset.name, planned=False)
+            if jobset is not None else {},
             workload=workload, pools=self._pools(job))
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
@@ -439,8 +449,8 @@ class Reconciler:
             self._act(raw, key, (restart,), now)
         if not job.spec.recovery.replace_slices:
             return
-        if needs_jobs(status):
-            observed = replace(observed, jobs=self._worker_jobs(key, jobset.name))
+        if needs_jobs(status):  # read again: a Job deleted since the look is being deleted
+            observed = replace(observed, jobs=self._worker_jobs(key, jobset.name, planned=True))
         plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
         if plan.actions:
             self._act(raw, key, plan.actions, now)
@@ -468,6 +478,8 @@ class Reconciler:
                     self._deleted_jobs.get(key, set()).difference_update(deleted)
                 self._follow_up_failed(key, e)
                 return
+            with self._lock:  # answered: deleted, or found gone or replaced
+                self._sent_deletes.setdefault(key, set()).update(deleted)
             self._follow_up_failures.pop(key, None)
             self._wake_after(key, [throttled])
 
@@ -490,16 +502,21 @@ class Reconciler:
             # A little after the due time: the check compares against the clock then.
             self.wake(key[0], key[1], max(0.0, min(due)) + 0.1)
 
-    def _worker_jobs(self, key: tuple[str, str], jobset: str) -> dict[int, ObservedJob]:
+    def _worker_jobs(self, key: tuple[str, str], jobset: str, *,
+                     planned: bool) -> dict[int, ObservedJob]:
         """The worker Jobs from the cache; one this process deleted is being deleted,
-        whether or not the cache has seen it yet."""
+        whether or not the cache has seen it yet (`planned`: or is about to delete)."""
         jobs = self.observations.worker_jobs(key[0], jobset)
         with self._lock:
-            deleted = self._deleted_jobs.get(key)
-            if not deleted:
-                return jobs
-            deleted &= {j.uid for j in jobs.values()}  # the others are gone from the cache
-            deleting = set(deleted)
+            deleting: set[str] = set()
+            for marks in (self._deleted_jobs, self._sent_deletes) if planned \
+                    else (self._sent_deletes,):
+                marked = marks.get(key)
+                if marked:
+                    marked &= {j.uid for j in jobs.values()}  # the others left the cache
+                    deleting |= marked
+        if not deleting:
+            return jobs
         return {i: replace(j, deleting=True) if j.uid in deleting else j
                 for i, j in jobs.items()}
 

@@ -117,6 +117,15 @@ def test_worker_job() -> None:
     assert (job.name, job.uid, job.slice_index, job.deleting, job.backoff_limit,
             job.failed_pods, job.finished) == ("a-worker-1", "u1", 1, True, 20, 2, "Failed")
     assert job_from_dict({}).slice_index is None
+    assert job.deleted_at == parse_time("2026-11-29T12:00:00Z")
+
+
+def test_a_worker_jobs_count_of_failed_pods_takes_in_those_not_counted_yet() -> None:
+    """The Job controller lists a failed pod in uncountedTerminatedPods before it removes
+    its finalizer, and moves it to status.failed after: the sum never goes back."""
+    job = job_from_dict({"metadata": {"name": "a-worker-0", "uid": "u0"}, "status": {
+        "failed": 2, "uncountedTerminatedPods": {"failed": ["p1"], "succeeded": ["p2"]}}})
+    assert job.failed_pods == 3 and job.deleted_at is None
 
 
 def test_jobset() -> None:

@@ -15,7 +15,14 @@ from prometheus_client import CollectorRegistry
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import CheckpointStatus
-from elastic_api.names import GROUP, PLURAL
+from elastic_api.names import (
+    COMPLETION_INDEX_LABEL,
+    GROUP,
+    JOB_INDEX_LABEL,
+    PLURAL,
+    REPLICATED_JOB_LABEL,
+    WORKER_REPLICATED_JOB,
+)
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.kube import ApiError, NotLeading
 from elastic_operator.node_index import NodeIndex
@@ -748,6 +755,40 @@ def test_a_delete_that_failed_in_a_follow_up_is_planned_again() -> None:
     del kube.fail["delete_job"]
     assert rec.reconcile("ml", "train")
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+
+
+def test_a_delete_still_queued_deletes_nothing_a_pod_failing_meanwhile_is_counted() -> None:
+    """Issue #33: the DELETE waits behind a throttled follow-up; the Job controller
+    replaces the failed pod (the slice Ready again on the same Job), then another pod of
+    that Job fails. The Job is live, so that is a second failure, not the teardown: the
+    status counts it (the Job handed over for deletion is planned as being deleted, no
+    second DELETE, but the status reads it as it is)."""
+    kube = ReplacingKube()
+    later = Deferred()
+    seen = [kube.pods()]
+    rec, _ = reconciler(kube, pods=lambda: seen[-1], nodes=kube.nodes(), follow_ups=later)
+    assert rec.reconcile("ml", "train")
+    assert kube.job["status"]["slices"][0]["restarts"] == 1
+
+    def pod(host: int, name: str, failed: bool) -> ObservedPod:
+        wrapper = (PodWrapper(f"train-worker-0-{host}{name}", "ml", "train")
+                   .labels({"batch.kubernetes.io/controller-uid": ReplacingKube.JOB_UID,
+                            REPLICATED_JOB_LABEL: WORKER_REPLICATED_JOB,
+                            JOB_INDEX_LABEL: "0", COMPLETION_INDEX_LABEL: str(host)})
+                   .on_node(f"n{host}").created(at(30 if name else 0)))
+        wrapper = wrapper.failed(at(40)) if failed else wrapper.running(since=at(31))
+        return pod_from_dict(wrapper.obj())
+
+    seen.append((pod(0, "", False), pod(1, "-b", False)))  # replaced: Ready again
+    assert rec.reconcile("ml", "train")
+    assert kube.job["status"]["slices"][0]["state"] == "Ready"
+    seen.append((pod(0, "", True), pod(1, "-b", False)))  # host 0 of the live Job fails
+    assert rec.reconcile("ml", "train")
+    slice0 = kube.job["status"]["slices"][0]
+    assert (slice0["state"], slice0["restarts"]) == ("Down", 2)
+    assert kube.job["status"]["counters"]["sliceFailures"] == 2
+    later.run()
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]  # once
 
 
 def restarting_pods() -> tuple[ObservedPod, ...]:

@@ -476,3 +476,69 @@ def test_two_dead_slices_and_one_spare_quarantine_one_pool() -> None:
     _, _, plan = step(j, running(j), world(nodes=nodes), at(10.5))
     assert [type(a) for a in plan.actions].count(QuarantinePool) == 1
     assert [type(a) for a in plan.actions].count(DeleteWorkerJob) == 2
+
+
+def test_a_pod_failing_on_the_failed_job_before_the_operator_deleted_it_is_a_new_failure(
+) -> None:
+    """Issue #33 (the chaos run of seed 891255318, fault 8). A slice failed and its
+    replacement was recorded, but the Job was not deleted yet (the DELETE throttled, then
+    dropped with the leader that was to send it); the Job controller replaced the failed
+    pod and the slice was Ready again on the same Job, the record still open. Then another
+    pod of that Job, which nobody was deleting, failed: a second failure, not the first's
+    teardown (the Job is live). Counted, and the restarted operator replaces the slice."""
+    j = job()
+    st1, _, plan = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    assert st1.slices[1].restarts == 1 and isinstance(plan.actions[-1], DeleteWorkerJob)
+    pods = healthy_pods()
+    pods[HOSTS + 2] = WorkerPod(1, 2).replacement(at(21)).build()
+    st2, _, _ = step(j, st1, world(pods), at(23))
+    assert st2.slices[1].state == "Ready" and st2.slices[1].restarts == 1
+    pods[HOSTS + 0] = WorkerPod(1, 0).failed(at(40)).build()
+    st3, reasons, plan = step(j, st2, world(pods), at(41))
+    assert st3.slices[1].state == "Down"
+    assert st3.slices[1].restarts == 2 and st3.counters.slice_failures == 2
+    assert Reason.SLICE_DOWN in reasons and Reason.SLICE_REPLACING in reasons
+    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+
+
+def test_a_failure_replaced_between_two_looks_is_counted_from_the_jobs_own_count() -> None:
+    """The recreated slice's pods coming up (Restarting); one fails and the Job controller
+    replaces it before any look (the operator was restarting): the pods show nothing, the
+    Job's own count (status.failed) does. Counted once (HostLost), and not again."""
+    j = job()
+    st1, _, _ = step(j, running(j), world(with_failed_host(1, 2, at(10))), at(11))
+    pods = healthy_pods()
+    pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(14), 1).not_ready().build()
+                             for h in range(HOSTS)]
+    st2, _, _ = step(j, st1, world(pods, jobs_gen={1: 1}), at(15))
+    assert st2.slices[1].state == "Restarting" and st2.slices[1].restarts == 1
+    # The record moves to the new Job once the slice is back, not before: a failed pod
+    # of it until then is a new failure.
+    assert st2.slices[1].counted is not None
+    assert st2.slices[1].counted.job_uid == worker_job_uid(1, 0)
+    pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(14), 1).build() for h in range(HOSTS)]
+    pods[HOSTS] = WorkerPod(1, 0).recreated(at(40), 1).build()  # its replacement, Ready
+    counted = world(pods, jobs_gen={1: 1})
+    counted = replace(counted, jobs={**counted.jobs,
+                                     1: replace(counted.jobs[1], failed_pods=1)})
+    st3, reasons, plan = step(j, st2, counted, at(41))
+    s = st3.slices[1]
+    assert s.state == "Down" and s.reason == Reason.HOST_LOST and s.restarts == 2
+    assert "counts 1 failed pod" in (s.message or "")
+    assert Reason.SLICE_DOWN in reasons and isinstance(plan.actions[-1], DeleteWorkerJob)
+    st4, reasons, _ = step(j, st3, counted, at(42))
+    assert st4.slices[1].restarts == 2 and Reason.SLICE_DOWN not in reasons
+
+
+def test_a_status_from_before_the_count_takes_the_jobs_count_as_its_start() -> None:
+    """A status an older operator wrote has no slices[].counted: the Job's failed pods so
+    far are the failures it counted (or did not: nothing to go on), none is new."""
+    j = job()
+    st0 = running(j)
+    old = st0.model_copy(update={"slices": [s.model_copy(update={"counted": None})
+                                            for s in st0.slices]})
+    seen = world()
+    seen = replace(seen, jobs={i: replace(jb, failed_pods=3) for i, jb in seen.jobs.items()})
+    st1, reasons, _ = step(j, old, seen, at(20))
+    assert [s.restarts for s in st1.slices] == [0] * SLICES and Reason.SLICE_DOWN not in reasons
+    assert all(s.counted is not None and s.counted.failed_pods == 3 for s in st1.slices)

@@ -11,19 +11,22 @@ it is no down host: Kueue is replacing that node (host_view).
 A slice entering Down increments its `restarts` (and counters.sliceFailures), unless the
 operator took it down on purpose (a planned move off a pool under maintenance, whose
 record is in `replacement`): that is a move, not a failure; nor when only pods of the Job
-whose replacement is under way go down (the failure was counted when it happened).
+whose replacement is under way go down, once that Job is being deleted (the failure was
+counted when it happened). A failure the pods no longer show (replaced between two looks)
+is counted from the worker Job's own count (core/counting.py).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from elastic_api.conditions import Reason
 from elastic_api.models import SliceState, SliceStatus
+from elastic_operator.core.counting import JobCount, next_counted, unseen
 from elastic_operator.core.events import StatusEvent
-from elastic_operator.observed import Observed, ObservedNode, ObservedPod
+from elastic_operator.observed import Observed, ObservedJob, ObservedNode, ObservedPod
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,8 @@ def compute_slices(
     epoch: datetime | None = None,
     held_down: Mapping[int, HeldDown] | None = None,
 ) -> SliceHealth:
-    """Slice states from the worker pods. With frozen_reason (suspended, not created),
+    """Slice states from the worker pods and, for what they no longer show, the worker
+    Jobs' own counts (core/counting.py). With frozen_reason (suspended, not created),
     every slice is Pending for that reason and nothing counts as a failure. `epoch`: when
     a queue (Kueue) last admitted the job; what came before it does not count
     (`of_this_admission`)."""
@@ -222,20 +226,33 @@ def compute_slices(
     for index in range(num_slices):
         prev = _since_admission(prev_by_index.get(index), epoch)
         held = (held_down or {}).get(index) if frozen_reason is None else None
-        status, change = slice_status(index, hosts.get(index, []), prev,
-                                      hosts_per_slice, now, frozen_reason, held)
+        seen = SliceSeen(hosts.get(index, []), observed.jobs.get(index),
+                         worker_pods_of(observed, index))
+        status, change = slice_status(index, seen, prev, hosts_per_slice, now, frozen_reason,
+                                      held)
         slices.append(status)
         if change is not None:
             changes.append(change)
     return SliceHealth(slices, changes)
 
 
+@dataclass(frozen=True)
+class SliceSeen:
+    """What one look saw of a slice: its hosts, its worker Job (None: not seen), and
+    every pod of it (older ones too: the Job's count is read without Kueue's)."""
+
+    hosts: list[HostView]
+    job: ObservedJob | None = None
+    pods: list[ObservedPod] = field(default_factory=list)
+
+
 def slice_status(
-    index: int, hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,
+    index: int, seen: SliceSeen, prev: SliceStatus | None, hosts_per_slice: int,
     now: datetime, frozen_reason: str | None, held: HeldDown | None = None,
 ) -> tuple[SliceStatus, SliceChange | None]:
     """One slice's new status, and how it changed since `prev` (`held`: Down for the
     trainer's blame, whatever the pods show)."""
+    hosts = seen.hosts
     prev_state = prev.state if prev else None
     restarts = prev.restarts if prev else 0
     verdict = _judge(hosts, prev, hosts_per_slice, frozen_reason)
@@ -243,9 +260,10 @@ def slice_status(
         verdict = _Verdict("Down", held.reason, held.message, held.failed_at)
     planned = prev is not None and prev.replacement is not None \
         and prev.replacement.action == "Move"
+    count = JobCount.of(seen.job, seen.pods) if frozen_reason is None else None
     change = None
     if verdict.state == "Down" and prev_state != "Down" and not (held and held.new) \
-            and _failed_job_torn_down(hosts, prev):
+            and _failed_job_torn_down(hosts, prev, seen.job):
         pass  # the failure is counted already: its Job's pods go because it is replaced
     elif verdict.state == "Down" and prev_state != "Down":
         restarts += 0 if planned else 1
@@ -253,7 +271,17 @@ def slice_status(
                              planned=planned)
     elif verdict.state == "Ready" and prev_state in ("Down", "Restarting"):
         change = SliceChange(index, False, True, None, "")
-    transition = now if (prev is None or prev_state != verdict.state) \
+    missed = unseen(prev, count, verdict.state) if change is None or not change.went_down \
+        else 0
+    if missed and count is not None:  # a failure no look saw: the Job counted it
+        verdict = _Verdict("Down", Reason.HOST_LOST, _missed_message(seen, count, missed),
+                           verdict.failed_at if verdict.state == "Down" else None)
+        restarts += 1
+        change = SliceChange(index, True, False, verdict.failed_at, verdict.message)
+    counted = next_counted(prev, count, verdict.state,
+                           counted_now=change is not None and change.failed,
+                           failed_job=_down_job(hosts))
+    transition = now if (prev is None or prev_state != verdict.state or missed) \
         else prev.last_transition_time
     status = SliceStatus(
         index=index, state=verdict.state, ready_hosts=sum(1 for h in hosts if h.ready),
@@ -266,21 +294,52 @@ def slice_status(
         maintenance=prev.maintenance if prev else None,
         pool=prev.pool if prev else None,
         domain=prev.domain if prev else None,
+        counted=counted,
     )
     return status, change
 
 
-def _failed_job_torn_down(hosts: list[HostView], prev: SliceStatus | None) -> bool:
+def _missed_message(seen: SliceSeen, count: JobCount, missed: int) -> str:
+    name = seen.job.name if seen.job is not None else count.uid
+    return (f"worker Job {name} counts {missed} failed "
+            f"{'pod' if missed == 1 else 'pods'} no look saw (replaced before seen)")
+
+
+def _down_job(hosts: list[HostView]) -> str | None:
+    """The Job of the slice's down hosts' pods, if any says."""
+    return next((h.pod.job_uid for h in hosts if h.down_reason and h.pod.job_uid), None)
+
+
+def _failed_job_torn_down(hosts: list[HostView], prev: SliceStatus | None,
+                          job: ObservedJob | None) -> bool:
     """Down again while the replacement of a failed Job is under way, and every host down
     is a pod of that Job (the operator deleted it; its pods go one by one, and a look
     between two of them can see the slice Restarting), or none is: its pods gone, or
     already replaced by the new Job's, between two looks: the same failure, not a new
-    one. A pod of another Job going down is a new failure."""
+    one. Only once that Job is being deleted or gone: until then nobody tears it down,
+    and its pod failing is a new failure (the Job controller replaced the failed pod
+    before the operator's DELETE went out). So is a pod of it that failed or was deleted
+    after the replacement was recorded and before the Job's own deletion (the garbage
+    collector deletes its pods only after it), and a pod of another Job going down. A
+    GiveUp's Job fails as the operator made it (backoffLimit 0)."""
     record = prev.replacement if prev is not None else None
     if record is None or record.action == "Move" or record.job_uid is None:
         return False
-    down = [h for h in hosts if h.down_reason is not None]
-    return all(h.pod.job_uid == record.job_uid for h in down)
+    own = job if job is not None and job.uid == record.job_uid else None
+    if record.action == "Replace" and own is not None and not own.deleting:
+        return False
+    deleted_at = own.deleted_at if own is not None else None
+    return all(h.pod.job_uid == record.job_uid
+               and not _failed_between(h, record.requested_at, deleted_at)
+               for h in hosts if h.down_reason is not None)
+
+
+def _failed_between(host: HostView, since: datetime, until: datetime | None) -> bool:
+    """The host's pod failed or was deleted after `since` (the record) and before `until`
+    (its Job's deletion; None: not known, so nothing is before it). Pod and Job times are
+    whole seconds: one of the same second is taken as the teardown (no second count)."""
+    at = host.pod.failure_started_at
+    return until is not None and at is not None and since < at < until
 
 
 def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,
