@@ -140,7 +140,9 @@ def test_good_job_is_accepted_and_defaulted(custom: client.CustomObjectsApi, nam
     spec = stored["spec"]
     assert spec["backend"] == "pathways"
     assert spec["suspend"] is False
-    assert spec["elastic"] == {"timeoutSeconds": 300, "maxRetries": 10, "maxSliceRestarts": 5}
+    # No progress deadline stored: the operator learns it from the job's own steps.
+    assert spec["elastic"] == {"timeoutSeconds": 300, "maxRetries": 10, "maxSliceRestarts": 5,
+                               "onStall": "Recover", "onSlowSlice": "Report"}
     # No period given: none stored (the trainer chooses), within the default budget.
     assert "periodSteps" not in spec["checkpoint"]
     assert spec["snapshot"] == {}
