@@ -152,10 +152,10 @@ def write_step(fake_gcs: FakeGcsServer, directory: str, local_tmp: Path) -> None
 def test_make_e2e_maxtext_operator_lists_the_scenarios_roots(
         cluster: Cluster, api: client.ApiClient, fake_gcs: FakeGcsServer,
         maxtext_namespace: str, tmp_path: Path) -> None:
-    # The head's /tmp is the operator's only in a mount namespace (root); otherwise the
-    # local scenario's root is checked for the refusal alone (the host's /tmp is shared).
-    # In there the host's /tmp is hidden: its kubeconfig and TMPDIR live elsewhere, as the
-    # e2e's do (in the cache directory).
+    # The head's /tmp/maxtext is the operator's only in a mount namespace (root);
+    # otherwise the local scenario's root is checked for the refusal alone. Its kubeconfig
+    # and TMPDIR live outside /tmp, as the e2e's do (in the cache directory); the checkout
+    # may be under /tmp (a CI clone): the namespace covers the root alone.
     share_tmp = os.geteuid() == 0
     local_tmp = tmp_path / "pod-tmp"
     outside = Path(tempfile.mkdtemp(prefix="guard-", dir=lc.default_dir().parent))

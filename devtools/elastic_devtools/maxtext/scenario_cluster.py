@@ -23,7 +23,11 @@ from elastic_api.names import (
     VERSION,
     job_pods_selector,
 )
-from elastic_devtools.localcluster.operator_settings import MAXTEXT_E2E_NAMESPACE, SETTINGS
+from elastic_devtools.localcluster.operator_settings import (
+    MAXTEXT_E2E_NAMESPACE,
+    MAXTEXT_E2E_ROOTS,
+    SETTINGS,
+)
 
 if TYPE_CHECKING:
     from elastic_devtools.localcluster.operator_process import OperatorProcess
@@ -91,8 +95,10 @@ def scenario_operator(kubeconfig: Path, log: Path, local_tmp: Path, scratch: Pat
     """The scenario's operator (an OperatorProcess, not started), as `make e2e-maxtext`
     runs it and as its guard in `make test` does (tests/integration/test_long_targets.py):
     its settings (OPERATOR_SETTINGS), fake-gcs-server's environment, and (`share_tmp`,
-    root only: a mount namespace of its own) the local run's head /tmp as its /tmp, the
-    local scenario's checkpoint directory; `scratch` is its own TMPDIR."""
+    root only: a mount namespace of its own) the local run's head /tmp under each local
+    checkpoint root (/tmp/maxtext: the head's /tmp/maxtext, where the local scenario
+    writes); `scratch` is its own TMPDIR. Only the roots are covered, not the whole /tmp:
+    a checkout, its venv or a cluster under /tmp stays visible to the operator."""
     from elastic_devtools.localcluster.operator_process import (
         OPERATOR_COMMAND,
         OperatorProcess,
@@ -102,8 +108,13 @@ def scenario_operator(kubeconfig: Path, log: Path, local_tmp: Path, scratch: Pat
     scratch.mkdir(parents=True, exist_ok=True)
     command: tuple[str, ...] = OPERATOR_COMMAND
     if share_tmp:
-        command = ("unshare", "-m", "--", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"',
-                   str(local_tmp), *OPERATOR_COMMAND)
+        for root in (r for r in MAXTEXT_E2E_ROOTS if r.startswith("/tmp/")):
+            source = local_tmp / root.removeprefix("/tmp/")
+            source.mkdir(parents=True, exist_ok=True)
+            # In the namespace: the mount point made (it is the host's /tmp too), bound.
+            command = ("sh", "-c", 'mkdir -p "$1" && mount --bind "$0" "$1" && shift && '
+                       'exec "$@"', str(source), root, *command)
+        command = ("unshare", "-m", "--", *command)
     return OperatorProcess(kubeconfig, log, args=OPERATOR_SETTINGS, command=command,
                            env={**gcs_env, "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
 
