@@ -41,13 +41,11 @@ def bucket(fake_gcs: FakeGcsServer) -> str:
 def operator(cluster: Cluster, api: client.ApiClient, fake_gcs: FakeGcsServer,
              namespace: str, bucket: str) -> Iterator[OperatorProcess]:
     """The operator, allowed gs://<bucket> for `namespace` only."""
-    proc = OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "roots.log",
-                           args=(*TEST_ARGS, "--checkpoint-roots",
-                                 f"{namespace}=gs://{bucket}"),
-                           env=fake_gcs.env)
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "roots.log",
+                         args=(*TEST_ARGS, "--checkpoint-roots",
+                               f"{namespace}=gs://{bucket}"),
+                         env=fake_gcs.env) as proc:
+        yield proc
 
 
 def test_a_root_is_listed_for_the_namespace_it_is_allowed_to_and_refused_for_another(

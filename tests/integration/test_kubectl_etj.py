@@ -53,11 +53,9 @@ def api(kueue: Cluster) -> Iterator[client.ApiClient]:
 @pytest.fixture(scope="module")
 def operator(kueue: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
     """Started after Kueue, so it serves the Workloads."""
-    proc = OperatorProcess(Path(kueue.kubeconfig), Path(kueue.logs_dir) / "operator-etj.log",
-                           args=TEST_ARGS)
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(kueue.kubeconfig), Path(kueue.logs_dir) / "operator-etj.log",
+                         args=TEST_ARGS) as proc:
+        yield proc
 
 
 def reader_kubeconfig(kueue: Cluster, api: client.ApiClient, ns: str, tmp: Path,

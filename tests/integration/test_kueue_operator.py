@@ -78,11 +78,9 @@ def api(kueue: Cluster) -> Iterator[client.ApiClient]:
 @pytest.fixture(scope="module")
 def operator(kueue: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
     """Started after Kueue, so it finds Kueue's Workload API and watches Workloads."""
-    proc = OperatorProcess(Path(kueue.kubeconfig),
-                           Path(kueue.logs_dir) / "operator-kueue.log")
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(kueue.kubeconfig),
+                         Path(kueue.logs_dir) / "operator-kueue.log") as proc:
+        yield proc
 
 
 def manifest(name: str, queue: str, *, priority_class: str | None = None,

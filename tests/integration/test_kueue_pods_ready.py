@@ -103,14 +103,12 @@ def api(kueue: Cluster) -> Iterator[client.ApiClient]:
 @pytest.fixture(scope="module")
 def operator(kueue: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
     """Started after Kueue (it watches Workloads), told Kueue's timeouts."""
-    proc = OperatorProcess(
-        Path(kueue.kubeconfig), Path(kueue.logs_dir) / "operator-pods-ready.log",
-        args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5",
-              "--kueue-pods-ready-timeout-seconds", str(START_S),
-              "--kueue-recovery-timeout-seconds", str(RECOVERY_S)))
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(
+            Path(kueue.kubeconfig), Path(kueue.logs_dir) / "operator-pods-ready.log",
+            args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5",
+                  "--kueue-pods-ready-timeout-seconds", str(START_S),
+                  "--kueue-recovery-timeout-seconds", str(RECOVERY_S))) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -80,11 +80,9 @@ def api(kueue: Cluster) -> Iterator[client.ApiClient]:
 
 @pytest.fixture(scope="module")
 def operator(kueue: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(Path(kueue.kubeconfig), Path(kueue.logs_dir) / "operator-tas.log",
-                           args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5"))
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(kueue.kubeconfig), Path(kueue.logs_dir) / "operator-tas.log",
+                         args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5")) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -68,10 +68,8 @@ def crd(api: client.ApiClient) -> None:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, crd: None) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log")
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log") as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -54,11 +54,9 @@ def api(cluster: Cluster) -> Iterator[client.ApiClient]:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(Path(cluster.kubeconfig),
-                           Path(cluster.logs_dir) / "operator-progress.log")
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(cluster.kubeconfig),
+                         Path(cluster.logs_dir) / "operator-progress.log") as proc:
+        yield proc
 
 
 def maxtext_job() -> dict[str, Any]:

@@ -57,11 +57,9 @@ TIMEOUT = 120
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
     # A flapping node must be able to come back within a test: a short cooldown.
-    proc = OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
-                           args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5"))
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
+                         args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5")) as proc:
+        yield proc
 
 
 @pytest.fixture

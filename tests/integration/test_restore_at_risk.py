@@ -43,10 +43,8 @@ def api(cluster: Cluster) -> Iterator[client.ApiClient]:
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
     install_crd(api, timeout=30)
-    proc = OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log")
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log") as proc:
+        yield proc
 
 
 @pytest.fixture

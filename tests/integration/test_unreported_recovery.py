@@ -40,11 +40,9 @@ SLEEPER = ["python3", "-c", "import time; time.sleep(10**9)"]
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(Path(cluster.kubeconfig),
-                           Path(cluster.logs_dir) / "operator-unreported.log")
-    proc.start()
-    yield proc
-    proc.stop()
+    with OperatorProcess(Path(cluster.kubeconfig),
+                         Path(cluster.logs_dir) / "operator-unreported.log") as proc:
+        yield proc
 
 
 @pytest.fixture

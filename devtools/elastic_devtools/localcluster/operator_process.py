@@ -156,6 +156,15 @@ class OperatorProcess:
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
 
+    def __enter__(self) -> OperatorProcess:
+        """`with OperatorProcess(...) as proc:` starts it and stops it on the way out,
+        whatever the block raised (the tests' fixtures)."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def restart(self, timeout: float = 60) -> None:
         self.stop()
         self.start(timeout)
