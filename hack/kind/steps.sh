@@ -103,19 +103,37 @@ python_base() { PYTHON_BASE=$("$ROOT/hack/kind/python-base.sh"); }
 node_image() { NODE_IMAGE=$("$ROOT/hack/kind/node-image.sh" "$PYTHON_BASE"); }
 
 # --- cluster ------------------------------------------------------------------------------
-create_cluster() {
-  if "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
-    log "deleting the cluster $CLUSTER_NAME a previous run left"
-    "$KIND" delete cluster --name "$CLUSTER_NAME"
-  fi
-  # One node: the simulated backend needs no TPU nodes, and a node image built here
-  # carries a one-node stand-in for kindnetd (hack/kind/node-image.sh).
-  cat >"$WORK/kind.yaml" <<'EOF'
+# kind_config CGROUP_FS: the cluster's kind config, for a host whose /sys/fs/cgroup is of
+# type CGROUP_FS (cgroup2fs: cgroup v2). One node: the simulated backend needs no TPU
+# nodes, and a node image built here carries a one-node stand-in for kindnetd
+# (hack/kind/node-image.sh).
+kind_config() {
+  cat <<'EOF'
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 nodes:
   - role: control-plane
 EOF
+  # Since Kubernetes 1.35 the kubelet refuses to start on a cgroup v1 host unless told
+  # (failCgroupV1 defaults to true), and kubeadm waits 4 minutes for a kubelet that
+  # never answers. Only there; a cgroup v2 host gets kind's own kubelet config.
+  [ "$1" = cgroup2fs ] || cat <<'EOF'
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
+EOF
+}
+
+create_cluster() {
+  if "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+    log "deleting the cluster $CLUSTER_NAME a previous run left"
+    "$KIND" delete cluster --name "$CLUSTER_NAME"
+  fi
+  local cgroup_fs; cgroup_fs=$(stat -fc %T /sys/fs/cgroup)
+  [ "$cgroup_fs" = cgroup2fs ] \
+    || log "this host runs cgroup v1 ($cgroup_fs): the node's kubelet is told failCgroupV1: false"
+  kind_config "$cgroup_fs" >"$WORK/kind.yaml"
   "$KIND" create cluster --name "$CLUSTER_NAME" --config "$WORK/kind.yaml" \
     --image "$NODE_IMAGE" --kubeconfig "$KUBECONFIG" --wait 5m
   log "loading the images into the node"

@@ -9,6 +9,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_TOOLS = ["bash", "dirname", "date", "cat", "tail", "mktemp", "rm", "mkdir", "grep",
@@ -93,3 +96,27 @@ def test_as_root_on_debian_it_installs_and_starts_docker_saying_so(tmp_path: Pat
     assert "FAILED in phase: tools" in result.stdout, result
     assert "started: dockerd 20.10.24" in result.stdout
     assert result.returncode == 1 and "PASS" not in result.stdout
+
+
+def kind_config(tmp_path: Path, cgroup_fs: str) -> dict[str, Any]:
+    """hack/kind/steps.sh's kind_config, sourced as kind-e2e.sh sources it."""
+    script = (f'source "{ROOT}/hack/kind/lib.sh"; source "{ROOT}/hack/kind/steps.sh"; '
+              f"kind_config {cgroup_fs}")
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                          text=True, timeout=60, check=True,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "TMPDIR": str(tmp_path)})
+    config: dict[str, Any] = yaml.safe_load(done.stdout)
+    return config
+
+
+def test_a_cgroup_v1_host_s_kubelet_is_told_not_to_refuse_it(tmp_path: Path) -> None:
+    # Kubernetes >= 1.35's kubelet exits on cgroup v1 unless failCgroupV1 is false; that
+    # host (tmpfs at /sys/fs/cgroup) gets the patch, a cgroup v2 host kind's own config.
+    v1 = kind_config(tmp_path, "tmpfs")
+    assert v1["nodes"] == [{"role": "control-plane"}]
+    [patch] = v1["kubeadmConfigPatches"]
+    assert yaml.safe_load(patch) == {"kind": "KubeletConfiguration", "failCgroupV1": False}
+    assert kind_config(tmp_path, "cgroup2fs") == {
+        "kind": "Cluster", "apiVersion": "kind.x-k8s.io/v1alpha4",
+        "nodes": [{"role": "control-plane"}]}
