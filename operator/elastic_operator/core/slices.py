@@ -255,7 +255,8 @@ def slice_status(
     hosts = seen.hosts
     prev_state = prev.state if prev else None
     restarts = prev.restarts if prev else 0
-    verdict = _judge(hosts, prev, hosts_per_slice, frozen_reason)
+    verdict = _during_teardown(_judge(hosts, prev, hosts_per_slice, frozen_reason), hosts,
+                               prev, hosts_per_slice)
     if held is not None:
         verdict = _Verdict("Down", held.reason, held.message, held.failed_at)
     planned = prev is not None and prev.replacement is not None \
@@ -297,6 +298,32 @@ def slice_status(
         counted=counted,
     )
     return status, change
+
+
+def _during_teardown(verdict: _Verdict, hosts: list[HostView], prev: SliceStatus | None,
+                     hosts_per_slice: int) -> _Verdict:
+    """A Down slice stays Down, with the reason it went down for, while the Job its
+    replacement record names is torn down: that Job's pods going one after another
+    (PodFailed, then PodDeleted once the failed pod is gone; a look between two of them
+    that sees no pod down, only hosts without a pod or already on the new Job) is the
+    replacement at work, not a new cause nor a slice coming back, and each state or
+    reason change is a status write of its own (core/pacing.py writes them at once).
+    Restarting starts once no host's newest pod is that Job's, or every host has one of
+    it (the Job controller replaced the failed pod in that Job). A host of another Job
+    going down says its own reason."""
+    record = prev.replacement if prev is not None else None
+    if prev is None or prev.state != "Down" or record is None or record.job_uid is None \
+            or not prev.reason:
+        return verdict
+    old = [h for h in hosts if h.pod.job_uid == record.job_uid]
+    if verdict.state == "Restarting" and record.action in ("Replace", "Move") and old \
+            and (len(hosts) < hosts_per_slice or len(old) < len(hosts)):
+        return _Verdict("Down", prev.reason, verdict.message)
+    down = [h for h in hosts if h.down_reason is not None]
+    if verdict.state != "Down" or not down \
+            or any(h.pod.job_uid != record.job_uid for h in down):
+        return verdict
+    return _Verdict("Down", prev.reason, verdict.message, verdict.failed_at)
 
 
 def _missed_message(seen: SliceSeen, count: JobCount, missed: int) -> str:
