@@ -316,10 +316,11 @@ def _during_teardown(verdict: _Verdict, hosts: list[HostView], prev: SliceStatus
     if prev is None or prev.state != "Down" or record is None or record.job_uid is None \
             or not prev.reason:
         return verdict
-    old = [h for h in hosts if h.pod.job_uid == record.job_uid]
-    if verdict.state == "Restarting" and record.action in ("Replace", "Move") and old \
-            and (len(hosts) < hosts_per_slice or len(old) < len(hosts)):
-        return _Verdict("Down", prev.reason, verdict.message)
+    if verdict.state == "Restarting" and record.action in ("Replace", "Move"):
+        old = sum(1 for h in hosts if h.pod.job_uid == record.job_uid)
+        if old and (len(hosts) < hosts_per_slice or old < len(hosts)):
+            return _Verdict("Down", prev.reason, verdict.message)
+        return verdict
     down = [h for h in hosts if h.down_reason is not None]
     if verdict.state != "Down" or not down \
             or any(h.pod.job_uid != record.job_uid for h in down):
