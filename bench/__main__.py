@@ -1,5 +1,5 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--jobs N] [--before REV]
-[--scale-sizes SIZES]`
+[--scale-sizes SIZES] [--load LOAD]`
 
 Runs the benchmarks, writes one JSON file per benchmark and a merged summary.json under
 bench/results/ (gitignored), and, for a full (non-quick) run, regenerates the table in
@@ -36,6 +36,9 @@ DEFAULT_JOBS = 100
 # Ready on the 2-core machine (docs/benchmarks.md); pass 64x16:pathways to try.
 DEFAULT_SCALE_SIZES = "64x16:simulated,64x64:simulated"
 QUICK_SCALE_SIZES = "3x2:simulated"
+# scale: the machine's load average the failures run at (bench/load.py burns CPU up to it
+# beside the run, and the result says the load it measured).
+DEFAULT_SCALE_LOAD = 10.0
 TOPOLOGY_OF_HOSTS = {2: "2x4", 4: "4x4", 8: "4x8", 16: "8x8", 32: "8x16", 64: "16x16"}
 
 
@@ -63,7 +66,8 @@ def source_of(revision: str, into: Path) -> Path:
     return into
 
 
-def run_scale(sizes: list[tuple[int, str, str]], quick: bool) -> dict[str, Any]:
+def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
+              load: float = 0.0) -> dict[str, Any]:
     """One job per size, on a cluster of its own; a size that does not fit is reported."""
     from bench import detection
 
@@ -71,7 +75,8 @@ def run_scale(sizes: list[tuple[int, str, str]], quick: bool) -> dict[str, Any]:
     for slices, topology, backend in sizes:
         shape = detection.Shape(1, slices, topology, backend)
         try:
-            results.append(detection.run(1, quick=quick, shape=shape, max_events=slices))
+            results.append(detection.run(1, quick=quick, shape=shape, max_events=slices,
+                                         load=load))
         except Exception as err:
             traceback.print_exc()
             results.append({"shape": shape.label, "error": f"{type(err).__name__}: {err}"})
@@ -101,7 +106,9 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
     if name == "scale":
         sizes = parse_sizes(args.scale_sizes or (QUICK_SCALE_SIZES if args.quick
                                                  else DEFAULT_SCALE_SIZES))
-        return lambda: run_scale(sizes, args.quick)
+        load = args.load if args.load is not None else (0.0 if args.quick
+                                                        else DEFAULT_SCALE_LOAD)
+        return lambda: run_scale(sizes, args.quick, load)
     if name == "replacement":
         from bench import replacement
 
@@ -136,6 +143,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-sizes", default=None, metavar="SIZES",
                    help=f"scale: one job per SLICESxHOSTS[:BACKEND] (default "
                         f"{DEFAULT_SCALE_SIZES}; {QUICK_SCALE_SIZES} with --quick)")
+    p.add_argument("--load", type=float, default=None, metavar="LOAD",
+                   help=f"scale: keep the machine's 1-minute load average at LOAD during "
+                        f"the failures with bench/load.py's CPU burners (default "
+                        f"{DEFAULT_SCALE_LOAD:g}; 0 with --quick; 0: none)")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON results go (default bench/results)")
     p.add_argument("--docs", type=Path, default=DOCS,
@@ -150,6 +161,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         p.error(f"--only: unknown benchmark {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+    if args.load is not None and args.load < 0:
+        p.error("--load must be >= 0")
     if args.jobs is not None and args.jobs < 1:
         p.error("--jobs must be >= 1")
     if "detection_before" in names and not args.before:

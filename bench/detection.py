@@ -36,6 +36,8 @@ from typing import Any
 
 from bench.common import REPO, ratio, stats
 from bench.internals import internals, request_breakdown
+from bench.load import LoadGenerator
+from bench.writes import WriteLog
 from elastic_api.catalog import slice_shape
 from elastic_api.names import (
     COMPLETION_INDEX_LABEL,
@@ -152,6 +154,8 @@ class Timeline:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
+    writes: WriteLog = field(default_factory=WriteLog)  # what each status write changed
+    slices_ready: dict[str, int] = field(default_factory=dict)  # job -> status.slicesReady
 
     def arm(self, event: Event, pod: str, slices: int) -> None:
         """Record the injection of `event` and what its signals start from."""
@@ -210,6 +214,8 @@ def _handlers(tl: Timeline, shape: Shape) -> dict[str, Callable[[dict[str, Any],
         status = obj.get("status") or {}
         slice_down = _is_true(obj, "SliceDown")
         with tl.lock:
+            tl.writes.see(name, status, now)
+            tl.slices_ready[name] = int(status.get("slicesReady") or 0)
             # Healthy: every slice Ready and none down. (Ready may stay False: with no
             # trainer reporting, a slice that went down during start-up leaves the job
             # Recovering; that does not matter to detection.)
@@ -373,12 +379,16 @@ class Phases:
     started: list[str] = field(default_factory=list)
     inject_interval_s: float = 0.0
     stop_seconds: float | None = None  # SIGTERM -> exit (the graceful handover's start)
+    wall: dict[str, float] = field(default_factory=dict)  # each mark's time.time()
+    settle_s: float | None = None  # waited for the load generator's load
+    recovered: bool = False  # every failed slice Ready again when the run ended
 
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     # The machine's load average (1, 5, 15 min) at each mark: it is shared.
     load: dict[str, list[float]] = field(default_factory=dict)
 
     def mark(self, name: str, operator: BenchOperator) -> None:
+        self.wall[name] = time.time()
         self.load[name] = [round(x, 2) for x in os.getloadavg()]
         self.cpu[name] = operator.cpu_seconds()
         self.requests[name] = operator.requests()
@@ -399,8 +409,10 @@ class Phases:
 
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         shape: Shape | None = None, operator_source: Path | None = None,
-        max_events: int | None = None) -> dict[str, Any]:
-    """The benchmark on its own cluster. `shape` defaults to N x 4 slices x v5e 4x4."""
+        max_events: int | None = None, load: float = 0.0) -> dict[str, Any]:
+    """The benchmark on its own cluster. `shape` defaults to N x 4 slices x v5e 4x4.
+    `load` > 0: bench.load's generator keeps the machine's load average there from the
+    moment every job runs (the failures wait for it to get there, a few minutes at most)."""
     from elastic_devtools import localcluster as lc
 
     shape = shape or Shape(n_jobs, 4, "4x4")
@@ -414,12 +426,16 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     tl = Timeline()
     phases = Phases()
     operator: BenchOperator | None = None
+    generator = LoadGenerator(load)
     names = [f"bench-{i:03d}" for i in range(shape.jobs)]
     try:
         operator = BenchOperator(cluster.kubeconfig, workdir, operator_source)
-        _measure(cluster, shape, names, tl, phases, operator, quick, max_events)
+        _start_jobs(cluster, shape, names, tl, phases, operator)
+        generator.start()
+        _measure(cluster, shape, tl, phases, operator, quick, max_events, generator)
     finally:
         tl.stop.set()
+        generator.stop()
         if operator is not None:
             stopping = time.monotonic()
             operator.stop()
@@ -427,6 +443,9 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         lc.down(cluster_dir, progress=_log)
     result = _result(shape, names, tl, phases, cluster_up_s, quick)
     result["operator_source"] = str(operator_source) if operator_source else None
+    result["load_generator"] = {
+        **generator.summary(phases.wall.get("events"), phases.wall.get("end")),
+        "settle_seconds": phases.settle_s}
     if not keep_dir:
         import shutil
 
@@ -436,11 +455,10 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     return result
 
 
-def _measure(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases: Phases,
-             operator: BenchOperator, quick: bool, max_events: int | None) -> None:
+def _start_jobs(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases: Phases,
+                operator: BenchOperator) -> None:
+    """The operator started and the jobs created, until every slice of each is Ready."""
     from kubernetes import client
-
-    from elastic_devtools.localcluster.faults import fail_pod
 
     api = cluster.api_client()
     install_crd(api)
@@ -473,29 +491,30 @@ def _measure(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases:
         phases.started = [n for n in names if n in tl.running]
     if not phases.started:
         raise RuntimeError("no job got every slice Ready")
+
+
+def _measure(cluster: Any, shape: Shape, tl: Timeline, phases: Phases,
+             operator: BenchOperator, quick: bool, max_events: int | None,
+             generator: LoadGenerator) -> None:
+    from elastic_devtools.localcluster.faults import fail_pod
+
+    api = cluster.api_client()
     quiet_s = 5.0 if quick else 30.0
-    _log(f"{len(phases.started)}/{len(names)} job(s) Running in "
+    _log(f"{len(phases.started)} job(s) Running in "
          f"{phases.seconds['running'] - phases.seconds['created']:.1f}s; quiet {quiet_s:.0f}s")
+    if generator.target > 0:
+        phases.settle_s = round(generator.settle(30.0 if quick else 240.0), 1)
+        _log(f"load generator: target {generator.target}, load {os.getloadavg()[0]:.1f} "
+             f"after {phases.settle_s:.0f}s")
     time.sleep(2.0 if quick else 10.0)  # let the start-up churn end
     phases.mark("quiet", operator)
     time.sleep(quiet_s)  # steady state: resyncs, kwok heartbeats, no failures
     phases.mark("events", operator)
     phases.rss_steady = operator.rss()
-
-    def victim_of(event: Event) -> str:
-        job, index = event
-        with tl.lock:
-            for pod, info in sorted(tl.pods.items()):
-                if info["job"] == job and info["worker"] and info["phase"] == "Running" \
-                        and info["ready"] and not info["deleting"] \
-                        and info["slice"] == str(index) and info["host"] == "0":
-                    return pod
-        raise RuntimeError(f"no Running worker pod for slice {index} of {job}")
-
     phases.inject_interval_s = 0.2 if quick else (0.25 if len(phases.started) > 1 else 0.5)
     events = shape.victims(phases.started, max_events)
     for event in events:
-        pod = victim_of(event)
+        pod = _victim_of(tl, event)
         tl.arm(event, pod, shape.slices)
         fail_pod(api, NAMESPACE, pod)
         time.sleep(phases.inject_interval_s)
@@ -516,6 +535,35 @@ def _measure(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases:
     time.sleep(2.0)  # the operator's trailing writes (events, metrics) for the last one
     phases.mark("end", operator)
     phases.peak_rss = operator.peak_rss
+    _wait_recovered(tl, shape, phases, operator, quick)
+
+
+def _victim_of(tl: Timeline, event: Event) -> str:
+    job, index = event
+    with tl.lock:
+        for pod, info in sorted(tl.pods.items()):
+            if info["job"] == job and info["worker"] and info["phase"] == "Running" \
+                    and info["ready"] and not info["deleting"] \
+                    and info["slice"] == str(index) and info["host"] == "0":
+                return pod
+    raise RuntimeError(f"no Running worker pod for slice {index} of {job}")
+
+
+def _wait_recovered(tl: Timeline, shape: Shape, phases: Phases, operator: BenchOperator,
+                    quick: bool) -> None:
+    """Until every failed slice is Ready again (bounded): the status writes per slice
+    event are counted over the whole of each event, its recovery included."""
+    def recovered() -> bool:
+        with tl.lock:
+            return all(tl.slices_ready.get(n) == shape.slices for n in phases.started)
+
+    try:
+        wait_for(recovered, 30 if quick else 300, "every slice Ready again", 0.5)
+        time.sleep(2.0)  # the outbox's clearing after the last Ready
+    except TimeoutError as err:
+        tl.errors.append(str(err))
+    phases.recovered = recovered()
+    phases.mark("recovered", operator)
 
 
 def _latencies(tl: Timeline) -> dict[str, list[float]]:
@@ -612,6 +660,23 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
             "etj_reconcile_duration_seconds", "events", "end"),
         "operator_reported_detection_mean_seconds": phases.metric_mean(
             "etj_slice_down_detection_seconds", "events", "end"),
+        # What the status writes carried, from the failures' start until every failed
+        # slice was Ready again (bench/writes.py), as this process's job watch saw them.
+        "status_writes_seen": _writes_summary(tl, phases, events),
         "errors": tl.errors[:20],
         "quick": quick,
     }
+
+
+def _writes_summary(tl: Timeline, phases: Phases, events: int) -> dict[str, Any]:
+    """The status writes from the failures' start until every failed slice was Ready
+    again: what they carried (bench/writes.py, this process's job watch) and how many the
+    operator counted (its metric: changes, progress paced, progress held back)."""
+    start, end = phases.wall.get("events", 0.0), phases.wall.get("recovered", time.time())
+    with tl.lock:
+        seen = tl.writes.summary(start, end, events)
+    metric = internals(phases.metrics.get("events", {}), phases.metrics.get("recovered", {}),
+                       1.0)["status_writes"]
+    return {**seen, "operator_metric_per_slice_event": {
+        k: round(v / max(1, events), 2) for k, v in metric.items()},
+        "until_recovered": phases.recovered, "seconds": round(end - start, 1)}

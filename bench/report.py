@@ -158,6 +158,21 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
              "held back", f"{writes['change'] / events:.2f}; {writes['progress'] / events:.2f}; "
              f"{writes['deferred'] / events:.2f}", "-", "-"),
         ]
+    seen = d.get("status_writes_seen")
+    if seen:
+        rows.append((f"{shape}: status writes per slice event, failure -> Ready again, as "
+                     "the job watch saw them: all; readyHosts only; the rest "
+                     f"({'all' if seen['until_recovered'] else 'not all'} Ready again "
+                     f"after {_n(seen['seconds'])} s)",
+                     f"{seen['per_slice_event']:.2f}; "
+                     f"{seen['ready_hosts_only_per_slice_event']:.2f}; "
+                     f"{seen['others_per_slice_event']:.2f}", "-", "-"))
+    gen = d.get("load_generator")
+    if gen and gen.get("target"):
+        rows.append((f"{shape}: load generator (bench/load.py), target {_n(gen['target'])}: "
+                     "1-minute load during the failures, mean (min-max); CPU burners, mean",
+                     f"{_n(gen['load1_mean'])} ({_n(gen['load1_min'])}-"
+                     f"{_n(gen['load1_max'])}); {_n(gen['burners_mean'])}", "-", "-"))
     load = d.get("load_average") or {}
     if "events" in load and "end" in load:
         rows.append((f"{shape}: load average (1/5/15 min) as the failures began; at the end",

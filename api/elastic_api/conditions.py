@@ -166,6 +166,7 @@ class Reason:
     SLICE_REPLACED: Final = "SliceReplaced"
     SLICE_MOVING: Final = "SliceMoving"
     SLICE_RESTARTS_EXHAUSTED: Final = "SliceRestartsExhausted"
+    STALL_RESTARTS_EXHAUSTED: Final = "StallRestartsExhausted"  # maxStallRestarts spent
     STUCK_POD_FORCE_DELETED: Final = "StuckPodForceDeleted"
     POOL_QUARANTINED: Final = "PoolQuarantined"
     POOL_RELEASED: Final = "PoolReleased"

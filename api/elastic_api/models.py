@@ -221,7 +221,16 @@ class ElasticSpec(ApiModel):
         "is blamed (no slice down, none the trainer suspects). Recover: restart the "
         "trainer (the head's main: its pod is deleted and its Job makes a new one; counted "
         "as a trainer restart, resumed from the newest committed checkpoint; the JobSet is "
-        "kept), once per stall. Report: the condition and Event only.",
+        "kept), once per stall, at most maxStallRestarts times. Report: the condition "
+        "and Event only.",
+    )
+    max_stall_restarts: SpecInt = Field(
+        5, ge=0,
+        description="Trainer restarts for stalls (onStall Recover) allowed over the job's "
+        "life, counted in status.counters.stallRestarts (never reset). Once spent, a stall "
+        "is reported only: Progressing False says so and a StallRestartsExhausted Warning "
+        "Event is posted; a trainer that stalls again after every restart is not restarted "
+        "forever.",
     )
     on_slow_slice: Literal["Replace", "Report"] = Field(
         "Report",
@@ -1140,6 +1149,9 @@ class Counters(StatusModel):
     jobset_restarts: int = Field(0, alias="jobSetRestarts")
     trainer_restarts: int = Field(
         0, description="Times a new trainer process replaced the one that was reporting.")
+    stall_restarts: int = Field(
+        0, description="Times the operator restarted a stalled trainer (spec.elastic.onStall "
+        "Recover), against spec.elastic.maxStallRestarts.")
     preemptions: int = Field(
         0, description="Times Kueue preempted the job (evicted it to admit another); none "
         "counts as a slice failure or a JobSet restart.")

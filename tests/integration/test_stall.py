@@ -137,8 +137,42 @@ def test_a_frozen_trainer_is_stalled_and_restarted(
                          and progressing(s) == ("True", Reason.STEPS_ADVANCING),
                          "the new trainer process counted and advancing", timeout=180)
         assert st["training"]["processStartedAt"] != first
+        assert st["counters"]["stallRestarts"] == 1  # against maxStallRestarts
         assert events(api, ns, Reason.TRAINER_RESTARTED)
         assert len(events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED)) == 1
+    finally:
+        if trainer.proc is not None and trainer.poll() is None:
+            trainer.kill()
+
+
+@pytest.mark.stalls
+def test_a_frozen_trainer_with_its_stall_restarts_spent_is_reported_not_restarted(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    obj = manifest(tmp_path / "checkpoints", progressDeadlineSeconds=DEADLINE,
+                   onStall="Recover", maxStallRestarts=0)
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                                 obj)
+    wait_running(api, ns)
+    [head] = head_pods(api, ns)
+    trainer.start()
+    try:
+        wait_status(api, ns, lambda s: progressing(s) == ("True", Reason.STEPS_ADVANCING),
+                    "steps advancing", timeout=180)
+        assert trainer.proc is not None
+        os.killpg(trainer.proc.pid, signal.SIGSTOP)
+        st = wait_status(api, ns, lambda s: progressing(s)[0] == "False",
+                         "Progressing False", timeout=DEADLINE + 30)
+        c = condition(st, C.PROGRESSING)
+        assert "the stall restart budget is spent" in c["message"], c
+        wait_for(lambda: events(api, ns, Reason.STALL_RESTARTS_EXHAUSTED), 30,
+                 "a StallRestartsExhausted Event")
+        # The write that stalled it records no restart (it would be recorded there,
+        # before any delete), and none is counted.
+        assert (st.get("progress") or {}).get("restart") is None, st.get("progress")
+        assert (st.get("counters") or {}).get("stallRestarts", 0) == 0
+        assert not events(api, ns, Reason.TRAINER_RESTARTING)
+        assert [p.metadata.uid for p in head_pods(api, ns)] == [head.metadata.uid]
     finally:
         if trainer.proc is not None and trainer.poll() is None:
             trainer.kill()
@@ -177,6 +211,35 @@ def test_a_hung_slice_is_replaced_and_the_trainer_recovers_in_process(
         assert progressing(st) == ("True", Reason.STEPS_ADVANCING)
         assert events(api, ns, Reason.SLICE_REPLACING)
         assert trainer.poll() is None, f"trainer exited (log {trainer.log})"
+    finally:
+        if trainer.proc is not None and trainer.poll() is None:
+            trainer.kill()
+
+
+def test_a_hung_slice_with_its_restart_budget_spent_fails_as_a_dead_one(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    """maxSliceRestarts 0: the hung slice is not replaced (SliceRestartsExhausted naming
+    the hang). Its pods stay Ready, so the operator lowers its Job's backoffLimit and then
+    deletes one of its pods: the Job controller counts it failed, the Job fails and
+    JobSet's failurePolicy applies (maxRestarts 0: the job Failed), as for a dead slice;
+    it does not sit Down until the trainer's elastic timeout."""
+    obj = manifest(tmp_path / "checkpoints", "--fail-at", "40:1:hang", maxSliceRestarts=0)
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                                 obj)
+    wait_running(api, ns)
+    trainer.start()
+    try:
+        st = wait_status(api, ns, lambda s: (s.get("slices") or [{}, {}])[1].get("reason")
+                         == Reason.SLICE_HUNG, "slice 1 down for a hang", timeout=240)
+        assert st["slices"][1]["replacement"]["action"] == "GiveUp", st["slices"][1]
+        st = wait_status(api, ns, lambda s: condition(s, C.FAILED).get("status") == "True",
+                         "the job Failed", timeout=240)
+        assert condition(st, C.FAILED)["reason"] == Reason.MAX_RESTARTS_EXCEEDED, st
+        wait_for(lambda: events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED), 30,
+                 "a SliceRestartsExhausted Event")
+        [exhausted] = events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED)
+        assert "(SliceHung)" in exhausted and "pods deleted" in exhausted, exhausted
     finally:
         if trainer.proc is not None and trainer.poll() is None:
             trainer.kill()

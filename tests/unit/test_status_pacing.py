@@ -70,6 +70,47 @@ def test_a_slice_failing_torn_down_and_back_host_by_host() -> None:
     assert not any(events for p, events, _ in result if p)
 
 
+def walk_reasons(pods_over_time: list[list[ObservedPod]]) -> list[tuple[bool, str, str]]:
+    """Each step: (progress only?, the slice's state, its reason)."""
+    j = job()
+    current, _ = compute_status(j, observe(healthy_pods(), nodes=nodes_for()), None, at(1))
+    out = []
+    for i, pods in enumerate(pods_over_time):
+        new, _ = compute_status(j, observe(pods, nodes=nodes_for()), current, at(10 + i))
+        out.append((progress_only(current, new), new.slices[SLICE].state,
+                    new.slices[SLICE].reason or ""))
+        current = new
+    return out
+
+
+def test_the_teardown_in_the_clusters_order_is_one_down_one_restarting_one_ready() -> None:
+    """As the garbage collector and JobSet do it: the failed pod goes first (its host has
+    no pod for a moment, the others still up), the others go one by one while the new
+    Job's pods arrive. Before, a look without a pod down showed the slice Restarting, the
+    next Down again (PodDeleted): four or more transitions, each a status write at once.
+    Now three transitions (Down, Restarting once no host's newest pod is the old Job's,
+    Ready) and the reason it went down for kept; the rest is progress (paced)."""
+    old = [WorkerPod(SLICE, h) for h in range(HOSTS)]
+    new = [WorkerPod(SLICE, h).recreated(at(12)).pending() for h in range(HOSTS)]
+    steps = [slice_pods([old[0].failed(at(9)), *old[1:]])]  # host 0 failed: Down
+    steps.append(slice_pods(old[1:]))  # its pod gone; the others still Ready
+    torn: list[WorkerPod] = list(old[1:])
+    for h in range(1, HOSTS):  # the others deleted one by one, new pods for the gone
+        torn = [*torn[:h - 1], old[h].deleting(at(10)), *torn[h:]]
+        steps.append(slice_pods([new[0], *torn]))
+    steps.append(slice_pods(new))  # every old pod gone: Restarting
+    for h in range(HOSTS):  # ready one by one; the last makes the slice Ready
+        new = [*new[:h], WorkerPod(SLICE, h).recreated(at(12)), *new[h + 1:]]
+        steps.append(slice_pods(new))
+    result = walk_reasons(steps)
+    down = HOSTS + 1
+    assert [state for _, state, _ in result] == (
+        ["Down"] * down + ["Restarting"] * HOSTS + ["Ready"])
+    assert {reason for _, state, reason in result if state == "Down"} == {"PodFailed"}
+    assert [p for p, _, _ in result] == (
+        [False] + [True] * (down - 1) + [False] + [True] * (HOSTS - 1) + [False])
+
+
 def status(**fields: object) -> ElasticTrainingJobStatus:
     """A running job's status: SLICES slices, Ready condition True, as `fields` change."""
     base: dict[str, object] = {

@@ -181,6 +181,54 @@ def test_on_stall_report_restarts_nothing() -> None:
     assert run.status.progress.restart is None and "onStall is Report" in message
 
 
+def test_stall_restarts_are_counted_against_their_budget_then_reported_only() -> None:
+    """A trainer that stalls again after every restart (a data loader that hangs at the
+    same step) is restarted maxStallRestarts times, each counted (and kept across an
+    operator restart); the next stall says the budget is spent, posts one
+    StallRestartsExhausted Event and deletes no head pod."""
+    run, last = started_run(job_with(maxStallRestarts=2))
+    t, process = 161.0, 7
+    for n in (1, 2):
+        run.events = []
+        status = run.look(t)
+        assert run.reasons() == [Reason.PROGRESS_DEADLINE_EXCEEDED, Reason.TRAINER_RESTARTING]
+        assert status.counters.stall_restarts == n
+        run.restart_operator()
+        assert run.look(t + 1).counters.stall_restarts == n  # once per stall
+        # The restarted trainer resumes, makes steps, and stalls again.
+        process += 1
+        head = replace(head_pod(main=main_running(s(t + 5)), name=f"article-head-{n}"),
+                       uid=f"head-uid-{n + 1}", job_uid="head-job-uid")
+        for k in range(8):
+            at_ = t + 10 + 5 * k
+            run.look(at_, training(s(at_), last + k, processId=process,
+                                   processStartedAt=s(t + 5).isoformat()),
+                     observe(pods(head)))
+        t = t + 10 + 5 * 7 + 61
+    run.events = []
+    status = run.look(t, observed=observe(pods(head)))
+    st, reason, message = progressing(status)
+    assert (st, reason) == ("False", Reason.PROGRESS_DEADLINE_EXCEEDED)
+    assert "stall restart budget is spent (2 of spec.elastic.maxStallRestarts 2)" in message
+    assert run.reasons() == [Reason.PROGRESS_DEADLINE_EXCEEDED,
+                             Reason.STALL_RESTARTS_EXHAUSTED]
+    assert status.counters.stall_restarts == 2
+    assert plan_trainer_restart("ns", "article", status.progress, pods(head)) is None
+    run.events = []
+    run.restart_operator()
+    run.look(t + 30, observed=observe(pods(head)))
+    assert run.reasons() == []  # the Event once per stall
+
+
+def test_no_stall_restart_budget_reports_the_first_stall_only() -> None:
+    run, _ = started_run(job_with(maxStallRestarts=0))
+    run.events = []
+    status = run.look(161)
+    assert run.reasons() == [Reason.PROGRESS_DEADLINE_EXCEEDED,
+                             Reason.STALL_RESTARTS_EXHAUSTED]
+    assert status.progress.restart is None and status.counters.stall_restarts == 0
+
+
 def test_a_deadline_in_the_spec_is_taken_as_given() -> None:
     run, _ = started_run(job_with(progressDeadlineSeconds=15))
     assert run.status.progress.deadline_seconds == 15

@@ -23,7 +23,7 @@ from elastic_api.models import (
 
 EventType = Literal["Normal", "Warning"]
 _PROGRESS_EVENTS = frozenset({Reason.PROGRESS_DEADLINE_EXCEEDED, Reason.TRAINER_RESTARTING,
-                              Reason.SLOW_STEPS})
+                              Reason.SLOW_STEPS, Reason.STALL_RESTARTS_EXHAUSTED})
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,10 @@ def _occurrence(event: StatusEvent, status: ElasticTrainingJobStatus) -> str:
     if progress is not None and event.reason in _PROGRESS_EVENTS:
         # Once per stall (the step and when it was first seen), per restart, per episode.
         restart = progress.restart.pod_uid if progress.restart is not None else ""
-        return {Reason.PROGRESS_DEADLINE_EXCEEDED: f"stall of step {progress.step} seen "
-                f"at {progress.since}", Reason.TRAINER_RESTARTING: f"restart of {restart}",
+        stall = f"stall of step {progress.step} seen at {progress.since}"
+        return {Reason.PROGRESS_DEADLINE_EXCEEDED: stall,
+                Reason.STALL_RESTARTS_EXHAUSTED: f"{stall}, restarts spent",
+                Reason.TRAINER_RESTARTING: f"restart of {restart}",
                 Reason.SLOW_STEPS: f"slow since {progress.slow_since}"}[event.reason]
     failed = next((c for c in status.conditions if c.type == ConditionType.FAILED), None)
     if failed is not None and failed.status == "True" and failed.reason == event.reason:

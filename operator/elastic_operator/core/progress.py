@@ -17,7 +17,11 @@ Three parts, each its own function:
   more is frozen; behind the progress sidecar, MaxText is hung.
 - act (`restart_for`): with nothing blamed and spec.elastic.onStall Recover, the trainer
   is restarted once per stall: status.progress.restart records the head pod to delete
-  (its Job makes a new one: `plan_trainer_restart`), written before the delete.
+  (its Job makes a new one: `plan_trainer_restart`), written before the delete. Each
+  counts in status.counters.stallRestarts against spec.elastic.maxStallRestarts, as a
+  slice's failures against maxSliceRestarts: once spent, a stall is reported only
+  (StallRestartsExhausted), so a trainer that stalls again after every restart is not
+  restarted forever.
 
 Stragglers (`slow_steps`): steps slower than the job's own best for a sustained window
 make Degraded True with reason SlowSteps (conditions.py reconciles it with FewerSlices).
@@ -53,6 +57,7 @@ class ProgressSignals:
     saving: bool = False  # a checkpoint save is in flight (the newest listing shows it)
     head: ObservedPod | None = None  # the newest head pod, running and not going
     all_slices_active: bool = True  # the trainer trains on every slice
+    stall_restarts: int = 0  # the trainer restarts made for stalls so far (counters)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class ProgressUpdate:
     stall: Stall | None = None
     slow: Slow | None = None
     events: list[StatusEvent] = field(default_factory=list)
+    restarted: bool = False  # a trainer restart was decided in this look (counted)
 
 
 # --- detect -----------------------------------------------------------------------------
@@ -198,9 +204,11 @@ def diagnose(spec: ElasticTrainingJobSpec, report: TrainingReport, state: Progre
 
 
 def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stall,
-                head: ObservedPod | None, now: datetime) -> TrainerRestart | None:
-    """The trainer restart this stall calls for (None: none, or one is recorded)."""
-    if spec.elastic.on_stall != "Recover" or stall.blamed:
+                head: ObservedPod | None, now: datetime,
+                restarts: int = 0) -> TrainerRestart | None:
+    """The trainer restart this stall calls for (None: none, one is recorded, or the
+    `restarts` made so far spent spec.elastic.maxStallRestarts)."""
+    if spec.elastic.on_stall != "Recover" or stall.blamed or budget_spent(spec, restarts):
         return None
     done = state.restart
     if done is not None and state.stalled_at is not None \
@@ -210,6 +218,11 @@ def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stal
         return None
     return TrainerRestart(requested_at=now, step=state.step, pod_name=head.name,
                           pod_uid=head.uid, reason=Reason.PROGRESS_DEADLINE_EXCEEDED)
+
+
+def budget_spent(spec: ElasticTrainingJobSpec, restarts: int) -> bool:
+    """Whether the stall restarts made so far leave none: maxStallRestarts of them."""
+    return restarts >= spec.elastic.max_stall_restarts
 
 
 def plan_trainer_restart(namespace: str, jobset: str, progress: ProgressStatus | None,
@@ -265,7 +278,7 @@ def track_progress(setter: ConditionSetter, spec: ElasticTrainingJobSpec,
         return _advancing(setter, state, slow)
     diagnosis, blamed = diagnose(spec, report, state, signals.head)
     stall = Stall(state.step, stalled[0], stalled[1], diagnosis, blamed)
-    return _stalled(setter, spec, state, stall, signals.head, now)
+    return _stalled(setter, spec, state, stall, signals, now)
 
 
 def _advancing(setter: ConditionSetter, state: ProgressStatus,
@@ -279,14 +292,23 @@ def _advancing(setter: ConditionSetter, state: ProgressStatus,
 
 
 def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: ProgressStatus,
-             stall: Stall, head: ObservedPod | None, now: datetime) -> ProgressUpdate:
+             stall: Stall, signals: ProgressSignals, now: datetime) -> ProgressUpdate:
     first = state.stalled_at is None
     state = state.model_copy(update={"stalled_at": state.stalled_at or now})
     events = []
     if first:
         events.append(StatusEvent(reason=Reason.PROGRESS_DEADLINE_EXCEEDED, type="Warning",
                                   message=stall.message))
-    restart = restart_for(spec, state, stall, head, now)
+    restart = restart_for(spec, state, stall, signals.head, now, signals.stall_restarts)
+    spent = spec.elastic.on_stall == "Recover" and not stall.blamed \
+        and budget_spent(spec, signals.stall_restarts)
+    if spent and first:
+        events.append(StatusEvent(
+            reason=Reason.STALL_RESTARTS_EXHAUSTED, type="Warning",
+            message=f"the trainer stalled at step {stall.step} with its stall restart budget "
+                    f"spent ({signals.stall_restarts} restarts made, "
+                    f"spec.elastic.maxStallRestarts {spec.elastic.max_stall_restarts}): not "
+                    "restarted again; Progressing stays False until a step advances"))
     message = stall.message
     if restart is not None:
         state = state.model_copy(update={"restart": restart})
@@ -302,11 +324,15 @@ def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: Progr
         message += f"; restarting the trainer (head pod {done.pod_name} deleted)"
     elif spec.elastic.on_stall == "Report":
         message += "; spec.elastic.onStall is Report: not restarted"
+    elif spent:
+        message += (f"; the stall restart budget is spent ({signals.stall_restarts} of "
+                    f"spec.elastic.maxStallRestarts {spec.elastic.max_stall_restarts}): "
+                    "not restarted")
     elif stall.blamed:
         message += "; the trainer's request replaces the slices it blames"
     return ProgressUpdate(state, setter.false(ConditionType.PROGRESSING,
                                               Reason.PROGRESS_DEADLINE_EXCEEDED, message),
-                          stall=stall, events=events)
+                          stall=stall, events=events, restarted=restart is not None)
 
 
 def slow_steps(state: ProgressStatus, now: datetime) -> Slow | None:

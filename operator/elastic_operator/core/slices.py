@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from elastic_api.conditions import Reason
 from elastic_api.models import SliceState, SliceStatus
@@ -45,9 +45,10 @@ class SliceChange:
         return self.went_down and not self.planned
 
 
-@dataclass(frozen=True)
-class HostView:
-    """One host of a slice, represented by its newest pod."""
+class HostView(NamedTuple):
+    """One host of a slice, represented by its newest pod. A tuple, not a dataclass: one
+    is made per host per reconcile (4,096 for the largest job), and a frozen dataclass's
+    __init__ was the biggest cost of computing a status there."""
 
     host: int | None
     pod: ObservedPod
@@ -255,7 +256,8 @@ def slice_status(
     hosts = seen.hosts
     prev_state = prev.state if prev else None
     restarts = prev.restarts if prev else 0
-    verdict = _judge(hosts, prev, hosts_per_slice, frozen_reason)
+    verdict = _during_teardown(_judge(hosts, prev, hosts_per_slice, frozen_reason), hosts,
+                               prev, hosts_per_slice)
     if held is not None:
         verdict = _Verdict("Down", held.reason, held.message, held.failed_at)
     planned = prev is not None and prev.replacement is not None \
@@ -297,6 +299,33 @@ def slice_status(
         counted=counted,
     )
     return status, change
+
+
+def _during_teardown(verdict: _Verdict, hosts: list[HostView], prev: SliceStatus | None,
+                     hosts_per_slice: int) -> _Verdict:
+    """A Down slice stays Down, with the reason it went down for, while the Job its
+    replacement record names is torn down: that Job's pods going one after another
+    (PodFailed, then PodDeleted once the failed pod is gone; a look between two of them
+    that sees no pod down, only hosts without a pod or already on the new Job) is the
+    replacement at work, not a new cause nor a slice coming back, and each state or
+    reason change is a status write of its own (core/pacing.py writes them at once).
+    Restarting starts once no host's newest pod is that Job's, or every host has one of
+    it (the Job controller replaced the failed pod in that Job). A host of another Job
+    going down says its own reason."""
+    record = prev.replacement if prev is not None else None
+    if prev is None or prev.state != "Down" or record is None or record.job_uid is None \
+            or not prev.reason:
+        return verdict
+    if verdict.state == "Restarting" and record.action in ("Replace", "Move"):
+        old = sum(1 for h in hosts if h.pod.job_uid == record.job_uid)
+        if old and (len(hosts) < hosts_per_slice or old < len(hosts)):
+            return _Verdict("Down", prev.reason, verdict.message)
+        return verdict
+    down = [h for h in hosts if h.down_reason is not None]
+    if verdict.state != "Down" or not down \
+            or any(h.pod.job_uid != record.job_uid for h in down):
+        return verdict
+    return _Verdict("Down", prev.reason, verdict.message, verdict.failed_at)
 
 
 def _missed_message(seen: SliceSeen, count: JobCount, missed: int) -> str:

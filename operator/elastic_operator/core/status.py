@@ -351,7 +351,8 @@ def track_steps(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     signals = ProgressSignals(hold=_hold(ctx, gates, tracking, trainer),
                               saving=_saving(ctx), head=newest_head(ctx.observed.pods),
                               all_slices_active=active is None
-                              or active >= ctx.spec.tpu.num_slices)
+                              or active >= ctx.spec.tpu.num_slices,
+                              stall_restarts=ctx.previous.counters.stall_restarts)
     return track_progress(ctx.setter, ctx.spec, report, ctx.previous.progress, signals,
                           ctx.now)
 
@@ -484,7 +485,7 @@ def _assemble(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         slices_ready=decided.summary.ready_slices,
         slices=slices,
         conditions=decided.conditions,
-        counters=_counters(ctx, gates, tracking, trainer),
+        counters=_counters(ctx, gates, tracking, trainer, steps),
         admission=_with_clock(gates.admission.status, decided.clock),
         last_recovery=trainer.record,
         checkpoint=ctx.checkpoint,
@@ -537,7 +538,7 @@ def _summary(ctx: StatusInputs, gates: Gates, slices: list[SliceStatus], recover
 
 
 def _counters(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
-              trainer: TrainerTracking) -> Counters:
+              trainer: TrainerTracking, steps: ProgressUpdate) -> Counters:
     """Counters never go backwards (max with what the cluster and the trainer show)."""
     prev, report, jobset = ctx.previous.counters, ctx.report, ctx.jobset
     return Counters(
@@ -549,6 +550,7 @@ def _counters(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         ),
         jobset_restarts=max(prev.jobset_restarts, jobset.restarts if jobset else 0),
         trainer_restarts=prev.trainer_restarts + (trainer.replaced is not None),
+        stall_restarts=prev.stall_restarts + steps.restarted,
         preemptions=prev.preemptions + gates.admission.preemptions,
         evictions=prev.evictions + gates.admission.evictions,
     )

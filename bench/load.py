@@ -1,0 +1,145 @@
+"""A load generator run beside a benchmark: processes that burn CPU until the machine's
+1-minute load average is at a target, so that "detection at load 10" means the same
+thing from one run to the next rather than whatever else happens to run.
+
+The load average counts runnable processes (an exponentially damped mean, 60 s time
+constant on Linux). A burner is a process that is always runnable: each adds about 1 to
+the load. Other work (the benchmark's own cluster, other sessions) adds its own, so the
+number of burners follows what is left: every `period_s` it becomes the target minus the
+load not ours (the load average minus our burners' recent mean), moved by at most
+`step` at a time (the average lags; a bigger step overshoots). When others alone exceed
+the target there are no burners and the load is above it: the samples say so, and the
+result reports the load measured, not the target.
+
+Burners run at the operator's priority (nice 0 as started): a niced burner would take
+only idle time and load nothing that matters.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.common import percentile
+
+PERIOD_S = 5.0
+STEP = 2
+
+
+def burn(stop: Any) -> None:
+    """A burner's body: spin until `stop` is set (checked every ~5 ms of work)."""
+    x = 1.0
+    while not stop.is_set():
+        for _ in range(20_000):
+            x = x * 1.0000001 + 1e-9
+    _ = x
+
+
+def burners_for(target: float, load: float, burners_mean: float, current: int,
+                step: int = STEP, most: int | None = None) -> int:
+    """How many burners to run next: target minus the load not ours, within `step` of
+    `current`, never below 0 (nor above `most`, default the target itself)."""
+    others = max(0.0, load - burners_mean)
+    wanted = max(0, round(target - others))
+    most = round(target) if most is None else most
+    wanted = min(wanted, most, current + step)
+    return max(wanted, current - step, 0)
+
+
+@dataclass
+class Sample:
+    at: float  # time.time()
+    load1: float
+    burners: int
+
+
+@dataclass
+class LoadGenerator:
+    """Start with `start()`, read the samples in a window with `summary(start, end)`,
+    end with `stop()` (also a context manager). target 0: burns nothing, samples only."""
+
+    target: float
+    period_s: float = PERIOD_S
+    samples: list[Sample] = field(default_factory=list)
+    _procs: list[tuple[Any, Any]] = field(default_factory=list)
+    _halt: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> LoadGenerator:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._control, name="load-generator",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.period_s + 5)
+        self._resize(0)
+
+    def _control(self) -> None:
+        history: list[int] = []
+        while True:
+            load = os.getloadavg()[0]
+            with self._lock:
+                self.samples.append(Sample(time.time(), load, len(self._procs)))
+            history = [*history, len(self._procs)][-12:]  # ~the last minute
+            if self.target > 0:
+                mean = sum(history) / len(history)
+                self._resize(burners_for(self.target, load, mean, len(self._procs)))
+            if self._halt.wait(self.period_s):
+                return
+
+    def _resize(self, n: int) -> None:
+        ctx = mp.get_context("spawn")  # the benchmark has threads: no fork
+        while len(self._procs) < n and not self._halt.is_set():
+            stop = ctx.Event()
+            proc = ctx.Process(target=burn, args=(stop,), name="bench-load", daemon=True)
+            proc.start()
+            self._procs.append((proc, stop))
+        while len(self._procs) > n:
+            proc, stop = self._procs.pop()
+            stop.set()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+
+    def settle(self, timeout_s: float, within: float = 1.0) -> float:
+        """Wait until the 1-minute load is within `within` of the target (it lags the
+        burners by about a minute) or `timeout_s` passed; the seconds waited."""
+        t0 = time.monotonic()
+        while self.target > 0 and time.monotonic() - t0 < timeout_s \
+                and os.getloadavg()[0] < self.target - within:
+            time.sleep(1.0)
+        return time.monotonic() - t0
+
+    def summary(self, start: float | None = None, end: float | None = None) -> dict[str, Any]:
+        """The measured 1-minute load and the burners over [start, end] (time.time())."""
+        with self._lock:
+            inside = [s for s in self.samples if (start is None or s.at >= start)
+                      and (end is None or s.at <= end)]
+        loads = [s.load1 for s in inside]
+        return {
+            "target": self.target, "cpus": os.cpu_count(), "samples": len(inside),
+            "load1_mean": round(sum(loads) / len(loads), 2) if loads else None,
+            "load1_min": round(min(loads), 2) if loads else None,
+            "load1_p50": _round(percentile(loads, 50)),
+            "load1_max": round(max(loads), 2) if loads else None,
+            "burners_mean": round(sum(s.burners for s in inside) / len(inside), 2)
+            if inside else None,
+            "burners_max": max((s.burners for s in inside), default=None),
+        }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
