@@ -14,7 +14,13 @@ the head container restarts), and what HA adds (HA_KINDS, each with a slice fail
 leader SIGKILLed (the standby takes over), the leader SIGSTOPped longer than its lease in
 the middle of a slice replacement (woken, it must write nothing), the operator's
 ServiceAccount throttled by API Priority and Fairness (429 + Retry-After, honoured), and
-the API server restarted. The short run (in `make test`) injects each kind once, in a
+the API server restarted; and the silent faults (issue 32): a slice's part of a step hung
+(its pods stay Ready: the trainer's watchdog blames it, the operator replaces it), a slice
+at SLOW_FACTOR x the others' step time (Degraded SlowSteps, no replacement under the
+default onSlowSlice Report), and the trainer frozen with SIGSTOP (Progressing False at the
+learned deadline, then with the default onStall Recover the head pod restarted: a new
+trainer process, Progressing True again). The trainer's silent faults are injected while
+it runs (`--fault-inbox`). The short run (in `make test`) injects each kind once, in a
 seeded order on seeded slices. ETJ_SOAK_SECONDS=<n> turns it into the soak (`make soak`):
 each kind once, the HA kinds a second time, then random faults for about n seconds of a
 longer run. ETJ_CHAOS_SEED=<int> replays a sequence (the seed is printed either way).
@@ -30,7 +36,10 @@ checkpoints (watched on disk all through the run): a committed step disappears o
 retention (`keep` newer ones exist), the newest committed step never goes backwards, a
 fault during a write fails that write and nothing else, every restore from a checkpoint
 loads a committed step (the newest, after a restart), and the final checkpoint loads into
-the final parameters.
+the final parameters. For the silent faults: a hang is one slice failure (SliceHung),
+counted once like the others; a slow slice is reported (Degraded SlowSteps, one Event)
+and never replaced; each freeze is one ProgressDeadlineExceeded, one TrainerRestarting and
+one trainer restart, and Progressing is never False outside a freeze.
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -53,13 +63,16 @@ import urllib3
 from kubernetes import client
 
 from elastic_api import GROUP, PLURAL, VERSION
+from elastic_api import progress as progress_rule
+from elastic_api.conditions import Reason
+from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 from tests.builders import etj
 from tests.support.chart import ChartReplicas
 from tests.support.ha_faults import HaFaults
-from tests.support.trainer_run import Reference, TrainerProcesses, head_command
+from tests.support.trainer_run import Reference, TrainerProcesses, head_command, with_flag
 
 pytestmark = pytest.mark.cluster
 
@@ -76,7 +89,9 @@ SOAK_SECONDS = float(os.environ.get("ETJ_SOAK_SECONDS") or 0)
 # consumed ~6.5 steps per second of faults; a 600 s soak on 2026-12-01 (less load) went
 # through 4,200 steps in ~420 s and its faults stopped there: 12 steps per soak second
 # keep faults coming for the whole soak, the tail after it shorter than the soak.
-STEPS = max(1600, int(SOAK_SECONDS * 12)) if SOAK_SECONDS else 1600
+# The slow slice (SlowSteps after SLOW_SECONDS, 120 s, at 1/SLOW_FACTOR the pace) takes
+# ~500 steps more, the freeze none.
+STEPS = max(2400, int(SOAK_SECONDS * 12)) if SOAK_SECONDS else 2400
 STEPS_BETWEEN_FAULTS = 25  # at least two checkpoints / five snapshots between faults
 # The Job controller delays a worker Job's replacement pod 10 s x 2^(failures - 1), up to
 # 10 min (Kubernetes 1.34, MaxJobPodFailureBackOff), and only a succeeded pod resets the
@@ -87,9 +102,15 @@ KINDS = ("fail_pod", "delete_pod", "node_not_ready", "two_slices", "operator_kil
          "connections_dropped", "slice_down_during_checkpoint_write",
          "trainer_killed_during_checkpoint_write",
          # What the chart's two replicas add (tests/support/ha_faults.py):
-         "leader_killed", "leader_stopped", "apiserver_throttled", "apiserver_restarted")
-HA_KINDS = KINDS[-4:]
-WITHOUT_SLICES = ("operator_kill", "trainer_killed_during_checkpoint_write")
+         "leader_killed", "leader_stopped", "apiserver_throttled", "apiserver_restarted",
+         # The silent ones (issue 32): nothing announces them.
+         "slice_hung", "slice_slow", "trainer_frozen")
+HA_KINDS = KINDS[-7:-3]
+SILENT_KINDS = KINDS[-3:]
+WITHOUT_SLICES = ("operator_kill", "trainer_killed_during_checkpoint_write", "trainer_frozen")
+# A slow slice's part of a step takes this many times the others': the job's steps run at
+# about that many times its own best, well over the SlowSteps rule's 2x (progress_rule).
+SLOW_FACTOR = 6
 CHECKPOINT_PERIOD, CHECKPOINT_KEEP = 10, 3
 # The simulated slices take this long to write their shards: long enough for the fault
 # to land inside the write (and for the trainer to learn of it), short enough that a
@@ -118,6 +139,9 @@ class Sampler:
     latest: dict[str, Any] = field(default_factory=dict)
     recoveries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by detectedAt
     bad_recoveries: list[dict[str, Any]] = field(default_factory=list)
+    # When (time.monotonic) a sample showed Progressing False, and Degraded SlowSteps.
+    stalled: list[float] = field(default_factory=list)
+    slow_steps: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -141,6 +165,10 @@ class Sampler:
                 continue
             status = job.get("status") or {}
             self.latest = status
+            if _condition(status, "Progressing").get("status") == "False":
+                self.stalled.append(time.monotonic())
+            if _condition(status, "Degraded").get("reason") == Reason.SLOW_STEPS:
+                self.slow_steps.append(time.monotonic())
             recovery = status.get("lastRecovery") or {}
             if recovery.get("resumedAt"):
                 self.recoveries[recovery["detectedAt"]] = recovery
@@ -237,6 +265,14 @@ class CheckpointWatcher:
         with self._lock:
             return max(self._present, default=-1)
 
+    def writing_now(self) -> bool:
+        with self._lock:
+            return bool(self.writing)
+
+    def rescan_writing(self) -> bool:
+        """Whether a write is in flight on disk now (a fresh listing, not the last one)."""
+        return bool(self._scan()[1])
+
     def wait_for_write(self, timeout: float) -> int:
         """Block until a checkpoint write is in flight; its step."""
         def in_flight() -> int | None:
@@ -294,7 +330,7 @@ def operators(cluster: Cluster, api: client.ApiClient, namespace: str, proxy: Tc
         yield replicas
 
 
-def job_manifest(ns: str, checkpoint_dir: Path) -> dict[str, Any]:
+def job_manifest(ns: str, checkpoint_dir: Path, inbox: Path) -> dict[str, Any]:
     return (etj(JOB, ns).backend("simulated").tpu("v5e", "4x4", SLICES)
             .spec(elastic={"timeoutSeconds": RECOVERY_TIMEOUT, "maxRetries": 1000,
                            "maxSliceRestarts": 1000},
@@ -303,7 +339,8 @@ def job_manifest(ns: str, checkpoint_dir: Path) -> dict[str, Any]:
                   snapshot={"periodSteps": 5})
             .trainer("trainer:test", STEPS, model="tiny", batch=24,
                      args=["--min-step-seconds", str(STEP_SECONDS), "--report-interval", "0.5",
-                           "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS)])
+                           "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS),
+                           "--fault-inbox", str(inbox)])
             .without("pathways").obj())
 
 
@@ -340,10 +377,25 @@ class Chaos:
     proxy: TcpProxy
     checkpoints: CheckpointWatcher
     status: Callable[[], dict[str, Any]]
+    inbox: Path  # the trainer's --fault-inbox
     not_ready_nodes: list[str] = field(default_factory=list)
+    # (frozen, running again) in time.monotonic, per trainer freeze: Progressing may be
+    # False only inside one.
+    freezes: list[list[float]] = field(default_factory=list)
+    slow_windows: list[tuple[float, float]] = field(default_factory=list)  # the same
+    _injected: int = 0
+
+    def inject_silent(self, fault: str) -> None:
+        """Hand the trainer a silent fault (--fault-inbox): written aside, then renamed
+        into place, so the trainer never reads half a file."""
+        self._injected += 1
+        staged = self.inbox / f"{self._injected}.staged"
+        staged.write_text(fault)
+        staged.rename(self.inbox / f"{self._injected}.fault")
 
 
-@pytest.mark.timeout(int(SOAK_SECONDS * 3) + 900 if SOAK_SECONDS else 900)
+@pytest.mark.stalls  # the trainer freezes: the test checks its Progressing=False itself
+@pytest.mark.timeout(int(SOAK_SECONDS * 3) + 900 if SOAK_SECONDS else 1200)
 def test_chaos_training_survives_random_faults(
         cluster: Cluster, api: client.ApiClient, namespace: str, operators: ChartReplicas,
         proxy: TcpProxy, proxied: Path, tmp_path: Path) -> None:
@@ -355,11 +407,13 @@ def test_chaos_training_survives_random_faults(
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
 
-    checkpoint_dir = tmp_path / "checkpoints"
-    manifest = job_manifest(namespace, checkpoint_dir)
+    checkpoint_dir, inbox = tmp_path / "checkpoints", tmp_path / "fault-inbox"
+    inbox.mkdir()
+    manifest = job_manifest(namespace, checkpoint_dir, inbox)
     command = head_command(manifest)
     # The reference: the same run without faults and without the cluster, in parallel.
-    reference = Reference(command, tmp_path)
+    reference = Reference(with_flag(command, "--fault-inbox", str(tmp_path / "no-faults")),
+                          tmp_path)
     reference_cmd, reference_env = reference.command, reference.env
 
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
@@ -383,7 +437,7 @@ def test_chaos_training_survives_random_faults(
     sampler = Sampler(api, namespace)
     sampler.start()
     ha = HaFaults(cluster, api, namespace, operators, status)
-    chaos = Chaos(api, namespace, ha, trainer, proxy, checkpoints, status)
+    chaos = Chaos(api, namespace, ha, trainer, proxy, checkpoints, status, inbox)
     injected: list[Fault] = []
     started = time.monotonic()
 
@@ -451,7 +505,7 @@ def test_chaos_training_survives_random_faults(
 
     # The trainer lost only slices we hit, and the operator counted each elastic event,
     # those of killed trainer processes included (a new process counts on from them).
-    hit = {i for f in injected for i in f.slices}
+    hit = {i for f in injected if f.kind != "slice_slow" for i in f.slices}
     trainer_events = summary["elastic_events"]
     for event in trainer_events:
         assert set(event["slices_down"]) <= hit, (event, [f.kind for f in injected])
@@ -480,7 +534,7 @@ def test_chaos_training_survives_random_faults(
     slice_down = [e.message for e in core.list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={JOB},reason=SliceDown").items]
     for fault in injected:
-        for index in fault.slices:
+        for index in fault.slices if fault.kind != "slice_slow" else []:
             assert any(f"slice {index} " in m for m in slice_down), (fault, slice_down)
     # Each injection waited for the operator to count its slices as restarted: every
     # failure counted once, whichever replica saw it, with one SliceReplacing (a write
@@ -500,8 +554,11 @@ def test_chaos_training_survives_random_faults(
     assert sum(e.count or 1 for e in restarted) == trainer.started - 1, \
         [e.message for e in restarted]
 
+    # The silent faults: each freeze one stall and one restart; no stall but a freeze.
+    assert _silent_problems(core, namespace, injected, sampler, chaos) == []
+
     _print_figures(seed, injected, summary, trainer, checkpoints, final,
-                   list(sampler.recoveries.values()), ha, tmp_path)
+                   list(sampler.recoveries.values()), ha, tmp_path, sampler, chaos)
 
     # Checkpoints: none lost, none half-loaded.
     assert checkpoints.problems == [], checkpoints.problems
@@ -522,10 +579,35 @@ def test_chaos_training_survives_random_faults(
     assert reload["params_digest"] == expected["params_digest"]
 
 
+def _event_count(core: client.CoreV1Api, ns: str, reason: str) -> int:
+    return sum(e.count or 1 for e in core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={JOB},reason={reason}").items)
+
+
+def _silent_problems(core: client.CoreV1Api, ns: str, injected: list[Fault],
+                     sampler: Sampler, chaos: Chaos) -> list[str]:
+    """Each freeze is one ProgressDeadlineExceeded and one TrainerRestarting; Progressing
+    is False in no sample outside a freeze (no false alarm for the other faults); each
+    slow slice posted its SlowSteps Warning (one per episode)."""
+    problems = []
+    freezes = sum(f.kind == "trainer_frozen" for f in injected)
+    for reason in (Reason.PROGRESS_DEADLINE_EXCEEDED, Reason.TRAINER_RESTARTING):
+        if (got := _event_count(core, ns, reason)) != freezes:
+            problems.append(f"{got} {reason} Events for {freezes} trainer freezes")
+    outside = [t for t in sampler.stalled
+               if not any(start <= t <= (end or t) for start, end in chaos.freezes)]
+    if outside:
+        problems.append(f"Progressing False in {len(outside)} samples outside a freeze")
+    slow = sum(f.kind == "slice_slow" for f in injected)
+    if (got := _event_count(core, ns, Reason.SLOW_STEPS)) < slow:
+        problems.append(f"{got} {Reason.SLOW_STEPS} Events for {slow} slow slices")
+    return problems
+
+
 def _print_figures(seed: int, injected: list[Fault], summary: dict[str, Any],
                    trainer: TrainerProcesses, checkpoints: CheckpointWatcher,
                    final: dict[str, Any], recoveries: list[dict[str, Any]], ha: HaFaults,
-                   tmp_path: Path) -> None:
+                   tmp_path: Path, sampler: Sampler, chaos: Chaos) -> None:
     """The run in numbers (docs/benchmarks.md quotes a soak's), also as chaos.json.
     Recoveries are the operator's (status.lastRecovery, sampled all through the run)."""
     downtimes = sorted(r["downtimeSeconds"] for r in recoveries
@@ -543,6 +625,11 @@ def _print_figures(seed: int, injected: list[Fault], summary: dict[str, Any],
                              "max": downtimes[-1] if downtimes else None},
         "steps_lost": {"p50": _pct(lost, 50), "max": lost[-1] if lost else None},
         "ha": ha.figures(),
+        # Samples showing Degraded SlowSteps while no slice was slow (under load): a
+        # figure, not a failure (the rule compares with the job's own best).
+        "slow_steps_samples_outside_slow_faults": len(
+            [t for t in sampler.slow_steps
+             if not any(start <= t <= end for start, end in chaos.slow_windows)]),
     }
     (tmp_path / "chaos.json").write_text(json.dumps(figures, indent=1))
     print(f"\nchaos figures ({tmp_path / 'chaos.json'}):\n"
@@ -567,6 +654,9 @@ def _inject(chaos: Chaos, fault: Fault) -> bool:
         return True
     if fault.kind == "trainer_killed_during_checkpoint_write":
         return _trainer_killed(chaos, fault)
+    if fault.kind in SILENT_KINDS:
+        return {"slice_hung": _slice_hung, "slice_slow": _slice_slow,
+                "trainer_frozen": _trainer_frozen}[fault.kind](chaos, fault)
     before = _restarts(chaos.status())
     victims = {i: worker_pods(chaos.api, chaos.ns, i)[0] for i in fault.slices}
     if fault.kind == "node_not_ready":
@@ -589,6 +679,124 @@ def _trainer_killed(chaos: Chaos, fault: Fault) -> bool:
         f"{committed} (the write of {writing} was cut)"
     fault.detail += f"; the new process started from {started[0]}"
     return True
+
+
+def _slice_hung(chaos: Chaos, fault: Fault) -> bool:
+    """The slice's part of the next step never returns, its pods Ready: the trainer's
+    watchdog blames it and asks for its replacement; the operator counts it as one slice
+    failure (reason SliceHung) and recreates its worker Job."""
+    [index] = fault.slices
+    before = _restarts(chaos.status())
+    fault.hits += 1
+    chaos.inject_silent(f"{index}:hang")
+    _wait_seen(chaos, before, fault.slices, {})
+
+    def reason() -> str | None:
+        one = next((s for s in chaos.status().get("slices") or [] if s["index"] == index), {})
+        return one.get("reason") or (one.get("lastReplacement") or {}).get("reason")
+
+    wait_for(lambda: reason() == Reason.SLICE_HUNG, 60,
+             f"slice {index} replaced as {Reason.SLICE_HUNG}", interval=0.1)
+    stall = (chaos.status().get("training") or {}).get("stall") or {}
+    fault.detail = (f"replaced as {Reason.SLICE_HUNG}; the trainer's evidence: "
+                    f"{stall.get('evidence', '(not in status any more)')}")
+    return True
+
+
+def _slice_slow(chaos: Chaos, fault: Fault) -> bool:
+    """The slice's part of each step takes SLOW_FACTOR x the others' from the next step:
+    Degraded SlowSteps once the steps have run slow for the rule's window, and nothing
+    replaced (onSlowSlice Report, the default); then back to its own speed."""
+    [index] = fault.slices
+    wait_for(lambda: (chaos.status().get("progress") or {}).get("baselineStepSeconds"),
+             RECOVERY_TIMEOUT, "the job's own best step time learned", interval=0.5)
+    st = chaos.status()
+    before, failures = _restarts(st), (st.get("counters") or {}).get("sliceFailures", 0)
+    slowed = time.monotonic()
+    chaos.inject_silent(f"{index}:slow={SLOW_FACTOR}")
+    st = wait_for(lambda: _condition(s := chaos.status(), "Degraded").get("reason")
+                  == Reason.SLOW_STEPS and s, progress_rule.SLOW_SECONDS + 240,
+                  f"Degraded {Reason.SLOW_STEPS} for slow slice {index}", interval=0.5)
+    took = time.monotonic() - slowed
+    chaos.inject_silent(f"{index}:slow=off")
+    wait_for(lambda: _condition(chaos.status(), "Degraded").get("reason") != Reason.SLOW_STEPS,
+             120, f"Degraded no longer {Reason.SLOW_STEPS} once slice {index} is fast again",
+             interval=0.5)
+    chaos.slow_windows.append((slowed, time.monotonic() + 1))  # the sampler's lag
+    after = chaos.status()
+    assert _restarts(after) == before, f"a slow slice was replaced: {before} -> " \
+        f"{_restarts(after)} (spec.elastic.onSlowSlice is Report)"
+    assert (after.get("counters") or {}).get("sliceFailures", 0) == failures, after["counters"]
+    fault.detail = (f"Degraded {Reason.SLOW_STEPS} {took:.0f} s after: "
+                    f"{_condition(st, 'Degraded').get('message')}")
+    return True
+
+
+def _trainer_frozen(chaos: Chaos, fault: Fault) -> bool:
+    """The trainer SIGSTOPped between two checkpoint writes (a save in flight lengthens
+    the deadline fivefold): Progressing False at the learned deadline, naming a frozen
+    trainer; with onStall Recover (the default) the operator deletes the head pod and its
+    Job makes a new one, whose main (a new process, started here as the pod would) resumes
+    from the newest committed checkpoint; Progressing True again."""
+    st = chaos.status()
+    restarts = (st.get("counters") or {}).get("trainerRestarts", 0)
+    deadline = float((st.get("progress") or {}).get("deadlineSeconds") or 0)
+    head = _head_pod_uids(chaos)
+    window = [_freeze_between_writes(chaos), 0.0]
+    chaos.freezes.append(window)
+    committed = chaos.checkpoints.latest()
+    st = wait_for(lambda: _condition(s := chaos.status(), "Progressing").get("status")
+                  == "False" and s, deadline * progress_rule.EXTENDED_FACTOR + 120,
+                  f"Progressing False for the frozen trainer (deadline {deadline:.0f} s)",
+                  interval=0.5)
+    stalled = _condition(st, "Progressing")
+    assert stalled["reason"] == Reason.PROGRESS_DEADLINE_EXCEEDED, stalled
+    assert "a frozen trainer" in stalled["message"], stalled
+    took = time.monotonic() - window[0]
+    wait_for(lambda: _head_pod_uids(chaos) - head, 120, "a new head pod (onStall Recover)",
+             interval=0.5)
+    chaos.trainer.kill()  # the old pod's container goes with it
+    chaos.trainer.start()
+    started = wait_for(lambda: _started_from(chaos.trainer.log), 120,
+                       f"the new trainer process to start (log {chaos.trainer.log})")
+    assert started == (committed, "checkpoint"), (started, committed)
+    wait_for(lambda: (s := chaos.status()).get("counters", {}).get("trainerRestarts", 0)
+             == restarts + 1 and _condition(s, "Progressing").get("reason")
+             == Reason.STEPS_ADVANCING, 180, "the new trainer process counted and advancing",
+             interval=0.5)
+    window[1] = time.monotonic()
+    fault.detail = (f"Progressing False after {took:.0f} s (deadline {deadline:.0f} s); "
+                    f"head pod replaced, the new process started from step {started[0]}")
+    return True
+
+
+def _freeze_between_writes(chaos: Chaos) -> float:
+    """SIGSTOP the trainer while no checkpoint write is in flight (seen on disk after the
+    stop, so none began in between); when (time.monotonic)."""
+    proc = chaos.trainer.proc
+    assert proc is not None
+    for _ in range(100):
+        wait_for(lambda: not chaos.checkpoints.writing_now(), 60,
+                 "a moment between checkpoint writes", interval=0.005)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        wait_for(lambda: _process_state(proc.pid) == "T", 10, "the trainer stopped",
+                 interval=0.01)
+        if not chaos.checkpoints.rescan_writing():
+            return frozen
+        os.killpg(proc.pid, signal.SIGCONT)  # a write had begun: again
+    raise AssertionError("no moment between checkpoint writes in 100 tries")
+
+
+def _process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def _head_pod_uids(chaos: Chaos) -> set[str]:
+    pods = _retrying(lambda: client.CoreV1Api(chaos.api).list_namespaced_pod(
+        chaos.ns, label_selector=f"{JOB_LABEL}={JOB},jobset.sigs.k8s.io/replicatedjob-name="
+                                 f"{HEAD_REPLICATED_JOB}").items)
+    return {p.metadata.uid for p in pods if p.metadata.deletion_timestamp is None}
 
 
 def _node_not_ready(chaos: Chaos, fault: Fault, before: dict[int, int],
