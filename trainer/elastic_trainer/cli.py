@@ -58,9 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "STEP[-BACK]:SLICE:slow=FACTOR (its part takes FACTOR times longer from STEP, "
            "until step BACK or until it is replaced)")
     a("--fault-inbox", type=Path, default=None, metavar="DIR",
-      help="simulated backend: silent faults injected while the run goes, one file "
-           "*.fault per fault in DIR (SLICE:hang, SLICE:slow=FACTOR, SLICE:slow=off), "
-           "fired at the next step and deleted once read (the chaos soak's)")
+      help="simulated backend: a file *.fault in DIR (SLICE:hang, SLICE:slow=FACTOR, "
+           "SLICE:slow=off) fires at the next step and is deleted once read (the soak's)")
     a("--fault-duration", type=float, default=2.0, help="seconds a failed slice stays down")
     a("--simulate-checkpoint-write-seconds", type=float, default=0.0,
       help="simulated backend: the slices take this long to write their checkpoint shards "
