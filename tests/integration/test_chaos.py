@@ -269,8 +269,7 @@ def test_chaos_training_survives_random_faults(
     # The invariants of one job (tests/support/chaos_checks.py), then the HA ones: the
     # woken leaders wrote nothing; Retry-After was honoured (the API server's audit log).
     violations = job_violations(run) + [f"audit: {p}" for p in ha.audit_problems()]
-    _write_summary(soak_summary(seed, [run], violations, ha=ha.figures(), kueue=None),
-                   tmp_path)
+    _write_summary(soak_summary(seed, [run], violations, ha=ha.figures()), tmp_path)
     assert violations == [], logs
     # The final checkpoint loads into the final parameters (a run to the same step
     # restores it and has nothing left to train).
@@ -287,8 +286,7 @@ def test_chaos_training_survives_random_faults(
 
 def _write_summary(summary: dict[str, Any], tmp_path: Path) -> None:
     """soak-summary.json beside the logs, and where ETJ_SOAK_SUMMARY says (`make soak`:
-    the checkout's); printed too (docs/benchmarks.md quotes a soak's figures). No Kueue
-    in this soak: `kueue` is null."""
+    the checkout's); printed too (docs/benchmarks.md quotes a soak's figures)."""
     text = json.dumps(summary, indent=1)
     for path in filter(None, (tmp_path / "soak-summary.json",
                               os.environ.get("ETJ_SOAK_SUMMARY"))):

@@ -203,7 +203,7 @@ def soak_summary(seed: int, runs: list[JobRun], violations: list[str],
                  **more: Any) -> dict[str, Any]:
     """soak-summary.json: the seed, faults by kind and by job, failures counted by job,
     steps lost, downtime percentiles over every job's recoveries, and the violations
-    (`more`: what the soak adds, its HA figures, Kueue's evictions)."""
+    (`more`: what the soak adds, its HA figures)."""
     by_kind: dict[str, int] = {}
     for run in runs:
         for fault in run.injected:
@@ -221,6 +221,9 @@ def soak_summary(seed: int, runs: list[JobRun], violations: list[str],
         "downtime_seconds": {"p50": pct(downtimes, 50), "p90": pct(downtimes, 90),
                              "p99": pct(downtimes, 99),
                              "max": downtimes[-1] if downtimes else None},
+        # Kueue's, as the operator counts them (counters.evictions, .preemptions).
+        "kueue": {k: sum(r.counters.get(k, 0) for r in runs)
+                  for k in ("evictions", "preemptions")},
         "jobs": {name[id(r)]: job_figures(r) for r in runs},
         **more,
         "violations": violations,

@@ -106,9 +106,10 @@ def test_the_summary_has_what_the_soak_reports(tmp_path: Path) -> None:
     run = clean_run(tmp_path)
     run.sampler.recoveries = {"t1": {"downtimeSeconds": 2.0, "stepsLost": 3},
                               "t2": {"downtimeSeconds": 4.0, "stepsLost": 1}}
-    got = soak_summary(7, [run], ["x"], kueue=None)
+    got = soak_summary(7, [run], ["x"])
     assert got["seed"] == 7 and got["violations"] == ["x"]
     assert got["faults_by_kind"] == {"fail_pod": 1, "trainer_frozen": 1}
     assert got["faults_by_job"] == {"ns/j": 2}
     assert got["failures_counted_by_job"] == {"ns/j": 1}
     assert got["steps_lost"] == 4 and got["downtime_seconds"]["max"] == 4.0
+    assert got["kueue"] == {"evictions": 0, "preemptions": 0}
