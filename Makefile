@@ -86,7 +86,8 @@ bench: venv cluster-binaries
 # plane. Replay a failure with ETJ_CHAOS_SEED=<the seed the run prints>.
 SOAK_SECONDS ?= 1800
 soak: venv cluster-binaries
-	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest -ra -s tests/integration/test_chaos.py
+	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) ETJ_SOAK_SUMMARY=$(CURDIR)/soak-summary.json \
+		$(PY) -m pytest -ra -s tests/integration/test_chaos.py
 
 # Regenerate manifests/install.yaml and the chart's copy of the CRD (pinned helm).
 manifests: crd cluster-binaries

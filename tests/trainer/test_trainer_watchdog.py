@@ -176,6 +176,34 @@ def test_a_hang_lasts_until_the_slice_is_replaced_and_a_slow_slice_until_back() 
     assert faults.slowdown(4, {}) == {0: 2.0} and faults.slowdown(6, {}) == {}
 
 
+def test_faults_injected_through_the_inbox_fire_at_the_next_step_once(tmp_path: Any) -> None:
+    """The chaos soak's way in (--fault-inbox): a file fires at the next step dispatched
+    and is deleted, so a new trainer process reading the same inbox does not fire it."""
+    faults = StepFaults([], tmp_path, total_slices=4)
+    faults.on_step(1, {})
+    (tmp_path / "1.fault").write_text("2:hang\n")
+    (tmp_path / "2.fault").write_text("0:slow=3")
+    (tmp_path / "ignored.tmp").write_text("1:hang")  # still being written: not read
+    faults.on_step(7, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ignored.tmp"]
+    assert faults.hung(7, {}) == {2} and faults.hung(8, {}) == set()
+    assert faults.slowdown(9, {}) == {0: 3.0}
+    assert StepFaults([], tmp_path, total_slices=4).hung(7, {}) == set()  # consumed
+    (tmp_path / "3.fault").write_text("0:slow=off")
+    faults.on_step(12, {})
+    assert faults.slowdown(11, {}) == {0: 3.0} and faults.slowdown(12, {}) == {}
+
+
+@pytest.mark.parametrize("text", ["9:hang", "1:stall", "1:slow=1", "1:slow=off:2"])
+def test_a_bad_injected_fault_is_logged_and_dropped(tmp_path: Any, text: str,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    faults = StepFaults([], tmp_path, total_slices=4)
+    (tmp_path / "1.fault").write_text(text)
+    faults.on_step(3, {})
+    assert faults.faults == [] and not list(tmp_path.iterdir())
+    assert "1.fault" in caplog.text
+
+
 # --- what the simulated backend tells of each slice's part -----------------------------------
 
 def _backend(cpu_devices: list[Any], faults: list[SilentFault]) -> tuple[SimulatedBackend,

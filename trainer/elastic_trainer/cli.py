@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 DEFAULT_DEVICES_PER_SLICE = 2
@@ -56,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "STEP:SLICE:hang (its part of STEP never finishes until it is replaced), "
            "STEP[-BACK]:SLICE:slow=FACTOR (its part takes FACTOR times longer from STEP, "
            "until step BACK or until it is replaced)")
+    a("--fault-inbox", type=Path, default=None, metavar="DIR",
+      help="simulated backend: a file *.fault in DIR (SLICE:hang, SLICE:slow=FACTOR, "
+           "SLICE:slow=off) fires at the next step and is deleted once read (the soak's)")
     a("--fault-duration", type=float, default=2.0, help="seconds a failed slice stays down")
     a("--simulate-checkpoint-write-seconds", type=float, default=0.0,
       help="simulated backend: the slices take this long to write their checkpoint shards "
@@ -328,7 +332,8 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         return 2, health
     return SimulatedBackend(args.simulate_slices, args.devices_per_slice, health,
                             write_seconds=args.simulate_checkpoint_write_seconds,
-                            step_faults=StepFaults(faults[1]))
+                            step_faults=StepFaults(faults[1], args.fault_inbox,
+                                                   args.simulate_slices))
 
 
 def process_start_time() -> float:

@@ -10,13 +10,21 @@ Silent faults (`StepFaults`) leave a slice's health alone, as a hung TPU host le
 pods Ready: a hung slice's part of a step never finishes, a slow slice's takes FACTOR
 times longer. Both end when the slice is replaced (its loss count grows: its worker Job
 was recreated) or, for a slow one, when the loop reaches step BACK.
+
+They can also be injected while the run goes (`--fault-inbox DIR`, for the chaos soak,
+which picks its moments from what it observes): a file `*.fault` in DIR holds
+`SLICE:hang`, `SLICE:slow=FACTOR` or `SLICE:slow=off` (that slice's slowness ends); it
+fires at the next step dispatched and is deleted once read, so a new trainer process
+(the head container restarted) does not fire it again.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -233,17 +241,65 @@ def parse_fault(text: str, total_slices: int) -> Fault | SilentFault:
     return SilentFault(down.step, down.slice, kind, factor, down.back_at_step)
 
 
+INBOX_SUFFIX = ".fault"
+
+
+def parse_injected(text: str, step: int, total_slices: int) -> SilentFault | int:
+    """One injected fault (a --fault-inbox file) due at `step`: a SilentFault, or the
+    slice whose slowness `SLICE:slow=off` ends."""
+    text = text.strip()
+    head, _, kind = text.partition(":")
+    if kind == "slow=off":
+        return Fault.parse(f"{step}:{head}", total_slices).slice
+    fault = parse_fault(f"{step}:{text}", total_slices)
+    if not isinstance(fault, SilentFault):
+        raise ValueError(f"injected fault {text!r}: SLICE:hang, SLICE:slow=FACTOR or "
+                         "SLICE:slow=off")
+    return fault
+
+
 class StepFaults:
     """The silent faults of a run: which slices' parts of a step hang or run slow."""
 
-    def __init__(self, faults: list[SilentFault]) -> None:
+    def __init__(self, faults: list[SilentFault], inbox: Path | None = None,
+                 total_slices: int = 0) -> None:
         self.faults = faults
+        self.inbox, self.total_slices = inbox, total_slices
         self._lock = threading.Lock()
+
+    def _take_inbox(self, step: int) -> None:
+        """The faults injected since the last step, due at `step` (each file read once,
+        then deleted: consumed)."""
+        if self.inbox is None:
+            return
+        try:
+            names = sorted(n for n in os.listdir(self.inbox) if n.endswith(INBOX_SUFFIX))
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = self.inbox / name
+            text = path.read_text()
+            path.unlink()
+            try:
+                got = parse_injected(text, step, self.total_slices)
+            except ValueError as err:
+                log.error("%s: %s (ignored)", path, err)
+                continue
+            if isinstance(got, SilentFault):
+                self.faults.append(got)
+                continue
+            for fault in self.faults:
+                if fault.kind == "slow" and fault.slice == got and (
+                        fault.until_step is None or fault.until_step > step):
+                    fault.until_step = step
+            log.info("fault ended: slice %d's part of the steps from %d on runs at its "
+                     "own speed again", got, step)
 
     def on_step(self, step: int, losses: dict[int, int]) -> None:
         """The loop dispatches `step`: faults due fire (once each, even if the loop
         rewinds past them)."""
         with self._lock:
+            self._take_inbox(step)
             for fault in self.faults:
                 if fault.losses_at_fire is None and fault.step == step:
                     fault.losses_at_fire = losses.get(fault.slice, 0)
