@@ -5,12 +5,18 @@ step 48, then the first two of the process that restored step 25; main-restore.l
 process's log lines of the restore)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
 
-from elastic_api.checkpoints import GIB
+from elastic_api.checkpoints import GIB, step_size
 from elastic_api.restores import (
     PROGRESS_SIDECAR,
     TRAINER,
@@ -19,7 +25,9 @@ from elastic_api.restores import (
     restored_step,
     sidecar_restore,
 )
+from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.maxtext.scenario import orbax_restore
+from elastic_operator.checkpoints import list_gcs_step
 from elastic_trainer.metrics_file import StepRecord, parse_maxtext_line
 from elastic_trainer.progress import RestoreWatch, pod_identity, progress_report
 
@@ -100,9 +108,36 @@ def test_the_sidecar_measures_nothing_it_did_not_see_start(case: str, tmp_path: 
     assert watch.see([first], T0 + timedelta(seconds=101)) is None
 
 
-def test_a_gcs_directory_gives_no_bytes_and_no_speed() -> None:
+def test_a_directory_that_cannot_be_listed_gives_no_bytes_and_no_speed(
+        tmp_path: Path) -> None:
     watch = RestoreWatch(pod_identity("head-0", "uid-2", T0), fresh=True,
-                         directory="gs://bucket/ckpt")
+                         directory=str(tmp_path / "absent"))
     watch.see([], T0)
     report = watch.see([recorded()[1]], T0 + timedelta(seconds=20))
     assert report is not None and (report.bytes, report.gib_per_second) == (None, None)
+
+
+# The sidecar lists gs:// with gcsfs, the operator with google-cloud-storage: in a fresh
+# interpreter (gcsfs keeps process-wide state), against the same objects.
+SIDECAR_SIZE = """
+import sys
+from elastic_trainer.progress import restored_bytes
+print("BYTES", restored_bytes(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def test_the_sidecar_sizes_a_gcs_step_as_the_operators_listing(fake_gcs: FakeGcsServer) -> None:
+    client = storage.Client(project="etj-test", credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": fake_gcs.endpoint})
+    bucket = client.create_bucket(f"etj-restores-{uuid.uuid4().hex[:10]}")
+    for name, data in {"25/commit_success.txt": "ok", "25/items/d/0": "x" * 1000,
+                       "25/items/manifest.ocdbt": "y" * 24, "25/empty/": "",
+                       "250/items/0": "not this step"}.items():
+        bucket.blob(f"ckpt/{name}").upload_from_string(data)
+    directory = f"gs://{bucket.name}/ckpt"
+    listed = step_size(list_gcs_step(directory, 25, client)).bytes
+    run = subprocess.run([sys.executable, "-c", SIDECAR_SIZE, directory, "25"],
+                         env={**os.environ, **fake_gcs.env}, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"BYTES {listed}" in run.stdout.splitlines() and listed == 1026

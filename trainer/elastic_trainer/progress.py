@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from elastic_api.checkpoints import list_local_step, step_size
+from elastic_api.checkpoints import StepFile, list_local_step, step_size
 from elastic_api.models import RestoreReport, TrainingReport
 from elastic_api.restores import restored_step, sidecar_restore
 from elastic_trainer.metrics_file import StepRecord
@@ -80,15 +80,31 @@ def progress_report(identity: Identity, record: StepRecord | None, total_steps: 
 
 
 def restored_bytes(directory: str | None, step: int) -> int | None:
-    """The restored step's bytes as the operator's scan counts them (a local directory;
-    None for gs:// or when it cannot be listed: the sidecar has no storage client)."""
-    if not directory or not directory.startswith("/"):
+    """The restored step's bytes as the operator's scan counts them
+    (elastic_api.checkpoints.step_size): a local directory walked, gs:// listed through
+    gcsfs (the trainer image's gs:// library, with the pod's credentials; no object is
+    read). None when it cannot be listed: the size is for the report only."""
+    if not directory:
         return None
     try:
-        return step_size(list_local_step(directory, step)).bytes
-    except OSError as err:
+        if directory.startswith("gs://"):
+            return step_size(list_gcs_step(directory, step)).bytes
+        if directory.startswith("/"):
+            return step_size(list_local_step(directory, step)).bytes
+    except Exception as err:  # any listing error: the report goes without its bytes
         log.info("sizing checkpoint step %d in %s: %s", step, directory, err)
-        return None
+    return None
+
+
+def list_gcs_step(directory: str, step: int) -> list[StepFile]:
+    """Every object under `<directory>/<step>/` with its listed size; a folder
+    placeholder holds nothing (as the operator's google-cloud-storage listing counts)."""
+    import gcsfs  # only a gs:// directory needs it; it takes a while to import
+
+    fs = gcsfs.GCSFileSystem(skip_instance_cache=True)
+    found = fs.find(f"{directory.rstrip('/')}/{step}/", detail=True)
+    return [StepFile(size=int(info.get("size") or 0)) for name, info in found.items()
+            if info.get("type") == "file" and not name.endswith("/")]
 
 
 class RestoreWatch:

@@ -13,13 +13,13 @@ head's /tmp, then on gs:// through fake-gcs-server):
 2. once the STEP column moves, a worker of slice 1 fails (kwok's chaos stage): the job
    shows SliceDown, Recovering, then RecoveredUnconfirmed when the slice is back (MaxText
    reports no elastic events), then Recovered when the sidecar reports a later step;
-3. at the next save MaxText is frozen (SIGSTOP) while the save is in flight (a save that
-   never returns: a hung MaxText): the job shows Progressing=False/ProgressDeadlineExceeded
-   naming the hung MaxText behind the sidecar, and its Warning Event, within the job's
-   short progress deadline; with the default onStall Recover the operator deletes the
-   head pod (TrainerRestarting); the scenario plays the kubelet: MaxText and the sidecar
-   are killed with their pod (SIGKILL), status.checkpoint.incompleteSteps shows the step
-   it was saving;
+3. at a save after step 0's, MaxText is frozen (SIGSTOP) while the save is in flight
+   (a save that never returns: a hung MaxText): the job shows Progressing=False with
+   reason ProgressDeadlineExceeded naming the hung MaxText behind the sidecar, and its
+   Warning Event, within the job's short progress deadline; with the default onStall
+   Recover the operator deletes the head pod (TrainerRestarting); the scenario plays the
+   kubelet: MaxText and the sidecar are killed with their pod (SIGKILL), and
+   status.checkpoint.incompleteSteps shows the step it was saving;
 4. the head Job's new pod runs: its /tmp a new emptyDir but for the checkpoints (the
    metrics and the sidecar's state files go), its sidecar and MaxText started as that
    pod's; MaxText resumes from its newest committed checkpoint (its own log says which),
@@ -107,9 +107,11 @@ def host_path(pod_tmp: Path, path_in_pod: str) -> Path:
     return pod_tmp / path_in_pod[len(POD_TMP) + 1:]
 
 
-def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path,
+            gcs_env: dict[str, str]) -> subprocess.Popen[bytes]:
     """`etj progress` as the head pod's `progress` container runs it (its /tmp paths on
-    `pod_tmp`), with the pod's identity."""
+    `pod_tmp`), with the pod's identity (and `gcs_env`, fake-gcs-server's, where a pod
+    would have its Google credentials)."""
     (spec,) = [c for c in pod.spec.init_containers or [] if c.name == PROGRESS_CONTAINER]
     if spec.command[:2] != ["etj", "progress"]:
         raise ScenarioFailure(f"the progress container runs {spec.command}")
@@ -119,7 +121,7 @@ def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path) -> subprocess.
     env = {"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "ETJ_JOB_NAME": pod.metadata.labels.get("elastic.pathways.dev/job-name", ""),
            "ETJ_JOB_NAMESPACE": pod.metadata.namespace, "ETJ_POD_NAME": pod.metadata.name,
-           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1"}
+           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1", **gcs_env}
     with log.open("ab") as out:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -286,10 +288,14 @@ def in_flight(run: Run) -> list[int]:
 
 
 def freeze_during_a_save(run: Run) -> tuple[int, float]:
-    """At the next save, freeze MaxText (SIGSTOP) while the save is in flight, and keep it
-    so (a save that never returns): the step it was saving, and when."""
+    """At a save after a trained step's checkpoint has committed (so that the restart
+    restores a trained step, not the step 0 MaxText saves at its start), freeze MaxText
+    (SIGSTOP) while the save is in flight, and keep it so (a save that never returns):
+    the step it was saving, and when."""
     proc = run.maxtext_proc
     assert proc is not None
+    run.tl.wait(lambda s: (s.checkpoint.get("latestCommittedStep") or 0) > 0, RUN_TIMEOUT,
+                "a trained step's checkpoint committed (latestCommittedStep > 0)")
     deadline = time.monotonic() + RUN_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -374,7 +380,8 @@ def new_pod(run: Run, old_pod: Any) -> Any:
     run.metrics.unlink(missing_ok=True)
     (run.pod_tmp / ".etj-progress.json").unlink(missing_ok=True)
     kubeconfig = token_kubeconfig(run.cluster, run.work / "trainer.kubeconfig")
-    run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress-2.log")
+    run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress-2.log",
+                               run.cluster.gcs_env)
     start_main(run, pod, "main-2.log")
     run.tl.note(f"new head pod {pod.metadata.name} (uid {pod.metadata.uid}): sidecar "
                 f"(pid {run.sidecar_proc.pid}) and MaxText started as its own")
@@ -390,10 +397,11 @@ def orbax_restore(log_text: str) -> tuple[int | None, dict[str, Any] | None]:
     return (steps[-1] if steps else None), (records[-1] if records else None)
 
 
-def check_resumed(run: Run, killed_at: float, newest: int | None) -> None:
+def check_resumed(run: Run, killed_at: float, newest: int | None,
+                  newest_bytes: int | None) -> None:
     """Progressing True again; status.checkpoint.lastRestore the sidecar's measure of the
-    step MaxText restored (its own log), the step's bytes as the scan counts them (local),
-    and seconds no shorter than Orbax's own timing."""
+    step MaxText restored (its own log), the step's bytes as the scan counts them, and
+    seconds no shorter than Orbax's own timing."""
     from elastic_api.restores import PROGRESS_SIDECAR
 
     def restored(s: Sample) -> bool:
@@ -410,24 +418,32 @@ def check_resumed(run: Run, killed_at: float, newest: int | None) -> None:
                               f"{orbax}); newest committed at the kill {newest}; "
                               f"lastRestore {last}")
     orbax_seconds = float(orbax["checkpoint_manager_duration_secs"])
-    expected = (step_bytes(run, said) if run.directory.startswith("/") else None)
+    expected = newest_bytes  # listed before the restart: keep 3 may delete it since
     if last.get("bytes") != expected or last["seconds"] < orbax_seconds or \
-            (expected is not None and last.get("gibPerSecond") is None):
+            last.get("gibPerSecond") is None:
         raise ScenarioFailure(f"{run.name}: lastRestore {last}; the step's listing holds "
                               f"{expected} bytes, Orbax restored it in {orbax_seconds:.3f} s")
     run.figures.update({
         "Progressing=True after the kill": f"{back.at - killed_at:.1f} s",
         "lastRestore (status.checkpoint)": f"step {said}, {last.get('bytes')} bytes, "
-                                           f"{last['seconds']} s, {last.get('gibPerSecond')} "
+                                           f"{last['seconds']} s, {last['gibPerSecond']:.3g} "
                                            f"GiB/s, measuredBy {last['measuredBy']} (Orbax's "
                                            f"own restore: {orbax_seconds:.3f} s)",
     })
 
 
-def step_bytes(run: Run, step: int) -> int:
+def step_bytes(run: Run, step: int) -> int | None:
+    """`step`'s bytes as the operator's scan counts them (its own listing, from here)."""
     from elastic_api.checkpoints import list_local_step, step_size
+    from elastic_devtools.localcluster.gcs import client_environ
+    from elastic_operator.checkpoints import list_gcs_step, storage_client_from_env
 
-    return step_size(list_local_step(str(host_path(run.pod_tmp, run.directory)), step)).bytes
+    if run.directory.startswith("/"):
+        files = list_local_step(str(host_path(run.pod_tmp, run.directory)), step)
+    else:
+        with client_environ(run.cluster.gcs_env):
+            files = list_gcs_step(run.directory, step, storage_client_from_env())
+    return step_size(files).bytes
 
 
 def check_incomplete(run: Run, killed: int, at: float) -> None:
@@ -511,18 +527,20 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
     try:
         pod = submit(run)
         kubeconfig = token_kubeconfig(cluster, run.work / "trainer.kubeconfig")
-        run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log")
+        run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log",
+                                   cluster.gcs_env)
         run.tl.note(f"progress sidecar started (pid {run.sidecar_proc.pid}) for pod "
                     f"{pod.metadata.name}, as the job's ServiceAccount")
         start_main(run, pod, "main-1.log")
         check_recovery(run, fail_a_slice(run))
         killed, frozen = freeze_during_a_save(run)
         newest = scan(run.directory, run.pod_tmp, cluster.gcs_env).status.latest_committed_step
+        newest_bytes = step_bytes(run, newest) if newest is not None else None
         check_stall(run, frozen)
         killed_at = kubelet_kills(run, pod)
         check_incomplete(run, killed, killed_at)
         new_pod(run, pod)
-        check_resumed(run, killed_at, newest)
+        check_resumed(run, killed_at, newest, newest_bytes)
         finish(run, killed)
     finally:
         for proc in (run.maxtext_proc, run.sidecar_proc):
