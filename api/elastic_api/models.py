@@ -1050,6 +1050,12 @@ class RestoreReport(StatusModel):
     gib_per_second: float | None = Field(None, ge=0, alias="gibPerSecond",
                                          description="bytes / 2^30 / seconds.")
     restored_at: datetime
+    # Who timed it, and so what `seconds` includes (elastic_api.restores).
+    measured_by: str | None = Field(
+        None, max_length=64, description="Trainer: the trainer timed its own restore. "
+        "ProgressSidecar: a trainer that reports nothing (MaxText), timed by the progress "
+        "sidecar from the process's start to its first step after the restore, less that "
+        "step's own time: an upper bound that includes the process's start-up and compile.")
 
 
 class TrainingReport(StatusModel):

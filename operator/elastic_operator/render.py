@@ -298,6 +298,7 @@ def _progress_sidecar(job: ElasticTrainingJob) -> dict[str, Any] | None:
         if maxtext.runs_maxtext(trainer.command, trainer.args) else None
     if steps is not None and steps.isdigit():
         command += ["--total-steps", steps]
+    command += ["--checkpoint-directory", job.spec.checkpoint.directory]
     return {
         "name": PROGRESS_CONTAINER,
         "image": trainer.progress.image,

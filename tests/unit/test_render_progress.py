@@ -62,7 +62,8 @@ def test_maxtext_with_progress_gets_a_sidecar_and_its_metrics_file() -> None:
     assert side["restartPolicy"] == "Always"
     assert side["command"] == ["etj", "progress", "--metrics-file", "/tmp/etj-metrics.jsonl",
                                "--format", "maxtext", "--state-file", "/tmp/.etj-progress.json",
-                               "--total-steps", "300"]
+                               "--total-steps", "300",
+                               "--checkpoint-directory", j.spec.checkpoint.directory]
     assert side["volumeMounts"] == [{"name": "shared-tmp", "mountPath": "/tmp"}]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in side["env"]}
     assert env == {

@@ -253,7 +253,7 @@ def test_the_learned_deadline_follows_the_observed_interval_and_survives_a_resta
 def test_a_hung_maxtext_is_named_from_the_progress_sidecar() -> None:
     run, _ = started_run(foreign_job(progress=True))
     message = progressing(run.look(161))[2]
-    assert "a hung trainer: the metrics file the progress sidecar follows has had no new " \
+    assert "a hung MaxText: the metrics file the progress sidecar follows has had no new " \
         "step" in message
 
 

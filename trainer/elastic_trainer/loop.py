@@ -37,7 +37,6 @@ from typing import Any
 
 import jax
 
-from elastic_api.checkpoints import GIB
 from elastic_api.conditions import Reason
 from elastic_api.models import (
     DEFAULT_OVERHEAD_BUDGET_PERCENT,
@@ -50,6 +49,7 @@ from elastic_api.models import (
     TrainerGoodput,
     TrainingReport,
 )
+from elastic_api.restores import TRAINER, restore_report
 from elastic_api.stragglers import slow_slices, step_times
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
@@ -457,11 +457,10 @@ class Trainer:
             nbytes = size.bytes if size is not None else None
         else:
             nbytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(state))
-        speed = nbytes / GIB / seconds if nbytes is not None and seconds > 0 else None
-        self.last_restore = RestoreReport(source=source, step=step, bytes=nbytes,
-                                          seconds=round(seconds, 4),
-                                          gib_per_second=speed,
-                                          restored_at=datetime.fromtimestamp(at, UTC))
+        self.last_restore = restore_report(source=source, step=step, nbytes=nbytes,
+                                           seconds=seconds,
+                                           restored_at=datetime.fromtimestamp(at, UTC),
+                                           measured_by=TRAINER)
         log.info("restored step %d from %s: %s bytes in %.3fs", step, source, nbytes, seconds)
 
     def _restore(self, compiled: train.CompiledStep) -> tuple[Any, int, str]:

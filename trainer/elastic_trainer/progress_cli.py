@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the trainer process's identity is kept across restarts")
     parser.add_argument("--total-steps", type=int, default=None,
                         help="steps the run does (MaxText's steps), for status.training")
+    parser.add_argument("--checkpoint-directory", default=None,
+                        help="spec.checkpoint.directory: the restored step's bytes (local)")
     parser.add_argument("--job", default=None,
                         help="NAMESPACE/NAME (default: env ETJ_JOB_NAMESPACE, ETJ_JOB_NAME)")
     parser.add_argument("--poll-interval", type=float, default=1.0,
@@ -65,7 +67,7 @@ class _Counts:
 
 def run(args: argparse.Namespace) -> int:
     from elastic_trainer.metrics_file import MetricsFollower
-    from elastic_trainer.progress import load_identity, progress_report
+    from elastic_trainer.progress import RestoreWatch, load_identity, progress_report
     from elastic_trainer.report import StatusReporter, job_from_args
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -78,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     pod_name = os.environ.get("ETJ_POD_NAME") or socket.gethostname()
     pod_uid = os.environ.get("ETJ_POD_UID") or f"{pod_name}/{os.getpid()}"
-    identity = load_identity(Path(args.state_file), pod_name, pod_uid, datetime.now(UTC))
+    started = datetime.now(UTC)
+    identity = load_identity(Path(args.state_file), pod_name, pod_uid, started)
+    restore = RestoreWatch(identity, identity.started_at == started, args.checkpoint_directory)
     reporter = StatusReporter(*job, interval=args.report_interval)
     follower = MetricsFollower(args.metrics_file)
     counts = _Counts(follower)
@@ -91,15 +95,16 @@ def run(args: argparse.Namespace) -> int:
         stopping = stop.wait(args.poll_interval)
         records = follower.poll()
         counts.log_changes()
+        restored = restore.see(records, datetime.now(UTC))
         if records:
             newest = records[-1]
             reporter.update(progress_report(identity, newest, args.total_steps,
-                                            datetime.now(UTC)))
+                                            datetime.now(UTC), restored))
         if stopping:
             break
     if newest is not None:  # the newest state, sent at once
-        reporter.update(progress_report(identity, newest, args.total_steps, datetime.now(UTC)),
-                        urgent=True)
+        reporter.update(progress_report(identity, newest, args.total_steps, datetime.now(UTC),
+                                        restore.report), urgent=True)
     reporter.close(timeout=5.0)
     follower.close()
     log.info("stopped at step %s (%d line(s) skipped, %d ignored, file read again %d "

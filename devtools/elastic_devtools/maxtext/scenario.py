@@ -13,20 +13,32 @@ head's /tmp, then on gs:// through fake-gcs-server):
 2. once the STEP column moves, a worker of slice 1 fails (kwok's chaos stage): the job
    shows SliceDown, Recovering, then RecoveredUnconfirmed when the slice is back (MaxText
    reports no elastic events), then Recovered when the sidecar reports a later step;
-3. at the next save MaxText is frozen (SIGSTOP) while the save is in flight, checked to
-   be, and killed (SIGKILL): status.checkpoint.incompleteSteps shows the step;
-4. MaxText is started again (the head's /tmp kept), resumes from its newest committed
-   checkpoint and finishes: the incomplete step is gone (saved again, or abandoned by the
-   commit rule), latestCommittedStep is MaxText's newest committed step (steps-1), and the
-   STEP column is MaxText's last step.
+3. at a save after step 0's, MaxText is frozen (SIGSTOP) while the save is in flight
+   (a save that never returns: a hung MaxText): the job shows Progressing=False with
+   reason ProgressDeadlineExceeded naming the hung MaxText behind the sidecar, and its
+   Warning Event, within the job's short progress deadline; with the default onStall
+   Recover the operator deletes the head pod (TrainerRestarting); the scenario plays the
+   kubelet: MaxText and the sidecar are killed with their pod (SIGKILL), and
+   status.checkpoint.incompleteSteps shows the step it was saving;
+4. the head Job's new pod runs: its /tmp a new emptyDir but for the checkpoints (the
+   metrics and the sidecar's state files go), its sidecar and MaxText started as that
+   pod's; MaxText resumes from its newest committed checkpoint (its own log says which),
+   Progressing is True again, status.checkpoint.lastRestore is the sidecar's measure of
+   that restore (measuredBy ProgressSidecar, the step MaxText restored, its bytes as the
+   scan counts them, seconds at least Orbax's own restore time); MaxText finishes: the
+   incomplete step is gone (saved again, or abandoned by the commit rule),
+   latestCommittedStep is MaxText's newest committed step (steps-1), and the STEP column
+   is MaxText's last step.
 
 The operator shares the head's /tmp of the local run (it runs in a mount namespace where
 that directory is /tmp), as any operator shares a checkpoint directory it lists.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,6 +77,12 @@ SCENARIOS = {"local": "scenario-local.yaml", "gcs": "scenario-gcs.yaml"}
 FAILED_SLICE = 1
 # Waits on a loaded 2-core machine: scheduling, kwok's readiness, MaxText's compile.
 JOB_TIMEOUT, RECOVERY_TIMEOUT, SCAN_TIMEOUT, RUN_TIMEOUT = 180, 180, 60, 900
+# The stall: the job's spec.elastic.progressDeadlineSeconds (the fixtures') plus the
+# operator's wake-up and a status write on a loaded machine.
+STALL_TIMEOUT = 180
+# MaxText's own log: the step it restores, and Orbax's timing of that restore.
+RESTORING = re.compile(r"restoring from this run's directory step (\d+)")
+ORBAX_EVENT = re.compile(r"standard_logger\.py:\d+\] (\{.*'event_type': 'restore'.*\})\s*$")
 
 
 class ScenarioFailure(AssertionError):
@@ -89,9 +107,11 @@ def host_path(pod_tmp: Path, path_in_pod: str) -> Path:
     return pod_tmp / path_in_pod[len(POD_TMP) + 1:]
 
 
-def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path,
+            gcs_env: dict[str, str]) -> subprocess.Popen[bytes]:
     """`etj progress` as the head pod's `progress` container runs it (its /tmp paths on
-    `pod_tmp`), with the pod's identity."""
+    `pod_tmp`), with the pod's identity (and `gcs_env`, fake-gcs-server's, where a pod
+    would have its Google credentials)."""
     (spec,) = [c for c in pod.spec.init_containers or [] if c.name == PROGRESS_CONTAINER]
     if spec.command[:2] != ["etj", "progress"]:
         raise ScenarioFailure(f"the progress container runs {spec.command}")
@@ -101,7 +121,7 @@ def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path) -> subprocess.
     env = {"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "ETJ_JOB_NAME": pod.metadata.labels.get("elastic.pathways.dev/job-name", ""),
            "ETJ_JOB_NAMESPACE": pod.metadata.namespace, "ETJ_POD_NAME": pod.metadata.name,
-           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1"}
+           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1", **gcs_env}
     with log.open("ab") as out:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -267,11 +287,15 @@ def in_flight(run: Run) -> list[int]:
     return list(scan(run.directory, run.pod_tmp, run.cluster.gcs_env).status.incomplete_steps)
 
 
-def kill_during_a_save(run: Run) -> int:
-    """At the next save, freeze MaxText (SIGSTOP) and, if the save is still in flight while
-    it cannot move, SIGKILL it: the step it was saving."""
+def freeze_during_a_save(run: Run) -> tuple[int, float]:
+    """At a save after a trained step's checkpoint has committed (so that the restart
+    restores a trained step, not the step 0 MaxText saves at its start), freeze MaxText
+    (SIGSTOP) while the save is in flight, and keep it so (a save that never returns):
+    the step it was saving, and when."""
     proc = run.maxtext_proc
     assert proc is not None
+    run.tl.wait(lambda s: (s.checkpoint.get("latestCommittedStep") or 0) > 0, RUN_TIMEOUT,
+                "a trained step's checkpoint committed (latestCommittedStep > 0)")
     deadline = time.monotonic() + RUN_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -281,14 +305,145 @@ def kill_during_a_save(run: Run) -> int:
             os.killpg(proc.pid, signal.SIGSTOP)
             steps = in_flight(run)
             if steps:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=60)
-                run.tl.note(f"MaxText SIGKILLed while saving step {steps[-1]} (frozen first: "
-                            "the save was still in flight)")
-                return steps[-1]
+                run.tl.note(f"MaxText frozen (SIGSTOP) while saving step {steps[-1]}")
+                return steps[-1], time.monotonic()
             os.killpg(proc.pid, signal.SIGCONT)  # the save committed meanwhile: next one
         time.sleep(0.01)
     raise ScenarioFailure(f"{run.name}: no save to interrupt within {RUN_TIMEOUT}s")
+
+
+def events(run: Run, reason: str) -> list[Any]:
+    selector = f"involvedObject.name={run.job.metadata.name},reason={reason},type=Warning"
+    return list(run.cluster.core.list_namespaced_event(NAMESPACE,
+                                                       field_selector=selector).items)
+
+
+def check_stall(run: Run, frozen: float) -> Sample:
+    """Progressing=False/ProgressDeadlineExceeded naming the hung MaxText behind the
+    sidecar, its Warning Event, and (onStall Recover) the trainer's restart recorded."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    tl = run.tl
+    stalled = tl.wait(lambda s: s.condition(C.PROGRESSING)[:2] ==
+                      ("False", Reason.PROGRESS_DEADLINE_EXCEEDED), STALL_TIMEOUT,
+                      "Progressing False/ProgressDeadlineExceeded", since=frozen)
+    message = stalled.condition(C.PROGRESSING)[2]
+    if "a hung MaxText: the metrics file the progress sidecar follows" not in message:
+        raise ScenarioFailure(f"{run.name}: Progressing says {message!r}, not a hung MaxText "
+                              "behind the progress sidecar")
+    (event, *_) = wait_for(lambda: events(run, Reason.PROGRESS_DEADLINE_EXCEEDED),
+                           SCAN_TIMEOUT, "the ProgressDeadlineExceeded Warning Event")
+    restarting = wait_for(lambda: events(run, Reason.TRAINER_RESTARTING), SCAN_TIMEOUT,
+                          "the TrainerRestarting Warning Event (onStall Recover)")
+    deadline = run.job.spec.elastic.progress_deadline_seconds
+    run.figures.update({
+        "Progressing=False after the SIGSTOP": f"{stalled.at - frozen:.1f} s (deadline "
+                                               f"{deadline} s): {message}",
+        "Warning Events": f"{event.reason}; {restarting[0].reason}: {restarting[0].message}",
+    })
+    return stalled
+
+
+def kubelet_kills(run: Run, old_pod: Any) -> float:
+    """The head pod the operator deleted: its containers go (MaxText and the sidecar
+    SIGKILLed, as a kubelet does past a frozen process's grace period); when."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    def going() -> bool:
+        pods = run.cluster.core.list_namespaced_pod(
+            NAMESPACE, field_selector=f"metadata.name={old_pod.metadata.name}").items
+        return not any(p.metadata.uid == old_pod.metadata.uid
+                       and p.metadata.deletion_timestamp is None for p in pods)
+
+    wait_for(going, SCAN_TIMEOUT, f"head pod {old_pod.metadata.name} deleted by the operator",
+             interval=0.5)
+    at = time.monotonic()
+    if run.maxtext_proc is not None and run.maxtext_proc.poll() is None:
+        os.killpg(run.maxtext_proc.pid, signal.SIGKILL)
+        run.maxtext_proc.wait(timeout=60)
+    if run.sidecar_proc is not None and run.sidecar_proc.poll() is None:
+        run.sidecar_proc.kill()
+        run.sidecar_proc.wait(timeout=60)
+    run.tl.note(f"head pod {old_pod.metadata.name} deleted: MaxText and its sidecar killed")
+    return at
+
+
+def new_pod(run: Run, old_pod: Any) -> Any:
+    """The head Job's new pod, running; its /tmp as a new emptyDir would be but for the
+    checkpoints (kept: the local scenario's stand for a volume), its sidecar and
+    MaxText started as that pod's."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    pod = wait_for(lambda: (p := head_pod(run.cluster, run.job.metadata.name)) is not None
+                   and p.metadata.uid != old_pod.metadata.uid and p, JOB_TIMEOUT,
+                   "the head Job's new pod Running")
+    run.metrics.unlink(missing_ok=True)
+    (run.pod_tmp / ".etj-progress.json").unlink(missing_ok=True)
+    kubeconfig = token_kubeconfig(run.cluster, run.work / "trainer.kubeconfig")
+    run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress-2.log",
+                               run.cluster.gcs_env)
+    start_main(run, pod, "main-2.log")
+    run.tl.note(f"new head pod {pod.metadata.name} (uid {pod.metadata.uid}): sidecar "
+                f"(pid {run.sidecar_proc.pid}) and MaxText started as its own")
+    return pod
+
+
+def orbax_restore(log_text: str) -> tuple[int | None, dict[str, Any] | None]:
+    """From MaxText's log: the step it says it restores, and Orbax's record of the
+    restore (its 'event_type': 'restore' line, a Python dict)."""
+    steps = [int(m.group(1)) for m in RESTORING.finditer(log_text)]
+    records = [ast.literal_eval(m.group(1)) for line in log_text.splitlines()
+               if (m := ORBAX_EVENT.search(line))]
+    return (steps[-1] if steps else None), (records[-1] if records else None)
+
+
+def check_resumed(run: Run, killed_at: float, newest: int | None,
+                  newest_bytes: int | None) -> None:
+    """Progressing True again; status.checkpoint.lastRestore the sidecar's measure of the
+    step MaxText restored (its own log), the step's bytes as the scan counts them, and
+    seconds no shorter than Orbax's own timing."""
+    from elastic_api.restores import PROGRESS_SIDECAR
+
+    def restored(s: Sample) -> bool:
+        last = s.checkpoint.get("lastRestore") or {}
+        return (s.condition(C.PROGRESSING)[:2] == ("True", Reason.STEPS_ADVANCING)
+                and last.get("measuredBy") == PROGRESS_SIDECAR)
+
+    back = run.tl.wait(restored, RUN_TIMEOUT, "Progressing True again and "
+                       "status.checkpoint.lastRestore from the sidecar", since=killed_at)
+    last = back.checkpoint["lastRestore"]
+    said, orbax = orbax_restore((run.work / "main-2.log").read_text(errors="replace"))
+    if said is None or orbax is None or said != newest or last.get("step") != said:
+        raise ScenarioFailure(f"{run.name}: MaxText says it restored step {said} (Orbax: "
+                              f"{orbax}); newest committed at the kill {newest}; "
+                              f"lastRestore {last}")
+    orbax_seconds = float(orbax["checkpoint_manager_duration_secs"])
+    expected = newest_bytes  # listed before the restart: keep 3 may delete it since
+    if last.get("bytes") != expected or last["seconds"] < orbax_seconds or \
+            last.get("gibPerSecond") is None:
+        raise ScenarioFailure(f"{run.name}: lastRestore {last}; the step's listing holds "
+                              f"{expected} bytes, Orbax restored it in {orbax_seconds:.3f} s")
+    run.figures.update({
+        "Progressing=True after the kill": f"{back.at - killed_at:.1f} s",
+        "lastRestore (status.checkpoint)": f"step {said}, {last.get('bytes')} bytes, "
+                                           f"{last['seconds']} s, {last['gibPerSecond']:.3g} "
+                                           f"GiB/s, measuredBy {last['measuredBy']} (Orbax's "
+                                           f"own restore: {orbax_seconds:.3f} s)",
+    })
+
+
+def step_bytes(run: Run, step: int) -> int | None:
+    """`step`'s bytes as the operator's scan counts them (its own listing, from here)."""
+    from elastic_api.checkpoints import list_local_step, step_size
+    from elastic_devtools.localcluster.gcs import client_environ
+    from elastic_operator.checkpoints import list_gcs_step, storage_client_from_env
+
+    if run.directory.startswith("/"):
+        files = list_local_step(str(host_path(run.pod_tmp, run.directory)), step)
+    else:
+        with client_environ(run.cluster.gcs_env):
+            files = list_gcs_step(run.directory, step, storage_client_from_env())
+    return step_size(files).bytes
 
 
 def check_incomplete(run: Run, killed: int, at: float) -> None:
@@ -309,10 +464,9 @@ def check_incomplete(run: Run, killed: int, at: float) -> None:
         f"{steps}, read {time.monotonic() - at:.1f} s after it")
 
 
-def finish(run: Run, pod: Any, killed: int) -> None:
-    """MaxText again until it ends; the incomplete step gone by the commit rule,
+def finish(run: Run, killed: int) -> None:
+    """MaxText (on the new pod) until it ends; the incomplete step gone by the commit rule,
     latestCommittedStep and STEP at MaxText's last step."""
-    start_main(run, pod, "main-2.log")
     proc = run.maxtext_proc
     assert proc is not None
     code = proc.wait(timeout=RUN_TIMEOUT)
@@ -358,8 +512,6 @@ def finish(run: Run, pod: Any, killed: int) -> None:
                                                f"{len(run.tl.steps(0))} values on the way",
         "step size (status.checkpoint)": f"{size[0]} bytes in {size[1]} files",
         "RestoreAtRisk": f"{risk[0]}/{risk[1]}: {risk[2]}",
-        # MaxText 0.2.5 reports no restore (its metrics file has no restore timing).
-        "lastRestore (status.checkpoint)": str(ckpt.get("lastRestore", "none reported")),
     })
 
 
@@ -375,14 +527,21 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
     try:
         pod = submit(run)
         kubeconfig = token_kubeconfig(cluster, run.work / "trainer.kubeconfig")
-        run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log")
+        run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log",
+                                   cluster.gcs_env)
         run.tl.note(f"progress sidecar started (pid {run.sidecar_proc.pid}) for pod "
                     f"{pod.metadata.name}, as the job's ServiceAccount")
         start_main(run, pod, "main-1.log")
         check_recovery(run, fail_a_slice(run))
-        killed = kill_during_a_save(run)
-        check_incomplete(run, killed, time.monotonic())
-        finish(run, pod, killed)
+        killed, frozen = freeze_during_a_save(run)
+        newest = scan(run.directory, run.pod_tmp, cluster.gcs_env).status.latest_committed_step
+        newest_bytes = step_bytes(run, newest) if newest is not None else None
+        check_stall(run, frozen)
+        killed_at = kubelet_kills(run, pod)
+        check_incomplete(run, killed, killed_at)
+        new_pod(run, pod)
+        check_resumed(run, killed_at, newest, newest_bytes)
+        finish(run, killed)
     finally:
         for proc in (run.maxtext_proc, run.sidecar_proc):
             if proc is not None and proc.poll() is None:

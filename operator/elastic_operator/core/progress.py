@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from elastic_api import maxtext
 from elastic_api import progress as rule
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
@@ -191,7 +192,9 @@ def diagnose(spec: ElasticTrainingJobSpec, report: TrainingReport, state: Progre
              if main is not None and main.state == "running" and main.started_at
              else "its main container is not seen running")
     if spec.trainer.progress is not None and spec.trainer.command:
-        return (f"a hung trainer: the metrics file the progress sidecar follows has had no "
+        who = "MaxText" if maxtext.runs_maxtext(spec.trainer.command, spec.trainer.args) \
+            else "trainer"
+        return (f"a hung {who}: the metrics file the progress sidecar follows has had no "
                 f"new step since {iso(state.since)}; {alive}", ())
     if report.observed_at <= state.since:
         return (f"a frozen trainer: it has reported nothing since {iso(report.observed_at)}; "
