@@ -142,7 +142,8 @@ def test_good_job_is_accepted_and_defaulted(custom: client.CustomObjectsApi, nam
     assert spec["suspend"] is False
     # No progress deadline stored: the operator learns it from the job's own steps.
     assert spec["elastic"] == {"timeoutSeconds": 300, "maxRetries": 10, "maxSliceRestarts": 5,
-                               "onStall": "Recover", "onSlowSlice": "Report"}
+                               "onStall": "Recover", "onSlowSlice": "Report",
+                               "maxStallRestarts": 5}
     # No period given: none stored (the trainer chooses), within the default budget.
     assert "periodSteps" not in spec["checkpoint"]
     assert spec["snapshot"] == {}
