@@ -141,8 +141,10 @@ def operators(cluster: Cluster, api: client.ApiClient, namespace: str, proxy: Tc
 
 def job_manifest(ns: str, checkpoint_dir: Path, inbox: Path) -> dict[str, Any]:
     return (etj(JOB, ns).backend("simulated").tpu("v5e", "4x4", SLICES)
+            # Every budget out of reach: each fault, a long soak's many freezes included
+            # (maxStallRestarts defaults to 5), must be recovered, not end the job.
             .spec(elastic={"timeoutSeconds": RECOVERY_TIMEOUT, "maxRetries": 1000,
-                           "maxSliceRestarts": 1000},
+                           "maxSliceRestarts": 1000, "maxStallRestarts": 1000},
                   checkpoint={"directory": str(checkpoint_dir), "periodSteps": CHECKPOINT_PERIOD,
                               "keep": CHECKPOINT_KEEP},
                   snapshot={"periodSteps": 5})
