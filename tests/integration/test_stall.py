@@ -214,32 +214,3 @@ def test_a_hung_slice_is_replaced_and_the_trainer_recovers_in_process(
     finally:
         if trainer.proc is not None and trainer.poll() is None:
             trainer.kill()
-
-
-def test_a_hung_slice_with_its_restart_budget_spent_fails_as_a_dead_one(
-        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
-    """maxSliceRestarts 0: the hung slice is not replaced (SliceRestartsExhausted naming
-    the hang). Its pods stay Ready, so the operator lowers its Job's backoffLimit and then
-    deletes one of its pods: the Job controller counts it failed, the Job fails and
-    JobSet's failurePolicy applies (maxRestarts 0: the job Failed), as for a dead slice;
-    it does not sit Down until the trainer's elastic timeout."""
-    obj = manifest(tmp_path / "checkpoints", "--fail-at", "40:1:hang", maxSliceRestarts=0)
-    trainer = trainer_of(obj, cluster, ns, tmp_path)
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
-                                                                 obj)
-    wait_running(api, ns)
-    trainer.start()
-    try:
-        st = wait_status(api, ns, lambda s: (s.get("slices") or [{}, {}])[1].get("reason")
-                         == Reason.SLICE_HUNG, "slice 1 down for a hang", timeout=240)
-        assert st["slices"][1]["replacement"]["action"] == "GiveUp", st["slices"][1]
-        st = wait_status(api, ns, lambda s: condition(s, C.FAILED).get("status") == "True",
-                         "the job Failed", timeout=240)
-        assert condition(st, C.FAILED)["reason"] == Reason.MAX_RESTARTS_EXCEEDED, st
-        wait_for(lambda: events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED), 30,
-                 "a SliceRestartsExhausted Event")
-        [exhausted] = events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED)
-        assert "(SliceHung)" in exhausted and "pods deleted" in exhausted, exhausted
-    finally:
-        if trainer.proc is not None and trainer.poll() is None:
-            trainer.kill()
