@@ -25,7 +25,6 @@ from elastic_api.names import (
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
-    FailWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
     QuarantinePool,
@@ -73,13 +72,6 @@ class Replacer:
                         logger.info("%s/%s: slice %d's restart budget is spent: Job %s "
                                     "backoffLimit set to 0", namespace,
                                     raw["metadata"]["name"], action.slice_index, action.name)
-                case FailWorkerJob():
-                    if self.kube.delete_pod(action.namespace, action.pod_name,
-                                            action.pod_uid):
-                        logger.info("%s/%s: slice %d (%s) with its restart budget spent: "
-                                    "deleted pod %s so that Job %s fails", namespace,
-                                    raw["metadata"]["name"], action.slice_index,
-                                    action.reason, action.pod_name, action.job_name)
                 case RestartTrainer():
                     self._restart_trainer(action, raw["metadata"]["name"])
                 case _:

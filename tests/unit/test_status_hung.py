@@ -12,12 +12,7 @@ from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, TrainingReport
 from elastic_operator.core.conditions import get_condition
-from elastic_operator.core.plan import (
-    DeleteWorkerJob,
-    FailWorkerJob,
-    LowerBackoffLimit,
-    QuarantinePool,
-)
+from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.status import compute_status
 from elastic_operator.observed import Observed, ObservedPod
@@ -152,53 +147,6 @@ def test_the_restart_budget_applies() -> None:
     st1, reasons = look(job, running(job), 51, training(52, request()))
     assert st1.slices[1].replacement.action == "GiveUp"
     assert Reason.SLICE_RESTARTS_EXHAUSTED in reasons
-
-
-def test_a_hung_slice_with_its_budget_spent_ends_as_a_dead_one() -> None:
-    """A dead slice's pod has failed: with its Job's backoffLimit at 0 the Job fails and
-    JobSet's failurePolicy applies. A hung slice's pods stay Ready: lowering the limit
-    alone left it Down until the trainer's elastic timeout. Its Job is failed on purpose:
-    the backoffLimit first, then one pod deleted (the Job counts it failed), once."""
-    job = job_with(elastic={"maxSliceRestarts": 0})
-    st1, _ = look(job, running(job), 51, training(52, request()))
-    events = compute_status(job, observe(), running(job).model_copy(
-        update={"training": training(52, request())}), s(51))[1]
-    exhausted = [e for e in events if e.reason == Reason.SLICE_RESTARTS_EXHAUSTED]
-    assert len(exhausted) == 1 and "(SliceHung)" in exhausted[0].message
-    assert "one of its pods deleted" in exhausted[0].message
-    assert st1.slices[1].state == "Down" and st1.slices[1].reason == Reason.SLICE_HUNG
-
-    def plan(pods: list[ObservedPod], backoff_limit: int,
-             finished: str | None = None) -> tuple[object, ...]:
-        jobs = {i: worker_job(i, backoff_limit=backoff_limit if i == 1 else 20,
-                              finished=finished if i == 1 else None) for i in range(SLICES)}
-        return plan_replacements("ns", "article", job.spec, st1,
-                                 observe(pods, jobs=jobs), s(52)).actions
-
-    uid = worker_job(1).uid
-    assert plan(healthy_pods(), 20) == (LowerBackoffLimit("ns", "article-worker-1", uid, 1),)
-    pods = healthy_pods()
-    host0 = next(p for p in pods if p.slice_index == 1 and p.host_index == 0)
-    assert plan(pods, 0) == (FailWorkerJob("ns", "article-worker-1", host0.name,
-                                           host0.uid or "", 1, Reason.SLICE_HUNG),)
-    # Level-based: once a pod of it goes (or fails), or the Job has failed, nothing more.
-    going = [WorkerPod(1, 0).deleting(s(52)).build() if p is host0 else p for p in pods]
-    assert plan(going, 0) == ()
-    assert plan(pods, 0, finished="Failed") == ()
-
-
-def test_a_dead_slice_with_its_budget_spent_has_no_pod_deleted() -> None:
-    """Its pod failed by itself: the backoffLimit alone makes the Job fail."""
-    job = job_with(elastic={"maxSliceRestarts": 0})
-    pods = healthy_pods()
-    pods = [WorkerPod(1, 0).failed(s(50)).build()
-            if p.slice_index == 1 and p.host_index == 0 else p for p in pods]
-    st1, reasons = look(job, running(job), 51, observed=observe(pods))
-    assert st1.slices[1].replacement.action == "GiveUp"
-    assert Reason.SLICE_RESTARTS_EXHAUSTED in reasons
-    jobs = {i: worker_job(i, backoff_limit=0 if i == 1 else 20) for i in range(SLICES)}
-    assert plan_replacements("ns", "article", job.spec, st1, observe(pods, jobs=jobs),
-                             s(52)).actions == ()
 
 
 # (case, spec, request, observed, replaced?, why not)

@@ -169,22 +169,6 @@ class LowerBackoffLimit:
 
 
 @dataclass(frozen=True)
-class FailWorkerJob:
-    """A slice's restart budget is spent and its pods never fail by themselves (the
-    trainer blamed it, hung or slow, its pods Ready): with the Job's backoffLimit at 0,
-    delete one of its pods (uid precondition). The Job controller counts a deleted pod
-    as failed, so the Job fails and JobSet's failurePolicy applies, as for a dead slice
-    whose budget is spent."""
-
-    namespace: str
-    job_name: str
-    pod_name: str
-    pod_uid: str
-    slice_index: int
-    reason: str  # the record's: SliceHung, SliceSlow
-
-
-@dataclass(frozen=True)
 class RestartTrainer:
     """Restart a stalled trainer (core/progress.py): let the head Job replace one more
     failed pod (its backoffLimit raised to its failures + 1, uid precondition), then
@@ -200,7 +184,7 @@ class RestartTrainer:
 
 
 ReplacementAction = (DeleteWorkerJob | ForceDeletePod | QuarantinePool | ReleasePool
-                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer)
+                     | LowerBackoffLimit | RestartTrainer)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,6 @@ from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.hung import REQUESTED_REASONS, reported_evidence
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
-    FailWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
     QuarantinePool,
@@ -229,10 +228,8 @@ def _record_event(s: SliceStatus, record: SliceReplacement,
             reason=Reason.SLICE_RESTARTS_EXHAUSTED, type="Warning", slice_index=s.index,
             message=f"slice {s.index} failed{where} ({record.reason}) with its restart budget "
                     f"spent ({plural(budget, 'restart')} allowed, maxSliceRestarts); not "
-                    "replaced again: its Job's backoffLimit is lowered"
-                    + (" and one of its pods deleted (a blamed slice's pods do not fail by "
-                       "themselves)" if record.reason in REQUESTED_REASONS else "")
-                    + " so that JobSet's failurePolicy applies")
+                    "replaced again: its Job's backoffLimit is lowered so that JobSet's "
+                    "failurePolicy applies")
     return StatusEvent(
         reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
         message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
@@ -367,24 +364,7 @@ def _record_steps(ctx: _Planning, s: SliceStatus, pods: list[ObservedPod],
         return _replace(ctx, s, record, job, pods, spares)
     if record.action == "GiveUp" and job.backoff_limit != 0 and job.finished is None:
         return _SliceSteps((LowerBackoffLimit(ctx.namespace, job.name, job.uid, s.index),))
-    if record.action == "GiveUp" and job.finished is None:
-        return _fail_blamed(ctx, s, record, job, pods)
     return _SliceSteps()
-
-
-def _fail_blamed(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: ObservedJob,
-                 pods: list[ObservedPod]) -> _SliceSteps:
-    """A GiveUp the trainer's blame caused (a hung or slow slice: its pods stay Ready, so
-    a backoffLimit of 0 alone fails nothing): one of the Job's pods deleted makes the Job
-    fail. Level-based: nothing while a pod of it fails or goes already."""
-    if record.reason not in REQUESTED_REASONS:
-        return _SliceSteps()  # its pods fail by themselves: the Job fails at its next
-    own = [p for p in pods if p.job_uid == job.uid and p.uid]
-    if not own or any(p.terminating or p.failed for p in own):
-        return _SliceSteps()
-    pod = min(own, key=lambda p: (p.host_index is None, p.host_index or 0, p.name))
-    return _SliceSteps((FailWorkerJob(ctx.namespace, job.name, pod.name, pod.uid or "",
-                                      s.index, record.reason),))
 
 
 def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: ObservedJob,
