@@ -83,10 +83,13 @@ bench: venv cluster-binaries
 	$(PY) -m bench $(BENCH_ARGS)
 
 # The long chaos run: random faults for SOAK_SECONDS (default 30 min) on the local control
-# plane. Replay a failure with ETJ_CHAOS_SEED=<the seed the run prints>.
+# plane. Replay a failure with ETJ_CHAOS_SEED=<the seed the run prints>. SOAK_JOBS=K (issue
+# 33): K jobs of two teams under Kueue; 1, the default, is the single-job soak.
 SOAK_SECONDS ?= 1800
+SOAK_JOBS ?= 1
 soak: venv cluster-binaries
-	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) ETJ_SOAK_SUMMARY=$(CURDIR)/soak-summary.json \
+	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) ETJ_SOAK_JOBS=$(SOAK_JOBS) \
+		ETJ_SOAK_SUMMARY=$(CURDIR)/soak-summary.json \
 		$(PY) -m pytest -ra -s tests/integration/test_chaos.py
 
 # Regenerate manifests/install.yaml and the chart's copy of the CRD (pinned helm).

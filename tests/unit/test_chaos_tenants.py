@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from tests.support.chaos_faults import KINDS, plan_faults
+from tests.support.chaos_faults import KINDS, SLICES, plan_faults
 from tests.support.chaos_tenants import (
     PRIORITIES,
     CapacitySample,
@@ -46,6 +46,13 @@ def test_one_seed_spreads_every_kind_over_every_job_and_replays() -> None:
     for job in range(3):  # each job still gets every kind, in its own plan's order
         assert sorted(k for i, k, _ in got if i == job) == sorted(KINDS)
     assert [i for i, _, _ in got[:len(KINDS)]] != [0] * len(KINDS)  # spread, not in turn
+
+
+def test_a_plan_hits_only_the_slices_a_job_has() -> None:
+    for slices in (2, SLICES):
+        plan = plan_faults(random.Random(5), soak=True, slices=slices)
+        assert {i for f in plan for i in f.slices} == set(range(slices))
+        assert all(len(f.slices) == 2 for f in plan if f.kind == "two_slices")
 
 
 def test_capacity_left_idle_catches_a_job_waiting_beside_a_free_pool() -> None:
