@@ -9,10 +9,19 @@ samples with the fault it must catch, so none passes by construction.
 """
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from elastic_api.names import (
+    JOB_NAME_LABEL,
+    NODE_POOL_LABEL,
+    QUARANTINE_CAUSE_ANNOTATION,
+    QUARANTINE_LABEL,
+    TPU_ACCELERATOR_LABEL,
+)
 from elastic_api.queueing import REASON_PREEMPTED
 from tests.support.chaos_faults import Fault
 
@@ -186,3 +195,59 @@ def preempted_as_the_contract_says(p: Preemption) -> list[str]:
         problems.append(f"{p.job}: resumed from {p.resumed_from}, not the newest committed "
                         f"checkpoint {p.committed_at_eviction}")
     return problems
+
+
+# --- from what the API shows to what the checks take ---------------------------------
+
+
+def _ready(node: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True"
+               for c in (node.status.conditions or []))
+
+
+def free_pools(nodes: Iterable[Any], pods: Iterable[Any]) -> list[str]:
+    """The TPU node pools every node of which is Ready, unquarantined and runs no pod
+    of any job (a pod not yet ended counts: its pool is not free until it is gone)."""
+    busy = {p.spec.node_name for p in pods if p.spec.node_name
+            and (p.metadata.labels or {}).get(JOB_NAME_LABEL)
+            and p.status.phase not in ("Succeeded", "Failed")}
+    pools: dict[str, bool] = {}
+    for node in nodes:
+        labels = node.metadata.labels or {}
+        if TPU_ACCELERATOR_LABEL not in labels:
+            continue  # the CPU pool
+        pool = labels.get(NODE_POOL_LABEL, node.metadata.name)
+        free = _ready(node) and QUARANTINE_LABEL not in labels \
+            and node.metadata.name not in busy
+        pools[pool] = pools.get(pool, True) and free
+    return sorted(pool for pool, free in pools.items() if free)
+
+
+def short_of_a_slice(status: Mapping[str, Any], slices: int) -> bool:
+    """The job runs (Kueue admitted it: a suspended job is short of quota, not of
+    capacity) and has fewer Ready slices than it asks for."""
+    admitted = next((c for c in status.get("conditions") or []
+                     if c.get("type") == "Admitted"), None)
+    if admitted is not None and admitted.get("status") != "True":
+        return False
+    return int(status.get("slicesReady") or 0) < slices
+
+
+def quarantines(nodes: Iterable[Any], t: float) -> list[Quarantine]:
+    """The pools quarantined now, one per pool, with the jobs their cause annotation
+    names (elastic_api.names.QUARANTINE_CAUSE_ANNOTATION's JSON)."""
+    found: dict[str, Quarantine] = {}
+    for node in nodes:
+        labels = node.metadata.labels or {}
+        if QUARANTINE_LABEL not in labels:
+            continue
+        pool = labels.get(NODE_POOL_LABEL, node.metadata.name)
+        try:
+            cause = json.loads((node.metadata.annotations or {})
+                               .get(QUARANTINE_CAUSE_ANNOTATION) or "{}")
+        except ValueError:
+            cause = {}
+        jobs = tuple(sorted(j["name"] for j in cause.get("jobs") or []))
+        if pool not in found or len(jobs) > len(found[pool].jobs):
+            found[pool] = Quarantine(pool, t, jobs)
+    return list(found.values())

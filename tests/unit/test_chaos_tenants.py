@@ -3,8 +3,17 @@ jobs are, one seed's spread of faults over them, and each cross-job invariant: h
 clean record, and naming the fault it exists to catch on a record that has it."""
 from __future__ import annotations
 
+import json
 import random
+from types import SimpleNamespace
 
+from elastic_api.names import (
+    JOB_NAME_LABEL,
+    NODE_POOL_LABEL,
+    QUARANTINE_CAUSE_ANNOTATION,
+    QUARANTINE_LABEL,
+    TPU_ACCELERATOR_LABEL,
+)
 from tests.support.chaos_faults import KINDS, SLICES, plan_faults
 from tests.support.chaos_tenants import (
     PRIORITIES,
@@ -14,9 +23,12 @@ from tests.support.chaos_tenants import (
     Quarantine,
     capacity_left_idle,
     counted_once_per_job,
+    free_pools,
     interleave,
     preempted_as_the_contract_says,
     quarantined_for_own_faults,
+    quarantines,
+    short_of_a_slice,
     tenants,
 )
 
@@ -136,3 +148,54 @@ def test_each_way_a_preemption_goes_wrong_is_named() -> None:
     for words, change in cases.items():
         got = preempted_as_the_contract_says(preemption(**change))
         assert len(got) == 1 and words in got[0], (words, got)
+
+
+def node(name: str, pool: str, *, ready: bool = True, tpu: bool = True,
+         quarantined_by: tuple[str, ...] | None = None) -> SimpleNamespace:
+    labels = {NODE_POOL_LABEL: pool}
+    if tpu:
+        labels[TPU_ACCELERATOR_LABEL] = "tpu-v5-lite-podslice"
+    annotations = {}
+    if quarantined_by is not None:
+        labels[QUARANTINE_LABEL] = "RepeatedFailures"
+        annotations[QUARANTINE_CAUSE_ANNOTATION] = json.dumps(
+            {"jobs": [{"name": j, "uid": "u"} for j in quarantined_by], "evidence": "e"})
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name, labels=labels, annotations=annotations),
+        status=SimpleNamespace(conditions=[SimpleNamespace(type="Ready",
+                                                           status=str(ready))]))
+
+
+def pod(node_name: str, job: str | None = "chaos-0", phase: str = "Running") -> SimpleNamespace:
+    return SimpleNamespace(spec=SimpleNamespace(node_name=node_name),
+                           metadata=SimpleNamespace(labels={JOB_NAME_LABEL: job} if job else {}),
+                           status=SimpleNamespace(phase=phase))
+
+
+def test_a_free_pool_is_ready_unquarantined_and_runs_no_job() -> None:
+    nodes = [node("p0-0", "p0"), node("p1-0", "p1"), node("p2-0", "p2", ready=False),
+             node("p3-0", "p3", quarantined_by=("ns-a/chaos-0",)), node("p4-0", "p4"),
+             node("p4-1", "p4"), node("cpu-0", "cpu", tpu=False)]
+    pods = [pod("p0-0"), pod("p1-0", phase="Succeeded"), pod("p4-1"), pod("cpu-0"),
+            pod("p1-0", job=None)]  # not a job's: leaves p1 free
+    assert free_pools(nodes, pods) == ["p1"]
+
+
+def test_short_of_a_slice_only_while_admitted() -> None:
+    assert short_of_a_slice({"slicesReady": 2}, 3)
+    assert not short_of_a_slice({"slicesReady": 3}, 3)
+    waiting = {"slicesReady": 0, "conditions": [{"type": "Admitted", "status": "False",
+                                                 "reason": "Preempted"}]}
+    assert not short_of_a_slice(waiting, 3)  # short of quota, not of capacity
+    admitted = {"slicesReady": 1, "conditions": [{"type": "Admitted", "status": "True"}]}
+    assert short_of_a_slice(admitted, 3)
+
+
+def test_quarantines_read_the_cause_annotation_per_pool() -> None:
+    nodes = [node("p0-0", "p0", quarantined_by=("ns-b/chaos-1",)), node("p0-1", "p0"),
+             node("p1-0", "p1")]
+    assert quarantines(nodes, 7.0) == [Quarantine("p0", 7.0, ("ns-b/chaos-1",))]
+    # What it reads feeds the check: b quarantined p0 on a's faults.
+    (problem,) = quarantined_for_own_faults(
+        quarantines(nodes, 7.0), [PoolFault("ns-a/chaos-0", "p0", 5.0)], TEAM_OF, 60)
+    assert "the other team's faults" in problem
