@@ -64,7 +64,12 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     error = None
     try:
         # A private cluster dies with this process even if pytest is killed.
-        handle = lc.up(lc.ClusterConfig(dir=directory, die_with_parent=not reuse))
+        # ETJ_TEST_TPU_POOLS (`make soak SOAK_JOBS=K`: 3K + 1 one-host pools) replaces
+        # the default TPU pools: TYPE:TOPOLOGY:COUNT, comma-separated.
+        pools = tuple(lc.parse_tpu_pool(p) for p in
+                      filter(None, os.environ.get("ETJ_TEST_TPU_POOLS", "").split(",")))
+        handle = lc.up(lc.ClusterConfig(dir=directory, die_with_parent=not reuse,
+                                        **({"tpu_pools": pools} if pools else {})))
     except lc.MissingBinaryError as err:
         error = str(err)
     except lc.ClusterStartError as err:

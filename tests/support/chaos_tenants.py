@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_api.names import (
@@ -251,3 +253,59 @@ def quarantines(nodes: Iterable[Any], t: float) -> list[Quarantine]:
         if pool not in found or len(jobs) > len(found[pool].jobs):
             found[pool] = Quarantine(pool, t, jobs)
     return list(found.values())
+
+
+@dataclass
+class TenantSampler:
+    """All through a multi-tenant soak, every half second: the free TPU pools and the
+    jobs short of a slice (CapacitySample), the Admitted reasons each job showed, and
+    each quarantine as first seen (pool, naming jobs). `statuses` reads every job's
+    status by name; `slices` is each job's numSlices."""
+
+    api: Any
+    statuses: Callable[[], dict[str, dict[str, Any]]]
+    slices: int
+    capacity: list[CapacitySample] = field(default_factory=list)
+    admitted: dict[str, list[str]] = field(default_factory=dict)
+    seen_quarantines: list[Quarantine] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tenant-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api)
+        started = time.monotonic()
+        while not self._stop.wait(0.5):
+            try:
+                nodes = core.list_node().items
+                pods = core.list_pod_for_all_namespaces(label_selector=JOB_NAME_LABEL).items
+                statuses = self.statuses()
+            except Exception:  # the API server busy or restarting (a fault): next round
+                continue
+            t = time.monotonic() - started
+            self._take(t, nodes, pods, statuses)
+
+    def _take(self, t: float, nodes: list[Any], pods: list[Any],
+              statuses: dict[str, dict[str, Any]]) -> None:
+        short = tuple(sorted(n for n, s in statuses.items()
+                             if short_of_a_slice(s, self.slices)))
+        self.capacity.append(CapacitySample(t, len(free_pools(nodes, pods)), short))
+        for name, status in statuses.items():
+            reason = next((c.get("reason", "") for c in status.get("conditions") or []
+                           if c.get("type") == "Admitted"), "")
+            seen = self.admitted.get(name, [])
+            if reason and (not seen or seen[-1] != reason):
+                self.admitted[name] = [*seen, reason]
+        known = {(q.pool, q.jobs) for q in self.seen_quarantines}
+        self.seen_quarantines += [q for q in quarantines(nodes, t)
+                                  if (q.pool, q.jobs) not in known]

@@ -21,6 +21,7 @@ from tests.support.chaos_tenants import (
     PoolFault,
     Preemption,
     Quarantine,
+    TenantSampler,
     capacity_left_idle,
     counted_once_per_job,
     free_pools,
@@ -199,3 +200,16 @@ def test_quarantines_read_the_cause_annotation_per_pool() -> None:
     (problem,) = quarantined_for_own_faults(
         quarantines(nodes, 7.0), [PoolFault("ns-a/chaos-0", "p0", 5.0)], TEAM_OF, 60)
     assert "the other team's faults" in problem
+
+
+def test_the_tenant_sampler_records_capacity_admission_and_new_quarantines() -> None:
+    sampler = TenantSampler(api=None, statuses=dict, slices=3)
+    nodes = [node("p0-0", "p0"), node("p1-0", "p1", quarantined_by=("ns-a/chaos-0",))]
+    preempted = {"slicesReady": 0, "conditions": [{"type": "Admitted", "status": "False",
+                                                   "reason": "Preempted"}]}
+    for t, b in ((1.0, preempted), (2.0, preempted), (3.0, {"slicesReady": 2})):
+        sampler._take(t, nodes, [], {"ns-a/chaos-0": {"slicesReady": 2}, "ns-b/chaos-1": b})
+    assert sampler.capacity[0] == CapacitySample(1.0, 1, ("ns-a/chaos-0",))
+    assert sampler.capacity[2].short == ("ns-a/chaos-0", "ns-b/chaos-1")
+    assert sampler.admitted == {"ns-b/chaos-1": ["Preempted"]}  # each change once
+    assert sampler.seen_quarantines == [Quarantine("p1", 1.0, ("ns-a/chaos-0",))]
