@@ -53,6 +53,9 @@ _LOGS_DIRS: list[Path] = []
 # Two control planes take minutes to start: tests/multicluster runs only with
 # `make test-multicluster` (which sets ETJ_MULTICLUSTER=1), not in `make test`.
 collect_ignore = [] if os.environ.get("ETJ_MULTICLUSTER") else ["multicluster"]
+# The multi-tenant soak runs only with `make soak SOAK_JOBS=K` (K >= 2: ETJ_SOAK_JOBS).
+if int(os.environ.get("ETJ_SOAK_JOBS") or 1) < 2:
+    collect_ignore.append("integration/test_chaos_tenants.py")
 
 
 @pytest.fixture(scope="session")
