@@ -38,7 +38,12 @@ import pytest
 from kubernetes import client
 
 from elastic_api import GROUP, PLURAL, VERSION
-from elastic_api.names import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_NAME_LABEL
+from elastic_api.names import (
+    JOB_NAME_LABEL,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    TPU_TOPOLOGY_LABEL,
+)
 from elastic_api.queueing import REASON_ADMITTED, REASON_PREEMPTED
 from elastic_api.validation import validate_job
 from elastic_devtools.localcluster import Cluster, faults
@@ -176,7 +181,7 @@ def test_jobs_of_two_teams_survive_random_faults_and_a_preemption(
     rng = random.Random(seed)
     api, cluster = crd_api, kueue
     tpu_nodes = [n for n in client.CoreV1Api(api).list_node().items
-                 if (n.metadata.labels or {}).get("cloud.google.com/gke-tpu-topology") == TPU[1]]
+                 if (n.metadata.labels or {}).get(TPU_TOPOLOGY_LABEL) == TPU[1]]
     assert len(tpu_nodes) >= SLICES * SOAK_JOBS + 1, \
         f"{len(tpu_nodes)} {TPU} nodes: run with ETJ_TEST_TPU_POOLS=v6e:2x2:" \
         f"{SLICES * SOAK_JOBS + 1} (make soak sets it)"
@@ -346,8 +351,7 @@ def preempt(slots: list[Slot], queues: dict[str, str], custom: client.CustomObje
     low.preemptions += 1
     core = client.CoreV1Api(low.chaos.api)
     wait_for(lambda: not core.list_namespaced_pod(
-        low.tenant.namespace, label_selector=f"elastic.pathways.dev/job-name="
-                                             f"{low.tenant.job}").items,
+        low.tenant.namespace, label_selector=f"{JOB_NAME_LABEL}={low.tenant.job}").items,
              300, f"{low.tenant.name}'s pods gone")
     low.trainer.stop()
     committed = low.checkpoints.latest()
