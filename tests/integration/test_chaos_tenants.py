@@ -310,6 +310,8 @@ def inject_into(slot: Slot, fault: Fault, pool_faults: list[PoolFault],
     """One fault into one job (test_chaos.py's loop body); False: the job is too close
     to its end for more faults."""
     floor = (slot.injected[-1].at_step if slot.injected else 0) + STEPS_BETWEEN_FAULTS
+    print(f"  t={time.monotonic() - started:.0f}s {slot.tenant.name}: {fault.kind} next, "
+          f"at step >= {floor}", flush=True)
     ready = wait_ready(slot, floor, fault.kind)
     if ready is None or (at := step_of(ready)) > STEPS - STEPS_BETWEEN_FAULTS:
         return False
@@ -327,8 +329,10 @@ def inject_into(slot: Slot, fault: Fault, pool_faults: list[PoolFault],
     pool_faults += [PoolFault(slot.tenant.name, pools[i], t) for i in fault.slices
                     if pools.get(i) and fault.kind != "slice_slow"]
     slot.injected.append(fault)
-    print(f"  {slot.tenant.name} fault {len(slot.injected)}: {fault.kind} slices "
-          f"{fault.slices} at step {fault.at_step} {fault.detail}", flush=True)
+    # With the time: a first run (seed 1, 2026-12-02) went 9 min between two faults and
+    # its output could not say which wait took them.
+    print(f"  t={t:.0f}s {slot.tenant.name} fault {len(slot.injected)}: {fault.kind} "
+          f"slices {fault.slices} at step {fault.at_step} {fault.detail}", flush=True)
     return True
 
 
