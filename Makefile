@@ -83,11 +83,17 @@ bench: venv cluster-binaries
 	$(PY) -m bench $(BENCH_ARGS)
 
 # The long chaos run: random faults for SOAK_SECONDS (default 30 min) on the local control
-# plane. Replay a failure with ETJ_CHAOS_SEED=<the seed the run prints>.
+# plane. Replay a failure with ETJ_CHAOS_SEED=<the seed the run prints>. SOAK_JOBS=K (issue
+# 33): K jobs of two teams under Kueue; 1, the default, is the single-job soak.
 SOAK_SECONDS ?= 1800
+SOAK_JOBS ?= 1
+# K >= 2: tests/integration/test_chaos_tenants.py on 3K + 1 one-host TPU pools.
+SOAK_MODULE = $(if $(filter 1,$(SOAK_JOBS)),test_chaos.py,test_chaos_tenants.py)
+SOAK_POOLS = $(if $(filter 1,$(SOAK_JOBS)),,v6e:2x2:$(shell echo $$((3 * $(SOAK_JOBS) + 1))))
 soak: venv cluster-binaries
-	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) ETJ_SOAK_SUMMARY=$(CURDIR)/soak-summary.json \
-		$(PY) -m pytest -ra -s tests/integration/test_chaos.py
+	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) ETJ_SOAK_JOBS=$(SOAK_JOBS) ETJ_TEST_TPU_POOLS=$(SOAK_POOLS) \
+		ETJ_SOAK_SUMMARY=$(CURDIR)/soak-summary.json \
+		$(PY) -m pytest -ra -s tests/integration/$(SOAK_MODULE)
 
 # Regenerate manifests/install.yaml and the chart's copy of the CRD (pinned helm).
 manifests: crd cluster-binaries

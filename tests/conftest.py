@@ -53,6 +53,9 @@ _LOGS_DIRS: list[Path] = []
 # Two control planes take minutes to start: tests/multicluster runs only with
 # `make test-multicluster` (which sets ETJ_MULTICLUSTER=1), not in `make test`.
 collect_ignore = [] if os.environ.get("ETJ_MULTICLUSTER") else ["multicluster"]
+# The multi-tenant soak runs only with `make soak SOAK_JOBS=K` (K >= 2: ETJ_SOAK_JOBS).
+if int(os.environ.get("ETJ_SOAK_JOBS") or 1) < 2:
+    collect_ignore.append("integration/test_chaos_tenants.py")
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +67,12 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     error = None
     try:
         # A private cluster dies with this process even if pytest is killed.
-        handle = lc.up(lc.ClusterConfig(dir=directory, die_with_parent=not reuse))
+        # ETJ_TEST_TPU_POOLS (`make soak SOAK_JOBS=K`: 3K + 1 one-host pools) replaces
+        # the default TPU pools: TYPE:TOPOLOGY:COUNT, comma-separated.
+        pools = tuple(lc.parse_tpu_pool(p) for p in
+                      filter(None, os.environ.get("ETJ_TEST_TPU_POOLS", "").split(",")))
+        handle = lc.up(lc.ClusterConfig(dir=directory, die_with_parent=not reuse,
+                                        **({"tpu_pools": pools} if pools else {})))
     except lc.MissingBinaryError as err:
         error = str(err)
     except lc.ClusterStartError as err:

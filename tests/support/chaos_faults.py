@@ -60,7 +60,10 @@ class Fault:
     hits: int = 0  # slice failures injected, over all its tries
 
 
-def plan_faults(rng: random.Random, soak: bool) -> list[Fault]:
+def plan_faults(rng: random.Random, soak: bool, slices: int = SLICES) -> list[Fault]:
+    """Every kind once in a seeded order (the soak: the HA kinds again, then a random
+    tail), each on seeded slices of a job of `slices` (the multi-tenant soak's jobs have
+    fewer than the single job's)."""
     kinds = list(KINDS)
     rng.shuffle(kinds)
     if soak:  # the HA kinds twice, then a long random tail (drawn until time is up)
@@ -70,11 +73,11 @@ def plan_faults(rng: random.Random, soak: bool) -> list[Fault]:
     plan = []
     for kind in kinds:
         if kind == "two_slices":
-            plan.append(Fault(kind, sorted(rng.sample(range(SLICES), 2))))
+            plan.append(Fault(kind, sorted(rng.sample(range(slices), 2))))
         elif kind in WITHOUT_SLICES:
             plan.append(Fault(kind, []))
         else:
-            plan.append(Fault(kind, [rng.randrange(SLICES)]))
+            plan.append(Fault(kind, [rng.randrange(slices)]))
     return plan
 
 
@@ -86,8 +89,8 @@ def worker_pods(api: client.ApiClient, ns: str, job: str, index: int) -> list[cl
                    and p.status.phase == "Running"), key=lambda p: p.metadata.name)
 
 
-def healthy(status: dict[str, Any]) -> bool:
-    return (status.get("slicesReady") == SLICES
+def healthy(status: dict[str, Any], slices: int = SLICES) -> bool:
+    return (status.get("slicesReady") == slices
             and condition(status, "SliceDown").get("status") != "True"
             and condition(status, "Recovering").get("status") != "True")
 
@@ -110,6 +113,7 @@ class Chaos:
     status: Callable[[], dict[str, Any]]
     inbox: Path  # the trainer's --fault-inbox
     recovery_timeout: float = 180
+    slices: int = SLICES  # the job's numSlices
     not_ready_nodes: list[str] = field(default_factory=list)
     # (frozen, running again) in time.monotonic, per trainer freeze: Progressing may be
     # False only inside one.
@@ -320,7 +324,7 @@ def _node_not_ready(chaos: Chaos, fault: Fault, before: dict[int, int],
     api, ns = chaos.api, chaos.ns
     node = pod.spec.node_name
     # Every slice with a worker on that node goes down with it.
-    fault.slices = sorted({i for i in range(SLICES) if any(
+    fault.slices = sorted({i for i in range(chaos.slices) if any(
         p.spec.node_name == node for p in worker_pods(api, ns, chaos.job, i))})
     fault.detail = f"node {node}"
     chaos.not_ready_nodes.append(node)
@@ -389,7 +393,7 @@ def _ha_fault(chaos: Chaos, fault: Fault, before: dict[int, int],
         fault.detail = ha.leader_stopped(fail, replacing)
     elif fault.kind == "apiserver_throttled":
         fault.detail = ha.apiserver_throttled(fail, slice_down,
-                                              lambda: healthy(chaos.status()),
+                                              lambda: healthy(chaos.status(), chaos.slices),
                                               chaos.recovery_timeout)
     else:
         assert fault.kind == "apiserver_restarted", fault.kind

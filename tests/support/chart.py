@@ -72,9 +72,9 @@ def only(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
     return found[0]
 
 
-def operator_args(deployment: dict[str, Any], namespace: str) -> list[str]:
-    """The chart's container args, with the scope narrowed to the test's namespace and
-    free local ports (the session cluster is shared with other tests)."""
+def operator_args(deployment: dict[str, Any], namespace: str, *more: str) -> list[str]:
+    """The chart's container args, with the scope narrowed to the test's namespace (and
+    `more`) and free local ports (the session cluster is shared with other tests)."""
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args = []
     for arg in container["args"]:
@@ -85,7 +85,7 @@ def operator_args(deployment: dict[str, Any], namespace: str) -> list[str]:
         if arg.startswith("--log-format"):
             arg = "--log-format=text"
         args.append(arg)
-    return [*args, f"--namespace={namespace}"]
+    return [*args, *(f"--namespace={ns}" for ns in (namespace, *more))]
 
 
 def token_of(kubeconfig: Path) -> str:
@@ -106,6 +106,8 @@ class ChartReplicas:
     workdir: Path
     count: int = 2
     kubeconfig: Callable[[Path], Path] = lambda path: path
+    # Namespaces watched beside `namespace` (the multi-tenant soak's teams').
+    also_watch: tuple[str, ...] = ()
     release: str = field(default_factory=unique_release)
     procs: list[OperatorProcess] = field(default_factory=list)
     credentials: list[str] = field(default_factory=list)
@@ -113,7 +115,8 @@ class ChartReplicas:
 
     @property
     def values(self) -> tuple[str, ...]:
-        return (f"watchNamespaces={{{self.namespace}}}", f"replicaCount={self.count}")
+        watched = ",".join((self.namespace, *self.also_watch))
+        return (f"watchNamespaces={{{watched}}}", f"replicaCount={self.count}")
 
     @property
     def service_account(self) -> str:
@@ -133,7 +136,7 @@ class ChartReplicas:
         deployment = only(helm_template(self.release, self.namespace, *self.values),
                           "Deployment")
         assert deployment["spec"]["replicas"] == self.count
-        args = [*operator_args(deployment, self.namespace), *FAST_ARGS]
+        args = [*operator_args(deployment, self.namespace, *self.also_watch), *FAST_ARGS]
         for i in range(self.count):
             kubeconfig = self.token_kubeconfig(f"operator-{i}")
             self.credentials.append(credential_of(token_of(kubeconfig)))

@@ -113,3 +113,26 @@ def test_the_summary_has_what_the_soak_reports(tmp_path: Path) -> None:
     assert got["failures_counted_by_job"] == {"ns/j": 1}
     assert got["steps_lost"] == 4 and got["downtime_seconds"]["max"] == 4.0
     assert got["kueue"] == {"evictions": 0, "preemptions": 0}
+
+
+def preempted_once(run: JobRun) -> JobRun:
+    """Kueue preempted the job once: its trainer process lost every slice (an elastic
+    event no fault explains) and a new process started on readmission, no restart."""
+    run.chaos.trainer.started += 1  # type: ignore[misc]
+    lost = {"id": 2, "slices_down": [0, 1, 2], "resumed_step": 95,
+            "restore_source": "checkpoint", "restored_from_step": 90}
+    run.summary["elastic_events"].append(lost)
+    run.summary["elastic_events_total"] = run.final["counters"]["elasticEvents"] = 2
+    return run
+
+
+def test_a_preemption_is_no_fault_and_no_restart(tmp_path: Path) -> None:
+    run = preempted_once(clean_run(tmp_path))
+    run.preemptions = 1
+    assert job_violations(run) == []
+
+
+def test_the_same_loss_without_a_preemption_is_named(tmp_path: Path) -> None:
+    violations = job_violations(preempted_once(clean_run(tmp_path)))
+    assert {v.split(": ")[1] for v in violations} == {"lost_only_slices_hit",
+                                                      "trainer_restarts_counted"}, violations
