@@ -87,8 +87,8 @@ bench: venv cluster-binaries
 # 33): K jobs of two teams under Kueue; 1, the default, is the single-job soak.
 SOAK_SECONDS ?= 1800
 SOAK_JOBS ?= 1
-# K >= 2: tests/integration/test_chaos_tenants.py on 3K + 1 one-host TPU pools.
-SOAK_MODULE = $(if $(filter 1,$(SOAK_JOBS)),test_chaos.py,test_chaos_tenants.py)
+# K >= 2: tests/integration/test_soak_tenants.py on 3K + 1 one-host TPU pools.
+SOAK_MODULE = $(if $(filter 1,$(SOAK_JOBS)),test_chaos.py,test_soak_tenants.py)
 SOAK_POOLS = $(if $(filter 1,$(SOAK_JOBS)),,v6e:2x2:$(shell echo $$((3 * $(SOAK_JOBS) + 1))))
 soak: venv cluster-binaries
 	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) ETJ_SOAK_JOBS=$(SOAK_JOBS) ETJ_TEST_TPU_POOLS=$(SOAK_POOLS) \

@@ -55,7 +55,7 @@ _LOGS_DIRS: list[Path] = []
 collect_ignore = [] if os.environ.get("ETJ_MULTICLUSTER") else ["multicluster"]
 # The multi-tenant soak runs only with `make soak SOAK_JOBS=K` (K >= 2: ETJ_SOAK_JOBS).
 if int(os.environ.get("ETJ_SOAK_JOBS") or 1) < 2:
-    collect_ignore.append("integration/test_chaos_tenants.py")
+    collect_ignore.append("integration/test_soak_tenants.py")
 
 
 @pytest.fixture(scope="session")

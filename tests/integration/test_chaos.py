@@ -86,12 +86,12 @@ pytestmark = pytest.mark.cluster
 JOB = "chaos"
 STEP_SECONDS = 0.05
 SOAK_SECONDS = float(os.environ.get("ETJ_SOAK_SECONDS") or 0)
-# `make soak SOAK_JOBS=K` (K >= 2) is tests/integration/test_chaos_tenants.py: this
+# `make soak SOAK_JOBS=K` (K >= 2) is tests/integration/test_soak_tenants.py: this
 # module refuses to soak one job under it and pass (at collection: nothing started).
 SOAK_JOBS = int(os.environ.get("ETJ_SOAK_JOBS") or 1)
 if SOAK_JOBS > 1:
     pytest.fail(f"ETJ_SOAK_JOBS={SOAK_JOBS}: the multi-tenant soak is "
-                "tests/integration/test_chaos_tenants.py", pytrace=False)
+                "tests/integration/test_soak_tenants.py", pytrace=False)
 # Short run: ~80 s of paced steps, enough for the twelve faults gated on progress (the
 # trainer pauses while a slice is down, but trains on through a leader's takeover, a
 # throttle or an API server restart: those faults take 100-200 steps). The short run
