@@ -16,7 +16,7 @@ the middle of a slice replacement (woken, it must write nothing), the operator's
 ServiceAccount throttled by API Priority and Fairness (429 + Retry-After, honoured), and
 the API server restarted; and the silent faults (issue 32): a slice's part of a step hung
 (its pods stay Ready: the trainer's watchdog blames it, the operator replaces it), a slice
-at SLOW_FACTOR x the others' step time (Degraded SlowSteps, no replacement under the
+making each step SLOW_FACTOR x the usual one (Degraded SlowSteps, no replacement under the
 default onSlowSlice Report), and the trainer frozen with SIGSTOP (Progressing False at the
 learned deadline, then with the default onStall Recover the head pod restarted: a new
 trainer process, Progressing True again). The trainer's silent faults are injected while
@@ -60,16 +60,18 @@ from elastic_api import GROUP, PLURAL, VERSION
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
-from tests.builders import etj
 from tests.support.chaos_checks import JobRun, job_violations, soak_summary
 from tests.support.chaos_faults import (
+    CHECKPOINT_KEEP,
     HA_KINDS,
     KINDS,
     SLICES,
+    STEP_SECONDS,
     STEPS_BETWEEN_FAULTS,
     WRITE_FAULT_TRIES,
     Chaos,
     Fault,
+    chaos_job,
     healthy,
     inject,
     plan_faults,
@@ -84,7 +86,6 @@ from tests.support.trainer_run import Reference, TrainerProcesses, head_command,
 pytestmark = pytest.mark.cluster
 
 JOB = "chaos"
-STEP_SECONDS = 0.05
 SOAK_SECONDS = float(os.environ.get("ETJ_SOAK_SECONDS") or 0)
 # `make soak SOAK_JOBS=K` (K >= 2) is tests/integration/test_soak_tenants.py: this
 # module refuses to soak one job under it and pass (at collection: nothing started).
@@ -106,11 +107,6 @@ STEPS = max(2000, int(SOAK_SECONDS * 12)) if SOAK_SECONDS else 2000
 # count: a soak hits the same slice often enough to reach that cap (a 420 s limit timed
 # out at the 7th failure of one slice).
 RECOVERY_TIMEOUT = 900 if SOAK_SECONDS else 180
-CHECKPOINT_PERIOD, CHECKPOINT_KEEP = 10, 3
-# The simulated slices take this long to write their shards: long enough for the fault
-# to land inside the write (and for the trainer to learn of it), short enough that a
-# write ends before the next one starts (a checkpoint every 10 x 0.05 s).
-WRITE_SECONDS = 0.3
 
 
 
@@ -146,19 +142,8 @@ def operators(cluster: Cluster, api: client.ApiClient, namespace: str, proxy: Tc
 
 
 def job_manifest(ns: str, checkpoint_dir: Path, inbox: Path) -> dict[str, Any]:
-    return (etj(JOB, ns).backend("simulated").tpu("v5e", "4x4", SLICES)
-            # Every budget out of reach: each fault, a long soak's many freezes included
-            # (maxStallRestarts defaults to 5), must be recovered, not end the job.
-            .spec(elastic={"timeoutSeconds": RECOVERY_TIMEOUT, "maxRetries": 1000,
-                           "maxSliceRestarts": 1000, "maxStallRestarts": 1000},
-                  checkpoint={"directory": str(checkpoint_dir), "periodSteps": CHECKPOINT_PERIOD,
-                              "keep": CHECKPOINT_KEEP},
-                  snapshot={"periodSteps": 5})
-            .trainer("trainer:test", STEPS, model="tiny", batch=24,
-                     args=["--min-step-seconds", str(STEP_SECONDS), "--report-interval", "0.5",
-                           "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS),
-                           "--fault-inbox", str(inbox)])
-            .without("pathways").obj())
+    return chaos_job(JOB, ns, ("v5e", "4x4"), SLICES, STEPS, RECOVERY_TIMEOUT,
+                     checkpoint_dir, inbox)
 
 
 @pytest.mark.stalls  # the trainer freezes: the test checks its Progressing=False itself

@@ -51,14 +51,16 @@ from elastic_devtools.localcluster import kueue_queues as kq
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.tcpproxy import TcpProxy, proxied_kubeconfig
 from elastic_operator.render import render_jobset
-from tests.builders import etj
 from tests.support.chaos_checks import JobRun, job_violations, soak_summary
 from tests.support.chaos_faults import (
+    CHECKPOINT_KEEP,
     KINDS,
+    STEP_SECONDS,
     STEPS_BETWEEN_FAULTS,
     WRITE_FAULT_TRIES,
     Chaos,
     Fault,
+    chaos_job,
     healthy,
     inject,
     plan_faults,
@@ -90,12 +92,9 @@ SOAK_SECONDS = float(os.environ.get("ETJ_SOAK_SECONDS") or 0)
 SOAK_JOBS = int(os.environ.get("ETJ_SOAK_JOBS") or 2)
 SLICES = 3  # per job: two_slices leaves one slice training
 TPU = ("v6e", "2x2")  # one host per slice: 3K + 1 nodes, not 4 x that
-STEP_SECONDS = 0.05
 # The jobs' faults are serialized: K jobs need about K times one job's steps for theirs.
 STEPS = max(2000 * SOAK_JOBS, int(SOAK_SECONDS * 12))
 RECOVERY_TIMEOUT = 900
-CHECKPOINT_PERIOD, CHECKPOINT_KEEP = 10, 3
-WRITE_SECONDS = 0.3
 # A replacement takes the free pool within a few scheduling rounds; under a loaded
 # machine's recovery (detection, the worker Job recreated, kwok's pod Running) well
 # inside this.
@@ -122,20 +121,9 @@ class Slot:
 
 
 def job_manifest(t: Tenant, checkpoint_dir: Path, inbox: Path) -> dict[str, Any]:
-    obj = (etj(t.job, t.namespace).backend("simulated").tpu(*TPU, SLICES)
-           .spec(elastic={"timeoutSeconds": RECOVERY_TIMEOUT, "maxRetries": 1000,
-                          "maxSliceRestarts": 1000, "maxStallRestarts": 1000},
-                 checkpoint={"directory": str(checkpoint_dir), "periodSteps": CHECKPOINT_PERIOD,
-                             "keep": CHECKPOINT_KEEP},
-                 snapshot={"periodSteps": 5})
-           .trainer("trainer:test", STEPS, model="tiny", batch=24,
-                    args=["--min-step-seconds", str(STEP_SECONDS), "--report-interval", "0.5",
-                          "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS),
-                          "--fault-inbox", str(inbox)])
-           .without("pathways").obj())
-    obj["metadata"].setdefault("labels", {}).update(
-        {KUEUE_QUEUE_NAME_LABEL: t.local_queue, KUEUE_PRIORITY_CLASS_LABEL: t.priority_class})
-    return obj
+    return chaos_job(t.job, t.namespace, TPU, SLICES, STEPS, RECOVERY_TIMEOUT,
+                     checkpoint_dir, inbox, {KUEUE_QUEUE_NAME_LABEL: t.local_queue,
+                                             KUEUE_PRIORITY_CLASS_LABEL: t.priority_class})
 
 
 def quota(obj: dict[str, Any], jobs: int) -> dict[str, str]:

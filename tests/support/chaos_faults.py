@@ -24,6 +24,7 @@ from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_devtools.localcluster import faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.tcpproxy import TcpProxy
+from tests.builders import etj
 from tests.support.chaos_watch import CheckpointWatcher, condition
 from tests.support.ha_faults import HaFaults
 from tests.support.trainer_run import TrainerProcesses
@@ -42,13 +43,42 @@ KINDS = ("fail_pod", "delete_pod", "node_not_ready", "two_slices", "operator_kil
 HA_KINDS = KINDS[-7:-3]
 SILENT_KINDS = KINDS[-3:]
 WITHOUT_SLICES = ("operator_kill", "trainer_killed_during_checkpoint_write", "trainer_frozen")
-# A slow slice's part of a step takes this many times the others'. The simulated part is
-# only a fraction of the step's wall time (0.05 s of ~0.18 s at load 20): at 6x the steps
-# ran 1.6x the job's own best, under the SlowSteps rule's 2x (progress_rule), while the
-# trainer's per-slice rule saw 6x. At 20x the steps run ~5x the job's best, whatever
-# the load.
-SLOW_FACTOR = 20
+# A slow slice makes each step take this many times the mesh's usual step (the trainer's
+# faults.slow_part): between the SlowSteps rule's 2x (progress_rule) and the trainer's hang
+# watchdog's 10x its steps' p99, so only SlowSteps can fire (the steps run ~4x the job's
+# best; tests/unit/test_chaos_slow_fault.py). At 20x, a product of a step's own time then,
+# a step under load ran past the watchdog's 5 s floor and the slice was replaced as hung.
+SLOW_FACTOR = 5
 WRITE_FAULT_TRIES = 3  # a write fault that missed its write (too late) is tried again
+# The chaos job's trainer (chaos_job): paced steps, a checkpoint every 10 steps, keep 3.
+STEP_SECONDS = 0.05
+CHECKPOINT_PERIOD, CHECKPOINT_KEEP = 10, 3
+# The simulated slices take this long to write their shards: long enough for the fault
+# to land inside the write (and for the trainer to learn of it), short enough that a
+# write ends before the next one starts (a checkpoint every 10 x 0.05 s).
+WRITE_SECONDS = 0.3
+
+
+def chaos_job(name: str, ns: str, tpu: tuple[str, str], slices: int, steps: int,
+              recovery_timeout: float, checkpoint_dir: Path, inbox: Path,
+              labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """The soak's ElasticTrainingJob (one of the multi-tenant soak's, with its Kueue
+    `labels`): the simulated trainer, its faults through `inbox`."""
+    obj = (etj(name, ns).backend("simulated").tpu(*tpu, slices)
+           # Every budget out of reach: each fault, a long soak's many freezes included
+           # (maxStallRestarts defaults to 5), must be recovered, not end the job.
+           .spec(elastic={"timeoutSeconds": recovery_timeout, "maxRetries": 1000,
+                          "maxSliceRestarts": 1000, "maxStallRestarts": 1000},
+                 checkpoint={"directory": str(checkpoint_dir),
+                             "periodSteps": CHECKPOINT_PERIOD, "keep": CHECKPOINT_KEEP},
+                 snapshot={"periodSteps": 5})
+           .trainer("trainer:test", steps, model="tiny", batch=24,
+                    args=["--min-step-seconds", str(STEP_SECONDS), "--report-interval", "0.5",
+                          "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS),
+                          "--fault-inbox", str(inbox)])
+           .without("pathways").obj())
+    obj["metadata"].setdefault("labels", {}).update(labels or {})
+    return obj
 
 
 @dataclass
@@ -204,7 +234,7 @@ def _slice_hung(chaos: Chaos, fault: Fault) -> bool:
 
 
 def _slice_slow(chaos: Chaos, fault: Fault) -> bool:
-    """The slice's part of each step takes SLOW_FACTOR x the others' from the next step:
+    """The slice makes each step take SLOW_FACTOR x the usual step from the next one:
     Degraded SlowSteps once the steps have run slow for the rule's window, and nothing
     replaced (onSlowSlice Report, the default); then back to its own speed."""
     [index] = fault.slices

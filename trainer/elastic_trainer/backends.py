@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from elastic_trainer.errors import ElasticTimeout, slice_down_error
-from elastic_trainer.faults import SliceHealthSource, StepFaults
+from elastic_trainer.faults import SliceHealthSource, StepFaults, slow_part
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,7 @@ class SimulatedBackend:
         self._last_done = 0.0
         self._waiting: _Wait | None = None  # read by the watchdog's thread
         self._parts: deque[dict[int, float]] = deque(maxlen=PARTS_WINDOW)
+        self._usual: deque[float] = deque(maxlen=PARTS_WINDOW)  # unslowed steps' times
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -192,6 +193,7 @@ class SimulatedBackend:
         self._active = frozenset(healthy)
         with self._lock:  # a new mesh: its parts are timed afresh
             self._parts.clear()
+            self._usual.clear()
             self._dispatched.clear()
             self._last_done = 0.0
         return healthy
@@ -245,16 +247,19 @@ class SimulatedBackend:
 
     def wait_step(self, step: int, active: set[int]) -> None:
         """The device's result of `step` is read: the healthy slices' parts are done. A
-        slow slice's part ends `factor` times its own time after the part started; a hung
+        slow slice's part ends `faults.slow_part` after the part started; a hung
         one's never (until the slice is replaced, which fails the step with DATA_LOSS)."""
         now = time.time()
         losses = self.health.losses()
         with self._lock:
             started = max(self._dispatched.pop(step, now), self._last_done)
+            usual = list(self._usual)
         base = max(now - started, 0.0)
         hung = self.step_faults.hung(step, losses) & active
-        slow = self.step_faults.slowdown(step, losses)
-        parts = {s: base * slow.get(s, 1.0) for s in sorted(active - hung)}
+        slow = {s: f for s, f in self.step_faults.slowdown(step, losses).items()
+                if s in active}
+        parts = {s: slow_part(base, usual, slow[s]) if s in slow else base
+                 for s in sorted(active - hung)}
         end = started + max(parts.values(), default=base)
         with self._lock:
             self._waiting = _Wait(step, started, parts, hung)
@@ -278,6 +283,8 @@ class SimulatedBackend:
         with self._lock:
             if self._last_done > 0:  # not the attempt's first step: it compiles
                 self._parts.append(parts)
+                if not slow and not was_hung:
+                    self._usual.append(base)
             self._last_done = time.time()
 
     def blame(self) -> tuple[list[int], str]:

@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            ">= STEP, STEP:SLICE:restore the first restore after a failure at a step >= STEP; "
            "silent faults (the slice stays healthy, with either --slice-health): "
            "STEP:SLICE:hang (its part of STEP never finishes until it is replaced), "
-           "STEP[-BACK]:SLICE:slow=FACTOR (its part takes FACTOR times longer from STEP, "
+           "STEP[-BACK]:SLICE:slow=FACTOR (its part takes FACTOR times the usual step from STEP, "
            "until step BACK or until it is replaced)")
     a("--fault-inbox", type=Path, default=None, metavar="DIR",
       help="simulated backend: a file *.fault in DIR (SLICE:hang, SLICE:slow=FACTOR, "

@@ -8,8 +8,9 @@ though the slice looks healthy again when the step ends.
 
 Silent faults (`StepFaults`) leave a slice's health alone, as a hung TPU host leaves its
 pods Ready: a hung slice's part of a step never finishes, a slow slice's takes FACTOR
-times longer. Both end when the slice is replaced (its loss count grows: its worker Job
-was recreated) or, for a slow one, when the loop reaches step BACK.
+times the mesh's usual step (`slow_part`). Both end when the slice is replaced (its loss
+count grows: its worker Job was recreated) or, for a slow one, when the loop reaches step
+BACK.
 
 They can also be injected while the run goes (`--fault-inbox DIR`, for the chaos soak,
 which picks its moments from what it observes): a file `*.fault` in DIR holds
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +40,9 @@ SILENT = ("hang", "slow")
 # and the slice's new pods being Ready, as bench/replacement.py measures them on the local
 # control plane (0.7-2.6 s from failure to the slice Ready again; docs/benchmarks.md).
 REPLACE_REACTION_SECONDS = 0.5
+# Unslowed steps of a mesh timed before a slow part is measured against them (else: this
+# step's own time).
+USUAL_STEPS_NEEDED = 3
 REPLACE_SECONDS = 1.5
 
 
@@ -322,3 +328,19 @@ class StepFaults:
                 if f.kind == "slow" and f.active(step, losses):
                     out[f.slice] = max(out.get(f.slice, 1.0), f.factor)
         return out
+
+
+def slow_part(base: float, usual: Sequence[float], factor: float) -> float:
+    """A slow slice's part of a step: `factor` x the mesh's usual step (the median of its
+    recent steps with no slice slow or hung), or the step's own time if that is longer.
+
+    Not `factor` x this step's own time: on the simulation a step's own time is noise
+    (load, a save in flight) and, once a slice runs slow, shrinks (the next step computes
+    during the wait), so a product would be a hang under load and barely slow when
+    quiet. A slice at 1/FACTOR speed makes each step that waits on it take FACTOR times
+    its usual time, and no more: the step sits between the slow-steps rule's 2x
+    (elastic_api.progress) and the watchdog's 10x (watchdog.Deadlines) for a FACTOR in
+    between, whatever the load (tests/trainer/test_trainer_watchdog.py)."""
+    if len(usual) < USUAL_STEPS_NEEDED:
+        return factor * base
+    return max(base, factor * statistics.median(usual))
