@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import percentile
+from elastic_devtools.background import BackgroundLoop
 
 PERIOD_S = 5.0
 STEP = 2
@@ -57,37 +58,25 @@ class Sample:
 
 
 @dataclass
-class LoadGenerator:
+class LoadGenerator(BackgroundLoop):
     """Start with `start()`, read the samples in a window with `summary(start, end)`,
     end with `stop()` (also a context manager). target 0: burns nothing, samples only."""
 
+    THREAD_NAME = "load-generator"
     target: float
     period_s: float = PERIOD_S
     samples: list[Sample] = field(default_factory=list)
     _procs: list[tuple[Any, Any]] = field(default_factory=list)
-    _halt: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __enter__(self) -> LoadGenerator:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._control, name="load-generator",
-                                        daemon=True)
-        self._thread.start()
+    def join_seconds(self) -> float:
+        return self.period_s + 5
 
     def stop(self) -> None:
-        self._halt.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.period_s + 5)
+        super().stop()
         self._resize(0)
 
-    def _control(self) -> None:
+    def _run(self) -> None:
         history: list[int] = []
         while True:
             load = os.getloadavg()[0]
@@ -97,12 +86,12 @@ class LoadGenerator:
             if self.target > 0:
                 mean = sum(history) / len(history)
                 self._resize(burners_for(self.target, load, mean, len(self._procs)))
-            if self._halt.wait(self.period_s):
+            if self._stop.wait(self.period_s):
                 return
 
     def _resize(self, n: int) -> None:
         ctx = mp.get_context("spawn")  # the benchmark has threads: no fork
-        while len(self._procs) < n and not self._halt.is_set():
+        while len(self._procs) < n and not self._stop.is_set():
             stop = ctx.Event()
             proc = ctx.Process(target=burn, args=(stop,), name="bench-load", daemon=True)
             proc.start()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from elastic_api.names import (
     TPU_ACCELERATOR_LABEL,
 )
 from elastic_api.queueing import REASON_PREEMPTED
+from elastic_devtools.background import BackgroundLoop
 from tests.support.chaos_faults import Fault
 
 # Team a runs at the high priority, team b at the low one: a new job of team a is the
@@ -256,29 +256,20 @@ def quarantines(nodes: Iterable[Any], t: float) -> list[Quarantine]:
 
 
 @dataclass
-class TenantSampler:
+class TenantSampler(BackgroundLoop):
     """All through a multi-tenant soak, every half second: the free TPU pools and the
     jobs short of a slice (CapacitySample), the Admitted reasons each job showed, and
     each quarantine as first seen (pool, naming jobs). `statuses` reads every job's
     status by name; `slices` is each job's numSlices."""
 
+    THREAD_NAME = "tenant-sampler"
     api: Any
     statuses: Callable[[], dict[str, dict[str, Any]]]
     slices: int
     capacity: list[CapacitySample] = field(default_factory=list)
     admitted: dict[str, list[str]] = field(default_factory=dict)
     seen_quarantines: list[Quarantine] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="tenant-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         from kubernetes import client

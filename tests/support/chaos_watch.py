@@ -17,6 +17,7 @@ from kubernetes import client
 
 from elastic_api import GROUP, PLURAL, VERSION
 from elastic_api.conditions import Reason
+from elastic_devtools.background import BackgroundLoop
 from elastic_devtools.localcluster.faults import wait_for
 
 
@@ -29,10 +30,11 @@ def ts(text: str) -> datetime:
 
 
 @dataclass
-class Sampler:
+class Sampler(BackgroundLoop):
     """Samples the job's counters, slice restarts and the JobSet's restarts all through
     the run, to check that nothing ever goes backwards."""
 
+    THREAD_NAME = "chaos-sampler"
     api: client.ApiClient
     ns: str
     job: str
@@ -43,17 +45,7 @@ class Sampler:
     # When (time.monotonic) a sample showed Progressing False, and Degraded SlowSteps.
     stalled: list[float] = field(default_factory=list)
     slow_steps: list[float] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="chaos-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         custom = client.CustomObjectsApi(self.api)
@@ -99,11 +91,12 @@ COMMIT_MARKER = "commit_success.txt"  # orbax writes it last: the step is commit
 
 
 @dataclass
-class CheckpointWatcher:
+class CheckpointWatcher(BackgroundLoop):
     """Watches the checkpoint directory all through the run (every 20 ms): which steps
     are committed and when, which are being written, and whether a committed step ever
     disappears other than by retention or the newest committed step goes backwards."""
 
+    THREAD_NAME = "chaos-checkpoints"
     directory: Path
     keep: int
     committed: dict[int, float] = field(default_factory=dict)  # step -> first seen
@@ -112,18 +105,7 @@ class CheckpointWatcher:
     _present: set[int] = field(default_factory=set)
     _latest: int = -1
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="chaos-checkpoints",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _scan(self) -> tuple[set[int], set[int]]:
         committed, writing = set(), set()

@@ -41,6 +41,7 @@ from elastic_api.names import (
     VERSION,
     worker_pods_selector,
 )
+from elastic_devtools.background import BackgroundLoop
 from elastic_devtools.demo.summary import cadence_chosen, cadence_lines, summarize
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
@@ -59,30 +60,22 @@ def say(message: str) -> None:
 
 
 @dataclass
-class Watch:
+class Watch(BackgroundLoop):
     """Watches the job like `kubectl get etj -w` and remembers when things first happened.
 
     A watch, not polling: a SliceDown that lasts less than a poll interval is still seen.
     """
 
+    THREAD_NAME = "demo-watch"
+    JOIN_SECONDS = 5.0
     stream: Callable[[], Iterator[dict[str, Any]]]
     lines: list[str] = field(default_factory=list)
     first_seen: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     latest: dict[str, Any] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
     _last_row: str | None = None
     _conditions: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="demo-watch", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         say(f"{'NAME':<6} {'SLICES':<7} {'STEP':>6} {'CHECKPOINT':>10}  STATUS")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_api.names import GROUP, PLURAL, VERSION
+from elastic_devtools.background import BackgroundLoop
 
 Status = dict[str, Any]
 
@@ -53,9 +54,10 @@ def row(sample: Sample, num_slices: int, maxtext_step: int | None) -> str:
 
 
 @dataclass
-class Timeline:
+class Timeline(BackgroundLoop):
     """Watches one job (`stream` yields its versions) and prints what changes."""
 
+    THREAD_NAME = "maxtext-e2e-watch"
     stream: Callable[[str | None], Iterator[dict[str, Any]]]
     num_slices: int
     say: Callable[[str], None]
@@ -63,21 +65,10 @@ class Timeline:
     samples: list[Sample] = field(default_factory=list)
     t0: float = field(default_factory=time.monotonic)
     _changed: threading.Condition = field(default_factory=threading.Condition)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
     _rv: str | None = None
     _last_row: str | None = None
     _conditions: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="maxtext-e2e-watch",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def t(self, at: float | None = None) -> str:
         return f"t={(at if at is not None else time.monotonic()) - self.t0:6.1f}s"
