@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -185,6 +186,17 @@ def _release_quarantined_pools(core: client.CoreV1Api) -> None:
             "labels": {QUARANTINE_LABEL: None},
             "annotations": {QUARANTINED_AT_ANNOTATION: None,
                             QUARANTINE_CAUSE_ANNOTATION: None}}})
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM (`timeout`, CI cancelling a run) ends the session as Ctrl-C does, so the
+    # fixtures' finalizers run: without this the chart's operator replicas, the trainer
+    # processes and the control plane a fixture started outlive the killed pytest.
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
