@@ -197,8 +197,10 @@ def run_soak(seed: int, rng: random.Random, cluster: Cluster, api: client.ApiCli
     custom = client.CustomObjectsApi(api)
     slots: list[Slot] = []
     ha = HaFaults(cluster, api, operators.namespace, operators, lambda: {})
+    reference = undisturbed_run(jobs, tmp_path / "reference")
     for t in jobs:
-        slots.append(start_job(custom, api, ha, proxy, proxied, t, tmp_path / t.job))
+        slots.append(start_job(custom, api, ha, proxy, proxied, t, tmp_path / t.job,
+                               reference))
     ha.status = slots[0].status
     sampler = TenantSampler(api, lambda: {s.tenant.name: s.status() for s in slots}, SLICES)
     sampler.start()
@@ -212,7 +214,7 @@ def run_soak(seed: int, rng: random.Random, cluster: Cluster, api: client.ApiCli
             wait_for(lambda s=s: s.trainer.poll() is not None, RECOVERY_TIMEOUT
                      + STEPS * STEP_SECONDS * 2, f"{s.tenant.name}'s trainer to finish",
                      interval=0.5)
-            s.reference.wait(300 + STEPS * STEP_SECONDS * 2)
+        reference.wait(300 + STEPS * STEP_SECONDS * 2)
     finally:
         for s in slots:
             for node in s.chaos.not_ready_nodes:
@@ -226,22 +228,34 @@ def run_soak(seed: int, rng: random.Random, cluster: Cluster, api: client.ApiCli
             s.sampler.stop()
             s.checkpoints.stop()
             s.trainer.stop()
-            s.reference.stop()
+        reference.stop()
     ha.next_fault()
     finish(seed, slots, sampler, pool_faults, preemption, ha, tmp_path)
 
 
+def undisturbed_run(jobs: list[Tenant], workdir: Path) -> Reference:
+    """The jobs' one undisturbed run. Their trainers' commands differ only in their
+    paths, so one run gives every job's expected parameters; unpaced (pacing changes no
+    parameter), so it is done early and leaves the CPU to the jobs' trainers (one
+    reference per job, paced, beside them made 2K trainers on two cores)."""
+    def command(t: Tenant) -> list[str]:
+        return head_command(job_manifest(t, workdir / "checkpoints", workdir / "no-faults"))
+
+    assert all(command(t) == command(jobs[0]) for t in jobs), "the jobs' trainers differ"
+    workdir.mkdir(parents=True)
+    return Reference(with_flag(command(jobs[0]), "--min-step-seconds", "0"), workdir)
+
+
 def start_job(custom: client.CustomObjectsApi, api: client.ApiClient, ha: HaFaults,
-              proxy: TcpProxy, proxied: Path, t: Tenant, workdir: Path) -> Slot:
-    """Create the job, wait for it admitted with its slices Ready, start its trainer, its
-    undisturbed reference and its watchers."""
+              proxy: TcpProxy, proxied: Path, t: Tenant, workdir: Path,
+              reference: Reference) -> Slot:
+    """Create the job, wait for it admitted with its slices Ready, start its trainer and
+    its watchers."""
     workdir.mkdir(parents=True)
     checkpoint_dir, inbox = workdir / "checkpoints", workdir / "fault-inbox"
     inbox.mkdir()
     manifest = job_manifest(t, checkpoint_dir, inbox)
     command = head_command(manifest)
-    reference = Reference(with_flag(command, "--fault-inbox", str(workdir / "no-faults")),
-                          workdir)
     custom.create_namespaced_custom_object(GROUP, VERSION, t.namespace, PLURAL, manifest)
 
     def status() -> dict[str, Any]:
