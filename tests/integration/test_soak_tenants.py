@@ -282,7 +282,8 @@ def fault_loop(rng: random.Random, slots: list[Slot], plans: list[list[Fault]],
                pool_faults: list[PoolFault], queues: dict[str, str],
                custom: client.CustomObjectsApi, tmp_path: Path) -> Preemption | None:
     """Every (job, fault) of the interleaved plans, each when its own job is healthy and
-    trained past its last fault; the preemption once every job had a round of faults.
+    trained past its last fault; the preemption once every job had a round of faults or
+    the low-priority job is half done, whichever comes first.
     Stops at the soak's end or when a job is too close to its last step."""
     started, preemption = time.monotonic(), None
     sequence = interleave(rng, plans)
@@ -290,7 +291,7 @@ def fault_loop(rng: random.Random, slots: list[Slot], plans: list[list[Fault]],
     for n, (index, fault) in enumerate(sequence):
         if SOAK_SECONDS and time.monotonic() - started > SOAK_SECONDS:
             break
-        if n == preempt_after and preemption is None:
+        if preemption is None and (n == preempt_after or past_half(slots)):
             preemption = preempt(slots, queues, custom, tmp_path)
         slot = slots[index]
         if not inject_into(slot, fault, pool_faults, started):
@@ -298,6 +299,14 @@ def fault_loop(rng: random.Random, slots: list[Slot], plans: list[list[Fault]],
     if preemption is None:  # a short run: the preemption after its faults
         preemption = preempt(slots, queues, custom, tmp_path)
     return preemption
+
+
+def past_half(slots: list[Slot]) -> bool:
+    """The low-priority job is half done: preempt it now, while it trains. A first run
+    (seed 1, 240 s) preempted it after its last step, as the other job's slow-slice fault
+    took two minutes: readmission and a resume, but no training interrupted."""
+    low = next(s for s in slots if s.tenant.team == "team-b")
+    return step_of(low.status()) >= STEPS // 2
 
 
 def wait_ready(slot: Slot, floor: int, what: str) -> dict[str, Any] | None:
