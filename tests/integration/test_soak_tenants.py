@@ -305,8 +305,12 @@ def past_half(slots: list[Slot]) -> bool:
     """The low-priority job is half done: preempt it now, while it trains. A first run
     (seed 1, 240 s) preempted it after its last step, as the other job's slow-slice fault
     took two minutes: readmission and a resume, but no training interrupted."""
-    low = next(s for s in slots if s.tenant.team == "team-b")
-    return step_of(low.status()) >= STEPS // 2
+    return step_of(low_priority(slots).status()) >= STEPS // 2
+
+
+def low_priority(slots: list[Slot]) -> Slot:
+    """The job the preemption takes: team b's."""
+    return next(s for s in slots if s.tenant.team == "team-b")
 
 
 def wait_ready(slot: Slot, floor: int, what: str) -> dict[str, Any] | None:
@@ -353,7 +357,7 @@ def preempt(slots: list[Slot], queues: dict[str, str], custom: client.CustomObje
     is preempted (its pods go, then its trainer, SIGTERM as the kubelet would), the new
     one runs and is deleted, the low one is readmitted and a new trainer process starts
     from its newest committed checkpoint."""
-    low = next(s for s in slots if s.tenant.team == "team-b")
+    low = low_priority(slots)
     high_t = Tenant("preemptor", "team-a", next(s.tenant.namespace for s in slots
                                                 if s.tenant.team == "team-a"),
                     queues["team-a"], PRIORITIES["team-a"][0])
