@@ -210,7 +210,13 @@ def test_a_new_head_pod_is_a_new_trainer_process(
     status = wait_for(lambda: (s := job_status(api, namespace))["counters"].get(
         "trainerRestarts") == 1 and s, TIMEOUT, "counters.trainerRestarts 1")
     assert status["trainerProcess"]["hostName"] == pod.metadata.name
-    events = client.CoreV1Api(api).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={JOB},reason={Reason.TRAINER_RESTARTED}")
-    assert [e.message for e in events.items if pod.metadata.name in e.message], events
+
+    def restarted_events() -> list[str]:
+        events = client.CoreV1Api(api).list_namespaced_event(
+            namespace,
+            field_selector=f"involvedObject.name={JOB},reason={Reason.TRAINER_RESTARTED}")
+        return [e.message for e in events.items if pod.metadata.name in e.message]
+
+    # Posted after the status write that carries it (core/events.py): wait for it.
+    wait_for(restarted_events, TIMEOUT, "a TrainerRestarted Event naming the new pod")
     assert second.stop() == 0
