@@ -92,8 +92,15 @@ SOAK_SECONDS = float(os.environ.get("ETJ_SOAK_SECONDS") or 0)
 SOAK_JOBS = int(os.environ.get("ETJ_SOAK_JOBS") or 2)
 SLICES = 3  # per job: two_slices leaves one slice training
 TPU = ("v6e", "2x2")  # one host per slice: 3K + 1 nodes, not 4 x that
-# The jobs' faults are serialized: K jobs need about K times one job's steps for theirs.
-STEPS = max(2000 * SOAK_JOBS, int(SOAK_SECONDS * 12))
+# K trainers share two cores with the cluster: each at 1/K of the single job's pace, so
+# together they ask for what one does. At 12 steps a soak second (test_chaos's rule) a
+# 1,800 s run at K = 3 gave each job 21,600 steps: hours of training on two cores after
+# the faults had ended.
+PACE_S = round(STEP_SECONDS * SOAK_JOBS, 3)
+# Faults run by time (fault_loop stops at SOAK_SECONDS), so the steps only need to last
+# that long: the soak's seconds at this pace, less a fifth for the recoveries' downtime.
+# The floor: test_chaos's short run's steps.
+STEPS = max(2000, int(SOAK_SECONDS * 0.8 / PACE_S))
 RECOVERY_TIMEOUT = 900
 # A replacement takes the free pool within a few scheduling rounds; under a loaded
 # machine's recovery (detection, the worker Job recreated, kwok's pod Running) well
@@ -109,7 +116,6 @@ class Slot:
 
     tenant: Tenant
     trainer: TrainerProcesses
-    reference: Reference
     checkpoints: CheckpointWatcher
     sampler: Sampler
     chaos: Chaos
@@ -123,7 +129,8 @@ class Slot:
 def job_manifest(t: Tenant, checkpoint_dir: Path, inbox: Path) -> dict[str, Any]:
     return chaos_job(t.job, t.namespace, TPU, SLICES, STEPS, RECOVERY_TIMEOUT,
                      checkpoint_dir, inbox, {KUEUE_QUEUE_NAME_LABEL: t.local_queue,
-                                             KUEUE_PRIORITY_CLASS_LABEL: t.priority_class})
+                                             KUEUE_PRIORITY_CLASS_LABEL: t.priority_class},
+                     step_seconds=PACE_S)
 
 
 def quota(obj: dict[str, Any], jobs: int) -> dict[str, str]:
@@ -165,7 +172,7 @@ def test_jobs_of_two_teams_survive_random_faults_and_a_preemption(
     assert SOAK_JOBS >= 2, "one job is tests/integration/test_chaos.py"
     seed = int(os.environ.get("ETJ_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
     print(f"\nmulti-tenant chaos seed {seed} (replay: ETJ_CHAOS_SEED={seed}); "
-          f"{SOAK_JOBS} jobs of {STEPS} steps; soak {SOAK_SECONDS:.0f}s")
+          f"{SOAK_JOBS} jobs of {STEPS} steps at {PACE_S:.2f} s; soak {SOAK_SECONDS:.0f}s")
     rng = random.Random(seed)
     api, cluster = crd_api, kueue
     tpu_nodes = [n for n in client.CoreV1Api(api).list_node().items
@@ -199,8 +206,7 @@ def run_soak(seed: int, rng: random.Random, cluster: Cluster, api: client.ApiCli
     ha = HaFaults(cluster, api, operators.namespace, operators, lambda: {})
     reference = undisturbed_run(jobs, tmp_path / "reference")
     for t in jobs:
-        slots.append(start_job(custom, api, ha, proxy, proxied, t, tmp_path / t.job,
-                               reference))
+        slots.append(start_job(custom, api, ha, proxy, proxied, t, tmp_path / t.job))
     ha.status = slots[0].status
     sampler = TenantSampler(api, lambda: {s.tenant.name: s.status() for s in slots}, SLICES)
     sampler.start()
@@ -212,9 +218,9 @@ def run_soak(seed: int, rng: random.Random, cluster: Cluster, api: client.ApiCli
         preemption = fault_loop(rng, slots, plans, pool_faults, queues, custom, tmp_path)
         for s in slots:
             wait_for(lambda s=s: s.trainer.poll() is not None, RECOVERY_TIMEOUT
-                     + STEPS * STEP_SECONDS * 2, f"{s.tenant.name}'s trainer to finish",
+                     + STEPS * PACE_S * 2, f"{s.tenant.name}'s trainer to finish",
                      interval=0.5)
-        reference.wait(300 + STEPS * STEP_SECONDS * 2)
+        reference.wait(300 + STEPS * PACE_S * 2)
     finally:
         for s in slots:
             for node in s.chaos.not_ready_nodes:
@@ -230,7 +236,7 @@ def run_soak(seed: int, rng: random.Random, cluster: Cluster, api: client.ApiCli
             s.trainer.stop()
         reference.stop()
     ha.next_fault()
-    finish(seed, slots, sampler, pool_faults, preemption, ha, tmp_path)
+    finish(seed, slots, reference, sampler, pool_faults, preemption, ha, tmp_path)
 
 
 def undisturbed_run(jobs: list[Tenant], workdir: Path) -> Reference:
@@ -247,8 +253,7 @@ def undisturbed_run(jobs: list[Tenant], workdir: Path) -> Reference:
 
 
 def start_job(custom: client.CustomObjectsApi, api: client.ApiClient, ha: HaFaults,
-              proxy: TcpProxy, proxied: Path, t: Tenant, workdir: Path,
-              reference: Reference) -> Slot:
+              proxy: TcpProxy, proxied: Path, t: Tenant, workdir: Path) -> Slot:
     """Create the job, wait for it admitted with its slices Ready, start its trainer and
     its watchers."""
     workdir.mkdir(parents=True)
@@ -275,7 +280,7 @@ def start_job(custom: client.CustomObjectsApi, api: client.ApiClient, ha: HaFaul
     sampler.start()
     chaos = Chaos(api, t.namespace, t.job, ha, trainer, proxy, checkpoints, status, inbox,
                   recovery_timeout=RECOVERY_TIMEOUT, slices=SLICES)
-    return Slot(t, trainer, reference, checkpoints, sampler, chaos)
+    return Slot(t, trainer, checkpoints, sampler, chaos)
 
 
 def fault_loop(rng: random.Random, slots: list[Slot], plans: list[list[Fault]],
@@ -394,7 +399,7 @@ def admitted(status: dict[str, Any]) -> str:
                  if c.get("type") == "Admitted"), "")
 
 
-def finish(seed: int, slots: list[Slot], sampler: TenantSampler,
+def finish(seed: int, slots: list[Slot], reference: Reference, sampler: TenantSampler,
            pool_faults: list[PoolFault], preemption: Preemption | None, ha: HaFaults,
            tmp_path: Path) -> None:
     """Each job's invariants, the cross-job ones, the summary; no violation."""
@@ -412,7 +417,7 @@ def finish(seed: int, slots: list[Slot], sampler: TenantSampler,
                          .get("elasticEvents") == total and st, 60,
                          f"{s.tenant.name}: the operator to count {total} elastic events")
         run = JobRun(client.CoreV1Api(s.chaos.api), s.chaos, s.injected, summary,
-                     s.reference.summary(), final, s.sampler, s.checkpoints, STEPS,
+                     reference.summary(), final, s.sampler, s.checkpoints, STEPS,
                      preemptions=s.preemptions)
         runs.append(run)
         violations += job_violations(run)

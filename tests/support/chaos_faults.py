@@ -61,9 +61,10 @@ WRITE_SECONDS = 0.3
 
 def chaos_job(name: str, ns: str, tpu: tuple[str, str], slices: int, steps: int,
               recovery_timeout: float, checkpoint_dir: Path, inbox: Path,
-              labels: dict[str, str] | None = None) -> dict[str, Any]:
+              labels: dict[str, str] | None = None,
+              step_seconds: float = STEP_SECONDS) -> dict[str, Any]:
     """The soak's ElasticTrainingJob (one of the multi-tenant soak's, with its Kueue
-    `labels`): the simulated trainer, its faults through `inbox`."""
+    `labels` and its slower pace): the simulated trainer, its faults through `inbox`."""
     obj = (etj(name, ns).backend("simulated").tpu(*tpu, slices)
            # Every budget out of reach: each fault, a long soak's many freezes included
            # (maxStallRestarts defaults to 5), must be recovered, not end the job.
@@ -73,7 +74,7 @@ def chaos_job(name: str, ns: str, tpu: tuple[str, str], slices: int, steps: int,
                              "periodSteps": CHECKPOINT_PERIOD, "keep": CHECKPOINT_KEEP},
                  snapshot={"periodSteps": 5})
            .trainer("trainer:test", steps, model="tiny", batch=24,
-                    args=["--min-step-seconds", str(STEP_SECONDS), "--report-interval", "0.5",
+                    args=["--min-step-seconds", str(step_seconds), "--report-interval", "0.5",
                           "--simulate-checkpoint-write-seconds", str(WRITE_SECONDS),
                           "--fault-inbox", str(inbox)])
            .without("pathways").obj())
