@@ -99,7 +99,7 @@ TPU = ("v6e", "2x2")  # one host per slice: 3K + 1 nodes, not 4 x that
 PACE_S = round(STEP_SECONDS * SOAK_JOBS, 3)
 # Faults run by time (fault_loop stops at SOAK_SECONDS), so the steps only need to last
 # that long: the soak's seconds at this pace, less a fifth for the recoveries' downtime.
-# The floor: test_chaos's short run's steps.
+# The floor keeps a short probe's jobs training through a few faults.
 STEPS = max(2000, int(SOAK_SECONDS * 0.8 / PACE_S))
 RECOVERY_TIMEOUT = 900
 # A replacement takes the free pool within a few scheduling rounds; under a loaded

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,6 +86,12 @@ class TrainerProcesses:
         (an elastic event) or failed otherwise."""
         text = self.log.read_text(errors="replace")
         return text.count("was cut by a slice loss") + text.count("checkpoint write failed")
+
+    def resumed_after_slice_loss(self) -> int:
+        """Slice losses the current process has resumed from: the line it logs once
+        training resumed (elastic_trainer.events), after any write the loss cut."""
+        text = self.log.read_text(errors="replace")
+        return len(re.findall(r"elastic event \d+: slices? [\d, ]+ down at step", text))
 
     def stop(self) -> None:
         """SIGTERM (as the kubelet stops a container), SIGKILL if it lingers."""
