@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, ratio, stats
-from bench.internals import internals, request_breakdown
+from bench.internals import SERVER_FAMILIES, internals, request_breakdown, server
 from bench.load import LoadGenerator
 from bench.writes import WriteLog
 from elastic_api.catalog import slice_shape
@@ -384,6 +384,8 @@ class Phases:
     recovered: bool = False  # every failed slice Ready again when the run ended
 
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The API server's own request metrics at "events" and "end" (bench.internals.server).
+    server: dict[str, dict[str, float]] = field(default_factory=dict)
     # The machine's load average (1, 5, 15 min) at each mark: it is shared.
     load: dict[str, list[float]] = field(default_factory=dict)
 
@@ -397,6 +399,16 @@ class Phases:
             self.metrics[name] = operator.metrics()
         except OSError:
             self.metrics[name] = {}
+
+    def mark_server(self, name: str, api: Any) -> None:
+        """The API server's view of requests at this mark (best effort: a scrape that
+        fails leaves the split of a request's time out of the result, nothing else)."""
+        from elastic_devtools.localcluster import server_metrics
+
+        try:
+            self.server[name] = server_metrics.scrape(api, SERVER_FAMILIES)
+        except Exception as err:  # any failure: the benchmark's other figures stand
+            _log(f"API server metrics at {name}: {err}")
 
     def metric_mean(self, metric: str, start: str, end: str) -> float | None:
         """A histogram's mean over a phase (its _sum and _count deltas); None if unseen."""
@@ -510,6 +522,7 @@ def _measure(cluster: Any, shape: Shape, tl: Timeline, phases: Phases,
     phases.mark("quiet", operator)
     time.sleep(quiet_s)  # steady state: resyncs, kwok heartbeats, no failures
     phases.mark("events", operator)
+    phases.mark_server("events", api)
     phases.rss_steady = operator.rss()
     phases.inject_interval_s = 0.2 if quick else (0.25 if len(phases.started) > 1 else 0.5)
     events = shape.victims(phases.started, max_events)
@@ -534,6 +547,7 @@ def _measure(cluster: Any, shape: Shape, tl: Timeline, phases: Phases,
         tl.errors.append(str(err))
     time.sleep(2.0)  # the operator's trailing writes (events, metrics) for the last one
     phases.mark("end", operator)
+    phases.mark_server("end", api)
     phases.peak_rss = operator.peak_rss
     _wait_recovered(tl, shape, phases, operator, quick)
 
@@ -653,6 +667,10 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         # Where the time goes, from the operator's metrics over the failure phase.
         "operator_internals": internals(phases.metrics.get("events", {}),
                                         phases.metrics.get("end", {}), events_s),
+        # The same phase as the API server measured it: a request's time there, its
+        # queueing in priority and fairness, against the operator's own figure above.
+        "api_server_internals": server(phases.server.get("events", {}),
+                                       phases.server.get("end", {})),
         "operator_stop_seconds": phases.stop_seconds,
         # The operator's own view over the failure phase: one reconcile's wall time, and
         # its failure -> status written (from kwok's finishedAt, whole seconds).

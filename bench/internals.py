@@ -104,3 +104,41 @@ def internals(start: Scrape, end: Scrape, seconds: float) -> dict[str, Any]:
         },
         "api_request_mean_seconds": latency,
     }
+
+
+# What bench.detection scrapes from the API server at the failure phase's two edges.
+SERVER_FAMILIES = ("apiserver_request_duration_seconds_", "apiserver_request_sli_duration_seconds_",
+                   "apiserver_flowcontrol_request_wait_duration_seconds_")
+_APF_WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
+# The resources whose requests the split is given for: the status write (only the
+# operator PATCHes elastictrainingjobs/status), and for comparison a Lease renewal.
+_SERVER_RESOURCES = {("elastictrainingjobs", "status"), ("leases", ""), ("events", ""),
+                     ("pods", ""), ("jobs", "")}
+
+
+def server(start: Scrape, end: Scrape) -> dict[str, Any]:
+    """The API server's view of the phase: per "VERB resource[/subresource]" its mean time
+    handling a request (apiserver_request_duration_seconds: from receipt, priority and
+    fairness' queue included) and the same without that queue and webhooks (the _sli_
+    histogram), and per priority level the mean wait in its queue. Requests of every client
+    count: only elastictrainingjobs/status is the operator's alone."""
+    if not start or not end:
+        return {}
+    requests: dict[str, dict[str, float | None]] = {}
+    for labels, n in _delta(start, end, "apiserver_request_duration_seconds_count").items():
+        tags = dict(labels)
+        key = (tags.get("resource", ""), tags.get("subresource", ""))
+        if n <= 0 or key not in _SERVER_RESOURCES or tags.get("verb") == "WATCH":
+            continue
+        where = {k: tags[k] for k in ("verb", "resource", "subresource") if k in tags}
+        name = f"{tags['verb']} {key[0]}" + (f"/{key[1]}" if key[1] else "")
+        total = histogram(start, end, "apiserver_request_duration_seconds", **where)
+        sli = histogram(start, end, "apiserver_request_sli_duration_seconds", **where)
+        requests[name] = {"count": total["count"], "mean": total["mean"], "p99": total["p99"],
+                          "sli_mean": sli["mean"]}
+    waits: dict[str, float | None] = {}
+    for labels, n in _delta(start, end, f"{_APF_WAIT}_count").items():
+        level = dict(labels).get("priority_level", "")
+        if n > 0 and level not in waits:
+            waits[level] = histogram(start, end, _APF_WAIT, priority_level=level)["mean"]
+    return {"requests": requests, "priority_level_wait_mean_seconds": waits}

@@ -158,6 +158,7 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
              "held back", f"{writes['change'] / events:.2f}; {writes['progress'] / events:.2f}; "
              f"{writes['deferred'] / events:.2f}", "-", "-"),
         ]
+    rows += _status_write_time_rows(d)
     seen = d.get("status_writes_seen")
     if seen:
         rows.append((f"{shape}: status writes per slice event, failure -> Ready again, as "
@@ -178,6 +179,21 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
         rows.append((f"{shape}: load average (1/5/15 min) as the failures began; at the end",
                      f"{load['events']}; {load['end']}", "-", "-"))
     return rows
+
+
+def _status_write_time_rows(d: dict[str, Any]) -> list[Row]:
+    """Where a status write's time went: the operator's figure (its request, sent to
+    answered) against the API server's (received to answered; without the priority and
+    fairness queue). What the server does not account for is the operator's side."""
+    key = "PATCH elastictrainingjobs/status"
+    ours = ((d.get("operator_internals") or {}).get("api_request_mean_seconds") or {}).get(
+        "patch elastictrainingjobs/status")
+    theirs = ((d.get("api_server_internals") or {}).get("requests") or {}).get(key)
+    if ours is None or not theirs:
+        return []
+    return [(f"{d['shape']}: a status write (PATCH), mean: as the operator timed it; as the "
+             "API server did; the server without priority and fairness' queue",
+             f"{_s(ours)}; {_s(theirs['mean'])}; {_s(theirs['sli_mean'])}", "-", "-")]
 
 
 def _phases(e: dict[str, Any]) -> str:

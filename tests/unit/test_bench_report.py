@@ -229,6 +229,39 @@ def test_internals_read_the_operators_metrics_over_the_phase() -> None:
     assert got["api_request_mean_seconds"] == {"delete jobs": 0.25}  # watches: not latency
 
 
+def test_the_api_servers_view_splits_a_requests_time_and_keeps_to_the_resources_asked() -> None:
+    from bench.internals import server
+
+    patch = 'verb="PATCH",resource="elastictrainingjobs",subresource="status",scope="resource"'
+    lease = 'verb="PUT",resource="leases",subresource="",scope="resource"'
+    start = {f"apiserver_request_duration_seconds_count{{{patch}}}": 10.0,
+             f"apiserver_request_duration_seconds_sum{{{patch}}}": 5.0,
+             f"apiserver_request_sli_duration_seconds_count{{{patch}}}": 10.0,
+             f"apiserver_request_sli_duration_seconds_sum{{{patch}}}": 1.0}
+    end = {f"apiserver_request_duration_seconds_count{{{patch}}}": 14.0,
+           f"apiserver_request_duration_seconds_sum{{{patch}}}": 13.0,
+           f"apiserver_request_sli_duration_seconds_count{{{patch}}}": 14.0,
+           f"apiserver_request_sli_duration_seconds_sum{{{patch}}}": 2.0,
+           f"apiserver_request_duration_seconds_count{{{lease}}}": 2.0,
+           f"apiserver_request_duration_seconds_sum{{{lease}}}": 0.2,
+           'apiserver_request_duration_seconds_count{verb="GET",resource="nodes",'
+           'subresource=""}': 3.0,
+           'apiserver_request_duration_seconds_count{verb="WATCH",resource="pods",'
+           'subresource=""}': 3.0,
+           'apiserver_flowcontrol_request_wait_duration_seconds_count{priority_level='
+           '"exempt",execute="true"}': 4.0,
+           'apiserver_flowcontrol_request_wait_duration_seconds_sum{priority_level='
+           '"exempt",execute="true"}': 0.004}
+    got = server(start, end)
+    assert set(got["requests"]) == {"PATCH elastictrainingjobs/status", "PUT leases"}
+    assert got["requests"]["PATCH elastictrainingjobs/status"]["count"] == 4
+    assert got["requests"]["PATCH elastictrainingjobs/status"]["mean"] == pytest.approx(2.0)
+    assert got["requests"]["PATCH elastictrainingjobs/status"]["sli_mean"] == pytest.approx(0.25)
+    assert got["requests"]["PUT leases"]["sli_mean"] is None  # not scraped: not made up
+    assert got["priority_level_wait_mean_seconds"] == {"exempt": pytest.approx(0.001)}
+    assert server({}, end) == {}  # a failed scrape: no split, not a wrong one
+
+
 def test_scale_rows_break_the_requests_down_and_say_the_load() -> None:
     d = {"shape": "1 job x 2 slices", "operator_slice_down_seconds": stats([0.5]),
          "jobset_ready_drop_seconds": stats([5.0]), "ratio_p50_operator_vs_jobset": 0.1,
@@ -246,7 +279,10 @@ def test_scale_rows_break_the_requests_down_and_say_the_load() -> None:
              "reconcile_busy_ratio": 0.25,
              "queue_wait_seconds": {"count": 9, "mean": 0.1, "p50": 0.1, "p99": 0.4},
              "slice_down_reaction_seconds": {"count": 2, "mean": 0.3, "p50": 0.3, "p99": 0.5},
-             "status_writes": {"change": 6.0, "progress": 1.0, "deferred": 3.0}},
+             "status_writes": {"change": 6.0, "progress": 1.0, "deferred": 3.0},
+             "api_request_mean_seconds": {"patch elastictrainingjobs/status": 4.0}},
+         "api_server_internals": {"requests": {"PATCH elastictrainingjobs/status": {
+             "count": 3, "mean": 0.6, "p99": 1.0, "sli_mean": 0.05}}},
          "load_average": {"events": [9.0, 8.0, 7.0], "end": [10.0, 8.5, 7.1]}}
     rows = {row[0]: row[1] for row in report.scale_rows({"sizes": [d]}, {})}
     by_kind = next(v for k, v in rows.items() if "by verb and resource" in k)
@@ -256,6 +292,9 @@ def test_scale_rows_break_the_requests_down_and_say_the_load() -> None:
     assert next(v for k, v in rows.items() if "status writes" in k) == "3.00; 0.50; 1.50"
     assert next(v for k, v in rows.items() if "load average" in k) == \
         "[9.0, 8.0, 7.0]; [10.0, 8.5, 7.1]"
+    # The status PATCH: 4 s as the operator timed it, 0.6 s of it in the API server.
+    assert next(v for k, v in rows.items() if "a status write (PATCH)" in k) == \
+        "4.00 s; 600 ms; 50 ms"
 
 
 def _overhead_config() -> dict:

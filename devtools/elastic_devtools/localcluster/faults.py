@@ -35,6 +35,7 @@ from elastic_api.names import (
     NODE_POOL_LABEL,
     SCHEDULED_MAINTENANCE_LABEL,
 )
+from elastic_devtools.localcluster import server_metrics
 from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL, NODE_NOT_READY_POD_LABEL
 
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -280,16 +281,8 @@ def unthrottle(api: client.ApiClient, name: str) -> None:
 def rejected_requests(api: client.ApiClient, priority_level: str) -> int:
     """Requests the API server's priority level `priority_level` has rejected (429) since
     the API server started (its apiserver_flowcontrol_rejected_requests_total)."""
-    request = api.param_serialize("GET", "/metrics", header_params={"Accept": "text/plain"},
-                                  auth_settings=["BearerToken"])
-    response = api.call_api(*request, _request_timeout=30)
-    text = (response.read() or b"").decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("apiserver_flowcontrol_rejected_requests_total{") and \
-                f'priority_level="{priority_level}"' in line:
-            total += float(line.rpartition(" ")[2])
-    return int(total)
+    series = server_metrics.scrape(api, ("apiserver_flowcontrol_rejected_requests_total{",))
+    return int(sum(v for k, v in series.items() if f'priority_level="{priority_level}"' in k))
 
 
 # ------------------------------------------------------------------------------- waiting
