@@ -16,9 +16,9 @@ from elastic_devtools.localcluster.operator_process import (
     OPERATOR_COMMAND,
     TEST_ARGS,
     OperatorProcess,
-    parse_metrics,
     replicas,
 )
+from elastic_devtools.localcluster.promtext import parse_metrics
 
 # Serves /healthz and /metrics on the ports it is given, as `etj operator` does; with
 # --exit-at-once it dies before serving; with --child it leaves a grandchild in its group.

@@ -26,6 +26,7 @@ from typing import Any
 from elastic_devtools.localcluster.cluster import free_ports
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_settings import TEST, OperatorSettings
+from elastic_devtools.localcluster.promtext import parse_metrics
 
 # `etj operator` with the interpreter running us (the venv's), whatever `etj` is on PATH.
 OPERATOR_COMMAND = (sys.executable, "-m", "elastic_api.cli", "operator")
@@ -33,16 +34,6 @@ OPERATOR_COMMAND = (sys.executable, "-m", "elastic_api.cli", "operator")
 # every namespace, resync and checkpoint scan every 5 s (30 s by default), a quarantined
 # node pool released 5 s after its nodes are Ready again (600 s by default).
 TEST_ARGS = TEST.args()
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text format -> {'name{labels}': value}; comments skipped."""
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            values[key] = float(value)
-    return values
 
 
 class OperatorProcess:

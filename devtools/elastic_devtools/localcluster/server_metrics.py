@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from elastic_devtools.localcluster.operator_process import parse_metrics
+from elastic_devtools.localcluster.promtext import parse_metrics
 
 
 def scrape(api: client.ApiClient, families: tuple[str, ...],
