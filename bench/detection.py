@@ -667,10 +667,8 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         # Where the time goes, from the operator's metrics over the failure phase.
         "operator_internals": internals(phases.metrics.get("events", {}),
                                         phases.metrics.get("end", {}), events_s),
-        # The same phase as the API server measured it: a request's time there, its
-        # queueing in priority and fairness, against the operator's own figure above.
-        "api_server_internals": server(phases.server.get("events", {}),
-                                       phases.server.get("end", {})),
+        # The same phase as the API server timed it (bench.internals.server).
+        "api_server_internals": server(*(phases.server.get(m, {}) for m in ("events", "end"))),
         "operator_stop_seconds": phases.stop_seconds,
         # The operator's own view over the failure phase: one reconcile's wall time, and
         # its failure -> status written (from kwok's finishedAt, whole seconds).
