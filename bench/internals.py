@@ -111,7 +111,8 @@ SERVER_FAMILIES = ("apiserver_request_duration_seconds_", "apiserver_request_sli
                    "apiserver_flowcontrol_request_wait_duration_seconds_")
 _APF_WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
 # The resources whose requests the split is given for: the status write (only the
-# operator PATCHes elastictrainingjobs/status), and for comparison a Lease renewal.
+# operator PATCHes elastictrainingjobs/status), and for comparison the other objects the
+# operator writes (Leases, Events, pods, Jobs), which other clients write too.
 _SERVER_RESOURCES = {("elastictrainingjobs", "status"), ("leases", ""), ("events", ""),
                      ("pods", ""), ("jobs", "")}
 

@@ -185,10 +185,10 @@ def _status_write_time_rows(d: dict[str, Any]) -> list[Row]:
     """Where a status write's time went: the operator's figure (its request, sent to
     answered) against the API server's (received to answered; without the priority and
     fairness queue). What the server does not account for is the operator's side."""
-    key = "PATCH elastictrainingjobs/status"
     ours = ((d.get("operator_internals") or {}).get("api_request_mean_seconds") or {}).get(
         "patch elastictrainingjobs/status")
-    theirs = ((d.get("api_server_internals") or {}).get("requests") or {}).get(key)
+    theirs = ((d.get("api_server_internals") or {}).get("requests") or {}).get(
+        "PATCH elastictrainingjobs/status")
     if ours is None or not theirs:
         return []
     return [(f"{d['shape']}: a status write (PATCH), mean: as the operator timed it; as the "
