@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, ratio, stats
-from bench.internals import SERVER_FAMILIES, internals, request_breakdown, server
+from bench.internals import (
+    SERVER_FAMILIES,
+    histogram,
+    internals,
+    request_breakdown,
+    server,
+)
 from bench.load import LoadGenerator
 from bench.writes import WriteLog
 from elastic_api.catalog import slice_shape
@@ -410,14 +416,6 @@ class Phases:
         except Exception as err:  # any failure: the benchmark's other figures stand
             _log(f"API server metrics at {name}: {err}")
 
-    def metric_mean(self, metric: str, start: str, end: str) -> float | None:
-        """A histogram's mean over a phase (its _sum and _count deltas); None if unseen."""
-        def total(phase: str, suffix: str) -> float:
-            return sum(v for k, v in self.metrics.get(phase, {}).items()
-                       if k.split("{")[0] == metric + suffix)
-        count = total(end, "_count") - total(start, "_count")
-        return (total(end, "_sum") - total(start, "_sum")) / count if count > 0 else None
-
 
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         shape: Shape | None = None, operator_source: Path | None = None,
@@ -494,8 +492,15 @@ def _start_jobs(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phas
         with tl.lock:
             return len(tl.running) >= len(names)
 
+    def progress() -> str:
+        with tl.lock:
+            ready = sum(tl.slices_ready.get(n, 0) for n in names)
+            pods = sum(1 for info in tl.pods.values() if info["phase"] == "Running")
+        return f"{ready} of {len(names) * shape.slices} slices Ready; {pods} pods Running"
+
     try:
-        wait_for(all_running, 180 + 0.3 * shape.pods, "every job with every slice Ready", 0.5)
+        wait_for(_saying(all_running, progress), 180 + 0.3 * shape.pods,
+                 "every job with every slice Ready", 0.5)
     except TimeoutError as err:  # at scale: measure the jobs that did start
         tl.errors.append(str(err))
     phases.mark("running", operator)
@@ -540,9 +545,15 @@ def _measure(cluster: Any, shape: Shape, tl: Timeline, phases: Phases,
             return all(e in tl.operator and (e in tl.jobset or e in tl.job)
                        and e in tl.pod_failed for e in events)
 
+    def seen() -> str:
+        with tl.lock:
+            return (f"of {len(events)} failures: {sum(e in tl.operator for e in events)} "
+                    f"seen by the operator, {sum(e in tl.jobset or e in tl.job for e in events)}"
+                    " by JobSet or the Job")
+
     try:
-        wait_for(all_seen, 120 + 0.5 * len(events), "every failure seen by operator and "
-                 "JobSet", 0.25)
+        wait_for(_saying(all_seen, seen), 120 + 0.5 * len(events),
+                 "every failure seen by operator and JobSet", 0.25)
     except TimeoutError as err:
         tl.errors.append(str(err))
     time.sleep(2.0)  # the operator's trailing writes (events, metrics) for the last one
@@ -550,6 +561,22 @@ def _measure(cluster: Any, shape: Shape, tl: Timeline, phases: Phases,
     phases.mark_server("end", api)
     phases.peak_rss = operator.peak_rss
     _wait_recovered(tl, shape, phases, operator, quick)
+
+
+def _saying(done: Callable[[], bool], say: Callable[[], str],
+            every: float = 30.0) -> Callable[[], bool]:
+    """`done`, logging say() every `every` seconds while it is False: at 4,096 pods a
+    start or a recovery takes minutes, and a silent wait reads as a hang."""
+    last = [time.monotonic()]
+
+    def check() -> bool:
+        if done():
+            return True
+        if time.monotonic() - last[0] >= every:
+            last[0] = time.monotonic()
+            _log(f"  {say()}")
+        return False
+    return check
 
 
 def _victim_of(tl: Timeline, event: Event) -> str:
@@ -571,8 +598,14 @@ def _wait_recovered(tl: Timeline, shape: Shape, phases: Phases, operator: BenchO
         with tl.lock:
             return all(tl.slices_ready.get(n) == shape.slices for n in phases.started)
 
+    def ready() -> str:
+        with tl.lock:
+            n = sum(tl.slices_ready.get(name, 0) for name in phases.started)
+        return f"{n} of {len(phases.started) * shape.slices} slices Ready again"
+
     try:
-        wait_for(recovered, 30 if quick else 300, "every slice Ready again", 0.5)
+        wait_for(_saying(recovered, ready), 30 if quick else 300, "every slice Ready again",
+                 0.5)
         time.sleep(2.0)  # the outbox's clearing after the last Ready
     except TimeoutError as err:
         tl.errors.append(str(err))
@@ -617,6 +650,7 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
     # Subtract the steady-state request rate (resyncs) over the event phase's duration.
     net_event = event_total - quiet_total * (events_s / quiet_s)
     events = len(lat["operator"])
+    phase = (phases.metrics.get("events", {}), phases.metrics.get("end", {}))
     with tl.lock:
         injected = len(tl.injected)
         jobset_never = sum(1 for e in tl.injected if e not in tl.jobset)
@@ -665,17 +699,16 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
             event_requests, quiet_requests, quiet_s, events_s, events),
         "load_average": phases.load,
         # Where the time goes, from the operator's metrics over the failure phase.
-        "operator_internals": internals(phases.metrics.get("events", {}),
-                                        phases.metrics.get("end", {}), events_s),
+        "operator_internals": internals(*phase, events_s),
         # The same phase as the API server timed it (bench.internals.server).
         "api_server_internals": server(*(phases.server.get(m, {}) for m in ("events", "end"))),
         "operator_stop_seconds": phases.stop_seconds,
         # The operator's own view over the failure phase: one reconcile's wall time, and
         # its failure -> status written (from kwok's finishedAt, whole seconds).
-        "operator_reconcile_mean_seconds": phases.metric_mean(
-            "etj_reconcile_duration_seconds", "events", "end"),
-        "operator_reported_detection_mean_seconds": phases.metric_mean(
-            "etj_slice_down_detection_seconds", "events", "end"),
+        "operator_reconcile_mean_seconds": histogram(
+            *phase, "etj_reconcile_duration_seconds")["mean"],
+        "operator_reported_detection_mean_seconds": histogram(
+            *phase, "etj_slice_down_detection_seconds")["mean"],
         # What the status writes carried, from the failures' start until every failed
         # slice was Ready again (bench/writes.py), as this process's job watch saw them.
         "status_writes_seen": _writes_summary(tl, phases, events),

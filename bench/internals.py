@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from elastic_api.names import GROUP, PLURAL, VERSION
+from elastic_operator.metrics import request_kind
+
 Scrape = dict[str, float]  # 'name{labels}' -> value (OperatorProcess.metrics)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -105,6 +108,12 @@ def internals(start: Scrape, end: Scrape, seconds: float) -> dict[str, Any]:
         "api_request_mean_seconds": latency,
     }
 
+
+# The status write's key in internals()' request times (the operator's metric names it with
+# request_kind) and in server()'s (the API server's verb, resource and subresource).
+OPERATOR_STATUS_PATCH = " ".join(request_kind(
+    "PATCH", f"/apis/{GROUP}/{VERSION}/namespaces/ns/{PLURAL}/name/status"))
+SERVER_STATUS_PATCH = f"PATCH {PLURAL}/status"
 
 # What bench.detection scrapes from the API server at the failure phase's two edges.
 SERVER_FAMILIES = ("apiserver_request_duration_seconds_", "apiserver_request_sli_duration_seconds_",
