@@ -88,9 +88,14 @@ class Operator:
         """From any thread: reconcile every job now."""
         self._resync_wanted.set()
 
-    def wake(self, namespace: str, name: str) -> None:
-        """From any thread: reconcile the job soon (a standby reconciles nothing)."""
-        if self.gate.open:
+    def wake(self, namespace: str, name: str, after_s: float = 0.0) -> None:
+        """From any thread: reconcile the job soon, or in `after_s` seconds if not asked
+        sooner (a standby reconciles nothing)."""
+        if not self.gate.open:
+            return
+        if after_s > 0:
+            self.scheduler.add_after(namespace, name, after_s)
+        else:
             self.scheduler.add(namespace, name)
 
     def start(self) -> None:
@@ -211,6 +216,10 @@ def build_operator(
         if op is not None:
             op.wake(*job)
 
+    def wake_paced(job: tuple[str, str]) -> None:  # once per progress interval at most
+        if op is not None:
+            op.wake(*job, after_s=reconciler.progress_interval_s)
+
     def job_changed(key: Key, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if op is None:
             return
@@ -231,6 +240,7 @@ def build_operator(
             op.request_resync()
 
     caches = Caches(watch_kube or kube, nodes, scope, wake, on_job=job_changed,
+                    wake_paced=wake_paced,
                     watch_workloads=watch_workloads, watch_timeout_s=watch_timeout_s,
                     on_relist=relisted)
     for informer in caches.informers:

@@ -8,10 +8,12 @@ elastic_api.kube.Informer) and names a job to reconcile (`wake`): a job's own ch
 change of its pods or JobSet, a node whose readiness changes (its jobs), a Workload (the
 job whose JobSet owns it, if that job is known), a worker Job created, deleted or
 changed in what replacement reads of it (not its pod counts, which move with every pod
-event already seen); a pod's change, only when what a reconcile reads of it changed. A
-reconcile reads the job, its pods, its JobSet, its worker Jobs and the pods' nodes from
-here instead of from the API server: at 64 slices x 64 hosts a pod list is megabytes of
-JSON, and a reconcile runs on every pod event.
+event already seen); a pod's change, only when what a reconcile reads of it changed, and
+no sooner than the job's progress interval when a worker pod only came nearer to
+serving (`wake_paced`, core/wakes.py). A reconcile reads the job, its pods, its
+JobSet, its worker Jobs and the pods' nodes from here instead of from the API server:
+at 64 slices x 64 hosts a pod list is megabytes of JSON, and a reconcile runs on every
+pod event.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Any
 from elastic_api.kube import Informer, Key
 from elastic_api.kube.informer import ListPage, Watch
 from elastic_api.names import API_VERSION, JOB_NAME_LABEL, JOBSET_GROUP, JOBSET_NAME_LABEL, KIND
+from elastic_operator.core.wakes import may_wait
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import JobKey, NodeIndex
 from elastic_operator.observed import (
@@ -154,18 +157,22 @@ class Caches:
     pod, one JobSet and (`watch_workloads`) one Workload informer; one node informer.
 
     `wake(job)` is called from the informer threads for every job whose pods, JobSet,
-    Workload (or whose nodes' readiness) changed; `on_job(key, old, new)` for every change
-    of a job itself; `on_relist(resource, reason, objects)` after every list.
+    Workload (or whose nodes' readiness) changed; `wake_paced(job)` instead (default:
+    `wake`) when a worker pod only came nearer to serving (core/wakes.py); `on_job(key,
+    old, new)` for every change of a job itself; `on_relist(resource, reason, objects)`
+    after every list.
     """
 
     def __init__(
         self, kube: Kube, nodes: NodeIndex, scope: WatchScope,
         wake: Callable[[JobKey], None], *, on_job: JobChange | None = None,
+        wake_paced: Callable[[JobKey], None] | None = None,
         watch_workloads: bool = False, watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
         on_relist: Callable[[str, str, int], None] | None = None,
     ) -> None:
         self.node_index = nodes
         self._wake = wake
+        self._wake_paced = wake_paced or wake
         self._on_job = on_job or (lambda key, _old, new: wake(key) if new else None)
         self._jobs: dict[str | None, Informer[dict[str, Any]]] = {}
         self._pods: dict[str | None, Informer[CachedPod]] = {}
@@ -310,6 +317,10 @@ class Caches:
             # Nothing a reconcile reads of the pod changed (kwok and the kubelet update
             # conditions, IPs and start times one by one): at 4,096 pods each such
             # version cost a reconcile of the whole job.
+            return
+        if new is not None and (old is None or old.job == new.job) \
+                and may_wait(old.pod if old is not None else None, new.pod):
+            self._wake_paced(new.job)  # only nearer to serving (core/wakes.py)
             return
         for job in {c.job for c in (old, new) if c is not None}:
             self._wake(job)

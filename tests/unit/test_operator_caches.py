@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from elastic_api.names import (
+    HEAD_REPLICATED_JOB,
     JOB_INDEX_LABEL,
     JOB_NAME_LABEL,
     JOBSET_NAME_LABEL,
@@ -72,6 +73,27 @@ def test_a_pod_version_that_changes_nothing_a_reconcile_reads_wakes_no_one() -> 
     assert woken == [("ns", "article")] * 2
     pods.apply(added(failed, 8, "DELETED"))
     assert woken == [("ns", "article")] * 3
+
+
+def test_a_worker_pod_coming_nearer_to_serving_wakes_its_job_paced() -> None:
+    """core/wakes.py: created, started, Ready go to `wake_paced` (the progress interval);
+    a failure and the pod's deletion wake the job at once."""
+    paced: list[tuple[str, str]] = []
+    c, _, woken = caches(wake_paced=paced.append)
+    (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
+    pod = PodWrapper.worker(0, 0).on_node("n0")
+    pods.apply(added(pod.obj(), 5))
+    pods.apply(added(pod.running(ready=False).obj(), 6, "MODIFIED"))
+    pods.apply(added(pod.running().obj(), 7, "MODIFIED"))
+    assert (paced, woken) == ([("ns", "article")] * 3, [])
+    pods.apply(added(pod.failed(at(5)).obj(), 8, "MODIFIED"))
+    pods.apply(added(pod.obj(), 9, "DELETED"))
+    assert (len(paced), woken) == (3, [("ns", "article")] * 2)
+    head = PodWrapper("article-pathways-head-0-0").labels(
+        {REPLICATED_JOB_LABEL: HEAD_REPLICATED_JOB}).on_node("n0")
+    pods.apply(added(head.obj(), 10))
+    pods.apply(added(head.running().obj(), 11, "MODIFIED"))
+    assert (len(paced), len(woken)) == (3, 4)  # the head pod: at once, coming up or not
 
 
 def test_a_node_turning_not_ready_wakes_the_jobs_on_it() -> None:

@@ -1,0 +1,62 @@
+"""core.wakes.may_wait: a worker pod change that only brings it nearer to serving may wake
+its job at the progress interval; anything that may be a failure, and any change of the
+head pod, wakes it at once."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from elastic_operator.core.wakes import may_wait
+from tests.builders import T0, WorkerPod, head_pod
+
+RUNNING = WorkerPod(0, 1)
+PENDING = RUNNING.pending()
+LATER = T0 + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (None, PENDING),  # created
+    (None, RUNNING.not_ready()),  # created, seen first when already started
+    (PENDING.on_node(None), PENDING),  # scheduled
+    (PENDING, RUNNING.not_ready()),  # started
+    (RUNNING.not_ready(), RUNNING),  # Ready
+    (RUNNING.not_ready(), RUNNING.not_ready(LATER)),  # another look, no worse
+], ids=["created", "created-started", "scheduled", "started", "ready", "same-state"])
+def test_a_worker_coming_nearer_to_serving_may_wait(old: WorkerPod | None,
+                                                    new: WorkerPod) -> None:
+    assert may_wait(old.build() if old else None, new.build())
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (RUNNING, None),  # gone
+    (RUNNING, RUNNING.failed(LATER)),
+    (RUNNING, RUNNING.not_ready(LATER)),  # lost Ready
+    (RUNNING.not_ready(), PENDING),  # back to Pending
+    (RUNNING, RUNNING.deleting(LATER)),
+    (RUNNING, RUNNING.disrupted("DeletionByTaintManager")),
+    (RUNNING, RUNNING.evicted("The node was low on memory")),
+    (PENDING, RUNNING.failed_by_kueue()),
+    (RUNNING, RUNNING.replacement(LATER)),  # another pod under the same name: a new UID
+    (None, RUNNING.failed(LATER)),  # seen first when it had failed already
+], ids=["gone", "failed", "lost-ready", "back-to-pending", "deleting", "disrupted",
+        "evicted", "failed-by-kueue", "new-uid", "first-seen-failed"])
+def test_what_may_be_a_failure_wakes_at_once(old: WorkerPod | None,
+                                             new: WorkerPod | None) -> None:
+    assert not may_wait(old.build() if old else None, new.build() if new else None)
+
+
+def test_a_container_that_ended_wakes_at_once_even_when_the_pod_still_runs() -> None:
+    before = RUNNING.build()
+    ended = replace(before, terminated_at=LATER, terminated_reason="Error")
+    assert not may_wait(before, ended)
+    assert not may_wait(None, ended)
+    # The same container end, seen again as the container restarted in place: no news.
+    assert may_wait(replace(ended, ready=False), ended)
+
+
+def test_the_head_pod_always_wakes_at_once() -> None:
+    """Its `main` container is the trainer: what it reports is read at once."""
+    assert not may_wait(None, head_pod(created=T0))
+    assert not may_wait(head_pod(created=T0), head_pod(created=T0))
