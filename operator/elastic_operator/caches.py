@@ -44,6 +44,10 @@ from elastic_operator.observed import (
 # client-go's default page size: bounds the memory of one list of thousands of pods.
 PAGE_SIZE = 500
 DEFAULT_WATCH_TIMEOUT_S = 30
+# Worker Jobs remembered as torn down: more than the slices of every job served, so that
+# a pod's late event still finds its Job (a deleted Job leaves the cache before its pods'
+# last events may arrive, on another watch).
+TORN_DOWN_KEPT = 4096
 # A job changed (key, old, new; None: absent): from the job informer's thread.
 JobChange = Callable[[Key, dict[str, Any] | None, dict[str, Any] | None], None]
 
@@ -173,6 +177,9 @@ class Caches:
         self.node_index = nodes
         self._wake = wake
         self._wake_paced = wake_paced or wake
+        # The uids of worker Jobs seen being deleted (in order, the newest kept): a pod of
+        # one going is the teardown of a failure already known (core/wakes.py).
+        self._torn_down: dict[str, None] = {}
         self._on_job = on_job or (lambda key, _old, new: wake(key) if new else None)
         self._jobs: dict[str | None, Informer[dict[str, Any]]] = {}
         self._pods: dict[str | None, Informer[CachedPod]] = {}
@@ -301,6 +308,10 @@ class Caches:
                             new: CachedWorkerJob | None) -> None:
         # A Job's status moves with each of its pods (their own events woke the job
         # already): only what replacement reads of a Job is news (ObservedJob).
+        if new is not None and new.job.deleting:
+            self._torn_down[new.job.uid] = None  # its pods' going is teardown from now on
+            while len(self._torn_down) > TORN_DOWN_KEPT:
+                del self._torn_down[next(iter(self._torn_down))]
         if (old.job if old else None) == (new.job if new else None):
             return
         for job in {c.owner for c in (old, new) if c is not None}:
@@ -318,9 +329,12 @@ class Caches:
             # conditions, IPs and start times one by one): at 4,096 pods each such
             # version cost a reconcile of the whole job.
             return
-        if new is not None and (old is None or old.job == new.job) \
-                and may_wait(old.pod if old is not None else None, new.pod):
-            self._wake_paced(new.job)  # only nearer to serving (core/wakes.py)
+        last = new or old
+        if last is not None and (old is None or new is None or old.job == new.job) \
+                and may_wait(old.pod if old is not None else None,
+                             new.pod if new is not None else None,
+                             torn_down=last.pod.job_uid in self._torn_down):
+            self._wake_paced(last.job)  # progress or teardown (core/wakes.py)
             return
         for job in {c.job for c in (old, new) if c is not None}:
             self._wake(job)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from elastic_api.names import (
+    CONTROLLER_UID_LABEL,
     HEAD_REPLICATED_JOB,
     JOB_INDEX_LABEL,
     JOB_NAME_LABEL,
@@ -162,6 +163,35 @@ def test_worker_jobs_are_read_from_the_cache_and_wake_only_on_what_replacement_r
     assert sorted((j.slice_index, j.uid) for j in c.worker_jobs("ns", "article")) == [
         (0, "uid-c"), (1, "uid-b")]
     assert c.worker_jobs("ns", "other") == () and c.worker_jobs("elsewhere", "article") == ()
+
+
+def test_the_teardown_of_a_worker_job_being_deleted_wakes_its_job_paced() -> None:
+    """Once a worker Job is seen being deleted, its pods going (terminating, killed,
+    gone) are the end of a failure already known: paced, even after the Job itself left
+    the cache. The same pods under a Job not being deleted wake the job at once."""
+    paced: list[tuple[str, str]] = []
+    c, _, woken = caches(wake_paced=paced.append)
+    (jobs,) = [i for i in c.informers if i.resource == "worker-jobs/ns"]
+    (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
+
+    def pod(host: int, uid: str) -> PodWrapper:
+        return PodWrapper.worker(0, host).labels({CONTROLLER_UID_LABEL: uid}) \
+            .on_node(f"n{host}").running()
+
+    jobs.apply(added(worker_job(0, "uid-a"), 1))
+    jobs.apply(added(worker_job(1, "uid-b"), 2))
+    for version, (host, uid) in enumerate([(0, "uid-a"), (1, "uid-a"), (2, "uid-b")], 3):
+        pods.apply(added(pod(host, uid).obj(), version))
+    paced.clear()
+    woken.clear()
+    jobs.apply(added(worker_job(0, "uid-a", deleting=True), 10, "MODIFIED"))
+    pods.apply(added(pod(0, "uid-a").deleting(at(1)).obj(), 11, "MODIFIED"))
+    pods.apply(added(pod(0, "uid-a").failed(at(2)).obj(), 12, "MODIFIED"))
+    jobs.apply(added(worker_job(0, "uid-a", deleting=True), 13, "DELETED"))
+    pods.apply(added(pod(1, "uid-a").obj(), 14, "DELETED"))  # late, on the pod watch
+    assert (len(paced), woken) == (3, [("ns", "article")] * 2)  # the Job's own changes
+    pods.apply(added(pod(2, "uid-b").deleting(at(3)).obj(), 15, "MODIFIED"))
+    assert (len(paced), len(woken)) == (3, 3)
 
 
 def test_the_pod_cache_says_when_it_received_a_pods_version() -> None:

@@ -60,3 +60,19 @@ def test_the_head_pod_always_wakes_at_once() -> None:
     """Its `main` container is the trainer: what it reports is read at once."""
     assert not may_wait(None, head_pod(created=T0))
     assert not may_wait(head_pod(created=T0), head_pod(created=T0))
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (RUNNING, RUNNING.deleting(LATER)),
+    (RUNNING.deleting(LATER), RUNNING.deleting(LATER).failed(LATER)),  # its container killed
+    (RUNNING.deleting(LATER), None),  # gone
+], ids=["deleting", "killed", "gone"])
+def test_a_worker_jobs_teardown_may_wait(old: WorkerPod, new: WorkerPod | None) -> None:
+    """Its Job is being deleted: a failure already known ends; without that, at once."""
+    before, after = old.build(), new.build() if new else None
+    assert may_wait(before, after, torn_down=True)
+    assert not may_wait(before, after)
+
+
+def test_a_head_pod_is_never_teardown() -> None:
+    assert not may_wait(head_pod(created=T0), None, torn_down=True)
