@@ -10,10 +10,10 @@ job whose JobSet owns it, if that job is known), a worker Job created, deleted o
 changed in what replacement reads of it (not its pod counts, which move with every pod
 event already seen); a pod's change, only when what a reconcile reads of it changed, and
 no sooner than the job's progress interval when a worker pod only came nearer to
-serving (`wake_paced`, core/wakes.py). A reconcile reads the job, its pods, its
-JobSet, its worker Jobs and the pods' nodes from here instead of from the API server:
-at 64 slices x 64 hosts a pod list is megabytes of JSON, and a reconcile runs on every
-pod event.
+serving or went with its Job's teardown (`wake_paced`, core/wakes.py). A reconcile
+reads the job, its pods, its JobSet, its worker Jobs and the pods' nodes from here
+instead of from the API server: at 64 slices x 64 hosts a pod list is megabytes of
+JSON, and a reconcile runs on every pod event.
 """
 from __future__ import annotations
 
@@ -162,9 +162,9 @@ class Caches:
 
     `wake(job)` is called from the informer threads for every job whose pods, JobSet,
     Workload (or whose nodes' readiness) changed; `wake_paced(job)` instead (default:
-    `wake`) when a worker pod only came nearer to serving (core/wakes.py); `on_job(key,
-    old, new)` for every change of a job itself; `on_relist(resource, reason, objects)`
-    after every list.
+    `wake`) when a worker pod only came nearer to serving or went with its Job's teardown
+    (core/wakes.py); `on_job(key, old, new)` for every change of a job itself;
+    `on_relist(resource, reason, objects)` after every list.
     """
 
     def __init__(
@@ -178,7 +178,8 @@ class Caches:
         self._wake = wake
         self._wake_paced = wake_paced or wake
         # The uids of worker Jobs seen being deleted (in order, the newest kept): a pod of
-        # one going is the teardown of a failure already known (core/wakes.py).
+        # one going is the teardown of a failure already known (core/wakes.py). Written
+        # by the worker-Job informer's thread only; the pod informer's only asks `in`.
         self._torn_down: dict[str, None] = {}
         self._on_job = on_job or (lambda key, _old, new: wake(key) if new else None)
         self._jobs: dict[str | None, Informer[dict[str, Any]]] = {}
