@@ -68,15 +68,12 @@ from tests.support.chaos_faults import (
     SLICES,
     STEP_SECONDS,
     STEPS_BETWEEN_FAULTS,
-    WRITE_FAULT_TRIES,
     Chaos,
     Fault,
     chaos_job,
-    healthy,
-    inject,
+    inject_when_ready,
     plan_faults,
     retrying,
-    step_of,
 )
 from tests.support.chaos_watch import CheckpointWatcher, Sampler
 from tests.support.chart import ChartReplicas
@@ -172,7 +169,6 @@ def test_chaos_training_survives_random_faults(
     # The reference: the same run without faults and without the cluster, in parallel.
     reference = Reference(with_flag(command, "--fault-inbox", str(tmp_path / "no-faults")),
                           tmp_path)
-    reference_cmd, reference_env = reference.command, reference.env
 
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
 
@@ -197,57 +193,14 @@ def test_chaos_training_survives_random_faults(
     ha = HaFaults(cluster, api, namespace, operators, status)
     chaos = Chaos(api, namespace, JOB, ha, trainer, proxy, checkpoints, status, inbox,
                   recovery_timeout=RECOVERY_TIMEOUT)
-    injected: list[Fault] = []
-    started = time.monotonic()
-
-    def wait_ready(floor: int, what: str) -> dict[str, Any] | None:
-        """The job healthy and trained to `floor`: no fault lands in the middle of
-        another's recovery. None when the trainer has ended."""
-        got: dict[str, Any] | Any = wait_for(lambda: trainer.poll() is not None or (
-            healthy(s := status()) and step_of(s) >= floor and s), RECOVERY_TIMEOUT,
-            f"step >= {floor} with the job healthy before {what}", interval=0.25)
-        return None if trainer.poll() is not None else got
-
     try:
-        for fault in plan:
-            if SOAK_SECONDS and time.monotonic() - started > SOAK_SECONDS:
-                break
-            floor = (injected[-1].at_step if injected else 0) + STEPS_BETWEEN_FAULTS
-            ready = wait_ready(floor, f"fault {len(injected) + 1}")
-            if ready is None:
-                break
-            fault.at_step = step_of(ready)
-            if fault.at_step > STEPS - STEPS_BETWEEN_FAULTS:
-                break  # too close to the end for the trainer to notice
-            for attempt in range(WRITE_FAULT_TRIES):
-                if attempt:  # the fault came after the write had ended: again, later
-                    ready = wait_ready(step_of(status()) + STEPS_BETWEEN_FAULTS,
-                                       f"try {attempt + 1} of {fault.kind}")
-                    if ready is None:
-                        break
-                if inject(chaos, fault):
-                    break
-            else:
-                pytest.fail(f"{fault.kind}: no try landed inside a checkpoint write "
-                            f"(logs: {tmp_path})")
-            injected.append(fault)
-            print(f"  fault {len(injected)}: {fault.kind} slices {fault.slices} at step "
-                  f"{fault.at_step} {fault.detail}", flush=True)
+        injected = run_faults(plan, chaos)
         rc = wait_for(lambda: trainer.poll() is not None and [trainer.poll()],
                       RECOVERY_TIMEOUT + STEPS * STEP_SECONDS * 2,
                       "the trainer to finish", interval=0.5)[0]
         reference.wait(300 + STEPS * STEP_SECONDS * 2)
     finally:
-        for node in chaos.not_ready_nodes:
-            faults.make_node_ready(api, node)
-        for proc in operators.procs:  # the final counts need a leader
-            proc.resume()
-            if not proc.running:
-                proc.start()
-        sampler.stop()
-        checkpoints.stop()
-        trainer.stop()
-        reference.stop()
+        _wind_down(chaos, operators, sampler, reference)
 
     ha.next_fault()  # the last quiet window ends with the run
     logs = f"(logs: {tmp_path}/trainer-*.log, operator-*.log)"
@@ -270,13 +223,54 @@ def test_chaos_training_survives_random_faults(
     violations = job_violations(run) + [f"audit: {p}" for p in ha.audit_problems()]
     _write_summary(soak_summary(seed, [run], violations, ha=ha.figures()), tmp_path)
     assert violations == [], logs
-    # The final checkpoint loads into the final parameters (a run to the same step
-    # restores it and has nothing left to train).
+    final_checkpoint_loads(reference, checkpoint_dir, expected, tmp_path)
+
+
+def run_faults(plan: list[Fault], chaos: Chaos) -> list[Fault]:
+    """The faults of `plan` injected in order, each when the job is healthy and trained
+    past the last one; until the soak's time is up, the trainer ends or it is too close
+    to its last step. Returns those injected."""
+    injected: list[Fault] = []
+    started = time.monotonic()
+    for fault in plan:
+        if SOAK_SECONDS and time.monotonic() - started > SOAK_SECONDS:
+            break
+        floor = (injected[-1].at_step if injected else 0) + STEPS_BETWEEN_FAULTS
+        if inject_when_ready(chaos, fault, floor, STEPS) is None:
+            break
+        injected.append(fault)
+        print(f"  fault {len(injected)}: {fault.kind} slices {fault.slices} at step "
+              f"{fault.at_step} {fault.detail}", flush=True)
+    return injected
+
+
+def _wind_down(chaos: Chaos, operators: ChartReplicas, sampler: Sampler,
+               reference: Reference) -> None:
+    """Whatever the run ended on: the nodes Ready, an operator leading (the final
+    counts need one), the watchers and the processes stopped."""
+    for node in chaos.not_ready_nodes:
+        faults.make_node_ready(chaos.api, node)
+    for proc in operators.procs:
+        proc.resume()
+        if not proc.running:
+            proc.start()
+    sampler.stop()
+    chaos.checkpoints.stop()
+    chaos.trainer.stop()
+    reference.stop()
+
+
+def final_checkpoint_loads(reference: Reference, checkpoint_dir: Path,
+                           expected: dict[str, Any], tmp_path: Path) -> None:
+    """The final checkpoint loads into the final parameters: the undisturbed run's
+    command, pointed at the chaos run's checkpoints, restores the last step and has
+    nothing left to train."""
+    cmd = reference.command
+    at = cmd.index("--checkpoint-dir")
     check = subprocess.run(
-        [*reference_cmd[:reference_cmd.index("--checkpoint-dir")], "--checkpoint-dir",
-         str(checkpoint_dir), *reference_cmd[reference_cmd.index("--checkpoint-dir") + 2:],
+        [*cmd[:at], "--checkpoint-dir", str(checkpoint_dir), *cmd[at + 2:],
          "--summary", str(tmp_path / "reload.json")],
-        env=reference_env, capture_output=True, timeout=300)
+        env=reference.env, capture_output=True, timeout=300)
     assert check.returncode == 0, check.stdout.decode(errors="replace")[-3000:]
     reload = json.loads((tmp_path / "reload.json").read_text())
     assert reload["started_from"] == {"step": STEPS, "source": "checkpoint"}, reload

@@ -57,16 +57,15 @@ from tests.support.chaos_faults import (
     KINDS,
     STEP_SECONDS,
     STEPS_BETWEEN_FAULTS,
-    WRITE_FAULT_TRIES,
     Chaos,
     Fault,
     chaos_job,
-    healthy,
-    inject,
+    inject_when_ready,
     plan_faults,
     retrying,
     started_from,
     step_of,
+    wait_ready,
 )
 from tests.support.chaos_tenants import (
     PRIORITIES,
@@ -318,33 +317,17 @@ def low_priority(slots: list[Slot]) -> Slot:
     return next(s for s in slots if s.tenant.team == "team-b")
 
 
-def wait_ready(slot: Slot, floor: int, what: str) -> dict[str, Any] | None:
-    got: dict[str, Any] | Any = wait_for(lambda: slot.trainer.poll() is not None or (
-        healthy(s := slot.status(), SLICES) and step_of(s) >= floor and s), RECOVERY_TIMEOUT,
-        f"{slot.tenant.name}: step >= {floor}, healthy, before {what}", interval=0.25)
-    return None if slot.trainer.poll() is not None else got
-
-
 def inject_into(slot: Slot, fault: Fault, pool_faults: list[PoolFault],
                 started: float) -> bool:
-    """One fault into one job (test_chaos.py's loop body); False: the job is too close
+    """One fault into one job, as test_chaos.py's run_faults; False: the job is too close
     to its end for more faults."""
     floor = (slot.injected[-1].at_step if slot.injected else 0) + STEPS_BETWEEN_FAULTS
     print(f"  t={time.monotonic() - started:.0f}s {slot.tenant.name}: {fault.kind} next, "
           f"at step >= {floor}", flush=True)
-    ready = wait_ready(slot, floor, fault.kind)
-    if ready is None or (at := step_of(ready)) > STEPS - STEPS_BETWEEN_FAULTS:
+    ready = inject_when_ready(slot.chaos, fault, floor, STEPS)
+    if ready is None:
         return False
-    fault.at_step = at
     pools = {s["index"]: s.get("pool") for s in ready.get("slices") or []}
-    for attempt in range(WRITE_FAULT_TRIES):
-        if attempt and (ready := wait_ready(slot, step_of(slot.status())
-                                            + STEPS_BETWEEN_FAULTS, fault.kind)) is None:
-            return False
-        if inject(slot.chaos, fault):
-            break
-    else:
-        pytest.fail(f"{slot.tenant.name} {fault.kind}: no try landed inside a write")
     t = time.monotonic() - started
     pool_faults += [PoolFault(slot.tenant.name, pools[i], t) for i in fault.slices
                     if pools.get(i) and fault.kind != "slice_slow"]
@@ -366,7 +349,7 @@ def preempt(slots: list[Slot], queues: dict[str, str], custom: client.CustomObje
     high_t = Tenant("preemptor", "team-a", next(s.tenant.namespace for s in slots
                                                 if s.tenant.team == "team-a"),
                     queues["team-a"], PRIORITIES["team-a"][0])
-    wait_ready(low, step_of(low.status()) + STEPS_BETWEEN_FAULTS, "the preemption")
+    wait_ready(low.chaos, step_of(low.status()) + STEPS_BETWEEN_FAULTS, "the preemption")
     custom.create_namespaced_custom_object(GROUP, VERSION, high_t.namespace, PLURAL,
                                            job_manifest(high_t, tmp_path / "unused",
                                                         tmp_path / "unused"))

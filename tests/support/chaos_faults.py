@@ -183,6 +183,37 @@ def inject(chaos: Chaos, fault: Fault) -> bool:
     return _slice_fault(chaos, fault, before, victims)
 
 
+def wait_ready(chaos: Chaos, floor: int, what: str) -> dict[str, Any] | None:
+    """The job's status once it is healthy and trained to `floor`: no fault lands in the
+    middle of another's recovery. None when the trainer has ended."""
+    got: dict[str, Any] | Any = wait_for(lambda: chaos.trainer.poll() is not None or (
+        healthy(s := chaos.status(), chaos.slices) and step_of(s) >= floor and s),
+        chaos.recovery_timeout, f"{chaos.job}: step >= {floor}, healthy, before {what}",
+        interval=0.25)
+    return None if chaos.trainer.poll() is not None else got
+
+
+def inject_when_ready(chaos: Chaos, fault: Fault, floor: int,
+                      steps: int) -> dict[str, Any] | None:
+    """`fault` injected once the job is healthy and trained to `floor` (one test's loop
+    body, per job in the multi-tenant soak); a write fault that came after its write is
+    tried again later, WRITE_FAULT_TRIES in all. Returns the status it was injected at;
+    None when the trainer ended first or is too close to its last step (`steps`) to
+    notice a fault."""
+    ready = wait_ready(chaos, floor, fault.kind)
+    if ready is None or (at := step_of(ready)) > steps - STEPS_BETWEEN_FAULTS:
+        return None
+    fault.at_step = at
+    for attempt in range(WRITE_FAULT_TRIES):
+        if attempt and wait_ready(chaos, step_of(chaos.status()) + STEPS_BETWEEN_FAULTS,
+                                  f"try {attempt + 1} of {fault.kind}") is None:
+            return None
+        if inject(chaos, fault):
+            return ready
+    raise AssertionError(f"{chaos.job} {fault.kind}: none of {WRITE_FAULT_TRIES} tries "
+                         "landed inside a checkpoint write")
+
+
 def _running_pod(chaos: Chaos, fault: Fault, index: int) -> client.V1Pod:
     """A Running worker pod of the slice to hit. The job's status (slicesReady) and this
     list are two reads: a short run (seed 2105217213) once listed none for a slice its
