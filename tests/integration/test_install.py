@@ -286,49 +286,8 @@ def take_job_through_slice_failure(cluster: Cluster, namespace: str, operator_lo
         victim = worker_pod(admin, namespace, FAILED_SLICE)
         detected_at = datetime.now(UTC)
         fail_pod(admin, namespace, victim.metadata.name)
-
-        # SliceDown=True can last less than a poll (kwok starts the replacement at once),
-        # so its Event, which stays, counts as seeing it too.
-        def slice_down() -> str | None:
-            cond = condition(admin, namespace, name, "SliceDown")
-            if cond and cond["status"] == "True":
-                return str(cond["message"])
-            events = slice_down_events(admin, namespace, name)
-            return events[0] if events else None
-
-        message = wait_for(slice_down, 90, f"SliceDown (operator log: {operator_log})")
-        assert f"slice {FAILED_SLICE}" in message, message
-
-        # Counted once: wait for the count (the Event comes after the status write that
-        # counts it, but do not lean on that), then check it is exactly one.
-        def counted() -> dict[str, Any] | None:
-            status = get_job(admin, namespace, name).get("status") or {}
-            counters: dict[str, Any] = status.get("counters", {})
-            return counters if counters.get("sliceFailures", 0) >= 1 else None
-
-        counters = wait_for(counted, 30, f"counters.sliceFailures (operator log: {operator_log})")
-        assert counters["sliceFailures"] == 1, counters
-
-        def slice_back() -> bool:
-            cond = condition(admin, namespace, name, "SliceDown")
-            return bool(cond and cond["status"] == "False")
-
-        wait_for(slice_back, 90, f"SliceDown=False after the Job replaced the pod "
-                                 f"(operator log: {operator_log})")
-
-        # The trainer's report, sent with the head pod's own ServiceAccount token.
-        jobset: Any = client.CustomObjectsApi(admin).get_namespaced_custom_object(
-            "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", name)
-        head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
-        trainer_sa = head["template"]["spec"]["template"]["spec"]["serviceAccountName"]
-        kubeconfig = token_kubeconfig(cluster, namespace, trainer_sa,
-                                      operator_log.with_name("trainer.kubeconfig"))
-        trainer = client_for(kubeconfig)
-        try:
-            patch_status_as(trainer, namespace, name,
-                            trainer_report(detected_at, datetime.now(UTC)))
-        finally:
-            trainer.close()
+        slice_down_counted_once_and_back(admin, namespace, name, operator_log)
+        report_as_the_trainer(cluster, admin, namespace, name, detected_at, operator_log)
 
         def recovered() -> dict[str, Any] | None:
             cond = condition(admin, namespace, name, "Recovering")
@@ -342,6 +301,60 @@ def take_job_through_slice_failure(cluster: Cluster, namespace: str, operator_lo
         assert not refused, "the operator was refused requests:\n" + "\n".join(refused[:10])
     finally:
         admin.close()
+
+
+def slice_down_counted_once_and_back(admin: Any, namespace: str, name: str,
+                                     operator_log: Path) -> None:
+    """After a worker of FAILED_SLICE failed: SliceDown names the slice, the failure is
+    counted once, and SliceDown is False again once the Job replaced the pod."""
+    # SliceDown=True can last less than a poll (kwok starts the replacement at once),
+    # so its Event, which stays, counts as seeing it too.
+    def slice_down() -> str | None:
+        cond = condition(admin, namespace, name, "SliceDown")
+        if cond and cond["status"] == "True":
+            return str(cond["message"])
+        events = slice_down_events(admin, namespace, name)
+        return events[0] if events else None
+
+    message = wait_for(slice_down, 90, f"SliceDown (operator log: {operator_log})")
+    assert f"slice {FAILED_SLICE}" in message, message
+
+    # Counted once: wait for the count (the Event comes after the status write that
+    # counts it, but do not lean on that), then check it is exactly one.
+    def counted() -> dict[str, Any] | None:
+        status = get_job(admin, namespace, name).get("status") or {}
+        counters: dict[str, Any] = status.get("counters", {})
+        return counters if counters.get("sliceFailures", 0) >= 1 else None
+
+    counters = wait_for(counted, 30, f"counters.sliceFailures (operator log: {operator_log})")
+    assert counters["sliceFailures"] == 1, counters
+
+    def slice_back() -> bool:
+        cond = condition(admin, namespace, name, "SliceDown")
+        return bool(cond and cond["status"] == "False")
+
+    wait_for(slice_back, 90, f"SliceDown=False after the Job replaced the pod "
+                             f"(operator log: {operator_log})")
+
+
+def report_as_the_trainer(cluster: Cluster, admin: Any, namespace: str, name: str,
+                          detected_at: datetime, operator_log: Path) -> None:
+    """The trainer's report of the resumed step, sent with the head pod's own
+    ServiceAccount token."""
+    from kubernetes import client
+
+    jobset: Any = client.CustomObjectsApi(admin).get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", name)
+    head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
+    trainer_sa = head["template"]["spec"]["template"]["spec"]["serviceAccountName"]
+    kubeconfig = token_kubeconfig(cluster, namespace, trainer_sa,
+                                  operator_log.with_name("trainer.kubeconfig"))
+    trainer = client_for(kubeconfig)
+    try:
+        patch_status_as(trainer, namespace, name,
+                        trainer_report(detected_at, datetime.now(UTC)))
+    finally:
+        trainer.close()
 
 
 def test_install_manifest_operator_takes_a_job_through_a_slice_failure(

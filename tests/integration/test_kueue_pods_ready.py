@@ -247,6 +247,23 @@ def stop(trainer: subprocess.Popen[bytes]) -> None:
             trainer.wait(timeout=10)
 
 
+def eviction_pending_said(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    """A slice that cannot come back, the job training on without it: EvictionPending
+    says Kueue's deadline (the Workload's PodsReady WaitForRecovery plus the recovery
+    timeout), in the status and, half-way, as a Warning Event. Returns that status."""
+    st = wait_status(api, ns, lambda s: condition(s, EVICTION_PENDING).get("reason")
+                     == REASON_WAITING_FOR_RECOVERY, "EvictionPending", timeout=60)
+    deadline = parse(st["admission"]["podsReadyDeadline"])
+    ready = kq.condition(workload(api, ns), "PodsReady")
+    assert ready is not None and ready["reason"] == "WaitForRecovery"
+    assert deadline - parse(ready["lastTransitionTime"]) == timedelta(seconds=RECOVERY_S)
+    message = condition(st, EVICTION_PENDING)["message"]
+    assert st["admission"]["podsReadyDeadline"] in message and "slice 1" in message
+    wait_for(lambda: events(api, ns, EVICTION_PENDING), RECOVERY_S,
+             "the EvictionPending Warning Event, half-way")
+    return st
+
+
 def test_a_slice_gone_longer_than_the_recovery_timeout_is_an_eviction_said_before(
         api: client.ApiClient, ns: str, queue: kq.Queues, killed: list[str],
         kueue: Cluster, tmp_path: Path) -> None:
@@ -272,17 +289,7 @@ def test_a_slice_gone_longer_than_the_recovery_timeout_is_an_eviction_said_befor
             killed.append(dead)
             faults.kill_node(api, dead)
 
-        # Trained on on two slices; Kueue's clock said, with its deadline.
-        st = wait_status(api, ns, lambda s: condition(s, EVICTION_PENDING).get("reason")
-                         == REASON_WAITING_FOR_RECOVERY, "EvictionPending", timeout=60)
-        deadline = parse(st["admission"]["podsReadyDeadline"])
-        ready = kq.condition(workload(api, ns), "PodsReady")
-        assert ready is not None and ready["reason"] == "WaitForRecovery"
-        assert deadline - parse(ready["lastTransitionTime"]) == timedelta(seconds=RECOVERY_S)
-        message = condition(st, EVICTION_PENDING)["message"]
-        assert st["admission"]["podsReadyDeadline"] in message and "slice 1" in message
-        wait_for(lambda: events(api, ns, EVICTION_PENDING), RECOVERY_S,
-                 "the EvictionPending Warning Event, half-way")
+        st = eviction_pending_said(api, ns)
         assert st["slices"][1]["restarts"] == 1
 
         # Evicted by Kueue: an eviction, not a slice failure.

@@ -467,22 +467,10 @@ def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
-@pytest.fixture(scope="module")
-def runs(cluster: Cluster, sandbox_root: Path) -> Iterator[Runs]:
-    """The operator, then the trainer, each in its own sandbox, on one simulated job."""
-    import yaml
-    from kubernetes import client
-
-    from elastic_api import GROUP, PLURAL, VERSION
-    from elastic_api.validation import validate_job
-    from elastic_devtools.localcluster.crds import install_crd
-    from elastic_devtools.localcluster.faults import wait_for
-    from elastic_operator.render import trainer_service_account_name
-
-    admin_config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    user = admin_config["users"][0]["user"]
-    gcp_json, gcp_key_body = _fake_gcp_credentials()
-    secrets = {
+def _admin_secrets(user: dict[str, str], gcp_key_body: str) -> dict[str, str]:
+    """What no log may hold, by what it is: the admin kubeconfig's client key and
+    certificate (as inlined and as PEM bodies) and the fake cloud credentials."""
+    return {
         "kubeconfig client-key-data": user["client-key-data"],
         "kubeconfig client-certificate-data": user["client-certificate-data"],
         "client key (PEM body)": _pem_body(base64.b64decode(user["client-key-data"])),
@@ -492,6 +480,88 @@ def runs(cluster: Cluster, sandbox_root: Path) -> Iterator[Runs]:
         "GOOGLE_APPLICATION_CREDENTIALS private_key_id": FAKE_GCP_KEY_ID,
         "AWS_SECRET_ACCESS_KEY": FAKE_AWS_SECRET,
     }
+
+
+def _wait_jobset_and_status(custom: Any, namespace: str, job_status: Any,
+                            operator: SandboxedOperator) -> None:
+    """The sandboxed operator created the job's JobSet and wrote its status."""
+    from kubernetes import client
+
+    from elastic_devtools.localcluster.faults import wait_for
+
+    def jobset_and_status() -> bool:
+        try:
+            custom.get_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", JOB)
+        except client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return bool(job_status().get("phase"))
+
+    wait_for(jobset_and_status, 60, f"the operator's JobSet and status (log: {operator.log})")
+
+
+def _trainer_kubeconfig(api: Any, namespace: str, job_obj: dict[str, Any],
+                        admin_config: dict[str, Any], box: Sandbox,
+                        secrets: dict[str, str]) -> Path:
+    """A kubeconfig in the trainer's sandbox with a token of the job's own
+    ServiceAccount, which the operator created (the head pod's in-cluster credentials);
+    the token joins `secrets`."""
+    import yaml
+    from kubernetes import client
+
+    from elastic_api.validation import validate_job
+    from elastic_devtools.localcluster.faults import wait_for
+    from elastic_operator.render import trainer_service_account_name
+
+    sa_name = trainer_service_account_name(validate_job(job_obj))
+    core = client.CoreV1Api(api)
+    wait_for(lambda: any(sa.metadata.name == sa_name
+                         for sa in core.list_namespaced_service_account(namespace).items),
+             30, f"ServiceAccount {namespace}/{sa_name}")
+    token = core.create_namespaced_service_account_token(
+        sa_name, namespace, client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+    ).status.token
+    assert token, "the TokenRequest returned no token"
+    secrets["trainer ServiceAccount token"] = token
+    secrets["trainer token signature"] = token.rsplit(".", 1)[-1]
+    cluster_entry = admin_config["clusters"][0]
+    return box.put("kubeconfig", yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [cluster_entry],
+        "users": [{"name": "trainer", "user": {"token": token}}],
+        "contexts": [{"name": "trainer", "context": {"cluster": cluster_entry["name"],
+                                                     "user": "trainer"}}],
+        "current-context": "trainer"}))
+
+
+def _wait_recovered(job_status: Any, operator: SandboxedOperator) -> None:
+    """The operator took in the trainer's report: Recovered, at the last step."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    def recovered() -> bool:
+        status = job_status()
+        return (_condition(status, "Recovering").get("reason") == "Recovered"
+                and (status.get("training") or {}).get("step") == STEPS)
+
+    wait_for(recovered, 60, f"Recovering=False/Recovered at step {STEPS} "
+                            f"(operator log: {operator.log})")
+
+
+@pytest.fixture(scope="module")
+def runs(cluster: Cluster, sandbox_root: Path) -> Iterator[Runs]:
+    """The operator, then the trainer, each in its own sandbox, on one simulated job."""
+    import yaml
+    from kubernetes import client
+
+    from elastic_api import GROUP, PLURAL, VERSION
+    from elastic_devtools.localcluster.crds import install_crd
+
+    admin_config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    user = admin_config["users"][0]["user"]
+    gcp_json, gcp_key_body = _fake_gcp_credentials()
+    secrets = _admin_secrets(user, gcp_key_body)
 
     api = cluster.api_client()
     install_crd(api, timeout=30)
@@ -517,40 +587,10 @@ def runs(cluster: Cluster, sandbox_root: Path) -> Iterator[Runs]:
         job_obj = job_manifest(namespace)
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job_obj)
 
-        def jobset_and_status() -> bool:
-            try:
-                custom.get_namespaced_custom_object(
-                    "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", JOB)
-            except client.ApiException as err:
-                if err.status == 404:
-                    return False
-                raise
-            return bool(job_status().get("phase"))
-
-        wait_for(jobset_and_status, 60, f"the operator's JobSet and status (log: {operator.log})")
+        _wait_jobset_and_status(custom, namespace, job_status, operator)
         operator.healthy()
-
-        # The trainer reports with a token of the job's own ServiceAccount, which the
-        # operator created (the head pod's in-cluster credentials).
-        sa_name = trainer_service_account_name(validate_job(job_obj))
-        core = client.CoreV1Api(api)
-        wait_for(lambda: any(sa.metadata.name == sa_name
-                             for sa in core.list_namespaced_service_account(namespace).items),
-                 30, f"ServiceAccount {namespace}/{sa_name}")
-        token = core.create_namespaced_service_account_token(
-            sa_name, namespace, client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
-        ).status.token
-        assert token, "the TokenRequest returned no token"
-        secrets["trainer ServiceAccount token"] = token
-        secrets["trainer token signature"] = token.rsplit(".", 1)[-1]
-        cluster_entry = admin_config["clusters"][0]
-        trainer_kubeconfig = trainer_box.put("kubeconfig", yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "clusters": [cluster_entry],
-            "users": [{"name": "trainer", "user": {"token": token}}],
-            "contexts": [{"name": "trainer", "context": {"cluster": cluster_entry["name"],
-                                                         "user": "trainer"}}],
-            "current-context": "trainer"}))
+        trainer_kubeconfig = _trainer_kubeconfig(api, namespace, job_obj, admin_config,
+                                                 trainer_box, secrets)
         env = Sandbox.env("Dockerfile.trainer", KUBECONFIG=trainer_kubeconfig,
                           JAX_PLATFORMS="cpu", **cloud_env(trainer_box))
         trainer = run_sandboxed(trainer_box, trainer_argv(job_obj), env, timeout=300)
@@ -560,13 +600,7 @@ def runs(cluster: Cluster, sandbox_root: Path) -> Iterator[Runs]:
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
 
         if trainer.returncode == 0:
-            def recovered() -> bool:
-                status = job_status()
-                return (_condition(status, "Recovering").get("reason") == "Recovered"
-                        and (status.get("training") or {}).get("step") == STEPS)
-
-            wait_for(recovered, 60, f"Recovering=False/Recovered at step {STEPS} "
-                                    f"(operator log: {operator.log})")
+            _wait_recovered(job_status, operator)
         operator.healthy()
         events = client.CoreV1Api(api).list_namespaced_event(namespace)
         written = json.dumps([custom.get_namespaced_custom_object(

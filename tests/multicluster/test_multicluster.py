@@ -229,8 +229,24 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
         clusters: Clusters, queue: str) -> None:
     manager, workers = clusters
     name, wl_name = submit(manager, queue)
+    worker_name = runs_on_a_worker(manager, workers, name, wl_name)
+    worker = workers[worker_name]
+    slice_replaced_on_the_worker(manager, worker, name, wl_name)
+    worker_lost_and_back(manager, worker, worker_name, name)
+    worker = suspended_and_resumed(manager, worker, workers, name)
+    # Deleted on the manager: the worker's copy and what it owned go too.
+    manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+    wait("the worker's copy deleted", lambda: worker.job(name) is None)
+    wait("the worker's JobSet deleted", lambda: worker.jobset(name) is None)
+    wait("the manager's Workload deleted", lambda: manager.workload(wl_name) is None)
+    wait("the worker's Workload deleted", lambda: worker.workload(wl_name) is None)
 
-    # The manager: a Workload owned by the job, and never a JobSet.
+
+def runs_on_a_worker(manager: Side, workers: dict[str, Side], name: str,
+                     wl_name: str) -> str:
+    """The job dispatched: on the manager a Workload it owns and never a JobSet; on the
+    worker MultiKueue's copy, which runs as any job, and the manager shows its status
+    and the trainer's report. Returns the worker's name."""
     worker_name = dispatched_to(manager, wl_name)
     worker = workers[worker_name]
     wl = manager.workload(wl_name)
@@ -265,8 +281,12 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
                           "elasticEventsTotal": 0})
     wait("the trainer's step on the manager",
          lambda: (status(manager, name).get("training") or {}).get("step") == 5)
+    return worker_name
 
-    # A slice lost on the worker is replaced there; the manager's status follows.
+
+def slice_replaced_on_the_worker(manager: Side, worker: Side, name: str,
+                                 wl_name: str) -> None:
+    """A slice lost on the worker is replaced there; the manager's status follows."""
     pods = worker.core.list_namespaced_pod(NAMESPACE,
                                            label_selector=worker_pods_selector(name, 0)).items
     fail_pod(worker.api, NAMESPACE, pods[0].metadata.name, exit_code=1)
@@ -290,9 +310,11 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     wait("the manager's Workload PodsReady again",
          lambda: kq.is_true(manager.workload(wl_name) or {}, "PodsReady"))
 
-    # The worker's API server goes away (shorter than MultiKueue's workerLostTimeout, so
-    # the job is not dispatched again): the manager says so, naming it; back, the worker's
-    # status replaces that.
+
+def worker_lost_and_back(manager: Side, worker: Side, worker_name: str, name: str) -> None:
+    """The worker's API server goes away (shorter than MultiKueue's workerLostTimeout,
+    so the job is not dispatched again): the manager says so, naming it; back, the
+    worker's status replaces that."""
     stop_component(worker.cluster.dir, "kube-apiserver")
     try:
         # One read for every assertion: once the worker is back, its next copy replaces it.
@@ -311,8 +333,12 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
          lambda: _condition(status(manager, name), "WorkerClusterReachable") is None
          and status(manager, name).get("phase") == Phase.RUNNING)
 
-    # spec.suspend on the manager: MultiKueue takes the job back (the worker's copy goes)
-    # and the manager says so; resumed, the job is dispatched again.
+
+def suspended_and_resumed(manager: Side, worker: Side, workers: dict[str, Side],
+                          name: str) -> Side:
+    """spec.suspend on the manager: MultiKueue takes the job back (the worker's copy
+    goes) and the manager says so; resumed, the job is dispatched again. Returns the
+    worker it runs on then."""
     set_suspend(manager, name, True)
     wait("the worker's copy deleted for the suspension", lambda: worker.job(name) is None)
     wait("the manager's job Suspended",
@@ -321,16 +347,9 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_reports_there(
     worker_name = wait("a worker's copy again after the resumption",
                        lambda: next((w for w, side in workers.items()
                                      if side.job(name) is not None), None))
-    worker = workers[worker_name]
     wait("the job Running again after its resumption",
          lambda: status(manager, name).get("phase") == Phase.RUNNING)
-
-    # Deleted on the manager: the worker's copy and what it owned go too.
-    manager.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
-    wait("the worker's copy deleted", lambda: worker.job(name) is None)
-    wait("the worker's JobSet deleted", lambda: worker.jobset(name) is None)
-    wait("the manager's Workload deleted", lambda: manager.workload(wl_name) is None)
-    wait("the worker's Workload deleted", lambda: worker.workload(wl_name) is None)
+    return workers[worker_name]
 
 
 def test_a_second_job_goes_to_the_other_worker_when_the_first_is_full(
