@@ -62,11 +62,14 @@ class Terminal:
         """Clear the screen, type `command`, wait until it ends: its exit status and the
         lines it printed (its screen, history included)."""
         self.count += 1
-        end = f"__etj_done_{self.count}__"
-        self._run("send-keys", "-t", "etj", "clear", "Enter")
+        end, cleared = f"__etj_done_{self.count}__", f"__etj_cleared_{self.count}__"
+        # The screen cleared before the command is typed: typed while `clear` still ran
+        # (a loaded machine), the tty echoed it ahead of the prompt, as one line wider
+        # than the terminal (test-compat, 2026-12-03, under a soak's load).
+        self.type(f"clear; echo {_halves(cleared)}")
+        self.wait_for(cleared, timeout)
         self._run("clear-history", "-t", "etj")
-        # Quoted in two halves, so that the command line typed is not the end mark itself.
-        self.type(f"{command}; echo \"{end[:6]}\"'{end[6:]}'$?")
+        self.type(f"{command}; echo {_halves(end)}$?")
         lines = self.wait_for(end, timeout)
         at = max(i for i, line in enumerate(lines) if line.startswith(end))
         first = max((i for i, line in enumerate(lines[:at]) if line.startswith("$ ")
@@ -76,3 +79,9 @@ class Terminal:
     def close(self) -> None:
         subprocess.run([self.tmux, "-S", self.socket, "kill-server"], capture_output=True,
                        timeout=30, check=False)
+
+
+def _halves(mark: str) -> str:
+    """`mark` quoted in two halves for echo: the command line typed is not the mark
+    itself, so only the echo's output matches it."""
+    return f"\"{mark[:6]}\"'{mark[6:]}'"
