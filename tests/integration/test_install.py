@@ -343,9 +343,11 @@ def report_as_the_trainer(cluster: Cluster, admin: Any, namespace: str, name: st
     ServiceAccount token."""
     from kubernetes import client
 
+    from elastic_api.names import HEAD_REPLICATED_JOB
+
     jobset: Any = client.CustomObjectsApi(admin).get_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", name)
-    head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
+    head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == HEAD_REPLICATED_JOB)
     trainer_sa = head["template"]["spec"]["template"]["spec"]["serviceAccountName"]
     kubeconfig = token_kubeconfig(cluster, namespace, trainer_sa,
                                   operator_log.with_name("trainer.kubeconfig"))
