@@ -168,6 +168,52 @@ def _configuration(retries: int | None, pool_maxsize: int | None,
     return configuration
 
 
+# The fence of the write this thread is sending now (its client's `may_write`), None
+# while it sends anything else. Read by the connection at each send (below).
+_sending = threading.local()
+
+
+def _fence_at_send(api_client: Any) -> None:
+    """Make `api_client`'s connections ask the fence of the write being sent just before
+    each chunk of it goes out: the request line with the headers, then the body.
+    Asking only before `call_api` (as `request` also does) leaves a window: a replica
+    frozen (SIGSTOP, a long GC) after that check but before the send wakes past its
+    renew deadline and still sends what it had decided while it led. And urllib3 sends a
+    DELETE or a PUT again after a dropped connection (its own Retry) without coming back
+    through `request` at all. Both go through the connection's `send`. A chunk refused
+    there raises NotLeading, which urllib3 does not retry: it closes the connection, so a
+    request cut after its headers is never completed, and the API server acts on none."""
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class FencedHTTPConnection(HTTPConnection):
+        def send(self, data: Any) -> None:
+            _check_fence()
+            super().send(data)
+
+    class FencedHTTPSConnection(HTTPSConnection):
+        def send(self, data: Any) -> None:
+            _check_fence()
+            super().send(data)
+
+    class FencedHTTPConnectionPool(HTTPConnectionPool):
+        ConnectionCls = FencedHTTPConnection
+
+    class FencedHTTPSConnectionPool(HTTPSConnectionPool):
+        ConnectionCls = FencedHTTPSConnection
+
+    pool_manager = api_client.rest_client.pool_manager
+    pool_manager.pool_classes_by_scheme = {"http": FencedHTTPConnectionPool,
+                                           "https": FencedHTTPSConnectionPool}
+    pool_manager.clear()  # no pool made before this one stays
+
+
+def _check_fence() -> None:
+    may_write = getattr(_sending, "may_write", None)
+    if may_write is not None and not may_write():
+        raise NotLeading("cut at the send: this replica no longer leads")
+
+
 class KubeClient:
     """Raw REST: a path and a dict in, the API server's JSON out; ApiError for any
     answer outside 2xx."""
@@ -192,8 +238,10 @@ class KubeClient:
         at once, for a watch client); `kubeconfig`, `context`: kubectl's flags."""
         from kubernetes import client
 
-        return cls(client.ApiClient(_configuration(retries, pool_maxsize, kubeconfig,
-                                                   context)))
+        api_client = client.ApiClient(_configuration(retries, pool_maxsize, kubeconfig,
+                                                     context))
+        _fence_at_send(api_client)
+        return cls(api_client)
 
     def request(
         self, method: str, path: str, *, body: Any = None,
@@ -208,7 +256,8 @@ class KubeClient:
         sent before it ends (one that cannot wait so long fails unsent), so the next
         reconcile or the next Event does not knock again at once. A write
         (`fenced`: all but the operator's Lease's) raises NotLeading, unsent, unless
-        `may_write()`, asked before each try."""
+        `may_write()`, asked before each try and again by the connection just before
+        each chunk of the request goes out (`_fence_at_send`)."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -219,12 +268,16 @@ class KubeClient:
         deadline = time.monotonic() + timeout_s
         if back_off:
             self._wait_out_retry_after(method, path, deadline)
+        fence = self.may_write if fenced and method != "GET" else None
         for attempt in range(MAX_RETRY_AFTER_RETRIES + 1):
-            if fenced and method != "GET" and not self.may_write():
+            if fence is not None and not fence():
                 raise NotLeading(f"{method} {path}: not sent, this replica no longer leads")
             left = deadline - time.monotonic()
-            response = self.api.call_api(*request, _request_timeout=max(left, 1.0))
-            response.read()
+            try:
+                response = self._call(fence, request, max(left, 1.0))
+            except NotLeading as e:
+                raise NotLeading(f"{method} {path}: cut at the send, this replica no "
+                                 "longer leads") from e
             data = response.data.decode("utf-8") if response.data else ""
             if 200 <= response.status <= 299:
                 return json.loads(data) if data else None
@@ -237,6 +290,17 @@ class KubeClient:
                 break
             time.sleep(wait)
         raise ApiError(response.status, str(response.reason or ""), data)
+
+    def _call(self, fence: Callable[[], bool] | None, request: tuple[Any, ...],
+              timeout_s: float) -> Any:
+        """`call_api`, read whole, with `fence` asked at each send (None: not fenced)."""
+        _sending.may_write = fence
+        try:
+            response = self.api.call_api(*request, _request_timeout=timeout_s)
+            response.read()
+        finally:
+            _sending.may_write = None
+        return response
 
     def _wait_out_retry_after(self, method: str, path: str, deadline: float) -> None:
         """Sleep until the last Retry-After answered to `method path` has passed; if it
