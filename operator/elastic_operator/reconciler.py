@@ -44,7 +44,7 @@ from elastic_operator.core.events import StatusEvent, from_outbox, outbox
 from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
-from elastic_operator.core.pacing import progress_only
+from elastic_operator.core.pacing import progress_interval, progress_only, settled
 from elastic_operator.core.parsing import ParsedJob, parse_job, parse_status
 from elastic_operator.core.patch import status_patch
 from elastic_operator.core.plan import (
@@ -172,6 +172,10 @@ class Reconciler:
         # (namespace, name) -> monotonic time of our last status write (pacing).
         self.progress_interval_s = progress_interval_s
         self._last_write: dict[tuple[str, str], float] = {}
+        # Progress-only writes of each job since its slices were last all Ready
+        # (core/pacing.py: each waits longer). Lost on a restart: the new leader starts
+        # over at one interval, which costs writes, not correctness.
+        self._progress_streak: dict[tuple[str, str], int] = {}
         # (namespace, name) -> uids of worker Jobs this process is deleting (planned, the
         # DELETE maybe still queued): planned as being deleted (no second DELETE).
         self._deleted_jobs: dict[tuple[str, str], set[str]] = {}
@@ -220,6 +224,7 @@ class Reconciler:
         self._follow_up_failures.pop((namespace, name), None)
         self._seen.pop((namespace, name), None)
         self._last_write.pop((namespace, name), None)
+        self._progress_streak.pop((namespace, name), None)
         self._deleted_jobs.pop((namespace, name), None)
         self._sent_deletes.pop((namespace, name), None)
 
@@ -659,7 +664,9 @@ class Reconciler:
             written = self.kube.patch_job_status(namespace, name, patch,
                                                  meta.get("resourceVersion"))
             self._remember_write(key, meta.get("resourceVersion"), written)
-            self._last_write[(namespace, name)] = self.clock.monotonic()
+            self._last_write[key] = self.clock.monotonic()
+            streak = self._progress_streak.get(key, 0)
+            self._progress_streak[key] = 0 if settled(new) else streak + int(progress)
             self.metrics.status_writes.labels("progress" if progress else "change").inc()
             written_at = self.clock.now().timestamp()
         # The status holds this outbox now: what was posted of the one it replaced no
@@ -674,15 +681,18 @@ class Reconciler:
         return pending
 
     def _paced(self, namespace: str, name: str) -> bool:
-        """Whether a progress-only write (core/pacing.py) waits: one within
-        `progress_interval_s` of the job's last write does. The reconcile that ends the wait
-        (woken then, or sooner by an event) computes the status again and writes the
-        latest: level-based, nothing but the intermediate counts is skipped."""
+        """Whether a progress-only write (core/pacing.py) waits: one within the job's
+        progress interval of its last write does (`progress_interval_s`, doubled for each
+        progress write of this recovery before it, capped). The reconcile that ends the
+        wait (woken then, or sooner by an event) computes the status again and writes
+        the latest: level-based, nothing but the intermediate counts is skipped."""
         key = (namespace, name)
         last = self._last_write.get(key)
         if last is None or self.progress_interval_s <= 0:
             return False
-        wait = last + self.progress_interval_s - self.clock.monotonic()
+        interval = progress_interval(self.progress_interval_s,
+                                     self._progress_streak.get(key, 0))
+        wait = last + interval - self.clock.monotonic()
         if wait <= 0:
             return False
         self.metrics.status_writes_deferred.inc()

@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from elastic_operator.core.pacing import PROGRESS_CAP_S, progress_interval
 from elastic_operator.observed import ObservedPod, pod_from_dict
 from tests.builders import T0, JobSetWrapper, PodWrapper
 from tests.support.clock import FakeClock
@@ -109,3 +110,62 @@ def test_a_transition_while_progress_waits_writes_both_with_its_events() -> None
     assert [e.reason for e in kube.events] == ["SliceDown", "SliceReplacing"]
     assert registry.get_sample_value("etj_slice_failures_total",
                                      {"namespace": "ml", "job": "train"}) == 1
+
+
+def _progress_waits(kube: StandInKube, rec: Any, clock: FakeClock,
+                    seen: list[tuple[ObservedPod, ...]], hosts: int, ready: range,
+                    ) -> list[float]:
+    """One more host Ready every 0.5 s; the seconds between the progress writes."""
+    gaps: list[float] = []
+    last = clock.monotonic()
+    for n in ready:
+        seen.append(pods(n, hosts))
+        clock.advance(0.5)
+        before = len(kube.patches)
+        assert rec.reconcile("ml", "train")
+        if len(kube.patches) > before:
+            assert slice0(kube)["readyHosts"] == n  # the latest count, when written
+            gaps.append(clock.monotonic() - last)
+            last = clock.monotonic()
+    return gaps
+
+
+def test_a_long_recovery_writes_its_progress_less_and_less_often() -> None:
+    """1, 2, 4, 8, 16 s, then every 30 s: a recovery of any length costs about
+    log2(cap) + one write per 30 s, not one per second (core/pacing.py)."""
+    kube, rec, registry, clock, _, seen = setup(hosts=200)
+    gaps = _progress_waits(kube, rec, clock, seen, 200, range(1, 200))
+    assert gaps == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # 99.5 s
+    assert writes(registry, "progress") == len(gaps)
+
+
+def test_progress_starts_over_at_one_interval_once_every_slice_is_ready() -> None:
+    kube, rec, registry, clock, _, seen = setup(hosts=40)
+    assert _progress_waits(kube, rec, clock, seen, 40, range(1, 20)) == [1.0, 2.0, 4.0]
+    seen.append(pods(40, 40))
+    clock.advance(0.5)
+    assert rec.reconcile("ml", "train")  # Ready: a transition, written at once
+    assert slice0(kube)["state"] == "Ready"
+    worker = PodWrapper.worker(0, 0, job="train", namespace="ml")
+    seen.append((pod_from_dict(worker.failed(T0).obj()), *pods(40, 40)[1:]))
+    clock.advance(0.5)
+    assert rec.reconcile("ml", "train")  # Down: at once
+    assert slice0(kube)["state"] == "Down"
+    down_message = slice0(kube)["message"]
+    going = PodWrapper.worker(0, 1, job="train", namespace="ml").running() \
+        .deleting(T0).obj()
+    seen.append((seen[-1][0], pod_from_dict(going), *pods(40, 40)[2:]))
+    progress = writes(registry, "progress")
+    clock.advance(0.5)
+    assert rec.reconcile("ml", "train")  # a second host going: progress, waits
+    assert slice0(kube)["message"] == down_message
+    clock.advance(0.5)  # one interval after the Down, not the 8 s the streak reached
+    assert rec.reconcile("ml", "train")
+    assert slice0(kube)["message"] != down_message
+    assert writes(registry, "progress") == progress + 1
+
+
+def test_the_progress_interval_doubles_up_to_its_cap() -> None:
+    assert [progress_interval(1.0, n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert progress_interval(1.0, 10_000) == PROGRESS_CAP_S
+    assert progress_interval(45.0, 3) == 45.0  # never under the job's own interval

@@ -15,6 +15,17 @@ second copy refused (409) should another replica take over meanwhile. With the p
 after the reconcile (followups.py), a job reconciled back to back otherwise wrote its
 status once more per change with Events, just to clear them.
 
+How often: the first progress write of a recovery may follow the last write after one
+interval, each next one after twice as long as the one before, up to `PROGRESS_CAP_S`
+(1, 2, 4, 8, 16, 30, 30 ... s with the default interval), until every slice is Ready
+again (`settled`), when it starts over. At a fixed one per second, the progress writes
+of a recovery grew with its length, not with what happened: at 64 slices x 64 hosts on a
+loaded machine, where the pods took 500 s to come back, they were 3.2 writes per slice
+event, more than the transitions themselves (docs/benchmarks.md). Backing off bounds them
+to about log2(cap) plus one per cap over a recovery of any length, while a short one
+(most of them) still shows its hosts coming back second by second. The transitions
+(below) are never held back, and each carries the latest counts.
+
 Everything else matters at once, and is compared here: a slice's state, reason,
 restarts, moves, transition time, pool and records (replacement, lastReplacement,
 maintenance); a condition's type, status, reason, transition time and generation
@@ -28,6 +39,9 @@ from typing import Any
 
 from elastic_api.models import ElasticTrainingJobStatus
 from elastic_operator.core.patch import operator_wire
+
+# The longest a progress-only write waits after the job's last write (above).
+PROGRESS_CAP_S = 30.0
 
 # Per slice and per condition: the fields that are progress, not transitions.
 SLICE_PROGRESS = frozenset({"readyHosts", "message"})
@@ -63,3 +77,16 @@ def _without_progress(wire: dict[str, Any]) -> dict[str, Any]:
 
 def _drop(item: Any, keys: frozenset[str]) -> Any:
     return {k: v for k, v in item.items() if k not in keys} if isinstance(item, dict) else item
+
+
+def progress_interval(base_s: float, streak: int) -> float:
+    """How long after the job's last write its next progress-only write may go, the
+    `streak`-th of this recovery (0: the first): `base_s` doubled per write before it,
+    at most PROGRESS_CAP_S (never under `base_s`)."""
+    return max(base_s, min(PROGRESS_CAP_S, base_s * 2.0 ** min(streak, 32)))
+
+
+def settled(status: ElasticTrainingJobStatus) -> bool:
+    """No recovery under way: every slice Ready (the next one's progress starts over at
+    the base interval)."""
+    return bool(status.slices) and all(s.state == "Ready" for s in status.slices or [])
