@@ -207,7 +207,8 @@ def run_soak(seed: int, rng: random.Random, cluster: Cluster, api: client.ApiCli
     for t in jobs:
         slots.append(start_job(custom, api, ha, proxy, proxied, t, tmp_path / t.job))
     ha.status = slots[0].status
-    sampler = TenantSampler(api, lambda: {s.tenant.name: s.status() for s in slots}, SLICES)
+    sampler = TenantSampler(api, lambda: {s.tenant.name: s.status() for s in slots}, SLICES,
+                            held_back=ha.holding_back.is_set)
     sampler.start()
     pool_faults: list[PoolFault] = []
     preemption: Preemption | None = None

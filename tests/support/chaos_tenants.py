@@ -75,24 +75,30 @@ def interleave(rng: random.Random, plans: Sequence[Sequence[Fault]]) -> list[tup
 @dataclass(frozen=True)
 class CapacitySample:
     """At `t` (seconds): how many node pools of the jobs' shape were free (Ready, not
-    quarantined, no pod of any job), and the jobs then short of a slice (one down and
-    waiting for somewhere to run)."""
+    quarantined, no pod of any job), the jobs then short of a slice (one down and
+    waiting for somewhere to run), and whether a fault kept the API server from serving
+    the operator then (`held_back`: APF throttling it, or the server restarting)."""
 
     t: float
     free_pools: int
     short: tuple[str, ...]
+    held_back: bool = False
 
 
 def capacity_left_idle(samples: Sequence[CapacitySample], bound: float) -> list[str]:
     """No job short of a slice for longer than `bound` seconds while a pool was free all
     that time (a replacement must take the spare; a bound, since placing it takes a
     scheduling round or two). A stretch ends at the first sample where the job is not
-    short, or no pool is free."""
+    short, no pool is free, or the API server held the operator back: under APF
+    throttling the server tells the operator how long to wait (Retry-After, up to 32 s
+    at a time), so what the job waits then is the server's doing, not capacity the
+    operator left idle; the bound starts again once the server serves it."""
     since: dict[str, float] = {}
     reported: set[tuple[str, float]] = set()
     problems = []
     for sample in sorted(samples, key=lambda s: s.t):
-        waiting = set(sample.short) if sample.free_pools > 0 else set()
+        waiting = set(sample.short) if sample.free_pools > 0 and not sample.held_back \
+            else set()
         for job in list(since):
             if job not in waiting:
                 del since[job]
@@ -266,6 +272,7 @@ class TenantSampler(BackgroundLoop):
     api: Any
     statuses: Callable[[], dict[str, dict[str, Any]]]
     slices: int
+    held_back: Callable[[], bool] = lambda: False  # a fault keeps the server from the operator
     capacity: list[CapacitySample] = field(default_factory=list)
     admitted: dict[str, list[str]] = field(default_factory=dict)
     seen_quarantines: list[Quarantine] = field(default_factory=list)
@@ -290,7 +297,8 @@ class TenantSampler(BackgroundLoop):
               statuses: dict[str, dict[str, Any]]) -> None:
         short = tuple(sorted(n for n, s in statuses.items()
                              if short_of_a_slice(s, self.slices)))
-        self.capacity.append(CapacitySample(t, len(free_pools(nodes, pods)), short))
+        self.capacity.append(CapacitySample(t, len(free_pools(nodes, pods)), short,
+                                            self.held_back()))
         for name, status in statuses.items():
             reason = next((c.get("reason", "") for c in status.get("conditions") or []
                            if c.get("type") == "Admitted"), "")

@@ -94,6 +94,10 @@ class HaFaults:
     throttles: list[Throttle] = field(default_factory=list)
     restarts_s: list[float] = field(default_factory=list)  # API server down, seconds
     takeovers_s: list[float] = field(default_factory=list)  # leader gone -> new leader
+    # Set while a fault keeps the API server from serving the operator (APF throttling,
+    # a restart): what the operator may do then is the server's to say (a 429's
+    # Retry-After, up to 32 s at a time under sustained rejection), not the operator's.
+    holding_back: threading.Event = field(default_factory=threading.Event)
 
     def next_fault(self) -> None:
         """A fault is about to be injected: the quiet windows open so far end here (it
@@ -158,11 +162,13 @@ class HaFaults:
                             healthy: Callable[[], bool], timeout: float) -> str:
         throttle = Throttle(f"etj-chaos-{uuid.uuid4().hex[:6]}", now())
         faults.throttle(self.api, throttle.name, self.ns, self.operators.service_account)
+        self.holding_back.set()
         try:
             with self._contended():
                 detail = self._recover_throttled(throttle, fail, slice_down, healthy, timeout)
         finally:
             faults.unthrottle(self.api, throttle.name)
+            self.holding_back.clear()
         self.throttles.append(throttle)
         return (f"{detail}; recovered under APF: {throttle.refused_writes} writes of the "
                 f"operator refused (429), {throttle.rejected} requests rejected in all")
@@ -221,8 +227,12 @@ class HaFaults:
     def apiserver_restarted(self, fail: Callable[[], str],
                             slice_down: Callable[[], None]) -> str:
         started = time.monotonic()
-        assert stop_component(self.cluster.dir, APISERVER), "the API server was not running"
-        start_component(self.cluster.dir, APISERVER, timeout=120)
+        self.holding_back.set()
+        try:
+            assert stop_component(self.cluster.dir, APISERVER), "the API server was not running"
+            start_component(self.cluster.dir, APISERVER, timeout=120)
+        finally:
+            self.holding_back.clear()
         self.restarts_s.append(time.monotonic() - started)
         detail = fail()
         slice_down()

@@ -81,6 +81,16 @@ def test_capacity_left_idle_catches_a_job_waiting_beside_a_free_pool() -> None:
     assert problem.startswith("a/j short of a slice from t=0.0s for over 5s")
 
 
+def test_the_bound_starts_again_once_the_api_server_serves_the_operator() -> None:
+    """Seed 929473527: APF answered the operator with Retry-After of 15-32 s for 100 s
+    while the spare stood free; the wait is the server's. After it, the bound holds."""
+    throttled = [CapacitySample(t, 1, ("a/j",), held_back=t < 12) for t in range(0, 21, 2)]
+    assert capacity_left_idle(throttled, bound=10) == []
+    idle_after = [CapacitySample(t, 1, ("a/j",), held_back=t < 12) for t in range(0, 31, 2)]
+    (problem,) = capacity_left_idle(idle_after, bound=10)
+    assert problem.startswith("a/j short of a slice from t=12.0s for over 10s")
+
+
 def test_a_stretch_restarts_when_the_job_got_its_slice() -> None:
     samples = [CapacitySample(0, 1, ("a/j",)), CapacitySample(4, 1, ("a/j",)),
                CapacitySample(5, 1, ()), CapacitySample(6, 1, ("a/j",)),
