@@ -17,7 +17,9 @@ committed checkpoint.
 
 Asserts: every job's invariants (tests/support/chaos_checks.py, the preemption taken as
 elastic_api.queueing says: no fault, no restart); across jobs: slice failures counted once
-per job; no job short of a slice for longer than CAPACITY_BOUND_S while a pool stood free;
+per job; no job short of a slice for longer than CAPACITY_BOUND_S while a pool stood free
+(the clock stops while a fault keeps the API server from serving the operator: APF
+throttling it, a restart);
 every quarantine names only jobs with faults of their own on the pool; the preemption as
 the contract says; the HA audit. soak-summary.json as test_chaos.py's, per job.
 """
