@@ -14,12 +14,16 @@ T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
 def entry(seconds: float, code: int, credential: str = "JTI=a", verb: str = "patch",
-          uri: str = "/apis/x/status") -> dict[str, object]:
-    return {"kind": "Event", "verb": verb, "requestURI": f"{uri}?fieldManager=m",
-            "user": {"username": "system:serviceaccount:ns:op",
-                     "extra": {audit.CREDENTIAL_KEY: [credential]}},
-            "responseStatus": {"code": code},
-            "requestReceivedTimestamp": (T0 + timedelta(seconds=seconds)).isoformat()}
+          uri: str = "/apis/x/status", answered: float | None = None) -> dict[str, object]:
+    out: dict[str, object] = {
+        "kind": "Event", "verb": verb, "requestURI": f"{uri}?fieldManager=m",
+        "user": {"username": "system:serviceaccount:ns:op",
+                 "extra": {audit.CREDENTIAL_KEY: [credential]}},
+        "responseStatus": {"code": code},
+        "requestReceivedTimestamp": (T0 + timedelta(seconds=seconds)).isoformat()}
+    if answered is not None:
+        out["stageTimestamp"] = (T0 + timedelta(seconds=answered)).isoformat()
+    return out
 
 
 def write_log(tmp_path: Path, events: list[dict[str, object]], tail: str = "") -> Path:
@@ -47,6 +51,21 @@ def test_a_write_sent_again_sooner_than_retry_after_is_found(tmp_path: Path) -> 
     ])
     early = audit.retried_too_soon(audit.entries(root), 1.0)
     assert [(a.received - T0).total_seconds() for a, _ in early] == [5.0]
+
+
+def test_a_write_already_on_its_way_when_the_429_was_answered_is_not_sent_again(
+        tmp_path: Path) -> None:
+    """Seed 5379c9's soak: two jobs' Events POSTed to one namespace by two threads; APF
+    queued the first 13 ms, and the second arrived before the first's 429 was answered."""
+    root = write_log(tmp_path, [
+        entry(0.0, 429, verb="create", uri="/api/v1/namespaces/n/events", answered=0.013),
+        entry(0.012, 429, verb="create", uri="/api/v1/namespaces/n/events", answered=0.012),
+        entry(1.1, 201, verb="create", uri="/api/v1/namespaces/n/events"),  # waited
+        entry(3.0, 429, answered=3.05), entry(3.5, 200),  # sent 0.45 s after the answer
+    ])
+    early = audit.retried_too_soon(audit.entries(root), 1.0)
+    assert [((a.received - T0).total_seconds(), (b.received - T0).total_seconds())
+            for a, b in early] == [(3.0, 3.5)]
 
 
 def test_the_credential_is_the_tokens_jti() -> None:

@@ -32,6 +32,13 @@ class AuditEntry:
     username: str
     credential: str | None
     received: datetime  # the API server's clock (this machine's)
+    # When the answer was complete (stageTimestamp of ResponseComplete; `received` if the
+    # entry has none): a 429 queued by APF before its rejection is answered later.
+    answered: datetime | None = None
+
+    @property
+    def answered_at(self) -> datetime:
+        return self.answered or self.received
 
     @property
     def succeeded(self) -> bool:
@@ -82,7 +89,9 @@ def _entry(event: dict[str, object]) -> AuditEntry:
         verb=str(event.get("verb")), uri=str(event.get("requestURI", "")).split("?")[0],
         code=int(status.get("code") or 0), username=str(user.get("username", "")),
         credential=credential,
-        received=datetime.fromisoformat(str(event["requestReceivedTimestamp"])))
+        received=datetime.fromisoformat(str(event["requestReceivedTimestamp"])),
+        answered=datetime.fromisoformat(str(event["stageTimestamp"]))
+        if event.get("stageTimestamp") else None)
 
 
 def writes_by(all_entries: Iterable[AuditEntry], credential: str,
@@ -93,16 +102,20 @@ def writes_by(all_entries: Iterable[AuditEntry], credential: str,
 
 def retried_too_soon(all_entries: Iterable[AuditEntry], seconds: float
                      ) -> list[tuple[AuditEntry, AuditEntry]]:
-    """(the 429, the next write of the same credential to the same URI) pairs less than
-    `seconds` apart: a client that honours Retry-After: <seconds> has none."""
+    """(the 429, the next write of the same credential to the same URI) pairs where the
+    write arrived less than `seconds` after the 429 was answered: a client that honours
+    Retry-After: <seconds> has none. A write that arrived before the 429 was answered
+    was on its way already (another thread's, to the same URI: two jobs' Events in one
+    namespace), not sent again: the client could not know yet."""
     last_rejected: dict[tuple[str | None, str, str], AuditEntry] = {}
     early = []
     for entry in all_entries:
         key = (entry.credential, entry.verb, entry.uri)
-        rejected = last_rejected.pop(key, None)
-        if rejected is not None and \
-                (entry.received - rejected.received).total_seconds() < seconds:
-            early.append((rejected, entry))
-        if entry.code == 429:
+        rejected = last_rejected.get(key)
+        if rejected is not None and entry.received >= rejected.answered_at:
+            del last_rejected[key]
+            if (entry.received - rejected.answered_at).total_seconds() < seconds:
+                early.append((rejected, entry))
+        if entry.code == 429 and key not in last_rejected:
             last_rejected[key] = entry
     return early
