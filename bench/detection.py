@@ -320,7 +320,11 @@ class BenchOperator(OperatorProcess):
         super().__init__(
             kubeconfig, workdir / "operator.log", args=SETTINGS["bench-detection"],
             command=(sys.executable, "-m", "bench.opshim", str(self.counts_file), "--"),
-            env={"PYTHONPATH": os.pathsep.join(filter(None, paths))}, cwd=REPO)
+            env={"PYTHONPATH": os.pathsep.join(filter(None, paths))}, cwd=REPO,
+            # A session of its own, as a pod is a cgroup of its own: the CPU is shared
+            # between sessions first (bench/load.py), so the bench's watches and the
+            # burners do not share the operator's.
+            new_session=True)
         self.peak_rss = 0
         self._sampling = threading.Event()
 

@@ -12,7 +12,13 @@ the target there are no burners and the load is above it: the samples say so, an
 result reports the load measured, not the target.
 
 Burners run at the operator's priority (nice 0 as started): a niced burner would take
-only idle time and load nothing that matters.
+only idle time and load nothing that matters. Each is a session of its own, as the
+cluster's processes and the operator are: with autogroup scheduling (on by default in
+Linux, here too) the kernel shares the CPU between sessions first, then between the
+threads of one. Burners left in the benchmark's session would load only that session, the
+operator inside it five to one, a contest a node never sets a pod with a CPU request; as
+sessions of their own they are the other tenants of a shared machine, and the load lands
+on every process of it, the API server's included.
 """
 from __future__ import annotations
 
@@ -31,9 +37,13 @@ STEP = 2
 
 
 def burn(stop: Any) -> None:
-    """A burner's body: spin until `stop` is set (checked every ~5 ms of work)."""
+    """A burner's body: spin until `stop` is set (checked every ~5 ms of work), in a
+    session of its own (see above). Out of the benchmark's session, a Ctrl-C in its
+    terminal no longer reaches the burner, so it also ends when its parent is gone."""
+    os.setsid()
+    parent = os.getppid()
     x = 1.0
-    while not stop.is_set():
+    while not stop.is_set() and os.getppid() == parent:
         for _ in range(20_000):
             x = x * 1.0000001 + 1e-9
     _ = x

@@ -1,10 +1,15 @@
 """bench/load.py's controller (how many CPU burners for a target load average) and
-bench/writes.py's diff of two statuses (what a status write carried). Pure functions: the
-burners themselves and the load they make are the benchmark's to measure."""
+bench/writes.py's diff of two statuses (what a status write carried). Pure functions,
+but for where a burner runs (a session of its own); the load the burners make is the
+benchmark's to measure."""
 from __future__ import annotations
 
-from bench.load import burners_for
+import multiprocessing as mp
+import os
+
+from bench.load import burn, burners_for
 from bench.writes import WriteLog, changed, progress_only, slice_transitions
+from elastic_devtools.localcluster.faults import wait_for
 
 
 def test_burners_fill_what_others_leave_below_the_target() -> None:
@@ -69,3 +74,19 @@ def test_the_log_counts_writes_per_slice_event_in_a_window() -> None:
     assert summary["slice_transitions_per_slice_event"] == {
         "Ready/AllHostsReady -> Down/PodFailed": 1.0}
     assert log.summary(0.0, 10.0, events=1)["per_slice_event"] == 3.0
+
+
+def test_a_burner_is_a_session_of_its_own_and_stops_when_told() -> None:
+    # Autogroup scheduling shares the CPU between sessions first: a burner in the
+    # benchmark's session would load only the benchmark and the operator.
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    proc = ctx.Process(target=burn, args=(stop,), daemon=True)
+    proc.start()
+    try:
+        wait_for(lambda: os.getsid(proc.pid) == proc.pid, 30.0, "the burner's own session")
+        assert os.getsid(proc.pid) != os.getsid(0)
+    finally:
+        stop.set()
+        proc.join(timeout=30)
+    assert proc.exitcode == 0
