@@ -1,5 +1,5 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--jobs N] [--before REV]
-[--scale-sizes SIZES] [--load LOAD]`
+[--scale-sizes SIZES] [--load LOAD] [--load-control-plane]`
 
 Runs the benchmarks, writes one JSON file per benchmark and a merged summary.json under
 bench/results/ (gitignored), and, for a full (non-quick) run, regenerates the table in
@@ -67,7 +67,7 @@ def source_of(revision: str, into: Path) -> Path:
 
 
 def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
-              load: float = 0.0) -> dict[str, Any]:
+              load: float = 0.0, load_control_plane: bool = False) -> dict[str, Any]:
     """One job per size, on a cluster of its own; a size that does not fit is reported."""
     from bench import detection
 
@@ -76,7 +76,7 @@ def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
         shape = detection.Shape(1, slices, topology, backend)
         try:
             results.append(detection.run(1, quick=quick, shape=shape, max_events=slices,
-                                         load=load))
+                                         load=load, load_control_plane=load_control_plane))
         except Exception as err:
             traceback.print_exc()
             results.append({"shape": shape.label, "error": f"{type(err).__name__}: {err}"})
@@ -108,7 +108,7 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
                                                  else DEFAULT_SCALE_SIZES))
         load = args.load if args.load is not None else (0.0 if args.quick
                                                         else DEFAULT_SCALE_LOAD)
-        return lambda: run_scale(sizes, args.quick, load)
+        return lambda: run_scale(sizes, args.quick, load, args.load_control_plane)
     if name == "replacement":
         from bench import replacement
 
@@ -147,6 +147,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"scale: keep the machine's 1-minute load average at LOAD during "
                         f"the failures with bench/load.py's CPU burners (default "
                         f"{DEFAULT_SCALE_LOAD:g}; 0 with --quick; 0: none)")
+    p.add_argument("--load-control-plane", action="store_true",
+                   help="scale: load the cluster's control plane and kwok as well (the whole "
+                        "machine at LOAD); by default they run ahead of the burners, as on "
+                        "GKE they run off the operator's node")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON results go (default bench/results)")
     p.add_argument("--docs", type=Path, default=DOCS,

@@ -42,7 +42,7 @@ from bench.internals import (
     request_breakdown,
     server,
 )
-from bench.load import LoadGenerator
+from bench.load import LoadGenerator, favour
 from bench.writes import WriteLog
 from elastic_api.catalog import slice_shape
 from elastic_api.names import (
@@ -62,6 +62,8 @@ from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_devtools.localcluster.operator_settings import SETTINGS
 
 NAMESPACE = SETTINGS["bench-detection"].namespaces[0]
+# What GKE runs off the operator's node (bench.load.favour).
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 PODS_PER_CPU_NODE = 200  # simulated placement: below the fake nodes' 250-pod capacity
 
 Event = tuple[str, int]  # (job, slice)
@@ -423,10 +425,13 @@ class Phases:
 
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         shape: Shape | None = None, operator_source: Path | None = None,
-        max_events: int | None = None, load: float = 0.0) -> dict[str, Any]:
+        max_events: int | None = None, load: float = 0.0,
+        load_control_plane: bool = False) -> dict[str, Any]:
     """The benchmark on its own cluster. `shape` defaults to N x 4 slices x v5e 4x4.
     `load` > 0: bench.load's generator keeps the machine's load average there from the
-    moment every job runs (the failures wait for it to get there, a few minutes at most)."""
+    moment every job runs (the failures wait for it to get there, a few minutes at most),
+    the cluster's control plane and kwok run ahead of it (bench.load.favour) unless
+    `load_control_plane`."""
     from elastic_devtools import localcluster as lc
 
     shape = shape or Shape(n_jobs, 4, "4x4")
@@ -437,6 +442,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     t_up = time.monotonic()
     cluster = lc.up(shape.cluster_config(cluster_dir), progress=_log)
     cluster_up_s = time.monotonic() - t_up
+    favoured = {} if load <= 0 or load_control_plane else favour(_control_plane(cluster_dir))
     tl = Timeline()
     phases = Phases()
     operator: BenchOperator | None = None
@@ -459,7 +465,9 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     result["operator_source"] = str(operator_source) if operator_source else None
     result["load_generator"] = {
         **generator.summary(phases.wall.get("events"), phases.wall.get("end")),
-        "settle_seconds": phases.settle_s}
+        "settle_seconds": phases.settle_s,
+        # Component -> threads run ahead of the burners; empty: the whole machine loaded.
+        "favoured": favoured}
     if not keep_dir:
         import shutil
 
@@ -467,6 +475,15 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     else:
         result["work_dir"] = str(workdir)
     return result
+
+
+def _control_plane(cluster_dir: Path) -> dict[str, int]:
+    """The pids of what GKE runs off the operator's node: the control plane, and kwok
+    (the kubelets of the TPU nodes). JobSet's controller runs on a node, as ours does."""
+    from elastic_devtools import localcluster as lc
+
+    return {c.name: c.pid for c in lc.status(cluster_dir).components
+            if c.name in CONTROL_PLANE and c.pid is not None and c.alive}
 
 
 def _start_jobs(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases: Phases,

@@ -1,13 +1,16 @@
 """bench/load.py's controller (how many CPU burners for a target load average) and
 bench/writes.py's diff of two statuses (what a status write carried). Pure functions,
-but for where a burner runs (a session of its own); the load the burners make is the
-benchmark's to measure."""
+but for where a burner runs (a session of its own) and what runs ahead of the burners
+(`favour`); the load they make is the benchmark's to measure."""
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
+from pathlib import Path
 
-from bench.load import burn, burners_for
+from bench.load import burn, burners_for, favour
 from bench.writes import WriteLog, changed, progress_only, slice_transitions
 from elastic_devtools.localcluster.faults import wait_for
 
@@ -90,3 +93,21 @@ def test_a_burner_is_a_session_of_its_own_and_stops_when_told() -> None:
         stop.set()
         proc.join(timeout=30)
     assert proc.exitcode == 0
+
+
+def test_favour_sets_a_process_s_autogroup_and_every_thread() -> None:
+    # nice 5, not the benchmark's -10: lowering a priority needs no privilege.
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); " \
+           "time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    tasks = Path(f"/proc/{proc.pid}/task")
+    try:
+        wait_for(lambda: len(list(tasks.glob("*"))) == 2, 30.0, "the child's two threads")
+        assert favour({"child": proc.pid}, nice=5) == {"child": 2}
+        assert {os.getpriority(os.PRIO_PROCESS, int(t.name)) for t in tasks.glob("*")} == {5}
+        autogroup = Path(f"/proc/{proc.pid}/autogroup")
+        if autogroup.exists():  # a kernel with autogroup scheduling
+            assert autogroup.read_text().split()[-1] == "5"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
