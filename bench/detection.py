@@ -42,7 +42,7 @@ from bench.internals import (
     request_breakdown,
     server,
 )
-from bench.load import LoadGenerator, favour
+from bench.load import CONTROL_PLANE_NICE, LoadGenerator, favour
 from bench.writes import WriteLog
 from elastic_api.catalog import slice_shape
 from elastic_api.names import (
@@ -442,7 +442,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     t_up = time.monotonic()
     cluster = lc.up(shape.cluster_config(cluster_dir), progress=_log)
     cluster_up_s = time.monotonic() - t_up
-    favoured = {} if load <= 0 or load_control_plane else favour(_control_plane(cluster_dir))
+    favoured = {} if load <= 0 or load_control_plane else _favour_control_plane(cluster_dir)
     tl = Timeline()
     phases = Phases()
     operator: BenchOperator | None = None
@@ -484,6 +484,18 @@ def _control_plane(cluster_dir: Path) -> dict[str, int]:
 
     return {c.name: c.pid for c in lc.status(cluster_dir).components
             if c.name in CONTROL_PLANE and c.pid is not None and c.alive}
+
+
+def _favour_control_plane(cluster_dir: Path) -> dict[str, int]:
+    """bench.load.favour on the control plane, saying what it could not raise (raising
+    a priority needs root): that part of the machine then carries the load too."""
+    pids = _control_plane(cluster_dir)
+    favoured = favour(pids)
+    missed = sorted(set(pids) - set(favoured))
+    _log(f"ahead of the burners at nice {CONTROL_PLANE_NICE}: {', '.join(sorted(favoured))}"
+         + (f"; NOT raised (not root?), loaded like the operator: {', '.join(missed)}"
+            if missed else ""))
+    return favoured
 
 
 def _start_jobs(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phases: Phases,
