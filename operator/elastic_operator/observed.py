@@ -8,10 +8,11 @@ computation must never crash on what the cluster shows.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from elastic_api.conditions import Reason
 from elastic_api.models import CheckpointStatus
@@ -42,6 +43,9 @@ from elastic_api.queueing import (
     WORKLOAD_REQUEUED,
     counts_as_eviction,
 )
+from elastic_operator.slice_memo import SliceMemo
+
+T = TypeVar("T")
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -416,6 +420,9 @@ class Observed:
     pools: tuple[ObservedPool, ...] = ()
     # None: no Workload, or none looked for (the job is not queued).
     workload: ObservedWorkload | None = None
+    # What earlier reconciles of the job derived from each slice's pods (slice_memo.py);
+    # None: compute everything (tests, one-off reads).
+    memo: SliceMemo | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def worker_pods_by_slice(self) -> dict[int, list[ObservedPod]]:
@@ -428,6 +435,22 @@ class Observed:
             if pod.replicated_job == WORKER_REPLICATED_JOB and pod.slice_index is not None:
                 by_slice.setdefault(pod.slice_index, []).append(pod)
         return by_slice
+
+    @cached_property
+    def slice_inputs(self) -> dict[int, tuple[object, ...]]:
+        """Per slice, what a value derived from its pods and their nodes depends on: each
+        of its pods, then each one's node (None: not known). Read-only."""
+        nodes = self.nodes
+        return {index: (*pods, *[nodes.get(p.node_name or "") for p in pods])
+                for index, pods in self.worker_pods_by_slice.items()}
+
+    def per_slice(self, what: str, index: int, compute: Callable[[], T],
+                  *more: object) -> T:
+        """compute(): a pure function of slice `index`'s pods and their nodes (and of
+        `more`), from the memo while they are the same as when it was last computed."""
+        if self.memo is None:
+            return compute()
+        return self.memo.get(what, index, self.slice_inputs.get(index, ()), compute, more)
 
 
 def _epoch(value: Any) -> datetime | None:

@@ -92,6 +92,7 @@ from elastic_operator.render import (
     workload_priority_class,
 )
 from elastic_operator.replacer import Replacer
+from elastic_operator.slice_memo import SliceMemo
 
 logger = logging.getLogger("elastic_operator")
 
@@ -186,6 +187,9 @@ class Reconciler:
         # Job cache says so; never one only planned (a slow DELETE's Job is live: its pod
         # failing is a new failure, core/slices.py).
         self._sent_deletes: dict[tuple[str, str], set[str]] = {}
+        # What each job's reconciles derived from its slices' pods, for the next one
+        # (slice_memo.py: a failure costs a reconcile one slice, not the whole job).
+        self._memos: dict[tuple[str, str], SliceMemo] = {}
         self._lock = threading.Lock()
 
     def reconcile(self, namespace: str, name: str) -> bool:
@@ -227,6 +231,7 @@ class Reconciler:
         self._progress_streak.pop((namespace, name), None)
         self._deleted_jobs.pop((namespace, name), None)
         self._sent_deletes.pop((namespace, name), None)
+        self._memos.pop((namespace, name), None)
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
@@ -354,7 +359,8 @@ class Reconciler:
             # and whether a Job under replacement is being deleted yet.
             jobs=self._worker_jobs((namespace, name), jobset.name, planned=False)
             if jobset is not None else {},
-            workload=workload, pools=self._pools(job))
+            workload=workload, pools=self._pools(job),
+            memo=self._memos.setdefault((namespace, name), SliceMemo()))
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,

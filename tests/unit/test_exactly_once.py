@@ -34,6 +34,7 @@ from elastic_operator.core.plan import DeleteWorkerJob
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.status import compute_status
 from elastic_operator.observed import Observed, ObservedJob, ObservedPod
+from elastic_operator.slice_memo import SliceMemo
 from tests.builders import T0, etj, nodes_for, observed_jobset
 
 SLICES, HOSTS = 2, 2
@@ -82,6 +83,7 @@ class World:
     serial: int = 0
     injected: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(SLICES), 0))
     log: list[str] = field(default_factory=list)
+    parsed: dict[str, ObservedPod] = field(default_factory=dict)  # the operator's pod cache
 
     def uid(self, what: str) -> str:
         self.serial += 1
@@ -180,6 +182,13 @@ class World:
     # --- what the operator sees ---------------------------------------------------------
 
     def observed_pod(self, pod: Pod) -> ObservedPod:
+        """The pod as the operator's cache holds it: the same object until it changes."""
+        seen = self._parse(pod)
+        if self.parsed.get(pod.uid) != seen:
+            self.parsed[pod.uid] = seen
+        return self.parsed[pod.uid]
+
+    def _parse(self, pod: Pod) -> ObservedPod:
         at = lambda t: T0 + timedelta(seconds=_second(t))  # noqa: E731
         failed = pod.phase == "Failed"
         return ObservedPod(
@@ -216,17 +225,22 @@ class Operator:
     status: ElasticTrainingJobStatus | None = None
     deletes: list[str] = field(default_factory=list)  # sent later (follow-ups), or never
     deleted: set[str] = field(default_factory=set)  # planned by this process (reconciler)
+    memo: SliceMemo = field(default_factory=SliceMemo)  # kept by this process (reconciler)
 
     def look(self, world: World, *, crash: bool = False) -> None:
         now = T0 + timedelta(seconds=world.t)
         # The status reads the cluster as it is (a DELETE still queued deleted nothing);
         # planning takes the Jobs it is deleting for being deleted (no second DELETE).
-        status, _ = compute_status(self.job, world.observe(self.job, set()), self.status, now)
+        seen = world.observe(self.job, set())
+        result = compute_status(self.job, replace(seen, memo=self.memo), self.status, now)
+        # What the process kept from earlier looks changes nothing (slice_memo.py).
+        assert result == compute_status(self.job, seen, self.status, now), world.log[-12:]
         if crash:  # died before its status write: nothing happened
             return
-        self.status = status
-        observed = world.observe(self.job, self.deleted)
-        plan = plan_replacements("ns", "article", self.job.spec, status, observed, now)
+        self.status = result.status
+        observed = replace(world.observe(self.job, self.deleted), memo=self.memo)
+        plan = plan_replacements("ns", "article", self.job.spec, result.status, observed,
+                                 now)
         for action in plan.actions:
             if isinstance(action, DeleteWorkerJob):
                 self.deleted.add(action.uid)
@@ -247,6 +261,7 @@ class Operator:
     def restart(self) -> None:
         self.deletes.clear()
         self.deleted.clear()
+        self.memo = SliceMemo()
 
 
 def _check(world: World, op: Operator, seed: int, final: bool = False) -> None:

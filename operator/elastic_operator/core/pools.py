@@ -21,7 +21,7 @@ from elastic_api.conditions import Reason
 from elastic_api.models import PoolFailure, PoolStatus, RecoverySpec, SliceStatus
 from elastic_operator.core.blame import JOB_EVIDENCE_REASONS, NODE_EVIDENCE_REASONS, Evidence
 from elastic_operator.core.text import fmt_slices, plural
-from elastic_operator.observed import ObservedNode, ObservedPod, ObservedPool
+from elastic_operator.observed import Observed, ObservedNode, ObservedPod, ObservedPool
 
 # Pools named in a NoHealthyPool message (the rest are counted).
 MAX_POOLS_LISTED = 8
@@ -39,6 +39,12 @@ def slice_pool(pods: list[ObservedPod], nodes: dict[str, ObservedNode]) -> str |
     if not counted:
         return None
     return sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+def slice_pool_of(observed: Observed, index: int) -> str | None:
+    """slice_pool of slice `index` (from the memo while its pods and nodes are the same)."""
+    return observed.per_slice("pool", index, lambda: slice_pool(
+        observed.worker_pods_by_slice.get(index, []), observed.nodes))
 
 
 def spare_pools(pools: tuple[ObservedPool, ...], in_use: set[str]) -> list[str]:
@@ -96,7 +102,8 @@ def record_pools(
     by_name = {p.name: p for p in previous}
     horizon = now - timedelta(seconds=window_s)
     seen = {p.name: p for p in observed}
-    names = set(by_name) | pools_in_use(slices) | {name for name, _ in failed_on}
+    in_use = pools_in_use(slices)
+    names = set(by_name) | in_use | {name for name, _ in failed_on}
     out = []
     for name in sorted(names):
         prev = by_name.get(name)
@@ -116,7 +123,7 @@ def record_pools(
                 prev.quarantine_cause if prev else None)
         entry = PoolStatus(name=name, failures=failures[-keep:], quarantined=quarantined,
                            quarantined_at=since, quarantine_cause=cause)
-        if failures or quarantined or name in pools_in_use(slices):
+        if failures or quarantined or name in in_use:
             out.append(entry)
     return out
 

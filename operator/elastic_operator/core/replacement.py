@@ -58,7 +58,7 @@ from elastic_operator.core.pools import (
     quarantine_verdict,
     record_pools,
     refusals,
-    slice_pool,
+    slice_pool_of,
     spare_pools,
     taken_back,
     withdrawn,
@@ -148,7 +148,7 @@ def track_replacements(
     events: list[StatusEvent] = []
     for s in slices:
         pods = by_slice.get(s.index, [])
-        pool = slice_pool(pods, observed.nodes) or s.pool
+        pool = slice_pool_of(observed, s.index) or s.pool
         record = s.replacement
         last = s.last_replacement
         change = by_change.get(s.index)

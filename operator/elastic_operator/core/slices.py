@@ -17,7 +17,7 @@ is counted from the worker Job's own count (core/counting.py).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -163,8 +163,11 @@ def hosts_by_slice(observed: Observed, epoch: datetime | None = None
                    ) -> dict[int, list[HostView]]:
     """The hosts of each worker slice (by job-index), sorted by host index; with `epoch`,
     only pods created in or after its second (`of_this_admission`)."""
-    return {index: [host_view(pod, observed.nodes) for pod in newest_per_host(
-                [p for p in pods if of_this_admission(p, epoch)])]
+    def hosts(pods: list[ObservedPod]) -> Callable[[], tuple[HostView, ...]]:
+        return lambda: tuple(host_view(pod, observed.nodes) for pod in newest_per_host(
+            [p for p in pods if of_this_admission(p, epoch)]))
+
+    return {index: list(observed.per_slice("hosts", index, hosts(pods), epoch))
             for index, pods in worker_pods_by_slice(observed).items()}
 
 
