@@ -21,6 +21,7 @@ from elastic_api.names import (
     APPLIED_SPEC_ANNOTATION,
     COMPLETION_INDEX_LABEL,
     CONTROLLER_UID_LABEL,
+    HEAD_REPLICATED_JOB,
     IMPENDING_TERMINATION_TAINT,
     JOB_INDEX_LABEL,
     MAIN_CONTAINER,
@@ -424,25 +425,46 @@ class Observed:
     # None: compute everything (tests, one-off reads).
     memo: SliceMemo | None = field(default=None, compare=False, repr=False)
 
-    @cached_property
+    @property
     def worker_pods_by_slice(self) -> dict[int, list[ObservedPod]]:
         """The worker pods of each slice (its job-index): the one filter of worker pods.
-        Grouped once per observation (not a field: not compared, not copied by
-        `dataclasses.replace`); half a dozen stages read it, at 4,096 pods each pass over
-        them cost as much as a slice's whole verdict. Read-only."""
-        by_slice: dict[int, list[ObservedPod]] = {}
-        for pod in self.pods:
-            if pod.replicated_job == WORKER_REPLICATED_JOB and pod.slice_index is not None:
-                by_slice.setdefault(pod.slice_index, []).append(pod)
-        return by_slice
+        Read-only."""
+        return self._by_role[0]
+
+    @property
+    def head_pods(self) -> list[ObservedPod]:
+        """The pods of the head Job (every one seen, old ones too). Read-only."""
+        return self._by_role[1]
+
+    @cached_property
+    def _by_role(self) -> tuple[dict[int, list[ObservedPod]], list[ObservedPod]]:
+        """The pods grouped once per observation (not a field: not compared, not copied
+        by `dataclasses.replace`), and kept in the memo while they are the same: half a
+        dozen stages read them, and at 4,096 pods each pass over them cost as much as a
+        slice's whole verdict."""
+        def group() -> tuple[dict[int, list[ObservedPod]], list[ObservedPod]]:
+            by_slice: dict[int, list[ObservedPod]] = {}
+            heads = []
+            for pod in self.pods:
+                if pod.replicated_job == WORKER_REPLICATED_JOB and pod.slice_index is not None:
+                    by_slice.setdefault(pod.slice_index, []).append(pod)
+                elif pod.replicated_job == HEAD_REPLICATED_JOB:
+                    heads.append(pod)
+            return by_slice, heads
+        return group() if self.memo is None else self.memo.of_job("by role", self.pods, group)
 
     @cached_property
     def slice_inputs(self) -> dict[int, tuple[object, ...]]:
         """Per slice, what a value derived from its pods and their nodes depends on: each
         of its pods, then each one's node (None: not known). Read-only."""
         nodes = self.nodes
-        return {index: (*pods, *[nodes.get(p.node_name or "") for p in pods])
-                for index, pods in self.worker_pods_by_slice.items()}
+
+        def inputs() -> dict[int, tuple[object, ...]]:
+            return {index: (*pods, *[nodes.get(p.node_name or "") for p in pods])
+                    for index, pods in self.worker_pods_by_slice.items()}
+        if self.memo is None:
+            return inputs()
+        return self.memo.of_job("slice inputs", (self.pods, nodes), inputs)
 
     def per_slice(self, what: str, index: int, compute: Callable[[], T],
                   *more: object) -> T:

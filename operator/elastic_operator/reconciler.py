@@ -454,7 +454,7 @@ class Reconciler:
         if jobset is None or jobset.suspended or is_terminal(status):
             return
         restart = plan_trainer_restart(namespace, jobset.name, status.progress,
-                                       observed.pods)
+                                       observed.head_pods)
         if restart is not None and restart.pod_uid not in self._restarted_pods:
             self._restarted_pods.add(restart.pod_uid)  # its deletion is on its way
             self._act(raw, key, (restart,), now)

@@ -32,6 +32,7 @@ class SliceMemo:
     def __init__(self) -> None:
         self._inputs: dict[int, tuple[object, ...]] = {}
         self._values: dict[int, dict[str, tuple[tuple[object, ...], object]]] = {}
+        self._of_job: dict[str, tuple[tuple[object, ...], object]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -49,6 +50,18 @@ class SliceMemo:
         self.misses += 1
         value = compute()
         values[what] = (more, value)
+        return value
+
+    def of_job(self, what: str, inputs: tuple[object, ...], compute: Callable[[], T]) -> T:
+        """The same for a value derived from all of the job's pods (their grouping by
+        slice): kept while `inputs` is equal, element by element, to the last one."""
+        entry = self._of_job.get(what)
+        if entry is not None and entry[0] == inputs:
+            self.hits += 1
+            return entry[1]  # type: ignore[return-value]
+        self.misses += 1
+        value = compute()
+        self._of_job[what] = (inputs, value)
         return value
 
     def _current(self, index: int, inputs: tuple[object, ...]

@@ -230,8 +230,7 @@ def compute_slices(
     for index in range(num_slices):
         prev = _since_admission(prev_by_index.get(index), epoch)
         held = (held_down or {}).get(index) if frozen_reason is None else None
-        seen = SliceSeen(hosts.get(index, []), observed.jobs.get(index),
-                         worker_pods_of(observed, index))
+        seen = _seen(observed, index, hosts.get(index, []))
         status, change = slice_status(index, seen, prev, hosts_per_slice, now, frozen_reason,
                                       held)
         slices.append(status)
@@ -242,12 +241,20 @@ def compute_slices(
 
 @dataclass(frozen=True)
 class SliceSeen:
-    """What one look saw of a slice: its hosts, its worker Job (None: not seen), and
-    every pod of it (older ones too: the Job's count is read without Kueue's)."""
+    """What one look saw of a slice: its hosts, its worker Job (None: not seen), every
+    pod of it (older ones too), and the live Job's own count of failed pods, Kueue's
+    taken out (None: no live Job)."""
 
     hosts: list[HostView]
     job: ObservedJob | None = None
     pods: list[ObservedPod] = field(default_factory=list)
+    count: JobCount | None = None
+
+
+def _seen(observed: Observed, index: int, hosts: list[HostView]) -> SliceSeen:
+    job, pods = observed.jobs.get(index), worker_pods_of(observed, index)
+    count = observed.per_slice("count", index, lambda: JobCount.of(job, pods), job)
+    return SliceSeen(hosts, job, pods, count)
 
 
 def slice_status(
@@ -265,7 +272,7 @@ def slice_status(
         verdict = _Verdict("Down", held.reason, held.message, held.failed_at)
     planned = prev is not None and prev.replacement is not None \
         and prev.replacement.action == "Move"
-    count = JobCount.of(seen.job, seen.pods) if frozen_reason is None else None
+    count = seen.count if frozen_reason is None else None
     change = None
     if verdict.state == "Down" and prev_state != "Down" and not (held and held.new) \
             and _failed_job_torn_down(hosts, prev, seen.job):

@@ -324,7 +324,7 @@ def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> T
     report) and the trainer process now reporting."""
     not_ready = frozenset(s.index for s in tracking.slices if s.state != "Ready")
     signals = TrainerSignals(reports_recovery=reports_recovery(ctx.spec, ctx.previous),
-                             main=head_main(ctx.observed.pods), checkpoint=ctx.checkpoint)
+                             main=head_main(ctx.observed.head_pods), checkpoint=ctx.checkpoint)
     recovery = track_recovery(ctx.previous, ctx.report, tracking.changes, ctx.now, not_ready,
                               signals, evicted_since=gates.admission.evicted_since)
     record = recovery.record
@@ -349,7 +349,7 @@ def track_steps(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     report = ctx.report
     active = report.active_slices if report is not None else None
     signals = ProgressSignals(hold=_hold(ctx, gates, tracking, trainer),
-                              saving=_saving(ctx), head=newest_head(ctx.observed.pods),
+                              saving=_saving(ctx), head=newest_head(ctx.observed.head_pods),
                               all_slices_active=active is None
                               or active >= ctx.spec.tpu.num_slices,
                               stall_restarts=ctx.previous.counters.stall_restarts)
