@@ -42,27 +42,12 @@ class SliceMemo:
         and nodes) and `more`: each element the same object or equal to it. `compute`
         must be a pure function of them, and its result is shared between reconciles:
         never mutated."""
-        values = self._current(index, inputs)
-        entry = values.get(what)
-        if entry is not None and entry[0] == more:
-            self.hits += 1
-            return entry[1]  # type: ignore[return-value]
-        self.misses += 1
-        value = compute()
-        values[what] = (more, value)
-        return value
+        return self._kept(self._current(index, inputs), what, more, compute)
 
     def of_job(self, what: str, inputs: tuple[object, ...], compute: Callable[[], T]) -> T:
         """The same for a value derived from all of the job's pods (their grouping by
         slice): kept while `inputs` is equal, element by element, to the last one."""
-        entry = self._of_job.get(what)
-        if entry is not None and entry[0] == inputs:
-            self.hits += 1
-            return entry[1]  # type: ignore[return-value]
-        self.misses += 1
-        value = compute()
-        self._of_job[what] = (inputs, value)
-        return value
+        return self._kept(self._of_job, what, inputs, compute)
 
     def _current(self, index: int, inputs: tuple[object, ...]
                  ) -> dict[str, tuple[tuple[object, ...], object]]:
@@ -74,3 +59,16 @@ class SliceMemo:
             if old is None or old != inputs:
                 self._values[index] = {}
         return self._values.setdefault(index, {})
+
+    def _kept(self, table: dict[str, tuple[tuple[object, ...], object]], what: str,
+              inputs: tuple[object, ...], compute: Callable[[], T]) -> T:
+        """table[what]'s value if it was computed from `inputs` (equal element by element,
+        identity first), else compute() kept in its place; counted as a hit or a miss."""
+        entry = table.get(what)
+        if entry is not None and entry[0] == inputs:
+            self.hits += 1
+            return entry[1]  # type: ignore[return-value]
+        self.misses += 1
+        value = compute()
+        table[what] = (inputs, value)
+        return value

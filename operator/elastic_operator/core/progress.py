@@ -243,15 +243,6 @@ def plan_trainer_restart(namespace: str, jobset: str, progress: ProgressStatus |
                           pod.job_uid, pod.name, restart.pod_uid, restart.step)
 
 
-def newest_head(pods: Sequence[ObservedPod]) -> ObservedPod | None:
-    """The newest head pod, if it runs and is not going."""
-    heads = [p for p in pods if p.replicated_job == HEAD_REPLICATED_JOB]
-    if not heads:
-        return None
-    newest = max(heads, key=lambda p: (p.created_at is not None, p.created_at or 0, p.name))
-    return None if newest.terminating or newest.phase != "Running" else newest
-
-
 # --- the stage --------------------------------------------------------------------------
 
 

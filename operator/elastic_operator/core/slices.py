@@ -18,7 +18,7 @@ is counted from the worker Job's own count (core/counting.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -241,20 +241,19 @@ def compute_slices(
 
 @dataclass(frozen=True)
 class SliceSeen:
-    """What one look saw of a slice: its hosts, its worker Job (None: not seen), every
-    pod of it (older ones too), and the live Job's own count of failed pods, Kueue's
-    taken out (None: no live Job)."""
+    """What one look saw of a slice: its hosts, its worker Job (None: not seen), and
+    the live Job's own count of failed pods, read from every pod of the slice (older
+    ones too), Kueue's taken out (None: no live Job)."""
 
     hosts: list[HostView]
     job: ObservedJob | None = None
-    pods: list[ObservedPod] = field(default_factory=list)
     count: JobCount | None = None
 
 
 def _seen(observed: Observed, index: int, hosts: list[HostView]) -> SliceSeen:
     job, pods = observed.jobs.get(index), worker_pods_of(observed, index)
     count = observed.per_slice("count", index, lambda: JobCount.of(job, pods), job)
-    return SliceSeen(hosts, job, pods, count)
+    return SliceSeen(hosts, job, count)
 
 
 def slice_status(

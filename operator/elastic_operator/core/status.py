@@ -85,7 +85,6 @@ from elastic_operator.core.pools import pools_in_use, spare_pools
 from elastic_operator.core.progress import (
     ProgressSignals,
     ProgressUpdate,
-    newest_head,
     track_progress,
 )
 from elastic_operator.core.ready import JobSummary, Readiness, readiness
@@ -99,7 +98,12 @@ from elastic_operator.core.topology import (
     spares_placed_by_kueue,
     topology_condition,
 )
-from elastic_operator.core.unreported import TrainerSignals, head_main, reports_recovery
+from elastic_operator.core.unreported import (
+    TrainerSignals,
+    head_main,
+    newest_head,
+    reports_recovery,
+)
 from elastic_operator.observed import Observed, ObservedJobSet, parse_time
 
 

@@ -59,15 +59,19 @@ def reports_recovery(spec: ElasticTrainingJobSpec, previous: ElasticTrainingJobS
                                 or report.elastic_events_total > 0))
 
 
-def head_main(pods: Iterable[ObservedPod]) -> ObservedContainer | None:
-    """The `main` container of the newest head pod, if that pod runs and is not going."""
+def newest_head(pods: Iterable[ObservedPod]) -> ObservedPod | None:
+    """The newest head pod, if it runs and is not going."""
     heads = [p for p in pods if p.replicated_job == HEAD_REPLICATED_JOB]
     if not heads:
         return None
     newest = max(heads, key=lambda p: (p.created_at is not None, p.created_at or 0, p.name))
-    if newest.terminating or newest.phase != "Running":
-        return None
-    return newest.main
+    return None if newest.terminating or newest.phase != "Running" else newest
+
+
+def head_main(pods: Iterable[ObservedPod]) -> ObservedContainer | None:
+    """The `main` container of the newest head pod, if that pod runs and is not going."""
+    head = newest_head(pods)
+    return head.main if head is not None else None
 
 
 def main_ran_through(main: ObservedContainer | None, detected_at: datetime) -> bool:
