@@ -40,6 +40,9 @@ _SLICE_LABELS = ["namespace", "job", "slice"]
 # Every status.phase, for the one-hot etj_job_phase.
 PHASES = tuple(sorted(v for k, v in vars(Phase).items() if k.isupper()))
 _DOWN_STATES = ("Down", "Restarting")
+# The phases of a reconcile (reconciler.py), in order, as etj_reconcile_phase_seconds
+# labels them.
+RECONCILE_PHASES = ("read", "plan", "observe", "status", "write", "replace")
 QUARANTINE_METRIC = "etj_pool_quarantined_timestamp_seconds"
 
 
@@ -108,6 +111,19 @@ class OperatorMetrics:
         """The operator itself: reconciles, leadership, caches."""
         self.reconcile_duration = Histogram(
             "etj_reconcile_duration_seconds", "Duration of one reconcile of one job.",
+            buckets=_RECONCILE_BUCKETS, registry=registry)
+        self.reconcile_phase = Histogram(
+            "etj_reconcile_phase_seconds", "Wall time of each phase of a reconcile: read "
+            "(the job, parsed and rendered), plan (its children ensured), observe (pods, "
+            "nodes, Jobs gathered), status (computed), write (the status PATCH), replace "
+            "(the slice replacement planned and handed on).", ["phase"],
+            buckets=_RECONCILE_BUCKETS, registry=registry)
+        for phase in RECONCILE_PHASES:
+            self.reconcile_phase.labels(phase)
+        self.reconcile_cpu = Histogram(
+            "etj_reconcile_cpu_seconds", "CPU time of the thread that ran one reconcile: "
+            "against etj_reconcile_duration_seconds, what a slow reconcile waited for (the "
+            "CPU, or the API server) rather than worked.",
             buckets=_RECONCILE_BUCKETS, registry=registry)
         self.reconcile_errors = Counter(
             "etj_reconcile_errors_total",
@@ -548,3 +564,19 @@ class _QuarantineCollector(Collector):
         for pool, (reason, since) in sorted(pool_quarantines(self.source()).items()):
             family.add_metric([pool, reason], since)
         yield family
+
+
+class PhaseTimer:
+    """Times a reconcile's phases into etj_reconcile_phase_seconds: each mark observes
+    the wall time since the one before (or since the timer started)."""
+
+    def __init__(self, histogram: Histogram, monotonic: Callable[[], float]) -> None:
+        self._histogram = histogram
+        self._monotonic = monotonic
+        self._last = monotonic()
+
+    def mark(self, phase: str) -> None:
+        assert phase in RECONCILE_PHASES, phase
+        now = self._monotonic()
+        self._histogram.labels(phase).observe(now - self._last)
+        self._last = now

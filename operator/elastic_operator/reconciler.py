@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -71,7 +72,7 @@ from elastic_operator.core.status import (
 )
 from elastic_operator.followups import FollowUpRunner, Inline
 from elastic_operator.kube import ApiError, Kube, NotLeading
-from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.metrics import OperatorMetrics, PhaseTimer
 from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.observations import Observations
 from elastic_operator.observed import (
@@ -194,7 +195,7 @@ class Reconciler:
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
-        started = self.clock.monotonic()
+        started, cpu = self.clock.monotonic(), time.thread_time()
         try:
             self._reconcile_fresh(namespace, name)
             return True
@@ -211,6 +212,7 @@ class Reconciler:
             self._failed(namespace, name)
         finally:
             self.metrics.reconcile_duration.observe(self.clock.monotonic() - started)
+            self.metrics.reconcile_cpu.observe(time.thread_time() - cpu)
         return False
 
     def _failed(self, namespace: str, name: str) -> None:
@@ -315,6 +317,7 @@ class Reconciler:
                 logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
 
     def _reconcile(self, namespace: str, name: str, fresh: bool = False) -> None:
+        timer = PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic)
         raw = self._read_job(namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return
@@ -324,6 +327,7 @@ class Reconciler:
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             self._report_invalid_spec(raw, str(e))
             return
+        timer.mark("read")
         job = parsed.job
         if job.spec.multikueue:  # it runs in a worker cluster; here, only its Workload
             self._reconcile_dispatched(raw, parsed, rendered)
@@ -349,6 +353,7 @@ class Reconciler:
             return
         if plan.why_not is None:
             self._children_ensured.add(children)
+        timer.mark("plan")
 
         observed = Observed(
             jobset=jobset, pods=pods,
@@ -361,6 +366,7 @@ class Reconciler:
             if jobset is not None else {},
             workload=workload, pools=self._pools(job),
             memo=self._memos.setdefault((namespace, name), SliceMemo()))
+        timer.mark("observe")
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,
@@ -368,16 +374,19 @@ class Reconciler:
         self.observations.note_failures(namespace, name, job.metadata.uid or "",
                                         new_status.pools)
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
+        timer.mark("status")
         # The status first: it records what the replacement is about to do, and carries
         # the change's Events. Then the replacement (the slice back at once matters more
         # than telling of it), then the Events (whoever sees one finds both done).
         with self._writing_status(namespace, name):
             pending = self._write_status(raw, parsed.previous, new_status, events, now)
         self._record_reaction(namespace, events, observed)
+        timer.mark("write")
         try:
             self._replace(raw, job, new_status, observed, now)
         finally:
             self._post_events(raw, pending, now)
+        timer.mark("replace")
         warn_in = next_look_in(new_status.admission, self.pods_ready, now)
         if warn_in is not None and self.wake is not None:  # Kueue's deadline draws near
             self.wake(namespace, name, warn_in + 0.1)

@@ -2,7 +2,8 @@
 each request): an admitted job whose children the API server refuses is reported once,
 not retried as an error; API errors are told apart by their parsed Status; the JobSet
 is read once per reconcile; a failed checkpoint scan keeps the last good step; the status
-write is conditional on the job's version and a change's Events are posted once."""
+write is conditional on the job's version and a change's Events are posted once; each
+phase of a reconcile is timed once."""
 from __future__ import annotations
 
 import copy
@@ -25,6 +26,7 @@ from elastic_api.names import (
 )
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.kube import ApiError, NotLeading
+from elastic_operator.metrics import RECONCILE_PHASES
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
     ObservedJob,
@@ -34,6 +36,7 @@ from elastic_operator.observed import (
     pod_from_dict,
 )
 from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at
+from tests.support.clock import FakeClock
 from tests.support.executors import Deferred
 from tests.support.stand_in_kube import (
     WORKER_JOB_CACHE_READ,
@@ -862,3 +865,37 @@ def test_our_earlier_write_coming_back_late_is_still_ours() -> None:
     assert rec.reconcile("ml", "train")
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     assert kube.job["status"]["slices"][0]["state"] == "Ready"
+
+
+class TickingClock(FakeClock):
+    """Each monotonic() read is a second later: every timed stretch takes time."""
+
+    def monotonic(self) -> float:
+        self.ticks += 1.0
+        return self.ticks
+
+
+def test_a_reconcile_times_each_phase_once_within_its_duration() -> None:
+    kube = StandInKube(the_job())
+    rec, registry = reconciler(kube, clock=TickingClock(T0))
+    assert rec.reconcile("ml", "train") and kube.patches  # through to the status write
+
+    def count(name: str, **labels: str) -> float:
+        return registry.get_sample_value(f"{name}_count", labels) or 0.0
+
+    assert {p: count("etj_reconcile_phase_seconds", phase=p) for p in RECONCILE_PHASES} \
+        == dict.fromkeys(RECONCILE_PHASES, 1.0)
+    assert count("etj_reconcile_cpu_seconds") == count("etj_reconcile_duration_seconds") == 1
+    phases = sum(registry.get_sample_value("etj_reconcile_phase_seconds_sum", {"phase": p})
+                 or 0.0 for p in RECONCILE_PHASES)
+    assert 0 < phases < (registry.get_sample_value("etj_reconcile_duration_seconds_sum") or 0)
+
+
+def test_a_reconcile_of_a_job_being_deleted_times_no_phase() -> None:
+    kube = StandInKube(the_job())
+    kube.job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    rec, registry = reconciler(kube, clock=TickingClock(T0))
+    assert rec.reconcile("ml", "train") and kube.patches == []
+    assert all((registry.get_sample_value("etj_reconcile_phase_seconds_count", {"phase": p})
+                or 0.0) == 0 for p in RECONCILE_PHASES)
+    assert registry.get_sample_value("etj_reconcile_cpu_seconds_count") == 1
