@@ -1,5 +1,5 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--jobs N] [--before REV]
-[--scale-sizes SIZES] [--load LOAD] [--load-control-plane]`
+[--scale-sizes SIZES] [--load LOAD] [--load-control-plane] [--operator-nice N]`
 
 Runs the benchmarks, writes one JSON file per benchmark and a merged summary.json under
 bench/results/ (gitignored), and, for a full (non-quick) run, regenerates the table in
@@ -67,7 +67,8 @@ def source_of(revision: str, into: Path) -> Path:
 
 
 def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
-              load: float = 0.0, load_control_plane: bool = False) -> dict[str, Any]:
+              load: float = 0.0, load_control_plane: bool = False,
+              operator_nice: int = 0) -> dict[str, Any]:
     """One job per size, on a cluster of its own; a size that does not fit is reported."""
     from bench import detection
 
@@ -76,7 +77,8 @@ def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
         shape = detection.Shape(1, slices, topology, backend)
         try:
             results.append(detection.run(1, quick=quick, shape=shape, max_events=slices,
-                                         load=load, load_control_plane=load_control_plane))
+                                         load=load, load_control_plane=load_control_plane,
+                                         operator_nice=operator_nice))
         except Exception as err:
             traceback.print_exc()
             results.append({"shape": shape.label, "error": f"{type(err).__name__}: {err}"})
@@ -108,7 +110,8 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
                                                  else DEFAULT_SCALE_SIZES))
         load = args.load if args.load is not None else (0.0 if args.quick
                                                         else DEFAULT_SCALE_LOAD)
-        return lambda: run_scale(sizes, args.quick, load, args.load_control_plane)
+        return lambda: run_scale(sizes, args.quick, load, args.load_control_plane,
+                                 args.operator_nice)
     if name == "replacement":
         from bench import replacement
 
@@ -151,6 +154,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="scale: load the cluster's control plane and kwok as well (the whole "
                         "machine at LOAD); by default they run ahead of the burners, as on "
                         "GKE they run off the operator's node")
+    p.add_argument("--operator-nice", type=int, default=0, metavar="N",
+                   help="scale: run the operator's session and threads at nice N against "
+                        "the burners' 0 (default 0: it weighs as much as one burner; -5: "
+                        "about three; docs/benchmarks.md): how detection under load "
+                        "depends on the CPU share the kernel gives the operator")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON results go (default bench/results)")
     p.add_argument("--docs", type=Path, default=DOCS,

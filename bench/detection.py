@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -313,7 +314,9 @@ class BenchOperator(OperatorProcess):
     sampling of its CPU time and resident memory (peak sampled every 0.2 s).
     `source`: a checkout whose operator runs instead of this one (no election flags)."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, source: Path | None = None) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, source: Path | None = None, *,
+                 nice: int = 0) -> None:
+        self.nice = nice
         self.counts_file = workdir / "operator-requests.json"
         self.source = source
         paths = [str(REPO), os.environ.get("PYTHONPATH")]
@@ -341,6 +344,8 @@ class BenchOperator(OperatorProcess):
 
         self.spawn()
         self.ps = psutil.Process(self.pid)
+        if self.nice and not favour({"operator": self.pid}, self.nice):
+            raise RuntimeError(f"could not run the operator at nice {self.nice} (not root?)")
         self._sampling.set()
         threading.Thread(target=self._sample, name="rss-sampler", daemon=True).start()
         self.wait_healthy(timeout)
@@ -360,6 +365,19 @@ class BenchOperator(OperatorProcess):
     def rss(self) -> int:
         return int(self.ps.memory_info().rss)
 
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds by thread name, numbered threads summed (reconcile-0, -1, ...);
+        a thread the shim has not named yet is "unnamed"."""
+        try:
+            names: dict[str, str] = json.loads(Path(f"{self.counts_file}.threads").read_text())
+        except (OSError, ValueError):
+            names = {}
+        out: dict[str, float] = {}
+        for thread in self.ps.threads():
+            name = re.sub(r"-\d+$", "", names.get(str(thread.id), "unnamed"))
+            out[name] = out.get(name, 0.0) + thread.user_time + thread.system_time
+        return out
+
     def requests(self) -> dict[str, int]:
         try:
             data: dict[str, int] = json.loads(self.counts_file.read_text())
@@ -370,6 +388,14 @@ class BenchOperator(OperatorProcess):
     def stop(self, timeout: float = 30) -> None:
         self._sampling.clear()
         super().stop(timeout)
+
+
+def _thread_cpu(phases: Phases) -> dict[str, float]:
+    """CPU seconds by thread name over the failure phase, most first: what the reconciles
+    had to share the operator's CPU with (the caches' threads, the follow-ups)."""
+    start, end = phases.threads.get("events", {}), phases.threads.get("end", {})
+    used = {name: round(cpu - start.get(name, 0.0), 2) for name, cpu in end.items()}
+    return dict(sorted(((k, v) for k, v in used.items() if v > 0), key=lambda kv: -kv[1]))
 
 
 def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -396,6 +422,7 @@ class Phases:
     recovered: bool = False  # every failed slice Ready again when the run ended
 
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    threads: dict[str, dict[str, float]] = field(default_factory=dict)  # thread_cpu()
     # The API server's own request metrics at "events" and "end" (bench.internals.server).
     server: dict[str, dict[str, float]] = field(default_factory=dict)
     # The machine's load average (1, 5, 15 min) at each mark: it is shared.
@@ -405,6 +432,7 @@ class Phases:
         self.wall[name] = time.time()
         self.load[name] = [round(x, 2) for x in os.getloadavg()]
         self.cpu[name] = operator.cpu_seconds()
+        self.threads[name] = operator.thread_cpu()
         self.requests[name] = operator.requests()
         self.seconds[name] = time.monotonic()
         try:
@@ -426,12 +454,13 @@ class Phases:
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         shape: Shape | None = None, operator_source: Path | None = None,
         max_events: int | None = None, load: float = 0.0,
-        load_control_plane: bool = False) -> dict[str, Any]:
+        load_control_plane: bool = False, operator_nice: int = 0) -> dict[str, Any]:
     """The benchmark on its own cluster. `shape` defaults to N x 4 slices x v5e 4x4.
     `load` > 0: bench.load's generator keeps the machine's load average there from the
     moment every job runs (the failures wait for it to get there, a few minutes at most),
     the cluster's control plane and kwok run ahead of it (bench.load.favour) unless
-    `load_control_plane`."""
+    `load_control_plane`. `operator_nice`: the operator's session and threads at that nice
+    (bench.load.favour), its weight against the burners' (0: one burner's)."""
     from elastic_devtools import localcluster as lc
 
     shape = shape or Shape(n_jobs, 4, "4x4")
@@ -449,7 +478,8 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     generator = LoadGenerator(load)
     names = [f"bench-{i:03d}" for i in range(shape.jobs)]
     try:
-        operator = BenchOperator(cluster.kubeconfig, workdir, operator_source)
+        operator = BenchOperator(cluster.kubeconfig, workdir, operator_source,
+                                 nice=operator_nice)
         _start_jobs(cluster, shape, names, tl, phases, operator)
         generator.start()
         _measure(cluster, shape, tl, phases, operator, quick, max_events, generator)
@@ -463,6 +493,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         lc.down(cluster_dir, progress=_log)
     result = _result(shape, names, tl, phases, cluster_up_s, quick)
     result["operator_source"] = str(operator_source) if operator_source else None
+    result["operator_nice"] = operator_nice
     result["load_generator"] = {
         **generator.summary(phases.wall.get("events"), phases.wall.get("end")),
         "settle_seconds": phases.settle_s,
@@ -717,6 +748,7 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
             "quiet_per_minute": (cpu["events"] - cpu["quiet"]) / kpods * 60.0 / quiet_s,
             "per_slice_event": ratio(cpu["end"] - cpu["events"], events),
         },
+        "operator_thread_cpu_seconds": _thread_cpu(phases),
         "operator_rss_bytes": {"idle": phases.idle_rss, "steady": phases.rss_steady,
                                "peak": phases.peak_rss},
         "operator_peak_rss_mib_per_1000_pods": phases.peak_rss / 2**20 / kpods,

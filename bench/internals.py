@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from elastic_api.names import GROUP, PLURAL, VERSION
-from elastic_operator.metrics import request_kind
+from elastic_operator.metrics import RECONCILE_PHASES, request_kind
 
 Scrape = dict[str, float]  # 'name{labels}' -> value (OperatorProcess.metrics)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -99,6 +99,12 @@ def internals(start: Scrape, end: Scrape, seconds: float) -> dict[str, Any]:
         # is reconciled back to back and every change waits for the one before.
         "reconcile_busy_ratio": busy / seconds if seconds > 0 else None,
         "queue_wait_seconds": histogram(start, end, "etj_work_queue_wait_seconds"),
+        # CPU against wall time: a reconcile slow for little CPU waited (for the CPU,
+        # the GIL or the API server), and the phases say where.
+        "reconcile_cpu_seconds": histogram(start, end, "etj_reconcile_cpu_seconds"),
+        "reconcile_phase_seconds": {
+            phase: histogram(start, end, "etj_reconcile_phase_seconds", phase=phase)
+            for phase in RECONCILE_PHASES},
         "slice_down_reaction_seconds": histogram(start, end, "etj_slice_down_reaction_seconds"),
         "status_writes": {
             "change": counter(start, end, "etj_status_writes_total", kind="change"),

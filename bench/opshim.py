@@ -78,13 +78,17 @@ def install() -> None:
 
 
 def _writer(path: str) -> None:
+    """The counts to `path`; to `path`.threads which native thread is which Python
+    thread (bench.detection reads each thread's CPU time off /proc and names it)."""
     while True:
         with _lock:
             data = dict(_counts)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        threads = {str(t.native_id): t.name for t in threading.enumerate()}
+        for target, content in ((path, data), (f"{path}.threads", threads)):
+            tmp = f"{target}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(content, f)
+            os.replace(tmp, target)
         time.sleep(0.5)
 
 

@@ -160,6 +160,7 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
              "held back", f"{writes['change'] / events:.2f}; {writes['progress'] / events:.2f}; "
              f"{writes['deferred'] / events:.2f}", "-", "-"),
         ]
+    rows += _reconcile_phase_rows(d)
     rows += _status_write_time_rows(d)
     seen = d.get("status_writes_seen")
     if seen:
@@ -172,7 +173,9 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
                      f"{seen['others_per_slice_event']:.2f}", "-", "-"))
     gen = d.get("load_generator")
     if gen and gen.get("target"):
-        rows.append((f"{shape}: load generator (bench/load.py), target {_n(gen['target'])}: "
+        nice = d.get("operator_nice") or 0
+        rows.append((f"{shape}: load generator (bench/load.py), target {_n(gen['target'])}"
+                     f"{f', the operator at nice {nice}' if nice else ''}: "
                      "1-minute load during the failures, mean (min-max); CPU burners, mean",
                      f"{_n(gen['load1_mean'])} ({_n(gen['load1_min'])}-"
                      f"{_n(gen['load1_max'])}); {_n(gen['burners_mean'])}", "-", "-"))
@@ -181,6 +184,18 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
         rows.append((f"{shape}: load average (1/5/15 min) as the failures began; at the end",
                      f"{load['events']}; {load['end']}", "-", "-"))
     return rows
+
+
+def _reconcile_phase_rows(d: dict[str, Any]) -> list[Row]:
+    """Where a reconcile's wall time went, phase by phase, and how much of it was CPU."""
+    inside = d.get("operator_internals") or {}
+    phases, cpu = inside.get("reconcile_phase_seconds"), inside.get("reconcile_cpu_seconds")
+    if not phases or not cpu:
+        return []
+    split = "; ".join(f"{name} {_s(h['mean'])} / {_s(h['p99'])}" for name, h in phases.items())
+    return [(f"{d['shape']}: a reconcile's phases, mean / p99 (bench/internals.py); its "
+             "thread's CPU time, mean / p99", f"{split}; CPU {_s(cpu['mean'])} / "
+             f"{_s(cpu['p99'])}", "-", "-")]
 
 
 def _status_write_time_rows(d: dict[str, Any]) -> list[Row]:

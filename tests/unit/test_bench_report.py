@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from bench import report
 from bench.common import percentile, ratio, stats, union_seconds
 from bench.opshim import classify
+from elastic_operator.metrics import RECONCILE_PHASES
 
 
 @given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=50),
@@ -227,6 +228,30 @@ def test_internals_read_the_operators_metrics_over_the_phase() -> None:
     assert got["reconcile_seconds"]["mean"] == pytest.approx(0.25)
     assert got["reconcile_busy_ratio"] == pytest.approx(0.5)
     assert got["api_request_mean_seconds"] == {"delete jobs": 0.25}  # watches: not latency
+    assert got["reconcile_cpu_seconds"]["count"] == 0  # not in either scrape
+    assert set(got["reconcile_phase_seconds"]) == set(RECONCILE_PHASES)
+
+
+def test_the_phases_row_says_each_phase_and_the_cpu() -> None:
+    h = {"count": 2, "mean": 0.1, "p50": 0.1, "p99": 0.5}
+    d = {"shape": "s", "operator_internals": {
+        "reconcile_phase_seconds": dict.fromkeys(RECONCILE_PHASES, h),
+        "reconcile_cpu_seconds": {"count": 2, "mean": 0.02, "p50": 0.02, "p99": 0.06}}}
+    [(label, value, _, _)] = report._reconcile_phase_rows(d)
+    assert label.startswith("s: a reconcile's phases")
+    assert value == "; ".join(f"{p} 100 ms / 500 ms" for p in RECONCILE_PHASES) + \
+        "; CPU 20 ms / 60 ms"
+    assert report._reconcile_phase_rows({"shape": "s", "operator_internals": {}}) == []
+
+
+def test_thread_cpu_is_the_phases_difference_by_name_most_first() -> None:
+    from bench.detection import Phases, _thread_cpu
+
+    phases = Phases(threads={"events": {"reconcile": 1.0, "informer-pods": 2.0},
+                             "end": {"reconcile": 4.0, "informer-pods": 3.0, "new": 0.5}})
+    got = _thread_cpu(phases)
+    assert got == {"reconcile": 3.0, "informer-pods": 1.0, "new": 0.5}
+    assert list(got) == ["reconcile", "informer-pods", "new"]
 
 
 def test_the_api_servers_view_splits_a_requests_time_and_keeps_to_the_resources_asked() -> None:
