@@ -170,7 +170,11 @@ install_operator() {
   "$HELM" install "$RELEASE" "$ROOT/charts/elastic-operator" --namespace "$OPERATOR_NS" \
     -f "$WORK/operator-values.yaml" \
     --set image.repository=elastic-operator --set image.tag="$E2E_TAG" \
-    --set image.pullPolicy=Never --set operator.logFormat=text --wait --timeout "${TIMEOUT_S}s"
+    --set image.pullPolicy=Never --set operator.logFormat=text \
+    --set resources.requests.cpu=100m --wait --timeout "${TIMEOUT_S}s"
+  # 100m, not the chart's 500m: this one 2-CPU node holds the control plane (~1 CPU of
+  # requests) and JobSet's controller (500m); two replicas and a rolling upgrade's third
+  # at 500m would not fit. The request sizes a busy node's share, not what this tests.
   # Two replicas (the chart's default): each is checked; one leads through the Lease.
   local pods pod
   pods=$(operator_pods)
