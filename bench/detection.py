@@ -366,15 +366,16 @@ class BenchOperator(OperatorProcess):
         return int(self.ps.memory_info().rss)
 
     def thread_cpu(self) -> dict[str, float]:
-        """CPU seconds by thread name, numbered threads summed (reconcile-0, -1, ...);
-        a thread the shim has not named yet is "unnamed"."""
+        """CPU seconds by thread name, numbered threads summed (reconcile-0, -1, ...; a
+        pool's ThreadPoolExecutor-0_0, ckpt-scan_0); a thread the shim has not named yet
+        is "unnamed"."""
         try:
             names: dict[str, str] = json.loads(Path(f"{self.counts_file}.threads").read_text())
         except (OSError, ValueError):
             names = {}
         out: dict[str, float] = {}
         for thread in self.ps.threads():
-            name = re.sub(r"-\d+$", "", names.get(str(thread.id), "unnamed"))
+            name = re.sub(r"([-_]\d+)+$", "", names.get(str(thread.id), "unnamed"))
             out[name] = out.get(name, 0.0) + thread.user_time + thread.system_time
         return out
 
