@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -826,6 +826,20 @@ def test_naive_timestamps_are_read_as_utc() -> None:
     prev = running(job).model_copy(update={"training": report})
     status, _ = compute_status(job, observe(pods), prev, s(6))
     assert status.last_recovery is not None and status.last_recovery.detected_at == s(1)
+
+
+def test_a_naive_timestamp_in_a_list_is_read_as_utc() -> None:
+    stored = {"slices": [
+        {"index": 0, "state": "Ready", "lastTransitionTime": "2026-11-29T12:00:00Z"},
+        {"index": 1, "state": "Down", "lastTransitionTime": "2026-11-29T12:00:05"}]}
+    previous, _ = parse_status(stored)
+    assert [sl.last_transition_time for sl in previous.slices] == [
+        datetime(2026, 11, 29, 12, 0, tzinfo=UTC), datetime(2026, 11, 29, 12, 0, 5, tzinfo=UTC)]
+    # With every time zoned (nothing to copy), the same status.
+    zoned = {"slices": [dict(sl, lastTransitionTime=sl["lastTransitionTime"].rstrip("Z") + "Z")
+                        for sl in stored["slices"]]}
+    again, _ = parse_status(zoned)
+    assert again == previous
 
 
 json_values = st.recursive(
