@@ -40,6 +40,14 @@ class NodeIndex:
         self._pods_on: dict[str, dict[tuple[str, str], JobKey]] = {}
         # job -> (its uid, {pool: times its slices failed there, blamed on the job}).
         self._failures: dict[JobKey, tuple[str, dict[str, list[datetime]]]] = {}
+        # The nodes of each TPU shape by pool, sorted, as of `_nodes_version` (bumped when
+        # a node is added, changed or removed): each reconcile reads its job's shape, and
+        # at one node per host (4,096 for the largest job) grouping every node anew cost
+        # a fifth of a reconcile's CPU; the nodes themselves change far more rarely than
+        # the pods, whose churn is when reconciles come fastest.
+        self._nodes_version = 0
+        self._by_shape: dict[tuple[str, str], tuple[int, dict[str, tuple[ObservedNode, ...]]]] \
+            = {}
 
     # --- the node watch ---
 
@@ -47,13 +55,16 @@ class NodeIndex:
         """Record a node; the jobs with pods on it if its readiness changed (not on the
         first sight of a node: the initial listing is the resync's business)."""
         with self._lock:
+            if self._nodes.get(node.name) != node:  # not a heartbeat that changed nothing
+                self._nodes_version += 1
             self._nodes[node.name] = node
             return self._readiness_changed(node.name, node.ready)
 
     def node_gone(self, name: str) -> list[JobKey]:
         """A deleted node is not ready: the jobs with pods on it, if it was."""
         with self._lock:
-            self._nodes.pop(name, None)
+            if self._nodes.pop(name, None) is not None:
+                self._nodes_version += 1
             return self._readiness_changed(name, False)
 
     def _readiness_changed(self, name: str, ready: bool) -> list[JobKey]:
@@ -131,14 +142,25 @@ class NodeIndex:
         """The node pools whose nodes have this TPU accelerator and topology, each marked
         if pods of another job than `job` run on it (a spare must be free)."""
         with self._lock:
-            members: dict[str, list[ObservedNode]] = {}
-            for node in self._nodes.values():
-                if node.pool and node.accelerator == accelerator and node.topology == topology:
-                    members.setdefault(node.pool, []).append(node)
             return tuple(
                 ObservedPool(
-                    name=pool, nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+                    name=pool, nodes=nodes,
                     used_by_others=any(owner != job for n in nodes
                                        for owner in self._pods_on.get(n.name, {}).values()),
                     failures_of_others=self._marks_of_others(pool, job))
-                for pool, nodes in sorted(members.items()))
+                for pool, nodes in self._pools_of(accelerator, topology).items())
+
+    def _pools_of(self, accelerator: str, topology: str) -> dict[str, tuple[ObservedNode, ...]]:
+        """The nodes of this shape by pool, pools and nodes sorted by name (the caller
+        holds the lock): grouped again only when a node changed since the last time."""
+        kept = self._by_shape.get((accelerator, topology))
+        if kept is not None and kept[0] == self._nodes_version:
+            return kept[1]
+        members: dict[str, list[ObservedNode]] = {}
+        for node in self._nodes.values():
+            if node.pool and node.accelerator == accelerator and node.topology == topology:
+                members.setdefault(node.pool, []).append(node)
+        grouped = {pool: tuple(sorted(nodes, key=lambda n: n.name))
+                   for pool, nodes in sorted(members.items())}
+        self._by_shape[(accelerator, topology)] = (self._nodes_version, grouped)
+        return grouped

@@ -2,7 +2,12 @@
 events, and the nodes a reconcile reads."""
 from __future__ import annotations
 
-from elastic_operator.node_index import NodeIndex
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from elastic_operator.node_index import JobKey, NodeIndex
 from elastic_operator.observed import ObservedNode
 from tests.builders import T0
 from tests.support.clock import FakeClock
@@ -90,3 +95,60 @@ def test_a_transition_is_never_earlier_than_the_watch_saw_it() -> None:
     fresh = T0 + timedelta(hours=2)  # a kubelet's own, later time stands
     index.node_seen(ObservedNode("n1", False, ready_transition_time=fresh))
     assert index.nodes(["n1"])["n1"].ready_transition_time == fresh
+
+
+SHAPES = [("tpu-v5-lite-podslice", "2x2"), ("tpu-v5-lite-podslice", "4x4")]
+
+
+def _node(name: str, pool: str, shape: int, is_ready: bool) -> ObservedNode:
+    accelerator, topology = SHAPES[shape]
+    return ObservedNode(name, is_ready, ready_transition_time=T0, pool=pool,
+                        accelerator=accelerator, topology=topology)
+
+
+_ops = st.one_of(
+    st.tuples(st.just("node"), st.sampled_from(["n0", "n1", "n2", "n3"]),
+              st.sampled_from(["p0", "p1", "p2"]), st.integers(0, 1), st.booleans()),
+    st.tuples(st.just("node_gone"), st.sampled_from(["n0", "n1", "n2", "n3"])),
+    st.tuples(st.just("pod"), st.sampled_from([A, B]), st.sampled_from(["x", "y"]),
+              st.sampled_from(["n0", "n1", "n2", "n3"])),
+    st.tuples(st.just("pod_gone"), st.sampled_from([A, B]), st.sampled_from(["x", "y"])),
+    st.tuples(st.just("forget"), st.sampled_from([A, B])),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_ops, max_size=25))
+def test_pools_read_after_any_changes_equal_a_fresh_index_of_the_same_state(
+        ops: list[tuple[Any, ...]]) -> None:
+    """The pools of a shape are grouped once and kept until a node changes: read after
+    every change, they are what an index that saw only the resulting state gives."""
+    index = NodeIndex()
+    nodes: dict[str, ObservedNode] = {}
+    pods: dict[tuple[JobKey, str], str] = {}  # (job, pod) -> node
+    for op in ops:
+        match op:
+            case ("node", name, pool, shape, is_ready):
+                nodes[name] = _node(name, pool, shape, is_ready)
+                index.node_seen(nodes[name])
+            case ("node_gone", name):
+                nodes.pop(name, None)
+                index.node_gone(name)
+            case ("pod", job, pod, node):
+                if (job, pod) in pods:
+                    index.pod_gone(job, pod, pods[(job, pod)])
+                pods[(job, pod)] = node
+                index.pod_seen(job, pod, node)
+            case ("pod_gone", job, pod) if (job, pod) in pods:
+                index.pod_gone(job, pod, pods.pop((job, pod)))
+            case ("forget", job):
+                pods = {k: v for k, v in pods.items() if k[0] != job}
+                index.forget_job(job)
+        fresh = NodeIndex()
+        for node in nodes.values():
+            fresh.node_seen(node)
+        for (job, pod), node_name in pods.items():
+            fresh.pod_seen(job, pod, node_name)
+        for shape in SHAPES:
+            for job in (A, B):
+                assert index.pools(*shape, job) == fresh.pools(*shape, job)
