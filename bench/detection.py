@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.common import REPO, ratio, stats
 from bench.internals import (
@@ -68,6 +68,7 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 PODS_PER_CPU_NODE = 200  # simulated placement: below the fake nodes' 250-pod capacity
 
 Event = tuple[str, int]  # (job, slice)
+Num = TypeVar("Num", int, float)  # a count or a time, for _diff
 
 
 @dataclass(frozen=True)
@@ -394,12 +395,13 @@ class BenchOperator(OperatorProcess):
 def _thread_cpu(phases: Phases) -> dict[str, float]:
     """CPU seconds by thread name over the failure phase, most first: what the reconciles
     had to share the operator's CPU with (the caches' threads, the follow-ups)."""
-    start, end = phases.threads.get("events", {}), phases.threads.get("end", {})
-    used = {name: round(cpu - start.get(name, 0.0), 2) for name, cpu in end.items()}
-    return dict(sorted(((k, v) for k, v in used.items() if v > 0), key=lambda kv: -kv[1]))
+    used = _diff(phases.threads.get("end", {}), phases.threads.get("events", {}))
+    rounded = ((name, round(cpu, 2)) for name, cpu in used.items())
+    return dict(sorted(((k, v) for k, v in rounded if v > 0), key=lambda kv: -kv[1]))
 
 
-def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+def _diff(after: dict[str, Num], before: dict[str, Num]) -> dict[str, Num]:
+    """after - before, key by key (a key missing counts 0), the changed keys only."""
     keys = set(after) | set(before)
     out = {k: after.get(k, 0) - before.get(k, 0) for k in sorted(keys)}
     return {k: v for k, v in out.items() if v}
