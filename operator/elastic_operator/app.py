@@ -46,6 +46,7 @@ from elastic_operator.pool_warden import PoolWarden
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from elastic_operator.scheduler import DEFAULT_WORKERS, RECONCILE_BACKOFF, Scheduler
+from elastic_operator.slice_index import SliceIndex
 
 logger = logging.getLogger("elastic_operator")
 POOL_SWEEP_INTERVAL_S = 5.0
@@ -122,6 +123,7 @@ class Operator:
         self.reconciler.forget(namespace, name)
         self.scanner.forget((namespace, name))
         self.nodes.forget_job((namespace, name))
+        self.caches.slice_index.forget_job((namespace, name))
         self.metrics.forget(namespace, name)
 
     def step_down(self, drain_timeout_s: float = 5.0) -> None:
@@ -216,9 +218,12 @@ def build_operator(
         if op is not None:
             op.wake(*job)
 
-    def wake_paced(job: tuple[str, str]) -> None:  # once per progress interval at most
+    def wake_paced(job: tuple[str, str], soon: bool) -> None:
+        # Once per progress interval at most; not before the job's next progress write
+        # when the change cannot move a slice's state (slice_index.py).
         if op is not None:
-            op.wake(*job, after_s=reconciler.progress_interval_s)
+            op.wake(*job, after_s=reconciler.progress_interval_s if soon
+                    else reconciler.progress_due_in(*job))
 
     def job_changed(key: Key, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if op is None:
@@ -239,8 +244,9 @@ def build_operator(
         if op is not None:
             op.request_resync()
 
+    slices = SliceIndex(nodes)
     caches = Caches(watch_kube or kube, nodes, scope, wake, on_job=job_changed,
-                    wake_paced=wake_paced,
+                    wake_paced=wake_paced, slices=slices,
                     watch_workloads=watch_workloads, watch_timeout_s=watch_timeout_s,
                     on_relist=relisted)
     for informer in caches.informers:
@@ -262,6 +268,7 @@ def build_operator(
                           on_wait=metrics.queue_wait.observe)
     metrics.queue_depth.set_function(lambda: scheduler.depth)
     reconciler.wake = scheduler.add_after
+    reconciler.marked = slices.mark
     scanner.on_result(lambda namespace, name: wake((namespace, name)))  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,

@@ -40,6 +40,7 @@ from elastic_operator.observed import (
     node_from_dict,
     pod_from_dict,
 )
+from elastic_operator.slice_index import SliceIndex
 
 # client-go's default page size: bounds the memory of one list of thousands of pods.
 PAGE_SIZE = 500
@@ -161,22 +162,26 @@ class Caches:
     pod, one JobSet and (`watch_workloads`) one Workload informer; one node informer.
 
     `wake(job)` is called from the informer threads for every job whose pods, JobSet,
-    Workload (or whose nodes' readiness) changed; `wake_paced(job)` instead (default:
-    `wake`) when a worker pod only came nearer to serving or went with its Job's teardown
-    (core/wakes.py); `on_job(key, old, new)` for every change of a job itself;
+    Workload (or whose nodes' readiness) changed; `wake_paced(job, soon)` instead
+    (default: `wake`) when a worker pod only came nearer to serving or went with its Job's
+    teardown (core/wakes.py), `soon` when that may still move its slice's state
+    (`slice_index`, kept from every pod change); `on_job(key, old, new)` for every change
+    of a job itself;
     `on_relist(resource, reason, objects)` after every list.
     """
 
     def __init__(
         self, kube: Kube, nodes: NodeIndex, scope: WatchScope,
         wake: Callable[[JobKey], None], *, on_job: JobChange | None = None,
-        wake_paced: Callable[[JobKey], None] | None = None,
-        watch_workloads: bool = False, watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
+        wake_paced: Callable[[JobKey, bool], None] | None = None,
+        slices: SliceIndex | None = None, watch_workloads: bool = False,
+        watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
         on_relist: Callable[[str, str, int], None] | None = None,
     ) -> None:
         self.node_index = nodes
+        self.slice_index = slices if slices is not None else SliceIndex(nodes)
         self._wake = wake
-        self._wake_paced = wake_paced or wake
+        self._wake_paced = wake_paced or (lambda job, _soon: wake(job))
         # The uids of worker Jobs seen being deleted (in order, the newest kept): a pod of
         # one going is the teardown of a failure already known (core/wakes.py). Written
         # by the worker-Job informer's thread only; the pod informer's only asks `in`.
@@ -330,15 +335,37 @@ class Caches:
             # conditions, IPs and start times one by one): at 4,096 pods each such
             # version cost a reconcile of the whole job.
             return
+        self._tally(old, new)
         last = new or old
         if last is not None and (old is None or new is None or old.job == new.job) \
                 and may_wait(old.pod if old is not None else None,
                              new.pod if new is not None else None,
                              torn_down=last.pod.job_uid in self._torn_down):
-            self._wake_paced(last.job)  # progress or teardown (core/wakes.py)
+            # Progress or teardown (core/wakes.py); at the progress interval if it may
+            # still move its slice's state (slice_index.py), or onto a node not Ready.
+            soon = self.slice_index.may_move(last.job, last.pod.slice_index) \
+                or self._scheduled_onto_unready(old, new)
+            self._wake_paced(last.job, soon)
             return
         for job in {c.job for c in (old, new) if c is not None}:
             self._wake(job)
+
+    def _tally(self, old: CachedPod | None, new: CachedPod | None) -> None:
+        if old is not None and new is not None and old.job == new.job:
+            self.slice_index.pod_changed(new.job, old.pod, new.pod)
+            return
+        if old is not None:
+            self.slice_index.pod_changed(old.job, old.pod, None)
+        if new is not None:
+            self.slice_index.pod_changed(new.job, None, new.pod)
+
+    def _scheduled_onto_unready(self, old: CachedPod | None, new: CachedPod | None) -> bool:
+        """A pod bound to a node not known Ready: its host is down (core/slices.py)."""
+        node = new.pod.node_name if new is not None else None
+        if not node or (old is not None and old.pod.node_name == node):
+            return False
+        known = self.node_index.nodes([node]).get(node)
+        return known is None or not known.ready
 
     def _node_changed(self, key: Key, old: ObservedNode | None,
                       new: ObservedNode | None) -> None:

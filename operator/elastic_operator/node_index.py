@@ -121,6 +121,17 @@ class NodeIndex:
         with self._lock:
             return {n: self._as_seen(self._nodes[n]) for n in names if n in self._nodes}
 
+    @property
+    def nodes_version(self) -> int:
+        """Bumped whenever a node is added, changed or removed."""
+        with self._lock:
+            return self._nodes_version
+
+    def pools_of_nodes(self, names: Collection[str]) -> dict[str, str | None]:
+        """The pool of each known node among `names` (core/pools.py pod_pool)."""
+        with self._lock:
+            return {n: self._nodes[n].pool for n in names if n in self._nodes}
+
     def jobs_on(self, node_name: str) -> list[JobKey]:
         with self._lock:
             return sorted(set(self._pods_on.get(node_name, {}).values()))

@@ -26,13 +26,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 from elastic_api.catalog import slice_shape
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.conditions import Reason
 from elastic_api.kube import Backoff
-from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, PendingEvent
+from elastic_api.models import (
+    ElasticTrainingJob,
+    ElasticTrainingJobStatus,
+    PendingEvent,
+    SliceStatus,
+)
 from elastic_api.names import (
     GROUP,
     KUEUE_PRIORITY_CLASS_LABEL,
@@ -104,6 +109,14 @@ CONFLICT_ATTEMPTS = 3
 # A status change that only moves progress (core/pacing.py) is written at most this often
 # per job; every other change at once.
 PROGRESS_INTERVAL_S = 1.0
+
+
+class Marked(Protocol):
+    """SliceIndex.mark: told a job's slices as computed; True when a pod change that
+    came meanwhile may already have moved one."""
+
+    def __call__(self, job: tuple[str, str], slices: list[SliceStatus], *,
+                 exact: bool = True) -> bool: ...
 # The versions our last status writes of a job produced, kept to know them late.
 OWN_VERSIONS_KEPT = 16
 # A follow-up (replacement writes) that failed wakes the job after this backoff.
@@ -146,6 +159,9 @@ class Reconciler:
         self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
                                  quarantine_pools=quarantine_pools)
         self.wake: Wake | None = None  # set by app.py (the Scheduler's add_after)
+        # Set by app.py (SliceIndex.mark): told each job's slices as computed; True when
+        # a pod change that came meanwhile may already have moved one (woken again).
+        self.marked: Marked | None = None
         # (namespace, name, uid) of jobs whose children this process has created or made
         # sure of (the trainer's RBAC may be missing after an operator upgrade).
         self._children_ensured: set[tuple[str, str, str]] = set()
@@ -373,6 +389,10 @@ class Reconciler:
                                             pods_ready=self.pods_ready)
         self.observations.note_failures(namespace, name, job.metadata.uid or "",
                                         new_status.pools)
+        if self.marked is not None and self.wake is not None and self.marked(
+                (namespace, name), new_status.slices or [],
+                exact=job.spec.tpu.topology_aware is None):
+            self.wake(namespace, name, self.progress_interval_s)
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
         timer.mark("status")
         # The status first: it records what the replacement is about to do, and carries
@@ -694,6 +714,17 @@ class Reconciler:
         self.metrics.record_events(namespace, events, written_at)
         self.metrics.record_decisions(namespace, name, events)
         return pending
+
+    def progress_due_in(self, namespace: str, name: str) -> float:
+        """How soon the job's next progress-only write may go (`_paced`): at least one
+        interval, so that the changes of that interval go in one reconcile."""
+        key = (namespace, name)
+        last = self._last_write.get(key)
+        if last is None:
+            return self.progress_interval_s
+        interval = progress_interval(self.progress_interval_s,
+                                     self._progress_streak.get(key, 0))
+        return max(self.progress_interval_s, last + interval - self.clock.monotonic())
 
     def _paced(self, namespace: str, name: str) -> bool:
         """Whether a progress-only write (core/pacing.py) waits: one within the job's

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from elastic_api.models import SliceStatus
 from elastic_api.names import (
     CONTROLLER_UID_LABEL,
     HEAD_REPLICATED_JOB,
@@ -80,7 +81,7 @@ def test_a_worker_pod_coming_nearer_to_serving_wakes_its_job_paced() -> None:
     """core/wakes.py: created, started, Ready go to `wake_paced` (the progress interval);
     a failure and the pod's deletion wake the job at once."""
     paced: list[tuple[str, str]] = []
-    c, _, woken = caches(wake_paced=paced.append)
+    c, _, woken = caches(wake_paced=lambda job, _soon: paced.append(job))
     (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
     pod = PodWrapper.worker(0, 0).on_node("n0")
     pods.apply(added(pod.obj(), 5))
@@ -95,6 +96,30 @@ def test_a_worker_pod_coming_nearer_to_serving_wakes_its_job_paced() -> None:
     pods.apply(added(head.obj(), 10))
     pods.apply(added(head.running().obj(), 11, "MODIFIED"))
     assert (len(paced), len(woken)) == (3, 4)  # the head pod: at once, coming up or not
+
+
+def test_a_paced_change_wakes_soon_only_when_it_may_move_its_slices_state() -> None:
+    """slice_index.py: against the slice as last computed (Restarting, 2 hosts), a host
+    created, started or Ready while another is not waits for the job's next progress
+    write; the last host turning Ready, or a pod bound to a node not known Ready, may
+    move the state: soon."""
+    paced: list[bool] = []
+    c, _, woken = caches(wake_paced=lambda _job, soon: paced.append(soon))
+    (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
+    for version, node in enumerate(["n0", "n1"], 1):
+        c.nodes.apply(added(NodeWrapper(node).ready().obj(), version))
+    assert c.slice_index.mark(("ns", "article"), [
+        SliceStatus(index=0, state="Restarting", hosts=2)]) is False
+    first, second = PodWrapper.worker(0, 0).on_node("n0"), PodWrapper.worker(0, 1)
+    pods.apply(added(first.obj(), 5))
+    pods.apply(added(first.running(ready=False).obj(), 6, "MODIFIED"))
+    pods.apply(added(first.running().obj(), 7, "MODIFIED"))
+    pods.apply(added(second.obj(), 8))
+    pods.apply(added(second.on_node("n1").running().obj(), 9, "MODIFIED"))
+    assert (paced, woken) == ([False, False, False, False, True], [])
+    stray = PodWrapper.worker(0, 2).on_node("n9")  # a node the cache does not know
+    pods.apply(added(stray.obj(), 10))
+    assert paced[-1] is True
 
 
 def test_a_node_turning_not_ready_wakes_the_jobs_on_it() -> None:
@@ -170,7 +195,7 @@ def test_the_teardown_of_a_worker_job_being_deleted_wakes_its_job_paced() -> Non
     gone) are the end of a failure already known: paced, even after the Job itself left
     the cache. The same pods under a Job not being deleted wake the job at once."""
     paced: list[tuple[str, str]] = []
-    c, _, woken = caches(wake_paced=paced.append)
+    c, _, woken = caches(wake_paced=lambda job, _soon: paced.append(job))
     (jobs,) = [i for i in c.informers if i.resource == "worker-jobs/ns"]
     (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
 

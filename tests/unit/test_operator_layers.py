@@ -18,8 +18,8 @@ LAYERS: dict[int, list[str]] = {
     4: ["operator_cli", "render_cli", "handlers", "app"],
     3: ["scheduler", "reconciler"],
     2: ["followups", "observations", "caches", "election", "replacer", "pool_warden",
-        "scanner", "checkpoint_roots", "checkpoints", "node_index", "node_actions", "kube",
-        "metrics"],
+        "scanner", "checkpoint_roots", "checkpoints", "slice_index", "node_index", "node_actions",
+        "kube", "metrics"],
     1: ["core", "render"],
     0: ["observed", "slice_memo"],
 }

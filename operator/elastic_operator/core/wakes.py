@@ -21,6 +21,10 @@ a container that ended, a pod moved to another job, and any change of the head p
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
+from elastic_api.models import SliceStatus
 from elastic_api.names import WORKER_REPLICATED_JOB
 from elastic_operator.observed import ObservedPod
 
@@ -54,3 +58,80 @@ def _healthy(pod: ObservedPod) -> bool:
     return (pod.phase in _SERVING_ORDER and not pod.terminating
             and pod.disruption is None and pod.status_reason is None
             and not pod.terminated_by_kueue)
+
+
+# --- a paced change that may still move a slice's state ---------------------------------
+#
+# Waking for paced changes once per progress interval (1 s) still cost a reconcile of
+# the whole job each second of a recovery, and most of them computed progress only and
+# wrote nothing (147 of 237 at 64 x 64 hosts, docs/benchmarks.md): the writes of
+# progress back off (core/pacing.py), the wakes did not. A paced change that cannot move
+# any slice's state may wait for the job's next progress write instead; one that may
+# still wakes at the interval, as before. Which is which is read from the slice's hosts
+# as the pod cache holds them (slice_index.py) against the slice as the job's last
+# reconcile computed it (SliceMark): a superset of core/slices.py's transitions, checked
+# against compute_status by a property test (tests/unit/test_slice_index.py).
+
+
+@dataclass(frozen=True)
+class SliceMark:
+    """A slice as the job's last reconcile computed it."""
+
+    state: str
+    hosts: int  # hosts per slice
+    since: datetime | None  # last transition
+    record_job: str | None = None  # the Job its replacement record tears down (Replace, Move)
+    pool: str | None = None
+
+    @classmethod
+    def of(cls, status: SliceStatus) -> SliceMark:
+        record = status.replacement
+        torn = record.job_uid if record is not None and record.action in ("Replace", "Move") \
+            else None
+        return cls(status.state, status.hosts, status.last_transition_time, torn, status.pool)
+
+
+@dataclass(frozen=True)
+class SliceTally:
+    """A slice's hosts as the pod cache holds them, each by its newest pod (core/slices.py
+    `newest`), nodes left out: `ready` healthy and Ready, `down` failed or terminating;
+    `down_jobs` the Jobs of the down hosts' pods; `latest_created` the newest of them;
+    `pool` the one most of its live pods run on (core/pools.py slice_pool; None: none)."""
+
+    hosts: int = 0
+    ready: int = 0
+    down: int = 0
+    down_jobs: frozenset[str | None] = frozenset()
+    latest_created: datetime | None = None
+    pool: str | None = None
+
+
+def host_down(pod: ObservedPod) -> bool:
+    """A host whose newest pod is this is down (core/slices.py host_view, nodes aside:
+    a node going NotReady wakes its jobs at once, and a pod scheduled onto one too)."""
+    return pod.terminating or (pod.failed and not pod.terminated_by_kueue)
+
+
+def host_ready(pod: ObservedPod) -> bool:
+    return pod.ready and not host_down(pod)
+
+
+def may_move(mark: SliceMark | None, tally: SliceTally) -> bool:
+    """Whether a reconcile may find the slice in another state, or for another reason,
+    than `mark`, its hosts being `tally`. False only where core/slices.py cannot: a
+    Pending or Restarting slice with no host down and not all of them Ready; a Ready one
+    with every host Ready, none down and none newer than its transition; a Down one whose
+    down hosts are all pods of the Job its replacement tears down (the reason stays);
+    and none of them while its pool moves."""
+    if mark is None or (tally.pool is not None and tally.pool != mark.pool):
+        return True  # (a slice's pool is no progress either: core/pacing.py)
+    if mark.state in ("Pending", "Restarting"):
+        return tally.down > 0 or (tally.ready >= mark.hosts and tally.hosts >= mark.hosts)
+    if mark.state == "Ready":
+        return (tally.down > 0 or tally.ready < mark.hosts or tally.hosts < mark.hosts
+                or (mark.since is not None and tally.latest_created is not None
+                    and tally.latest_created > mark.since))
+    if mark.state == "Down":
+        # (None down: down_jobs is empty, and the slice may come back)
+        return mark.record_job is None or tally.down_jobs != {mark.record_job}
+    return True
