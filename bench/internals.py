@@ -112,7 +112,14 @@ def internals(start: Scrape, end: Scrape, seconds: float) -> dict[str, Any]:
             "deferred": counter(start, end, "etj_status_writes_deferred_total"),
         },
         "api_request_mean_seconds": latency,
+        # What named the job in the work queue (etj_wakes_total), by cause.
+        "wakes": {cause: counter(start, end, "etj_wakes_total", cause=cause)
+                  for cause in WAKE_CAUSES},
     }
+
+
+WAKE_CAUSES = ("job", "pod", "pod-paced", "pod-progress", "jobset", "worker-job", "node",
+               "workload", "recheck")
 
 
 # The status write's key in internals()' request times (the operator's metric names it with

@@ -231,6 +231,7 @@ def build_operator(
         if new is None:
             op.forget(*key)
         elif not reconciler.wrote(*key, (new.get("metadata") or {}).get("resourceVersion")):
+            metrics.wakes.labels("job").inc()
             op.wake(*key)  # not our own status write coming back: news
 
     def relisted(resource: str, reason: str, objects: int) -> None:
@@ -247,6 +248,7 @@ def build_operator(
     slices = SliceIndex(nodes)
     caches = Caches(watch_kube or kube, nodes, scope, wake, on_job=job_changed,
                     wake_paced=wake_paced, slices=slices,
+                    count=lambda cause: metrics.wakes.labels(cause).inc(),
                     watch_workloads=watch_workloads, watch_timeout_s=watch_timeout_s,
                     on_relist=relisted)
     for informer in caches.informers:

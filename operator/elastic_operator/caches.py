@@ -21,7 +21,7 @@ import copy
 import fnmatch
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from elastic_api.kube import Informer, Key
@@ -97,6 +97,15 @@ class CachedJobSet:
     jobset: ObservedJobSet
 
 
+def _as_read(cached: CachedWorkerJob | None) -> ObservedJob | None:
+    """A worker Job as the reconciles read it: a Job being deleted counts no failure for
+    them (core/counting.py JobCount.of), so its count of failed pods, which the Job
+    controller may move with each pod of its teardown, is no news."""
+    if cached is None:
+        return None
+    return replace(cached.job, failed_pods=0) if cached.job.deleting else cached.job
+
+
 def _job_of(obj: dict[str, Any]) -> JobKey:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -166,7 +175,8 @@ class Caches:
     (default: `wake`) when a worker pod only came nearer to serving or went with its Job's
     teardown (core/wakes.py), `soon` when that may still move its slice's state
     (`slice_index`, kept from every pod change); `on_job(key, old, new)` for every change
-    of a job itself;
+    of a job itself; `count(cause)` for each wake, by what caused it (pod, pod-paced,
+    pod-progress, jobset, worker-job, node, workload);
     `on_relist(resource, reason, objects)` after every list.
     """
 
@@ -177,11 +187,13 @@ class Caches:
         slices: SliceIndex | None = None, watch_workloads: bool = False,
         watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
         on_relist: Callable[[str, str, int], None] | None = None,
+        count: Callable[[str], None] | None = None,
     ) -> None:
         self.node_index = nodes
         self.slice_index = slices if slices is not None else SliceIndex(nodes)
         self._wake = wake
         self._wake_paced = wake_paced or (lambda job, _soon: wake(job))
+        self._count = count or (lambda _cause: None)
         # The uids of worker Jobs seen being deleted (in order, the newest kept): a pod of
         # one going is the teardown of a failure already known (core/wakes.py). Written
         # by the worker-Job informer's thread only; the pod informer's only asks `in`.
@@ -303,12 +315,12 @@ class Caches:
         # Only jobs already known: other teams' JobSets have Workloads too.
         for job in {j for j in (old, new) if j}:
             if self.knows_job(key[0], job):
-                self._wake((key[0], job))
+                self._woke("workload", (key[0], job))
 
     def _jobset_changed(self, key: Key, old: CachedJobSet | None,
                         new: CachedJobSet | None) -> None:
         for job in {c.job for c in (old, new) if c is not None}:
-            self._wake(job)
+            self._woke("jobset", job)
 
     def _worker_job_changed(self, key: Key, old: CachedWorkerJob | None,
                             new: CachedWorkerJob | None) -> None:
@@ -318,10 +330,10 @@ class Caches:
             self._torn_down[new.job.uid] = None  # its pods' going is teardown from now on
             while len(self._torn_down) > TORN_DOWN_KEPT:
                 del self._torn_down[next(iter(self._torn_down))]
-        if (old.job if old else None) == (new.job if new else None):
+        if _as_read(old) == _as_read(new):
             return
         for job in {c.owner for c in (old, new) if c is not None}:
-            self._wake(job)
+            self._woke("worker-job", job)
 
     def _pod_changed(self, key: Key, old: CachedPod | None, new: CachedPod | None) -> None:
         name = key[1]
@@ -345,10 +357,11 @@ class Caches:
             # still move its slice's state (slice_index.py), or onto a node not Ready.
             soon = self.slice_index.may_move(last.job, last.pod.slice_index) \
                 or self._scheduled_onto_unready(old, new)
+            self._count("pod-paced" if soon else "pod-progress")
             self._wake_paced(last.job, soon)
             return
         for job in {c.job for c in (old, new) if c is not None}:
-            self._wake(job)
+            self._woke("pod", job)
 
     def _tally(self, old: CachedPod | None, new: CachedPod | None) -> None:
         if old is not None and new is not None and old.job == new.job:
@@ -372,4 +385,8 @@ class Caches:
         jobs = (self.node_index.node_seen(new) if new is not None
                 else self.node_index.node_gone(key[1]))
         for job in jobs:
-            self._wake(job)
+            self._woke("node", job)
+
+    def _woke(self, cause: str, job: JobKey) -> None:
+        self._count(cause)
+        self._wake(job)

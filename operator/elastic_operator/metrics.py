@@ -153,6 +153,12 @@ class OperatorMetrics:
             "etj_status_writes_deferred_total", "Progress-only status changes not written "
             "because the job's last write was less than an interval ago (a later reconcile "
             "writes the latest).", registry=registry)
+        self.wakes = Counter(
+            "etj_wakes_total", "Jobs named in the work queue by a watched change, by cause: "
+            "job, pod (at once), pod-paced (at the progress interval: it may move a slice's "
+            "state), pod-progress (at the job's next progress write), jobset, worker-job, "
+            "node, workload; and recheck (a pod change during a reconcile may have moved a "
+            "slice).", ["cause"], registry=registry)
         self.queue_wait = Histogram(
             "etj_work_queue_wait_seconds", "From a job being named in the work queue to its "
             "reconcile starting (the wait for a worker, or for the job's running reconcile "

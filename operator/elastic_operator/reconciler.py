@@ -392,6 +392,7 @@ class Reconciler:
         if self.marked is not None and self.wake is not None and self.marked(
                 (namespace, name), new_status.slices or [],
                 exact=job.spec.tpu.topology_aware is None):
+            self.metrics.wakes.labels("recheck").inc()
             self.wake(namespace, name, self.progress_interval_s)
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
         timer.mark("status")

@@ -154,7 +154,7 @@ def test_a_jobset_change_wakes_its_job_and_is_read_from_the_cache() -> None:
 
 
 def worker_job(index: int, uid: str, *, active: int = 4, deleting: bool = False,
-               jobset: str = "article") -> dict[str, Any]:
+               jobset: str = "article", failed: int = 0) -> dict[str, Any]:
     """A worker Job as JobSet makes it (the rendered template's labels, JobSet's own)."""
     meta: dict[str, Any] = {
         "name": f"{jobset}-worker-{index}", "namespace": "ns", "uid": uid,
@@ -163,13 +163,14 @@ def worker_job(index: int, uid: str, *, active: int = 4, deleting: bool = False,
     if deleting:
         meta["deletionTimestamp"] = "2026-11-29T12:00:01Z"
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-            "spec": {"backoffLimit": 20}, "status": {"active": active, "ready": active}}
+            "spec": {"backoffLimit": 20},
+            "status": {"active": active, "ready": active, "failed": failed}}
 
 
 def test_worker_jobs_are_read_from_the_cache_and_wake_only_on_what_replacement_reads(
 ) -> None:
     """A Job's pod counts move with every pod event (those woke the job already); its
-    creation, deletion or uid is news."""
+    creation, deletion, uid or (while live) its count of failed pods is news."""
     c, _, woken = caches()
     (jobs,) = [i for i in c.informers if i.resource == "worker-jobs/ns"]
     jobs.apply(added(worker_job(0, "uid-a"), 5))
@@ -182,9 +183,16 @@ def test_worker_jobs_are_read_from_the_cache_and_wake_only_on_what_replacement_r
     cached = sorted(c.worker_jobs("ns", "article"), key=lambda j: j.name)
     assert [(j.slice_index, j.uid, j.deleting, j.backoff_limit) for j in cached] == [
         (0, "uid-a", True, 20), (1, "uid-b", False, 20)]
-    jobs.apply(added(worker_job(0, "uid-a", deleting=True), 9, "DELETED"))
-    jobs.apply(added(worker_job(0, "uid-c"), 10))  # JobSet recreated it
-    assert len(woken) == 5
+    # Its teardown counted by the Job controller, pod by pod: no one reads the count of
+    # a Job being deleted (core/counting.py). A live Job's count is news.
+    jobs.apply(added(worker_job(0, "uid-a", active=2, deleting=True, failed=1), 9, "MODIFIED"))
+    jobs.apply(added(worker_job(0, "uid-a", active=1, deleting=True, failed=2), 10, "MODIFIED"))
+    assert len(woken) == 3
+    jobs.apply(added(worker_job(1, "uid-b", failed=1), 11, "MODIFIED"))
+    assert len(woken) == 4
+    jobs.apply(added(worker_job(0, "uid-a", deleting=True), 12, "DELETED"))
+    jobs.apply(added(worker_job(0, "uid-c"), 13))  # JobSet recreated it
+    assert len(woken) == 6
     assert sorted((j.slice_index, j.uid) for j in c.worker_jobs("ns", "article")) == [
         (0, "uid-c"), (1, "uid-b")]
     assert c.worker_jobs("ns", "other") == () and c.worker_jobs("elsewhere", "article") == ()
