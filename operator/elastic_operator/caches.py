@@ -5,7 +5,7 @@ is installed) the Workloads.
 Everything the operator reacts to comes through one of these informers (list+watch,
 elastic_api.kube.Informer) and names a job to reconcile (`wake`): a job's own change
 (`on_job`: the app filters out its own status writes and forgets deleted jobs), a
-change of its pods or JobSet, a node whose readiness changes (its jobs), a Workload (the
+change of its pods or of what a reconcile reads of its JobSet, a node whose readiness changes (its jobs), a Workload (the
 job whose JobSet owns it, if that job is known), a worker Job created, deleted or
 changed in what replacement reads of it (not its pod counts, which move with every pod
 event already seen); a pod's change, only when what a reconcile reads of it changed, and
@@ -319,6 +319,11 @@ class Caches:
 
     def _jobset_changed(self, key: Key, old: CachedJobSet | None,
                         new: CachedJobSet | None) -> None:
+        if old == new:
+            # Only what a reconcile does not read (ObservedJobSet) changed: JobSet updates
+            # its replicated Jobs' ready and active counts as the pods come and go, which
+            # woke the job about once per slice event at 64 x 64 hosts.
+            return
         for job in {c.job for c in (old, new) if c is not None}:
             self._woke("jobset", job)
 

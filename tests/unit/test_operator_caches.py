@@ -144,12 +144,22 @@ def test_not_synced_until_every_cache_has_listed() -> None:
 def test_a_jobset_change_wakes_its_job_and_is_read_from_the_cache() -> None:
     c, _, woken = caches()
     (jobsets,) = [i for i in c.informers if i.resource == "jobsets/ns"]
-    jobset = JobSetWrapper("article", "ns").owner("u-1").restarts(2).obj()
+    jobset = JobSetWrapper("article", "ns").owner("u-1").restarts(2) \
+        .replicated_job_status(WORKER_REPLICATED_JOB, ready=2, active=4).obj()
     jobset["metadata"]["labels"] = {JOB_NAME_LABEL: "article"}  # as rendered
     jobsets.apply(added(jobset, 5))
     assert woken == [("ns", "article")]
+    counted = JobSetWrapper("article", "ns").owner("u-1").restarts(2) \
+        .replicated_job_status(WORKER_REPLICATED_JOB, ready=3, active=4).obj()
+    counted["metadata"]["labels"] = {JOB_NAME_LABEL: "article"}
+    jobsets.apply(added(counted, 6, "MODIFIED"))  # counts no reconcile reads: no news
+    assert woken == [("ns", "article")]
+    restarted = JobSetWrapper("article", "ns").owner("u-1").restarts(3).obj()
+    restarted["metadata"]["labels"] = {JOB_NAME_LABEL: "article"}
+    jobsets.apply(added(restarted, 7, "MODIFIED"))
+    assert woken == [("ns", "article")] * 2
     cached = c.jobset("ns", "article")
-    assert cached is not None and cached.restarts == 2
+    assert cached is not None and cached.restarts == 3
     assert c.jobset("ns", "other") is None and c.jobset("elsewhere", "article") is None
 
 
