@@ -118,8 +118,8 @@ def internals(start: Scrape, end: Scrape, seconds: float) -> dict[str, Any]:
     }
 
 
-WAKE_CAUSES = ("job", "pod", "pod-paced", "pod-progress", "jobset", "worker-job", "node",
-               "workload", "recheck")
+WAKE_CAUSES = ("job", "pod", "pod-paced", "pod-progress", "jobset", "worker-job",
+               "worker-job-progress", "node", "workload", "recheck")
 
 
 # The status write's key in internals()' request times (the operator's metric names it with

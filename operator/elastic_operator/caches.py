@@ -5,15 +5,17 @@ is installed) the Workloads.
 Everything the operator reacts to comes through one of these informers (list+watch,
 elastic_api.kube.Informer) and names a job to reconcile (`wake`): a job's own change
 (`on_job`: the app filters out its own status writes and forgets deleted jobs), a
-change of its pods or of what a reconcile reads of its JobSet, a node whose readiness changes (its jobs), a Workload (the
-job whose JobSet owns it, if that job is known), a worker Job created, deleted or
-changed in what replacement reads of it (not its pod counts, which move with every pod
-event already seen); a pod's change, only when what a reconcile reads of it changed, and
-no sooner than the job's progress interval when a worker pod only came nearer to
-serving or went with its Job's teardown (`wake_paced`, core/wakes.py). A reconcile
-reads the job, its pods, its JobSet, its worker Jobs and the pods' nodes from here
-instead of from the API server: at 64 slices x 64 hosts a pod list is megabytes of
-JSON, and a reconcile runs on every pod event.
+change of its pods or of what a reconcile reads of its JobSet, a node whose readiness
+changes (its jobs), a Workload (the job whose JobSet owns it, if that job is known), a
+worker Job created, deleted or changed in what replacement reads of it (not its pod
+counts, which move with every pod event already seen; no sooner than the job's next
+progress write when it is a recorded replacement running its course); a pod's change,
+only when what a reconcile reads of it changed, and no sooner than the job's progress
+interval when a worker pod only came nearer to serving or went with its Job's teardown
+(`wake_paced`, core/wakes.py), or than its next progress write when that cannot move its
+slice's state (slice_index.py). A reconcile reads the job, its pods, its JobSet, its
+worker Jobs and the pods' nodes from here instead of from the API server: at 64 slices
+x 64 hosts a pod list is megabytes of JSON, and a reconcile runs on every pod event.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from typing import Any
 from elastic_api.kube import Informer, Key
 from elastic_api.kube.informer import ListPage, Watch
 from elastic_api.names import API_VERSION, JOB_NAME_LABEL, JOBSET_GROUP, JOBSET_NAME_LABEL, KIND
-from elastic_operator.core.wakes import may_wait
+from elastic_operator.core.wakes import job_may_wait, may_wait
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import JobKey, NodeIndex
 from elastic_operator.observed import (
@@ -176,7 +178,7 @@ class Caches:
     teardown (core/wakes.py), `soon` when that may still move its slice's state
     (`slice_index`, kept from every pod change); `on_job(key, old, new)` for every change
     of a job itself; `count(cause)` for each wake, by what caused it (pod, pod-paced,
-    pod-progress, jobset, worker-job, node, workload);
+    pod-progress, jobset, worker-job, worker-job-progress, node, workload);
     `on_relist(resource, reason, objects)` after every list.
     """
 
@@ -336,6 +338,13 @@ class Caches:
             while len(self._torn_down) > TORN_DOWN_KEPT:
                 del self._torn_down[next(iter(self._torn_down))]
         if _as_read(old) == _as_read(new):
+            return
+        last = new or old
+        if last is not None and (old is None or new is None or old.owner == new.owner) \
+                and job_may_wait(old.job if old else None, new.job if new else None,
+                                 self.slice_index.record_job(last.owner, last.job.slice_index)):
+            self._count("worker-job-progress")  # the replacement's course (core/wakes.py)
+            self._wake_paced(last.owner, False)
             return
         for job in {c.owner for c in (old, new) if c is not None}:
             self._woke("worker-job", job)

@@ -157,8 +157,9 @@ class OperatorMetrics:
             "etj_wakes_total", "Jobs named in the work queue by a watched change, by cause: "
             "job, pod (at once), pod-paced (at the progress interval: it may move a slice's "
             "state), pod-progress (at the job's next progress write), jobset, worker-job, "
-            "node, workload; and recheck (a pod change during a reconcile may have moved a "
-            "slice).", ["cause"], registry=registry)
+            "worker-job-progress (its slice's replacement running its course: at the next "
+            "progress write), node, workload; and recheck (a pod change during a reconcile "
+            "may have moved a slice).", ["cause"], registry=registry)
         self.queue_wait = Histogram(
             "etj_work_queue_wait_seconds", "From a job being named in the work queue to its "
             "reconcile starting (the wait for a worker, or for the job's running reconcile "

@@ -173,6 +173,13 @@ class SliceIndex:
         entry = self._slices.get((job, index))
         return may_move(mark, entry.tally(self._nodes) if entry is not None else SliceTally())
 
+    def record_job(self, job: JobKey, index: int | None) -> str | None:
+        """The Job slice `index`'s replacement tears down, as last computed (None: none
+        recorded, or not computed)."""
+        with self._lock:
+            mark = (self._marks.get(job) or {}).get(index) if index is not None else None
+            return mark.record_job if mark is not None else None
+
     def tally(self, job: JobKey, index: int) -> SliceTally:
         with self._lock:
             entry = self._slices.get((job, index))

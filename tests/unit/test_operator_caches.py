@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from elastic_api.models import SliceStatus
+from elastic_api.models import SliceReplacement, SliceStatus
 from elastic_api.names import (
     CONTROLLER_UID_LABEL,
     HEAD_REPLICATED_JOB,
@@ -206,6 +206,29 @@ def test_worker_jobs_are_read_from_the_cache_and_wake_only_on_what_replacement_r
     assert sorted((j.slice_index, j.uid) for j in c.worker_jobs("ns", "article")) == [
         (0, "uid-c"), (1, "uid-b")]
     assert c.worker_jobs("ns", "other") == () and c.worker_jobs("elsewhere", "article") == ()
+
+
+def test_a_recorded_replacement_of_a_worker_job_waits_for_the_next_progress_write() -> None:
+    """Slice 0 computed Down with its Job uid-a to replace: uid-a being deleted and gone,
+    and its successor made, wait (core/wakes.py job_may_wait); the successor failing a
+    pod is news at once, and so is any Job of a slice with no replacement recorded."""
+    paced: list[bool] = []
+    c, _, woken = caches(wake_paced=lambda _job, soon: paced.append(soon))
+    (jobs,) = [i for i in c.informers if i.resource == "worker-jobs/ns"]
+    jobs.apply(added(worker_job(0, "uid-a"), 1))
+    jobs.apply(added(worker_job(1, "uid-b"), 2))
+    woken.clear()
+    c.slice_index.mark(("ns", "article"), [
+        SliceStatus(index=0, state="Down", hosts=4, replacement=SliceReplacement(
+            action="Replace", reason="PodFailed", job_uid="uid-a", requested_at=at(1))),
+        SliceStatus(index=1, state="Ready", hosts=4)])
+    jobs.apply(added(worker_job(0, "uid-a", deleting=True), 3, "MODIFIED"))
+    jobs.apply(added(worker_job(0, "uid-a", deleting=True), 4, "DELETED"))
+    jobs.apply(added(worker_job(0, "uid-c"), 5))
+    assert (paced, woken) == ([False] * 3, [])
+    jobs.apply(added(worker_job(0, "uid-c", failed=1), 6, "MODIFIED"))
+    jobs.apply(added(worker_job(1, "uid-b", deleting=True), 7, "MODIFIED"))
+    assert (len(paced), woken) == (3, [("ns", "article")] * 2)
 
 
 def test_the_teardown_of_a_worker_job_being_deleted_wakes_its_job_paced() -> None:

@@ -1,6 +1,7 @@
 """core.wakes.may_wait: a worker pod change that only brings it nearer to serving may wake
 its job at the progress interval; anything that may be a failure, and any change of the
-head pod, wakes it at once."""
+head pod, wakes it at once. core.wakes.job_may_wait: a worker Job's change that is its
+slice's recorded replacement running its course may wait for the next progress write."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,8 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from elastic_operator.core.wakes import may_wait
-from tests.builders import T0, WorkerPod, head_pod
+from elastic_operator.core.wakes import job_may_wait, may_wait
+from elastic_operator.observed import ObservedJob
+from tests.builders import T0, WorkerPod, head_pod, worker_job
 
 RUNNING = WorkerPod(0, 1)
 PENDING = RUNNING.pending()
@@ -76,3 +78,32 @@ def test_a_worker_jobs_teardown_may_wait(old: WorkerPod, new: WorkerPod | None) 
 
 def test_a_head_pod_is_never_teardown() -> None:
     assert not may_wait(head_pod(created=T0), None, torn_down=True)
+
+
+OLD, NEW = worker_job(0), worker_job(0, gen=1)  # the Job replaced, and its successor
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (OLD, replace(OLD, deleting=True)),  # the replacement's DELETE, seen
+    (replace(OLD, deleting=True), replace(OLD, deleting=True, deleted_at=T0)),
+    (replace(OLD, deleting=True), None),  # gone
+    (OLD, None),
+    (None, NEW),  # JobSet made its successor
+])
+def test_a_recorded_replacement_running_its_course_may_wait(
+        old: ObservedJob | None, new: ObservedJob | None) -> None:
+    assert job_may_wait(old, new, OLD.uid)
+    assert not job_may_wait(old, new, None)  # no replacement recorded: news
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (NEW, replace(NEW, failed_pods=1)),  # the successor failed a pod: counted from it
+    (None, replace(NEW, failed_pods=1)),
+    (None, replace(NEW, finished="Failed")),
+    (OLD, replace(OLD, backoff_limit=0)),  # a GiveUp's Job, failing as made to
+    (OLD, replace(OLD, finished="Failed")),
+    (None, replace(OLD, uid="another", deleting=True)),
+])
+def test_anything_else_a_worker_job_does_is_news(old: ObservedJob | None,
+                                                 new: ObservedJob | None) -> None:
+    assert not job_may_wait(old, new, OLD.uid)

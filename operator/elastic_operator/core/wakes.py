@@ -26,7 +26,7 @@ from datetime import datetime
 
 from elastic_api.models import SliceStatus
 from elastic_api.names import WORKER_REPLICATED_JOB
-from elastic_operator.observed import ObservedPod
+from elastic_operator.observed import ObservedJob, ObservedPod
 
 # A worker's phases on its way to serving, in order.
 _SERVING_ORDER = {"Pending": 0, "Running": 1}
@@ -135,3 +135,19 @@ def may_move(mark: SliceMark | None, tally: SliceTally) -> bool:
         # (None down: down_jobs is empty, and the slice may come back)
         return mark.record_job is None or tally.down_jobs != {mark.record_job}
     return True
+
+
+def job_may_wait(old: ObservedJob | None, new: ObservedJob | None,
+                 record_job: str | None) -> bool:
+    """Whether a worker Job's change is its slice's replacement, already recorded (the
+    Job `record_job` it tears down), running its course: that Job being deleted or gone,
+    or its successor created with nothing failed or finished in it. Nothing a reconcile
+    computes moves with these (a Job being deleted, or gone, counts no failure; a new Job
+    takes over the count once its slice is Ready, core/counting.py), so they wait for the
+    job's next progress write like the pods' own teardown and creation."""
+    if record_job is None:
+        return False
+    if old is not None and old.uid == record_job:
+        return new is None or (new.uid == old.uid and new.deleting)
+    return old is None and new is not None and new.uid != record_job and not new.deleting \
+        and new.finished is None and new.failed_pods == 0
