@@ -46,7 +46,6 @@ from elastic_operator.pool_warden import PoolWarden
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from elastic_operator.scheduler import DEFAULT_WORKERS, RECONCILE_BACKOFF, Scheduler
-from elastic_operator.slice_index import SliceIndex
 
 logger = logging.getLogger("elastic_operator")
 POOL_SWEEP_INTERVAL_S = 5.0
@@ -98,6 +97,12 @@ class Operator:
             self.scheduler.add_after(namespace, name, after_s)
         else:
             self.scheduler.add(namespace, name)
+
+    def wake_paced(self, namespace: str, name: str, soon: bool) -> None:
+        """A paced pod or worker-Job change (caches.py): at the progress interval if it
+        may move a slice's state (`soon`), else at the job's next progress write."""
+        self.wake(namespace, name, after_s=self.reconciler.progress_interval_s if soon
+                  else self.reconciler.progress_due_in(namespace, name))
 
     def start(self) -> None:
         self.caches.start()
@@ -219,11 +224,8 @@ def build_operator(
             op.wake(*job)
 
     def wake_paced(job: tuple[str, str], soon: bool) -> None:
-        # Once per progress interval at most; not before the job's next progress write
-        # when the change cannot move a slice's state (slice_index.py).
         if op is not None:
-            op.wake(*job, after_s=reconciler.progress_interval_s if soon
-                    else reconciler.progress_due_in(*job))
+            op.wake_paced(*job, soon)
 
     def job_changed(key: Key, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if op is None:
@@ -231,7 +233,7 @@ def build_operator(
         if new is None:
             op.forget(*key)
         elif not reconciler.wrote(*key, (new.get("metadata") or {}).get("resourceVersion")):
-            metrics.wakes.labels("job").inc()
+            metrics.count_wake("job")
             op.wake(*key)  # not our own status write coming back: news
 
     def relisted(resource: str, reason: str, objects: int) -> None:
@@ -245,10 +247,8 @@ def build_operator(
         if op is not None:
             op.request_resync()
 
-    slices = SliceIndex(nodes)
     caches = Caches(watch_kube or kube, nodes, scope, wake, on_job=job_changed,
-                    wake_paced=wake_paced, slices=slices,
-                    count=lambda cause: metrics.wakes.labels(cause).inc(),
+                    wake_paced=wake_paced, count=metrics.count_wake,
                     watch_workloads=watch_workloads, watch_timeout_s=watch_timeout_s,
                     on_relist=relisted)
     for informer in caches.informers:
@@ -270,7 +270,7 @@ def build_operator(
                           on_wait=metrics.queue_wait.observe)
     metrics.queue_depth.set_function(lambda: scheduler.depth)
     reconciler.wake = scheduler.add_after
-    reconciler.marked = slices.mark
+    reconciler.marked = caches.slice_index.mark
     scanner.on_result(lambda namespace, name: wake((namespace, name)))  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,

@@ -186,13 +186,13 @@ class Caches:
         self, kube: Kube, nodes: NodeIndex, scope: WatchScope,
         wake: Callable[[JobKey], None], *, on_job: JobChange | None = None,
         wake_paced: Callable[[JobKey, bool], None] | None = None,
-        slices: SliceIndex | None = None, watch_workloads: bool = False,
+        watch_workloads: bool = False,
         watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
         on_relist: Callable[[str, str, int], None] | None = None,
         count: Callable[[str], None] | None = None,
     ) -> None:
         self.node_index = nodes
-        self.slice_index = slices if slices is not None else SliceIndex(nodes)
+        self.slice_index = SliceIndex(nodes)  # the reconciler marks it (app.py)
         self._wake = wake
         self._wake_paced = wake_paced or (lambda job, _soon: wake(job))
         self._count = count or (lambda _cause: None)

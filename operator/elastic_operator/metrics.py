@@ -483,6 +483,10 @@ class OperatorMetrics:
             if action is not None:
                 self.slice_replacements.labels(namespace, job, action).inc()
 
+    def count_wake(self, cause: str) -> None:
+        """A job named in the work queue by a watched change (`wakes`)."""
+        self.wakes.labels(cause).inc()
+
     def forget(self, namespace: str, job: str) -> None:
         """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
         for metric in (self.slice_failures, self.elastic_events, self.trainer_restarts,

@@ -109,14 +109,6 @@ CONFLICT_ATTEMPTS = 3
 # A status change that only moves progress (core/pacing.py) is written at most this often
 # per job; every other change at once.
 PROGRESS_INTERVAL_S = 1.0
-
-
-class Marked(Protocol):
-    """SliceIndex.mark: told a job's slices as computed; True when a pod change that
-    came meanwhile may already have moved one."""
-
-    def __call__(self, job: tuple[str, str], slices: list[SliceStatus], *,
-                 exact: bool = True) -> bool: ...
 # The versions our last status writes of a job produced, kept to know them late.
 OWN_VERSIONS_KEPT = 16
 # A follow-up (replacement writes) that failed wakes the job after this backoff.
@@ -139,6 +131,14 @@ def refusal_message(obj: dict[str, Any], error: ApiError) -> str:
 
 # Wake a job's reconcile after some seconds (a grace period that ends); thread-safe.
 Wake = Callable[[str, str, float], None]
+
+
+class Marked(Protocol):
+    """SliceIndex.mark: told a job's slices as computed; True when a pod change that
+    came meanwhile may already have moved one."""
+
+    def __call__(self, job: tuple[str, str], slices: list[SliceStatus], *,
+                 exact: bool = True) -> bool: ...
 
 
 class Reconciler:
@@ -389,11 +389,7 @@ class Reconciler:
                                             pods_ready=self.pods_ready)
         self.observations.note_failures(namespace, name, job.metadata.uid or "",
                                         new_status.pools)
-        if self.marked is not None and self.wake is not None and self.marked(
-                (namespace, name), new_status.slices or [],
-                exact=job.spec.tpu.topology_aware is None):
-            self.metrics.wakes.labels("recheck").inc()
-            self.wake(namespace, name, self.progress_interval_s)
+        self._mark((namespace, name), job, new_status)
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
         timer.mark("status")
         # The status first: it records what the replacement is about to do, and carries
@@ -715,6 +711,15 @@ class Reconciler:
         self.metrics.record_events(namespace, events, written_at)
         self.metrics.record_decisions(namespace, name, events)
         return pending
+
+    def _mark(self, key: tuple[str, str], job: ElasticTrainingJob,
+              status: ElasticTrainingJobStatus) -> None:
+        """Tell the slice index the slices as computed; a pod change judged meanwhile
+        against the slices before may have moved one: the job again at the interval."""
+        if self.marked is not None and self.wake is not None and self.marked(
+                key, status.slices or [], exact=job.spec.tpu.topology_aware is None):
+            self.metrics.count_wake("recheck")
+            self.wake(key[0], key[1], self.progress_interval_s)
 
     def progress_due_in(self, namespace: str, name: str) -> float:
         """How soon the job's next progress-only write may go (`_paced`): at least one
