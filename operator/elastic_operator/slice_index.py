@@ -46,6 +46,7 @@ class _Slice:
     newest: dict[Any, ObservedPod] = field(default_factory=dict)
     ready: int = 0
     down_jobs: Counter[str | None] = field(default_factory=Counter)
+    jobs: Counter[str | None] = field(default_factory=Counter)  # of every host's newest
     latest: datetime | None = None
     latest_stale: bool = False  # the newest pod holding `latest` went: scan once asked
     live_nodes: Counter[str] = field(default_factory=Counter)  # of every live pod
@@ -70,10 +71,9 @@ class _Slice:
 
     def _count(self, pod: ObservedPod, sign: int) -> None:
         self.ready += sign * host_ready(pod)
+        _add(self.jobs, pod.job_uid, sign)
         if host_down(pod):
-            self.down_jobs[pod.job_uid] += sign
-            if not self.down_jobs[pod.job_uid]:
-                del self.down_jobs[pod.job_uid]
+            _add(self.down_jobs, pod.job_uid, sign)
 
     def live(self, pod: ObservedPod, sign: int) -> None:
         """`pod` joins (1) or leaves (-1) the slice's pods (core/pools.py slice_pool)."""
@@ -90,7 +90,7 @@ class _Slice:
         return SliceTally(hosts=len(self.newest), ready=self.ready,
                           down=sum(self.down_jobs.values()),
                           down_jobs=frozenset(self.down_jobs), latest_created=self.latest,
-                          pool=self._pool(nodes))
+                          pool=self._pool(nodes), jobs=dict(self.jobs))
 
     def _pool(self, nodes: NodePools | None) -> str | None:
         if nodes is None:
@@ -105,6 +105,12 @@ class _Slice:
             pool = min(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counted else None
             self.placed = (self.live_changes, version, pool)
         return self.placed[2]
+
+
+def _add(counts: Counter[str | None], key: str | None, sign: int) -> None:
+    counts[key] += sign
+    if not counts[key]:
+        del counts[key]
 
 
 def _host(pod: ObservedPod) -> Any:

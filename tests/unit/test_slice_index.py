@@ -5,6 +5,7 @@ from pod changes one at a time agrees with the slice's pods read whole."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -284,10 +285,10 @@ def test_the_index_kept_change_by_change_is_the_slices_pods_read_whole(seed: int
             hosts = newest_per_host([p for p in world.pods.values() if p.slice_index == i])
             tally = index.tally(JOB, i)
             down = [p for p in hosts if host_down(p)]
-            assert (tally.hosts, tally.ready, tally.down, tally.down_jobs,
+            assert (tally.hosts, tally.ready, tally.down, tally.down_jobs, tally.jobs,
                     tally.latest_created, tally.pool) == (
                 len(hosts), sum(host_ready(p) for p in hosts), len(down),
-                frozenset(p.job_uid for p in down),
+                frozenset(p.job_uid for p in down), dict(Counter(p.job_uid for p in hosts)),
                 max((p.created_at for p in hosts if p.created_at), default=None),
                 slice_pool([p for p in world.pods.values() if p.slice_index == i], NODES))
 

@@ -21,7 +21,8 @@ a container that ended, a pod moved to another job, and any change of the head p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from elastic_api.models import SliceStatus
@@ -96,7 +97,8 @@ class SliceTally:
     """A slice's hosts as the pod cache holds them, each by its newest pod (core/slices.py
     `newest`), nodes left out: `ready` healthy and Ready, `down` failed or terminating;
     `down_jobs` the Jobs of the down hosts' pods; `latest_created` the newest of them;
-    `pool` the one most of its live pods run on (core/pools.py slice_pool; None: none)."""
+    `pool` the one most of its live pods run on (core/pools.py slice_pool; None: none);
+    `jobs` how many hosts' newest pod each Job made."""
 
     hosts: int = 0
     ready: int = 0
@@ -104,6 +106,7 @@ class SliceTally:
     down_jobs: frozenset[str | None] = frozenset()
     latest_created: datetime | None = None
     pool: str | None = None
+    jobs: Mapping[str | None, int] = field(default_factory=dict)
 
 
 def host_down(pod: ObservedPod) -> bool:
@@ -121,8 +124,8 @@ def may_move(mark: SliceMark | None, tally: SliceTally) -> bool:
     than `mark`, its hosts being `tally`. False only where core/slices.py cannot: a
     Pending or Restarting slice with no host down and not all of them Ready; a Ready one
     with every host Ready, none down and none newer than its transition; a Down one whose
-    down hosts are all pods of the Job its replacement tears down (the reason stays);
-    and none of them while its pool moves."""
+    replacement's Job still holds it Down (`_leaves_down`); and none of them while its
+    pool moves."""
     if mark is None or (tally.pool is not None and tally.pool != mark.pool):
         return True  # (a slice's pool is no progress either: core/pacing.py)
     if mark.state in ("Pending", "Restarting"):
@@ -132,9 +135,22 @@ def may_move(mark: SliceMark | None, tally: SliceTally) -> bool:
                 or (mark.since is not None and tally.latest_created is not None
                     and tally.latest_created > mark.since))
     if mark.state == "Down":
-        # (None down: down_jobs is empty, and the slice may come back)
-        return mark.record_job is None or tally.down_jobs != {mark.record_job}
+        return _leaves_down(mark, tally)
     return True
+
+
+def _leaves_down(mark: SliceMark, tally: SliceTally) -> bool:
+    """A Down slice whose replacement tears down Job `mark.record_job` stays Down, for the
+    same reason, while every down host is a pod of that Job; with none down, while some
+    host's newest pod is still that Job's and not every host has one (core/slices.py
+    `_during_teardown`), unless all are Ready."""
+    if mark.record_job is None:
+        return True
+    if tally.down:
+        return tally.down_jobs != {mark.record_job}
+    old = tally.jobs.get(mark.record_job, 0)
+    all_ready = tally.ready >= mark.hosts and tally.hosts >= mark.hosts
+    return all_ready or not old or (tally.hosts >= mark.hosts and old >= tally.hosts)
 
 
 def job_may_wait(old: ObservedJob | None, new: ObservedJob | None,
