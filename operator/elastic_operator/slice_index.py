@@ -8,8 +8,8 @@ pods regrouped: no scan of the job's 4,096 pods), marked by the reconciler after
 status it computes (`mark`). A change judged against a mark that the reconcile in flight
 is about to replace is judged again by that reconcile: `mark` answers whether any slice
 may move given the pods as they are then, and the reconciler wakes the job once more if
-so. The pool a slice's live pods run on is read from the nodes (`NodePools`) only when
-those pods' nodes, or the nodes, changed. Thread-safe.
+so. A slice's live pods are counted by their node's pool (`NodePools`) as they change,
+and counted whole again only once the nodes changed. Thread-safe.
 """
 from __future__ import annotations
 
@@ -50,8 +50,11 @@ class _Slice:
     latest: datetime | None = None
     latest_stale: bool = False  # the newest pod holding `latest` went: scan once asked
     live_nodes: Counter[str] = field(default_factory=Counter)  # of every live pod
-    live_changes: int = 0
-    placed: tuple[int, int, str | None] = (-1, -1, None)  # (live_changes, nodes, pool)
+    # The live pods by their node's pool, kept as they change (a replacement moves 64
+    # pods one by one: regrouping them all per change cost more than the rest of an
+    # event), counted again whole when the nodes changed since (`pools_version`).
+    live_pools: Counter[str] = field(default_factory=Counter)
+    pools_version: int = -1  # the nodes' version live_pools was counted at (-1: never)
 
     def regroup(self, host: Any) -> None:
         """Host `host`'s pods changed: its newest, and the counts, again."""
@@ -75,13 +78,17 @@ class _Slice:
         if host_down(pod):
             _add(self.down_jobs, pod.job_uid, sign)
 
-    def live(self, pod: ObservedPod, sign: int) -> None:
+    def live(self, pod: ObservedPod, sign: int, nodes: NodePools | None) -> None:
         """`pod` joins (1) or leaves (-1) the slice's pods (core/pools.py slice_pool)."""
-        if pod.node_name and not pod.terminating and not pod.failed:
-            self.live_nodes[pod.node_name] += sign
-            if not self.live_nodes[pod.node_name]:
-                del self.live_nodes[pod.node_name]
-            self.live_changes += 1
+        node = pod.node_name
+        if node and not pod.terminating and not pod.failed:
+            _add(self.live_nodes, node, sign)
+            if nodes is not None and self.pools_version >= 0:
+                # A pool read at a newer nodes' version than pools_version (a node moved
+                # meanwhile) is counted whole again before `_pool` reads it.
+                pool = nodes.pools_of_nodes((node,)).get(node)
+                if pool:
+                    _add(self.live_pools, pool, sign)
 
     def tally(self, nodes: NodePools | None) -> SliceTally:
         if self.latest_stale:
@@ -95,19 +102,19 @@ class _Slice:
     def _pool(self, nodes: NodePools | None) -> str | None:
         if nodes is None:
             return None
-        version = nodes.nodes_version
-        if self.placed[:2] != (self.live_changes, version):
+        version = nodes.nodes_version  # before the pools: a node moving after counts again
+        if self.pools_version != version:
             pools = nodes.pools_of_nodes(list(self.live_nodes))
-            counted: Counter[str] = Counter()
+            self.live_pools = Counter()
             for node, pods in self.live_nodes.items():
                 if pools.get(node):
-                    counted[pools[node] or ""] += pods
-            pool = min(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counted else None
-            self.placed = (self.live_changes, version, pool)
-        return self.placed[2]
+                    self.live_pools[pools[node] or ""] += pods
+            self.pools_version = version
+        counted = self.live_pools
+        return min(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counted else None
 
 
-def _add(counts: Counter[str | None], key: str | None, sign: int) -> None:
+def _add(counts: Counter[Any], key: Any, sign: int) -> None:
     counts[key] += sign
     if not counts[key]:
         del counts[key]
@@ -136,7 +143,9 @@ class SliceIndex:
                         or pod.slice_index is None:
                     continue
                 key = (job, pod.slice_index)
-                entry = self._slices.setdefault(key, _Slice())
+                entry = self._slices.get(key)
+                if entry is None:
+                    entry = self._slices[key] = _Slice()
                 host = _host(pod)
                 group = entry.pods.setdefault(host, {})
                 if sign > 0:
@@ -145,7 +154,7 @@ class SliceIndex:
                     group.pop(pod.name, None)
                 if not group:
                     del entry.pods[host]
-                entry.live(pod, sign)
+                entry.live(pod, sign, self._nodes)
                 entry.regroup(host)
                 if not entry.pods:
                     del self._slices[key]

@@ -21,7 +21,7 @@ from elastic_operator.core.slices import newest_per_host
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.wakes import host_down, host_ready, may_wait
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import Observed, ObservedJob, ObservedPod
+from elastic_operator.observed import Observed, ObservedJob, ObservedNode, ObservedPod
 from elastic_operator.slice_index import SliceIndex
 from tests.builders import HOSTS, T0, etj, nodes_for, observed_jobset
 
@@ -268,11 +268,24 @@ def test_a_paced_change_judged_unable_to_move_a_state_moves_progress_only(seed: 
             op.only_progress_since_look(world, log[-8:])
 
 
+def _move_a_node(rng: random.Random, nodes: NodeIndex, now: dict[str, ObservedNode]) -> None:
+    """One node relabelled into another pool (or none), as an operator of the cluster
+    may: the index counts its live pods by pool as they change, and again once a node
+    moved."""
+    name = rng.choice(sorted(now))
+    now[name] = replace(now[name], pool=rng.choice([None, *sorted({n.pool for n in NODES.values()
+                                                                  if n.pool})]))
+    nodes.node_seen(now[name])
+
+
 @pytest.mark.parametrize("seed", range(50))
 def test_the_index_kept_change_by_change_is_the_slices_pods_read_whole(seed: int) -> None:
-    world, nodes = World(), _node_index()
+    world, nodes, now = World(), _node_index(), dict(NODES)
     index = SliceIndex(nodes)
+    moves = random.Random(-seed)
     for name, slice_index, host, pool in _ops(seed):
+        if moves.random() < 0.05:
+            _move_a_node(moves, nodes, now)
         if name == "teardown":
             world.deleting.add(world.job_uid(slice_index))
             continue
@@ -290,7 +303,7 @@ def test_the_index_kept_change_by_change_is_the_slices_pods_read_whole(seed: int
                 len(hosts), sum(host_ready(p) for p in hosts), len(down),
                 frozenset(p.job_uid for p in down), dict(Counter(p.job_uid for p in hosts)),
                 max((p.created_at for p in hosts if p.created_at), default=None),
-                slice_pool([p for p in world.pods.values() if p.slice_index == i], NODES))
+                slice_pool([p for p in world.pods.values() if p.slice_index == i], now))
 
 
 def test_a_slice_marked_moves_once_its_hosts_say_so() -> None:
