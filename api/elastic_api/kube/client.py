@@ -5,6 +5,10 @@ ship it) and nothing else of it: objects go in and come out as plain dicts, exac
 the API server speaks them, so no caller ever sees the client's model classes. The
 kubernetes package is imported only when a client is made (`from_environment`) or a
 watch is read: a trainer that only imports the status reporter pays nothing for it.
+What the API server sends is decoded with orjson (imported as lazily): at 4,096 pods the
+pod watch's events are most of the operator's CPU, and the standard library's decoder
+was half of each event's cost (docs/architecture.md). Request bodies still go through
+the client's own serializer: it json.dumps whatever a JSON content type carries.
 """
 from __future__ import annotations
 
@@ -258,6 +262,8 @@ class KubeClient:
         (`fenced`: all but the operator's Lease's) raises NotLeading, unsent, unless
         `may_write()`, asked before each try and again by the connection just before
         each chunk of the request goes out (`_fence_at_send`)."""
+        import orjson
+
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -278,9 +284,9 @@ class KubeClient:
             except NotLeading as e:
                 raise NotLeading(f"{method} {path}: cut at the send, this replica no "
                                  "longer leads") from e
-            data = response.data.decode("utf-8") if response.data else ""
             if 200 <= response.status <= 299:
-                return json.loads(data) if data else None
+                return orjson.loads(response.data) if response.data else None
+            data = response.data.decode("utf-8") if response.data else ""
             wait = retry_after_s(response.status, response.getheader("Retry-After"))
             if wait is not None:
                 with self._lock:
@@ -354,6 +360,7 @@ class KubeClient:
         ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}) as they arrive. The API
         server ends it after `timeout_s`; a connection that stays silent longer than that
         (plus a margin) is dead: WatchStalled."""
+        import orjson
         from urllib3.exceptions import ReadTimeoutError
 
         query = {"watch": "true", "allowWatchBookmarks": "true",
@@ -383,7 +390,7 @@ class KubeClient:
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        yield orjson.loads(line)
         except ReadTimeoutError as e:
             raise WatchStalled(f"nothing received for {silence_s} s") from e
         finally:
