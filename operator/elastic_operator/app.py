@@ -100,9 +100,13 @@ class Operator:
 
     def wake_paced(self, namespace: str, name: str, soon: bool) -> None:
         """A paced pod or worker-Job change (caches.py): at the progress interval if it
-        may move a slice's state (`soon`), else at the job's next progress write."""
-        self.wake(namespace, name, after_s=self.reconciler.progress_interval_s if soon
-                  else self.reconciler.progress_due_in(namespace, name))
+        may move a slice's state (`soon`), else at the job's next progress write, as
+        progress only (a run it starts may start over for news: core/startover.py)."""
+        if soon:
+            self.wake(namespace, name, after_s=self.reconciler.progress_interval_s)
+        elif self.gate.open:
+            self.scheduler.add_paced(namespace, name,
+                                     self.reconciler.progress_due_in(namespace, name))
 
     def start(self) -> None:
         self.caches.start()
@@ -269,7 +273,7 @@ def build_operator(
     scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers,
                           on_wait=metrics.queue_wait.observe)
     metrics.queue_depth.set_function(lambda: scheduler.depth)
-    reconciler.wake = scheduler.add_after
+    reconciler.use_queue(scheduler)
     reconciler.marked = caches.slice_index.mark
     scanner.on_result(lambda namespace, name: wake((namespace, name)))  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,

@@ -153,6 +153,10 @@ class OperatorMetrics:
             "etj_status_writes_deferred_total", "Progress-only status changes not written "
             "because the job's last write was less than an interval ago (a later reconcile "
             "writes the latest).", registry=registry)
+        self.reconciles_started_over = Counter(
+            "etj_reconcile_started_over_total", "Reconciles whose pass was cut short for "
+            "news of the job and started over from its reads (core/startover.py).",
+            registry=registry)
         self.wakes = Counter(
             "etj_wakes_total", "Jobs named in the work queue by a watched change, by cause: "
             "job, pod (at once), pod-paced (at the progress interval: it may move a slice's "

@@ -70,6 +70,7 @@ from elastic_operator.core.plan import (
 from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.slices import worker_pods_by_slice
+from elastic_operator.core.startover import Change, pass_change, start_over
 from elastic_operator.core.status import (
     compute_status,
     invalid_spec_status,
@@ -141,6 +142,51 @@ class Marked(Protocol):
                  exact: bool = True) -> bool: ...
 
 
+class WorkQueue(Protocol):
+    """The work queue (scheduler.py), as a reconcile uses it: to be woken later, and
+    what it says of the job's running reconcile."""
+
+    def add_after(self, namespace: str, name: str, delay_s: float) -> None: ...
+
+    def add_paced(self, namespace: str, name: str, delay_s: float) -> None: ...
+
+    def running(self, namespace: str, name: str) -> tuple[bool, bool]:
+        """(named at once since the run started, the run started for progress only)"""
+        ...
+
+    def cover(self, namespace: str, name: str) -> None:
+        """The run starts over from its reads: every naming so far is seen by it."""
+        ...
+
+
+class StartOver(Exception):
+    """This pass of a reconcile is cut short for news (core/startover.py)."""
+
+
+class Pass:
+    """One pass of a reconcile of a job: times its phases and, at the end of each one
+    before its status write, starts over if the job's news says so (core/startover.py;
+    `queue` None: never)."""
+
+    def __init__(self, timer: PhaseTimer, key: tuple[str, str],
+                 queue: WorkQueue | None) -> None:
+        self.timer, self.key, self.queue = timer, key, queue
+
+    def mark(self, phase: str) -> None:
+        self.timer.mark(phase)
+
+    def done(self, phase: str, change: Callable[[], Change] | None = None) -> None:
+        """End `phase`; `change`: what the pass would write (asked only on news)."""
+        self.timer.mark(phase)
+        if self.queue is None:
+            return
+        news, run_paced = self.queue.running(*self.key)
+        if news and start_over(news=news, run_paced=run_paced,
+                               change=None if change is None else change()):
+            self.queue.cover(*self.key)
+            raise StartOver(f"{self.key[0]}/{self.key[1]}: news during its {phase} phase")
+
+
 class Reconciler:
     def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
                  clock: Clock = SYSTEM_CLOCK, *,
@@ -159,6 +205,10 @@ class Reconciler:
         self.replacer = Replacer(kube, metrics, limiter or NodeActionLimiter(),
                                  quarantine_pools=quarantine_pools)
         self.wake: Wake | None = None  # set by app.py (the Scheduler's add_after)
+        # ... and its add_paced (a progress write that waits), and the Scheduler itself
+        # (news for a running reconcile: core/startover.py).
+        self.wake_paced: Wake | None = None
+        self.queue: WorkQueue | None = None
         # Set by app.py (SliceIndex.mark): told each job's slices as computed; True when
         # a pod change that came meanwhile may already have moved one (woken again).
         self.marked: Marked | None = None
@@ -208,6 +258,10 @@ class Reconciler:
         # (slice_memo.py: a failure costs a reconcile one slice, not the whole job).
         self._memos: dict[tuple[str, str], SliceMemo] = {}
         self._lock = threading.Lock()
+
+    def use_queue(self, queue: WorkQueue) -> None:
+        """Wake jobs through `queue` and ask it of their running reconciles (app.py)."""
+        self.wake, self.wake_paced, self.queue = queue.add_after, queue.add_paced, queue
 
     def reconcile(self, namespace: str, name: str) -> bool:
         """One reconcile; False if it failed (logged and counted) and should be retried."""
@@ -322,18 +376,27 @@ class Reconciler:
     def _reconcile_fresh(self, namespace: str, name: str) -> None:
         """_reconcile, again from a fresh read when the job changed between our read and
         our status write (the trainer reported, or another replica wrote): the write is
-        conditional on the version read, so a change is never applied twice."""
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        conditional on the version read, so a change is never applied twice. A pass cut
+        short for news (core/startover.py) starts over once, from the caches."""
+        attempt, may_start_over = 1, self.queue is not None
+        while True:
             try:
-                self._reconcile(namespace, name, fresh=attempt > 1)
+                self._reconcile(namespace, name, fresh=attempt > 1,
+                                may_start_over=may_start_over)
                 return
+            except StartOver:
+                may_start_over = False
+                self.metrics.reconciles_started_over.inc()
             except ApiError as e:
                 if not e.is_conflict or attempt == CONFLICT_ATTEMPTS:
                     raise
+                attempt += 1
                 logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
 
-    def _reconcile(self, namespace: str, name: str, fresh: bool = False) -> None:
-        timer = PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic)
+    def _reconcile(self, namespace: str, name: str, fresh: bool = False,
+                   may_start_over: bool = False) -> None:
+        step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic),
+                    (namespace, name), self.queue if may_start_over else None)
         raw = self._read_job(namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return
@@ -343,7 +406,7 @@ class Reconciler:
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             self._report_invalid_spec(raw, str(e))
             return
-        timer.mark("read")
+        step.done("read")
         job = parsed.job
         if job.spec.multikueue:  # it runs in a worker cluster; here, only its Workload
             self._reconcile_dispatched(raw, parsed, rendered)
@@ -369,8 +432,7 @@ class Reconciler:
             return
         if plan.why_not is None:
             self._children_ensured.add(children)
-        timer.mark("plan")
-
+        step.done("plan")
         observed = Observed(
             jobset=jobset, pods=pods,
             nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
@@ -382,7 +444,7 @@ class Reconciler:
             if jobset is not None else {},
             workload=workload, pools=self._pools(job),
             memo=self._memos.setdefault((namespace, name), SliceMemo()))
-        timer.mark("observe")
+        step.done("observe")
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,
@@ -391,19 +453,19 @@ class Reconciler:
                                         new_status.pools)
         self._mark((namespace, name), job, new_status)
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
-        timer.mark("status")
+        step.done("status", lambda: pass_change(parsed.previous, new_status, events))
         # The status first: it records what the replacement is about to do, and carries
         # the change's Events. Then the replacement (the slice back at once matters more
         # than telling of it), then the Events (whoever sees one finds both done).
         with self._writing_status(namespace, name):
             pending = self._write_status(raw, parsed.previous, new_status, events, now)
         self._record_reaction(namespace, events, observed)
-        timer.mark("write")
+        step.mark("write")
         try:
             self._replace(raw, job, new_status, observed, now)
         finally:
             self._post_events(raw, pending, now)
-        timer.mark("replace")
+        step.mark("replace")
         warn_in = next_look_in(new_status.admission, self.pods_ready, now)
         if warn_in is not None and self.wake is not None:  # Kueue's deadline draws near
             self.wake(namespace, name, warn_in + 0.1)
@@ -748,8 +810,9 @@ class Reconciler:
         if wait <= 0:
             return False
         self.metrics.status_writes_deferred.inc()
-        if self.wake is not None:
-            self.wake(namespace, name, wait)
+        wake = self.wake_paced or self.wake
+        if wake is not None:
+            wake(namespace, name, wait)
         return True
 
     def _remember_write(self, key: tuple[str, str], base: str | None,

@@ -8,7 +8,11 @@ bounded pool of worker threads reconciles the jobs named (client-go's workqueue)
 - A reconcile that fails is retried on its own, after a capped exponential backoff; any
   run in between (an event) replaces the pending retry, and a success resets the backoff.
 - A reconcile may ask to run again after some seconds (`add_after`: a grace period that
-  ends); the soonest ask wins and any run before then replaces it.
+  ends); the soonest ask wins and any run before then replaces it. `add_paced` asks the
+  same for progress only (core/wakes.py, core/pacing.py).
+- A job named at once (`add`) while a reconcile of it runs is news to that reconcile: it
+  may start over from its reads (`running`, `cover`; the rule is core/startover.py)
+  rather than finish and leave the news to wait for it.
 
 Every method may be called from any thread: the watch-fed caches, the checkpoint
 scanner, the resync and the reconciles themselves all name jobs here.
@@ -56,6 +60,13 @@ class Scheduler:
         # (due, kind, key) and entries no longer in these dicts are skipped.
         self._retries: dict[JobKey, float] = {}
         self._wakes: dict[JobKey, float] = {}
+        self._paced: dict[JobKey, float] = {}
+        self._pending = {"retry": self._retries, "wake": self._wakes, "paced": self._paced}
+        # Jobs named at once (`add`, a due retry or wake: anything but `add_paced`) since
+        # their last run started; and the running jobs whose run was started for
+        # progress only (core/startover.py).
+        self._urgent: set[JobKey] = set()
+        self._run_paced: set[JobKey] = set()
         self._due: list[tuple[float, str, JobKey]] = []
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -65,19 +76,41 @@ class Scheduler:
     def add(self, namespace: str, name: str) -> None:
         """Reconcile the job soon: now, or right after the reconcile running for it."""
         with self._lock:
-            self._add_locked((namespace, name))
+            self._add_locked((namespace, name), urgent=True)
 
     def add_after(self, namespace: str, name: str, delay_s: float) -> None:
         """Reconcile the job in `delay_s` seconds (or sooner, if already asked)."""
         with self._lock:
-            self._schedule_locked(self._wakes, "wake", (namespace, name), delay_s)
+            self._schedule_locked("wake", (namespace, name), delay_s)
+
+    def add_paced(self, namespace: str, name: str, delay_s: float) -> None:
+        """add_after, for progress only: a run it starts may start over for news."""
+        with self._lock:
+            self._schedule_locked("paced", (namespace, name), delay_s)
+
+    def cover(self, namespace: str, name: str) -> None:
+        """The job's running reconcile starts over from its reads: it sees every naming
+        of the job so far, which therefore runs nothing more after it."""
+        key = (namespace, name)
+        with self._lock:
+            if key not in self._processing:
+                return
+            if key in self._urgent:
+                self._run_paced.discard(key)  # the pass it starts is for news
+            self._urgent.discard(key)
+            self._dirty.discard(key)
+            named_at = self._named_at.pop(key, None)
+            for pending in self._pending.values():
+                pending.pop(key, None)
+        if named_at is not None:
+            self._on_wait(time.monotonic() - named_at)
 
     def forget(self, namespace: str, name: str) -> None:
         """The job was deleted: drop its pending retry, wake-up and failure count."""
         key = (namespace, name)
         with self._lock:
-            self._retries.pop(key, None)
-            self._wakes.pop(key, None)
+            for pending in self._pending.values():
+                pending.pop(key, None)
             self._failures.pop(key, None)
 
     # --- what it knows ---
@@ -93,7 +126,15 @@ class Scheduler:
 
     def wake_pending(self, namespace: str, name: str) -> bool:
         with self._lock:
-            return (namespace, name) in self._wakes
+            return (namespace, name) in self._wakes or (namespace, name) in self._paced
+
+    def running(self, namespace: str, name: str) -> tuple[bool, bool]:
+        """Of the job's running reconcile: whether the job was named at once since it
+        started (news), and whether it was started for progress only."""
+        key = (namespace, name)
+        with self._lock:
+            running = key in self._processing
+            return running and key in self._urgent, running and key in self._run_paced
 
     @property
     def depth(self) -> int:
@@ -144,13 +185,17 @@ class Scheduler:
                 self._dirty.discard(key)
                 named_at = self._named_at.pop(key, None)
                 self._processing.add(key)
-                self._retries.pop(key, None)  # this run covers them
-                self._wakes.pop(key, None)
+                if key not in self._urgent:
+                    self._run_paced.add(key)
+                self._urgent.discard(key)
+                for pending in self._pending.values():
+                    pending.pop(key, None)  # this run covers them
             if named_at is not None:
                 self._on_wait(time.monotonic() - named_at)
             ok = self._run(key)
             with self._lock:
                 self._processing.discard(key)
+                self._run_paced.discard(key)
                 if ok:
                     self._failures.pop(key, None)
                 else:
@@ -173,15 +218,17 @@ class Scheduler:
                 now = time.monotonic()
                 while self._due and self._due[0][0] <= now:
                     due, kind, key = heapq.heappop(self._due)
-                    pending = self._retries if kind == "retry" else self._wakes
+                    pending = self._pending[kind]
                     if pending.get(key) == due:
                         del pending[key]
-                        self._add_locked(key)
+                        self._add_locked(key, urgent=kind != "paced")
                 self._timer.wait(self._due[0][0] - now if self._due else None)
 
     # --- with the lock held ---
 
-    def _add_locked(self, key: JobKey) -> None:
+    def _add_locked(self, key: JobKey, *, urgent: bool) -> None:
+        if urgent:
+            self._urgent.add(key)
         if key in self._dirty:
             return  # queued already (or to run again after the running one)
         self._dirty.add(key)
@@ -190,8 +237,8 @@ class Scheduler:
             self._queue.append(key)
             self._work.notify()
 
-    def _schedule_locked(self, pending: dict[JobKey, float], kind: str, key: JobKey,
-                         delay_s: float) -> None:
+    def _schedule_locked(self, kind: str, key: JobKey, delay_s: float) -> None:
+        pending = self._pending[kind]
         due = time.monotonic() + max(0.0, delay_s)
         if key in pending and pending[key] <= due:
             return  # a sooner one is pending
@@ -204,4 +251,4 @@ class Scheduler:
         delay = self.backoff.delay(failures)
         logger.info("reconcile of %s/%s failed %d time(s) in a row; retrying in %.1f s",
                     *key, failures, delay)
-        self._schedule_locked(self._retries, "retry", key, delay)
+        self._schedule_locked("retry", key, delay)

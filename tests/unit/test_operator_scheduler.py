@@ -243,3 +243,75 @@ def test_a_reconcile_that_raises_is_retried_and_stop_ends_the_workers() -> None:
     scheduler.stop()
     until(lambda: not scheduler.alive, "the workers ending")
     assert not scheduler.wait_idle("ns", "a", 0.1)  # stopping: nothing to wait for
+
+
+# --- news for a running reconcile (core/startover.py) -------------------------------------
+
+
+def test_a_job_named_at_once_during_a_paced_run_is_news_to_that_run(
+        started: Callable[..., Scheduler]) -> None:
+    """A run started by a paced wake hears of an immediate naming; a run started by an
+    immediate naming is not paced, and hears of the next one too."""
+    rec = CountingReconciler(hold=True)
+    scheduler = started(rec.reconcile)
+    scheduler.add_paced("ns", "a", 0.0)
+    until(lambda: rec.calls == [("ns", "a")], "the paced run started")
+    assert scheduler.running("ns", "a") == (False, True)
+    scheduler.add_paced("ns", "a", 0.0)  # progress again: no news
+    until(lambda: not scheduler.wake_pending("ns", "a"), "the paced wake due")
+    assert scheduler.running("ns", "a") == (False, True)
+    scheduler.add("ns", "a")
+    assert scheduler.running("ns", "a") == (True, True)
+    rec.release.set()
+    until(lambda: len(rec.calls) == 2, "the run after it, for the naming")
+    assert scheduler.wait_idle("ns", "a", DEADLINE_S)
+    assert scheduler.running("ns", "a") == (False, False)  # nothing runs
+
+
+def test_a_run_started_at_once_or_by_a_due_wake_is_not_paced(
+        started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(hold=True)
+    scheduler = started(rec.reconcile)
+    scheduler.add_after("ns", "a", 0.0)  # a grace period ending: may be a failure
+    until(lambda: rec.calls == [("ns", "a")], "the woken run started")
+    assert scheduler.running("ns", "a") == (False, False)
+    scheduler.add("ns", "a")
+    assert scheduler.running("ns", "a") == (True, False)
+    rec.release.set()
+    assert scheduler.wait_idle("ns", "a", DEADLINE_S)
+
+
+def test_a_run_that_starts_over_covers_every_naming_so_far(
+        started: Callable[..., Scheduler]) -> None:
+    """cover(): the running reconcile starts over from its reads, so the namings before
+    run nothing more after it; its new pass is for news (not paced any more)."""
+    waits: list[float] = []
+    rec = CountingReconciler(hold=True)
+    scheduler = Scheduler(rec.reconcile, workers=2, on_wait=waits.append)
+    scheduler.start()
+    try:
+        scheduler.add_paced("ns", "a", 0.0)
+        until(lambda: rec.calls == [("ns", "a")], "the paced run started")
+        scheduler.add("ns", "a")
+        scheduler.cover("ns", "a")
+        assert scheduler.running("ns", "a") == (False, False)
+        assert len(waits) == 2  # the naming's wait ended as the run started over
+        rec.release.set()
+        assert scheduler.wait_idle("ns", "a", DEADLINE_S)
+        assert rec.calls == [("ns", "a")]  # no run after it
+        scheduler.add("ns", "a")  # a later naming runs as ever
+        until(lambda: len(rec.calls) == 2, "the next naming's run")
+    finally:
+        scheduler.stop()
+
+
+def test_cover_without_a_running_reconcile_changes_nothing(
+        started: Callable[..., Scheduler]) -> None:
+    rec = CountingReconciler(hold=True)
+    scheduler = started(rec.reconcile, workers=1)
+    scheduler.add("ns", "b")
+    until(lambda: rec.calls == [("ns", "b")], "the one worker busy")
+    scheduler.add("ns", "a")  # queued, not running
+    scheduler.cover("ns", "a")
+    rec.release.set()
+    until(lambda: rec.calls.count(("ns", "a")) == 1, "the queued job still runs")
