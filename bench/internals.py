@@ -111,6 +111,8 @@ def internals(start: Scrape, end: Scrape, seconds: float) -> dict[str, Any]:
             "progress": counter(start, end, "etj_status_writes_total", kind="progress"),
             "deferred": counter(start, end, "etj_status_writes_deferred_total"),
         },
+        # Reconciles cut short for news and started over (core/startover.py).
+        "started_over": counter(start, end, "etj_reconcile_started_over_total"),
         "api_request_mean_seconds": latency,
         # What named the job in the work queue (etj_wakes_total), by cause.
         "wakes": {cause: counter(start, end, "etj_wakes_total", cause=cause)

@@ -150,9 +150,11 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
         rec, react = inside["reconcile_seconds"], inside["slice_down_reaction_seconds"]
         wait, writes = inside["queue_wait_seconds"], inside["status_writes"]
         events = d["failures_detected"] or 1
+        over = inside.get("started_over")  # measured since core/startover.py
         rows += [
             (f"{shape}: the operator's share, pod in its cache -> SliceDown written, p50 / "
-             f"p99; reconcile mean / p99 ({rec['count']} reconciles, busy "
+             f"p99; reconcile mean / p99 ({rec['count']} reconciles"
+             f"{f', {over:.0f} started over' if over else ''}, busy "
              f"{_n(inside['reconcile_busy_ratio'], '{:.0%}')} of the phase); queue wait p99",
              f"{_s(react['p50'])} / {_s(react['p99'])}; {_s(rec['mean'])} / "
              f"{_s(rec['p99'])}; {_s(wait['p99'])}", "-", "-"),

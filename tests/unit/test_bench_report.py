@@ -217,6 +217,7 @@ def test_internals_read_the_operators_metrics_over_the_phase() -> None:
     end = {'etj_status_writes_total{kind="change"}': 9.0,
            'etj_status_writes_total{kind="progress"}': 2.0,
            "etj_status_writes_deferred_total": 7.0,
+           "etj_reconcile_started_over_total": 3.0,
            "etj_reconcile_duration_seconds_sum": 6.0,
            "etj_reconcile_duration_seconds_count": 30.0,
            'etj_api_request_duration_seconds_count{verb="delete",resource="jobs"}': 2.0,
@@ -227,6 +228,7 @@ def test_internals_read_the_operators_metrics_over_the_phase() -> None:
     assert got["reconcile_seconds"]["count"] == 20
     assert got["reconcile_seconds"]["mean"] == pytest.approx(0.25)
     assert got["reconcile_busy_ratio"] == pytest.approx(0.5)
+    assert got["started_over"] == 3.0
     assert got["api_request_mean_seconds"] == {"delete jobs": 0.25}  # watches: not latency
     assert got["reconcile_cpu_seconds"]["count"] == 0  # not in either scrape
     assert set(got["reconcile_phase_seconds"]) == set(RECONCILE_PHASES)
