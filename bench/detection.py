@@ -43,7 +43,7 @@ from bench.internals import (
     request_breakdown,
     server,
 )
-from bench.load import CONTROL_PLANE_NICE, LoadGenerator, favour
+from bench.load import CONTROL_PLANE_NICE, LoadGenerator, Sample, at_moment, favour
 from bench.writes import WriteLog
 from elastic_api.catalog import slice_shape
 from elastic_api.names import (
@@ -502,6 +502,7 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         "settle_seconds": phases.settle_s,
         # Component -> threads run ahead of the burners; empty: the whole machine loaded.
         "favoured": favoured}
+    result["slowest_detections"] = slowest_detections(tl, generator.samples)
     if not keep_dir:
         import shutil
 
@@ -700,6 +701,25 @@ def _latencies(tl: Timeline) -> dict[str, list[float]]:
             "paired": [tl.operator[e] - baseline[e] for e in events
                        if e in tl.operator and e in baseline],
         }
+
+
+def slowest_detections(tl: Timeline, samples: list[Sample], n: int = 5
+                       ) -> list[dict[str, Any]]:
+    """The `n` slowest detections (pod failed -> SliceDown seen), slowest first: when,
+    after the first injection, and what the load generator was running then, so a tail
+    can be told apart from a moment the burners crowded the machine."""
+    with tl.lock:
+        seen = [(tl.operator[e] - tl.pod_failed[e], tl.pod_failed[e]) for e in tl.injected
+                if e in tl.operator and e in tl.pod_failed]
+        first = min(tl.injected.values(), default=0.0)
+    out = []
+    for seconds, failed in sorted(seen, reverse=True)[:n]:
+        sample = at_moment(samples, failed)
+        out.append({"seconds": round(seconds, 3),
+                    "after_first_injection_s": round(failed - first, 1),
+                    "burners": sample.burners if sample else None,
+                    "load1": round(sample.load1, 2) if sample else None})
+    return out
 
 
 def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,

@@ -170,5 +170,12 @@ class LoadGenerator(BackgroundLoop):
         }
 
 
+def at_moment(samples: list[Sample], when: float) -> Sample | None:
+    """The load generator's last sample at or before `when` (time.time()): the burners it
+    was running then (it resizes only at a sample), and the load it had just read."""
+    before = [s for s in samples if s.at <= when]
+    return max(before, key=lambda s: s.at) if before else None
+
+
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 2)

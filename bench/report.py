@@ -164,6 +164,7 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
         ]
     rows += _reconcile_phase_rows(d)
     rows += _status_write_time_rows(d)
+    rows += _slowest_rows(d)
     seen = d.get("status_writes_seen")
     if seen:
         rows.append((f"{shape}: status writes per slice event, failure -> Ready again, as "
@@ -186,6 +187,18 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
         rows.append((f"{shape}: load average (1/5/15 min) as the failures began; at the end",
                      f"{load['events']}; {load['end']}", "-", "-"))
     return rows
+
+
+def _slowest_rows(d: dict[str, Any]) -> list[Row]:
+    """The slowest detections, each with the burners running when its pod failed."""
+    slowest = d.get("slowest_detections")
+    if not slowest:
+        return []
+    each = "; ".join(f"{_s(x['seconds'])} at +{x['after_first_injection_s']:.0f} s, "
+                     f"{x['burners'] if x['burners'] is not None else '?'} burners"
+                     for x in slowest)
+    return [(f"{d['shape']}: the slowest detections: when the pod failed (after the first "
+             "injection), the CPU burners running then", each, "-", "-")]
 
 
 def _reconcile_phase_rows(d: dict[str, Any]) -> list[Row]:
