@@ -179,9 +179,12 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
         nice = d.get("operator_nice") or 0
         rows.append((f"{shape}: load generator (bench/load.py), target {_n(gen['target'])}"
                      f"{f', the operator at nice {nice}' if nice else ''}: "
-                     "1-minute load during the failures, mean (min-max); CPU burners, mean",
+                     "1-minute load during the failures, mean (min-max); CPU burners, mean "
+                     "(max); runnable threads, mean (max)",
                      f"{_n(gen['load1_mean'])} ({_n(gen['load1_min'])}-"
-                     f"{_n(gen['load1_max'])}); {_n(gen['burners_mean'])}", "-", "-"))
+                     f"{_n(gen['load1_max'])}); {_n(gen['burners_mean'])} "
+                     f"({gen.get('burners_max', '?')}); {_n(gen.get('runnable_mean'))} "
+                     f"({_n(gen.get('runnable_max'))})", "-", "-"))
     load = d.get("load_average") or {}
     if "events" in load and "end" in load:
         rows.append((f"{shape}: load average (1/5/15 min) as the failures began; at the end",

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.load import burn, burners_for, favour
+from bench.load import burn, burners_for, favour, runnable_now
 from bench.writes import WriteLog, changed, progress_only, slice_transitions
 from elastic_devtools.localcluster.faults import wait_for
 
@@ -31,6 +31,13 @@ def test_no_burners_when_others_alone_exceed_the_target() -> None:
 
 def test_never_more_burners_than_the_target() -> None:
     assert burners_for(3, 0.0, 0.0, current=3, step=10) == 3
+
+
+def test_the_runnable_threads_are_read_now_less_the_reader() -> None:
+    # /proc/loadavg: the 1, 5, 15-minute averages, then runnable/threads and the last pid.
+    assert runnable_now("9.52 6.94 5.55 13/1204 88211\n") == 12
+    assert runnable_now("0.00 0.00 0.00 1/90 7\n") == 0
+    assert runnable_now() >= 0  # this machine's, the reader excluded
 
 
 def slice_(index: int, state: str, ready: int, reason: str = "AllHostsReady",

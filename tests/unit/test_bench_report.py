@@ -310,7 +310,10 @@ def test_scale_rows_break_the_requests_down_and_say_the_load() -> None:
              "api_request_mean_seconds": {"patch elastictrainingjobs/status": 4.0}},
          "api_server_internals": {"requests": {"PATCH elastictrainingjobs/status": {
              "count": 3, "mean": 0.6, "p99": 1.0, "sli_mean": 0.05}}},
-         "load_average": {"events": [9.0, 8.0, 7.0], "end": [10.0, 8.5, 7.1]}}
+         "load_average": {"events": [9.0, 8.0, 7.0], "end": [10.0, 8.5, 7.1]},
+         "load_generator": {"target": 10.0, "load1_mean": 10.4, "load1_min": 9.0,
+                            "load1_max": 12.0, "burners_mean": 4.2, "burners_max": 6,
+                            "runnable_mean": 9.8, "runnable_max": 14.5}}
     rows = {row[0]: row[1] for row in report.scale_rows({"sizes": [d]}, {})}
     by_kind = next(v for k, v in rows.items() if "by verb and resource" in k)
     assert by_kind == "POST events 4.00, DELETE jobs 1.00"  # leases net to nothing
@@ -319,6 +322,8 @@ def test_scale_rows_break_the_requests_down_and_say_the_load() -> None:
     assert next(v for k, v in rows.items() if "status writes" in k) == "3.00; 0.50; 1.50"
     assert next(v for k, v in rows.items() if "load average" in k) == \
         "[9.0, 8.0, 7.0]; [10.0, 8.5, 7.1]"
+    assert next(v for k, v in rows.items() if "load generator" in k) == \
+        "10.4 (9.0-12.0); 4.2 (6); 9.8 (14.5)"
     # The status PATCH: 4 s as the operator timed it, 0.6 s of it in the API server.
     assert next(v for k, v in rows.items() if "a status write (PATCH)" in k) == \
         "4.00 s; 600 ms; 50 ms"
