@@ -10,8 +10,8 @@ load not ours, moved by at most `step` at a time. The load not ours is read from
 runnable threads now (/proc/loadavg's fourth field, sampled every `SAMPLE_S` over the
 period, less our burners), not from the 1-minute average: that lags a minute, and a
 controller on it kept 10 burners through the first half minute of the failures while
-the cluster's churn added its own, so the slowest detections fell where the machine was
-far above the target (2026-12-05, docs/benchmarks.md). When others alone exceed the
+the cluster's churn added its own (2026-12-05, docs/benchmarks.md). When others alone
+exceed the
 target there are no burners and the load is above it: the samples say so, and the
 result reports the 1-minute load measured, not the target.
 
@@ -191,10 +191,11 @@ class LoadGenerator(BackgroundLoop):
 
 
 def at_moment(samples: list[Sample], when: float) -> Sample | None:
-    """The load generator's last sample at or before `when` (time.time()): the burners it
-    was running then (it resizes only at a sample), and the load it had just read."""
-    before = [s for s in samples if s.at <= when]
-    return max(before, key=lambda s: s.at) if before else None
+    """The load generator's sample that covers `when` (time.time()): the first one at or
+    after it, which records the burners run over the period up to it (they change only
+    right after a sample) and the load read at its end. None after the last sample."""
+    after = [s for s in samples if s.at >= when]
+    return min(after, key=lambda s: s.at) if after else None
 
 
 def _round(x: float | None) -> float | None:

@@ -423,13 +423,14 @@ def test_the_slowest_detections_say_the_burners_running_when_the_pod_failed() ->
         event = ("job", i)
         tl.injected[event], tl.pod_failed[event], tl.operator[event] = failed - 1, failed, seen
     tl.injected[("job", 3)] = 120.0  # injected, never seen: not among them
+    # A sample records the burners run over the period up to it: 3 over (95, 104].
     samples = [Sample(95.0, 9.0, 8), Sample(104.0, 10.5, 3), Sample(110.0, 11.0, 2)]
     got = slowest_detections(tl, samples, n=2)
-    assert got == [{"seconds": 2.5, "after_first_injection_s": 6.0, "burners": 3, "load1": 10.5},
-                   {"seconds": 0.4, "after_first_injection_s": 1.0, "burners": 8, "load1": 9.0}]
-    # Before the generator's first sample nothing is known of the burners.
-    assert slowest_detections(tl, [Sample(200.0, 1.0, 1)], n=1)[0]["burners"] is None
+    assert got == [{"seconds": 2.5, "after_first_injection_s": 6.0, "burners": 2, "load1": 11.0},
+                   {"seconds": 0.4, "after_first_injection_s": 1.0, "burners": 3, "load1": 10.5}]
+    # After the generator's last sample nothing is known of the burners.
+    assert slowest_detections(tl, [Sample(50.0, 1.0, 1)], n=1)[0]["burners"] is None
     [(label, value, _, _)] = report._slowest_rows({"shape": "s", "slowest_detections": got})
     assert label.startswith("s: the slowest detections")
-    assert value == "2.50 s at +6 s, 3 burners; 400 ms at +1 s, 8 burners"
+    assert value == "2.50 s at +6 s, 2 burners; 400 ms at +1 s, 3 burners"
     assert report._slowest_rows({"shape": "s"}) == []
