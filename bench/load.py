@@ -11,9 +11,8 @@ runnable threads now (/proc/loadavg's fourth field, sampled every `SAMPLE_S` ove
 period, less our burners), not from the 1-minute average: that lags a minute, and a
 controller on it kept 10 burners through the first half minute of the failures while
 the cluster's churn added its own (2026-12-05, docs/benchmarks.md). When others alone
-exceed the
-target there are no burners and the load is above it: the samples say so, and the
-result reports the 1-minute load measured, not the target.
+exceed the target there are no burners and the load is above it: the samples say so,
+and the result reports the 1-minute load measured, not the target.
 
 Burners run at the operator's priority (nice 0 as started): a niced burner would take
 only idle time and load nothing that matters. Each is a session of its own, as the
