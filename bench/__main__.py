@@ -1,5 +1,6 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--jobs N] [--before REV]
-[--scale-sizes SIZES] [--load LOAD] [--load-control-plane] [--operator-nice N]`
+[--scale-sizes SIZES] [--load LOAD] [--load-control-plane] [--operator-nice N]
+[--operator-request CPU]`
 
 Runs the benchmarks, writes one JSON file per benchmark and a merged summary.json under
 bench/results/ (gitignored), and, for a full (non-quick) run, regenerates the table in
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
+from bench.node import parse_millicores
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
          "restore", "replacement", "hang")
@@ -68,7 +70,8 @@ def source_of(revision: str, into: Path) -> Path:
 
 def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
               load: float = 0.0, load_control_plane: bool = False,
-              operator_nice: int = 0) -> dict[str, Any]:
+              operator_nice: int = 0, operator_request_m: int | None = None
+              ) -> dict[str, Any]:
     """One job per size, on a cluster of its own; a size that does not fit is reported."""
     from bench import detection
 
@@ -78,7 +81,8 @@ def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
         try:
             results.append(detection.run(1, quick=quick, shape=shape, max_events=slices,
                                          load=load, load_control_plane=load_control_plane,
-                                         operator_nice=operator_nice))
+                                         operator_nice=operator_nice,
+                                         operator_request_m=operator_request_m))
         except Exception as err:
             traceback.print_exc()
             results.append({"shape": shape.label, "error": f"{type(err).__name__}: {err}"})
@@ -111,7 +115,7 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
         load = args.load if args.load is not None else (0.0 if args.quick
                                                         else DEFAULT_SCALE_LOAD)
         return lambda: run_scale(sizes, args.quick, load, args.load_control_plane,
-                                 args.operator_nice)
+                                 args.operator_nice, args.operator_request)
     if name == "replacement":
         from bench import replacement
 
@@ -125,6 +129,13 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,
           "defaults": trainer.defaults, "restore": trainer.restore}[name]
     return lambda: fn(args.quick)
+
+
+def _cpu(text: str) -> int:
+    try:
+        return parse_millicores(text)
+    except ValueError as err:  # argparse prints this one's message, not a ValueError's
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -159,6 +170,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "the burners' 0 (default 0: it weighs as much as one burner; -5: "
                         "about three; docs/benchmarks.md): how detection under load "
                         "depends on the CPU share the kernel gives the operator")
+    p.add_argument("--operator-request", type=_cpu, default=None,
+                   metavar="CPU",
+                   help="scale: model the operator's node with cgroups (bench/node.py; "
+                        "root, cgroup v1): CPU 0 is the node, the operator weighted by "
+                        "this CPU request (e.g. 500m, the chart's) against the burners, "
+                        "whose requests fill the rest; the control plane, kwok, JobSet's "
+                        "controller and the benchmark run on the other CPUs")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON results go (default bench/results)")
     p.add_argument("--docs", type=Path, default=DOCS,

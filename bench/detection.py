@@ -44,6 +44,7 @@ from bench.internals import (
     server,
 )
 from bench.load import CONTROL_PLANE_NICE, LoadGenerator, Sample, at_moment, favour
+from bench.node import NodeModel
 from bench.writes import WriteLog
 from elastic_api.catalog import slice_shape
 from elastic_api.names import (
@@ -316,8 +317,9 @@ class BenchOperator(OperatorProcess):
     `source`: a checkout whose operator runs instead of this one (no election flags)."""
 
     def __init__(self, kubeconfig: Path, workdir: Path, source: Path | None = None, *,
-                 nice: int = 0) -> None:
+                 nice: int = 0, node: NodeModel | None = None) -> None:
         self.nice = nice
+        self.node = node  # where it runs, when the operator's node is modelled
         self.counts_file = workdir / "operator-requests.json"
         self.source = source
         paths = [str(REPO), os.environ.get("PYTHONPATH")]
@@ -345,6 +347,8 @@ class BenchOperator(OperatorProcess):
 
         self.spawn()
         self.ps = psutil.Process(self.pid)
+        if self.node is not None:
+            self.node.place_operator(self.pid)
         if self.nice and not favour({"operator": self.pid}, self.nice):
             raise RuntimeError(f"could not run the operator at nice {self.nice} (not root?)")
         self._sampling.set()
@@ -457,13 +461,16 @@ class Phases:
 def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
         shape: Shape | None = None, operator_source: Path | None = None,
         max_events: int | None = None, load: float = 0.0,
-        load_control_plane: bool = False, operator_nice: int = 0) -> dict[str, Any]:
+        load_control_plane: bool = False, operator_nice: int = 0,
+        operator_request_m: int | None = None) -> dict[str, Any]:
     """The benchmark on its own cluster. `shape` defaults to N x 4 slices x v5e 4x4.
     `load` > 0: bench.load's generator keeps the machine's load average there from the
     moment every job runs (the failures wait for it to get there, a few minutes at most),
     the cluster's control plane and kwok run ahead of it (bench.load.favour) unless
     `load_control_plane`. `operator_nice`: the operator's session and threads at that nice
-    (bench.load.favour), its weight against the burners' (0: one burner's)."""
+    (bench.load.favour), its weight against the burners' (0: one burner's).
+    `operator_request_m`: the operator's node modelled with cgroups instead, the operator
+    weighted by that CPU request (bench/node.py)."""
     from elastic_devtools import localcluster as lc
 
     shape = shape or Shape(n_jobs, 4, "4x4")
@@ -475,14 +482,15 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     cluster = lc.up(shape.cluster_config(cluster_dir), progress=_log)
     cluster_up_s = time.monotonic() - t_up
     favoured = {} if load <= 0 or load_control_plane else _favour_control_plane(cluster_dir)
+    node = None if operator_request_m is None else _model_node(cluster_dir, operator_request_m)
     tl = Timeline()
     phases = Phases()
     operator: BenchOperator | None = None
-    generator = LoadGenerator(load)
+    generator = LoadGenerator(load, place=node.place_tenant if node else None)
     names = [f"bench-{i:03d}" for i in range(shape.jobs)]
     try:
         operator = BenchOperator(cluster.kubeconfig, workdir, operator_source,
-                                 nice=operator_nice)
+                                 nice=operator_nice, node=node)
         _start_jobs(cluster, shape, names, tl, phases, operator)
         generator.start()
         _measure(cluster, shape, tl, phases, operator, quick, max_events, generator)
@@ -494,9 +502,15 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
             operator.stop()
             phases.stop_seconds = round(time.monotonic() - stopping, 2)
         lc.down(cluster_dir, progress=_log)
+        if node is not None:
+            try:
+                node.remove()
+            except RuntimeError as err:  # the figures stand; the machine needs a look
+                _log(str(err))
     result = _result(shape, names, tl, phases, cluster_up_s, quick)
     result["operator_source"] = str(operator_source) if operator_source else None
     result["operator_nice"] = operator_nice
+    result["node_model"] = node.describe() if node else None
     result["load_generator"] = {
         **generator.summary(phases.wall.get("events"), phases.wall.get("end")),
         "settle_seconds": phases.settle_s,
@@ -519,6 +533,34 @@ def _control_plane(cluster_dir: Path) -> dict[str, int]:
 
     return {c.name: c.pid for c in lc.status(cluster_dir).components
             if c.name in CONTROL_PLANE and c.pid is not None and c.alive}
+
+
+def _model_node(cluster_dir: Path, request_m: int) -> NodeModel:
+    """The operator's node as cgroups (bench/node.py): off it, the control plane, kwok,
+    JobSet's controller (another controller's pod, kept off the burners so that its
+    baseline is not slowed by them) and the benchmark itself, which observes, ahead of
+    its CPU's other work as the control plane is; the operator goes on it when started."""
+    from elastic_devtools import localcluster as lc
+
+    node = NodeModel(request_m)
+    node.create()
+    outside = {c.name: c.pid for c in lc.status(cluster_dir).components
+               if c.pid is not None and c.alive}
+    outside["benchmark"] = os.getpid()
+    try:
+        for pid in outside.values():
+            node.place_outside(pid)
+        # Its children inherit the nice, which counts only among the threads of their
+        # own cgroup: the operator's are all its own, the burners' all burners.
+        favour({"benchmark": os.getpid()})
+    except Exception:
+        node.remove()
+        raise
+    _log(f"the operator's node: CPU {node.node_cpus}, the operator's request "
+         f"{request_m}m (cpu.shares {node.operator_shares} against the tenants' "
+         f"{node.tenant_shares}); off it, on CPU {node.outside_cpus}: "
+         f"{', '.join(sorted(outside))}")
+    return node
 
 
 def _favour_control_plane(cluster_dir: Path) -> dict[str, int]:

@@ -34,6 +34,7 @@ import multiprocessing as mp
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,9 +118,14 @@ class LoadGenerator(BackgroundLoop):
     THREAD_NAME = "load-generator"
     target: float
     period_s: float = PERIOD_S
+    # Where each burner goes once started (bench/node.py: a tenant of the operator's node).
+    place: Callable[[int], None] | None = None
     samples: list[Sample] = field(default_factory=list)
     _procs: list[tuple[Any, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()  # start() makes a fresh one; _resize reads it
 
     def join_seconds(self) -> float:
         return self.period_s + 5
@@ -151,6 +157,8 @@ class LoadGenerator(BackgroundLoop):
             proc = ctx.Process(target=burn, args=(stop,), name="bench-load", daemon=True)
             proc.start()
             self._procs.append((proc, stop))
+            if self.place is not None and proc.pid is not None:
+                self.place(proc.pid)
         while len(self._procs) > n:
             proc, stop = self._procs.pop()
             stop.set()

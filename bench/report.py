@@ -176,9 +176,8 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
                      f"{seen['others_per_slice_event']:.2f}", "-", "-"))
     gen = d.get("load_generator")
     if gen and gen.get("target"):
-        nice = d.get("operator_nice") or 0
         rows.append((f"{shape}: load generator (bench/load.py), target {_n(gen['target'])}"
-                     f"{f', the operator at nice {nice}' if nice else ''}: "
+                     f"{_placement(d)}: "
                      "1-minute load during the failures, mean (min-max); CPU burners, mean "
                      "(max); runnable threads, mean (max)",
                      f"{_n(gen['load1_mean'])} ({_n(gen['load1_min'])}-"
@@ -190,6 +189,16 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
         rows.append((f"{shape}: load average (1/5/15 min) as the failures began; at the end",
                      f"{load['events']}; {load['end']}", "-", "-"))
     return rows
+
+
+def _placement(d: dict[str, Any]) -> str:
+    """How the operator was placed against the burners, when not as one of them."""
+    node = d.get("node_model")
+    if node:
+        return (f", the operator's node modelled (bench/node.py): CPU {node['node_cpus']}, "
+                f"the operator's request {node['operator_request_m']}m")
+    nice = d.get("operator_nice") or 0
+    return f", the operator at nice {nice}" if nice else ""
 
 
 def _slowest_rows(d: dict[str, Any]) -> list[Row]:

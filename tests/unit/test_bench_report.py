@@ -434,3 +434,10 @@ def test_the_slowest_detections_say_the_burners_running_when_the_pod_failed() ->
     assert label.startswith("s: the slowest detections")
     assert value == "2.50 s at +6 s, 2 burners; 400 ms at +1 s, 3 burners"
     assert report._slowest_rows({"shape": "s"}) == []
+
+
+def test_the_load_row_says_how_the_operator_was_placed_against_the_burners() -> None:
+    node = {"node_cpus": "0", "operator_request_m": 500}
+    assert "CPU 0, the operator's request 500m" in report._placement({"node_model": node})
+    assert report._placement({"operator_nice": -5}) == ", the operator at nice -5"
+    assert report._placement({"operator_nice": 0, "node_model": None}) == ""
