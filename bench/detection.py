@@ -529,10 +529,15 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
 def _control_plane(cluster_dir: Path) -> dict[str, int]:
     """The pids of what GKE runs off the operator's node: the control plane, and kwok
     (the kubelets of the TPU nodes). JobSet's controller runs on a node, as ours does."""
+    return _components(cluster_dir, CONTROL_PLANE)
+
+
+def _components(cluster_dir: Path, names: tuple[str, ...] | None = None) -> dict[str, int]:
+    """The pids of the cluster's live components (those of `names`, or all)."""
     from elastic_devtools import localcluster as lc
 
     return {c.name: c.pid for c in lc.status(cluster_dir).components
-            if c.name in CONTROL_PLANE and c.pid is not None and c.alive}
+            if (names is None or c.name in names) and c.pid is not None and c.alive}
 
 
 def _model_node(cluster_dir: Path, request_m: int) -> NodeModel:
@@ -540,12 +545,9 @@ def _model_node(cluster_dir: Path, request_m: int) -> NodeModel:
     JobSet's controller (another controller's pod, kept off the burners so that its
     baseline is not slowed by them) and the benchmark itself, which observes, ahead of
     its CPU's other work as the control plane is; the operator goes on it when started."""
-    from elastic_devtools import localcluster as lc
-
     node = NodeModel(request_m)
     node.create()
-    outside = {c.name: c.pid for c in lc.status(cluster_dir).components
-               if c.pid is not None and c.alive}
+    outside = _components(cluster_dir)
     outside["benchmark"] = os.getpid()
     try:
         for pid in outside.values():
