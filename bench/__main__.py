@@ -1,6 +1,6 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--jobs N] [--before REV]
 [--scale-sizes SIZES] [--load LOAD] [--load-control-plane] [--operator-nice N]
-[--operator-request CPU]`
+[--operator-request CPU|none]`
 
 Runs the benchmarks, writes one JSON file per benchmark and a merged summary.json under
 bench/results/ (gitignored), and, for a full (non-quick) run, regenerates the table in
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import node
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
-from bench.node import parse_millicores
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
          "restore", "replacement", "hang")
@@ -70,12 +70,14 @@ def source_of(revision: str, into: Path) -> Path:
 
 def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
               load: float = 0.0, load_control_plane: bool = False,
-              operator_nice: int = 0, operator_request_m: int | None = None
-              ) -> dict[str, Any]:
-    """One job per size, on a cluster of its own; a size that does not fit is reported."""
+              operator_nice: int = 0, operator_request_m: int | None = None,
+              node_model_unavailable: str | None = None) -> dict[str, Any]:
+    """One job per size, on a cluster of its own; a size that does not fit is reported.
+    `node_model_unavailable`: why the default node model could not run, kept with each
+    size's result."""
     from bench import detection
 
-    results = []
+    results: list[dict[str, Any]] = []
     for slices, topology, backend in sizes:
         shape = detection.Shape(1, slices, topology, backend)
         try:
@@ -86,7 +88,27 @@ def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
         except Exception as err:
             traceback.print_exc()
             results.append({"shape": shape.label, "error": f"{type(err).__name__}: {err}"})
+        results[-1]["node_model_unavailable"] = node_model_unavailable
     return {"sizes": results}
+
+
+def operator_placement(request_m: int | None, nice: int, load: float
+                       ) -> tuple[int | None, str | None]:
+    """The CPU request to model the operator's node with (None: the nice model), and why
+    the default could not have it. Under load the default is the node model with the
+    chart's request, as GKE runs the operator; without load, or with `--operator-nice`
+    (the nice model asked for), or where the machine cannot (not root, no cgroup v1, one
+    CPU: said, not silent), the operator runs among the burners at its nice."""
+    if request_m is not None:
+        return (request_m or None), None  # NO_NODE_MODEL (0): none
+    if load <= 0 or nice:
+        return None, None
+    why = node.unavailable()
+    if why:
+        print(f"scale: the operator's node is not modelled ({why}); the operator runs "
+              f"among the burners at nice {nice}", file=sys.stderr, flush=True)
+        return None, why
+    return node.chart_request_m(), None
 
 
 def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]:
@@ -114,8 +136,9 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
                                                  else DEFAULT_SCALE_SIZES))
         load = args.load if args.load is not None else (0.0 if args.quick
                                                         else DEFAULT_SCALE_LOAD)
+        request_m, why = operator_placement(args.operator_request, args.operator_nice, load)
         return lambda: run_scale(sizes, args.quick, load, args.load_control_plane,
-                                 args.operator_nice, args.operator_request)
+                                 args.operator_nice, request_m, why)
     if name == "replacement":
         from bench import replacement
 
@@ -131,9 +154,14 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
     return lambda: fn(args.quick)
 
 
+NO_NODE_MODEL = 0  # --operator-request none
+
+
 def _cpu(text: str) -> int:
+    if text.strip().lower() == "none":
+        return NO_NODE_MODEL
     try:
-        return parse_millicores(text)
+        return node.parse_millicores(text)
     except ValueError as err:  # argparse prints this one's message, not a ValueError's
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -171,12 +199,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "about three; docs/benchmarks.md): how detection under load "
                         "depends on the CPU share the kernel gives the operator")
     p.add_argument("--operator-request", type=_cpu, default=None,
-                   metavar="CPU",
+                   metavar="CPU|none",
                    help="scale: model the operator's node with cgroups (bench/node.py; "
                         "root, cgroup v1): CPU 0 is the node, the operator weighted by "
-                        "this CPU request (e.g. 500m, the chart's) against the burners, "
-                        "whose requests fill the rest; the control plane, kwok, JobSet's "
-                        "controller and the benchmark run on the other CPUs")
+                        "this CPU request against the burners, whose requests fill the "
+                        "rest; the control plane, kwok, JobSet's controller and the "
+                        "benchmark run on the other CPUs (default under load: the chart's "
+                        "request where the machine allows, else as none; none: the "
+                        "operator among the burners at --operator-nice)")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON results go (default bench/results)")
     p.add_argument("--docs", type=Path, default=DOCS,

@@ -20,7 +20,9 @@ cpu controllers:
 
 The load generator still keeps the machine's load at its target, now all of its burners
 on the node: at load 10 a one-CPU node runs ten times what it has. Needs root and
-cgroup v1 (`cpuset`, `cpu` mounted under /sys/fs/cgroup); `create` says what is missing.
+cgroup v1 (`cpuset`, `cpu` mounted under /sys/fs/cgroup); `unavailable` says what is
+missing. It is the scale benchmark's model under load, with the chart's request
+(`chart_request_m`), wherever the machine allows it.
 """
 from __future__ import annotations
 
@@ -30,6 +32,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
+from bench.common import REPO
+
+CHART_VALUES = REPO / "charts" / "elastic-operator" / "values.yaml"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NAME = "etj-bench"
 SHARES_PER_CPU = 1024  # cpu.shares of a whole CPU's request (the kubelet's)
@@ -46,6 +53,37 @@ def parse_millicores(text: str) -> int:
     if millicores <= 0:
         raise ValueError(f"--operator-request {text!r}: must be above 0")
     return millicores
+
+
+def chart_request_m(values: Path = CHART_VALUES) -> int:
+    """The operator's CPU request in the Helm chart's values, in millicores: what the
+    node model gives the operator unless told otherwise."""
+    data = yaml.safe_load(values.read_text())
+    try:
+        cpu = data["resources"]["requests"]["cpu"]
+    except (KeyError, TypeError):
+        raise ValueError(f"{values}: no resources.requests.cpu to model the operator's "
+                         f"node with; give --operator-request CPU") from None
+    return parse_millicores(str(cpu))
+
+
+def unavailable(root: Path = CGROUP_ROOT, cpus: int | None = None,
+                euid: int | None = None) -> str | None:
+    """Why this machine cannot model the node (root, cgroup v1's cpuset and cpu, two
+    CPUs), or None when it can."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return "it needs root to create cgroups"
+    if (cpus if cpus is not None else os.cpu_count() or 1) < 2:
+        return "it needs at least 2 CPUs: one for the node, the rest for what runs off it"
+    return missing_controller(root)
+
+
+def missing_controller(root: Path) -> str | None:
+    """Which of cgroup v1's cpuset and cpu controllers is not mounted under `root`."""
+    for controller in ("cpuset", "cpu"):
+        if not (root / controller / "tasks").exists():
+            return f"it needs cgroup v1's {controller} controller at {root / controller}"
+    return None
 
 
 def shares(request_m: int, node_cpus: int) -> tuple[int, int]:
@@ -86,10 +124,9 @@ class NodeModel:
                 "tenant_shares": self.tenant_shares}
 
     def create(self) -> None:
-        for controller in ("cpuset", "cpu"):
-            if not (self.root / controller / "tasks").exists():
-                raise RuntimeError(f"--operator-request needs cgroup v1's {controller} "
-                                   f"controller at {self.root / controller} (and root)")
+        why = missing_controller(self.root)
+        if why:
+            raise RuntimeError(f"--operator-request: {why}")
         mems = (self.root / "cpuset" / "cpuset.mems").read_text().strip()
         # A cpuset group takes no tasks, nor children with CPUs, before it has CPUs.
         for group, cpus in ((None, f"0-{self.cpus - 1}"), ("node", self.node_cpus),

@@ -198,7 +198,9 @@ def _placement(d: dict[str, Any]) -> str:
         return (f", the operator's node modelled (bench/node.py): CPU {node['node_cpus']}, "
                 f"the operator's request {node['operator_request_m']}m")
     nice = d.get("operator_nice") or 0
-    return f", the operator at nice {nice}" if nice else ""
+    why = d.get("node_model_unavailable")
+    return ((f", the operator at nice {nice}" if nice else "")
+            + (f" (the node not modelled: {why})" if why else ""))
 
 
 def _slowest_rows(d: dict[str, Any]) -> list[Row]:

@@ -8,8 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from bench import __main__ as cli
+from bench import node as node_module
+from bench.common import REPO
 from bench.load import LoadGenerator
-from bench.node import NAME, NodeModel, parse_millicores, shares, split_cpus
+from bench.node import (
+    NAME,
+    NodeModel,
+    chart_request_m,
+    parse_millicores,
+    shares,
+    split_cpus,
+    unavailable,
+)
 
 
 def test_a_cpu_quantity_in_millicores() -> None:
@@ -103,3 +114,44 @@ def test_the_load_generator_places_each_burner() -> None:
     finally:
         generator.stop()
     assert generator._procs == []
+
+
+def test_the_default_request_is_the_charts(tmp_path: Path) -> None:
+    import yaml
+
+    values = yaml.safe_load((REPO / "charts/elastic-operator/values.yaml").read_text())
+    assert chart_request_m() == parse_millicores(str(values["resources"]["requests"]["cpu"]))
+    (tmp_path / "values.yaml").write_text("resources:\n  requests:\n    cpu: 750m\n")
+    assert chart_request_m(tmp_path / "values.yaml") == 750
+    (tmp_path / "values.yaml").write_text("resources: {}\n")
+    with pytest.raises(ValueError, match=r"resources\.requests\.cpu.*--operator-request"):
+        chart_request_m(tmp_path / "values.yaml")
+
+
+def test_a_machine_that_cannot_model_the_node_says_why(tmp_path: Path) -> None:
+    root = fake_cgroups(tmp_path / "ok")
+    assert unavailable(root, cpus=2, euid=0) is None
+    assert "root" in (unavailable(root, cpus=2, euid=1000) or "")
+    assert "2 CPUs" in (unavailable(root, cpus=1, euid=0) or "")
+    assert "cpuset" in (unavailable(tmp_path / "v2-only", cpus=2, euid=0) or "")
+
+
+def test_under_load_the_node_is_modelled_with_the_charts_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node_module, "unavailable", lambda: None)
+    chart = chart_request_m()
+    assert cli.operator_placement(None, 0, 10.0) == (chart, None)
+    assert cli.operator_placement(250, 0, 10.0) == (250, None)
+    # none, no load, or a nice asked for: the operator among the burners.
+    assert cli.operator_placement(cli._cpu("none"), 0, 10.0) == (None, None)
+    assert cli.operator_placement(None, 0, 0.0) == (None, None)
+    assert cli.operator_placement(None, -5, 10.0) == (None, None)
+
+
+def test_a_machine_without_the_model_falls_back_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(node_module, "unavailable", lambda: "it needs root")
+    assert cli.operator_placement(None, 0, 10.0) == (None, "it needs root")
+    assert "not modelled (it needs root)" in capsys.readouterr().err
+    args = cli.parse_args(["--only", "scale", "--operator-request", "none"])
+    assert args.operator_request == cli.NO_NODE_MODEL

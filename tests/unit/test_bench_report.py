@@ -441,3 +441,5 @@ def test_the_load_row_says_how_the_operator_was_placed_against_the_burners() -> 
     assert "CPU 0, the operator's request 500m" in report._placement({"node_model": node})
     assert report._placement({"operator_nice": -5}) == ", the operator at nice -5"
     assert report._placement({"operator_nice": 0, "node_model": None}) == ""
+    assert report._placement({"node_model": None, "node_model_unavailable": "it needs root"}
+                             ) == " (the node not modelled: it needs root)"
