@@ -19,7 +19,7 @@ LAYERS: dict[int, list[str]] = {
     3: ["scheduler", "reconciler"],
     2: ["followups", "observations", "caches", "election", "replacer", "pool_warden",
         "scanner", "checkpoint_roots", "checkpoints", "slice_index", "node_index", "node_actions",
-        "kube", "metrics"],
+        "kube", "kube_bodies", "metrics"],
     1: ["core", "render"],
     0: ["observed", "slice_memo"],
 }
