@@ -1,13 +1,13 @@
 """The operator's calls to the Kubernetes API: its domain (jobs, JobSets, pods, nodes,
 Workloads, Leases, Events), each one small method on the shared raw REST client
 (elastic_api.kube.KubeClient: dicts in and out, `ApiError` with the API's Status parsed).
-No other module of the operator builds a request; tests/unit/test_packaging_rbac.py maps
-every method here to the RBAC it needs.
+No other module of the operator sends a request (what its writes carry is kube_bodies.py's);
+tests/unit/test_packaging_rbac.py maps every method here to the RBAC it needs.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from elastic_api.kube import (
@@ -20,22 +20,17 @@ from elastic_api.kube import (
 )
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
-    DISPATCHED_TO_ANNOTATION,
     GROUP,
     KUEUE_GROUP,
-    KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
     KUEUE_WORKLOAD_PLURAL,
     MANAGED_BY,
     PLURAL,
     POD_PRIORITY_CLASS_GROUP,
-    REPLICATED_JOB_LABEL,
-    SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
-    SUSPENDED_BY_OPERATOR_ANNOTATION,
     VERSION,
-    WORKER_REPLICATED_JOB,
     WORKLOAD_PRIORITY_CLASS_PLURAL,
 )
+from elastic_operator import kube_bodies as bodies
 from elastic_operator.core.events import StatusEvent
 
 __all__ = ["ApiError", "Kube", "NotLeading", "WatchStalled", "collection_path", "job_path"]
@@ -45,22 +40,11 @@ KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 MULTIKUEUE_CLUSTER_PLURAL = "multikueueclusters"
 JOB_API = f"{GROUP}/{VERSION}"
 LEASE_API = "coordination.k8s.io/v1"
-EVENT_SOURCE = "elastic-training-operator"
 
 # kind -> plural for the objects the renderer emits (anything else: lowercase + "s").
 _PLURALS = {"JobSet": "jobsets", "ServiceAccount": "serviceaccounts", "Role": "roles",
             "RoleBinding": "rolebindings", "ConfigMap": "configmaps", "Service": "services",
             "Secret": "secrets", "Event": "events"}
-
-
-def _with_operator_mark(patch: dict[str, Any], suspended: bool) -> dict[str, Any]:
-    """The merge patch, with the operator's mark set (suspended) or removed."""
-    return {"metadata": {"annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION:
-                                         "true" if suspended else None}}, **patch}
-
-
-def _worker_jobs(label_selector: str) -> str:
-    return f"{label_selector},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"
 
 
 def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
@@ -156,21 +140,18 @@ class Kube:
     def create_lease(self, namespace: str, lease: dict[str, Any], *,
                      timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         """Create the Lease; ApiError 409 if another replica created it first."""
-        created: dict[str, Any] = self.client.create(
+        return self.client.create(
             resource_path(LEASE_API, "leases", namespace), lease, timeout_s=timeout_s,
             fenced=False, back_off=False)
-        return created
 
     def patch_lease(self, namespace: str, name: str, spec: dict[str, Any],
                     resource_version: str, *, timeout_s: float = REQUEST_TIMEOUT_S
                     ) -> dict[str, Any]:
         """Write the Lease's spec, only if the Lease is still at `resource_version`
         (else ApiError 409 Conflict: another replica wrote it since we read it)."""
-        patched: dict[str, Any] = self.client.patch(
-            _lease_path(namespace, name),
-            {"metadata": {"resourceVersion": resource_version}, "spec": spec},
+        return self.client.patch(
+            _lease_path(namespace, name), bodies.lease_spec(spec, resource_version),
             timeout_s=timeout_s, fenced=False, back_off=False)
-        return patched
 
     def list_worker_jobs(self, namespace: str | None, label_selector: str, *, limit: int,
                          continue_token: str | None = None) -> dict[str, Any]:
@@ -179,13 +160,13 @@ class Kube:
         replicatedJob, in `namespace` or every namespace."""
         return self.client.list_page(resource_path("batch/v1", "jobs", namespace), limit=limit,
                                      continue_token=continue_token,
-                                     label_selector=_worker_jobs(label_selector))
+                                     label_selector=bodies.worker_jobs(label_selector))
 
     def watch_worker_jobs(self, namespace: str | None, label_selector: str,
                           resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         return self.client.watch(resource_path("batch/v1", "jobs", namespace),
                                  resource_version, timeout_s,
-                                 label_selector=_worker_jobs(label_selector))
+                                 label_selector=bodies.worker_jobs(label_selector))
 
     def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One Kueue Workload by name (None: none, or Kueue's API is not served)."""
@@ -211,9 +192,7 @@ class Kube:
                                ) -> dict[str, Any]:
         """Set (None: remove) a MultiKueue job's DISPATCHED_TO_ANNOTATION, on the manager:
         the one write of a job's own metadata (its status is MultiKueue's copy)."""
-        patch = {"metadata": {"annotations": {DISPATCHED_TO_ANNOTATION: cluster}}}
-        result: dict[str, Any] = self.client.patch(job_path(namespace, name), patch)
-        return result
+        return self.client.patch(job_path(namespace, name), bodies.dispatched_to(cluster))
 
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not
@@ -221,7 +200,7 @@ class Kube:
         try:
             result = self.client.get(
                 resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace),
-                query={"labelSelector": f"{KUEUE_JOB_UID_LABEL}={jobset_uid}"})
+                query={"labelSelector": bodies.workloads_of(jobset_uid)})
         except ApiError as e:
             if e.status == 404:
                 return []
@@ -232,8 +211,7 @@ class Kube:
     def api_groups(self) -> dict[str, Any]:
         """Discovery: the APIGroupList of every group the server serves and its versions
         (GET /apis, which every authenticated client may read)."""
-        found: dict[str, Any] = self.client.get("/apis")
-        return found
+        return self.client.get("/apis")
 
     def serves(self, group_version: str, plural: str) -> bool:
         """Whether the API server serves this resource (discovery, which every
@@ -250,8 +228,7 @@ class Kube:
         meta = obj.get("metadata", {})
         path = collection_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
         try:
-            created: dict[str, Any] = self.client.create(path, obj)
-            return created
+            return self.client.create(path, obj)
         except ApiError as e:
             if e.status == 409 and e.status_reason in ("AlreadyExists", ""):
                 return None
@@ -260,45 +237,34 @@ class Kube:
     def patch_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
         """Set the JobSet's spec.suspend, marked as the operator's suspension (the mark goes on
         resume); the JobSet as patched."""
-        patched: dict[str, Any] = self.client.patch(
-            resource_path(JOBSET_API, "jobsets", namespace, name),
-            _with_operator_mark({"spec": {"suspend": suspend}}, suspend))
-        return patched
+        return self.client.patch(resource_path(JOBSET_API, "jobsets", namespace, name),
+                                 bodies.jobset_suspend(suspend))
 
     def patch_workload_active(self, namespace: str, name: str, active: bool,
                               suspended_after_worker_lost: str | None = None) -> dict[str, Any]:
         """Set a Kueue Workload's spec.active (what `kueuectl stop|resume workload` does),
-        a deactivation marked as the operator's (and, `suspended_after_worker_lost`, as
-        suspended after that worker cluster was lost; a reactivation lifts both marks);
-        the Workload as patched."""
-        patch = _with_operator_mark({"spec": {"active": active}}, not active)
-        patch["metadata"]["annotations"][SUSPENDED_AFTER_WORKER_LOST_ANNOTATION] = \
-            suspended_after_worker_lost if not active else None
-        patched: dict[str, Any] = self.client.patch(
-            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name), patch)
-        return patched
+        with the operator's marks (kube_bodies.workload_active); the Workload as patched."""
+        return self.client.patch(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name),
+            bodies.workload_active(active, suspended_after_worker_lost))
 
     def apply_workload_condition(self, namespace: str, name: str,
                                  condition: dict[str, Any]) -> dict[str, Any]:
         """Set one condition of a Kueue Workload's status by server-side apply (its
         conditions are a list keyed by type: Kueue's own stay as they are); the Workload
         as patched."""
-        body = {"apiVersion": KUEUE_API, "kind": "Workload",
-                "metadata": {"name": name, "namespace": namespace},
-                "status": {"conditions": [condition]}}
-        patched: dict[str, Any] = self.client.patch(
+        return self.client.patch(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name) + "/status",
-            body, patch_type="apply", query={"fieldManager": MANAGED_BY, "force": "true"})
-        return patched
+            bodies.workload_condition(KUEUE_API, namespace, name, condition),
+            patch_type="apply", query={"fieldManager": MANAGED_BY, "force": "true"})
 
     def patch_workload_status(self, namespace: str, name: str,
                               ops: list[dict[str, Any]]) -> dict[str, Any]:
         """A JSON patch (RFC 6902, with its tests) of a Kueue Workload's status; the
         Workload as patched (ApiError 422 when a test fails: it changed meanwhile)."""
-        patched: dict[str, Any] = self.client.patch(
+        return self.client.patch(
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name) + "/status",
             ops, patch_type="json")
-        return patched
 
     def delete_job(self, namespace: str, name: str, uid: str) -> bool:
         """Delete a Job and (Foreground) its pods first, only if it still has this uid;
@@ -324,11 +290,9 @@ class Kube:
     def lower_job_backoff_limit(self, namespace: str, name: str, uid: str) -> bool:
         """Set the Job's spec.backoffLimit to 0 if it still has this uid (a JSON patch
         whose `test` is the precondition); False if it is gone or replaced."""
-        patch = [{"op": "test", "path": "/metadata/uid", "value": uid},
-                 {"op": "replace", "path": "/spec/backoffLimit", "value": 0}]
         try:
-            self.client.patch(resource_path("batch/v1", "jobs", namespace, name), patch,
-                              patch_type="json")
+            self.client.patch(resource_path("batch/v1", "jobs", namespace, name),
+                              bodies.backoff_limit_zero(uid), patch_type="json")
             return True
         except ApiError as e:
             if e.status in (404, 409, 422):  # 422: the test op failed (another Job)
@@ -344,12 +308,9 @@ class Kube:
         """Raise the Job's spec.backoffLimit from `limit` to `failed` + 1 (JSON patch whose
         `test`s are the preconditions: the same Job, the same limit); False if it is gone,
         replaced or changed meanwhile."""
-        patch = [{"op": "test", "path": "/metadata/uid", "value": uid},
-                 {"op": "test", "path": "/spec/backoffLimit", "value": limit},
-                 {"op": "replace", "path": "/spec/backoffLimit", "value": failed + 1}]
         try:
-            self.client.patch(resource_path("batch/v1", "jobs", namespace, name), patch,
-                              patch_type="json")
+            self.client.patch(resource_path("batch/v1", "jobs", namespace, name),
+                              bodies.backoff_limit_raised(uid, limit, failed), patch_type="json")
             return True
         except ApiError as e:
             if e.status in (404, 409, 422):
@@ -373,36 +334,16 @@ class Kube:
         in it: the next reconcile reads it rather than GET the job again). With
         `resource_version`, only if the job is still at that version (else ApiError 409
         Conflict): no two writers both apply a change computed from the same old status."""
-        if resource_version:
-            patch = {**patch, "metadata": {"resourceVersion": resource_version}}
-        patched = self.client.patch(job_path(namespace, name) + "/status", patch)
+        patched = self.client.patch(job_path(namespace, name) + "/status",
+                                    bodies.if_at_version(patch, resource_version))
         return patched if isinstance(patched, dict) else None
 
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:
         """Post an Event on the job; False if one of this `name` exists already (the same
         status change, posted before by this or another replica)."""
-        meta = job.get("metadata", {})
-        namespace = meta.get("namespace") or "default"
-        stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        naming = {"name": name} if name else {"generateName": f"{meta.get('name', 'job')}."}
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {**naming, "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": job.get("apiVersion"), "kind": job.get("kind"),
-                "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": event.reason,
-            "message": event.message[:1024],
-            "type": event.type,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-            "source": {"component": EVENT_SOURCE},
-        }
+        body = bodies.event(job, event, now, name)
+        namespace = body["metadata"]["namespace"]
         try:
             self.client.create(resource_path("v1", "events", namespace), body)
         except ApiError as e:

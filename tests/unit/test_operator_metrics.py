@@ -187,8 +187,8 @@ def test_api_requests_are_counted_by_verb_resource_and_code() -> None:
 def test_every_badput_cause_has_its_ml_goodput_name() -> None:
     from pydantic.alias_generators import to_camel
 
+    from elastic_api.badput import BADPUT_TYPES
     from elastic_api.models import BadputSeconds
-    from elastic_operator.metrics import BADPUT_TYPES
 
     assert set(BADPUT_TYPES) == {to_camel(c) for c in BadputSeconds.model_fields}
     registry = CollectorRegistry()
