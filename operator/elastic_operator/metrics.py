@@ -177,7 +177,7 @@ class OperatorMetrics:
             buckets=_RECONCILE_BUCKETS, registry=registry)
 
     def _declare_replacement_metrics(self, registry: CollectorRegistry) -> None:
-        """Slice replacement (docs/architecture.md, "Slice replacement")."""
+        """Slice replacement (docs/design/slice-replacement.md)."""
         labels = _JOB_LABELS
         self.slice_replacements = Counter(
             "etj_slice_replacements_total",
