@@ -2,7 +2,7 @@
 of conditions, slices and Events, and the phases.
 
 The operator writes them, metrics and tools match them, tests assert them; docs/
-architecture.md ("Conditions and phase") explains when each applies. Import from here;
+api.md ("Conditions and phase") explains when each applies. Import from here;
 never spell one again.
 """
 from __future__ import annotations

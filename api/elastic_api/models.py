@@ -815,7 +815,7 @@ class CountedFailures(StatusModel):
     """How far the slice's restarts account for its worker Job's own count of failed pods
     (status.failed + uncountedTerminatedPods.failed: the Job controller's, kept across
     operator restarts). A count above it is a failure no look saw, counted once
-    (docs/architecture.md, "Exactly once")."""
+    (docs/design/exactly-once.md)."""
 
     job_uid: str = Field(description="uid of the worker Job the count is of.")
     failed_pods: int = Field(0, description="Its failed pods the restarts account for.")
@@ -1098,7 +1098,7 @@ class TrainingReport(StatusModel):
 
 
 # Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the
-# operator closed without the trainer (confirmedBy): docs/architecture.md, "Recovery".
+# operator closed without the trainer (confirmedBy): docs/design/recovery.md.
 CLOSED_BY_TRAINER, CLOSED_BY_OPERATOR = "Trainer", "Operator"
 CONFIRMED_BY_REPORT, CONFIRMED_BY_CHECKPOINT = "TrainingReport", "Checkpoint"
 

@@ -96,7 +96,7 @@ class JobCounters:
         self._declare_replacement_metrics(registry)
 
     def _declare_replacement_metrics(self, registry: CollectorRegistry) -> None:
-        """Slice replacement (docs/architecture.md, "Slice replacement")."""
+        """Slice replacement (docs/design/slice-replacement.md)."""
         self.slice_replacements = Counter(
             "etj_slice_replacements_total",
             "What the operator decided for a failed slice: Replace (recreate its Job), Move "

@@ -2,8 +2,8 @@
 trainer image's python asleep, as MaxText looks to the operator) loses a worker slice on
 the local control plane: its recovery closes in the very status write that shows the
 slice Ready again (`Recovering=False/RecoveredUnconfirmed`), nothing unmeasured is filled
-in, and a report of a step after it confirms it (`Recovered`) (docs/architecture.md,
-"Recovery"; a head whose `main` died, and the other cases: tests/unit/
+in, and a report of a step after it confirms it (`Recovered`) (docs/design/
+recovery.md; a head whose `main` died, and the other cases: tests/unit/
 test_status_unreported.py)."""
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ starts from the stored status and a consistent view of the cluster, and nothing 
 (a restarted operator has nothing else); its deletes run later, or never (a restart drops
 them), but not within RACE_S of a fault on the Job they delete (the one race left: a
 fault a moment before the operator's own teardown of that Job, its pod removed by the
-teardown before a look, reads as the teardown; docs/architecture.md, "Exactly once"). A
+teardown before a look, reads as the teardown; docs/design/exactly-once.md). A
 failure is injected only on a slice the stored status shows Ready with every earlier
 failure counted (as the chaos test does), so the truth is well defined: restarts ==
 failures injected, at every look never more, at the end exactly.
@@ -248,7 +248,7 @@ class Operator:
 
     def act(self, world: World) -> None:
         """The queued DELETEs go out; not one within RACE_S of a fault on its Job (the
-        known gap, docs/architecture.md: the teardown can erase such a fault's pod
+        known gap, docs/design/exactly-once.md: the teardown can erase such a fault's pod
         before any look sees it, and whole-second times cannot order the two)."""
         jobs = {j.uid: j for j in world.jobs.values()}
         held = [uid for uid in self.deletes

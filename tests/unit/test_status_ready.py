@@ -1,6 +1,6 @@
 """The Ready condition and the phase, row by row: each row is what the other conditions
 and the slices say, and what Ready and the phase must then be (core/ready.py). The words
-themselves are pinned to docs/architecture.md."""
+themselves are pinned to docs/api.md ("Conditions and phase")."""
 from __future__ import annotations
 
 import re
@@ -88,8 +88,8 @@ def test_compute_status_feeds_the_cascade() -> None:
 
 def documented_conditions(header: str = "| condition | True when | reasons |",
                           ) -> dict[str, set[str]]:
-    """A condition table of docs/architecture.md: type -> the reasons it names."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    """A condition table of docs/api.md: type -> the reasons it names."""
+    text = (ROOT / "docs" / "api.md").read_text()
     table = text[text.index(header):]
     rows = {}
     for line in table.splitlines()[2:]:
@@ -108,7 +108,7 @@ def test_every_documented_word_is_a_constant() -> None:
     for type_, named in documented.items():
         assert named <= reasons, f"{type_}: {sorted(named - reasons)} are not Reason constants"
     phases = {v for k, v in vars(Phase).items() if k.isupper()}
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    text = (ROOT / "docs" / "api.md").read_text()
     sentence = text[text.index("`status.phase`"):].split("\n\n")[0]
     assert set(re.findall(r"`([A-Z]\w+)`", sentence)) == phases
 

@@ -1,7 +1,7 @@
 """The recovery of a trainer that reports no elastic events (MaxText in spec.trainer.command,
 with or without the progress sidecar): the operator closes it when every slice is back
 and the head's main still runs (RecoveredUnconfirmed), the trainer's progress confirms it
-(Recovered), and nothing it does not know is filled in (docs/architecture.md, "Recovery").
+(Recovered), and nothing it does not know is filled in (docs/design/recovery.md).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Exactly once: each slice failure counted from evidence the cluster keeps
-(docs/architecture.md, "Exactly once").
+(docs/design/exactly-once.md).
 
 A look at the pods sees a failure only while it lasts: a pod that failed and was
 replaced between two looks (a leader change, an operator restarted, a watch that

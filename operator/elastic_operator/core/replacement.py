@@ -1,5 +1,5 @@
-"""Slice replacement at hardware speed, decided purely (docs/architecture.md, "Slice
-replacement").
+"""Slice replacement at hardware speed, decided purely
+(docs/design/slice-replacement.md).
 
 Kubernetes alone brings a failed slice back slowly: the Job controller delays a worker
 Job's replacement pods 10 s x 2^(n-1) up to 10 minutes (never reset: workers never

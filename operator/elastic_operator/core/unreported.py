@@ -1,6 +1,6 @@
 """The recovery of a trainer that reports no elastic events (MaxText, any program in
 `spec.trainer.command`): closed by the operator from what it sees itself, and confirmed
-later by the trainer's progress. docs/architecture.md, "Recovery", has the rule.
+later by the trainer's progress. docs/design/recovery.md has the rule.
 
 - Whether the trainer reports its recoveries (`reports_recovery`): the bundled trainer
   (`etj train`: no `spec.trainer.command`) always does, so the operator waits for it;
