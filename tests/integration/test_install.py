@@ -13,6 +13,7 @@ import contextlib
 import copy
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = ROOT / "manifests" / "install.yaml"
+OLD_CRD = ROOT / "tests" / "fixtures" / "crds" / "elastictrainingjobs-a59b14a.yaml"
 CHART = ROOT / "charts" / "elastic-operator"
 ETJ = Path(sys.executable).with_name("etj")
 GROUP, VERSION, PLURAL = "elastic.pathways.dev", "v1alpha1", "elastictrainingjobs"
@@ -625,13 +627,42 @@ def test_operator_pod_meets_the_restricted_pod_security_standard(
         api.close()
 
 
-def test_helm_install_upgrade_and_uninstall_keep_the_crd(
-    cluster: Cluster, installed: list[dict[str, Any]], namespace: str,
+def previous_chart(into: Path) -> Path:
+    """The chart as releases before the CRD template shipped it: the CRD in crds/ (Helm
+    installs it once, never upgrades it), the one before status.slices[].counted."""
+    chart = into / "elastic-operator"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "crd.yaml").unlink()
+    (chart / "crds").mkdir()
+    shutil.copy(OLD_CRD, chart / "crds" / "elastictrainingjobs.yaml")
+    return chart
+
+
+def served_slice_fields(cluster: Cluster) -> set[str]:
+    from kubernetes import client
+
+    api = cluster.api_client()
+    try:
+        crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(
+            f"{PLURAL}.{GROUP}")
+    finally:
+        api.close()
+    status = crd.spec.versions[0].schema.open_apiv3_schema.properties["status"]
+    return set(status.properties["slices"].items.properties)
+
+
+def test_helm_upgrade_alone_upgrades_the_crd_and_uninstall_keeps_it(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, tmp_path: Path,
 ) -> None:
     """The chart through real `helm install/upgrade/uninstall` on the API server (what
-    `helm lint` cannot check). kwok plays the operator pod, so `--wait` sees the
-    Deployment available; uninstall removes every object but the CRD."""
+    `helm lint` cannot check), from a release whose chart shipped the CRD in crds/ and
+    whose CRD lacks status.slices[].counted: the upgrade alone (`--take-ownership` once,
+    adopting the CRD the old chart left unowned) serves the new CRD; uninstall removes
+    every object but the CRD. kwok plays the operator pod, so `--wait` sees the
+    Deployment available."""
     from kubernetes import client
+
+    from elastic_devtools.localcluster.crds import install_crd
 
     version = load_versions()["HELM_VERSION"]
     helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
@@ -644,14 +675,17 @@ def test_helm_install_upgrade_and_uninstall_keep_the_crd(
         assert result.returncode == 0, f"helm {args[0]} failed:\n{result.stderr}"
         return result.stdout
 
-    values = ["--set", f"watchNamespaces={{{namespace}}}"]
-    run_helm("install", release, str(CHART), *values, "--wait", "--timeout", "120s")
+    values = ["--set", f"watchNamespaces={{{namespace}}}", "--wait", "--timeout", "120s"]
     api = cluster.api_client()
     try:
+        install_crd(api, yaml.safe_load(OLD_CRD.read_text()))  # what the old release left
+        run_helm("install", release, str(previous_chart(tmp_path)), *values)
+        assert "counted" not in served_slice_fields(cluster)
+        run_helm("upgrade", release, str(CHART), *values, "--take-ownership")
+        assert "counted" in served_slice_fields(cluster), "helm upgrade left the old CRD"
         rbac = client.RbacAuthorizationV1Api(api)
         assert rbac.read_namespaced_role_binding(release, namespace).role_ref.name == release
-        run_helm("upgrade", release, str(CHART), *values, "--set", "operator.logFormat=text",
-                 "--wait", "--timeout", "120s")
+        run_helm("upgrade", release, str(CHART), *values, "--set", "operator.logFormat=text")
         deployment = client.AppsV1Api(api).read_namespaced_deployment(release, namespace)
         assert deployment.spec is not None and deployment.spec.template.spec is not None
         args = deployment.spec.template.spec.containers[0].args or []
@@ -661,8 +695,9 @@ def test_helm_install_upgrade_and_uninstall_keep_the_crd(
             with pytest.raises(client.ApiException) as err:
                 rbac.read_cluster_role(name)
             assert err.value.status == 404
-        client.ApiextensionsV1Api(api).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+        assert "counted" in served_slice_fields(cluster), "helm uninstall took the CRD"
     finally:
-        api.close()
         subprocess.run([str(helm), "uninstall", release, "--namespace", namespace,
                         "--ignore-not-found"], capture_output=True, env=env, timeout=120)
+        install_crd(api)  # the current CRD, unowned, for the tests after this one
+        api.close()

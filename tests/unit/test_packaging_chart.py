@@ -77,7 +77,8 @@ SCENARIOS = {
     "defaults": None,
     "namespaced": NAMESPACED,
     "servicemonitor": {"metrics.serviceMonitor.enabled": "true", "operator.logFormat": "text"},
-    "monitoring": {"metrics.serviceMonitor.enabled": "true",
+    # The monitoring objects alone (the CRD is checked against crds/ instead).
+    "monitoring": {"metrics.serviceMonitor.enabled": "true", "crds.enabled": "false",
                    "alerts.prometheusRule.enabled": "true", "dashboard.enabled": "true"},
 }
 MONITORING_GOLDEN = ROOT / "tests" / "golden" / "chart" / "monitoring.yaml"
@@ -347,14 +348,32 @@ def test_values_schema_rejects_bad_values_naming_the_field(key: str, value: str)
     assert key.split(".")[-1] in result.stderr, result.stderr
 
 
-def test_chart_ships_the_generated_crd() -> None:
-    generated = ROOT / "crds" / "elastictrainingjobs.yaml"
-    copy = CHART / "crds" / "elastictrainingjobs.yaml"
-    assert generated.is_file(), "crds/elastictrainingjobs.yaml is missing: run `make crd`"
-    assert copy.is_file() and copy.read_bytes() == generated.read_bytes(), (
-        "charts/elastic-operator/crds/elastictrainingjobs.yaml differs from "
-        "crds/elastictrainingjobs.yaml: run hack/render-manifests (make manifests)"
-    )
+CRD_NAME = "elastictrainingjobs.elastic.pathways.dev"
+KEEP = "helm.sh/resource-policy"
+
+
+def test_chart_ships_the_generated_crd_as_a_template_kept_on_uninstall() -> None:
+    """The CRD is a template (so `helm upgrade` upgrades it), the one `etj crd` generates,
+    annotated so that `helm uninstall` leaves it and the jobs in place."""
+    generated = yaml.safe_load((ROOT / "crds" / "elastictrainingjobs.yaml").read_text())
+    assert not (CHART / "crds").exists(), (
+        "charts/elastic-operator/crds/ is installed once and never upgraded by Helm: the CRD "
+        "belongs in templates/crd.yaml (hack/render-manifests)")
+    crd = only(render(), "CustomResourceDefinition", CRD_NAME)
+    assert crd["metadata"]["annotations"][KEEP] == "keep"
+    crd["metadata"]["annotations"].pop(KEEP)
+    if not crd["metadata"]["annotations"]:
+        crd["metadata"].pop("annotations")
+    assert crd == generated, "templates/crd.yaml is stale: run hack/render-manifests"
+
+
+def test_crds_keep_false_lets_uninstall_delete_the_crd() -> None:
+    crd = only(render({"crds.keep": "false"}), "CustomResourceDefinition", CRD_NAME)
+    assert KEEP not in (crd["metadata"].get("annotations") or {})
+
+
+def test_crds_enabled_false_leaves_the_crd_to_you() -> None:
+    assert not of_kind(render({"crds.enabled": "false"}), "CustomResourceDefinition")
 
 
 def test_install_manifest_is_current() -> None:
@@ -372,7 +391,8 @@ def test_install_manifest_is_current() -> None:
 def test_install_manifest_stands_alone_for_kubectl_apply() -> None:
     docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "install.yaml").read_text()) if d]
     kinds = [d["kind"] for d in docs]
-    assert kinds[0] == "CustomResourceDefinition", "the CRD must come first"
+    assert kinds.index("CustomResourceDefinition") < kinds.index("Deployment"), (
+        "the CRD must come before the operator that watches it")
     namespace = only(docs, "Namespace")["metadata"]["name"]
     assert namespace == RELEASE_NAMESPACE
     for doc in docs:
