@@ -50,6 +50,7 @@ from elastic_operator.core.events import StatusEvent, from_outbox, outbox
 from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
+from elastic_operator.core.ownership import owned_by_another
 from elastic_operator.core.pacing import progress_interval, progress_only, settled
 from elastic_operator.core.parsing import ParsedJob, parse_job, parse_status
 from elastic_operator.core.patch import status_patch
@@ -63,7 +64,6 @@ from elastic_operator.core.plan import (
     ReplacementAction,
     SetWorkloadActive,
     SetWorkloadCondition,
-    owned_by_another,
     plan_dispatch,
     plan_reconcile,
 )

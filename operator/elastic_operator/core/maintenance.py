@@ -33,10 +33,10 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_operator.core.conditions import ConditionSetter
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pools import pools_in_use, spare_pools
 from elastic_operator.core.replacement import current_job_uid
+from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.slices import worker_pods_of
 from elastic_operator.core.text import fmt_slices, iso
 from elastic_operator.observed import Observed, ObservedNode

@@ -52,11 +52,8 @@ from elastic_operator.core.checkpoint import (
     root_refused_events,
 )
 from elastic_operator.core.conditions import (
-    ConditionSetter,
     degraded_condition,
-    get_condition,
     recovering_condition,
-    set_condition,
     slice_down_condition,
     slow_steps_events,
     spares_condition,
@@ -91,6 +88,7 @@ from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.restore import restore_risk_condition, restore_risk_events
+from elastic_operator.core.setter import ConditionSetter, get_condition, set_condition
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
 from elastic_operator.core.text import fmt_slices
 from elastic_operator.core.topology import (

@@ -17,7 +17,7 @@ from collections import Counter
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import Condition, ElasticTrainingJobSpec, SliceStatus
-from elastic_operator.core.conditions import ConditionSetter
+from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.slices import worker_pods_by_slice
 from elastic_operator.core.text import plural
 from elastic_operator.observed import Observed, ObservedNode
