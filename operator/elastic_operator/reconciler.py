@@ -69,7 +69,7 @@ from elastic_operator.core.plan import (
 )
 from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
-from elastic_operator.core.slices import worker_pods_by_slice
+from elastic_operator.core.sliceview import worker_pods_by_slice
 from elastic_operator.core.startover import Change, pass_change, start_over
 from elastic_operator.core.status import (
     compute_status,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import NamedTuple
 
 from elastic_api.catalog import slice_shape
@@ -90,6 +91,7 @@ from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.restore import restore_risk_condition, restore_risk_events
 from elastic_operator.core.setter import ConditionSetter, get_condition, set_condition
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
+from elastic_operator.core.sliceview import SliceViews, slice_views
 from elastic_operator.core.text import fmt_slices
 from elastic_operator.core.topology import (
     slice_domains,
@@ -145,6 +147,11 @@ class StatusInputs:
         """status.checkpoint as this reconcile writes it (after the newest scan)."""
         return checkpoint_status(self.previous.checkpoint, self.observed.checkpoint,
                                  self.report)
+
+    @cached_property
+    def views(self) -> SliceViews:
+        """Each slice's pods as every stage reads them (core/sliceview.py): derived once."""
+        return slice_views(self.observed)
 
 
 @dataclass(frozen=True)
@@ -256,7 +263,7 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
         return SliceTracking(slices, [], list(prev.pools), prev.checkpoint_request,
                              _spares(ctx, slices),
                              requested=Requested(handled=prev.handled_slice_replacement))
-    requested = requested_down(ctx.spec, ctx.report, prev, ctx.observed,
+    requested = requested_down(ctx.spec, ctx.report, prev, ctx.views,
                                frozen=_frozen(ctx, gates.admission),
                                spare_free=bool(_spares(ctx, prev.slices)), now=ctx.now)
     health = _slice_health(ctx, gates.admission, requested)
@@ -264,16 +271,16 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
     reported = {i: reported_evidence(h.reason, h.message)
                 for i, h in requested.down.items() if h.new}
     tracked = track_replacements(ctx.spec, health.slices, health.changes, ctx.observed,
-                                 prev.pools, ctx.now, reported)
+                                 ctx.views, prev.pools, ctx.now, reported)
     slices, request = tracked.slices, prev.checkpoint_request
     events += tracked.events
     if ctx.jobset is not None and not ctx.jobset.suspended:
-        notices = slice_maintenance(ctx.spec, slices, ctx.observed, ctx.now)
+        notices = slice_maintenance(ctx.spec, slices, ctx.views, ctx.now)
         update = checkpoint_request(ctx.spec, notices.slices, prev.checkpoint_request,
-                                    ctx.report, ctx.observed, ctx.now)
+                                    ctx.report, ctx.observed, ctx.views, ctx.now)
         slices, request = update.slices, update.request
         events += notices.events + update.events
-    slices = slice_domains(ctx.spec, slices, ctx.observed)
+    slices = slice_domains(ctx.spec, slices, ctx.views)
     return SliceTracking(slices, health.changes, tracked.pools, request,
                          _spares(ctx, slices), events, requested)
 
@@ -313,8 +320,8 @@ def _slice_health(ctx: StatusInputs, admission: Admission,
                        else catalog_hosts(ctx.job))
     epoch = admission.status.admitted_at if admission.status is not None else None
     health = compute_slices(ctx.spec.tpu.num_slices, hosts_per_slice, ctx.observed,
-                            ctx.previous.slices, ctx.now, frozen_reason=frozen, epoch=epoch,
-                            held_down=requested.down)
+                            ctx.views, ctx.previous.slices, ctx.now, frozen_reason=frozen,
+                            epoch=epoch, held_down=requested.down)
     if admission.queued:  # every pod goes: what a replacement was to do is moot
         health = SliceHealth([s.model_copy(update={"replacement": None})
                               for s in health.slices], health.changes)
