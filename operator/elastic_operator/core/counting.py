@@ -23,7 +23,7 @@ Per slice and look (`JobCount`, `unseen`, `next_counted`):
   started: a queue's eviction deletes every pod) or frozen, nor on a status written
   before the record existed: the record starts at the Job's count then.
 A pod Kueue failed (its node replacement under Topology-Aware Scheduling) is no failure
-(slices.host_view): its Job's count is taken without it.
+(sliceview.host_view): its Job's count is taken without it.
 """
 from __future__ import annotations
 
