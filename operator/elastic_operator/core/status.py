@@ -18,7 +18,8 @@ typed result that the later stages read:
    (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
 
-Pure: `now` is passed in.
+Every stage reads a slice's pods through its view (sliceview.py, `StatusInputs.views`),
+derived once for all of them. Pure: `now` is passed in.
 """
 from __future__ import annotations
 
