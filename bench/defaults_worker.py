@@ -17,14 +17,14 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from bench.worker_setup import make_trainer, setup_jax
+
 
 def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshots: bool) -> dict[str, Any]:
-    from bench.trainer_worker import _make_trainer
-
     run_spec = {**spec, "fault_duration": spec.get("fault_duration", 0.5)}
     if not snapshots:
         run_spec["snapshot_period"] = 0
-    trainer = _make_trainer(run_spec, workdir, [fault])
+    trainer = make_trainer(run_spec, workdir, [fault])
     at_failure: dict[str, Any] = {}
     on_slice_down = trainer.on_slice_down
 
@@ -68,10 +68,8 @@ def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshots: bool) -> di
 
 
 def defaults(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    from bench.trainer_worker import _setup_jax
-
     slices = spec.get("slices", 4)
-    _setup_jax(slices * spec.get("devices_per_slice", 2), str(workdir / "compilation-cache"))
+    setup_jax(slices * spec.get("devices_per_slice", 2), str(workdir / "compilation-cache"))
     rng = random.Random(spec.get("seed", 0))
     steps = spec["steps"]
     trials = []

@@ -18,19 +18,18 @@ from statistics import mean, median
 from typing import Any
 
 from bench.profiling import ThreadCpu, Timers, WakeProbe, cpu_per_step, patched
+from bench.worker_setup import CpuSampler, make_trainer, setup_jax
 
 
 class _Setup:
     """The model, the mesh and the step, built once; a plain loop over them."""
 
     def __init__(self, spec: dict[str, Any], workdir: Path) -> None:
-        from bench.trainer_worker import CpuSampler, _setup_jax
-
         self.spec, self.workdir = spec, workdir
         slices, dps = spec.get("slices", 2), spec.get("devices_per_slice", 2)
         # A persistent cache of its own, so that each round's fresh Trainer (new jitted
         # functions) does not compile again: the rounds measure steps, not compiles.
-        _setup_jax(slices * dps, str(workdir / "compilation-cache"))
+        setup_jax(slices * dps, str(workdir / "compilation-cache"))
         from elastic_trainer import train
         from elastic_trainer.backends import SimulatedBackend
         from elastic_trainer.configs import get_config
@@ -82,9 +81,7 @@ class _Setup:
 
     def elastic(self) -> tuple[list[float], dict[str, Any]]:
         """Completion times as plain(); what the cadences chose and when copies were made."""
-        from bench.trainer_worker import _make_trainer
-
-        trainer = _make_trainer({**self.spec, "min_slices": None}, self.workdir, [])
+        trainer = make_trainer({**self.spec, "min_slices": None}, self.workdir, [])
         copies: dict[str, list[int]] = {"snapshots": [], "checkpoints": []}
         decided: list[int] = []
         take, save, decide = trainer.snapshots.take, trainer.checkpointer.save, trainer._decide

@@ -18,21 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import union_seconds
-
-
-def _setup_jax(devices: int, cache_dir: str | None) -> None:
-    flag = "--xla_force_host_platform_device_count"
-    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag)]
-    os.environ["XLA_FLAGS"] = " ".join([*kept, f"{flag}={devices}"])
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    import jax
-
-    if cache_dir:
-        jax.config.update("jax_compilation_cache_dir", cache_dir)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    else:
-        jax.config.update("jax_enable_compilation_cache", False)
+from bench.defaults_worker import defaults
+from bench.overhead_worker import overhead
+from bench.worker_setup import make_trainer, setup_jax
 
 
 class CompileLog:
@@ -70,60 +58,6 @@ class CompileLog:
         return sum(1 for t in self.hits if start <= t <= end)
 
 
-class CpuSampler:
-    """The process's CPU time (every thread: the training thread, XLA's, the background
-    copies and writes) sampled against the wall clock, so the CPU spent between two step
-    timestamps can be read off afterwards. Other processes' load barely moves it, unlike
-    wall time on a shared machine."""
-
-    def __init__(self, interval: float = 0.005) -> None:
-        import threading
-
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True,
-                                        name="bench-cpu-sampler")
-        self._thread.start()
-
-    def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            self.samples.append((time.time(), time.process_time()))
-
-    def cpu_between(self, start: float, end: float) -> float:
-        inside = [cpu for t, cpu in self.samples if start <= t <= end]
-        return inside[-1] - inside[0] if len(inside) >= 2 else 0.0
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any:
-    from elastic_trainer.backends import SimulatedBackend
-    from elastic_trainer.checkpoint import Checkpointer
-    from elastic_trainer.configs import get_config
-    from elastic_trainer.data import make_source
-    from elastic_trainer.faults import Fault, FaultSchedule
-    from elastic_trainer.loop import LoopOptions, Trainer
-
-    cfg = get_config(spec["config"])
-    slices = spec.get("slices", 2)
-    health = FaultSchedule([Fault.parse(f, slices) for f in faults],
-                           spec.get("fault_duration", 1.0))
-    backend = SimulatedBackend(slices, spec.get("devices_per_slice", 2), health)
-    ckpt_dir = workdir / "checkpoints"
-    shutil.rmtree(ckpt_dir, ignore_errors=True)
-    # A period left out of the spec is the trainer's default: chosen (cadence.py).
-    checkpointer = Checkpointer(str(ckpt_dir), spec.get("checkpoint_period"), 3,
-                                async_save=True)
-    opts = LoopOptions(steps=spec["steps"], batch=spec.get("batch", 8), seed=0,
-                       min_slices=spec.get("min_slices"), elastic_timeout=120.0,
-                       max_retries=10, snapshot_period=spec.get("snapshot_period"),
-                       log_every=10**9, prefetch=spec.get("prefetch"))
-    data = make_source("synthetic", 0, opts.batch, cfg.seq_len, cfg.vocab_size)
-    return Trainer(cfg, opts, backend, data, checkpointer)
-
-
 def _event_phases(trainer: Any, compile_log: CompileLog) -> list[dict[str, Any]]:
     out = []
     for event in trainer.events:
@@ -155,9 +89,9 @@ def _event_phases(trainer: Any, compile_log: CompileLog) -> list[dict[str, Any]]
 
 def recovery(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """One run of the elastic loop with the given faults; per-event phase split."""
-    _setup_jax(spec.get("slices", 2) * spec.get("devices_per_slice", 2), spec.get("cache_dir"))
+    setup_jax(spec.get("slices", 2) * spec.get("devices_per_slice", 2), spec.get("cache_dir"))
     compile_log = CompileLog()
-    trainer = _make_trainer(spec, workdir, spec["fail_at"])
+    trainer = make_trainer(spec, workdir, spec["fail_at"])
     t0 = time.time()
     result = trainer.run()
     wall = time.time() - t0
@@ -174,12 +108,12 @@ def recovery(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
 
 def steps_lost_sweep(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """Steps lost (and restore seconds) against the snapshot period, one process."""
-    _setup_jax(spec.get("slices", 2) * spec.get("devices_per_slice", 2), None)
+    setup_jax(spec.get("slices", 2) * spec.get("devices_per_slice", 2), None)
     compile_log = CompileLog()
     points = []
     for period in spec["snapshot_periods"]:
         run_spec = {**spec, "snapshot_period": period}
-        trainer = _make_trainer(run_spec, workdir, spec["fail_at"])
+        trainer = make_trainer(run_spec, workdir, spec["fail_at"])
         result = trainer.run()
         if result.failure is not None:
             raise RuntimeError(f"training failed: {result.failure}")
@@ -192,7 +126,7 @@ def steps_lost_sweep(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
 def restore_throughput(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """Orbax restore of a checkpoint of `size_mb` against plain reads of its files."""
     devices = spec.get("devices", 4)
-    _setup_jax(devices, None)
+    setup_jax(devices, None)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -308,7 +242,7 @@ def restore_sizes(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     fake-gcs-server, or none: local files, page cache dropped before each restore); the
     size as the operator's scan counts it (Checkpointer.step_size: the same rule)."""
     devices = spec.get("devices", 4)
-    _setup_jax(devices, None)
+    setup_jax(devices, None)
     import jax
     from etils import epath
 
@@ -346,21 +280,9 @@ def restore_sizes(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     return {"root": "gs://" if root.startswith("gs://") else "local", "points": points}
 
 
-def _overhead(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    from bench.overhead_worker import overhead
-
-    return overhead(spec, workdir)
-
-
-def _defaults(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    from bench.defaults_worker import defaults
-
-    return defaults(spec, workdir)
-
-
-KINDS = {"recovery": recovery, "steps_lost_sweep": steps_lost_sweep, "overhead": _overhead,
+KINDS = {"recovery": recovery, "steps_lost_sweep": steps_lost_sweep, "overhead": overhead,
          "restore_throughput": restore_throughput, "restore_sizes": restore_sizes,
-         "defaults": _defaults}
+         "defaults": defaults}
 
 
 def main(argv: list[str]) -> int:

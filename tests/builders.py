@@ -31,7 +31,7 @@ from elastic_api.names import (
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
 )
-from elastic_operator.core.plan import applied_spec
+from elastic_operator.core.ownership import applied_spec
 from elastic_operator.observed import (
     Observed,
     ObservedContainer,

@@ -50,6 +50,7 @@ from elastic_operator.core.events import StatusEvent, from_outbox, outbox
 from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
+from elastic_operator.core.ownership import owned_by_another
 from elastic_operator.core.pacing import progress_interval, progress_only, settled
 from elastic_operator.core.parsing import ParsedJob, parse_job, parse_status
 from elastic_operator.core.patch import status_patch
@@ -63,13 +64,12 @@ from elastic_operator.core.plan import (
     ReplacementAction,
     SetWorkloadActive,
     SetWorkloadCondition,
-    owned_by_another,
     plan_dispatch,
     plan_reconcile,
 )
 from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
-from elastic_operator.core.slices import worker_pods_by_slice
+from elastic_operator.core.sliceview import worker_pods_by_slice
 from elastic_operator.core.startover import Change, pass_change, start_over
 from elastic_operator.core.status import (
     compute_status,

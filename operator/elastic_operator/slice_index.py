@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from elastic_api.models import SliceStatus
 from elastic_api.names import WORKER_REPLICATED_JOB
-from elastic_operator.core.slices import newest
+from elastic_operator.core.sliceview import newest
 from elastic_operator.core.wakes import SliceMark, SliceTally, host_down, host_ready, may_move
 from elastic_operator.node_index import JobKey
 from elastic_operator.observed import ObservedPod

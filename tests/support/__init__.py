@@ -10,4 +10,5 @@ a helper two test modules need lives here, and a fixture two need in their conft
 - `merge_patch`: RFC 7386, as the API server applies a merge patch.
 - `hostile_specs`: the Hypothesis strategy that mutates the shipped examples.
 - `trainer_run`: what the trainer tests' `run_trainer` fixture returns.
+- `import_graph`: which of our modules imports which, and the circles in that graph.
 """

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import TrainingReport
-from elastic_operator.core.conditions import get_condition
 from elastic_operator.core.parsing import parse_job
 from elastic_operator.core.patch import status_patch
+from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.observed import Observed
 from tests.builders import etj

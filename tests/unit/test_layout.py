@@ -1,13 +1,15 @@
 """The layout the README and docs/architecture.md ("Packages") describe, checked against
-the code: which package may import which, no function too long to read at once, and no
-test module importing another (shared helpers live in tests/support, fixtures in a
-conftest.py)."""
+the code: which package may import which, no import circle between modules, no function
+too long to read at once, and no test module importing another (shared helpers live in
+tests/support, fixtures in a conftest.py)."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 import pytest
+
+from tests.support.import_graph import circles, import_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
@@ -51,6 +53,14 @@ def test_imports_go_one_way(package: str) -> None:
         for path in PACKAGES[package].rglob("*.py")
     }
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_no_import_circle() -> None:
+    """No module of ours imports, through any chain, one that imports it back (in core/
+    and bench/ too, and across packages): its lazy imports and its `if TYPE_CHECKING:`
+    imports count. A helper two modules share lives below both."""
+    assert circles(import_graph({**PACKAGES, "bench": ROOT / "bench",
+                                 "hack": ROOT / "hack"})) == []
 
 
 def long_functions(path: Path, root: Path = ROOT) -> list[str]:
@@ -134,6 +144,23 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
         "tests/unit/test_a.py:3 tests.unit.test_b", "tests/unit/test_a.py:4 test_c",
         "tests/unit/test_a.py:5 conftest", "tests/unit/test_a.py:6 conftest",
         "tests/unit/test_a.py:7 test_b"]
+
+
+def test_the_circle_check_sees_hidden_and_relative_imports(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from pkg.a import A\n")
+    (package / "a.py").write_text("from pkg.b import B\nA = 1\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nB = 2\n"
+                                  "if TYPE_CHECKING:\n    from pkg.sub import c\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "c.py").write_text("def f():\n    from ..a import A\n")
+    graph = import_graph({"pkg": package})
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.sub.c"},
+                     "pkg.sub": set(), "pkg.sub.c": {"pkg.a"}}
+    assert circles(graph) == ["pkg.a -> pkg.b -> pkg.sub.c -> pkg.a"]
+    (package / "b.py").write_text("B = 2\n")
+    assert circles(import_graph({"pkg": package})) == []
 
 
 def test_no_two_test_modules_share_a_name() -> None:

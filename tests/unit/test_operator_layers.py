@@ -1,19 +1,24 @@
 """The operator's modules import as docs/architecture.md draws them ("Inside the
 operator"): downwards only, the pure core from nothing that does I/O, and only one
 module each for the Kubernetes API (the shared client, elastic_api.kube.KubeClient),
-kopf and Google Cloud Storage."""
+kopf and Google Cloud Storage. Inside the core, each module imports only those listed
+above it in core/__init__.py."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.import_graph import import_graph
+
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "elastic_operator"
 
 # Layer (as drawn) -> its modules, left to right: a module imports only from lower
-# layers, or from its own layer further right. core/* is one unit in layer 1.
+# layers, or from its own layer further right. core/* is one unit in layer 1 (its own
+# order: CORE_ORDER).
 LAYERS: dict[int, list[str]] = {
     4: ["operator_cli", "render_cli", "handlers", "app"],
     3: ["scheduler", "reconciler"],
@@ -32,6 +37,10 @@ CORE_MAY_IMPORT = {"elastic_api", "pydantic"}
 # Names of the shared Kubernetes layer (elastic_api.kube) only kube.py may import: the
 # client that sends requests. The rest (Informer, Backoff, ApiError) is for everyone.
 KUBE_ONLY = {"KubeClient": {"kube"}, "client": {"kube"}}
+CORE = PACKAGE / "core"
+# The core's modules, lowest first, as its __init__.py lists them ("- name: what").
+CORE_ORDER = re.findall(r"^- (\w+):", ast.get_docstring(ast.parse(
+    (CORE / "__init__.py").read_text())) or "", re.MULTILINE)
 
 
 def unit(path: Path) -> str:
@@ -92,3 +101,27 @@ def test_only_kube_py_holds_the_client(path: Path) -> None:
                 assert allowed is None or me in allowed, (
                     f"{me} imports {alias.name} from {node.module}: only {allowed} may send "
                     "requests")
+
+
+def test_core_lists_every_module_once() -> None:
+    """core/__init__.py names each module of the core (the reader's map, in order)."""
+    assert sorted(CORE_ORDER) == sorted(p.stem for p in CORE.glob("*.py")
+                                        if p.name != "__init__.py")
+    assert len(CORE_ORDER) == len(set(CORE_ORDER))
+
+
+CORE_IMPORTS = {name.removeprefix("elastic_operator.core."): {
+    other.removeprefix("elastic_operator.core.") for other in imported
+    if other.startswith("elastic_operator.core.")}
+    for name, imported in import_graph({"elastic_operator": PACKAGE}).items()
+    if name.startswith("elastic_operator.core.")}
+
+
+@pytest.mark.parametrize("me", sorted(CORE_IMPORTS))
+def test_core_modules_import_only_those_listed_above_them(me: str) -> None:
+    """Lazy and `if TYPE_CHECKING:` imports count: no circle hides inside the core."""
+    position = {name: i for i, name in enumerate(CORE_ORDER)}
+    for other in sorted(CORE_IMPORTS[me]):
+        assert position[other] < position[me], (
+            f"core/{me}.py imports core/{other}.py, listed after it in core/__init__.py: "
+            "a core module imports only those listed above it (no import circle)")

@@ -22,11 +22,11 @@ from elastic_api.names import (
 from elastic_api.queueing import ADMITTED
 from elastic_api.validation import MULTI_CLUSTER_WITHOUT_MULTIKUEUE, validate_job
 from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
+from elastic_operator.core.ownership import applied_spec
 from elastic_operator.core.plan import (
     AnnotateDispatchedTo,
     ReleaseEvictedWorkload,
     SetWorkloadActive,
-    applied_spec,
     plan_dispatch,
 )
 from elastic_operator.observed import worker_cluster_from_dict, workload_from_dict

@@ -17,7 +17,7 @@ from elastic_operator.core.pacing import progress_only
 from elastic_operator.core.plan import DeleteWorkerJob
 from elastic_operator.core.pools import slice_pool
 from elastic_operator.core.replacement import plan_replacements
-from elastic_operator.core.slices import newest_per_host
+from elastic_operator.core.sliceview import newest_per_host
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.wakes import host_down, host_ready, may_wait
 from elastic_operator.node_index import NodeIndex

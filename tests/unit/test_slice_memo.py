@@ -21,9 +21,9 @@ from tests.builders import (
 )
 
 SLICES = 3
-# A slice's values (hosts, pool, nodes with a maintenance signal, its Job's count), and
-# the job's two groupings of all its pods (by slice, with their nodes).
-RECOMPUTED = 4 + 2
+# A slice's values (its view, core/sliceview.py, and its Job's count), and the job's two
+# groupings of all its pods (by slice, with their nodes).
+RECOMPUTED = 2 + 2
 
 
 class Calls:

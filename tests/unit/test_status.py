@@ -22,10 +22,11 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.names import APPLIED_SPEC_ANNOTATION
-from elastic_operator.core.conditions import get_condition
+from elastic_operator.core.ownership import applied_spec
 from elastic_operator.core.parsing import parse_job, parse_status, parse_training_report
 from elastic_operator.core.patch import status_patch
-from elastic_operator.core.plan import PatchJobSetSuspend, applied_spec, plan_reconcile
+from elastic_operator.core.plan import PatchJobSetSuspend, plan_reconcile
+from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status, invalid_spec_status
 from elastic_operator.observed import Observed, ObservedJobSet
 from tests.builders import (

@@ -30,7 +30,6 @@ from elastic_api.queueing import (
     REASON_WAITING_FOR_ADMISSION,
 )
 from elastic_operator.core.admission import wants_workload
-from elastic_operator.core.conditions import get_condition
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     CreateObject,
@@ -38,6 +37,7 @@ from elastic_operator.core.plan import (
     SetWorkloadActive,
     plan_reconcile,
 )
+from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.observed import (
     Observed,

@@ -15,10 +15,11 @@ from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, RecoverySpec
 from elastic_api.names import OUT_OF_TPU, UNEXPECTED_ADMISSION_ERROR
-from elastic_operator.core.blame import Evidence, pod_evidence, slice_evidence
+from elastic_operator.core.blame import Evidence, pod_evidence
 from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool, ReleasePool
 from elastic_operator.core.pools import cited_jobs, pools_to_release, quarantine_verdict
 from elastic_operator.core.replacement import ReplacementPlan, plan_replacements
+from elastic_operator.core.sliceview import SliceView
 from elastic_operator.core.status import compute_status
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observed import (
@@ -134,9 +135,9 @@ def test_the_strongest_evidence_of_a_slice_decides_and_says_why() -> None:
     pods[HOSTS] = WorkerPod(1, 0).failed(at(10)).build()
     pods[HOSTS + 1] = WorkerPod(1, 1).deleting(at(10)).build()
     nodes = nodes_for(spares=1)
-    assert slice_evidence(pods[HOSTS:2 * HOSTS], nodes, RECOVERY).blame == "Job"
+    assert SliceView.of(pods[HOSTS:2 * HOSTS], nodes).evidence(RECOVERY).blame == "Job"
     nodes["tpu-1-3"] = tpu_node("tpu-1-3", ready=False, status="Unknown", since=at(9))
-    found = slice_evidence(pods[HOSTS:2 * HOSTS], nodes, RECOVERY)
+    found = SliceView.of(pods[HOSTS:2 * HOSTS], nodes).evidence(RECOVERY)
     assert (found.blame, found.node) == ("Node", "tpu-1-3")
     assert found.detail == "node tpu-1-3 is NotReady (Ready=Unknown)"
 

@@ -11,9 +11,9 @@ import pytest
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, TrainingReport
-from elastic_operator.core.conditions import get_condition
 from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
 from elastic_operator.core.replacement import plan_replacements
+from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.observed import Observed, ObservedPod
 from tests.builders import (

@@ -13,7 +13,7 @@ from elastic_api.models import Condition, ElasticTrainingJobStatus
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.plan import plan_reconcile
 from elastic_operator.core.replacement import plan_replacements
-from elastic_operator.core.slices import newest_per_host, worker_pods_by_slice
+from elastic_operator.core.sliceview import newest_per_host, worker_pods_by_slice
 from elastic_operator.core.status import (
     StatusInputs,
     compute_status,

@@ -22,10 +22,10 @@ from elastic_api.models import (
     ElasticTrainingJobStatus,
     TrainingReport,
 )
-from elastic_operator.core.conditions import get_condition
 from elastic_operator.core.events import StatusEvent, event_name
 from elastic_operator.core.plan import RestartTrainer
 from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
+from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.observed import Observed, ObservedPod
 from tests.builders import (

@@ -1,16 +1,42 @@
 """The operator's pure core: no I/O, no clock (`now` is passed in), no randomness.
 
-One module per concern, each importable on its own:
+Every module of the core, one concern each, lowest first: a module imports only modules
+listed above it (tests/unit/test_operator_layers.py checks both), so the list is also
+the order to read them in.
 
+- text: wording helpers shared by the messages of conditions and Events
+- events: the Kubernetes Events a status change implies, and their outbox in the status
+- setter: one condition found, or set with its transition rule (ConditionSetter)
 - parsing: the job and its stored status, read leniently
-- plan: what a reconcile changes in the cluster (typed actions) and object ownership
-- slices: slice health from the worker pods and their nodes
-- recovery: the recovery record and the trainer process
-- conditions: the set-condition helpers and one function per condition
+- patch: the one status write of a reconcile, an RFC 7386 merge patch
+- api_support: whether the cluster serves the JobSet and Kueue API versions we speak
+- ownership: what the operator's objects carry to say they are its own
+- redispatch: whether a MultiKueue job whose worker cluster was lost may run elsewhere
+- counting: exactly once: a slice failure counted from its worker Job's own count
+- blame: who is to blame for a slice failure (its node pool or the job), on what evidence
+- wakes: which pod changes wake a job at once, and which wait for its progress interval
+- pools: node pools: where a slice runs, the spares, quarantine verdicts and releases
+- sliceview: one slice as every policy reads it (its newest pods, pool, Job, evidence)
+- slices: slice health (Ready, Down, Restarting, Pending) and how it changed
+- hung: the trainer's requests to replace a hung or slow slice
 - failure: whether the job finished (Failed, Succeeded)
-- ready: the Ready condition and the phase (a cascade)
+- podsready: a MultiKueue job's PodsReady condition on the manager's Workload
+- plan: what a reconcile changes in the cluster, as typed actions
+- replacement: slice replacement: its records in the status, then its actions
+- maintenance: maintenance ahead of time: notices, the checkpoint request, the move
+- topology: slices Kueue places by Topology-Aware Scheduling
+- unreported: the recovery of a trainer that reports no elastic events
+- recovery: the recovery record and the trainer process
+- goodput: what failures cost, from the trainer's accounting and our timeline
+- progress: whether training advances (Progressing), and the restart a stall calls for
+- admission: where a queued job stands with Kueue (Admitted, status.admission)
+- eviction: Kueue's waitForPodsReady clock (EvictionPending)
+- dispatch: a job MultiKueue dispatches, as the manager cluster's operator sees it
 - checkpoint: what a checkpoint scan changes in status.checkpoint
-- events: the Kubernetes Events a status change implies
+- restore: RestoreAtRisk: whether a restore can outgrow the Pathways proxy's memory
+- conditions: one function per condition
+- ready: the Ready condition and the phase (a cascade)
+- pacing: which status writes may wait (progress only) and which are written at once
+- startover: when a reconcile in progress starts over instead of finishing
 - status: compute_status, which assembles all of the above
-- patch: the RFC 7386 merge patch of the status subresource
 """

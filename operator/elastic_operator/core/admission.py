@@ -44,8 +44,8 @@ from elastic_api.queueing import (
     WORKLOAD_QUOTA_RESERVED,
     counts_as_eviction,
 )
-from elastic_operator.core.conditions import ConditionSetter, get_condition
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.setter import ConditionSetter, get_condition
 from elastic_operator.core.text import iso
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload
 

@@ -23,12 +23,12 @@ pool are evidence against it; a fault that follows one job from pool to pool is 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from elastic_api.conditions import Reason
 from elastic_api.models import Blame, RecoverySpec
 from elastic_api.names import OUT_OF_TPU, TPU_RESOURCE, UNEXPECTED_ADMISSION_ERROR
-from elastic_operator.core.slices import newest_per_host
 from elastic_operator.observed import ObservedNode, ObservedPod
 
 # DisruptionTarget reasons of the node's lifecycle (not of an API client or the scheduler).
@@ -83,7 +83,7 @@ def node_evidence(name: str, node: ObservedNode | None) -> Evidence | None:
     return None
 
 
-def pod_evidence(pod: ObservedPod, nodes: dict[str, ObservedNode],
+def pod_evidence(pod: ObservedPod, nodes: Mapping[str, ObservedNode],
                  recovery: RecoverySpec) -> Evidence:
     """What one broken host's pod shows (failed, terminating, or on a bad node)."""
     if pod.node_name:
@@ -145,19 +145,22 @@ def _exit(pod: ObservedPod) -> str:
     return f"failed ({detail})"
 
 
-def broken(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> bool:
-    """A host's pod that is down: failed, going, or on a node that is not Ready."""
-    if pod.failed or pod.terminating:
-        return True
+def on_ready_node(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> bool:
+    """The pod is not scheduled yet, or its node is Ready."""
     node = nodes.get(pod.node_name or "")
-    return pod.node_name is not None and (node is None or not node.ready)
+    return pod.node_name is None or (node is not None and node.ready)
 
 
-def slice_evidence(pods: list[ObservedPod], nodes: dict[str, ObservedNode],
+def broken(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> bool:
+    """A host's pod that is down: failed, going, or on a node that is not Ready."""
+    return pod.failed or pod.terminating or not on_ready_node(pod, nodes)
+
+
+def slice_evidence(broken_hosts: Iterable[ObservedPod], nodes: Mapping[str, ObservedNode],
                    recovery: RecoverySpec) -> Evidence:
-    """The strongest evidence among the slice's broken hosts (their newest pods)."""
-    found = [pod_evidence(p, nodes, recovery) for p in newest_per_host(pods)
-             if broken(p, nodes)]
+    """The strongest evidence among a slice's broken hosts (the newest pod of each:
+    core/sliceview.py SliceView.broken)."""
+    found = [pod_evidence(p, nodes, recovery) for p in broken_hosts]
     if not found:
         return Evidence("Other", Reason.HOST_LOST, "no broken pod left to look at")
     return max(found, key=lambda e: _STRENGTH[e.blame])

@@ -1,79 +1,29 @@
-"""The set-condition helpers and one pure function per condition.
+"""One pure function per condition.
 
 Each function decides one condition from what it needs and nothing else; `compute_status`
-(status.py) calls them. Failed and Succeeded are in failure.py, Ready in ready.py.
-Convention: lastTransitionTime moves only when the status changes; every condition
-carries the generation it was computed for.
+(status.py) calls them. Failed and Succeeded are in failure.py, Ready in ready.py; the
+setter and its transition rule in setter.py.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
     CLOSED_BY_OPERATOR,
     Condition,
-    ConditionStatus,
     ElasticTrainingJob,
-    ElasticTrainingJobStatus,
     RecoveryRecord,
     SliceStatus,
     TrainingReport,
 )
 from elastic_operator.core.events import StatusEvent
-from elastic_operator.core.plan import owned_by_another, spec_drift
+from elastic_operator.core.ownership import owned_by_another, spec_drift
 from elastic_operator.core.recovery import recovered_message
+from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.text import fmt_slices, iso, plural
 from elastic_operator.core.unreported import confirmed_message, unconfirmed_message
 from elastic_operator.observed import ObservedJobSet
-
-
-def set_condition(
-    previous: Sequence[Condition], type_: str, status: ConditionStatus, reason: str,
-    message: str, now: datetime, generation: int | None,
-) -> Condition:
-    """lastTransitionTime moves only when the status changes."""
-    for cond in previous:
-        if cond.type == type_ and cond.status == status:
-            return Condition(type=type_, status=status, reason=reason, message=message,
-                             last_transition_time=cond.last_transition_time,
-                             observed_generation=generation)
-    return Condition(type=type_, status=status, reason=reason, message=message,
-                     last_transition_time=now, observed_generation=generation)
-
-
-def get_condition(status: ElasticTrainingJobStatus, type_: str) -> Condition | None:
-    return next((c for c in status.conditions if c.type == type_), None)
-
-
-def is_true(status: ElasticTrainingJobStatus, type_: str) -> bool:
-    cond = get_condition(status, type_)
-    return cond is not None and cond.status == "True"
-
-
-@dataclass(frozen=True)
-class ConditionSetter:
-    """set_condition bound to one reconcile: the conditions as stored, now, generation."""
-
-    previous: Sequence[Condition]
-    now: datetime
-    generation: int | None
-
-    def set(self, type_: str, status: ConditionStatus, reason: str,
-            message: str = "") -> Condition:
-        return set_condition(self.previous, type_, status, reason, message, self.now,
-                             self.generation)
-
-    def true(self, type_: str, reason: str, message: str = "") -> Condition:
-        return self.set(type_, "True", reason, message)
-
-    def false(self, type_: str, reason: str, message: str = "") -> Condition:
-        return self.set(type_, "False", reason, message)
-
-    def unknown(self, type_: str, reason: str, message: str = "") -> Condition:
-        return self.set(type_, "Unknown", reason, message)
 
 
 def slice_down_condition(setter: ConditionSetter, slices: list[SliceStatus],

@@ -23,10 +23,11 @@ Per slice and look (`JobCount`, `unseen`, `next_counted`):
   started: a queue's eviction deletes every pod) or frozen, nor on a status written
   before the record existed: the record starts at the Job's count then.
 A pod Kueue failed (its node replacement under Topology-Aware Scheduling) is no failure
-(slices.host_view): its Job's count is taken without it.
+(sliceview.host_view): its Job's count is taken without it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from elastic_api.models import CountedFailures, SliceStatus
@@ -43,7 +44,7 @@ class JobCount:
     failed: int
 
     @classmethod
-    def of(cls, job: ObservedJob | None, pods: list[ObservedPod]) -> JobCount | None:
+    def of(cls, job: ObservedJob | None, pods: Iterable[ObservedPod]) -> JobCount | None:
         """None: no live Job (none seen, being deleted, or finished): no evidence."""
         if job is None or not job.uid or job.deleting or job.finished is not None:
             return None

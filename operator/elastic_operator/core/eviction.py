@@ -32,8 +32,8 @@ from elastic_api.queueing import (
     WORKLOAD_ADMITTED,
     WORKLOAD_PODS_READY,
 )
-from elastic_operator.core.conditions import ConditionSetter
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.text import duration, iso
 from elastic_operator.observed import ObservedWorkload
 

@@ -3,7 +3,6 @@ True they stay, whatever the cluster shows later; a new failure posts one Event.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from elastic_api.conditions import TRAINER_FAILURE_REASONS, ConditionType, Reason
 from elastic_api.models import (
@@ -14,10 +13,8 @@ from elastic_api.models import (
 )
 from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.observed import Observed, ObservedJobSet
-
-if TYPE_CHECKING:  # conditions.py imports plan.py, which asks is_terminal here
-    from elastic_operator.core.conditions import ConditionSetter
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ from elastic_api.models import (
 )
 from elastic_operator.core.blame import Evidence
 from elastic_operator.core.events import StatusEvent
-from elastic_operator.core.slices import HeldDown, newest_per_host, worker_pods_by_slice
+from elastic_operator.core.slices import HeldDown
+from elastic_operator.core.sliceview import SliceView, SliceViews
 from elastic_operator.core.text import fmt_slices
-from elastic_operator.observed import Observed, ObservedPod
 
 # The slice reasons of a trainer's request (any other reason a newer trainer gives is
 # taken as a hang).
@@ -57,16 +57,12 @@ def reported_evidence(reason: str, detail: str) -> Evidence:
     return Evidence("Reported", Reason.HARDWARE_FAILURE, f"{reason}: {detail}"[:300])
 
 
-def _job_uid(pods: list[ObservedPod]) -> str | None:
-    return next((p.job_uid for p in newest_per_host(pods) if p.job_uid), None)
-
-
-def still_on_blamed_job(s: SliceStatus, pods: list[ObservedPod]) -> bool:
+def still_on_blamed_job(s: SliceStatus, view: SliceView) -> bool:
     """The slice's record is a trainer's request and its newest pods are still the Job
     it names (being deleted, or about to be)."""
     record = s.replacement
     return record is not None and record.reason in REQUESTED_REASONS \
-        and record.job_uid is not None and _job_uid(pods) == record.job_uid
+        and record.job_uid is not None and view.job_uid == record.job_uid
 
 
 def _is_new(request: SliceReplacementRequest, report: TrainingReport,
@@ -76,16 +72,15 @@ def _is_new(request: SliceReplacementRequest, report: TrainingReport,
 
 
 def requested_down(spec: ElasticTrainingJobSpec, report: TrainingReport | None,
-                   previous: ElasticTrainingJobStatus, observed: Observed, *,
+                   previous: ElasticTrainingJobStatus, views: SliceViews, *,
                    frozen: str | None, spare_free: bool, now: datetime) -> Requested:
     """The slices held Down now (a new request's, and those whose record's Job still
-    runs them), and the request handled."""
-    by_slice = worker_pods_by_slice(observed)
+    runs them: `views`, each slice's), and the request handled."""
     down = {s.index: HeldDown(s.replacement.reason, s.message or s.replacement.reason,
                               None, new=False)
             for s in previous.slices
             if s.replacement is not None and frozen is None
-            and still_on_blamed_job(s, by_slice.get(s.index, []))}
+            and still_on_blamed_job(s, views[s.index])}
     handled = previous.handled_slice_replacement
     request = report.slice_replacement if report is not None else None
     if report is None or request is None or not _is_new(request, report, handled):

@@ -33,11 +33,10 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_operator.core.conditions import ConditionSetter
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pools import pools_in_use, spare_pools
-from elastic_operator.core.replacement import current_job_uid
-from elastic_operator.core.slices import worker_pods_of
+from elastic_operator.core.setter import ConditionSetter
+from elastic_operator.core.sliceview import SliceViews
 from elastic_operator.core.text import fmt_slices, iso
 from elastic_operator.observed import Observed, ObservedNode
 
@@ -63,12 +62,14 @@ class RequestUpdate:
 
 
 def slice_maintenance(
-    spec: ElasticTrainingJobSpec, slices: list[SliceStatus], observed: Observed, now: datetime,
+    spec: ElasticTrainingJobSpec, slices: list[SliceStatus], views: SliceViews,
+    now: datetime,
 ) -> SliceNotices:
-    """slices[].maintenance from the signals on the nodes the slice runs on."""
+    """slices[].maintenance from the signals on the nodes the slice's live pods run on
+    (its view's `signalled_nodes`)."""
     out, events = [], []
     for s in slices:
-        nodes = _signalled_nodes(observed, s.index)
+        nodes = views[s.index].signalled_nodes
         notice = _notice(nodes, spec.maintenance.lead_seconds, now) \
             if spec.maintenance.enabled else None
         prev = s.maintenance
@@ -83,18 +84,6 @@ def slice_maintenance(
                         f"{notice.pool} ({notice.signal}){when}"))
         out.append(s.model_copy(update={"maintenance": notice}))
     return SliceNotices(out, events)
-
-
-def _signalled_nodes(observed: Observed, index: int) -> tuple[ObservedNode, ...]:
-    """The nodes slice `index`'s live pods run on that carry a maintenance signal, by
-    name (kept in the memo: at 4,096 pods, going through every node each reconcile cost
-    as much as the rest of this stage)."""
-    def compute() -> tuple[ObservedNode, ...]:
-        names = {p.node_name for p in worker_pods_of(observed, index)
-                 if p.node_name and not p.terminating and not p.failed}
-        return tuple(node for node in (observed.nodes.get(n) for n in sorted(names))
-                     if node is not None and node.maintenance_signal is not None)
-    return observed.per_slice("signalled nodes", index, compute)
 
 
 def _notice(nodes: Sequence[ObservedNode], lead_s: int, now: datetime) -> SliceMaintenance | None:
@@ -124,7 +113,7 @@ def next_notice_in(spec: ElasticTrainingJobSpec, observed: Observed, now: dateti
 
 def checkpoint_request(
     spec: ElasticTrainingJobSpec, slices: list[SliceStatus], previous: CheckpointRequest | None,
-    report: TrainingReport | None, observed: Observed, now: datetime,
+    report: TrainingReport | None, observed: Observed, views: SliceViews, now: datetime,
 ) -> RequestUpdate:
     """status.checkpointRequest after this reconcile, and the slices (Move records)."""
     spares = spare_pools(observed.pools, pools_in_use(slices))
@@ -147,7 +136,7 @@ def checkpoint_request(
                     + (" and hold until the move" if request.pause else "")))
         return RequestUpdate(request, slices, events)
     if request.phase == "Requested":
-        return _answer(request, slices, report, spares, observed, now)
+        return _answer(request, slices, report, spares, views, now)
     if request.phase == "Moving" and all(
             s.state == "Ready" and s.replacement is None
             for s in slices if s.index in request.slices):
@@ -168,7 +157,7 @@ def _new_request(spec: ElasticTrainingJobSpec, pending: list[int],
 
 def _answer(
     request: CheckpointRequest, slices: list[SliceStatus], report: TrainingReport | None,
-    spares: list[str], observed: Observed, now: datetime,
+    spares: list[str], views: SliceViews, now: datetime,
 ) -> RequestUpdate:
     """The trainer acknowledged (or the deadline passed): move the slices, if a spare
     pool exists to move them to."""
@@ -199,7 +188,7 @@ def _answer(
         if s.index in moving[:len(spares)]:
             s = s.model_copy(update={"moves": s.moves + 1, "replacement": SliceReplacement(
                 action="Move", reason=Reason.MAINTENANCE,
-                job_uid=current_job_uid(worker_pods_of(observed, s.index)),
+                job_uid=views[s.index].job_uid,
                 from_pool=s.pool, requested_at=now)})
             events.append(StatusEvent(
                 reason=Reason.SLICE_MOVING, type="Normal", slice_index=s.index,

@@ -1,5 +1,5 @@
-"""What one reconcile changes in the cluster, as a list of typed actions, and what the
-operator's objects carry to say they are its own.
+"""What one reconcile changes in the cluster, as a list of typed actions (the objects it
+creates carry the marks of core/ownership.py).
 
 The plan is pure; the reconciler (the thin I/O layer) executes its actions in order.
 Creation is idempotent (an object that exists is left alone) and a JobSet that existed
@@ -12,23 +12,16 @@ admission controller say, is never unsuspended), or, when Kueue manages the JobS
 """
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from elastic_api.conditions import ConditionType
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
-from elastic_api.names import (
-    APPLIED_SPEC_ANNOTATION,
-    DISPATCHED_TO_ANNOTATION,
-    KUEUE_QUEUE_NAME_LABEL,
-    SUSPENDED_BY_OPERATOR_ANNOTATION,
-)
+from elastic_api.names import DISPATCHED_TO_ANNOTATION, KUEUE_QUEUE_NAME_LABEL
 from elastic_api.queueing import WORKLOAD_ADMITTED
-from elastic_api.validation import MUTABLE_SPEC_FIELDS
 from elastic_operator.core.failure import is_terminal
+from elastic_operator.core.ownership import owned, owned_by_another
 from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
 from elastic_operator.core.redispatch import evicted_for_lost_worker, redispatch_allowed
 from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
@@ -197,51 +190,6 @@ class Plan:
         return [a.obj for a in self.actions if isinstance(a, CreateObject)]
 
 
-def applied_spec(job: ElasticTrainingJob) -> str:
-    """The spec a JobSet was rendered from, minus the fields that may change (suspend,
-    applied in place; multiCluster, the manager's alone)."""
-    spec = job.spec.to_wire()
-    for name in MUTABLE_SPEC_FIELDS:
-        spec.pop(name, None)
-    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
-
-
-def owner_reference(job: ElasticTrainingJob) -> dict[str, Any]:
-    return {
-        "apiVersion": job.api_version,
-        "kind": job.kind,
-        "name": job.metadata.name,
-        "uid": job.metadata.uid or "",
-        "controller": True,
-    }
-
-
-def owned(job: ElasticTrainingJob, rendered: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rendered objects with the job's namespace and controller ownerReference; the
-    JobSet also carries the spec it was rendered from (to detect later spec changes)."""
-    out = []
-    for obj in rendered:
-        obj = json.loads(json.dumps(obj))  # deep copy
-        meta = obj.setdefault("metadata", {})
-        if job.metadata.namespace:
-            meta["namespace"] = job.metadata.namespace
-        meta["ownerReferences"] = [owner_reference(job)]
-        if obj.get("kind") == "Workload" and job.spec.suspend:
-            meta.setdefault("annotations", {})[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
-        if obj.get("kind") == "JobSet":
-            annotations = meta.setdefault("annotations", {})
-            annotations[APPLIED_SPEC_ANNOTATION] = applied_spec(job)
-            if job.spec.suspend:  # created suspended: the operator's own suspension
-                annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = "true"
-        out.append(obj)
-    return out
-
-
-def owned_by_another(job: ElasticTrainingJob, jobset: ObservedJobSet) -> bool:
-    """The JobSet of this name belongs to another object (a name conflict)."""
-    return bool(job.metadata.uid and jobset.owner_uid and jobset.owner_uid != job.metadata.uid)
-
-
 def plan_reconcile(
     job: ElasticTrainingJob,
     rendered: list[dict[str, Any]],
@@ -379,24 +327,3 @@ def _suspended_by_older_operator(job: ElasticTrainingJob,
                         for c in previous.conditions)
     return was_suspended and previous.admission is None and \
         not job.metadata.labels.get(KUEUE_QUEUE_NAME_LABEL)
-
-
-def spec_drift(job: ElasticTrainingJob, applied: str | None) -> list[str]:
-    """Paths of spec fields that differ from what the JobSet was rendered from."""
-    if applied is None:
-        return []
-    try:
-        before = json.loads(applied)
-    except ValueError:
-        return ["(unreadable applied-spec annotation)"]
-    after = json.loads(applied_spec(job))
-    return _diff_paths(before, after, "spec")
-
-
-def _diff_paths(a: Any, b: Any, path: str) -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b)):
-            out += _diff_paths(a.get(key), b.get(key), f"{path}.{key}")
-        return out
-    return [] if a == b else [path]

@@ -13,15 +13,23 @@ from datetime import datetime
 from typing import Any
 
 from elastic_api.models import ElasticTrainingJobStatus
+from elastic_api.queueing import (
+    EVICTED_BY_NODE_FAILURES,
+    EVICTED_BY_PREEMPTION,
+    PODS_READY_WAIT_FOR_RECOVERY,
+    PODS_READY_WAIT_FOR_START,
+    WORKLOAD_ADMITTED,
+    WORKLOAD_EVICTED,
+    WORKLOAD_PODS_READY,
+    WORKLOAD_QUOTA_RESERVED,
+    WORKLOAD_REQUEUED,
+)
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.text import iso
 from elastic_operator.observed import ObservedWorkload
 
-# Kueue's PodsReady condition of a Workload (kueue.x-k8s.io/v1beta2), and its reasons.
-WORKLOAD_PODS_READY = "PodsReady"
+# The reason of Kueue's PodsReady condition when True.
 PODS_READY = "PodsReady"
-WAIT_FOR_START = "WaitForStart"
-WAIT_FOR_RECOVERY = "WaitForRecovery"
 
 
 def pods_ready_condition(workload: ObservedWorkload | None,
@@ -37,8 +45,9 @@ def pods_ready_condition(workload: ObservedWorkload | None,
     previous = workload.condition(WORKLOAD_PODS_READY)
     ready = (status.slices_ready or 0) >= status.slices_desired > 0
     was_ready = previous is not None and previous.status == "True"
-    reason = PODS_READY if ready else WAIT_FOR_RECOVERY if was_ready or (
-        previous is not None and previous.reason == WAIT_FOR_RECOVERY) else WAIT_FOR_START
+    reason = PODS_READY if ready else PODS_READY_WAIT_FOR_RECOVERY if was_ready or (
+        previous is not None and previous.reason == PODS_READY_WAIT_FOR_RECOVERY) \
+        else PODS_READY_WAIT_FOR_START
     state = "True" if ready else "False"
     if previous is not None and (previous.status, previous.reason) == (state, reason):
         return None
@@ -48,17 +57,13 @@ def pods_ready_condition(workload: ObservedWorkload | None,
             "lastTransitionTime": iso(now)}
 
 
-# Kueue's Workload condition types and reasons an integration writes when it has stopped
-# an evicted job (pkg/controller/jobframework: "the job is no longer active, clear the
+# The reasons an integration writes on Kueue's Workload conditions when it has stopped an
+# evicted job (pkg/controller/jobframework: "the job is no longer active, clear the
 # workload's admission").
-WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
-WORKLOAD_ADMITTED = "Admitted"
-WORKLOAD_EVICTED = "Evicted"
-WORKLOAD_REQUEUED = "Requeued"
 QUOTA_PENDING = "Pending"
 NO_RESERVATION = "NoReservation"
 # The evictions after which Kueue requeues at once (the others: when the cause ends).
-REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+REQUEUED_AT_ONCE = (EVICTED_BY_PREEMPTION, EVICTED_BY_NODE_FAILURES)
 
 
 def release_after_eviction(workload: ObservedWorkload | None,

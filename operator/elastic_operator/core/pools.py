@@ -14,6 +14,7 @@ which evidence; the quarantine ends when the evidence does.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,30 +22,24 @@ from elastic_api.conditions import Reason
 from elastic_api.models import PoolFailure, PoolStatus, RecoverySpec, SliceStatus
 from elastic_operator.core.blame import JOB_EVIDENCE_REASONS, NODE_EVIDENCE_REASONS, Evidence
 from elastic_operator.core.text import fmt_slices, plural
-from elastic_operator.observed import Observed, ObservedNode, ObservedPod, ObservedPool
+from elastic_operator.observed import ObservedNode, ObservedPod, ObservedPool
 
 # Pools named in a NoHealthyPool message (the rest are counted).
 MAX_POOLS_LISTED = 8
 
 
-def pod_pool(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> str | None:
+def pod_pool(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> str | None:
     node = nodes.get(pod.node_name or "")
     return node.pool if node is not None else None
 
 
-def slice_pool(pods: list[ObservedPod], nodes: dict[str, ObservedNode]) -> str | None:
+def slice_pool(pods: Iterable[ObservedPod], nodes: Mapping[str, ObservedNode]) -> str | None:
     """The pool most of the slice's live pods run on (None: none is scheduled)."""
     live = [pod_pool(p, nodes) for p in pods if not p.terminating and not p.failed]
     counted = Counter(p for p in live if p)
     if not counted:
         return None
     return sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-
-
-def slice_pool_of(observed: Observed, index: int) -> str | None:
-    """slice_pool of slice `index` (from the memo while its pods and nodes are the same)."""
-    return observed.per_slice("pool", index, lambda: slice_pool(
-        observed.worker_pods_by_slice.get(index, []), observed.nodes))
 
 
 def spare_pools(pools: tuple[ObservedPool, ...], in_use: set[str]) -> list[str]:

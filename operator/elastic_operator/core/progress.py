@@ -43,9 +43,9 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
-from elastic_operator.core.conditions import ConditionSetter
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import RestartTrainer
+from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.text import duration, fmt_slices, iso
 from elastic_operator.observed import ObservedPod
 

@@ -41,7 +41,7 @@ from elastic_api.models import (
     SliceStatus,
 )
 from elastic_api.names import worker_job_name
-from elastic_operator.core.blame import Evidence, slice_evidence
+from elastic_operator.core.blame import Evidence, on_ready_node
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.hung import REQUESTED_REASONS, reported_evidence
 from elastic_operator.core.plan import (
@@ -53,30 +53,18 @@ from elastic_operator.core.plan import (
     ReplacementAction,
 )
 from elastic_operator.core.pools import (
-    pod_pool,
     pools_in_use,
     quarantine_verdict,
     record_pools,
     refusals,
-    slice_pool_of,
     spare_pools,
     taken_back,
     withdrawn,
 )
-from elastic_operator.core.slices import (
-    SliceChange,
-    newest_per_host,
-    worker_pods_by_slice,
-)
+from elastic_operator.core.slices import SliceChange
+from elastic_operator.core.sliceview import SliceView, SliceViews, slice_views
 from elastic_operator.core.text import plural
-from elastic_operator.observed import (
-    Observed,
-    ObservedJob,
-    ObservedNode,
-    ObservedPod,
-    ObservedPool,
-    QuarantineCause,
-)
+from elastic_operator.observed import Observed, ObservedJob, ObservedPool, QuarantineCause
 
 # This job's failures kept per pool in status.pools: enough to tell whether they follow
 # the job (quarantineAfterFailures counts jobs, each job's failures only once).
@@ -85,42 +73,6 @@ MAX_POOL_FAILURES = 20
 _BLAME_WORDS = {"Node": "evidence against the node pool", "Reported": "the job reports a "
                 "hardware failure", "Job": "the job's own failure", "Other": "not the node's "
                 "nor the container's doing"}
-
-
-def _failed_job_uid(pods: list[ObservedPod], nodes: dict[str, ObservedNode]) -> str | None:
-    """The Job whose pods failed: that of a failed, terminating or stranded pod, else of
-    the slice's newest pods."""
-    newest = newest_per_host(pods)
-    broken = [p for p in newest if p.failed or p.terminating or not _on_ready_node(p, nodes)]
-    for pod in broken + newest:
-        if pod.job_uid:
-            return pod.job_uid
-    return None
-
-
-def current_job_uid(pods: list[ObservedPod]) -> str | None:
-    """The Job the slice's newest pods belong to."""
-    return next((p.job_uid for p in newest_per_host(pods) if p.job_uid), None)
-
-
-def _on_ready_node(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> bool:
-    node = nodes.get(pod.node_name or "")
-    return pod.node_name is None or (node is not None and node.ready)
-
-
-def _failed_pool(pods: list[ObservedPod], nodes: dict[str, ObservedNode],
-                 evidence: Evidence, known: str | None) -> str | None:
-    """The pool of the slice's failure: of the node the evidence is about, else of its
-    broken pods, else where it ran."""
-    node = nodes.get(evidence.node or "")
-    if node is not None and node.pool:
-        return node.pool
-    for pod in newest_per_host(pods):
-        if pod.failed or pod.terminating or not _on_ready_node(pod, nodes):
-            pool = pod_pool(pod, nodes)
-            if pool:
-                return pool
-    return known
 
 
 # --- step 1: the records, inside compute_status --------------------------------------------
@@ -135,40 +87,38 @@ class Tracked:
 
 def track_replacements(
     spec: ElasticTrainingJobSpec, slices: list[SliceStatus], changes: list[SliceChange],
-    observed: Observed, previous_pools: list[PoolStatus], now: datetime,
+    observed: Observed, views: SliceViews, previous_pools: list[PoolStatus], now: datetime,
     reported: Mapping[int, Evidence] | None = None,
 ) -> Tracked:
     """slices[].pool, .replacement and .lastReplacement, and status.pools, after this
-    reconcile's slice changes. `reported`: the evidence of the slices the trainer blames
-    (core/hung.py), which their pods do not show."""
+    reconcile's slice changes (`views`: each slice's pods). `reported`: the evidence of
+    the slices the trainer blames (core/hung.py), which their pods do not show."""
     by_change = {c.index: c for c in changes}
-    by_slice = worker_pods_by_slice(observed)
     failed_on: list[tuple[str, Evidence]] = []
     out: list[SliceStatus] = []
     events: list[StatusEvent] = []
     for s in slices:
-        pods = by_slice.get(s.index, [])
-        pool = slice_pool_of(observed, s.index) or s.pool
+        view = views[s.index]
+        pool = view.pool or s.pool
         record = s.replacement
         last = s.last_replacement
         change = by_change.get(s.index)
         if change is not None and change.failed:
-            evidence = (reported or {}).get(s.index) or slice_evidence(
-                pods, observed.nodes, spec.recovery)
-            from_pool = _failed_pool(pods, observed.nodes, evidence, s.pool)
+            evidence = (reported or {}).get(s.index) or view.evidence(spec.recovery)
+            from_pool = view.failed_pool(evidence, s.pool)
             if from_pool:
                 failed_on.append((from_pool, evidence))
-            record = _new_record(spec, s, pods, observed, from_pool, evidence, now)
+            record = _new_record(spec, s, view, from_pool, evidence, now)
             if record is not None:
                 events.append(_record_event(s, record, spec))
         elif record is not None and s.state == "Ready" and (
-                _on_new_job(record, pods) or _healed_in_time(spec, record, now)):
+                _on_new_job(record, view) or _healed_in_time(spec, record, now)):
             # Ready again: on a new Job (replaced, moved), or on the same one before the
             # operator acted (a NotReady node back within its grace; a GiveUp's Job).
             # A Replace's Job is deleted in the reconcile that records it: Ready on that
             # Job is the Job controller's last pods before it goes, not a recovery (the
             # record stays, so their teardown is not a second failure).
-            if record.action != "GiveUp" and _on_new_job(record, pods):
+            if record.action != "GiveUp" and _on_new_job(record, view):
                 last = ReplacementRecord(
                     action=record.action, reason=record.reason, requested_at=record.requested_at,
                     ready_at=now, seconds=round((now - record.requested_at).total_seconds(), 3),
@@ -180,18 +130,18 @@ def track_replacements(
     pools = record_pools(previous_pools, out, failed_on, observed.pools, now,
                          spec.recovery.quarantine_window_seconds, MAX_POOL_FAILURES)
     if spec.tpu.topology_aware is None:  # else Kueue places them, no pool to be free
-        out = _no_healthy_pool(out, observed, pools)
+        out = _no_healthy_pool(out, observed, views, pools)
     return Tracked(slices=out, pools=pools, events=events)
 
 
-def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, pods: list[ObservedPod],
-                observed: Observed, from_pool: str | None, evidence: Evidence,
+def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, view: SliceView,
+                from_pool: str | None, evidence: Evidence,
                 now: datetime) -> SliceReplacement | None:
     if not spec.recovery.replace_slices:
         return None
     action = "GiveUp" if s.restarts > spec.elastic.max_slice_restarts else "Replace"
     return SliceReplacement(action=action, reason=s.reason or Reason.SLICE_DOWN,
-                            job_uid=_failed_job_uid(pods, observed.nodes), from_pool=from_pool,
+                            job_uid=view.failed_job_uid, from_pool=from_pool,
                             requested_at=now, blame=evidence.blame,
                             evidence=evidence.detail)
 
@@ -208,9 +158,9 @@ def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
         and now < record.requested_at + grace
 
 
-def _on_new_job(record: SliceReplacement, pods: list[ObservedPod]) -> bool:
+def _on_new_job(record: SliceReplacement, view: SliceView) -> bool:
     """The slice's newest pods belong to another Job than the one the record names."""
-    uid = current_job_uid(pods)
+    uid = view.job_uid
     return uid is not None and record.job_uid is not None and uid != record.job_uid
 
 
@@ -249,14 +199,13 @@ def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:
                                f"the operator acted{moved}")
 
 
-def _no_healthy_pool(slices: list[SliceStatus], observed: Observed,
+def _no_healthy_pool(slices: list[SliceStatus], observed: Observed, views: SliceViews,
                      pools: list[PoolStatus]) -> list[SliceStatus]:
     """A slice whose replacement pods cannot be scheduled while no spare exists says so,
     naming each pool of the shape and why it was refused."""
     if not observed.pools or spare_pools(observed.pools, pools_in_use(slices)):
         return slices
-    by_slice = worker_pods_by_slice(observed)
-    unscheduled = {s.index: [p for p in newest_per_host(by_slice.get(s.index, []))
+    unscheduled = {s.index: [p for p in views[s.index].newest
                              if p.node_name is None and not p.terminating]
                    for s in slices if s.state == "Restarting"}
     waiting = {i for i, pods in unscheduled.items() if pods}
@@ -331,15 +280,15 @@ def plan_replacements(
     if not spec.recovery.replace_slices:
         return ReplacementPlan()
     ctx = _Planning(namespace, jobset, spec, observed, status, now)
-    by_slice = worker_pods_by_slice(observed)
+    views = slice_views(observed)
     # Each quarantine sends one slice to one spare: never more quarantines than spares.
     spares = spare_pools(observed.pools, pools_in_use(status.slices))
     actions: list[ReplacementAction] = list(_withdrawn(ctx))
     waits: list[float] = []
     for s in status.slices:
-        pods = by_slice.get(s.index, [])
-        for steps in (_record_steps(ctx, s, pods, tuple(spares)),
-                      _stuck_pods(ctx, s.index, pods), _take_back(ctx, s)):
+        view = views[s.index]
+        for steps in (_record_steps(ctx, s, view, tuple(spares)),
+                      _stuck_pods(ctx, s.index, view), _take_back(ctx, s)):
             actions += steps.actions
             waits += steps.waits
             if steps.spare is not None:
@@ -353,7 +302,7 @@ def _live(job: ObservedJob | None, record: SliceReplacement) -> bool:
     return job is not None and job.uid == record.job_uid and not job.deleting
 
 
-def _record_steps(ctx: _Planning, s: SliceStatus, pods: list[ObservedPod],
+def _record_steps(ctx: _Planning, s: SliceStatus, view: SliceView,
                   spares: tuple[str, ...]) -> _SliceSteps:
     """What the slice's replacement record calls for."""
     record = s.replacement
@@ -361,16 +310,15 @@ def _record_steps(ctx: _Planning, s: SliceStatus, pods: list[ObservedPod],
     if record is None or job is None or not _live(job, record):
         return _SliceSteps()  # nothing to do, or done already (or JobSet's own restart)
     if record.action in ("Replace", "Move"):
-        return _replace(ctx, s, record, job, pods, spares)
+        return _replace(ctx, s, record, job, view, spares)
     if record.action == "GiveUp" and job.backoff_limit != 0 and job.finished is None:
         return _SliceSteps((LowerBackoffLimit(ctx.namespace, job.name, job.uid, s.index),))
     return _SliceSteps()
 
 
 def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: ObservedJob,
-             pods: list[ObservedPod], spares: tuple[str, ...]) -> _SliceSteps:
-    nodes = ctx.observed.nodes
-    grace_ends = _grace_ends(record, pods, nodes, ctx.spec.recovery.node_not_ready_seconds)
+             view: SliceView, spares: tuple[str, ...]) -> _SliceSteps:
+    grace_ends = _grace_ends(record, view, ctx.spec.recovery.node_not_ready_seconds)
     if grace_ends is not None and ctx.now < grace_ends:
         return _SliceSteps(waits=((grace_ends - ctx.now).total_seconds(),))
     actions: list[ReplacementAction] = []
@@ -378,7 +326,7 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
     free = [p for p in spares if p != record.from_pool]
     taken = None
     # Under Topology-Aware Scheduling Kueue, not a spare, decides where the slice goes.
-    quarantine = _quarantine(ctx, record, pods, target, s.index) \
+    quarantine = _quarantine(ctx, record, view, target, s.index) \
         if target is not None and free and ctx.spec.tpu.topology_aware is None else None
     if quarantine is not None:
         taken = free[0]
@@ -389,7 +337,7 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
     return _SliceSteps(tuple(actions), spare=taken)
 
 
-def _quarantine(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod],
+def _quarantine(ctx: _Planning, record: SliceReplacement, view: SliceView,
                 pool: ObservedPool, slice_index: int) -> QuarantinePool | None:
     """The quarantine of the failed slice's pool, if the evidence calls for one. A pool
     partly labelled (a leader died in the replacer's label loop) is labelled in full
@@ -402,7 +350,7 @@ def _quarantine(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod
                               pool.cause or QuarantineCause())
     if pool.quarantined is not None:
         return None
-    verdict = quarantine_verdict(_evidence(ctx, record, pods), pool.name, ctx.status.pools,
+    verdict = quarantine_verdict(_evidence(ctx, record, view), pool.name, ctx.status.pools,
                                  pool, ctx.spec.recovery, ctx.now)
     if verdict is None:
         return None
@@ -413,14 +361,14 @@ def _quarantine(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod
     return QuarantinePool(pool.name, verdict.reason, nodes, slice_index, cause)
 
 
-def _evidence(ctx: _Planning, record: SliceReplacement, pods: list[ObservedPod]) -> Evidence:
+def _evidence(ctx: _Planning, record: SliceReplacement, view: SliceView) -> Evidence:
     """What the failure shows now (a planned move: the maintenance it moves away from)."""
     if record.action == "Move" or record.reason == Reason.MAINTENANCE:
         return Evidence("Node", Reason.MAINTENANCE,
                         f"maintenance announced on node pool {record.from_pool}")
     if record.reason in REQUESTED_REASONS:  # the trainer's evidence; the pods show none
         return reported_evidence(record.reason, record.evidence or record.reason)
-    return slice_evidence(pods, ctx.observed.nodes, ctx.spec.recovery)
+    return view.evidence(ctx.spec.recovery)
 
 
 def _take_back(ctx: _Planning, s: SliceStatus) -> _SliceSteps:
@@ -448,14 +396,13 @@ def _withdrawn(ctx: _Planning) -> list[ReplacementAction]:
     return out
 
 
-def _grace_ends(record: SliceReplacement, pods: list[ObservedPod],
-                nodes: dict[str, ObservedNode], grace_s: int) -> datetime | None:
+def _grace_ends(record: SliceReplacement, view: SliceView, grace_s: int) -> datetime | None:
     """A slice down only because a node reports Ready=False waits `grace_s` from the
     failure (a kubelet that reports is alive: it may recover); a silent node
     (Ready=Unknown: the control plane already waited its grace) or a gone one does not."""
     if record.reason != Reason.NODE_NOT_READY or record.action != "Replace":
         return None
-    newest = newest_per_host(pods)
+    newest, nodes = view.newest, view.nodes
     if any(p.failed or p.terminating for p in newest):
         return None
     statuses = {nodes[p.node_name].ready_status for p in newest
@@ -465,17 +412,17 @@ def _grace_ends(record: SliceReplacement, pods: list[ObservedPod],
     return record.requested_at + timedelta(seconds=grace_s)
 
 
-def _stuck_pods(ctx: _Planning, index: int, pods: list[ObservedPod]) -> _SliceSteps:
+def _stuck_pods(ctx: _Planning, index: int, view: SliceView) -> _SliceSteps:
     """Pods being deleted on a node that has not been Ready for forceDeleteAfterSeconds
     (or is gone): no kubelet will ever confirm their deletion, and while they exist
     JobSet cannot recreate the Job (Foreground deletion) nor place its leader elsewhere."""
-    nodes, now = ctx.observed.nodes, ctx.now
+    nodes, now = view.nodes, ctx.now
     out: list[ReplacementAction] = []
     waits: list[float] = []
     bound = timedelta(seconds=ctx.spec.recovery.force_delete_after_seconds)
-    for pod in pods:
+    for pod in view.pods:
         if not pod.terminating or not pod.node_name or not pod.uid \
-                or _on_ready_node(pod, nodes):
+                or on_ready_node(pod, nodes):
             continue
         node = nodes.get(pod.node_name)
         down_since = node.ready_transition_time if node is not None else None

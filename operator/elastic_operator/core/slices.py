@@ -7,7 +7,7 @@ Slice states (status.slices[]), per worker slice (the pods with one job-index):
 - Restarting: after Down, replacement pods exist but are not all ready yet.
 - Pending: never been ready yet (or the JobSet is suspended / not created).
 A pod Kueue failed because it could not schedule on the (unhealthy) node Kueue assigned
-it is no down host: Kueue is replacing that node (host_view).
+it is no down host: Kueue is replacing that node (sliceview.host_view).
 A slice entering Down increments its `restarts` (and counters.sliceFailures), unless the
 operator took it down on purpose (a planned move off a pool under maintenance, whose
 record is in `replacement`): that is a move, not a failure; nor when only pods of the Job
@@ -17,16 +17,17 @@ is counted from the worker Job's own count (core/counting.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import Any
 
 from elastic_api.conditions import Reason
 from elastic_api.models import SliceState, SliceStatus
 from elastic_operator.core.counting import JobCount, next_counted, unseen
 from elastic_operator.core.events import StatusEvent
-from elastic_operator.observed import Observed, ObservedJob, ObservedNode, ObservedPod
+from elastic_operator.core.sliceview import HostView, SliceView, SliceViews
+from elastic_operator.observed import Observed, ObservedJob
 
 
 @dataclass(frozen=True)
@@ -45,29 +46,12 @@ class SliceChange:
         return self.went_down and not self.planned
 
 
-class HostView(NamedTuple):
-    """One host of a slice, represented by its newest pod. A tuple, not a dataclass: one
-    is made per host per reconcile (4,096 for the largest job), and a frozen dataclass's
-    __init__ was the biggest cost of computing a status there."""
-
-    host: int | None
-    pod: ObservedPod
-    down_reason: str | None
-    down_message: str | None
-    failed_at: datetime | None
-    ready: bool
-    note: str | None = None  # not down, yet worth saying (Kueue replaces its node)
-
-
 @dataclass(frozen=True)
 class _Verdict:
     state: SliceState
     reason: str
     message: str
     failed_at: datetime | None = None  # Down: when its first host failed, if known
-
-
-_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -79,106 +63,6 @@ class HeldDown:
     message: str
     failed_at: datetime | None
     new: bool  # a new request's: a failure of its own, whatever record the slice carries
-
-
-def worker_pods_by_slice(observed: Observed) -> dict[int, list[ObservedPod]]:
-    """The worker pods of each slice (its job-index), grouped once per observation
-    (Observed.worker_pods_by_slice). Read-only: every stage shares it."""
-    return observed.worker_pods_by_slice
-
-
-def worker_pods_of(observed: Observed, index: int) -> list[ObservedPod]:
-    """The worker pods of one slice."""
-    return worker_pods_by_slice(observed).get(index, [])
-
-
-def newest(pods: list[ObservedPod]) -> ObservedPod:
-    """The pod that represents a host: the newest. creationTimestamp has one-second
-    resolution, so a replacement made in the same second as the pod it replaces ties with
-    it; the Job controller only replaces a pod that failed or is going, so at a tie the
-    live pod is the newer one (taking the dead one would see a slice down, or a failed
-    Job, that has already come back). The name only makes the choice deterministic."""
-    if len(pods) == 1:  # the common case, 4,096 times per reconcile of the largest job
-        return pods[0]
-    return max(pods, key=lambda p: (p.created_at or _NEVER, not (p.failed or p.terminating),
-                                    p.name))
-
-
-def newest_per_host(pods: list[ObservedPod]) -> list[ObservedPod]:
-    """Each host's newest pod (`newest`), by host index (a pod without one is a host of
-    its own, after them)."""
-    by_host: dict[Any, list[ObservedPod]] = {}
-    for pod in pods:
-        key: Any = pod.host_index if pod.host_index is not None else pod.name
-        by_host.setdefault(key, []).append(pod)
-    chosen = [newest(group) for group in by_host.values()]
-    chosen.sort(key=lambda p: (p.host_index is None, p.host_index or 0, p.name))
-    return chosen
-
-
-def host_view(pod: ObservedPod, nodes: dict[str, ObservedNode]) -> HostView:
-    node = nodes.get(pod.node_name or "")
-    if not (pod.terminating or pod.failed) and (node is None or node.ready):
-        return HostView(pod.host_index, pod, None, None, None, pod.ready)  # healthy
-    label = f"host {pod.host_index} (pod {pod.name})"
-    if pod.terminated_by_kueue:
-        # Kueue's node replacement, not a failure: the node it assigned the pod to is
-        # unhealthy (that failure was seen, on the pods that ran there), and the Job
-        # makes another pod that Kueue places on a replacement node, or Kueue evicts
-        # the job. Like a host whose pod is still pending.
-        return HostView(pod.host_index, pod, None, None, None, False,
-                        note=f"{label} was failed by Kueue: it could not schedule on the "
-                        "unhealthy node Kueue assigned it; Kueue places its next pod on a "
-                        "replacement node or evicts the job")
-    if pod.terminating:
-        reason = Reason.POD_EVICTED if pod.status_reason == "Evicted" else Reason.POD_DELETED
-        return HostView(pod.host_index, pod, reason, f"{label} is terminating",
-                        pod.failure_started_at, False)
-    if pod.failed or node is None:  # (no node here means failed: healthy returned above)
-        return _failed_host(pod, label)
-    # On a NotReady node. kwok (and a node that was NotReady before the pod ran) can report
-    # an old transition; the host cannot have failed before its pod became ready.
-    failed_at = node.ready_transition_time
-    if pod.ready_transition_time is not None and (
-        failed_at is None or failed_at < pod.ready_transition_time
-    ):
-        failed_at = pod.ready_transition_time
-    return HostView(pod.host_index, pod, Reason.NODE_NOT_READY,
-                    f"{label}: node {node.name} is NotReady", failed_at, False)
-
-
-def _failed_host(pod: ObservedPod, label: str) -> HostView:
-    if pod.status_reason == "Evicted":
-        why = f"evicted: {pod.status_message or ''}".rstrip(": ")
-        return HostView(pod.host_index, pod, Reason.POD_EVICTED, f"{label} {why}",
-                        pod.failure_started_at, False)
-    detail = pod.terminated_reason or pod.status_reason or "Failed"
-    if pod.terminated_exit_code is not None:
-        detail += f", exit code {pod.terminated_exit_code}"
-    return HostView(pod.host_index, pod, Reason.POD_FAILED, f"{label} failed ({detail})",
-                    pod.failure_started_at, False)
-
-
-def hosts_by_slice(observed: Observed, epoch: datetime | None = None
-                   ) -> dict[int, list[HostView]]:
-    """The hosts of each worker slice (by job-index), sorted by host index; with `epoch`,
-    only pods created in or after its second (`of_this_admission`)."""
-    def hosts(pods: list[ObservedPod]) -> Callable[[], tuple[HostView, ...]]:
-        return lambda: tuple(host_view(pod, observed.nodes) for pod in newest_per_host(
-            [p for p in pods if of_this_admission(p, epoch)]))
-
-    return {index: list(observed.per_slice("hosts", index, hosts(pods), epoch))
-            for index, pods in worker_pods_by_slice(observed).items()}
-
-
-def of_this_admission(pod: ObservedPod, epoch: datetime | None) -> bool:
-    """Whether a pod belongs to the job's current admission by a queue (Kueue admitted
-    it at `epoch`, None: not queued). A queued JobSet is suspended until admitted and an
-    eviction suspends it again, deleting every pod: a pod created before the admission
-    is left over from an earlier one, and its going is the eviction's doing, not a
-    slice failure. Both times are whole seconds: a pod of the admission's own second
-    counts as the admission's."""
-    return epoch is None or pod.created_at is None or pod.created_at >= epoch
 
 
 def _since_admission(prev: SliceStatus | None, epoch: datetime | None) -> SliceStatus | None:
@@ -211,6 +95,7 @@ def compute_slices(
     num_slices: int,
     hosts_per_slice: int,
     observed: Observed,
+    views: SliceViews,
     previous: list[SliceStatus],
     now: datetime,
     *,
@@ -218,19 +103,18 @@ def compute_slices(
     epoch: datetime | None = None,
     held_down: Mapping[int, HeldDown] | None = None,
 ) -> SliceHealth:
-    """Slice states from the worker pods and, for what they no longer show, the worker
-    Jobs' own counts (core/counting.py). With frozen_reason (suspended, not created),
-    every slice is Pending for that reason and nothing counts as a failure. `epoch`: when
-    a queue (Kueue) last admitted the job; what came before it does not count
-    (`of_this_admission`)."""
+    """Slice states from the worker pods (each slice's view) and, for what they no longer
+    show, the worker Jobs' own counts (core/counting.py). With frozen_reason (suspended,
+    not created), every slice is Pending for that reason and nothing counts as a failure.
+    `epoch`: when a queue (Kueue) last admitted the job; what came before it does not
+    count (sliceview.of_this_admission)."""
     prev_by_index = {s.index: s for s in previous}
-    hosts = hosts_by_slice(observed, epoch)
     slices: list[SliceStatus] = []
     changes: list[SliceChange] = []
     for index in range(num_slices):
         prev = _since_admission(prev_by_index.get(index), epoch)
         held = (held_down or {}).get(index) if frozen_reason is None else None
-        seen = _seen(observed, index, hosts.get(index, []))
+        seen = _seen(observed, index, views[index], epoch)
         status, change = slice_status(index, seen, prev, hosts_per_slice, now, frozen_reason,
                                       held)
         slices.append(status)
@@ -245,14 +129,19 @@ class SliceSeen:
     the live Job's own count of failed pods, read from every pod of the slice (older
     ones too), Kueue's taken out (None: no live Job)."""
 
-    hosts: list[HostView]
+    hosts: Sequence[HostView]
     job: ObservedJob | None = None
     count: JobCount | None = None
 
 
-def _seen(observed: Observed, index: int, hosts: list[HostView]) -> SliceSeen:
-    job, pods = observed.jobs.get(index), worker_pods_of(observed, index)
-    count = observed.per_slice("count", index, lambda: JobCount.of(job, pods), job)
+def _seen(observed: Observed, index: int, view: SliceView, epoch: datetime | None
+          ) -> SliceSeen:
+    """The slice's hosts of this admission (kept in the memo with the epoch, while the
+    slice's pods and nodes are the same), and its Job's count."""
+    hosts = view.hosts if epoch is None else observed.per_slice(
+        "hosts", index, lambda: view.hosts_since(epoch), epoch)
+    job = observed.jobs.get(index)
+    count = observed.per_slice("count", index, lambda: JobCount.of(job, view.pods), job)
     return SliceSeen(hosts, job, count)
 
 
@@ -310,7 +199,7 @@ def slice_status(
     return status, change
 
 
-def _during_teardown(verdict: _Verdict, hosts: list[HostView], prev: SliceStatus | None,
+def _during_teardown(verdict: _Verdict, hosts: Sequence[HostView], prev: SliceStatus | None,
                      hosts_per_slice: int) -> _Verdict:
     """A Down slice stays Down, with the reason it went down for, while the Job its
     replacement record names is torn down: that Job's pods going one after another
@@ -343,12 +232,12 @@ def _missed_message(seen: SliceSeen, count: JobCount, missed: int) -> str:
             f"{'pod' if missed == 1 else 'pods'} no look saw (replaced before seen)")
 
 
-def _down_job(hosts: list[HostView]) -> str | None:
+def _down_job(hosts: Sequence[HostView]) -> str | None:
     """The Job of the slice's down hosts' pods, if any says."""
     return next((h.pod.job_uid for h in hosts if h.down_reason and h.pod.job_uid), None)
 
 
-def _failed_job_torn_down(hosts: list[HostView], prev: SliceStatus | None,
+def _failed_job_torn_down(hosts: Sequence[HostView], prev: SliceStatus | None,
                           job: ObservedJob | None) -> bool:
     """Down again while the replacement of a failed Job is under way, and every host down
     is a pod of that Job (the operator deleted it; its pods go one by one, and a look
@@ -380,7 +269,7 @@ def _failed_between(host: HostView, since: datetime, until: datetime | None) -> 
     return until is not None and at is not None and since < at < until
 
 
-def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int,
+def _judge(hosts: Sequence[HostView], prev: SliceStatus | None, hosts_per_slice: int,
            frozen_reason: str | None) -> _Verdict:
     if frozen_reason is not None:
         return _Verdict("Pending", frozen_reason, "")
@@ -409,7 +298,7 @@ def _judge(hosts: list[HostView], prev: SliceStatus | None, hosts_per_slice: int
     return _Verdict("Pending", Reason.WAITING_FOR_HOSTS, message)
 
 
-def _all_ready(hosts: list[HostView], prev: SliceStatus | None) -> _Verdict:
+def _all_ready(hosts: Sequence[HostView], prev: SliceStatus | None) -> _Verdict:
     """Every host ready. Yet a host replaced and ready again between two looks (kwok, or
     a fast node) left no failed pod to see: a pod newer than the slice's Ready
     transition says so."""
@@ -423,7 +312,7 @@ def _all_ready(hosts: list[HostView], prev: SliceStatus | None) -> _Verdict:
                     min(h.pod.created_at for h in unseen if h.pod.created_at))
 
 
-def _lost_host(hosts: list[HostView], prev: SliceStatus | None,
+def _lost_host(hosts: Sequence[HostView], prev: SliceStatus | None,
                hosts_per_slice: int) -> _Verdict:
     """A ready slice lost a host between two looks: a pod replaced before we saw it fail
     (HostLost), or a pod that stopped being ready (HostNotReady)."""

@@ -18,12 +18,14 @@ typed result that the later stages read:
    (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
 
-Pure: `now` is passed in.
+Every stage reads a slice's pods through its view (sliceview.py, `StatusInputs.views`),
+derived once for all of them. Pure: `now` is passed in.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import NamedTuple
 
 from elastic_api.catalog import slice_shape
@@ -52,11 +54,8 @@ from elastic_operator.core.checkpoint import (
     root_refused_events,
 )
 from elastic_operator.core.conditions import (
-    ConditionSetter,
     degraded_condition,
-    get_condition,
     recovering_condition,
-    set_condition,
     slice_down_condition,
     slow_steps_events,
     spares_condition,
@@ -91,7 +90,9 @@ from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.restore import restore_risk_condition, restore_risk_events
+from elastic_operator.core.setter import ConditionSetter, get_condition, set_condition
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
+from elastic_operator.core.sliceview import SliceViews, slice_views
 from elastic_operator.core.text import fmt_slices
 from elastic_operator.core.topology import (
     slice_domains,
@@ -147,6 +148,11 @@ class StatusInputs:
         """status.checkpoint as this reconcile writes it (after the newest scan)."""
         return checkpoint_status(self.previous.checkpoint, self.observed.checkpoint,
                                  self.report)
+
+    @cached_property
+    def views(self) -> SliceViews:
+        """Each slice's pods as every stage reads them (core/sliceview.py): derived once."""
+        return slice_views(self.observed)
 
 
 @dataclass(frozen=True)
@@ -258,7 +264,7 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
         return SliceTracking(slices, [], list(prev.pools), prev.checkpoint_request,
                              _spares(ctx, slices),
                              requested=Requested(handled=prev.handled_slice_replacement))
-    requested = requested_down(ctx.spec, ctx.report, prev, ctx.observed,
+    requested = requested_down(ctx.spec, ctx.report, prev, ctx.views,
                                frozen=_frozen(ctx, gates.admission),
                                spare_free=bool(_spares(ctx, prev.slices)), now=ctx.now)
     health = _slice_health(ctx, gates.admission, requested)
@@ -266,16 +272,16 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
     reported = {i: reported_evidence(h.reason, h.message)
                 for i, h in requested.down.items() if h.new}
     tracked = track_replacements(ctx.spec, health.slices, health.changes, ctx.observed,
-                                 prev.pools, ctx.now, reported)
+                                 ctx.views, prev.pools, ctx.now, reported)
     slices, request = tracked.slices, prev.checkpoint_request
     events += tracked.events
     if ctx.jobset is not None and not ctx.jobset.suspended:
-        notices = slice_maintenance(ctx.spec, slices, ctx.observed, ctx.now)
+        notices = slice_maintenance(ctx.spec, slices, ctx.views, ctx.now)
         update = checkpoint_request(ctx.spec, notices.slices, prev.checkpoint_request,
-                                    ctx.report, ctx.observed, ctx.now)
+                                    ctx.report, ctx.observed, ctx.views, ctx.now)
         slices, request = update.slices, update.request
         events += notices.events + update.events
-    slices = slice_domains(ctx.spec, slices, ctx.observed)
+    slices = slice_domains(ctx.spec, slices, ctx.views)
     return SliceTracking(slices, health.changes, tracked.pools, request,
                          _spares(ctx, slices), events, requested)
 
@@ -315,8 +321,8 @@ def _slice_health(ctx: StatusInputs, admission: Admission,
                        else catalog_hosts(ctx.job))
     epoch = admission.status.admitted_at if admission.status is not None else None
     health = compute_slices(ctx.spec.tpu.num_slices, hosts_per_slice, ctx.observed,
-                            ctx.previous.slices, ctx.now, frozen_reason=frozen, epoch=epoch,
-                            held_down=requested.down)
+                            ctx.views, ctx.previous.slices, ctx.now, frozen_reason=frozen,
+                            epoch=epoch, held_down=requested.down)
     if admission.queued:  # every pod goes: what a replacement was to do is moot
         health = SliceHealth([s.model_copy(update={"replacement": None})
                               for s in health.slices], health.changes)

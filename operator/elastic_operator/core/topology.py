@@ -17,26 +17,26 @@ from collections import Counter
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import Condition, ElasticTrainingJobSpec, SliceStatus
-from elastic_operator.core.conditions import ConditionSetter
-from elastic_operator.core.slices import worker_pods_by_slice
+from elastic_operator.core.setter import ConditionSetter
+from elastic_operator.core.sliceview import SliceViews
 from elastic_operator.core.text import plural
 from elastic_operator.observed import Observed, ObservedNode
 
 
 def slice_domains(spec: ElasticTrainingJobSpec, slices: list[SliceStatus],
-                  observed: Observed) -> list[SliceStatus]:
+                  views: SliceViews) -> list[SliceStatus]:
     """slices[].domain: the sliceLevel value most of a slice's live pods' nodes carry
     (the last one seen while none is scheduled)."""
     tas = spec.tpu.topology_aware
     if tas is None:
         return slices
-    by_slice = worker_pods_by_slice(observed)
     out = []
     for s in slices:
+        view = views[s.index]
         values = Counter(
-            value for pod in by_slice.get(s.index, [])
+            value for pod in view.pods
             if not pod.terminating and not pod.failed and pod.node_name
-            for value in [_label(observed.nodes.get(pod.node_name), tas.slice_level)] if value)
+            for value in [_label(view.nodes.get(pod.node_name), tas.slice_level)] if value)
         domain = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if values \
             else s.domain
         out.append(s.model_copy(update={"domain": domain}) if domain != s.domain else s)

@@ -94,7 +94,7 @@ class SliceMark:
 
 @dataclass(frozen=True)
 class SliceTally:
-    """A slice's hosts as the pod cache holds them, each by its newest pod (core/slices.py
+    """A slice's hosts as the pod cache holds them, each by its newest pod (core/sliceview.py
     `newest`), nodes left out: `ready` healthy and Ready, `down` failed or terminating;
     `down_jobs` the Jobs of the down hosts' pods; `latest_created` the newest of them;
     `pool` the one most of its live pods run on (core/pools.py slice_pool; None: none);
@@ -110,7 +110,7 @@ class SliceTally:
 
 
 def host_down(pod: ObservedPod) -> bool:
-    """A host whose newest pod is this is down (core/slices.py host_view, nodes aside:
+    """A host whose newest pod is this is down (core/sliceview.py host_view, nodes aside:
     a node going NotReady wakes its jobs at once, and a pod scheduled onto one too)."""
     return pod.terminating or (pod.failed and not pod.terminated_by_kueue)
 
