@@ -2,6 +2,25 @@
 
 VMs per slice = chips in the topology / chips per VM. v5p and v4 product names count
 TensorCores, v5e and v6e count chips; the table only deals in chips.
+
+Where the shapes come from (read 2026-12-06):
+- v5e: cloud.google.com/tpu/docs/v5e (1x1 .. 16x16; 1x1 is the one-chip
+  ct5lp-hightpu-1t, 2x2 one 4-chip VM) and cloud.google.com/kubernetes-engine/docs/
+  concepts/plan-tpus (machine types per topology).
+- v5p: cloud.google.com/tpu/docs/v5p, "Configurations": 2x2x1 .. 16x16x24, the largest
+  single slice (6,144 chips, 96 cubes, 1,536 hosts); 2x2x4 (v5p-32) as GKE and xpk
+  (src/xpk/core/system_characteristics.py) list it. The page lists "most but not all"
+  multi-cube shapes: one it does not list is refused here, naming those it does.
+- v6e: cloud.google.com/tpu/docs/v6e (1x1 .. 16x16; 1x1 is ct6e-standard-1t).
+- v4: cloud.google.com/tpu/docs/v4 and /types-topologies (AxBxC, each dimension <= 4 or
+  a multiple of 4): GKE's table (2x2x1 .. 8x16x16, as xpk lists it) and the largest
+  v4 slice, 3,072 chips of a 4,096-chip pod (12x16x16).
+- tpu7x (Ironwood): cloud.google.com/tpu/docs/tpu7x and cloud.google.com/kubernetes-engine/
+  docs/concepts/tpu-ironwood (GKE >= 1.34): the v5p ladder of shapes, to the whole
+  9,216-chip pod (16x24x24, 144 cubes), each in xpk's tpu7x table. Multi-host tpu7x node
+  pools are made with a workload policy (`--placement-policy`) instead of
+  `--tpu-topology`; their nodes still carry the slice's gke-tpu-topology label, which
+  the workers select (docs/api.md, "TPU7x (Ironwood)", says what a user must do).
 """
 from __future__ import annotations
 
@@ -10,6 +29,17 @@ from math import prod
 from typing import Literal
 
 TpuType = Literal["v5e", "v5p", "v6e", "v4", "tpu7x"]
+
+# A Job's backoffLimit, parallelism and completions and JobSet's maxRestarts are int32.
+INT32_MAX = 2**31 - 1
+# A cube: 4x4x4 chips, 16 hosts of 4 chips (v4, v5p, tpu7x); GKE labels a tpu7x cube's
+# nodes with CUBE_LABEL, the level xpk's super-slicing places 4x4x4 slices at.
+CUBE_HOSTS = 16
+CUBE_LABEL = "cloud.google.com/gke-tpu-partition-4x4x4-id"
+# spec.elastic.maxSliceRestarts: at most this for every slice (INT32_MAX // 64, 64 VMs
+# being the largest slice before the multi-cube shapes, so no job admitted then is
+# refused now), and at most INT32_MAX // VMs for a larger one (SliceShape).
+MAX_SLICE_RESTARTS = INT32_MAX // 64
 
 
 @dataclass(frozen=True)
@@ -20,6 +50,9 @@ class TpuFamily:
     chips_per_vm: int
     pathways_instance_type: str  # --instance_type=<this>:<topology>
     topologies: tuple[str, ...]
+    single_chip_machine_type: str | None = None  # the VM of a 1x1 slice
+    # Multi-host node pools are placed with a GCE workload policy, not --tpu-topology.
+    workload_policy: bool = False
 
 
 @dataclass(frozen=True)
@@ -33,7 +66,7 @@ class SliceShape:
 
     @property
     def chips_per_vm(self) -> int:
-        # A 1x1 v6e slice is a single-chip VM (ct6e-standard-1t).
+        # A 1x1 slice is a single-chip VM (ct5lp-hightpu-1t, ct6e-standard-1t).
         return min(self.family.chips_per_vm, self.chips)
 
     @property
@@ -42,28 +75,43 @@ class SliceShape:
 
     @property
     def machine_type(self) -> str:
-        if self.family.type == "v6e" and self.topology == "1x1":
-            return "ct6e-standard-1t"
+        if self.chips == 1 and self.family.single_chip_machine_type:
+            return self.family.single_chip_machine_type
         return self.family.machine_type
 
     @property
     def pathways_instance_type(self) -> str:
         return f"{self.family.pathways_instance_type}:{self.topology}"
 
+    @property
+    def max_slice_restarts(self) -> int:
+        """spec.elastic.maxSliceRestarts' bound: the worker Job's backoffLimit (VMs x
+        restarts) must fit an int32."""
+        return min(MAX_SLICE_RESTARTS, INT32_MAX // self.vms)
+
+
+# Cube shapes, one per row of the v5p table (the tpu7x ladder is the same, then the pod).
+_CUBE_LADDER = ("4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16", "16x16x16",
+                "16x16x24")
+_SUB_CUBE = ("2x2x1", "2x2x2", "2x2x4", "2x4x4")
+_2D = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
 
 CATALOG: dict[str, TpuFamily] = {
     f.type: f
     for f in (
-        TpuFamily("v5e", "tpu-v5-lite-podslice", "ct5lp-hightpu-4t", 4, "tpuv5e",
-                  ("2x4", "4x4", "4x8", "8x8", "8x16", "16x16")),
+        # 2x4 is two 4-chip VMs here: the multi-host training shape (GKE's single-host
+        # ct5lp-hightpu-8t 2x4 is for serving).
+        TpuFamily("v5e", "tpu-v5-lite-podslice", "ct5lp-hightpu-4t", 4, "tpuv5e", _2D,
+                  single_chip_machine_type="ct5lp-hightpu-1t"),
         TpuFamily("v5p", "tpu-v5p-slice", "ct5p-hightpu-4t", 4, "tpuv5",
-                  ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4")),
-        TpuFamily("v6e", "tpu-v6e-slice", "ct6e-standard-4t", 4, "tpuv6e",
-                  ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "16x16")),
+                  (*_SUB_CUBE, *_CUBE_LADDER)),
+        TpuFamily("v6e", "tpu-v6e-slice", "ct6e-standard-4t", 4, "tpuv6e", _2D,
+                  single_chip_machine_type="ct6e-standard-1t"),
         TpuFamily("v4", "tpu-v4-podslice", "ct4p-hightpu-4t", 4, "tpuv4",
-                  ("2x2x1", "2x2x2", "2x2x4", "2x4x4")),
+                  (*_SUB_CUBE, "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x12", "8x8x16",
+                   "8x16x16", "12x16x16")),
         TpuFamily("tpu7x", "tpu7x", "tpu7x-standard-4t", 4, "tpu7x",
-                  ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4")),
+                  (*_SUB_CUBE, *_CUBE_LADDER, "16x24x24"), workload_policy=True),
     )
 }
 
@@ -83,10 +131,11 @@ def slice_shape(tpu_type: str, topology: str) -> SliceShape:
     return SliceShape(family, topology)
 
 
-# The most VMs (hosts) in one catalog slice (v5e and v6e 16x16: 64). Admission bounds
-# spec.elastic.maxSliceRestarts with it, so that the worker Jobs' backoffLimit (VMs per
-# slice x maxSliceRestarts) fits the int32 of a Job's backoffLimit for every shape.
-MAX_VMS_PER_SLICE = max(
-    SliceShape(family, topology).vms
-    for family in CATALOG.values() for topology in family.topologies
-)
+def all_shapes() -> list[SliceShape]:
+    """Every shape of the catalog, type by type in catalog order."""
+    return [SliceShape(family, topology)
+            for family in CATALOG.values() for topology in family.topologies]
+
+
+# The most VMs (hosts) in one catalog slice (tpu7x 16x24x24: 2,304).
+MAX_VMS_PER_SLICE = max(shape.vms for shape in all_shapes())

@@ -17,14 +17,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from elastic_api.catalog import INT32_MAX as INT32_MAX
+from elastic_api.catalog import MAX_SLICE_RESTARTS as MAX_SLICE_RESTARTS
 from elastic_api.catalog import MAX_VMS_PER_SLICE, TpuType
 from elastic_api.names import MULTIKUEUE_CONTROLLER
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-# JobSet's failurePolicy.maxRestarts and a Job's backoffLimit are int32: admission keeps
-# maxRestarts and VMs per slice x maxSliceRestarts within it (rules in validation.py).
-INT32_MAX = 2**31 - 1
-MAX_SLICE_RESTARTS = INT32_MAX // MAX_VMS_PER_SLICE  # 33554431 (64 VMs in the largest slice)
+# JobSet's failurePolicy.maxRestarts and a Job's backoffLimit are int32 (INT32_MAX):
+# admission keeps maxRestarts and VMs per slice x maxSliceRestarts within it (rules in
+# validation.py; MAX_SLICE_RESTARTS and each shape's bound in catalog.py).
+
 # The API server takes a JSON number with a fraction part (2.0) as an integer only if it
 # is whole and below 2**53 in magnitude (exact as a float64).
 _MAX_WHOLE_FLOAT = 2**53
@@ -151,16 +153,30 @@ class TopologyAwareSpec(ApiModel):
     )
 
 
+# spec.tpu.numSlices' cap: the job's status keeps an entry per slice and per node pool in
+# one object, which etcd keeps under 1.5 MiB (docs/api.md, "How many slices", says what
+# else bounds it, and how much of that 256 slices take).
+MAX_SLICES = 256
+MAX_SPARES = 64
+
+
 class TpuSpec(ApiModel):
     """The TPU slices: type and topology pick a catalog shape; one worker Job per slice."""
 
     type: TpuType = Field(description="TPU generation: v5e, v5p, v6e, v4 or tpu7x.")
     topology: str = Field(
-        max_length=16, description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p).",
+        max_length=16, description="Slice topology, e.g. 4x4 (v5e) or 2x2x2 (v5p); one of "
+        "the catalog's for the type (docs/api.md, \"TPU catalog\").",
     )
-    num_slices: SpecInt = Field(1, ge=1, le=64, description="Number of TPU slices (worker Jobs).")
+    # The cap is a CEL rule (validation.py), not a maximum: its message says why.
+    num_slices: SpecInt = Field(
+        1, ge=1,
+        description=f"Number of TPU slices (worker Jobs); at most {MAX_SLICES}, so that the "
+        "job's status (an entry per slice) stays within etcd's 1.5 MiB object size even "
+        "with every slice failing at once.",
+    )
     spares: SpecInt = Field(
-        0, ge=0, le=64,
+        0, ge=0, le=MAX_SPARES,
         description="Node pools of this shape expected beyond numSlices (hot spares a failed "
         "slice moves to); at most numSlices. The operator reports how many are healthy "
         "(status.sparePools, condition SparesAvailable); it cannot create them.",
@@ -196,8 +212,9 @@ class ElasticSpec(ApiModel):
     max_slice_restarts: SpecInt = Field(
         5, ge=0,
         description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this. "
-        f"At most {MAX_SLICE_RESTARTS}, so that backoffLimit fits an int32 for the largest "
-        f"slice ({MAX_VMS_PER_SLICE} VMs).",
+        f"At most {MAX_SLICE_RESTARTS}, and at most (2^31-1) / VMs per slice, so that "
+        f"backoffLimit fits an int32 (e.g. {INT32_MAX // MAX_VMS_PER_SLICE} for the "
+        f"largest slice, {MAX_VMS_PER_SLICE} VMs).",
     )
     elastic_slices: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
         None,

@@ -17,12 +17,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from elastic_api import API_VERSION, KIND, maxtext
-from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE, SliceShape
+from elastic_api.catalog import (
+    CATALOG,
+    CUBE_HOSTS,
+    CUBE_LABEL,
+    INT32_MAX,
+    MAX_SLICE_RESTARTS,
+    SliceShape,
+    all_shapes,
+)
 from elastic_api.models import (
     BUNDLED_TRAINER_FIELDS,
-    INT32_MAX,
     MAX_OVERHEAD_BUDGET_PERCENT,
-    MAX_SLICE_RESTARTS,
+    MAX_SLICES,
     ElasticTrainingJob,
     ElasticTrainingJobSpec,
     TrainerSpec,
@@ -141,7 +148,17 @@ MAX_RESTARTS_INT32 = (
 MAX_SLICE_RESTARTS_INT32 = (
     f"spec.elastic.maxSliceRestarts: must be at most {MAX_SLICE_RESTARTS}, so that the "
     "worker Jobs' backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every "
-    f"slice shape (up to {MAX_VMS_PER_SLICE} VMs per slice); set it lower"
+    "slice of up to 64 VMs (a larger slice has a lower bound); set it lower"
+)
+# The multi-cube shapes' own bound: (2^31-1) // VMs; {limit} names it, the shape and its VMs.
+MAX_SLICE_RESTARTS_SHAPE = (
+    "spec.elastic.maxSliceRestarts: must be at most {limit}, so that the worker Jobs' "
+    "backoffLimit (VMs per slice x maxSliceRestarts) fits an int32; set it lower"
+)
+NUM_SLICES = (
+    f"spec.tpu.numSlices: must be at most {MAX_SLICES}: the job's status keeps an entry per "
+    "slice (and per node pool) in one object, and etcd stores no object over 1.5 MiB; "
+    "use fewer, larger slices (e.g. v5p 16x16x24 is 6144 chips)"
 )
 # No value in the message: a name with a newline would split the one-line error.
 SERVICE_ACCOUNT_NAME = (
@@ -216,6 +233,11 @@ TAS_HOSTNAME = (
     "spec.tpu.topologyAware.sliceLevel: kubernetes.io/hostname holds one host, and a "
     "{type} {topology} slice has several; use the level one whole slice fills, e.g. "
     "cloud.google.com/gke-nodepool"
+)
+TAS_CUBE = (
+    f"spec.tpu.topologyAware.sliceLevel: {CUBE_LABEL} holds one cube ({CUBE_HOSTS} hosts), "
+    "and a {type} {topology} slice has more; use a level one whole slice fills, e.g. "
+    "cloud.google.com/gke-nodepool (a node pool of the slice's topology)"
 )
 TAS_PLACEMENT = (
     "spec.tpu.topologyAware: Kueue places TPU slices by topology, and spec.placement Any "
@@ -340,11 +362,22 @@ IMMUTABLE = (
 )
 
 
-def single_host_shapes() -> list[str]:
-    """'<type>:<topology>' of the catalog's one-host slices (their slice level may be the
-    host)."""
-    return [f"{t}:{topology}" for t, family in CATALOG.items()
-            for topology in family.topologies if SliceShape(family, topology).vms == 1]
+def shapes_within(hosts: int) -> list[str]:
+    """'<type>:<topology>' of the catalog's slices of at most `hosts` hosts: those a
+    topology domain of that many hosts can hold."""
+    return [_key(shape) for shape in all_shapes() if shape.vms <= hosts]
+
+
+def _key(shape: SliceShape) -> str:
+    return f"{shape.family.type}:{shape.topology}"
+
+
+def _cel_list(items: list[str]) -> str:
+    return "[" + ", ".join(f"'{i}'" for i in items) + "]"
+
+
+# Levels whose domains are known to hold this many hosts: a larger slice never fits one.
+_TAS_LEVEL_SIZES = ((HOSTNAME_LABEL, 1, TAS_HOSTNAME), (CUBE_LABEL, CUBE_HOSTS, TAS_CUBE))
 
 
 def _topology_aware_rules() -> list[Rule]:
@@ -352,17 +385,18 @@ def _topology_aware_rules() -> list[Rule]:
         value = f"self.topologyAware.{field}"
         return (f"!has(self.topologyAware) || !has({value}) || {value}.matches('{LABEL_KEY}') "
                 f"&& (!{value}.contains('/') || {value}.indexOf('/') <= {MAX_LABEL_PREFIX})")
-    shapes = ", ".join(f"'{s}'" for s in single_host_shapes())
+    shape = {"type": "self.type", "topology": "self.topology"}
     return [
         *(Rule("spec.tpu", well_formed(field), TAS_LEVEL_FORMAT.replace("{field}", field), {})
           for field in ("sliceLevel", "jobLevel")),
         Rule("spec.tpu", "!has(self.topologyAware) || !has(self.topologyAware.jobLevel) || "
              "self.topologyAware.jobLevel != self.topologyAware.sliceLevel",
              TAS_SAME_LEVEL, {}),
-        Rule("spec.tpu", "!has(self.topologyAware) || "
-             f"self.topologyAware.sliceLevel != '{HOSTNAME_LABEL}' || "
-             f"(self.type + ':' + self.topology) in [{shapes}]",
-             TAS_HOSTNAME, {"type": "self.type", "topology": "self.topology"}),
+        *(Rule("spec.tpu", "!has(self.topologyAware) || "
+               f"self.topologyAware.sliceLevel != '{level}' || "
+               f"(self.type + ':' + self.topology) in {_cel_list(shapes_within(hosts))}",
+               message, shape)
+          for level, hosts, message in _TAS_LEVEL_SIZES),
         Rule("spec", "!has(self.tpu.topologyAware) || !has(self.placement) || "
              "self.placement == 'TPU'", TAS_PLACEMENT, {}),
     ]
@@ -380,10 +414,53 @@ def _topology_aware_checks(spec: ElasticTrainingJobSpec) -> list[str]:
     if tas.job_level is not None and tas.job_level == tas.slice_level:
         errors.append(TAS_SAME_LEVEL)
     shape = f"{spec.tpu.type}:{spec.tpu.topology}"
-    if tas.slice_level == HOSTNAME_LABEL and shape not in single_host_shapes():
-        errors.append(TAS_HOSTNAME.format(type=spec.tpu.type, topology=spec.tpu.topology))
+    errors += [message.format(type=spec.tpu.type, topology=spec.tpu.topology)
+               for level, hosts, message in _TAS_LEVEL_SIZES
+               if tas.slice_level == level and shape not in shapes_within(hosts)]
     if spec.placement != "TPU":
         errors.append(TAS_PLACEMENT)
+    return errors
+
+
+def _slice_restarts_bounds() -> dict[str, SliceShape]:
+    """The shapes whose maxSliceRestarts bound is below MAX_SLICE_RESTARTS, by key."""
+    return {_key(shape): shape for shape in all_shapes()
+            if shape.max_slice_restarts < MAX_SLICE_RESTARTS}
+
+
+def _slice_restarts_limit(shape: SliceShape) -> str:
+    return (f"{shape.max_slice_restarts} for a {shape.family.type} {shape.topology} slice "
+            f"({shape.vms} VMs)")
+
+
+def _size_rules() -> list[Rule]:
+    """How many slices, and how often each may restart, for the shape."""
+    key = "(self.tpu.type + ':' + self.tpu.topology)"
+    bounds = _slice_restarts_bounds()
+    numbers = "{" + ", ".join(f"'{k}': {s.max_slice_restarts}" for k, s in bounds.items()) + "}"
+    limits = "{" + ", ".join(f"'{k}': '{_slice_restarts_limit(s)}'"
+                             for k, s in bounds.items()) + "}"
+    return [
+        Rule("spec.tpu", f"self.numSlices <= {MAX_SLICES}", NUM_SLICES, {}),
+        Rule("spec", "!has(self.elastic) || !has(self.elastic.maxSliceRestarts) || "
+             f"self.elastic.maxSliceRestarts <= {MAX_SLICE_RESTARTS}",
+             MAX_SLICE_RESTARTS_INT32, {}),
+        Rule("spec",
+             "!has(self.elastic) || !has(self.elastic.maxSliceRestarts) || "
+             f"!({key} in {numbers}) || self.elastic.maxSliceRestarts <= {numbers}[{key}]",
+             MAX_SLICE_RESTARTS_SHAPE, {"limit": f"{limits}[{key}]"}),
+    ]
+
+
+def _size_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    errors = []
+    if spec.tpu.num_slices > MAX_SLICES:
+        errors.append(NUM_SLICES)
+    if spec.elastic.max_slice_restarts > MAX_SLICE_RESTARTS:
+        errors.append(MAX_SLICE_RESTARTS_INT32)
+    shape = _slice_restarts_bounds().get(f"{spec.tpu.type}:{spec.tpu.topology}")
+    if shape is not None and spec.elastic.max_slice_restarts > shape.max_slice_restarts:
+        errors.append(MAX_SLICE_RESTARTS_SHAPE.format(limit=_slice_restarts_limit(shape)))
     return errors
 
 
@@ -588,6 +665,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
         Rule("", f"size(self.metadata.name) <= {MAX_NAME_LENGTH}", NAME_LENGTH,
              {"name": "self.metadata.name"}),
         *_topology_rules(),
+        *_size_rules(),
         *_topology_aware_rules(),
         Rule(
             "spec",
@@ -605,13 +683,6 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
         ),
         Rule("spec", f"!has(self.maxRestarts) || self.maxRestarts <= {INT32_MAX}",
              MAX_RESTARTS_INT32, {}),
-        Rule(
-            "spec",
-            "!has(self.elastic) || !has(self.elastic.maxSliceRestarts) || "
-            f"self.elastic.maxSliceRestarts <= {MAX_SLICE_RESTARTS}",
-            MAX_SLICE_RESTARTS_INT32,
-            {},
-        ),
         Rule("spec", "!has(self.tpu.spares) || self.tpu.spares <= self.tpu.numSlices",
              SPARES, {}),
         _slow_slice_rule(),
@@ -705,8 +776,7 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(ELASTIC_SLICES)
     if spec.max_restarts > INT32_MAX:
         errors.append(MAX_RESTARTS_INT32)
-    if spec.elastic.max_slice_restarts > MAX_SLICE_RESTARTS:
-        errors.append(MAX_SLICE_RESTARTS_INT32)
+    errors += _size_checks(spec)
     if spec.tpu.spares > num:
         errors.append(SPARES)
     if spec.elastic.on_slow_slice == "Replace" and not spec.recovery.replace_slices:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from elastic_api import maxtext
-from elastic_api.catalog import SliceShape, slice_shape
+from elastic_api.catalog import CUBE_HOSTS, SliceShape, slice_shape
 from elastic_api.models import (
     ElasticTrainingJob,
     EnvVar,
@@ -552,7 +552,7 @@ def _worker_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
         {TPU_ACCELERATOR_LABEL: shape.family.accelerator_label, TPU_TOPOLOGY_LABEL: shape.topology}
         if tpu else {}
     )
-    if dynamic_slicing(job):  # GKE builds the slice from the cubes Kueue assigns
+    if dynamic_slicing(job, shape):  # GKE builds the slice from the cube Kueue assigns
         node_selector.pop(TPU_TOPOLOGY_LABEL)
     node_selector.update(spec.node_selector)
     if node_selector:
@@ -601,11 +601,14 @@ def _replicated_job(
     }
 
 
-def dynamic_slicing(job: ElasticTrainingJob) -> bool:
-    """TPU7x under Topology-Aware Scheduling: GKE's dynamic slicing (xpk's super-slicing)
-    builds each slice of the topology the pod asks for from the cubes Kueue assigned; the
-    nodes carry their cube's topology, not the slice's."""
-    return job.spec.tpu.type == "tpu7x" and job.spec.tpu.topology_aware is not None
+def dynamic_slicing(job: ElasticTrainingJob, shape: SliceShape) -> bool:
+    """TPU7x under Topology-Aware Scheduling, a slice of at most one cube: GKE's dynamic
+    slicing (xpk's super-slicing) builds it, of the topology the pod asks for, from the
+    cube Kueue assigned; the nodes carry their cube's topology, not the slice's. A larger
+    slice is a node pool of its own (made with a workload policy), whose nodes carry the
+    slice's topology, as on the other TPU types."""
+    return job.spec.tpu.type == "tpu7x" and job.spec.tpu.topology_aware is not None \
+        and shape.vms <= CUBE_HOSTS
 
 
 def worker_pod_annotations(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, str]:
@@ -618,7 +621,7 @@ def worker_pod_annotations(job: ElasticTrainingJob, shape: SliceShape) -> dict[s
                    KUEUE_PODSET_SLICE_SIZE: str(shape.vms)}
     if tas.job_level is not None:
         annotations[KUEUE_PODSET_REQUIRED_TOPOLOGY] = tas.job_level
-    if dynamic_slicing(job):
+    if dynamic_slicing(job, shape):
         annotations[TPU_SLICE_TOPOLOGY_ANNOTATION] = shape.topology
     return annotations
 

@@ -18,9 +18,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from elastic_api import GROUP, PLURAL, VERSION, maxtext
-from elastic_api.catalog import CATALOG
+from elastic_api.catalog import CATALOG, CUBE_LABEL
 from elastic_api.crd import build_crd
-from elastic_api.models import BUNDLED_TRAINER_FIELDS, INT32_MAX, MAX_SLICE_RESTARTS
+from elastic_api.models import BUNDLED_TRAINER_FIELDS, INT32_MAX, MAX_SLICE_RESTARTS, MAX_SLICES
 from elastic_api.validation import (
     BUNDLED_FIELD,
     CHECKPOINT_FIELD_TWICE,
@@ -33,6 +33,7 @@ from elastic_api.validation import (
     MAXTEXT_METRICS_FILE_ARG,
     MULTIKUEUE_CHECKPOINT_DIRECTORY,
     MULTIKUEUE_VOLUME,
+    NUM_SLICES,
     OVERHEAD_BUDGET,
     PROGRESS_METRICS_FILE_PATH,
     PROGRESS_METRICS_FILE_REQUIRED,
@@ -40,6 +41,7 @@ from elastic_api.validation import (
     SNAPSHOT_MAXTEXT,
     SNAPSHOT_PERIOD_RUN,
     STEPS_REQUIRED,
+    TAS_CUBE,
     TAS_HOSTNAME,
     TAS_LEVEL_FORMAT,
     TAS_PLACEMENT,
@@ -193,10 +195,16 @@ def _checkpoint_message(template: str, field: str, key: str) -> str:
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("topology", _mutate("spec.tpu.topology", "2x2x2"),
      "spec.tpu.topology: '2x2x2' is not a v5e topology; use one of "
-     "2x4, 4x4, 4x8, 8x8, 8x16, 16x16"),
+     "1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"),
     ("topology-v5p", _mutate("spec.tpu", {"type": "v5p", "topology": "4x4", "numSlices": 1}),
-     "spec.tpu.topology: '4x4' is not a v5p topology; use one of "
-     "2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4"),
+     "spec.tpu.topology: '4x4' is not a v5p topology; use one of 2x2x1, 2x2x2, 2x2x4, "
+     "2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24"),
+    ("topology-beyond-v5p",
+     _mutate("spec.tpu", {"type": "v5p", "topology": "16x24x24", "numSlices": 1}),
+     "spec.tpu.topology: '16x24x24' is not a v5p topology; use one of 2x2x1, 2x2x2, 2x2x4, "
+     "2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24"),
+    ("num-slices-cap", _mutate("spec.tpu", {"type": "v5e", "topology": "16x16",
+                                            "numSlices": MAX_SLICES + 1}), NUM_SLICES),
     ("min-slices", _mutate("spec.elastic", {"minSlices": 4}),
      "spec.elastic.minSlices: must not be more than spec.tpu.numSlices; set minSlices to at "
      "most numSlices, or leave it unset to wait for all slices (pause and resume)"),
@@ -219,8 +227,17 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "int32); set it lower"),
     ("max-slice-restarts", _mutate("spec.elastic", {"maxSliceRestarts": MAX_SLICE_RESTARTS + 1}),
      "spec.elastic.maxSliceRestarts: must be at most 33554431, so that the worker Jobs' "
-     "backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every slice shape (up "
-     "to 64 VMs per slice); set it lower"),
+     "backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every slice of up "
+     "to 64 VMs (a larger slice has a lower bound); set it lower"),
+    ("max-slice-restarts-v5p-largest", _mutated(
+        ("spec.tpu", {"type": "v5p", "topology": "16x16x24", "numSlices": 1}),
+        ("spec.elastic", {"maxSliceRestarts": 1398102})),
+     "spec.elastic.maxSliceRestarts: must be at most 1398101 for a v5p 16x16x24 slice (1536 "
+     "VMs), so that the worker Jobs' backoffLimit (VMs per slice x maxSliceRestarts) fits "
+     "an int32; set it lower"),
+    ("tas-cube", _mutate("spec.tpu", {"type": "tpu7x", "topology": "8x8x8", "numSlices": 1,
+                                      "topologyAware": {"sliceLevel": CUBE_LABEL}}),
+     TAS_CUBE.format(type="tpu7x", topology="8x8x8")),
     ("service-account", _mutate("spec.serviceAccountName", "Bad SA"),
      "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
      "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "
@@ -559,13 +576,14 @@ def _cel_messages(causes: list[str]) -> set[str]:
     name=st.sampled_from(["train", "x" * 22, "x" * 23, "train.v1", "1train", "a-b-c"]),
     tpu_type=st.sampled_from(sorted(CATALOG)),
     topology=st.sampled_from(sorted({t for f in CATALOG.values() for t in f.topologies})),
-    num_slices=st.integers(1, 4),
+    num_slices=st.integers(1, 4) | st.sampled_from([MAX_SLICES, MAX_SLICES + 1]),
     min_slices=st.none() | st.integers(1, 6),
     elastic_slices=st.none() | st.integers(0, 6),
     backend=st.sampled_from(["pathways", "simulated"]),
     scratch=st.booleans(),
     max_restarts=st.sampled_from([0, INT32_MAX, INT32_MAX + 1]),
-    max_slice_restarts=st.sampled_from([5, MAX_SLICE_RESTARTS, MAX_SLICE_RESTARTS + 1]),
+    max_slice_restarts=st.sampled_from([5, 932067, 932068, MAX_SLICE_RESTARTS,
+                                        MAX_SLICE_RESTARTS + 1]),
     service_account=st.none() | st.sampled_from(["default", "a.b-c", "Bad SA", "", "a..b"]),
     trainer=st.builds(
         lambda command, bundled, volumes: {"command": command, "bundled": bundled,

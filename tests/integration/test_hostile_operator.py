@@ -27,7 +27,7 @@ from kubernetes import client
 
 from elastic_api import GROUP, PLURAL, VERSION
 from elastic_api.catalog import CATALOG, slice_shape
-from elastic_api.models import MAX_SLICE_RESTARTS
+from elastic_api.models import MAX_SLICES
 from elastic_api.validation import validate_job
 from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
@@ -115,7 +115,7 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
     suspend = draw(st.booleans())
     tpu_type = draw(st.sampled_from(sorted(CATALOG)))
     topologies = CATALOG[tpu_type].topologies
-    if suspend:  # no pods: any size, up to 64 slices of 64 hosts
+    if suspend:  # no pods: any size, up to 64 slices of the largest shape
         topology = draw(st.sampled_from(topologies))
         num_slices = draw(st.one_of(st.sampled_from([1, 64]), st.integers(1, 64)))
     else:  # pods are created: keep it to a few per job on two cores
@@ -127,7 +127,8 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
         "minSlices": st.integers(1, num_slices),
         "elasticSlices": st.integers(0, num_slices),
         "timeoutSeconds": big_int(1), "maxRetries": big_int(0),
-        "maxSliceRestarts": st.one_of(st.integers(0, 10), big_int(0, MAX_SLICE_RESTARTS)),
+        "maxSliceRestarts": st.one_of(
+            st.integers(0, 10), big_int(0, slice_shape(tpu_type, topology).max_slice_restarts)),
     }))
     spec: dict[str, Any] = {
         "backend": backend,
@@ -232,8 +233,8 @@ def manifest(name: str, **spec: Any) -> dict[str, Any]:
 # (manifest, the outcome the operator must reach: SpecApplied's reason)
 EXPLICIT: list[tuple[dict[str, Any], str]] = [
     (manifest("x" * 22), "Applied"),  # the longest name admission allows
-    (manifest("max-slices", tpu={"type": "v5e", "topology": "16x16", "numSlices": 64},
-              elastic={"minSlices": 64, "elasticSlices": 64}), "Applied"),
+    (manifest("max-slices", tpu={"type": "v5e", "topology": "16x16", "numSlices": MAX_SLICES},
+              elastic={"minSlices": MAX_SLICES, "elasticSlices": MAX_SLICES}), "Applied"),
     (manifest("odd-gcs-checkpoint",
               checkpoint={"directory": "gs://b/ü n\ti'c\"o$(d)e\x00"}), "Applied"),
     (manifest("odd-path-checkpoint", backend="simulated", suspend=False,
@@ -245,10 +246,12 @@ EXPLICIT: list[tuple[dict[str, Any], str]] = [
                        "env": [{"name": f"E{i}", "value": "☃" * 64} for i in range(64)],
                        "args": ["é\x00" * 100] * 64}), "Applied"),
     # Admission's bounds are ones the JobSet takes: its int32 fields at their largest (a
-    # backoffLimit of 64 hosts x maxSliceRestarts), quantities at the edges of the pattern.
+    # backoffLimit of the largest slice's hosts x its maxSliceRestarts bound), quantities at
+    # the edges of the pattern.
     (manifest("int32-maxima", maxRestarts=INT32_MAX,
-              tpu={"type": "v5e", "topology": "16x16", "numSlices": 1},
-              elastic={"maxSliceRestarts": MAX_SLICE_RESTARTS}), "Applied"),
+              tpu={"type": "tpu7x", "topology": "16x24x24", "numSlices": 1},
+              elastic={"maxSliceRestarts": slice_shape("tpu7x", "16x24x24")
+                       .max_slice_restarts}), "Applied"),
     (manifest("quantity-edges", trainer={"image": "t:1", "steps": 1, "resources": {
         "limits": {f"example.com/q{i}": q for i, q in enumerate(
             ["+1", "-1", ".5", "1.", "1E", "1e-99", "1e+99", "0.5Gi", "7n", INT64_MAX])},

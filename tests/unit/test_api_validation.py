@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE, slice_shape
-from elastic_api.models import INT32_MAX, MAX_SLICE_RESTARTS
-from elastic_api.validation import MAX_NAME_LENGTH, validate_job
+from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE, all_shapes, slice_shape
+from elastic_api.models import INT32_MAX, MAX_SLICE_RESTARTS, MAX_SLICES
+from elastic_api.validation import MAX_NAME_LENGTH, NUM_SLICES, validate_job
 from elastic_operator.render import render_jobset
 
 
@@ -54,8 +54,15 @@ def test_every_catalog_topology_is_accepted(tpu_type: str, topology: str):
 def test_topology_invalid_for_type():
     assert error_of(job(tpu={"type": "v5e", "topology": "2x2x2", "numSlices": 1})) == (
         "spec.tpu.topology: '2x2x2' is not a v5e topology; use one of "
-        "2x4, 4x4, 4x8, 8x8, 8x16, 16x16"
+        "1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"
     )
+
+
+def test_a_shape_beyond_the_catalog_is_refused_naming_the_largest():
+    # v5p's largest single slice is 16x16x24 (cloud.google.com/tpu/docs/v5p).
+    assert error_of(job(tpu={"type": "v5p", "topology": "16x24x24", "numSlices": 1})) == (
+        "spec.tpu.topology: '16x24x24' is not a v5p topology; use one of 2x2x1, 2x2x2, "
+        "2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24")
 
 
 @given(st.sampled_from(sorted(CATALOG)), st.from_regex(r"[0-9x]{1,8}", fullmatch=True))
@@ -76,6 +83,17 @@ def test_unknown_tpu_type():
 def test_num_slices_at_least_one():
     msg = error_of(job(tpu={"type": "v5e", "topology": "4x4", "numSlices": 0}))
     assert msg.startswith("spec.tpu.numSlices: Input should be greater than or equal to 1")
+
+
+def test_num_slices_up_to_the_cap_which_the_message_names_and_explains():
+    # The largest reported run: 199 slices of v5e 16x16 (50,944 chips).
+    assert validate_job(job(tpu={"type": "v5e", "topology": "16x16", "numSlices": 199}))
+    assert validate_job(job(tpu={"type": "v5e", "topology": "16x16", "numSlices": MAX_SLICES}))
+    assert error_of(job(tpu={"type": "v5e", "topology": "16x16",
+                             "numSlices": MAX_SLICES + 1})) == NUM_SLICES == (
+        "spec.tpu.numSlices: must be at most 256: the job's status keeps an entry per slice "
+        "(and per node pool) in one object, and etcd stores no object over 1.5 MiB; use "
+        "fewer, larger slices (e.g. v5p 16x16x24 is 6144 chips)")
 
 
 def test_min_slices_at_most_num_slices():
@@ -220,19 +238,25 @@ def test_max_restarts_fits_jobsets_int32():
         "an int32); set it lower")
 
 
-def test_max_slice_restarts_bound_is_the_largest_the_catalog_allows():
-    shapes = [slice_shape(t, topo) for t, f in CATALOG.items() for topo in f.topologies]
-    assert MAX_VMS_PER_SLICE == max(s.vms for s in shapes) == 64
-    assert MAX_SLICE_RESTARTS == 33554431
-    assert all(s.vms * MAX_SLICE_RESTARTS <= INT32_MAX for s in shapes)
-    assert MAX_VMS_PER_SLICE * (MAX_SLICE_RESTARTS + 1) > INT32_MAX  # as large as it can be
+def test_max_slice_restarts_bound_keeps_every_backoff_limit_within_int32():
+    assert MAX_VMS_PER_SLICE == max(s.vms for s in all_shapes()) == 2304  # tpu7x 16x24x24
+    assert MAX_SLICE_RESTARTS == 33554431  # the bound of every slice of up to 64 VMs
+    for shape in all_shapes():
+        assert shape.vms * shape.max_slice_restarts <= INT32_MAX
+        # As large as it can be: one more overflows, or it is the bound of them all.
+        assert shape.vms * (shape.max_slice_restarts + 1) > INT32_MAX \
+            or shape.max_slice_restarts == MAX_SLICE_RESTARTS
+    assert slice_shape("v5p", "16x16x24").max_slice_restarts == 1398101
 
 
 def test_backoff_limit_of_the_largest_slice_fits_int32_at_the_bound():
-    parsed = validate_job(job(tpu={"type": "v5e", "topology": "16x16", "numSlices": 1},
-                              elastic={"maxSliceRestarts": MAX_SLICE_RESTARTS}))
-    worker = render_jobset(parsed)["spec"]["replicatedJobs"][1]
-    assert worker["template"]["spec"]["backoffLimit"] == 64 * MAX_SLICE_RESTARTS <= INT32_MAX
+    for tpu_type, topology in (("v5e", "16x16"), ("v5p", "16x16x24"), ("tpu7x", "16x24x24")):
+        shape = slice_shape(tpu_type, topology)
+        parsed = validate_job(job(tpu={"type": tpu_type, "topology": topology, "numSlices": 1},
+                                  elastic={"maxSliceRestarts": shape.max_slice_restarts}))
+        worker = render_jobset(parsed)["spec"]["replicatedJobs"][1]
+        assert worker["template"]["spec"]["backoffLimit"] == \
+            shape.vms * shape.max_slice_restarts <= INT32_MAX
 
 
 def test_max_slice_restarts_above_the_bound():
@@ -243,7 +267,27 @@ def test_max_slice_restarts_above_the_bound():
         assert error_of(obj) == (
             "spec.elastic.maxSliceRestarts: must be at most 33554431, so that the worker "
             "Jobs' backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every "
-            "slice shape (up to 64 VMs per slice); set it lower")
+            "slice of up to 64 VMs (a larger slice has a lower bound); set it lower")
+
+
+def test_max_slice_restarts_above_a_large_slices_own_bound():
+    obj = job(tpu={"type": "v5p", "topology": "16x16x24", "numSlices": 1},
+              elastic={"maxSliceRestarts": 1398102})
+    assert error_of(obj) == (
+        "spec.elastic.maxSliceRestarts: must be at most 1398101 for a v5p 16x16x24 slice "
+        "(1536 VMs), so that the worker Jobs' backoffLimit (VMs per slice x "
+        "maxSliceRestarts) fits an int32; set it lower")
+
+
+def test_every_count_of_the_largest_jobs_fits_int32():
+    """backoffLimit, parallelism, completions, and the workers' PodSet (slices x VMs) that
+    Kueue makes of the JobSet, at the cap of slices and of restarts, for every shape."""
+    for shape in all_shapes():
+        assert shape.vms * shape.max_slice_restarts <= INT32_MAX
+        assert MAX_SLICES * shape.vms <= INT32_MAX  # 256 x 2,304 = 589,824 pods at most
+    record = validate_job(job(tpu={"type": "v5e", "topology": "16x16", "numSlices": 199}))
+    worker = render_jobset(record)["spec"]["replicatedJobs"][1]
+    assert (worker["replicas"], worker["template"]["spec"]["parallelism"]) == (199, 64)
 
 
 def quantity_job(value: Any, where: str = "trainer") -> dict[str, Any]:

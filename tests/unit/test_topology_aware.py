@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from elastic_api.catalog import CUBE_LABEL
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
@@ -25,6 +26,7 @@ from elastic_api.names import (
     TPU_TOPOLOGY_LABEL,
 )
 from elastic_api.validation import (
+    TAS_CUBE,
     TAS_HOSTNAME,
     TAS_LEVEL_FORMAT,
     TAS_PLACEMENT,
@@ -36,7 +38,7 @@ from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.observed import ObservedNode, ObservedWorkload
-from elastic_operator.render import render_jobset
+from elastic_operator.render import render_jobset, render_workload
 from tests.builders import (
     HOSTS,
     SLICES,
@@ -100,6 +102,33 @@ def test_tpu7x_is_sliced_dynamically_from_the_cubes_kueue_assigns() -> None:
         KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY: level, KUEUE_PODSET_SLICE_SIZE: "16",
         TPU_SLICE_TOPOLOGY_ANNOTATION: "4x4x4"}
     assert TPU_TOPOLOGY_LABEL not in pod["spec"]["nodeSelector"]
+
+
+@pytest.mark.parametrize(("tpu_type", "topology", "hosts"), [
+    ("v5p", "16x16x24", "1536"), ("tpu7x", "8x8x8", "128"), ("tpu7x", "16x24x24", "2304"),
+    ("v4", "12x16x16", "768")])
+def test_a_slice_larger_than_a_cube_is_one_node_pool_of_its_topology(
+        tpu_type: str, topology: str, hosts: str) -> None:
+    j = job(tpu={"type": tpu_type, "topology": topology, "numSlices": 3, "topologyAware": TAS})
+    pod = worker_template(j)["spec"]["template"]
+    # The whole slice in one node pool (no dynamic slicing: no cube holds it), all three
+    # in one block.
+    assert pod["metadata"]["annotations"] == {
+        KUEUE_PODSET_SLICE_REQUIRED_TOPOLOGY: NODE_POOL_LABEL, KUEUE_PODSET_SLICE_SIZE: hosts,
+        KUEUE_PODSET_REQUIRED_TOPOLOGY: TOPOLOGY_BLOCK_LABEL}
+    assert pod["spec"]["nodeSelector"][TPU_TOPOLOGY_LABEL] == topology
+    (workers,) = [p for p in render_workload(j)["spec"]["podSets"] if p["name"] == "worker"]
+    assert workers["count"] == 3 * int(hosts)
+    assert workers["topologyRequest"]["podSetSliceSize"] == int(hosts)
+    assert workers["topologyRequest"]["subGroupCount"] == 3
+
+
+def test_a_cube_holds_no_larger_slice() -> None:
+    tpu = {"type": "tpu7x", "topology": "8x8x8", "numSlices": 2,
+           "topologyAware": {"sliceLevel": CUBE_LABEL}}
+    assert TAS_CUBE.format(type="tpu7x", topology="8x8x8") in \
+        error_of(manifest(tpu=tpu)).splitlines()
+    validate_job(manifest(tpu={**tpu, "topology": "4x4x4"}))
 
 
 def test_a_one_host_slice_may_fill_a_host() -> None:
