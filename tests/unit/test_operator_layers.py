@@ -21,7 +21,7 @@ LAYERS: dict[int, list[str]] = {
         "scanner", "checkpoint_roots", "checkpoints", "slice_index", "node_index", "node_actions",
         "kube", "metrics"],
     1: ["core", "render"],
-    0: ["observed", "slice_memo"],
+    0: ["observed", "job_memory", "slice_memo", "result"],
 }
 POSITION = {name: (layer, i) for layer, names in LAYERS.items() for i, name in enumerate(names)}
 # Third-party libraries that do I/O, and the one module allowed each.
