@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "elastic_operator"
 # layers, or from its own layer further right. core/* is one unit in layer 1.
 LAYERS: dict[int, list[str]] = {
     4: ["operator_cli", "render_cli", "handlers", "app"],
-    3: ["scheduler", "reconciler"],
+    3: ["scheduler", "reconciler", "reconcile_pass", "dispatched", "status_writer", "outbox",
+        "own_writes", "pacer", "replacements", "executor"],
     2: ["followups", "observations", "caches", "election", "replacer", "pool_warden",
         "scanner", "checkpoint_roots", "checkpoints", "slice_index", "node_index", "node_actions",
         "kube", "metrics"],
