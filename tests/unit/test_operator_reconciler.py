@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +36,7 @@ from elastic_operator.observed import (
     node_from_dict,
     pod_from_dict,
 )
+from elastic_operator.result import PAST_DUE_S, Result
 from tests.builders import (
     T0,
     JobSetWrapper,
@@ -42,6 +44,8 @@ from tests.builders import (
     PodWrapper,
     WorkerPod,
     at,
+    head_pod,
+    iso,
 )
 from tests.support.clock import FakeClock
 from tests.support.executors import Deferred
@@ -701,6 +705,41 @@ def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -
     assert rec.reconcile("ml", "train").ok  # the Job is being deleted now: nothing more
     assert len(kube.deleted) == 1 and kube.job["status"]["slices"][0]["restarts"] == 1
     assert "list_worker_jobs" not in kube.calls  # read from the cache, never listed
+
+
+def test_forget_drops_everything_remembered_of_the_job() -> None:
+    """What the reconciler remembers of a job is one JobMemory: forgetting a deleted job
+    drops all of it at once, the head pods handed over for a trainer restart too, and a
+    follow-up that ends after it brings none of it back."""
+    kube = ReplacingKube()
+    kube.job["status"] = {"progress": {"since": iso(T0), "restart": {
+        "requestedAt": iso(T0), "podName": "train-head-0-0", "podUid": "head-uid",
+        "reason": "ProgressDeadlineExceeded"}}}
+    head = replace(head_pod(name="train-head-0-0"), uid="head-uid")
+    later = Deferred()
+    rec, _ = reconciler(kube, pods=(*kube.pods(), head), nodes=kube.nodes(), follow_ups=later)
+    assert rec.reconcile("ml", "train").ok
+    mine = rec.memory.peek(("ml", "train"))
+    assert mine is not None and mine.restarted_pods == {"head-uid"}
+    assert mine.deleted_jobs == {ReplacingKube.JOB_UID} and mine.posting
+    assert mine.written == kube.job["metadata"]["resourceVersion"]
+    assert mine.children_ensured == "u-1" and mine.last_write is not None
+    rec.forget("ml", "train")
+    assert rec.memory.peek(("ml", "train")) is None and len(rec.memory) == 0
+    assert later.run() > 0  # the restart, the Job deletion and the Events, after it
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+    assert rec.memory.peek(("ml", "train")) is None and len(rec.memory) == 0
+
+
+def test_a_reconcile_returns_when_to_look_at_the_job_again() -> None:
+    """The progress deadline comes due in 500 s: the reconcile's Result asks for a look a
+    little after it, and nothing paced; the work queue keeps it (scheduler.py)."""
+    job = the_job()
+    job["status"] = {"progress": {"step": 5, "since": iso(at(-100)), "advanced": True,
+                                  "deadlineSeconds": 600}}
+    kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").workers(1, 2).obj())
+    rec, _ = reconciler(kube, pods=(WorkerPod(0, 0).build(), WorkerPod(0, 1).build()))
+    assert rec.reconcile("ml", "train") == Result(requeue_after=500 + PAST_DUE_S)
 
 
 def test_a_job_deleted_is_not_deleted_again_before_the_cache_sees_it() -> None:

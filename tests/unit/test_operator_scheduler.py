@@ -227,6 +227,59 @@ def test_an_event_before_the_wake_replaces_it(started: Callable[..., Scheduler])
     assert calls == [("ns", "a")] * 2
 
 
+def test_a_reconcile_returns_when_to_look_again_and_the_soonest_ask_wins(
+        started: Callable[..., Scheduler]) -> None:
+    """Its Result's requeue_after (a grace period that ends) wakes the job, unless an ask
+    already pending is sooner; a later one does not put it off."""
+    times: list[float] = []
+    scheduler: Scheduler
+
+    def reconcile(namespace: str, name: str) -> Result:
+        times.append(time.monotonic())
+        if len(times) == 1:
+            scheduler.add_after(namespace, name, 30.0)  # asked meanwhile: later
+            return Result(requeue_after=0.2)
+        return Result()
+
+    scheduler = started(reconcile)
+    scheduler.add("ns", "a")
+    until(lambda: len(times) == 2, "the woken reconcile")
+    assert not scheduler.wake_pending("ns", "a")
+    assert times[1] - times[0] >= 0.2
+
+
+def test_a_result_paced_after_runs_the_job_again_for_progress_only(
+        started: Callable[..., Scheduler]) -> None:
+    runs: list[tuple[bool, bool]] = []
+    scheduler: Scheduler
+
+    def reconcile(namespace: str, name: str) -> Result:
+        runs.append(scheduler.running(namespace, name))
+        return Result(paced_after=0.05) if len(runs) == 1 else Result()
+
+    scheduler = started(reconcile)
+    scheduler.add("ns", "a")
+    until(lambda: len(runs) == 2, "the paced run")
+    assert runs == [(False, False), (False, True)]  # the second, for progress only
+    assert scheduler.wait_idle("ns", "a", DEADLINE_S) and not scheduler.wake_pending("ns", "a")
+
+
+def test_a_failed_result_is_retried_and_its_requeue_kept(
+        started: Callable[..., Scheduler]) -> None:
+    """ok False: retried after the backoff; a look it asks sooner still wakes it."""
+    calls: list[float] = []
+
+    def reconcile(namespace: str, name: str) -> Result:
+        calls.append(time.monotonic())
+        return Result(ok=False, requeue_after=0.05) if len(calls) == 1 else Result()
+
+    scheduler = started(reconcile, Backoff(base_s=3600, cap_s=3600))
+    scheduler.add("ns", "a")
+    until(lambda: len(calls) == 2, "the requeue, before the retry in an hour")
+    until(lambda: scheduler.failures("ns", "a") == 0, "the success counted")
+    assert not scheduler.retry_pending("ns", "a")
+
+
 def test_a_reconcile_that_raises_is_retried_and_stop_ends_the_workers() -> None:
     calls: list[int] = []
 
