@@ -2,12 +2,12 @@
 
     Caches (one Informer each, elastic_api.kube):             Observations (what a
       jobs, pods, JobSets, nodes, Workloads ──▶ NodeIndex ──▶  reconcile reads)
-        │ a change names a job (not our own status write            ▲
-        │ coming back: Reconciler.wrote; a deleted job: forget)      │
+        │ a change names a job (Wakes: not our own status write     ▲
+        │ coming back, OwnWrites.wrote; a deleted job: forget)       │
         ▼                                                            │
     Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
         ▲ ▲ ▲                                                        │  └──▶ Replacer
-        │ │ └─ add_after (a grace period ends) ◀──────────────────────┘  ──▶ Kube (writes)
+        │ │ └─ its Result (when to look again) ◀──────────────────────┘  ──▶ Kube (writes)
         │ │        FollowUps (after the status write: replacement writes, Events) ──▶ Kube
         │ └─── resync thread (every job of the job cache)
         └───── CheckpointScanner (a scan with news)
@@ -37,15 +37,19 @@ from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.core.eviction import PodsReadyTimeouts
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.followups import FollowUps
+from elastic_operator.job_memory import JobMemories
 from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
+from elastic_operator.own_writes import OwnWrites
+from elastic_operator.pacer import ProgressPacer
 from elastic_operator.pool_warden import PoolWarden
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from elastic_operator.scheduler import DEFAULT_WORKERS, RECONCILE_BACKOFF, Scheduler
+from elastic_operator.slice_index import SliceIndex
 
 logger = logging.getLogger("elastic_operator")
 POOL_SWEEP_INTERVAL_S = 5.0
@@ -60,6 +64,48 @@ class ReplacementSettings:
     release_after_s: float = 600.0
     repeated_failures_quarantine_s: float = 3600.0
     pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)  # Kueue's
+
+
+@dataclass(frozen=True)
+class Wakes:
+    """What names a job to the work queue from outside its reconciles (a change the
+    caches see, a checkpoint scan with news), only while the gate is open (a standby
+    reconciles nothing). Built before the caches, which call it from their threads."""
+
+    scheduler: Scheduler
+    gate: ReconcileGate
+    pacer: ProgressPacer
+    own_writes: OwnWrites
+    metrics: OperatorMetrics
+    forget: Callable[[str, str], None]  # a job was deleted: drop everything kept about it
+
+    def wake(self, namespace: str, name: str, after_s: float = 0.0) -> None:
+        """From any thread: reconcile the job soon, or in `after_s` seconds if not asked
+        sooner."""
+        if not self.gate.open:
+            return
+        if after_s > 0:
+            self.scheduler.add_after(namespace, name, after_s)
+        else:
+            self.scheduler.add(namespace, name)
+
+    def wake_paced(self, namespace: str, name: str, soon: bool) -> None:
+        """A paced pod or worker-Job change (caches.py): at the progress interval if it
+        may move a slice's state (`soon`), else at the job's next progress write, as
+        progress only (a run it starts may start over for news: core/startover.py)."""
+        if soon:
+            self.wake(namespace, name, after_s=self.pacer.interval_s)
+        elif self.gate.open:
+            self.scheduler.add_paced(namespace, name, self.pacer.next_write_in(namespace, name))
+
+    def job_changed(self, key: Key, old: dict[str, Any] | None,
+                    new: dict[str, Any] | None) -> None:
+        """A change of the job itself (the job cache's thread)."""
+        if new is None:
+            self.forget(*key)
+        elif not self.own_writes.wrote(*key, (new.get("metadata") or {}).get("resourceVersion")):
+            self.metrics.count_wake("job")
+            self.wake(*key)  # not our own status write coming back: news
 
 
 @dataclass
@@ -77,7 +123,8 @@ class Operator:
     # What follows a status write, off the reconcile's thread (None: run inline).
     follow_ups: FollowUps | None = None
     resync_interval_s: float = 30.0
-    _resync_wanted: threading.Event = field(default_factory=threading.Event, repr=False)
+    # Set to reconcile every job now (`request_resync`): a new leader, caches synced.
+    resync_wanted: threading.Event = field(default_factory=threading.Event, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     _threads: list[threading.Thread] = field(default_factory=list, repr=False)
 
@@ -86,33 +133,13 @@ class Operator:
 
     def request_resync(self) -> None:
         """From any thread: reconcile every job now."""
-        self._resync_wanted.set()
-
-    def wake(self, namespace: str, name: str, after_s: float = 0.0) -> None:
-        """From any thread: reconcile the job soon, or in `after_s` seconds if not asked
-        sooner (a standby reconciles nothing)."""
-        if not self.gate.open:
-            return
-        if after_s > 0:
-            self.scheduler.add_after(namespace, name, after_s)
-        else:
-            self.scheduler.add(namespace, name)
-
-    def wake_paced(self, namespace: str, name: str, soon: bool) -> None:
-        """A paced pod or worker-Job change (caches.py): at the progress interval if it
-        may move a slice's state (`soon`), else at the job's next progress write, as
-        progress only (a run it starts may start over for news: core/startover.py)."""
-        if soon:
-            self.wake(namespace, name, after_s=self.reconciler.progress_interval_s)
-        elif self.gate.open:
-            self.scheduler.add_paced(namespace, name,
-                                     self.reconciler.progress_due_in(namespace, name))
+        self.resync_wanted.set()
 
     def start(self) -> None:
         self.caches.start()
         if self.follow_ups is not None:
             self.follow_ups.start()
-        self.scheduler.start()
+        self.scheduler.start(self.gate.wrap(self.reconciler.reconcile))
         if self.elector is not None:
             self.elector.start()
         self._spawn("resync", self._resync_loop)
@@ -126,21 +153,12 @@ class Operator:
         return self.scheduler.alive and all(t.is_alive() for t in self._threads) \
             and (self.follow_ups is None or self.follow_ups.alive)
 
-    def forget(self, namespace: str, name: str) -> None:
-        """A job was deleted: drop everything kept about it."""
-        self.scheduler.forget(namespace, name)
-        self.reconciler.forget(namespace, name)
-        self.scanner.forget((namespace, name))
-        self.nodes.forget_job((namespace, name))
-        self.caches.slice_index.forget_job((namespace, name))
-        self.metrics.forget(namespace, name)
-
     def step_down(self, drain_timeout_s: float = 5.0) -> None:
         """Shutdown (blocking): start no reconcile, let the running ones finish, then
         release the Lease so that a standby takes over at once."""
         self.gate.close()
         self._stopping.set()
-        self._resync_wanted.set()  # the resync thread ends now, not at its next round
+        self.resync_wanted.set()  # the resync thread ends now, not at its next round
         self.scheduler.stop()
         if not self.gate.drain(drain_timeout_s):
             logger.warning("reconciles still running after %.0f s; stepping down anyway",
@@ -162,7 +180,7 @@ class Operator:
         all at once, bounded by the workers; else one at a time, so that what events
         name never waits behind a whole sweep."""
         for namespace, name in self.caches.job_keys():
-            if self._stopping.is_set() or (not urgent and self._resync_wanted.is_set()):
+            if self._stopping.is_set() or (not urgent and self.resync_wanted.is_set()):
                 return  # stopping, or an urgent resync replaces the rest of this one
             self.scheduler.add(namespace, name)
             if not urgent:
@@ -172,8 +190,8 @@ class Operator:
         """While leading, resync every `resync_interval_s`, and at once when asked
         (`request_resync`): a lost event costs at most one interval."""
         while not self._stopping.is_set():
-            urgent = self._resync_wanted.wait(self.resync_interval_s)
-            self._resync_wanted.clear()
+            urgent = self.resync_wanted.wait(self.resync_interval_s)
+            self.resync_wanted.clear()
             if self._stopping.is_set():
                 return
             if not self.gate.open:
@@ -216,43 +234,48 @@ def build_operator(
     """`scope`: the namespaces served; `watch_kube`: the client for the watches (their
     own connection pool); `election`: None runs no election (this replica always leads);
     `watch_workloads`: Kueue's Workload API is served (checked once at start);
-    `checkpoint_roots`: what it may list (None: the default, local paths only)."""
+    `checkpoint_roots`: what it may list (None: the default, local paths only).
+
+    Built in the order they are called: what the caches call (the work queue, the job
+    memory, the wakes) before the caches, what reads them after."""
     settings = replacement or ReplacementSettings()
     nodes = NodeIndex(clock)
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
                                 clock=clock, roots=checkpoint_roots or CheckpointRoots.default())
-    op: Operator | None = None
+    resync = threading.Event()
+    elector = _elector(kube, metrics, election, resync.set, clock) \
+        if election is not None else None
+    if elector is not None:  # a reconcile that outlives the leadership writes no more
+        kube.client.may_write = elector.is_leader
+    scheduler = Scheduler(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
+    metrics.queue_depth.set_function(lambda: scheduler.depth)
+    memory, slice_index = JobMemories(), SliceIndex(nodes)
+    own_writes = OwnWrites(memory, scheduler.add_after)
+    pacer = ProgressPacer(memory, metrics, clock)
+    # Open once the caches (made below) have synced, and while this replica leads.
+    gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
 
-    def wake(job: tuple[str, str]) -> None:
-        if op is not None:
-            op.wake(*job)
+    def forget(namespace: str, name: str) -> None:
+        scheduler.forget(namespace, name)
+        memory.forget((namespace, name))
+        scanner.forget((namespace, name))
+        nodes.forget_job((namespace, name))
+        slice_index.forget_job((namespace, name))
+        metrics.forget(namespace, name)
 
-    def wake_paced(job: tuple[str, str], soon: bool) -> None:
-        if op is not None:
-            op.wake_paced(*job, soon)
-
-    def job_changed(key: Key, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        if op is None:
-            return
-        if new is None:
-            op.forget(*key)
-        elif not reconciler.wrote(*key, (new.get("metadata") or {}).get("resourceVersion")):
-            metrics.count_wake("job")
-            op.wake(*key)  # not our own status write coming back: news
+    wakes = Wakes(scheduler, gate, pacer, own_writes, metrics, forget)
 
     def relisted(resource: str, reason: str, objects: int) -> None:
         metrics.record_relist(resource, reason, objects)
         if resource.split("/")[0] == "jobs":
-            reconciler.job_cache_listed()
-        if op is not None and caches.synced:
-            op.request_resync()
+            own_writes.job_cache_listed()
+        if caches.synced:
+            resync.set()
 
-    def started() -> None:
-        if op is not None:
-            op.request_resync()
-
-    caches = Caches(watch_kube or kube, nodes, scope, wake, on_job=job_changed,
-                    wake_paced=wake_paced, count=metrics.count_wake,
+    caches = Caches(watch_kube or kube, nodes, scope, lambda job: wakes.wake(*job),
+                    on_job=wakes.job_changed,
+                    wake_paced=lambda job, soon: wakes.wake_paced(*job, soon),
+                    slice_index=slice_index, count=metrics.count_wake,
                     watch_workloads=watch_workloads, watch_timeout_s=watch_timeout_s,
                     on_relist=relisted)
     for informer in caches.informers:
@@ -262,27 +285,20 @@ def build_operator(
                                    jobsets=caches.jobset, jobs=caches.job,
                                    worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
     follow_ups = FollowUps()
-    reconciler = Reconciler(kube, observations, metrics, clock,
+    reconciler = Reconciler(kube, observations, metrics, clock, memory=memory,
+                            own_writes=own_writes, pacer=pacer, wake=scheduler.add_after,
+                            news=scheduler, marked=slice_index.mark,
                             limiter=NodeActionLimiter(settings.limits, clock),
                             quarantine_pools=settings.quarantine_pools,
                             pods_ready=settings.pods_ready, follow_ups=follow_ups)
-    elector = _elector(kube, metrics, election, started, clock) if election is not None else None
-    if elector is not None:  # a reconcile that outlives the leadership writes no more
-        kube.client.may_write = elector.is_leader
-    gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
-    scheduler = Scheduler(gate.wrap(reconciler.reconcile), backoff, workers=workers,
-                          on_wait=metrics.queue_wait.observe)
-    metrics.queue_depth.set_function(lambda: scheduler.depth)
-    reconciler.use_queue(scheduler)
-    reconciler.marked = caches.slice_index.mark
-    scanner.on_result(lambda namespace, name: wake((namespace, name)))  # from a scan thread
+    scanner.on_result(wakes.wake)  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
                         clock=clock) if settings.quarantine_pools else None
-    op = Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
-                  reconciler=reconciler, scheduler=scheduler, gate=gate, elector=elector,
-                  warden=warden, resync_interval_s=resync_interval_s, follow_ups=follow_ups)
-    return op
+    return Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
+                    reconciler=reconciler, scheduler=scheduler, gate=gate, elector=elector,
+                    warden=warden, resync_interval_s=resync_interval_s, follow_ups=follow_ups,
+                    resync_wanted=resync)
 
 
 def _elector(kube: Kube, metrics: OperatorMetrics, election: ElectionConfig,

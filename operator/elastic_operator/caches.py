@@ -179,7 +179,8 @@ class Caches:
     (`slice_index`, kept from every pod change); `on_job(key, old, new)` for every change
     of a job itself; `count(cause)` for each wake, by what caused it (pod, pod-paced,
     pod-progress, jobset, worker-job, worker-job-progress, node, workload);
-    `on_relist(resource, reason, objects)` after every list.
+    `on_relist(resource, reason, objects)` after every list; `slice_index`: the one
+    the reconciler marks (default: a new one).
     """
 
     def __init__(
@@ -190,9 +191,11 @@ class Caches:
         watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
         on_relist: Callable[[str, str, int], None] | None = None,
         count: Callable[[str], None] | None = None,
+        slice_index: SliceIndex | None = None,
     ) -> None:
         self.node_index = nodes
-        self.slice_index = SliceIndex(nodes)  # the reconciler marks it (app.py)
+        # Kept from every pod change; the reconciler marks it (app.py).
+        self.slice_index = slice_index or SliceIndex(nodes)
         self._wake = wake
         self._wake_paced = wake_paced or (lambda job, _soon: wake(job))
         self._count = count or (lambda _cause: None)

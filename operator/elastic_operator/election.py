@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_operator.kube import ApiError, Kube
+from elastic_operator.result import Result
 
 logger = logging.getLogger("elastic_operator")
 
@@ -291,10 +292,10 @@ class ReconcileGate:
         self._closed = False
         self._running = 0
 
-    def wrap(self, reconcile: Callable[[str, str], bool]) -> Callable[[str, str], bool]:
-        def gated(namespace: str, name: str) -> bool:
+    def wrap(self, reconcile: Callable[[str, str], Result]) -> Callable[[str, str], Result]:
+        def gated(namespace: str, name: str) -> Result:
             done = self.call(lambda: reconcile(namespace, name))
-            return True if done is None else done  # a standby has nothing to retry
+            return Result() if done is None else done  # a standby has nothing to retry
         return gated
 
     def call(self, work: Callable[[], T]) -> T | None:

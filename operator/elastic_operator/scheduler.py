@@ -7,9 +7,10 @@ bounded pool of worker threads reconciles the jobs named (client-go's workqueue)
   reconciled is reconciled once more right after (it may have missed that change).
 - A reconcile that fails is retried on its own, after a capped exponential backoff; any
   run in between (an event) replaces the pending retry, and a success resets the backoff.
-- A reconcile may ask to run again after some seconds (`add_after`: a grace period that
-  ends); the soonest ask wins and any run before then replaces it. `add_paced` asks the
-  same for progress only (core/wakes.py, core/pacing.py).
+- A reconcile returns when to look at the job again (result.py: `requeue_after`, a grace
+  period that ends; `paced_after`, for progress only, core/pacing.py); anything else may
+  ask the same at any time (`add_after`; `add_paced`, core/wakes.py). The soonest ask
+  wins and any run before then replaces it.
 - A job named at once (`add`) while a reconcile of it runs is news to that reconcile: it
   may start over from its reads (`running`, `cover`; the rule is core/startover.py)
   rather than finish and leave the news to wait for it.
@@ -27,22 +28,21 @@ from collections import deque
 from collections.abc import Callable
 
 from elastic_api.kube import Backoff
+from elastic_operator.result import FAILED, Result
 
 logger = logging.getLogger("elastic_operator")
 
 JobKey = tuple[str, str]  # (namespace, name)
-# Reconcile one job (in a worker thread); False: it failed and should be retried.
-ReconcileFunction = Callable[[str, str], bool]
+# Reconcile one job (in a worker thread): its verdict, and when to look again.
+ReconcileFunction = Callable[[str, str], Result]
 # A failed reconcile is retried after 1 s, doubling up to 60 s.
 RECONCILE_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 DEFAULT_WORKERS = 8
 
 
 class Scheduler:
-    def __init__(self, reconcile: ReconcileFunction, backoff: Backoff = RECONCILE_BACKOFF,
-                 *, workers: int = DEFAULT_WORKERS,
+    def __init__(self, backoff: Backoff = RECONCILE_BACKOFF, *, workers: int = DEFAULT_WORKERS,
                  on_wait: Callable[[float], None] | None = None) -> None:
-        self._reconcile = reconcile
         self.backoff = backoff
         self._workers = workers
         # Seconds from a job being named to its reconcile starting (a metric).
@@ -154,10 +154,12 @@ class Scheduler:
 
     # --- the threads ---
 
-    def start(self) -> None:
-        """Start the workers and the timer of delayed adds (jobs named before are kept)."""
-        self._threads = [threading.Thread(target=self._work_loop, name=f"reconcile-{i}",
-                                          daemon=True) for i in range(self._workers)]
+    def start(self, reconcile: ReconcileFunction) -> None:
+        """Start the workers, reconciling each job named with `reconcile`, and the timer
+        of delayed adds (jobs named before are kept)."""
+        self._threads = [threading.Thread(target=self._work_loop, args=(reconcile,),
+                                          name=f"reconcile-{i}", daemon=True)
+                         for i in range(self._workers)]
         self._threads.append(threading.Thread(target=self._timer_loop, name="requeue-timer",
                                               daemon=True))
         for thread in self._threads:
@@ -175,7 +177,7 @@ class Scheduler:
     def alive(self) -> bool:
         return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
-    def _work_loop(self) -> None:
+    def _work_loop(self, reconcile: ReconcileFunction) -> None:
         while True:
             with self._lock:
                 self._work.wait_for(lambda: self._stopping or bool(self._queue))
@@ -192,25 +194,30 @@ class Scheduler:
                     pending.pop(key, None)  # this run covers them
             if named_at is not None:
                 self._on_wait(time.monotonic() - named_at)
-            ok = self._run(key)
+            result = self._run(reconcile, key)
             with self._lock:
                 self._processing.discard(key)
                 self._run_paced.discard(key)
-                if ok:
+                if result.ok:
                     self._failures.pop(key, None)
                 else:
                     self._retry_locked(key)
+                if result.requeue_after is not None:
+                    self._schedule_locked("wake", key, result.requeue_after)
+                if result.paced_after is not None:
+                    self._schedule_locked("paced", key, result.paced_after)
                 if key in self._dirty:  # named while it ran: once more
                     self._queue.append(key)
                     self._work.notify()
                 self._idle.notify_all()
 
-    def _run(self, key: JobKey) -> bool:
+    @staticmethod
+    def _run(reconcile: ReconcileFunction, key: JobKey) -> Result:
         try:
-            return self._reconcile(*key)
+            return reconcile(*key)
         except Exception:  # the reconciler logs its own failures; this is a bug
             logger.exception("reconcile of %s/%s raised", *key)
-            return False
+            return FAILED
 
     def _timer_loop(self) -> None:
         with self._lock:

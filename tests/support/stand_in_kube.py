@@ -15,12 +15,17 @@ from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.followups import FollowUpRunner
+from elastic_operator.job_memory import JobMemories
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.observations import ApiObservations
 from elastic_operator.observed import ObservedJob, ObservedJobSet, ObservedPod
+from elastic_operator.own_writes import OwnWrites
+from elastic_operator.pacer import ProgressPacer
+from elastic_operator.reconcile_pass import News
 from elastic_operator.reconciler import Reconciler
+from elastic_operator.result import Result, Wake
 from elastic_operator.scanner import CheckpointScanner
 from tests.builders import T0, etj
 from tests.support.clock import FakeClock
@@ -142,11 +147,15 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
                progress_interval_s: float = 0.0,
                clock: FakeClock | None = None,
                follow_ups: FollowUpRunner | None = None,
+               wake: Wake | None = None,
+               news: News | None = None,
                ) -> tuple[Reconciler, CollectorRegistry]:
     """`pods`: what the pod cache holds (or a function that says, at each read);
     the worker-Job cache is the stand-in's `worker_jobs`. Progress-only status writes
     are not paced unless `progress_interval_s` says (`clock`: the reconciler's, T0 by default).
-    `follow_ups`: what runs the work after a status write (default: at once, inline)."""
+    `follow_ups`: what runs the work after a status write (default: at once, inline);
+    `wake`: the work queue's add_after (default: nothing); `news`: the work queue as a
+    running reconcile asks it for news (default: none, a pass never starts over)."""
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -163,9 +172,31 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
     observations = ApiObservations(
         kube, nodes or NodeIndex(), scanner, pods=pod_cache, jobsets=jobsets, jobs=jobs,
         worker_jobs=kube.worker_jobs if isinstance(kube, StandInKube) else None)
-    rec = Reconciler(kube, observations, metrics, clock=clock or FakeClock(T0),
-                     progress_interval_s=progress_interval_s, follow_ups=follow_ups)
+    clock = clock or FakeClock(T0)
+    memory = JobMemories()
+    wake = wake or (lambda _namespace, _name, _delay: None)
+    rec = Reconciler(kube, observations, metrics, clock=clock, memory=memory,
+                     own_writes=OwnWrites(memory, wake),
+                     pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
+                     wake=wake, news=news, follow_ups=follow_ups)
     return rec, registry
+
+
+class Looks:
+    """Every look at the job again a reconciler asks, in order: returned in a
+    reconcile's Result (`reconciled`), or asked later through its wake (`wake`)."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    def wake(self, namespace: str, name: str, delay: float) -> None:
+        self.delays.append(delay)
+
+    def reconciled(self, result: Result) -> bool:
+        """The looks `result` asks recorded; whether the reconcile worked."""
+        self.delays += [d for d in (result.requeue_after, result.paced_after)
+                        if d is not None]
+        return result.ok
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import pytest
 
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.kube import ApiError, Kube
+from elastic_operator.result import FAILED, Result
 
 NS, NAME = "ops", "elastic-training-operator"
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -341,21 +342,21 @@ def test_the_gate_runs_reconciles_only_while_allowed_and_drains_them() -> None:
     calls: list[str] = []
     release = threading.Event()
 
-    def reconcile(namespace: str, name: str) -> bool:
+    def reconcile(namespace: str, name: str) -> Result:
         calls.append(name)
         release.wait(5)
-        return False
+        return FAILED
 
     gate = ReconcileGate(lambda: allowed[0])
     gated = gate.wrap(reconcile)
-    assert gated("ns", "standby") is True and calls == []  # nothing to do, nothing to retry
+    assert gated("ns", "standby") == Result() and calls == []  # nothing to do, nothing to retry
     allowed[0] = True
     worker = threading.Thread(target=gated, args=("ns", "leader"))
     worker.start()
     while not calls:
         threading.Event().wait(0.01)
     gate.close()
-    assert gated("ns", "after-close") is True and calls == ["leader"]
+    assert gated("ns", "after-close") == Result() and calls == ["leader"]
     assert gate.drain(0.05) is False  # still running
     release.set()
     assert gate.drain(5) is True

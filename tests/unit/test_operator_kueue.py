@@ -60,7 +60,7 @@ def admitted_workload() -> WorkloadWrapper:
 def test_a_queued_jobs_workload_is_read_after_its_pods() -> None:
     kube = KueueKube(queued(), jobset(), admitted_workload().obj())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.index(POD_CACHE_READ) < kube.calls.index("list_workloads")
     assert condition(kube.job["status"], ADMITTED)["status"] == "True"
 
@@ -68,7 +68,7 @@ def test_a_queued_jobs_workload_is_read_after_its_pods() -> None:
 def test_a_job_no_queue_admits_costs_no_workload_request() -> None:
     kube = KueueKube(the_job(), jobset())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok and rec.reconcile("ml", "train").ok
     assert "list_workloads" not in kube.calls
     assert all(c["type"] != ADMITTED for c in kube.job["status"]["conditions"])
 
@@ -76,7 +76,7 @@ def test_a_job_no_queue_admits_costs_no_workload_request() -> None:
 def test_suspend_under_kueue_deactivates_the_workload_and_never_patches_the_jobset() -> None:
     kube = KueueKube(queued(suspend=True), jobset(), admitted_workload().obj())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.workload_patches == [False] and "patch_jobset_suspend" not in kube.calls
     # The status is computed from the Workload the patch returned.
     admitted = condition(kube.job["status"], ADMITTED)
@@ -86,10 +86,10 @@ def test_suspend_under_kueue_deactivates_the_workload_and_never_patches_the_jobs
 def test_a_preemption_counts_in_the_metric_once() -> None:
     kube = KueueKube(queued(), jobset(), admitted_workload().obj())
     rec, metrics = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     kube.workload = admitted_workload().preempted(at(100)).obj()
     kube.jobset = jobset(suspended=True)
-    assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok and rec.reconcile("ml", "train").ok
     assert metrics.get_sample_value("etj_preemptions_total",
                                     {"namespace": "ml", "job": "train"}) == 1
     assert metrics.get_sample_value("etj_slice_failures_total",

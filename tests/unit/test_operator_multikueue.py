@@ -181,7 +181,7 @@ def test_the_manager_reconcile_makes_the_workload_then_leaves_the_status_to_the_
         ) -> None:
     kube = ManagerKube(mk_raw())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.created == ["Workload"]  # no JobSet, no RBAC: nothing runs here
     assert kube.job["status"]["phase"] == "Queued"
     assert condition(kube.job["status"], ADMITTED)["reason"] == REASON_WAITING_FOR_ADMISSION
@@ -194,7 +194,7 @@ def test_the_manager_reconcile_makes_the_workload_then_leaves_the_status_to_the_
     kube.job["status"] = copy.deepcopy(worker_status)
     kube._bump()
     writes, events = kube.calls.count("patch_job_status"), len(kube.events)
-    assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok and rec.reconcile("ml", "train").ok
     assert kube.calls.count("patch_job_status") == writes
     assert len(kube.events) == events  # the worker posts its own Events
     assert kube.job["status"] == worker_status
@@ -270,7 +270,7 @@ def test_a_lost_worker_cluster_is_reported_on_the_manager_until_it_is_back() -> 
 
     kube = ManagerKube(mk_raw())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.workload is not None
     kube.workload = dispatched_workload()
     kube.job["status"] = {"phase": "Running", "jobSetName": "train", "slicesReady": 1,
@@ -279,7 +279,7 @@ def test_a_lost_worker_cluster_is_reported_on_the_manager_until_it_is_back() -> 
                                           "lastTransitionTime": "2026-11-29T12:00:30Z"}]}
     kube._bump()
     kube.clusters["worker-1"] = worker_cluster(False)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     status = kube.job["status"]
     lost = condition(status, ConditionType.WORKER_CLUSTER_REACHABLE)
     assert (lost["status"], lost["reason"]) == ("False", Reason.WORKER_CLUSTER_LOST)
@@ -292,13 +292,13 @@ def test_a_lost_worker_cluster_is_reported_on_the_manager_until_it_is_back() -> 
                                                Reason.WORKER_CLUSTER_LOST]
     # Said once: further reconciles write nothing, post nothing.
     writes = kube.calls.count("patch_job_status")
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("patch_job_status") == writes and len(kube.events) == 2
     # Back: the worker's next copy replaces the status; the manager writes nothing.
     kube.clusters["worker-1"] = worker_cluster(True)
     kube.job["status"] = {"phase": "Running", "jobSetName": "train", "slicesReady": 1}
     kube._bump()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("patch_job_status") == writes
     assert kube.job["status"] == {"phase": "Running", "jobSetName": "train",
                                   "slicesReady": 1}
@@ -368,7 +368,7 @@ def test_the_workload_is_ordered_by_the_jobs_priority_class_as_kueue_orders_a_jo
         "metadata": {"name": "low"}, "value": 100}
     kube.priority_classes[("scheduling.k8s.io", "pods-high")] = {"value": 9000}
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.workload is not None
     # The label wins over the pods' PriorityClass, as in Kueue's jobframework.
     assert kube.workload["spec"]["priorityClassRef"] == {
@@ -378,7 +378,7 @@ def test_the_workload_is_ordered_by_the_jobs_priority_class_as_kueue_orders_a_jo
     kube = ManagerKube(mk_raw(priorityClassName="pods-high"))
     kube.priority_classes[("scheduling.k8s.io", "pods-high")] = {"value": 9000}
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train") and kube.workload is not None
+    assert rec.reconcile("ml", "train").ok and kube.workload is not None
     assert kube.workload["spec"]["priorityClassRef"]["kind"] == "PriorityClass"
     assert kube.workload["spec"]["priority"] == 9000
     plain = render_workload(mk_job())["spec"]
@@ -391,7 +391,7 @@ def test_a_priority_class_that_does_not_exist_makes_no_workload_and_says_so() ->
 
     kube = ManagerKube(with_label(mk_raw(), KUEUE_PRIORITY_CLASS_LABEL, "urgent"))
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.workload is None and kube.created == []
     applied = condition(kube.job["status"], ConditionType.SPEC_APPLIED)
     assert (applied["status"], applied["reason"]) == ("False", Reason.INVALID_SPEC)
@@ -399,7 +399,7 @@ def test_a_priority_class_that_does_not_exist_makes_no_workload_and_says_so() ->
     assert "WorkloadPriorityClass 'urgent', which does not exist" in applied["message"]
     # Created: the next reconcile makes the Workload.
     kube.priority_classes[("kueue.x-k8s.io", "urgent")] = {"value": 5}
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.workload is not None and kube.workload["spec"]["priority"] == 5
 
 
@@ -407,17 +407,17 @@ def test_the_job_says_which_cluster_it_was_dispatched_to_and_forgets_it_when_tak
         ) -> None:
     kube = ManagerKube(mk_raw())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     annotations = kube.job["metadata"].get("annotations") or {}
     assert DISPATCHED_TO_ANNOTATION not in annotations  # waiting: no cluster
     kube.workload = dispatched_workload()
     kube._bump()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.job["metadata"]["annotations"][DISPATCHED_TO_ANNOTATION] == "worker-1"
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("annotate_dispatched_to") == 1  # said once
     # Preempted: Kueue takes the Workload back (not admitted, no cluster any more).
     kube.workload = with_status(render_workload(mk_job()), **RESERVED)
     kube._bump()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert DISPATCHED_TO_ANNOTATION not in kube.job["metadata"]["annotations"]

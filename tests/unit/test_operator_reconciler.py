@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -35,11 +36,22 @@ from elastic_operator.observed import (
     node_from_dict,
     pod_from_dict,
 )
-from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, WorkerPod, at
+from elastic_operator.result import PAST_DUE_S, Result
+from tests.builders import (
+    T0,
+    JobSetWrapper,
+    NodeWrapper,
+    PodWrapper,
+    WorkerPod,
+    at,
+    head_pod,
+    iso,
+)
 from tests.support.clock import FakeClock
 from tests.support.executors import Deferred
 from tests.support.stand_in_kube import (
     WORKER_JOB_CACHE_READ,
+    Looks,
     StandInKube,
     api_error,
     condition,
@@ -75,7 +87,7 @@ def test_a_refused_jobset_is_reported_once_as_invalid_spec() -> None:
     kube.fail["create JobSet"] = WEBHOOK_REFUSAL
     rec, metrics = reconciler(kube)
     for _ in range(3):  # the first reconcile, then two resyncs
-        assert rec.reconcile("ml", "train")
+        assert rec.reconcile("ml", "train").ok
     assert len(kube.patches) == 1 and errors(metrics) == 0
     status = kube.job["status"]
     assert status["observedGeneration"] == 1
@@ -90,7 +102,7 @@ def test_a_failure_that_may_pass_is_an_error_to_retry() -> None:
     kube = StandInKube(the_job())
     kube.fail["create JobSet"] = api_error(500, "InternalError", "etcd timeout")
     rec, metrics = reconciler(kube)
-    assert rec.reconcile("ml", "train") is False
+    assert rec.reconcile("ml", "train").ok is False
     assert kube.patches == [] and errors(metrics) == 1
 
 
@@ -106,7 +118,7 @@ def test_api_errors_are_told_apart_by_their_status(error: ApiError, benign: bool
     kube = StandInKube(the_job())
     kube.fail["patch_job_status"] = error
     rec, metrics = reconciler(kube)
-    assert rec.reconcile("ml", "train") is benign
+    assert rec.reconcile("ml", "train").ok is benign
     assert errors(metrics) == (0 if benign else 1)
 
 
@@ -126,7 +138,7 @@ def test_an_error_body_that_merely_mentions_a_reason_is_not_that_error() -> None
 def test_creating_the_jobset_reads_it_once_and_uses_what_the_create_returned() -> None:
     kube = StandInKube(the_job())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("get_jobset") == 1
     assert kube.created == ["Role", "RoleBinding", "JobSet"]
     status = kube.job["status"]
@@ -143,7 +155,7 @@ def test_a_jobset_left_by_a_deleted_job_of_the_same_name_is_not_taken_for_its_ow
     pods = (WorkerPod(0, 0).build(),)  # the old JobSet's pods, same job-name label
     kube = StandInKube(the_job(), JobSetWrapper("train", "ml").owner("old-copy-uid").obj())
     rec, _ = reconciler(kube, pods=pods)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.created == []  # nothing created beside another's JobSet
     status = kube.job["status"]
     assert "jobSetName" not in status and not status.get("slices")
@@ -153,7 +165,7 @@ def test_a_jobset_left_by_a_deleted_job_of_the_same_name_is_not_taken_for_its_ow
     assert condition(status, ConditionType.READY)["reason"] == Reason.JOBSET_NOT_CREATED
     # Collected: the job's own JobSet is created, and the job runs (no JobSetLost).
     kube.jobset = None
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.created == ["Role", "RoleBinding", "JobSet"]
     assert kube.jobset is not None and kube.jobset["metadata"]["ownerReferences"][0][
         "uid"] == "u-1"
@@ -166,7 +178,7 @@ def test_a_suspend_reads_the_jobset_once_and_uses_the_patch_response() -> None:
     job = the_job(suspend=True)
     kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").obj())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("get_jobset") == 1 and "patch_jobset_suspend" in kube.calls
     suspended = condition(kube.job["status"], ConditionType.SUSPENDED)
     assert suspended["reason"] == Reason.SUSPENDED  # the patched JobSet says so already
@@ -175,7 +187,7 @@ def test_a_suspend_reads_the_jobset_once_and_uses_the_patch_response() -> None:
 def test_a_restarted_operator_makes_sure_of_the_trainer_rbac_once() -> None:
     kube = StandInKube(the_job(), JobSetWrapper("train", "ml").owner("u-1").obj())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train") and rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok and rec.reconcile("ml", "train").ok
     assert kube.created == ["Role", "RoleBinding"]
 
 
@@ -192,8 +204,8 @@ def test_a_failed_checkpoint_scan_keeps_the_last_committed_step() -> None:
                                 error="cannot list gs://b/ckpt: permission denied")
 
     rec, _ = reconciler(kube, failing)
-    assert rec.reconcile("ml", "train")  # starts the scan (it finishes at once)
-    assert rec.reconcile("ml", "train")  # publishes it
+    assert rec.reconcile("ml", "train").ok  # starts the scan (it finishes at once)
+    assert rec.reconcile("ml", "train").ok  # publishes it
     checkpoint = kube.job["status"]["checkpoint"]
     assert checkpoint["latestCommittedStep"] == 100 and checkpoint["incompleteSteps"] == [200]
     assert checkpoint["error"] == "cannot list gs://b/ckpt: permission denied"
@@ -224,7 +236,7 @@ def test_a_write_in_between_makes_the_reconcile_read_again_and_count_once() -> N
     kube.before_patch = lambda: next(interleaved, False) and kube.write_training(
         {"step": 7, "observedAt": "2026-11-29T12:00:06Z"})
     rec, metrics = reconciler(kube, pods=pods)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("get_job") == 2 and kube.calls.count("patch_job_status") == 2
     status = kube.job["status"]
     assert status["slices"][0]["restarts"] == 1 and status["counters"]["sliceFailures"] == 1
@@ -241,10 +253,10 @@ def test_a_change_recomputed_after_a_failed_write_posts_its_events_once() -> Non
     kube, pods = a_slice_goes_down()
     kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
     rec, metrics = reconciler(kube, pods=pods)
-    assert rec.reconcile("ml", "train") is False
+    assert rec.reconcile("ml", "train").ok is False
     assert kube.events == [] and "post_event" not in kube.calls
     del kube.fail["patch_job_status"]
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN, Reason.SLICE_REPLACING]
     assert kube.job["status"]["counters"]["sliceFailures"] == 1
     assert metrics.get_sample_value("etj_events_already_posted_total") == 0
@@ -258,7 +270,7 @@ def test_conflicts_that_never_end_are_an_error_to_retry() -> None:
     kube, pods = a_slice_goes_down()
     kube.before_patch = lambda: kube.write_training({"step": 1})
     rec, metrics = reconciler(kube, pods=pods)
-    assert rec.reconcile("ml", "train") is False
+    assert rec.reconcile("ml", "train").ok is False
     assert kube.calls.count("patch_job_status") == 3 and errors(metrics) == 1
 
 
@@ -281,12 +293,12 @@ def test_the_job_is_read_from_its_cache() -> None:
     kube, pods = a_slice_goes_down()
     cache = JobCache(kube)
     rec, metrics = reconciler(kube, pods=pods, jobs=cache)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     # Our write comes back through the watch: no news, and the cache is current again.
     cache.catch_up()
-    assert rec.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
-    assert rec.reconcile("ml", "train")
+    assert rec.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
+    assert rec.reconcile("ml", "train").ok
     assert "get_job" not in kube.calls and errors(metrics) == 0
 
 
@@ -298,16 +310,16 @@ def test_until_our_write_comes_back_through_the_cache_the_job_is_read_as_it_left
     kube, pods = a_slice_goes_down()
     cache = JobCache(kube)
     rec, _ = reconciler(kube, pods=pods, jobs=cache)
-    assert rec.reconcile("ml", "train")  # our status write; the cache has the old job
+    assert rec.reconcile("ml", "train").ok  # our status write; the cache has the old job
     kube.calls.clear()
     healthy = (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
     rec.observations.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
-    assert rec.reconcile("ml", "train")  # a change (Restarting) written on our own version
+    assert rec.reconcile("ml", "train").ok  # a change (Restarting) written on our own version
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     assert kube.job["status"]["slices"][0]["state"] == "Restarting"
     cache.catch_up()  # the cache holds our write now (say, after a relist)
     kube.calls.clear()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert "get_job" not in kube.calls
 
 
@@ -323,14 +335,14 @@ def test_a_write_of_someone_else_after_ours_is_read_fresh() -> None:
                            resource_version: str | None = None) -> dict[str, Any] | None:
         written = patch(namespace, name, body, resource_version)
         kube.write_training({"step": 9})
-        rec.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])  # the watch
+        rec.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])  # the watch
         return written
 
     kube.patch_job_status = patch_then_trainer  # type: ignore[method-assign]
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     kube.patch_job_status = patch  # type: ignore[method-assign]
     kube.calls.clear()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("get_job") == 1 and kube.calls.count("patch_job_status") < 2
 
 
@@ -341,7 +353,7 @@ def test_a_job_cache_behind_another_writer_costs_one_refused_write_and_a_fresh_r
     cache = JobCache(kube)
     kube.write_training({"step": 7, "observedAt": "2026-11-29T12:00:06Z"})
     rec, metrics = reconciler(kube, pods=pods, jobs=cache)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("patch_job_status") == 2 and kube.calls.count("get_job") == 1
     status = kube.job["status"]
     assert status["slices"][0]["restarts"] == 1 and status["counters"]["sliceFailures"] == 1
@@ -357,10 +369,10 @@ def test_the_jobset_comes_from_its_cache_and_a_miss_is_checked_with_a_get() -> N
     kube = StandInKube(job, stored)
     cached = jobset_from_dict(stored)
     rec, _ = reconciler(kube, jobsets=lambda _ns, _name: cached)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert "get_jobset" not in kube.calls
     rec, _ = reconciler(kube, jobsets=lambda _ns, _name: None)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("get_jobset") == 1
     assert condition(kube.job["status"], ConditionType.FAILED)["status"] == "False"
 
@@ -371,14 +383,15 @@ def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
     version)."""
     kube, pods = a_slice_goes_down()
     rec, _ = reconciler(kube, pods=pods)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     ours = kube.job["metadata"]["resourceVersion"]
-    assert rec.wrote("ml", "train", ours)
+    assert rec.own_writes.wrote("ml", "train", ours)
     kube.write_training({"step": 3})
-    assert not rec.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
-    assert not rec.wrote("ml", "other", ours) and not rec.wrote("ml", "train", None)
+    assert not rec.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
+    assert not rec.own_writes.wrote("ml", "other", ours)
+    assert not rec.own_writes.wrote("ml", "train", None)
     rec.forget("ml", "train")
-    assert not rec.wrote("ml", "train", ours)
+    assert not rec.own_writes.wrote("ml", "train", ours)
 
 
 # --- Events after the status write, exactly once across a crash (the outbox) --------------
@@ -433,7 +446,7 @@ def test_events_are_posted_after_the_status_write_that_carries_them() -> None:
     """Whoever sees the SliceDown Event finds the failure counted in the status."""
     kube, pods = dying()
     rec, _ = reconciler(kube, pods=pods)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.index("patch_job_status") < kube.calls.index("post_event")
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert all(c is not None and c["sliceFailures"] == 1 for c in kube.status_at_post)
@@ -454,7 +467,7 @@ def test_a_leader_that_dies_after_the_write_leaves_its_events_to_the_next() -> N
     assert [e["reason"] for e in kube.job["status"]["pendingEvents"]] == SLICE_DOWN_EVENTS
 
     new, metrics = reconciler(kube, pods=pods)
-    assert new.reconcile("ml", "train")
+    assert new.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     status = kube.job["status"]
     assert "pendingEvents" not in status  # cleared by the new leader's write
@@ -464,7 +477,7 @@ def test_a_leader_that_dies_after_the_write_leaves_its_events_to_the_next() -> N
     # are exported at 0 from its first status write).
     assert metrics.get_sample_value("etj_slice_failures_total",
                                     {"namespace": "ml", "job": "train"}) == 0
-    assert new.reconcile("ml", "train")  # nothing left to post
+    assert new.reconcile("ml", "train").ok  # nothing left to post
     assert len(kube.events) == 2 and kube.calls.count("post_event") == 2
 
 
@@ -475,7 +488,7 @@ def test_a_leader_that_dies_between_two_posts_leaves_the_rest_posted_once() -> N
         old.reconcile("ml", "train")
     assert [e.reason for e in kube.events] == [Reason.SLICE_DOWN]
     new, metrics = reconciler(kube, pods=pods)
-    assert new.reconcile("ml", "train")
+    assert new.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert metrics.get_sample_value("etj_events_already_posted_total") == 1  # the 409
 
@@ -488,7 +501,7 @@ def test_a_stalled_leader_that_posts_after_the_new_one_is_refused_its_copies() -
     takeover = iter([True])
     kube.after_patch = lambda: next(takeover, False) and new.reconcile("ml", "train")
     old, old_metrics = reconciler(kube, pods=pods)
-    assert old.reconcile("ml", "train")
+    assert old.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert new_metrics.get_sample_value("etj_events_already_posted_total") == 0
     assert old_metrics.get_sample_value("etj_events_already_posted_total") == 2
@@ -515,12 +528,12 @@ def test_a_leader_deposed_after_its_status_write_sends_nothing_more() -> None:
     fenced.may_write = lambda: leads[0]
     fenced.after_patch = lambda: leads.__setitem__(0, False)
     old, old_metrics = reconciler(fenced, pods=pods)
-    assert old.reconcile("ml", "train")
+    assert old.reconcile("ml", "train").ok
     assert fenced.events == [] and fenced.calls[-1] == "post_event (not sent)"
     assert old_metrics.get_sample_value("etj_reconcile_errors_total") == 0
     fenced.may_write = lambda: True  # the new leader's
     new, _ = reconciler(fenced, pods=pods)
-    assert new.reconcile("ml", "train")
+    assert new.reconcile("ml", "train").ok
     assert [e.reason for e in fenced.events] == SLICE_DOWN_EVENTS
 
 
@@ -533,7 +546,7 @@ def test_the_outbox_costs_no_request_when_the_next_write_clears_it() -> None:
     seen = [healthy]
     rec, _ = reconciler(kube, pods=lambda: seen[-1])
     for _ in range(3):  # the first writes, the second publishes the checkpoint scan
-        assert rec.reconcile("ml", "train")
+        assert rec.reconcile("ml", "train").ok
     writes = kube.calls.count("patch_job_status")
     assert writes == 2, "steady: no write"
 
@@ -541,7 +554,7 @@ def test_the_outbox_costs_no_request_when_the_next_write_clears_it() -> None:
         """(status writes, Event posts, the write's status) of one reconcile."""
         seen.append(pods)
         writes, posts = kube.calls.count("patch_job_status"), kube.calls.count("post_event")
-        assert rec.reconcile("ml", "train")
+        assert rec.reconcile("ml", "train").ok
         wrote = kube.calls.count("patch_job_status") - writes
         return (wrote, kube.calls.count("post_event") - posts,
                 kube.patches[-1]["status"] if wrote else None)
@@ -566,10 +579,10 @@ def test_an_event_the_api_server_failed_to_take_is_tried_again_by_the_next_recon
     kube, pods = a_slice_goes_down()
     kube.fail["post_event"] = api_error(500, "InternalError", "etcd timeout")
     rec, _ = reconciler(kube, pods=pods)
-    assert rec.reconcile("ml", "train")  # an Event is best effort: no reconcile error
+    assert rec.reconcile("ml", "train").ok  # an Event is best effort: no reconcile error
     assert kube.events == []
     del kube.fail["post_event"]
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert "pendingEvents" not in kube.job["status"]
 
@@ -584,17 +597,17 @@ def test_an_event_refused_for_now_stays_in_the_outbox_across_the_next_write() ->
     seen = [failed]
     rec, _ = reconciler(kube, pods=lambda: seen[-1])
     kube.fail["post_event"] = api_error(429, "TooManyRequests", "throttled")
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     seen.append(restarting)
     writes = kube.calls.count("patch_job_status")
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.count("patch_job_status") == writes + 1
     status = kube.job["status"]
     assert status["slices"][0]["state"] == "Restarting" and kube.events == []
     assert [e["reason"] for e in status["pendingEvents"]] == SLICE_DOWN_EVENTS
     del kube.fail["post_event"]
     for _ in range(3):
-        assert rec.reconcile("ml", "train")
+        assert rec.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert "pendingEvents" not in kube.job["status"]
 
@@ -606,9 +619,9 @@ def test_our_write_coming_back_before_its_response_is_still_ours(
     reaches the reconciler: still no news (no second reconcile); a version someone else
     wrote meanwhile wakes the job once the write returns."""
     kube, pods = a_slice_goes_down()
-    rec, _ = reconciler(kube, pods=pods)
-    woken: list[float] = []
-    rec.wake = lambda _ns, _name, delay: woken.append(delay)
+    looks = Looks()
+    rec, _ = reconciler(kube, pods=pods, wake=looks.wake)
+    woken = looks.delays
     answers: list[bool] = []
     patch = kube.patch_job_status
 
@@ -616,14 +629,15 @@ def test_our_write_coming_back_before_its_response_is_still_ours(
                          resource_version: str | None = None) -> dict[str, Any] | None:
         written = patch(namespace, name, body, resource_version)
         assert written is not None
-        answers.append(rec.wrote(namespace, name, written["metadata"]["resourceVersion"]))
+        answers.append(rec.own_writes.wrote(namespace, name,
+                                            written["metadata"]["resourceVersion"]))
         if trainer_writes_meanwhile:
             kube.write_training({"step": 9})
-            rec.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
+            rec.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
         return written
 
     kube.patch_job_status = patch_then_watch  # type: ignore[method-assign]
-    assert rec.reconcile("ml", "train")
+    assert looks.reconciled(rec.reconcile("ml", "train"))
     assert answers == [True]
     assert [d for d in woken if d == 0.0] == ([0.0] if trainer_writes_meanwhile else [])
 
@@ -681,16 +695,51 @@ class ReplacingKube(StandInKube):
 def test_the_replacement_is_recorded_before_the_job_is_deleted_and_only_once() -> None:
     kube = ReplacingKube()
     rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls.index("patch_job_status") < kube.calls.index("delete_job")
     # The Events last: whoever sees SliceReplacing finds the Job deleted.
     assert kube.calls.index("delete_job") < kube.calls.index("post_event")
     record = kube.job["status"]["slices"][0]["replacement"]
     assert (record["action"], record["jobUid"]) == ("Replace", ReplacingKube.JOB_UID)
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
-    assert rec.reconcile("ml", "train")  # the Job is being deleted now: nothing more
+    assert rec.reconcile("ml", "train").ok  # the Job is being deleted now: nothing more
     assert len(kube.deleted) == 1 and kube.job["status"]["slices"][0]["restarts"] == 1
     assert "list_worker_jobs" not in kube.calls  # read from the cache, never listed
+
+
+def test_forget_drops_everything_remembered_of_the_job() -> None:
+    """What the reconciler remembers of a job is one JobMemory: forgetting a deleted job
+    drops all of it at once, the head pods handed over for a trainer restart too, and a
+    follow-up that ends after it brings none of it back."""
+    kube = ReplacingKube()
+    kube.job["status"] = {"progress": {"since": iso(T0), "restart": {
+        "requestedAt": iso(T0), "podName": "train-head-0-0", "podUid": "head-uid",
+        "reason": "ProgressDeadlineExceeded"}}}
+    head = replace(head_pod(name="train-head-0-0"), uid="head-uid")
+    later = Deferred()
+    rec, _ = reconciler(kube, pods=(*kube.pods(), head), nodes=kube.nodes(), follow_ups=later)
+    assert rec.reconcile("ml", "train").ok
+    mine = rec.memory.peek(("ml", "train"))
+    assert mine is not None and mine.restarted_pods == {"head-uid"}
+    assert mine.deleted_jobs == {ReplacingKube.JOB_UID} and mine.posting
+    assert mine.written == kube.job["metadata"]["resourceVersion"]
+    assert mine.children_ensured == "u-1" and mine.last_write is not None
+    rec.forget("ml", "train")
+    assert rec.memory.peek(("ml", "train")) is None and len(rec.memory) == 0
+    assert later.run() > 0  # the restart, the Job deletion and the Events, after it
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+    assert rec.memory.peek(("ml", "train")) is None and len(rec.memory) == 0
+
+
+def test_a_reconcile_returns_when_to_look_at_the_job_again() -> None:
+    """The progress deadline comes due in 500 s: the reconcile's Result asks for a look a
+    little after it, and nothing paced; the work queue keeps it (scheduler.py)."""
+    job = the_job()
+    job["status"] = {"progress": {"step": 5, "since": iso(at(-100)), "advanced": True,
+                                  "deadlineSeconds": 600}}
+    kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").workers(1, 2).obj())
+    rec, _ = reconciler(kube, pods=(WorkerPod(0, 0).build(), WorkerPod(0, 1).build()))
+    assert rec.reconcile("ml", "train") == Result(requeue_after=500 + PAST_DUE_S)
 
 
 def test_a_job_deleted_is_not_deleted_again_before_the_cache_sees_it() -> None:
@@ -701,7 +750,7 @@ def test_a_job_deleted_is_not_deleted_again_before_the_cache_sees_it() -> None:
     kube.cache_stale = True
     rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
     for _ in range(3):
-        assert rec.reconcile("ml", "train")
+        assert rec.reconcile("ml", "train").ok
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
 
 
@@ -709,7 +758,7 @@ def test_no_delete_when_the_intent_could_not_be_written() -> None:
     kube = ReplacingKube()
     kube.fail["patch_job_status"] = api_error(500, "InternalError", "etcd timeout")
     rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
-    assert rec.reconcile("ml", "train") is False
+    assert rec.reconcile("ml", "train").ok is False
     assert "delete_job" not in kube.calls and errors(metrics) == 1
 
 
@@ -724,7 +773,7 @@ def test_the_status_write_is_the_last_request_a_reconcile_waits_for() -> None:
     kube = ReplacingKube()
     later = Deferred()
     rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes(), follow_ups=later)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.calls[-2:] == ["patch_job_status", WORKER_JOB_CACHE_READ]
     assert "delete_job" not in kube.calls and "post_event" not in kube.calls
     assert kube.job["status"]["slices"][0]["replacement"]["jobUid"] == ReplacingKube.JOB_UID
@@ -740,8 +789,8 @@ def test_a_job_handed_over_for_deletion_is_not_deleted_twice() -> None:
     kube = ReplacingKube()
     later = Deferred()
     rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes(), follow_ups=later)
-    assert rec.reconcile("ml", "train")
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
+    assert rec.reconcile("ml", "train").ok
     later.run()
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
 
@@ -749,14 +798,14 @@ def test_a_job_handed_over_for_deletion_is_not_deleted_twice() -> None:
 def test_a_delete_that_failed_in_a_follow_up_is_planned_again() -> None:
     kube = ReplacingKube()
     kube.fail["delete_job"] = api_error(500, "InternalError", "etcd timeout")
-    rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
-    woken: list[float] = []
-    rec.wake = lambda _ns, _name, delay: woken.append(delay)
-    assert rec.reconcile("ml", "train")
+    looks = Looks()
+    rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes(), wake=looks.wake)
+    woken = looks.delays
+    assert looks.reconciled(rec.reconcile("ml", "train"))
     assert kube.deleted == [] and errors(metrics) == 1
     assert any(abs(delay - 1.1) < 1e-9 for delay in woken)  # retried after a backoff
     del kube.fail["delete_job"]
-    assert rec.reconcile("ml", "train")
+    assert looks.reconciled(rec.reconcile("ml", "train"))
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
 
 
@@ -770,7 +819,7 @@ def test_a_delete_still_queued_deletes_nothing_a_pod_failing_meanwhile_is_counte
     later = Deferred()
     seen = [kube.pods()]
     rec, _ = reconciler(kube, pods=lambda: seen[-1], nodes=kube.nodes(), follow_ups=later)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.job["status"]["slices"][0]["restarts"] == 1
 
     def pod(host: int, name: str, failed: bool) -> ObservedPod:
@@ -783,10 +832,10 @@ def test_a_delete_still_queued_deletes_nothing_a_pod_failing_meanwhile_is_counte
         return pod_from_dict(wrapper.obj())
 
     seen.append((pod(0, "", False), pod(1, "-b", False)))  # replaced: Ready again
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.job["status"]["slices"][0]["state"] == "Ready"
     seen.append((pod(0, "", True), pod(1, "-b", False)))  # host 0 of the live Job fails
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     slice0 = kube.job["status"]["slices"][0]
     assert (slice0["state"], slice0["restarts"]) == ("Down", 2)
     assert kube.job["status"]["counters"]["sliceFailures"] == 2
@@ -807,15 +856,15 @@ def test_an_event_on_its_way_stays_in_the_outbox_and_is_handed_over_once() -> No
     seen = [failed]
     later = Deferred()
     rec, metrics = reconciler(kube, pods=lambda: seen[-1], follow_ups=later)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     outbox = [e["name"] for e in kube.job["status"]["pendingEvents"]]
     seen.append(restarting_pods())
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     status = kube.job["status"]
     assert status["slices"][0]["state"] == "Restarting"
     assert [e["name"] for e in status["pendingEvents"]] == outbox
     assert later.run() == 1 and [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert "pendingEvents" not in kube.job["status"] and later.run() == 0
     assert metrics.get_sample_value("etj_events_already_posted_total") == 0
 
@@ -824,11 +873,11 @@ def test_a_leader_that_dies_with_its_events_on_their_way_leaves_them_to_the_next
     kube, failed = a_slice_goes_down()
     seen = [failed]
     old, _ = reconciler(kube, pods=lambda: seen[-1], follow_ups=Deferred())
-    assert old.reconcile("ml", "train")
+    assert old.reconcile("ml", "train").ok
     seen.append(restarting_pods())
-    assert old.reconcile("ml", "train")  # another write; then the process dies
+    assert old.reconcile("ml", "train").ok  # another write; then the process dies
     new, _ = reconciler(kube, pods=lambda: seen[-1])
-    assert new.reconcile("ml", "train")
+    assert new.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     assert "pendingEvents" not in kube.job["status"]
 
@@ -840,29 +889,29 @@ def test_our_earlier_write_coming_back_late_is_still_ours() -> None:
     kube, failed = a_slice_goes_down()
     seen = [failed]
     cache = JobCache(kube)
-    rec, _ = reconciler(kube, pods=lambda: seen[-1], jobs=cache)
-    woken: list[float] = []
-    rec.wake = lambda _ns, _name, delay: woken.append(delay)
-    assert rec.reconcile("ml", "train")  # the first write; the watch is behind
+    looks = Looks()
+    rec, _ = reconciler(kube, pods=lambda: seen[-1], jobs=cache, wake=looks.wake)
+    woken = looks.delays
+    assert looks.reconciled(rec.reconcile("ml", "train"))  # the first write; the watch is behind
     first = copy.deepcopy(kube.job)
     patch = kube.patch_job_status
 
     def patch_then_late_watch(namespace: str, name: str, body: dict[str, Any],
                               resource_version: str | None = None) -> dict[str, Any] | None:
         written = patch(namespace, name, body, resource_version)
-        rec.wrote(namespace, name, first["metadata"]["resourceVersion"])  # comes now
+        rec.own_writes.wrote(namespace, name, first["metadata"]["resourceVersion"])  # comes now
         return written
 
     kube.patch_job_status = patch_then_late_watch  # type: ignore[method-assign]
     seen.append(restarting_pods())
-    assert rec.reconcile("ml", "train")  # the second write
+    assert looks.reconciled(rec.reconcile("ml", "train"))  # the second write
     kube.patch_job_status = patch  # type: ignore[method-assign]
     assert 0.0 not in woken
-    assert rec.wrote("ml", "train", first["metadata"]["resourceVersion"])
+    assert rec.own_writes.wrote("ml", "train", first["metadata"]["resourceVersion"])
     cache.seen = first  # the cache holds the first write
     kube.calls.clear()
     seen.append((WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).build()))
-    assert rec.reconcile("ml", "train")
+    assert looks.reconciled(rec.reconcile("ml", "train"))
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     assert kube.job["status"]["slices"][0]["state"] == "Ready"
 
@@ -878,7 +927,7 @@ class TickingClock(FakeClock):
 def test_a_reconcile_times_each_phase_once_within_its_duration() -> None:
     kube = StandInKube(the_job())
     rec, registry = reconciler(kube, clock=TickingClock(T0))
-    assert rec.reconcile("ml", "train") and kube.patches  # through to the status write
+    assert rec.reconcile("ml", "train").ok and kube.patches  # through to the status write
 
     def count(name: str, **labels: str) -> float:
         return registry.get_sample_value(f"{name}_count", labels) or 0.0
@@ -895,7 +944,7 @@ def test_a_reconcile_of_a_job_being_deleted_times_no_phase() -> None:
     kube = StandInKube(the_job())
     kube.job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     rec, registry = reconciler(kube, clock=TickingClock(T0))
-    assert rec.reconcile("ml", "train") and kube.patches == []
+    assert rec.reconcile("ml", "train").ok and kube.patches == []
     assert all((registry.get_sample_value("etj_reconcile_phase_seconds_count", {"phase": p})
                 or 0.0) == 0 for p in RECONCILE_PHASES)
     assert registry.get_sample_value("etj_reconcile_cpu_seconds_count") == 1

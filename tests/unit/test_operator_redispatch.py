@@ -200,16 +200,16 @@ def test_a_suspended_job_says_why_naming_the_cluster_and_the_field() -> None:
 def test_the_manager_reconcile_deactivates_before_it_releases_then_resumes_the_job() -> None:
     kube = ManagerKube(mk_raw())
     rec, _ = reconciler(kube)
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     job = ElasticTrainingJob.model_validate(kube.job)
     kube.workload = dispatched_workload(job, at(10))
     kube.job["status"] = copy.deepcopy(RUNNING)
     kube._bump()
     kube.clusters["worker-1"] = worker_cluster(False)
-    assert rec.reconcile("ml", "train")  # WorkerClusterReachable False, the name kept
+    assert rec.reconcile("ml", "train").ok  # WorkerClusterReachable False, the name kept
     kube.workload = lost_workload(job)
     kube.calls.clear()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     writes = [c for c in kube.calls if c.startswith("patch_workload")]
     assert writes == ["patch_workload_active", "patch_workload_status"]
     assert kube.workload["spec"]["active"] is False
@@ -221,15 +221,15 @@ def test_the_manager_reconcile_deactivates_before_it_releases_then_resumes_the_j
     assert condition(status, ADMITTED)["reason"] == Reason.REDISPATCH_NOT_ALLOWED
     assert kube.events[-1].reason == Reason.REDISPATCH_NOT_ALLOWED
     # Nothing more while suspended (once the outbox of that write is cleared).
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     kube.calls.clear()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert not [c for c in kube.calls if c.startswith("patch_")]
     # The user allows it: reactivated, the marks gone; it queues again.
     kube.job["spec"]["multiCluster"] = {"redispatch": "OnWorkerLost"}
     kube.job["metadata"]["generation"] = 2
     kube._bump()
-    assert rec.reconcile("ml", "train")
+    assert rec.reconcile("ml", "train").ok
     assert kube.workload["spec"]["active"] is True
     assert not kube.workload["metadata"].get("annotations")
     assert kube.job["status"]["phase"] == Phase.QUEUED

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from elastic_api.kube import Backoff
+from elastic_operator.result import FAILED, Result
 from elastic_operator.scheduler import RECONCILE_BACKOFF, ReconcileFunction, Scheduler
 
 DEADLINE_S = 10.0
@@ -32,7 +33,7 @@ class CountingReconciler:
             self.release.set()
         self.failures_left = failures
 
-    def reconcile(self, namespace: str, name: str) -> bool:
+    def reconcile(self, namespace: str, name: str) -> Result:
         key = (namespace, name)
         with self.lock:
             self.active[key] = self.active.get(key, 0) + 1
@@ -46,8 +47,8 @@ class CountingReconciler:
             self.running -= 1
             if self.failures_left > 0:
                 self.failures_left -= 1
-                return False
-        return True
+                return FAILED
+        return Result()
 
 
 def until(predicate: Callable[[], bool], what: str) -> None:
@@ -66,8 +67,8 @@ def started() -> Iterator[Callable[..., Scheduler]]:
 
     def make(reconcile: ReconcileFunction, backoff: Backoff = RECONCILE_BACKOFF,
              workers: int = 4) -> Scheduler:
-        scheduler = Scheduler(reconcile, backoff, workers=workers)
-        scheduler.start()
+        scheduler = Scheduler(backoff, workers=workers)
+        scheduler.start(reconcile)
         made.append(scheduler)
         return scheduler
 
@@ -148,9 +149,9 @@ def test_jobs_named_from_other_threads_are_reconciled_once_each() -> None:
     a worker reaches the reconciler as one reconcile per job (and jobs named before the
     workers start are kept, not lost)."""
     rec = CountingReconciler(hold=True)
-    scheduler = Scheduler(rec.reconcile, workers=1)  # "early" holds the only worker
+    scheduler = Scheduler(workers=1)  # "early" holds the only worker
     scheduler.add("ns", "early")
-    scheduler.start()
+    scheduler.start(rec.reconcile)
     try:
         until(lambda: ("ns", "early") in rec.calls, "the early job reconciled")
 
@@ -192,12 +193,12 @@ def test_a_reconcile_can_ask_to_run_again_later_from_its_thread(
     times: list[float] = []
     scheduler: Scheduler
 
-    def reconcile(namespace: str, name: str) -> bool:
+    def reconcile(namespace: str, name: str) -> Result:
         times.append(time.monotonic())
-        if len(times) == 1:  # from the worker thread, as the Reconciler does
+        if len(times) == 1:  # from the worker thread, as the Reconciler's follow-ups may
             scheduler.add_after(namespace, name, 0.2)
             scheduler.add_after(namespace, name, 30.0)  # a later ask: the sooner wins
-        return True
+        return Result()
 
     scheduler = started(reconcile)
     scheduler.add("ns", "a")
@@ -210,11 +211,11 @@ def test_an_event_before_the_wake_replaces_it(started: Callable[..., Scheduler])
     calls: list[tuple[str, str]] = []
     scheduler: Scheduler
 
-    def reconcile(namespace: str, name: str) -> bool:
+    def reconcile(namespace: str, name: str) -> Result:
         calls.append((namespace, name))
         if len(calls) == 1:
             scheduler.add_after(namespace, name, 3600)
-        return True
+        return Result()
 
     scheduler = started(reconcile)
     scheduler.add("ns", "a")
@@ -226,17 +227,70 @@ def test_an_event_before_the_wake_replaces_it(started: Callable[..., Scheduler])
     assert calls == [("ns", "a")] * 2
 
 
+def test_a_reconcile_returns_when_to_look_again_and_the_soonest_ask_wins(
+        started: Callable[..., Scheduler]) -> None:
+    """Its Result's requeue_after (a grace period that ends) wakes the job, unless an ask
+    already pending is sooner; a later one does not put it off."""
+    times: list[float] = []
+    scheduler: Scheduler
+
+    def reconcile(namespace: str, name: str) -> Result:
+        times.append(time.monotonic())
+        if len(times) == 1:
+            scheduler.add_after(namespace, name, 30.0)  # asked meanwhile: later
+            return Result(requeue_after=0.2)
+        return Result()
+
+    scheduler = started(reconcile)
+    scheduler.add("ns", "a")
+    until(lambda: len(times) == 2, "the woken reconcile")
+    assert not scheduler.wake_pending("ns", "a")
+    assert times[1] - times[0] >= 0.2
+
+
+def test_a_result_paced_after_runs_the_job_again_for_progress_only(
+        started: Callable[..., Scheduler]) -> None:
+    runs: list[tuple[bool, bool]] = []
+    scheduler: Scheduler
+
+    def reconcile(namespace: str, name: str) -> Result:
+        runs.append(scheduler.running(namespace, name))
+        return Result(paced_after=0.05) if len(runs) == 1 else Result()
+
+    scheduler = started(reconcile)
+    scheduler.add("ns", "a")
+    until(lambda: len(runs) == 2, "the paced run")
+    assert runs == [(False, False), (False, True)]  # the second, for progress only
+    assert scheduler.wait_idle("ns", "a", DEADLINE_S) and not scheduler.wake_pending("ns", "a")
+
+
+def test_a_failed_result_is_retried_and_its_requeue_kept(
+        started: Callable[..., Scheduler]) -> None:
+    """ok False: retried after the backoff; a look it asks sooner still wakes it."""
+    calls: list[float] = []
+
+    def reconcile(namespace: str, name: str) -> Result:
+        calls.append(time.monotonic())
+        return Result(ok=False, requeue_after=0.05) if len(calls) == 1 else Result()
+
+    scheduler = started(reconcile, Backoff(base_s=3600, cap_s=3600))
+    scheduler.add("ns", "a")
+    until(lambda: len(calls) == 2, "the requeue, before the retry in an hour")
+    until(lambda: scheduler.failures("ns", "a") == 0, "the success counted")
+    assert not scheduler.retry_pending("ns", "a")
+
+
 def test_a_reconcile_that_raises_is_retried_and_stop_ends_the_workers() -> None:
     calls: list[int] = []
 
-    def reconcile(namespace: str, name: str) -> bool:
+    def reconcile(namespace: str, name: str) -> Result:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("a bug")
-        return True
+        return Result()
 
-    scheduler = Scheduler(reconcile, Backoff(base_s=0.01, cap_s=0.01), workers=2)
-    scheduler.start()
+    scheduler = Scheduler(Backoff(base_s=0.01, cap_s=0.01), workers=2)
+    scheduler.start(reconcile)
     scheduler.add("ns", "a")
     until(lambda: len(calls) == 2 and scheduler.failures("ns", "a") == 0, "the retry")
     assert scheduler.alive
@@ -287,8 +341,8 @@ def test_a_run_that_starts_over_covers_every_naming_so_far(
     run nothing more after it; its new pass is for news (not paced any more)."""
     waits: list[float] = []
     rec = CountingReconciler(hold=True)
-    scheduler = Scheduler(rec.reconcile, workers=2, on_wait=waits.append)
-    scheduler.start()
+    scheduler = Scheduler(workers=2, on_wait=waits.append)
+    scheduler.start(rec.reconcile)
     try:
         scheduler.add_paced("ns", "a", 0.0)
         until(lambda: rec.calls == [("ns", "a")], "the paced run started")

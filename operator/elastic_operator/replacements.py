@@ -1,0 +1,136 @@
+"""After the status write: act on the slice replacements it records (core/replacement.py)
+and on a trainer restart it calls for (core/progress.py), planned here and written by a
+follow-up (followups.py; replacer.py executes them), the status already recording the
+intent. A worker Job handed over for deletion counts as being deleted from then on (the
+next reconcile may plan before the DELETE returns: no second one); again not, should the
+DELETE not go through. A follow-up that fails, or one throttled by the node-action
+limiter, wakes the job later (it plans the write again).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from elastic_api.kube import Backoff
+from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_operator.core.failure import is_terminal
+from elastic_operator.core.maintenance import next_notice_in
+from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
+from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
+from elastic_operator.core.replacement import needs_jobs, plan_replacements
+from elastic_operator.followups import FollowUpRunner
+from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
+from elastic_operator.kube import NotLeading
+from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.observations import Observations
+from elastic_operator.observed import Observed, ObservedJob
+from elastic_operator.replacer import Replacer
+from elastic_operator.result import Wake, due_in
+
+logger = logging.getLogger("elastic_operator")
+
+# A follow-up (replacement writes) that failed wakes the job after this backoff.
+FOLLOW_UP_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
+
+
+class Replacements:
+    def __init__(self, replacer: Replacer, observations: Observations, metrics: OperatorMetrics,
+                 memory: JobMemories, follow_ups: FollowUpRunner, wake: Wake) -> None:
+        self.replacer = replacer
+        self.observations = observations
+        self.metrics = metrics
+        self.memory = memory
+        self.follow_ups = follow_ups
+        self.wake = wake  # for a follow-up that ends after its reconcile returned
+
+    def act(self, raw: dict[str, Any], job: ElasticTrainingJob,
+            status: ElasticTrainingJobStatus, observed: Observed,
+            now: datetime) -> list[float | None]:
+        """Hand the follow-ups the writes of the replacements and trainer restart the
+        status records; the seconds until each thing it waits for comes due."""
+        jobset = observed.jobset
+        namespace = job.metadata.namespace or ""
+        key = (namespace, job.metadata.name)
+        # The progress deadline comes due (core/progress.py): woken then, whatever else.
+        waits = [next_progress_look_in(job.spec, status.progress, now)]
+        if jobset is None or jobset.suspended or is_terminal(status):
+            return waits
+        mine = self.memory.of(key)
+        restart = plan_trainer_restart(namespace, jobset.name, status.progress,
+                                       observed.head_pods)
+        if restart is not None and restart.pod_uid not in mine.restarted_pods:
+            mine.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
+            self._hand_over(raw, key, (restart,), now)
+        if not job.spec.recovery.replace_slices:
+            return waits
+        if needs_jobs(status):  # read again: a Job deleted since the look is being deleted
+            observed = replace(observed, jobs=self.worker_jobs(key, jobset.name, planned=True))
+        plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
+        if plan.actions:
+            self._hand_over(raw, key, plan.actions, now)
+        waits += [plan.wake_after_s, next_notice_in(job.spec, observed, now)]
+        request = status.checkpoint_request
+        if request is not None and request.phase == "Requested":
+            waits.append((request.deadline - now).total_seconds())
+        return waits
+
+    def worker_jobs(self, key: JobKey, jobset: str, *, planned: bool) -> dict[int, ObservedJob]:
+        """The worker Jobs from the cache; one this process deleted is being deleted,
+        whether or not the cache has seen it yet (`planned`: or is about to delete)."""
+        jobs = self.observations.worker_jobs(key[0], jobset)
+        mine = self.memory.of(key)
+        with self.memory.lock:
+            deleting: set[str] = set()
+            for marked in (mine.deleted_jobs, mine.sent_deletes) if planned \
+                    else (mine.sent_deletes,):
+                if marked:
+                    marked &= {j.uid for j in jobs.values()}  # the others left the cache
+                    deleting |= marked
+        if not deleting:
+            return jobs
+        return {i: replace(j, deleting=True) if j.uid in deleting else j
+                for i, j in jobs.items()}
+
+    def _hand_over(self, raw: dict[str, Any], key: JobKey,
+                   actions: tuple[ReplacementAction, ...], now: datetime) -> None:
+        """Hand the writes to the follow-up runner. A Job to delete counts as being
+        deleted from now on; again not, should the DELETE not go through."""
+        # Deleted (or found gone or replaced, which plans the same): never again.
+        deleted = {a.uid for a in actions if isinstance(a, DeleteWorkerJob)}
+        mine = self.memory.of(key)
+        with self.memory.lock:
+            mine.deleted_jobs.update(deleted)
+
+        def write() -> None:
+            try:
+                throttled = self.replacer.execute(raw, actions, now)
+            except Exception as e:
+                with self.memory.lock:
+                    mine.deleted_jobs.difference_update(deleted)
+                self._failed(key, mine, e)
+                return
+            with self.memory.lock:  # answered: deleted, or found gone or replaced
+                mine.sent_deletes.update(deleted)
+                mine.follow_up_failures = 0
+            self._wake(key, due_in([throttled]))
+
+        self.follow_ups.submit(key, write)
+
+    def _failed(self, key: JobKey, mine: JobMemory, error: Exception) -> None:
+        """A follow-up's write failed: counted and logged as a failed reconcile would
+        be, and the job reconciled again after a backoff (it plans the write again)."""
+        if isinstance(error, NotLeading):  # the new leader does what is left
+            logger.warning("follow-up of %s/%s stopped: %s", *key, error)
+            return
+        self.metrics.reconcile_errors.inc()
+        logger.error("follow-up of %s/%s failed", *key, exc_info=error)
+        with self.memory.lock:
+            mine.follow_up_failures += 1
+            failures = mine.follow_up_failures
+        self._wake(key, due_in([FOLLOW_UP_BACKOFF.delay(failures)]))
+
+    def _wake(self, key: JobKey, after: float | None) -> None:
+        if after is not None:
+            self.wake(key[0], key[1], after)

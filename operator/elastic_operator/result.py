@@ -1,0 +1,45 @@
+"""What one reconcile returns to the work queue (controller-runtime's `ctrl.Result`):
+whether it worked, and when to look at the job again; the queue (scheduler.py) keeps the
+soonest look asked for each job.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+# A look for something that comes due is asked a little after it: the check compares
+# against the clock then, and one a hair early would find it not due yet.
+PAST_DUE_S = 0.1
+# Wake a job's reconcile after some seconds, thread-safe (Scheduler.add_after): for a look
+# asked after the reconcile returned (a follow-up's end, news during a status write).
+Wake = Callable[[str, str, float], None]
+
+
+@dataclass(frozen=True)
+class Result:
+    # False: it failed (logged and counted); the queue retries it after a backoff.
+    ok: bool = True
+    # Look again in this many seconds (a grace period or deadline that ends); None: no need.
+    requeue_after: float | None = None
+    # A progress-only status write waits this long (core/pacing.py): look again then, for
+    # progress only (a run it starts may start over for news: core/startover.py).
+    paced_after: float | None = None
+    # The pass was cut short for news (core/startover.py): run it again from its reads.
+    start_over: bool = False
+
+
+FAILED = Result(ok=False)
+START_OVER = Result(start_over=True)
+
+
+def due_in(waits: Iterable[float | None]) -> float | None:
+    """When to look again for the soonest of `waits` (seconds until each comes due; None:
+    nothing due), a little past it."""
+    due = [w for w in waits if w is not None]
+    return max(0.0, min(due)) + PAST_DUE_S if due else None
+
+
+def soonest(*delays: float | None) -> float | None:
+    """The soonest of some looks asked (None: none)."""
+    asked = [d for d in delays if d is not None]
+    return min(asked) if asked else None
