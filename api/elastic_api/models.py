@@ -21,6 +21,7 @@ from elastic_api.catalog import INT32_MAX as INT32_MAX
 from elastic_api.catalog import MAX_SLICE_RESTARTS as MAX_SLICE_RESTARTS
 from elastic_api.catalog import MAX_VMS_PER_SLICE, TpuType
 from elastic_api.names import MULTIKUEUE_CONTROLLER
+from elastic_api.phases import PHASES, Phase, PhaseSource
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # JobSet's failurePolicy.maxRestarts and a Job's backoffLimit are int32 (INT32_MAX):
@@ -1036,6 +1037,40 @@ class SliceReplacementRequest(StatusModel):
     message: str | None = Field(None, max_length=512)
 
 
+class TrainerActivity(StatusModel):
+    """What the trainer's main thread is doing now (elastic_api.phases): reported by the
+    trainer itself, or inferred by the progress sidecar from its process (state, CPU
+    time, Python stacks) and from what it writes (docs/trainer.md, "Phases")."""
+
+    phase: Phase = Field(description="TrainStep, Compile, Evaluation, CheckpointSave, "
+                         "Restore, DataWait, DeviceWait (blocked in one device call) or "
+                         "Stopped (the process is stopped).")
+    since: datetime = Field(description="When the trainer entered this phase (its own clock, "
+                            "or the first sample that saw it).")
+    last_activity_at: datetime | None = Field(
+        None, description="The newest sign of life inside the phase: an evaluation step's "
+        "line, the process's CPU time advancing, the trainer's own heartbeat.")
+    frame: str | None = Field(
+        None, max_length=300, description="The frame that shows the phase, e.g. "
+        "block_until_ready, called from train_step at train.py:412.")
+    source: PhaseSource = Field(description="Trainer (reported), Sampled (the sidecar read "
+                                "the process) or MetricsFile (the trainer's output).")
+    process_state: Literal["Running", "Sleeping", "DiskSleep", "Stopped", "Zombie"] | None = \
+        Field(None, description="The process's state at the sample (Sampled only).")
+    cpu_seconds: float | None = Field(None, ge=0, description="The process's CPU time at the "
+                                      "sample (Sampled only).")
+
+
+class PhaseRecord(StatusModel):
+    """How long one phase has taken in this run, on the trainer's clock: the history each
+    phase's deadline is learned from (elastic_api.phases.phase_deadline)."""
+
+    phase: Phase
+    count: Count = Field(description="Times the phase ended.")
+    last_seconds: float = Field(ge=0, description="How long it took the last time.")
+    longest_seconds: float = Field(ge=0, description="The longest it took.")
+
+
 class SliceStepTime(StatusModel):
     """One slice's part of the recent steps, where the backend can time each part (the
     simulated backend can; the Pathways client sees one program, docs/trainer.md). Slow,
@@ -1102,6 +1137,11 @@ class TrainingReport(StatusModel):
     goodput: TrainerGoodput | None = None
     snapshot_cadence: CadenceReport | None = None
     checkpoint_cadence: CadenceReport | None = None
+    activity: TrainerActivity | None = Field(
+        None, description="What the trainer is doing now (elastic_api.phases).")
+    phases: list[PhaseRecord] | None = Field(
+        None, max_length=len(PHASES), description="How long each phase has taken in this "
+        "run, one entry per phase: what each phase's deadline is learned from.")
     stall: StallReport | None = Field(
         None, description="Set while the step in flight is past the watchdog's deadline.")
     slice_replacement: SliceReplacementRequest | None = Field(
