@@ -3,7 +3,8 @@
 device raise DATA_LOSS when read, for good, through jit and every primitive; pathwaysutils'
 own health check finds the lost slice by it. A slice lost mid-step, during a save, during
 a restore, and lost and back before the trainer looks: each run ends bitwise equal to an
-undisturbed one.
+undisturbed one. And a step that hangs while a slice is down: the stall blames that slice
+(slice_health.py), the trainer asks for its replacement and the event names the hang.
 
 One process, pause and resume (every slice needed: the mesh and so the arithmetic never
 change); the runs share a persistent compilation cache, so only the first compiles.
@@ -145,3 +146,21 @@ def test_a_slice_lost_and_back_before_the_trainer_looks(cpu_devices: list[Any],
     assert (event.restore_source, event.restored_from_step) == ("snapshot", 6)
     assert result.params_digest == undisturbed
 
+
+def test_a_step_hung_on_a_slice_pathways_has_down_blames_it(cpu_devices: list[Any],
+                                                            tmp_path: Path,
+                                                            undisturbed: str) -> None:
+    # Slice 1 goes and the step does not come back: the watchdog's stall asks each slice
+    # to run a program; slice 1 answers DATA_LOSS, slice 0 runs it.
+    result = run(cpu_devices, tmp_path, [Fault("step", 7, "hang", 1),
+                                         Fault("wait", 2, "return later", 1)],
+                 snapshot_period=0, watchdog=WatchdogOptions(factor=3, floor_seconds=2))
+    [stall] = [s for s in result.stalls if s["suspectSlices"]]
+    assert stall["suspectSlices"] == [1]
+    assert "slice 1 failed it with a slice-down error" in stall["evidence"]
+    assert "slice 0 ran it" in stall["evidence"]
+    assert [r["slices"] for r in result.slice_replacements] == [[1]]
+    [event] = result.events
+    assert event.error.startswith("SliceHung: slice 1 hung in step")
+    assert event.slices_down == [1]
+    assert result.params_digest == undisturbed
