@@ -463,6 +463,67 @@ def hang_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _hours(values: dict[str, float], keys: tuple[str, ...]) -> str:
+    return "; ".join(f"{values.get(k, 0.0) / 3600:.2f}" for k in keys)
+
+
+GOODPUT_TRAINING = ("steps_redone", "slow_slices", "hang_unnoticed", "overhead")
+GOODPUT_INPUTS = ("input:detect", "input:slice_back", "input:restore", "input:compile",
+                  "input:collective_timeout")
+GOODPUT_REAL = ("control_plane", "stalls")
+
+
+def _recoveries(side: dict[str, Any]) -> str:
+    times = sorted(r["resumed_seconds"] for r in side["recoveries"]
+                   if r["resumed_seconds"] is not None)
+    median = times[len(times) // 2] if times else None
+    restarts = (side.get("status_counters") or {}).get("jobset_restarts")
+    return (f"{len(side['recoveries'])}; {restarts if restarts is not None else 'n/a'}; "
+            f"{_s(median)}")
+
+
+def goodput_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
+    job, counts = r["job"], r["counts"]
+    ours, base = r["sides"]["ours"], r["sides"]["baseline"]
+    scale = r["compression"]
+    failures = sum(n for kind, n in counts.items() if kind != "slow")
+    inputs = ", ".join(f"{name.replace('_', ' ')} {i['seconds']:g} s"
+                       for name, i in r["inputs"].items())
+    return [
+        (f"Goodput over {job['days']:g} days of {job['hosts']:,} hosts ({job['slices']} x "
+         f"{job['tpu']}) at the published rates: {failures} interruptions ({counts['hard']} "
+         f"hardware, {counts['crash']} program crashes, {counts['maintenance']} "
+         f"maintenance, {counts['hang']} hang) and {counts['slow']} slow hosts, at trace "
+         "scale (baseline: plain JobSet / xpk, the whole JobSet restarted from the newest "
+         "checkpoint)", _pct(ours["goodput_trace"]), _pct(base["goodput_trace"]),
+         _r(r["ratio_goodput_trace_ours_vs_baseline"])),
+        (f"The same as replayed, {scale:g}x faster (a second of the control plane's weighs "
+         f"{scale:g} s of the trace)", _pct(ours["goodput_replay"]),
+         _pct(base["goodput_replay"]), _r(r["ratio_goodput_replay_ours_vs_baseline"])),
+        ("Badput at trace scale, hours: steps redone; slow hosts; a hang until noticed; "
+         "training overhead (snapshot and checkpoint copies, steps slower than the median)",
+         _hours(ours["badput_trace_seconds"], GOODPUT_TRAINING),
+         _hours(base["badput_trace_seconds"], GOODPUT_TRAINING), "-"),
+        ("Badput at trace scale, hours: the hardware's inputs (Pathways' detection; a "
+         "slice's pods back; restore; compile; the collective timeout); then, counted as "
+         "measured here: the control plane and the processes (detection, pods replaced or "
+         "the JobSet restarted, a trainer started, restore and compile on CPU); stalls no "
+         "fault explains",
+         _hours(ours["badput_trace_seconds"], GOODPUT_INPUTS + GOODPUT_REAL),
+         _hours(base["badput_trace_seconds"], GOODPUT_INPUTS + GOODPUT_REAL), "-"),
+        ("Recoveries; JobSet restarts; median fault -> training again, wall time of the "
+         "replay", _recoveries(ours), _recoveries(base), "-"),
+        (f"Inputs, trace seconds (each injected as its value / {scale:g}): {inputs}",
+         "-", "-", "-"),
+        ("Load average (1 min) during the replay, mean (max): both sides ran at once",
+         f"{_n(r['load_average_1m']['mean'])} ({_n(r['load_average_1m']['max'])})", "", ""),
+    ]
+
+
 SECTIONS = (
     ("detection", "Detection at scale", detection_rows),
     ("detection_before", "Detection at scale, this operator against an earlier one",
@@ -474,6 +535,8 @@ SECTIONS = (
     ("restore", "Restore throughput", restore_rows),
     ("replacement", "Slice replacement (same run, side by side)", replacement_rows),
     ("hang", "A hung slice (CPU, simulated slices, the trainer's watchdog)", hang_rows),
+    ("goodput", "Goodput over a week of failures (trace replayed, same run, side by side)",
+     goodput_rows),
 )
 
 
