@@ -114,9 +114,10 @@ class Side:
         return action.slice % self.spec.slices
 
     def _hard(self, action: Action) -> float | None:
+        victim = self._worker(self._local(action))
         self._taint(True)
         at = time.time()
-        faults.fail_pod(self.api, NAMESPACE, self._worker(self._local(action)))
+        faults.fail_pod(self.api, NAMESPACE, victim)
         return self._recover("hard", at, inputs_of("hard", self.spec.ours))
 
     def _crash(self, action: Action) -> float | None:
