@@ -48,7 +48,7 @@ def test_stat_is_read_with_any_command_name() -> None:
 
 
 def fake_proc(root: Path, processes: dict[int, tuple[str, int, list[str]]], me: int,
-              nested: bool = True, start: dict[int, int] | None = None) -> str:
+              start: dict[int, int] | None = None) -> str:
     """A /proc with `pid: (state, ppid, argv)`; `me` is self."""
     for pid, (state, ppid, argv) in processes.items():
         d = root / str(pid)
@@ -56,9 +56,6 @@ def fake_proc(root: Path, processes: dict[int, tuple[str, int, list[str]]], me: 
         (d / "stat").write_text(stat_line(pid, os.path.basename(argv[0]) if argv else "k",
                                           state, ppid, start=(start or {}).get(pid, 100 + pid)))
         (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
-    ids = f"{me}\t{me + 1000}" if nested else f"{me}"
-    (root / "self").mkdir()
-    (root / "self" / "status").write_text(f"Name:\tpython3\nNSpid:\t{ids}\n")
     return str(root)
 
 
@@ -95,7 +92,16 @@ def test_no_trainer_in_sight(tmp_path: Path, processes: dict[int, tuple[str, int
 
 
 def test_in_the_machines_own_namespace_nothing_is_the_trainer(tmp_path: Path) -> None:
-    assert find_trainer(fake_proc(tmp_path, POD, me=7, nested=False), me=7) is None
+    """Started from a shell on a machine: its ancestry ends at init, PID 1."""
+    machine = {**POD, 1: ("S", 0, ["/sbin/init"]), 5: ("S", 1, ["bash"]),
+               7: ("S", 5, ["python3", "-m", "elastic_api.cli", "progress"])}
+    assert find_trainer(fake_proc(tmp_path, machine, me=7), me=7) is None
+
+
+def test_a_pod_that_shares_nothing_shows_no_trainer(tmp_path: Path) -> None:
+    """Without shareProcessNamespace the sidecar is its container's PID 1, alone."""
+    alone = {1: ("S", 0, ["python3", "-m", "elastic_api.cli", "progress"])}
+    assert find_trainer(fake_proc(tmp_path, alone, me=1), me=1) is None
 
 
 class Reader:
@@ -132,7 +138,8 @@ def test_a_refusal_is_said_once_and_not_tried_again(tmp_path: Path,
 
 def test_no_trainer_is_an_empty_sample_said_once(tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    proc = fake_proc(tmp_path, {1: ("S", 0, ["/pause"])}, me=7)
+    proc = fake_proc(tmp_path, {1: ("S", 0, ["/pause"]), 7: ("S", 0, ["python3", "etj"])},
+                     me=7)
     sampler = ProcessSampler(Reader(), proc=proc, me=7)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="etj.progress"):
         assert sampler.sample(NOW).state is None and sampler.sample(NOW).stack is None

@@ -14,7 +14,7 @@ from elastic_trainer.trainer_process import (
     PROC,
     command_line,
     find_trainer,
-    in_own_pid_namespace,
+    in_a_pods_namespace,
     read_stat,
 )
 
@@ -43,7 +43,7 @@ class ProcessSampler:
             return self.pid
         found = self.fixed_pid if self.fixed_pid is not None else find_trainer(self.proc, self.me)
         if found is None:
-            if self.fixed_pid is None and not in_own_pid_namespace(self.proc):
+            if self.fixed_pid is None and not in_a_pods_namespace(self.proc, self.me):
                 self._once("namespace", "not sampling the trainer: this sidecar is in the "
                            "machine's own process namespace, not a pod's (give --trainer-pid)")
             else:

@@ -11,8 +11,11 @@ under whatever wrapper (`bash -c`, a launcher), not a worker it forks. /proc/<pi
 cmdline are readable by any user, so the state and CPU time need no privilege; the stacks
 do (stacks.py).
 
-A sidecar in the machine's own process namespace (not in a pod: NSpid lists one id) would
-see every process of the machine: there it finds no trainer unless told its pid.
+A sidecar in the machine's own process namespace (not in a pod) would see every process
+of the machine: there it finds no trainer unless told its pid. It tells the two apart by
+its ancestry: a container's first process has its parent outside the namespace (parent
+pid 0) and, in a shared namespace, is not PID 1 (the pause process is); on a machine the
+ancestry ends at PID 1, its init.
 """
 from __future__ import annotations
 
@@ -81,14 +84,19 @@ def is_python(argv: list[str]) -> bool:
     return bool(argv) and os.path.basename(argv[0]).startswith("python")
 
 
-def in_own_pid_namespace(proc: str = PROC) -> bool:
-    """The sidecar runs in a process namespace of its own (a pod's), not the machine's."""
-    try:
-        for line in Path(proc, "self", "status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                return len(line.split()) > 2
-    except OSError:
-        pass
+def in_a_pods_namespace(proc: str = PROC, me: int | None = None) -> bool:
+    """The sidecar runs in a pod's process namespace, not the machine's (module
+    docstring): the first of its ancestors whose parent is outside (pid 0) is not PID 1,
+    or is the sidecar itself (a pod that does not share its namespace)."""
+    me = os.getpid() if me is None else me
+    pid = me
+    for _ in range(64):
+        stat = read_stat(pid, proc)
+        if stat is None:
+            return False
+        if stat.ppid == 0:
+            return pid != 1 or pid == me
+        pid = stat.ppid
     return False
 
 
@@ -117,9 +125,9 @@ def _ours(me: int, stats: dict[int, ProcStat]) -> set[int]:
 def find_trainer(proc: str = PROC, me: int | None = None) -> int | None:
     """The trainer's pid among the processes the sidecar sees (module docstring), or
     None: none there yet (main not started), or not in a pod's namespace."""
-    if not in_own_pid_namespace(proc):
-        return None
     me = os.getpid() if me is None else me
+    if not in_a_pods_namespace(proc, me):
+        return None
     stats = {pid: s for pid in _pids(proc) if (s := read_stat(pid, proc)) is not None}
     ours = _ours(me, stats)
     python = {pid for pid in stats if pid != 1 and pid not in ours

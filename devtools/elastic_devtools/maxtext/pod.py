@@ -9,7 +9,8 @@ namespace's) and the sidecar, as `main` and `progress` are. `kill()` ends every 
 in it at once (its PID 1 going, the kernel kills the rest), as a kubelet ends a deleted
 pod's containers.
 
-`enter` is `python -m elastic_devtools.maxtext.pod PID -- argv`, not nsenter: nsenter
+`enter` is `python .../pod.py PID -- argv` (this file; stdlib only, whatever the
+environment), not nsenter: nsenter
 waits for its child with WUNTRACED and, when the child stops, stops itself and
 continues the child once it is continued, which a scenario that stops MaxText (SIGSTOP
 to its process group) and continues it cannot have. This one joins the namespaces,
@@ -57,8 +58,7 @@ class PodProcesses:
         """`argv`, run in the pod's process (and mount) namespace."""
         if self.init_pid is None:
             raise RuntimeError("the pod's process namespace is not running")
-        return [sys.executable, "-m", "elastic_devtools.maxtext.pod", str(self.init_pid),
-                "--", *argv]
+        return [sys.executable, __file__, str(self.init_pid), "--", *argv]
 
     def kill(self) -> None:
         """Every process of the pod, at once (SIGKILL)."""
@@ -91,7 +91,7 @@ def _join(init_pid: int) -> None:
 def main(args: list[str]) -> int:
     init_pid, sep, *argv = args
     if sep != "--" or not argv:
-        print("usage: python -m elastic_devtools.maxtext.pod PID -- COMMAND...",
+        print("usage: python pod.py PID -- COMMAND...",
               file=sys.stderr)
         return 2
     _join(int(init_pid))
@@ -104,9 +104,11 @@ def main(args: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _: os.kill(child, signum))
     _, status = os.waitpid(child, 0)
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
+    if os.WIFSIGNALED(status):  # end as it ended
+        signum = os.WTERMSIG(status)
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
     return os.waitstatus_to_exitcode(status)
 
 

@@ -122,7 +122,8 @@ def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path,
     env = {"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "ETJ_JOB_NAME": pod.metadata.labels.get("elastic.pathways.dev/job-name", ""),
            "ETJ_JOB_NAMESPACE": pod.metadata.namespace, "ETJ_POD_NAME": pod.metadata.name,
-           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1", **gcs_env}
+           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **gcs_env}
     with log.open("ab") as out:
         return subprocess.Popen(processes.enter(argv), env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

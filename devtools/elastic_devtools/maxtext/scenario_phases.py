@@ -58,6 +58,8 @@ STARTED = re.compile(r"Starting eval after train step (\d+)")
 COMPLETED = re.compile(r"Completed eval after train step (\d+)")
 # A stopped process: its grace, two reports of the sidecar, the operator's wake-up.
 STOPPED_TIMEOUT = STOPPED_GRACE_SECONDS + 60
+# 30,000 evaluation steps: 2.5 minutes on a quiet machine, several under load.
+EVALUATION_TIMEOUT = 3 * RUN_TIMEOUT
 
 
 def maxtext_log(run: Run) -> str:
@@ -166,7 +168,8 @@ def run_evaluation(cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path
         start_main(run, pod, "main.log")
         started = wait_log(run, STARTED, RUN_TIMEOUT, "'Starting eval after train step'")
         run.tl.note("MaxText: Starting eval")
-        ended = wait_log(run, COMPLETED, RUN_TIMEOUT, "'Completed eval after train step'")
+        ended = wait_log(run, COMPLETED, EVALUATION_TIMEOUT,
+                         "'Completed eval after train step'")
         seconds = ended - started
         run.tl.note(f"MaxText: Completed eval ({seconds:.0f} s)")
         if seconds < MIN_EVALUATION_SECONDS:
