@@ -69,7 +69,10 @@ class ProcessSampler:
                 self.stack_failures += 1
                 if err.lasting:
                     self._no_stacks = pid
-                self._once(f"stack: {str(err)[:40]}", "cannot read the trainer's stacks "
-                           "(pid %d): %s; going on with its state, CPU time and metrics file",
-                           pid, err)
+                    self._once(f"stack: {str(err)[:40]}", "cannot read the trainer's stacks "
+                               "(pid %d): %s; going on with its state, CPU time and metrics "
+                               "file", pid, err)
+                else:  # a stack torn while the trainer ran: the next sample reads one
+                    self._once("torn", "a sample without the trainer's stack (pid %d): %s "
+                               "(said once; counted)", pid, err)
         return Sample(at, state=stat.state, cpu_seconds=stat.cpu_seconds, stack=stack)
