@@ -156,21 +156,23 @@ def _split(ordered: list[SliceStatus], now: datetime
         at = _last_failure(s, now)[2]
         return at.timestamp() if at is not None else float("-inf")
 
-    recent = sorted((s for s in ordered if s.state == "Ready" and failed_at(s) > float("-inf")),
-                    key=failed_at, reverse=True)[:RECENT]
-    groups = group_by([s for s in ordered if s.state != "Ready" or s in recent],
-                      lambda s: (s.state, s.reason))
+    recent = {s.index for s in sorted(
+        (s for s in ordered if s.state == "Ready" and failed_at(s) > float("-inf")),
+        key=failed_at, reverse=True)[:RECENT]}
+    groups = group_by([s for s in ordered if s.state != "Ready"], lambda s: (s.state, s.reason))
     lines: list[list[SliceStatus]] = []
-    while sum(map(len, groups)) > MAX_ROWS and len(lines) < MAX_LINES \
+    while sum(map(len, groups)) + len(recent) > MAX_ROWS and len(lines) < MAX_LINES \
             and max(map(len, groups)) > 1:
         largest = max(groups, key=len)
         groups.remove(largest)
         lines.append(largest)
     rank = {"Down": 0, "Restarting": 1, "Ready": 2, "Pending": 3}
-    rows = sorted((s for g in groups for s in g), key=lambda s: (rank.get(s.state, 4), s.index))
+    rows = sorted([s for g in groups for s in g] + [s for s in ordered if s.index in recent],
+                  key=lambda s: (rank.get(s.state, 4), s.index))
     lines += group_by((s for s in rows[MAX_ROWS:] if s.state != "Ready"), lambda s: s.state)
     shown = sorted(rows[:MAX_ROWS], key=lambda s: s.index)
-    ready = [s for s in ordered if s.state == "Ready" and s not in shown]
+    kept = {s.index for s in shown}
+    ready = [s for s in ordered if s.state == "Ready" and s.index not in kept]
     return shown, ([ready] if ready else []) + sorted(
         lines, key=lambda g: (rank.get(g[0].state, 4), g[0].index))
 
@@ -180,14 +182,17 @@ def _group_text(group: list[SliceStatus]) -> str:
     restarts)`."""
     first = group[0]
     reasons = {s.reason for s in group if s.reason}
-    reason = "" if first.state == "Ready" or not reasons else f" ({first.reason})" \
-        if len(reasons) == 1 else f" ({len(reasons)} reasons)"
+    reason = ""
+    if first.state != "Ready" and reasons:
+        reason = f" ({first.reason})" if len(reasons) == 1 else f" ({len(reasons)} reasons)"
     ready = sorted({s.ready_hosts for s in group})
     hosts = max(s.hosts for s in group)
+    if len(ready) > 1:
+        each = f"{ready[0]} to {ready[-1]} of {hosts} hosts ready"
+    else:
+        each = f"{ready[0]}/{hosts} hosts {'each' if first.state == 'Ready' else 'ready each'}"
     parts = [f"{len(group)} {first.state}{reason}: slices {ranges(s.index for s in group)}",
-             f"{ready[0]}/{hosts} hosts ready each" if len(ready) == 1 and first.state != "Ready"
-             else f"{ready[0]}/{hosts} hosts each" if len(ready) == 1
-             else f"{ready[0]} to {ready[-1]} of {hosts} hosts ready"]
+             each]
     restarted = [s for s in group if s.restarts]
     if restarted:
         parts.append(f"{len(restarted)} restarted before "

@@ -220,3 +220,24 @@ def test_kubectl_get_etj_prints_counts_never_lists() -> None:
     assert values["Status"] == "SliceDown" and values["Admission"] == "Admitted"
     assert {c["type"] for c in PRINTER_COLUMNS} <= {"integer", "string", "date"}
     assert all(len(str(v)) <= 20 for v in values.values()), values
+
+
+def test_every_slice_is_said_once_whatever_the_mix() -> None:
+    """Rows and lines together name each of the 199 slices exactly once."""
+    states = ["Ready", "Down", "Restarting", "Pending"]
+    for seed in range(1, 8):
+        obj = record_job()
+        for s in obj["status"]["slices"]:
+            k = (s["index"] * seed) % 11
+            s.update(state=states[k % 4] if k < 8 else "Ready", reason=f"R{k % 3}")
+            if s["state"] == "Ready" and k % 2:  # replaced before
+                s["lastReplacement"] = {"action": "Replace", "reason": "PodFailed",
+                                        "requestedAt": iso(k), "readyAt": iso(k + 1),
+                                        "seconds": 1.0}
+        lines = fits(status_view.render_status(read_job(obj), NOW), 70)
+        header = next((i for i, line in enumerate(lines) if line.startswith("SLICE ")),
+                      len(lines))
+        said = sum(int(line.split()[0]) for line in lines[1:header] if line[0].isdigit())
+        rows = [line for line in lines[header + 1:] if line[:1].isdigit()]
+        assert said + len(rows) == RECORD_SLICES, (seed, lines)
+        assert len(rows) <= MAX_ROWS
