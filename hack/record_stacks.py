@@ -87,7 +87,7 @@ def scenarios(work: Path) -> list[Scenario]:
     py = [sys.executable, "-c"]
     ckpt = str(work / "checkpoints")
     slow_write = ["--simulate-checkpoint-write-seconds", "60"]
-    restoring = [*ETJ, "train", "--config", "tiny", "--steps", "400", "--checkpoint-dir",
+    restoring = [*ETJ, "train", "--config", "small", "--steps", "400", "--checkpoint-dir",
                  str(work / "restore"), "--checkpoint-period", "20", "--snapshot-period", "0"]
     bundled = [*ETJ, "train", "--config", "small", "--steps", "400", "--checkpoint-dir", ckpt,
                "--checkpoint-period", "20", "--no-async-checkpoint", "--snapshot-period", "0"]
@@ -149,7 +149,8 @@ def record(s: Scenario, py_spy: str, timeout: float) -> bool:
                     return True
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # it may have ended first (its phase too short to catch)
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     print(f"{s.name}: not seen within {timeout:.0f}s", flush=True)
     return False

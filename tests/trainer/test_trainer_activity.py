@@ -63,7 +63,8 @@ def test_a_compile_is_named_with_the_frame_and_timed_when_it_ends() -> None:
     assert activity is not None
     assert (activity.phase, activity.source, activity.since) == ("Compile", "Sampled", at(0))
     assert activity.last_activity_at == at(4)  # CPU time advanced
-    assert activity.frame == ("compile_or_get_cached, called from training_loop_iteration "
+    # the innermost compiler frame, as stack_phases names a compile
+    assert activity.frame == ("backend_compile_and_load, called from training_loop_iteration "
                               "at train.py:870")
     tracker.see_lines(lines((5, train(0))))
     tracker.see_sample(Sample(at(6), "Running", 17.0, DISPATCH))
@@ -115,7 +116,7 @@ def test_a_stopped_process_is_stopped_whatever_its_stack() -> None:
     assert activity is not None
     assert (activity.phase, activity.source, activity.process_state) == \
         ("Stopped", "Sampled", "Stopped")
-    assert activity.frame is not None and "compile_or_get_cached" in activity.frame
+    assert activity.frame is not None and "backend_compile_and_load" in activity.frame
     assert activity.last_activity_at is None
 
 
