@@ -27,6 +27,7 @@ from typing import Any
 
 from bench import node
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
+from elastic_api.catalog import slice_shape
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
          "restore", "replacement", "hang", "goodput")
@@ -44,18 +45,30 @@ DEFAULT_SCALE_LOAD = 10.0
 TOPOLOGY_OF_HOSTS = {2: "2x4", 4: "4x4", 8: "4x8", 16: "8x8", 32: "8x16", 64: "16x16"}
 
 
-def parse_sizes(text: str) -> list[tuple[int, str, str]]:
-    """'64x16:pathways,64x64:simulated' -> [(slices, v5e topology, backend), ...]."""
+def parse_sizes(text: str) -> list[tuple[int, str, str, str]]:
+    """'64x16:pathways,4xv5p-16x16x24:simulated' -> [(slices, TPU type, topology,
+    backend), ...]: HOSTS names a v5e slice of that many hosts; TYPE-TOPOLOGY any shape of
+    the catalog."""
     sizes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         dims, _, backend = item.partition(":")
-        slices, _, hosts = dims.partition("x")
-        if not (slices.isdigit() and hosts.isdigit()) or int(hosts) not in TOPOLOGY_OF_HOSTS:
-            raise ValueError(f"--scale-sizes: {item!r} is not SLICESxHOSTS[:BACKEND] with "
-                             f"HOSTS one of {sorted(TOPOLOGY_OF_HOSTS)}")
+        slices, _, of = dims.partition("x")
+        tpu_type, _, topology = of.partition("-")
+        if of.isdigit() and int(of) in TOPOLOGY_OF_HOSTS:
+            tpu_type, topology = "v5e", TOPOLOGY_OF_HOSTS[int(of)]
+        elif not topology:
+            tpu_type = ""  # neither HOSTS nor TYPE-TOPOLOGY
+        if not slices.isdigit() or not tpu_type:
+            raise ValueError(f"--scale-sizes: {item!r} is not SLICESxHOSTS[:BACKEND] (HOSTS "
+                             f"one of {sorted(TOPOLOGY_OF_HOSTS)}) or "
+                             "SLICESxTYPE-TOPOLOGY[:BACKEND] (4xv5p-16x16x24)")
+        try:
+            slice_shape(tpu_type, topology)
+        except ValueError as err:
+            raise ValueError(f"--scale-sizes: {item!r}: {err}") from None
         if backend not in ("", "pathways", "simulated"):
             raise ValueError(f"--scale-sizes: backend {backend!r}: pathways or simulated")
-        sizes.append((int(slices), TOPOLOGY_OF_HOSTS[int(hosts)], backend or "pathways"))
+        sizes.append((int(slices), tpu_type, topology, backend or "pathways"))
     return sizes
 
 
@@ -68,18 +81,19 @@ def source_of(revision: str, into: Path) -> Path:
     return into
 
 
-def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
+def run_scale(sizes: list[tuple[int, str, str, str]], quick: bool,
               load: float = 0.0, load_control_plane: bool = False,
               operator_nice: int = 0, operator_request_m: int | None = None,
               node_model_unavailable: str | None = None) -> dict[str, Any]:
-    """One job per size, on a cluster of its own; a size that does not fit is reported.
+    """One job per size, on a cluster of its own; a size that does not fit is reported,
+    and listed in "failed" (the run fails: a refused or stuck size is no result).
     `node_model_unavailable`: why the default node model could not run, kept with each
     size's result."""
     from bench import detection
 
     results: list[dict[str, Any]] = []
-    for slices, topology, backend in sizes:
-        shape = detection.Shape(1, slices, topology, backend)
+    for slices, tpu_type, topology, backend in sizes:
+        shape = detection.Shape(1, slices, topology, backend, tpu_type)
         try:
             results.append(detection.run(1, quick=quick, shape=shape, max_events=slices,
                                          load=load, load_control_plane=load_control_plane,
@@ -89,7 +103,7 @@ def run_scale(sizes: list[tuple[int, str, str]], quick: bool,
             traceback.print_exc()
             results.append({"shape": shape.label, "error": f"{type(err).__name__}: {err}"})
         results[-1]["node_model_unavailable"] = node_model_unavailable
-    return {"sizes": results}
+    return {"sizes": results, "failed": [r["shape"] for r in results if "error" in r]}
 
 
 def operator_placement(request_m: int | None, nice: int, load: float
@@ -187,8 +201,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--before", default=None, metavar="REV",
                    help="also run detection_before: detection with REV's operator")
     p.add_argument("--scale-sizes", default=None, metavar="SIZES",
-                   help=f"scale: one job per SLICESxHOSTS[:BACKEND] (default "
-                        f"{DEFAULT_SCALE_SIZES}; {QUICK_SCALE_SIZES} with --quick)")
+                   help=f"scale: one job per SLICESxHOSTS[:BACKEND] (v5e) or "
+                        f"SLICESxTYPE-TOPOLOGY[:BACKEND] (any catalog shape: "
+                        f"4xv5p-16x16x24:simulated) (default {DEFAULT_SCALE_SIZES}; "
+                        f"{QUICK_SCALE_SIZES} with --quick); a size that cannot run fails "
+                        "the run")
     p.add_argument("--load", type=float, default=None, metavar="LOAD",
                    help=f"scale: keep the machine's 1-minute load average at LOAD during "
                         f"the failures with bench/load.py's CPU burners (default "
@@ -272,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
                  "result": result}
         write_json(args.results_dir / f"{name}{suffix}.json", entry)
         done[name] = entry
+        if result.get("failed"):  # written, for what it says; still a failed run
+            print(f"== bench {name}: failed: {result['failed']}", file=sys.stderr, flush=True)
+            failed.append(name)
         print(f"== bench {name}: done in {entry['seconds']}s", file=sys.stderr, flush=True)
     # Read the others' files only now: another run may have updated them meanwhile.
     summary = _load_summary(args.results_dir, suffix)

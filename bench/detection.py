@@ -78,10 +78,11 @@ class Shape:
     slices: int
     topology: str  # v5e: 4x4 = 4 hosts, 8x8 = 16, 16x16 = 64
     backend: str = "pathways"
+    tpu_type: str = "v5e"  # any catalog type: v5p 16x16x24 is 1,536 hosts
 
     @property
     def hosts(self) -> int:
-        return slice_shape("v5e", self.topology).vms
+        return slice_shape(self.tpu_type, self.topology).vms
 
     @property
     def pods(self) -> int:
@@ -91,8 +92,9 @@ class Shape:
     def label(self) -> str:
         where = ("exclusive node pools" if self.backend == "pathways"
                  else "packed on CPU nodes")
+        of = "" if self.tpu_type == "v5e" else f" ({self.tpu_type} {self.topology})"
         return (f"{self.jobs} job{'s' if self.jobs > 1 else ''} x {self.slices} slices x "
-                f"{self.hosts} hosts ({self.pods} pods, {where})")
+                f"{self.hosts} hosts{of} ({self.pods} pods, {where})")
 
     @property
     def cpu_nodes(self) -> int:
@@ -109,7 +111,8 @@ class Shape:
     def cluster_config(self, directory: Path) -> Any:
         from elastic_devtools import localcluster as lc
 
-        pools = (lc.parse_tpu_pool(f"v5e:{self.topology}:{self.jobs * self.slices}"),) \
+        pools = (lc.parse_tpu_pool(
+            f"{self.tpu_type}:{self.topology}:{self.jobs * self.slices}"),) \
             if self.backend == "pathways" else ()
         return lc.ClusterConfig(dir=directory, tpu_pools=pools, cpu_nodes=self.cpu_nodes,
                                 timeout=300 + 2.0 * self.nodes, die_with_parent=True)
@@ -128,7 +131,7 @@ def _log(msg: str) -> None:
 def job_manifest(name: str, shape: Shape) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "backend": shape.backend,
-        "tpu": {"type": "v5e", "topology": shape.topology, "numSlices": shape.slices},
+        "tpu": {"type": shape.tpu_type, "topology": shape.topology, "numSlices": shape.slices},
         "elastic": {"maxSliceRestarts": 5},
         "maxRestarts": 0,
         "checkpoint": {"directory": f"/tmp/etj-bench-no-checkpoints/{name}"},

@@ -1,6 +1,7 @@
 """The pure parts of bench/: statistics, the operator request classifier, the docs table."""
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -137,11 +138,45 @@ def test_before_and_scale_sections(tmp_path: Path) -> None:
 def test_scale_sizes_parse_and_refuse_what_the_catalog_lacks() -> None:
     from bench.__main__ import parse_sizes
 
-    assert parse_sizes("64x16:pathways, 64x64:simulated,4x4") == [
-        (64, "8x8", "pathways"), (64, "16x16", "simulated"), (4, "4x4", "pathways")]
-    for bad in ("64x3", "64", "ax4", "4x4:gpu"):
+    assert parse_sizes("64x16:pathways, 64x64:simulated,4x4,4xv5p-16x16x24:simulated") == [
+        (64, "v5e", "8x8", "pathways"), (64, "v5e", "16x16", "simulated"),
+        (4, "v5e", "4x4", "pathways"), (4, "v5p", "16x16x24", "simulated")]
+    for bad in ("64x3", "64", "ax4", "4x4:gpu", "4xv5p", "4xv5p-8x8x9", "4xgpu-8x8"):
         with pytest.raises(ValueError, match="--scale-sizes"):
             parse_sizes(bad)
+    with pytest.raises(ValueError, match=r"not a v5p topology; use one of .*16x16x24"):
+        parse_sizes("4xv5p-8x8x9")
+
+
+def test_a_catalog_shape_sizes_its_job_and_cluster() -> None:
+    from bench.detection import Shape, job_manifest
+
+    shape = Shape(1, 4, "16x16x24", "simulated", "v5p")
+    assert (shape.hosts, shape.pods) == (1536, 4 * 1536 + 1)
+    assert "(v5p 16x16x24)" in shape.label
+    assert job_manifest("big", shape)["spec"]["tpu"] == {
+        "type": "v5p", "topology": "16x16x24", "numSlices": 4}
+
+
+def test_a_size_that_cannot_run_fails_the_scale_benchmark(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Its refusal is kept in the result and the run exits non-zero, naming it."""
+    import bench.__main__ as bench_main
+    from bench import detection
+
+    def refused(*_: object, shape: detection.Shape, **__: object) -> dict[str, object]:
+        if shape.slices > 2:
+            raise RuntimeError("HTTP 422: spec.tpu.numSlices: must be at most 256")
+        return {"shape": shape.label}
+
+    monkeypatch.setattr(detection, "run", refused)
+    code = bench_main.main(["--only", "scale", "--scale-sizes", "2x4:simulated,300x4:simulated",
+                            "--load", "0", "--results-dir", str(tmp_path), "--no-docs"])
+    assert code == 1
+    result = json.loads((tmp_path / "scale.json").read_text())["result"]
+    assert [("error" in r) for r in result["sizes"]] == [False, True]
+    assert result["failed"] == [result["sizes"][1]["shape"]]
+    assert "must be at most 256" in result["sizes"][1]["error"]
 
 
 def test_a_benchmark_not_run_keeps_its_section(tmp_path: Path) -> None:
