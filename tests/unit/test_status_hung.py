@@ -200,6 +200,27 @@ def test_a_blamed_slice_with_its_budget_spent_ends_its_job_once() -> None:
         assert st2.counters.slice_failures == 1
 
 
+def test_the_failed_job_names_the_slice_and_its_budget() -> None:
+    """JobSet's failurePolicy ends the job: its Failed condition says which slice's
+    restart budget was spent, why the slice failed, and the budget, before JobSet's own
+    words; a JobSet failure with no slice given up on says JobSet's words only."""
+    job = job_with(elastic={"maxSliceRestarts": 0})
+    st1, _ = look(job, running(job), 51, training(52, request()))
+    failed = observed_jobset(job).terminal(
+        "Failed", "jobset failed due to reaching max number of restarts (first failed "
+        "job: article-worker-1)").build()
+    st2, reasons = look(job, stored(st1), 56, observed=observe([], failed))
+    cond = get_condition(st2, C.FAILED)
+    assert (cond.status, cond.reason) == ("True", Reason.MAX_RESTARTS_EXCEEDED)
+    assert cond.message == (
+        "slice 1 failed (SliceHung) with its restart budget spent (maxSliceRestarts 0), so "
+        "JobSet article failed after 0 restarts (maxRestarts 0): jobset failed due to "
+        "reaching max number of restarts (first failed job: article-worker-1)")
+    assert reasons == [Reason.MAX_RESTARTS_EXCEEDED]
+    plain, _ = look(job, running(job), 56, observed=observe([], failed))
+    assert get_condition(plain, C.FAILED).message.startswith("JobSet article failed")
+
+
 def test_only_a_blamed_slices_job_is_ended() -> None:
     """A dead slice with its budget spent fails by its failed pods (backoffLimit 0); a
     blamed slice whose budget is not spent is replaced; a slow one past its budget is
