@@ -166,7 +166,11 @@ def test_a_blamed_slice_past_its_budget_fails_its_job_once(
                              "requestedAt": iso(now), "message": "slice 1's part of step "
                              "52 did not finish"}})
     st = wait_status(api, ns, lambda s: is_true(s, C.FAILED), "the job Failed")
-    assert condition(st, C.FAILED)["reason"] == Reason.MAX_RESTARTS_EXCEEDED
+    failed_job = condition(st, C.FAILED)
+    assert failed_job["reason"] == Reason.MAX_RESTARTS_EXCEEDED
+    assert failed_job["message"].startswith(
+        "slice 1 failed (SliceHung) with its restart budget spent (maxSliceRestarts 0), so "
+        "JobSet article failed after 0 restarts"), failed_job["message"]
     assert get_jobset(api, ns)["status"].get("restarts", 0) == 0  # type: ignore[index]
     one = st["slices"][1]
     assert (one["restarts"], one["replacement"]["action"], one["replacement"]["reason"]) == (
