@@ -198,6 +198,20 @@ def test_a_blamed_slice_with_its_budget_spent_ends_its_job_once() -> None:
         assert reasons == [], st_job
         assert (st2.slices[1].state, st2.slices[1].restarts) == ("Down", 1)
         assert st2.counters.slice_failures == 1
+    # Its pods gone, nothing replaces them: still Down for what it failed of, not
+    # Restarting; once JobSet's restart makes the slice a new Job, Restarting.
+    gone = [p for p in healthy_pods() if p.slice_index != 1]
+    jobs = {**{i: worker_job(i) for i in range(SLICES)}, 1: replace(failing, finished="Failed")}
+    st3, reasons = look(job, stored(st1), 56, observed=observe(gone, jobs=jobs))
+    three = st3.slices[1]
+    assert (three.state, three.reason, three.restarts, reasons) == (
+        "Down", Reason.SLICE_HUNG, 1, [])
+    assert "the trainer reports slice 1 hung" in (three.message or "")
+    new = [WorkerPod(1, h).recreated(s(57)).pending().build()
+           for h in range(HOSTS)]
+    st4, _ = look(job, st3, 58, observed=observe(gone + new, jobs={
+        **jobs, 1: worker_job(1, 1, backoff_limit=0)}))
+    assert (st4.slices[1].state, st4.slices[1].restarts) == ("Restarting", 1)
 
 
 def test_the_failed_job_names_the_slice_and_its_budget() -> None:
