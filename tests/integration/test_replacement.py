@@ -173,8 +173,9 @@ def test_a_blamed_slice_past_its_budget_fails_its_job_once(
         "JobSet article failed after 0 restarts"), failed_job["message"]
     assert get_jobset(api, ns)["status"].get("restarts", 0) == 0  # type: ignore[index]
     one = st["slices"][1]
-    assert (one["restarts"], one["replacement"]["action"], one["replacement"]["reason"]) == (
-        1, "GiveUp", Reason.SLICE_HUNG)
+    assert (one["state"], one["reason"], one["restarts"], one["replacement"]["action"],
+            one["replacement"]["reason"]) == (
+        "Down", Reason.SLICE_HUNG, 1, "GiveUp", Reason.SLICE_HUNG), one
     assert st["counters"]["sliceFailures"] == 1, st["counters"]
     # The blamed Job: failed by its deadline, each of its pods counted once, none recreated.
     versions = [j for j in history(api, ns, "jobs", since) if j["metadata"]["uid"] == blamed]
