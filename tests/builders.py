@@ -460,10 +460,12 @@ def pools_of(nodes: dict[str, ObservedNode], *, busy: tuple[str, ...] = ()) -> t
 
 
 def worker_job(slice_index: int, gen: int = 0, *, deleting: bool = False,
-               backoff_limit: int = HOSTS * 5, finished: str | None = None) -> ObservedJob:
+               backoff_limit: int = HOSTS * 5, finished: str | None = None,
+               active_deadline_seconds: int | None = None) -> ObservedJob:
     return ObservedJob(name=f"article-worker-{slice_index}",
                        uid=worker_job_uid(slice_index, gen), slice_index=slice_index,
-                       deleting=deleting, backoff_limit=backoff_limit, finished=finished)
+                       deleting=deleting, backoff_limit=backoff_limit, finished=finished,
+                       active_deadline_seconds=active_deadline_seconds)
 
 
 class ObservedJobSetBuilder:

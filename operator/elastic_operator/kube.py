@@ -299,6 +299,18 @@ class Kube:
                 return False
             raise
 
+    def fail_job(self, namespace: str, name: str, uid: str) -> bool:
+        """End the Job now through its own deadline if it still has this uid (a JSON patch
+        whose `test` is the precondition); False if it is gone or replaced."""
+        try:
+            self.client.patch(resource_path("batch/v1", "jobs", namespace, name),
+                              bodies.job_ended_now(uid), patch_type="json")
+            return True
+        except ApiError as e:
+            if e.status in (404, 409, 422):  # 422: the test op failed (another Job)
+                return False
+            raise
+
     def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A Job (the head's, before a trainer restart), or None if it is gone."""
         return self.client.get_or_none(resource_path("batch/v1", "jobs", namespace, name))

@@ -99,6 +99,14 @@ def backoff_limit_zero(uid: str) -> list[dict[str, Any]]:
             {"op": "replace", "path": "/spec/backoffLimit", "value": 0}]
 
 
+def job_ended_now(uid: str) -> list[dict[str, Any]]:
+    """JSON patch: a Job's spec.backoffLimit and spec.activeDeadlineSeconds to 0, if it
+    still has this uid (the Job controller then fails it: DeadlineExceeded)."""
+    return [{"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "replace", "path": "/spec/backoffLimit", "value": 0},
+            {"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 0}]
+
+
 def backoff_limit_raised(uid: str, limit: int, failed: int) -> list[dict[str, Any]]:
     """JSON patch: a Job's spec.backoffLimit from `limit` to `failed` + 1, if it is still
     the same Job with the same limit."""

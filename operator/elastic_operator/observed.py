@@ -348,6 +348,7 @@ class ObservedJob:
     slice_index: int | None
     deleting: bool = False
     backoff_limit: int | None = None
+    active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds
     failed_pods: int = 0  # status.failed + uncountedTerminatedPods.failed
     finished: str | None = None  # "Complete" or "Failed" once the Job is finished
     deleted_at: datetime | None = None  # metadata.deletionTimestamp (whole seconds)
@@ -540,6 +541,7 @@ def job_from_dict(obj: dict[str, Any]) -> ObservedJob:
         deleting=meta.get("deletionTimestamp") is not None,
         deleted_at=parse_time(meta.get("deletionTimestamp")),
         backoff_limit=_int(spec.get("backoffLimit")),
+        active_deadline_seconds=_int(spec.get("activeDeadlineSeconds")),
         # The Job controller's count: a failed pod enters uncountedTerminatedPods before
         # its finalizer goes and status.failed after: their sum never goes back.
         failed_pods=(_int(status.get("failed")) or 0)

@@ -5,9 +5,9 @@ Each action that touches a node or its pods (a quarantine label or its release, 
 force-delete) passes the node-action limiter first and posts an Event on the job when it
 happens (a quarantine and a release also on the pool's first node, with who and why);
 one that is throttled waits (the reconcile is woken when it may go) and posts a
-NodeActionThrottled Event at most once per cooldown. Deleting a Job, or lowering its
-backoffLimit, carries the Job's uid as a precondition, so a stale plan never touches a
-newer Job.
+NodeActionThrottled Event at most once per cooldown. Deleting a Job, lowering its
+backoffLimit or ending it carries the Job's uid as a precondition, so a stale plan never
+touches a newer Job.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from elastic_api.names import (
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
+    FailWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
     QuarantinePool,
@@ -72,6 +73,12 @@ class Replacer:
                         logger.info("%s/%s: slice %d's restart budget is spent: Job %s "
                                     "backoffLimit set to 0", namespace,
                                     raw["metadata"]["name"], action.slice_index, action.name)
+                case FailWorkerJob():
+                    if self.kube.fail_job(action.namespace, action.name, action.uid):
+                        logger.info("%s/%s: slice %d (%s) with its restart budget spent: Job "
+                                    "%s ended (activeDeadlineSeconds 0)", namespace,
+                                    raw["metadata"]["name"], action.slice_index, action.reason,
+                                    action.name)
                 case RestartTrainer():
                     self._restart_trainer(action, raw["metadata"]["name"])
                 case _:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
@@ -33,6 +33,7 @@ from elastic_api.names import (
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
+from tests.builders import iso
 from tests.support.article_job import (
     JOB,
     condition,
@@ -133,6 +134,64 @@ def test_past_max_slice_restarts_the_jobset_failure_policy_applies(
     assert condition(st, C.FAILED)["reason"] == Reason.MAX_RESTARTS_EXCEEDED
     wait_for(lambda: events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED), 30,
              "a SliceRestartsExhausted event")
+
+
+def history(api: client.ApiClient, ns: str, kind: str, since: str) -> list[dict[str, Any]]:
+    """Every version of the namespace's pods or Jobs (`kind`) written after `since` (a
+    resourceVersion), from a watch replay: an object created and gone between two looks
+    is in it."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    lister = core.list_namespaced_pod if kind == "pods" else batch.list_namespaced_job
+    stream = watch.Watch().stream(lister, ns, resource_version=since, timeout_seconds=1)
+    return [{"type": e["type"], **e["raw_object"]} for e in stream]
+
+
+def test_a_blamed_slice_past_its_budget_fails_its_job_once(
+        api: client.ApiClient, ns: str) -> None:
+    """A slice the trainer blames (SliceHung) keeps its pods Ready: with its budget spent
+    the operator ends its worker Job through the Job's own deadline, and the Job controller
+    fails it once (DeadlineExceeded, each pod counted once, none recreated); JobSet's
+    failurePolicy applies as for a dead slice (maxRestarts 0: the JobSet fails), the
+    failure counted once. Deleting one of its pods instead made the Job controller make a
+    new one (the deletion uncounted): the operator deleted pod after pod."""
+    submit(api, ns, elastic={"maxSliceRestarts": 0})
+    wait_running(api, ns)
+    blamed = job_uid(api, ns, 1)
+    since = client.CoreV1Api(api).list_namespaced_pod(ns).metadata.resource_version
+    now = datetime.now(UTC)
+    write_report(api, ns, {
+        "observedAt": iso(now), "state": "Training", "step": 52, "processId": 7,
+        "processStartedAt": iso(now - timedelta(seconds=30)),
+        "sliceReplacement": {"id": 1, "slices": [1], "reason": Reason.SLICE_HUNG,
+                             "requestedAt": iso(now), "message": "slice 1's part of step "
+                             "52 did not finish"}})
+    st = wait_status(api, ns, lambda s: is_true(s, C.FAILED), "the job Failed")
+    failed_job = condition(st, C.FAILED)
+    assert failed_job["reason"] == Reason.MAX_RESTARTS_EXCEEDED
+    assert failed_job["message"].startswith(
+        "slice 1 failed (SliceHung) with its restart budget spent (maxSliceRestarts 0), so "
+        "JobSet article failed after 0 restarts"), failed_job["message"]
+    assert get_jobset(api, ns)["status"].get("restarts", 0) == 0  # type: ignore[index]
+    one = st["slices"][1]
+    assert (one["state"], one["reason"], one["restarts"], one["replacement"]["action"],
+            one["replacement"]["reason"]) == (
+        "Down", Reason.SLICE_HUNG, 1, "GiveUp", Reason.SLICE_HUNG), one
+    assert st["counters"]["sliceFailures"] == 1, st["counters"]
+    # The blamed Job: failed by its deadline, each of its pods counted once, none recreated.
+    versions = [j for j in history(api, ns, "jobs", since) if j["metadata"]["uid"] == blamed]
+    assert versions[-1]["spec"]["activeDeadlineSeconds"] == 0
+    failed = next(j for j in reversed(versions) if any(
+        c["type"] == "Failed" for c in j.get("status", {}).get("conditions", [])))
+    reasons = {c["type"]: c["reason"] for c in failed["status"]["conditions"]}
+    assert reasons["Failed"] == "DeadlineExceeded", reasons
+    assert failed["status"].get("failed") == 4, failed["status"]
+    made = {p["metadata"]["uid"] for p in history(api, ns, "pods", since)
+            if p["type"] == "ADDED" and p["metadata"].get("labels", {}).get(
+                "batch.kubernetes.io/controller-uid") == blamed}
+    assert made == set(), f"{len(made)} pods of the blamed Job made after the blame"
+    wait_for(lambda: events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED), 30,
+             "a SliceRestartsExhausted event")
+    assert len(events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED)) == 1
 
 
 # --- a dead host is a dead slice --------------------------------------------------------------

@@ -52,3 +52,8 @@ def test_conditional_writes_carry_their_preconditions() -> None:
         {"op": "test", "path": "/metadata/uid", "value": "u-1"},
         {"op": "test", "path": "/spec/backoffLimit", "value": 2},
         {"op": "replace", "path": "/spec/backoffLimit", "value": 5}]
+    # A Job ended through its own deadline: the same Job only; `add` sets a field unset.
+    assert bodies.job_ended_now("u-1") == [
+        {"op": "test", "path": "/metadata/uid", "value": "u-1"},
+        {"op": "replace", "path": "/spec/backoffLimit", "value": 0},
+        {"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 0}]

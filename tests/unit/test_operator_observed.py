@@ -112,11 +112,13 @@ def test_worker_job() -> None:
     job = job_from_dict({
         "metadata": {"name": "a-worker-1", "uid": "u1", "deletionTimestamp": "2026-11-29T12:00:00Z",
                      "labels": {"jobset.sigs.k8s.io/job-index": "1"}},
-        "spec": {"backoffLimit": 20},
+        "spec": {"backoffLimit": 20, "activeDeadlineSeconds": 0},
         "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}})
     assert (job.name, job.uid, job.slice_index, job.deleting, job.backoff_limit,
             job.failed_pods, job.finished) == ("a-worker-1", "u1", 1, True, 20, 2, "Failed")
+    assert job.active_deadline_seconds == 0
     assert job_from_dict({}).slice_index is None
+    assert job_from_dict({}).active_deadline_seconds is None
     assert job.deleted_at == parse_time("2026-11-29T12:00:00Z")
 
 

@@ -58,6 +58,7 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "delete_job": {("batch", "jobs", "delete")},
     "delete_pod_now": {("", "pods", "delete")},
     "lower_job_backoff_limit": {("batch", "jobs", "patch")},
+    "fail_job": {("batch", "jobs", "patch")},
     "get_batch_job": {("batch", "jobs", "get")},
     "allow_job_failure": {("batch", "jobs", "patch")},
     "delete_pod": {("", "pods", "delete")},
@@ -258,7 +259,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "get_multikueue_cluster": "GET", "get_priority_class": "GET",
                      "annotate_dispatched_to": "PATCH",
                      "list_worker_jobs": "GET", "watch_worker_jobs": "GET",
-                     "lower_job_backoff_limit": "PATCH",
+                     "lower_job_backoff_limit": "PATCH", "fail_job": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
                      "delete_pod_now": "DELETE"}
     watches = {"watch_jobs", "watch_pods", "watch_jobsets", "watch_nodes", "watch_workloads",
@@ -296,6 +297,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "list_worker_jobs": '"jobs"', "watch_worker_jobs": '"jobs"',
                                  "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',
+                                 "fail_job": '"jobs"',
                                  "label_node": '"nodes"'}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)

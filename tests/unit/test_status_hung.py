@@ -4,6 +4,7 @@ once per (processId, id), counted as a slice failure with the restart budget app
 level-based across operator restarts; a slow one only with onSlowSlice Replace and a spare."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,12 +12,18 @@ import pytest
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, TrainingReport
-from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
+from elastic_operator.core.plan import (
+    DeleteWorkerJob,
+    FailWorkerJob,
+    LowerBackoffLimit,
+    QuarantinePool,
+)
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import Observed, ObservedPod
+from elastic_operator.observed import Observed, ObservedJob, ObservedPod
 from tests.builders import (
+    HOSTS,
     SLICES,
     WorkerPod,
     etj,
@@ -147,6 +154,108 @@ def test_the_restart_budget_applies() -> None:
     st1, reasons = look(job, running(job), 51, training(52, request()))
     assert st1.slices[1].replacement.action == "GiveUp"
     assert Reason.SLICE_RESTARTS_EXHAUSTED in reasons
+
+
+def plan_with(job: ElasticTrainingJob, status: ElasticTrainingJobStatus, t: float,
+              pods: list[ObservedPod] | None = None, **slice1: Any) -> tuple[Any, ...]:
+    """The replacement actions for `status`, slice 1's Job as `slice1` says (worker_job)."""
+    jobs: dict[int, ObservedJob] = {i: worker_job(i) for i in range(SLICES)}
+    jobs[1] = worker_job(1, **slice1)
+    return plan_replacements("ns", "article", job.spec, status,
+                             observe(pods, jobs=jobs), s(t)).actions
+
+
+def test_a_blamed_slice_with_its_budget_spent_ends_its_job_once() -> None:
+    """Its pods never fail by themselves: the operator ends its Job through the Job's own
+    deadline (the Job controller fails it and counts each pod once), once, level-based from
+    the Job's spec, also after an operator restart; never a pod deleted, nothing counted
+    twice."""
+    job = job_with(elastic={"maxSliceRestarts": 0})
+    st1, reasons = look(job, running(job), 51, training(52, request()))
+    assert reasons == [Reason.SLICE_DOWN, Reason.SLICE_RESTARTS_EXHAUSTED]
+    one = st1.slices[1]
+    assert (one.state, one.reason, one.restarts) == ("Down", Reason.SLICE_HUNG, 1)
+    assert one.replacement is not None and one.replacement.action == "GiveUp"
+    end = FailWorkerJob("ns", "article-worker-1", worker_job(1).uid, 1, Reason.SLICE_HUNG)
+    # backoffLimit 0 alone (maxSliceRestarts 0 renders it) fails nothing: ended all the same.
+    for limit in (HOSTS * 5, 0):
+        assert plan_with(job, st1, 51, backoff_limit=limit) == (end,)
+        assert plan_with(job, stored(st1), 52, backoff_limit=limit) == (end,)
+    # Done: the Job shows the deadline, has failed, or is another Job (JobSet's restart).
+    for done in ({"active_deadline_seconds": 0, "backoff_limit": 0}, {"finished": "Failed"},
+                 {"gen": 1}):
+        assert plan_with(job, st1, 53, **done) == (), done
+        assert plan_with(job, stored(st1), 53, **done) == (), done
+    # The Job controller fails the Job, each of its pods counted once: the slice stays
+    # Down, no second failure, no Event, before the Job is Failed (FailureTarget) and after.
+    going = [WorkerPod(p.slice_index, p.host_index).deleting(s(54)).build()
+             if p.slice_index == 1 else p for p in healthy_pods()]
+    failing = replace(worker_job(1, backoff_limit=0, active_deadline_seconds=0),
+                      failed_pods=HOSTS)
+    for st_job in (failing, replace(failing, finished="Failed")):
+        jobs = {**{i: worker_job(i) for i in range(SLICES)}, 1: st_job}
+        st2, reasons = look(job, stored(st1), 55, observed=observe(going, jobs=jobs))
+        assert reasons == [], st_job
+        assert (st2.slices[1].state, st2.slices[1].restarts) == ("Down", 1)
+        assert st2.counters.slice_failures == 1
+    # Its pods gone, nothing replaces them: still Down for what it failed of, not
+    # Restarting; once JobSet's restart makes the slice a new Job, Restarting.
+    gone = [p for p in healthy_pods() if p.slice_index != 1]
+    jobs = {**{i: worker_job(i) for i in range(SLICES)}, 1: replace(failing, finished="Failed")}
+    st3, reasons = look(job, stored(st1), 56, observed=observe(gone, jobs=jobs))
+    three = st3.slices[1]
+    assert (three.state, three.reason, three.restarts, reasons) == (
+        "Down", Reason.SLICE_HUNG, 1, [])
+    assert "the trainer reports slice 1 hung" in (three.message or "")
+    new = [WorkerPod(1, h).recreated(s(57)).pending().build()
+           for h in range(HOSTS)]
+    st4, _ = look(job, st3, 58, observed=observe(gone + new, jobs={
+        **jobs, 1: worker_job(1, 1, backoff_limit=0)}))
+    assert (st4.slices[1].state, st4.slices[1].restarts) == ("Restarting", 1)
+
+
+def test_the_failed_job_names_the_slice_and_its_budget() -> None:
+    """JobSet's failurePolicy ends the job: its Failed condition says which slice's
+    restart budget was spent, why the slice failed, and the budget, before JobSet's own
+    words; a JobSet failure with no slice given up on says JobSet's words only."""
+    job = job_with(elastic={"maxSliceRestarts": 0})
+    st1, _ = look(job, running(job), 51, training(52, request()))
+    failed = observed_jobset(job).terminal(
+        "Failed", "jobset failed due to reaching max number of restarts (first failed "
+        "job: article-worker-1)").build()
+    st2, reasons = look(job, stored(st1), 56, observed=observe([], failed))
+    cond = get_condition(st2, C.FAILED)
+    assert (cond.status, cond.reason) == ("True", Reason.MAX_RESTARTS_EXCEEDED)
+    assert cond.message == (
+        "slice 1 failed (SliceHung) with its restart budget spent (maxSliceRestarts 0), so "
+        "JobSet article failed after 0 restarts (maxRestarts 0): jobset failed due to "
+        "reaching max number of restarts (first failed job: article-worker-1)")
+    assert reasons == [Reason.MAX_RESTARTS_EXCEEDED]
+    plain, _ = look(job, running(job), 56, observed=observe([], failed))
+    assert get_condition(plain, C.FAILED).message.startswith("JobSet article failed")
+
+
+def test_only_a_blamed_slices_job_is_ended() -> None:
+    """A dead slice with its budget spent fails by its failed pods (backoffLimit 0); a
+    blamed slice whose budget is not spent is replaced; a slow one past its budget is
+    ended as a hung one is."""
+    job = job_with(elastic={"maxSliceRestarts": 0})
+    pods = [WorkerPod(1, 0).failed(s(40)).build() if (p.slice_index, p.host_index) == (1, 0)
+            else p for p in healthy_pods()]
+    dead, reasons = look(job, running(job), 41, observed=observe(pods))
+    assert Reason.SLICE_RESTARTS_EXHAUSTED in reasons
+    assert plan_with(job, dead, 41, pods) == (
+        LowerBackoffLimit("ns", "article-worker-1", worker_job(1).uid, 1),)
+    assert plan_with(job, dead, 41, pods, backoff_limit=0) == ()
+    spared = job_with()
+    st1, _ = look(spared, running(spared), 51, training(52, request()))
+    assert [type(a) for a in plan_with(spared, st1, 51)] == [DeleteWorkerJob]
+    slow = job_with(elastic={"maxSliceRestarts": 0, "onSlowSlice": "Replace"})
+    observed = with_spares()
+    st1, _ = look(slow, running(slow, observed), 51,
+                  training(52, request(reason=Reason.SLICE_SLOW)), observed)
+    assert plan_with(slow, st1, 51) == (
+        FailWorkerJob("ns", "article-worker-1", worker_job(1).uid, 1, Reason.SLICE_SLOW),)
 
 
 # (case, spec, request, observed, replaced?, why not)

@@ -267,7 +267,11 @@ def jobset_probe(namespace: str = "default") -> dict[str, Any]:
 
 # Stage files from the kwok module (kustomize/stage/...), in the order they are loaded.
 # kwok falls back to its built-in defaults only for a resource with no stage given at all,
-# so passing the chaos stages with -c means passing the defaults too.
+# so passing the chaos stages with -c means passing the defaults too. Unlike a kubelet,
+# kwok's pod-delete strips a deleted pod's finalizers at once and gives it no terminal
+# phase: the Job controller here never counts a deleted pod as failed (a kubelet's, not
+# Succeeded, would be), nor applies a podFailurePolicy to it
+# (docs/design/slice-replacement.md, "Budget").
 KWOK_STAGE_FILES = (
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",

@@ -9,11 +9,13 @@ from elastic_api.models import (
     Condition,
     ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
+    SliceStatus,
     TrainingReport,
 )
 from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.setter import ConditionSetter
+from elastic_operator.core.text import fmt_slices
 from elastic_operator.observed import Observed, ObservedJobSet
 
 
@@ -66,7 +68,7 @@ def decide_outcome(spec: ElasticTrainingJobSpec, observed: Observed,
     if succeeded:
         return Outcome(succeeded=True)
     failure = (trainer_failure(previous.training)
-               or jobset_failure(spec, observed)
+               or jobset_failure(spec, observed, previous.slices)
                or lost_jobset_failure(jobset, previous.jobset_name))
     return Outcome(failure=failure, new_failure=failure is not None)
 
@@ -79,8 +81,10 @@ def trainer_failure(report: TrainingReport | None) -> Failure | None:
     return Failure(report.reason, report.message or f"the trainer reported {report.reason}")
 
 
-def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed) -> Failure | None:
-    """The JobSet failed: the head failed, or the restart budget ran out."""
+def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
+                   slices: list[SliceStatus] | None = None) -> Failure | None:
+    """The JobSet failed: the head failed, or the restart budget ran out; led by the
+    slices whose own restart budget was spent (`slices`: the status's), as they caused it."""
     jobset = observed.jobset
     if jobset is None or jobset.terminal_state != "Failed":
         return None
@@ -97,7 +101,19 @@ def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed) -> Failure 
                f"(maxRestarts {spec.max_restarts})")
     if jobset.failed_message:
         message += f": {jobset.failed_message}"
-    return Failure(reason, message)
+    return Failure(reason, _budget_spent(spec, slices or []) + message)
+
+
+def _budget_spent(spec: ElasticTrainingJobSpec, slices: list[SliceStatus]) -> str:
+    """`slice 1 failed (SliceHung) with its restart budget spent (maxSliceRestarts 0), so `,
+    or nothing: the slices the operator gave up on (their Job left to fail)."""
+    spent = [s for s in slices if s.replacement is not None and s.replacement.action == "GiveUp"]
+    if not spent:
+        return ""
+    reasons = ", ".join(sorted({s.replacement.reason for s in spent if s.replacement}))
+    its = "its" if len(spent) == 1 else "their"
+    return (f"{fmt_slices(s.index for s in spent)} failed ({reasons}) with {its} restart "
+            f"budget spent (maxSliceRestarts {spec.elastic.max_slice_restarts}), so ")
 
 
 def lost_jobset_failure(jobset: ObservedJobSet | None,

@@ -162,6 +162,23 @@ class LowerBackoffLimit:
 
 
 @dataclass(frozen=True)
+class FailWorkerJob:
+    """A slice the trainer blamed (hung, slow: its pods never fail by themselves) has its
+    restart budget spent: set its Job's backoffLimit and activeDeadlineSeconds to 0 (uid
+    precondition), so the Job controller fails the Job itself (DeadlineExceeded), counting
+    each of its pods once, and JobSet's failurePolicy applies, as for a dead slice.
+    Deleting a pod is no such failure: the Job controller counts a deleted pod only if it
+    sees it still carrying the Job's tracking finalizer and not Succeeded (a worker that
+    exits 0 on SIGTERM is), else it makes a new one (docs/design/slice-replacement.md)."""
+
+    namespace: str
+    name: str
+    uid: str
+    slice_index: int
+    reason: str  # the record's: SliceHung, SliceSlow
+
+
+@dataclass(frozen=True)
 class RestartTrainer:
     """Restart a stalled trainer (core/progress.py): let the head Job replace one more
     failed pod (its backoffLimit raised to its failures + 1, uid precondition), then
@@ -177,7 +194,7 @@ class RestartTrainer:
 
 
 ReplacementAction = (DeleteWorkerJob | ForceDeletePod | QuarantinePool | ReleasePool
-                     | LowerBackoffLimit | RestartTrainer)
+                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer)
 
 
 @dataclass(frozen=True)

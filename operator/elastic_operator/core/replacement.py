@@ -18,12 +18,13 @@ Two steps, with the status written in between (intent first):
    the Job named in a record that still exists, not being deleted, is deleted (after the
    NodeNotReady grace), its pool quarantined first when a spare exists and the failure's
    evidence blames the pool (core/blame.py, core/pools.py); a GiveUp lowers the Job's
-   backoffLimit; pods Terminating on a dead node are force-deleted after
-   spec.recovery.forceDeleteAfterSeconds; a slice that waits for a pool takes its old one
-   back once its nodes are healthy; a quarantine this job's failures caused is released
-   once they follow the job elsewhere. A restarted operator finds the record and the
-   Job and does what is left; a delete that already happened is never repeated (the Job
-   has another uid).
+   backoffLimit, and ends the Job of a slice the trainer blamed (activeDeadlineSeconds 0:
+   its pods never fail by themselves); pods Terminating on a dead node are force-deleted
+   after spec.recovery.forceDeleteAfterSeconds; a slice that waits for a pool takes its
+   old one back once its nodes are healthy; a quarantine this job's failures caused is
+   released once they follow the job elsewhere. A restarted operator finds the record and
+   the Job and does what is left; a delete that already happened is never repeated (the
+   Job has another uid).
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.hung import REQUESTED_REASONS, reported_evidence
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
+    FailWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
     QuarantinePool,
@@ -174,12 +176,14 @@ def _record_event(s: SliceStatus, record: SliceReplacement,
     domain = f" in its {tas.slice_level} domain{f' {s.domain}' if s.domain else ''} (Kueue " \
         "keeps a slice where it placed it)" if tas is not None else ""
     if record.action == "GiveUp":
+        how = "its Job's backoffLimit is lowered"
+        if record.reason in REQUESTED_REASONS:  # its pods never fail by themselves
+            how = "its Job is ended (backoffLimit and activeDeadlineSeconds 0)"
         return StatusEvent(
             reason=Reason.SLICE_RESTARTS_EXHAUSTED, type="Warning", slice_index=s.index,
             message=f"slice {s.index} failed{where} ({record.reason}) with its restart budget "
                     f"spent ({plural(budget, 'restart')} allowed, maxSliceRestarts); not "
-                    "replaced again: its Job's backoffLimit is lowered so that JobSet's "
-                    "failurePolicy applies")
+                    f"replaced again: {how} so that JobSet's failurePolicy applies")
     return StatusEvent(
         reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
         message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
@@ -311,8 +315,24 @@ def _record_steps(ctx: _Planning, s: SliceStatus, view: SliceView,
         return _SliceSteps()  # nothing to do, or done already (or JobSet's own restart)
     if record.action in ("Replace", "Move"):
         return _replace(ctx, s, record, job, view, spares)
-    if record.action == "GiveUp" and job.backoff_limit != 0 and job.finished is None:
-        return _SliceSteps((LowerBackoffLimit(ctx.namespace, job.name, job.uid, s.index),))
+    if record.action == "GiveUp" and job.finished is None:
+        return _give_up(ctx, s.index, record, job)
+    return _SliceSteps()
+
+
+def _give_up(ctx: _Planning, index: int, record: SliceReplacement,
+             job: ObservedJob) -> _SliceSteps:
+    """The restart budget is spent: the slice's Job is to fail by its own accounting, so
+    that JobSet's failurePolicy applies. A dead slice's failed pods exceed a backoffLimit
+    of 0; the pods of a slice the trainer blamed never fail by themselves, so its Job's
+    deadline ends it. Level-based, from the Job's spec: never planned once it is set."""
+    if record.reason in REQUESTED_REASONS:
+        if job.active_deadline_seconds == 0:
+            return _SliceSteps()
+        return _SliceSteps((FailWorkerJob(ctx.namespace, job.name, job.uid, index,
+                                          record.reason),))
+    if job.backoff_limit != 0:
+        return _SliceSteps((LowerBackoffLimit(ctx.namespace, job.name, job.uid, index),))
     return _SliceSteps()
 
 

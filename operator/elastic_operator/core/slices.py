@@ -230,6 +230,10 @@ def _during_teardown(verdict: _Verdict, hosts: Sequence[HostView], prev: SliceSt
         if old and (len(hosts) < hosts_per_slice or old < len(hosts)):
             return _Verdict("Down", prev.reason, verdict.message)
         return verdict
+    if verdict.state == "Restarting" and record.action == "GiveUp" \
+            and all(h.pod.job_uid == record.job_uid for h in hosts):
+        # Nothing replaces a Job given up on: its pods going is its failure, not a restart.
+        return _Verdict("Down", prev.reason, prev.message or verdict.message)
     down = [h for h in hosts if h.down_reason is not None]
     if verdict.state != "Down" or not down \
             or any(h.pod.job_uid != record.job_uid for h in down):
