@@ -19,7 +19,7 @@ EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
 DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
 # As elastic_trainer.watchdog's (not imported here either: it is light, but keeps the
 # flags' module free of the loop's; test_trainer_watchdog checks they agree).
-WATCHDOG_FACTOR, WATCHDOG_FLOOR_SECONDS, WATCHDOG_LONG_FLOOR_SECONDS = 10.0, 5.0, 300.0
+WATCHDOG_FACTOR, WATCHDOG_FLOOR_SECONDS = 10.0, 5.0
 
 
 def period(text: str) -> int | None:
@@ -92,13 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "for local checkpoints, else /tmp/etj-compilation-cache)")
     a("--watchdog-factor", type=float, default=WATCHDOG_FACTOR,
       help="watchdog: a step may take this many times the 99th percentile of the recent "
-           "steps of its mesh; a first step, save or restore this many times the longest "
-           "of its kind so far (default %(default)s)")
+           "steps of its mesh (default %(default)s); every other phase is held to "
+           "elastic_api.phases' deadline, as the operator holds it")
     a("--watchdog-floor-seconds", type=float, default=WATCHDOG_FLOOR_SECONDS,
-      help="watchdog: no deadline is shorter (default %(default)s)")
-    a("--watchdog-long-floor-seconds", type=float, default=WATCHDOG_LONG_FLOOR_SECONDS,
-      help="watchdog: the deadline of a first step (a compile), a save or a restore "
-           "before one was measured in this process (default %(default)s)")
+      help="watchdog: no step's deadline is shorter (default %(default)s)")
+    # Before issue 60 the first compile's, save's and restore's deadline; each phase's
+    # first deadline is elastic_api.phases' now: accepted, so older commands still run.
+    a("--watchdog-long-floor-seconds", type=float, default=None, help=argparse.SUPPRESS)
     a("--no-watchdog", action="store_true", help="no watchdog (no stall is reported)")
     a("--on-slow-slice", choices=("Report", "Replace"), default="Report",
       help="a slice whose part of the steps is 1.5x the fastest slice's or more: report "
@@ -167,10 +167,8 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "--request-poll-interval must be > 0"
     if not args.watchdog_factor >= 1:  # also nan
         return f"--watchdog-factor {args.watchdog_factor} must be >= 1"
-    if not 0 < args.watchdog_floor_seconds <= args.watchdog_long_floor_seconds:
-        return (f"--watchdog-floor-seconds {args.watchdog_floor_seconds} must be more than "
-                f"0 and at most --watchdog-long-floor-seconds "
-                f"{args.watchdog_long_floor_seconds}")
+    if not args.watchdog_floor_seconds > 0:  # also nan
+        return f"--watchdog-floor-seconds {args.watchdog_floor_seconds} must be more than 0"
     return _validate_cadence(args)
 
 
@@ -364,6 +362,11 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
             "an earlier trainer process of this job had %d elastic event(s), used %d of "
             "--max-retries %d and reported step %d: counting on from there", prior.events,
             prior.failures, args.max_retries, prior.step)
+    if args.watchdog_long_floor_seconds is not None:
+        logging.getLogger("elastic_trainer").warning(
+            "--watchdog-long-floor-seconds is ignored: a first compile, save, restore or "
+            "evaluation has the first deadline elastic_api.phases gives it (docs/trainer.md, "
+            "\"Watchdog\")")
     return LoopOptions(
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
         elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
@@ -374,7 +377,7 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         prior_goodput=prior.goodput, prior_step=prior.step, prior_ack=prior.checkpoint_ack,
         process_started_at=process_start_time(),
         watchdog=WatchdogOptions(args.watchdog_factor, args.watchdog_floor_seconds,
-                                 args.watchdog_long_floor_seconds, not args.no_watchdog),
+                                 not args.no_watchdog),
         on_slow_slice=args.on_slow_slice,
     )
 
