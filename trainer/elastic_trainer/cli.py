@@ -43,6 +43,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--data", default="synthetic",
       help="`synthetic`, or a directory/glob of ArrayRecord shards (see --prepare-data)")
     a("--backend", choices=("simulated", "pathways"), default="simulated")
+    _add_simulation_arguments(a)
+    _add_copy_arguments(a)
+    a("--min-slices", type=int, default=None,
+      help="replica resize: train on at least M slices (unset = pause and resume)")
+    a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
+    a("--max-retries", type=int, default=10, help="elastic events tolerated over the run")
+    _add_reporting_arguments(a)
+    a("--compilation-cache", default=None,
+      help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
+           "for local checkpoints, else /tmp/etj-compilation-cache)")
+    _add_watchdog_arguments(a)
+    _add_evaluation_arguments(a)
+    a("--min-step-seconds", type=float, default=0.0,
+      help="pace the loop: each step (and evaluation step) takes at least this long (demos "
+           "on CPU, where a tiny step takes milliseconds)")
+    a("--prepare-data", nargs="+", default=None, metavar="TEXT_FILE",
+      help="instead of training: tokenize these text files (byte-level) into ArrayRecord "
+           "shards under --out, then exit")
+    a("--out", default=None, help="output directory for --prepare-data")
+    a("--shards", type=int, default=2, help="number of shards for --prepare-data")
+
+
+def _add_simulation_arguments(a: Any) -> None:
     a("--simulate-slices", type=int, default=2, help="simulated backend: number of slices")
     a("--devices-per-slice", type=int, default=DEFAULT_DEVICES_PER_SLICE,
       help="simulated backend: CPU devices per slice")
@@ -64,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--simulate-checkpoint-write-seconds", type=float, default=0.0,
       help="simulated backend: the slices take this long to write their checkpoint shards "
            "(a real model's write lasts seconds; a slice lost meanwhile fails the save)")
+
+
+def _add_copy_arguments(a: Any) -> None:
     a("--checkpoint-dir", help="Orbax checkpoint root: a path or gs://bucket/prefix")
     a("--checkpoint-period", type=period, default=None, metavar="N|auto",
       help="save every N steps; auto (default): chosen from what a save costs, within "
@@ -77,19 +103,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="with auto periods: the share of step time (percent) the copies the trainer "
            "schedules may cost together, half each when both periods are auto "
            "(default %(default)s)")
-    a("--min-slices", type=int, default=None,
-      help="replica resize: train on at least M slices (unset = pause and resume)")
-    a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
-    a("--max-retries", type=int, default=10, help="elastic events tolerated over the run")
+
+
+def _add_reporting_arguments(a: Any) -> None:
     a("--job", default=None, metavar="NS/NAME",
       help="report to this ElasticTrainingJob's status (else env ETJ_JOB_NAMESPACE/NAME)")
     a("--report-interval", type=float, default=5.0, help="seconds between progress reports")
     a("--request-poll-interval", type=float, default=1.0,
       help="seconds between reads of the job for the operator's checkpoint requests")
     a("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
-    a("--compilation-cache", default=None,
-      help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
-           "for local checkpoints, else /tmp/etj-compilation-cache)")
+    a("--log-every", type=int, default=10, help="log a progress line every N steps")
+    a("--summary", default=None, help="write a JSON summary of the run here")
+
+
+def _add_watchdog_arguments(a: Any) -> None:
     a("--watchdog-factor", type=float, default=WATCHDOG_FACTOR,
       help="watchdog: a step may take this many times the 99th percentile of the recent "
            "steps of its mesh (default %(default)s); every other phase is held to "
@@ -103,16 +130,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--on-slow-slice", choices=("Report", "Replace"), default="Report",
       help="a slice whose part of the steps is 1.5x the fastest slice's or more: report "
            "it (status.training.sliceStepTimes; default) or also ask for its replacement")
-    a("--log-every", type=int, default=10, help="log a progress line every N steps")
-    a("--min-step-seconds", type=float, default=0.0,
-      help="pace the loop: each step takes at least this long (demos on CPU, where a tiny "
-           "step takes milliseconds)")
-    a("--summary", default=None, help="write a JSON summary of the run here")
-    a("--prepare-data", nargs="+", default=None, metavar="TEXT_FILE",
-      help="instead of training: tokenize these text files (byte-level) into ArrayRecord "
-           "shards under --out, then exit")
-    a("--out", default=None, help="output directory for --prepare-data")
-    a("--shards", type=int, default=2, help="number of shards for --prepare-data")
+
+
+def _add_evaluation_arguments(a: Any) -> None:
+    a("--eval-every", type=int, default=0, metavar="N",
+      help="evaluate after every N-th train step: the mean loss of --eval-steps held-out "
+           "synthetic batches, training untouched (default 0: never)")
+    a("--eval-steps", type=int, default=10, metavar="M",
+      help="batches (evaluation steps) per evaluation (default %(default)s)")
 
 
 def _set_xla_device_count(count: int) -> None:
@@ -169,6 +194,10 @@ def _validate(args: argparse.Namespace) -> str | None:
         return f"--watchdog-factor {args.watchdog_factor} must be >= 1"
     if not args.watchdog_floor_seconds > 0:  # also nan
         return f"--watchdog-floor-seconds {args.watchdog_floor_seconds} must be more than 0"
+    if args.eval_every < 0:
+        return "--eval-every must be >= 0 (0: no evaluation)"
+    if args.eval_steps < 1:
+        return "--eval-steps must be >= 1"
     return _validate_cadence(args)
 
 
@@ -352,6 +381,7 @@ def process_start_time() -> float:
 
 
 def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
+    from elastic_trainer.evaluation import EvalOptions
     from elastic_trainer.loop import LoopOptions
     from elastic_trainer.report import PriorRun, read_prior_run
     from elastic_trainer.watchdog import WatchdogOptions
@@ -379,6 +409,7 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         watchdog=WatchdogOptions(args.watchdog_factor, args.watchdog_floor_seconds,
                                  not args.no_watchdog),
         on_slow_slice=args.on_slow_slice,
+        evaluation=EvalOptions(args.eval_every, args.eval_steps),
     )
 
 

@@ -10,6 +10,7 @@
       train step by step, batches made ahead on a background thread (Pathways); each step's
       loss is read after the next step is dispatched (one step behind: the device always
       has a step queued, and no step waits for the host's work between two steps):
+        an evaluation due (evaluation.py) -> after the step is done, M held-out batches
         a checkpoint request of the operator open -> save this step, wait until it is
           committed, acknowledge it, pause until released (checkpoint_requests.py)
         a slice of the mesh lost -> JaxRuntimeError(DATA_LOSS) -> elastic event
@@ -18,7 +19,7 @@
         replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
     all along: status.py keeps what status.training says (progress, events, goodput), the
       watchdog (watchdog.py) what the training thread waits for, which is the phase it
-      reports (activity.py: restore, compile, steps, a data wait, a save),
+      reports (activity.py: restore, compile, steps, a data wait, a save, an evaluation),
       and stalls.py what a stall or a slow slice makes the trainer ask for
 
 The `Trainer` keeps the step loop; the policies come in through its constructor, so that
@@ -44,6 +45,7 @@ from elastic_trainer.configs import ModelConfig
 from elastic_trainer.copies import Copies
 from elastic_trainer.data import BatchSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, ScaleUpSignal
+from elastic_trainer.evaluation import EvalOptions, Evaluator
 from elastic_trainer.events import ElasticEvent, RunResult
 from elastic_trainer.goodput import GoodputAccount
 from elastic_trainer.prefetch import BatchPrefetcher
@@ -101,6 +103,7 @@ class LoopOptions:
     process_started_at: float | None = None  # unix time the process started (else now)
     watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
     on_slow_slice: str = "Report"  # or "Replace": ask for a straggler to be replaced
+    evaluation: EvalOptions = field(default_factory=EvalOptions)  # --eval-every, --eval-steps
 
 
 @dataclass
@@ -120,15 +123,17 @@ class Trainer:
                  data: BatchSource, *, spec: train.StateSpec, status: TrainingStatus,
                  checkpointer: Checkpointer, snapshots: ReplicaSnapshots, copies: Copies,
                  restorer: Restorer, recovery: Recovery, stalls: Stalls, watchdog: Watchdog,
-                 loss_limit: SliceLossLimit, requests: CheckpointRequests | None = None
-                 ) -> None:
+                 loss_limit: SliceLossLimit, requests: CheckpointRequests | None = None,
+                 evaluator: Evaluator | None = None) -> None:
         """`loss_limit`: the retry policy (what --max-retries counts); `requests`: the
-        operator's checkpoint requests answered (None: none are read)."""
+        operator's checkpoint requests answered (None: none are read); `evaluator`: the
+        evaluations (None: none)."""
         self.cfg, self.opts, self.backend, self.data = cfg, opts, backend, data
         self.spec, self.status = spec, status
         self.checkpointer, self.snapshots, self.copies = checkpointer, snapshots, copies
         self.restorer, self.recovery, self.stalls = restorer, recovery, stalls
         self.watchdog, self.loss_limit, self.requests = watchdog, loss_limit, requests
+        self.evaluator = evaluator
         self._tokens_per_step = opts.batch * cfg.seq_len
         self._compiled: dict[tuple[tuple[int, ...], int], train.CompiledStep] = {}
         self._mesh: tuple[tuple[int, ...], int] | None = None
@@ -256,6 +261,8 @@ class Trainer:
                 # The slice-down error surfaces here, inside the step, as on Pathways.
                 self.backend.check(active)
                 self._keep(step, state, active, loss)
+                if self.evaluator is not None and self.evaluator.due(step):
+                    self._evaluate(self.evaluator, compiled, state, step, active)
             self._finish_pending()
         finally:
             prefetch.close()
@@ -285,6 +292,14 @@ class Trainer:
         with self.watchdog.during(DATA_WAIT, step + 1):
             self.status.report()
             return prefetch.get(step)
+
+    def _evaluate(self, evaluator: Evaluator, compiled: train.CompiledStep, state: Any,
+                  step: int, active: set[int]) -> None:
+        """Evaluate after `step`, once it is done (reported as done first); the next
+        step's time leaves the evaluation out."""
+        self._finish_pending()
+        evaluator.run(compiled, state["params"], step, active)
+        self._last_done_at = time.time()
 
     def _finish_pending(self) -> None:
         """Wait for the step dispatched before (reading its loss: the one sync per step,
@@ -403,4 +418,7 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
                           opts.elastic_timeout),
         stalls=stalls, watchdog=watchdog, loss_limit=loss_limit,
         requests=None if requests is None else CheckpointRequests(
-            requests, checkpointer, backend, status, watchdog))
+            requests, checkpointer, backend, status, watchdog),
+        evaluator=None if opts.evaluation.every == 0 else Evaluator(
+            opts.evaluation, cfg, opts.seed, opts.batch, backend, status, watchdog,
+            opts.min_step_seconds))

@@ -84,6 +84,7 @@ class TrainingStatus:
         self.slice_step_times: list[SliceStepTime] | None = None
         self.last_restore: RestoreReport | None = None
         self.stalls: list[StallReport] = []
+        self.eval_losses: list[tuple[int, float]] = []  # (step, loss) of each evaluation
         self.replacements: list[SliceReplacementRequest] = []
         self._reported_at = -1e9
 
@@ -197,7 +198,8 @@ class TrainingStatus:
             checkpoint_write_failures=self.checkpointer.write_failures, failure=failure,
             elastic_events_total=self.events_total, started_from=self.started_from,
             goodput=self.goodput.report(), process_started_at=self.process_started_at,
-            finished_at=self.finished_at if finished else None, **self._watched())
+            finished_at=self.finished_at if finished else None,
+            eval_losses=self.eval_losses, **self._watched())
 
     def _watched(self) -> dict[str, Any]:
         """The watchdog's part of the result: stalls, requests, slice times (JSON)."""
