@@ -1,6 +1,6 @@
 """The watchdog's parts: its deadlines (pure, by the phase rule the operator applies), its
 thread (on a clock that jumps: a 3-minute phase takes no 3 minutes), the activity it
-reports, the silent faults (hang, slow) and what the simulated
+reports, the frame it names, the silent faults (hang, slow, block) and what the simulated
 backend can tell about each slice's part of a step."""
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 from elastic_api.phases import FIRST_FLOOR_SECONDS, FLOOR_SECONDS
 from elastic_trainer import cli
 from elastic_trainer.activity import Activity
-from elastic_trainer.backends import SimulatedBackend
+from elastic_trainer.backends import SimulatedBackend, device_block
 from elastic_trainer.errors import is_slice_down_error
 from elastic_trainer.faults import FaultSchedule, SilentFault, StepFaults, parse_fault
+from elastic_trainer.frames import where
 from elastic_trainer.watchdog import (
     CHECKPOINT,
     COMPILE,
@@ -297,12 +298,35 @@ def test_the_activity_reports_the_phase_its_heartbeats_and_each_phases_history()
     assert activity.report() is None  # waiting for slices, a hold: no phase
 
 
+# --- the frame a blocked training thread is in -----------------------------------------------
+
+def test_a_thread_blocked_in_a_device_call_is_named_with_its_caller(
+        cpu_devices: list[Any]) -> None:
+    import jax.numpy as jnp
+
+    waiting = device_block(jnp.float32(1.5), 3.0, cpu_devices[0])
+    found: list[Any] = []
+    reader = threading.Thread(target=lambda: found.append(float(waiting)))
+    reader.start()
+    try:
+        _until(lambda: (w := where(reader.ident or 0)) is not None and w.device_call)
+        blocked = where(reader.ident or 0)
+        assert blocked is not None and blocked.call == "__float__"
+        assert blocked.caller is not None and blocked.caller.startswith("<lambda> at "
+                                                                       "test_trainer_watchdog")
+        assert blocked.describe().startswith("__float__, called from <lambda> at ")
+    finally:
+        reader.join(30)
+    assert found == [1.5]  # handed over unchanged
+
+
 # --- silent faults ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("text", "fault"), [
     ("53:2:hang", SilentFault(53, 2, "hang")),
     ("10-30:1:slow=3", SilentFault(10, 1, "slow", 3.0, 30)),
     ("10:0:slow=1.5", SilentFault(10, 0, "slow", 1.5, None)),
+    ("15:1:block=30", SilentFault(15, 1, "block", seconds=30.0)),
 ])
 def test_silent_faults_parse(text: str, fault: SilentFault) -> None:
     assert parse_fault(text, total_slices=4) == fault
@@ -314,6 +338,8 @@ def test_silent_faults_parse(text: str, fault: SilentFault) -> None:
     ("10:1:slow=x", "FACTOR above 1"),
     ("10:9:hang", "does not exist"),
     ("10:1:stall", "phase must be"),
+    ("10:1:block", "STEP:SLICE:block=SECONDS"),
+    ("10-20:1:block=5", "STEP:SLICE:block=SECONDS"),
 ])
 def test_bad_silent_faults_name_the_flag_and_the_fix(text: str, says: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -329,6 +355,14 @@ def test_a_hang_lasts_until_the_slice_is_replaced_and_a_slow_slice_until_back() 
     assert faults.hung(5, {1: 1}) == set()  # replaced: its loss count grew
     assert faults.slowdown(4, {}) == {0: 2.0} and faults.slowdown(6, {}) == {}
 
+
+def test_a_block_fires_once_even_when_its_step_is_done_again() -> None:
+    faults = StepFaults([SilentFault(4, 1, "block", seconds=9.0)])
+    for step in range(1, 6):
+        faults.on_step(step, {})
+    assert faults.blocked(3, {}) is None
+    assert faults.blocked(4, {}) == (1, 9.0)
+    assert faults.blocked(4, {}) is None  # the step done again after a rewind
 
 
 def test_faults_injected_through_the_inbox_fire_at_the_next_step_once(tmp_path: Any) -> None:

@@ -79,10 +79,13 @@ def _add_simulation_arguments(a: Any) -> None:
            "silent faults (the slice stays healthy, with either --slice-health): "
            "STEP:SLICE:hang (its part of STEP never finishes until it is replaced), "
            "STEP[-BACK]:SLICE:slow=FACTOR (its part takes FACTOR times the usual step from STEP, "
-           "until step BACK or until it is replaced)")
+           "until step BACK or until it is replaced), STEP:SLICE:block=SECONDS (reading "
+           "STEP's result waits SECONDS in the runtime, on SLICE's device: a device call "
+           "that hangs where no slice can be told apart)")
     a("--fault-inbox", type=Path, default=None, metavar="DIR",
       help="simulated backend: a file *.fault in DIR (SLICE:hang, SLICE:slow=FACTOR, "
-           "SLICE:slow=off) fires at the next step and is deleted once read (the soak's)")
+           "SLICE:block=SECONDS, SLICE:slow=off) fires at the next step and is deleted once "
+           "read (the soak's)")
     a("--fault-duration", type=float, default=2.0, help="seconds a failed slice stays down")
     a("--simulate-checkpoint-write-seconds", type=float, default=0.0,
       help="simulated backend: the slices take this long to write their checkpoint shards "
@@ -245,7 +248,10 @@ def run(args: argparse.Namespace) -> int:
         if "jax" in sys.modules:
             logging.getLogger(__name__).warning(
                 "jax was imported before `etj train` set the device count")
-        _set_xla_device_count(args.simulate_slices * args.devices_per_slice)
+        # One host device more where a step may block (--fail-at ...:block=, an inbox):
+        # the device a blocked step keeps busy (backends.SimulatedBackend).
+        blocks = args.fault_inbox is not None or any(":block=" in f for f in args.fail_at)
+        _set_xla_device_count(args.simulate_slices * args.devices_per_slice + int(blocks))
     return _train(args)
 
 

@@ -282,7 +282,7 @@ class Trainer:
         pause = self.opts.min_step_seconds - (time.time() - t_start)
         if pause > 0:
             time.sleep(pause)  # a paced step: a fault during it still fails it
-        return state, metrics["loss"]
+        return state, self.backend.step_result(step + 1, metrics["loss"])
 
     def _batch(self, prefetch: BatchPrefetcher, step: int) -> Any:
         """The batch of the step after `step`; waiting for the prefetcher is a DataWait
