@@ -221,7 +221,7 @@ def _stall(job: Job) -> list[Finding]:
     report = job.status.training
     stall = report.stall if report is not None else None
     if stall is None:
-        return []
+        return _progressing(job)
     suspects = f" The trainer suspects slices {', '.join(map(str, stall.suspect_slices))}" \
         if stall.suspect_slices else " No slice is blamed yet"
     evidence = f" ({stall.evidence})" if stall.evidence else ""
@@ -231,6 +231,24 @@ def _stall(job: Job) -> list[Finding]:
                     f"{suspects}{evidence}.", stall.detected_at,
                     ["the operator replaces a blamed slice on its own; otherwise `kubectl "
                      f"logs` the head pod's main container of {job.name}"])]
+
+
+def _progressing(job: Job) -> list[Finding]:
+    """The operator's own verdict (condition Progressing): a stall, naming the phase and
+    its frame, or a phase of training that holds steps within its deadline."""
+    cond = job.condition(ConditionType.PROGRESSING)
+    if cond is None:
+        return []
+    if cond.status == "False" and cond.reason == Reason.PROGRESS_DEADLINE_EXCEEDED:
+        return [Finding("Stall", f"Training stalled: {cond.message.rstrip('.')}.",
+                        cond.last_transition_time,
+                        ["with spec.elastic.onStall Recover the operator restarts the trainer "
+                         "(status.counters.stallRestarts); otherwise `kubectl logs` the head "
+                         f"pod's main container of {job.name}, or `py-spy dump` its stacks"])]
+    if cond.status == "True" and cond.reason == Reason.PHASE_IN_PROGRESS:
+        return [Finding("Phase", f"No new step while the trainer is in a phase of training, "
+                        f"within its deadline: {cond.message.rstrip('.')}.")]
+    return []
 
 
 def _recovering(job: Job) -> list[Finding]:
