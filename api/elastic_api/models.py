@@ -514,8 +514,9 @@ class Volume(ApiModel):
 class ProgressSpec(ApiModel):
     """A progress sidecar for a program that does not write status.training itself: `etj
     progress`, a native sidecar in the head pod, follows the program's metrics file on the
-    head's /tmp and reports step, loss and step time (docs/api.md, "Progress of any
-    trainer")."""
+    head's /tmp and reports step, loss and step time, and samples the program's process
+    (the head pod then shares its process namespace) for what it is doing
+    (status.training.activity; docs/api.md, "Progress of any trainer")."""
 
     image: str = Field(
         min_length=1, max_length=512,
@@ -525,8 +526,8 @@ class ProgressSpec(ApiModel):
     format: Literal["maxtext"] = Field(
         "maxtext",
         description="maxtext: MaxText's metrics_file, one JSON object per line with step, "
-        "learning/loss and perf/step_time_seconds (lines without learning/loss, such as eval "
-        "metrics, are ignored).",
+        "learning/loss and perf/step_time_seconds; its evaluation lines (eval/...) are the "
+        "evaluation's heartbeat.",
     )
     metrics_file: str | None = Field(
         None, max_length=1024,

@@ -12,11 +12,11 @@ import pytest
 
 from elastic_api.phases import FIRST_FLOOR_SECONDS, FLOOR_SECONDS
 from elastic_trainer import cli
-from elastic_trainer.activity import Activity
 from elastic_trainer.backends import SimulatedBackend, device_block
 from elastic_trainer.errors import is_slice_down_error
 from elastic_trainer.faults import FaultSchedule, SilentFault, StepFaults, parse_fault
 from elastic_trainer.frames import where
+from elastic_trainer.own_activity import Activity
 from elastic_trainer.watchdog import (
     CHECKPOINT,
     COMPILE,

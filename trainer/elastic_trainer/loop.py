@@ -19,7 +19,7 @@
         replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
     all along: status.py keeps what status.training says (progress, events, goodput), the
       watchdog (watchdog.py) what the training thread waits for, which is the phase it
-      reports (activity.py: restore, compile, steps, a data wait, a save, an evaluation),
+      reports (own_activity.py: restore, compile, steps, a data wait, a save, an evaluation),
       and stalls.py what a stall or a slow slice makes the trainer ask for
 
 The `Trainer` keeps the step loop; the policies come in through its constructor, so that
@@ -36,7 +36,6 @@ import jax
 
 from elastic_api.models import DEFAULT_OVERHEAD_BUDGET_PERCENT, CheckpointAck, TrainerGoodput
 from elastic_trainer import train
-from elastic_trainer.activity import Activity
 from elastic_trainer.backends import Backend
 from elastic_trainer.cadence import Cadence, Cadences, budget_shares
 from elastic_trainer.checkpoint import Checkpointer
@@ -48,6 +47,7 @@ from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, Scal
 from elastic_trainer.evaluation import EvalOptions, Evaluator
 from elastic_trainer.events import ElasticEvent, RunResult
 from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.own_activity import Activity
 from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.recovery import Recovery
 from elastic_trainer.report import Metrics, StatusReporter

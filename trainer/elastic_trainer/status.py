@@ -2,7 +2,7 @@
 it is built from: the run's progress, its elastic events, the goodput account, and the
 fields the loop's policies set (the checkpoint acknowledgement: checkpoint_requests.py;
 a stall, a replacement request, the slices' step times: stalls.py; the last restore:
-restore.py; what the training thread is doing: activity.py, moved by the watchdog). The
+restore.py; what the training thread is doing: own_activity.py, moved by the watchdog). The
 loop and its policies write it; `report` sends it through report.StatusReporter: at once
 when urgent, else at most every REPORT_EVERY_SECONDS, or at once (not urgent: the
 reporter's interval still holds it) when the training thread has just entered a phase
@@ -26,11 +26,11 @@ from elastic_api.models import (
     StallReport,
     TrainingReport,
 )
-from elastic_trainer.activity import Activity
 from elastic_trainer.cadence import Cadences
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.events import ElasticEvent, RunResult, utc
 from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.own_activity import Activity
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.retry import SliceLossLimit
 from elastic_trainer.snapshots import ReplicaSnapshots

@@ -11,7 +11,7 @@ what this run's own steps and phases took (docs/trainer.md, "Watchdog").
                        disarms (waiting for slices, a maintenance hold); past its deadline
                        the watchdog names where the training thread is (frames.py) and
                        calls `on_stall` once, from its own thread (the training thread is
-                       the one stuck). It moves the reported activity (activity.py) as it
+                       the one stuck). It moves the reported activity (own_activity.py) as it
                        goes, so what is watched and what is reported are one thing.
 
 Learned, not fixed, as NVRx's heartbeat timeouts are once it has seen intervals
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from elastic_api.phases import Phase, phase_deadline
-from elastic_trainer.activity import Activity, PhaseHistory
 from elastic_trainer.frames import Where, where
+from elastic_trainer.own_activity import Activity, PhaseHistory
 
 log = logging.getLogger(__name__)
 
