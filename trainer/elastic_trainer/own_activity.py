@@ -1,13 +1,11 @@
 """What the training thread is doing, as the trainer reports it itself (source Trainer; the
-progress sidecar infers the same for any trainer: activity.py):
-its phase (elastic_api.phases) since when, its last sign of life, the frame it is blocked
-in (status.training.activity), and how long each phase took (status.training.phases).
-
-    PhaseHistory (pure)  how long each phase took, the history each phase's deadline is
-                         learned from (elastic_api.phases.phase_deadline); the watchdog
-                         reads it for its own deadlines, so both sides learn from one record
-    Activity             the phase now; the watchdog (watchdog.py) moves it as the training
-                         thread arms what it waits for, and names the frame on a stall
+progress sidecar infers the same for any trainer: activity.py): its phase
+(elastic_api.phases) since when, its last sign of life, the frame it is blocked in
+(status.training.activity), and how long each phase took (status.training.phases, a
+phase_book.PhaseBook: the history each phase's deadline is learned from, which the
+watchdog reads for its own deadlines, so both sides learn from one record). The
+watchdog (watchdog.py) moves the phase as the training thread arms what it waits for,
+and names the frame on a stall.
 
 Times come in from the watchdog's clock: nothing here reads one.
 """
@@ -18,38 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from elastic_api.models import PhaseRecord, TrainerActivity
-from elastic_api.phases import PHASES, Phase
+from elastic_api.phases import Phase
+from elastic_trainer.phase_book import PhaseBook
 
 # A frame is shown up to the field's bound (TrainerActivity.frame).
 FRAME_CHARS = 300
-
-
-@dataclass
-class _Record:
-    count: int = 0
-    last: float = 0.0
-    longest: float = 0.0
-
-
-class PhaseHistory:
-    """How long each phase took in this process. Pure: durations in."""
-
-    def __init__(self) -> None:
-        self._records: dict[Phase, _Record] = {}
-
-    def record(self, phase: Phase, seconds: float) -> None:
-        r = self._records.setdefault(phase, _Record())
-        r.count, r.last, r.longest = r.count + 1, seconds, max(r.longest, seconds)
-
-    def longest(self, phase: Phase) -> float | None:
-        """The longest `phase` took so far (None: not seen yet)."""
-        r = self._records.get(phase)
-        return None if r is None else r.longest
-
-    def records(self) -> list[PhaseRecord]:
-        return [PhaseRecord(phase=p, count=r.count, last_seconds=round(r.last, 3),
-                            longest_seconds=round(r.longest, 3))
-                for p in PHASES if (r := self._records.get(p)) is not None]
 
 
 @dataclass(frozen=True)
@@ -65,7 +36,7 @@ class Activity:
     the watchdog's), read when a report is built."""
 
     def __init__(self) -> None:
-        self.history = PhaseHistory()
+        self.history = PhaseBook()
         self._now: _Now | None = None
         self._lock = threading.Lock()
         self.changes = 0  # phase changes so far: a report built since is not stale
@@ -96,7 +67,7 @@ class Activity:
     def ended(self, phase: Phase, seconds: float) -> None:
         """`phase` ended after `seconds`: learned from (the history)."""
         with self._lock:
-            self.history.record(phase, seconds)
+            self.history.add(phase, seconds)
 
     def blocked(self, frame: str, since: float, device_call: bool) -> None:
         """The watchdog found the training thread past its deadline in `frame`: blocked
@@ -126,4 +97,4 @@ class Activity:
 
     def records(self) -> list[PhaseRecord] | None:
         with self._lock:
-            return self.history.records() or None
+            return self.history.records()

@@ -40,7 +40,8 @@ from typing import Final
 
 from elastic_api.phases import Phase, phase_deadline
 from elastic_trainer.frames import Where, where
-from elastic_trainer.own_activity import Activity, PhaseHistory
+from elastic_trainer.own_activity import Activity
+from elastic_trainer.phase_book import PhaseBook
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +110,13 @@ class Deadlines:
     seconds out; `history` is what the trainer reports as status.training.phases."""
 
     opts: WatchdogOptions = field(default_factory=WatchdogOptions)
-    history: PhaseHistory = field(default_factory=PhaseHistory)
+    history: PhaseBook = field(default_factory=PhaseBook)
     _steps: dict[Hashable, deque[float]] = field(default_factory=dict)
 
     def observe(self, phase: Phase, seconds: float, mesh: Hashable = None) -> None:
         if phase == STEP:
             self._steps.setdefault(mesh, deque(maxlen=STEP_WINDOW)).append(seconds)
-        self.history.record(phase, seconds)
+        self.history.add(phase, seconds)
 
     def step_quantile(self, mesh: Hashable = None) -> float | None:
         steps = self._steps.get(mesh)
