@@ -291,7 +291,7 @@ def test_a_device_call_blocked_past_the_step_deadline_is_named_with_its_frame(
                          "Progressing False", timeout=300)
         c = condition(st, C.PROGRESSING)
         assert c["reason"] == Reason.PROGRESS_DEADLINE_EXCEEDED, c
-        frame = "__float__, called from _finish_pending at loop.py:"
+        frame = "ArrayImpl.__float__, called from Trainer._finish_pending at loop.py:"
         assert c["message"].startswith("blocked ") and f" in {frame}" in c["message"], c
         assert "rule Phase: DeviceWait reported by the trainer" in c["message"], c
         activity = st["training"]["activity"]

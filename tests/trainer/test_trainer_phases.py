@@ -257,7 +257,7 @@ def test_a_device_call_blocked_past_the_steps_deadline_is_named_with_its_frame(
     assert result.params_digest == undisturbed_digest
     [stall] = result.stalls
     assert (stall["step"], stall["phase"], stall["suspectSlices"]) == (13, "Step", [])
-    frame = "__float__, called from _finish_pending at loop.py:"
+    frame = "ArrayImpl.__float__, called from Trainer._finish_pending at loop.py:"
     assert stall["evidence"].startswith("the training thread is blocked ")
     assert f"s in {frame}" in stall["evidence"]
     sent = reports.reports()

@@ -1,64 +1,49 @@
-"""Where a thread is, read from its Python stack (sys._current_frames): the call it is in
-and who called it, e.g. "block_until_ready, called from train_step at train.py:412".
-
-A thread whose innermost frames are JAX's (jax, jaxlib) waits in the runtime: a device
-call (reading a result, block_until_ready, a transfer, a collective behind them), unless
-one of those frames compiles (a compile is no wait on the device). Named by the call the
-trainer made into JAX (the outermost of those frames) and the trainer's frame that made it.
+"""Where a thread of this process is: its Python stack (sys._current_frames) as the
+progress sidecar reads another process's with py-spy (stacks.ThreadStack, innermost
+first), read by the same rules (stack_phases.classify). One way to name a phase and a
+frame for the bundled trainer and any other: a device call is named by the call the
+trainer made into JAX and the trainer's frame that made it, e.g. "ArrayImpl.__float__,
+called from Trainer._finish_pending at loop.py:310".
 """
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from types import FrameType
 
-# Packages whose frames are the runtime's, not the trainer's.
-RUNTIME_PACKAGES = ("jax", "jaxlib")
-# JAX's frames that only wrap the call the trainer made (a jitted function's), skipped
-# when naming it.
-WRAPPERS = frozenset({"reraise_with_filtered_traceback", "wrapper", "cache_miss"})
+from elastic_trainer.stack_phases import Reading, classify
+from elastic_trainer.stacks import Frame, ThreadStack
 
 
-@dataclass(frozen=True)
-class Where:
-    call: str  # the function the thread is in (for a device call: the one JAX was called at)
-    caller: str | None  # "train_step at train.py:412": the frame that called it
-    device_call: bool
-
-    def describe(self) -> str:
-        return self.call if self.caller is None else f"{self.call}, called from {self.caller}"
+def _short(path: str) -> str:
+    """`path` from its package down, as py-spy shortens it (the longest sys.path entry
+    that holds it is cut off)."""
+    roots = [p.rstrip(os.sep) + os.sep for p in sys.path if p]
+    held = [r for r in roots if path.startswith(r)]
+    return path[len(max(held, key=len)):] if held else path
 
 
-def _roots() -> tuple[str, ...]:
-    roots = []
-    for name in RUNTIME_PACKAGES:
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None)
-        if path:
-            roots.append(os.path.dirname(path) + os.sep)
-    return tuple(roots)
-
-
-def _at(frame: FrameType) -> str:
+def _frame(frame: FrameType) -> Frame:
     code = frame.f_code
-    return f"{code.co_name} at {os.path.basename(code.co_filename)}:{frame.f_lineno}"
+    return Frame(name=code.co_qualname, path=code.co_filename,
+                 short=_short(code.co_filename), line=frame.f_lineno or 0)
 
 
-def where(thread_id: int) -> Where | None:
-    """Where thread `thread_id` is now (None: no such thread)."""
-    frame = sys._current_frames().get(thread_id)
-    if frame is None:
+def thread_stack(thread_id: int) -> ThreadStack | None:
+    """Thread `thread_id`'s stack now, innermost first (None: no such thread). Whether it
+    waits in the kernel is not known from inside: `active` says it may run."""
+    current: FrameType | None = sys._current_frames().get(thread_id)
+    if current is None:
         return None
-    roots = _roots()
-    runtime: list[FrameType] = []  # the innermost run of runtime frames, innermost first
-    current: FrameType | None = frame
-    while current is not None and current.f_code.co_filename.startswith(roots or ("\0",)):
-        runtime.append(current)
+    frames = []
+    while current is not None:
+        frames.append(_frame(current))
         current = current.f_back
-    if not runtime:
-        return Where(_at(frame), None if frame.f_back is None else _at(frame.f_back), False)
-    compiling = any("compile" in f.f_code.co_name for f in runtime)
-    named = [f.f_code.co_name for f in reversed(runtime) if f.f_code.co_name not in WRAPPERS]
-    return Where(named[0] if named else runtime[-1].f_code.co_name,
-                 None if current is None else _at(current), not compiling)
+    return ThreadStack(thread_id=thread_id, active=True, frames=tuple(frames))
+
+
+def where(thread_id: int) -> Reading | None:
+    """What thread `thread_id` shows now: its phase, its frame in words, whether it waits
+    in a device call (None: no such thread)."""
+    stack = thread_stack(thread_id)
+    return None if stack is None else classify(stack)

@@ -19,9 +19,6 @@ from elastic_api.models import PhaseRecord, TrainerActivity
 from elastic_api.phases import Phase
 from elastic_trainer.phase_book import PhaseBook
 
-# A frame is shown up to the field's bound (TrainerActivity.frame).
-FRAME_CHARS = 300
-
 
 @dataclass(frozen=True)
 class _Now:
@@ -76,10 +73,10 @@ class Activity:
             now = self._now
             if device_call:
                 last = since if now is None else now.last_activity_at
-                self._now = _Now("DeviceWait", since, last, frame[:FRAME_CHARS])
+                self._now = _Now("DeviceWait", since, last, frame)
             elif now is not None:
                 self._now = _Now(now.phase, now.since, now.last_activity_at,
-                                 frame[:FRAME_CHARS])
+                                 frame)
             self.changes += 1
 
     def longest(self, phase: Phase) -> float | None:

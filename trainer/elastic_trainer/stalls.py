@@ -56,13 +56,13 @@ class Stalls:
         stall in the status, and the slices the evidence blames asked to be replaced."""
         where = stall.where
         log.error("watchdog: %s%s; every thread's stack follows", stall.describe(),
-                  "" if where is None else f", the training thread in {where.describe()}")
+                  "" if where is None else f", the training thread in {where.frame}")
         self.status.metrics.on_stall()
         log_stacks(log)
         suspects, evidence = self.backend.blame()
         if where is not None and where.device_call:
             evidence = (f"the training thread is blocked {stall.seconds:.0f}s in "
-                        f"{where.describe()}; {evidence}")
+                        f"{where.frame}; {evidence}")
         self.status.stall = StallReport(
             step=stall.step, phase=stall.stall_phase, started_at=utc(stall.started_at),
             detected_at=utc(stall.detected_at),

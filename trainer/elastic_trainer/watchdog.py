@@ -39,9 +39,10 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from elastic_api.phases import Phase, phase_deadline
-from elastic_trainer.frames import Where, where
+from elastic_trainer.frames import where
 from elastic_trainer.own_activity import Activity
 from elastic_trainer.phase_book import PhaseBook
+from elastic_trainer.stack_phases import Reading
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class Stall:
     detected_at: float
     deadline_seconds: float
     quiet_seconds: float  # since the phase's last heartbeat (its start, without one)
-    where: Where | None = None  # where the training thread was
+    where: Reading | None = None  # where the training thread was
 
     @property
     def seconds(self) -> float:
@@ -316,8 +317,8 @@ class Watchdog:
             return None
         a.fired = True
         found = where(a.thread)
-        if found is not None:
-            self.activity.blocked(found.describe(), a.started_at, found.device_call)
+        if found is not None and found.frame is not None:
+            self.activity.blocked(found.frame, a.started_at, found.device_call)
         wall = self.clock.time()
         return Stall(a.phase, a.step, a.started_at, wall, a.deadline, now - a.beat, found)
 
