@@ -216,3 +216,95 @@ def test_a_hung_slice_is_replaced_and_the_trainer_recovers_in_process(
     finally:
         if trainer.proc is not None and trainer.poll() is None:
             trainer.kill()
+
+
+# --- the trainer's phase (issue 60) -------------------------------------------------------
+# The bundled trainer reports what it is doing (status.training.activity) and how long
+# each phase took (.phases); the operator's stall rule judges the phase by its own deadline.
+
+def _phase(status: dict[str, Any]) -> str | None:
+    return ((status.get("training") or {}).get("activity") or {}).get("phase")
+
+
+def _record(status: dict[str, Any], phase: str) -> dict[str, Any]:
+    return next((r for r in (status.get("training") or {}).get("phases") or []
+                 if r["phase"] == phase), {})
+
+
+def test_an_evaluation_longer_than_the_step_deadline_is_no_stall(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    """An evaluation after step 60 of 1,500 paced steps (75 s or more) outlasts the learned
+    step deadline (its 60 s floor: the job gives none): Progressing stays True through it,
+    its message naming the evaluation, and no trainer restart. Not marked stalls: the
+    teardown fails on any ProgressDeadlineExceeded Event."""
+    obj = manifest(tmp_path / "checkpoints", "--eval-every", "60", "--eval-steps", "1500")
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                                 obj)
+    wait_running(api, ns)
+    trainer.start()
+    seen: list[tuple[str | None, tuple[str, str], str]] = []
+
+    def through_the_evaluation(s: dict[str, Any]) -> bool:
+        seen.append((_phase(s), progressing(s), condition(s, C.PROGRESSING).get("message",
+                                                                               "")))
+        return _record(s, "Evaluation").get("count", 0) >= 1 and \
+            (s.get("training") or {}).get("step", 0) >= 70
+    try:
+        wait_status(api, ns, lambda s: _phase(s) == "Evaluation", "evaluating", timeout=240)
+        st = wait_status(api, ns, through_the_evaluation, "through the evaluation",
+                         timeout=600)
+        evaluation = _record(st, "Evaluation")
+        deadline = st["progress"].get("deadlineSeconds")  # the step deadline, learned
+        assert deadline is not None and deadline >= 60, st["progress"]
+        assert evaluation["longestSeconds"] > deadline, (evaluation, st["progress"])
+        assert all(p[0] == "True" for _, p, _ in seen if p[0]), seen
+        during = [m for phase, p, m in seen if phase == "Evaluation" and p[0] == "True"]
+        assert during and any(m.startswith("evaluation for ") for m in during), during
+        assert (st.get("counters") or {}).get("trainerRestarts", 0) == 0
+        assert not events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED)
+        assert trainer.poll() is None, f"trainer exited (log {trainer.log})"
+    finally:
+        if trainer.proc is not None and trainer.poll() is None:
+            trainer.kill()
+
+
+@pytest.mark.stalls
+def test_a_device_call_blocked_past_the_step_deadline_is_named_with_its_frame(
+        api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
+    """Reading step 33's loss waits 30 s in the runtime (`--fail-at 33:0:block=30`: a
+    collective every slice waits in) while every pod stays Ready: the trainer's watchdog
+    finds its main thread in the device call and reports DeviceWait with the frame; the
+    operator's phase rule holds it to the step deadline: Progressing=False naming the
+    frame. The call returns after all: steps advance again, in the same process. No
+    snapshots: step 33 runs beside no copy, so the watchdog's is a plain step's deadline."""
+    obj = manifest(tmp_path / "checkpoints", "--fail-at", "33:0:block=30",
+                   "--snapshot-period", "0", progressDeadlineSeconds=DEADLINE,
+                   onStall="Report")
+    trainer = trainer_of(obj, cluster, ns, tmp_path)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                                 obj)
+    wait_running(api, ns)
+    trainer.start()
+    try:
+        st = wait_status(api, ns, lambda s: progressing(s)[0] == "False",
+                         "Progressing False", timeout=300)
+        c = condition(st, C.PROGRESSING)
+        assert c["reason"] == Reason.PROGRESS_DEADLINE_EXCEEDED, c
+        frame = "ArrayImpl.__float__, called from Trainer._finish_pending at loop.py:"
+        assert c["message"].startswith("blocked ") and f" in {frame}" in c["message"], c
+        assert "rule Phase: DeviceWait reported by the trainer" in c["message"], c
+        activity = st["training"]["activity"]
+        assert activity["phase"] == "DeviceWait" and activity["frame"].startswith(frame)
+        assert st["training"]["step"] == 32  # the step before the blocked one
+        wait_for(lambda: events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED), 30,
+                 "a ProgressDeadlineExceeded Event")
+        st = wait_status(api, ns, lambda s: progressing(s)[0] == "True"
+                         and (s.get("training") or {}).get("step", 0) >= 45,
+                         "advancing again", timeout=180)
+        assert _phase(st) == "TrainStep"
+        assert (st.get("counters") or {}).get("trainerRestarts", 0) == 0
+        assert trainer.poll() is None, f"trainer exited (log {trainer.log})"
+    finally:
+        if trainer.proc is not None and trainer.poll() is None:
+            trainer.kill()

@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from elastic_api.models import TrainingReport
+from elastic_api.phases import phase_deadline
 from elastic_trainer.activity import ActivityTracker, Sample
 from elastic_trainer.metrics_file import EvalRecord, Record, StepRecord
+from elastic_trainer.own_activity import Activity
 from elastic_trainer.progress import pod_identity, progress_report
 from elastic_trainer.stacks import Frame, ThreadStack
 
@@ -72,6 +74,21 @@ def test_a_compile_is_named_with_the_frame_and_timed_when_it_ends() -> None:
     assert activity is not None and activity.phase == "TrainStep"
     (record,) = tracker.phases() or []
     assert (record.phase, record.count, record.last_seconds) == ("Compile", 1, 6.0)
+
+
+def test_the_sidecar_and_the_bundled_trainer_book_a_phase_alike() -> None:
+    """One contract: a compile of 6.0005 s sampled by the sidecar and one the trainer
+    timed itself give the same status.training.phases, so the same learned deadline."""
+    tracker = ActivityTracker()
+    for s in (0, 2, 4):
+        tracker.see_sample(Sample(at(s), "Running", 10.0 + s, COMPILING))
+    tracker.see_lines(lines((5, train(0))))
+    tracker.see_sample(Sample(at(6.0005), "Running", 17.0, DISPATCH))
+    own = Activity()
+    own.ended("Compile", 6.0005)
+    assert tracker.phases() == own.records()
+    assert own.longest("Compile") == 6.0  # what the watchdog learns from: as reported
+    assert phase_deadline("Compile", own.longest("Compile"), 1.0) == 60.0
 
 
 def test_one_sample_in_a_phase_is_a_passing_call_not_recorded() -> None:

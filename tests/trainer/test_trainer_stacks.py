@@ -150,3 +150,49 @@ def test_py_spy_reads_a_live_python_process() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+# The bundled trainer's watchdog reads its own threads (frames.py) by the same rules: one
+# process blocked in a device call, read from inside and by py-spy from outside.
+BLOCKED_CHILD = """
+import json, sys, threading, time
+import jax, jax.numpy as jnp
+from elastic_trainer.backends import device_block
+from elastic_trainer.frames import where
+
+def report(ident):
+    while (seen := where(ident)) is None or not seen.device_call:
+        time.sleep(0.05)
+    print(json.dumps([seen.phase, seen.frame, seen.device_call]), flush=True)
+
+def train_step(loss):
+    return float(loss)
+
+loss = device_block(jnp.float32(1.5), 60.0, jax.devices()[0])
+threading.Thread(target=report, args=(threading.get_ident(),), daemon=True).start()
+train_step(loss)
+"""
+
+
+def test_the_trainer_and_the_sidecar_read_one_stack_alike() -> None:
+    reader = StackReader()
+    if reader.binary is None:
+        pytest.skip("py-spy is not installed")
+    proc = subprocess.Popen(["python3", "-c", BLOCKED_CHILD], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        inside = json.loads(proc.stdout.readline())  # once it waits in the device call
+        try:
+            stack = reader.dump(proc.pid)
+        except StackUnavailable as err:
+            if err.lasting:
+                pytest.skip(f"py-spy cannot read a child here: {err}")
+            raise
+        assert stack is not None
+        outside = classify(stack)
+        assert [outside.phase, outside.frame, outside.device_call] == inside
+        assert inside[1].startswith("ArrayImpl.__float__, called from train_step at <string>:")
+    finally:
+        proc.kill()
+        proc.wait()

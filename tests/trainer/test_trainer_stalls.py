@@ -31,8 +31,8 @@ from tests.support.trainer_run import RunTrainer, TrainerRun
 STEPS = 40
 SLICES = 4
 # Tight enough that each "no false alarm" test fails if the phase it is about ran under a
-# plain step's deadline; the long floor covers the first compile on a loaded machine.
-TIGHT = WatchdogOptions(factor=10, floor_seconds=2.0, long_floor_seconds=300)
+# plain step's deadline; a first compile has its phase's first floor (elastic_api.phases).
+TIGHT = WatchdogOptions(factor=10, floor_seconds=2.0)
 
 
 class Reports:

@@ -25,8 +25,9 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from elastic_api.models import PhaseRecord, TrainerActivity
-from elastic_api.phases import PHASES, Phase, PhaseSource
+from elastic_api.phases import Phase, PhaseSource
 from elastic_trainer.metrics_file import EvalRecord, Record, StepRecord
+from elastic_trainer.phase_book import PhaseBook
 from elastic_trainer.stack_phases import Reading, classify
 from elastic_trainer.stacks import ThreadStack
 from elastic_trainer.trainer_process import ProcessState
@@ -46,24 +47,6 @@ class Sample:
     state: ProcessState | None = None
     cpu_seconds: float | None = None
     stack: ThreadStack | None = None
-
-
-class PhaseBook:
-    """How long each phase took (status.training.phases)."""
-
-    def __init__(self) -> None:
-        self._records: dict[Phase, PhaseRecord] = {}
-
-    def add(self, phase: Phase, seconds: float) -> None:
-        seconds = round(max(0.0, seconds), 3)
-        old = self._records.get(phase)
-        self._records[phase] = PhaseRecord(
-            phase=phase, count=(old.count if old else 0) + 1, last_seconds=seconds,
-            longest_seconds=max(seconds, old.longest_seconds if old else 0.0))
-
-    def records(self) -> list[PhaseRecord] | None:
-        found = [self._records[p] for p in PHASES if p in self._records]
-        return found or None
 
 
 @dataclass

@@ -12,7 +12,10 @@ and what a lost slice does to a step and to a checkpoint write in flight.
   device and pinned-host memory alike (its share of the training state and its replica
   of the snapshot). Silent faults (faults.StepFaults) hang or slow one slice's part of a
   step while its health stays good; each part is timed, which is the evidence the
-  watchdog blames a slice on (`blame`) and the stragglers' step times.
+  watchdog blames a slice on (`blame`) and the stragglers' step times. A blocked step
+  keeps a device busy past the step's end: reading its result waits in the runtime, as
+  a hung collective makes it wait (`step_result`; a spare host device, where `etj train`
+  made one, so that the next step's dispatch does not wait too).
 - `PathwaysBackend` (TPU): pathwaysutils' `Manager` (devices grouped by `slice_index`, its
   health check, `wait_for_slices`, the monitor thread for slices that come back). The
   runtime raises the errors and loses the memory by itself; for a hung step, each
@@ -21,6 +24,7 @@ and what a lost slice does to a step and to a checkpoint write in flight.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -79,6 +83,11 @@ class Backend(Protocol):
         ...
 
     def on_phase(self, phase: str, step: int) -> None: ...
+
+    def step_result(self, step: int, loss: Any) -> Any:
+        """`step`'s loss as the device hands it over (simulated: a blocked step's comes
+        late); the loop reads it once the step after is dispatched."""
+        ...
 
     def failed_slices(self, err: BaseException) -> tuple[list[int], float | None]:
         """The slices behind a slice-down error and when they went down (if known)."""
@@ -145,6 +154,10 @@ class SimulatedBackend:
         self.total_slices, self.devices_per_slice = total_slices, devices_per_slice
         self.write_seconds = write_seconds  # how long the slices take to write their shards
         self._devices = devices[:need]
+        # A host device no slice uses, if there is one: what a blocked step keeps busy,
+        # so that the next step's dispatch does not wait behind it (on a TPU dispatch is
+        # asynchronous: only reading the result waits).
+        self._spare = devices[need] if len(devices) > need else None
         self.health = health
         self._active: frozenset[int] = frozenset()
         # Losses per slice when its memory was last known good (the start of an attempt):
@@ -161,6 +174,8 @@ class SimulatedBackend:
 
     def start(self) -> None:
         self.health.start()
+        for index in self.step_faults.blocking_slices():
+            _spinner(self._blocked_device(index))  # compiled now, not in the step it blocks
 
     def slice_devices(self, slices: Sequence[int]) -> list[list[Any]]:
         d = self.devices_per_slice
@@ -245,6 +260,16 @@ class SimulatedBackend:
             self.step_faults.on_step(step, self.health.losses())
             with self._lock:
                 self._dispatched[step] = time.time()
+
+    def step_result(self, step: int, loss: Any) -> Any:
+        blocked = self.step_faults.blocked(step, self.health.losses())
+        if blocked is None:
+            return loss
+        index, seconds = blocked
+        return device_block(loss, seconds, self._blocked_device(index))
+
+    def _blocked_device(self, index: int) -> Any:
+        return self._spare if self._spare is not None else self.slice_devices([index])[0][0]
 
     # --- each slice's part of a step: silent faults, the evidence ---
 
@@ -427,6 +452,9 @@ class PathwaysBackend:
     def on_phase(self, phase: str, step: int) -> None:
         pass
 
+    def step_result(self, step: int, loss: Any) -> Any:
+        return loss
+
     def checkpoint_write_hook(self, active: set[int]) -> WriteHook | None:
         return None  # a lost slice fails the save's write with a JaxRuntimeError
 
@@ -456,4 +484,41 @@ class PathwaysBackend:
 
     def close(self) -> None:
         self.manager.close()
+
+
+_SPIN = 128  # the side of the matrix a blocked device multiplies, again and again
+
+
+@functools.cache
+def _spinner(device: Any) -> tuple[Any, float]:
+    """(the program that keeps `device` busy for n rounds and then hands `value` over
+    unchanged, the seconds one round takes there), compiled and timed once per device."""
+    import jax
+    import jax.numpy as jnp
+
+    def spin(value: Any, rounds: Any) -> Any:
+        def round_(carry: Any) -> Any:
+            i, m = carry
+            return i + 1, jnp.tanh(m @ m)
+
+        start = jnp.full((_SPIN, _SPIN), 1e-3, jnp.float32)
+        _, m = jax.lax.while_loop(lambda c: c[0] < rounds, round_, (0, start))
+        # Both outputs of one program are ready together: `value` waits for the rounds.
+        return value, m[0, 0]
+
+    program = jax.jit(spin)
+    probe, zero = 200, jax.device_put(jnp.float32(0), device)
+    jax.block_until_ready(program(zero, probe))  # compiled for the device
+    started = time.perf_counter()
+    jax.block_until_ready(program(zero, probe))
+    return program, max((time.perf_counter() - started) / probe, 1e-7)
+
+
+def device_block(value: Any, seconds: float, device: Any) -> Any:
+    """`value` (an array), handed over by `device` after it computed about `seconds`:
+    whoever reads it waits in the runtime meanwhile, as for a device call that hangs."""
+    import jax
+
+    program, per_round = _spinner(device)
+    return program(jax.device_put(value, device), int(seconds / per_round))[0]
 

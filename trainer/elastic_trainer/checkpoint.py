@@ -288,6 +288,11 @@ class Checkpointer:
         """A background save is still writing (not committed yet)."""
         return self._in_flight is not None and self._in_flight.running()
 
+    def blocks(self) -> bool:
+        """A save started now holds the caller until it is done or the save before it
+        is: it is synchronous, or the save before is still writing."""
+        return not self.async_save or self.saving()
+
     def save(self, step: int, state: Any, write_hook: WriteHook | None = None) -> bool:
         """Start (or, without async, do) the save of `step`; `write_hook` runs when its
         data is written. The previous save is finished first (bounded). A slice loss that

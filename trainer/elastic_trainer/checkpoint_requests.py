@@ -187,17 +187,22 @@ class CheckpointRequests:
         commit until the request's deadline: when it was committed, or None."""
         started = time.time()
         self.status.goodput.begin("checkpointing", started)
-        self.watchdog.relabel(CHECKPOINT)
         try:
             timeout = request.deadline.timestamp() - started
             if timeout <= 0:
                 loop_log.warning("checkpoint request %d: its deadline passed before step "
                                  "%d; not answered", request.id, step)
                 return None
-            if not self.checkpointer.has_save_of(step):
-                self.checkpointer.save(step, to_pinned_host(state),
-                                       write_hook=self.backend.checkpoint_write_hook(active))
-            if not self.checkpointer.wait_committed(step, timeout):
+            saved = self.checkpointer.has_save_of(step)
+            # Timed as a save unless the step was committed already (nothing to wait for).
+            waits = not saved or self.checkpointer.in_flight_step == step
+            with self.watchdog.during(CHECKPOINT, step + 1, measured=waits):
+                self.status.report()
+                if not saved:
+                    self.checkpointer.save(step, to_pinned_host(state), write_hook=self.backend
+                                           .checkpoint_write_hook(active))
+                committed = self.checkpointer.wait_committed(step, timeout)
+            if not committed:
                 loop_log.warning("checkpoint request %d: the save of step %d was not "
                                  "committed by the deadline; not answered", request.id, step)
                 return None

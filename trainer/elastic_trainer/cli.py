@@ -19,7 +19,7 @@ EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
 DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
 # As elastic_trainer.watchdog's (not imported here either: it is light, but keeps the
 # flags' module free of the loop's; test_trainer_watchdog checks they agree).
-WATCHDOG_FACTOR, WATCHDOG_FLOOR_SECONDS, WATCHDOG_LONG_FLOOR_SECONDS = 10.0, 5.0, 300.0
+WATCHDOG_FACTOR, WATCHDOG_FLOOR_SECONDS = 10.0, 5.0
 
 
 def period(text: str) -> int | None:
@@ -43,6 +43,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--data", default="synthetic",
       help="`synthetic`, or a directory/glob of ArrayRecord shards (see --prepare-data)")
     a("--backend", choices=("simulated", "pathways"), default="simulated")
+    _add_simulation_arguments(a)
+    _add_copy_arguments(a)
+    a("--min-slices", type=int, default=None,
+      help="replica resize: train on at least M slices (unset = pause and resume)")
+    a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
+    a("--max-retries", type=int, default=10, help="elastic events tolerated over the run")
+    _add_reporting_arguments(a)
+    a("--compilation-cache", default=None,
+      help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
+           "for local checkpoints, else /tmp/etj-compilation-cache)")
+    _add_watchdog_arguments(a)
+    _add_evaluation_arguments(a)
+    a("--min-step-seconds", type=float, default=0.0,
+      help="pace the loop: each step (and evaluation step) takes at least this long (demos "
+           "on CPU, where a tiny step takes milliseconds)")
+    a("--prepare-data", nargs="+", default=None, metavar="TEXT_FILE",
+      help="instead of training: tokenize these text files (byte-level) into ArrayRecord "
+           "shards under --out, then exit")
+    a("--out", default=None, help="output directory for --prepare-data")
+    a("--shards", type=int, default=2, help="number of shards for --prepare-data")
+
+
+def _add_simulation_arguments(a: Any) -> None:
     a("--simulate-slices", type=int, default=2, help="simulated backend: number of slices")
     a("--devices-per-slice", type=int, default=DEFAULT_DEVICES_PER_SLICE,
       help="simulated backend: CPU devices per slice")
@@ -56,14 +79,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "silent faults (the slice stays healthy, with either --slice-health): "
            "STEP:SLICE:hang (its part of STEP never finishes until it is replaced), "
            "STEP[-BACK]:SLICE:slow=FACTOR (its part takes FACTOR times the usual step from STEP, "
-           "until step BACK or until it is replaced)")
+           "until step BACK or until it is replaced), STEP:SLICE:block=SECONDS (reading "
+           "STEP's result waits SECONDS in the runtime, on SLICE's device: a device call "
+           "that hangs where no slice can be told apart)")
     a("--fault-inbox", type=Path, default=None, metavar="DIR",
       help="simulated backend: a file *.fault in DIR (SLICE:hang, SLICE:slow=FACTOR, "
-           "SLICE:slow=off) fires at the next step and is deleted once read (the soak's)")
+           "SLICE:block=SECONDS, SLICE:slow=off) fires at the next step and is deleted once "
+           "read (the soak's)")
     a("--fault-duration", type=float, default=2.0, help="seconds a failed slice stays down")
     a("--simulate-checkpoint-write-seconds", type=float, default=0.0,
       help="simulated backend: the slices take this long to write their checkpoint shards "
            "(a real model's write lasts seconds; a slice lost meanwhile fails the save)")
+
+
+def _add_copy_arguments(a: Any) -> None:
     a("--checkpoint-dir", help="Orbax checkpoint root: a path or gs://bucket/prefix")
     a("--checkpoint-period", type=period, default=None, metavar="N|auto",
       help="save every N steps; auto (default): chosen from what a save costs, within "
@@ -77,42 +106,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="with auto periods: the share of step time (percent) the copies the trainer "
            "schedules may cost together, half each when both periods are auto "
            "(default %(default)s)")
-    a("--min-slices", type=int, default=None,
-      help="replica resize: train on at least M slices (unset = pause and resume)")
-    a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
-    a("--max-retries", type=int, default=10, help="elastic events tolerated over the run")
+
+
+def _add_reporting_arguments(a: Any) -> None:
     a("--job", default=None, metavar="NS/NAME",
       help="report to this ElasticTrainingJob's status (else env ETJ_JOB_NAMESPACE/NAME)")
     a("--report-interval", type=float, default=5.0, help="seconds between progress reports")
     a("--request-poll-interval", type=float, default=1.0,
       help="seconds between reads of the job for the operator's checkpoint requests")
     a("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
-    a("--compilation-cache", default=None,
-      help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
-           "for local checkpoints, else /tmp/etj-compilation-cache)")
+    a("--log-every", type=int, default=10, help="log a progress line every N steps")
+    a("--summary", default=None, help="write a JSON summary of the run here")
+
+
+def _add_watchdog_arguments(a: Any) -> None:
     a("--watchdog-factor", type=float, default=WATCHDOG_FACTOR,
       help="watchdog: a step may take this many times the 99th percentile of the recent "
-           "steps of its mesh; a first step, save or restore this many times the longest "
-           "of its kind so far (default %(default)s)")
+           "steps of its mesh (default %(default)s); every other phase is held to "
+           "elastic_api.phases' deadline, as the operator holds it")
     a("--watchdog-floor-seconds", type=float, default=WATCHDOG_FLOOR_SECONDS,
-      help="watchdog: no deadline is shorter (default %(default)s)")
-    a("--watchdog-long-floor-seconds", type=float, default=WATCHDOG_LONG_FLOOR_SECONDS,
-      help="watchdog: the deadline of a first step (a compile), a save or a restore "
-           "before one was measured in this process (default %(default)s)")
+      help="watchdog: no step's deadline is shorter (default %(default)s)")
+    # Before issue 60 the first compile's, save's and restore's deadline; each phase's
+    # first deadline is elastic_api.phases' now: accepted, so older commands still run.
+    a("--watchdog-long-floor-seconds", type=float, default=None, help=argparse.SUPPRESS)
     a("--no-watchdog", action="store_true", help="no watchdog (no stall is reported)")
     a("--on-slow-slice", choices=("Report", "Replace"), default="Report",
       help="a slice whose part of the steps is 1.5x the fastest slice's or more: report "
            "it (status.training.sliceStepTimes; default) or also ask for its replacement")
-    a("--log-every", type=int, default=10, help="log a progress line every N steps")
-    a("--min-step-seconds", type=float, default=0.0,
-      help="pace the loop: each step takes at least this long (demos on CPU, where a tiny "
-           "step takes milliseconds)")
-    a("--summary", default=None, help="write a JSON summary of the run here")
-    a("--prepare-data", nargs="+", default=None, metavar="TEXT_FILE",
-      help="instead of training: tokenize these text files (byte-level) into ArrayRecord "
-           "shards under --out, then exit")
-    a("--out", default=None, help="output directory for --prepare-data")
-    a("--shards", type=int, default=2, help="number of shards for --prepare-data")
+
+
+def _add_evaluation_arguments(a: Any) -> None:
+    a("--eval-every", type=int, default=0, metavar="N",
+      help="evaluate after every N-th train step: the mean loss of --eval-steps held-out "
+           "synthetic batches, training untouched (default 0: never)")
+    a("--eval-steps", type=int, default=10, metavar="M",
+      help="batches (evaluation steps) per evaluation (default %(default)s)")
 
 
 def _set_xla_device_count(count: int) -> None:
@@ -167,10 +195,12 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "--request-poll-interval must be > 0"
     if not args.watchdog_factor >= 1:  # also nan
         return f"--watchdog-factor {args.watchdog_factor} must be >= 1"
-    if not 0 < args.watchdog_floor_seconds <= args.watchdog_long_floor_seconds:
-        return (f"--watchdog-floor-seconds {args.watchdog_floor_seconds} must be more than "
-                f"0 and at most --watchdog-long-floor-seconds "
-                f"{args.watchdog_long_floor_seconds}")
+    if not args.watchdog_floor_seconds > 0:  # also nan
+        return f"--watchdog-floor-seconds {args.watchdog_floor_seconds} must be more than 0"
+    if args.eval_every < 0:
+        return "--eval-every must be >= 0 (0: no evaluation)"
+    if args.eval_steps < 1:
+        return "--eval-steps must be >= 1"
     return _validate_cadence(args)
 
 
@@ -218,7 +248,10 @@ def run(args: argparse.Namespace) -> int:
         if "jax" in sys.modules:
             logging.getLogger(__name__).warning(
                 "jax was imported before `etj train` set the device count")
-        _set_xla_device_count(args.simulate_slices * args.devices_per_slice)
+        # One host device more where a step may block (--fail-at ...:block=, an inbox):
+        # the device a blocked step keeps busy (backends.SimulatedBackend).
+        blocks = args.fault_inbox is not None or any(":block=" in f for f in args.fail_at)
+        _set_xla_device_count(args.simulate_slices * args.devices_per_slice + int(blocks))
     return _train(args)
 
 
@@ -354,6 +387,7 @@ def process_start_time() -> float:
 
 
 def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
+    from elastic_trainer.evaluation import EvalOptions
     from elastic_trainer.loop import LoopOptions
     from elastic_trainer.report import PriorRun, read_prior_run
     from elastic_trainer.watchdog import WatchdogOptions
@@ -364,6 +398,11 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
             "an earlier trainer process of this job had %d elastic event(s), used %d of "
             "--max-retries %d and reported step %d: counting on from there", prior.events,
             prior.failures, args.max_retries, prior.step)
+    if args.watchdog_long_floor_seconds is not None:
+        logging.getLogger("elastic_trainer").warning(
+            "--watchdog-long-floor-seconds is ignored: a first compile, save, restore or "
+            "evaluation has the first deadline elastic_api.phases gives it (docs/trainer.md, "
+            "\"Watchdog\")")
     return LoopOptions(
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
         elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
@@ -374,8 +413,9 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         prior_goodput=prior.goodput, prior_step=prior.step, prior_ack=prior.checkpoint_ack,
         process_started_at=process_start_time(),
         watchdog=WatchdogOptions(args.watchdog_factor, args.watchdog_floor_seconds,
-                                 args.watchdog_long_floor_seconds, not args.no_watchdog),
+                                 not args.no_watchdog),
         on_slow_slice=args.on_slow_slice,
+        evaluation=EvalOptions(args.eval_every, args.eval_steps),
     )
 
 

@@ -6,6 +6,7 @@ Two sources:
 - `synthetic`: arithmetic progressions modulo the vocabulary, `x[t] = a + b*t (mod V)`
   with a random start `a` and stride `b`. The model must read the stride off the context,
   so the loss falls from ln(V) towards 0 in a few hundred steps on the tiny config.
+  Evaluations (evaluation.py) read a held-out stream of such batches (`eval_batch`).
 - a directory (or glob) of ArrayRecord shards written by `prepare_dataset`: each record
   is a run of byte-level tokens (one token per UTF-8 byte, vocabulary 256). Records are
   read by random access through grain's `ArrayRecordDataSource`; which records and
@@ -24,6 +25,9 @@ import numpy as np
 
 MAX_STRIDE = 8
 SHARD_SUFFIX = ".array_record"
+# The streams of (seed, step) draws: training's synthetic batches, ArrayRecord rows, and
+# the held-out synthetic batches evaluations read (never trained on).
+TRAIN_STREAM, RECORDS_STREAM, EVAL_STREAM = 0, 1, 2
 
 
 def step_rng(seed: int, step: int, stream: int = 0) -> np.random.Generator:
@@ -37,8 +41,9 @@ class BatchSource(Protocol):
         ...
 
 
-def synthetic_batch(seed: int, step: int, batch: int, seq_len: int, vocab: int) -> np.ndarray:
-    rng = step_rng(seed, step)
+def synthetic_batch(seed: int, step: int, batch: int, seq_len: int, vocab: int,
+                    stream: int = TRAIN_STREAM) -> np.ndarray:
+    rng = step_rng(seed, step, stream)
     start = rng.integers(0, vocab, size=(batch, 1))
     stride = rng.integers(1, MAX_STRIDE + 1, size=(batch, 1))
     positions = np.arange(seq_len + 1)[None, :]
@@ -104,8 +109,14 @@ class ArrayRecordSource:
         return tokens[offset : offset + need].astype(np.int32)
 
     def batch(self, step: int) -> np.ndarray:
-        rng = step_rng(self.seed, step, stream=1)
+        rng = step_rng(self.seed, step, stream=RECORDS_STREAM)
         return np.stack([self._row(rng) for _ in range(self.global_batch)])
+
+
+def eval_batch(seed: int, index: int, batch: int, seq_len: int, vocab: int) -> np.ndarray:
+    """Batch `index` of the held-out synthetic stream (whatever --data trains on): every
+    evaluation reads the same batches 0..M-1, so its losses compare across the run."""
+    return synthetic_batch(seed, index, batch, seq_len, vocab, stream=EVAL_STREAM)
 
 
 def make_source(data: str, seed: int, batch: int, seq_len: int, vocab: int) -> BatchSource:

@@ -106,6 +106,8 @@ class RunResult:
     stalls: list[dict[str, Any]] = field(default_factory=list)
     slice_replacements: list[dict[str, Any]] = field(default_factory=list)
     slice_step_times: list[dict[str, Any]] | None = None  # the last reported
+    phases: list[dict[str, Any]] = field(default_factory=list)  # how long each phase took
+    eval_losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
 
 
 def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -127,7 +129,8 @@ def summary_dict(result: RunResult, extra: dict[str, Any] | None = None) -> dict
         "process_started_at": result.process_started_at,
         "finished_at": result.finished_at,
         "stalls": result.stalls, "slice_replacements": result.slice_replacements,
-        "slice_step_times": result.slice_step_times,
+        "slice_step_times": result.slice_step_times, "phases": result.phases,
+        "eval_losses": [[s, float(np.float64(v))] for s, v in result.eval_losses],
         "status": "Failed" if result.failure else "Succeeded",
         "reason": getattr(result.failure, "reason", None) if result.failure else None,
         "message": str(result.failure) if result.failure else None,

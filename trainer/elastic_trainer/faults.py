@@ -10,11 +10,14 @@ Silent faults (`StepFaults`) leave a slice's health alone, as a hung TPU host le
 pods Ready: a hung slice's part of a step never finishes, a slow slice's takes FACTOR
 times the mesh's usual step (`slow_part`). Both end when the slice is replaced (its loss
 count grows: its worker Job was recreated) or, for a slow one, when the loop reaches step
-BACK.
+BACK. A blocked step (`block=SECONDS`) keeps the controller in the device call that reads
+the step's result for SECONDS (a collective every slice waits in: nothing tells one slice
+apart), then completes with the step's own result (backends.SimulatedBackend.step_result).
 
 They can also be injected while the run goes (`--fault-inbox DIR`, for the chaos soak,
 which picks its moments from what it observes): a file `*.fault` in DIR holds
-`SLICE:hang`, `SLICE:slow=FACTOR` or `SLICE:slow=off` (that slice's slowness ends); it
+`SLICE:hang`, `SLICE:slow=FACTOR`, `SLICE:block=SECONDS` or `SLICE:slow=off` (that
+slice's slowness ends); it
 fires at the next step dispatched and is deleted once read, so a new trainer process
 (the head container restarted) does not fire it again.
 """
@@ -33,8 +36,8 @@ from typing import Protocol
 log = logging.getLogger(__name__)
 
 PHASES = ("step", "checkpoint", "restore")
-# Silent faults: `hang` and `slow=FACTOR` (parse_fault).
-SILENT = ("hang", "slow")
+# Silent faults: `hang`, `slow=FACTOR` and `block=SECONDS` (parse_fault).
+SILENT = ("hang", "slow", "block")
 # The simulation playing the operator (--slice-health schedule): after a replacement
 # request, the operator's reaction (status write -> reconcile -> the worker Job deleted)
 # and the slice's new pods being Ready, about what bench/replacement.py measures on the
@@ -207,26 +210,29 @@ class FaultSchedule:
 @dataclass
 class SilentFault:
     """A slice's part of the steps misbehaves while its health stays good: `hang` (its
-    part of STEP never finishes) or `slow` (from STEP on, its part takes `factor` times
-    the others'); both until the slice is replaced, a slow one at most until step BACK."""
+    part of STEP never finishes), `slow` (from STEP on, its part takes `factor` times
+    the others') or `block` (the device call that reads STEP's result takes `seconds`);
+    each until the slice is replaced, a slow one at most until step BACK."""
 
     step: int
     slice: int
-    kind: str  # "hang" or "slow"
+    kind: str  # "hang", "slow" or "block"
     factor: float = 1.0
     until_step: int | None = None
     losses_at_fire: int | None = None  # None: not fired yet
+    seconds: float = 0.0  # a block's
 
     def active(self, step: int, losses: dict[int, int]) -> bool:
         if self.losses_at_fire is None or losses.get(self.slice, 0) > self.losses_at_fire:
             return False  # not yet, or the slice was replaced since
-        if self.kind == "hang":
+        if self.kind in ("hang", "block"):
             return step == self.step
         return self.until_step is None or step < self.until_step
 
 
 def parse_fault(text: str, total_slices: int) -> Fault | SilentFault:
-    """One --fail-at: STEP:SLICE:hang, STEP[-BACK]:SLICE:slow=FACTOR, else Fault.parse."""
+    """One --fail-at: STEP:SLICE:hang, STEP[-BACK]:SLICE:slow=FACTOR,
+    STEP:SLICE:block=SECONDS, else Fault.parse."""
     parts = text.split(":")
     kind = parts[2].partition("=")[0] if len(parts) == 3 else ""
     if kind not in SILENT:
@@ -236,6 +242,8 @@ def parse_fault(text: str, total_slices: int) -> Fault | SilentFault:
     if kind == "hang" and (down.back_at_step is not None or parts[2] != "hang"):
         raise ValueError(f"--fail-at {text!r}: a hang is STEP:SLICE:hang (the slice's part "
                          "of STEP never finishes; it is back once replaced)")
+    if kind == "block":
+        return _parse_block(text, down)
     if kind == "slow":
         try:
             factor = float(parts[2].partition("=")[2])
@@ -245,6 +253,17 @@ def parse_fault(text: str, total_slices: int) -> Fault | SilentFault:
             raise ValueError(f"--fail-at {text!r}: slow=FACTOR needs a FACTOR above 1 "
                              "(the slice's part takes FACTOR times longer), e.g. slow=3")
     return SilentFault(down.step, down.slice, kind, factor, down.back_at_step)
+
+
+def _parse_block(text: str, down: Fault) -> SilentFault:
+    try:
+        seconds = float(text.split(":")[2].partition("=")[2])
+    except ValueError:
+        seconds = 0.0
+    if down.back_at_step is not None or not 0 < seconds < 1e5:  # also nan
+        raise ValueError(f"--fail-at {text!r}: a block is STEP:SLICE:block=SECONDS (the "
+                         "device call reading STEP's result takes SECONDS), e.g. block=30")
+    return SilentFault(down.step, down.slice, "block", seconds=seconds)
 
 
 INBOX_SUFFIX = ".fault"
@@ -259,8 +278,8 @@ def parse_injected(text: str, step: int, total_slices: int) -> SilentFault | int
         return Fault.parse(f"{step}:{head}", total_slices).slice
     fault = parse_fault(f"{step}:{text}", total_slices)
     if not isinstance(fault, SilentFault):
-        raise ValueError(f"injected fault {text!r}: SLICE:hang, SLICE:slow=FACTOR or "
-                         "SLICE:slow=off")
+        raise ValueError(f"injected fault {text!r}: SLICE:hang, SLICE:slow=FACTOR, "
+                         "SLICE:block=SECONDS or SLICE:slow=off")
     return fault
 
 
@@ -271,6 +290,7 @@ class StepFaults:
                  total_slices: int = 0) -> None:
         self.faults = faults
         self.inbox, self.total_slices = inbox, total_slices
+        self._spent: set[int] = set()  # the blocks that fired (by id)
         self._lock = threading.Lock()
 
     def _take_inbox(self, step: int) -> None:
@@ -310,6 +330,8 @@ class StepFaults:
                 if fault.losses_at_fire is None and fault.step == step:
                     fault.losses_at_fire = losses.get(fault.slice, 0)
                     what = ("hangs" if fault.kind == "hang" else
+                            f"blocks the device call reading it {fault.seconds:g}s"
+                            if fault.kind == "block" else
                             f"runs {fault.factor:g}x slower"
                             + (f" until step {fault.until_step}" if fault.until_step else ""))
                     log.info("fault injected: slice %d's part of step %d %s (its pods stay "
@@ -319,6 +341,20 @@ class StepFaults:
         with self._lock:
             return {f.slice for f in self.faults
                     if f.kind == "hang" and f.active(step, losses)}
+
+    def blocking_slices(self) -> list[int]:
+        """The slices whose device a block keeps busy (named by --fail-at)."""
+        return sorted({f.slice for f in self.faults if f.kind == "block"})
+
+    def blocked(self, step: int, losses: dict[int, int]) -> tuple[int, float] | None:
+        """(slice, seconds) of a block of `step`'s device call, if one fires (once: a
+        step done again after a rewind is not blocked again)."""
+        with self._lock:
+            for f in self.faults:
+                if f.kind == "block" and id(f) not in self._spent and f.active(step, losses):
+                    self._spent.add(id(f))
+                    return f.slice, f.seconds
+        return None
 
     def slowdown(self, step: int, losses: dict[int, int]) -> dict[int, float]:
         """{slice: factor} for the slices whose part of `step` runs slow."""

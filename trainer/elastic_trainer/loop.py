@@ -10,6 +10,7 @@
       train step by step, batches made ahead on a background thread (Pathways); each step's
       loss is read after the next step is dispatched (one step behind: the device always
       has a step queued, and no step waits for the host's work between two steps):
+        an evaluation due (evaluation.py) -> after the step is done, M held-out batches
         a checkpoint request of the operator open -> save this step, wait until it is
           committed, acknowledge it, pause until released (checkpoint_requests.py)
         a slice of the mesh lost -> JaxRuntimeError(DATA_LOSS) -> elastic event
@@ -17,8 +18,9 @@
           the next steps train; the last step is always checkpointed
         replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
     all along: status.py keeps what status.training says (progress, events, goodput), the
-      watchdog (watchdog.py) what the training thread waits for, and stalls.py what a
-      stall or a slow slice makes the trainer ask for (a slice replaced)
+      watchdog (watchdog.py) what the training thread waits for, which is the phase it
+      reports (own_activity.py: restore, compile, steps, a data wait, a save, an evaluation),
+      and stalls.py what a stall or a slow slice makes the trainer ask for
 
 The `Trainer` keeps the step loop; the policies come in through its constructor, so that
 a test can swap one; `build_trainer` composes the ones `etj train` runs.
@@ -42,8 +44,10 @@ from elastic_trainer.configs import ModelConfig
 from elastic_trainer.copies import Copies
 from elastic_trainer.data import BatchSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, ScaleUpSignal
+from elastic_trainer.evaluation import EvalOptions, Evaluator
 from elastic_trainer.events import ElasticEvent, RunResult
 from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.own_activity import Activity
 from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.recovery import Recovery
 from elastic_trainer.report import Metrics, StatusReporter
@@ -54,9 +58,12 @@ from elastic_trainer.stalls import Stalls
 from elastic_trainer.status import TrainingStatus
 from elastic_trainer.watchdog import (
     CHECKPOINT,
-    FIRST_STEP,
+    COMPILE,
+    DATA_WAIT,
     RESTORE,
     STEP,
+    BesideCopy,
+    Clock,
     Watchdog,
     WatchdogOptions,
 )
@@ -96,6 +103,7 @@ class LoopOptions:
     process_started_at: float | None = None  # unix time the process started (else now)
     watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
     on_slow_slice: str = "Report"  # or "Replace": ask for a straggler to be replaced
+    evaluation: EvalOptions = field(default_factory=EvalOptions)  # --eval-every, --eval-steps
 
 
 @dataclass
@@ -115,15 +123,17 @@ class Trainer:
                  data: BatchSource, *, spec: train.StateSpec, status: TrainingStatus,
                  checkpointer: Checkpointer, snapshots: ReplicaSnapshots, copies: Copies,
                  restorer: Restorer, recovery: Recovery, stalls: Stalls, watchdog: Watchdog,
-                 loss_limit: SliceLossLimit, requests: CheckpointRequests | None = None
-                 ) -> None:
+                 loss_limit: SliceLossLimit, requests: CheckpointRequests | None = None,
+                 evaluator: Evaluator | None = None) -> None:
         """`loss_limit`: the retry policy (what --max-retries counts); `requests`: the
-        operator's checkpoint requests answered (None: none are read)."""
+        operator's checkpoint requests answered (None: none are read); `evaluator`: the
+        evaluations (None: none)."""
         self.cfg, self.opts, self.backend, self.data = cfg, opts, backend, data
         self.spec, self.status = spec, status
         self.checkpointer, self.snapshots, self.copies = checkpointer, snapshots, copies
         self.restorer, self.recovery, self.stalls = restorer, recovery, stalls
         self.watchdog, self.loss_limit, self.requests = watchdog, loss_limit, requests
+        self.evaluator = evaluator
         self._tokens_per_step = opts.batch * cfg.seq_len
         self._compiled: dict[tuple[tuple[int, ...], int], train.CompiledStep] = {}
         self._mesh: tuple[tuple[int, ...], int] | None = None
@@ -155,6 +165,7 @@ class Trainer:
             raise
         # The end: the last save's commit (a phase of its own), then no deadline at all.
         self.watchdog.arm(CHECKPOINT, self.status.progress.step)
+        self.status.report()
         try:
             if failure is not None:
                 self._fail(failure)
@@ -169,6 +180,7 @@ class Trainer:
         self.status.goodput.begin("checkpointing", time.time())
         self.copies.settle()
         self.checkpointer.close()
+        self.watchdog.disarm()  # the run is over: no phase any more
         self.status.finish()
         self.checkpointer.latest_committed_step()  # refresh for the final report
         self.status.progress.state = "Succeeded"
@@ -189,6 +201,7 @@ class Trainer:
             self.checkpointer.close()
         except Exception as close_err:
             log.warning("closing checkpoints: %s", close_err)
+        self.watchdog.disarm()
         self.status.finish()
         self.status.report(urgent=True, reason=reason, message=str(err))
 
@@ -202,16 +215,16 @@ class Trainer:
         event = self.status.open_event()
         if event is not None:
             event.phase = "Restoring"
-            self.status.report(urgent=True)
+        self.status.report(urgent=event is not None)
         state, from_step, source, seconds = self.restorer.restore(compiled, active)
         self.status.resumed_from(from_step, source, seconds, len(active), event)
         self.copies.attempt_started(from_step)
         log.info("attempt %d: %d slice(s) %s, %d micro-batch(es); start at step %d (%s, "
                  "%.2fs)", len(self.status.events), len(active), sorted(active),
                  compiled.micro_batches, from_step, source, seconds)
-        self.watchdog.done()
+        self.watchdog.done(measured=source != "none")  # a fresh start's init: no restore
+        self.watchdog.arm(COMPILE, from_step + 1, self._mesh)
         self.status.report(urgent=True)
-        self.watchdog.arm(FIRST_STEP, from_step + 1, self._mesh)
         return self._train(compiled, active, state, from_step)
 
     def _compiled_for(self, active: tuple[int, ...]) -> train.CompiledStep:
@@ -248,6 +261,8 @@ class Trainer:
                 # The slice-down error surfaces here, inside the step, as on Pathways.
                 self.backend.check(active)
                 self._keep(step, state, active, loss)
+                if self.evaluator is not None and self.evaluator.due(step):
+                    self._evaluate(self.evaluator, compiled, state, step, active)
             self._finish_pending()
         finally:
             prefetch.close()
@@ -263,11 +278,28 @@ class Trainer:
         """Start the step after `step`: (the new state, its loss), both on the device."""
         self.backend.on_phase("step", step + 1)
         t_start = time.time()
-        state, metrics = compiled.step_fn(state, prefetch.get(step))
+        state, metrics = compiled.step_fn(state, self._batch(prefetch, step))
         pause = self.opts.min_step_seconds - (time.time() - t_start)
         if pause > 0:
             time.sleep(pause)  # a paced step: a fault during it still fails it
-        return state, metrics["loss"]
+        return state, self.backend.step_result(step + 1, metrics["loss"])
+
+    def _batch(self, prefetch: BatchPrefetcher, step: int) -> Any:
+        """The batch of the step after `step`; waiting for the prefetcher is a DataWait
+        (a batch made on this thread is the step's own work)."""
+        if prefetch.ready():
+            return prefetch.get(step)
+        with self.watchdog.during(DATA_WAIT, step + 1):
+            self.status.report()
+            return prefetch.get(step)
+
+    def _evaluate(self, evaluator: Evaluator, compiled: train.CompiledStep, state: Any,
+                  step: int, active: set[int]) -> None:
+        """Evaluate after `step`, once it is done (reported as done first); the next
+        step's time leaves the evaluation out."""
+        self._finish_pending()
+        evaluator.run(compiled, state["params"], step, active)
+        self._last_done_at = time.time()
 
     def _finish_pending(self) -> None:
         """Wait for the step dispatched before (reading its loss: the one sync per step,
@@ -294,8 +326,15 @@ class Trainer:
         if not (snapshot or checkpoint):
             return
         self.status.goodput.begin("checkpointing", time.time())
-        self.watchdog.relabel(CHECKPOINT)  # the step in flight goes on beside the copy
-        self.copies.make(step, state, ready, active, snapshot, checkpoint)
+        if checkpoint and self.checkpointer.blocks():
+            # A synchronous save, or one that waits for the last to commit: the training
+            # thread saves (CheckpointSave), then the step in flight goes on.
+            with self.watchdog.during(CHECKPOINT, step):
+                self.status.report()
+                self.copies.make(step, state, ready, active, snapshot, checkpoint)
+        else:
+            self.watchdog.beside_copy()  # the step in flight goes on beside the copy
+            self.copies.make(step, state, ready, active, snapshot, checkpoint)
         self.status.goodput.begin("step", time.time())
 
     def _after_step(self, step: int, loss: float, seconds: float, now: float) -> None:
@@ -309,8 +348,8 @@ class Trainer:
         """`step` is done: what was armed is measured, and the next step is armed (as a
         save's when a copy of this one is in flight)."""
         self.stalls.step_completed(step, self.watchdog.done())
-        phase = CHECKPOINT if self.copies.in_flight(step + 1) else STEP
-        self.watchdog.arm(phase, step + 1, self._mesh)
+        beside = self.copies.in_flight(step + 1)
+        self.watchdog.arm(STEP, step + 1, BesideCopy(self._mesh) if beside else self._mesh)
 
     def _answer_request(self, requests: CheckpointRequests, step: int, state: Any,
                         active: set[int]) -> None:
@@ -328,7 +367,7 @@ class Trainer:
             return
         self._finish_pending()  # the snapshot is of a step done
         self.status.goodput.begin("checkpointing", time.time())
-        self.watchdog.relabel(CHECKPOINT)
+        self.watchdog.arm(CHECKPOINT, step + 1)  # not measured: the attempt ends
         self.snapshots.take(step, to_pinned_host(state))
         self.snapshots.settle()
         event = ElasticEvent(
@@ -345,11 +384,12 @@ class Trainer:
 
 def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: BatchSource,
                   checkpointer: Checkpointer, reporter: StatusReporter | None = None,
-                  metrics: Metrics | None = None, requests: RequestSource | None = None
-                  ) -> Trainer:
+                  metrics: Metrics | None = None, requests: RequestSource | None = None,
+                  clock: Clock | None = None) -> Trainer:
     """The Trainer `etj train` runs: the loop composed of the default policies, its
     snapshots in the slices' memory, its checkpoints `checkpointer`'s, its reports to
-    `reporter`, the operator's checkpoint requests read from `requests`."""
+    `reporter`, the operator's checkpoint requests read from `requests`; `clock`: what
+    the watchdog and the reported phases time by (a test's jumps)."""
     spec = train.StateSpec.of(cfg, opts.steps, opts.learning_rate)
     snapshots = ReplicaSnapshots()
     snapshot_budget, checkpoint_budget = budget_shares(
@@ -360,14 +400,15 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
     # Slice losses (what --max-retries counts), those of an earlier process included.
     loss_limit = SliceLossLimit(opts.max_retries, used=opts.prior_failures)
     started = opts.process_started_at or time.time()
+    activity = Activity()
     status = TrainingStatus(
         total_steps=opts.steps, process_started_at=started,
         goodput=GoodputAccount(started, opts.prior_goodput, opts.prior_step),
         checkpointer=checkpointer, snapshots=snapshots, cadences=cadences,
         loss_limit=loss_limit, reporter=reporter, metrics=metrics,
-        prior_events=opts.prior_events, checkpoint_ack=opts.prior_ack)
+        prior_events=opts.prior_events, checkpoint_ack=opts.prior_ack, activity=activity)
     stalls = Stalls(backend, status, opts.on_slow_slice)
-    watchdog = Watchdog(opts.watchdog, stalls.on_stall)
+    watchdog = Watchdog(opts.watchdog, stalls.on_stall, activity, clock)
     return Trainer(
         cfg, opts, backend, data, spec=spec, status=status, checkpointer=checkpointer,
         snapshots=snapshots,
@@ -377,4 +418,7 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
                           opts.elastic_timeout),
         stalls=stalls, watchdog=watchdog, loss_limit=loss_limit,
         requests=None if requests is None else CheckpointRequests(
-            requests, checkpointer, backend, status, watchdog))
+            requests, checkpointer, backend, status, watchdog),
+        evaluator=None if opts.evaluation.every == 0 else Evaluator(
+            opts.evaluation, cfg, opts.seed, opts.batch, backend, status, watchdog,
+            opts.min_step_seconds))

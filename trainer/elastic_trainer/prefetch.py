@@ -44,6 +44,11 @@ class BatchPrefetcher:
             if self._stop.is_set() or item[2] is not None:
                 return
 
+    def ready(self) -> bool:
+        """`get` returns without waiting: a batch is made ahead, or made on the caller's
+        thread (depth 0: the step's own work, not a wait)."""
+        return self._thread is None or not self._queue.empty()
+
     def get(self, step: int) -> Any:
         """The batch of `step` (steps are asked for in order, from first_step)."""
         if step != self._next:

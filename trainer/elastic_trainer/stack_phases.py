@@ -7,7 +7,9 @@ phase (the innermost context wins: the compile of an evaluation step is Compile,
 input the pipeline's). A stack no context rule knows is left to the caller (activity.py):
 a train step, or a wait in one device call when it does not move. The frame is shown as
 the issue's operators read it: the function, and where the trainer's own code called
-it ("block_until_ready, called from train_step at train.py:412").
+it ("block_until_ready, called from train_step at train.py:412"); a device call by the
+call the trainer made into JAX. The bundled trainer's watchdog reads its own threads by
+the same rules (frames.py).
 
 Rules match a frame's file by a part of its path (py-spy's short names are not stable
 across installs) and its function by name: `save` matches save and save_checkpoint,
@@ -81,6 +83,10 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule(None, "/jax/experimental/multihost_utils.py",
          ("sync_global_devices", "process_allgather", "broadcast_one_to_all")),
 )
+# JAX's frames, and those of them that only wrap the call the trainer made (a jitted
+# function's, a profiler annotation's): a device call is named by the call into JAX.
+JAX: Final = ("/jax/", "/jaxlib/")
+JAX_WRAPPERS: Final = frozenset({"reraise_with_filtered_traceback", "wrapper", "cache_miss"})
 # An evaluation loop in the trainer's own code: eval_step, evaluate, run_eval, ...
 EVAL_NAME: Final = re.compile(r"^(eval|evaluate|evaluation)(_|$)|_(eval|evaluate|evaluation)(_|$)")
 # The ML stack and the standard library: a frame there is not the trainer's own code.
@@ -124,6 +130,20 @@ def describe(frames: tuple[Frame, ...], index: int) -> str:
     return text[:MAX_FRAME_TEXT]
 
 
+def _call_into_jax(frames: tuple[Frame, ...], index: int) -> int:
+    """The frame of the call the trainer made into JAX that led to the device call at
+    `index` (float(loss) is ArrayImpl.__float__, not the _value it waits in): the outermost
+    of JAX's frames around it, but for those that only wrap a call (JAX_WRAPPERS)."""
+    call = index
+    for outer in range(index + 1, len(frames)):
+        frame = frames[outer]
+        if not any(part in frame.path for part in JAX):
+            break
+        if frame.function not in JAX_WRAPPERS:
+            call = outer
+    return call
+
+
 def classify(stack: ThreadStack) -> Reading:
     """The phase a stack shows (module docstring)."""
     frames = stack.frames
@@ -135,6 +155,7 @@ def classify(stack: ThreadStack) -> Reading:
             outer = classify(ThreadStack(stack.thread_id, stack.active, frames[index + 1:]))
             if outer.phase is not None:
                 return outer
-            return Reading(None, describe(frames, index), device_call=True)
+            return Reading(None, describe(frames, _call_into_jax(frames, index)),
+                           device_call=True)
         return Reading(rule.phase, describe(frames, index), device_call=False)
     return Reading(None, describe(frames, 0) if frames else None, device_call=False)

@@ -2,7 +2,8 @@
 (status.training.stall, .sliceReplacement, .sliceStepTimes; docs/trainer.md, "Watchdog").
 
     on_stall         the watchdog's thread (watchdog.py): a phase past its deadline.
-                     Every thread's stack to the log, the stall reported, and the slices
+                     Every thread's stack to the log, the stall reported (a device call
+                     the training thread is blocked in named), and the slices
                      the backend's evidence blames asked to be replaced: their loss is the
                      DATA_LOSS of any lost slice, and its elastic event names the hang
     step_completed   the stalled step completed after all: a false alarm, cleared
@@ -53,12 +54,17 @@ class Stalls:
     def on_stall(self, stall: Stall) -> None:
         """The watchdog's thread: a phase ran past its deadline. Stacks to the log, the
         stall in the status, and the slices the evidence blames asked to be replaced."""
-        log.error("watchdog: %s; every thread's stack follows", stall.describe())
+        where = stall.where
+        log.error("watchdog: %s%s; every thread's stack follows", stall.describe(),
+                  "" if where is None else f", the training thread in {where.frame}")
         self.status.metrics.on_stall()
         log_stacks(log)
         suspects, evidence = self.backend.blame()
+        if where is not None and where.device_call:
+            evidence = (f"the training thread is blocked {stall.seconds:.0f}s in "
+                        f"{where.frame}; {evidence}")
         self.status.stall = StallReport(
-            step=stall.step, phase=stall.phase, started_at=utc(stall.started_at),
+            step=stall.step, phase=stall.stall_phase, started_at=utc(stall.started_at),
             detected_at=utc(stall.detected_at),
             deadline_seconds=round(stall.deadline_seconds, 3), suspect_slices=suspects,
             evidence=evidence[:512])

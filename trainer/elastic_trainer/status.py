@@ -2,8 +2,11 @@
 it is built from: the run's progress, its elastic events, the goodput account, and the
 fields the loop's policies set (the checkpoint acknowledgement: checkpoint_requests.py;
 a stall, a replacement request, the slices' step times: stalls.py; the last restore:
-restore.py). The loop and its policies write it; `report` sends it through
-report.StatusReporter: at once when urgent, else at most every REPORT_EVERY_SECONDS.
+restore.py; what the training thread is doing: own_activity.py, moved by the watchdog). The
+loop and its policies write it; `report` sends it through report.StatusReporter: at once
+when urgent, else at most every REPORT_EVERY_SECONDS, or at once (not urgent: the
+reporter's interval still holds it) when the training thread has just entered a phase
+other than a step, which may block it for long.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from elastic_trainer.cadence import Cadences
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.events import ElasticEvent, RunResult, utc
 from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.own_activity import Activity
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.retry import SliceLossLimit
 from elastic_trainer.snapshots import ReplicaSnapshots
@@ -59,13 +63,16 @@ class TrainingStatus:
                  goodput: GoodputAccount, checkpointer: Checkpointer,
                  snapshots: ReplicaSnapshots, cadences: Cadences, loss_limit: SliceLossLimit,
                  reporter: StatusReporter | None = None, metrics: Metrics | None = None,
-                 prior_events: int = 0, checkpoint_ack: CheckpointAck | None = None) -> None:
+                 prior_events: int = 0, checkpoint_ack: CheckpointAck | None = None,
+                 activity: Activity | None = None) -> None:
         self.total_steps, self.prior_events = total_steps, prior_events
         self.process_started_at, self.goodput = process_started_at, goodput
         self.checkpointer, self.snapshots = checkpointer, snapshots
         self.cadences, self.loss_limit = cadences, loss_limit
         self.reporter, self.metrics = reporter, metrics or Metrics(None)
         self.progress = Progress()
+        self.activity = activity or Activity()
+        self._reported_changes = -1  # activity.changes when the last report was built
         self.events: list[ElasticEvent] = []
         self.current_event: ElasticEvent | None = None
         self.started_from: tuple[int, str] | None = None  # (step, source) of this process
@@ -77,6 +84,7 @@ class TrainingStatus:
         self.slice_step_times: list[SliceStepTime] | None = None
         self.last_restore: RestoreReport | None = None
         self.stalls: list[StallReport] = []
+        self.eval_losses: list[tuple[int, float]] = []  # (step, loss) of each evaluation
         self.replacements: list[SliceReplacementRequest] = []
         self._reported_at = -1e9
 
@@ -161,7 +169,8 @@ class TrainingStatus:
             checkpoint_cadence=self.cadences.checkpoint.report(),
             stall=self.stall, slice_replacement=self.slice_replacement,
             slice_step_times=self.slice_step_times,
-            last_restore=self.last_restore,
+            last_restore=self.last_restore, activity=self.activity.report(),
+            phases=self.activity.records(),
         )
 
     def report(self, urgent: bool = False, reason: str | None = None,
@@ -169,9 +178,11 @@ class TrainingStatus:
         if self.reporter is None:
             return
         now = time.monotonic()
-        if not urgent and now - self._reported_at < REPORT_EVERY_SECONDS:
+        changes, phase = self.activity.changes, self.activity.phase
+        entered = changes != self._reported_changes and phase not in (None, "TrainStep")
+        if not urgent and not entered and now - self._reported_at < REPORT_EVERY_SECONDS:
             return
-        self._reported_at = now
+        self._reported_at, self._reported_changes = now, changes
         self.reporter.update(self.training_report(reason, message), urgent=urgent)
 
     # --- the result ------------------------------------------------------------------------
@@ -187,7 +198,8 @@ class TrainingStatus:
             checkpoint_write_failures=self.checkpointer.write_failures, failure=failure,
             elastic_events_total=self.events_total, started_from=self.started_from,
             goodput=self.goodput.report(), process_started_at=self.process_started_at,
-            finished_at=self.finished_at if finished else None, **self._watched())
+            finished_at=self.finished_at if finished else None,
+            eval_losses=self.eval_losses, **self._watched())
 
     def _watched(self) -> dict[str, Any]:
         """The watchdog's part of the result: stalls, requests, slice times (JSON)."""
@@ -197,4 +209,6 @@ class TrainingStatus:
                                    for r in self.replacements],
             "slice_step_times": None if self.slice_step_times is None else
             [t.model_dump(by_alias=True, mode="json") for t in self.slice_step_times],
+            "phases": [r.model_dump(by_alias=True, mode="json")
+                       for r in self.activity.records() or []],
         }

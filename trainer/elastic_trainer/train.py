@@ -150,6 +150,7 @@ class CompiledStep:
     micro_batches: int
     step_fn: Any  # jitted (state, tokens) -> (state, metrics); state is donated
     init_fn: Callable[[], State]
+    eval_fn: Any  # jitted (params, tokens) -> the mean loss; nothing is donated or updated
 
 
 def build_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
@@ -183,7 +184,21 @@ def build_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, mesh: 
         donate_argnums=(0,),
     )
     init_fn = jax.jit(lambda: init_state(cfg, optimizer, seed), out_shardings=shardings)
-    return CompiledStep(mesh, shardings, b_sharding, micro_batches, step_fn, init_fn)
+    return CompiledStep(mesh, shardings, b_sharding, micro_batches, step_fn, init_fn,
+                        build_eval(cfg, shardings["params"], b_sharding))
+
+
+def build_eval(cfg: ModelConfig, param_shardings: Any, b_sharding: NamedSharding) -> Any:
+    """The evaluation step: the mean loss of a batch split into micro-batches as the
+    train step splits it, from the parameters alone (read, never changed)."""
+
+    def eval_step(params: Any, tokens: jax.Array) -> jax.Array:
+        losses = jax.lax.map(lambda micro: loss_fn(cfg, params, micro), tokens)
+        return jnp.mean(losses)
+
+    replicated = NamedSharding(b_sharding.mesh, P())
+    return jax.jit(eval_step, in_shardings=(param_shardings, b_sharding),
+                   out_shardings=replicated)
 
 
 def shape_batch(tokens: np.ndarray, micro_batches: int) -> np.ndarray:

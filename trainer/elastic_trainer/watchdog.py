@@ -1,21 +1,28 @@
 """The trainer's watchdog: a deadline for what the training thread does now, learned from
-what this run's own steps, saves and restores took (docs/trainer.md, "Watchdog").
+what this run's own steps and phases took (docs/trainer.md, "Watchdog").
 
-    Deadlines (pure)   what each phase may take: factor x the run's own measurements,
-                       never below a floor; before a phase was ever measured, a long floor
+    Deadlines (pure)   what each phase may take: a step, factor x the recent steps of its
+                       mesh, never below a floor; any other phase (elastic_api.phases:
+                       a compile, a save, a restore, an evaluation, a data wait) by
+                       `phase_deadline`, the rule the operator applies to the same history
     Watchdog (thread)  the training thread arms a phase (a step, the first step of an
-                       attempt, a save, a restore) or disarms it (waiting for slices, a
-                       maintenance hold); past its deadline the watchdog calls `on_stall`
-                       once, from its own thread (the training thread is the one stuck)
+                       attempt, a save, ...), beats inside a long one (an evaluation),
+                       runs one inside another (`during`: a data wait inside a step) or
+                       disarms (waiting for slices, a maintenance hold); past its deadline
+                       the watchdog names where the training thread is (frames.py) and
+                       calls `on_stall` once, from its own thread (the training thread is
+                       the one stuck). It moves the reported activity (own_activity.py) as it
+                       goes, so what is watched and what is reported are one thing.
 
 Learned, not fixed, as NVRx's heartbeat timeouts are once it has seen intervals
 (`calculate_and_set_hb_timeouts`: the longest interval seen x a safety factor): a fixed
 timeout is either far too long for 0.1 s steps (NVRx's 60 s soft timeout, a 10 min
 collective timeout) or a false alarm on the first compile of a large model. A step is
-measured against the steps of its own mesh (a resize changes the step time); the first
-step of an attempt (a compile, a resize), a save and a restore each against the longest
-of their kind seen so far, and a false alarm that resolves (the phase completes after
-all) raises the deadline, because that time is then measured.
+measured against the steps of its own mesh (a resize changes the step time), a step
+beside a copy of the state against those of its kind; every other phase against the
+longest of its kind so far, with a long first floor before it was seen, and a false alarm
+that resolves (the phase completes after all) raises the deadline, because that time is
+then measured.
 """
 from __future__ import annotations
 
@@ -26,17 +33,35 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from elastic_api.phases import Phase, phase_deadline
+from elastic_trainer.frames import where
+from elastic_trainer.own_activity import Activity
+from elastic_trainer.phase_book import PhaseBook
+from elastic_trainer.stack_phases import Reading
 
 log = logging.getLogger(__name__)
 
-STEP, FIRST_STEP, CHECKPOINT, RESTORE = "Step", "FirstStep", "Checkpoint", "Restore"
-PHASES = (STEP, FIRST_STEP, CHECKPOINT, RESTORE)
+STEP: Final[Phase] = "TrainStep"
+COMPILE: Final[Phase] = "Compile"  # the first step of an attempt (a new mesh, a resize)
+CHECKPOINT: Final[Phase] = "CheckpointSave"
+RESTORE: Final[Phase] = "Restore"
+EVALUATION: Final[Phase] = "Evaluation"
+DATA_WAIT: Final[Phase] = "DataWait"
+# status.training.stall.phase keeps the values an older operator and the CRD's enum know
+# (a value the enum lacks would have the API server reject the whole report): a phase
+# with none of its own holds up the step after it, and status.training.activity says
+# which it is.
+STALL_PHASES: Final[dict[Phase, str]] = {
+    STEP: "Step", COMPILE: "FirstStep", CHECKPOINT: "Checkpoint", RESTORE: "Restore",
+    EVALUATION: "Step", DATA_WAIT: "Step"}
 # The defaults (etj train --watchdog-*; docs/trainer.md "Watchdog" says why these).
 DEFAULT_FACTOR = 10.0
 DEFAULT_FLOOR_SECONDS = 5.0
-DEFAULT_LONG_FLOOR_SECONDS = 300.0
 STEP_WINDOW = 200  # the steps of a mesh the quantile is taken over
 STEP_QUANTILE = 0.99
 STEPS_NEEDED = 3  # steps of a mesh measured before its own deadline applies
@@ -46,17 +71,24 @@ STEPS_NEEDED = 3  # steps of a mesh measured before its own deadline applies
 class WatchdogOptions:
     factor: float = DEFAULT_FACTOR
     floor_seconds: float = DEFAULT_FLOOR_SECONDS
-    long_floor_seconds: float = DEFAULT_LONG_FLOOR_SECONDS
     enabled: bool = True
 
     def problem(self) -> str | None:
         """What is wrong with these options, for the command line (None: nothing)."""
         if not self.factor >= 1:  # also nan
             return f"--watchdog-factor {self.factor} must be >= 1"
-        if not 0 < self.floor_seconds <= self.long_floor_seconds:
-            return (f"--watchdog-floor-seconds {self.floor_seconds} must be more than 0 and "
-                    f"at most --watchdog-long-floor-seconds {self.long_floor_seconds}")
+        if not self.floor_seconds > 0:
+            return f"--watchdog-floor-seconds {self.floor_seconds} must be more than 0"
         return None
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The watchdog's clock: monotonic seconds for deadlines, unix time for what it
+    reports (a test gives one that jumps, so a 3-minute save takes no 3 minutes)."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    time: Callable[[], float] = time.time
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -65,20 +97,27 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+@dataclass(frozen=True)
+class BesideCopy:
+    """What a step beside a copy of the state (it waits for the copy to read the state)
+    is timed against: the steps of its kind on its mesh."""
+
+    mesh: Hashable
+
+
 @dataclass
 class Deadlines:
     """What each phase may take, from what this run measured of it. Pure: durations in,
-    seconds out."""
+    seconds out; `history` is what the trainer reports as status.training.phases."""
 
     opts: WatchdogOptions = field(default_factory=WatchdogOptions)
+    history: PhaseBook = field(default_factory=PhaseBook)
     _steps: dict[Hashable, deque[float]] = field(default_factory=dict)
-    _longest: dict[str, float] = field(default_factory=dict)
 
-    def observe(self, phase: str, seconds: float, mesh: Hashable = None) -> None:
+    def observe(self, phase: Phase, seconds: float, mesh: Hashable = None) -> None:
         if phase == STEP:
             self._steps.setdefault(mesh, deque(maxlen=STEP_WINDOW)).append(seconds)
-        else:
-            self._longest[phase] = max(self._longest.get(phase, 0.0), seconds)
+        self.history.add(phase, seconds)
 
     def step_quantile(self, mesh: Hashable = None) -> float | None:
         steps = self._steps.get(mesh)
@@ -86,123 +125,202 @@ class Deadlines:
             return None
         return quantile(list(steps), STEP_QUANTILE)
 
-    def deadline(self, phase: str, mesh: Hashable = None) -> float:
-        o = self.opts
+    def step_deadline(self, mesh: Hashable = None) -> float:
+        q = self.step_quantile(mesh)
+        if q is None:  # a mesh not measured yet: as long as its compile may take
+            return phase_deadline(COMPILE, self.history.longest(COMPILE), 0.0)
+        return max(self.opts.floor_seconds, self.opts.factor * q)
+
+    def deadline(self, phase: Phase, mesh: Hashable = None) -> float:
+        """`mesh`: the step's mesh, or BesideCopy(its mesh) for a step beside a copy
+        (never less than a plain step of the mesh may take)."""
+        own = mesh.mesh if isinstance(mesh, BesideCopy) else mesh
+        step = self.step_deadline(own)
         if phase == STEP:
-            q = self.step_quantile(mesh)
-            if q is None:  # a mesh not measured yet: as long as a first step may take
-                return self.deadline(FIRST_STEP, mesh)
-            return max(o.floor_seconds, o.factor * q)
-        longest = self._longest.get(phase)
-        own = o.long_floor_seconds if longest is None else max(o.floor_seconds,
-                                                               o.factor * longest)
-        if phase == CHECKPOINT:
-            # A save runs beside a step (the copy, the step that waits for it): never less
-            # than that step may take.
-            q = self.step_quantile(mesh)
-            return max(own, o.floor_seconds if q is None else o.factor * q)
-        return own
+            return step if own is mesh else max(step, self.step_deadline(mesh))
+        deadline = phase_deadline(phase, self.history.longest(phase), step)
+        # A synchronous save waits for the step in flight: never less than it may take.
+        return max(deadline, step) if phase == CHECKPOINT else deadline
 
 
 @dataclass(frozen=True)
 class Stall:
     """A phase past its deadline."""
 
-    phase: str
+    phase: Phase
     step: int
     started_at: float  # unix time
     detected_at: float
     deadline_seconds: float
+    quiet_seconds: float  # since the phase's last heartbeat (its start, without one)
+    where: Reading | None = None  # where the training thread was
 
     @property
     def seconds(self) -> float:
         return self.detected_at - self.started_at
 
     @property
+    def stall_phase(self) -> str:
+        """As status.training.stall.phase says it (STALL_PHASES)."""
+        return STALL_PHASES[self.phase]
+
+    @property
     def what(self) -> str:
-        """'step 53', 'first step 51', 'save around step 50', 'restore before step 51'."""
-        return {STEP: "step", FIRST_STEP: "first step", CHECKPOINT: "save around step",
-                RESTORE: "restore before step"}[self.phase] + f" {self.step}"
+        """'step 53', 'first step 51', 'save around step 50', 'evaluation before step 41'."""
+        return {STEP: "step", COMPILE: "first step", CHECKPOINT: "save around step",
+                RESTORE: "restore before step", EVALUATION: "evaluation before step",
+                DATA_WAIT: "data wait before step"}[self.phase] + f" {self.step}"
 
     def describe(self) -> str:
-        return (f"{self.what} has run {self.seconds:.1f}s, past the watchdog's deadline of "
-                f"{self.deadline_seconds:.1f}s")
+        quiet = (f" ({self.quiet_seconds:.1f}s since its last heartbeat)"
+                 if self.seconds - self.quiet_seconds > 0.05 else "")
+        return (f"{self.what} has run {self.seconds:.1f}s{quiet}, past the watchdog's "
+                f"deadline of {self.deadline_seconds:.1f}s")
 
 
 @dataclass
 class _Armed:
-    phase: str
+    phase: Phase
     step: int
-    mesh: Hashable
+    mesh: Hashable  # what a step is timed against (its mesh, or BesideCopy(mesh))
     started: float  # monotonic
     started_at: float  # unix time
     deadline: float
+    thread: int  # the training thread's ident
+    beat: float  # monotonic: the start, or the last heartbeat
     fired: bool = False
 
 
 class Watchdog:
     """Calls `on_stall(stall)` once per armed phase that runs past its deadline.
 
-    The training thread calls `arm` when it starts something (a step, a save, a
-    restore), `relabel` when what it is in the middle of turns out to be longer (a save
-    started beside the step in flight), `done` when it completed (measured), and
-    `disarm` where waiting is no failure of its own (slices coming back, a maintenance
-    hold: each has its own deadline elsewhere)."""
+    The training thread calls `arm` when it starts something (a step, a save, a restore,
+    an evaluation), `beat` inside a long one, `during` around one nested in what is armed
+    (a data wait or a synchronous save inside a step: the step's clock stops meanwhile),
+    `done` when it completed (measured), and `disarm` where waiting is no failure of its
+    own (slices coming back, a maintenance hold: each has its own deadline elsewhere).
+    `activity` is moved along: what the trainer reports it is doing."""
 
     def __init__(self, opts: WatchdogOptions, on_stall: Callable[[Stall], None],
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 activity: Activity | None = None, clock: Clock | None = None) -> None:
         self.opts, self.on_stall = opts, on_stall
-        self.deadlines = Deadlines(opts)
-        self._clock, self._wall = clock, wall
+        self.activity = activity or Activity()
+        self.deadlines = Deadlines(opts, self.activity.history)
+        self.clock = clock or Clock()
         self._armed: _Armed | None = None
         self._cond = threading.Condition()
         self._closing = False
+        self._judged = 0  # times the thread looked at what is armed
         self.stalls = 0
         self._thread: threading.Thread | None = None
         if opts.enabled:
             self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
             self._thread.start()
 
-    def arm(self, phase: str, step: int, mesh: Hashable = None) -> None:
-        with self._cond:
-            self._armed = _Armed(phase, step, mesh, self._clock(), self._wall(),
-                                 self.deadlines.deadline(phase, mesh))
-            self._cond.notify()
+    def _new(self, phase: Phase, step: int, mesh: Hashable) -> _Armed:
+        now = self.clock.monotonic()
+        return _Armed(phase, step, mesh, now, self.clock.time(),
+                      self.deadlines.deadline(phase, mesh), threading.get_ident(), now)
 
-    def relabel(self, phase: str) -> None:
-        """What is armed goes on as `phase` (from the same start), if that is longer."""
+    def arm(self, phase: Phase, step: int, mesh: Hashable = None) -> None:
+        with self._cond:
+            self._armed = self._new(phase, step, mesh)
+            self.activity.enter(phase, self._armed.started_at)
+            self._cond.notify_all()
+
+    def beside_copy(self) -> None:
+        """The step armed goes on beside a copy of its state (it waits for the copy to
+        read it): timed as the steps beside a copy of its mesh are, if that is longer."""
         with self._cond:
             a = self._armed
-            if a is None or a.fired:
+            if a is None or a.fired or a.phase != STEP or isinstance(a.mesh, BesideCopy):
                 return
-            deadline = self.deadlines.deadline(phase, a.mesh)
-            if deadline >= a.deadline:
-                a.phase, a.deadline = phase, deadline
-                self._cond.notify()
+            a.mesh = BesideCopy(a.mesh)
+            a.deadline = max(a.deadline, self.deadlines.deadline(STEP, a.mesh))
+            self._cond.notify_all()
+
+    def beat(self) -> None:
+        """A sign of life inside what is armed: its deadline counts from now."""
+        with self._cond:
+            a = self._armed
+            if a is not None and not a.fired:
+                a.beat = self.clock.monotonic()
+                self.activity.beat(self.clock.time())
+                self._cond.notify_all()
+
+    @contextmanager
+    def during(self, phase: Phase, step: int, measured: bool = True) -> Iterator[None]:
+        """`phase` nested in what is armed (timed and measured on its own, unless not
+        `measured`, e.g. a commit wait that found its save done); what was armed goes on
+        after it as it was, its clock stopped meanwhile. A failure inside leaves `phase`
+        armed, for whatever handles the failure to arm what comes next."""
+        with self._cond:
+            outer = self._armed
+            inner = self._armed = self._new(phase, step, None if outer is None else
+                                            outer.mesh)
+            self.activity.enter(phase, inner.started_at)
+            self._cond.notify_all()
+        yield
+        with self._cond:
+            seconds = self.clock.monotonic() - inner.started
+            if self._armed is inner:
+                self._armed = outer and replace(outer, started=outer.started + seconds,
+                                                started_at=outer.started_at + seconds,
+                                                beat=outer.beat + seconds)
+                self.activity.enter(None if outer is None else outer.phase, self.clock.time())
+                self._cond.notify_all()
+            if measured:
+                self.deadlines.observe(phase, seconds, inner.mesh)
 
     def done(self, measured: bool = True) -> float | None:
         """What was armed completed: its seconds (learned from, if `measured`)."""
         with self._cond:
             a, self._armed = self._armed, None
-        if a is None:
-            return None
-        seconds = self._clock() - a.started
-        if measured:
-            self.deadlines.observe(a.phase, seconds, a.mesh)
+            if a is None:
+                return None
+            seconds = self.clock.monotonic() - a.started
+            if measured:
+                self.deadlines.observe(a.phase, seconds, a.mesh)
+            if a.fired:  # out of what it was found blocked in
+                self.activity.enter(a.phase, self.clock.time())
         return seconds
 
     def disarm(self) -> None:
         with self._cond:
             self._armed = None
+            self.activity.enter(None, self.clock.time())
+
+    def judge(self, timeout: float = 10.0) -> None:
+        """Have the thread look at what is armed now, and wait until it has: for a clock
+        that jumped (a test's), which no timer of the thread's would notice."""
+        with self._cond:
+            if self._thread is None:
+                return
+            target = self._judged + 1
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._judged >= target or self._closing, timeout)
 
     def close(self) -> None:
         with self._cond:
             self._closing = True
             self._armed = None
-            self._cond.notify()
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(5)
+
+    def _overdue(self) -> Stall | None:
+        """What is armed, if it is past its deadline now (under the lock): the training
+        thread's frame is read at once, and the activity says where it is blocked."""
+        a = self._armed
+        now = self.clock.monotonic()
+        if a is None or a.fired or now < a.beat + a.deadline:
+            return None
+        a.fired = True
+        found = where(a.thread)
+        if found is not None and found.frame is not None:
+            self.activity.blocked(found.frame, a.started_at, found.device_call)
+        wall = self.clock.time()
+        return Stall(a.phase, a.step, a.started_at, wall, a.deadline, now - a.beat, found)
 
     def _run(self) -> None:
         while True:
@@ -210,16 +328,15 @@ class Watchdog:
                 while True:
                     if self._closing:
                         return
+                    stall = self._overdue()
+                    self._judged += 1
+                    self._cond.notify_all()
+                    if stall is not None:
+                        break
                     a = self._armed
-                    if a is not None and not a.fired:
-                        left = a.started + a.deadline - self._clock()
-                        if left <= 0:
-                            a.fired = True
-                            break
-                        self._cond.wait(left)
-                    else:
-                        self._cond.wait()
-                stall = Stall(a.phase, a.step, a.started_at, self._wall(), a.deadline)
+                    left = None if a is None or a.fired else \
+                        a.beat + a.deadline - self.clock.monotonic()
+                    self._cond.wait(left)
             self.stalls += 1
             try:
                 self.on_stall(stall)
