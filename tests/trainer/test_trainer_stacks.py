@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,7 @@ def test_the_trainer_and_the_sidecar_read_one_stack_alike() -> None:
     reader = StackReader()
     if reader.binary is None:
         pytest.skip("py-spy is not installed")
-    proc = subprocess.Popen(["python3", "-c", BLOCKED_CHILD], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED_CHILD], stdout=subprocess.PIPE,
                             text=True)
     try:
         assert proc.stdout is not None
