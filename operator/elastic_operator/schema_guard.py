@@ -11,6 +11,11 @@ job, directly, under a name that makes a second copy a no-op (not through the st
 outbox, which an old schema may prune). When the CRD is upgraded the watch names every
 job again, and the next pass serves it.
 
+What the older CRD lacks of a status stored before it was applied, the API server hides
+at once (it prunes on read too) and drops at the job's next status write by anyone, the
+trainer's reports included; refusing keeps everything the operator would write from then
+on, and says so where it is seen.
+
 Otherwise every status write carries SchemaCurrent as the verdict says (`stamp`).
 """
 from __future__ import annotations
