@@ -651,7 +651,8 @@ def served_slice_fields(cluster: Cluster) -> set[str]:
     finally:
         api.close()
     status = crd.spec.versions[0].schema.open_apiv3_schema.properties["status"]
-    return set(status.properties["slices"].items.properties)
+    items = status.properties["slices"].items  # the client's type for it is `object`: a dict
+    return set(items["properties"] if isinstance(items, dict) else items.properties)
 
 
 def test_helm_upgrade_alone_upgrades_the_crd_and_uninstall_keeps_it(
