@@ -8,6 +8,11 @@ reconcile, a follow-up or a pod event still running then writes for the job come
 that, and would stay for good: the sweep (`sweep`, at each resync) drops from every store
 the jobs the job cache no longer holds, so what the operator remembers follows the jobs
 that exist, never the jobs it has ever seen.
+
+Not per job, and bounded otherwise: the informers' stores (the objects that exist), the
+node-action limiter (per node), the sizes of committed checkpoint steps on gs://
+(checkpoints.py, 4,096 at most), the election (one Lease), and the namespace-labelled
+histograms (per namespace).
 """
 from __future__ import annotations
 
