@@ -98,9 +98,9 @@ class SchemaVerdict:
         if self.state == CURRENT:
             return f"the served CRD is {own}"
         if self.state == UNKNOWN:
-            return ("the operator cannot read the CRD (RBAC: get, list and watch of "
-                    "customresourcedefinitions by name); it serves jobs as if it were its "
-                    "own revision")
+            return ("the operator cannot read the CRD (none served yet, or its RBAC lacks "
+                    "list and watch of customresourcedefinitions by name); it serves jobs "
+                    "as if it were its own revision")
         if self.state == NEWER:
             return (f"the served CRD is schema {served}, newer than {own} (a downgrade): "
                     f"the operator writes the status fields it knows"
