@@ -29,7 +29,7 @@ from bench import node
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
-         "restore", "replacement", "hang")
+         "restore", "replacement", "hang", "goodput")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
@@ -147,6 +147,10 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
         from bench import hang
 
         return lambda: hang.run(args.quick)
+    if name == "goodput":
+        from bench import goodput
+
+        return lambda: goodput.run(args.quick)
     from bench import trainer
 
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,

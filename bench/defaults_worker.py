@@ -26,24 +26,24 @@ def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshots: bool) -> di
         run_spec["snapshot_period"] = 0
     trainer = make_trainer(run_spec, workdir, [fault])
     at_failure: dict[str, Any] = {}
-    on_slice_down = trainer.on_slice_down
+    on_slice_down = trainer.recovery.on_slice_down
 
     def seen(error: Any, retrying: bool) -> None:
-        at_failure["snapshot_period"] = trainer.cadences.snapshot.period
-        at_failure["checkpoint_period"] = trainer.cadences.checkpoint.period
-        at_failure["snapshot_reason"] = trainer.cadences.snapshot.choice.reason
+        at_failure["snapshot_period"] = trainer.copies.cadences.snapshot.period
+        at_failure["checkpoint_period"] = trainer.copies.cadences.checkpoint.period
+        at_failure["snapshot_reason"] = trainer.copies.cadences.snapshot.choice.reason
         on_slice_down(error, retrying)
 
-    trainer.on_slice_down = seen
+    trainer.recovery.on_slice_down = seen
     decided: list[int] = []
-    decide = trainer._decide
+    decide = trainer.copies.decide
 
     def decided_at(cadence: Any) -> Any:
         if cadence.choice.reason == "Measuring":
-            decided.append(trainer.progress.step)  # the first choice of this kind
+            decided.append(trainer.status.progress.step)  # the first choice of this kind
         return decide(cadence)
 
-    trainer._decide = decided_at
+    trainer.copies.decide = decided_at
     t0 = time.time()
     result = trainer.run()
     wall = time.time() - t0
@@ -62,8 +62,8 @@ def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshots: bool) -> di
         "mean_step_before_failure": mean(before) if before else None,
         "step_durations_before_failure": durations,
         "cadences_chosen_at_step": max(decided) if decided else None,
-        "final_snapshot_cadence": trainer.cadences.snapshot.report().to_wire(),
-        "final_checkpoint_cadence": trainer.cadences.checkpoint.report().to_wire(),
+        "final_snapshot_cadence": trainer.copies.cadences.snapshot.report().to_wire(),
+        "final_checkpoint_cadence": trainer.copies.cadences.checkpoint.report().to_wire(),
     }
 
 

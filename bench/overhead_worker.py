@@ -84,7 +84,8 @@ class _Setup:
         trainer = make_trainer({**self.spec, "min_slices": None}, self.workdir, [])
         copies: dict[str, list[int]] = {"snapshots": [], "checkpoints": []}
         decided: list[int] = []
-        take, save, decide = trainer.snapshots.take, trainer.checkpointer.save, trainer._decide
+        take, save = trainer.snapshots.take, trainer.checkpointer.save
+        decide = trainer.copies.decide
 
         def took(step: int, *args: Any, **kwargs: Any) -> Any:
             copies["snapshots"].append(step)
@@ -95,11 +96,11 @@ class _Setup:
             return save(step, *args, **kwargs)
 
         def decided_at(cadence: Any) -> Any:
-            decided.append(trainer.progress.step)
+            decided.append(trainer.status.progress.step)
             return decide(cadence)
 
         trainer.snapshots.take, trainer.checkpointer.save = took, saved
-        trainer._decide = decided_at
+        trainer.copies.decide = decided_at
         t0 = time.time()
         result = trainer.run()
         if result.failure is not None:
@@ -107,8 +108,8 @@ class _Setup:
         times = [t0] + [t for _s, t in result.step_times]
         chosen = max(decided[:2] or [0]) if len(decided) >= 2 else None
         info = {
-            "snapshot_cadence": trainer.cadences.snapshot.report().to_wire(),
-            "checkpoint_cadence": trainer.cadences.checkpoint.report().to_wire(),
+            "snapshot_cadence": trainer.copies.cadences.snapshot.report().to_wire(),
+            "checkpoint_cadence": trainer.copies.cadences.checkpoint.report().to_wire(),
             "copies": copies, "cadence_chosen_at_step": chosen,
         }
         return times, info
@@ -156,7 +157,7 @@ def _profile_plain(setup: _Setup, sync: bool, start: int) -> dict[str, Any]:
 def _profile_elastic(setup: _Setup, start: int) -> dict[str, Any]:
     import contextlib
 
-    from elastic_trainer import loop, prefetch, snapshots
+    from elastic_trainer import copies, loop, prefetch, snapshots
 
     timers, threads, probe = Timers(), ThreadCpu(), WakeProbe()
     parts = [
@@ -164,7 +165,7 @@ def _profile_elastic(setup: _Setup, start: int) -> dict[str, Any]:
         (loop.Trainer, "_dispatch", "dispatch (with the batch)"),
         (loop.Trainer, "_finish_pending", "loss read and bookkeeping"),
         (loop.Trainer, "_after_step", "bookkeeping: progress, metrics, log, report"),
-        (loop.Trainer, "_measure_cadence", "bookkeeping: cadence"),
+        (copies.Copies, "step_done", "bookkeeping: cadence"),
         (loop.Trainer, "_keep", "snapshot and checkpoint dispatch"),
         (snapshots.ReplicaSnapshots, "take", "snapshot hand-off (in _keep)"),
     ]

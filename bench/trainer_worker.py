@@ -60,7 +60,7 @@ class CompileLog:
 
 def _event_phases(trainer: Any, compile_log: CompileLog) -> list[dict[str, Any]]:
     out = []
-    for event in trainer.events:
+    for event in trainer.status.events:
         if event.kind != "slice_down" or event.resumed_at is None:
             continue
         s = event.summary()

@@ -37,7 +37,7 @@ def make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any:
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
     from elastic_trainer.faults import Fault, FaultSchedule
-    from elastic_trainer.loop import LoopOptions, Trainer
+    from elastic_trainer.loop import LoopOptions, build_trainer
 
     cfg = get_config(spec["config"])
     slices = spec.get("slices", 2)
@@ -54,7 +54,7 @@ def make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any:
                        max_retries=10, snapshot_period=spec.get("snapshot_period"),
                        log_every=10**9, prefetch=spec.get("prefetch"))
     data = make_source("synthetic", 0, opts.batch, cfg.seq_len, cfg.vocab_size)
-    return Trainer(cfg, opts, backend, data, checkpointer)
+    return build_trainer(cfg, opts, backend, data, checkpointer)
 
 
 class CpuSampler:

@@ -63,7 +63,8 @@ JOB_PANELS = [
            Target(leader_gauge("etj_ready_slices"), "{{namespace}}/{{job}} ready"),
            Target(leader_gauge("etj_active_slices"), "{{namespace}}/{{job}} in the mesh")]),
     Panel("Slices down",
-          "1 while a slice is Down or Restarting (alert ElasticTrainingSliceDown).",
+          "1 while a slice is Down or Restarting (alert ElasticTrainingSliceDown): only the "
+          "slices down or restarted have a series, at most 16 per job (docs/metrics.md).",
           [Target(leader_gauge("etj_slice_down", "namespace, job, slice"),
                   "{{namespace}}/{{job}} slice {{slice}}")]),
     Panel("Stalls and slow steps",
@@ -82,7 +83,8 @@ JOB_PANELS = [
            Target(f"sum by (namespace, job, action) (increase(etj_slice_replacements_total"
                   f"{{{JOBS}}}[$__rate_interval]))", "{{namespace}}/{{job}} {{action}}")]),
     Panel("Slice restarts against the budget",
-          "status.slices[].restarts and spec.elastic.maxSliceRestarts (alert "
+          "status.slices[].restarts of the slices that restarted (the most restarted 16 "
+          "of a job) and spec.elastic.maxSliceRestarts (alert "
           "ElasticTrainingSliceRestartBudgetLow at 80 %).",
           [Target(leader_gauge("etj_slice_restarts", "namespace, job, slice"),
                   "{{namespace}}/{{job}} slice {{slice}}"),

@@ -518,3 +518,21 @@ def observe(pods: list[ObservedPod] | None = None, jobset: ObservedJobSet | None
 def report(**fields: Any) -> TrainingReport:
     """A trainer report (wire names), e.g. report(observedAt=iso(at(5)), state="Training")."""
     return TrainingReport.model_validate(fields)
+
+
+def activity(phase: str, since: float, *, last: float | None = None,
+             frame: str | None = None, source: str = "Sampled",
+             **more: Any) -> dict[str, Any]:
+    """status.training.activity (wire names): `phase` since at(since), its newest sign
+    of life at at(last), e.g. activity("Evaluation", 100, last=150)."""
+    out: dict[str, Any] = {"phase": phase, "since": iso(at(since)), "source": source, **more}
+    if last is not None:
+        out["lastActivityAt"] = iso(at(last))
+    if frame is not None:
+        out["frame"] = frame
+    return out
+
+
+def phase_record(phase: str, longest: float, *, count: int = 1) -> dict[str, Any]:
+    """One entry of status.training.phases (wire names): `phase` took `longest` s."""
+    return {"phase": phase, "count": count, "lastSeconds": longest, "longestSeconds": longest}

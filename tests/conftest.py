@@ -54,6 +54,10 @@ _LOGS_DIRS: list[Path] = []
 # Two control planes take minutes to start: tests/multicluster runs only with
 # `make test-multicluster` (which sets ETJ_MULTICLUSTER=1), not in `make test`.
 collect_ignore = [] if os.environ.get("ETJ_MULTICLUSTER") else ["multicluster"]
+# An operator upgraded and downgraded under a running job takes minutes: tests/upgrade
+# runs only with `make test-upgrade` (ETJ_UPGRADE=1); its guard is in `make test`.
+if not os.environ.get("ETJ_UPGRADE"):
+    collect_ignore.append("upgrade")
 # The multi-tenant soak runs only with `make soak SOAK_JOBS=K` (K >= 2: ETJ_SOAK_JOBS).
 if int(os.environ.get("ETJ_SOAK_JOBS") or 1) < 2:
     collect_ignore.append("integration/test_soak_tenants.py")

@@ -156,3 +156,90 @@ def pools_nodes(pools: int = 4, dead: str | None = None,
                             cause="etj-demo/demo: node NotReady" if pool == quarantined
                             else None))
     return out
+
+
+# --- the record job: 199 slices of v5e 16x16 (64 hosts each) -------------------------
+
+RECORD_SLICES, RECORD_HOSTS = 199, 64
+
+
+def _big_slice(index: int, **extra: Any) -> dict[str, Any]:
+    return {"index": index, "state": "Ready", "readyHosts": RECORD_HOSTS,
+            "hosts": RECORD_HOSTS, "restarts": 0, "reason": "AllHostsReady",
+            "lastTransitionTime": iso(20 + index * 0.01), "pool": f"tpu-v5e-16x16-{index}",
+            **extra}
+
+
+def record_job(name: str = "record") -> dict[str, Any]:
+    """The record job mid-incident: 199 slices of v5e 16x16; slice 7 was replaced (moved
+    to pool -199) and is Ready again; slice 42 is Down (a host's pod failed), slice 121
+    Restarting on no healthy pool, slice 198 Pending (never Ready); the other 195 Ready,
+    never failed."""
+    slices = [_big_slice(i) for i in range(RECORD_SLICES)]
+    slices[7] = _big_slice(7, restarts=1, pool="tpu-v5e-16x16-199",
+                           lastTransitionTime=iso(150.4),
+                           lastReplacement={"action": "Replace", "reason": "NodeNotReady",
+                                            "requestedAt": iso(120.6), "readyAt": iso(150.4),
+                                            "seconds": 29.8, "fromPool": "tpu-v5e-16x16-7",
+                                            "toPool": "tpu-v5e-16x16-199", "blame": "Node"})
+    slices[42] |= {"state": "Down", "reason": "PodFailed", "readyHosts": 63,
+                   "lastTransitionTime": iso(290), "restarts": 1,
+                   "message": "host 5 (pod record-worker-42-5-x) failed (Error, exit code 1)",
+                   "replacement": {"action": "Replace", "reason": "PodFailed", "blame": "Job",
+                                   "requestedAt": iso(290.5),
+                                   "evidence": "container main exited 1 on a healthy node"}}
+    slices[121] |= {"state": "Restarting", "reason": "NoHealthyPool", "readyHosts": 0,
+                    "lastTransitionTime": iso(250), "restarts": 2, "pool": None,
+                    "message": "no healthy pool of shape v5e 16x16"}
+    slices[198] |= {"state": "Pending", "reason": "WaitingForHosts", "readyHosts": 12,
+                    "lastTransitionTime": iso(5), "message": "12/64 hosts ready"}
+    status = {
+        "phase": "SliceDown", "slicesDesired": RECORD_SLICES, "slicesReady": 196,
+        "jobSetName": name, "slices": slices,
+        "conditions": [{"type": "Ready", "status": "False", "reason": "SliceDown",
+                        "message": "196/199 slices ready",
+                        "lastTransitionTime": iso(290)}],
+        "counters": {"sliceFailures": 4, "elasticEvents": 2, "jobSetRestarts": 0,
+                     "trainerRestarts": 0, "preemptions": 0, "evictions": 0},
+        "lastRecovery": {"detectedAt": iso(290), "slices": [42, 121]},
+        "training": {"observedAt": iso(300), "state": "Recovering", "step": 250,
+                     "totalSteps": 300, "attempt": 1},
+    }
+    obj = job(name, status)
+    obj["spec"]["tpu"] = {"type": "v5e", "topology": "16x16", "numSlices": RECORD_SLICES}
+    return obj
+
+
+def record_events(name: str = "record") -> list[dict[str, Any]]:
+    """record_job()'s story: slice 7 replaced, then 121 and 42 went down."""
+    return [
+        event("SliceDown", 120, "slice 7 is down: host 3 (pod record-worker-7-3-x): node "
+              "tpu-v5e-16x16-7-3 is NotReady", "Warning", name),
+        event("SliceReplacing", 120, "slice 7 failed on node pool tpu-v5e-16x16-7 "
+              "(NodeNotReady); recreating its worker Job (restart 1 of 5)", "Warning", name),
+        event("SliceReplaced", 150, "slice 7 replaced and Ready 29.8 s after the operator "
+              "acted, moved from node pool tpu-v5e-16x16-7 to tpu-v5e-16x16-199", "Normal",
+              name),
+        event("SliceDown", 240, "slice 121 is down: host 0 (pod record-worker-121-0-x): "
+              "node tpu-v5e-16x16-121-0 is NotReady", "Warning", name),
+        event("SliceReplacing", 250, "slice 121 failed on node pool tpu-v5e-16x16-121 "
+              "(NodeNotReady); recreating its worker Job (restart 2 of 5)", "Warning", name),
+        event("SliceDown", 290, "slice 42 is down: host 5 (pod record-worker-42-5-x) failed "
+              "(Error, exit code 1)", "Warning", name),
+    ]
+
+
+def record_nodes(pools: int = RECORD_SLICES + 2, hosts: int = RECORD_HOSTS
+                 ) -> list[dict[str, Any]]:
+    """The nodes of record_job(): a pool per slice and two spares (-199 runs slice 7,
+    -200 is free); pool -121 has a NotReady node and is quarantined."""
+    out = []
+    for p in range(pools):
+        pool = f"tpu-v5e-16x16-{p}"
+        for h in range(hosts):
+            n = node(f"{pool}-{h}", pool, ready=not (p == 121 and h == 0),
+                     quarantined="NodeNotReady" if p == 121 else None,
+                     cause="etj-demo/record: node NotReady" if p == 121 else None)
+            n["metadata"]["labels"]["cloud.google.com/gke-tpu-topology"] = "16x16"
+            out.append(n)
+    return out

@@ -148,9 +148,12 @@ class Reason:
     # progress tracking (status.slices[].reason; status.training.sliceReplacement.reason).
     SLICE_HUNG: Final = "SliceHung"
     SLICE_SLOW: Final = "SliceSlow"
-    # Progressing (True: STEPS_ADVANCING; False: PROGRESS_DEADLINE_EXCEEDED, also its
-    # Warning Event; Unknown: held, or no step yet); Degraded True for slow steps.
+    # Progressing (True: STEPS_ADVANCING, or PHASE_IN_PROGRESS while a phase of training
+    # other than a step, an evaluation or a save, runs within its deadline; False:
+    # PROGRESS_DEADLINE_EXCEEDED, also its Warning Event; Unknown: held, or no step yet);
+    # Degraded True for slow steps.
     STEPS_ADVANCING: Final = "StepsAdvancing"
+    PHASE_IN_PROGRESS: Final = "PhaseInProgress"
     PROGRESS_DEADLINE_EXCEEDED: Final = "ProgressDeadlineExceeded"
     PROGRESS_HELD: Final = "ProgressHeld"
     WAITING_FOR_FIRST_STEP: Final = "WaitingForFirstStep"

@@ -226,12 +226,17 @@ class ElasticSpec(ApiModel):
                                                     le=MAX_PROGRESS_DEADLINE_SECONDS),
                                          BeforeValidator(_api_integer)] | None = Field(
         None,
-        description="Seconds without a new training step (status.training.step) after "
-        "which the job is stalled: condition Progressing False (ProgressDeadlineExceeded), "
-        "a Warning Event, and onStall. Unset: learned from the step interval the operator "
-        "observes (10 x its median, 2 x the longest gap seen, at least "
-        f"{int(PROGRESS_DEADLINE_FLOOR_SECONDS)} s; 5 x that for the first step after a "
-        "pause or resize and while a checkpoint save is in flight).",
+        description="The step deadline: seconds without a new training step "
+        "(status.training.step) after which the job is stalled: condition Progressing "
+        "False (ProgressDeadlineExceeded), a Warning Event, and onStall. It holds a train "
+        "step and a thread blocked in one device call; the other phases of training (an "
+        "evaluation, a checkpoint save, a compile, a restore, a data wait) keep deadlines "
+        "of their own, never shorter than this, and a stopped process a 30 s grace "
+        "(docs/trainer.md, \"Phases\"). Unset: learned from the trainer's step times "
+        "(10 x the median seconds per step, 2 x the longest, at least "
+        f"{int(PROGRESS_DEADLINE_FLOOR_SECONDS)} s; where the trainer's phase is not known, "
+        "also 2 x the longest gap between new steps seen; 5 x that for the first step after "
+        "a pause or resize, and while a checkpoint save is in flight).",
     )
     on_stall: Literal["Recover", "Report"] = Field(
         "Recover",
@@ -509,8 +514,9 @@ class Volume(ApiModel):
 class ProgressSpec(ApiModel):
     """A progress sidecar for a program that does not write status.training itself: `etj
     progress`, a native sidecar in the head pod, follows the program's metrics file on the
-    head's /tmp and reports step, loss and step time (docs/api.md, "Progress of any
-    trainer")."""
+    head's /tmp and reports step, loss and step time, and samples the program's process
+    (the head pod then shares its process namespace) for what it is doing
+    (status.training.activity; docs/api.md, "Progress of any trainer")."""
 
     image: str = Field(
         min_length=1, max_length=512,
@@ -520,8 +526,8 @@ class ProgressSpec(ApiModel):
     format: Literal["maxtext"] = Field(
         "maxtext",
         description="maxtext: MaxText's metrics_file, one JSON object per line with step, "
-        "learning/loss and perf/step_time_seconds (lines without learning/loss, such as eval "
-        "metrics, are ignored).",
+        "learning/loss and perf/step_time_seconds; its evaluation lines (eval/...) are the "
+        "evaluation's heartbeat.",
     )
     metrics_file: str | None = Field(
         None, max_length=1024,
@@ -1259,13 +1265,29 @@ class ProgressStatus(StatusModel):
     step_counts: list[int] = Field(default_factory=list, description="The steps each of "
                                    "stepGaps spans.")
     longest_gap_seconds: float | None = None
+    step_seconds: list[float] = Field(
+        default_factory=list, description="Seconds per step at the newest step changes "
+        "(newest last), what the step deadline is learned from: the gap over the steps it "
+        "spans, or the trainer's stepSeconds when longer; none from a gap with offStep.")
+    off_step: bool = Field(False, description="The trainer was seen in a phase a step's "
+                           "time does not include (an evaluation, a save, a compile, a "
+                           "restore) since the newest step: the next gap is not a step's.")
     baseline_step_seconds: float | None = Field(
         None, description="The job's own best seconds per step (the lowest over the "
         "newest stepGaps seen).")
     slow_since: datetime | None = Field(None, description="Since when steps run slower "
                                         "than the baseline by the SlowSteps factor.")
-    deadline_seconds: float | None = Field(None, description="The progress deadline in "
-                                           "force (spec, or learned).")
+    deadline_seconds: float | None = Field(None, description="The deadline in force: under "
+                                           "rule Phase the phase's, under Steps the progress "
+                                           "deadline (spec, or learned).")
+    rule: Literal["Phase", "Steps"] | None = Field(
+        None, description="The rule that judged at the newest look: Phase (the trainer's "
+        "phase is known, status.training.activity: each phase held to its own deadline) or "
+        "Steps (it is not: no new step for the progress deadline).")
+    phase: Phase | None = Field(None, description="The phase rule Phase watched.")
+    phase_since: datetime | None = Field(
+        None, description="The newest sign of life the phase rule saw (the phase's start, "
+        "its heartbeat, or the newest step): what its deadline counts from.")
     stalled_at: datetime | None = Field(None, description="When the deadline passed.")
     restart: TrainerRestart | None = Field(None, description="The operator's restart of "
                                            "the trainer for the latest stall.")

@@ -21,7 +21,7 @@ from typing import Any
 # The hash of each shipped schema (`schema_hash` of the CRD's spec.versions), oldest first.
 REVISIONS: tuple[str, ...] = (
     # 1: the first CRD that says its revision (issue 61).
-    "sha256:ee1c2bdbc709c07bedc87df9546a2b58b0649180f1e217f82f1eb5389e523d4d",
+    "sha256:e3f57ffd74c28e6f67f9033e8e1d3464d89fd2657f47d2961e72be75b5b6793e",
 )
 
 

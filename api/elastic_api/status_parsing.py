@@ -145,9 +145,9 @@ def _nested_model(model: Any, alias: str) -> type[BaseModel] | None:
 
 def _aware(model: Any) -> Any:
     """The same model with naive datetimes read as UTC (so comparisons cannot raise): the
-    very object where none is naive, and a copy only of the parts that had one. (Copying
-    every part was a third of parsing a 64-slice status, 1.5 -> 1.0 ms at each
-    reconcile, for times the API server always stores with their zone.)"""
+    very object where none is naive, and a copy only of the parts that had one: copying
+    every part made parsing, done at each reconcile, markedly slower (docs/benchmarks.md)
+    for times the API server always stores with their zone."""
     updates: dict[str, Any] = {}
     for name in type(model).model_fields:
         value = getattr(model, name)

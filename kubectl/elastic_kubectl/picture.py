@@ -23,18 +23,19 @@ from elastic_kubectl.history import (
     REPLACEMENT,
     STALL,
     Moment,
-    Segment,
     lanes,
     moments,
 )
 from elastic_kubectl.job import Job
-from elastic_kubectl.text import clock
+from elastic_kubectl.lanes import LaneRow, lane_rows
+from elastic_kubectl.text import clock, ranges
 
 COLORS = {FAILURE: "#c0392b", REPLACEMENT: "#2471a3", RECOVERY: "#27ae60",
           EVICTION: "#8e44ad", STALL: "#e67e22", CHECKPOINT: "#7f8c8d", OTHER: "#555555"}
 STATE_COLORS = {"Ready": "#82e0aa", "Down": "#e74c3c", "Restarting": "#f5b041",
                 "Pending": "#d5d8dc"}
 MAX_MARKS = 12
+MAX_LABEL = 28  # a lane's label beside the picture, in characters
 # Moments worth a line on the picture (the text timeline lists every one).
 _UNMARKED = {"Created", "CheckpointSeen", "WaitingForAdmission"}
 
@@ -99,7 +100,8 @@ def draw_job(job: Job, events: Sequence[dict[str, Any]], now: datetime, path: st
     shown = [m for m in found if m.at >= start]
     steps = sorted({*samples, *step_points(job)}, key=lambda p: p[1])
     steps = [p for p in steps if p[1] >= start.timestamp()]
-    draw_timeline(steps, marks_of(shown), path, lanes(job, found, start, now),
+    draw_timeline(steps, marks_of(shown), path,
+                  lane_rows(lanes(job, found, start, now), start, now),
                   start.timestamp(), now.timestamp(),
                   title=f"{job.name} ({job.namespace}): {clock(start)} to {clock(now)} UTC")
 
@@ -108,13 +110,14 @@ def draw_timeline(
     step_times: Sequence[Sequence[float]],
     marks: Sequence[Mark],
     path: str,
-    slice_lanes: dict[int, list[Segment]] | None = None,
+    slice_rows: Sequence[LaneRow] | None = None,
     start: float | None = None,
     end: float | None = None,
     title: str = "Training steps around a failure",
 ) -> None:
     """Write a PNG: completed step against seconds since `start` (default: the first
-    step), each slice's states below when `slice_lanes` are given, moments marked.
+    step), each slice's states below when `slice_rows` are given (lanes.py: at many
+    slices a row per group of slices alike, so the height is bounded), moments marked.
 
     A rewind shows as the step line dropping back (steps redone after the restore)."""
     import matplotlib
@@ -128,7 +131,7 @@ def draw_timeline(
             raise ValueError("nothing to draw: no steps and no moments")
         start = min(t for _, t in step_times) if step_times else min(times)
     t0 = start
-    rows = len(slice_lanes or {})
+    rows = len(slice_rows or ())
     fig, axes = plt.subplots(2 if rows else 1, 1, sharex=True, squeeze=False,
                              figsize=(13, 4.8 + (0.25 * rows + 0.6 if rows else 0)), dpi=110,
                              gridspec_kw={"height_ratios": [4, 0.35 * rows + 0.6]} if rows
@@ -161,8 +164,8 @@ def draw_timeline(
     ax.grid(alpha=0.3)
     # Beside the plot, not on it: the steps rise to the right, where the legend would sit.
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    if rows and slice_lanes is not None:
-        _draw_lanes(axes[1][0], slice_lanes, t0)
+    if rows and slice_rows is not None:
+        _draw_lanes(axes[1][0], slice_rows, t0)
     axes[-1][0].set_xlabel(f"seconds since {datetime.fromtimestamp(t0, UTC):%H:%M:%S} UTC")
     if end is not None:
         axes[-1][0].set_xlim(0 - 0.01 * span, end - t0 + 0.01 * span)
@@ -171,17 +174,28 @@ def draw_timeline(
     plt.close(fig)
 
 
-def _draw_lanes(ax: Any, slice_lanes: dict[int, list[Segment]], t0: float) -> None:
-    """One row per slice, coloured by state."""
+def _draw_lanes(ax: Any, slice_rows: Sequence[LaneRow], t0: float) -> None:
+    """One row per slice (or group of slices), coloured by state."""
     from matplotlib.patches import Patch
 
-    for row, (_, segments) in enumerate(sorted(slice_lanes.items())):
+    for row, lane in enumerate(slice_rows):
         bars = [(s.start.timestamp() - t0, (s.end - s.start).total_seconds())
-                for s in segments]
+                for s in lane.segments]
         ax.broken_barh(bars, (row - 0.4, 0.8),
-                       facecolors=[STATE_COLORS.get(s.state, "#ffffff") for s in segments])
-    ax.set_yticks(range(len(slice_lanes)), [f"slice {i}" for i in sorted(slice_lanes)])
-    ax.set_ylim(-0.6, len(slice_lanes) - 0.4)
+                       facecolors=[STATE_COLORS.get(s.state, "#ffffff") for s in lane.segments])
+    ax.set_yticks(range(len(slice_rows)), [row_label(lane) for lane in slice_rows])
+    ax.set_ylim(-0.6, len(slice_rows) - 0.4)
     ax.invert_yaxis()
     ax.legend(handles=[Patch(color=c, label=s) for s, c in STATE_COLORS.items()],
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+
+
+def row_label(lane: LaneRow) -> str:
+    """`slice 42`, `slices 0-41, 43-120 (195)`, cut to MAX_LABEL characters; the row of
+    the slices left over says so."""
+    if len(lane.slices) == 1 and not lane.rest:
+        return f"slice {lane.slices[0]}"
+    count = f" ({len(lane.slices)}{', worst' if lane.rest else ''})"
+    text = f"slices {ranges(lane.slices)}"
+    room = MAX_LABEL - len(count)
+    return (text if len(text) <= room else text[:room - 1] + "…") + count

@@ -1,5 +1,7 @@
 """Pure: `kubectl etj status JOB`: one row per slice (state, node pool, hosts ready,
-restarts, last failure and its cause, downtime), then the job's counters and cadences."""
+restarts, last failure and its cause, downtime), then the job's counters and cadences.
+A job of more than 16 slices (groups.py) has a line per group of alike slices (the Ready
+ones above all) and a row for each slice worth one."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -8,10 +10,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from elastic_api.models import CadenceReport, SliceStatus
+from elastic_kubectl.groups import MAX_ROWS, group_by, grouped
 from elastic_kubectl.job import Job
-from elastic_kubectl.text import age, duration, plural, stamp, table, wrap
+from elastic_kubectl.text import age, duration, plural, ranges, stamp, table, wrap
 
 DOWN_STATES = ("Down", "Restarting")
+# A job of many slices: the Ready slices that failed most recently, each with a row;
+# at most this many lines of slices of one state and reason.
+RECENT = 3
+MAX_LINES = 8
 
 
 def cadence_text(report: CadenceReport | dict[str, Any] | None) -> str | None:
@@ -115,8 +122,13 @@ def render_status(job: Job, now: datetime) -> list[str]:
     lines = wrap(f"{job.name} ({job.namespace})  phase {st.phase or 'unknown'}  "
                  f"slices {st.slices_ready if st.slices_ready is not None else '?'}/{desired} "
                  f"Ready  step {step}")
+    ordered = sorted(st.slices, key=lambda s: s.index)
+    shown, groups = (ordered, []) if not grouped(max(desired, len(ordered))) \
+        else _split(ordered, now)
+    for group in groups:
+        lines += wrap(_group_text(group), indent="    ", first="")
     rows, details = [], []
-    for s in sorted(st.slices, key=lambda s: s.index):
+    for s in shown:
         reason, cause, at = _last_failure(s, now)
         text, _, _ = _downtime(s, now)
         rows.append([str(s.index), s.state, s.pool or "-", f"{s.ready_hosts}/{s.hosts}",
@@ -125,12 +137,67 @@ def render_status(job: Job, now: datetime) -> list[str]:
         details += _detail_lines(s, when, cause)
     if rows:
         lines += table(["SLICE", "STATE", "POOL", "HOSTS", "RESTARTS", "LAST FAILURE",
-                        "DOWNTIME"], rows, flexible=5)
-    else:
+                        "DOWNTIME"], rows, flexible=(5, 2), keep_end=(2,))
+    elif not groups:
         lines.append("no slices reported yet")
     lines += details
     lines += _job_lines(job, now)
     return lines
+
+
+def _split(ordered: list[SliceStatus], now: datetime
+           ) -> tuple[list[SliceStatus], list[list[SliceStatus]]]:
+    """A job of many slices: (the slices worth a row, the groups of the others). A row
+    each for the slices Down, Restarting or Pending, and for the Ready ones that failed
+    most recently (`RECENT`). Past `MAX_ROWS` rows, the largest groups of one state and
+    reason (a whole job Pending, a block Down) are a line each (at most `MAX_LINES`),
+    then the rows left over a line per state; the other Ready slices are a line."""
+    def failed_at(s: SliceStatus) -> float:
+        at = _last_failure(s, now)[2]
+        return at.timestamp() if at is not None else float("-inf")
+
+    recent = {s.index for s in sorted(
+        (s for s in ordered if s.state == "Ready" and failed_at(s) > float("-inf")),
+        key=failed_at, reverse=True)[:RECENT]}
+    groups = group_by([s for s in ordered if s.state != "Ready"], lambda s: (s.state, s.reason))
+    lines: list[list[SliceStatus]] = []
+    while sum(map(len, groups)) + len(recent) > MAX_ROWS and len(lines) < MAX_LINES \
+            and max(map(len, groups)) > 1:
+        largest = max(groups, key=len)
+        groups.remove(largest)
+        lines.append(largest)
+    rank = {"Down": 0, "Restarting": 1, "Ready": 2, "Pending": 3}
+    rows = sorted([s for g in groups for s in g] + [s for s in ordered if s.index in recent],
+                  key=lambda s: (rank.get(s.state, 4), s.index))
+    lines += group_by((s for s in rows[MAX_ROWS:] if s.state != "Ready"), lambda s: s.state)
+    shown = sorted(rows[:MAX_ROWS], key=lambda s: s.index)
+    kept = {s.index for s in shown}
+    ready = [s for s in ordered if s.state == "Ready" and s.index not in kept]
+    return shown, ([ready] if ready else []) + sorted(
+        lines, key=lambda g: (rank.get(g[0].state, 4), g[0].index))
+
+
+def _group_text(group: list[SliceStatus]) -> str:
+    """`195 Ready: slices 0-6, 8-41, 122-197; 64/64 hosts each; 3 restarted before (4
+    restarts)`."""
+    first = group[0]
+    reasons = {s.reason for s in group if s.reason}
+    reason = ""
+    if first.state != "Ready" and reasons:
+        reason = f" ({first.reason})" if len(reasons) == 1 else f" ({len(reasons)} reasons)"
+    ready = sorted({s.ready_hosts for s in group})
+    hosts = max(s.hosts for s in group)
+    if len(ready) > 1:
+        each = f"{ready[0]} to {ready[-1]} of {hosts} hosts ready"
+    else:
+        each = f"{ready[0]}/{hosts} hosts {'each' if first.state == 'Ready' else 'ready each'}"
+    parts = [f"{len(group)} {first.state}{reason}: slices {ranges(s.index for s in group)}",
+             each]
+    restarted = [s for s in group if s.restarts]
+    if restarted:
+        parts.append(f"{len(restarted)} restarted before "
+                     f"({plural(sum(s.restarts for s in restarted), 'restart')})")
+    return "; ".join(parts)
 
 
 def _detail_lines(s: SliceStatus, when: str | None, cause: str | None) -> list[str]:
@@ -174,7 +241,7 @@ def _job_lines(job: Job, now: datetime) -> list[str]:
 def _recovery_text(rec: Any, now: datetime) -> str:
     if rec.resumed_at is None and rec.closed_at is None:
         return (f"in progress for {duration((now - rec.detected_at).total_seconds())} "
-                f"(slices {', '.join(map(str, rec.slices)) or '?'})")
+                f"(slices {ranges(rec.slices) or '?'})")
     parts = [f"{duration(rec.downtime_seconds)} of downtime {age(rec.detected_at, now)} ago"]
     if rec.steps_lost is not None:
         parts.append(plural(rec.steps_lost, "step") + " lost")

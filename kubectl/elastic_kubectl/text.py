@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -87,23 +87,41 @@ def wrap(text: str, indent: str = "", first: str | None = None, width: int = WID
                          break_on_hyphens=False) or [(indent if first is None else first)]
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], flexible: int,
-          width: int = WIDTH) -> list[str]:
-    """Left-aligned columns two spaces apart; column `flexible` is cut (with `…`) so that
-    every line fits `width`."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+          flexible: int | Sequence[int], width: int = WIDTH,
+          keep_end: Sequence[int] = ()) -> list[str]:
+    """Left-aligned columns two spaces apart; the `flexible` columns, in their order, are
+    cut (with `…`) down to their header's width so that every line fits `width`. A
+    column in `keep_end` keeps its end (`…16x16-199`: pool names differ at their end)."""
     cols = len(headers)
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(cols)]
-    total = sum(widths) + 2 * (cols - 1)
-    if total > width:
-        widths[flexible] = max(len(headers[flexible]), widths[flexible] - (total - width))
+    for i in [flexible] if isinstance(flexible, int) else flexible:
+        over = sum(widths) + 2 * (cols - 1) - width
+        if over > 0:
+            widths[i] = max(len(headers[i]), widths[i] - over)
 
     def cell(value: str, i: int) -> str:
         value = str(value)
         if len(value) > widths[i]:
-            value = value[: widths[i] - 1] + "…"
+            value = "…" + value[len(value) - widths[i] + 1:] if i in keep_end \
+                else value[: widths[i] - 1] + "…"
         return value.ljust(widths[i])
 
     return ["  ".join(cell(r[i], i) for i in range(cols)).rstrip() for r in [headers, *rows]]
+
+
+def ranges(indices: Iterable[int]) -> str:
+    """`0-41, 43, 45, 46, 48-197`: sorted, a run of three or more as its ends."""
+    items = sorted(set(indices))
+    parts: list[str] = []
+    start = 0
+    for i in range(1, len(items) + 1):
+        if i < len(items) and items[i] == items[i - 1] + 1:
+            continue
+        run = items[start:i]
+        parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(v) for v in run]
+        start = i
+    return ", ".join(parts)
 
 
 def field_of(obj: Any, key: str) -> dict[str, Any]:

@@ -1,19 +1,23 @@
 """Pure: `kubectl etj timeline JOB`: the job's history in 80 columns: a lane per slice
-(its states over the window), then each moment, oldest first."""
+(its states over the window), then each moment, oldest first. A job of many slices
+(groups.py) has a lane per group of slices that read alike (lanes.py), and the Events
+of one second about many slices (a whole JobSet going down) on one line."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any
 
-from elastic_kubectl.history import Moment, Segment, lanes, moments
+from elastic_kubectl.groups import grouped
+from elastic_kubectl.history import Moment, lanes, moments
 from elastic_kubectl.job import Job
-from elastic_kubectl.text import WIDTH, clock, duration, stamp, wrap
+from elastic_kubectl.lanes import LANE_CHARS, LANE_WIDTH, lane_rows, lane_text
+from elastic_kubectl.text import clock, duration, plural, ranges, stamp, wrap
 
-LANE_CHARS = {"Ready": "=", "Down": "X", "Restarting": "~", "Pending": "."}
-# A short outage must stay visible in a column that is mostly Ready.
-_PRECEDENCE = ("Down", "Restarting", "Pending", "Ready")
-LANE_WIDTH = WIDTH - 12  # "slice 12  |" + lane + "|"
+__all__ = ["LANE_CHARS", "LANE_WIDTH", "lane_text", "render_timeline", "timeline_json"]
+# Events of one second about this many slices or more share a line (a job of many slices).
+SAME_SECOND = 3
 
 
 def window(job: Job, now: datetime, since: timedelta | None) -> datetime:
@@ -36,20 +40,6 @@ def timeline_json(job: Job, events: Sequence[dict[str, Any]], now: datetime,
     }
 
 
-def lane_text(segments: Sequence[Segment], start: datetime, now: datetime,
-              width: int = LANE_WIDTH) -> str:
-    """One character per column of the window: the state that held it (an outage wins)."""
-    span = max((now - start).total_seconds(), 1e-9)
-    out = []
-    for col in range(width):
-        lo = start + timedelta(seconds=span * col / width)
-        hi = start + timedelta(seconds=span * (col + 1) / width)
-        held = {s.state for s in segments if s.start < hi and (s.end > lo or s.start >= lo)}
-        state = next((p for p in _PRECEDENCE if p in held), None)
-        out.append(LANE_CHARS.get(state, " ") if state else " ")
-    return "".join(out)
-
-
 def render_timeline(job: Job, events: Sequence[dict[str, Any]], now: datetime,
                     since: timedelta | None = None) -> list[str]:
     start = window(job, now, since)
@@ -57,25 +47,43 @@ def render_timeline(job: Job, events: Sequence[dict[str, Any]], now: datetime,
     shown = [m for m in found if m.at >= start]
     lines = wrap(f"{job.name} ({job.namespace}): {clock(start)} to {clock(now)} UTC "
                  f"({duration((now - start).total_seconds())}), {len(shown)} moments")
-    for index, segments in lanes(job, found, start, now).items():
-        lines.append(f"slice {index:<3} |{lane_text(segments, start, now)}|")
+    for row in lane_rows(lanes(job, found, start, now), start, now):
+        if len(row.slices) == 1 and not row.rest:
+            lines.append(f"slice {row.slices[0]:<3} |{row.text}|")
+        else:
+            lines.append(f"{row.label:<10}|{row.text}|")
+            lines += wrap(row.members, indent=" " * 11)
     left, right = clock(start), clock(now)
     lines.append(" " * 11 + left + right.rjust(LANE_WIDTH + 1 - len(left)))
     lines.append("           " + "  ".join(f"{c} {s}" for s, c in LANE_CHARS.items()))
     lines.append("")
-    lines += moment_lines(shown, start)
+    lines += moment_lines(shown, start, together=grouped(job.num_slices))
     lines += [line for note in job.notes for line in wrap(note, "      ", "note: ")]
     return lines
 
 
-def moment_lines(shown: Sequence[Moment], start: datetime) -> list[str]:
-    """`14:05:31 +194s failure  SliceDown: slice 2 is down: ...`, wrapped under itself."""
+def moment_lines(shown: Sequence[Moment], start: datetime, together: bool = False
+                 ) -> list[str]:
+    """`14:05:31 +194s failure  SliceDown: slice 2 is down: ...`, wrapped under itself;
+    `together`: `SAME_SECOND` or more Events of one second and reason about slices on one
+    line (`SliceDown for slices 0-198 (199): slice 0 is down: ...`)."""
     if not shown:
         return ["no moments in this window"]
     lines = []
-    for m in shown:
+    runs = [list(run) for _, run in groupby(
+        shown, lambda m: (m.at.replace(microsecond=0), m.reason, m.source, m.slice is None))] \
+        if together else [[m] for m in shown]
+    for run in runs:
+        m = run[0]
         offset = f"+{int((m.at - start).total_seconds())}s"
         head = f"{clock(m.at)} {offset:>7} {m.kind:<11} "
         who = "" if m.source == "Event" else f"[{m.source}] "
-        lines += wrap(f"{who}{m.reason}: {m.message}", indent=" " * len(head), first=head)
+        if len(run) >= SAME_SECOND and m.slice is not None:
+            slices = ranges(r.slice for r in run if r.slice is not None)
+            what = f"{m.reason} for slices {slices} ({plural(len(run), 'Event')}), the first: "
+        else:
+            what = ""
+        for one in run if not what else [m]:
+            text = what + one.message if what else f"{one.reason}: {one.message}"
+            lines += wrap(f"{who}{text}", indent=" " * len(head), first=head)
     return lines

@@ -1,6 +1,7 @@
 """Pure: `kubectl etj why JOB`: in plain sentences, what the job is waiting on and since
 when (Kueue's quota, a healthy node pool and each pool's state, a quarantine and its
-evidence, a stall), and what the user can do about it."""
+evidence, a stall), and what the user can do about it. A job of many slices (groups.py)
+has a finding per state and reason its slices wait in, and its pools counted."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -10,6 +11,7 @@ from typing import Any
 
 from elastic_api.catalog import CATALOG
 from elastic_api.conditions import ConditionType, Phase, Reason
+from elastic_api.models import SliceStatus
 from elastic_api.names import (
     NODE_POOL_LABEL,
     QUARANTINE_CAUSE_ANNOTATION,
@@ -18,8 +20,9 @@ from elastic_api.names import (
     TPU_TOPOLOGY_LABEL,
 )
 from elastic_api.queueing import ADMITTED, EVICTION_PENDING
+from elastic_kubectl.groups import MAX_ROWS, group_by, grouped
 from elastic_kubectl.job import Job
-from elastic_kubectl.text import age, clock, duration, field_of, wrap
+from elastic_kubectl.text import age, clock, duration, field_of, ranges, wrap
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Pool:
         if self.ready < self.nodes:
             return f"{self.nodes - self.ready} of {self.nodes} nodes NotReady"
         if self.used_by:
-            return "runs slice " + ", ".join(map(str, self.used_by)) + " of this job"
+            return "runs slice " + ranges(self.used_by) + " of this job"
         return f"healthy, {self.nodes} nodes Ready, no slice of this job"
 
 
@@ -173,36 +176,64 @@ def _no_pool(job: Job, nodes: Sequence[dict[str, Any]] | None, now: datetime) ->
                and job.status.phase not in (Phase.QUEUED, Phase.SUSPENDED)]
     if not waiting:
         return []
-    out = []
-    for s in waiting:
-        why = s.reason or s.state
-        what = f"Slice {s.index} is {s.state} ({why}) since " \
-               f"{clock(s.last_transition_time)} UTC ({age(s.last_transition_time, now)})"
-        if s.message:
-            what += f": {s.message}"
-        todo = []
-        if s.reason == Reason.NO_HEALTHY_POOL or s.state == "Pending":
-            what += ". It needs a whole healthy node pool of its shape"
-            if nodes is None:
-                what += " (the nodes are not readable here: pools as the status has them)"
-                todo.append("ask for list on nodes to see each pool's state")
-            todo.append("free a pool of the shape, add one (a hot spare), or release a "
-                        "quarantine whose hardware is fixed (below)")
-        out.append(Finding(s.reason or s.state, what + ".", s.last_transition_time, todo))
+    many = grouped(job.num_slices)
+    groups = group_by(waiting, lambda s: (s.state, s.reason)) if many else [[s] for s in waiting]
+    out = [_waiting(group, nodes, now) for group in groups]
     if nodes is not None:
         pools = pools_of(job, nodes)
-        listing = "; ".join(f"{p.name}: {p.state()}" for p in pools) or "none found"
         spare = job.status.spare_pools
-        out.append(Finding("Pools", f"Node pools of the job's shape: {listing}."
+        out.append(Finding("Pools", f"Node pools of the job's shape: {_pools_text(pools, many)}."
                            + ("" if spare is None else f" Spares: {spare}."), None))
     return out
 
 
+def _waiting(group: list[SliceStatus], nodes: Sequence[dict[str, Any]] | None,
+             now: datetime) -> Finding:
+    """A slice not Ready (or, at many slices, those of one state and reason): since when,
+    why, and what to do."""
+    s = min(group, key=lambda s: (s.last_transition_time or now, s.index))
+    why = s.reason or s.state
+    since = f"{clock(s.last_transition_time)} UTC ({age(s.last_transition_time, now)})"
+    if len(group) == 1:
+        what = f"Slice {s.index} is {s.state} ({why}) since {since}"
+        if s.message:
+            what += f": {s.message}"
+    else:
+        what = (f"{len(group)} slices are {s.state} ({why}): slices "
+                f"{ranges(g.index for g in group)}; the first since {since}")
+        if s.message:
+            what += f", slice {s.index}: {s.message}"
+    todo = []
+    if s.reason == Reason.NO_HEALTHY_POOL or s.state == "Pending":
+        what += ". It needs a whole healthy node pool of its shape" if len(group) == 1 \
+            else ". Each needs a whole healthy node pool of its shape"
+        if nodes is None:
+            what += " (the nodes are not readable here: pools as the status has them)"
+            todo.append("ask for list on nodes to see each pool's state")
+        todo.append("free a pool of the shape, add one (a hot spare), or release a "
+                    "quarantine whose hardware is fixed (below)")
+    return Finding(s.reason or s.state, what + ".", s.last_transition_time, todo)
+
+
+def _pools_text(pools: list[Pool], many: bool) -> str:
+    """Each pool and its state; at many slices, those running a slice of the job as a
+    count, and at most MAX_ROWS of the others."""
+    if not many:
+        return "; ".join(f"{p.name}: {p.state()}" for p in pools) or "none found"
+    busy = [p for p in pools if p.used_by and not p.quarantined and p.ready == p.nodes]
+    others = [p for p in pools if p not in busy]
+    parts = [f"{len(busy)} run a slice of this job"] if busy else []
+    parts += [f"{p.name}: {p.state()}" for p in others[:MAX_ROWS]]
+    if len(others) > MAX_ROWS:
+        parts.append(f"and {len(others) - MAX_ROWS} more")
+    return "; ".join(parts) or "none found"
+
+
 def _quarantines(job: Job) -> list[Finding]:
+    """A finding per quarantined pool, at most MAX_ROWS of them (then a count)."""
     out = []
-    for pool in job.status.pools:
-        if not pool.quarantined:
-            continue
+    quarantined = [pool for pool in job.status.pools if pool.quarantined]
+    for pool in quarantined[:MAX_ROWS]:
         evidence = "; ".join(f"{f.reason} ({f.blame}) at {clock(f.at)}" for f in pool.failures)
         what = f"Node pool {pool.name} is quarantined ({pool.quarantined})"
         if pool.quarantine_cause:
@@ -214,6 +245,10 @@ def _quarantines(job: Job) -> list[Finding]:
                             "healthy chips long enough (--quarantine-release-after-seconds); "
                             f"after a repair: kubectl label nodes -l "
                             f"{NODE_POOL_LABEL}={pool.name} {QUARANTINE_LABEL}-"]))
+    if len(quarantined) > MAX_ROWS:
+        rest = quarantined[MAX_ROWS:]
+        out.append(Finding("Quarantine", f"{len(rest)} more node pools are quarantined: "
+                           f"{', '.join(p.name for p in rest)}.", None))
     return out
 
 
@@ -221,8 +256,8 @@ def _stall(job: Job) -> list[Finding]:
     report = job.status.training
     stall = report.stall if report is not None else None
     if stall is None:
-        return []
-    suspects = f" The trainer suspects slices {', '.join(map(str, stall.suspect_slices))}" \
+        return _progressing(job)
+    suspects = f" The trainer suspects slices {ranges(stall.suspect_slices)}" \
         if stall.suspect_slices else " No slice is blamed yet"
     evidence = f" ({stall.evidence})" if stall.evidence else ""
     deadline = duration(stall.deadline_seconds)
@@ -231,6 +266,24 @@ def _stall(job: Job) -> list[Finding]:
                     f"{suspects}{evidence}.", stall.detected_at,
                     ["the operator replaces a blamed slice on its own; otherwise `kubectl "
                      f"logs` the head pod's main container of {job.name}"])]
+
+
+def _progressing(job: Job) -> list[Finding]:
+    """The operator's own verdict (condition Progressing): a stall, naming the phase and
+    its frame, or a phase of training that holds steps within its deadline."""
+    cond = job.condition(ConditionType.PROGRESSING)
+    if cond is None:
+        return []
+    if cond.status == "False" and cond.reason == Reason.PROGRESS_DEADLINE_EXCEEDED:
+        return [Finding("Stall", f"Training stalled: {cond.message.rstrip('.')}.",
+                        cond.last_transition_time,
+                        ["with spec.elastic.onStall Recover the operator restarts the trainer "
+                         "(status.counters.stallRestarts); otherwise `kubectl logs` the head "
+                         f"pod's main container of {job.name}, or `py-spy dump` its stacks"])]
+    if cond.status == "True" and cond.reason == Reason.PHASE_IN_PROGRESS:
+        return [Finding("Phase", f"No new step while the trainer is in a phase of training, "
+                        f"within its deadline: {cond.message.rstrip('.')}.")]
+    return []
 
 
 def _recovering(job: Job) -> list[Finding]:

@@ -342,7 +342,7 @@ class Caches:
         if old == new:
             # Only what a reconcile does not read (ObservedJobSet) changed: JobSet updates
             # its replicated Jobs' ready and active counts as the pods come and go, which
-            # woke the job about once per slice event at 64 x 64 hosts.
+            # would wake the job on every slice event.
             return
         for job in {c.job for c in (old, new) if c is not None}:
             self._woke("jobset", job)
@@ -377,8 +377,8 @@ class Caches:
             self.node_index.pod_seen(new.job, name, new.pod.node_name)
         if old is not None and new is not None and (old.job, old.pod) == (new.job, new.pod):
             # Nothing a reconcile reads of the pod changed (kwok and the kubelet update
-            # conditions, IPs and start times one by one): at 4,096 pods each such
-            # version cost a reconcile of the whole job.
+            # conditions, IPs and start times one by one): each such version would cost a
+            # reconcile of the whole job.
             return
         self._tally(old, new)
         last = new or old

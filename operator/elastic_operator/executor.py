@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, assert_never
 
+from elastic_api.names import MULTIKUEUE_CONTROLLER
 from elastic_operator.core.plan import (
     AnnotateDispatchedTo,
     CreateObject,
@@ -103,8 +104,21 @@ class ActionExecutor:
         return jobset, workload
 
     def _create_workload(self, action: CreateObject) -> ObservedWorkload | None:
-        """Create a MultiKueue job's Workload; the Workload as it now is."""
-        created = self._created(action)
+        """Create a MultiKueue job's Workload; the Workload as it now is. Refused where
+        this cluster does not serve Kueue's Workloads: retrying cannot help until Kueue is
+        installed, and the user must hear why the job does not queue."""
+        try:
+            created = self._created(action)
+        except ApiError as e:
+            if e.status != 404 or e.api_status:  # a Status body: the namespace, not the API
+                raise
+            raise Refused(
+                f"the API server refused the Workload {action.obj['metadata'].get('name')} "
+                f"rendered from this spec (HTTP 404): this cluster does not serve Kueue's "
+                f"{action.obj.get('apiVersion')} Workloads, which spec.managedBy "
+                f"{MULTIKUEUE_CONTROLLER} needs; install Kueue (with MultiKueue) and restart "
+                "the operator, or remove spec.managedBy to run the job in this cluster"
+            ) from e
         if created is not None:
             return workload_from_dict(created)
         meta = action.obj.get("metadata", {})

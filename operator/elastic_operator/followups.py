@@ -3,9 +3,9 @@ replacement's writes, the Events), run off the reconcile's thread.
 
 A job's reconciles run one after another (scheduler.py), and a slice failure waits in the
 queue for the reconcile in progress: every request a reconcile makes after its status
-write delays the next failure's status write. At 64 slices x 64 hosts those requests (a
-worker Job DELETE, two or three Event POSTs per slice failure) took about as long as the
-status write itself. Here they run in order per job (the Job deleted before the Event
+write delays the next failure's status write, and those requests (a worker Job DELETE,
+two or three Event POSTs per slice failure) cost about what the status write does
+(docs/benchmarks.md). Here they run in order per job (the Job deleted before the Event
 that says so), on a few threads of their own, while the next reconcile goes on.
 
 Each piece of work is safe to run late or not at all: the status written before it

@@ -2,7 +2,8 @@
 records it from a status write; OperatorMetrics (metrics.py) composes them.
 
 Low cardinality: per-job labels are at most `namespace`, `job` and `slice` (a job's
-slices), and a deleted job's series are dropped (forget). Counters follow the job's
+slices: only those down or restarted, at most MAX_SLICE_SERIES; never a host), and a
+deleted job's series are dropped (forget). Counters follow the job's
 status counters (the delta between the previous and the new status), so a restarted
 operator neither double-counts nor loses what the status already recorded. Gauges copy
 the status (and the few spec fields the alert rules compare with:
@@ -22,6 +23,7 @@ from elastic_api.models import (
     CheckpointStatus,
     ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
+    SliceStatus,
     TrainingReport,
 )
 from elastic_operator.core.events import StatusEvent
@@ -34,12 +36,25 @@ _SLICE_LABELS = ["namespace", "job", "slice"]
 # Every status.phase, for the one-hot etj_job_phase.
 PHASES = tuple(sorted(v for k, v in vars(Phase).items() if k.isupper()))
 _DOWN_STATES = ("Down", "Restarting")
+# Per-slice series per job at most (for each of etj_slice_down, etj_slice_restarts):
+# whatever numSlices, a job's series stay bounded (docs/metrics.md, "Cardinality").
+MAX_SLICE_SERIES = 16
 _ACTIONS = {Reason.SLICE_REPLACING: "Replace", Reason.SLICE_MOVING: "Move",
             Reason.SLICE_RESTARTS_EXHAUSTED: "GiveUp"}
 _REQUEST_RESULTS = {Reason.CHECKPOINT_REQUESTED: "Requested",
                     Reason.CHECKPOINT_ACKNOWLEDGED: "Acknowledged",
                     Reason.CHECKPOINT_REQUEST_TIMED_OUT: "Expired"}
 _BADPUT_CAUSES = tuple(to_camel(cause) for cause in BadputSeconds.model_fields)
+
+
+def slices_with_series(slices: list[SliceStatus]) -> list[SliceStatus]:
+    """The slices with per-slice series: those Down or Restarting, then those that
+    restarted (most restarts first), at most MAX_SLICE_SERIES. A Ready slice that never
+    failed has none: what the alerts and panels of a slice look for is a slice down or
+    its restart budget spent, and a job of 199 slices would have 398 series of 0."""
+    chosen = [s for s in slices if s.state in _DOWN_STATES or s.restarts > 0]
+    chosen.sort(key=lambda s: (s.state not in _DOWN_STATES, -s.restarts, s.index))
+    return chosen[:MAX_SLICE_SERIES]
 
 
 def _remove(metric: Counter | Gauge, *labels: str) -> None:
@@ -349,12 +364,7 @@ class JobGauges:
         if new.phase is not None:
             for phase in PHASES:
                 self.job_phase.labels(namespace, job, phase).set(int(phase == new.phase))
-        indices = self._slices.setdefault((namespace, job), set())
-        for s in new.slices:
-            indices.add(s.index)
-            self.slice_down.labels(namespace, job, str(s.index)).set(
-                int(s.state in _DOWN_STATES))
-            self.slice_restarts.labels(namespace, job, str(s.index)).set(s.restarts)
+        self._record_slices(namespace, job, new.slices)
         self.jobset_restarts.labels(namespace, job).set(new.counters.jobset_restarts)
         self._record_conditions(namespace, job, new)
         if new.progress is not None and new.progress.deadline_seconds is not None:
@@ -363,6 +373,20 @@ class JobGauges:
             self.training_step.labels(namespace, job).set(new.training.step)
         if new.checkpoint is not None:
             self._record_checkpoint(namespace, job, new.checkpoint)
+
+    def _record_slices(self, namespace: str, job: str, slices: list[SliceStatus]) -> None:
+        """The per-slice gauges of the slices worth a series (`slices_with_series`); a
+        slice that no longer is loses its series."""
+        chosen = {s.index: s for s in slices_with_series(slices)}
+        known = self._slices.setdefault((namespace, job), set())
+        for index in known - chosen.keys():
+            for per_slice in (self.slice_down, self.slice_restarts):
+                _remove(per_slice, namespace, job, str(index))
+        known.intersection_update(chosen)
+        for index, s in chosen.items():
+            known.add(index)
+            self.slice_down.labels(namespace, job, str(index)).set(int(s.state in _DOWN_STATES))
+            self.slice_restarts.labels(namespace, job, str(index)).set(s.restarts)
 
     def _record_conditions(self, namespace: str, job: str,
                            new: ElasticTrainingJobStatus) -> None:

@@ -42,9 +42,9 @@ class NodeIndex:
         self._failures: dict[JobKey, tuple[str, dict[str, list[datetime]]]] = {}
         # The nodes of each TPU shape by pool, sorted, as of `_nodes_version` (bumped when
         # a node is added, changed or removed): each reconcile reads its job's shape, and
-        # at one node per host (4,096 for the largest job) grouping every node anew cost
-        # 1.7 ms of a ~17 ms reconcile (0.76 ms left); the nodes change far more rarely
-        # than the pods, whose churn is when reconciles come fastest.
+        # at one node per host, grouping every node anew was a tenth of a reconcile
+        # (docs/benchmarks.md); the nodes change far more rarely than the pods, whose
+        # churn is when reconciles come fastest.
         self._nodes_version = 0
         self._by_shape: dict[tuple[str, str], tuple[int, dict[str, tuple[ObservedNode, ...]]]] \
             = {}

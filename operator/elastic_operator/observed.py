@@ -440,8 +440,7 @@ class Observed:
     def _by_role(self) -> tuple[dict[int, list[ObservedPod]], list[ObservedPod]]:
         """The pods grouped once per observation (not a field: not compared, not copied
         by `dataclasses.replace`), and kept in the memo while they are the same: half a
-        dozen stages read them, and at 4,096 pods each pass over them cost as much as a
-        slice's whole verdict."""
+        dozen stages read them, and at thousands of pods each pass over them is costly."""
         def group() -> tuple[dict[int, list[ObservedPod]], list[ObservedPod]]:
             by_slice: dict[int, list[ObservedPod]] = {}
             heads = []

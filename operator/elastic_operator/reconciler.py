@@ -115,6 +115,12 @@ class Reconciler:
                 # The job or its namespace went away while we looked: nothing to do.
                 logger.debug("reconcile of %s/%s: %s", namespace, name, e)
                 return Result()
+            if e.is_conflict:  # a busy job (a trainer reporting fast): contention, no bug
+                self.metrics.reconcile_errors.inc()
+                logger.warning("reconcile of %s/%s: the job changed at each of %d tries; "
+                               "again after the retry backoff", namespace, name,
+                               CONFLICT_ATTEMPTS)
+                return FAILED
             self._failed(namespace, name)
         except Exception:
             self._failed(namespace, name)

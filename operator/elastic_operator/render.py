@@ -282,6 +282,8 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
 PROGRESS_STATE_FILE = "/tmp/.etj-progress.json"
 PROGRESS_RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"},
                       "limits": {"memory": "256Mi"}}
+# py-spy reads the trainer's memory (process_vm_readv): ptrace's permission.
+PROGRESS_CAPABILITY = "SYS_PTRACE"
 
 
 def _progress_sidecar(job: ElasticTrainingJob) -> dict[str, Any] | None:
@@ -311,8 +313,25 @@ def _progress_sidecar(job: ElasticTrainingJob) -> dict[str, Any] | None:
         ],
         "resources": {k: dict(v) for k, v in PROGRESS_RESOURCES.items()},
         "volumeMounts": _tmp_mount(),
-        "securityContext": _trainer_security_context(),
+        "securityContext": progress_security_context(job),
     }
+
+
+# The user fields of main's context that the progress sidecar takes too: reading the
+# trainer's stacks (py-spy) needs its user, or CAP_SYS_PTRACE in effect, which a
+# container gets only as root (docs/operations.md, "What the progress sidecar samples").
+_SAME_USER = ("runAsUser", "runAsGroup", "runAsNonRoot")
+
+
+def progress_security_context(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The hardened context plus SYS_PTRACE, as main's user: the sidecar reads the
+    trainer's state, CPU time and Python stacks in the pod's shared process namespace."""
+    context = _trainer_security_context()
+    context["capabilities"] = {"drop": ["ALL"], "add": [PROGRESS_CAPABILITY]}
+    override = job.spec.trainer.security_context
+    wire = override.to_wire() if override is not None else {}
+    context.update({k: wire[k] for k in _SAME_USER if k in wire})
+    return context
 
 
 def main_security_context(job: ElasticTrainingJob) -> dict[str, Any]:
@@ -537,6 +556,8 @@ def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     progress = _progress_sidecar(job)
     if progress is not None:
         init.append(progress)
+        # The sidecar samples main's process (its state, CPU time and stacks).
+        pod["shareProcessNamespace"] = True
     if init:
         pod["initContainers"] = init
     pod["containers"] = [_main_container(job)]

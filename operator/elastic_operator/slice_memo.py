@@ -3,7 +3,7 @@ reconcile of the same job while those pods and nodes are the same objects.
 
 Why: the status is recomputed from everything observed at each reconcile (level-based),
 and at 4,096 pods most of that was the per-slice verdicts over pods that had not changed
-since the last look (bench/ scale: two thirds of a reconcile's CPU). The caches hand out
+since the last look (docs/benchmarks.md, the scale benchmark). The caches hand out
 the same parsed object until the API server sends a new version of it, so "same object"
 is a cheap and exact test of "nothing changed", and a slice whose pods and nodes did not
 change gets back what was derived from them: a failure costs the reconcile about what

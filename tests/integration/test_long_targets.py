@@ -13,10 +13,17 @@ not list its gs:// root). What runs here in seconds, on the local control plane:
   root allowed;
 - test-multicluster: its job admitted by the API server (schema, CEL) and rendered; its
   operator's settings are checked with every row in tests/unit/test_operator_settings.py;
-- test-compat: its versions file has every pin the build reads (same unit test module).
+- test-compat: its versions file has every pin the build reads (same unit test module);
+- test-upgrade: the commit hack/upgrade/previous-release names is in the git history,
+  its chart and this checkout's render with the test's values, its code imports with
+  today's pinned dependencies; and the test's kubelet (tests/support/operator_kubelet.py)
+  on a tiny case: the previous release installed with one replica, its pod run as that
+  release's operator, `helm upgrade` to this checkout's chart rolling it over, the Lease
+  handed from the old process to the new one.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -47,8 +54,11 @@ from elastic_devtools.maxtext.scenario_cluster import NAMESPACE as MAXTEXT_NAMES
 from elastic_devtools.maxtext.scenario_cluster import scenario_operator
 from elastic_operator.checkpoints import COMMIT_MARKER
 from elastic_operator.render import render
+from tests.support import upgrade as releases
 from tests.support.chart import helm_template, only, operator_args, unique_release
 from tests.support.multicluster import manifest as multicluster_manifest
+from tests.support.operator_kubelet import OperatorKubelet
+from tests.support.upgrade import Helm, Revision, Timeline
 
 pytestmark = pytest.mark.cluster
 
@@ -243,3 +253,67 @@ def test_make_test_multicluster_job_is_admitted_and_renders(
     del copy["spec"]["managedBy"]
     kinds = [doc["kind"] for doc in render(validate_job(copy))]
     assert "JobSet" in kinds, kinds
+
+
+# --- make test-upgrade -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Revision:
+    try:
+        return releases.previous(tmp_path_factory.mktemp("previous-release"))
+    except releases.MissingHistory as err:
+        pytest.fail(str(err), pytrace=False)
+
+
+def test_make_test_upgrade_previous_release_renders_and_imports(
+        previous_release: Revision, tmp_path: Path) -> None:
+    """Its chart and this checkout's render with the test's values, each Deployment's
+    image naming its release; its code imports with today's dependencies, every module
+    from its own tree; the status fields the current CRD adds are computed."""
+    for revision in (previous_release, releases.current()):
+        values = tmp_path / f"{revision.tag}.yaml"
+        values.write_text(json.dumps(releases.chart_values(revision, "guard", 2)))
+        deployment = only(helm_template(unique_release(), "guard", values_file=values,
+                                        chart=revision.chart), "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["image"].endswith(f":{revision.tag}"), container["image"]
+        assert "--namespace=guard" in container["args"], container["args"]
+        assert deployment["spec"]["replicas"] == 2
+    assert releases.import_problems(previous_release) == []
+    added = releases.added_status_fields(previous_release.crd(), releases.current().crd())
+    assert all(path.startswith(".status.") for path in added), added
+
+
+def test_make_test_upgrade_kubelet_rolls_the_operator_over(
+        cluster: Cluster, api: client.ApiClient, namespace: str, previous_release: Revision,
+        tmp_path: Path) -> None:
+    """The previous release installed with one replica (its crds/ skipped: the CRD is
+    there), its pod run as that release's operator, which leads; `helm upgrade` to this
+    checkout's chart (crds.enabled=false: the session's CRD stays) starts the new pod's
+    process, stops the old one on SIGTERM, removes its pod, and the new one leads."""
+    timeline, current = Timeline(), releases.current()
+    helm = Helm(cluster, unique_release(), namespace, tmp_path)
+    kubelet = OperatorKubelet(cluster, namespace, helm.release,
+                              {r.tag: r for r in (previous_release, current)}, tmp_path,
+                              timeline)
+    kubelet.start()
+    try:
+        helm.install(previous_release, 1)
+        wait_for(lambda: kubelet.serving(previous_release, 1), 120,
+                 "the previous release's operator leading")
+        helm.upgrade(current, 1, crds={"enabled": False})
+        wait_for(lambda: kubelet.serving(current, 1), 120, "this checkout's operator leading")
+        old, new = kubelet.pods.values()
+        assert (old.revision, new.revision) == (previous_release, current)
+        assert kubelet.holders == [old.name, new.name], kubelet.holders
+        assert old.proc.proc is not None and old.proc.proc.returncode == 0, \
+            f"the old operator exited {old.proc.proc and old.proc.proc.returncode} on SIGTERM"
+        assert kubelet.crashes == []
+    finally:
+        with contextlib.suppress(AssertionError):
+            helm("uninstall", helm.release)
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(
+                namespace, label_selector=kubelet.selector).items, 60, "operator pods gone")
+        kubelet.stop()

@@ -10,9 +10,11 @@ metrics lines (tests/fixtures/maxtext-0.2.5) into it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,10 @@ JOB = "mt-progress"
 TIMEOUT = 120
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "maxtext-0.2.5"
 LINES = (FIXTURES / "metrics-local.jsonl").read_text().splitlines(keepends=True)
+# Two running_eval lines as MaxText 0.2.5 writes them (an evaluation's first line, step 0,
+# cuts the file first: here it is appended, the follower reads both ways).
+EVAL_LINES = "".join(json.dumps({"eval/avg_loss": 5.85, "eval/step_time_seconds": 0.01,
+                                 "step": float(i), "run_name": "r"}) + "\n" for i in (1, 2))
 
 @pytest.fixture(scope="module")
 def api(cluster: Cluster) -> Iterator[client.ApiClient]:
@@ -109,7 +115,7 @@ class Sidecar:
         self.env = {"KUBECONFIG": str(kubeconfig), "ETJ_JOB_NAME": JOB,
                     "ETJ_JOB_NAMESPACE": pod.metadata.namespace,
                     "ETJ_POD_NAME": pod.metadata.name, "ETJ_POD_UID": pod.metadata.uid,
-                    "PATH": "/usr/bin:/bin"}
+                    "PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -220,3 +226,66 @@ def test_a_new_head_pod_is_a_new_trainer_process(
     # Posted after the status write that carries it (core/events.py): wait for it.
     wait_for(restarted_events, TIMEOUT, "a TrainerRestarted Event naming the new pod")
     assert second.stop() == 0
+
+
+FAKE_TRAINER = """
+import time
+def train_step():
+    time.sleep(3600)
+def train_loop():
+    while True:
+        train_step()
+train_loop()
+"""
+
+
+@pytest.mark.stalls  # the trainer is stopped: no new step
+@pytest.mark.skipif(os.geteuid() != 0, reason="a pod's process namespace needs root (unshare)")
+def test_the_sidecar_says_what_the_trainer_does(
+        api: client.ApiClient, operator: OperatorProcess, namespace: str,
+        cluster: Cluster, tmp_path: Path) -> None:
+    """In the pod's shared process namespace the sidecar finds the trainer, and the API
+    server takes what it says of it: an evaluation from the metrics file, then the
+    process stopped (SIGSTOP) with the frame it stopped in (where py-spy is installed)."""
+    from elastic_devtools.maxtext.pod import PodProcesses
+    from elastic_trainer.stacks import find_py_spy
+
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, maxtext_job())
+    pod = wait_for(lambda: head_pod(api, namespace), TIMEOUT, "the head pod Running")
+    kubeconfig = token_kubeconfig(cluster, namespace, "default", tmp_path / "trainer.kubeconfig")
+    py_spy = find_py_spy()
+    with PodProcesses() as processes:
+        trainer = subprocess.Popen(processes.enter([sys.executable, "-c", FAKE_TRAINER]),
+                                   start_new_session=True)
+        sidecar = Sidecar(pod, tmp_path, kubeconfig, tmp_path / "progress.log")
+        sidecar.argv = processes.enter([*sidecar.argv, "--sample-interval", "0.5",
+                                        *(["--py-spy", py_spy] if py_spy else [])])
+        sidecar.start()
+        sidecar.write("".join(LINES[:10]))
+
+        def activity() -> dict[str, Any]:
+            return (job_status(api, namespace).get("training") or {}).get("activity") or {}
+
+        def evaluating() -> dict[str, Any] | None:
+            """An evaluation step's line now and then, as MaxText's evaluation writes
+            them (a main thread that neither moves nor writes would be DeviceWait)."""
+            sidecar.write(EVAL_LINES)
+            time.sleep(0.3)
+            a = activity()
+            return a if a.get("phase") == "Evaluation" else None
+
+        seen = wait_for(evaluating, TIMEOUT, "activity Evaluation")
+        assert seen["source"] == "MetricsFile" and seen["processState"] == "Sleeping"
+        os.killpg(trainer.pid, signal.SIGSTOP)
+        stopped = wait_for(lambda: (a := activity()).get("phase") == "Stopped" and a,
+                           TIMEOUT, "activity Stopped")
+        assert stopped["processState"] == "Stopped" and stopped["source"] == "Sampled"
+        if py_spy is not None:
+            assert stopped["frame"] == "train_step at <string>:4, called from train_loop " \
+                "at <string>:7", stopped
+        sidecar.stop()
+        os.killpg(trainer.pid, signal.SIGKILL)
+        trainer.wait(timeout=30)
+    log = (tmp_path / "progress.log").read_text()
+    assert "sampling the trainer: pid" in log, log

@@ -11,4 +11,6 @@ a helper two test modules need lives here, and a fixture two need in their conft
 - `hostile_specs`: the Hypothesis strategy that mutates the shipped examples.
 - `trainer_run`: what the trainer tests' `run_trainer` fixture returns.
 - `import_graph`: which of our modules imports which, and the circles in that graph.
+- `upgrade`, `operator_kubelet`: the releases `make test-upgrade` moves between, and the
+  kubelet it plays for the chart's operator pods.
 """

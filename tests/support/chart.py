@@ -40,13 +40,19 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 FAST_ARGS = TEST.speed_args()
 
 
-def helm_template(release: str, namespace: str, *values: str,
-                  values_file: Path | None = None) -> list[dict[str, Any]]:
+def helm_binary() -> Path:
+    """The pinned helm (versions.env), or $HELM; fails (never skips) naming the build."""
     version = load_versions()["HELM_VERSION"]
     helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
     if not os.access(helm, os.X_OK):
         pytest.fail(f"helm {version} not found at {helm}: run hack/build-control-plane.sh")
-    args = [str(helm), "template", release, str(CHART), "--namespace", namespace]
+    return helm
+
+
+def helm_template(release: str, namespace: str, *values: str,
+                  values_file: Path | None = None, chart: Path = CHART
+                  ) -> list[dict[str, Any]]:
+    args = [str(helm_binary()), "template", release, str(chart), "--namespace", namespace]
     if values_file is not None:
         args += ["-f", str(values_file)]
     for value in values:

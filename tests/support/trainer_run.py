@@ -104,13 +104,15 @@ class TrainerProcesses:
 class Reference:
     """The same `etj train` run undisturbed, beside the cluster (slices on a schedule
     that never fails, its own checkpoint directory), started at once: what a disturbed
-    run must end with (reference.json, reference.log)."""
+    run must end with (reference.json, reference.log). `env` is added to its environment
+    (another release's sources on PYTHONPATH: tests/support/upgrade.py)."""
 
-    def __init__(self, command: list[str], tmp_path: Path) -> None:
+    def __init__(self, command: list[str], tmp_path: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.command = with_flag(with_flag(command, "--slice-health", "schedule"),
                                  "--checkpoint-dir", str(tmp_path / "reference-checkpoints"))
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith("ETJ_JOB") and k != "KUBECONFIG"}
+        self.env = {**{k: v for k, v in os.environ.items()
+                       if not k.startswith("ETJ_JOB") and k != "KUBECONFIG"}, **(env or {})}
         self.log = tmp_path / "reference.log"
         self._summary = tmp_path / "reference.json"
         with self.log.open("wb") as log:

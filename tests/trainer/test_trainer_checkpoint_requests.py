@@ -23,7 +23,7 @@ from elastic_trainer.checkpoint_requests import (
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
-from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -127,7 +127,7 @@ class Operator:
         self.pauses_seen = 0
 
     def view(self) -> RequestView | None:
-        t = self.trainer()
+        t = self.trainer().status
         if t.progress.step < self.at_step and self.request.phase == "Requested":
             return RequestView(None, self.acked_id)
         ack = t.checkpoint_ack
@@ -166,10 +166,10 @@ def _trainer(tmp_path: Path, health: Any, operator: Callable[[Trainer], Any] | N
     reports = Reports()
     holder: dict[str, Trainer] = {}
     requests = operator(lambda: holder["t"]) if operator is not None else None
-    trainer = Trainer(cfg, opts, SimulatedBackend(2, 2, health),
-                      SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
-                      Checkpointer(str(tmp_path / "ckpt"), period=100, keep=5),
-                      reporter=cast(Any, reports), requests=requests)
+    trainer = build_trainer(cfg, opts, SimulatedBackend(2, 2, health),
+                            SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
+                            Checkpointer(str(tmp_path / "ckpt"), period=100, keep=5),
+                            reporter=cast(Any, reports), requests=requests)
     holder["t"] = trainer
     return trainer, reports
 

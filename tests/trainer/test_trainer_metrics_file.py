@@ -15,10 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elastic_trainer.metrics_file import (
+    EvalRecord,
     MetricsFollower,
     NotAMetricsLine,
     StepRecord,
     parse_maxtext_line,
+    parse_maxtext_record,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "maxtext-0.2.5"
@@ -66,6 +68,49 @@ def test_eval_lines_are_ignored_not_counted_as_garbage(tmp_path: Path) -> None:
     follower = MetricsFollower(path)
     assert steps(follower.poll()) == [18, 19]
     assert (follower.ignored, follower.skipped) == (2, 0)
+
+
+def test_eval_lines_are_the_evaluations_heartbeat(tmp_path: Path) -> None:
+    """poll_all: each running_eval line (its index, its time) and the summary."""
+    path = tmp_path / "m"
+    append(path, line(18) + RUNNING_EVAL_LINE + EVAL_LINE + line(19))
+    follower = MetricsFollower(path)
+    assert follower.poll_all() == [
+        StepRecord(18, 1.5, 0.25), EvalRecord(summary=False, eval_step=0, step_seconds=0.01),
+        EvalRecord(summary=True, eval_step=None, step_seconds=None), StepRecord(19, 1.5, 0.25)]
+    assert parse_maxtext_record(RUNNING_EVAL_LINE.replace('"step": 0.0', '"step": 0.5')) == \
+        EvalRecord(summary=False, eval_step=None, step_seconds=0.01)
+
+
+def test_an_evaluations_cut_keeps_the_train_steps_read_before_it(tmp_path: Path) -> None:
+    """MaxText truncates the file at an evaluation's first line (step 0): the train
+    steps read before it stay read, the evaluation is read from the new start, and the
+    steps written before the cut but never read are counted."""
+    path = tmp_path / "m"
+    append(path, "".join(line(s) for s in range(10)))
+    follower = MetricsFollower(path)
+    assert steps(follower.poll()) == list(range(10))
+    append(path, line(10) + line(11))  # written, then cut before the follower looked
+    with path.open("r+b") as f:
+        f.truncate(0)
+    append(path, RUNNING_EVAL_LINE + RUNNING_EVAL_LINE.replace('"step": 0.0', '"step": 1.0'))
+    records = follower.poll_all()
+    assert [r.eval_step for r in records if isinstance(r, EvalRecord)] == [0, 1]
+    assert (follower.restarts, follower.missed) == (1, 0)
+    append(path, EVAL_LINE + line(12))
+    assert steps(follower.poll()) == [12]
+    assert follower.missed == 2  # steps 10 and 11
+
+
+def test_a_run_from_scratch_misses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "m"
+    append(path, line(0) + line(1))
+    follower = MetricsFollower(path)
+    follower.poll()
+    with path.open("r+b") as f:
+        f.truncate(0)
+    append(path, line(0))
+    assert steps(follower.poll()) == [0] and follower.missed == 0
 
 
 def test_a_partial_last_line_waits_for_its_end(tmp_path: Path) -> None:

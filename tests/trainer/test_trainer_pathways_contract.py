@@ -23,7 +23,7 @@ from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ScaleUpSignal, slice_down_error
-from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.loop import LoopOptions, build_trainer
 from elastic_trainer.retry import SliceLossLimit, run_elastic
 
 SLICES, PER_SLICE = 2, 2
@@ -259,8 +259,9 @@ def test_the_training_loop_on_the_pathways_backend(hardware: FakeSlices, tmp_pat
     cfg = get_config("tiny")
     opts = LoopOptions(steps=24, batch=8, seed=0, min_slices=1, elastic_timeout=30,
                        max_retries=5, snapshot_period=2, log_every=10**6)
-    trainer = Trainer(cfg, opts, backend, SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
-                      Checkpointer(str(tmp_path / "ckpt"), period=10, keep=2))
+    trainer = build_trainer(cfg, opts, backend,
+                            SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
+                            Checkpointer(str(tmp_path / "ckpt"), period=10, keep=2))
     try:
         result = trainer.run()
     finally:

@@ -5,6 +5,7 @@ server, fed MaxText's real metrics lines with garbage in between."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -140,7 +141,8 @@ def test_the_sidecar_follows_maxtexts_file_into_status_training(
     metrics, state = tmp_path / "metrics.jsonl", tmp_path / "state.json"
     env = {"KUBECONFIG": str(kubeconfig), "ETJ_JOB_NAMESPACE": "team-a",
            "ETJ_JOB_NAME": "maxtext-cpu", "ETJ_POD_NAME": "maxtext-cpu-head-0-0-abc",
-           "ETJ_POD_UID": UID, "PATH": "/usr/bin:/bin"}
+           "ETJ_POD_UID": UID, "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's code
     cmd = [sys.executable, "-m", "elastic_api.cli", "progress", "--metrics-file", str(metrics),
            "--state-file", str(state), "--total-steps", "30", "--poll-interval", "0.05",
            "--report-interval", "0.1"]

@@ -20,7 +20,7 @@ from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import ElasticEvent
 from elastic_trainer.faults import FaultSchedule
-from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.loop import LoopOptions, build_trainer
 from elastic_trainer.report import StatusReporter, job_from_args, prior_run, status_patch
 
 
@@ -78,16 +78,16 @@ def _report(step: int, state: str = "Training") -> TrainingReport:
 def test_trainer_report_validates_against_the_model(tmp_path: Path) -> None:
     cfg = get_config("tiny")
     backend = SimulatedBackend(1, 1, FaultSchedule([]))
-    trainer = Trainer(cfg, LoopOptions(steps=10, batch=2, seed=0, max_retries=3), backend,
-                      SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
-                      Checkpointer(str(tmp_path), period=5, keep=1))
-    trainer.events.append(ElasticEvent(
+    trainer = build_trainer(cfg, LoopOptions(steps=10, batch=2, seed=0, max_retries=3),
+                            backend, SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
+                            Checkpointer(str(tmp_path), period=5, keep=1))
+    status = trainer.status
+    status.add_event(ElasticEvent(
         id=1, kind="slice_down", error="DATA_LOSS: slice 0 is down", failed_step=7,
         slices_down=[0], detected_at=time.time(), fault_at=None, phase="Restoring",
         restored_from_step=5, restore_source="snapshot"))
-    trainer.current_event = trainer.events[0]
-    trainer.policy.used = 1
-    report = trainer.training_report()
+    trainer.loss_limit.used = 1
+    report = status.training_report()
     wire = status_patch(report)["status"]["training"]
     parsed = TrainingReport.model_validate(wire)
     assert parsed == report
@@ -245,12 +245,12 @@ def test_event_ids_and_budget_go_on_from_an_earlier_process(tmp_path: Path) -> N
     cfg = get_config("tiny")
     opts = LoopOptions(steps=10, batch=2, seed=0, max_retries=5, prior_events=4,
                        prior_failures=3)
-    trainer = Trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
-                      SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
-                      Checkpointer(str(tmp_path), period=5, keep=1))
-    report = trainer.training_report()
+    trainer = build_trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
+                            SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
+                            Checkpointer(str(tmp_path), period=5, keep=1))
+    report = trainer.status.training_report()
     assert report.elastic_events_total == 4 and report.retries_remaining == 2
-    assert trainer.next_event_id() == 5
+    assert trainer.status.next_event_id() == 5
 
 
 HEAVY = ("jax", "jaxlib", "numpy", "orbax", "optax", "kubernetes", "prometheus_client",

@@ -24,7 +24,7 @@ from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
 from elastic_trainer.faults import Fault, FaultSchedule, SilentFault, StepFaults
-from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
 from elastic_trainer.watchdog import WatchdogOptions
 from tests.support.trainer_run import RunTrainer, TrainerRun
 
@@ -64,10 +64,11 @@ def _trainer(tmp_path: Path, silent: list[SilentFault] | None = None,
     backend = SimulatedBackend(SLICES, 2, schedule, write_seconds=write_seconds,
                                step_faults=StepFaults(silent or []))
     reports = reports or Reports()
-    trainer = Trainer(cfg, opts, backend, SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
-                      Checkpointer(str(tmp_path / "ckpt"), period=10, keep=5,
-                                   async_save=async_save),
-                      reporter=cast(Any, reports), requests=requests)
+    trainer = build_trainer(cfg, opts, backend,
+                            SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
+                            Checkpointer(str(tmp_path / "ckpt"), period=10, keep=5,
+                                         async_save=async_save),
+                            reporter=cast(Any, reports), requests=requests)
     return trainer, reports
 
 
@@ -281,7 +282,7 @@ class _Hold:
             phase="Requested")
 
     def view(self) -> RequestView | None:
-        t = self.trainer()
+        t = self.trainer().status
         return RequestView(self.request if t.progress.step >= self.at_step else None)
 
     def close(self) -> None:
@@ -297,7 +298,8 @@ def test_no_stall_through_a_maintenance_hold(tmp_path: Path, undisturbed_digest:
     started = time.monotonic()
     result = _run(trainer)
     assert time.monotonic() - started >= 4
-    assert trainer.checkpoint_ack is not None and trainer.checkpoint_ack.id == 1
+    ack = trainer.status.checkpoint_ack
+    assert ack is not None and ack.id == 1
     assert result.events == [] and result.stalls == [], result.stalls
     assert result.params_digest == undisturbed_digest
 

@@ -38,7 +38,7 @@ from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
 from elastic_trainer.faults import FaultSchedule
-from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
 from elastic_trainer.report import PriorRun, prior_state
 from tests.builders import at, etj, healthy_pods, iso, observe, observed_jobset
 from tests.kueue_builders import queued_job, workload
@@ -195,9 +195,9 @@ def test_any_local_root_reads_alike(tmp_path_factory: pytest.TempPathFactory,
 def _trainer(root: Path, steps: int) -> Trainer:
     cfg = get_config("tiny")
     opts = LoopOptions(steps=steps, batch=2, seed=0, max_retries=1, log_every=10**6)
-    return Trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
-                   SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
-                   Checkpointer(str(root), period=5, keep=5, async_save=False))
+    return build_trainer(cfg, opts, SimulatedBackend(1, 1, FaultSchedule([])),
+                         SyntheticSource(0, 2, cfg.seq_len, cfg.vocab_size),
+                         Checkpointer(str(root), period=5, keep=5, async_save=False))
 
 
 def _run_trainer(root: Path, steps: int) -> RunResult:
@@ -228,7 +228,7 @@ def test_the_trainer_reports_the_restore_of_the_size_the_operator_lists(tmp_path
     finally:
         trainer.backend.close()
     assert result.started_from == (10, "checkpoint")
-    restore = trainer.training_report().last_restore
+    restore = trainer.status.training_report().last_restore
     assert restore is not None
     assert (restore.source, restore.step, restore.bytes) == (
         "checkpoint", 10, listed.latest_committed_bytes)

@@ -26,8 +26,10 @@ def test_a_row_has_the_columns_and_maxtexts_own_step() -> None:
     sample = Sample(0.0, version(1, 12, ("False", "NoFailure"), checkpoint={
         "latestCommittedStep": 25, "incompleteSteps": [50]})["status"])
     assert row(sample, 2, 14) == ("SLICES 2/2  STEP   12 (MaxText   14)  CHECKPOINT 25 "
-                                  "incompleteSteps [50]  Running")
+                                  "incompleteSteps [50]  Running  ACTIVITY -")
     assert "STEP    - (MaxText    -)  CHECKPOINT -" in row(Sample(0.0, {}), 2, None)
+    sample.status["training"] = {"activity": {"phase": "Evaluation"}}
+    assert row(sample, 2, 14).endswith("Running  ACTIVITY Evaluation")
 
 
 def test_it_keeps_every_version_in_order_and_waits_for_one() -> None:

@@ -421,3 +421,35 @@ def test_the_job_says_which_cluster_it_was_dispatched_to_and_forgets_it_when_tak
     kube._bump()
     assert rec.reconcile("ml", "train").ok
     assert DISPATCHED_TO_ANNOTATION not in kube.job["metadata"]["annotations"]
+
+
+class NoKueueKube(ManagerKube):
+    """A cluster where Kueue is not installed: its Workload API answers 404, no Status."""
+
+    serves_workloads = False
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        from elastic_api.kube.client import ApiError
+
+        if obj["kind"] == "Workload" and not self.serves_workloads:
+            self._call("create Workload")
+            raise ApiError(404, "Not Found", "404 page not found")
+        return super().create(obj)
+
+
+def test_without_kueue_a_multikueue_job_says_what_it_needs_and_queues_once_it_is_there() -> None:
+    from elastic_api.conditions import ConditionType, Reason
+
+    kube = NoKueueKube(mk_raw())
+    rec, _ = reconciler(kube)
+    assert rec.reconcile("ml", "train").ok  # said, not retried as a failure
+    applied = condition(kube.job["status"], ConditionType.SPEC_APPLIED)
+    assert (applied["status"], applied["reason"]) == ("False", Reason.INVALID_SPEC)
+    assert "does not serve Kueue's kueue.x-k8s.io/v1beta2 Workloads" in applied["message"]
+    assert "remove spec.managedBy" in applied["message"]
+    writes = kube.calls.count("patch_job_status")
+    assert rec.reconcile("ml", "train").ok
+    assert kube.calls.count("patch_job_status") == writes  # a resync says it once
+    kube.serves_workloads = True  # Kueue installed: the next reconcile queues the job
+    assert rec.reconcile("ml", "train").ok
+    assert kube.workload is not None and kube.job["status"]["phase"] == "Queued"

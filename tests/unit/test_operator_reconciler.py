@@ -948,3 +948,23 @@ def test_a_reconcile_of_a_job_being_deleted_times_no_phase() -> None:
     assert all((registry.get_sample_value("etj_reconcile_phase_seconds_count", {"phase": p})
                 or 0.0) == 0 for p in RECONCILE_PHASES)
     assert registry.get_sample_value("etj_reconcile_cpu_seconds_count") == 1
+
+
+def test_a_job_that_changes_at_every_try_is_retried_with_a_warning_not_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A trainer reporting faster than a reconcile writes makes every conditional write
+    refused (409): contention, not a bug. The reconcile fails (retried after the backoff,
+    counted) and says so in one line, without the traceback of an unexpected error."""
+    kube, pods = a_slice_goes_down()
+    rec, metrics = reconciler(kube, pods=pods)
+
+    def always_changed(*_args: Any, **_kwargs: Any) -> Any:
+        raise ApiError(409, "Conflict", '{"kind":"Status","reason":"Conflict"}')
+
+    kube.patch_job_status = always_changed  # type: ignore[method-assign]
+    with caplog.at_level("WARNING", logger="elastic_operator"):
+        assert rec.reconcile("ml", "train").ok is False
+    assert errors(metrics) == 1
+    (record,) = [r for r in caplog.records if "changed at each" in r.getMessage()]
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

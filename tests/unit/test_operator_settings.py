@@ -88,7 +88,8 @@ def test_the_module_runs_on_its_own_for_hack_kind() -> None:
 
 def maxtext_scenarios() -> list[Path]:
     found = sorted(MAXTEXT_FIXTURES.glob("scenario-*.yaml"))
-    assert [p.name for p in found] == ["scenario-gcs.yaml", "scenario-local.yaml"]
+    assert [p.name for p in found] == ["scenario-evaluation.yaml", "scenario-gcs.yaml",
+                                       "scenario-local.yaml"]
     return found
 
 

@@ -149,3 +149,37 @@ def test_the_sidecar_needs_no_more_rbac_than_the_trainer() -> None:
     with_progress = render(job({"command": MAXTEXT, "progress": PROGRESS}))[0]
     without = render(job({"command": MAXTEXT}))[0]
     assert with_progress["kind"] == "Role" and with_progress["rules"] == without["rules"]
+
+
+def test_the_sidecar_shares_the_pods_processes_and_may_read_the_trainers_stacks() -> None:
+    """Only a head pod with the sidecar shares its process namespace; only the sidecar
+    gets SYS_PTRACE (py-spy reads the trainer's memory); main stays as hardened."""
+    pod = head(job({"command": MAXTEXT, "progress": PROGRESS}))
+    assert pod["shareProcessNamespace"] is True
+    side, main = container(pod, "progress"), container(pod, "main")
+    assert side is not None and main is not None
+    assert side["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert side["securityContext"]["allowPrivilegeEscalation"] is False
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for name in ("pathways-rm", "pathways-proxy"):
+        c = container(pod, name)
+        assert c is not None and "SYS_PTRACE" not in str(c.get("securityContext"))
+    assert "shareProcessNamespace" not in head(job({"command": MAXTEXT}))
+
+
+@pytest.mark.parametrize(("context", "user"), [
+    ({"runAsUser": 1000, "runAsGroup": 1000}, {"runAsUser": 1000, "runAsGroup": 1000,
+                                               "runAsNonRoot": True}),
+    ({"runAsNonRoot": False, "runAsUser": 0}, {"runAsUser": 0, "runAsNonRoot": False}),
+    ({"readOnlyRootFilesystem": False}, {"runAsNonRoot": True}),
+])
+def test_the_sidecar_runs_as_mains_user(context: dict[str, Any], user: dict[str, Any]) -> None:
+    """The same user may read the trainer's memory; a root trainer needs a root sidecar
+    (a non-root container never has its added capabilities in effect)."""
+    side = container(head(job({"command": MAXTEXT, "progress": PROGRESS,
+                               "securityContext": context})), "progress")
+    assert side is not None
+    got = {k: v for k, v in side["securityContext"].items()
+           if k in ("runAsUser", "runAsGroup", "runAsNonRoot")}
+    assert got == user
+    assert side["securityContext"]["readOnlyRootFilesystem"] is True

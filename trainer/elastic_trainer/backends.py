@@ -15,7 +15,8 @@ and what a lost slice does to a step and to a checkpoint write in flight.
   watchdog blames a slice on (`blame`) and the stragglers' step times.
 - `PathwaysBackend` (TPU): pathwaysutils' `Manager` (devices grouped by `slice_index`, its
   health check, `wait_for_slices`, the monitor thread for slices that come back). The
-  runtime raises the errors and loses the memory by itself.
+  runtime raises the errors and loses the memory by itself; for a hung step, each
+  slice's answer to the health check is the evidence (slice_health.py).
 """
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from elastic_trainer import slice_health
 from elastic_trainer.errors import ElasticTimeout, slice_down_error
 from elastic_trainer.faults import SliceHealthSource, StepFaults, slow_part
+from elastic_trainer.slice_health import slices_text
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,9 @@ WriteHook = Callable[[int], None]
 # Each slice's part of the last steps on this mesh (sliceStepTimes: elastic_api.stragglers).
 PARTS_WINDOW = 20
 WAIT_POLL_SECONDS = 0.005
-PATHWAYS_NO_BLAME = (
-    "the Pathways client sees one program over every slice: no slice's part of a step can "
-    "be timed or told apart from the controller, and a hung slice's pods stay Ready")
+# How long a hung step's blame waits for each slice's health check (slice_health.py):
+# an idle slice answers in well under a second; the stall is reported after it.
+HEALTH_TIMEOUT_SECONDS = 20.0
 
 
 class Backend(Protocol):
@@ -302,8 +305,8 @@ class SimulatedBackend:
                         f"{'outstanding' if pending else 'done'}: no slice stands out")
         slowest = max(wait.parts[s] for s in finished)
         return pending, (
-            f"{_slices(pending)}'s part of step {wait.step} has not finished after "
-            f"{now - wait.started:.1f}s; {_slices(finished)} finished theirs in "
+            f"{slices_text(pending)}'s part of step {wait.step} has not finished after "
+            f"{now - wait.started:.1f}s; {slices_text(finished)} finished theirs in "
             f"{slowest:.2f}s or less")
 
     def replace_slices(self, slices: list[int]) -> bool:
@@ -343,7 +346,8 @@ class PathwaysBackend:
 
     name = "pathways"
 
-    def __init__(self, poll_interval: float = 10.0, manager: Any = None) -> None:
+    def __init__(self, poll_interval: float = 10.0, manager: Any = None,
+                 health_timeout: float = HEALTH_TIMEOUT_SECONDS) -> None:
         from pathwaysutils.elastic import manager as manager_lib
 
         if manager is None:
@@ -354,7 +358,7 @@ class PathwaysBackend:
             pathwaysutils.initialize()
             manager = manager_lib.Manager()
         self.manager = manager
-        self.poll_interval = poll_interval
+        self.poll_interval, self.health_timeout = poll_interval, health_timeout
         self.total_slices = manager.total_slice_count
         sizes = {len(d) for d in manager.slice_to_devices.values()}
         if len(sizes) != 1:
@@ -430,7 +434,12 @@ class PathwaysBackend:
         pass  # reading the step's result waited for every slice's part
 
     def blame(self) -> tuple[list[int], str]:
-        return [], PATHWAYS_NO_BLAME
+        """Each active slice asked whether it can run a program now (bounded): the down
+        slices, and the busy ones when others are idle (slice_health.verdict)."""
+        active = sorted(self.manager.active_slice_indices)
+        answers = slice_health.probe({i: self.manager.slice_to_devices[i] for i in active},
+                                     self.health_timeout)
+        return slice_health.verdict(answers, self.health_timeout)
 
     def replace_slices(self, slices: list[int]) -> bool:
         return False  # the operator recreates their worker Jobs: DATA_LOSS follows
@@ -448,9 +457,3 @@ class PathwaysBackend:
     def close(self) -> None:
         self.manager.close()
 
-
-def _slices(indices: Sequence[int]) -> str:
-    """'slice 2', 'slices 0, 1 and 3'."""
-    if len(indices) == 1:
-        return f"slice {indices[0]}"
-    return "slices " + ", ".join(str(i) for i in indices[:-1]) + f" and {indices[-1]}"

@@ -169,8 +169,8 @@ def budget_shares(budget: float, snapshot_period: int | None,
                   checkpoint_period: int | None) -> tuple[float, float]:
     """(snapshot, checkpoint) shares of `budget` (a share of step time) for the cadences
     the trainer chooses (a period of None). Half each when it chooses both: the budget is
-    what the copies may cost together, not each (2 % + 2 % measured as 1.07x the plain
-    loop on `tiny`, docs/benchmarks.md). A period the job set costs what the job chose."""
+    what the copies may cost together, not each (two full shares added up past it,
+    docs/benchmarks.md). A period the job set costs what the job chose."""
     if snapshot_period is None and checkpoint_period is None:
         return budget / 2, budget / 2
     return budget, budget

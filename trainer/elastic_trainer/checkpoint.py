@@ -136,6 +136,32 @@ class _BackgroundSave:
         self.manager.wait_until_finished()
 
 
+class _OpenDirectory:
+    """A local checkpoint directory kept open: if it is deleted, the path no longer leads
+    to the open one, even when something creates the path again (orbax creates missing
+    parents), and the open inode cannot be reused meanwhile. Nothing to keep on gs://."""
+
+    def __init__(self, directory: epath.Path, is_local: bool) -> None:
+        self.directory = directory
+        self._fd = os.open(str(directory), os.O_RDONLY | os.O_DIRECTORY) if is_local else None
+
+    def replaced(self) -> bool:
+        """The path leads elsewhere now (or nowhere)."""
+        if self._fd is None:
+            return False
+        try:
+            now = os.stat(str(self.directory))
+        except FileNotFoundError:
+            return True
+        opened = os.fstat(self._fd)
+        return (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 def _walk(path: epath.Path) -> Any:
     """The files under `path` (gs://: an object listing per "directory")."""
     for child in path.iterdir():
@@ -167,11 +193,7 @@ class Checkpointer:
         self._latest_cache: tuple[float, int | None] = (-1e9, None)
         self._is_local = not str(self.directory).startswith("gs://")
         self.directory.mkdir(parents=True, exist_ok=True)
-        # A local directory is kept open: if it is deleted, the path no longer leads to
-        # the open one, even when something creates the path again (orbax creates missing
-        # parents), and the open inode cannot be reused meanwhile.
-        self._directory_fd = (os.open(str(self.directory), os.O_RDONLY | os.O_DIRECTORY)
-                             if self._is_local else None)
+        self._opened = _OpenDirectory(self.directory, self._is_local)
         # The newest step this process knows is committed: it must stay there (orbax only
         # ever deletes older ones), so its absence means the directory went away, even
         # if a later write recreated the path.
@@ -196,19 +218,9 @@ class Checkpointer:
 
     # --- what is on storage -------------------------------------------------------------
 
-    def _local_directory_replaced(self) -> bool:
-        if self._directory_fd is None:
-            return False
-        try:
-            now = os.stat(str(self.directory))
-        except FileNotFoundError:
-            return True
-        opened = os.fstat(self._directory_fd)
-        return (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino)
-
     def _check_directory(self) -> None:
         newest = self._newest_committed
-        gone = self._local_directory_replaced() or (
+        gone = self._opened.replaced() or (
             newest is not None and not (self.directory / str(newest)).exists())
         if gone:
             raise CheckpointDirectoryGone(
@@ -448,6 +460,4 @@ class Checkpointer:
             self._manager.close()
         except Exception as err:
             log.warning("closing checkpoint manager: %s", err)
-        if self._directory_fd is not None:
-            os.close(self._directory_fd)
-            self._directory_fd = None
+        self._opened.close()

@@ -1,14 +1,16 @@
 """The operator's requests for a checkpoint now (status.checkpointRequest; docs/status-
-contract.md): how the trainer learns of them, and what it decides, purely.
+contract.md): how the trainer learns of them, what it decides (purely), and how the loop
+answers them.
 
 `JobRequestWatcher` reads the job (GET, the head's Role allows it) every `interval`
 seconds on a thread of its own, never on the training thread, and keeps the newest
 `RequestView`. The loop asks, at each step boundary, `to_answer(view, answered)`: a
 request it must answer now (phase Requested, an id it has not answered, and not the id
 the status already carries as acknowledged: a replacement process never answers the same
-request twice). After the committed save and the acknowledgement, with `pause` it pauses
-until `pause_ends(...)` says why not any longer (Released, Expired, a newer request, or
-pauseSeconds passed); a slice lost meanwhile ends the pause as the ordinary elastic event.
+request twice). `CheckpointRequests` answers it: the committed save of the step, the
+acknowledgement, and with `pause` a pause until `pause_ends(...)` says why not any longer
+(Released, Expired, a newer request, or pauseSeconds passed); a slice lost meanwhile ends
+the pause as the ordinary elastic event.
 """
 from __future__ import annotations
 
@@ -19,11 +21,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from elastic_api.kube import KubeClient, job_path
-from elastic_api.models import CheckpointRequest
+from elastic_api.models import CheckpointAck, CheckpointRequest
+from elastic_trainer.backends import Backend
+from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.events import utc
+from elastic_trainer.snapshots import to_pinned_host
+from elastic_trainer.status import TrainingStatus
+from elastic_trainer.watchdog import CHECKPOINT, STEP, Watchdog
 
 log = logging.getLogger(__name__)
+loop_log = logging.getLogger("elastic_trainer")
 
 ENDS_PAUSE = ("Released", "Expired")
+PAUSE_POLL_SECONDS = 0.1  # how often a paused loop looks at the request (and check())
+PAUSE_HEALTH_SECONDS = 1.0  # how often it runs the backend's health check
 
 
 @dataclass(frozen=True)
@@ -130,3 +141,94 @@ class JobRequestWatcher:
     def close(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
+
+
+class CheckpointRequests:
+    """The loop's answers to the operator's requests, read from `source`: at a step
+    boundary, `take` the request to answer (if any), then `answer` it with that step."""
+
+    def __init__(self, source: RequestSource, checkpointer: Checkpointer, backend: Backend,
+                 status: TrainingStatus, watchdog: Watchdog) -> None:
+        self.source, self.checkpointer, self.backend = source, checkpointer, backend
+        self.status, self.watchdog = status, watchdog
+        # The newest request acted on (answered, or given up on at its deadline); an
+        # earlier process's acknowledgement is kept, not repeated.
+        ack = status.checkpoint_ack
+        self._done = ack.id if ack is not None else 0
+
+    def take(self) -> CheckpointRequest | None:
+        """The request to answer now, if any: answered now or never, once."""
+        request = to_answer(self.source.view(), self._done)
+        if request is not None:
+            self._done = request.id
+        return request
+
+    def answer(self, request: CheckpointRequest, step: int, state: Any, active: set[int],
+               mesh: Any) -> None:
+        """Save `step` now (its state `state`, on `active` slices), wait until it is
+        committed (within the request's deadline), acknowledge it, and pause if asked.
+        `mesh`: what the watchdog times the next step against."""
+        committed_at = self._save(request, step, state, active)
+        if committed_at is None:
+            return
+        self.status.checkpoint_ack = CheckpointAck(id=request.id, step=step,
+                                                   committed_at=utc(committed_at),
+                                                   paused=request.pause)
+        loop_log.info("checkpoint request %d (%s, slices %s): step %d committed%s",
+                      request.id, request.reason, request.slices, step,
+                      "; paused until released" if request.pause else "")
+        self.status.report(urgent=True)
+        if request.pause:
+            self._pause(request, active, mesh)
+
+    def _save(self, request: CheckpointRequest, step: int, state: Any, active: set[int]
+              ) -> float | None:
+        """Save `step` (unless a save of it is in flight or committed) and wait for the
+        commit until the request's deadline: when it was committed, or None."""
+        started = time.time()
+        self.status.goodput.begin("checkpointing", started)
+        self.watchdog.relabel(CHECKPOINT)
+        try:
+            timeout = request.deadline.timestamp() - started
+            if timeout <= 0:
+                loop_log.warning("checkpoint request %d: its deadline passed before step "
+                                 "%d; not answered", request.id, step)
+                return None
+            if not self.checkpointer.has_save_of(step):
+                self.checkpointer.save(step, to_pinned_host(state),
+                                       write_hook=self.backend.checkpoint_write_hook(active))
+            if not self.checkpointer.wait_committed(step, timeout):
+                loop_log.warning("checkpoint request %d: the save of step %d was not "
+                                 "committed by the deadline; not answered", request.id, step)
+                return None
+            return time.time()
+        finally:
+            self.status.goodput.begin("step", time.time())
+
+    def _pause(self, request: CheckpointRequest, active: set[int], mesh: Any) -> None:
+        """No step until the request is released (or expired, replaced, pauseSeconds
+        passed); a slice lost meanwhile raises here or in the next step, the ordinary
+        elastic event, and the restore finds the step just saved."""
+        self.status.goodput.begin("waiting_for_slices", time.time())
+        self.watchdog.disarm()  # a hold is no stall: the request says when it ends
+        started = last_health = time.monotonic()
+        while True:
+            why = pause_ends(self.source.view(), request, time.monotonic() - started)
+            self.backend.check(active)  # simulated: the loss raised here, as in a step
+            if why is None and time.monotonic() - last_health >= PAUSE_HEALTH_SECONDS:
+                # On Pathways the loss surfaces in the next step; a health check (a small
+                # program per slice) says when to take it.
+                last_health = time.monotonic()
+                if active - self.backend.healthy_slices():
+                    why = "a slice of the mesh is down"
+            if why is not None:
+                break
+            time.sleep(PAUSE_POLL_SECONDS)
+        loop_log.info("checkpoint request %d: going on after %.1fs (%s)", request.id,
+                      time.monotonic() - started, why)
+        self.status.goodput.begin("step", time.time())
+        self.watchdog.arm(STEP, self.status.progress.step + 1, mesh)
+        ack = self.status.checkpoint_ack
+        if ack is not None and ack.id == request.id:
+            self.status.checkpoint_ack = ack.model_copy(update={"paused": False})
+        self.status.report(urgent=True)

@@ -382,23 +382,17 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
 def _run_trainer(trainer: Any, reporter: Any) -> tuple[Any, int]:
     """Run the loop: (RunResult, exit code); an unexpected error is a TrainingError."""
     from elastic_trainer.errors import ElasticTimeout
-    from elastic_trainer.events import RunResult
 
     log = logging.getLogger("elastic_trainer")
     try:
         result = trainer.run()
     except Exception as err:
         log.exception("TrainingError: %s", err)
-        trainer.progress.state = "Failed"
+        status = trainer.status
+        status.progress.state = "Failed"
         if reporter is not None:
-            reporter.update(trainer.training_report("TrainingError", str(err)), urgent=True)
-        p = trainer.progress
-        return RunResult(p.step, p.loss, "", p.step_times, p.losses, trainer.events,
-                         trainer.checkpointer.write_failures, failure=err,
-                         elastic_events_total=trainer.opts.prior_events + len(trainer.events),
-                         started_from=trainer.started_from, goodput=trainer.goodput.report(),
-                         process_started_at=trainer.process_started_at,
-                         **trainer.watch_record()), EXIT_TRAINING_ERROR
+            reporter.update(status.training_report("TrainingError", str(err)), urgent=True)
+        return status.result("", err, finished=False), EXIT_TRAINING_ERROR
     if result.failure is None:
         return result, 0
     return result, (EXIT_TIMEOUT if isinstance(result.failure, ElasticTimeout)
@@ -411,7 +405,7 @@ def _train(args: argparse.Namespace) -> int:
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
     from elastic_trainer.events import summary_dict
-    from elastic_trainer.loop import Trainer
+    from elastic_trainer.loop import build_trainer
     from elastic_trainer.report import Metrics, StatusReporter, job_from_args
 
     log = logging.getLogger("elastic_trainer")
@@ -441,8 +435,8 @@ def _train(args: argparse.Namespace) -> int:
              "replica resize" if args.min_slices and args.min_slices < backend.total_slices
              else "pause and resume", cache, _shown(args.snapshot_period),
              _shown(args.checkpoint_period), args.overhead_budget_percent)
-    trainer = Trainer(cfg, opts, backend, data, checkpointer, reporter,
-                      Metrics(args.metrics_port), requests)
+    trainer = build_trainer(cfg, opts, backend, data, checkpointer, reporter,
+                            Metrics(args.metrics_port), requests)
     try:
         result, code = _run_trainer(trainer, reporter)
     finally:

@@ -37,8 +37,8 @@ PHASES = ("step", "checkpoint", "restore")
 SILENT = ("hang", "slow")
 # The simulation playing the operator (--slice-health schedule): after a replacement
 # request, the operator's reaction (status write -> reconcile -> the worker Job deleted)
-# and the slice's new pods being Ready, as bench/replacement.py measures them on the local
-# control plane (0.7-2.6 s from failure to the slice Ready again; docs/benchmarks.md).
+# and the slice's new pods being Ready, about what bench/replacement.py measures on the
+# local control plane (docs/benchmarks.md).
 REPLACE_REACTION_SECONDS = 0.5
 # Unslowed steps of a mesh timed before a slow part is measured against them (else: this
 # step's own time).

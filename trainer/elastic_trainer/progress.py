@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from elastic_api.checkpoints import StepFile, list_local_step, step_size
-from elastic_api.models import RestoreReport, TrainingReport
+from elastic_api.models import PhaseRecord, RestoreReport, TrainerActivity, TrainingReport
 from elastic_api.restores import restored_step, sidecar_restore
 from elastic_trainer.metrics_file import StepRecord
 
@@ -66,12 +66,15 @@ def load_identity(state_file: Path, pod_name: str, pod_uid: str, now: datetime) 
 
 
 def progress_report(identity: Identity, record: StepRecord | None, total_steps: int | None,
-                    now: datetime, last_restore: RestoreReport | None = None) -> TrainingReport:
-    """status.training for the newest record (None: no step yet)."""
+                    now: datetime, last_restore: RestoreReport | None = None,
+                    activity: TrainerActivity | None = None,
+                    phases: list[PhaseRecord] | None = None) -> TrainingReport:
+    """status.training for the newest record (None: no step yet), with what the trainer
+    is doing now and how long its phases took (activity.py)."""
     common: dict[str, Any] = {
         "observed_at": now, "total_steps": total_steps, "process_id": identity.process_id,
         "host_name": identity.host_name, "process_started_at": identity.started_at,
-        "last_restore": last_restore,
+        "last_restore": last_restore, "activity": activity, "phases": phases,
     }
     if record is None:
         return TrainingReport(state="Initializing", **common)

@@ -2,10 +2,13 @@
 
 The renderer runs it as a native sidecar of the head pod when `spec.trainer.progress` is
 set (docs/api.md, "Progress of any trainer"). It follows the trainer's metrics file on the
-head's /tmp (`metrics_file.MetricsFollower`) and sends what it says through the same
-`StatusReporter` as `etj train` (a merge patch of status.training, rate-limited, never
-blocking): `state` Initializing until the first step, then Training with the step, loss
-and step time of the newest line. Imports no jax: the trainer image runs it next to any
+head's /tmp as it is written (`live_metrics.LiveMetrics`) and samples the trainer's
+process in the pod's shared process namespace (`sampler.ProcessSampler`: its state, CPU
+time and Python stacks), and sends what they say through the same `StatusReporter` as
+`etj train` (a merge patch of status.training, rate-limited, never blocking): `state`
+Initializing until the first step, then Training with the step, loss and step time of
+the newest line; `activity` and `phases`, what the trainer is doing and how long its
+phases took (activity.py). Imports no jax: the trainer image runs it next to any
 trainer. Its dependencies are imported in `run`, so that `etj` starts fast.
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ import socket
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from elastic_trainer.metrics_file import MetricsFollower, StepRecord
@@ -40,9 +43,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", default=None,
                         help="NAMESPACE/NAME (default: env ETJ_JOB_NAMESPACE, ETJ_JOB_NAME)")
     parser.add_argument("--poll-interval", type=float, default=1.0,
-                        help="seconds between reads of the file")
+                        help="seconds between reads of the file when it is not written (it "
+                        "is read as soon as it is)")
     parser.add_argument("--report-interval", type=float, default=5.0,
                         help="at most one status write per this many seconds")
+    parser.add_argument("--sample-interval", type=float, default=2.0,
+                        help="seconds between samples of the trainer's process; 0: none "
+                        "(the metrics file only)")
+    parser.add_argument("--trainer-pid", type=int, default=None,
+                        help="the trainer's pid (default: found in the pod's shared process "
+                        "namespace)")
+    parser.add_argument("--py-spy", default=None,
+                        help="py-spy to read the trainer's stacks with (default: on PATH)")
 
 
 class _Counts:
@@ -50,7 +62,7 @@ class _Counts:
 
     def __init__(self, follower: MetricsFollower) -> None:
         self.follower = follower
-        self.skipped = self.restarts = 0
+        self.skipped = self.restarts = self.missed = 0
 
     def log_changes(self) -> None:
         f = self.follower
@@ -63,12 +75,91 @@ class _Counts:
             log.warning("%s was replaced or cut: reading it from its start (%d time(s) so "
                         "far)", f.path, f.restarts)
             self.restarts = f.restarts
+        if f.missed > self.missed:
+            log.warning("%s: %d train step(s) written before a cut were never read (%d so "
+                        "far)", f.path, f.missed - self.missed, f.missed)
+            self.missed = f.missed
+
+
+class _Sidecar:
+    """The loop's state: what was read, what the trainer does, what was reported."""
+
+    def __init__(self, args: argparse.Namespace, job: tuple[str, str]) -> None:
+        from elastic_trainer.activity import ActivityTracker
+        from elastic_trainer.file_watch import FALLBACK_POLL_SECONDS
+        from elastic_trainer.live_metrics import LiveMetrics
+        from elastic_trainer.metrics_file import MetricsFollower
+        from elastic_trainer.progress import RestoreWatch, load_identity
+        from elastic_trainer.report import StatusReporter
+        from elastic_trainer.sampler import ProcessSampler
+        from elastic_trainer.stacks import StackReader
+
+        self.args = args
+        pod_name = os.environ.get("ETJ_POD_NAME") or socket.gethostname()
+        pod_uid = os.environ.get("ETJ_POD_UID") or f"{pod_name}/{os.getpid()}"
+        started = datetime.now(UTC)
+        self.identity = load_identity(Path(args.state_file), pod_name, pod_uid, started)
+        self.restore = RestoreWatch(self.identity, self.identity.started_at == started,
+                                    args.checkpoint_directory)
+        self.reporter = StatusReporter(*job, interval=args.report_interval)
+        follower = MetricsFollower(args.metrics_file)
+        self.counts = _Counts(follower)
+        self.live = LiveMetrics(follower, idle_seconds=args.poll_interval).start()
+        self.tracker = ActivityTracker()
+        self.sampler = ProcessSampler(StackReader(args.py_spy), args.trainer_pid) \
+            if args.sample_interval > 0 else None
+        self.next_sample = 0.0
+        self.newest: StepRecord | None = None
+        if self.live.watch.why_not:
+            log.info("reading %s every %.2fs: no inotify (%s)", args.metrics_file,
+                     FALLBACK_POLL_SECONDS, self.live.watch.why_not)
+
+    def tick(self, monotonic: float, urgent: bool = False) -> None:
+        from elastic_trainer.activity import Sample
+        from elastic_trainer.metrics_file import StepRecord
+
+        lines = self.live.drain()
+        self.counts.log_changes()
+        records = [r for _, r in lines if isinstance(r, StepRecord)]
+        first_at = next((at for at, r in lines if isinstance(r, StepRecord)), None)
+        now = datetime.now(UTC)
+        self.restore.see(records, first_at or now)
+        self.tracker.see_lines(lines)
+        if monotonic >= self.next_sample:
+            self.next_sample = monotonic + self.args.sample_interval
+            self.tracker.see_sample(self.sampler.sample(now) if self.sampler is not None
+                                    else Sample(now))
+        if records:
+            self.newest = records[-1]
+        self.reporter.update(self.report(now), urgent=urgent)
+
+    def report(self, now: datetime) -> Any:
+        from elastic_trainer.progress import progress_report
+
+        return progress_report(self.identity, self.newest, self.args.total_steps, now,
+                               self.restore.report, self.tracker.activity(),
+                               self.tracker.phases())
+
+    def finish(self) -> None:
+        import time
+
+        self.live.close()
+        self.tick(time.monotonic(), urgent=True)  # the newest state, sent at once
+        self.reporter.close(timeout=5.0)
+        f = self.live.follower
+        log.info("stopped at step %s (%d line(s) skipped, %d ignored, %d train step(s) "
+                 "missed, file read again %d time(s); %d sample(s), %d without a stack; "
+                 "%d status write(s), %d failed)", self.newest.step if self.newest else "-",
+                 f.skipped, f.ignored, f.missed, f.restarts,
+                 self.sampler.samples if self.sampler else 0,
+                 self.sampler.stack_failures if self.sampler else 0,
+                 self.reporter.sent, self.reporter.failed)
 
 
 def run(args: argparse.Namespace) -> int:
-    from elastic_trainer.metrics_file import MetricsFollower
-    from elastic_trainer.progress import RestoreWatch, load_identity, progress_report
-    from elastic_trainer.report import StatusReporter, job_from_args
+    import time
+
+    from elastic_trainer.report import job_from_args
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     job = job_from_args(args.job)
@@ -78,37 +169,13 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    pod_name = os.environ.get("ETJ_POD_NAME") or socket.gethostname()
-    pod_uid = os.environ.get("ETJ_POD_UID") or f"{pod_name}/{os.getpid()}"
-    started = datetime.now(UTC)
-    identity = load_identity(Path(args.state_file), pod_name, pod_uid, started)
-    restore = RestoreWatch(identity, identity.started_at == started, args.checkpoint_directory)
-    reporter = StatusReporter(*job, interval=args.report_interval)
-    follower = MetricsFollower(args.metrics_file)
-    counts = _Counts(follower)
-    log.info("following %s for %s/%s (trainer %s, pid %d, started %s)", args.metrics_file,
-             *job, identity.host_name, identity.process_id, identity.started_at.isoformat())
-    newest: StepRecord | None = None
-    reporter.update(progress_report(identity, None, args.total_steps, datetime.now(UTC)),
-                    urgent=True)
-    while True:
-        stopping = stop.wait(args.poll_interval)
-        records = follower.poll()
-        counts.log_changes()
-        restored = restore.see(records, datetime.now(UTC))
-        if records:
-            newest = records[-1]
-            reporter.update(progress_report(identity, newest, args.total_steps,
-                                            datetime.now(UTC), restored))
-        if stopping:
-            break
-    if newest is not None:  # the newest state, sent at once
-        reporter.update(progress_report(identity, newest, args.total_steps, datetime.now(UTC),
-                                        restore.report), urgent=True)
-    reporter.close(timeout=5.0)
-    follower.close()
-    log.info("stopped at step %s (%d line(s) skipped, %d ignored, file read again %d "
-             "time(s); %d status write(s), %d failed)",
-             newest.step if newest else "-", follower.skipped, follower.ignored,
-             follower.restarts, reporter.sent, reporter.failed)
+    sidecar = _Sidecar(args, job)
+    log.info("following %s for %s/%s (trainer %s, pid %d, started %s); sampling the "
+             "trainer's process every %ss", args.metrics_file, *job,
+             sidecar.identity.host_name, sidecar.identity.process_id,
+             sidecar.identity.started_at.isoformat(), args.sample_interval or "- (off)")
+    sidecar.reporter.update(sidecar.report(datetime.now(UTC)), urgent=True)
+    while not stop.wait(args.poll_interval):
+        sidecar.tick(time.monotonic())
+    sidecar.finish()
     return 0

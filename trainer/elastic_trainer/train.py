@@ -118,6 +118,30 @@ def abstract_state(cfg: ModelConfig, optimizer: optax.GradientTransformation) ->
     return jax.eval_shape(lambda: init_state(cfg, optimizer, 0))
 
 
+@dataclass(frozen=True)
+class StateSpec:
+    """The training state before it exists: the optimizer that updates it and its shape
+    (a tree of ShapeDtypeStruct), made once per run."""
+
+    optimizer: optax.GradientTransformation
+    abstract: Any
+
+    @classmethod
+    def of(cls, cfg: ModelConfig, total_steps: int, learning_rate: float | None = None
+           ) -> StateSpec:
+        optimizer = make_optimizer(cfg, total_steps, learning_rate)
+        return cls(optimizer, abstract_state(cfg, optimizer))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(self.abstract))
+
+    def target(self, shardings: Any) -> Any:
+        """The state's shape on `shardings`: what a restore fills."""
+        return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                            self.abstract, shardings)
+
+
 @dataclass
 class CompiledStep:
     mesh: Mesh

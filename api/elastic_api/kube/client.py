@@ -7,7 +7,7 @@ kubernetes package is imported only when a client is made (`from_environment`) o
 watch is read: a trainer that only imports the status reporter pays nothing for it.
 What the API server sends is decoded with orjson (imported as lazily): at 4,096 pods the
 pod watch's events are most of the operator's CPU, and the standard library's decoder
-was half of each event's cost (docs/design/informers.md). Request bodies still go through
+was a large part of each event's cost (docs/design/informers.md). Request bodies still go through
 the client's own serializer: it json.dumps whatever a JSON content type carries.
 """
 from __future__ import annotations

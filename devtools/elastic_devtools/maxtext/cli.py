@@ -26,7 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="write what MaxText wrote there, as test fixtures")
     e2e.add_argument("--no-gcs", action="store_true", help="skip the gs:// runs")
     e2e.add_argument("--no-cluster", action="store_true",
-                     help="skip the scenario on the local control plane")
+                     help="skip the scenarios on the local control plane")
+    e2e.add_argument("--no-runs", action="store_true",
+                     help="skip the plain runs (the example's args, local and gs://)")
+    e2e.add_argument("--scenarios", nargs="+", default=None, metavar="NAME",
+                     help="the scenarios to run: local, gcs, evaluation (default: all)")
+    e2e.add_argument("--sidecar-only", action="store_true",
+                     help="of the phases, check what the progress sidecar reports, not "
+                     "Progressing (for an operator whose stall rule does not read them)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         require_root()
         if args.maxtext_command == "e2e":
             return e2e.run_e2e(args.fixtures or e2e.FIXTURES, args.work, args.record,
-                               gcs=not args.no_gcs, cluster=not args.no_cluster)
+                               gcs=not args.no_gcs, cluster=not args.no_cluster,
+                               runs=not args.no_runs, scenarios=args.scenarios,
+                               sidecar_only=args.sidecar_only)
         env = MaxTextEnv.locate()
         process = runner.cpu_process(runner.main_process(e2e.load_job(args.filename)),
                                      tiny=not args.full_model)

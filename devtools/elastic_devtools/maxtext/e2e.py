@@ -8,8 +8,9 @@ steps, newest = steps-1), and the metrics follower (one train step per line, not
 skipped). `--record DIR` writes what MaxText wrote (metrics lines, checkpoint trees, the
 command line) as fixtures for the unit tests.
 
-Then the scenario on the local control plane (scenario.py): MaxText in a job's `main`
-with the progress sidecar, a worker slice failed mid-run, a SIGKILL during a save.
+Then the scenarios on the local control plane (scenario_run.py): MaxText in a job's
+`main` with the progress sidecar, a worker slice failed mid-run, a hung save; an
+evaluation of minutes and a stopped MaxText (scenario_phases.py).
 """
 from __future__ import annotations
 
@@ -215,24 +216,28 @@ def check_example(env: MaxTextEnv, example: Path, work: Path) -> None:
 
 
 def run_e2e(fixtures: Path, work: Path | None, record_to: Path | None, gcs: bool,
-            cluster: bool = True) -> int:
-    from elastic_devtools.maxtext.scenario import run_scenarios
+            cluster: bool = True, runs: bool = True, scenarios: list[str] | None = None,
+            sidecar_only: bool = False) -> int:
+    from elastic_devtools.maxtext.scenario_run import SCENARIO_NAMES, run_scenarios
 
     env = MaxTextEnv.locate()
     work = work or Path(tempfile.mkdtemp(prefix="maxtext-e2e-"))
     log(f"MaxText {env.version} in {env.rootfs}{env.venv}; work {work}")
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    check_example(env, EXAMPLE, work)
-    outcomes = {"local": run_local(env, fixtures, work)}
-    if gcs:
-        outcomes["gcs"] = run_gcs(env, fixtures, work)
+    outcomes: dict[str, Outcome] = {}
+    if runs:
+        check_example(env, EXAMPLE, work)
+        outcomes["local"] = run_local(env, fixtures, work)
+        if gcs:
+            outcomes["gcs"] = run_gcs(env, fixtures, work)
     if record_to is not None:
         record(outcomes, record_to)
-    runs = run_scenarios(env, fixtures, work, gcs) if cluster else []
+    done = run_scenarios(env, fixtures, work, gcs, tuple(scenarios or SCENARIO_NAMES),
+                         sidecar_only) if cluster else []
     log("passed: " + "; ".join(
         [f"{n} in {o.result.seconds:.0f}s, latestCommittedStep {o.latest}"
          for n, o in outcomes.items()]
-        + [f"scenario {r.name} in {r.figures['scenario wall time']}" for r in runs])
+        + [f"scenario {r.name} in {r.figures['scenario wall time']}" for r in done])
         + f" (all in {time.monotonic() - started:.0f}s)")
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,15 +139,18 @@ class RunResult:
 
 
 def start(env: MaxTextEnv, process: MainProcess, pod_tmp: Path, log: Path,
-          binds: Mapping[str, Path] | None = None,
-          cwd: str = "/") -> subprocess.Popen[bytes]:
+          binds: Mapping[str, Path] | None = None, cwd: str = "/",
+          enter: Callable[[list[str]], list[str]] | None = None) -> subprocess.Popen[bytes]:
     """Start `process` in the MaxText root with `pod_tmp` as its /tmp, output appended to
     `log`, in a process group of its own (the command execs down to MaxText's python, so
-    the group is MaxText: a signal to it reaches every thread and child)."""
+    the group is MaxText: a signal to it reaches every thread and child); `enter`: into
+    the pod's process namespace (pod.PodProcesses.enter)."""
     pod_tmp.mkdir(parents=True, exist_ok=True)
     pod_tmp.chmod(0o1777)  # an emptyDir is world-writable, like /tmp
     command = env.command(process.argv, process.env, {POD_TMP: pod_tmp, **(binds or {})},
                           cwd=cwd)
+    if enter is not None:
+        command = enter(command)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         out.write(("# " + " ".join(_shown(process.argv)) + "\n").encode())

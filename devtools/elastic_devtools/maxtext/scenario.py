@@ -36,6 +36,7 @@ that directory is /tmp), as any operator shares a checkpoint directory it lists.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -43,7 +44,6 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,11 +62,11 @@ from elastic_api.names import (
     worker_pods_selector,
 )
 from elastic_devtools.maxtext.env import MaxTextEnv
+from elastic_devtools.maxtext.pod import PodProcesses
 from elastic_devtools.maxtext.runner import POD_TMP, cpu_process, main_process, start
 from elastic_devtools.maxtext.scenario_cluster import (
     NAMESPACE,
     Cluster,
-    control_plane,
     head_pod,
     step_column,
     token_kubeconfig,
@@ -108,10 +108,11 @@ def host_path(pod_tmp: Path, path_in_pod: str) -> Path:
 
 
 def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path,
-            gcs_env: dict[str, str]) -> subprocess.Popen[bytes]:
+            gcs_env: dict[str, str], processes: PodProcesses) -> subprocess.Popen[bytes]:
     """`etj progress` as the head pod's `progress` container runs it (its /tmp paths on
     `pod_tmp`), with the pod's identity (and `gcs_env`, fake-gcs-server's, where a pod
-    would have its Google credentials)."""
+    would have its Google credentials), in the pod's process namespace (it samples
+    MaxText there)."""
     (spec,) = [c for c in pod.spec.init_containers or [] if c.name == PROGRESS_CONTAINER]
     if spec.command[:2] != ["etj", "progress"]:
         raise ScenarioFailure(f"the progress container runs {spec.command}")
@@ -121,10 +122,12 @@ def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path,
     env = {"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "ETJ_JOB_NAME": pod.metadata.labels.get("elastic.pathways.dev/job-name", ""),
            "ETJ_JOB_NAMESPACE": pod.metadata.namespace, "ETJ_POD_NAME": pod.metadata.name,
-           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1", **gcs_env}
+           "ETJ_POD_UID": pod.metadata.uid, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **gcs_env}
     with log.open("ab") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(processes.enter(argv), env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
 
 
 def newest_metrics_step(path: Path) -> int | None:
@@ -171,7 +174,9 @@ class Run:
     timeline: Timeline | None = None
     maxtext_proc: subprocess.Popen[bytes] | None = None
     sidecar_proc: subprocess.Popen[bytes] | None = None
+    processes: PodProcesses | None = None  # the head pod's process namespace
     figures: dict[str, str] = field(default_factory=dict)
+    sidecar_only: bool = False  # the operator's stall rule does not read the phases yet
 
     @property
     def pod_tmp(self) -> Path:
@@ -197,6 +202,11 @@ class Run:
         assert self.timeline is not None
         return self.timeline
 
+    @property
+    def pod(self) -> PodProcesses:
+        assert self.processes is not None
+        return self.processes
+
 
 def submit(run: Run) -> Any:
     """Create the job and wait until it runs (every slice Ready); the head pod."""
@@ -221,7 +231,8 @@ def start_main(run: Run, pod: Any, log_name: str) -> None:
     process = cpu_process(main_process(run.job, NAMESPACE, pod.metadata.name, pod.metadata.uid),
                           extra_env=run.cluster.gcs_env if run.directory.startswith("gs://")
                           else None)
-    run.maxtext_proc = start(run.env, process, run.pod_tmp, run.work / log_name)
+    run.maxtext_proc = start(run.env, process, run.pod_tmp, run.work / log_name,
+                             enter=run.pod.enter)
     run.tl.note(f"MaxText started as `main` (pid {run.maxtext_proc.pid}): "
                 f"{' '.join(process.argv[:3])} ... {len(process.argv) - 3} flags "
                 f"(log {run.work / log_name})")
@@ -324,13 +335,17 @@ def check_stall(run: Run, frozen: float) -> Sample:
     from elastic_devtools.localcluster.faults import wait_for
 
     tl = run.tl
+    stopped = check_stopped(run, frozen)
     stalled = tl.wait(lambda s: s.condition(C.PROGRESSING)[:2] ==
                       ("False", Reason.PROGRESS_DEADLINE_EXCEEDED), STALL_TIMEOUT,
                       "Progressing False/ProgressDeadlineExceeded", since=frozen)
     message = stalled.condition(C.PROGRESSING)[2]
-    if "a hung MaxText: the metrics file the progress sidecar follows" not in message:
-        raise ScenarioFailure(f"{run.name}: Progressing says {message!r}, not a hung MaxText "
-                              "behind the progress sidecar")
+    if run.sidecar_only:  # the rule of issue 32: no new step
+        if "a hung MaxText: the metrics file the progress sidecar follows" not in message:
+            raise ScenarioFailure(f"{run.name}: Progressing says {message!r}, not a hung "
+                                  "MaxText behind the progress sidecar")
+    else:
+        names_stop(run, message, stopped)
     (event, *_) = wait_for(lambda: events(run, Reason.PROGRESS_DEADLINE_EXCEEDED),
                            SCAN_TIMEOUT, "the ProgressDeadlineExceeded Warning Event")
     restarting = wait_for(lambda: events(run, Reason.TRAINER_RESTARTING), SCAN_TIMEOUT,
@@ -342,6 +357,28 @@ def check_stall(run: Run, frozen: float) -> Sample:
         "Warning Events": f"{event.reason}; {restarting[0].reason}: {restarting[0].message}",
     })
     return stalled
+
+
+def check_stopped(run: Run, frozen: float) -> dict[str, Any]:
+    """status.training.activity: the sidecar saw MaxText stopped, and where."""
+    seen = run.tl.wait(lambda s: s.activity.get("phase") == "Stopped", STALL_TIMEOUT,
+                       "status.training.activity Stopped (the sidecar's sample)", since=frozen)
+    activity = seen.activity
+    if activity.get("processState") != "Stopped" or not activity.get("frame") or \
+            activity.get("source") != "Sampled":
+        raise ScenarioFailure(f"{run.name}: activity {activity}: not a sampled stop with "
+                              "its frame")
+    run.figures["activity Stopped after the SIGSTOP"] = (
+        f"{seen.at - frozen:.1f} s: {activity['frame']}")
+    return activity
+
+
+def names_stop(run: Run, message: str, activity: dict[str, Any]) -> None:
+    """Progressing=False names the stopped process and the frame it stopped in."""
+    function = str(activity["frame"]).split(",")[0].split(" at ")[0]
+    if "stopped" not in message.lower() or function not in message:
+        raise ScenarioFailure(f"{run.name}: Progressing says {message!r}: not the stopped "
+                              f"process and its frame ({activity['frame']})")
 
 
 def kubelet_kills(run: Run, old_pod: Any) -> float:
@@ -358,12 +395,12 @@ def kubelet_kills(run: Run, old_pod: Any) -> float:
     wait_for(going, SCAN_TIMEOUT, f"head pod {old_pod.metadata.name} deleted by the operator",
              interval=0.5)
     at = time.monotonic()
-    if run.maxtext_proc is not None and run.maxtext_proc.poll() is None:
-        os.killpg(run.maxtext_proc.pid, signal.SIGKILL)
-        run.maxtext_proc.wait(timeout=60)
-    if run.sidecar_proc is not None and run.sidecar_proc.poll() is None:
-        run.sidecar_proc.kill()
-        run.sidecar_proc.wait(timeout=60)
+    run.pod.kill()
+    for proc in (run.maxtext_proc, run.sidecar_proc):
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # its launcher, outside the pod
+        if proc is not None:
+            proc.wait(timeout=60)
     run.tl.note(f"head pod {old_pod.metadata.name} deleted: MaxText and its sidecar killed")
     return at
 
@@ -380,8 +417,9 @@ def new_pod(run: Run, old_pod: Any) -> Any:
     run.metrics.unlink(missing_ok=True)
     (run.pod_tmp / ".etj-progress.json").unlink(missing_ok=True)
     kubeconfig = token_kubeconfig(run.cluster, run.work / "trainer.kubeconfig")
+    run.processes = PodProcesses().start()
     run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress-2.log",
-                               run.cluster.gcs_env)
+                               run.cluster.gcs_env, run.pod)
     start_main(run, pod, "main-2.log")
     run.tl.note(f"new head pod {pod.metadata.name} (uid {pod.metadata.uid}): sidecar "
                 f"(pid {run.sidecar_proc.pid}) and MaxText started as its own")
@@ -515,20 +553,38 @@ def finish(run: Run, killed: int) -> None:
     })
 
 
-def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path) -> Run:
+def stop(run: Run) -> None:
+    """MaxText and the sidecar stopped: the sidecar first, with SIGTERM (it sends its
+    newest report), then the pod's every process."""
+    if run.sidecar_proc is not None and run.sidecar_proc.poll() is None:
+        run.sidecar_proc.terminate()  # passed on into the pod
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.sidecar_proc.wait(timeout=30)
+    if run.processes is not None:
+        run.processes.kill()
+    for proc in (run.maxtext_proc, run.sidecar_proc):
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc is not None:
+            proc.wait(timeout=30)
+
+
+def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path,
+            sidecar_only: bool = False) -> Run:
     """One scenario, from the job's creation to its deletion."""
     from elastic_devtools.localcluster.faults import wait_for
 
     obj, job = load(fixtures / SCENARIOS[name])
-    run = Run(name, cluster, env, obj, job, work / f"scenario-{name}")
+    run = Run(name, cluster, env, obj, job, work / f"scenario-{name}", sidecar_only=sidecar_only)
     run.pod_tmp.mkdir(parents=True, exist_ok=True)
     say(f"{name}: job {job.metadata.name}, {job.spec.tpu.num_slices} slices of "
         f"{job.spec.tpu.type} {job.spec.tpu.topology}, checkpoints in {run.directory}")
     try:
         pod = submit(run)
         kubeconfig = token_kubeconfig(cluster, run.work / "trainer.kubeconfig")
+        run.processes = PodProcesses().start()
         run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log",
-                                   cluster.gcs_env)
+                                   cluster.gcs_env, run.pod)
         run.tl.note(f"progress sidecar started (pid {run.sidecar_proc.pid}) for pod "
                     f"{pod.metadata.name}, as the job's ServiceAccount")
         start_main(run, pod, "main-1.log")
@@ -543,10 +599,7 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
         check_resumed(run, killed_at, newest, newest_bytes)
         finish(run, killed)
     finally:
-        for proc in (run.maxtext_proc, run.sidecar_proc):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=30)
+        stop(run)
         if run.timeline is not None:
             run.timeline.stop()
         cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
@@ -554,32 +607,3 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
         wait_for(lambda: not cluster.core.list_namespaced_pod(NAMESPACE).items, JOB_TIMEOUT,
                  f"the pods of {job.metadata.name} gone")
     return run
-
-
-def run_scenarios(env: MaxTextEnv, fixtures: Path, work: Path, gcs: bool) -> list[Run]:
-    """The scenario into the head's /tmp, then (gcs) into gs:// through fake-gcs-server."""
-    from elastic_devtools.localcluster.gcs import create_bucket, start_fake_gcs
-
-    runs: list[Run] = []
-    with ExitStack() as stack:
-        gcs_env: dict[str, str] = {}
-        if gcs:
-            server = stack.enter_context(start_fake_gcs(log_dir=work / "scenario-gcs-server"))
-            gcs_env = server.env
-            create_bucket(server.endpoint, "maxtext-e2e")
-        cluster = stack.enter_context(control_plane(work, work / "scenario-local" / "pod-tmp",
-                                                    gcs_env, say))
-        for name in ("local", "gcs") if gcs else ("local",):
-            started = time.monotonic()
-            run = run_one(name, cluster, env, fixtures, work)
-            run.figures["scenario wall time"] = f"{time.monotonic() - started:.0f} s"
-            runs.append(run)
-            report(run)
-    return runs
-
-
-def report(run: Run) -> None:
-    width = max(len(k) for k in run.figures)
-    say(f"{run.name}: the scenario passed")
-    for key, value in run.figures.items():
-        say(f"    {key:<{width}}  {value}")

@@ -39,6 +39,11 @@ class Sample:
     def checkpoint(self) -> Status:
         return self.status.get("checkpoint") or {}
 
+    @property
+    def activity(self) -> Status:
+        """status.training.activity: what the trainer is doing (its phase and frame)."""
+        return (self.status.get("training") or {}).get("activity") or {}
+
 
 def row(sample: Sample, num_slices: int, maxtext_step: int | None) -> str:
     """What the timeline prints for a version: the columns of `kubectl get etj`, and the
@@ -50,7 +55,7 @@ def row(sample: Sample, num_slices: int, maxtext_step: int | None) -> str:
                     if ckpt.get(k))
     return (f"SLICES {s.get('slicesReady', 0)}/{num_slices}  STEP {step:>4} (MaxText "
             f"{newest:>4})  CHECKPOINT {ckpt.get('latestCommittedStep', '-')}{extra}  "
-            f"{s.get('phase', '-')}")
+            f"{s.get('phase', '-')}  ACTIVITY {sample.activity.get('phase', '-')}")
 
 
 @dataclass
@@ -136,6 +141,11 @@ class Timeline(BackgroundLoop):
                 if not out or out[-1] != value:
                     out.append(value)
         return out
+
+    def between(self, start: float, end: float) -> list[Sample]:
+        """The versions read from `start` to `end` (monotonic)."""
+        with self._changed:
+            return [s for s in self.samples if start <= s.at <= end]
 
     def steps(self, since: float) -> list[int]:
         """The distinct values of status.training.step seen from `since` on, in order."""

@@ -21,9 +21,12 @@ from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.ownership import owned_by_another, spec_drift
 from elastic_operator.core.recovery import recovered_message
 from elastic_operator.core.setter import ConditionSetter
-from elastic_operator.core.text import fmt_slices, iso, plural
+from elastic_operator.core.text import first_of, fmt_slices, iso, plural
 from elastic_operator.core.unreported import confirmed_message, unconfirmed_message
 from elastic_operator.observed import ObservedJobSet
+
+# The SliceDown condition names at most this many slices and why, then counts the rest.
+MAX_SLICES_NAMED = 8
 
 
 def slice_down_condition(setter: ConditionSetter, slices: list[SliceStatus],
@@ -35,7 +38,8 @@ def slice_down_condition(setter: ConditionSetter, slices: list[SliceStatus],
     reasons = sorted({s.reason or Reason.SLICE_DOWN for s in down})
     return setter.true(ConditionType.SLICE_DOWN,
                        reasons[0] if len(reasons) == 1 else Reason.MULTIPLE_CAUSES,
-                       "; ".join(f"slice {s.index}: {s.message or s.reason}" for s in down))
+                       first_of([f"slice {s.index}: {s.message or s.reason}" for s in down],
+                                MAX_SLICES_NAMED, "slices down"))
 
 
 def recovering_condition(

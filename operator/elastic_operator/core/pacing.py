@@ -19,12 +19,11 @@ How often: the first progress write of a recovery may follow the last write afte
 interval, each next one after twice as long as the one before, up to `PROGRESS_CAP_S`
 (1, 2, 4, 8, 16, 30, 30 ... s with the default interval), until every slice is Ready
 again (`settled`), when it starts over. At a fixed one per second, the progress writes
-of a recovery grew with its length, not with what happened: at 64 slices x 64 hosts on a
-loaded machine, where the pods took 500 s to come back, they were 3.2 writes per slice
-event, more than the transitions themselves (docs/benchmarks.md). Backing off bounds them
-to about log2(cap) plus one per cap over a recovery of any length, while a short one
-(most of them) still shows its hosts coming back second by second. The transitions
-(below) are never held back, and each carries the latest counts.
+of a recovery grew with its length, not with what happened: on a large job whose pods
+came back slowly they outnumbered the transitions themselves (docs/benchmarks.md).
+Backing off bounds them to about log2(cap) plus one per cap over a recovery of any
+length, while a short one (most of them) still shows its hosts coming back second by
+second. The transitions (below) are never held back, and each carries the latest counts.
 
 Everything else matters at once, and is compared here: a slice's state, reason,
 restarts, moves, transition time, pool and records (replacement, lastReplacement,

@@ -9,8 +9,13 @@ Three parts, each its own function:
   ends; a hold (the job suspended, queued, finished, a slice not Ready or a recovery in
   progress, a pause for maintenance, the trainer recovering) stops it: none of those is a
   stall, and each is reported by its own condition. The gaps between step changes teach
-  the deadline (elastic_api.progress) unless the gap spans a hold, a process start or the
-  first step after a hold (a recompile).
+  the step time (elastic_api.progress.step_sample: over the steps each spans, never the
+  report cadence) unless the gap spans a hold, a process start, the first step after a
+  hold (a recompile) or a phase of its own (an evaluation, a save).
+- judge (core/stall_rule.py): by the trainer's phase where status.training.activity has
+  it (rule Phase: each phase held to its own deadline, so an evaluation or a first
+  compile that shows signs of life is no stall, and a thread blocked in one device call
+  or a stopped process is one sooner), else by its steps (rule Steps, today's rule).
 - blame (`diagnose`): what the stall looks like, in the message: the trainer's watchdog
   names suspect slices (a slow or hung slice: the trainer asks for their replacement,
   core/hung.py), or names none (a hung step); a trainer that reports nothing at all any
@@ -43,9 +48,11 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
+from elastic_operator.core import stall_text
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import RestartTrainer
 from elastic_operator.core.setter import ConditionSetter
+from elastic_operator.core.stall_rule import Verdict, deadline_of, due_in, judge, watched
 from elastic_operator.core.text import duration, fmt_slices, iso
 from elastic_operator.observed import ObservedPod
 
@@ -66,16 +73,15 @@ class Stall:
     """A stall (the deadline passed), and what it looks like."""
 
     step: int | None
-    seconds: float  # without a new step
-    deadline: float
+    verdict: Verdict  # the rule that found it: the phase, for how long, the deadline
     diagnosis: str  # in words
     blamed: tuple[int, ...] = ()  # slices the trainer's evidence blames
 
     @property
     def message(self) -> str:
         at = f"step {self.step}" if self.step is not None else "the last step"
-        return (f"no new step for {duration(self.seconds)} (progress deadline "
-                f"{duration(self.deadline)}): training stopped at {at}; {self.diagnosis}")
+        return (f"{stall_text.stalled(self.verdict)}: training stopped at {at}; "
+                f"{self.diagnosis}")
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def observe(previous: ProgressStatus | None, report: TrainingReport | None, now:
             return fresh
         return fresh.model_copy(update={  # what was learned is the job's, not the process's
             "gaps": previous.gaps, "step_gaps": previous.step_gaps,
-            "step_counts": previous.step_counts,
+            "step_counts": previous.step_counts, "step_seconds": previous.step_seconds,
             "longest_gap_seconds": previous.longest_gap_seconds,
             "baseline_step_seconds": previous.baseline_step_seconds,
             "restart": previous.restart})
@@ -130,22 +136,27 @@ def observe(previous: ProgressStatus | None, report: TrainingReport | None, now:
     if previous.held is not None:  # the hold ended: the clock starts now
         return previous.model_copy(update={"step": report.step, "since": now, "held": None,
                                            "first_step": previous.advanced})
-    if report.step == previous.step:
-        return previous
-    return _advanced(previous, report.step, now, learn_steps)
+    if report.step != previous.step:
+        previous = _advanced(previous, report, now, learn_steps)
+    return _seen_phase(previous, report)
 
 
-def _advanced(previous: ProgressStatus, step: int, now: datetime,
+def _advanced(previous: ProgressStatus, report: TrainingReport, now: datetime,
               learn_steps: bool) -> ProgressStatus:
-    """A new step: learned from, unless its gap spans a start or a recompile."""
+    """A new step: learned from, unless its gap spans a start, a recompile or a phase of
+    its own (an evaluation, a save: not a step's time)."""
+    step = report.step
     update: dict[str, object] = {"step": step, "since": now, "advanced": True,
-                                 "first_step": False, "stalled_at": None}
+                                 "first_step": False, "stalled_at": None, "off_step": False}
     old = previous.step
     if previous.advanced and not previous.first_step and old is not None and step > old:
         gap = max(0.0, (now - previous.since).total_seconds())
         update["gaps"] = [*previous.gaps, round(gap, 3)][-rule.SAMPLES:]
         update["longest_gap_seconds"] = round(max(gap, previous.longest_gap_seconds or 0.0), 3)
-        if learn_steps:
+        sample = rule.step_sample(gap, step - old, report.step_seconds)
+        if sample is not None and not previous.off_step:
+            update["step_seconds"] = [*previous.step_seconds, sample][-rule.SAMPLES:]
+        if learn_steps and not previous.off_step:
             gaps = [*previous.step_gaps, round(gap, 3)][-rule.SAMPLES:]
             counts = [*previous.step_counts, step - old][-rule.SAMPLES:]
             update.update(step_gaps=gaps, step_counts=counts,
@@ -154,20 +165,12 @@ def _advanced(previous: ProgressStatus, step: int, now: datetime,
     return previous.model_copy(update=update)
 
 
-def deadline_of(spec: ElasticTrainingJobSpec, state: ProgressStatus, saving: bool) -> float:
-    return rule.progress_deadline(spec.elastic.progress_deadline_seconds, state.gaps,
-                                  state.longest_gap_seconds,
-                                  extended=state.first_step or saving)
-
-
-def stalled_for(spec: ElasticTrainingJobSpec, state: ProgressStatus | None, saving: bool,
-                now: datetime) -> tuple[float, float] | None:
-    """(seconds without a new step, the deadline) once the deadline has passed."""
-    if state is None or not state.advanced or state.held is not None:
-        return None
-    seconds = (now - state.since).total_seconds()
-    deadline = deadline_of(spec, state, saving)
-    return (seconds, deadline) if seconds >= deadline else None
+def _seen_phase(state: ProgressStatus, report: TrainingReport) -> ProgressStatus:
+    """Marks a phase of its own seen since the newest step (its gap teaches nothing)."""
+    activity = report.activity
+    if state.off_step or activity is None or activity.phase in rule.STEP_TIME_PHASES:
+        return state
+    return state.model_copy(update={"off_step": True})
 
 
 # --- blame ------------------------------------------------------------------------------
@@ -211,7 +214,8 @@ def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stal
                 restarts: int = 0) -> TrainerRestart | None:
     """The trainer restart this stall calls for (None: none, one is recorded, or the
     `restarts` made so far spent spec.elastic.maxStallRestarts)."""
-    if spec.elastic.on_stall != "Recover" or stall.blamed or budget_spent(spec, restarts):
+    if spec.elastic.on_stall != "Recover" or stall.blamed or budget_spent(spec, restarts) \
+            or not stall.verdict.past:  # a phase within its deadline is never restarted
         return None
     done = state.restart
     if done is not None and state.stalled_at is not None \
@@ -256,8 +260,8 @@ def track_progress(setter: ConditionSetter, spec: ElasticTrainingJobSpec,
         return ProgressUpdate(state, setter.unknown(
             ConditionType.PROGRESSING, Reason.WAITING_FOR_FIRST_STEP,
             "the trainer has not reported a step yet"))
-    state = state.model_copy(update={"deadline_seconds": deadline_of(spec, state,
-                                                                     signals.saving)})
+    state = state.model_copy(update={  # no rule judges while held or starting
+        "deadline_seconds": deadline_of(spec, state, signals.saving), "rule": None})
     if state.held is not None:
         return ProgressUpdate(state, setter.unknown(
             ConditionType.PROGRESSING, Reason.PROGRESS_HELD, f"{state.held}: no step expected"))
@@ -266,23 +270,25 @@ def track_progress(setter: ConditionSetter, spec: ElasticTrainingJobSpec,
             ConditionType.PROGRESSING, Reason.WAITING_FOR_FIRST_STEP,
             f"the trainer process is starting (step {state.step} reported, no new one yet)"))
     slow = slow_steps(state, now)
-    state = state.model_copy(update={"slow_since": _slow_since(state, now)})
-    stalled = stalled_for(spec, state, signals.saving, now)
-    if stalled is None:
-        return _advancing(setter, state, slow)
+    verdict = judge(spec, report, state, signals.saving, now)
+    state = watched(state, verdict).model_copy(update={"slow_since": _slow_since(state, now)})
+    if not verdict.past:
+        return _advancing(setter, state, verdict, slow)
     diagnosis, blamed = diagnose(spec, report, state, signals.head)
-    stall = Stall(state.step, stalled[0], stalled[1], diagnosis, blamed)
+    stall = Stall(state.step, verdict, diagnosis, blamed)
     return _stalled(setter, spec, state, stall, signals, now)
 
 
-def _advancing(setter: ConditionSetter, state: ProgressStatus,
+def _advancing(setter: ConditionSetter, state: ProgressStatus, verdict: Verdict,
                slow: Slow | None) -> ProgressUpdate:
-    deadline = state.deadline_seconds or 0.0
-    message = (f"step {state.step} at {iso(state.since)}; progress deadline "
-               f"{duration(deadline)}")
+    """True: StepsAdvancing, or PhaseInProgress while a phase of training other than a
+    step (an evaluation, a save, a compile, ...) runs within its deadline."""
+    in_phase = verdict.phase is not None and verdict.phase.phase in rule.HEARTBEAT_PHASES
+    reason = Reason.PHASE_IN_PROGRESS if in_phase else Reason.STEPS_ADVANCING
+    message = stall_text.advancing(verdict, state.step, state.since)
     sustained = slow if slow is not None and slow.seconds >= rule.SLOW_SECONDS else None
-    return ProgressUpdate(state, setter.true(ConditionType.PROGRESSING,
-                                             Reason.STEPS_ADVANCING, message), slow=sustained)
+    return ProgressUpdate(state, setter.true(ConditionType.PROGRESSING, reason, message),
+                          slow=sustained)
 
 
 def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: ProgressStatus,
@@ -351,13 +357,14 @@ def _slow_since(state: ProgressStatus, now: datetime) -> datetime | None:
 
 def next_progress_look_in(spec: ElasticTrainingJobSpec, state: ProgressStatus | None,
                           now: datetime) -> float | None:
-    """Seconds until the progress deadline (or the slow-steps window) comes due, for the
+    """Seconds until the deadline in force (or the slow-steps window) comes due, for the
     reconcile's wake-up (None: nothing to wait for)."""
     if state is None or not state.advanced or state.held is not None \
             or state.stalled_at is not None:
         return None
-    deadline = state.deadline_seconds or deadline_of(spec, state, False)
-    waits = [(state.since + timedelta(seconds=deadline) - now).total_seconds()]
+    if state.deadline_seconds is None:
+        state = state.model_copy(update={"deadline_seconds": deadline_of(spec, state, False)})
+    waits = [due_in(state, now) or 0.0]
     if state.slow_since is not None:
         waits.append((state.slow_since + timedelta(seconds=rule.SLOW_SECONDS)
                       - now).total_seconds())

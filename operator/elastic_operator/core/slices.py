@@ -27,6 +27,7 @@ from elastic_api.models import SliceState, SliceStatus
 from elastic_operator.core.counting import JobCount, next_counted, unseen
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.sliceview import HostView, SliceView, SliceViews
+from elastic_operator.core.text import first_of
 from elastic_operator.observed import Observed, ObservedJob
 
 
@@ -52,6 +53,16 @@ class _Verdict:
     reason: str
     message: str
     failed_at: datetime | None = None  # Down: when its first host failed, if known
+
+
+# A slice's message names at most this many hosts, then counts the rest: a slice of
+# 1,536 hosts that all failed would otherwise write each into its status and Event.
+MAX_HOSTS_NAMED = 4
+
+
+def named(said: list[str], rest: str) -> str:
+    """What is said of a slice's hosts, the first MAX_HOSTS_NAMED of it."""
+    return first_of(said, MAX_HOSTS_NAMED, rest)
 
 
 @dataclass(frozen=True)
@@ -283,7 +294,7 @@ def _judge(hosts: Sequence[HostView], prev: SliceStatus | None, hosts_per_slice:
             reasons = [r for r in reasons if r != Reason.POD_DELETED]
         failed = [h.failed_at for h in down if h.failed_at is not None]
         return _Verdict("Down", reasons[0] if len(reasons) == 1 else Reason.MULTIPLE_CAUSES,
-                        "; ".join(h.down_message or "" for h in down),
+                        named([h.down_message or "" for h in down], "hosts down"),
                         min(failed) if failed else None)
     ready_hosts = sum(1 for h in hosts if h.ready)
     prev_state = prev.state if prev else None
@@ -291,8 +302,9 @@ def _judge(hosts: Sequence[HostView], prev: SliceStatus | None, hosts_per_slice:
         return _all_ready(hosts, prev)
     if prev_state == "Ready":
         return _lost_host(hosts, prev, hosts_per_slice)
+    notes = [h.note for h in hosts if h.note]
     message = "; ".join([f"{ready_hosts}/{hosts_per_slice} hosts ready",
-                         *(h.note for h in hosts if h.note)])
+                         *([named(notes, "hosts failed by Kueue")] if notes else [])])
     if prev_state in ("Down", "Restarting"):
         return _Verdict("Restarting", Reason.REPLACEMENT_PODS_NOT_READY, message)
     return _Verdict("Pending", Reason.WAITING_FOR_HOSTS, message)
@@ -308,7 +320,8 @@ def _all_ready(hosts: Sequence[HostView], prev: SliceStatus | None) -> _Verdict:
     if not unseen:
         return _Verdict("Ready", Reason.ALL_HOSTS_READY, "")
     return _Verdict("Down", Reason.HOST_LOST,
-                    "; ".join(f"host {h.host} (pod {h.pod.name}) was replaced" for h in unseen),
+                    named([f"host {h.host} (pod {h.pod.name}) was replaced" for h in unseen],
+                          "hosts replaced"),
                     min(h.pod.created_at for h in unseen if h.pod.created_at))
 
 
@@ -321,10 +334,10 @@ def _lost_host(hosts: Sequence[HostView], prev: SliceStatus | None,
     replaced = [h for h in not_ready if h.pod.created_at and since and h.pod.created_at > since]
     reason = Reason.HOST_LOST if replaced or len(hosts) < hosts_per_slice \
         else Reason.HOST_NOT_READY
-    message = "; ".join(
-        f"host {h.host} (pod {h.pod.name}) "
-        + ("is a replacement, not ready yet" if h in replaced else "is not ready")
-        for h in not_ready) or f"{len(hosts)}/{hosts_per_slice} hosts have pods"
+    message = named([f"host {h.host} (pod {h.pod.name}) "
+                     + ("is a replacement, not ready yet" if h in replaced else "is not ready")
+                     for h in not_ready], "hosts not ready") \
+        or f"{len(hosts)}/{hosts_per_slice} hosts have pods"
     lost_at = [h.pod.created_at if h in replaced else h.pod.ready_transition_time
                for h in not_ready]
     known = [t for t in lost_at if t is not None]

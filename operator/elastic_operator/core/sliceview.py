@@ -52,8 +52,8 @@ def newest_per_host(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
 
 class HostView(NamedTuple):
     """One host of a slice, represented by its newest pod. A tuple, not a dataclass: one
-    is made per host per reconcile (4,096 for the largest job), and a frozen dataclass's
-    __init__ was the biggest cost of computing a status there."""
+    is made per host per reconcile, and a frozen dataclass's __init__ was the biggest
+    cost of computing a large job's status."""
 
     host: int | None
     pod: ObservedPod

@@ -2,9 +2,9 @@
 
 A reconcile reads the job, its pods and the rest, then computes and writes the status. A
 change that wakes the job at once while a reconcile of it runs (a pod failing, above all)
-waits for that reconcile to end, then runs its own: at 64 slices x 64 hosts on a loaded
-node that wait reached 1.6-2.3 s at p99 (docs/benchmarks.md), and a recovery keeps the
-job reconciled for its hosts' progress for minutes. So the reconcile in progress asks the
+waits for that reconcile to end, then runs its own: on a large job on a loaded node that
+wait was most of the detection's tail (docs/benchmarks.md), and a recovery keeps the job
+reconciled for its hosts' progress for minutes. So the reconcile in progress asks the
 work queue at each phase (scheduler.py: `running`) whether the job was named at once
 since it started (`news`), and starts over from its reads, which then see the change,
 when finishing would only delay that change:

@@ -6,10 +6,27 @@ from datetime import UTC, datetime
 
 
 def fmt_slices(indices: Iterable[int]) -> str:
-    """`slice 2` or `slices 0, 2`."""
+    """`slice 2`, `slices 0, 2` or `slices 0-195, 197` (a run of three or more by its
+    ends: a job of 199 slices down is `slices 0-198`)."""
     items = sorted(indices)
     noun = "slice" if len(items) == 1 else "slices"
-    return f"{noun} {', '.join(str(i) for i in items)}"
+    parts: list[str] = []
+    start = 0
+    for i in range(1, len(items) + 1):
+        if i < len(items) and items[i] == items[i - 1] + 1:
+            continue
+        run = items[start:i]
+        parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(v) for v in run]
+        start = i
+    return f"{noun} {', '.join(parts)}"
+
+
+def first_of(said: list[str], most: int, rest: str) -> str:
+    """`a; b; and 3 more <rest>`: the first `most` things said, then how many more (a
+    message of a job of many slices, or of a slice of many hosts, stays short)."""
+    if len(said) <= most:
+        return "; ".join(said)
+    return "; ".join(said[:most]) + f"; and {len(said) - most} more {rest}"
 
 
 def iso(t: datetime) -> str:

@@ -4,8 +4,8 @@ interval (the one core/pacing.py paces status writes by). Pure.
 A worker pod coming nearer to serving (created, scheduled, started, turned Ready) moves
 what pacing calls progress: its slice's readyHosts and message. At 64 slices x 64 hosts
 a recovery is thousands of such changes, and each one woke the job at once: the job was
-reconciled back to back (97 % of the failure phase at load 11, docs/benchmarks.md), and
-a failure waited for the reconcile in progress. Waking for these at most once per
+reconciled back to back (docs/benchmarks.md), and a failure waited for the reconcile in
+progress. Waking for these at most once per
 interval leaves the queue free for the changes that matter. The cost: a slice whose
 last host turns Ready is written Ready up to one interval later.
 
@@ -65,7 +65,7 @@ def _healthy(pod: ObservedPod) -> bool:
 #
 # Waking for paced changes once per progress interval (1 s) still cost a reconcile of
 # the whole job each second of a recovery, and most of them computed progress only and
-# wrote nothing (147 of 237 at 64 x 64 hosts, docs/benchmarks.md): the writes of
+# wrote nothing (docs/benchmarks.md): the writes of
 # progress back off (core/pacing.py), the wakes did not. A paced change that cannot move
 # any slice's state may wait for the job's next progress write instead; one that may
 # still wakes at the interval, as before. Which is which is read from the slice's hosts
