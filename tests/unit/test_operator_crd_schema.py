@@ -93,6 +93,20 @@ def test_an_older_crd_that_stores_every_status_field_is_served() -> None:
     assert not verdict.refuses and "helm upgrade" in verdict.message
 
 
+def test_an_older_crd_lacking_only_the_trainers_fields_is_served_and_says_so() -> None:
+    """The operator never writes status.training (the trainer's): a CRD that lacks only
+    fields under it costs the operator nothing, so refusing would keep nothing and leave a
+    failed slice down; the job is served, told what the trainer's reports lose."""
+    crd = revised(None)
+    training = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "status"]["properties"]["training"]
+    training["properties"].pop("activity")
+    verdict = judge(crd)
+    assert (verdict.state, verdict.missing) == (OLDER, ("status.training.activity",))
+    assert not verdict.refuses
+    assert "status.training.activity" in verdict.message and "helm upgrade" in verdict.message
+
+
 def test_a_later_revision_is_a_downgrade_served_with_what_the_operator_knows() -> None:
     verdict = judge(revised(OWN + 1, extra_status_field="shinyNewThing"))
     assert (verdict.state, verdict.served_revision) == (NEWER, OWN + 1)

@@ -8,7 +8,8 @@ each schema has:
 - current: the operator's own revision;
 - newer: a later revision (the operator was downgraded): it writes what it knows;
 - older: an earlier one that still stores every status field the operator writes:
-  served, and said;
+  served, and said (naming what of the trainer's part, status.training, it would drop:
+  refusing would not keep that, and would leave failed slices down);
 - outdated: an earlier one that lacks some (`missing`, e.g. status.slices[].counted): the
   API server would drop them from every status write, silently losing what they record
   (the evidence that counts a failure exactly once across an operator restart). The
@@ -32,6 +33,7 @@ from elastic_api.crd import build_crd
 from elastic_api.models import Condition, ConditionStatus
 from elastic_api.names import SCHEMA_HASH_ANNOTATION, SCHEMA_REVISION_ANNOTATION, VERSION
 from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.patch import TRAINERS
 from elastic_operator.core.setter import set_condition
 
 CURRENT: Final = "current"
@@ -108,7 +110,10 @@ class SchemaVerdict:
                        if self.unknown_to_us else ""))
         if self.state == OLDER:
             return (f"the served CRD is schema {served}, older than {own}; it stores every "
-                    f"status field the operator writes, so jobs are served. Upgrade it: {FIX}")
+                    "status field the operator writes, so jobs are served"
+                    + (f", but it lacks {_named(self.missing)} of the trainer's reports, "
+                       "which the API server drops" if self.missing else "")
+                    + f". Upgrade it: {FIX}")
         return (f"the served CRD is schema {served}, older than {own}: it lacks "
                 f"{_named(self.missing)}, which the API server would drop from every status "
                 "write. Until the CRD is upgraded the operator creates, deletes and replaces "
@@ -128,8 +133,8 @@ def judge(served: dict[str, Any] | None, own: Schema | None = None) -> SchemaVer
         state = NEWER
     elif theirs.revision == own.revision and theirs.hash == own.hash:
         state = CURRENT
-    else:  # older, or hand-edited under our revision: the fields decide
-        state = OUTDATED if missing else OLDER
+    else:  # older, or hand-edited under our revision: the fields the operator writes decide
+        state = OUTDATED if any(not _trainers(f) for f in missing) else OLDER
     return SchemaVerdict(state, own.revision, theirs.revision, missing, unknown_to_us)
 
 
@@ -182,6 +187,11 @@ def _fields(node: dict[str, Any], path: str) -> list[str]:
         if isinstance(sub, dict):
             out += [f"{path}.{name}", *_fields(sub, f"{path}.{name}")]
     return out
+
+
+def _trainers(path: str) -> bool:
+    """A field of the trainer's part of the status, which the operator never writes."""
+    return path == f"status.{TRAINERS}" or path.startswith(f"status.{TRAINERS}.")
 
 
 def _topmost(paths: frozenset[str]) -> tuple[str, ...]:
