@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-multicluster test-compat test-upgrade demo crd golden manifests bench soak chaos-repeat e2e-kind e2e-maxtext clean
+.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-multicluster test-compat test-upgrade demo crd golden manifests bench soak soak-churn chaos-repeat e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -104,6 +104,16 @@ soak: venv cluster-binaries
 	ETJ_SOAK_SECONDS=$(SOAK_SECONDS) ETJ_SOAK_JOBS=$(SOAK_JOBS) ETJ_TEST_TPU_POOLS=$(SOAK_POOLS) \
 		ETJ_SOAK_SUMMARY=$(CURDIR)/soak-summary.json \
 		$(PY) -m pytest -ra -s tests/integration/$(SOAK_MODULE)
+
+# The job-churn soak (issue 61): short jobs created and deleted for SOAK_SECONDS (here an
+# hour unless given) on the local control plane, the operator's RSS and the entries of
+# each of its per-job stores sampled; fails if a store grows with the jobs ever created
+# rather than alive. Its summary (the slopes after warm-up) goes to soak-churn.json
+# (docs/benchmarks.md, "Job churn"). Its cheap guard (24 jobs) runs in `make test`.
+CHURN_SECONDS = $(if $(filter command line environment,$(origin SOAK_SECONDS)),$(SOAK_SECONDS),3600)
+soak-churn: venv cluster-binaries
+	ETJ_CHURN_SECONDS=$(CHURN_SECONDS) ETJ_CHURN_SUMMARY=$(CURDIR)/soak-churn.json \
+		$(PY) -m pytest -ra -s tests/integration/test_soak_churn.py
 
 # The short chaos run of `make test` CHAOS_RUNS times in a row, each a fresh pytest session
 # (its own control plane) and a fresh random seed; stops at the first failure, whose output

@@ -37,6 +37,11 @@ class ConditionType:
     # Whether the operator may list spec.checkpoint.directory (its --checkpoint-roots for
     # the job's namespace): False, the job's status shows no checkpoint of it.
     CHECKPOINT_ROOT_ALLOWED: Final = "CheckpointRootAllowed"
+    # Whether the CRD the API server serves stores every status field this operator
+    # writes (elastic_api/schema_revisions.py): False with CRDOutdated, the operator
+    # writes nothing else of the job until the CRD is upgraded. Only on a job that was
+    # served by a CRD other than the operator's own.
+    SCHEMA_CURRENT: Final = "SchemaCurrent"
 
 
 class Reason:
@@ -114,6 +119,13 @@ class Reason:
     ROOT_ALLOWED: Final = "RootAllowed"
     CHECKPOINT_ROOT_NOT_ALLOWED: Final = "CheckpointRootNotAllowed"
     NOT_LISTED_YET: Final = "NotListedYet"
+    # SchemaCurrent: the served CRD is the operator's own revision, a later one (a
+    # downgraded operator writes what it knows), an older one that stores every status
+    # field (served), or an older one that lacks some (refused; its Warning Event too).
+    CRD_CURRENT: Final = "CRDCurrent"
+    CRD_NEWER: Final = "CRDNewer"
+    CRD_OLDER: Final = "CRDOlder"
+    CRD_OUTDATED: Final = "CRDOutdated"
 
     # The slice states the operator's replacement adds (status.slices[].reason).
     NO_HEALTHY_POOL: Final = "NoHealthyPool"  # replacement pods Pending, no pool to go to

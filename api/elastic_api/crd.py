@@ -16,8 +16,14 @@ import yaml
 
 from elastic_api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus
-from elastic_api.names import DISPATCHED_TO_ANNOTATION
+from elastic_api.names import (
+    CRD_NAME,
+    DISPATCHED_TO_ANNOTATION,
+    SCHEMA_HASH_ANNOTATION,
+    SCHEMA_REVISION_ANNOTATION,
+)
 from elastic_api.queueing import ADMITTED
+from elastic_api.schema_revisions import revision_of, schema_hash
 from elastic_api.validation import Rule, cel_rules
 
 CRD_PATH = "crds/elastictrainingjobs.yaml"
@@ -167,13 +173,32 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
+def crd_versions() -> list[dict[str, Any]]:
+    """The CRD's spec.versions: what its schema revision is the hash of."""
+    return [
+        {
+            "name": VERSION,
+            "served": True,
+            "storage": True,
+            "schema": {"openAPIV3Schema": openapi_schema()},
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+        }
+    ]
+
+
 def build_crd() -> dict[str, Any]:
-    """The CRD (apiextensions.k8s.io/v1) as a plain dict."""
+    """The CRD (apiextensions.k8s.io/v1) as a plain dict, carrying its schema's revision
+    and hash (elastic_api/schema_revisions.py)."""
+    versions = crd_versions()
+    digest = schema_hash(versions)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
+            "name": CRD_NAME,
+            "annotations": {SCHEMA_REVISION_ANNOTATION: str(revision_of(digest)),
+                            SCHEMA_HASH_ANNOTATION: digest},
             "labels": {"app.kubernetes.io/name": "elastic-training-operator",
                        "app.kubernetes.io/part-of": "elastic-training-operator"},
         },
@@ -187,16 +212,7 @@ def build_crd() -> dict[str, Any]:
                 "singular": SINGULAR,
                 "shortNames": list(SHORT_NAMES),
             },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
-                }
-            ],
+            "versions": versions,
         },
     }
 

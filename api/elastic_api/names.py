@@ -15,6 +15,11 @@ PLURAL = "elastictrainingjobs"
 SINGULAR = "elastictrainingjob"
 SHORT_NAMES = ["etj"]
 API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+# On the CRD (`etj crd`): the revision of its schema (elastic_api/schema_revisions.py) and
+# the hash it was recorded under; a CRD without them is revision 0.
+SCHEMA_REVISION_ANNOTATION = f"{GROUP}/schema-revision"
+SCHEMA_HASH_ANNOTATION = f"{GROUP}/schema-hash"
 
 # --- what the operator puts on its objects ----------------------------------------------------
 

@@ -2,6 +2,7 @@
 
     Caches (one Informer each, elastic_api.kube):             Observations (what a
       jobs, pods, JobSets, nodes, Workloads ──▶ NodeIndex ──▶  reconcile reads)
+      and SchemaWatch: our CRD (its verdict read by each pass; a change: resync)
         │ a change names a job (Wakes: not our own status write     ▲
         │ coming back, OwnWrites.wrote; a deleted job: forget)       │
         ▼                                                            │
@@ -15,29 +16,33 @@
     kopf (handlers.py): the process, login, /healthz probes, start and step_down
 
 Everything the operator reacts to goes through the one work queue, as a job's name:
-nothing else starts a reconcile. Every replica keeps its caches warm; only the one
-holding the Lease (and whose caches are synced) gets past the gate, and every write to
-the cluster goes through it: the reconciles (status, Events, JobSet, Workload, worker
-Job recreation, stuck-pod force-deletes, pool quarantine labels) and the PoolWarden's
-sweep. Becoming leader, or the caches syncing, asks for a resync of every job at once.
+nothing else starts a reconcile. What it keeps per job (JobStores) goes with the job's
+deletion, and the resync thread sweeps what a late write left of a deleted job. Every
+replica keeps its caches warm; only the one holding the Lease (and whose caches are
+synced) gets past the gate, and every write to the cluster goes through it: the
+reconciles (status, Events, JobSet, Workload, worker Job recreation, stuck-pod
+force-deletes, pool quarantine labels) and the PoolWarden's sweep. Becoming leader, or
+the caches syncing, asks for a resync of every job at once.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
-from elastic_api.kube import Backoff, Key
+from elastic_api.kube import Backoff, Informer, Key
 from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Caches, WatchScope
 from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.core.eviction import PodsReadyTimeouts
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.followups import FollowUps
 from elastic_operator.job_memory import JobMemories
+from elastic_operator.job_stores import JobStores
 from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
@@ -49,6 +54,7 @@ from elastic_operator.pool_warden import PoolWarden
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.scanner import CheckpointScanner
 from elastic_operator.scheduler import DEFAULT_WORKERS, RECONCILE_BACKOFF, Scheduler
+from elastic_operator.schema_watch import SchemaWatch
 from elastic_operator.slice_index import SliceIndex
 
 logger = logging.getLogger("elastic_operator")
@@ -115,6 +121,8 @@ class Operator:
     nodes: NodeIndex
     scanner: CheckpointScanner
     caches: Caches
+    schema: SchemaWatch
+    stores: JobStores
     reconciler: Reconciler
     scheduler: Scheduler
     gate: ReconcileGate
@@ -135,8 +143,18 @@ class Operator:
         """From any thread: reconcile every job now."""
         self.resync_wanted.set()
 
+    @property
+    def informers(self) -> list[Informer[Any]]:
+        """Every watch-fed cache (the probes' and the metrics')."""
+        return [*self.caches.informers, self.schema.informer]
+
+    @property
+    def synced(self) -> bool:
+        return self.caches.synced and self.schema.settled
+
     def start(self) -> None:
         self.caches.start()
+        self.schema.start()
         if self.follow_ups is not None:
             self.follow_ups.start()
         self.scheduler.start(self.gate.wrap(self.reconciler.reconcile))
@@ -171,6 +189,7 @@ class Operator:
         if self.elector is not None:
             self.elector.stop()
         self.caches.stop()
+        self.schema.stop()
 
     def close(self) -> None:
         self.scanner.shutdown()
@@ -194,12 +213,21 @@ class Operator:
             self.resync_wanted.clear()
             if self._stopping.is_set():
                 return
+            if self.caches.synced:  # a standby's caches remember per job too
+                self._sweep()
             if not self.gate.open:
                 continue  # a standby, or caches not synced yet
             try:
                 self.resync(urgent)
             except Exception:
                 logger.exception("resync failed; retrying in %.0f s", self.resync_interval_s)
+
+    def _sweep(self) -> None:
+        """Drop from every per-job store the jobs the job cache no longer holds."""
+        try:
+            self.stores.sweep(self.caches.job_keys)
+        except Exception:  # the next round sweeps again
+            logger.exception("sweeping the per-job stores failed")
 
     def _sweep_loop(self) -> None:
         """Release healthy quarantined node pools (the PoolWarden), only while leading,
@@ -252,18 +280,12 @@ def build_operator(
     memory, slice_index = JobMemories(), SliceIndex(nodes)
     own_writes = OwnWrites(memory, scheduler.add_after)
     pacer = ProgressPacer(memory, metrics, clock)
-    # Open once the caches (made below) have synced, and while this replica leads.
-    gate = ReconcileGate(lambda: caches.synced and (elector is None or elector.is_leader()))
-
-    def forget(namespace: str, name: str) -> None:
-        scheduler.forget(namespace, name)
-        memory.forget((namespace, name))
-        scanner.forget((namespace, name))
-        nodes.forget_job((namespace, name))
-        slice_index.forget_job((namespace, name))
-        metrics.forget(namespace, name)
-
-    wakes = Wakes(scheduler, gate, pacer, own_writes, metrics, forget)
+    # Open once the caches and the CRD (made below) have synced, and while this leads.
+    gate = ReconcileGate(lambda: caches.synced and schema.settled
+                         and (elector is None or elector.is_leader()))
+    stores, follow_ups = JobStores(), FollowUps()
+    wakes = Wakes(scheduler, gate, pacer, own_writes, metrics,
+                  lambda namespace, name: stores.forget((namespace, name)))
 
     def relisted(resource: str, reason: str, objects: int) -> None:
         metrics.record_relist(resource, reason, objects)
@@ -278,27 +300,57 @@ def build_operator(
                     slice_index=slice_index, count=metrics.count_wake,
                     watch_workloads=watch_workloads, watch_timeout_s=watch_timeout_s,
                     on_relist=relisted)
-    for informer in caches.informers:
+    # A new verdict on the CRD names every job again (level-based: each pass reads it).
+    schema = SchemaWatch(watch_kube or kube, metrics, watch_timeout_s=watch_timeout_s,
+                         on_change=resync.set, on_relist=relisted)
+    for informer in [*caches.informers, schema.informer]:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
     metrics.observe_quarantines(nodes.all_nodes)
     observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
                                    jobsets=caches.jobset, jobs=caches.job,
                                    worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
-    follow_ups = FollowUps()
     reconciler = Reconciler(kube, observations, metrics, clock, memory=memory,
                             own_writes=own_writes, pacer=pacer, wake=scheduler.add_after,
                             news=scheduler, marked=slice_index.mark,
                             limiter=NodeActionLimiter(settings.limits, clock),
                             quarantine_pools=settings.quarantine_pools,
-                            pods_ready=settings.pods_ready, follow_ups=follow_ups)
+                            pods_ready=settings.pods_ready, follow_ups=follow_ups,
+                            schema=lambda: schema.verdict)
     scanner.on_result(wakes.wake)  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
                         clock=clock) if settings.quarantine_pools else None
+    _add_stores(stores, metrics, memory=memory, scheduler=scheduler, scanner=scanner,
+                nodes=nodes, slice_index=slice_index, caches=caches, follow_ups=follow_ups,
+                warden=warden)
     return Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
-                    reconciler=reconciler, scheduler=scheduler, gate=gate, elector=elector,
-                    warden=warden, resync_interval_s=resync_interval_s, follow_ups=follow_ups,
+                    schema=schema, stores=stores, reconciler=reconciler, scheduler=scheduler,
+                    gate=gate, elector=elector, warden=warden,
+                    resync_interval_s=resync_interval_s, follow_ups=follow_ups,
                     resync_wanted=resync)
+
+
+def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemories,
+                scheduler: Scheduler, scanner: CheckpointScanner, nodes: NodeIndex,
+                slice_index: SliceIndex, caches: Caches, follow_ups: FollowUps,
+                warden: PoolWarden | None) -> None:
+    """Every per-job store, forgotten with its job and counted in the metrics."""
+    stores.add("job-memory", memory.job_keys, memory.forget)
+    stores.add("work-queue", scheduler.job_keys, lambda key: scheduler.forget(*key))
+    stores.add("checkpoint-scans", scanner.job_keys, scanner.forget)
+    stores.add("node-index", nodes.job_keys, nodes.forget_job)
+    stores.add("slice-index", slice_index.job_keys, slice_index.forget_job)
+    stores.add("torn-down-jobs", caches.torn_down_jobs, caches.forget_job)
+    stores.add("metrics", metrics.job_keys, lambda key: metrics.forget(*key))
+    stores.add("follow-ups", follow_ups.job_keys, lambda _key: None)  # drains by itself
+    if warden is not None:
+        stores.add("pool-warden", warden.job_keys, warden.forget)
+    for store in stores.stores:
+        metrics.job_memory.observe(store.name, partial(_count, store.jobs))
+
+
+def _count(jobs: Callable[[], Iterable[tuple[str, str]]]) -> int:
+    return len(set(jobs()))
 
 
 def _elector(kube: Kube, metrics: OperatorMetrics, election: ElectionConfig,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -199,10 +200,12 @@ class Caches:
         self._wake = wake
         self._wake_paced = wake_paced or (lambda job, _soon: wake(job))
         self._count = count or (lambda _cause: None)
-        # The uids of worker Jobs seen being deleted (in order, the newest kept): a pod of
-        # one going is the teardown of a failure already known (core/wakes.py). Written
-        # by the worker-Job informer's thread only; the pod informer's only asks `in`.
-        self._torn_down: dict[str, None] = {}
+        # The uids of worker Jobs seen being deleted (in order, the newest kept), with
+        # their job: a pod of one going is the teardown of a failure already known
+        # (core/wakes.py). Forgotten with the job (`forget_job`); the pod informer's
+        # thread only asks `in`.
+        self._torn_down: dict[str, JobKey] = {}
+        self._torn_down_lock = threading.Lock()
         self._on_job = on_job or (lambda key, _old, new: wake(key) if new else None)
         self._jobs: dict[str | None, Informer[dict[str, Any]]] = {}
         self._pods: dict[str | None, Informer[CachedPod]] = {}
@@ -312,6 +315,18 @@ class Caches:
         cached = informer.get((namespace, name)) if informer is not None else None
         return cached.seen_at if cached is not None else None
 
+    def torn_down_jobs(self) -> set[JobKey]:
+        """The jobs it remembers torn-down worker Jobs of (job_stores.py)."""
+        with self._torn_down_lock:
+            return set(self._torn_down.values())
+
+    def forget_job(self, job: JobKey) -> None:
+        """The job was deleted: its torn-down worker Jobs go (a late pod event of one
+        wakes nothing but a reconcile that finds no job)."""
+        with self._torn_down_lock:
+            self._torn_down = {uid: owner for uid, owner in self._torn_down.items()
+                               if owner != job}
+
     def _job_changed(self, key: Key, old: dict[str, Any] | None,
                      new: dict[str, Any] | None) -> None:
         self._on_job(key, old, new)
@@ -337,9 +352,10 @@ class Caches:
         # A Job's status moves with each of its pods (their own events woke the job
         # already): only what replacement reads of a Job is news (ObservedJob).
         if new is not None and new.job.deleting:
-            self._torn_down[new.job.uid] = None  # its pods' going is teardown from now on
-            while len(self._torn_down) > TORN_DOWN_KEPT:
-                del self._torn_down[next(iter(self._torn_down))]
+            with self._torn_down_lock:  # its pods' going is teardown from now on
+                self._torn_down[new.job.uid] = new.owner
+                while len(self._torn_down) > TORN_DOWN_KEPT:
+                    del self._torn_down[next(iter(self._torn_down))]
         if _as_read(old) == _as_read(new):
             return
         last = new or old

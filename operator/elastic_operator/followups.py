@@ -75,6 +75,11 @@ class FollowUps:
         with self._lock:
             return sum(len(q) for q in self._pending.values())
 
+    def job_keys(self) -> list[JobKey]:
+        """The jobs with work waiting or running (job_stores.py)."""
+        with self._lock:
+            return list(self._pending)
+
     def drain(self, timeout: float) -> bool:
         """Wait until no work waits or runs; False if some still does."""
         with self._lock:

@@ -61,15 +61,16 @@ def _register_probes(registry: kopf.OperatorRegistry, op: Operator) -> None:
 
     @kopf.on.probe(id="caches", registry=registry)
     def caches(**kw: Any) -> dict[str, Any]:
-        stopped = [i.resource for i in op.caches.informers if not i.alive]
+        stopped = [i.resource for i in op.informers if not i.alive]
         if stopped:
             raise kopf.PermanentError(f"watch-fed caches stopped: {', '.join(stopped)}")
         now = time.monotonic()
-        return {"synced": op.caches.synced,
-                "objects": {i.resource: len(i) for i in op.caches.informers},
+        return {"synced": op.synced,
+                "objects": {i.resource: len(i) for i in op.informers},
                 # Seconds since each cache last heard anything (event, bookmark, list).
                 "idle_seconds": {i.resource: round(now - i.last_event_at, 1)
-                                 for i in op.caches.informers if i.last_event_at is not None}}
+                                 for i in op.informers if i.last_event_at is not None},
+                "crd_schema": op.schema.verdict.state}
 
     @kopf.on.probe(id="queue", registry=registry)
     def queue(**kw: Any) -> dict[str, Any]:

@@ -70,6 +70,8 @@ class JobMemory:
     sent_deletes: set[str] = field(default_factory=set)
     # Head pods handed to the follow-ups for a trainer restart (core/progress.py).
     restarted_pods: set[str] = field(default_factory=set)
+    # The name of the Warning Event of a refusal (schema_guard.py) posted: once a job.
+    schema_warned: str | None = None
     # What the job's reconciles derived from its slices' pods, for the next one
     # (slice_memo.py: a failure costs a reconcile one slice, not the whole job).
     memo: SliceMemo = field(default_factory=SliceMemo)
@@ -95,6 +97,10 @@ class JobMemories:
         """The job's memory if it has one (asking makes none)."""
         with self.lock:
             return self._jobs.get(key)
+
+    def job_keys(self) -> list[JobKey]:
+        with self.lock:
+            return list(self._jobs)
 
     def all(self) -> list[JobMemory]:
         with self.lock:

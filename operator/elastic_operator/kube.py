@@ -20,6 +20,7 @@ from elastic_api.kube import (
 )
 from elastic_api.kube.client import REQUEST_TIMEOUT_S
 from elastic_api.names import (
+    CRD_NAME,
     GROUP,
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -40,6 +41,7 @@ KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 MULTIKUEUE_CLUSTER_PLURAL = "multikueueclusters"
 JOB_API = f"{GROUP}/{VERSION}"
 LEASE_API = "coordination.k8s.io/v1"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 # kind -> plural for the objects the renderer emits (anything else: lowercase + "s").
 _PLURALS = {"JobSet": "jobsets", "ServiceAccount": "serviceaccounts", "Role": "roles",
@@ -127,6 +129,16 @@ class Kube:
         return self.client.watch(resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace),
                                  resource_version, timeout_s)
 
+    # Our own CRD, by name: RBAC's resourceNames match the field selector.
+
+    def list_crd(self, *, limit: int, continue_token: str | None = None) -> dict[str, Any]:
+        return self.client.list_page(CRD_PATH, limit=limit, continue_token=continue_token,
+                                     field_selector=bodies.by_name(CRD_NAME))
+
+    def watch_crd(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        return self.client.watch(CRD_PATH, resource_version, timeout_s,
+                                 field_selector=bodies.by_name(CRD_NAME))
+
     # Lease requests take a short timeout: a renewal must fail in time to be retried
     # before the renew deadline, not hang past it. They are tried at the election's own
     # period (back_off=False): a Retry-After longer than the renew deadline, waited out,
@@ -197,16 +209,10 @@ class Kube:
     def list_workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """The Kueue Workloads of the JobSet with this uid; none where Kueue's API is not
         served."""
-        try:
-            result = self.client.get(
-                resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace),
-                query={"labelSelector": bodies.workloads_of(jobset_uid)})
-        except ApiError as e:
-            if e.status == 404:
-                return []
-            raise
-        items: list[dict[str, Any]] = result.get("items", [])
-        return items
+        found = self.client.get_or_none(
+            resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace),
+            query={"labelSelector": bodies.workloads_of(jobset_uid)})
+        return list((found or {}).get("items", []))
 
     def api_groups(self) -> dict[str, Any]:
         """Discovery: the APIGroupList of every group the server serves and its versions
@@ -290,12 +296,17 @@ class Kube:
     def lower_job_backoff_limit(self, namespace: str, name: str, uid: str) -> bool:
         """Set the Job's spec.backoffLimit to 0 if it still has this uid (a JSON patch
         whose `test` is the precondition); False if it is gone or replaced."""
+        return self._patch_job_if(resource_path("batch/v1", "jobs", namespace, name),
+                                  bodies.backoff_limit_zero(uid))
+
+    def _patch_job_if(self, path: str, ops: list[dict[str, Any]]) -> bool:
+        """A JSON patch whose `test`s are its preconditions; False if the Job is gone,
+        replaced or changed (422: a test op failed)."""
         try:
-            self.client.patch(resource_path("batch/v1", "jobs", namespace, name),
-                              bodies.backoff_limit_zero(uid), patch_type="json")
+            self.client.patch(path, ops, patch_type="json")
             return True
         except ApiError as e:
-            if e.status in (404, 409, 422):  # 422: the test op failed (another Job)
+            if e.status in (404, 409, 422):
                 return False
             raise
 
@@ -320,14 +331,8 @@ class Kube:
         """Raise the Job's spec.backoffLimit from `limit` to `failed` + 1 (JSON patch whose
         `test`s are the preconditions: the same Job, the same limit); False if it is gone,
         replaced or changed meanwhile."""
-        try:
-            self.client.patch(resource_path("batch/v1", "jobs", namespace, name),
-                              bodies.backoff_limit_raised(uid, limit, failed), patch_type="json")
-            return True
-        except ApiError as e:
-            if e.status in (404, 409, 422):
-                return False
-            raise
+        return self._patch_job_if(resource_path("batch/v1", "jobs", namespace, name),
+                                  bodies.backoff_limit_raised(uid, limit, failed))
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete a pod gracefully, only if it still has this uid; False if it is gone."""

@@ -115,6 +115,12 @@ def backoff_limit_raised(uid: str, limit: int, failed: int) -> list[dict[str, An
             {"op": "replace", "path": "/spec/backoffLimit", "value": failed + 1}]
 
 
+def by_name(name: str) -> str:
+    """The field selector of one object by name (what RBAC's resourceNames match a list
+    or watch against)."""
+    return f"metadata.name={name}"
+
+
 def worker_jobs(label_selector: str) -> str:
     """The selector of the worker Jobs (one per slice) JobSet made of our JobSets."""
     return f"{label_selector},{REPLICATED_JOB_LABEL}={WORKER_REPLICATED_JOB}"

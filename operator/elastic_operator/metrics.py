@@ -1,6 +1,7 @@
 """Prometheus metrics of the operator (listed in docs/metrics.md): its own workings
-(reconciles, the work queue, caches, leadership, its API requests, node actions) and,
-composed from job_metrics.py, the per-job series it records from each status write.
+(reconciles, the work queue, caches, leadership, its API requests, node actions), its
+own state (state_metrics.py: the CRD's schema, its per-job stores) and, composed from
+job_metrics.py, the per-job series it records from each status write.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus,
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.job_metrics import GoodputMetrics, JobCounters, JobGauges
 from elastic_operator.observed import ObservedNode
+from elastic_operator.state_metrics import MemoryMetrics, SchemaMetrics
 
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 # The phases of a reconcile (reconciler.py), in order, as etj_reconcile_phase_seconds
@@ -38,10 +40,14 @@ class OperatorMetrics:
         self.goodput = GoodputMetrics(registry)
         self.job_gauges = JobGauges(registry)
         self._declare_api_metrics(registry)
+        self.schema = SchemaMetrics(registry)
+        self.job_memory = MemoryMetrics(registry)
         self._quarantines = _QuarantineCollector()
         registry.register(self._quarantines)
-        # The jobs it has per-job series for: each starts at 0 once (forget() drops it).
+        # The jobs it has per-job series for: each starts at 0 once (forget() drops it);
+        # and those whose spec it recorded (a job may have those alone).
         self._jobs: set[tuple[str, str]] = set()
+        self._specs: set[tuple[str, str]] = set()
 
     def _declare_operator_metrics(self, registry: CollectorRegistry) -> None:
         """The operator itself: reconciles, leadership, caches."""
@@ -168,6 +174,7 @@ class OperatorMetrics:
     def record_spec(self, namespace: str, job: str, spec: ElasticTrainingJobSpec,
                     report: TrainingReport | None = None) -> None:
         """The spec's limits the alert rules compare the status with (JobGauges)."""
+        self._specs.add((namespace, job))
         self.job_gauges.record_spec(namespace, job, spec, report)
 
     def record_status(
@@ -203,9 +210,15 @@ class OperatorMetrics:
         """A job named in the work queue by a watched change (`wakes`)."""
         self.wakes.labels(cause).inc()
 
+    def job_keys(self) -> set[tuple[str, str]]:
+        """The jobs it has per-job series for (job_stores.py; a set's copy is one step
+        under the GIL, whatever the reconciles add meanwhile)."""
+        return self._jobs.copy() | self._specs.copy()
+
     def forget(self, namespace: str, job: str) -> None:
         """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
         self._jobs.discard((namespace, job))
+        self._specs.discard((namespace, job))
         self.job_counters.forget(namespace, job)
         self.goodput.forget(namespace, job)
         self.job_gauges.forget(namespace, job)

@@ -94,6 +94,12 @@ class NodeIndex:
                     del pods[key]
             self._failures.pop(job, None)
 
+    def job_keys(self) -> set[JobKey]:
+        """The jobs it holds anything for (job_stores.py)."""
+        with self._lock:
+            return self._failures.keys() | {
+                job for pods in self._pods_on.values() for job in pods.values()}
+
     # --- the jobs' statuses ---
 
     def note_failures(self, job: JobKey, uid: str, pools: list[PoolStatus]) -> None:

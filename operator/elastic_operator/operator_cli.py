@@ -241,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
         "Kueue's Workload API is %s", "served: watching Workloads" if kueue else "not served")
     # The watches get their own client (connection pool, one connection each): a long
     # watch never holds a connection that a reconcile or a Lease renewal waits for.
-    watches = len(scope.list_namespaces) * (4 if kueue else 3) + 1
+    # Per namespace jobs, pods, JobSets, worker Jobs (and Workloads); the nodes; our CRD.
+    watches = len(scope.list_namespaces) * (5 if kueue else 4) + 2
     watch_kube = Kube.from_environment(pool_maxsize=watches + 2)
     metrics = OperatorMetrics()
     for client in (kube, watch_kube):

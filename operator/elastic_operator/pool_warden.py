@@ -12,6 +12,7 @@ remembered for a while when it does. Each release has an Event on the pool's fir
 from __future__ import annotations
 
 import logging
+import threading
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.conditions import Reason
@@ -43,12 +44,16 @@ class PoolWarden:
         self.repeated_failures_s = repeated_failures_s
         self.clock = clock
         self._seen: dict[tuple[str, str], float] = {}  # job -> when it last existed
+        self._lock = threading.Lock()  # the sweep's thread and the stores' (job_stores.py)
 
     def sweep(self) -> list[Release]:
         """Release what is due; the releases done."""
         now = self.clock.now()
         nodes = self.nodes.all_nodes()
-        gone = frozenset(job for job in cited_jobs(nodes) if not self._exists(job))
+        cited = cited_jobs(nodes)
+        with self._lock:  # only what a quarantine still cites is worth remembering
+            self._seen = {job: at for job, at in self._seen.items() if job in cited}
+        gone = frozenset(job for job in cited if not self._exists(job))
         done = []
         for release in pools_to_release(nodes, now, self.release_after_s,
                                         self.repeated_failures_s, gone):
@@ -72,10 +77,22 @@ class PoolWarden:
                 logger.warning("could not post event %s: %s", Reason.POOL_RELEASED, e)
         return done
 
+    def job_keys(self) -> list[tuple[str, str]]:
+        """The jobs ((namespace, name)) it remembers as existing (job_stores.py)."""
+        with self._lock:
+            cited = [job for job, _uid in self._seen]
+        return [(job.partition("/")[0], job.partition("/")[2]) for job in cited]
+
+    def forget(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._seen = {job: at for job, at in self._seen.items()
+                          if job[0] != "/".join(key)}
+
     def _exists(self, job: tuple[str, str]) -> bool:
         """Whether the job ("<namespace>/<name>", uid) exists; an error says yes (a
         quarantine is never released on a failed read)."""
-        seen = self._seen.get(job)
+        with self._lock:
+            seen = self._seen.get(job)
         if seen is not None and self.clock.monotonic() - seen < EXISTS_FOR_S:
             return True
         namespace, _, name = job[0].partition("/")
@@ -86,8 +103,9 @@ class PoolWarden:
             return True
         uid = ((raw or {}).get("metadata") or {}).get("uid")
         exists = raw is not None and (not job[1] or uid == job[1])
-        if exists:
-            self._seen[job] = self.clock.monotonic()
-        else:
-            self._seen.pop(job, None)
+        with self._lock:
+            if exists:
+                self._seen[job] = self.clock.monotonic()
+            else:
+                self._seen.pop(job, None)
         return exists

@@ -1,4 +1,5 @@
-"""One reconcile of one job, the thin I/O layer around the pure core: read the job, its
+"""One reconcile of one job, the thin I/O layer around the pure core: read the job (and
+stop there while the served CRD is too old to store its status: schema_guard.py), its
 JobSet, its pods and a queued job's Workload; plan (core/plan.py) and execute the plan
 (executor.py); observe the rest; compute the status (core/status.py); write it once
 (status_writer.py); hand the follow-ups the replacements it records (replacements.py) and
@@ -52,6 +53,7 @@ from elastic_operator.render import jobset_name, render
 from elastic_operator.replacements import Replacements
 from elastic_operator.replacer import Replacer
 from elastic_operator.result import FAILED, START_OVER, Result, Wake, due_in, soonest
+from elastic_operator.schema_guard import SchemaGuard, Verdict, always_current
 from elastic_operator.status_writer import StatusWriter
 
 logger = logging.getLogger("elastic_operator")
@@ -74,10 +76,12 @@ class Reconciler:
                  pacer: ProgressPacer, wake: Wake, news: News | None = None,
                  marked: Marked | None = None, limiter: NodeActionLimiter | None = None,
                  quarantine_pools: bool = True, pods_ready: PodsReadyTimeouts | None = None,
-                 follow_ups: FollowUpRunner | None = None) -> None:
+                 follow_ups: FollowUpRunner | None = None,
+                 schema: Verdict = always_current) -> None:
         """`wake`: the work queue's add_after, for what ends after a reconcile returned;
         `news`: the work queue, for a running pass (None: never starts over); `marked`:
-        the slice index; `follow_ups`: what runs after the write (default: inline)."""
+        the slice index; `follow_ups`: what runs after the write (default: inline);
+        `schema`: the verdict on the served CRD (schema_watch.py), read at each pass."""
         self.kube = kube  # the writes
         self.observations = observations  # the reads
         self.metrics = metrics
@@ -87,8 +91,9 @@ class Reconciler:
         self.pods_ready = pods_ready or PodsReadyTimeouts()  # Kueue's, as we are told
         follow_ups = follow_ups or Inline()
         self.outbox = EventOutbox(kube, metrics, memory, follow_ups)
+        self.schema = SchemaGuard(kube, clock, memory, own_writes, schema)
         self.writer = StatusWriter(kube, metrics, clock, outbox=self.outbox,
-                                   own_writes=own_writes, pacer=pacer)
+                                   own_writes=own_writes, pacer=pacer, schema=self.schema)
         self.executor = ActionExecutor(kube, observations)
         self.replacements = Replacements(
             Replacer(kube, metrics, limiter or NodeActionLimiter(),
@@ -159,6 +164,9 @@ class Reconciler:
         raw = self.own_writes.read_job(self.observations, namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return Result()
+        verdict = self.schema.verdict()
+        if verdict.refuses:  # an older CRD would prune what we write (schema_guard.py)
+            return self.schema.refuse(raw, verdict)
         try:
             parsed = parse_job(raw)
             rendered = render(parsed.job)

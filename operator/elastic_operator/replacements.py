@@ -60,8 +60,12 @@ class Replacements:
         mine = self.memory.of(key)
         restart = plan_trainer_restart(namespace, jobset.name, status.progress,
                                        observed.head_pods)
-        if restart is not None and restart.pod_uid not in mine.restarted_pods:
-            mine.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
+        with self.memory.lock:  # the pods gone from the cache need no memory of ours
+            mine.restarted_pods &= {p.uid for p in observed.head_pods if p.uid}
+            handed = restart is not None and restart.pod_uid in mine.restarted_pods
+            if restart is not None and not handed:
+                mine.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
+        if restart is not None and not handed:
             self._hand_over(raw, key, (restart,), now)
         if not job.spec.recovery.replace_slices:
             return waits

@@ -119,10 +119,17 @@ class CheckpointScanner:
         except Exception:  # reported by the reconcile that collects it
             result = None
         with self._lock:
+            if key not in self._last_start:  # forgotten meanwhile: the job was deleted
+                return
             before = self._last_result.get(key)
             self._last_result[key] = result
         if not same_checkpoint_result(before, result) and self._on_result is not None:
             self._on_result(*key)
+
+    def job_keys(self) -> set[JobKey]:
+        """The jobs it holds anything for (job_stores.py)."""
+        with self._lock:
+            return self._last_start.keys() | self._running.keys() | self._last_result.keys()
 
     def forget(self, key: JobKey) -> None:
         with self._lock:

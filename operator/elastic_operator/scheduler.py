@@ -38,6 +38,8 @@ ReconcileFunction = Callable[[str, str], Result]
 # A failed reconcile is retried after 1 s, doubling up to 60 s.
 RECONCILE_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 DEFAULT_WORKERS = 8
+# Stale entries of the delayed adds' heap allowed beyond twice the live ones.
+HEAP_SLACK = 64
 
 
 class Scheduler:
@@ -112,6 +114,13 @@ class Scheduler:
             for pending in self._pending.values():
                 pending.pop(key, None)
             self._failures.pop(key, None)
+
+    def job_keys(self) -> set[JobKey]:
+        """The jobs it holds anything for (job_stores.py)."""
+        with self._lock:
+            return (self._dirty | self._processing | self._urgent | self._run_paced
+                    | self._named_at.keys() | self._failures.keys()
+                    | {key for pending in self._pending.values() for key in pending})
 
     # --- what it knows ---
 
@@ -251,6 +260,12 @@ class Scheduler:
             return  # a sooner one is pending
         pending[key] = due
         heapq.heappush(self._due, (due, kind, key))
+        live = sum(len(p) for p in self._pending.values())
+        if len(self._due) > 2 * live + HEAP_SLACK:
+            # Superseded and forgotten entries wait in the heap until they come due: a
+            # job reconciled every few seconds with an hour-long wake left hundreds.
+            self._due = [(d, k, j) for k, p in self._pending.items() for j, d in p.items()]
+            heapq.heapify(self._due)
         self._timer.notify()
 
     def _retry_locked(self, key: JobKey) -> None:

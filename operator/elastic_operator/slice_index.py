@@ -200,6 +200,11 @@ class SliceIndex:
             entry = self._slices.get((job, index))
             return entry.tally(self._nodes) if entry is not None else SliceTally()
 
+    def job_keys(self) -> set[JobKey]:
+        """The jobs it holds anything for (job_stores.py)."""
+        with self._lock:
+            return self._marks.keys() | {job for job, _ in self._slices}
+
     def forget_job(self, job: JobKey) -> None:
         """The job was deleted: its marks go (its pods leave as the cache sees them go)."""
         with self._lock:

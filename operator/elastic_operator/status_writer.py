@@ -1,8 +1,9 @@
 """The one status write of a reconcile: a merge patch that never touches status.training,
 conditional on the job's resourceVersion (a job changed meanwhile is refused, 409, and
 computed again: a change is never applied twice), carrying the change's Events in its
-outbox (outbox.py), a progress-only change paced (pacer.py), and known as our own when
-it comes back through the job cache (own_writes.py). The metrics of the change are
+outbox (outbox.py) and SchemaCurrent as the served CRD says (schema_guard.py), a
+progress-only change paced (pacer.py), and known as our own when it comes back through
+the job cache (own_writes.py). The metrics of the change are
 recorded right after it, before any of its Events is posted.
 """
 from __future__ import annotations
@@ -23,19 +24,22 @@ from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.outbox import EventOutbox
 from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
+from elastic_operator.schema_guard import SchemaGuard
 
 logger = logging.getLogger("elastic_operator")
 
 
 class StatusWriter:
     def __init__(self, kube: Kube, metrics: OperatorMetrics, clock: Clock, *,
-                 outbox: EventOutbox, own_writes: OwnWrites, pacer: ProgressPacer) -> None:
+                 outbox: EventOutbox, own_writes: OwnWrites, pacer: ProgressPacer,
+                 schema: SchemaGuard) -> None:
         self.kube = kube
         self.metrics = metrics
         self.clock = clock
         self.outbox = outbox
         self.own_writes = own_writes
         self.pacer = pacer
+        self.schema = schema  # SchemaCurrent, on every write
 
     def write(self, raw: dict[str, Any], previous: ElasticTrainingJobStatus,
               new: ElasticTrainingJobStatus, events: list[StatusEvent],
@@ -54,6 +58,7 @@ class StatusWriter:
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         key = (namespace, name)
         stored = previous.pending_events or []
+        new = self.schema.stamp(raw, previous, new, now)
         # Committed by an earlier write (ours, or of a replica that died after it). One not
         # posted yet (on its way, or refused for now: 429, 5xx) stays in the outbox.
         self.outbox.post(raw, stored, now)
@@ -86,7 +91,9 @@ class StatusWriter:
         meta = raw.get("metadata", {})
         raw_status = raw.get("status")
         previous, _ = parse_status(raw_status if isinstance(raw_status, dict) else {})
-        new = invalid_spec_status(previous, message, self.clock.now(), meta.get("generation"))
+        now = self.clock.now()
+        new = self.schema.stamp(raw, previous, invalid_spec_status(
+            previous, message, now, meta.get("generation")), now)
         patch = status_patch(previous, new)
         if patch is None:  # already reported: a resync must not repeat the warning
             logger.debug("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),

@@ -27,6 +27,7 @@ from elastic_operator.reconcile_pass import News
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.result import Result, Wake
 from elastic_operator.scanner import CheckpointScanner
+from elastic_operator.schema_guard import Verdict, always_current
 from tests.builders import T0, etj
 from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous
@@ -149,13 +150,15 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
                follow_ups: FollowUpRunner | None = None,
                wake: Wake | None = None,
                news: News | None = None,
+               schema: Verdict = always_current,
                ) -> tuple[Reconciler, CollectorRegistry]:
     """`pods`: what the pod cache holds (or a function that says, at each read);
     the worker-Job cache is the stand-in's `worker_jobs`. Progress-only status writes
     are not paced unless `progress_interval_s` says (`clock`: the reconciler's, T0 by default).
     `follow_ups`: what runs the work after a status write (default: at once, inline);
     `wake`: the work queue's add_after (default: nothing); `news`: the work queue as a
-    running reconcile asks it for news (default: none, a pass never starts over)."""
+    running reconcile asks it for news (default: none, a pass never starts over);
+    `schema`: the verdict on the served CRD (default: the operator's own)."""
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -178,7 +181,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
     rec = Reconciler(kube, observations, metrics, clock=clock, memory=memory,
                      own_writes=OwnWrites(memory, wake),
                      pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
-                     wake=wake, news=news, follow_ups=follow_ups)
+                     wake=wake, news=news, follow_ups=follow_ups, schema=schema)
     return rec, registry
 
 

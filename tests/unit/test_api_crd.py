@@ -167,3 +167,40 @@ def test_etj_crd_prints_it(capsys):
 
     assert main(["crd"]) == 0
     assert capsys.readouterr().out == crd.crd_yaml()
+
+
+def test_the_schema_is_the_newest_revision_recorded():
+    """A schema change is a new revision: its hash appended to REVISIONS, so that the CRD
+    says which revision it is and an operator can tell an older one apart."""
+    from elastic_api.schema_revisions import REVISIONS, schema_hash
+
+    digest = schema_hash(crd.crd_versions())
+    assert digest == REVISIONS[-1], (
+        "the CRD's schema changed (models.py, validation.py or the printer columns): "
+        "append its hash as the last entry of REVISIONS in "
+        "api/elastic_api/schema_revisions.py,\n"
+        f'    "{digest}",  # {len(REVISIONS) + 1}: <what changed>\n'
+        "then regenerate the CRD (make crd, or hack/regen-golden) and the chart "
+        "(hack/render-manifests)" if digest not in REVISIONS else
+        f"the CRD's schema is revision {REVISIONS.index(digest) + 1} again, older than the "
+        f"newest ({len(REVISIONS)}): a schema goes forward, as a new revision")
+
+
+def test_the_crd_carries_its_revision_and_hash():
+    from elastic_api.names import SCHEMA_HASH_ANNOTATION, SCHEMA_REVISION_ANNOTATION
+    from elastic_api.schema_revisions import REVISIONS, schema_hash
+
+    obj = crd.build_crd()
+    annotations = obj["metadata"]["annotations"]
+    assert annotations == {SCHEMA_REVISION_ANNOTATION: str(len(REVISIONS)),
+                           SCHEMA_HASH_ANNOTATION: schema_hash(obj["spec"]["versions"])}
+
+
+def test_a_revision_is_its_place_in_the_list():
+    from elastic_api.schema_revisions import REVISIONS, revision_of, schema_hash
+
+    assert revision_of(REVISIONS[0]) == 1
+    assert revision_of("sha256:not-recorded") == len(REVISIONS) + 1
+    # Canonical: the order of keys does not change the hash; a value does.
+    assert schema_hash([{"a": 1, "b": [2]}]) == schema_hash([{"b": [2], "a": 1}])
+    assert schema_hash([{"a": 1}]) != schema_hash([{"a": 2}])

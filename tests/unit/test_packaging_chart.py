@@ -263,18 +263,23 @@ def grants(docs: list[dict[str, Any]], role_name: str) -> set[tuple[str, str, st
     }
 
 
-def test_nodes_worker_clusters_and_priority_classes_are_the_only_cluster_scoped_resources(
+def test_nodes_worker_clusters_priority_classes_and_our_crd_are_the_only_cluster_scoped(
         ) -> None:
     docs = render(NAMESPACED)
     # list and watch: the node cache (no single node is read by name); patch: the
     # quarantine label on the nodes of a failing pool (never spec or status). get: on a
     # MultiKueue manager, whether a job's worker cluster can be reached, and the priority
-    # class a job's Workload is ordered by.
+    # class a job's Workload is ordered by. list and watch of the operator's own CRD (by
+    # name), whose schema revision it checks.
     assert grants(docs, f"{RELEASE}-nodes") == {
         *{("", "nodes", v) for v in ("list", "watch", "patch")},
         ("kueue.x-k8s.io", "multikueueclusters", "get"),
         ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
-        ("scheduling.k8s.io", "priorityclasses", "get")}
+        ("scheduling.k8s.io", "priorityclasses", "get"),
+        *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")}}
+    (crd_rule,) = [r for r in only(docs, "ClusterRole", f"{RELEASE}-nodes")["rules"]
+                   if "customresourcedefinitions" in r["resources"]]
+    assert crd_rule["resourceNames"] == [CRD_NAME], "the operator reads its own CRD only"
     cluster_scoped = {"nodes", "namespaces", "customresourcedefinitions", "leases",
                       "multikueueclusters", "workloadpriorityclasses", "priorityclasses"}
     namespaced = grants(docs, RELEASE)

@@ -36,7 +36,8 @@ LEASES = "coordination.k8s.io"
 CHART = ROOT / "charts" / "elastic-operator"
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 CLUSTER_SCOPED = {"nodes", "multikueueclusters", "workloadpriorityclasses",
-                  "priorityclasses"}
+                  "priorityclasses", "customresourcedefinitions"}
+CRDS = "apiextensions.k8s.io"
 
 # What each request of kube.py needs. `create` is resolved from what the renderer emits.
 KUBE_METHODS: dict[str, set[Permission]] = {
@@ -75,6 +76,9 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "get_priority_class": {("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
                            ("scheduling.k8s.io", "priorityclasses", "get")},
     "annotate_dispatched_to": {(GROUP, PLURAL, "patch")},
+    # Our own CRD only (the chart names it: resourceNames).
+    "list_crd": {(CRDS, "customresourcedefinitions", "list")},
+    "watch_crd": {(CRDS, "customresourcedefinitions", "watch")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
@@ -213,13 +217,16 @@ def test_trainer_role_is_scoped_to_its_own_job() -> None:
             assert set(rule["verbs"]) <= {"get", "list", "watch", "patch"}, rule
 
 
-def test_only_nodes_worker_clusters_and_priority_classes_need_cluster_scope() -> None:
+def test_only_nodes_worker_clusters_priority_classes_and_our_crd_need_cluster_scope(
+        ) -> None:
     resources = {r for _, r, _ in kube_permissions() | kopf_permissions()}
-    # Everything but nodes (and, read-only, MultiKueue's worker clusters and the priority
-    # classes a MultiKueue job's Workload is ordered by) is namespaced, so namespace mode
-    # (RoleBindings) suffices.
+    # Everything but nodes (and, read-only, MultiKueue's worker clusters, the priority
+    # classes a MultiKueue job's Workload is ordered by and the operator's own CRD, whose
+    # schema revision it checks) is namespaced, so namespace mode (RoleBindings) suffices.
     assert resources & CLUSTER_SCOPED == CLUSTER_SCOPED
-    assert not {"namespaces", "customresourcedefinitions", "secrets"} & resources
+    assert not {"namespaces", "secrets"} & resources
+    assert {v for _, r, v in kube_permissions() if r == "customresourcedefinitions"} == {
+        "list", "watch"}
 
 
 def test_kopf_watches_nothing() -> None:
@@ -259,22 +266,25 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "get_multikueue_cluster": "GET", "get_priority_class": "GET",
                      "annotate_dispatched_to": "PATCH",
                      "list_worker_jobs": "GET", "watch_worker_jobs": "GET",
+                     "list_crd": "GET", "watch_crd": "GET",
                      "lower_job_backoff_limit": "PATCH", "fail_job": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
                      "delete_pod_now": "DELETE"}
     watches = {"watch_jobs", "watch_pods", "watch_jobsets", "watch_nodes", "watch_workloads",
-               "watch_worker_jobs"}
+               "watch_worker_jobs", "watch_crd"}
     for name, verb in expected_http.items():
         source = inspect.getsource(getattr(Kube, name))
         if verb == "DELETE":
             source += inspect.getsource(Kube._delete)
+        if "self._patch_job_if(" in source:
+            source += inspect.getsource(Kube._patch_job_if)
         calls = {m for m, v in CLIENT_VERBS.items() if v == verb
                  and f"self.client.{m}(" in source}
         assert calls, f"Kube.{name} no longer sends {verb}"
         if name in watches:
             assert calls == {"watch"}, name
         elif name.startswith("list_"):
-            assert calls & {"list_page", "get"}, name
+            assert calls & {"list_page", "get", "get_or_none"}, name
     fragments: dict[str, Any] = {"list_jobs": "PLURAL", "watch_jobs": "PLURAL",
                                  "get_job": "job_path",
                                  "list_pods": '"pods"', "watch_pods": '"pods"',
@@ -295,6 +305,7 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "get_priority_class": "WORKLOAD_PRIORITY_CLASS_PLURAL",
                                  "annotate_dispatched_to": "job_path",
                                  "list_worker_jobs": '"jobs"', "watch_worker_jobs": '"jobs"',
+                                 "list_crd": "CRD_PATH", "watch_crd": "CRD_PATH",
                                  "delete_job": '"jobs"',
                                  "delete_pod_now": '"pods"', "lower_job_backoff_limit": '"jobs"',
                                  "fail_job": '"jobs"',

@@ -330,11 +330,13 @@ class KubeClient:
             timeout_s: float = REQUEST_TIMEOUT_S, back_off: bool = True) -> Any:
         return self.request("GET", path, query=query, timeout_s=timeout_s, back_off=back_off)
 
-    def get_or_none(self, path: str, *, timeout_s: float = REQUEST_TIMEOUT_S,
+    def get_or_none(self, path: str, *, query: dict[str, str] | None = None,
+                    timeout_s: float = REQUEST_TIMEOUT_S,
                     back_off: bool = True) -> dict[str, Any] | None:
         """The object, or None if the API server answers 404."""
         try:
-            result: dict[str, Any] = self.get(path, timeout_s=timeout_s, back_off=back_off)
+            result: dict[str, Any] = self.get(path, query=query, timeout_s=timeout_s,
+                                              back_off=back_off)
             return result
         except ApiError as e:
             if e.status == 404:
@@ -342,12 +344,14 @@ class KubeClient:
             raise
 
     def list_page(self, path: str, *, limit: int, continue_token: str | None = None,
-                  label_selector: str | None = None,
+                  label_selector: str | None = None, field_selector: str | None = None,
                   timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         """One page of a list (items, metadata.resourceVersion, metadata.continue)."""
         query = {"limit": str(limit)}
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         if continue_token:
             query["continue"] = continue_token
         page: dict[str, Any] = self.get(path, query=query, timeout_s=timeout_s)

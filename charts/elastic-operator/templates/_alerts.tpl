@@ -132,6 +132,17 @@ groups:
           summary: {{ printf "No elastic-operator replica has led for %s" $a.noLeader.for | quote }}
           description: "No replica holds the leader Lease (or none is scraped): no slice failure is reported or replaced, no status is written. Training goes on without it."
           runbook_url: {{ printf "%s#elastictrainingoperatornoleader" $a.runbookUrl | quote }}
+      - alert: ElasticTrainingCRDOutdated
+        expr: |-
+          max(etj_crd_schema_state{state="outdated"} == 1 {{ $leader }})
+        for: {{ $a.crdOutdated.for }}
+        labels:
+          severity: {{ $a.crdOutdated.severity }}
+          {{- with $a.labels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: "The ElasticTrainingJob CRD is older than the operator: its jobs are not served"
+          description: "The CRD the API server serves lacks status fields the leading operator writes (etj_crd_schema_revision: served below own), which the API server would drop from every write: the operator writes no status but each job's SchemaCurrent condition, and creates, deletes or replaces nothing (a failed slice stays down). Training goes on. Upgrade the CRD: helm upgrade with the operator's chart, or kubectl apply --server-side -f crds/elastictrainingjobs.yaml of its release."
+          runbook_url: {{ printf "%s#elastictrainingcrdoutdated" $a.runbookUrl | quote }}
       - alert: ElasticTrainingReconcileErrors
         expr: |-
           sum(increase(etj_reconcile_errors_total[{{ $a.reconcileErrors.window }}])) > {{ $a.reconcileErrors.threshold }}

@@ -110,4 +110,9 @@ manager: whether the worker cluster a job runs in can be reached (read only). */
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
   verbs: ["get"]
+# The operator's own CRD alone: whether its schema is the operator's revision.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  resourceNames: ["elastictrainingjobs.elastic.pathways.dev"]
+  verbs: ["list", "watch"]
 {{- end -}}

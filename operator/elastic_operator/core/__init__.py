@@ -9,6 +9,7 @@ the order to read them in.
 - setter: one condition found, or set with its transition rule (ConditionSetter)
 - parsing: the job and its stored status, read leniently
 - patch: the one status write of a reconcile, an RFC 7386 merge patch
+- schema: whether the served CRD is the operator's own schema revision (SchemaCurrent)
 - api_support: whether the cluster serves the JobSet and Kueue API versions we speak
 - ownership: what the operator's objects carry to say they are its own
 - redispatch: whether a MultiKueue job whose worker cluster was lost may run elsewhere

@@ -6,11 +6,14 @@ from typing import Any
 
 from elastic_api.models import ElasticTrainingJobStatus
 
+# The status field the trainer writes; the operator's writes never mention it.
+TRAINERS = "training"
+
 
 def operator_wire(status: ElasticTrainingJobStatus) -> dict[str, Any]:
     """The operator-owned part of a status, as it goes on the wire (no `training`)."""
-    wire = status.model_copy(update={"training": None}).to_wire()
-    wire.pop("training", None)
+    wire = status.model_copy(update={TRAINERS: None}).to_wire()
+    wire.pop(TRAINERS, None)
     return wire
 
 

@@ -1,0 +1,42 @@
+"""The revisions of the ElasticTrainingJob CRD's schema this project has shipped, oldest
+first: revision N is the schema whose hash is REVISIONS[N - 1].
+
+`etj crd` puts the revision and the hash on the CRD it generates (its annotations,
+elastic_api.names SCHEMA_REVISION_ANNOTATION and SCHEMA_HASH_ANNOTATION), so that an
+operator can tell, from the CRD the API server serves, whether that schema is the one
+it was built with, an older one (its status writes would lose the fields the older
+schema lacks) or a newer one (a downgrade). A served CRD without the annotations is
+revision 0: every CRD before revision 1 (e.g. tests/fixtures/crds/elastictrainingjobs-a59b14a.yaml).
+
+A change of the schema (models.py, validation.py, the printer columns, a description)
+changes its hash: append it here, as tests/unit/test_api_crd.py says, in the change that
+makes it. Never edit or remove an entry: a CRD in some cluster carries its revision.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+# The hash of each shipped schema (`schema_hash` of the CRD's spec.versions), oldest first.
+REVISIONS: tuple[str, ...] = (
+    # 1: the first CRD that says its revision (issue 61).
+    "sha256:e3f57ffd74c28e6f67f9033e8e1d3464d89fd2657f47d2961e72be75b5b6793e",
+)
+
+
+def schema_hash(versions: list[dict[str, Any]]) -> str:
+    """The hash of a CRD's spec.versions (each version's schema, printer columns,
+    subresources), over its canonical JSON: keys sorted, no whitespace."""
+    canonical = json.dumps(versions, sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def revision_of(hash_: str) -> int:
+    """The revision of the schema with this hash: its place in REVISIONS, or the next
+    one for a schema not recorded yet (a change under development, which the unit test
+    refuses until it is appended)."""
+    if hash_ in REVISIONS:
+        return REVISIONS.index(hash_) + 1
+    return len(REVISIONS) + 1

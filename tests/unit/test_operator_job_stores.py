@@ -1,0 +1,195 @@
+"""What the operator keeps per job follows the jobs that exist (issue 61, item 4): every
+per-job store is named and counted (job_stores.py, etj_job_memory_entries), forgets a
+deleted job, and the sweep drops what a late write left; and the stores that kept
+something for good before: a scan finishing after its job was forgotten, the pool
+warden's jobs, the torn-down worker Jobs, a job's restarted head pods, the work queue's
+heap of superseded wakes. The churn soak checks the whole on the local control plane
+(tests/integration/test_soak_churn.py)."""
+from __future__ import annotations
+
+from concurrent.futures import Executor, Future
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from elastic_api.models import (
+    CheckpointStatus,
+    ElasticTrainingJob,
+    ElasticTrainingJobStatus,
+    ProgressStatus,
+    TrainerRestart,
+)
+from elastic_api.names import JOB_NAME_LABEL, JOBSET_NAME_LABEL
+from elastic_operator.app import build_operator
+from elastic_operator.caches import EVERY_NAMESPACE, Caches
+from elastic_operator.job_memory import JobMemories
+from elastic_operator.job_stores import JobStores
+from elastic_operator.kube import Kube
+from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.node_actions import NodeActionLimiter
+from elastic_operator.node_index import NodeIndex
+from elastic_operator.observations import ApiObservations
+from elastic_operator.observed import QuarantineCause
+from elastic_operator.pool_warden import PoolWarden
+from elastic_operator.replacements import Replacements
+from elastic_operator.replacer import Replacer
+from elastic_operator.scanner import CheckpointScanner
+from elastic_operator.scheduler import HEAP_SLACK, Scheduler
+from tests.builders import HOSTS, T0, at, etj, head_pod, observe, tpu_node
+from tests.support.clock import FakeClock
+from tests.support.executors import Deferred
+
+A, B = ("ns", "a"), ("ns", "b")
+
+
+# --- JobStores ----------------------------------------------------------------------------
+
+
+def test_a_deleted_job_is_forgotten_everywhere_and_the_sweep_drops_the_rest() -> None:
+    first: dict[tuple[str, str], int] = {A: 1, B: 2}
+    second: set[tuple[str, str]] = {A, B}
+    stores = JobStores()
+    stores.add("first", lambda: list(first), lambda key: first.pop(key, None))
+    stores.add("second", lambda: list(second), second.discard)
+    assert stores.counts() == {"first": 2, "second": 2}
+    stores.forget(A)
+    assert stores.counts() == {"first": 1, "second": 1}
+    second.add(A)  # a late write for a job already forgotten
+    assert stores.sweep(alive=lambda: [B]) == 1
+    assert stores.counts() == {"first": 1, "second": 1} and A not in second
+
+
+def test_the_sweep_reads_the_stores_before_the_jobs_that_exist() -> None:
+    """A job created between the two reads is in both, never swept as deleted."""
+    held: set[tuple[str, str]] = {A}
+    stores = JobStores()
+    stores.add("s", lambda: list(held), held.discard)
+
+    def alive() -> list[tuple[str, str]]:
+        held.add(B)  # created, and remembered, meanwhile
+        return [A, B]
+
+    assert stores.sweep(alive) == 0 and held == {A, B}
+
+
+def test_every_store_of_the_operator_is_counted() -> None:
+    registry = CollectorRegistry()
+    op = build_operator(Kube(None), OperatorMetrics(registry))
+    names = {s.name for s in op.stores.stores}
+    assert names == {"job-memory", "work-queue", "checkpoint-scans", "node-index",
+                     "slice-index", "torn-down-jobs", "metrics", "follow-ups", "pool-warden"}
+    for name in names:
+        assert registry.get_sample_value("etj_job_memory_entries", {"store": name}) == 0
+    op.reconciler.memory.of(A)
+    op.metrics.record_spec(*A, ElasticTrainingJob.model_validate(etj("a").obj()).spec)
+    op.scheduler.add_after(*A, 60.0)
+    assert registry.get_sample_value("etj_job_memory_entries", {"store": "job-memory"}) == 1
+    assert op.stores.counts()["metrics"] == 1 and op.stores.counts()["work-queue"] == 1
+    op.stores.forget(A)
+    assert set(op.stores.counts().values()) == {0}
+
+
+# --- the stores that kept a deleted job -----------------------------------------------------
+
+
+def test_the_work_queue_keeps_no_heap_of_superseded_wakes() -> None:
+    """Each reconcile asks a wake again; one an hour away, superseded every few seconds,
+    stayed in the heap until it came due."""
+    scheduler = Scheduler()
+    for i in range(1000):
+        scheduler.add_after(*A, 3600.0 - i)  # sooner each time: a new heap entry
+    assert len(scheduler._due) <= 2 + HEAP_SLACK
+    scheduler.forget(*A)
+    scheduler.add_after(*B, 60.0)
+    assert scheduler.job_keys() == {B}
+
+
+class HeldScans(Executor):
+    """Holds each scan's future for the test to finish."""
+
+    def __init__(self) -> None:
+        self.futures: list[Future[Any]] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.futures.append(future)
+        return future
+
+
+def test_a_scan_that_ends_after_its_job_was_forgotten_leaves_nothing() -> None:
+    executor = HeldScans()
+    scanner = CheckpointScanner(executor=executor, clock=FakeClock(T0))
+    woken: list[tuple[str, str]] = []
+    scanner.on_result(lambda namespace, name: woken.append((namespace, name)))
+    scanner.latest(A, "/tmp/ckpt")
+    assert scanner.job_keys() == {A}
+    scanner.forget(A)  # the job was deleted while its scan ran
+    executor.futures[0].set_result(CheckpointStatus(directory="/tmp/ckpt", observed_at=T0))
+    assert scanner.job_keys() == set() and woken == []
+
+
+class CitedJobs(Kube):
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name, "uid": "uid-a"}}
+
+
+def test_the_pool_warden_remembers_only_the_jobs_a_quarantine_still_cites() -> None:
+    index = NodeIndex()
+    nodes = [f"tpu-1-{h}" for h in range(HOSTS)]
+    cause = QuarantineCause((("ns/a", "uid-a"),), "exit code 42")
+    for node in nodes:
+        index.node_seen(tpu_node(node, quarantined="HardwareFailure", quarantined_at=at(0),
+                                 quarantine_cause=cause))
+    warden = PoolWarden(CitedJobs(), index, OperatorMetrics(CollectorRegistry()),
+                        clock=FakeClock(at(60), 0.0))
+    assert warden.sweep() == [] and warden.job_keys() == [A]
+    for node in nodes:  # the quarantine ended (node evidence, another sweep)
+        index.node_seen(tpu_node(node))
+    warden.sweep()
+    assert warden.job_keys() == []
+
+
+def worker_job_object(uid: str, job: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"{job}-worker-0", "namespace": "ns", "uid": uid,
+                         "resourceVersion": "1", "deletionTimestamp": "2026-11-29T12:00:00Z",
+                         "labels": {JOB_NAME_LABEL: job, JOBSET_NAME_LABEL: job,
+                                    "jobset.sigs.k8s.io/replicatedjob-name": "worker"}}}
+
+
+def test_torn_down_worker_jobs_go_with_their_job() -> None:
+    caches = Caches(Kube(None), NodeIndex(), EVERY_NAMESPACE, lambda _job: None)
+    (informer,) = [i for i in caches.informers if i.resource == "worker-jobs"]
+    informer.apply({"type": "ADDED", "object": worker_job_object("w-a", "a")})
+    informer.apply({"type": "ADDED", "object": worker_job_object("w-b", "b")})
+    assert caches.torn_down_jobs() == {A, B}
+    caches.forget_job(A)
+    assert caches.torn_down_jobs() == {B}
+
+
+def test_a_restarted_head_pod_is_remembered_only_while_the_cache_holds_it() -> None:
+    job = ElasticTrainingJob.model_validate(
+        etj("a", "ns").uid("u").spec(recovery={"replaceSlices": False}).obj())
+    memory, runner = JobMemories(), Deferred()
+    metrics = OperatorMetrics(CollectorRegistry())
+    observations = ApiObservations(Kube(None), NodeIndex(), CheckpointScanner(),
+                                   pods=lambda _namespace, _job: ())
+    replacements = Replacements(Replacer(Kube(None), metrics, NodeActionLimiter()),
+                                observations, metrics, memory, runner,
+                                lambda _ns, _name, _delay: None)
+    pod = replace(head_pod(), uid="head-1")
+    restart = TrainerRestart(requested_at=T0, pod_name=pod.name, pod_uid="head-1",
+                             reason="ProgressDeadlineExceeded")
+    status = ElasticTrainingJobStatus(progress=ProgressStatus(since=T0, restart=restart))
+    raw = {"metadata": {"name": "a", "namespace": "ns", "uid": "u"}}
+    now = T0 + timedelta(seconds=1)
+    replacements.act(raw, job, status, observe(pods=[pod]), now)
+    replacements.act(raw, job, status, observe(pods=[pod]), now)
+    assert len(runner.work) == 1  # handed over once
+    assert memory.of(A).restarted_pods == {"head-1"}
+    replacements.act(raw, job, status, observe(pods=[]), now)  # the pod is gone
+    assert memory.of(A).restarted_pods == set()
