@@ -57,7 +57,72 @@ def _lease_path(namespace: str, name: str) -> str:
     return resource_path(LEASE_API, "leases", namespace, name)
 
 
-class Kube:
+class JobAndPodWrites:
+    """The writes that end or bound a Job's or a pod's life, each only if the object still
+    has the uid the decision was made on (a precondition): deleting, and moving a Job's
+    backoffLimit or deadline. Kube's, kept apart to keep each class a page."""
+
+    client: KubeClient
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a Job and (Foreground) its pods first, only if it still has this uid;
+        False if it is already gone or replaced (404 / 409 precondition failed)."""
+        return self._delete(resource_path("batch/v1", "jobs", namespace, name),
+                            {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}})
+
+    def delete_pod_now(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod with grace period 0 (its kubelet is gone), only if it still has
+        this uid; False if it is already gone."""
+        return self._delete(resource_path("v1", "pods", namespace, name),
+                            {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+
+    def _delete(self, path: str, options: dict[str, Any]) -> bool:
+        try:
+            self.client.delete(path, options)
+            return True
+        except ApiError as e:
+            if e.status in (404, 409):
+                return False
+            raise
+
+    def lower_job_backoff_limit(self, namespace: str, name: str, uid: str) -> bool:
+        """Set the Job's spec.backoffLimit to 0 if it still has this uid (a JSON patch
+        whose `test` is the precondition); False if it is gone or replaced."""
+        return self._patch_job_if(resource_path("batch/v1", "jobs", namespace, name),
+                                  bodies.backoff_limit_zero(uid))
+
+    def _patch_job_if(self, path: str, ops: list[dict[str, Any]]) -> bool:
+        """A JSON patch whose `test`s are its preconditions; False if the Job is gone,
+        replaced or changed (422: a test op failed)."""
+        try:
+            self.client.patch(path, ops, patch_type="json")
+            return True
+        except ApiError as e:
+            if e.status in (404, 409, 422):
+                return False
+            raise
+
+    def fail_job(self, namespace: str, name: str, uid: str) -> bool:
+        """End the Job now through its own deadline if it still has this uid (a JSON patch
+        whose `test` is the precondition); False if it is gone or replaced."""
+        return self._patch_job_if(resource_path("batch/v1", "jobs", namespace, name),
+                                  bodies.job_ended_now(uid))
+
+    def allow_job_failure(self, namespace: str, name: str, uid: str, failed: int,
+                          limit: int) -> bool:
+        """Raise the Job's spec.backoffLimit from `limit` to `failed` + 1 (JSON patch whose
+        `test`s are the preconditions: the same Job, the same limit); False if it is gone,
+        replaced or changed meanwhile."""
+        return self._patch_job_if(resource_path("batch/v1", "jobs", namespace, name),
+                                  bodies.backoff_limit_raised(uid, limit, failed))
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod gracefully, only if it still has this uid; False if it is gone."""
+        return self._delete(resource_path("v1", "pods", namespace, name),
+                            {"preconditions": {"uid": uid}})
+
+
+class Kube(JobAndPodWrites):
     def __init__(self, client: KubeClient) -> None:
         self.client = client
 
@@ -272,72 +337,9 @@ class Kube:
             resource_path(KUEUE_API, KUEUE_WORKLOAD_PLURAL, namespace, name) + "/status",
             ops, patch_type="json")
 
-    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete a Job and (Foreground) its pods first, only if it still has this uid;
-        False if it is already gone or replaced (404 / 409 precondition failed)."""
-        return self._delete(resource_path("batch/v1", "jobs", namespace, name),
-                            {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}})
-
-    def delete_pod_now(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete a pod with grace period 0 (its kubelet is gone), only if it still has
-        this uid; False if it is already gone."""
-        return self._delete(resource_path("v1", "pods", namespace, name),
-                            {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
-
-    def _delete(self, path: str, options: dict[str, Any]) -> bool:
-        try:
-            self.client.delete(path, options)
-            return True
-        except ApiError as e:
-            if e.status in (404, 409):
-                return False
-            raise
-
-    def lower_job_backoff_limit(self, namespace: str, name: str, uid: str) -> bool:
-        """Set the Job's spec.backoffLimit to 0 if it still has this uid (a JSON patch
-        whose `test` is the precondition); False if it is gone or replaced."""
-        return self._patch_job_if(resource_path("batch/v1", "jobs", namespace, name),
-                                  bodies.backoff_limit_zero(uid))
-
-    def _patch_job_if(self, path: str, ops: list[dict[str, Any]]) -> bool:
-        """A JSON patch whose `test`s are its preconditions; False if the Job is gone,
-        replaced or changed (422: a test op failed)."""
-        try:
-            self.client.patch(path, ops, patch_type="json")
-            return True
-        except ApiError as e:
-            if e.status in (404, 409, 422):
-                return False
-            raise
-
-    def fail_job(self, namespace: str, name: str, uid: str) -> bool:
-        """End the Job now through its own deadline if it still has this uid (a JSON patch
-        whose `test` is the precondition); False if it is gone or replaced."""
-        try:
-            self.client.patch(resource_path("batch/v1", "jobs", namespace, name),
-                              bodies.job_ended_now(uid), patch_type="json")
-            return True
-        except ApiError as e:
-            if e.status in (404, 409, 422):  # 422: the test op failed (another Job)
-                return False
-            raise
-
     def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A Job (the head's, before a trainer restart), or None if it is gone."""
         return self.client.get_or_none(resource_path("batch/v1", "jobs", namespace, name))
-
-    def allow_job_failure(self, namespace: str, name: str, uid: str, failed: int,
-                          limit: int) -> bool:
-        """Raise the Job's spec.backoffLimit from `limit` to `failed` + 1 (JSON patch whose
-        `test`s are the preconditions: the same Job, the same limit); False if it is gone,
-        replaced or changed meanwhile."""
-        return self._patch_job_if(resource_path("batch/v1", "jobs", namespace, name),
-                                  bodies.backoff_limit_raised(uid, limit, failed))
-
-    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete a pod gracefully, only if it still has this uid; False if it is gone."""
-        return self._delete(resource_path("v1", "pods", namespace, name),
-                            {"preconditions": {"uid": uid}})
 
     def label_node(self, name: str, labels: dict[str, str | None],
                    annotations: dict[str, str | None]) -> None:
