@@ -340,6 +340,9 @@ def counted_evidence(run: Run) -> list[str]:
     return problems
 
 
+FROM_THE_TRAINERS_PHASE = {".status.progress.phase", ".status.progress.phaseSince"}
+
+
 def new_status_fields_filled_in(run: Run) -> None:
     """The status fields the current CRD adds, on the old job now that the current
     operator writes its status; and every slice's exactly-once evidence."""
@@ -347,6 +350,10 @@ def new_status_fields_filled_in(run: Run) -> None:
     trainers = [p for p in added if p.startswith(".status.training.")]
     operators = [p for p in added if p not in trainers]
     job = run.job()
+    # The operator writes the phase under judgement only from the trainer's phase report
+    # (status.training.activity), which the previous release's trainer does not send.
+    if not releases.has_field(job, ".status.training.activity"):
+        operators = [p for p in operators if p not in FROM_THE_TRAINERS_PHASE]
     missing = [p for p in operators if not releases.has_field(job, p)]
     run.timeline.note(f"status fields the current CRD adds: {added or 'none'}; the "
                       f"operator's {operators or 'none'}, missing {missing or 'none'}; "
