@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_trainer.sampler import ProcessSampler
+from elastic_trainer.sampler import LASTING_AFTER, ProcessSampler
 from elastic_trainer.stacks import StackUnavailable, ThreadStack
 from elastic_trainer.trainer_process import (
     CLOCK_TICKS,
@@ -129,11 +129,36 @@ def test_a_refusal_is_said_once_and_not_tried_again(tmp_path: Path,
     reader = Reader(StackUnavailable("permission denied: ...", lasting=True))
     sampler = ProcessSampler(reader, proc=fake_proc(tmp_path, POD, me=7), me=7)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="etj.progress"):
-        samples = [sampler.sample(NOW) for _ in range(3)]
-    assert [s.state for s in samples] == ["Running"] * 3  # state and CPU time go on
+        samples = [sampler.sample(NOW) for _ in range(LASTING_AFTER + 2)]
+    assert [s.state for s in samples] == ["Running"] * len(samples)  # state and CPU go on
     assert all(s.stack is None for s in samples)
-    assert reader.calls == 1
-    assert sum("permission denied" in r.message for r in caplog.records) == 1
+    assert reader.calls == LASTING_AFTER  # then not tried again
+    assert sum("cannot read the trainer's stacks" in r.message and "permission denied"
+               in r.message for r in caplog.records) == 1
+
+
+class Outcomes(Reader):
+    """A reader whose dumps succeed or fail in the order given."""
+
+    def __init__(self, *outcomes: StackUnavailable | None) -> None:
+        super().__init__()
+        self.outcomes = list(outcomes)
+
+    def dump(self, pid: int) -> ThreadStack | None:
+        self.error = self.outcomes.pop(0) if self.outcomes else None
+        return super().dump(pid)
+
+
+def test_a_process_once_read_is_read_again_after_no_interpreter_is_found(
+        tmp_path: Path) -> None:
+    """py-spy's "no interpreter found" comes and goes on a busy process (MaxText under
+    load): once a stack was read, it is a torn read, and the sidecar keeps sampling."""
+    gone = StackUnavailable("not a Python process (no interpreter found in it)", lasting=True)
+    reader = Outcomes(None, *[gone] * (LASTING_AFTER + 1), None)
+    sampler = ProcessSampler(reader, proc=fake_proc(tmp_path, POD, me=7), me=7)  # type: ignore[arg-type]
+    samples = [sampler.sample(NOW) for _ in range(LASTING_AFTER + 3)]
+    assert [s.stack is not None for s in samples] == \
+        [True, *[False] * (LASTING_AFTER + 1), True]
 
 
 def test_no_trainer_is_an_empty_sample_said_once(tmp_path: Path,

@@ -20,6 +20,11 @@ from elastic_trainer.trainer_process import (
 
 log = logging.getLogger("etj.progress")
 
+# py-spy's "lasting" errors in a row, on a process never read, before the sidecar stops
+# trying: its "no interpreter found" also comes and goes while a busy process remaps its
+# memory (seen on MaxText under load), and giving up on it blinds the sidecar for good.
+LASTING_AFTER = 3
+
 
 class ProcessSampler:
     """`pid`: the trainer's, if known; else it is looked for at every sample until found
@@ -32,6 +37,8 @@ class ProcessSampler:
         self.samples = self.stack_failures = 0
         self._said: set[str] = set()
         self._no_stacks: int | None = None  # the pid whose stacks cannot be read at all
+        self._read_from: int | None = None  # the pid a stack was read from
+        self._lasting_in_a_row = 0
 
     def _once(self, reason: str, message: str, *args: object) -> None:
         if reason not in self._said:
@@ -65,9 +72,14 @@ class ProcessSampler:
         if self.stacks is not None and self._no_stacks != pid:
             try:
                 stack = self.stacks.dump(pid)
+                if stack is not None:
+                    self._read_from, self._lasting_in_a_row = pid, 0
             except StackUnavailable as err:
                 self.stack_failures += 1
-                if err.lasting:
+                # a process once read is readable: its "lasting" error was a torn read
+                lasting = err.lasting and self._read_from != pid
+                self._lasting_in_a_row = self._lasting_in_a_row + 1 if lasting else 0
+                if self._lasting_in_a_row >= LASTING_AFTER:
                     self._no_stacks = pid
                     self._once(f"stack: {str(err)[:40]}", "cannot read the trainer's stacks "
                                "(pid %d): %s; going on with its state, CPU time and metrics "
