@@ -34,10 +34,11 @@ def make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any:
     `faults` (its checkpoints under `workdir`, emptied first)."""
     from elastic_trainer.backends import SimulatedBackend
     from elastic_trainer.checkpoint import Checkpointer
+    from elastic_trainer.compose import build_trainer
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
     from elastic_trainer.faults import Fault, FaultSchedule
-    from elastic_trainer.loop import LoopOptions, build_trainer
+    from elastic_trainer.loop import LoopOptions
 
     cfg = get_config(spec["config"])
     slices = spec.get("slices", 2)

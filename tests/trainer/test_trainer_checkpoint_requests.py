@@ -20,10 +20,11 @@ from elastic_trainer.checkpoint_requests import (
     request_view,
     to_answer,
 )
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
-from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
+from elastic_trainer.loop import LoopOptions, Trainer
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -20,10 +20,11 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
-from elastic_trainer.loop import LoopOptions, build_trainer
+from elastic_trainer.loop import LoopOptions
 from elastic_trainer.watchdog import WatchdogOptions
 from tests.support.device_loss import Fault, FaultsOnPathways, LosableSlices
 

@@ -5,11 +5,12 @@ from pathlib import Path
 
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.copies import Copies
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.faults import FaultSchedule
-from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
+from elastic_trainer.loop import LoopOptions, Trainer
 
 
 class _NeverDue(Copies):

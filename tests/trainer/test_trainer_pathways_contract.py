@@ -20,10 +20,11 @@ from pathwaysutils.elastic import elastic, manager
 
 from elastic_trainer.backends import PathwaysBackend
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ScaleUpSignal, slice_down_error
-from elastic_trainer.loop import LoopOptions, build_trainer
+from elastic_trainer.loop import LoopOptions
 from elastic_trainer.retry import SliceLossLimit, run_elastic
 
 SLICES, PER_SLICE = 2, 2

@@ -23,12 +23,13 @@ from elastic_api.models import TrainingReport
 from elastic_trainer import cli, train
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource, eval_batch
 from elastic_trainer.evaluation import EvalOptions
 from elastic_trainer.events import RunResult
 from elastic_trainer.faults import FaultSchedule, SilentFault, StepFaults
-from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
+from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.watchdog import Clock, Watchdog, WatchdogOptions
 from tests.support.trainer_run import RunTrainer, TrainerRun
 

@@ -16,11 +16,12 @@ import pytest
 from elastic_api.models import TrainingReport
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import ElasticEvent
 from elastic_trainer.faults import FaultSchedule
-from elastic_trainer.loop import LoopOptions, build_trainer
+from elastic_trainer.loop import LoopOptions
 from elastic_trainer.report import StatusReporter, job_from_args, prior_run, status_patch
 
 

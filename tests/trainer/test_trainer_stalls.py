@@ -20,11 +20,12 @@ from elastic_api.models import CheckpointRequest, TrainingReport
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.checkpoint_requests import RequestView
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
 from elastic_trainer.faults import Fault, FaultSchedule, SilentFault, StepFaults
-from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
+from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.watchdog import WatchdogOptions
 from tests.support.trainer_run import RunTrainer, TrainerRun
 

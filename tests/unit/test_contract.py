@@ -34,11 +34,12 @@ from elastic_operator.core.parsing import parse_job
 from elastic_operator.core.status import compute_status
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
+from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
 from elastic_trainer.faults import FaultSchedule
-from elastic_trainer.loop import LoopOptions, Trainer, build_trainer
+from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.report import PriorRun, prior_state
 from tests.builders import at, etj, healthy_pods, iso, observe, observed_jobset
 from tests.kueue_builders import queued_job, workload

@@ -442,10 +442,10 @@ def _run_trainer(trainer: Any, reporter: Any) -> tuple[Any, int]:
 def _train(args: argparse.Namespace) -> int:
     from elastic_trainer.checkpoint import Checkpointer
     from elastic_trainer.checkpoint_requests import JobRequestWatcher
+    from elastic_trainer.compose import build_trainer
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
     from elastic_trainer.events import summary_dict
-    from elastic_trainer.loop import build_trainer
     from elastic_trainer.report import Metrics, StatusReporter, job_from_args
 
     log = logging.getLogger("elastic_trainer")

@@ -23,7 +23,7 @@
       and stalls.py what a stall or a slow slice makes the trainer ask for
 
 The `Trainer` keeps the step loop; the policies come in through its constructor, so that
-a test can swap one; `build_trainer` composes the ones `etj train` runs.
+a test can swap one; `compose.build_trainer` composes the ones `etj train` runs.
 """
 from __future__ import annotations
 
@@ -37,20 +37,16 @@ import jax
 from elastic_api.models import DEFAULT_OVERHEAD_BUDGET_PERCENT, CheckpointAck, TrainerGoodput
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
-from elastic_trainer.cadence import Cadence, Cadences, budget_shares
 from elastic_trainer.checkpoint import Checkpointer
-from elastic_trainer.checkpoint_requests import CheckpointRequests, RequestSource
+from elastic_trainer.checkpoint_requests import CheckpointRequests
 from elastic_trainer.configs import ModelConfig
 from elastic_trainer.copies import Copies
 from elastic_trainer.data import BatchSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, ScaleUpSignal
 from elastic_trainer.evaluation import EvalOptions, Evaluator
 from elastic_trainer.events import ElasticEvent, RunResult
-from elastic_trainer.goodput import GoodputAccount
-from elastic_trainer.own_activity import Activity
 from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.recovery import Recovery
-from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.restore import Restorer
 from elastic_trainer.retry import SliceLossLimit, run_elastic
 from elastic_trainer.snapshots import ReplicaSnapshots, to_pinned_host
@@ -63,7 +59,6 @@ from elastic_trainer.watchdog import (
     RESTORE,
     STEP,
     BesideCopy,
-    Clock,
     Watchdog,
     WatchdogOptions,
 )
@@ -380,45 +375,3 @@ class Trainer:
                  sorted(back), step)
         self.status.report(urgent=True)
         raise ScaleUpSignal(event.error)
-
-
-def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: BatchSource,
-                  checkpointer: Checkpointer, reporter: StatusReporter | None = None,
-                  metrics: Metrics | None = None, requests: RequestSource | None = None,
-                  clock: Clock | None = None) -> Trainer:
-    """The Trainer `etj train` runs: the loop composed of the default policies, its
-    snapshots in the slices' memory, its checkpoints `checkpointer`'s, its reports to
-    `reporter`, the operator's checkpoint requests read from `requests`; `clock`: what
-    the watchdog and the reported phases time by (a test's jumps)."""
-    spec = train.StateSpec.of(cfg, opts.steps, opts.learning_rate)
-    snapshots = ReplicaSnapshots()
-    snapshot_budget, checkpoint_budget = budget_shares(
-        opts.overhead_budget_percent / 100, opts.snapshot_period, checkpointer.period)
-    cadences = Cadences(Cadence(opts.snapshot_period, snapshot_budget, opts.steps),
-                        Cadence(checkpointer.period, checkpoint_budget, opts.steps),
-                        snapshots.costs, checkpointer.save_costs)
-    # Slice losses (what --max-retries counts), those of an earlier process included.
-    loss_limit = SliceLossLimit(opts.max_retries, used=opts.prior_failures)
-    started = opts.process_started_at or time.time()
-    activity = Activity()
-    status = TrainingStatus(
-        total_steps=opts.steps, process_started_at=started,
-        goodput=GoodputAccount(started, opts.prior_goodput, opts.prior_step),
-        checkpointer=checkpointer, snapshots=snapshots, cadences=cadences,
-        loss_limit=loss_limit, reporter=reporter, metrics=metrics,
-        prior_events=opts.prior_events, checkpoint_ack=opts.prior_ack, activity=activity)
-    stalls = Stalls(backend, status, opts.on_slow_slice)
-    watchdog = Watchdog(opts.watchdog, stalls.on_stall, activity, clock)
-    return Trainer(
-        cfg, opts, backend, data, spec=spec, status=status, checkpointer=checkpointer,
-        snapshots=snapshots,
-        copies=Copies(cadences, snapshots, checkpointer, backend, status, spec.nbytes),
-        restorer=Restorer(spec, snapshots, checkpointer, backend, status),
-        recovery=Recovery(backend, status, watchdog, stalls, checkpointer, snapshots,
-                          opts.elastic_timeout),
-        stalls=stalls, watchdog=watchdog, loss_limit=loss_limit,
-        requests=None if requests is None else CheckpointRequests(
-            requests, checkpointer, backend, status, watchdog),
-        evaluator=None if opts.evaluation.every == 0 else Evaluator(
-            opts.evaluation, cfg, opts.seed, opts.batch, backend, status, watchdog,
-            opts.min_step_seconds))
