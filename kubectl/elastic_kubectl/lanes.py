@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from elastic_api.indices import ranges
 from elastic_kubectl.groups import MAX_ROWS, group_by, grouped
 from elastic_kubectl.history import Segment
-from elastic_kubectl.text import WIDTH, plural, ranges
+from elastic_kubectl.text import WIDTH, plural
 
 LANE_CHARS = {"Ready": "=", "Down": "X", "Restarting": "~", "Pending": "."}
 _STATE_OF = {c: s for s, c in LANE_CHARS.items()}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from elastic_api.indices import ranges
 from elastic_kubectl.history import (
     CHECKPOINT,
     EVICTION,
@@ -28,7 +29,7 @@ from elastic_kubectl.history import (
 )
 from elastic_kubectl.job import Job
 from elastic_kubectl.lanes import LaneRow, lane_rows
-from elastic_kubectl.text import clock, ranges
+from elastic_kubectl.text import clock
 
 COLORS = {FAILURE: "#c0392b", REPLACEMENT: "#2471a3", RECOVERY: "#27ae60",
           EVICTION: "#8e44ad", STALL: "#e67e22", CHECKPOINT: "#7f8c8d", OTHER: "#555555"}

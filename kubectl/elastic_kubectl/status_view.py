@@ -9,10 +9,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from elastic_api.indices import ranges
 from elastic_api.models import CadenceReport, SliceStatus
 from elastic_kubectl.groups import MAX_ROWS, group_by, grouped
 from elastic_kubectl.job import Job
-from elastic_kubectl.text import age, duration, plural, ranges, stamp, table, wrap
+from elastic_kubectl.text import age, duration, plural, stamp, table, wrap
 
 DOWN_STATES = ("Down", "Restarting")
 # A job of many slices: the Ready slices that failed most recently, each with a row;

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -108,20 +108,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
         return value.ljust(widths[i])
 
     return ["  ".join(cell(r[i], i) for i in range(cols)).rstrip() for r in [headers, *rows]]
-
-
-def ranges(indices: Iterable[int]) -> str:
-    """`0-41, 43, 45, 46, 48-197`: sorted, a run of three or more as its ends."""
-    items = sorted(set(indices))
-    parts: list[str] = []
-    start = 0
-    for i in range(1, len(items) + 1):
-        if i < len(items) and items[i] == items[i - 1] + 1:
-            continue
-        run = items[start:i]
-        parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(v) for v in run]
-        start = i
-    return ", ".join(parts)
 
 
 def field_of(obj: Any, key: str) -> dict[str, Any]:

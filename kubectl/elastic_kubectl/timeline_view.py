@@ -9,11 +9,12 @@ from datetime import datetime, timedelta
 from itertools import groupby
 from typing import Any
 
+from elastic_api.indices import ranges
 from elastic_kubectl.groups import grouped
 from elastic_kubectl.history import Moment, lanes, moments
 from elastic_kubectl.job import Job
 from elastic_kubectl.lanes import LANE_CHARS, LANE_WIDTH, lane_rows, lane_text
-from elastic_kubectl.text import clock, duration, plural, ranges, stamp, wrap
+from elastic_kubectl.text import clock, duration, plural, stamp, wrap
 
 __all__ = ["LANE_CHARS", "LANE_WIDTH", "lane_text", "render_timeline", "timeline_json"]
 # Events of one second about this many slices or more share a line (a job of many slices).

@@ -11,6 +11,7 @@ from typing import Any
 
 from elastic_api.catalog import CATALOG
 from elastic_api.conditions import ConditionType, Phase, Reason
+from elastic_api.indices import ranges
 from elastic_api.models import SliceStatus
 from elastic_api.names import (
     NODE_POOL_LABEL,
@@ -22,7 +23,7 @@ from elastic_api.names import (
 from elastic_api.queueing import ADMITTED, EVICTION_PENDING
 from elastic_kubectl.groups import MAX_ROWS, group_by, grouped
 from elastic_kubectl.job import Job
-from elastic_kubectl.text import age, clock, duration, field_of, ranges, wrap
+from elastic_kubectl.text import age, clock, duration, field_of, wrap
 
 
 @dataclass(frozen=True)

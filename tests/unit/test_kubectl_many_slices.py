@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from elastic_api.crd import PRINTER_COLUMNS
+from elastic_api.indices import ranges
 from elastic_kubectl import status_view, timeline_view, why_view
 from elastic_kubectl.groups import MAX_ROWS, ROW_PER_SLICE_UP_TO
 from elastic_kubectl.job import read_job
 from elastic_kubectl.picture import draw_job
-from elastic_kubectl.text import ranges
 from tests.kubectl_builders import (
     RECORD_SLICES,
     at,

@@ -4,21 +4,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from elastic_api.indices import ranges
+
 
 def fmt_slices(indices: Iterable[int]) -> str:
     """`slice 2`, `slices 0, 2` or `slices 0-195, 197` (a run of three or more by its
     ends: a job of 199 slices down is `slices 0-198`)."""
     items = sorted(indices)
-    noun = "slice" if len(items) == 1 else "slices"
-    parts: list[str] = []
-    start = 0
-    for i in range(1, len(items) + 1):
-        if i < len(items) and items[i] == items[i - 1] + 1:
-            continue
-        run = items[start:i]
-        parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(v) for v in run]
-        start = i
-    return f"{noun} {', '.join(parts)}"
+    return f"{'slice' if len(items) == 1 else 'slices'} {ranges(items)}"
 
 
 def first_of(said: list[str], most: int, rest: str) -> str:
