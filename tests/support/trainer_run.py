@@ -10,10 +10,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from elastic_api.models import TrainingReport
 
 
 @dataclass
@@ -132,3 +135,23 @@ class Reference:
         from elastic_devtools.demo.run import _stop
 
         _stop(self.proc)
+
+
+class Reports:
+    """The status reports a trainer sends, as its StatusReporter (thread-safe: the
+    reporter's and the watchdog's threads send too)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[TrainingReport, bool]] = []
+        self._lock = threading.Lock()
+
+    def update(self, report: TrainingReport, urgent: bool = False) -> None:
+        with self._lock:
+            self.sent.append((report, urgent))
+
+    def reports(self) -> list[TrainingReport]:
+        with self._lock:
+            return [r for r, _ in self.sent]
+
+    def in_phase(self, phase: str) -> list[TrainingReport]:
+        return [r for r in self.reports() if r.activity and r.activity.phase == phase]

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from elastic_api.models import CheckpointAck, CheckpointRequest, TrainingReport
+from elastic_api.models import CheckpointAck, CheckpointRequest
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import COMMIT_MARKER, Checkpointer
 from elastic_trainer.checkpoint_requests import (
@@ -25,6 +25,7 @@ from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
 from elastic_trainer.loop import LoopOptions, Trainer
+from tests.support.trainer_run import Reports
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -144,14 +145,6 @@ class Operator:
 
     def close(self) -> None:
         pass
-
-
-class Reports:
-    def __init__(self) -> None:
-        self.sent: list[tuple[TrainingReport, bool]] = []
-
-    def update(self, report: TrainingReport, urgent: bool = False) -> None:
-        self.sent.append((report, urgent))
 
 
 STEPS = 16

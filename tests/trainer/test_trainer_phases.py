@@ -19,7 +19,6 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from elastic_api.models import TrainingReport
 from elastic_trainer import cli, train
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
@@ -31,7 +30,7 @@ from elastic_trainer.events import RunResult
 from elastic_trainer.faults import FaultSchedule, SilentFault, StepFaults
 from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.watchdog import Clock, Watchdog, WatchdogOptions
-from tests.support.trainer_run import RunTrainer, TrainerRun
+from tests.support.trainer_run import Reports, RunTrainer, TrainerRun
 
 STEPS = 40
 # Two slices of two devices: the test process has eight (conftest.py), so a spare one
@@ -39,25 +38,6 @@ STEPS = 40
 SLICES = 2
 # A step's deadline of 2 s (steps of 0.05 s): each phase below lasts longer than that.
 TIGHT = WatchdogOptions(factor=10, floor_seconds=2.0)
-
-
-class Reports:
-    """The status reports the trainer sends (its StatusReporter)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[TrainingReport, bool]] = []
-        self._lock = threading.Lock()
-
-    def update(self, report: TrainingReport, urgent: bool = False) -> None:
-        with self._lock:
-            self.sent.append((report, urgent))
-
-    def reports(self) -> list[TrainingReport]:
-        with self._lock:
-            return [r for r, _ in self.sent]
-
-    def in_phase(self, phase: str) -> list[TrainingReport]:
-        return [r for r in self.reports() if r.activity and r.activity.phase == phase]
 
 
 class JumpClock:

@@ -27,27 +27,13 @@ from elastic_trainer.events import RunResult
 from elastic_trainer.faults import Fault, FaultSchedule, SilentFault, StepFaults
 from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.watchdog import WatchdogOptions
-from tests.support.trainer_run import RunTrainer, TrainerRun
+from tests.support.trainer_run import Reports, RunTrainer, TrainerRun
 
 STEPS = 40
 SLICES = 4
 # Tight enough that each "no false alarm" test fails if the phase it is about ran under a
 # plain step's deadline; a first compile has its phase's first floor (elastic_api.phases).
 TIGHT = WatchdogOptions(factor=10, floor_seconds=2.0)
-
-
-class Reports:
-    def __init__(self) -> None:
-        self.sent: list[tuple[TrainingReport, bool]] = []
-        self._lock = threading.Lock()
-
-    def update(self, report: TrainingReport, urgent: bool = False) -> None:
-        with self._lock:
-            self.sent.append((report, urgent))
-
-    def reports(self) -> list[TrainingReport]:
-        with self._lock:
-            return [r for r, _ in self.sent]
 
 
 def _trainer(tmp_path: Path, silent: list[SilentFault] | None = None,
