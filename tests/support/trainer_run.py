@@ -155,3 +155,15 @@ class Reports:
 
     def in_phase(self, phase: str) -> list[TrainingReport]:
         return [r for r in self.reports() if r.activity and r.activity.phase == phase]
+
+
+def run_to_end(trainer: Any, steps: int) -> Any:
+    """Run an in-process Trainer to its end, its backend closed whatever happens; the
+    RunResult, asserted to have trained every step without failing."""
+    try:
+        result = trainer.run()
+    finally:
+        trainer.backend.close()
+    assert result.failure is None, result.failure
+    assert result.final_step == steps
+    return result

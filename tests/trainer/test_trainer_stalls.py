@@ -27,7 +27,7 @@ from elastic_trainer.events import RunResult
 from elastic_trainer.faults import Fault, FaultSchedule, SilentFault, StepFaults
 from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.watchdog import WatchdogOptions
-from tests.support.trainer_run import Reports, RunTrainer, TrainerRun
+from tests.support.trainer_run import Reports, RunTrainer, TrainerRun, run_to_end
 
 STEPS = 40
 SLICES = 4
@@ -60,12 +60,7 @@ def _trainer(tmp_path: Path, silent: list[SilentFault] | None = None,
 
 
 def _run(trainer: Trainer) -> RunResult:
-    try:
-        result = trainer.run()
-    finally:
-        trainer.backend.close()
-    assert result.failure is None, result.failure
-    assert result.final_step == STEPS
+    result: RunResult = run_to_end(trainer, STEPS)
     return result
 
 
