@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import node
 from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, write_json
-from elastic_api.catalog import slice_shape
+from elastic_api.catalog import all_shapes, slice_shape
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
          "restore", "replacement", "hang", "goodput")
@@ -43,12 +43,14 @@ QUICK_SCALE_SIZES = "3x2:simulated"
 # beside the run, and the result says the load it measured).
 DEFAULT_SCALE_LOAD = 10.0
 TOPOLOGY_OF_HOSTS = {2: "2x4", 4: "4x4", 8: "4x8", 16: "8x8", 32: "8x16", 64: "16x16"}
+# Host counts no v5e slice has: the catalog's first shape of that many (the issue's "4x1536").
+OTHER_HOSTS = {s.vms: (s.family.type, s.topology) for s in reversed(all_shapes())}
 
 
 def parse_sizes(text: str) -> list[tuple[int, str, str, str]]:
     """'64x16:pathways,4xv5p-16x16x24:simulated' -> [(slices, TPU type, topology,
-    backend), ...]: HOSTS names a v5e slice of that many hosts; TYPE-TOPOLOGY any shape of
-    the catalog."""
+    backend), ...]: HOSTS names a v5e slice of that many hosts, or else the catalog's first
+    shape of that many (1536: v5p 16x16x24); TYPE-TOPOLOGY any shape of the catalog."""
     sizes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         dims, _, backend = item.partition(":")
@@ -56,11 +58,14 @@ def parse_sizes(text: str) -> list[tuple[int, str, str, str]]:
         tpu_type, _, topology = of.partition("-")
         if of.isdigit() and int(of) in TOPOLOGY_OF_HOSTS:
             tpu_type, topology = "v5e", TOPOLOGY_OF_HOSTS[int(of)]
+        elif of.isdigit() and int(of) in OTHER_HOSTS:
+            tpu_type, topology = OTHER_HOSTS[int(of)]
         elif not topology:
             tpu_type = ""  # neither HOSTS nor TYPE-TOPOLOGY
         if not slices.isdigit() or not tpu_type:
             raise ValueError(f"--scale-sizes: {item!r} is not SLICESxHOSTS[:BACKEND] (HOSTS "
-                             f"one of {sorted(TOPOLOGY_OF_HOSTS)}) or "
+                             f"a v5e slice's {sorted(TOPOLOGY_OF_HOSTS)} or another catalog "
+                             "shape's) or "
                              "SLICESxTYPE-TOPOLOGY[:BACKEND] (4xv5p-16x16x24)")
         try:
             slice_shape(tpu_type, topology)

@@ -10,6 +10,13 @@ For each event (a job and a slice) the bench's own watches record, all in this p
                 (JobSet's own reaction; only when every slice was ready at the injection)
   job           the slice's worker Job's status.failed rises (the Job controller's reaction)
 
+and, for the recovery of each event:
+
+  ready_again      the job's status says the slice Ready again (after the operator saw it down)
+  job_ready_again  the slice's worker Job counts every host ready again, after its ready
+                   count dropped: the Job controller alone (with JobSet recreating the Job),
+                   which ours cannot beat; ours minus it is what the operator adds
+
 Two placements (`Shape.backend`): `pathways` is the real thing, exclusive placement of
 each slice on its own TPU node pool (one fake node per host, enforced by JobSet's pod
 webhooks); `simulated` has no placement constraint, so a 4,096-pod job fits on a few
@@ -69,6 +76,10 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 PODS_PER_CPU_NODE = 200  # simulated placement: below the fake nodes' 250-pod capacity
 
 Event = tuple[str, int]  # (job, slice)
+# The result's recovery figures -> the latencies they are the statistics of.
+READY_AGAIN = {"slice_ready_again_seconds": "ready_again",
+               "job_ready_again_seconds": "job_ready_again",
+               "ready_again_minus_job_paired_seconds": "ready_again_paired"}
 Num = TypeVar("Num", int, float)  # a count or a time, for _diff
 
 
@@ -157,6 +168,9 @@ class Timeline:
     operator: dict[Event, float] = field(default_factory=dict)
     jobset: dict[Event, float] = field(default_factory=dict)
     job: dict[Event, float] = field(default_factory=dict)
+    ready_again: dict[Event, float] = field(default_factory=dict)
+    job_ready_again: dict[Event, float] = field(default_factory=dict)
+    job_ready_dropped: set[Event] = field(default_factory=set)
     # What each event's signal is measured against, as seen at the injection.
     restarts: dict[Event, int] = field(default_factory=dict)  # status.slices[s].restarts
     jobset_armed: set[Event] = field(default_factory=set)  # every slice was ready
@@ -180,6 +194,16 @@ class Timeline:
             self.job_failed_before[event] = self.job_failed.get(event, 0)
             if self.jobset_ready.get(event[0]) == slices:
                 self.jobset_armed.add(event)
+
+    def see_job_ready(self, event: Event, every_host: bool, now: float) -> None:
+        """The slice's worker Job's ready count, seen (lock held): the Job controller's
+        recovery is its count back to every host after it dropped, once per event."""
+        if event not in self.injected or event in self.job_ready_again:
+            return
+        if not every_host:
+            self.job_ready_dropped.add(event)
+        elif event in self.job_ready_dropped:
+            self.job_ready_again[event] = now
 
 
 def _is_true(obj: dict[str, Any], type_: str) -> bool:
@@ -221,7 +245,7 @@ def _watch(tl: Timeline, list_fn: Any, handle: Any, what: str) -> None:
 
 
 def _handlers(tl: Timeline, shape: Shape) -> dict[str, Callable[[dict[str, Any], float], None]]:
-    slices = shape.slices
+    slices, hosts = shape.slices, shape.hosts
 
     def on_job(obj: dict[str, Any], now: float) -> None:
         name = obj["metadata"]["name"]
@@ -243,6 +267,9 @@ def _handlers(tl: Timeline, shape: Shape) -> dict[str, Callable[[dict[str, Any],
                 if event in tl.injected and event not in tl.operator \
                         and restarts > tl.restarts[event]:
                     tl.operator[event] = now
+                elif event in tl.operator and event not in tl.ready_again \
+                        and entry.get("state") == "Ready":
+                    tl.ready_again[event] = now
 
     def on_jobset(obj: dict[str, Any], now: float) -> None:
         name = (obj["metadata"].get("labels") or {}).get(JOB_NAME_LABEL, obj["metadata"]["name"])
@@ -264,11 +291,13 @@ def _handlers(tl: Timeline, shape: Shape) -> dict[str, Callable[[dict[str, Any],
         owner = labels.get(JOB_NAME_LABEL) or labels.get(JOBSET_NAME_LABEL, "")
         event = (owner, int(labels.get(JOB_INDEX_LABEL, -1)))
         failed = int((obj.get("status") or {}).get("failed") or 0)
+        ready = int((obj.get("status") or {}).get("ready") or 0)
         with tl.lock:
             tl.job_failed[event] = failed
             if event in tl.injected and event not in tl.job \
                     and failed > tl.job_failed_before[event]:
                 tl.job[event] = now
+            tl.see_job_ready(event, ready >= hosts, now)
 
     def on_pod(obj: dict[str, Any], now: float) -> None:
         meta = obj["metadata"]
@@ -719,13 +748,24 @@ def _wait_recovered(tl: Timeline, shape: Shape, phases: Phases, operator: BenchO
         return f"{n} of {len(phases.started) * shape.slices} slices Ready again"
 
     try:
-        wait_for(_saying(recovered, ready), 30 if quick else 300, "every slice Ready again",
-                 0.5)
+        wait_for(_saying(recovered, ready), recovery_timeout(shape, len(tl.injected), quick),
+                 "every slice Ready again", 0.5)
         time.sleep(2.0)  # the outbox's clearing after the last Ready
     except TimeoutError as err:
         tl.errors.append(str(err))
     phases.recovered = recovered()
     phases.mark("recovered", operator)
+    phases.peak_rss = operator.peak_rss  # the recreation of the pods included
+
+
+def recovery_timeout(shape: Shape, events: int, quick: bool) -> float:
+    """How long the failed slices may take to be Ready again: 5 minutes, or longer where
+    the pods to recreate need it. The controller-manager creates pods at its client's
+    20 requests/s (the kube-controller-manager default); 0.06 s per pod is that with
+    room for the scheduler and kwok (a 1,536-pod slice took 237 s at load 7-17)."""
+    if quick:
+        return 30.0
+    return max(300.0, 0.06 * shape.hosts * events)
 
 
 def _latencies(tl: Timeline) -> dict[str, list[float]]:
@@ -747,6 +787,12 @@ def _latencies(tl: Timeline) -> dict[str, list[float]]:
                                         if e in baseline],
             "paired": [tl.operator[e] - baseline[e] for e in events
                        if e in tl.operator and e in baseline],
+            "ready_again": [tl.ready_again[e] - anchor[e] for e in events
+                            if e in tl.ready_again and e in anchor],
+            "job_ready_again": [tl.job_ready_again[e] - anchor[e] for e in events
+                                if e in tl.job_ready_again and e in anchor],
+            "ready_again_paired": [tl.ready_again[e] - tl.job_ready_again[e] for e in events
+                                   if e in tl.ready_again and e in tl.job_ready_again],
         }
 
 
@@ -774,7 +820,7 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
     lat = _latencies(tl)
     op_s, js_s = stats(lat["operator"]), stats(lat["baseline"])
     kpods = shape.pods / 1000.0
-    cpu, req, sec = phases.cpu, phases.requests, phases.seconds
+    req, sec = phases.requests, phases.seconds
     quiet_s = sec["events"] - sec["quiet"]
     events_s = sec["end"] - sec["events"]
     quiet_requests = _diff(req["events"], req["quiet"])
@@ -808,16 +854,10 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         "operator_minus_jobset_paired_seconds": stats(lat["paired"]),
         "ratio_p50_operator_vs_jobset": ratio(op_s["p50"], js_s["p50"]),
         "ratio_p99_operator_vs_jobset": ratio(op_s["p99"], js_s["p99"]),
-        "operator_cpu_seconds": {
-            "startup": round(cpu["running"] - cpu["created"], 3),
-            "quiet": round(cpu["events"] - cpu["quiet"], 3),
-            "events": round(cpu["end"] - cpu["events"], 3),
-        },
-        "operator_cpu_seconds_per_1000_pods": {
-            "startup": (cpu["running"] - cpu["created"]) / kpods,
-            "quiet_per_minute": (cpu["events"] - cpu["quiet"]) / kpods * 60.0 / quiet_s,
-            "per_slice_event": ratio(cpu["end"] - cpu["events"], events),
-        },
+        # Failure -> the slice Ready again in the job's status, beside the Job controller
+        # alone (its Job counting every host ready again), and ours minus it per event.
+        **{key: stats(lat[of]) for key, of in READY_AGAIN.items()},
+        **_cpu(phases.cpu, kpods, quiet_s, events),
         "operator_thread_cpu_seconds": _thread_cpu(phases),
         "operator_rss_bytes": {"idle": phases.idle_rss, "steady": phases.rss_steady,
                                "peak": phases.peak_rss},
@@ -848,6 +888,23 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         "status_writes_seen": _writes_summary(tl, phases, events),
         "errors": tl.errors[:20],
         "quick": quick,
+    }
+
+
+def _cpu(cpu: dict[str, float], kpods: float, quiet_s: float, events: int
+         ) -> dict[str, dict[str, Any]]:
+    """The operator's CPU seconds per phase, and per 1,000 pods (per slice event)."""
+    return {
+        "operator_cpu_seconds": {
+            "startup": round(cpu["running"] - cpu["created"], 3),
+            "quiet": round(cpu["events"] - cpu["quiet"], 3),
+            "events": round(cpu["end"] - cpu["events"], 3),
+        },
+        "operator_cpu_seconds_per_1000_pods": {
+            "startup": (cpu["running"] - cpu["created"]) / kpods,
+            "quiet_per_minute": (cpu["events"] - cpu["quiet"]) / kpods * 60.0 / quiet_s,
+            "per_slice_event": ratio(cpu["end"] - cpu["events"], events),
+        },
     }
 
 

@@ -175,6 +175,15 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
                      f"{seen['per_slice_event']:.2f}; "
                      f"{seen['ready_hosts_only_per_slice_event']:.2f}; "
                      f"{seen['others_per_slice_event']:.2f}", "-", "-"))
+    again = d.get("slice_ready_again_seconds")
+    if again:  # measured since issue 59
+        job, paired = d["job_ready_again_seconds"], d["ready_again_minus_job_paired_seconds"]
+        rows.append((f"{shape}: pod failure -> slice Ready again, p50 / max (n={again['n']}; "
+                     f"baseline: the Job controller alone, its Job counting every host ready "
+                     f"again, n={job['n']}); ours minus it per event, p50 / max",
+                     f"{_s(again['p50'])} / {_s(again['max'])}; {_s(paired['p50'])} / "
+                     f"{_s(paired['max'])}", f"{_s(job['p50'])} / {_s(job['max'])}",
+                     f"{_r(ratio(again['p50'], job['p50']))}"))
     gen = d.get("load_generator")
     if gen and gen.get("target"):
         rows.append((f"{shape}: load generator (bench/load.py), target {_n(gen['target'])}"

@@ -141,7 +141,10 @@ def test_scale_sizes_parse_and_refuse_what_the_catalog_lacks() -> None:
     assert parse_sizes("64x16:pathways, 64x64:simulated,4x4,4xv5p-16x16x24:simulated") == [
         (64, "v5e", "8x8", "pathways"), (64, "v5e", "16x16", "simulated"),
         (4, "v5e", "4x4", "pathways"), (4, "v5p", "16x16x24", "simulated")]
-    for bad in ("64x3", "64", "ax4", "4x4:gpu", "4xv5p", "4xv5p-8x8x9", "4xgpu-8x8"):
+    # A host count no v5e slice has: the catalog's first shape of that many.
+    assert parse_sizes("4x1536:simulated,1x2304") == [
+        (4, "v5p", "16x16x24", "simulated"), (1, "tpu7x", "16x24x24", "pathways")]
+    for bad in ("64x3", "4x1535", "64", "ax4", "4x4:gpu", "4xv5p", "4xv5p-8x8x9", "4xgpu-8x8"):
         with pytest.raises(ValueError, match="--scale-sizes"):
             parse_sizes(bad)
     with pytest.raises(ValueError, match=r"not a v5p topology; use one of .*16x16x24"):
@@ -469,6 +472,59 @@ def test_the_slowest_detections_say_the_burners_running_when_the_pod_failed() ->
     assert label.startswith("s: the slowest detections")
     assert value == "2.50 s at +6 s, 2 burners; 400 ms at +1 s, 3 burners"
     assert report._slowest_rows({"shape": "s"}) == []
+
+
+def _worker_job(index: int, ready: int, failed: int = 0) -> dict[str, object]:
+    from elastic_api.names import JOB_INDEX_LABEL, JOB_NAME_LABEL, REPLICATED_JOB_LABEL
+
+    return {"metadata": {"labels": {REPLICATED_JOB_LABEL: "worker", JOB_NAME_LABEL: "big",
+                                    JOB_INDEX_LABEL: str(index)}},
+            "status": {"ready": ready, "failed": failed}}
+
+
+def _etj(state: str, restarts: int) -> dict[str, object]:
+    return {"metadata": {"name": "big"}, "status": {"slicesReady": 1, "slices": [
+        {"index": 0, "state": state, "restarts": restarts}]}}
+
+
+def test_ready_again_is_timed_for_ours_and_for_the_job_controller_alone() -> None:
+    """Ours: the slice Ready in the job's status after the operator counted it down. The
+    Job controller's: its Job counting every host ready again after the count dropped;
+    a Job still at full count after the injection (not yet noticed) is not a recovery."""
+    from bench.detection import Shape, Timeline, _handlers, _latencies
+
+    shape = Shape(1, 1, "2x4", "simulated")  # 2 hosts
+    tl = Timeline()
+    on = _handlers(tl, shape)
+    on["batch jobs"](_worker_job(0, ready=2), 1.0)
+    on["jobs"](_etj("Ready", 0), 1.0)
+    tl.arm(("big", 0), "victim", 1)
+    tl.pod_failed[("big", 0)] = 10.0
+    on["batch jobs"](_worker_job(0, ready=2), 10.1)  # not noticed yet
+    on["jobs"](_etj("Ready", 0), 10.1)  # nor by us
+    on["batch jobs"](_worker_job(0, ready=1, failed=1), 10.2)
+    on["jobs"](_etj("Down", 1), 10.3)
+    on["jobs"](_etj("Restarting", 1), 11.0)
+    on["batch jobs"](_worker_job(0, ready=0), 12.0)  # JobSet's new Job, no pod ready yet
+    on["batch jobs"](_worker_job(0, ready=2), 40.0)
+    on["jobs"](_etj("Ready", 1), 40.5)
+    on["batch jobs"](_worker_job(0, ready=1), 50.0)  # later churn is not this event's
+    assert (tl.job[("big", 0)], tl.operator[("big", 0)]) == (10.2, 10.3)
+    lat = _latencies(tl)
+    assert lat["job_ready_again"] == [pytest.approx(30.0)]
+    assert lat["ready_again"] == [pytest.approx(30.5)]
+    assert lat["ready_again_paired"] == [pytest.approx(0.5)]
+
+
+def test_the_ready_again_row_puts_ours_beside_the_job_controller() -> None:
+    d = {"shape": "s", "slice_ready_again_seconds": stats([30.5, 60.0]),
+         "job_ready_again_seconds": stats([30.0, 59.0]),
+         "ready_again_minus_job_paired_seconds": stats([0.5, 1.0])}
+    [(label, ours, base, rel)] = [r for r in report._scale_detail_rows(d)
+                                  if "Ready again" in r[0]]
+    assert "n=2" in label and "the Job controller alone" in label
+    assert (ours, base) == ("45.25 s / 60.00 s; 750 ms / 1.00 s", "44.50 s / 59.00 s")
+    assert rel.startswith("1.0")
 
 
 def test_the_load_row_says_how_the_operator_was_placed_against_the_burners() -> None:
