@@ -28,14 +28,13 @@ from statistics import mean
 from typing import Any
 
 from bench import goodput_trace as trace
+from bench.cluster_prep import prepare_namespace, start_operator
 from bench.common import ratio, write_json
 from bench.goodput_account import account
 from bench.goodput_faults import Side
 from bench.goodput_side import NAMESPACE, SideSpec
 from elastic_devtools.background import BackgroundLoop
-from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
-from elastic_devtools.localcluster.operator_settings import SETTINGS
 
 JOB = trace.JobShape(slices=16, hosts_per_slice=64)
 JOB_TPU = "v5e 16x16"
@@ -145,20 +144,8 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def _start(cluster: Any, api: Any, workdir: Path) -> OperatorProcess:
-    from kubernetes import client
-
-    from elastic_devtools.localcluster.crds import install_crd
-
-    install_crd(api)
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    wait_for(lambda: core.list_namespaced_service_account(
-        NAMESPACE, field_selector="metadata.name=default").items, 60,
-        "the namespace's default ServiceAccount")
-    operator = OperatorProcess(cluster.kubeconfig, workdir / "operator.log",
-                               args=SETTINGS["bench-goodput"])
-    operator.start(timeout=120)
-    return operator
+    prepare_namespace(api, NAMESPACE)
+    return start_operator(cluster.kubeconfig, workdir, "bench-goodput")
 
 
 def _pools(api: Any) -> list[str]:

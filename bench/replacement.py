@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cluster_prep import prepare_namespace, start_operator
 from bench.common import ratio
 from elastic_api.names import (
     COMPLETION_INDEX_LABEL,
@@ -235,10 +236,8 @@ class Jobs:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from kubernetes import client
 
     from elastic_devtools import localcluster as lc
-    from elastic_devtools.localcluster.crds import install_crd
 
     count = 2 if quick else CONSECUTIVE
     failure_timeout = 60.0 if quick else FAILURE_TIMEOUT
@@ -251,15 +250,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     killed: list[str] = []
     api = cluster.api_client()
     try:
-        install_crd(api)
-        core = client.CoreV1Api(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-        wait_for(lambda: core.list_namespaced_service_account(
-            NAMESPACE, field_selector="metadata.name=default").items, 60,
-            "the namespace's default ServiceAccount")
-        operator = OperatorProcess(cluster.kubeconfig, workdir / "operator.log",
-                                   args=SETTINGS["bench-replacement"])
-        operator.start(timeout=120)
+        core = prepare_namespace(api, NAMESPACE)
+        operator = start_operator(cluster.kubeconfig, workdir, "bench-replacement")
         with Jobs(api, "a") as jobs:
             _log(f"{count} consecutive failures of slice {SLICE}, ours and baseline at once")
             seq = _both(lambda j: consecutive_failures(api, core, j, count, failure_timeout),

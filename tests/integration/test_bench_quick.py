@@ -135,6 +135,11 @@ def test_scale_result(results: dict[str, Any]) -> None:
     assert d["failures_injected"] == d["failures_detected"] == 3, d["errors"]
     _stats(d["operator_slice_down_seconds"], n=3, signed=True)
     _stats(d["jobset_ready_drop_seconds"], n=3, signed=True)  # the Job's failed count, at least
+    # Each slice back to Ready, ours and the Job controller's own count (JobSet's new Job
+    # starts from none ready), and ours minus it (the Job's count is batched: either first).
+    _stats(d["slice_ready_again_seconds"], n=3, signed=True)
+    _stats(d["job_ready_again_seconds"], n=3, signed=True)
+    _stats(d["ready_again_minus_job_paired_seconds"], n=3, signed=True)
     events = d["operator_requests"]["events"]
     # Served from the cache: a slice event lists no pods.
     assert "LIST pods" not in events and events.get("PATCH elastictrainingjobs/status", 0) >= 3
