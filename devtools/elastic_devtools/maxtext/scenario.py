@@ -226,6 +226,20 @@ def submit(run: Run) -> Any:
     return pod
 
 
+def start_head(run: Run, log_name: str) -> Any:
+    """The job submitted and its head pod played: the pod's namespaces, the progress
+    sidecar as the job's ServiceAccount, MaxText as `main` logging to `log_name`."""
+    pod = submit(run)
+    kubeconfig = token_kubeconfig(run.cluster, run.work / "trainer.kubeconfig")
+    run.processes = PodProcesses().start()
+    run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log",
+                               run.cluster.gcs_env, run.pod)
+    run.tl.note(f"progress sidecar started (pid {run.sidecar_proc.pid}) for pod "
+                f"{pod.metadata.name}, as the job's ServiceAccount")
+    start_main(run, pod, log_name)
+    return pod
+
+
 def start_main(run: Run, pod: Any, log_name: str) -> None:
     """MaxText as the head pod's `main` (that pod's name and uid in its downward API)."""
     process = cpu_process(main_process(run.job, NAMESPACE, pod.metadata.name, pod.metadata.uid),
@@ -580,14 +594,7 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
     say(f"{name}: job {job.metadata.name}, {job.spec.tpu.num_slices} slices of "
         f"{job.spec.tpu.type} {job.spec.tpu.topology}, checkpoints in {run.directory}")
     try:
-        pod = submit(run)
-        kubeconfig = token_kubeconfig(cluster, run.work / "trainer.kubeconfig")
-        run.processes = PodProcesses().start()
-        run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log",
-                                   cluster.gcs_env, run.pod)
-        run.tl.note(f"progress sidecar started (pid {run.sidecar_proc.pid}) for pod "
-                    f"{pod.metadata.name}, as the job's ServiceAccount")
-        start_main(run, pod, "main-1.log")
+        pod = start_head(run, "main-1.log")
         check_recovery(run, fail_a_slice(run))
         killed, frozen = freeze_during_a_save(run)
         newest = scan(run.directory, run.pod_tmp, cluster.gcs_env).status.latest_committed_step

@@ -32,7 +32,6 @@ from elastic_api.conditions import Reason
 from elastic_api.names import GROUP, PLURAL, VERSION
 from elastic_api.phases import STOPPED_GRACE_SECONDS
 from elastic_devtools.maxtext.env import MaxTextEnv
-from elastic_devtools.maxtext.pod import PodProcesses
 from elastic_devtools.maxtext.scenario import (
     JOB_TIMEOUT,
     RUN_TIMEOUT,
@@ -44,12 +43,10 @@ from elastic_devtools.maxtext.scenario import (
     load,
     names_stop,
     say,
-    sidecar,
-    start_main,
+    start_head,
     stop,
-    submit,
 )
-from elastic_devtools.maxtext.scenario_cluster import NAMESPACE, Cluster, token_kubeconfig
+from elastic_devtools.maxtext.scenario_cluster import NAMESPACE, Cluster
 from elastic_devtools.maxtext.timeline import Sample
 
 FIXTURE = "scenario-evaluation.yaml"
@@ -180,12 +177,7 @@ def run_evaluation(cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path
     say(f"evaluation: job {job.metadata.name}, no stall settings, MaxText evaluating for "
         f"more than {MIN_EVALUATION_SECONDS:.0f} s")
     try:
-        pod = submit(run)
-        kubeconfig = token_kubeconfig(cluster, run.work / "trainer.kubeconfig")
-        run.processes = PodProcesses().start()
-        run.sidecar_proc = sidecar(pod, run.pod_tmp, kubeconfig, run.work / "progress.log",
-                                   cluster.gcs_env, run.pod)
-        start_main(run, pod, "main.log")
+        pod = start_head(run, "main.log")
         started = wait_log(run, STARTED, RUN_TIMEOUT, "'Starting eval after train step'")
         run.tl.note("MaxText: Starting eval")
         ended = wait_log(run, COMPLETED, EVALUATION_TIMEOUT,
