@@ -184,6 +184,10 @@ class Timeline:
     errors: list[str] = field(default_factory=list)
     writes: WriteLog = field(default_factory=WriteLog)  # what each status write changed
     slices_ready: dict[str, int] = field(default_factory=dict)  # job -> status.slicesReady
+    # The job object's size as served (compact JSON, as etcd stores a custom resource):
+    # when every slice first ran, and the most it reached.
+    job_bytes_running: dict[str, int] = field(default_factory=dict)
+    job_bytes_peak: dict[str, int] = field(default_factory=dict)
 
     def arm(self, event: Event, pod: str, slices: int) -> None:
         """Record the injection of `event` and what its signals start from."""
@@ -251,15 +255,18 @@ def _handlers(tl: Timeline, shape: Shape) -> dict[str, Callable[[dict[str, Any],
         name = obj["metadata"]["name"]
         status = obj.get("status") or {}
         slice_down = _is_true(obj, "SliceDown")
+        size = len(json.dumps(obj, separators=(",", ":")))
         with tl.lock:
             tl.writes.see(name, status, now)
             tl.slices_ready[name] = int(status.get("slicesReady") or 0)
+            tl.job_bytes_peak[name] = max(size, tl.job_bytes_peak.get(name, 0))
             # Healthy: every slice Ready and none down. (Ready may stay False: with no
             # trainer reporting, a slice that went down during start-up leaves the job
             # Recovering; that does not matter to detection.)
             if name not in tl.running and status.get("slicesReady") == slices \
                     and not slice_down:
                 tl.running[name] = now
+                tl.job_bytes_running[name] = size
             for entry in status.get("slices") or []:
                 event = (name, int(entry.get("index", -1)))
                 restarts = int(entry.get("restarts") or 0)
@@ -834,6 +841,8 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
     with tl.lock:
         injected = len(tl.injected)
         jobset_never = sum(1 for e in tl.injected if e not in tl.jobset)
+        job_bytes = {"running": max(tl.job_bytes_running.values(), default=None),
+                     "peak": max(tl.job_bytes_peak.values(), default=None)}
     return {
         "shape": shape.label, "backend": shape.backend,
         "n_jobs": shape.jobs, "slices_per_job": shape.slices, "hosts_per_slice": shape.hosts,
@@ -861,6 +870,8 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         "operator_thread_cpu_seconds": _thread_cpu(phases),
         "operator_rss_bytes": {"idle": phases.idle_rss, "steady": phases.rss_steady,
                                "peak": phases.peak_rss},
+        # The largest job's object, far below etcd's 1.5 MiB (docs/api.md, the slice cap).
+        "job_object_bytes": job_bytes,
         "operator_peak_rss_mib_per_1000_pods": phases.peak_rss / 2**20 / kpods,
         "operator_rss_growth_mib_per_1000_pods": (phases.peak_rss - phases.idle_rss)
         / 2**20 / kpods,

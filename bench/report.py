@@ -60,6 +60,10 @@ def _mib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 2**20:.0f} MiB"
 
 
+def _kib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 2**10:.1f} KiB"
+
+
 def _r2(ours: float | None, before: float | None) -> str:
     """ours / before."""
     return _r(None if ours is None or not before else ours / before)
@@ -121,12 +125,23 @@ def scale_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
              "-", "-"),
             (f"{d['shape']}: operator RSS, idle -> peak", f"{_mib(rss['idle'])} -> "
              f"{_mib(rss['peak'])}", "-", "-"),
+            *_job_size_rows(d),
             (f"{d['shape']}: operator API requests per slice event (gross; net of resync)",
              f"{_n(d['api_requests_per_slice_event'])}; "
              f"{_n(d['api_requests_per_slice_event_net_of_resync'])}", "-", "-"),
             *_scale_detail_rows(d),
         ]
     return rows
+
+
+def _job_size_rows(d: dict[str, Any]) -> list[Row]:
+    """The job object's size (measured since issue 59), against etcd's 1.5 MiB."""
+    size = d.get("job_object_bytes")
+    if not size or size.get("peak") is None:
+        return []
+    return [(f"{d['shape']}: the job object (compact JSON), every slice Running -> largest "
+             "seen; share of etcd's 1.5 MiB", f"{_kib(size['running'])} -> "
+             f"{_kib(size['peak'])}; {size['peak'] / (1.5 * 2**20):.0%}", "-", "-")]
 
 
 def _by_kind(by_kind: dict[str, dict[str, float | None]]) -> str:

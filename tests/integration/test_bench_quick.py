@@ -140,6 +140,8 @@ def test_scale_result(results: dict[str, Any]) -> None:
     _stats(d["slice_ready_again_seconds"], n=3, signed=True)
     _stats(d["job_ready_again_seconds"], n=3, signed=True)
     _stats(d["ready_again_minus_job_paired_seconds"], n=3, signed=True)
+    size = d["job_object_bytes"]
+    assert 0 < size["running"] <= size["peak"] < 1.5 * 2**20, size
     events = d["operator_requests"]["events"]
     # Served from the cache: a slice event lists no pods.
     assert "LIST pods" not in events and events.get("PATCH elastictrainingjobs/status", 0) >= 3

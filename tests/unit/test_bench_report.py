@@ -527,6 +527,25 @@ def test_the_ready_again_row_puts_ours_beside_the_job_controller() -> None:
     assert rel.startswith("1.0")
 
 
+def test_the_job_objects_size_is_its_compact_json_at_running_and_at_most() -> None:
+    from bench.detection import Shape, Timeline, _handlers
+
+    tl = Timeline()
+    on = _handlers(tl, Shape(1, 1, "2x4", "simulated"))
+    starting, running = _etj("Down", 0), _etj("Ready", 0)
+    starting["status"]["slicesReady"] = 0  # type: ignore[index]
+    starting["status"]["message"] = "x" * 1000  # type: ignore[index]
+    on["jobs"](starting, 1.0)
+    on["jobs"](running, 2.0)
+    compact = len(json.dumps(running, separators=(",", ":")))
+    assert tl.job_bytes_running == {"big": compact}
+    assert tl.job_bytes_peak["big"] > compact + 1000
+    [row] = report._job_size_rows({"shape": "s", "job_object_bytes": {
+        "running": 170 * 1024, "peak": 673 * 1024}})
+    assert row[1] == "170.0 KiB -> 673.0 KiB; 44%"
+    assert report._job_size_rows({"shape": "s"}) == []
+
+
 def test_the_load_row_says_how_the_operator_was_placed_against_the_burners() -> None:
     node = {"node_cpus": "0", "operator_request_m": 500}
     assert "CPU 0, the operator's request 500m" in report._placement({"node_model": node})
