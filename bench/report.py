@@ -18,9 +18,10 @@ def _s(value: float | None) -> str:
     """Seconds, readable at any scale."""
     if value is None:
         return "n/a"
-    if value < 1.0:
-        return f"{value * 1000:.0f} ms" if value >= 0.01 else f"{value * 1000:.1f} ms"
-    return f"{value:.2f} s" if value < 100 else f"{value:.0f} s"
+    size = abs(value)  # a paired difference may be negative
+    if size < 1.0:
+        return f"{value * 1000:.0f} ms" if size >= 0.01 else f"{value * 1000:.1f} ms"
+    return f"{value:.2f} s" if size < 100 else f"{value:.0f} s"
 
 
 def _r(value: float | None) -> str:
@@ -577,7 +578,7 @@ SECTIONS = (
     ("detection", "Detection at scale", detection_rows),
     ("detection_before", "Detection at scale, this operator against an earlier one",
      before_rows),
-    ("scale", "The largest jobs: one job of 64 slices", scale_rows),
+    ("scale", "The largest jobs: one job per size", scale_rows),
     ("recovery", "Trainer recovery (CPU, simulated slices)", recovery_rows),
     ("overhead", "Trainer overhead", overhead_rows),
     ("defaults", "A job with every default losing a slice", defaults_rows),

@@ -525,6 +525,7 @@ def test_the_ready_again_row_puts_ours_beside_the_job_controller() -> None:
     assert "n=2" in label and "the Job controller alone" in label
     assert (ours, base) == ("45.25 s / 60.00 s; 750 ms / 1.00 s", "44.50 s / 59.00 s")
     assert rel.startswith("1.0")
+    assert report._s(-21.5009) == "-21.50 s" and report._s(-0.2) == "-200 ms"
 
 
 def test_the_job_objects_size_is_its_compact_json_at_running_and_at_most() -> None:
