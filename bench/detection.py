@@ -14,8 +14,9 @@ and, for the recovery of each event:
 
   ready_again      the job's status says the slice Ready again (after the operator saw it down)
   job_ready_again  the slice's worker Job counts every host ready again, after its ready
-                   count dropped: the Job controller alone (with JobSet recreating the Job),
-                   which ours cannot beat; ours minus it is what the operator adds
+                   count dropped: the Job controller alone (with JobSet recreating the Job);
+                   ours minus it is what the operator adds (the Job batches its status
+                   updates, so ours, read from the pods, can come first)
 
 Two placements (`Shape.backend`): `pathways` is the real thing, exclusive placement of
 each slice on its own TPU node pool (one fake node per host, enforced by JobSet's pod
@@ -769,8 +770,8 @@ def recovery_timeout(shape: Shape, events: int, quick: bool) -> float:
     """How long the failed slices may take to be Ready again: 5 minutes, or 0.15 s per pod
     to replace where that is longer, at most 20 minutes. A replaced slice's pods are each
     deleted (the garbage collector) and created again (the Job controller), each at its
-    client's 20 requests/s; a 1,536-pod slice took 237 s at load 7-17, and 4 of them were
-    none Ready again after 369 s at load 10 (docs/benchmarks.md, 2026-12-06).
+    client's 20 requests/s; a 1,536-pod slice took 237 s at load 7-17, and 4 of them at
+    once 786 s at load 10 (docs/benchmarks.md, 2026-12-06).
     """
     if quick:
         return 30.0
