@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.cluster_prep import prepare_namespace
 from bench.common import REPO, ratio, stats
 from bench.internals import (
     SERVER_FAMILIES,
@@ -66,7 +67,6 @@ from elastic_api.names import (
     VERSION,
     WORKER_REPLICATED_JOB,
 )
-from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_devtools.localcluster.operator_settings import SETTINGS
@@ -623,12 +623,7 @@ def _start_jobs(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phas
     from kubernetes import client
 
     api = cluster.api_client()
-    install_crd(api)
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    wait_for(lambda: any(sa.metadata is not None and sa.metadata.name == "default" for sa in
-                         core.list_namespaced_service_account(NAMESPACE).items),
-             60, "the namespace's default ServiceAccount")
+    prepare_namespace(api, NAMESPACE)
     operator.start(timeout=120)
     _start_watches(tl, cluster, shape)
     time.sleep(2.0)  # let the idle operator settle before its baseline
