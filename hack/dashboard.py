@@ -28,9 +28,10 @@ NAMESPACES = 'namespace=~"$namespace"'
 LEADER = "and on(instance) etj_leader == 1"
 
 
-def leader_gauge(metric: str, by: str = "namespace, job") -> str:
-    """A per-job gauge as the leading replica says it."""
-    return f"max by ({by}) ({metric}{{{JOBS}}} {LEADER})"
+def leader_gauge(metric: str, by: str = "namespace, job", match: str = "") -> str:
+    """A per-job gauge as the leading replica says it (`match`: more label matchers)."""
+    matchers = f"{match}, {JOBS}" if match else JOBS
+    return f"max by ({by}) ({metric}{{{matchers}}} {LEADER})"
 
 
 def quantile(q: float, histogram: str, by: str = "namespace", window: str = "1h",
@@ -84,11 +85,15 @@ JOB_PANELS = [
                   f"{{{JOBS}}}[$__rate_interval]))", "{{namespace}}/{{job}} {{action}}")]),
     Panel("Slice restarts against the budget",
           "status.slices[].restarts of the slices that restarted (the most restarted 16 "
-          "of a job) and spec.elastic.maxSliceRestarts (alert "
+          "of a job), and status.budgets.sliceRestarts: the restarts that count now (the "
+          "slice with the most, within the window) against those allowed (alert "
           "ElasticTrainingSliceRestartBudgetLow at 80 %).",
           [Target(leader_gauge("etj_slice_restarts", "namespace, job, slice"),
                   "{{namespace}}/{{job}} slice {{slice}}"),
-           Target(leader_gauge("etj_max_slice_restarts"), "{{namespace}}/{{job}} budget")]),
+           Target(leader_gauge("etj_restart_budget_used", match='budget="sliceRestarts"'),
+                  "{{namespace}}/{{job}} counted"),
+           Target(leader_gauge("etj_restart_budget_allowed", match='budget="sliceRestarts"'),
+                  "{{namespace}}/{{job}} budget")]),
     Panel("Recovery downtime (p50, p90 over 1h)",
           "Detection to the first step after the restore (status.lastRecovery), by "
           "namespace.",

@@ -49,6 +49,9 @@ def _api_integer(value: Any) -> Any:
 # A spec integer: what the API server's `type: integer` admits, no more (the CRD schema
 # is the same as plain int's).
 SpecInt = Annotated[int, BeforeValidator(_api_integer)]
+# A spec count that may be left unset (`SpecCount | None`): the bound sits before the
+# validator, so pydantic still emits it as `minimum`.
+SpecCount = Annotated[int, Field(ge=0), BeforeValidator(_api_integer)]
 
 
 def _api_number(value: Any) -> Any:
@@ -193,6 +196,16 @@ class TpuSpec(ApiModel):
 # spec.elastic.progressDeadlineSeconds: its bounds, and the floor of the learned deadline
 # (elastic_api.progress has the rule).
 MIN_PROGRESS_DEADLINE_SECONDS = 5
+# spec.elastic.restartWindowSeconds (elastic_api.budgets has the rule): its default where
+# a count is derived, and its bounds: shorter than a slice's replacement, a window forgets
+# each restart before the next comes and stops no crash loop; past 30 days it is a count
+# over the run (leave it unset for that).
+DEFAULT_RESTART_WINDOW_SECONDS = 3600
+MIN_RESTART_WINDOW_SECONDS = 600
+MAX_RESTART_WINDOW_SECONDS = 30 * 86400
+# Restart times kept per budget in the status: the count plus one says it is spent; no
+# derived count comes near it, and admission keeps a windowed count below it.
+MAX_BUDGET_TIMES = 64
 MAX_PROGRESS_DEADLINE_SECONDS = 86400
 PROGRESS_DEADLINE_FLOOR_SECONDS = 60.0
 
@@ -207,15 +220,32 @@ class ElasticSpec(ApiModel):
         "fewer = replica resize.",
     )
     timeout_seconds: SpecInt = Field(300, ge=1, description="How long one retry waits for slices.")
-    max_retries: SpecInt = Field(
-        10, ge=0, description="Elastic events tolerated over the whole run.",
+    max_retries: SpecCount | None = Field(
+        None,
+        description="Elastic events (slices lost) the trainer recovers from: per "
+        "restartWindowSeconds when that is set, else over the whole run. Unset: derived per "
+        "window from the job's hosts (docs/api.md, \"Restart budgets\"; "
+        "status.budgets.elasticRetries says the count).",
     )
-    max_slice_restarts: SpecInt = Field(
-        5, ge=0,
-        description="Restarts allowed per slice; worker backoffLimit = VMs per slice x this. "
+    max_slice_restarts: SpecCount | None = Field(
+        None,
+        description="Restarts allowed per slice: per restartWindowSeconds when that is set, "
+        "else over the whole run; worker backoffLimit = VMs per slice x this. Unset: derived "
+        "per window from a slice's hosts (status.budgets.sliceRestarts says the count). "
         f"At most {MAX_SLICE_RESTARTS}, and at most (2^31-1) / VMs per slice, so that "
         f"backoffLimit fits an int32 (e.g. {INT32_MAX // MAX_VMS_PER_SLICE} for the "
         f"largest slice, {MAX_VMS_PER_SLICE} VMs).",
+    )
+    restart_window_seconds: Annotated[int, Field(ge=MIN_RESTART_WINDOW_SECONDS,
+                                                 le=MAX_RESTART_WINDOW_SECONDS),
+                                      BeforeValidator(_api_integer)] | None = Field(
+        None,
+        description="The window every restart budget counts over (maxSliceRestarts, "
+        "maxRetries, maxStallRestarts, spec.maxRestarts): at most that many restarts within "
+        "any this many seconds, so a long run keeps restarting and a crash loop is stopped. "
+        "Unset: a count the spec sets holds over the whole run, and an unset count is "
+        f"derived per {DEFAULT_RESTART_WINDOW_SECONDS} s. "
+        f"{MIN_RESTART_WINDOW_SECONDS} to {MAX_RESTART_WINDOW_SECONDS}.",
     )
     elastic_slices: Annotated[int, Field(ge=0), BeforeValidator(_api_integer)] | None = Field(
         None,
@@ -247,13 +277,14 @@ class ElasticSpec(ApiModel):
         "kept), once per stall, at most maxStallRestarts times. Report: the condition "
         "and Event only.",
     )
-    max_stall_restarts: SpecInt = Field(
-        5, ge=0,
-        description="Trainer restarts for stalls (onStall Recover) allowed over the job's "
-        "life, counted in status.counters.stallRestarts (never reset). Once spent, a stall "
-        "is reported only: Progressing False says so and a StallRestartsExhausted Warning "
-        "Event is posted; a trainer that stalls again after every restart is not restarted "
-        "forever.",
+    max_stall_restarts: SpecCount | None = Field(
+        None,
+        description="Trainer restarts for stalls (onStall Recover) allowed: per "
+        "restartWindowSeconds when that is set, else over the job's life (counted in "
+        "status.counters.stallRestarts). Unset: derived per window from the job's hosts "
+        "(status.budgets.stallRestarts says the count). Once spent, a stall is reported "
+        "only: Progressing False says so and a StallRestartsExhausted Warning Event is "
+        "posted; a trainer that stalls again after every restart is not restarted forever.",
     )
     on_slow_slice: Literal["Replace", "Report"] = Field(
         "Report",
@@ -683,9 +714,14 @@ class ElasticTrainingJobSpec(ApiModel):
         "with simulated slices and workers run a slice agent.",
     )
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)
-    max_restarts: SpecInt = Field(
-        0, ge=0,
-        description=f"Whole-JobSet restarts allowed; at most {INT32_MAX} (an int32 in JobSet).",
+    max_restarts: SpecCount | None = Field(
+        None,
+        description="Whole-JobSet restarts allowed (a crash of the trainer's process, a "
+        "slice whose own budget is spent): per spec.elastic.restartWindowSeconds when that "
+        "is set (the operator counts them and fails the JobSet past the count), else over "
+        f"the whole run (JobSet's failurePolicy.maxRestarts); at most {INT32_MAX} (an int32 "
+        "in JobSet). Unset: derived per window from the job's hosts "
+        "(status.budgets.jobSetRestarts says the count).",
     )
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
@@ -866,6 +902,11 @@ class SliceStatus(StatusModel):
     last_replacement: ReplacementRecord | None = None
     maintenance: SliceMaintenance | None = None
     counted: CountedFailures | None = None
+    recent_failures: list[datetime] = Field(
+        default_factory=list, max_length=MAX_BUDGET_TIMES,
+        description="The slice's failures spec.elastic.maxSliceRestarts counts now, oldest "
+        "first: those within the restart window (docs/api.md, \"Restart budgets\"); empty "
+        "for a count over the whole run, which restarts holds.")
 
 
 class PoolFailure(StatusModel):
@@ -894,6 +935,37 @@ class PoolStatus(StatusModel):
     quarantine_cause: str | None = Field(
         None, description="Which job(s) quarantined it and on what evidence (the nodes' "
         "elastic.pathways.dev/quarantine-cause annotation).")
+
+
+class BudgetStatus(StatusModel):
+    """One restart budget (elastic_api.budgets): its rule, and what is spent of it now."""
+
+    allowed: int = Field(description="Restarts allowed within the window (or the run).")
+    window_seconds: int | None = Field(None, description="The window they are counted "
+                                       "over; absent: over the whole run.")
+    derived: bool = Field(description="True: the spec leaves the count unset and it is "
+                          "derived from the hosts it covers.")
+    rule: str = Field(description="The rule in words: the count, the window, why.")
+    used: int = Field(0, description="Restarts that count now (for slices: the slice "
+                      "with the most).")
+    slice: int | None = Field(None, description="sliceRestarts: the slice with the most.")
+    recent: list[datetime] = Field(
+        default_factory=list, max_length=MAX_BUDGET_TIMES,
+        description="When the restarts that count now came, oldest first (windows only; "
+        "a slice's are in slices[].recentFailures).")
+    spent_at: datetime | None = Field(None, description="When a restart was refused "
+                                      "for it (the count reached): a crash loop, or more "
+                                      "failures than the rates behind the count.")
+
+
+class RestartBudgets(StatusModel):
+    """The restart budgets (docs/api.md, "Restart budgets"): kept here, never reset but
+    by their window, so a restarted operator or trainer goes on counting."""
+
+    slice_restarts: BudgetStatus
+    elastic_retries: BudgetStatus
+    stall_restarts: BudgetStatus
+    jobset_restarts: BudgetStatus = Field(alias="jobSetRestarts")
 
 
 class CheckpointRequest(StatusModel):
@@ -1135,6 +1207,11 @@ class TrainingReport(StatusModel):
     last_snapshot_step: Count | None = None
     elastic_events_total: Count = 0
     retries_remaining: Count | None = None
+    retry_times: list[datetime] | None = Field(
+        None, max_length=MAX_BUDGET_TIMES,
+        description="When the slice losses --max-retries counts now came (within "
+        "--retry-window-seconds), oldest first: a trainer process that replaces this one "
+        "goes on counting from them.")
     process_id: Count | None = None
     host_name: str | None = None
     process_started_at: datetime | None = None
@@ -1424,6 +1501,7 @@ class ElasticTrainingJobStatus(StatusModel):
     goodput: Goodput | None = None
     progress: ProgressStatus | None = None
     handled_slice_replacement: HandledSliceReplacement | None = None
+    budgets: RestartBudgets | None = None
     pending_events: list[PendingEvent] | None = Field(
         None, description="The Events of the latest status change, written with it and "
         "posted after the write; the next reconcile (this replica's or a new leader's) "

@@ -58,6 +58,9 @@ JOBSET_PLURAL = "jobsets"
 
 HEAD_REPLICATED_JOB = "pathways-head"
 WORKER_REPLICATED_JOB = "worker"
+# The failurePolicy rule that fails the JobSet once the operator ends the head Job for a
+# JobSet restart budget spent per window (elastic_api.budgets).
+JOBSET_BUDGET_RULE = "RestartBudgetSpent"
 
 # Labels (and annotations) JobSet puts on its Jobs and pods.
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

@@ -28,6 +28,7 @@ from elastic_api.catalog import (
 )
 from elastic_api.models import (
     BUNDLED_TRAINER_FIELDS,
+    MAX_BUDGET_TIMES,
     MAX_OVERHEAD_BUDGET_PERCENT,
     MAX_SLICES,
     ElasticTrainingJob,
@@ -155,6 +156,15 @@ MAX_SLICE_RESTARTS_SHAPE = (
     "spec.elastic.maxSliceRestarts: must be at most {limit}, so that the worker Jobs' "
     "backoffLimit (VMs per slice x maxSliceRestarts) fits an int32; set it lower"
 )
+# A count per window: the status keeps one time per restart it counts (MAX_BUDGET_TIMES).
+WINDOWED_COUNT = (
+    "{field}: at most " f"{MAX_BUDGET_TIMES - 1}" " while spec.elastic.restartWindowSeconds is "
+    "set (the status keeps the time of each restart a window counts); set it lower, or "
+    "leave restartWindowSeconds unset to count over the whole run"
+)
+# The spec's restart counts a window applies to: (scope, field, wire path).
+BUDGET_COUNTS = (("spec.elastic", "maxSliceRestarts"), ("spec.elastic", "maxRetries"),
+                 ("spec.elastic", "maxStallRestarts"), ("spec", "maxRestarts"))
 NUM_SLICES = (
     f"spec.tpu.numSlices: must be at most {MAX_SLICES}: the job's status keeps an entry per "
     "slice (and per node pool) in one object, and etcd stores no object over 1.5 MiB; "
@@ -456,12 +466,38 @@ def _size_checks(spec: ElasticTrainingJobSpec) -> list[str]:
     errors = []
     if spec.tpu.num_slices > MAX_SLICES:
         errors.append(NUM_SLICES)
-    if spec.elastic.max_slice_restarts > MAX_SLICE_RESTARTS:
+    restarts = spec.elastic.max_slice_restarts
+    if restarts is not None and restarts > MAX_SLICE_RESTARTS:
         errors.append(MAX_SLICE_RESTARTS_INT32)
     shape = _slice_restarts_bounds().get(f"{spec.tpu.type}:{spec.tpu.topology}")
-    if shape is not None and spec.elastic.max_slice_restarts > shape.max_slice_restarts:
+    if shape is not None and restarts is not None and restarts > shape.max_slice_restarts:
         errors.append(MAX_SLICE_RESTARTS_SHAPE.format(limit=_slice_restarts_limit(shape)))
     return errors
+
+
+def _budget_rules() -> list[Rule]:
+    """A count per window stays within what the status keeps of it."""
+    rules = []
+    for scope, name in BUDGET_COUNTS:
+        where = "self.elastic." if scope == "spec.elastic" else "self."
+        has = "has(self.elastic) && " if scope == "spec.elastic" else ""
+        rules.append(Rule(
+            "spec", f"!(has(self.elastic) && has(self.elastic.restartWindowSeconds)) || "
+            f"!({has}has({where}{name})) || {where}{name} < {MAX_BUDGET_TIMES}",
+            WINDOWED_COUNT.replace("{field}", f"{scope}.{name}"), {}))
+    return rules
+
+
+def _budget_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    if spec.elastic.restart_window_seconds is None:
+        return []
+    counts = {"maxSliceRestarts": spec.elastic.max_slice_restarts,
+              "maxRetries": spec.elastic.max_retries,
+              "maxStallRestarts": spec.elastic.max_stall_restarts,
+              "maxRestarts": spec.max_restarts}
+    return [WINDOWED_COUNT.replace("{field}", f"{scope}.{name}")
+            for scope, name in BUDGET_COUNTS
+            if (count := counts[name]) is not None and count >= MAX_BUDGET_TIMES]
 
 
 def _topology_rules() -> list[Rule]:
@@ -666,6 +702,7 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
              {"name": "self.metadata.name"}),
         *_topology_rules(),
         *_size_rules(),
+        *_budget_rules(),
         *_topology_aware_rules(),
         Rule(
             "spec",
@@ -774,9 +811,10 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(MIN_SLICES)
     if spec.elastic.elastic_slices is not None and spec.elastic.elastic_slices > num:
         errors.append(ELASTIC_SLICES)
-    if spec.max_restarts > INT32_MAX:
+    if spec.max_restarts is not None and spec.max_restarts > INT32_MAX:
         errors.append(MAX_RESTARTS_INT32)
     errors += _size_checks(spec)
+    errors += _budget_checks(spec)
     if spec.tpu.spares > num:
         errors.append(SPARES)
     if spec.elastic.on_slow_slice == "Replace" and not spec.recovery.replace_slices:

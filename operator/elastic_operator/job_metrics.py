@@ -23,6 +23,7 @@ from elastic_api.models import (
     CheckpointStatus,
     ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
+    RestartBudgets,
     SliceStatus,
     TrainingReport,
 )
@@ -45,6 +46,10 @@ _REQUEST_RESULTS = {Reason.CHECKPOINT_REQUESTED: "Requested",
                     Reason.CHECKPOINT_ACKNOWLEDGED: "Acknowledged",
                     Reason.CHECKPOINT_REQUEST_TIMED_OUT: "Expired"}
 _BADPUT_CAUSES = tuple(to_camel(cause) for cause in BadputSeconds.model_fields)
+# The budget label of etj_restart_budget_*: status.budgets' keys.
+_BUDGET_LABELS = {name: field.alias or to_camel(name)
+                  for name, field in RestartBudgets.model_fields.items()}
+_BUDGETS = tuple(_BUDGET_LABELS.values())
 
 
 def slices_with_series(slices: list[SliceStatus]) -> list[SliceStatus]:
@@ -275,15 +280,17 @@ class JobGauges:
         self.slice_restarts = Gauge(
             "etj_slice_restarts", "Times the slice failed (status.slices[].restarts).",
             _SLICE_LABELS, registry=registry)
-        self.max_slice_restarts = Gauge(
-            "etj_max_slice_restarts", "The slice restart budget "
-            "(spec.elastic.maxSliceRestarts).", labels, registry=registry)
         self.jobset_restarts = Gauge(
             "etj_jobset_restarts", "Whole-JobSet restarts so far "
             "(status.counters.jobSetRestarts).", labels, registry=registry)
-        self.max_restarts = Gauge(
-            "etj_max_restarts", "Whole-JobSet restarts allowed (spec.maxRestarts).", labels,
+        self.budget_allowed = Gauge(
+            "etj_restart_budget_allowed", "Restarts a budget allows within its window, or "
+            "over the run (status.budgets.<budget>.allowed).", [*labels, "budget"],
             registry=registry)
+        self.budget_used = Gauge(
+            "etj_restart_budget_used", "Restarts that count against a budget now "
+            "(status.budgets.<budget>.used; sliceRestarts: the slice with the most).",
+            [*labels, "budget"], registry=registry)
         self.recovering = Gauge(
             "etj_recovering", "1 while the Recovering condition is True, else 0.", labels,
             registry=registry)
@@ -331,8 +338,8 @@ class JobGauges:
     def _per_job(self) -> tuple[Gauge, ...]:
         """The gauges labelled (namespace, job) only."""
         return (self.active_slices, self.desired_slices, self.ready_slices,
-                self.max_slice_restarts, self.jobset_restarts, self.max_restarts,
-                self.recovering, self.training_step, self.stalled, self.progress_deadline,
+                self.jobset_restarts, self.recovering, self.training_step, self.stalled,
+                self.progress_deadline,
                 self.slow_steps, self.checkpoint_step, self.checkpoint_period,
                 self.checkpoint_bytes, self.restore_at_risk, self.restore_gib_per_second,
                 self.checkpoint_scan_failing)
@@ -342,8 +349,6 @@ class JobGauges:
         """The limits the alert rules compare the status with. The checkpoint period is
         the spec's, else the one the trainer reports it chose (none known: no series, so
         the stale-checkpoint alert does not guess)."""
-        self.max_slice_restarts.labels(namespace, job).set(spec.elastic.max_slice_restarts)
-        self.max_restarts.labels(namespace, job).set(spec.max_restarts)
         period = spec.checkpoint.period_steps
         cadence = report.checkpoint_cadence if report is not None else None
         if period is None and cadence is not None and cadence.period_steps > 0:
@@ -366,6 +371,11 @@ class JobGauges:
                 self.job_phase.labels(namespace, job, phase).set(int(phase == new.phase))
         self._record_slices(namespace, job, new.slices)
         self.jobset_restarts.labels(namespace, job).set(new.counters.jobset_restarts)
+        if new.budgets is not None:
+            for name, budget in new.budgets:
+                label = _BUDGET_LABELS[name]
+                self.budget_allowed.labels(namespace, job, label).set(budget.allowed)
+                self.budget_used.labels(namespace, job, label).set(budget.used)
         self._record_conditions(namespace, job, new)
         if new.progress is not None and new.progress.deadline_seconds is not None:
             self.progress_deadline.labels(namespace, job).set(new.progress.deadline_seconds)
@@ -423,6 +433,9 @@ class JobGauges:
             _remove(gauge, namespace, job)
         for phase in PHASES:
             _remove(self.job_phase, namespace, job, phase)
+        for budget in _BUDGETS:
+            _remove(self.budget_allowed, namespace, job, budget)
+            _remove(self.budget_used, namespace, job, budget)
         for index in self._slices.pop((namespace, job), set()):
             for per_slice in (self.slice_down, self.slice_restarts):
                 _remove(per_slice, namespace, job, str(index))

@@ -30,6 +30,7 @@ from elastic_api.names import (
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
     REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_LABEL,
     SCHEDULED_MAINTENANCE_LABEL,
     SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
@@ -210,6 +211,9 @@ class ObservedPod:
     # Kueue assigned it, now unhealthy (elastic_api.queueing.POD_TERMINATED_BY_KUEUE).
     terminated_by_kueue: bool = False
     main: ObservedContainer | None = None  # the `main` container (the head's trainer)
+    # The JobSet attempt it belongs to (jobset.sigs.k8s.io/restart-attempt): one older
+    # than the JobSet's restarts goes because the whole JobSet restarts.
+    restart_attempt: int | None = None
 
     @property
     def terminating(self) -> bool:
@@ -613,6 +617,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         disruption=disruption,
         terminated_by_kueue=by_kueue,
         main=main,
+        restart_attempt=_int(labels.get(RESTART_ATTEMPT_LABEL)),
     )
 
 

@@ -15,9 +15,11 @@ from typing import Any
 import yaml
 
 from elastic_api import maxtext
-from elastic_api.catalog import CUBE_HOSTS, SliceShape, slice_shape
+from elastic_api.budgets import budgets_of
+from elastic_api.catalog import CUBE_HOSTS, INT32_MAX, SliceShape, slice_shape
 from elastic_api.models import (
     ElasticTrainingJob,
+    ElasticTrainingJobSpec,
     EnvVar,
     PathwaysComponent,
     Resources,
@@ -34,6 +36,7 @@ from elastic_api.names import (
     JOB_INDEX_LABEL,
     JOB_NAME_LABEL,
     JOBSET_API_VERSION,
+    JOBSET_BUDGET_RULE,
     JOBSET_NAME_LABEL,
     KUEUE_API_VERSION,
     KUEUE_GROUP,
@@ -228,7 +231,7 @@ def trainer_command(job: ElasticTrainingJob) -> list[str]:
         "--overhead-budget-percent", str(spec.overhead_budget_percent),
         "--min-slices", str(spec.min_slices),
         "--elastic-timeout", str(spec.elastic.timeout_seconds),
-        "--max-retries", str(spec.elastic.max_retries),
+        *_retry_budget(spec),
         "--backend", spec.backend,
     ]
     if spec.elastic.on_slow_slice == "Replace":  # the trainer then asks (SliceSlow)
@@ -236,6 +239,28 @@ def trainer_command(job: ElasticTrainingJob) -> list[str]:
     if spec.backend == "simulated":
         cmd += ["--simulate-slices", str(spec.tpu.num_slices), "--slice-health", "pods"]
     return cmd
+
+
+def _retry_budget(spec: ElasticTrainingJobSpec) -> list[str]:
+    """--max-retries and its window (0: over the whole run), as elastic_api.budgets has
+    them for the spec: the trainer spends them by the same rule."""
+    retries = budgets_of(spec).elastic_retries
+    return ["--max-retries", str(retries.allowed),
+            "--retry-window-seconds", str(retries.window_seconds or 0)]
+
+
+def failure_policy(spec: ElasticTrainingJobSpec) -> dict[str, Any]:
+    """JobSet's failurePolicy. A count over the whole run is JobSet's own maxRestarts. A
+    count per window the operator keeps (elastic_api.budgets): JobSet may restart without
+    end, and once the window's count is spent the operator ends the head Job by its
+    deadline, which this rule makes fail the JobSet."""
+    restarts = budgets_of(spec).jobset_restarts
+    if restarts.window_seconds is None:
+        return {"maxRestarts": restarts.allowed, "restartStrategy": "Recreate"}
+    return {"maxRestarts": INT32_MAX, "restartStrategy": "Recreate",
+            "rules": [{"name": JOBSET_BUDGET_RULE, "action": "FailJobSet",
+                       "onJobFailureReasons": ["DeadlineExceeded"],
+                       "targetReplicatedJobs": [HEAD_REPLICATED_JOB]}]}
 
 
 def main_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
@@ -671,7 +696,7 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
         job, WORKER_REPLICATED_JOB, replicas=spec.tpu.num_slices, pods=shape.vms,
         # A slice failure stays local: the operator recreates the slice's Job; this
         # budget is the Job controller's, for when the operator is not running.
-        backoff_limit=shape.vms * spec.elastic.max_slice_restarts,
+        backoff_limit=shape.vms * budgets_of(spec).slice_restarts.allowed,
         # One slice per node pool (JobSet's exclusive placement), unless Kueue places
         # the slices by topology.
         exclusive_topology=NODE_POOL_LABEL if tpu_placement(job)
@@ -697,7 +722,7 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
                 "subdomain": name,
             },
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate"},
+            "failurePolicy": failure_policy(spec),
             # dependsOn orders head before workers; InOrder would conflict with it.
             "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
             "replicatedJobs": [head, worker],

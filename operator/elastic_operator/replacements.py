@@ -1,5 +1,6 @@
-"""After the status write: act on the slice replacements it records (core/replacement.py)
-and on a trainer restart it calls for (core/progress.py), planned here and written by a
+"""After the status write: act on the slice replacements it records (core/replacement.py),
+on a trainer restart it calls for (core/progress.py) and on a JobSet restart budget it
+says spent (core/budgets.py), planned here and written by a
 follow-up (followups.py; replacer.py executes them), the status already recording the
 intent. A worker Job handed over for deletion counts as being deleted from then on (the
 next reconcile may plan before the DELETE returns: no second one); again not, should the
@@ -15,6 +16,7 @@ from typing import Any
 
 from elastic_api.kube import Backoff
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
+from elastic_operator.core.budgets import plan_end_jobset
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
@@ -67,6 +69,9 @@ class Replacements:
                 mine.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
         if restart is not None and not handed:
             self._hand_over(raw, key, (restart,), now)
+        end = plan_end_jobset(namespace, jobset.name, status, observed.head_pods)
+        if end is not None:  # the JobSet's restart budget is spent: the job ends
+            self._hand_over(raw, key, (end,), now)
         if not job.spec.recovery.replace_slices:
             return waits
         if needs_jobs(status):  # read again: a Job deleted since the look is being deleted

@@ -25,6 +25,7 @@ from elastic_api.names import (
 from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
+    EndJobSet,
     FailWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
@@ -81,6 +82,12 @@ class Replacer:
                                     action.name)
                 case RestartTrainer():
                     self._restart_trainer(action, raw["metadata"]["name"])
+                case EndJobSet():
+                    if self.kube.fail_job(action.namespace, action.head_job, action.job_uid):
+                        logger.info("%s/%s: JobSet restart budget spent (%d restarts within "
+                                    "its window): head Job %s ended (activeDeadlineSeconds 0)",
+                                    namespace, raw["metadata"]["name"], action.restarts,
+                                    action.head_job)
                 case _:
                     assert_never(action)
         for event in events:

@@ -143,9 +143,10 @@ def test_good_job_is_accepted_and_defaulted(custom: client.CustomObjectsApi, nam
     assert spec["backend"] == "pathways"
     assert spec["suspend"] is False
     # No progress deadline stored: the operator learns it from the job's own steps.
-    assert spec["elastic"] == {"timeoutSeconds": 300, "maxRetries": 10, "maxSliceRestarts": 5,
-                               "onStall": "Recover", "onSlowSlice": "Report",
-                               "maxStallRestarts": 5}
+    # No restart count stored: each is derived per window (elastic_api.budgets).
+    assert spec["elastic"] == {"timeoutSeconds": 300, "onStall": "Recover",
+                               "onSlowSlice": "Report"}
+    assert "maxRestarts" not in spec
     # No period given: none stored (the trainer chooses), within the default budget.
     assert "periodSteps" not in spec["checkpoint"]
     assert spec["snapshot"] == {}
@@ -229,6 +230,16 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "spec.elastic.maxSliceRestarts: must be at most 33554431, so that the worker Jobs' "
      "backoffLimit (VMs per slice x maxSliceRestarts) fits an int32 for every slice of up "
      "to 64 VMs (a larger slice has a lower bound); set it lower"),
+    ("windowed-count", _mutate("spec.elastic", {"restartWindowSeconds": 3600,
+                                                 "maxRetries": 64}),
+     "spec.elastic.maxRetries: at most 63 while spec.elastic.restartWindowSeconds is set (the "
+     "status keeps the time of each restart a window counts); set it lower, or leave "
+     "restartWindowSeconds unset to count over the whole run"),
+    ("windowed-jobset-count", _mutated(("spec.elastic", {"restartWindowSeconds": 600}),
+                                       ("spec.maxRestarts", 100)),
+     "spec.maxRestarts: at most 63 while spec.elastic.restartWindowSeconds is set (the "
+     "status keeps the time of each restart a window counts); set it lower, or leave "
+     "restartWindowSeconds unset to count over the whole run"),
     ("max-slice-restarts-v5p-largest", _mutated(
         ("spec.tpu", {"type": "v5p", "topology": "16x16x24", "numSlices": 1}),
         ("spec.elastic", {"maxSliceRestarts": 1398102})),
@@ -400,6 +411,17 @@ def test_num_slices_zero_is_refused(custom: client.CustomObjectsApi, namespace: 
     expected = "spec.tpu.numSlices in body should be greater than or equal to 1"
     assert cause_with(causes, expected), causes
     with pytest.raises(ValueError, match=r"^spec\.tpu\.numSlices: "):
+        validate_job(obj)
+
+
+def test_a_restart_window_too_short_to_stop_a_crash_loop_is_refused(
+        custom: client.CustomObjectsApi, namespace: str):
+    obj = _mutate("spec.elastic", {"restartWindowSeconds": 60})
+    causes, _ = refused(lambda: create(custom, namespace, obj))
+    expected = ("spec.elastic.restartWindowSeconds in body should be greater than or equal "
+                "to 600")
+    assert cause_with(causes, expected), causes
+    with pytest.raises(ValueError, match=r"^spec\.elastic\.restartWindowSeconds: "):
         validate_job(obj)
 
 

@@ -41,6 +41,7 @@ from tests.support.article_job import (
     events,
     get_jobset,
     is_true,
+    job_manifest,
     start_trainer,
     status_of,
     submit,
@@ -134,6 +135,51 @@ def test_past_max_slice_restarts_the_jobset_failure_policy_applies(
     assert condition(st, C.FAILED)["reason"] == Reason.MAX_RESTARTS_EXCEEDED
     wait_for(lambda: events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED), 30,
              "a SliceRestartsExhausted event")
+
+
+def test_a_crash_loop_with_the_default_budgets_ends_the_job_within_minutes(
+        api: client.ApiClient, ns: str) -> None:
+    """The API's defaults (no restart count in the spec: each derived per hour, 3 for 12
+    hosts; docs/api.md, "Restart budgets"): slice 1's worker exits 1 each time it runs.
+    Three failures are replaced; the fourth within the hour gives the slice up and JobSet
+    restarts the whole job; slice 1 fails again at once after each restart, and the
+    fourth JobSet restart within the hour is one too many: the operator ends the head
+    Job, JobSet's rule fails the JobSet, and the job is Failed saying it was a crash
+    loop. Polled with a deadline: minutes, not the hours a budget sized for a month of
+    failures over the run would take."""
+    manifest = job_manifest()
+    manifest["spec"].pop("maxRestarts")
+    manifest["spec"]["elastic"].pop("maxSliceRestarts")
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest)
+    wait_running(api, ns)
+    failed: set[str] = set()
+
+    def crash_slice_1() -> bool:
+        st = status_of(api, ns)
+        if is_true(st, C.FAILED):
+            return True
+        if ((st.get("budgets") or {}).get("jobSetRestarts") or {}).get("spentAt"):
+            return False  # the job is being ended: no fault races the end
+        for pod in worker_pods(api, ns, 1):
+            if pod.metadata.uid not in failed and pod.metadata.deletion_timestamp is None \
+                    and pod.status.phase == "Running":
+                failed.add(pod.metadata.uid)
+                faults.fail_pod(api, ns, pod.metadata.name)
+                break
+        return False
+
+    wait_for(crash_slice_1, 600, "the job Failed by its crash loop", 0.5)
+    st = status_of(api, ns)
+    failure = condition(st, C.FAILED)
+    assert failure["reason"] == Reason.MAX_RESTARTS_EXCEEDED, failure
+    assert "within any 1 h: a crash loop" in failure["message"], failure["message"]
+    budgets = st["budgets"]
+    assert budgets["jobSetRestarts"]["allowed"] == 3 and budgets["jobSetRestarts"]["spentAt"]
+    assert budgets["sliceRestarts"]["slice"] == 1 and budgets["sliceRestarts"]["spentAt"]
+    assert jobset_restarts(api, ns) == 4
+    wait_for(lambda: events(api, ns, Reason.SLICE_RESTARTS_EXHAUSTED)
+             and events(api, ns, Reason.MAX_RESTARTS_EXCEEDED), 30, "both Events")
 
 
 def history(api: client.ApiClient, ns: str, kind: str, since: str) -> list[dict[str, Any]]:

@@ -65,6 +65,7 @@ def test_alerting_gauges_copy_the_status_and_the_spec() -> None:
     (one-hot), the restart budgets, the trainer's step and the newest checkpoint."""
     from elastic_api.models import CheckpointStatus, Condition, SliceStatus
     from elastic_api.validation import validate_job
+    from elastic_operator.core.budgets import Spending, track_budgets
     from tests.builders import etj
 
     registry = CollectorRegistry()
@@ -82,6 +83,9 @@ def test_alerting_gauges_copy_the_status_and_the_spec() -> None:
                               last_transition_time=T)],
         training=TrainingReport(observed_at=T, state="Training", step=420),
         checkpoint=CheckpointStatus(directory="gs://b/c", latest_committed_step=300))
+    budgets, _ = track_budgets(job.spec, ElasticTrainingJobStatus(), status.slices,
+                               Spending(0, 2, False, False), T)
+    status = status.model_copy(update={"budgets": budgets})
     m.record_status("ns", "job", ElasticTrainingJobStatus(), status)
 
     def job_value(name: str) -> float | None:
@@ -94,17 +98,26 @@ def test_alerting_gauges_copy_the_status_and_the_spec() -> None:
     phases = {p: value(registry, "etj_job_phase", namespace="ns", job="job", phase=p)
               for p in ("SliceDown", "Running", "Failed")}
     assert phases == {"SliceDown": 1, "Running": 0, "Failed": 0}
-    assert (job_value("etj_max_slice_restarts"), job_value("etj_max_restarts"),
-            job_value("etj_jobset_restarts")) == (5, 3, 2)
+    def budget(name: str, which: str) -> float | None:
+        return value(registry, name, namespace="ns", job="job", budget=which)
+
+    assert job_value("etj_jobset_restarts") == 2
+    assert (budget("etj_restart_budget_allowed", "sliceRestarts"),
+            budget("etj_restart_budget_used", "sliceRestarts")) == (5, 4)  # slice 1's
+    assert (budget("etj_restart_budget_allowed", "jobSetRestarts"),
+            budget("etj_restart_budget_used", "jobSetRestarts")) == (3, 2)
+    assert budget("etj_restart_budget_allowed", "stallRestarts") == 3  # derived per hour
     assert job_value("etj_recovering") == 1
     assert (job_value("etj_training_step"), job_value("etj_checkpoint_latest_committed_step"),
             job_value("etj_checkpoint_period_steps")) == (420, 300, 50)
     assert job_value("etj_checkpoint_scan_failing") == 0
 
     m.forget("ns", "job")
-    for name in ("etj_max_slice_restarts", "etj_jobset_restarts", "etj_recovering",
+    for name in ("etj_jobset_restarts", "etj_recovering",
                  "etj_training_step", "etj_checkpoint_latest_committed_step"):
         assert job_value(name) is None, name
+    assert budget("etj_restart_budget_allowed", "sliceRestarts") is None
+    assert budget("etj_restart_budget_used", "jobSetRestarts") is None
     assert value(registry, "etj_slice_down", namespace="ns", job="job", slice="1") is None
     assert value(registry, "etj_job_phase", namespace="ns", job="job", phase="SliceDown") is None
 

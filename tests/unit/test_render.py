@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 import yaml
+from builders import etj
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from elastic_api.budgets import budgets_of
 from elastic_api.catalog import CATALOG, slice_shape
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.validation import validate_job
@@ -130,8 +132,33 @@ def test_article_trainer_command():
         "gs://my-bucket/article/checkpoints", "--checkpoint-period", "auto",
         "--checkpoint-keep", "3", "--snapshot-period", "auto", "--overhead-budget-percent",
         "2.0", "--min-slices", "3", "--elastic-timeout", "300", "--max-retries", "10",
-        "--backend", "pathways",
+        "--retry-window-seconds", "0", "--backend", "pathways",
     ]
+
+
+def test_the_restart_budgets_are_rendered_as_elastic_api_derives_them():
+    """A job that sets no count: each budget per hour, derived from its hosts (the
+    trainer's --max-retries and its window, the workers' backoffLimit), and JobSet
+    restarts the operator counts, failing the JobSet by the head's deadline once spent;
+    one that sets counts: over the whole run, JobSet's own maxRestarts."""
+    job = etj().tpu("v5e", "16x16", 16).build()  # 1,024 hosts
+    budgets = budgets_of(job.spec)
+    cmd = trainer_command(job)
+    assert cmd[cmd.index("--max-retries") + 1] == str(budgets.elastic_retries.allowed) == "5"
+    assert cmd[cmd.index("--retry-window-seconds") + 1] == "3600"
+    js = render_jobset(job)
+    assert rjobs(js)["worker"]["template"]["spec"]["backoffLimit"] == 64 * 3
+    assert js["spec"]["failurePolicy"] == {
+        "maxRestarts": 2**31 - 1, "restartStrategy": "Recreate",
+        "rules": [{"name": "RestartBudgetSpent", "action": "FailJobSet",
+                   "onJobFailureReasons": ["DeadlineExceeded"],
+                   "targetReplicatedJobs": ["pathways-head"]}]}
+    counted = etj().spec(maxRestarts=2, elastic={"maxRetries": 7}).build()
+    assert render_jobset(counted)["spec"]["failurePolicy"] == {
+        "maxRestarts": 2, "restartStrategy": "Recreate"}
+    cmd = trainer_command(counted)
+    assert cmd[cmd.index("--max-retries") + 1:cmd.index("--retry-window-seconds") + 2] == [
+        "7", "--retry-window-seconds", "0"]
 
 
 def test_periods_given_win_and_the_budget_is_rendered():
@@ -294,7 +321,7 @@ def test_simulated_shape():
     # Same shape as the TPU job: v6e 2x4 = 2 VMs per slice.
     assert r["worker"]["replicas"] == 2
     assert r["worker"]["template"]["spec"]["completions"] == 2
-    assert r["worker"]["template"]["spec"]["backoffLimit"] == 2 * 5
+    assert r["worker"]["template"]["spec"]["backoffLimit"] == 2 * 3  # derived: 3 per hour
     assert r["worker"]["dependsOn"] == [{"name": "pathways-head", "status": "Ready"}]
 
 

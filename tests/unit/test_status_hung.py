@@ -218,7 +218,7 @@ def test_the_failed_job_names_the_slice_and_its_budget() -> None:
     """JobSet's failurePolicy ends the job: its Failed condition says which slice's
     restart budget was spent, why the slice failed, and the budget, before JobSet's own
     words; a JobSet failure with no slice given up on says JobSet's words only."""
-    job = job_with(elastic={"maxSliceRestarts": 0})
+    job = job_with(elastic={"maxSliceRestarts": 0}, maxRestarts=0)
     st1, _ = look(job, running(job), 51, training(52, request()))
     failed = observed_jobset(job).terminal(
         "Failed", "jobset failed due to reaching max number of restarts (first failed "

@@ -48,7 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--min-slices", type=int, default=None,
       help="replica resize: train on at least M slices (unset = pause and resume)")
     a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
-    a("--max-retries", type=int, default=10, help="elastic events tolerated over the run")
+    a("--max-retries", type=int, default=10,
+      help="elastic events (slices lost) tolerated: over the run, or within any "
+           "--retry-window-seconds (elastic_api.budgets)")
+    a("--retry-window-seconds", type=int, default=0,
+      help="the window --max-retries counts over (0: the whole run)")
     _add_reporting_arguments(a)
     a("--compilation-cache", default=None,
       help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
@@ -191,6 +195,8 @@ def _validate(args: argparse.Namespace) -> str | None:
         return f"--min-slices {args.min_slices} exceeds --simulate-slices {args.simulate_slices}"
     if args.max_retries < 0:
         return "--max-retries must be >= 0"
+    if args.retry_window_seconds < 0:
+        return "--retry-window-seconds must be >= 0 (0: over the whole run)"
     if args.request_poll_interval <= 0:
         return "--request-poll-interval must be > 0"
     if not args.watchdog_factor >= 1:  # also nan
@@ -392,7 +398,8 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
     from elastic_trainer.report import PriorRun, read_prior_run
     from elastic_trainer.watchdog import WatchdogOptions
 
-    prior = read_prior_run(*job, args.max_retries) if job else PriorRun()
+    window = args.retry_window_seconds or None
+    prior = read_prior_run(*job, args.max_retries, window) if job else PriorRun()
     if prior.events or prior.failures or prior.goodput is not None:
         logging.getLogger("elastic_trainer").info(
             "an earlier trainer process of this job had %d elastic event(s), used %d of "
@@ -406,6 +413,7 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
     return LoopOptions(
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
         elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
+        retry_window_seconds=window, prior_retry_times=prior.retry_times,
         snapshot_period=args.snapshot_period, log_every=args.log_every,
         overhead_budget_percent=args.overhead_budget_percent,
         min_step_seconds=args.min_step_seconds, learning_rate=args.learning_rate,

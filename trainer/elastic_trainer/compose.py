@@ -44,7 +44,9 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
                         Cadence(checkpointer.period, checkpoint_budget, opts.steps),
                         snapshots.costs, checkpointer.save_costs)
     # Slice losses (what --max-retries counts), those of an earlier process included.
-    loss_limit = SliceLossLimit(opts.max_retries, used=opts.prior_failures)
+    loss_limit = SliceLossLimit(opts.max_retries, used=opts.prior_failures,
+                                window_seconds=opts.retry_window_seconds,
+                                recent=opts.prior_retry_times)
     started = opts.process_started_at or time.time()
     activity = Activity()
     status = TrainingStatus(

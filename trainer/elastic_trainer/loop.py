@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import jax
@@ -81,6 +82,7 @@ class LoopOptions:
     min_slices: int | None = None
     elastic_timeout: float | None = 300.0
     max_retries: int = 10
+    retry_window_seconds: int | None = None  # --max-retries within it (None: over the run)
     snapshot_period: int | None = None  # None: chosen (cadence.py); 0: off
     overhead_budget_percent: float = DEFAULT_OVERHEAD_BUDGET_PERCENT
     log_every: int = 10
@@ -92,6 +94,7 @@ class LoopOptions:
     # and the retry budget go on, never start again at 0.
     prior_events: int = 0
     prior_failures: int = 0
+    prior_retry_times: tuple[datetime, ...] = ()  # those within the retry window
     prior_goodput: TrainerGoodput | None = None  # the goodput account goes on from it
     prior_step: int = 0  # its last reported step
     prior_ack: CheckpointAck | None = None  # its last checkpointAck: kept, not repeated

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from elastic_api.kube import KubeClient, job_path
@@ -64,6 +65,16 @@ def _events_and_retries(status: ElasticTrainingJobStatus, max_retries: int) -> t
     return events, used
 
 
+def _retry_times(status: ElasticTrainingJobStatus) -> tuple[datetime, ...]:
+    """When the slice losses the earlier process counted within its window came, the
+    last one left out when Kueue's eviction caused it (as `_events_and_retries`)."""
+    training = status.training
+    times = sorted(training.retry_times or []) if training is not None else []
+    if times and _lost_to_an_eviction(status):
+        times = times[:-1]
+    return tuple(times)
+
+
 def _lost_to_an_eviction(status: ElasticTrainingJobStatus) -> bool:
     """The last elastic event of the earlier process was a slice loss that Kueue's last
     eviction (preemption, suspension through its queue) caused, by the rule the operator
@@ -94,19 +105,25 @@ class PriorRun:
     goodput: TrainerGoodput | None = None
     step: int = 0  # its last reported step (steps after a restored one are redone)
     checkpoint_ack: CheckpointAck | None = None
+    retry_times: tuple[datetime, ...] = ()  # the slice losses counted within the window
 
 
-def prior_state(status: dict[str, Any] | None, max_retries: int) -> PriorRun:
+def prior_state(status: dict[str, Any] | None, max_retries: int,
+                window_seconds: int | None = None) -> PriorRun:
+    """What the earlier process left: with `window_seconds`, the retries are counted from
+    the times it reported (those within the window), not from its remaining count."""
     parsed = _read(status)
     events, failures = _events_and_retries(parsed, max_retries)
+    times = _retry_times(parsed) if window_seconds is not None else ()
     training = parsed.training
     if training is None:
         return PriorRun(events, failures)
     return PriorRun(events, failures, training.goodput, training.step,
-                    training.checkpoint_ack)
+                    training.checkpoint_ack, times)
 
 
-def read_prior_run(namespace: str, name: str, max_retries: int) -> PriorRun:
+def read_prior_run(namespace: str, name: str, max_retries: int,
+                   window_seconds: int | None = None) -> PriorRun:
     """`prior_state` of the job as it is now; nothing when it cannot be read (logged)."""
     try:
         job: Any = KubeClient.from_environment().get(job_path(namespace, name), timeout_s=10)
@@ -114,7 +131,8 @@ def read_prior_run(namespace: str, name: str, max_retries: int) -> PriorRun:
         log.warning("reading %s/%s for earlier elastic events: %s; counting from 0",
                     namespace, name, str(err).splitlines()[0])
         return PriorRun()
-    return prior_state(job.get("status") if isinstance(job, dict) else None, max_retries)
+    return prior_state(job.get("status") if isinstance(job, dict) else None, max_retries,
+                       window_seconds)
 
 
 def status_patch(report: TrainingReport) -> dict[str, Any]:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import jax
 
+from elastic_api.budgets import ELASTIC_RETRIES, Budget
 from elastic_trainer.backends import Backend
 from elastic_trainer.errors import ElasticRetriesExhausted, ScaleUpSignal, is_slice_down_error
 
@@ -34,29 +36,51 @@ RetryPolicy = Callable[[int, Exception], bool]
 
 
 class SliceLossLimit:
-    """At most `max_retries` slice losses over the whole run, those of an earlier
-    process of the same job (`used`) included; a scale-up is not a failure and costs
-    nothing. `--max-retries 0`: the first slice loss ends the run."""
+    """At most `max_retries` slice losses, over the whole run or (`window_seconds`) within
+    any window of that many seconds: the restart budget rule both sides apply
+    (elastic_api.budgets). Those of an earlier process of the same job count too (`used`
+    over the run, `recent`: when those within the window came); a scale-up is not a
+    failure and costs nothing. `--max-retries 0`: the first slice loss ends the run."""
 
-    def __init__(self, max_retries: int, used: int = 0) -> None:
+    def __init__(self, max_retries: int, used: int = 0, *, window_seconds: int | None = None,
+                 recent: Sequence[datetime] = (),
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         if max_retries < 0:
             raise ValueError(f"--max-retries must be >= 0, got {max_retries}")
-        self.max_retries, self.used = max_retries, used
+        self.budget = Budget(ELASTIC_RETRIES, max_retries, window_seconds, False, 0)
+        self.used, self.now = used, now
+        self.times: tuple[datetime, ...] = self.budget.recent(recent, now()) \
+            if window_seconds is not None else ()
+        self.last_used = used
+
+    @property
+    def max_retries(self) -> int:
+        return self.budget.allowed
 
     def __call__(self, attempt: int, error: Exception) -> bool:
         if isinstance(error, ScaleUpSignal):
             return True
+        charge = self.budget.charge(self.used, self.times, self.now())
         self.used += 1
-        return self.used <= self.max_retries
+        self.times, self.last_used = charge.recent, charge.used
+        return charge.allowed
 
     @property
     def remaining(self) -> int:
-        return max(0, self.max_retries - self.used)
+        return self.budget.remaining(self.used, self.times, self.now())
+
+    @property
+    def recent(self) -> list[datetime] | None:
+        """When the slice losses that count now came (None: a count over the whole run)."""
+        if self.budget.window_seconds is None:
+            return None
+        return list(self.budget.recent(self.times, self.now()))
 
     def exhausted_message(self, error: BaseException) -> str:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return (f"{self.used} elastic events, --max-retries is {self.max_retries}; "
-                f"last: {first}")
+        span = "" if self.budget.window_seconds is None else f" {self.budget.span()}"
+        return (f"{self.last_used} elastic events{span}, --max-retries is "
+                f"{self.max_retries}; last: {first}")
 
 
 class ElasticHooks(Protocol):

@@ -161,6 +161,7 @@ class TrainingStatus:
             last_snapshot_step=self.snapshots.latest_step(),
             elastic_events_total=self.events_total,
             retries_remaining=self.loss_limit.remaining,
+            retry_times=self.loss_limit.recent,
             process_id=os.getpid(), host_name=socket.gethostname(),
             process_started_at=utc(self.process_started_at),
             elastic_event=self.current_event.report() if self.current_event else None,

@@ -59,9 +59,9 @@ groups:
           runbook_url: {{ printf "%s#elastictrainingstalled" $a.runbookUrl | quote }}
       - alert: ElasticTrainingSliceRestartBudgetLow
         expr: |-
-          max by (namespace, job, slice) (
-            (etj_slice_restarts > 0)
-              / ignoring(slice) group_left() etj_max_slice_restarts
+          max by (namespace, job) (
+            (etj_restart_budget_used{budget="sliceRestarts"} > 0)
+              / etj_restart_budget_allowed{budget="sliceRestarts"}
             >= {{ $a.sliceRestartBudget.spentFraction }}
             {{ $leader }}
           )
@@ -71,14 +71,15 @@ groups:
           severity: {{ $a.sliceRestartBudget.severity }}
           {{- with $a.labels }}{{ toYaml . | nindent 10 }}{{ end }}
         annotations:
-          summary: {{ printf "Slice {{ $labels.slice }} of job %s has spent {{ $value | humanizePercentage }} of its restart budget" $job | quote }}
-          description: {{ printf "Slice {{ $labels.slice }} of ElasticTrainingJob %s failed often (status.slices[].restarts against spec.elastic.maxSliceRestarts). Once spent, its next failure restarts the whole JobSet (spec.maxRestarts)." $job | quote }}
+          summary: {{ printf "A slice of job %s has spent {{ $value | humanizePercentage }} of its restart budget" $job | quote }}
+          description: {{ printf "A slice of ElasticTrainingJob %s failed often: status.budgets.sliceRestarts (used against allowed, within its window; slice names the slice). Once spent, its next failure restarts the whole JobSet (status.budgets.jobSetRestarts)." $job | quote }}
           runbook_url: {{ printf "%s#elastictrainingslicerestartbudgetlow" $a.runbookUrl | quote }}
       - alert: ElasticTrainingMaxRestartsNearlySpent
         expr: |-
           max by (namespace, job) (
-            etj_max_restarts - etj_jobset_restarts <= {{ $a.maxRestarts.left }}
-            and etj_jobset_restarts > 0
+            etj_restart_budget_allowed{budget="jobSetRestarts"}
+              - etj_restart_budget_used{budget="jobSetRestarts"} <= {{ $a.maxRestarts.left }}
+            and etj_restart_budget_used{budget="jobSetRestarts"} > 0
             {{ $leader }}
           )
           {{ $active }}
@@ -88,7 +89,7 @@ groups:
           {{- with $a.labels }}{{ toYaml . | nindent 10 }}{{ end }}
         annotations:
           summary: {{ printf "Job %s has {{ $value }} JobSet restart(s) left" $job | quote }}
-          description: {{ printf "The JobSet of ElasticTrainingJob %s restarted as a whole (status.counters.jobSetRestarts) and is near spec.maxRestarts: at the limit, the next failure fails the job." $job | quote }}
+          description: {{ printf "The JobSet of ElasticTrainingJob %s restarted as a whole and is near its budget (status.budgets.jobSetRestarts: spec.maxRestarts within its window, or over the run): at the limit, the next restart fails the job." $job | quote }}
           runbook_url: {{ printf "%s#elastictrainingmaxrestartsnearlyspent" $a.runbookUrl | quote }}
       {{- $w := printf "[%ds]" (int $a.goodputLow.windowSeconds) }}
       {{- $productive := printf "sum by (namespace, job) (increase(etj_productive_seconds_total%s))" $w }}

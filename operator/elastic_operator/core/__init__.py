@@ -24,6 +24,7 @@ the order to read them in.
 - podsready: a MultiKueue job's PodsReady condition on the manager's Workload
 - plan: what a reconcile changes in the cluster, as typed actions
 - replacement: slice replacement: its records in the status, then its actions
+- budgets: the restart budgets in the status, and the JobSet ended once its own is spent
 - maintenance: maintenance ahead of time: notices, the checkpoint request, the move
 - topology: slices Kueue places by Topology-Aware Scheduling
 - unreported: the recovery of a trainer that reports no elastic events

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elastic_api.budgets import budgets_of
 from elastic_api.conditions import TRAINER_FAILURE_REASONS, ConditionType, Reason
 from elastic_api.models import (
     Condition,
     ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
+    RestartBudgets,
     SliceStatus,
     TrainingReport,
 )
@@ -68,7 +70,7 @@ def decide_outcome(spec: ElasticTrainingJobSpec, observed: Observed,
     if succeeded:
         return Outcome(succeeded=True)
     failure = (trainer_failure(previous.training)
-               or jobset_failure(spec, observed, previous.slices)
+               or jobset_failure(spec, observed, previous.slices, previous.budgets)
                or lost_jobset_failure(jobset, previous.jobset_name))
     return Outcome(failure=failure, new_failure=failure is not None)
 
@@ -82,23 +84,31 @@ def trainer_failure(report: TrainingReport | None) -> Failure | None:
 
 
 def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
-                   slices: list[SliceStatus] | None = None) -> Failure | None:
-    """The JobSet failed: the head failed, or the restart budget ran out; led by the
+                   slices: list[SliceStatus] | None = None,
+                   budgets: RestartBudgets | None = None) -> Failure | None:
+    """The JobSet failed: its restart budget ran out (JobSet's count over the run, or
+    the operator's per window: `budgets`, the status's), or the head failed; led by the
     slices whose own restart budget was spent (`slices`: the status's), as they caused it."""
     jobset = observed.jobset
     if jobset is None or jobset.terminal_state != "Failed":
         return None
+    budget = budgets_of(spec).jobset_restarts
+    windowed = budgets.jobset_restarts if budgets is not None else None
     head = next((r for r in jobset.replicated_jobs if r.name == HEAD_REPLICATED_JOB), None)
     head_pod_failed = any(p.replicated_job == HEAD_REPLICATED_JOB and p.failed
                           for p in observed.pods)
-    if head_pod_failed or (head is not None and head.failed > 0):
-        reason = Reason.HEAD_FAILED
-    elif jobset.restarts >= spec.max_restarts:
+    message = f"JobSet {jobset.name} failed after {jobset.restarts} restarts"
+    if windowed is not None and windowed.spent_at is not None:
         reason = Reason.MAX_RESTARTS_EXCEEDED
+        message += (f", {windowed.used} of them {budget.span()}: a crash loop (allowed: "
+                    f"{budget.describe()})")
     else:
         reason = Reason.JOBSET_FAILED
-    message = (f"JobSet {jobset.name} failed after {jobset.restarts} restarts "
-               f"(maxRestarts {spec.max_restarts})")
+        if head_pod_failed or (head is not None and head.failed > 0):
+            reason = Reason.HEAD_FAILED
+        elif budget.window_seconds is None and jobset.restarts >= budget.allowed:
+            reason = Reason.MAX_RESTARTS_EXCEEDED
+        message += f" ({budget.short()})"
     if jobset.failed_message:
         message += f": {jobset.failed_message}"
     return Failure(reason, _budget_spent(spec, slices or []) + message)
@@ -113,7 +123,7 @@ def _budget_spent(spec: ElasticTrainingJobSpec, slices: list[SliceStatus]) -> st
     reasons = ", ".join(sorted({s.replacement.reason for s in spent if s.replacement}))
     its = "its" if len(spent) == 1 else "their"
     return (f"{fmt_slices(s.index for s in spent)} failed ({reasons}) with {its} restart "
-            f"budget spent (maxSliceRestarts {spec.elastic.max_slice_restarts}), so ")
+            f"budget spent ({budgets_of(spec).slice_restarts.short()}), so ")
 
 
 def lost_jobset_failure(jobset: ObservedJobSet | None,

@@ -193,8 +193,21 @@ class RestartTrainer:
     step: int | None
 
 
+@dataclass(frozen=True)
+class EndJobSet:
+    """The JobSet restart budget is spent within its window (elastic_api.budgets): end
+    the head Job by its deadline (activeDeadlineSeconds 0, uid precondition); the
+    JobSet's failurePolicy rule for the head's DeadlineExceeded fails the JobSet
+    (render.failure_policy), which restarts it no more."""
+
+    namespace: str
+    head_job: str
+    job_uid: str
+    restarts: int  # the JobSet restarts counted within the window
+
+
 ReplacementAction = (DeleteWorkerJob | ForceDeletePod | QuarantinePool | ReleasePool
-                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer)
+                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer | EndJobSet)
 
 
 @dataclass(frozen=True)

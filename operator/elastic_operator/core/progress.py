@@ -23,7 +23,8 @@ Three parts, each its own function:
 - act (`restart_for`): with nothing blamed and spec.elastic.onStall Recover, the trainer
   is restarted once per stall: status.progress.restart records the head pod to delete
   (its Job makes a new one: `plan_trainer_restart`), written before the delete. Each
-  counts in status.counters.stallRestarts against spec.elastic.maxStallRestarts, as a
+  counts in status.counters.stallRestarts, and against spec.elastic.maxStallRestarts
+  (elastic_api.budgets: per window, its times in status.budgets.stallRestarts), as a
   slice's failures against maxSliceRestarts: once spent, a stall is reported only
   (StallRestartsExhausted), so a trainer that stalls again after every restart is not
   restarted forever.
@@ -39,6 +40,7 @@ from datetime import datetime, timedelta
 
 from elastic_api import maxtext
 from elastic_api import progress as rule
+from elastic_api.budgets import budgets_of
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
     Condition,
@@ -66,6 +68,7 @@ class ProgressSignals:
     head: ObservedPod | None = None  # the newest head pod, running and not going
     all_slices_active: bool = True  # the trainer trains on every slice
     stall_restarts: int = 0  # the trainer restarts made for stalls so far (counters)
+    stall_times: tuple[datetime, ...] = ()  # when those within the budget's window came
 
 
 @dataclass(frozen=True)
@@ -211,10 +214,10 @@ def diagnose(spec: ElasticTrainingJobSpec, report: TrainingReport, state: Progre
 
 def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stall,
                 head: ObservedPod | None, now: datetime,
-                restarts: int = 0) -> TrainerRestart | None:
+                spent: bool = False) -> TrainerRestart | None:
     """The trainer restart this stall calls for (None: none, one is recorded, or the
-    `restarts` made so far spent spec.elastic.maxStallRestarts)."""
-    if spec.elastic.on_stall != "Recover" or stall.blamed or budget_spent(spec, restarts) \
+    stall restart budget is `spent`)."""
+    if spec.elastic.on_stall != "Recover" or stall.blamed or spent \
             or not stall.verdict.past:  # a phase within its deadline is never restarted
         return None
     done = state.restart
@@ -225,11 +228,6 @@ def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stal
         return None
     return TrainerRestart(requested_at=now, step=state.step, pod_name=head.name,
                           pod_uid=head.uid, reason=Reason.PROGRESS_DEADLINE_EXCEEDED)
-
-
-def budget_spent(spec: ElasticTrainingJobSpec, restarts: int) -> bool:
-    """Whether the stall restarts made so far leave none: maxStallRestarts of them."""
-    return restarts >= spec.elastic.max_stall_restarts
 
 
 def plan_trainer_restart(namespace: str, jobset: str, progress: ProgressStatus | None,
@@ -299,15 +297,15 @@ def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: Progr
     if first:
         events.append(StatusEvent(reason=Reason.PROGRESS_DEADLINE_EXCEEDED, type="Warning",
                                   message=stall.message))
-    restart = restart_for(spec, state, stall, signals.head, now, signals.stall_restarts)
-    spent = spec.elastic.on_stall == "Recover" and not stall.blamed \
-        and budget_spent(spec, signals.stall_restarts)
+    budget = budgets_of(spec).stall_restarts
+    used = budget.used(signals.stall_restarts, signals.stall_times, now)
+    spent = spec.elastic.on_stall == "Recover" and not stall.blamed and used >= budget.allowed
+    restart = restart_for(spec, state, stall, signals.head, now, spent)
     if spent and first:
         events.append(StatusEvent(
             reason=Reason.STALL_RESTARTS_EXHAUSTED, type="Warning",
             message=f"the trainer stalled at step {stall.step} with its stall restart budget "
-                    f"spent ({signals.stall_restarts} restarts made, "
-                    f"spec.elastic.maxStallRestarts {spec.elastic.max_stall_restarts}): not "
+                    f"spent ({used} restarts, {budget.short()}): not "
                     "restarted again; Progressing stays False until a step advances"))
     message = stall.message
     if restart is not None:
@@ -325,9 +323,8 @@ def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: Progr
     elif spec.elastic.on_stall == "Report":
         message += "; spec.elastic.onStall is Report: not restarted"
     elif spent:
-        message += (f"; the stall restart budget is spent ({signals.stall_restarts} of "
-                    f"spec.elastic.maxStallRestarts {spec.elastic.max_stall_restarts}): "
-                    "not restarted")
+        message += (f"; the stall restart budget is spent ({used} restarts, "
+                    f"{budget.short()}): not restarted")
     elif stall.blamed:
         message += "; the trainer's request replaces the slices it blames"
     return ProgressUpdate(state, setter.false(ConditionType.PROGRESSING,

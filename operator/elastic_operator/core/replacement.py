@@ -11,8 +11,10 @@ JobSet recreates it at once, with a fresh backoff.
 Two steps, with the status written in between (intent first):
 
 1. `track_replacements` (inside compute_status): when a slice fails, record in
-   `slices[i].replacement` what will be done (Replace; GiveUp once `restarts` exceeds
-   spec.elastic.maxSliceRestarts) and against which Job (its uid, from the failed pods);
+   `slices[i].replacement` what will be done (Replace; GiveUp once the failure is past the
+   slice's restart budget, elastic_api.budgets: spec.elastic.maxSliceRestarts within its
+   window, the times in slices[i].recentFailures) and against which Job (its uid, from
+   the failed pods);
    when the slice is Ready again on a new Job, move the record to `lastReplacement`.
 2. `plan_replacements` (after the write): the actions the records call for, level-based:
    the Job named in a record that still exists, not being deleted, is deleted (after the
@@ -32,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from elastic_api.budgets import Budget, Charge, budgets_of
 from elastic_api.conditions import Reason
 from elastic_api.models import (
     ElasticTrainingJobSpec,
@@ -66,7 +69,13 @@ from elastic_operator.core.pools import (
 from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.sliceview import SliceView, SliceViews, slice_views
 from elastic_operator.core.text import plural
-from elastic_operator.observed import Observed, ObservedJob, ObservedPool, QuarantineCause
+from elastic_operator.observed import (
+    Observed,
+    ObservedJob,
+    ObservedJobSet,
+    ObservedPool,
+    QuarantineCause,
+)
 
 # This job's failures kept per pool in status.pools: enough to tell whether they follow
 # the job (quarantineAfterFailures counts jobs, each job's failures only once).
@@ -96,6 +105,7 @@ def track_replacements(
     reconcile's slice changes (`views`: each slice's pods). `reported`: the evidence of
     the slices the trainer blames (core/hung.py), which their pods do not show."""
     by_change = {c.index: c for c in changes}
+    budget = budgets_of(spec).slice_restarts
     failed_on: list[tuple[str, Evidence]] = []
     out: list[SliceStatus] = []
     events: list[StatusEvent] = []
@@ -105,14 +115,19 @@ def track_replacements(
         record = s.replacement
         last = s.last_replacement
         change = by_change.get(s.index)
+        recent = s.recent_failures
         if change is not None and change.failed:
             evidence = (reported or {}).get(s.index) or view.evidence(spec.recovery)
             from_pool = view.failed_pool(evidence, s.pool)
             if from_pool:
                 failed_on.append((from_pool, evidence))
-            record = _new_record(spec, s, view, from_pool, evidence, now)
+            charge = budget.charge(s.restarts - 1, s.recent_failures, now)
+            if _restarted_with_jobset(view, observed.jobset):  # not the slice's failure
+                charge = Charge(True, budget.used(s.restarts - 1, recent, now), tuple(recent))
+            recent = list(charge.recent)
+            record = _new_record(spec, s, view, from_pool, evidence, now, charge)
             if record is not None:
-                events.append(_record_event(s, record, spec))
+                events.append(_record_event(spec, s, record, budget, charge))
         elif record is not None and s.state == "Ready" and (
                 _on_new_job(record, view) or _healed_in_time(spec, record, now)):
             # Ready again: on a new Job (replaced, moved), or on the same one before the
@@ -128,7 +143,8 @@ def track_replacements(
                 events.append(_replaced_event(s.index, last))
             record = None
         out.append(s.model_copy(update={"pool": pool, "replacement": record,
-                                        "last_replacement": last}))
+                                        "last_replacement": last,
+                                        "recent_failures": recent}))
     pools = record_pools(previous_pools, out, failed_on, observed.pools, now,
                          spec.recovery.quarantine_window_seconds, MAX_POOL_FAILURES)
     if spec.tpu.topology_aware is None:  # else Kueue places them, no pool to be free
@@ -137,15 +153,27 @@ def track_replacements(
 
 
 def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, view: SliceView,
-                from_pool: str | None, evidence: Evidence,
-                now: datetime) -> SliceReplacement | None:
+                from_pool: str | None, evidence: Evidence, now: datetime,
+                charge: Charge) -> SliceReplacement | None:
+    """Replace the slice, or give up on it once its failure is past its budget."""
     if not spec.recovery.replace_slices:
         return None
-    action = "GiveUp" if s.restarts > spec.elastic.max_slice_restarts else "Replace"
+    action = "Replace" if charge.allowed else "GiveUp"
     return SliceReplacement(action=action, reason=s.reason or Reason.SLICE_DOWN,
                             job_uid=view.failed_job_uid, from_pool=from_pool,
                             requested_at=now, blame=evidence.blame,
                             evidence=evidence.detail)
+
+
+def _restarted_with_jobset(view: SliceView, jobset: ObservedJobSet | None) -> bool:
+    """The slice went down because the whole JobSet restarted (a crash of the trainer, a
+    slice given up on): its pods are of an attempt older than the JobSet's restarts
+    (their restart-attempt label), which JobSet deletes. That charges no slice budget:
+    every slice goes at once, and the JobSet's own budget counts the restart."""
+    if jobset is None or not jobset.restarts:
+        return False
+    attempts = [p.restart_attempt for p in view.newest if p.restart_attempt is not None]
+    return bool(attempts) and max(attempts) < jobset.restarts
 
 
 def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
@@ -166,9 +194,8 @@ def _on_new_job(record: SliceReplacement, view: SliceView) -> bool:
     return uid is not None and record.job_uid is not None and uid != record.job_uid
 
 
-def _record_event(s: SliceStatus, record: SliceReplacement,
-                  spec: ElasticTrainingJobSpec) -> StatusEvent:
-    budget = spec.elastic.max_slice_restarts
+def _record_event(spec: ElasticTrainingJobSpec, s: SliceStatus, record: SliceReplacement,
+                  budget: Budget, charge: Charge) -> StatusEvent:
     where = f" on node pool {record.from_pool}" if record.from_pool else ""
     if record.blame is not None:
         where += f" ({_BLAME_WORDS[record.blame]}: {record.evidence})"
@@ -182,12 +209,13 @@ def _record_event(s: SliceStatus, record: SliceReplacement,
         return StatusEvent(
             reason=Reason.SLICE_RESTARTS_EXHAUSTED, type="Warning", slice_index=s.index,
             message=f"slice {s.index} failed{where} ({record.reason}) with its restart budget "
-                    f"spent ({plural(budget, 'restart')} allowed, maxSliceRestarts); not "
-                    f"replaced again: {how} so that JobSet's failurePolicy applies")
+                    f"spent ({plural(charge.used, 'failure')} {budget.span()}; allowed: "
+                    f"{budget.describe()}); not replaced again: {how} so that JobSet's "
+                    "failurePolicy applies")
     return StatusEvent(
         reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
         message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
-                f"Job{domain} (restart {s.restarts} of {budget})")
+                f"Job{domain} (restart {charge.used} of {budget.allowed} {budget.span()})")
 
 
 def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:

@@ -206,6 +206,7 @@ def slice_status(
         pool=prev.pool if prev else None,
         domain=prev.domain if prev else None,
         counted=counted,
+        recent_failures=prev.recent_failures if prev else [],  # charged by replacement
     )
     return status, change
 

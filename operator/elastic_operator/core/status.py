@@ -48,6 +48,7 @@ from elastic_api.models import (
 from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
 from elastic_api.stragglers import slow_slices
 from elastic_operator.core.admission import Admission, decide_admission
+from elastic_operator.core.budgets import Spending, recent_stall_restarts, track_budgets
 from elastic_operator.core.checkpoint import (
     checkpoint_status,
     root_allowed_condition,
@@ -239,10 +240,14 @@ def compute_status(
     steps = track_steps(ctx, gates, tracking, trainer)
     decided = decide_conditions(ctx, gates, tracking, trainer, steps)
     status = _assemble(ctx, gates, tracking, trainer, decided, steps)
+    budgets, spent = track_budgets(ctx.spec, ctx.previous, tracking.slices, Spending(
+        ctx.previous.counters.jobset_restarts, status.counters.jobset_restarts,
+        steps.restarted, gates.terminal), now)
+    status = status.model_copy(update={"budgets": budgets})
     risk = next(c for c in decided.conditions if c.type == ConditionType.RESTORE_AT_RISK)
     warned = [] if gates.terminal else restore_risk_events(ctx.previous.conditions, risk)
     return StatusResult(status, gates.events + tracking.events + trainer.events
-                        + steps.events + decided.events + warned)
+                        + steps.events + spent + decided.events + warned)
 
 
 def decide_gates(ctx: StatusInputs) -> Gates:
@@ -362,7 +367,8 @@ def track_steps(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                               saving=_saving(ctx), head=newest_head(ctx.observed.head_pods),
                               all_slices_active=active is None
                               or active >= ctx.spec.tpu.num_slices,
-                              stall_restarts=ctx.previous.counters.stall_restarts)
+                              stall_restarts=ctx.previous.counters.stall_restarts,
+                              stall_times=recent_stall_restarts(ctx.previous))
     return track_progress(ctx.setter, ctx.spec, report, ctx.previous.progress, signals,
                           ctx.now)
 
