@@ -956,6 +956,9 @@ class BudgetStatus(StatusModel):
     spent_at: datetime | None = Field(None, description="When a restart was refused "
                                       "for it (the count reached): a crash loop, or more "
                                       "failures than the rates behind the count.")
+    last_at: datetime | None = Field(None, description="jobSetRestarts: when the newest "
+                                     "JobSet restart was seen (its slices' going is that "
+                                     "restart, not their failures).")
 
 
 class RestartBudgets(StatusModel):

@@ -164,7 +164,8 @@ def test_slices_that_go_with_a_jobset_restart_charge_no_slice_budget() -> None:
     pods = healthy_pods()
     pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(s(145), 3).build() for h in range(HOSTS)]
     ready = compute_status(job, world(pods, 3), status, s(150))[0]
-    going = [replace(p, restart_attempt=0, deletion_timestamp=s(160)) for p in pods]
+    going = [p if p.slice_index == 2 else replace(p, restart_attempt=0,
+                                                   deletion_timestamp=s(160)) for p in pods]
     restarted = observed_jobset(job).restarts(1).build()
     new, events = compute_status(job, observe(going, restarted,
                                               jobs={i: worker_job(i, 3 if i == 1 else 0)
@@ -174,3 +175,13 @@ def test_slices_that_go_with_a_jobset_restart_charge_no_slice_budget() -> None:
     assert new.slices[1].replacement.action == "Replace"
     assert new.slices[1].recent_failures == [s(101), s(121), s(141)]
     assert new.budgets is not None and new.budgets.jobset_restarts.used == 1
+    assert new.budgets.jobset_restarts.last_at == s(161)
+    # Slice 2's pods, still up at that look, all gone by its next: the same restart.
+    assert new.slices[2].state == "Ready"
+    gone = [p for p in going if p.slice_index != 2]
+    later, events = compute_status(job, observe(gone, restarted,
+                                                jobs={i: worker_job(i) for i in range(3)}),
+                                   stored(new), s(170))
+    assert later.slices[2].state == "Down" and later.slices[2].recent_failures == []
+    assert any("with the JobSet's restart" in e.message for e in events
+               if e.reason == Reason.SLICE_REPLACING)

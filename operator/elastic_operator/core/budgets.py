@@ -63,10 +63,22 @@ def track_budgets(spec: ElasticTrainingJobSpec, previous: ElasticTrainingJobStat
 
 
 def _status(budget: Budget, used: int, recent: Sequence[datetime] = (),
-            spent_at: datetime | None = None, slice_: int | None = None) -> BudgetStatus:
+            spent_at: datetime | None = None, slice_: int | None = None,
+            last_at: datetime | None = None) -> BudgetStatus:
     return BudgetStatus(allowed=budget.allowed, window_seconds=budget.window_seconds,
                         derived=budget.derived, rule=budget.describe(), used=used,
-                        slice=slice_, recent=list(recent), spent_at=spent_at)
+                        slice=slice_, recent=list(recent), spent_at=spent_at,
+                        last_at=last_at)
+
+
+def jobset_restarted_at(previous: ElasticTrainingJobStatus, restarts_now: int,
+                        now: datetime) -> datetime | None:
+    """When the JobSet last restarted, as far as the operator saw: now, if its count
+    went up since the status before."""
+    if restarts_now > previous.counters.jobset_restarts:
+        return now
+    budgets = previous.budgets
+    return budgets.jobset_restarts.last_at if budgets is not None else None
 
 
 def _slices(budget: Budget, slices: Sequence[SliceStatus], now: datetime) -> BudgetStatus:
@@ -114,8 +126,10 @@ def _jobset(budgets: Budgets, before: RestartBudgets | None, spending: Spending,
     times = list(previous.recent) if previous is not None else []
     spent_at = previous.spent_at if previous is not None else None
     new = max(0, spending.jobset_restarts_now - spending.jobset_restarts_before)
+    last_at = now if new else (previous.last_at if previous is not None else None)
     if budget.window_seconds is None:
-        return _status(budget, spending.jobset_restarts_now, (), spent_at), []
+        return _status(budget, spending.jobset_restarts_now, (), spent_at,
+                       last_at=last_at), []
     events: list[StatusEvent] = []
     for _ in range(0 if spending.terminal else new):
         charge = budget.charge(0, times, now)
@@ -128,7 +142,7 @@ def _jobset(budgets: Budgets, before: RestartBudgets | None, spending: Spending,
                         f"{_since(times, now)} (allowed: {budget.describe()}): a crash "
                         "loop; ending it (its head Job's deadline), the job fails"))
     recent = budget.recent(times, now)
-    return _status(budget, len(recent), recent, spent_at), events
+    return _status(budget, len(recent), recent, spent_at, last_at=last_at), events
 
 
 def _since(times: Sequence[datetime], now: datetime) -> str:

@@ -100,10 +100,12 @@ def track_replacements(
     spec: ElasticTrainingJobSpec, slices: list[SliceStatus], changes: list[SliceChange],
     observed: Observed, views: SliceViews, previous_pools: list[PoolStatus], now: datetime,
     reported: Mapping[int, Evidence] | None = None,
+    jobset_restarted_at: datetime | None = None,
 ) -> Tracked:
     """slices[].pool, .replacement and .lastReplacement, and status.pools, after this
     reconcile's slice changes (`views`: each slice's pods). `reported`: the evidence of
-    the slices the trainer blames (core/hung.py), which their pods do not show."""
+    the slices the trainer blames (core/hung.py), which their pods do not show;
+    `jobset_restarted_at`: when the JobSet last restarted (core/budgets.py)."""
     by_change = {c.index: c for c in changes}
     budget = budgets_of(spec).slice_restarts
     failed_on: list[tuple[str, Evidence]] = []
@@ -122,8 +124,8 @@ def track_replacements(
             if from_pool:
                 failed_on.append((from_pool, evidence))
             charge = budget.charge(s.restarts - 1, s.recent_failures, now)
-            if _restarted_with_jobset(view, observed.jobset):  # not the slice's failure
-                charge = Charge(True, budget.used(s.restarts - 1, recent, now), tuple(recent))
+            if _restarted_with_jobset(view, observed.jobset, jobset_restarted_at, now):
+                charge = Charge(True, 0, tuple(recent))  # not the slice's failure
             recent = list(charge.recent)
             record = _new_record(spec, s, view, from_pool, evidence, now, charge)
             if record is not None:
@@ -165,15 +167,24 @@ def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, view: SliceView,
                             evidence=evidence.detail)
 
 
-def _restarted_with_jobset(view: SliceView, jobset: ObservedJobSet | None) -> bool:
+# A slice that has lost every pod this soon after a JobSet restart lost them to it.
+JOBSET_TEARDOWN = timedelta(seconds=120)
+
+
+def _restarted_with_jobset(view: SliceView, jobset: ObservedJobSet | None,
+                           restarted_at: datetime | None, now: datetime) -> bool:
     """The slice went down because the whole JobSet restarted (a crash of the trainer, a
     slice given up on): its pods are of an attempt older than the JobSet's restarts
-    (their restart-attempt label), which JobSet deletes. That charges no slice budget:
-    every slice goes at once, and the JobSet's own budget counts the restart."""
+    (their restart-attempt label), which JobSet deletes; or all gone, within
+    JOBSET_TEARDOWN of a restart. That charges no slice budget: every slice goes at once,
+    and the JobSet's own budget counts the restart."""
     if jobset is None or not jobset.restarts:
         return False
     attempts = [p.restart_attempt for p in view.newest if p.restart_attempt is not None]
-    return bool(attempts) and max(attempts) < jobset.restarts
+    if attempts:
+        return max(attempts) < jobset.restarts
+    live = [p for p in view.newest if not p.terminating and p.phase != "Failed"]
+    return not live and restarted_at is not None and now - restarted_at <= JOBSET_TEARDOWN
 
 
 def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
@@ -212,10 +223,12 @@ def _record_event(spec: ElasticTrainingJobSpec, s: SliceStatus, record: SliceRep
                     f"spent ({plural(charge.used, 'failure')} {budget.span()}; allowed: "
                     f"{budget.describe()}); not replaced again: {how} so that JobSet's "
                     "failurePolicy applies")
+    count = f"restart {charge.used} of {budget.allowed} {budget.span()}" if charge.used \
+        else "with the JobSet's restart: no slice budget spent"
     return StatusEvent(
         reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
         message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
-                f"Job{domain} (restart {charge.used} of {budget.allowed} {budget.span()})")
+                f"Job{domain} ({count})")
 
 
 def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:

@@ -48,7 +48,12 @@ from elastic_api.models import (
 from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
 from elastic_api.stragglers import slow_slices
 from elastic_operator.core.admission import Admission, decide_admission
-from elastic_operator.core.budgets import Spending, recent_stall_restarts, track_budgets
+from elastic_operator.core.budgets import (
+    Spending,
+    jobset_restarted_at,
+    recent_stall_restarts,
+    track_budgets,
+)
 from elastic_operator.core.checkpoint import (
     checkpoint_status,
     root_allowed_condition,
@@ -276,8 +281,10 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
     events = requested.events + slice_events(health.changes)
     reported = {i: reported_evidence(h.reason, h.message)
                 for i, h in requested.down.items() if h.new}
+    restarts = ctx.jobset.restarts if ctx.jobset is not None else 0
     tracked = track_replacements(ctx.spec, health.slices, health.changes, ctx.observed,
-                                 ctx.views, prev.pools, ctx.now, reported)
+                                 ctx.views, prev.pools, ctx.now, reported,
+                                 jobset_restarted_at(prev, restarts, ctx.now))
     slices, request = tracked.slices, prev.checkpoint_request
     events += tracked.events
     if ctx.jobset is not None and not ctx.jobset.suspended:
