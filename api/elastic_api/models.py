@@ -19,9 +19,15 @@ from pydantic_core import PydanticCustomError
 
 from elastic_api.catalog import INT32_MAX as INT32_MAX
 from elastic_api.catalog import MAX_SLICE_RESTARTS as MAX_SLICE_RESTARTS
-from elastic_api.catalog import MAX_VMS_PER_SLICE, TpuType
+from elastic_api.catalog import MAX_VMS_PER_SLICE, TpuType, slice_shape
 from elastic_api.names import MULTIKUEUE_CONTROLLER
 from elastic_api.phases import PHASES, Phase, PhaseSource
+from elastic_api.resize import (
+    SIMULATED_DEVICES_PER_SLICE,
+    TRAIN_ON_FROM_SLICES,
+    TRAIN_ON_SHARE,
+    default_min_slices,
+)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # JobSet's failurePolicy.maxRestarts and a Job's backoffLimit are int32 (INT32_MAX):
@@ -216,8 +222,12 @@ class ElasticSpec(ApiModel):
     # The bound sits before the validator: pydantic then still emits it as `minimum`.
     min_slices: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
         None,
-        description="Slices needed to train. Unset = all (pause and resume); "
-        "fewer = replica resize.",
+        description="Slices needed to train: fewer than numSlices = replica resize (the "
+        "bundled trainer keeps the global batch on the slices left, and grows back when "
+        "one returns); numSlices = pause and resume. Unset, for the bundled trainer: from "
+        f"{TRAIN_ON_FROM_SLICES} slices, numSlices less one slice in {TRAIN_ON_SHARE} (at "
+        "least one) where its batch splits over the slices left, so a replacement's "
+        "minutes are trained through; else numSlices.",
     )
     timeout_seconds: SpecInt = Field(300, ge=1, description="How long one retry waits for slices.")
     max_retries: SpecCount | None = Field(
@@ -286,13 +296,21 @@ class ElasticSpec(ApiModel):
         "only: Progressing False says so and a StallRestartsExhausted Warning Event is "
         "posted; a trainer that stalls again after every restart is not restarted forever.",
     )
-    on_slow_slice: Literal["Replace", "Report"] = Field(
-        "Report",
+    on_slow_slice: Literal["Replace", "Report"] | None = Field(
+        None,
         description="When the trainer blames one slice for slow steps (its sliceReplacement "
-        "request with reason SliceSlow) and a healthy spare node pool exists. Replace: "
-        "recreate that slice's worker Job on the spare (counted as a slice failure). "
-        "Report: condition Degraded (SlowSteps) only.",
+        "request with reason SliceSlow: 1.2x the fastest slice's part or more, for 60 s "
+        "on end) and a healthy spare node pool exists. Replace: recreate that slice's "
+        "worker Job on the spare (counted as a slice failure). Report: condition Degraded "
+        "(SlowSteps) only. Unset: Replace where recovery.replaceSlices is true, else "
+        "Report.",
     )
+
+    def slow_slice_action(self, replace_slices: bool) -> str:
+        """onSlowSlice, or its default (Replace where the operator replaces slices)."""
+        if self.on_slow_slice is not None:
+            return self.on_slow_slice
+        return "Replace" if replace_slices else "Report"
 
 
 Redispatch = Literal["Never", "OnWorkerLost"]
@@ -791,7 +809,27 @@ class ElasticTrainingJobSpec(ApiModel):
 
     @property
     def min_slices(self) -> int:
-        return self.elastic.min_slices or self.tpu.num_slices
+        """spec.elastic.minSlices, or its default (elastic_api.resize)."""
+        if self.elastic.min_slices:
+            return self.elastic.min_slices
+        batch = None if self.trainer.command is not None else self.trainer.bundled().batch
+        return default_min_slices(self.tpu.num_slices, batch, self.devices_per_slice)
+
+    @property
+    def on_slow_slice(self) -> str:
+        """spec.elastic.onSlowSlice, or its default (elastic.slow_slice_action)."""
+        return self.elastic.slow_slice_action(self.recovery.replace_slices)
+
+    @property
+    def devices_per_slice(self) -> int:
+        """The devices of one slice the bundled trainer's mesh spans: its chips, or the
+        simulated backend's."""
+        if self.backend == "simulated":
+            return SIMULATED_DEVICES_PER_SLICE
+        try:
+            return slice_shape(self.tpu.type, self.tpu.topology).chips
+        except ValueError:  # refused at admission
+            return 1
 
     @property
     def elastic_slices(self) -> int:
@@ -1000,11 +1038,17 @@ class GoodputCounters(StatusModel):
     """Cumulative seconds by cause, continued across trainer processes."""
 
     waiting_for_slices: float = Field(0.0, ge=0)
+    fewer_slices: float = Field(0.0, ge=0, description="Steps on fewer slices than the "
+                                "job's: the missing slices' share of their time.")
+    startup: float = Field(0.0, ge=0)
     restore: float = Field(0.0, ge=0)
     recompile: float = Field(0.0, ge=0)
     recomputed_steps: float = Field(0.0, ge=0)
+    stalled: float = Field(0.0, ge=0, description="A step that hung, until the watchdog "
+                           "noticed it (beyond a normal step).")
+    slow_slices: float = Field(0.0, ge=0, description="Steps held up by a slow slice: "
+                               "their time beyond the fastest slice's part.")
     checkpointing: float = Field(0.0, ge=0)
-    startup: float = Field(0.0, ge=0)
 
 
 class TrainerGoodput(StatusModel):

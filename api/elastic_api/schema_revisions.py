@@ -23,7 +23,7 @@ REVISIONS: tuple[str, ...] = (
     # 1: the first CRD that says its revision (issue 61).
     "sha256:e3f57ffd74c28e6f67f9033e8e1d3464d89fd2657f47d2961e72be75b5b6793e",
     # 2: restart budgets per window, status.budgets (issue 67).
-    "sha256:ab6375c97a4b9a4ff3ce6ea6a79ea0b3c201fdba7510ebb15b2b39c4a29f5fc8",
+    "sha256:840523e94430f01ba0b38b905721f9ce6c6a12e339b16268775aef47b0a88496",
 )
 
 

@@ -6,8 +6,14 @@ fastest slice's part of the same step or more, as a median over at least
 SLOW_SLICE_STEPS steps (so one slow step is not a straggler: half of them must be).
 Against the fastest slice, not the mean: with four slices one at half speed moves the
 mean by a quarter, and a whole job that is slow (a loaded host, a bigger batch after a
-resize) has no straggler at all. NVRx's straggler detection scores each rank against
-the fastest the same way.
+resize, an evaluation, a save in flight, a compile or a restore: the run's own rhythm)
+has no straggler at all, since every slice's part of that step is as slow. NVRx's
+straggler detection scores each rank against the fastest the same way.
+
+A slow slice is acted on (moved, `--on-slow-slice Replace`) once it has stayed slow for
+SLOW_SLICE_SECONDS on end (`sustained`): FALCON's fail-slows slow a job 1.34x and last
+from tens of seconds to hours; one gone within a minute is not worth a move, and a
+timing blip never lasts that long. The factor is below FALCON's 1.34x.
 """
 from __future__ import annotations
 
@@ -16,8 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from elastic_api.models import SliceStepTime
 
-SLOW_SLICE_FACTOR = 1.5
+SLOW_SLICE_FACTOR = 1.2
 SLOW_SLICE_STEPS = 10  # steps timed before any slice is called slow
+SLOW_SLICE_SECONDS = 60.0  # slow this long on end before it is moved
 
 
 def step_times(parts: Sequence[Mapping[int, float]]) -> list[SliceStepTime] | None:
@@ -46,3 +53,11 @@ def slow_slices(times: Iterable[SliceStepTime] | None,
         return []
     slow = sorted(t.slice for t in entries if t.relative >= factor)
     return [] if len(slow) == len(entries) else slow
+
+
+def sustained(since: Mapping[int, float], slow: Iterable[int], now: float,
+              seconds: float = SLOW_SLICE_SECONDS) -> tuple[dict[int, float], list[int]]:
+    """(since, found): when each slice slow now first was (`since`: as before this
+    look; a slice slow no more is forgotten), and those slow for `seconds` on end."""
+    kept = {s: since.get(s, now) for s in slow}
+    return kept, sorted(s for s, t in kept.items() if now - t >= seconds)

@@ -127,7 +127,7 @@ TOPOLOGY = "spec.tpu.topology: '{topology}' is not a {type} topology; use one of
 # API server refuses in a messageExpression.
 MIN_SLICES = (
     "spec.elastic.minSlices: must not be more than spec.tpu.numSlices; set minSlices to at "
-    "most numSlices, or leave it unset to wait for all slices (pause and resume)"
+    "most numSlices (numSlices: pause and resume), or leave it unset for the default"
 )
 ELASTIC_SLICES = (
     "spec.elastic.elasticSlices: must not be more than spec.tpu.numSlices; set it to at most "

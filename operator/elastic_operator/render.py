@@ -234,7 +234,7 @@ def trainer_command(job: ElasticTrainingJob) -> list[str]:
         *_retry_budget(spec),
         "--backend", spec.backend,
     ]
-    if spec.elastic.on_slow_slice == "Replace":  # the trainer then asks (SliceSlow)
+    if spec.on_slow_slice == "Replace":  # the trainer then asks (SliceSlow)
         cmd += ["--on-slow-slice", "Replace"]
     if spec.backend == "simulated":
         cmd += ["--simulate-slices", str(spec.tpu.num_slices), "--slice-health", "pods"]

@@ -143,9 +143,9 @@ def test_good_job_is_accepted_and_defaulted(custom: client.CustomObjectsApi, nam
     assert spec["backend"] == "pathways"
     assert spec["suspend"] is False
     # No progress deadline stored: the operator learns it from the job's own steps.
-    # No restart count stored: each is derived per window (elastic_api.budgets).
-    assert spec["elastic"] == {"timeoutSeconds": 300, "onStall": "Recover",
-                               "onSlowSlice": "Report"}
+    # No restart count stored: each is derived per window (elastic_api.budgets); nor
+    # onSlowSlice: Replace where the operator replaces slices.
+    assert spec["elastic"] == {"timeoutSeconds": 300, "onStall": "Recover"}
     assert "maxRestarts" not in spec
     # No period given: none stored (the trainer chooses), within the default budget.
     assert "periodSteps" not in spec["checkpoint"]
@@ -208,7 +208,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
                                             "numSlices": MAX_SLICES + 1}), NUM_SLICES),
     ("min-slices", _mutate("spec.elastic", {"minSlices": 4}),
      "spec.elastic.minSlices: must not be more than spec.tpu.numSlices; set minSlices to at "
-     "most numSlices, or leave it unset to wait for all slices (pause and resume)"),
+     "most numSlices (numSlices: pause and resume), or leave it unset for the default"),
     ("elastic-slices", _mutate("spec.elastic", {"elasticSlices": 5}),
      "spec.elastic.elasticSlices: must not be more than spec.tpu.numSlices; set it to at most "
      "numSlices (it counts the slices that may be missing), or leave it unset"),

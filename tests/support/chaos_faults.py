@@ -69,9 +69,11 @@ def chaos_job(name: str, ns: str, tpu: tuple[str, str], slices: int, steps: int,
     `labels` and its slower pace): the simulated trainer, its faults through `inbox`."""
     obj = (etj(name, ns).backend("simulated").tpu(*tpu, slices)
            # Every budget out of reach: each fault, a long soak's many freezes included
-           # (maxStallRestarts defaults to 5), must be recovered, not end the job.
+           # (3 an hour by default at this size), must be recovered, not end the job. A
+           # slow slice is reported (the report path checked), not moved as by default.
            .spec(elastic={"timeoutSeconds": recovery_timeout, "maxRetries": 1000,
-                          "maxSliceRestarts": 1000, "maxStallRestarts": 1000},
+                          "maxSliceRestarts": 1000, "maxStallRestarts": 1000,
+                          "onSlowSlice": "Report"},
                  checkpoint={"directory": str(checkpoint_dir),
                              "periodSteps": CHECKPOINT_PERIOD, "keep": CHECKPOINT_KEEP},
                  snapshot={"periodSteps": 5})

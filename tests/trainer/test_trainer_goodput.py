@@ -37,9 +37,31 @@ def test_a_run_with_a_restore_of_an_older_step() -> None:
     report = g.report()
     assert report.productive_seconds == 3.0
     assert _causes(g) == {"waiting_for_slices": 1.5, "restore": 1.25, "recompile": 0.75,
-                          "recomputed_steps": 3.0, "checkpointing": 0.5, "startup": 6.0}
+                          "recomputed_steps": 3.0, "checkpointing": 0.5, "startup": 6.0,
+                          "fewer_slices": 0.0, "stalled": 0.0, "slow_slices": 0.0}
     assert report.median_step_seconds == 1.0
     assert report.productive_seconds + sum(_causes(g).values()) == 116.0 - 100.0
+
+
+def test_steps_on_fewer_slices_held_up_or_hung_lose_their_share() -> None:
+    """The causes the benchmark's model names: a step on 3 of 4 slices loses a quarter of
+    its time to fewerSlices; one held up by a slice at 1.25x loses a fifth to slowSlices;
+    a hung step is stalled until noticed (beyond a normal step), the rest recomputed."""
+    g = GoodputAccount(started_at=0.0, prior=TrainerGoodput(median_step_seconds=1.0))
+    g.begin("restore", 0.0)
+    g.restored(0, 0.0)
+    g.step_done(1, 1.0)                       # normal: 1 s kept
+    g.step_done(2, 3.0, fewer=0.25)           # 2 s on 3 of 4 slices: 1.5 kept
+    g.step_done(3, 4.0, slow=0.2)             # 1 s held up: 0.8 kept
+    g.step_done(4, 5.0, fewer=0.9, slow=0.6)  # never more than the step itself
+    g.failed(15.0, stalled=8.0)               # hung from 5.0, noticed at 14.0
+    g.finish(15.0)
+    causes = _causes(g)
+    assert causes["fewer_slices"] == pytest.approx(0.5 + 0.6)
+    assert causes["slow_slices"] == pytest.approx(0.2 + 0.4)
+    assert causes["stalled"] == 8.0 and causes["recomputed_steps"] == 2.0
+    assert g.report().productive_seconds == pytest.approx(1.0 + 1.5 + 0.8)
+    assert g.report().productive_seconds + sum(causes.values()) == pytest.approx(15.0)
 
 
 def test_the_loops_own_work_after_a_step_counts_with_that_step() -> None:

@@ -99,7 +99,7 @@ def test_num_slices_up_to_the_cap_which_the_message_names_and_explains():
 def test_min_slices_at_most_num_slices():
     assert error_of(job(elastic={"minSlices": 4})) == (
         "spec.elastic.minSlices: must not be more than spec.tpu.numSlices; set minSlices to at "
-        "most numSlices, or leave it unset to wait for all slices (pause and resume)"
+        "most numSlices (numSlices: pause and resume), or leave it unset for the default"
     )
     assert validate_job(job(elastic={"minSlices": 2})).spec.min_slices == 2
 

@@ -132,7 +132,7 @@ def test_article_trainer_command():
         "gs://my-bucket/article/checkpoints", "--checkpoint-period", "auto",
         "--checkpoint-keep", "3", "--snapshot-period", "auto", "--overhead-budget-percent",
         "2.0", "--min-slices", "3", "--elastic-timeout", "300", "--max-retries", "10",
-        "--retry-window-seconds", "0", "--backend", "pathways",
+        "--retry-window-seconds", "0", "--backend", "pathways", "--on-slow-slice", "Replace",
     ]
 
 
@@ -311,7 +311,8 @@ def test_simulated_shape():
     head, worker = pod(r["pathways-head"]), pod(r["worker"])
     assert [c["name"] for c in head["containers"]] == ["main"] and "initContainers" not in head
     assert "hostNetwork" not in head and "tolerations" not in head
-    assert trainer_command(job)[-6:] == ["--backend", "simulated", "--simulate-slices", "2",
+    assert trainer_command(job)[-8:] == ["--backend", "simulated", "--on-slow-slice",
+                                         "Replace", "--simulate-slices", "2",
                                          "--slice-health", "pods"]
     assert env(head["containers"][0])["JAX_PLATFORMS"] == "cpu"
     (agent,) = worker["containers"]
@@ -395,7 +396,7 @@ def test_options_flow_through():
     assert "--no-async-checkpoint" in cmd
     assert cmd[cmd.index("--min-slices") + 1] == "2"
     assert cmd[cmd.index("--snapshot-period") + 1] == "4"
-    assert cmd[-2:] == ["--backend", "pathways"]
+    assert cmd[-4:] == ["--backend", "pathways", "--on-slow-slice", "Replace"]
     assert main["args"] == ["--x", "1"]  # after the command, as in a core/v1 container
     assert worker["containers"][0]["resources"] == {
         "limits": {"google.com/tpu": "4"}, "requests": {"cpu": "1"}}

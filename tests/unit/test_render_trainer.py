@@ -125,9 +125,13 @@ def test_bundled_trainer_defaults_fill_unset_fields():
 
 def test_on_slow_slice_replace_reaches_the_bundled_trainer():
     """The trainer asks for a slow slice's replacement (SliceSlow) only when the spec says
-    the operator will act on it; by default it reports only (and the flag is not given)."""
-    assert "--on-slow-slice" not in trainer_command(job({"steps": 7}))
-    cmd = trainer_command(job({"steps": 7}, elastic={"onSlowSlice": "Replace"}))
+    the operator will act on it: by default where the operator replaces slices; with
+    onSlowSlice Report, or replaceSlices false, it reports only (no flag given)."""
+    assert "--on-slow-slice" not in trainer_command(
+        job({"steps": 7}, elastic={"onSlowSlice": "Report"}))
+    assert "--on-slow-slice" not in trainer_command(
+        job({"steps": 7}, recovery={"replaceSlices": False}))
+    cmd = trainer_command(job({"steps": 7}))
     assert cmd[cmd.index("--on-slow-slice") + 1] == "Replace"
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -260,7 +260,9 @@ def test_only_a_blamed_slices_job_is_ended() -> None:
 
 # (case, spec, request, observed, replaced?, why not)
 SLOW: list[tuple[str, dict[str, Any], bool, bool, str | None]] = [
-    ("onSlowSlice Report (the default)", {}, True, False, "onSlowSlice is Report"),
+    ("onSlowSlice unset: Replace, with a spare", {}, True, True, None),
+    ("onSlowSlice Report", {"elastic": {"onSlowSlice": "Report"}}, True, False,
+     "onSlowSlice is Report"),
     ("Replace with a spare", {"elastic": {"onSlowSlice": "Replace"}}, True, True, None),
     ("Replace without a spare", {"elastic": {"onSlowSlice": "Replace"}}, False, False,
      "no healthy spare node pool"),

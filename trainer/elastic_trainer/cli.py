@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DEVICES_PER_SLICE = 2
+from elastic_api.resize import SIMULATED_DEVICES_PER_SLICE
+from elastic_api.stragglers import SLOW_SLICE_SECONDS
+
+DEFAULT_DEVICES_PER_SLICE = SIMULATED_DEVICES_PER_SLICE  # the spec's default minSlices uses it
 EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
 # As elastic_api.models' (not imported here: it pulls in pydantic; test_cli checks it).
 DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
@@ -135,8 +138,12 @@ def _add_watchdog_arguments(a: Any) -> None:
     a("--watchdog-long-floor-seconds", type=float, default=None, help=argparse.SUPPRESS)
     a("--no-watchdog", action="store_true", help="no watchdog (no stall is reported)")
     a("--on-slow-slice", choices=("Report", "Replace"), default="Report",
-      help="a slice whose part of the steps is 1.5x the fastest slice's or more: report "
-           "it (status.training.sliceStepTimes; default) or also ask for its replacement")
+      help="a slice whose part of the steps is 1.2x the fastest slice's or more "
+           "(elastic_api.stragglers): report it (status.training.sliceStepTimes; default) "
+           "or also ask for its replacement once slow for --slow-slice-seconds")
+    a("--slow-slice-seconds", type=float, default=SLOW_SLICE_SECONDS,
+      help="how long a slice stays slow before it is asked to be replaced (default "
+           "%(default)s)")
 
 
 def _add_evaluation_arguments(a: Any) -> None:
@@ -422,7 +429,7 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         process_started_at=process_start_time(),
         watchdog=WatchdogOptions(args.watchdog_factor, args.watchdog_floor_seconds,
                                  not args.no_watchdog),
-        on_slow_slice=args.on_slow_slice,
+        on_slow_slice=args.on_slow_slice, slow_slice_seconds=args.slow_slice_seconds,
         evaluation=EvalOptions(args.eval_every, args.eval_steps),
     )
 

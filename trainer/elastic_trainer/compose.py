@@ -55,7 +55,7 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
         checkpointer=checkpointer, snapshots=snapshots, cadences=cadences,
         loss_limit=loss_limit, reporter=reporter, metrics=metrics,
         prior_events=opts.prior_events, checkpoint_ack=opts.prior_ack, activity=activity)
-    stalls = Stalls(backend, status, opts.on_slow_slice)
+    stalls = Stalls(backend, status, opts.on_slow_slice, opts.slow_slice_seconds)
     watchdog = Watchdog(opts.watchdog, stalls.on_stall, activity, clock)
     return Trainer(
         cfg, opts, backend, data, spec=spec, status=status, checkpointer=checkpointer,

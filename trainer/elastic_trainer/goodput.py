@@ -25,6 +25,12 @@ Without a median yet (the job's very first step), the split waits for the next s
 Steps whose results are thrown away by a restore of an older step move from productive
 to `recomputed_steps`: those of this process by their own time; those of an earlier
 process (the job's last reported step beyond the restored one) by the median step.
+
+A step's time the job lost while it ran: on fewer slices than the job's, the missing
+slices' share (`fewer_slices`); held up by a slow slice, its time beyond the fastest
+slice's part (`slow_slices`). A step that hung is `stalled` until the watchdog noticed it
+(beyond a normal step), the rest of it `recomputed_steps`. The causes are the benchmark
+model's (elastic_api.badput): a live job is read in the same words.
 """
 from __future__ import annotations
 
@@ -34,8 +40,8 @@ from dataclasses import dataclass
 
 from elastic_api.models import GoodputCounters, TrainerGoodput
 
-CAUSES = ("waiting_for_slices", "restore", "recompile", "recomputed_steps",
-          "checkpointing", "startup")
+CAUSES = ("waiting_for_slices", "fewer_slices", "startup", "restore", "recompile",
+          "recomputed_steps", "stalled", "slow_slices", "checkpointing")
 ACTIVITIES = ("startup", "waiting_for_slices", "restore", "checkpointing", "step")
 MEDIAN_WINDOW = 256  # normal steps the median is taken over (the newest)
 KEPT_STEPS = 100_000  # step times remembered for moving redone steps out of productive
@@ -91,11 +97,15 @@ class GoodputAccount:
             self._kept[self._last_step] = self._kept.get(self._last_step, 0.0) + seconds
         self._activity = activity
 
-    def failed(self, now: float, then: str = "waiting_for_slices") -> None:
-        """The activity under way failed at `now` (a slice was lost); `then` goes on."""
+    def failed(self, now: float, then: str = "waiting_for_slices",
+               stalled: float = 0.0) -> None:
+        """The activity under way failed at `now` (a slice was lost); `then` goes on.
+        `stalled`: seconds of it a hung step stood still before the watchdog noticed."""
         seconds = self._elapsed(now)
         cause = "recomputed_steps" if self._activity == "step" else self._activity
-        self.badput[cause] += seconds
+        stuck = min(seconds, max(0.0, stalled)) if self._activity == "step" else 0.0
+        self.badput["stalled"] += stuck
+        self.badput[cause] += seconds - stuck
         self.badput["recomputed_steps"] += self._carry  # the loop's work since the step
         self._carry = 0.0
         self._activity = then
@@ -116,8 +126,16 @@ class GoodputAccount:
         self._last_step = None
         self._next_first = "startup" if self._steps_done == 0 else "recompile"
 
-    def step_done(self, step: int, now: float) -> None:
+    def step_done(self, step: int, now: float, fewer: float = 0.0, slow: float = 0.0) -> None:
+        """Step `step` finished at `now`; `fewer`, `slow`: the shares of its time lost to
+        training on fewer slices and to a slow slice."""
         seconds = self._elapsed(now) + self._carry
+        shares = {"fewer_slices": max(0.0, fewer), "slow_slices": max(0.0, slow)}
+        total = sum(shares.values())
+        scale = 1.0 / total if total > 1.0 else 1.0  # never more than the step itself
+        for cause, share in shares.items():
+            self.badput[cause] += seconds * share * scale
+        seconds *= 1.0 - min(total, 1.0)
         self._carry = 0.0
         self._activity = "step"
         self._steps_done += 1

@@ -36,6 +36,7 @@ from typing import Any
 import jax
 
 from elastic_api.models import DEFAULT_OVERHEAD_BUDGET_PERCENT, CheckpointAck, TrainerGoodput
+from elastic_api.stragglers import SLOW_SLICE_SECONDS, slow_slices
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
 from elastic_trainer.checkpoint import Checkpointer
@@ -101,6 +102,7 @@ class LoopOptions:
     process_started_at: float | None = None  # unix time the process started (else now)
     watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
     on_slow_slice: str = "Report"  # or "Replace": ask for a straggler to be replaced
+    slow_slice_seconds: float = SLOW_SLICE_SECONDS  # slow this long before it is moved
     evaluation: EvalOptions = field(default_factory=EvalOptions)  # --eval-every, --eval-steps
 
 
@@ -310,10 +312,19 @@ class Trainer:
         now = time.time()
         seconds, self._last_done_at = now - self._last_done_at, now
         self._watch_next(pending.step)
-        self.status.goodput.step_done(pending.step, now)
+        self.status.goodput.step_done(pending.step, now, *self._lost_shares())
         self._after_step(pending.step, loss, seconds, now)
         self.copies.step_done(pending.step, seconds)
         self.stalls.watch_slices(pending.step)
+
+    def _lost_shares(self) -> tuple[float, float]:
+        """(fewer, slow): the shares of a step's time the job loses on fewer slices than
+        its own and to a slow slice (its part beyond the fastest's, where timed)."""
+        total = self.backend.total_slices
+        fewer = 1.0 - len(self._active) / total if self._active and total else 0.0
+        times = self.status.slice_step_times
+        slow = [t.relative for t in times or [] if t.slice in slow_slices(times)]
+        return fewer, (1.0 - 1.0 / max(slow)) if slow else 0.0
 
     def _keep(self, step: int, state: Any, active: set[int], ready: Any) -> None:
         """Snapshot and checkpoint after `step` when they are due (copies.py).

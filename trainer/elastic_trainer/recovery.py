@@ -16,7 +16,7 @@ from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.errors import ScaleUpSignal
 from elastic_trainer.events import ElasticEvent
 from elastic_trainer.snapshots import ReplicaSnapshots
-from elastic_trainer.stalls import Stalls
+from elastic_trainer.stalls import Blamed, Stalls
 from elastic_trainer.status import TrainingStatus
 from elastic_trainer.watchdog import CHECKPOINT, Watchdog
 
@@ -51,12 +51,13 @@ class Recovery:
         detected = time.time()
         status = self.status
         self.watchdog.arm(CHECKPOINT, status.progress.step + 1)  # the settles below
-        status.goodput.failed(detected, then="waiting_for_slices")
+        blamed = self.stalls.take_blamed()
+        status.goodput.failed(detected, then="waiting_for_slices",
+                              stalled=_stood_still(blamed, status.goodput.median_step_seconds()))
         if status.checkpoint_ack is not None and status.checkpoint_ack.paused:
             status.checkpoint_ack = status.checkpoint_ack.model_copy(update={"paused": False})
         down, fault_at = self.backend.failed_slices(error)
         text = str(error).splitlines()[0]
-        blamed = self.stalls.take_blamed()
         if blamed is not None and blamed.slices & set(down):
             # The slices asked for are the ones lost: the event is the hang (or the
             # straggler), found when it was, not when the replacement took the slice.
@@ -85,3 +86,11 @@ class Recovery:
         self.snapshots.settle()
         self.watchdog.disarm()
         self.status.goodput.begin("waiting_for_slices", time.time())
+
+
+def _stood_still(blamed: Blamed | None, median: float | None) -> float:
+    """How long a hung step stood still before the watchdog noticed (beyond a normal
+    step): its slice's blame says when it began and when it was found."""
+    if blamed is None or blamed.fault_at is None:
+        return 0.0
+    return max(0.0, blamed.detected_at - blamed.fault_at - (median or 0.0))

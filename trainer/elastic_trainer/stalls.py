@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from elastic_api.conditions import Reason
 from elastic_api.models import SliceReplacementRequest, StallReport
-from elastic_api.stragglers import slow_slices, step_times
+from elastic_api.stragglers import SLOW_SLICE_SECONDS, slow_slices, step_times, sustained
 from elastic_trainer.backends import Backend
 from elastic_trainer.events import utc
 from elastic_trainer.status import TrainingStatus
@@ -42,14 +44,20 @@ class Blamed:
 
 class Stalls:
     def __init__(self, backend: Backend, status: TrainingStatus,
-                 on_slow_slice: str = "Report") -> None:
-        """`on_slow_slice`: "Report", or "Replace" (ask for a straggler's replacement)."""
+                 on_slow_slice: str = "Report",
+                 slow_seconds: float = SLOW_SLICE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`on_slow_slice`: "Report", or "Replace" (ask for a straggler's replacement
+        once it has been slow `slow_seconds` on end, by `clock`)."""
         self.backend, self.status, self.on_slow_slice = backend, status, on_slow_slice
+        self.slow_seconds, self.clock = slow_seconds, clock
         self._blamed: Blamed | None = None
         self._slow_reported: frozenset[int] = frozenset()
+        self._slow_since: dict[int, float] = {}
 
     def attempt_started(self) -> None:
         self._slow_reported = frozenset()  # a slow slice is reported once per attempt
+        self._slow_since = {}
 
     def on_stall(self, stall: Stall) -> None:
         """The watchdog's thread: a phase ran past its deadline. Stacks to the log, the
@@ -100,25 +108,35 @@ class Stalls:
 
     def watch_slices(self, step: int) -> None:
         """Each slice's part of the recent steps, where the backend times them: slow
-        slices reported (and, with --on-slow-slice Replace, asked to be replaced)."""
+        slices reported, and (--on-slow-slice Replace) asked to be replaced once slow
+        for `slow_seconds` on end (elastic_api.stragglers)."""
         parts = self.backend.slice_parts()
         times = None if parts is None else step_times(parts)
         self.status.slice_step_times = times
-        slow = frozenset(slow_slices(times)) - self._slow_reported
-        if not slow:
-            return
-        self._slow_reported |= slow  # once per slice and attempt
-        shown = ", ".join(f"slice {t.slice} {t.relative:g}x" for t in times or []
-                          if t.slice in slow)
-        message = (f"{shown} the fastest slice's part of a step (median of the last "
-                   f"{len(parts or [])}), at step {step}")
-        log.warning("slow slice(s) %s: %s", sorted(slow), message)
-        if self.on_slow_slice != "Replace" or self._blamed is not None:
+        now_slow = slow_slices(times)
+        self._slow_since, found = sustained(self._slow_since, now_slow, self.clock(),
+                                            self.slow_seconds)
+        new = frozenset(now_slow) - self._slow_reported
+        if new:
+            log.warning("slow slice(s) %s: %s", sorted(new), self._slow_words(times, new,
+                                                                             parts, step))
             self.status.report(urgent=True)
+        self._slow_reported |= new  # reported once per slice and attempt
+        if not found or self.on_slow_slice != "Replace" or self._blamed is not None:
             return
+        message = self._slow_words(times, found, parts, step) + \
+            f", slow for {self.slow_seconds:g} s or more"
         self._request_replacement(
-            sorted(slow), Reason.SLICE_SLOW, message,
-            Blamed(slow, f"{Reason.SLICE_SLOW}: {message}, replaced", None, time.time()))
+            found, Reason.SLICE_SLOW, message,
+            Blamed(frozenset(found), f"{Reason.SLICE_SLOW}: {message}, replaced", None,
+                   time.time()))
+
+    @staticmethod
+    def _slow_words(times: Any, slow: Iterable[int], parts: Any, step: int) -> str:
+        shown = ", ".join(f"slice {t.slice} {t.relative:g}x" for t in times or []
+                          if t.slice in set(slow))
+        return (f"{shown} the fastest slice's part of a step (median of the last "
+                f"{len(parts or [])}), at step {step}")
 
     def _request_replacement(self, slices: list[int], reason: str, message: str,
                              blamed: Blamed) -> None:

@@ -21,6 +21,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from elastic_api.resize import micro_batches
 from elastic_trainer.configs import ModelConfig
 from elastic_trainer.model import init_params, loss_fn
 
@@ -96,11 +97,9 @@ def micro_batches_for(global_batch: int, total_slices: int, active_slices: int,
     With all slices up this is 1. With fewer, it is the smallest m >= total/active such
     that each micro-batch still divides evenly over the active devices.
     """
-    active_devices = active_slices * devices_per_slice
-    start = -(-total_slices // active_slices)  # ceil
-    for m in range(start, global_batch + 1):
-        if global_batch % m == 0 and (global_batch // m) % active_devices == 0:
-            return m
+    m = micro_batches(global_batch, total_slices, active_slices, devices_per_slice)
+    if m is not None:
+        return m
     raise ValueError(
         f"--batch {global_batch} cannot be split over {active_slices} slice(s) x "
         f"{devices_per_slice} device(s): choose a batch divisible by "

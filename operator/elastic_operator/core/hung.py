@@ -12,8 +12,9 @@ operator acts on none twice.
 
 The slice stays Down while its newest pods are still those of the Job the record names
 (the operator deletes that Job; until its pods go they look Ready): level-based, from the
-record. A slow slice (SliceSlow) is replaced only with spec.elastic.onSlowSlice Replace,
-only when the request blames one slice and a healthy spare pool exists to move it to;
+record. A slow slice (SliceSlow) is replaced only with spec.elastic.onSlowSlice Replace
+(its default where slices are replaced), only when the request blames one slice and a
+healthy spare pool exists to move it to;
 otherwise it is reported (Degraded, SlowSteps).
 """
 from __future__ import annotations
@@ -135,7 +136,7 @@ def _decide(spec: ElasticTrainingJobSpec, report: TrainingReport,
 
 def _slow_refusal(spec: ElasticTrainingJobSpec, named: list[int],
                   spare_free: bool) -> str | None:
-    if spec.elastic.on_slow_slice != "Replace":
+    if spec.on_slow_slice != "Replace":
         return "reported only: spec.elastic.onSlowSlice is Report"
     if len(named) != 1:
         return "reported only: a slow slice is moved only when one slice is blamed"
