@@ -25,6 +25,7 @@ from elastic_api.models import SliceStepTime
 SLOW_SLICE_FACTOR = 1.2
 SLOW_SLICE_STEPS = 10  # steps timed before any slice is called slow
 SLOW_SLICE_SECONDS = 60.0  # slow this long on end before it is moved
+SLOW_SLICE_KEEP = 1.1  # a slow slice stays slow (its clock kept) down to this factor
 
 
 def step_times(parts: Sequence[Mapping[int, float]]) -> list[SliceStepTime] | None:
@@ -55,9 +56,16 @@ def slow_slices(times: Iterable[SliceStepTime] | None,
     return [] if len(slow) == len(entries) else slow
 
 
-def sustained(since: Mapping[int, float], slow: Iterable[int], now: float,
-              seconds: float = SLOW_SLICE_SECONDS) -> tuple[dict[int, float], list[int]]:
-    """(since, found): when each slice slow now first was (`since`: as before this
-    look; a slice slow no more is forgotten), and those slow for `seconds` on end."""
-    kept = {s: since.get(s, now) for s in slow}
+def sustained(since: Mapping[int, float], times: Iterable[SliceStepTime] | None,
+              now: float, seconds: float = SLOW_SLICE_SECONDS,
+              keep: float = SLOW_SLICE_KEEP) -> tuple[dict[int, float], list[int]]:
+    """(since, found): when each slow slice's slowness began (`since`: as before this
+    look), and those slow for `seconds` on end. A slice becomes slow at SLOW_SLICE_FACTOR
+    (`slow_slices`) and stays slow, its clock kept, while its part is `keep` times the
+    fastest's or more: a 1.34x slice whose median dips under 1.2x for one look on a
+    loaded host is not slow anew. Below `keep` (or not timed) it is forgotten."""
+    entries = list(times or [])
+    slow = set(slow_slices(entries))
+    still = {t.slice for t in entries if t.slice in since and t.relative >= keep}
+    kept = {s: since.get(s, now) for s in sorted(slow | still)}
     return kept, sorted(s for s, t in kept.items() if now - t >= seconds)

@@ -4,9 +4,12 @@ from __future__ import annotations
 from elastic_api.models import TrainingReport
 from elastic_api.stragglers import (
     SLOW_SLICE_FACTOR,
+    SLOW_SLICE_KEEP,
+    SLOW_SLICE_SECONDS,
     SLOW_SLICE_STEPS,
     slow_slices,
     step_times,
+    sustained,
 )
 
 
@@ -51,3 +54,31 @@ def test_the_report_carries_them_on_the_wire() -> None:
     assert slow_slices(report.slice_step_times) == [1]
     wire = report.model_dump(by_alias=True, mode="json")
     assert wire["sliceStepTimes"][1] == {"slice": 1, "seconds": 0.3, "relative": 3.0}
+
+
+def _times(relative: float) -> list:
+    return step_times(_steps({0: 1.0, 1: 1.0, 2: relative})) or []
+
+
+def test_slow_for_the_seconds_on_end_is_found() -> None:
+    since, found = sustained({}, _times(1.34), now=100.0)
+    assert since == {2: 100.0} and found == []
+    since, found = sustained(since, _times(1.34), now=100.0 + SLOW_SLICE_SECONDS - 1)
+    assert found == []
+    since, found = sustained(since, _times(1.34), now=100.0 + SLOW_SLICE_SECONDS)
+    assert since == {2: 100.0} and found == [2]
+
+
+def test_a_dip_under_the_factor_keeps_the_clock_and_a_recovery_forgets_it() -> None:
+    since, _ = sustained({}, _times(1.34), now=0.0)
+    # Noise on a loaded host: the median dips under 1.2x but stays over SLOW_SLICE_KEEP.
+    since, found = sustained(since, _times(SLOW_SLICE_KEEP + 0.05), now=30.0)
+    assert since == {2: 0.0} and found == []
+    since, found = sustained(since, _times(1.3), now=SLOW_SLICE_SECONDS)
+    assert found == [2]
+    # Back to its speed: forgotten; slow again later starts a new clock.
+    since, found = sustained(since, _times(1.02), now=SLOW_SLICE_SECONDS + 1)
+    assert since == {} and found == []
+    # Never slow: a slice merely over SLOW_SLICE_KEEP is not tracked.
+    assert sustained({}, _times(SLOW_SLICE_KEEP + 0.05), now=0.0) == ({}, [])
+    assert sustained({2: 0.0}, None, now=SLOW_SLICE_SECONDS) == ({}, [])

@@ -114,7 +114,7 @@ class Stalls:
         times = None if parts is None else step_times(parts)
         self.status.slice_step_times = times
         now_slow = slow_slices(times)
-        self._slow_since, found = sustained(self._slow_since, now_slow, self.clock(),
+        self._slow_since, found = sustained(self._slow_since, times, self.clock(),
                                             self.slow_seconds)
         new = frozenset(now_slow) - self._slow_reported
         if new:
