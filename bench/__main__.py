@@ -30,7 +30,9 @@ from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, writ
 from elastic_api.catalog import all_shapes, slice_shape
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
-         "restore", "replacement", "hang", "goodput")
+         "restore", "replacement", "hang", "goodput", "goodput_check")
+# Not in a run without --only: goodput_check replays more than an hour at real speed.
+ONLY_WHEN_ASKED = ("detection_before", "goodput_check")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
@@ -170,6 +172,11 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
         from bench import goodput
 
         return lambda: goodput.run(args.quick)
+    if name == "goodput_check":
+        from bench import goodput_check
+
+        costs = args.results_dir / f"goodput{'-quick' if args.quick else ''}.json"
+        return lambda: goodput_check.run(args.quick, costs)
     from bench import trainer
 
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,
@@ -242,7 +249,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="run nothing: rebuild the summary from the per-benchmark JSON files "
                         "and regenerate the table")
     args = p.parse_args(argv)
-    default = tuple(n for n in NAMES if n != "detection_before" or args.before)
+    default = tuple(n for n in NAMES if n not in ONLY_WHEN_ASKED
+                    or (n == "detection_before" and args.before))
     names = default if args.only is None else tuple(n.strip() for n in args.only.split(","))
     unknown = [n for n in names if n not in NAMES]
     if unknown:

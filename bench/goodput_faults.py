@@ -1,44 +1,40 @@
-"""The goodput replay's faults on one side's job (bench/goodput_side.py), and the waits
-between them: each trace action done the way the cluster or the hardware would do it.
+"""The goodput runs' faults on one side's job (bench/goodput_side.py), at real speed: each
+fault done the way the cluster or the hardware would do it, and the recovery waited for.
 
     hard         a worker pod of the slice fails (kwok: its container exits 1)
     crash        the training program crashes: its process is killed, its head pod fails
     hang         the slice's part of the next step never returns (`--fault-inbox`); the
-                 baseline's program then dies of the collective timeout (held first)
-    notice       GKE announces a maintenance of the slice's node pool
+                 baseline's program then dies as by its collective timeout, at once (the
+                 timeout is the model's parameter, bench/goodput_model.py)
+    notice       GKE announces a maintenance of the slice's node pool: ours checkpoints
+                 and moves the slice; the baseline ignores it
     maintenance  it begins: the pool's label and taint; a host of this side still there
                  is taken (its pod fails)
-    slow, slow_off   the slice runs `factor` times slower, then at speed (`--fault-inbox`)
+    maintenance_end, slow, slow_off   the signals removed; the slice `factor` times
+                 slower, then at speed again (`--fault-inbox`)
 
-Before a fault whose recovery needs new pods, the side's nodes are tainted: the new pods
-wait, once created, for what only hardware knows (goodput_trace.INPUTS / compression),
-then the taint goes and they start. A recovery is over at the trainer's first step
-after its restore (its log's `attempt` line).
+A recovery is over at the trainer's first step after its restore (its log's `attempt`
+line); what each part cost is read from the log afterwards (bench/goodput_phases.py).
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 
 from bench.goodput_account import Recovery, SlowEpisode
-from bench.goodput_side import (
-    HOLD_TAINT,
-    NAMESPACE,
-    HeadContainer,
-    SideSpec,
-    job_manifest,
-    trainer_command,
-)
-from bench.goodput_trace import INPUTS, NOTICE_LEAD_SECONDS, Action, inputs_of
-from elastic_api.names import GROUP, PLURAL, VERSION, worker_pods_selector
+from bench.goodput_logs import Logs
+from bench.goodput_phases import Phases, phases
+from bench.goodput_side import NAMESPACE, HeadContainer, SideSpec, job_manifest, trainer_command
+from elastic_api.names import GROUP, PLURAL, VERSION, job_pods_selector, worker_pods_selector
 from elastic_devtools.localcluster import faults
 
-HOLD_TIMEOUT = 120.0  # no new pod by then: nothing to hold (logged)
 RECOVERY_TIMEOUT = 300.0  # the trainer's own elastic timeout
+NOTICE_LEAD_SECONDS = 600.0  # within the default spec.maintenance.leadSeconds (900)
 
 
 def _log(msg: str) -> None:
@@ -47,61 +43,98 @@ def _log(msg: str) -> None:
     print(f"[goodput] {msg}", file=sys.stderr, flush=True)
 
 
-class Side:
-    """One job of the replay: created, trained, hit, and what each hit cost recorded."""
+@dataclass(frozen=True)
+class Action:
+    """What to do to a side: `what` (a kind above) on `slice`, for event `event`."""
 
-    def __init__(self, spec: SideSpec, api: Any, env: dict[str, str],
-                 compression: float) -> None:
-        self.spec, self.api, self.compression = spec, api, compression
+    what: str
+    slice: int
+    event: int = 0
+    factor: float = 1.0
+
+
+@dataclass
+class Injected:
+    kind: str
+    at: float
+    resumed: float | None = None
+
+
+class Side:
+    """One job of a run: created, trained, hit, and what each hit cost."""
+
+    def __init__(self, spec: SideSpec, api: Any, env: dict[str, str]) -> None:
+        self.spec, self.api = spec, api
         self.core: Any = client.CoreV1Api(api)
         self.custom: Any = client.CustomObjectsApi(api)
-        self.nodes = [n for pool in spec.pools for n in faults.pool_nodes(api, pool)]
         self.manifest = job_manifest(spec)
-        from bench.goodput_logs import Logs
-
         self.logs = Logs()
         self.head = HeadContainer(self.core, spec.job, trainer_command(self.manifest),
                                   {**env, "ETJ_JOB_NAME": spec.job,
                                    "ETJ_JOB_NAMESPACE": NAMESPACE},
-                                  spec.workdir, self.logs, on_start=self._resend_slow)
-        self.injected: list[tuple[str, float, dict[str, float]]] = []
+                                  spec.workdir / spec.job, self.logs,
+                                  on_start=self._resend_slow)
+        self.injected: list[Injected] = []
         self.episodes: list[SlowEpisode] = []
         self._slow: dict[int, tuple[int, float, float]] = {}  # event -> slice, factor, start
         self._maintained: dict[int, str] = {}  # event -> pool
         self._faults = 0
         self._lock = threading.Lock()
 
-    # --- setting up --------------------------------------------------------------------
+    # --- the job -----------------------------------------------------------------------
 
     def create(self) -> None:
-        for name in {n for pool in self.spec.pools for n in faults.pool_nodes(self.api, pool)}:
-            self.core.patch_node(name, {"metadata": {"labels": {self.spec.node_label: "true"}}})
+        """The job created (its pools carry the side's label: goodput_cluster.py)."""
         self.spec.inbox.mkdir(parents=True, exist_ok=True)
+        (self.spec.workdir / self.spec.job).mkdir(parents=True, exist_ok=True)
         self.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
                                                     self.manifest)
 
-    def wait_ready(self, timeout: float = 300) -> None:
-        faults.wait_for(lambda: (self._status().get("slicesReady") == self.spec.slices),
-                        timeout, f"{self.spec.job}: every slice Ready")
+    def start(self, warm_steps: int, timeout: float = 600) -> None:
+        """Its slices Ready, the trainer running, `warm_steps` steps done."""
+        faults.wait_for(lambda: self.status().get("slicesReady") == self.spec.slices,
+                        300, f"{self.spec.job}: every slice Ready")
+        self.head.start()
 
-    def wait_steps(self, steps: int, timeout: float = 600) -> None:
         def enough() -> bool:
             self.logs.refresh()
-            return self.logs.count("step") >= steps
+            return self.logs.count("step") >= warm_steps
 
-        faults.wait_for(enough, timeout, f"{self.spec.job}: {steps} steps logged", 1.0)
+        faults.wait_for(enough, timeout, f"{self.spec.job}: {warm_steps} steps", 1.0)
 
-    def _status(self) -> dict[str, Any]:
+    def wait_whole(self, timeout: float = 300) -> None:
+        """Every slice Ready and trained on again (after a recovery on fewer)."""
+        def whole() -> bool:
+            status = self.status()
+            active = (status.get("training") or {}).get("activeSlices")
+            return status.get("slicesReady") == self.spec.slices == active
+
+        try:
+            faults.wait_for(whole, timeout, f"{self.spec.job}: every slice trained on", 0.5)
+        except TimeoutError:
+            _log(f"{self.spec.job}: not every slice trained on {timeout:.0f} s on")
+
+    def delete(self) -> None:
+        """The trainer stopped, the job deleted, its pods gone (its pools free again)."""
+        self.head.stop()
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
+                                                    self.spec.job)
+        faults.wait_for(lambda: not self._pods(), 180, f"{self.spec.job}: pods gone", 0.5)
+
+    def status(self) -> dict[str, Any]:
         job = self.custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
                                                        self.spec.job)
-        status: dict[str, Any] = job.get("status") or {}
-        return status
+        return dict(job.get("status") or {})
+
+    def _pods(self) -> list[Any]:
+        return list(self.core.list_namespaced_pod(
+            NAMESPACE, label_selector=job_pods_selector(self.spec.job)).items)
 
     # --- the actions -------------------------------------------------------------------
 
     def act(self, action: Action) -> float:
-        """Do `action`; returns when the next gap of training starts counting (after
-        the recovery, if it called for one)."""
+        """Do `action`; returns when the next gap of training starts counting (after the
+        recovery, if it called for one)."""
         handlers: dict[str, Callable[[Action], float | None]] = {
             "hard": self._hard, "crash": self._crash, "hang": self._hang,
             "notice": self._notice, "maintenance": self._maintenance,
@@ -115,14 +148,12 @@ class Side:
 
     def _hard(self, action: Action) -> float | None:
         victim = self._worker(self._local(action))
-        self._taint(True)
         at = time.time()
         faults.fail_pod(self.api, NAMESPACE, victim)
-        return self._recover("hard", at, inputs_of("hard", self.spec.ours))
+        return self._recover("hard", at)
 
     def _crash(self, action: Action) -> float | None:
-        self._taint(True)
-        return self._recover("crash", self._kill_program(), inputs_of("crash", True))
+        return self._recover("crash", self._kill_program())
 
     def _kill_program(self) -> float:
         at = self.head.crash()
@@ -132,39 +163,27 @@ class Side:
         return at
 
     def _hang(self, action: Action) -> float | None:
-        names = inputs_of("hang", self.spec.ours)
-        if self.spec.ours:
-            self._taint(True)
-            at = self._inbox(f"{self._local(action)}:hang")
-            return self._recover("hang", at, names)
-        at = self._inbox(f"{self._local(action)}:hang")
-        timeout = INPUTS["collective_timeout"].seconds / self.compression
-        time.sleep(timeout)
-        self._taint(True)
-        self._kill_program()
-        return self._recover("hang", at, names, slept={"collective_timeout": timeout})
+        if not self.spec.ours:  # its collective timeout ends it (the model's parameter):
+            # the program killed at once, no hang sent (a new process would read it too)
+            return self._recover("hang", self._kill_program())
+        return self._recover("hang", self._inbox(f"{self._local(action)}:hang"))
 
     def _notice(self, action: Action) -> float | None:
         pool = self._pool_of(self._local(action))
         self._maintained[action.event] = pool
-        if self.spec.ours:
-            self._taint(True)
         at = time.time()
-        faults.schedule_maintenance(self.api, pool, NOTICE_LEAD_SECONDS / self.compression)
-        if not self.spec.ours:
-            return None
-        return self._recover("maintenance", at, inputs_of("maintenance", True))
+        faults.schedule_maintenance(self.api, pool, NOTICE_LEAD_SECONDS)
+        return self._recover("maintenance", at) if self.spec.ours else None
 
     def _maintenance(self, action: Action) -> float | None:
         pool = self._maintained[action.event]
         faults.start_maintenance(self.api, pool)
         victims = self._workers_on(pool)
-        if not victims:
+        if not victims:  # ours moved away at the notice
             return None
-        self._taint(True)
         at = time.time()
         faults.fail_pod(self.api, NAMESPACE, victims[0])
-        return self._recover("maintenance", at, inputs_of("maintenance", self.spec.ours))
+        return self._recover("maintenance", at)
 
     def _maintenance_end(self, action: Action) -> float | None:
         faults.end_maintenance(self.api, self._maintained[action.event])
@@ -183,99 +202,63 @@ class Side:
         return None
 
     def _resend_slow(self) -> None:
-        """A new trainer process (after a restart) on the same hosts: the slow ones are
-        still slow."""
+        """A new trainer process on the same hosts: the slow ones are still slow."""
         for slice_, factor, _ in list(self._slow.values()):
             self._inbox(f"{slice_}:slow={factor:g}")
 
     # --- recoveries --------------------------------------------------------------------
 
-    def _recover(self, kind: str, at: float, names: tuple[str, ...],
-                 slept: dict[str, float] | None = None) -> float | None:
-        """Hold the new pods for the hardware's inputs, then wait for training again."""
-        held = dict(slept or {})
-        back = [n for n in names if n not in held]
-        held.update(self._hold(back, at))
-        self.injected.append((kind, at, held))
-        resumed = self._wait_resumed(at)
-        if resumed is None:
-            _log(f"{self.spec.job}: {kind} at {at:.1f}: training did not resume within "
-                 f"{RECOVERY_TIMEOUT:.0f} s")
-        return resumed
-
-    def _hold(self, names: list[str], since: float) -> dict[str, float]:
-        seconds = {n: INPUTS[n].seconds / self.compression for n in names}
-        try:
-            faults.wait_for(self._new_pods, HOLD_TIMEOUT, "new worker pods", 0.1)
-        except TimeoutError:
-            _log(f"{self.spec.job}: no new worker pod {HOLD_TIMEOUT:.0f} s after the "
-                 "fault: nothing held")
-            seconds = {}
-        time.sleep(sum(seconds.values()))
-        self._taint(False)
-        return seconds
-
-    def _new_pods(self) -> bool:
-        pods = self.core.list_namespaced_pod(
-            NAMESPACE, label_selector=worker_pods_selector(self.spec.job)).items
-        return any(p.metadata.deletion_timestamp is None and not p.spec.node_name
-                   for p in pods)
-
-    def _wait_resumed(self, after: float) -> float | None:
+    def _recover(self, kind: str, at: float) -> float | None:
+        fault = Injected(kind, at)
+        self.injected.append(fault)
         deadline = time.time() + RECOVERY_TIMEOUT
         while time.time() < deadline:
             self.logs.refresh()
-            attempt = self.logs.first("attempt", after)
+            attempt = self.logs.first("attempt", at)
             step = self.logs.first("step", attempt.at) if attempt is not None else None
             if step is not None:
+                fault.resumed = step.at
                 return step.at
             time.sleep(0.1)
+        _log(f"{self.spec.job}: {kind} at {at:.1f}: training did not resume within "
+             f"{RECOVERY_TIMEOUT:.0f} s")
         return None
 
+    def phases(self, step: float) -> list[Phases]:
+        """What each fault cost, part by part."""
+        self.logs.refresh()
+        started = [p.started_at for p in self.head.processes]
+        killed = self.head.kill_times()
+        out = [phases(f.kind, f.at, self.logs.records, started, killed, step)
+               for f in self.injected]
+        return [p for p in out if p is not None]
+
     def recoveries(self) -> list[Recovery]:
-        """What each fault cost, read back from the logs and the kill times."""
+        """The faults as the account reads them (bench/goodput_account.py)."""
         self.logs.refresh()
         kills = self.head.kill_times()
         out = []
-        for kind, at, held in self.injected:
-            said = self.logs.first("noticed", at)
-            killed = min((k for k in kills if k >= at), default=None)
+        for f in self.injected:
+            said = self.logs.first("noticed", f.at)
+            killed = min((k for k in kills if k >= f.at), default=None)
             noticed = min((t for t in (said.at if said else None, killed) if t is not None),
                           default=None)
-            attempt = self.logs.first("attempt", at)
-            resumed = self.logs.first("step", attempt.at) if attempt is not None else None
-            hang = kind == "hang" and self.spec.ours
-            out.append(Recovery(kind, at, noticed, attempt.at if attempt else None,
-                                resumed.at if resumed else None, held,
-                                unnoticed_until=noticed if hang else None))
+            attempt = self.logs.first("attempt", f.at)
+            out.append(Recovery(f.kind, f.at, noticed, attempt.at if attempt else None,
+                                f.resumed))
         return out
 
     def counters(self) -> dict[str, Any]:
-        """The job's status counters and its JobSet's restarts, at the end."""
-        from elastic_api.names import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-
-        status = self._status()
-        jobset = self.custom.get_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL,
-            status.get("jobSetName") or self.spec.job)
-        return {"jobset_restarts": int((jobset.get("status") or {}).get("restarts") or 0),
-                "counters": status.get("counters")}
+        """The job's status counters and budgets at the end."""
+        status = self.status()
+        return {"counters": status.get("counters"), "budgets": status.get("budgets")}
 
     # --- the cluster -------------------------------------------------------------------
 
-    def _taint(self, on: bool) -> None:
-        with self._lock:
-            for name in self.nodes:
-                spec = self.core.read_node(name).spec
-                taints = [self.api.sanitize_for_serialization(t) for t in
-                          (spec.taints or []) if t.key != HOLD_TAINT]
-                if on:
-                    taints.append({"key": HOLD_TAINT, "effect": "NoSchedule"})
-                self.core.patch_node(name, {"spec": {"taints": taints}})
-
     def _inbox(self, text: str) -> float:
-        self._faults += 1
-        path = self.spec.inbox / f"{self._faults:06d}.fault"
+        with self._lock:
+            self._faults += 1
+            path = self.spec.inbox / f"{self.spec.job}-{self._faults:06d}.fault"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.rename(path)
@@ -291,7 +274,7 @@ class Side:
         return running[0]
 
     def _pool_of(self, slice_: int) -> str:
-        slices = self._status().get("slices") or []
+        slices = self.status().get("slices") or []
         pool = next((s.get("pool") for s in slices if s.get("index") == slice_), None)
         if not pool:
             raise RuntimeError(f"{self.spec.job}: slice {slice_} has no node pool")
@@ -304,3 +287,4 @@ class Side:
         return sorted(p.metadata.name for p in pods if p.spec.node_name in nodes
                       and p.metadata.deletion_timestamp is None
                       and p.status is not None and p.status.phase == "Running")
+

@@ -13,19 +13,27 @@ from pathlib import Path
 from bench.goodput_account import Step
 
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ \S+: (.*)$")
-_STEP = re.compile(r"^step (\d+)/\d+ loss ")
-_ATTEMPT = re.compile(r"^attempt \d+: .* start at step (\d+) ")
+_STEP = re.compile(r"^step (\d+)/\d+ loss \S+ \(([\d.]+)s/step, (\d+) slice")
+_ATTEMPT = re.compile(r"^attempt \d+: .* start at step (\d+) \((\w+), ([\d.]+)s\)")
 # The trainer's first word on a fault: a slice lost, its watchdog, the operator's
 # checkpoint request for a maintenance.
 _NOTICED = re.compile(r"^(elastic event \d+: \S+: |watchdog: |checkpoint request \d+ )")
+# A slow slice asked to be replaced (its index, the first named).
+_MOVE = re.compile(r"^asking for slice\(s\) \[(\d+).*\(request \d+, SliceSlow\)")
+# Training on the slices left: the lost one is back (a scale-up follows).
+_BACK = re.compile(r"^elastic event \d+: slices .* are back at step (\d+)")
 
 
 @dataclass(frozen=True)
 class Record:
     at: float
-    what: str  # "step", "attempt" (a restore done: training starts from `value`), "noticed"
+    what: str  # "step", "attempt" (a restore done: training starts from `value`),
+    # "noticed", "back" (a slice back while training on the others), "move" (a slow
+    # slice asked to be replaced: `value` is the slice)
     value: int
     process: int
+    seconds: float = 0.0  # an attempt's restore; a step's own time
+    source: str = ""  # an attempt's: snapshot, checkpoint, none; a step's slices
 
 
 def parse_line(line: str, process: int) -> Record | None:
@@ -35,11 +43,17 @@ def parse_line(line: str, process: int) -> Record | None:
     at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
     text = match.group(2)
     if step := _STEP.match(text):
-        return Record(at, "step", int(step.group(1)), process)
+        return Record(at, "step", int(step.group(1)), process, float(step.group(2)),
+                      step.group(3))
     if attempt := _ATTEMPT.match(text):
-        return Record(at, "attempt", int(attempt.group(1)), process)
+        return Record(at, "attempt", int(attempt.group(1)), process,
+                      float(attempt.group(3)), attempt.group(2))
     if _NOTICED.match(text):
         return Record(at, "noticed", 0, process)
+    if back := _BACK.match(text):
+        return Record(at, "back", int(back.group(1)), process)
+    if move := _MOVE.match(text):
+        return Record(at, "move", int(move.group(1)), process)
     return None
 
 
@@ -75,6 +89,10 @@ class Logs:
     def first(self, what: str, after: float) -> Record | None:
         start = bisect.bisect_right(self.records, after, key=lambda r: r.at)
         return next((r for r in self.records[start:] if r.what == what), None)
+
+    def last(self, what: str, before: float) -> Record | None:
+        end = bisect.bisect_right(self.records, before, key=lambda r: r.at)
+        return next((r for r in reversed(self.records[:end]) if r.what == what), None)
 
     def steps(self) -> list[Step]:
         return [Step(r.at, r.value, r.process) for r in self.records if r.what == "step"]

@@ -1,17 +1,18 @@
-"""One side of the goodput replay on the local control plane: its ElasticTrainingJob,
-the trainer run as the head pod's `main` container, and the faults the trace asks for.
+"""One side of the goodput runs on the local control plane (bench/goodput_costs.py,
+bench/goodput_check.py): its ElasticTrainingJob, the trainer run as the head pod's `main`
+container, and what its log says.
 
 Two sides run at once on one cluster, each on node pools of its own (a node label and
-spec.nodeSelector keep them apart, so that holding one side's new pods never holds the
-other's):
+spec.nodeSelector keep them apart):
 
-  ours      this operator with its defaults: a failed slice replaced alone, recovered in
-            the trainer's process from its in-memory snapshot; a maintenance notice
-            answered with a checkpoint and a move to a spare pool.
-  baseline  what plain JobSet and xpk do: the worker Jobs' backoffLimit 0 and JobSet's
-            failurePolicy (maxRestarts, Recreate), so any failure restarts the whole
-            JobSet, and the new trainer resumes from the newest committed checkpoint;
-            no snapshots, no watchdog, maintenance notices ignored (replaceSlices false,
+  ours      this operator with the API's defaults (no count, no period set): a failed
+            slice replaced alone, recovered in the trainer's process from its in-memory
+            snapshot; a maintenance notice answered with a checkpoint and a move to a
+            spare pool; the restart budgets derived from the job's hosts.
+  baseline  what plain JobSet does: the worker Jobs' backoffLimit 0 and JobSet's
+            failurePolicy (a high maxRestarts, Recreate), so any failure restarts the whole
+            JobSet, and the new trainer resumes from the newest committed checkpoint; no
+            snapshots, no watchdog, maintenance notices ignored (replaceSlices false,
             maxSliceRestarts 0: the operator only reports).
 """
 from __future__ import annotations
@@ -39,11 +40,12 @@ from elastic_devtools.localcluster.operator_settings import SETTINGS
 
 NAMESPACE = SETTINGS["bench-goodput"].namespaces[0]
 SIDE_LABEL = "bench.elastic.pathways.dev/side"  # + "-ours" / "-baseline" on the nodes
-# New worker pods wait under this taint for what only hardware knows (a slice's pods
-# coming up, the restore, the compile), held for its value / the compression factor.
-HOLD_TAINT = "bench.elastic.pathways.dev/tpu-starting"
-BUDGET = 100_000  # restarts and retries: a week at scale must not run out of them
-TRAINER_STEPS = 10_000_000  # the replay stops the trainer, not its step count
+# Plain JobSet's restarts: any failure restarts it (what xpk renders with --max-restarts).
+PLAIN_JOBSET_RESTARTS = 10_000
+TRAINER_STEPS = 10_000_000  # the run stops the trainer, not its step count
+# The global batch: it splits over 3 of the 4 slices' devices, so ours' default minSlices
+# trains on the slices left while one is replaced (elastic_api.resize).
+BATCH = 24
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class SideSpec:
     checkpoint_period_steps: int
     step_seconds: float
     workdir: Path
+    generation: int = 0  # ours' jobs one after another: goodput-ours-1, -2, ...
 
     @property
     def ours(self) -> bool:
@@ -62,7 +65,7 @@ class SideSpec:
 
     @property
     def job(self) -> str:
-        return f"goodput-{self.name}"
+        return f"goodput-{self.name}" + (f"-{self.generation}" if self.generation else "")
 
     @property
     def node_label(self) -> str:
@@ -79,20 +82,15 @@ def job_manifest(side: SideSpec) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "backend": "simulated",
         "tpu": {"type": "v5e", "topology": side.topology, "numSlices": side.slices},
-        "maxRestarts": BUDGET,
-        "elastic": {"maxRetries": BUDGET},
-        "checkpoint": {"directory": str(side.workdir / "checkpoints"),
+        "checkpoint": {"directory": str(side.workdir / side.job / "checkpoints"),
                        "periodSteps": side.checkpoint_period_steps},
-        "trainer": {"image": "trainer:bench", "steps": TRAINER_STEPS, "args": args},
+        "trainer": {"image": "trainer:bench", "steps": TRAINER_STEPS, "batch": BATCH,
+                    "args": args},
         "nodeSelector": {side.node_label: "true"},
     }
-    if side.ours:
-        spec["elastic"]["maxSliceRestarts"] = BUDGET
-        # The watchdog's deadline is 10 steps, at least 5 s of wall time: the replay's
-        # 1,000x would make that floor 83 min of the trace; 1 s is its 10 steps.
-        args += ["--watchdog-floor-seconds", "1"]
-    else:
-        spec["elastic"].update(maxSliceRestarts=0, onStall="Report")
+    if not side.ours:  # plain JobSet: every failure restarts it, from the checkpoint
+        spec["maxRestarts"] = PLAIN_JOBSET_RESTARTS
+        spec["elastic"] = {"maxSliceRestarts": 0, "onStall": "Report"}
         spec["recovery"] = {"replaceSlices": False}
         spec["maintenance"] = {"enabled": False}
         spec["snapshot"] = {"periodSteps": 0}

@@ -1,94 +1,33 @@
-"""The pure parts of `python -m bench --only goodput`: the failure trace at the published
-rates, the goodput arithmetic, the trainer-log reader, the jobs of both sides and the
-docs table's rows."""
+"""The pure parts of the goodput benchmarks (bench/goodput.py, goodput_check.py): the
+published rates, the goodput arithmetic of a replay, the trainer-log reader, a fault's
+parts, the jobs of both sides and the docs table's rows. The model itself:
+test_bench_goodput_model.py."""
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import goodput_trace as trace
 from bench import report
 from bench.goodput_account import Recovery, SlowEpisode, Step, account, walk
-from bench.goodput_logs import parse_line
+from bench.goodput_check import Planned, actions
+from bench.goodput_logs import Record, parse_line
+from bench.goodput_model import CAUSES, RATES, SHARES, VARIANTS
+from bench.goodput_phases import medians, phases
 from bench.goodput_side import SideSpec, job_manifest, trainer_command
 
-LLAMA3_JOB = trace.JobShape(slices=1, hosts_per_slice=2048, days=54)
-WEEK_2048 = trace.JobShape(slices=32, hosts_per_slice=64)
-
-# --- the trace ---------------------------------------------------------------------------
+# --- the rates ----------------------------------------------------------------------------
 
 
 def test_llama3_rate_gives_back_its_own_interruptions() -> None:
-    """Llama 3's rate over Llama 3's hosts and days is its 419 unplanned interruptions."""
-    expected = trace.expected_counts(LLAMA3_JOB)
-    assert sum(n for kind, n in expected.items() if kind != "slow") == pytest.approx(419)
-    assert round(trace.UNPLANNED_PER_1000_HOST_DAYS, 3) == 3.789
-
-
-def test_the_mix_is_the_published_one() -> None:
-    shares = trace.kind_shares()
-    assert sum(shares.values()) == pytest.approx(100.0)
-    assert shares == pytest.approx({"hard": 77.8, "crash": 12.9, "maintenance": 7.6,
-                                    "hang": 1.7})
-    # Meta's research clusters bracket Llama 3's rate.
-    low, high = sorted(trace.META_RSC_PER_1000_NODE_DAYS.values())
-    assert low < trace.UNPLANNED_PER_1000_HOST_DAYS < high
-
-
-def test_a_week_on_2048_hosts_holds_the_expected_counts_of_every_kind() -> None:
-    assert trace.counts_of(WEEK_2048) == {"hard": 42, "crash": 7, "hang": 1,
-                                          "maintenance": 4, "slow": 14}
-    events = trace.generate(WEEK_2048, seed=59)
-    by_kind = {k: sum(1 for e in events if e.kind == k) for k in trace.KINDS}
-    assert by_kind == trace.counts_of(WEEK_2048)
-    assert all(0 <= e.at < WEEK_2048.seconds and 0 <= e.slice < 32 for e in events)
-    assert [e.at for e in events] == sorted(e.at for e in events)
-    low, high = trace.SLOW_SECONDS_RANGE
-    for e in events:
-        if e.kind == "slow":
-            assert low <= e.seconds <= high and e.factor == trace.SLOW_FACTOR
-
-
-def test_every_kind_is_present_even_where_it_is_rare() -> None:
-    """A small job expects less than one hang a week: the trace still holds one of each."""
-    tiny = trace.JobShape(slices=4, hosts_per_slice=2, days=0.25)
-    assert all(n < 1 for n in trace.expected_counts(tiny).values())
-    assert trace.counts_of(tiny) == {k: 1 for k in trace.KINDS}
-
-
-def test_the_trace_is_deterministic_for_a_seed() -> None:
-    assert trace.generate(WEEK_2048, 1) == trace.generate(WEEK_2048, 1)
-    assert trace.generate(WEEK_2048, 1) != trace.generate(WEEK_2048, 2)
-
-
-def test_actions_and_their_compressed_gaps() -> None:
-    events = trace.generate(WEEK_2048, seed=59)
-    actions = trace.actions(events, WEEK_2048.seconds)
-    assert [a.at for a in actions] == sorted(a.at for a in actions)
-    for i, e in enumerate(events):
-        mine = {a.what: a for a in actions if a.event == i}
-        if e.kind == "maintenance":
-            assert mine["notice"].at < mine["maintenance"].at <= mine["maintenance_end"].at
-            assert mine["maintenance"].at - mine["notice"].at <= trace.NOTICE_LEAD_SECONDS
-        elif e.kind == "slow":
-            assert mine["slow"].at <= mine["slow_off"].at <= WEEK_2048.seconds
-        else:
-            assert set(mine) == {e.kind}
-    gaps = trace.gaps([a.at for a in actions], WEEK_2048.seconds, 1000.0)
-    assert len(gaps) == len(actions) + 1 and min(gaps) >= 0
-    assert sum(gaps) == pytest.approx(WEEK_2048.seconds / 1000.0)
-
-
-def test_the_inputs_each_recovery_waits_for() -> None:
-    assert trace.inputs_of("hard", ours=True) == ("detect", *trace.BACK)
-    assert trace.inputs_of("hard", ours=False) == trace.BACK
-    assert trace.inputs_of("hang", ours=False) == ("collective_timeout", *trace.BACK)
-    assert trace.inputs_of("crash", ours=True) == trace.inputs_of("crash", ours=False)
-    assert all(i.source and i.seconds > 0 for i in trace.INPUTS.values())
+    """Llama 3's rate over Llama 3's 2,048 hosts and 54 days is its 419 interruptions."""
+    rate = RATES["Llama 3"][0]
+    assert rate * 2048 * 54 / 1000 == pytest.approx(419)
+    assert round(rate, 3) == 3.789
+    assert sum(SHARES.values()) == pytest.approx(100.0)
+    assert SHARES["crash"] == 12.9 and SHARES["hang"] == 1.7
 
 
 # --- the account --------------------------------------------------------------------------
@@ -207,66 +146,145 @@ def test_other_log_lines_are_skipped() -> None:
         assert parse_line(line, 0) is None
 
 
+# --- a fault's parts ---------------------------------------------------------------------
+
+
+def _rec(at: float, what: str, value: int = 0, process: int = 0, seconds: float = 0.0,
+         source: str = "") -> Record:
+    return Record(at, what, value, process, seconds, source)
+
+
+def test_an_in_process_recovery_is_cut_into_its_parts() -> None:
+    records = [_rec(9.9, "step", 99), _rec(10.0, "step", 100), _rec(10.3, "noticed"),
+               _rec(12.5, "attempt", 95, seconds=0.4, source="snapshot"),
+               _rec(13.6, "step", 96)]
+    p = phases("hard", 10.05, records, started=[0.0], killed=[], step=0.1)
+    assert p is not None and p.source == "snapshot"
+    assert (p.detect, p.back, p.start, p.restore) == (0.25, 1.8, 0.0, 0.4)
+    assert p.compile == pytest.approx(1.0) and p.redone == 5 and p.total == 3.55
+
+
+def test_a_jobset_restart_counts_the_new_processs_start_apart() -> None:
+    records = [_rec(10.0, "step", 100), _rec(30.0, "attempt", 90, process=1, seconds=1.0,
+                                              source="checkpoint"),
+               _rec(32.0, "step", 91, process=1)]
+    p = phases("crash", 10.1, records, started=[0.0, 18.0], killed=[10.2], step=0.1)
+    assert p is not None
+    assert (p.detect, p.back, p.start, p.restore) == (0.1, 7.8, 11.0, 1.0)
+    assert p.redone == 10
+    assert phases("crash", 40.0, records, [0.0, 18.0], [], 0.1) is None  # not resumed
+    table = medians([p, p])
+    assert table["crash"]["count"] == 2 and table["crash"]["start"] == 11.0
+
+
+# --- the check's faults -------------------------------------------------------------------
+
+
+def test_the_checks_faults_become_their_actions() -> None:
+    timed = actions([Planned(10, "hard", 1), Planned(20, "maintenance", 2),
+                     Planned(30, "slow", 0, 50)])
+    assert [(at, a.what) for at, a in timed] == [
+        (10, "hard"), (20, "notice"), (30, "slow"), (80, "maintenance"),
+        (80, "slow_off"), (140, "maintenance_end")]
+
+
 # --- the two jobs -------------------------------------------------------------------------
 
 def _side(name: str) -> SideSpec:
     return SideSpec(name, 4, "2x4", ("tpu-v5e-2x4-0",), 18, 0.1, Path("/tmp/gp") / name)
 
 
-def test_both_jobs_are_admitted_and_differ_as_the_baseline_says() -> None:
+def test_ours_runs_the_apis_defaults_and_the_baseline_plain_jobset() -> None:
+    from elastic_api.budgets import budgets_of
     from elastic_api.validation import validate_job
 
     ours = validate_job(job_manifest(_side("ours"))).spec
     base = validate_job(job_manifest(_side("baseline"))).spec
     assert ours.recovery.replace_slices and ours.maintenance.enabled
     assert ours.snapshot.period_steps is None  # the trainer's own cadence
+    assert (ours.max_restarts, ours.elastic.max_retries, ours.elastic.max_slice_restarts,
+            ours.elastic.restart_window_seconds) == (None, None, None, None)
+    assert budgets_of(ours).jobset_restarts.derived
     assert not base.recovery.replace_slices and not base.maintenance.enabled
     assert base.elastic.max_slice_restarts == 0 and base.snapshot.period_steps == 0
-    assert base.max_restarts >= 1000 and ours.max_restarts >= 1000
+    assert base.max_restarts is not None and base.max_restarts >= 1000
     assert ours.checkpoint.period_steps == base.checkpoint.period_steps == 18
     assert ours.node_selector != base.node_selector
-    base_command = trainer_command(job_manifest(_side("baseline")))
-    assert "--no-watchdog" in base_command
+    assert "--no-watchdog" in trainer_command(job_manifest(_side("baseline")))
     assert "--no-watchdog" not in trainer_command(job_manifest(_side("ours")))
+    later = SideSpec(**{**_side("ours").__dict__, "generation": 2})
+    assert job_manifest(later)["metadata"]["name"] == "goodput-ours-2"
 
 
 # --- the docs table -----------------------------------------------------------------------
 
-def _side_result(goodput: float) -> dict[str, Any]:
-    steps, recovery = _restart_timeline()
-    result = account(steps, [recovery], [], t0=0.05, t1=21.95, compression=1000.0)
-    result["goodput_trace"] = goodput
-    result["status_counters"] = {"jobset_restarts": 1}
-    return result
+
+def _spread(v: float) -> dict[str, float]:
+    return {"mean": v, "p5": v - 0.001, "p95": v + 0.001}
 
 
 def goodput_result() -> dict[str, Any]:
-    job = WEEK_2048
-    return {
-        "compression": 1000.0, "counts": trace.counts_of(job),
-        "job": {"slices": 32, "hosts_per_slice": 64, "hosts": 2048, "days": 7.0,
-                "tpu": "v5e 16x16"},
-        "inputs": {n: {"seconds": i.seconds, "source": i.source}
-                   for n, i in trace.INPUTS.items()},
-        "sides": {"ours": _side_result(0.95), "baseline": _side_result(0.76)},
-        "ratio_goodput_trace_ours_vs_baseline": 0.95 / 0.76,
-        "ratio_goodput_replay_ours_vs_baseline": 1.0,
-        "load_average_1m": {"mean": 9.5, "max": 11.0, "samples": 30},
-    }
+    rows = [{"hosts": 1024, "slices": 16, "rate": rate, "policy": label,
+             "goodput": _spread({"ours": 0.97, "ours-train-on": 0.972, "ours-in-place": 0.975,
+                                 "jobset": 0.93, "xpk": 0.85}[label]),
+             "causes": {c: _spread(0.01 if c == "recomputedSteps" else 0.0) for c in CAUSES},
+             "budgets_spent": 0}
+            for rate in RATES for label, _, _ in VARIANTS]
+    medians_ = {"hard": {"detect": 0.2, "back": 2.0, "start": 0.0, "restore": 0.1,
+                         "compile": 0.5, "redone": 3, "total": 3.0, "count": 5}}
+    return {"months": rows, "seeds": 20, "rates": {r: {} for r in RATES}, "kinds": ["hard"],
+            "costs": {"ours": {"medians": medians_}, "baseline": {"medians": medians_}},
+            "load_average_1m": {"mean": 9.5, "max": 11.0}}
 
 
 def test_the_goodput_rows() -> None:
     rows = report.goodput_rows(goodput_result(), {})
     headline = rows[0]
-    assert "2,048 hosts" in headline[0] and "54 interruptions" in headline[0]
-    assert headline[1:] == ("95.0%", "76.0%", "1.25")
-    # The synthetic run's overhead (its first interval, before a step) left out.
-    assert rows[1][1:] == ("94.7%", "94.7%", "1.00")
-    assert rows[2][1:] == ("86.8%", "86.8%", "1.00")
+    assert "1,024 hosts" in headline[0] and "Llama 3's rate" in headline[0]
+    assert headline[1:] == ("97.00% (96.90%-97.10%)", "93.00% (92.90%-93.10%)", "1.04")
+    assert rows[1][1].startswith("97.20%") and rows[1][2].startswith("85.00%")
+    assert rows[2][1].startswith("97.50%")
+    assert rows[3][1] == "recomputedSteps 1.00%; budgets spent 0"
     assert all(len(row) == 4 for row in rows)
-    assert rows[6][1:] == ("150 ms; 1.85 s; 1.95 s", "150 ms; 1.85 s; 1.95 s", "1.00")
-    assert rows[-1][1] == "9.5 (11.0)"
+    assert rows[-2][1] == "3.00 s (n=5; 0.20; 2.00; 0.00; 0.10; 0.50; 3 steps)"
     table = report.table({"benchmarks": {"goodput": {
         "measured_at": "2026-12-06T12:00:00Z", "result": goodput_result()}}})
-    assert "**Goodput over a week of failures" in table
-    assert not any(math.isnan(float(c.rstrip("%"))) for c in headline[1:])
+    assert "**Goodput over a month of failures" in table
+
+
+def test_the_check_rows_say_predicted_against_measured() -> None:
+    check = {"sides": {"ours": {"goodput": 0.95}, "baseline": {"goodput": 0.80}},
+             "predicted": {"ours": 0.946, "baseline": 0.805}, "duration_seconds": 3900,
+             "plan": [1, 2, 3], "costs_from": "bench/results/goodput.json",
+             "load_average_1m": {"mean": 9.5, "max": 11.0}}
+    rows = report.check_rows(check, {})
+    assert rows[0][1:] == ("95.00%", "80.00%", "1.19")
+    assert rows[1][1:] == ("94.60% (-0.40)", "80.50% (+0.50)", "-")
+    assert rows[2][1:] == ("n/a", "n/a", "-")  # no prediction from its own parts
+
+
+def _phase(kind: str, **parts: float) -> dict[str, object]:
+    base = {"kind": kind, "detect": 0.0, "back": 0.0, "start": 0.0, "restore": 0.0,
+            "compile": 0.0, "redone": 0, "total": 0.0, "source": "snapshot"}
+    return {**base, **parts}
+
+
+def test_the_check_predicts_from_its_own_faults_parts_too() -> None:
+    from bench.goodput_check import local_from, own_costs, predicted
+
+    side = {"account": {"median_step_seconds": 0.1}, "efficiency": 1.0,
+            "snapshot_period_steps": 5, "since_checkpoint": 0.0, "reduced_speed": None}
+    check = {"duration_seconds": 1000.0,
+             "plan": [{"at": 100, "kind": "hard", "slice": 1, "seconds": 0.0}],
+             "sides": {"ours": {**side, "phases": [
+                           _phase("hard", detect=0.5, back=0.1, compile=30.0, up=30.0)]},
+                       "baseline": {**side, "phases": [
+                           _phase("hard", detect=0.5, back=5.0, start=5.0, compile=20.0,
+                                  source="checkpoint")]}}}
+    own = own_costs(check)
+    local = local_from(own)
+    assert local.detect[("ours", "hard")] == 0.5 and local.back[("baseline", "hard")] == 5.0
+    assert local.compile[("ours", "hard")] == 30.0 and local.start == 5.0
+    got = predicted(check, own)
+    # Ours pauses for its 30 s compile and little else; the baseline restarts everything.
+    assert 0.96 < got["ours"] < 0.975 and got["baseline"] < got["ours"]

@@ -1,0 +1,123 @@
+"""The rows of docs/benchmarks.md's table for the goodput benchmarks (bench/goodput.py,
+bench/goodput_check.py), from their results JSON."""
+from __future__ import annotations
+
+from typing import Any
+
+from bench.goodput_model import CAUSES
+
+Row = tuple[str, str, str, str]  # figure, ours, baseline, ratio
+
+
+def _pct(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value * 100:.{digits}f}%"
+
+
+def _spread(figure: dict[str, float]) -> str:
+    return (f"{_pct(figure['mean'], 2)} ({_pct(figure['p5'], 2)}-"
+            f"{_pct(figure['p95'], 2)})")
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or not b else f"{a / b:.2f}"
+
+
+def _row(rows: list[dict[str, Any]], hosts: int, rate: str, policy: str) -> dict[str, Any]:
+    return next(r for r in rows if (r["hosts"], r["rate"], r["policy"]) == (hosts, rate,
+                                                                             policy))
+
+
+def _causes(row: dict[str, Any], top: int = 4) -> str:
+    """The largest causes of the month's badput, percent of the month."""
+    causes = sorted(((row["causes"][c]["mean"], c) for c in CAUSES), reverse=True)
+    return "; ".join(f"{c} {_pct(v, 2)}" for v, c in causes[:top] if v > 0)
+
+
+def goodput_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
+    months, seeds = r["months"], r["seeds"]
+    rows: list[Row] = []
+    for hosts in sorted({m["hosts"] for m in months}):
+        for rate in r["rates"]:
+            ours, base = _row(months, hosts, rate, "ours"), _row(months, hosts, rate, "jobset")
+            slices = ours["slices"]
+            rows.append((
+                f"{hosts:,} hosts ({slices} x v5e 16x16), {rate}'s rate: goodput over a "
+                f"month, mean (5th-95th percentile of {seeds} seeded months) (baseline: "
+                "plain JobSet, the whole JobSet restarted from the newest checkpoint)",
+                _spread(ours["goodput"]), _spread(base["goodput"]),
+                _ratio(ours["goodput"]["mean"], base["goodput"]["mean"])))
+            rows.append((
+                "The same: ours training on the slices left while one is replaced (a batch "
+                "that splits over them, or minSlices set); xpk's defaults (maxRestarts 0: "
+                "each interruption ends the workload until it is submitted again)",
+                _spread(_row(months, hosts, rate, "ours-train-on")["goodput"]),
+                _spread(_row(months, hosts, rate, "xpk")["goodput"]), "-"))
+            rows.append((
+                "The same: ours with the in-place restart of issue 66 (a crash keeps the "
+                "slices and the snapshot)",
+                _spread(_row(months, hosts, rate, "ours-in-place")["goodput"]), "-", "-"))
+            rows.append(("The same: the largest causes of badput, % of the month; restart "
+                         "budgets spent (the API's defaults)",
+                         f"{_causes(ours)}; budgets spent {ours['budgets_spent']}",
+                         _causes(base), "-"))
+    return rows + cost_rows(r)
+
+
+def cost_rows(r: dict[str, Any]) -> list[Row]:
+    """Each kind's measured cost, ours against plain JobSet."""
+    costs = r["costs"]
+    ours = (costs.get("ours") or {}).get("medians", {})
+    base = (costs.get("baseline") or {}).get("medians", {})
+    rows: list[Row] = []
+    for kind in r["kinds"]:
+        o, b = ours.get(kind), base.get(kind)
+        rows.append((
+            f"Measured here, real speed: a {kind} fault -> the first step after its "
+            "restore, median (n; parts: detected; slice back or JobSet restarted; a new "
+            "process's start; restore; recompile; steps redone)", _parts(o), _parts(b),
+            _ratio(o["total"] if o else None, b["total"] if b else None)))
+    load = r["load_average_1m"]
+    rows.append(("Load average (1 min) while the costs were measured, mean (max); both "
+                 "sides at once", f"{load['mean']} ({load['max']})", "", ""))
+    return rows
+
+
+def _parts(m: dict[str, float] | None) -> str:
+    if not m:
+        return "n/a"
+    return (f"{m['total']:.2f} s (n={m['count']:.0f}; {m['detect']:.2f}; {m['back']:.2f}; "
+            f"{m['start']:.2f}; {m['restore']:.2f}; {m['compile']:.2f}; "
+            f"{m['redone']:.0f} steps)")
+
+
+def check_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
+    sides, predicted = r["sides"], r.get("predicted") or {}
+    rows: list[Row] = []
+    measured = {n: s["goodput"] for n, s in sides.items()}
+    rows.append((
+        f"Goodput over {r['duration_seconds'] / 60:.0f} min of an 8-host job at real speed, "
+        f"{len(r['plan'])} faults (measured; baseline: plain JobSet)",
+        _pct(measured.get("ours"), 2), _pct(measured.get("baseline"), 2),
+        _ratio(measured.get("ours"), measured.get("baseline"))))
+    rows.append((
+        "The same, as the model predicts it from the costs measured by the goodput "
+        f"benchmark ({r.get('costs_from') or 'none found: run it first'}); predicted minus "
+        "measured, points",
+        _against(predicted.get("ours"), measured.get("ours")),
+        _against(predicted.get("baseline"), measured.get("baseline")), "-"))
+    own = r.get("predicted_own") or {}
+    rows.append((
+        "The same, from this run's own faults' parts (medians by kind): the timeline's "
+        "composition alone; predicted minus measured, points",
+        _against(own.get("ours"), measured.get("ours")),
+        _against(own.get("baseline"), measured.get("baseline")), "-"))
+    load = r["load_average_1m"]
+    rows.append(("Load average (1 min) during the replay, mean (max)",
+                 f"{load['mean']} ({load['max']})", "", ""))
+    return rows
+
+
+def _against(predicted: float | None, measured: float | None) -> str:
+    if predicted is None or measured is None:
+        return "n/a"
+    return f"{_pct(predicted, 2)} ({(predicted - measured) * 100:+.2f})"
