@@ -26,17 +26,23 @@ from elastic_api.validation import (
     CHECKPOINT_FIELD_TWICE,
     CHECKPOINT_FIELD_UNREAD,
     CHECKPOINT_PERIOD_RUN,
+    COLOCATED_NEEDS_PATHWAYS,
+    COLOCATED_SIDECAR_REQUIRED,
     COMMAND_EMPTY,
+    DATA_URL,
     HARDWARE_EXIT_CODES_TWICE,
     HARDWARE_NEEDS_REPLACEMENT,
     HARDWARE_REASONS_TWICE,
+    IMAGE_MOVES,
     MAXTEXT_METRICS_FILE_ARG,
+    MODEL_UNKNOWN,
     MULTIKUEUE_CHECKPOINT_DIRECTORY,
     MULTIKUEUE_VOLUME,
     NUM_SLICES,
     OVERHEAD_BUDGET,
     PROGRESS_METRICS_FILE_PATH,
     PROGRESS_METRICS_FILE_REQUIRED,
+    PATHWAYS_VERSION_MOVES,
     PROGRESS_NEEDS_COMMAND,
     SNAPSHOT_MAXTEXT,
     SNAPSHOT_PERIOD_RUN,
@@ -360,6 +366,29 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("snapshot-maxtext", _mutated(("spec.snapshot", {"periodSteps": 10}),
                                   ("spec.trainer", {"image": "t:1", "command": MAXTEXT})),
      SNAPSHOT_MAXTEXT),
+    # What the bundled trainer would refuse at start (tests/unit/test_examples_start.py).
+    ("data-url", _mutate("spec.trainer.data", "gs://bucket/datasets/c4"), DATA_URL),
+    ("model-unknown", _mutate("spec.trainer.model", "qwen3-32b"), MODEL_UNKNOWN),
+    # Pathways images that move in the registry (elastic_api/images.py).
+    ("version-latest", _mutate("spec.pathways.version", "latest"), PATHWAYS_VERSION_MOVES),
+    ("server-untagged", _mutate("spec.pathways.images", {
+        "server": "registry.local:5000/pathways/server"}),
+     IMAGE_MOVES.replace("{field}", "images.server")),
+    ("proxy-latest-bad-digest", _mutate("spec.pathways.images", {
+        "proxy": "registry.local:5000/pathways/proxy_server:latest@sha256:abc"}),
+     IMAGE_MOVES.replace("{field}", "images.proxy")),
+    ("sidecar-latest", _mutate("spec.pathways.colocatedPython", {"image": "sidecar:latest"}),
+     IMAGE_MOVES.replace("{field}", "colocatedPython.image")),
+    ("sidecar-simulated", _mutated(("spec.backend", "simulated"),
+                                   ("spec.pathways.colocatedPython", {"image": "sidecar:1"})),
+     COLOCATED_NEEDS_PATHWAYS),
+    ("colocated-without-sidecar", _mutate("spec.trainer", {
+        "image": "t:1", "command": MAXTEXT, "args": ["colocated_python_checkpointing= True"]}),
+     COLOCATED_SIDECAR_REQUIRED),
+    ("colocated-env-without-sidecar", _mutate("spec.trainer", {
+        "image": "t:1", "command": MAXTEXT,
+        "env": [{"name": "M_COLOCATED_PYTHON_CHECKPOINTING", "value": "YES"}]}),
+     COLOCATED_SIDECAR_REQUIRED),
 ]
 
 
