@@ -138,3 +138,44 @@ def test_kueue_admits_the_maxtext_job_with_the_walkthroughs_objects(api: client.
                    for a in admitted["status"]["admission"]["podSetAssignments"]}
         assert flavors == {"pathways-head": {"cpu": "cpu-user", "memory": "cpu-user"},
                            "worker": {"google.com/tpu": "tpu-v5e-4x4"}}, flavors
+
+
+def _pods(jobset: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    """The JobSet's pod templates as Pods (the priority class aside: another admission
+    plugin's question)."""
+    pods = []
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        template = rjob["template"]["spec"]["template"]
+        spec = {k: v for k, v in template["spec"].items() if k != "priorityClassName"}
+        pods.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"generateName": f"{rjob['name']}-", "namespace": namespace,
+                                  "labels": template["metadata"].get("labels", {})},
+                     "spec": spec})
+    return pods
+
+
+def test_the_walkthroughs_pod_security_level_admits_the_jobs_pods_and_baseline_does_not(
+        api: client.ApiClient, namespace: str):
+    """examples/gke/namespace.yaml's Pod Security labels admit the pods of
+    examples/maxtext.yaml (head and worker: host network, the TPU VM's /tmp, the progress
+    sidecar's SYS_PTRACE); `baseline` refuses them, naming why (docs/gke.md, step 9)."""
+    (ns_obj,) = documents(GKE / "namespace.yaml")
+    job = yaml.safe_load((EXAMPLES / "maxtext.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    pods = _pods(render_jobset(validate_job(job)), namespace)
+    core = client.CoreV1Api(api)
+
+    def label(labels: dict[str, str]) -> None:
+        core.patch_namespace(namespace, {"metadata": {"labels": labels}})
+
+    label(ns_obj["metadata"]["labels"])
+    for pod in pods:
+        core.create_namespaced_pod(namespace, pod, dry_run="All")
+    label({key: "baseline" for key in ns_obj["metadata"]["labels"]})
+    for pod, forbidden in zip(pods, (("hostNetwork", "SYS_PTRACE"), ("hostNetwork", "hostPath")),
+                              strict=True):
+        with pytest.raises(client.ApiException) as err:
+            core.create_namespaced_pod(namespace, pod, dry_run="All")
+        assert err.value.status == 403, err.value.body
+        assert all(word in str(err.value.body) for word in ("PodSecurity", *forbidden)), \
+            err.value.body
