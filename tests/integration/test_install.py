@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -76,9 +78,10 @@ def client_for(kubeconfig: Path) -> Any:
 
 @contextlib.contextmanager
 def running_operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[Path]:
-    liveness, metrics = free_port(), free_port()
-    argv = [str(ETJ), "operator", *args, f"--liveness-port={liveness}",
-            f"--metrics-port={metrics}"]
+    liveness, metrics, readiness = free_port(), free_port(), free_port()
+    # `args` last: a port they name wins.
+    argv = [str(ETJ), "operator", f"--liveness-port={liveness}", f"--metrics-port={metrics}",
+            f"--readiness-port={readiness}", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env["KUBECONFIG"] = str(kubeconfig)
     with log.open("w") as out:
@@ -494,6 +497,28 @@ def test_without_pods_watch_the_operator_is_refused_its_pod_watch(
                                   if "pods" in line and "watch" in line], 90,
                          f"a 403 on the pods watch in the operator log ({log})")
         assert lines
+
+
+def test_an_operator_that_cannot_list_pods_is_alive_but_never_ready(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+) -> None:
+    """The chart's RBAC minus `list` on pods: the pod cache never syncs, so the replica
+    could never lead. /healthz answers (it is alive: no restart would help), /readyz
+    answers 503 naming the cache, so a rolling update never stops an old replica for it
+    and the PodDisruptionBudget does not count it."""
+    port = free_port()
+    with crippled_operator(cluster, namespace, workdir, "pods", "list",
+                           f"--readiness-port={port}") as log:
+        wait_for(lambda: [line for line in forbidden_lines(log.read_text()) if "pods" in line],
+                 90, f"a 403 on listing pods in the operator log ({log})")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+                code, body = r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            code, body = err.code, json.loads(err.read())
+        assert code == 503 and body["ready"] is False, (code, body)
+        assert body["why"].startswith("caches not synced yet:") and "pods" in body["why"]
+        assert body["synced"] is False
 
 
 # --- the per-job trainer identity ---------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from elastic_devtools.localcluster.operator_settings import TEST
+from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
 from tests.support.chart import helm_binary
 
 if TYPE_CHECKING:
@@ -205,9 +206,11 @@ def chart_values(revision: Revision, namespace: str, replicas: int,
                  **more: Any) -> dict[str, Any]:
     """A release's values in the upgrade test: the namespace it serves, `replicas`, the
     image tag naming `revision`, make test's periods (operator_settings.TEST) as extra
-    arguments, text logs; `more` on top."""
+    arguments, text logs, and the label that leaves the pods' kubelet to the test's
+    (operator_kubelet.py: kwok would make them Ready at once, whatever their probe
+    says); `more` on top."""
     return {"watchNamespaces": [namespace], "replicaCount": replicas,
-            "image": {"tag": revision.tag},
+            "image": {"tag": revision.tag}, "podLabels": {DEAD_KUBELET_LABEL: "true"},
             "operator": {"logFormat": "text", "extraArgs": list(TEST.speed_args())}, **more}
 
 
