@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -83,6 +84,8 @@ class PodProcess:
     stopping: threading.Thread | None = None
     crashed: bool = False
     ready: bool | None = None  # as last written in the pod's status (None: not yet)
+    paused: bool = False  # frozen by the test (SIGSTOP): not probed meanwhile
+    exited_at: float | None = None  # time.monotonic when its process had exited
 
     def readiness(self) -> bool:
         """What the kubelet would report: the probe's answer, else running."""
@@ -139,7 +142,8 @@ class OperatorKubelet(BackgroundLoop):
             elif known is None and pod.spec.node_name and pod.status is not None \
                     and pod.status.phase in ("Pending", "Running"):
                 self._start(pod)
-            elif known is not None and known.stopping is None and not known.crashed:
+            elif known is not None and known.stopping is None and not known.crashed \
+                    and not known.paused:
                 self._report_readiness(known)
         present = {p.metadata.uid for p in pods}
         for known in self.pods.values():
@@ -221,6 +225,7 @@ class OperatorKubelet(BackgroundLoop):
     def _stop_in_background(self, known: PodProcess, removed: bool) -> None:
         def stop() -> None:
             known.proc.stop(timeout=known.grace)
+            known.exited_at = time.monotonic()
             code = known.proc.proc.returncode if known.proc.proc else None
             if not removed:
                 self._remove(known.name, known.uid)

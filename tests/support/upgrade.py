@@ -107,13 +107,19 @@ def resolve(ref: str) -> str:
 def previous(into: Path) -> Revision:
     """The previous release's tree, `git archive`d into `into`."""
     commit = resolve(previous_release())
-    archived = _git("archive", "--format=tar", commit)
-    if archived.returncode != 0:
-        raise RuntimeError(f"git archive {commit}: {archived.stderr.decode()}")
+    return Revision(f"previous ({commit[:7]})", archived(commit, into), commit[:7])
+
+
+def archived(commit: str, into: Path, *paths: str) -> Path:
+    """`paths` of `commit` (this checkout's history), `git archive`d into `into`."""
+    full = resolve(commit)
+    result = _git("archive", "--format=tar", full, *paths)
+    if result.returncode != 0:
+        raise RuntimeError(f"git archive {full} {' '.join(paths)}: {result.stderr.decode()}")
     into.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(archived.stdout)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(result.stdout)) as tar:
         tar.extractall(into, filter="data")
-    return Revision(f"previous ({commit[:7]})", into, commit[:7])
+    return into
 
 
 # Imports every module of a tree's packages and prints those that fail or resolve
