@@ -254,14 +254,17 @@ class OperatorKubelet(BackgroundLoop):
             self.timeline.note(f"Lease {self.release}: {self.holder or 'nobody'} -> {holder}")
             self.holders.append(holder)
 
-    def serving(self, revision: Revision, replicas: int) -> bool:
-        """Rolled out: `replicas` pods, all of `revision`, each with its process running,
+    def serving(self, revision: Revision, replicas: int,
+                replaced: frozenset[str] = frozenset()) -> bool:
+        """Rolled out: `replicas` pods, all of `revision` and none of the pod uids
+        `replaced` (a restart of the same revision), each with its process running,
         every older one stopped, and one of them holding the Lease."""
         pods = list(self.pods.values())  # the loop's thread adds to it
         live = [p for p in pods if p.stopping is None and not p.crashed]
         stopped = all(not p.stopping.is_alive() for p in pods if p.stopping is not None)
         return (len(live) == replicas and stopped
-                and all(p.revision == revision and p.proc.running for p in live)
+                and all(p.revision == revision and p.proc.running and p.uid not in replaced
+                        for p in live)
                 and self.holder in {p.name for p in live})
 
     def stop(self) -> None:

@@ -80,10 +80,11 @@ pytestmark = pytest.mark.cluster
 JOB = "upgrade"
 SLICES = 3
 REPLICAS = 2  # the chart's default: a rolling update hands the Lease over
-# Paced steps: five faults, each 25 steps of training after the last recovery, and the
-# upgrade and the downgrade (the trainer trains on through both), under load; the rest
-# is the tail after the last fault.
-STEPS, STEP_SECONDS, STEPS_BETWEEN_FAULTS = 2000, 0.05, 25
+# Paced steps: seven faults, each 25 steps of training after the last recovery, and four
+# rollouts (the upgrade, two restarts, the downgrade: the trainer trains on through them,
+# about a minute each at load 20-40, each new replica syncing before an old one stops);
+# the rest is the tail after the last fault (at least 450 s of training in all).
+STEPS, STEP_SECONDS, STEPS_BETWEEN_FAULTS = 4500, 0.1, 25
 RECOVERY_TIMEOUT = ROLLOUT_TIMEOUT = 180
 CRD_NAME = f"{PLURAL}.{GROUP}"
 # Where in a handover a slice fails (roll_over).
@@ -361,10 +362,11 @@ def roll_over(run: Run, to: Revision, index: int, how: str, point: str) -> None:
             fail_when_acquired(run, pod, index, when)
 
     run.kubelet.on_terminating = at_the_point
+    replaced = frozenset(run.kubelet.pods)  # every pod so far: the rollout replaces them
     try:
         helm_roll(run, to, how)
-        wait_for(lambda: run.kubelet.serving(to, REPLICAS), ROLLOUT_TIMEOUT,
-                 f"the {how} rolled out ({REPLICAS} replicas of {to.label}, one leading)")
+        wait_for(lambda: run.kubelet.serving(to, REPLICAS, replaced), ROLLOUT_TIMEOUT,
+                 f"the {how} rolled out ({REPLICAS} new replicas of {to.label}, one leading)")
     finally:
         run.kubelet.on_terminating = None
         run.leases.on_change = None
