@@ -17,8 +17,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from elastic_api.conditions import ConditionType
 from elastic_api.forward import Forwarded, Seen, forward, merge_phases
 from elastic_api.models import (
+    ElasticEventReport,
     ElasticTrainingJobStatus,
     GoodputCounters,
     PhaseRecord,
@@ -26,6 +28,7 @@ from elastic_api.models import (
     TrainerGoodput,
     TrainingReport,
 )
+from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from tests.builders import T0, article_job, healthy_pods, observe
 
@@ -259,3 +262,24 @@ def test_restarting_sources_never_move_either_side_back(moves: list[tuple[str, i
         if trainer.honest and not trainer.starting:
             assert sent.step == trainer.step, f"shows {sent.step}, truly {trainer.step} {where}"
         previous = sent
+
+
+def test_the_operator_names_a_step_it_holds_unless_an_elastic_event_explains_it() -> None:
+    job, pods = article_job(), healthy_pods()
+    seen, _ = compute_status(job, observe(pods), ElasticTrainingJobStatus(
+        training=report(309)), T0)
+    misled, _ = compute_status(job, observe(pods), seen.model_copy(
+        update={"training": report(0, at=START + timedelta(seconds=5))}), T0)
+    valid = get_condition(misled, ConditionType.TRAINING_REPORT_VALID)
+    assert misled.progress is not None and misled.progress.step == 309
+    assert valid is not None and valid.status == "False"
+    assert "step went back from 309 to 0" in valid.message
+    # The trainer's own elastic event restarted it from the initial state (nothing to
+    # restore): held until it passes 309 again, but no report misled anyone.
+    event = ElasticEventReport(id=1, phase="Resumed", detected_at=START, restored_from_step=0,
+                               restore_source="none", resumed_step=1)
+    restarted, _ = compute_status(job, observe(pods), seen.model_copy(update={"training": report(
+        1, at=START + timedelta(seconds=5), elastic_event=event, elastic_events_total=1)}), T0)
+    valid = get_condition(restarted, ConditionType.TRAINING_REPORT_VALID)
+    assert restarted.progress is not None and restarted.progress.step == 309
+    assert valid is not None and valid.status == "True"

@@ -51,10 +51,17 @@ def held_message(status: ElasticTrainingJobStatus, result: Forwarded | None) -> 
     """What went back without a named restore or reset, for TrainingReportValid."""
     if result is None or status.training is None:
         return None
-    said = [name for name in result.held if name in SAID]
+    raw, kept = status.training, result.report
+    event = raw.elastic_event
+    if event is not None and event.restored_from_step is not None \
+            and raw.step >= event.restored_from_step:
+        # An elastic event restarted from a state lastRestore does not name (the initial
+        # one): the step is held until training passes it again, but nothing misleads.
+        said = [name for name in result.held if name in SAID and name != "step"]
+    else:
+        said = [name for name in result.held if name in SAID]
     if not said:
         return None
-    raw, kept = status.training, result.report
     parts = [f"step went back from {kept.step} to {raw.step}" if name == "step" else
              f"elasticEventsTotal went back from {kept.elastic_events_total} to "
              f"{raw.elastic_events_total}" if name == "elasticEventsTotal" else
