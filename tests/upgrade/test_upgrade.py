@@ -83,8 +83,9 @@ REPLICAS = 2  # the chart's default: a rolling update hands the Lease over
 # Paced steps: seven faults, each 25 steps of training after the last recovery, and four
 # rollouts (the upgrade, two restarts, the downgrade: the trainer trains on through them,
 # about a minute each at load 20-40, each new replica syncing before an old one stops);
-# the rest is the tail after the last fault (at least 450 s of training in all).
-STEPS, STEP_SECONDS, STEPS_BETWEEN_FAULTS = 4500, 0.1, 25
+# the rest is the tail after the last fault (at least 350 s of training in all; at load
+# 30-40 the trainer made 4.7 steps a second and the faults took 2,500 steps).
+STEPS, STEP_SECONDS, STEPS_BETWEEN_FAULTS = 3500, 0.1, 25
 RECOVERY_TIMEOUT = ROLLOUT_TIMEOUT = 180
 CRD_NAME = f"{PLURAL}.{GROUP}"
 # Where in a handover a slice fails (roll_over).
@@ -137,6 +138,7 @@ class Run:
     injected: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(SLICES), 0))
     failures_seen: list[Failure] = field(default_factory=list)
     held_open: set[str] = field(default_factory=set)  # leaders whose handover was held
+    twice: int = 0  # failures the previous release let come back twice (came_back)
     restarts: int = 0  # rolling restarts of the operator so far
     trainer: TrainerProcesses | None = None
     reference: Reference | None = None
@@ -515,6 +517,11 @@ def finish(run: Run) -> list[str]:
                         f"{got['final_step']} digest {got['params_digest']}, the "
                         f"reference's {want['final_step']} {want['params_digest']}")
     counters = run.status().get("counters") or {}
+    # Each failure disrupted the trainer once: one elastic event (two for one that came
+    # back twice, which only the previous release's replicas allow).
+    if got["elastic_events_total"] != run.failures + run.twice:
+        problems.append(f"the trainer had {got['elastic_events_total']} elastic events for "
+                        f"{run.failures} failures ({run.twice} came back twice)")
     if counters.get("elasticEvents") != got["elastic_events_total"]:
         problems.append(f"elastic events: the trainer had {got['elastic_events_total']}, "
                         f"the operator counted {counters}")
@@ -525,8 +532,9 @@ def finish(run: Run) -> list[str]:
         f"{counters.get('sliceFailures')} for {run.failures} failures, restarts by slice "
         f"{slice_restarts(run.status())}, slices[].counted = the worker Jobs' counts; "
         f"elasticEvents {counters.get('elasticEvents')} = the trainer's "
-        f"{got['elastic_events_total']}; {len(run.sampler.samples)} samples, none went "
-        f"backwards; {len(run.kubelet.pods)} operator processes, none crashed; parameters "
+        f"{got['elastic_events_total']} (one a failure, {run.twice} came back twice); "
+        f"{len(run.sampler.samples)} samples, none went backwards; "
+        f"{len(run.kubelet.pods)} operator processes, none crashed; parameters "
         f"{got['params_digest'][:16]} at step {got['final_step']}, the undisturbed run's "
         f"{want['params_digest'][:16]} ({len(problems)} problems)")
     return problems
@@ -538,6 +546,7 @@ def came_back(run: Run) -> list[str]:
     for failure in run.failures_seen:
         found = came_back_once(run.pods, failure.job_uid, failure.at)
         if found and not failure.once:
+            run.twice += 1
             run.timeline.note(f"failure {failure.when}: came back twice ({found[0]}); the "
                               "previous release's replicas are Ready before they sync")
         elif found:
