@@ -11,11 +11,12 @@ goes back only through a restore or a reset the report itself names:
 
     step (with its loss, step time)  back only as far as a restore the report names that
         the reader has not seen (a lastRestore other than the one seen: its step), or
-        for a new trainer process that has reported a step of its own (a run started
-        over: its processStartedAt, the operator's TrainerRestarted); a new process still
-        starting keeps the last step shown until it shows where it resumed. (An elastic
-        event that restarts from the initial state restores nothing: the step shown waits
-        until training passes it again.)
+        for a new trainer process that trains and has not moved its step yet (a run
+        started over: its processStartedAt, the operator's TrainerRestarted; once its
+        step moved, it is held like any other); a new process still starting keeps the
+        last step shown until it shows where it resumed. (An elastic event that restarts
+        from the initial state restores nothing: the step shown waits until training
+        passes it again.)
     state                            a process seen Training does not go back to
                                      Initializing
     elasticEventsTotal               never back (the job's count, continued by each process)
@@ -36,7 +37,7 @@ be the same process: holding a figure is the safe mistake.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from elastic_api.models import (
@@ -65,6 +66,19 @@ class Seen:
     last_snapshot_step: int | None = None
     phases: tuple[PhaseRecord, ...] = ()
     observed_at: datetime | None = None
+    # The process seen has moved its step since it was first seen (the operator's
+    # status.progress.advanced): until then it may still start over lower.
+    stepped: bool = True
+
+    @classmethod
+    def after(cls, previous: Seen | None, result: Forwarded) -> Seen:
+        """What a reader has seen once it accepted `result` (the sidecar's chain)."""
+        seen = cls.of(result.report)
+        if previous is None:  # a first report: its process has not moved its step yet
+            return replace(seen, stepped=False)
+        stepped = previous.stepped or result.report.step != previous.step \
+            if same_process(previous, result.report) else False
+        return replace(seen, stepped=stepped)
 
     @classmethod
     def of(cls, report: TrainingReport) -> Seen:
@@ -113,7 +127,7 @@ def forward(seen: Seen | None, report: TrainingReport) -> Forwarded:
     held: list[str] = []
     same, floor = same_process(seen, report), restore_floor(seen, report)
     restored = floor is not None
-    started_over = not same and report.state != "Initializing"
+    started_over = report.state != "Initializing" and (not same or not seen.stepped)
     if seen.step is not None and report.step < seen.step and not started_over \
             and (floor is None or report.step < floor):
         update.update(step=seen.step, loss=seen.loss, step_seconds=seen.step_seconds)

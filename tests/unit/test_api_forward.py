@@ -90,6 +90,14 @@ def test_a_new_process_keeps_the_step_until_it_shows_where_it_resumed() -> None:
     assert forward(seen, resumed).report.step == 301
     from_scratch = report(3, started=later, at=later)  # no checkpoint: a run started over
     assert forward(seen, from_scratch).report.step == 3
+    # So after its Initializing reports too (the step shown is still the last process's).
+    waiting = Seen.after(seen, forward(seen, starting))
+    assert waiting.step == 309 and not waiting.stepped
+    assert forward(waiting, from_scratch).report.step == 3
+    # Once its step moved, it is held like any process's.
+    moved = Seen.after(Seen.after(waiting, forward(waiting, from_scratch)),
+                       Forwarded(report(4, started=later, at=later)))
+    assert forward(moved, report(0, started=later, at=later)).report.step == 4
 
 
 def test_goodput_goes_back_only_as_a_whole_and_only_with_a_restore() -> None:
@@ -160,10 +168,14 @@ class Trainer:
     now: datetime = START
     honest: bool = True  # the last report says what the trainer did
     starting: bool = False  # a new process that has not stepped yet
+    moved: int = 0  # the steps this process has reported (a source misleads only after 2)
+    reported: int = -1  # the step last reported
     log: list[str] = field(default_factory=list)
 
     def truth(self) -> TrainingReport:
         self.honest = True
+        if not self.starting and self.step != self.reported:
+            self.moved, self.reported = self.moved + 1, self.step
         return report(0 if self.starting else self.step,
                       "Initializing" if self.starting else "Training",
                       started=self.started, at=self.now + self.clock,
@@ -173,10 +185,6 @@ class Trainer:
     def move(self, kind: str, n: int) -> TrainingReport:
         self.now += timedelta(seconds=7)
         self.log.append(f"{kind} {n}")
-        if kind == "steps":
-            self.step, self.starting = self.step + n, False
-            self.productive += n * 0.5
-            return self.truth()
         if kind == "restore" and not self.starting:  # within the process (a lost slice)
             back = min(n, self.step)
             self.step -= back
@@ -186,7 +194,7 @@ class Trainer:
             return self.truth()
         if kind == "new process":  # its clock off by hours; an odd n forgot the goodput
             self.started, self.clock = self.now + self.clock, timedelta(hours=n - 3)
-            self.restore, self.starting = None, True
+            self.restore, self.starting, self.moved, self.reported = None, True, 0, -1
             if n % 2:
                 self.productive = self.recomputed = 0.0
             return self.truth()
@@ -194,6 +202,13 @@ class Trainer:
             resumed = max(0, self.step - n)
             self.restore = restore(resumed, self.now + self.clock) if resumed else None
             self.step, self.starting = resumed + 1, False
+            return self.truth()
+        if kind not in MISLEADING or self.moved < 2:
+            # Steps. (A source misleads once its process has moved its step: a sidecar
+            # restarted mid-run, a file cut after train lines; right after a process's
+            # first report, a lower one is taken for the process starting over.)
+            self.step, self.starting = self.step + n, False
+            self.productive += n * 0.5
             return self.truth()
         # Misleading: a restarted sidecar (nothing read yet), or a line of a cut or
         # rotated file taken at face value (an evaluation's index as the step).
@@ -204,19 +219,21 @@ class Trainer:
                       last_restore=self.restore)
 
 
+MISLEADING = ("sidecar restarted", "file cut")
 MOVES = st.lists(st.tuples(st.sampled_from(
     ["steps", "steps", "steps", "restore", "new process", "resume", "sidecar restarted",
      "file cut"]), st.integers(1, 6)), min_size=1, max_size=25)
 
 
-def explained(previous: TrainingReport, raw: TrainingReport, sent: TrainingReport) -> bool:
+def explained(previous: TrainingReport, raw: TrainingReport, sent: TrainingReport,
+              shown_by: datetime | None) -> bool:
     """A step shown lower than before: the report names a restore not seen before (and
-    the step is not below it), or a new process that trains."""
+    the step is not below it), or it comes from a process that trains, other than the
+    one whose step was shown (`shown_by`)."""
     restore_ = raw.last_restore
     named = restore_ is not None and restore_ != previous.last_restore \
         and sent.step >= restore_.step
-    return named or (raw.process_started_at != previous.process_started_at
-                     and raw.state != "Initializing")
+    return named or (raw.process_started_at != shown_by and raw.state != "Initializing")
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -231,11 +248,14 @@ def test_restarting_sources_never_move_either_side_back(moves: list[tuple[str, i
     job, pods = article_job(), healthy_pods()
     status = ElasticTrainingJobStatus()
     previous: TrainingReport | None = None
+    seen: Seen | None = None
+    shown_by: datetime | None = None  # the process whose step is shown
     for kind, n in moves:
         raw = trainer.move(kind, n)
         where = f"after {trainer.log}"
         # The sidecar's side: what it sends.
-        sent = forward(Seen.of(previous) if previous is not None else None, raw).report
+        result = forward(seen, raw)
+        sent, seen = result.report, Seen.after(seen, result)
         # The operator's side: the same report, as if the trainer had written it.
         status, _ = compute_status(job, observe(pods), status.model_copy(
             update={"training": raw}), T0 + (trainer.now - START))
@@ -247,7 +267,7 @@ def test_restarting_sources_never_move_either_side_back(moves: list[tuple[str, i
             sent.goodput.productive_seconds if sent.goodput is not None else None), where
         if previous is not None:
             if sent.step < previous.step:
-                assert explained(previous, raw, sent), \
+                assert explained(previous, raw, sent, shown_by), \
                     f"the step went back {previous.step} -> {sent.step} {where}"
             if not trainer.honest or trainer.starting:
                 assert sent.step == previous.step, f"moved by a misleading report {where}"
@@ -261,13 +281,17 @@ def test_restarting_sources_never_move_either_side_back(moves: list[tuple[str, i
                     old.badput_seconds.recomputed_steps, where
         if trainer.honest and not trainer.starting:
             assert sent.step == trainer.step, f"shows {sent.step}, truly {trainer.step} {where}"
+        if sent.step == raw.step and raw.state != "Initializing":
+            shown_by = raw.process_started_at
         previous = sent
 
 
 def test_the_operator_names_a_step_it_holds_unless_an_elastic_event_explains_it() -> None:
     job, pods = article_job(), healthy_pods()
-    seen, _ = compute_status(job, observe(pods), ElasticTrainingJobStatus(
-        training=report(309)), T0)
+    first, _ = compute_status(job, observe(pods), ElasticTrainingJobStatus(
+        training=report(300)), T0)
+    seen, _ = compute_status(job, observe(pods), first.model_copy(
+        update={"training": report(309, at=START + timedelta(seconds=2))}), T0)
     misled, _ = compute_status(job, observe(pods), seen.model_copy(
         update={"training": report(0, at=START + timedelta(seconds=5))}), T0)
     valid = get_condition(misled, ConditionType.TRAINING_REPORT_VALID)

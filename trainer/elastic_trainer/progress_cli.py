@@ -151,7 +151,7 @@ class _Sidecar:
                      "file); held: %s", result.report.step, result.report.state,
                      ", ".join(result.held))
         self.held = result.held
-        self.seen = Seen.of(result.report)
+        self.seen = Seen.after(self.seen, result)
         return result.report
 
     def finish(self) -> None:

@@ -20,16 +20,17 @@ SAID = ("step", "elasticEventsTotal", "goodput")
 
 def seen_in(status: ElasticTrainingJobStatus) -> Seen | None:
     """What the status recorded of the trainer's figures: the step and process its
-    progress saw, the restore carried into status.checkpoint, the goodput account, the
-    elastic events counted. None before the operator has read any report (nothing to
-    hold)."""
+    progress saw (and whether that process moved its step), the restore carried into
+    status.checkpoint, the goodput account, the elastic events counted. None before the
+    operator has read any report (nothing to hold)."""
     progress = status.progress
     if progress is None:
         return None
     return Seen(step=progress.step, process_started_at=progress.process_started_at,
                 last_restore=status.checkpoint.last_restore if status.checkpoint else None,
                 goodput=_trainer_goodput(status),
-                elastic_events_total=status.counters.elastic_events)
+                elastic_events_total=status.counters.elastic_events,
+                stepped=progress.advanced)
 
 
 def _trainer_goodput(status: ElasticTrainingJobStatus) -> TrainerGoodput | None:
