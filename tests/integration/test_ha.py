@@ -149,7 +149,7 @@ POINTS = {"before-the-stop": 0, "released": 1, "acquired": 2}
 
 
 @dataclass
-class Handover:
+class FailedHandover:
     """One graceful handover with a slice failure at `point`, and what was timed."""
 
     api: client.ApiClient
@@ -218,7 +218,7 @@ def test_a_slice_failure_at_each_point_of_a_handover_counts_once_and_comes_back_
     wait_running(api, ns)
     wait_for(standby.ready, 60, "the standby Ready (its caches synced)")
     assert leader.ready()
-    handover = Handover(api, ns, leader, standby, point)
+    handover = FailedHandover(api, ns, leader, standby, point)
     failed_job = client.BatchV1Api(api).read_namespaced_job(
         worker_job_name(JOB, handover.index), ns).metadata.uid
     with LeaseWatch(api, lease) as leases, \

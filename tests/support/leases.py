@@ -88,11 +88,6 @@ class LeaseWatch(BackgroundLoop):
     def holders(self) -> list[str]:
         return [h.holder for h in self.holdings]
 
-    def acquired(self, who: str, since: float) -> Holding | None:
-        """The first holding of `who` that began at or after `since`."""
-        return next((h for h in list(self.holdings) if h.holder == who and h.at >= since),
-                    None)
-
     def handovers(self) -> list[Handover]:
         """Each change of leader seen, in order."""
         found: list[Handover] = []
