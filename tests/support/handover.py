@@ -46,10 +46,34 @@ class ReadyPods(BackgroundLoop):
     seen: dict[str, ReadyPod] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def start(self) -> None:
+        """Start watching; returns once the pods Ready now are recorded (as Ready before
+        anything a caller does next), so that a pod listed late never reads as one that
+        turned Ready after a failure injected meanwhile."""
+        self._listed = threading.Event()
+        super().start()
+        if not self._listed.wait(60):
+            raise TimeoutError(f"listing the pods {self.selector} for the watch")
+
+    def _list(self, core: client.CoreV1Api) -> str:
+        """The pods as they are, recorded; the list's resourceVersion to watch from."""
+        listed = core.list_namespaced_pod(self.namespace, label_selector=self.selector)
+        for pod in listed.items:
+            if _is_ready(pod):
+                self._see(pod)
+        self._listed.set()
+        return str(listed.metadata.resource_version)
+
     def _run(self) -> None:
         core = client.CoreV1Api(self.api)
         version: str | None = None
         while not self._stop.is_set():
+            if version is None:
+                try:
+                    version = self._list(core)
+                except Exception:  # the API server busy: list again
+                    self._stop.wait(0.1)
+                    continue
             stream = watch.Watch()
             try:
                 for event in stream.stream(core.list_namespaced_pod, self.namespace,
