@@ -214,6 +214,9 @@ class ObservedPod:
     # The JobSet attempt it belongs to (jobset.sigs.k8s.io/restart-attempt): one older
     # than the JobSet's restarts goes because the whole JobSet restarts.
     restart_attempt: int | None = None
+    # (container, imageID) of every container the kubelet reports an image ID for
+    # (containerStatuses and initContainerStatuses): the digest it runs.
+    images: tuple[tuple[str, str], ...] = ()
 
     @property
     def terminating(self) -> bool:
@@ -590,6 +593,12 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             terminated_exit = exit_code
     main = next((_container(_dict(cs)) for cs in _list(status.get("containerStatuses"))
                  if _dict(cs).get("name") == MAIN_CONTAINER), None)
+    images = tuple(
+        (str(cs["name"]), str(cs["imageID"]))
+        for cs in map(_dict, [*_list(status.get("initContainerStatuses")),
+                              *_list(status.get("containerStatuses"))])
+        if isinstance(cs.get("name"), str) and isinstance(cs.get("imageID"), str)
+        and cs["imageID"])
     uid = meta.get("uid")
     job_uid = labels.get(CONTROLLER_UID_LABEL)
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
@@ -618,6 +627,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         terminated_by_kueue=by_kueue,
         main=main,
         restart_attempt=_int(labels.get(RESTART_ATTEMPT_LABEL)),
+        images=images,
     )
 
 
