@@ -12,8 +12,9 @@ spec.nodeSelector keep them apart):
   baseline  what plain JobSet does: the worker Jobs' backoffLimit 0 and JobSet's
             failurePolicy (a high maxRestarts, Recreate), so any failure restarts the whole
             JobSet, and the new trainer resumes from the newest committed checkpoint; no
-            snapshots, no watchdog, maintenance notices ignored (replaceSlices false,
-            maxSliceRestarts 0: the operator only reports).
+            snapshots, no watchdog, no training on the slices left (minSlices all of
+            them), maintenance notices ignored (replaceSlices false, maxSliceRestarts 0:
+            the operator only reports).
 """
 from __future__ import annotations
 
@@ -90,7 +91,10 @@ def job_manifest(side: SideSpec) -> dict[str, Any]:
     }
     if not side.ours:  # plain JobSet: every failure restarts it, from the checkpoint
         spec["maxRestarts"] = PLAIN_JOBSET_RESTARTS
-        spec["elastic"] = {"maxSliceRestarts": 0, "onStall": "Report"}
+        # minSlices: all of them, as a program that cannot train on (the default would
+        # train on 3 in its process until the JobSet's restart ends it).
+        spec["elastic"] = {"maxSliceRestarts": 0, "onStall": "Report",
+                           "minSlices": side.slices}
         spec["recovery"] = {"replaceSlices": False}
         spec["maintenance"] = {"enabled": False}
         spec["snapshot"] = {"periodSteps": 0}
