@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-multicluster test-compat test-upgrade demo crd golden manifests bench soak soak-churn chaos-repeat e2e-kind e2e-maxtext clean
+.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-timings test-multicluster test-compat test-upgrade demo crd golden manifests bench soak soak-churn chaos-repeat e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -47,11 +47,23 @@ lint: venv
 	$(VENV)/bin/ruff check api operator trainer kubectl devtools tests bench hack
 	$(VENV)/bin/mypy
 
+# The tests run in TEST_WORKERS parallel processes (pytest-xdist), each with a control plane
+# of its own; a module goes whole to one worker, the longest first (tests/support/schedule.py,
+# from tests/module-seconds.json: `make test-timings` refreshes it from the last run). The
+# 20 slowest tests are listed at the end; .test-results.xml keeps every test's time.
+TEST_WORKERS ?= 4
+PARALLEL = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 \
+	--junitxml=.test-results.xml -o junit_duration_report=total
+
 test: venv cluster-binaries prometheus tmux lint
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra $(PARALLEL)
 
 test-unit: venv prometheus lint
-	$(PY) -m pytest -q -ra -m "not cluster"
+	$(PY) -m pytest -q -ra -m "not cluster" $(PARALLEL)
+
+# tests/module-seconds.json from the last `make test`'s .test-results.xml.
+test-timings: venv
+	$(PY) -m hack.module_seconds .test-results.xml
 
 # MultiKueue on three local control planes (tests/multicluster; a manager, two workers):
 # not in `make test`: three control planes and a 60 s worker loss (workerLostTimeout) take
