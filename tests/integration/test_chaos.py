@@ -21,9 +21,10 @@ default onSlowSlice Report), and the trainer frozen with SIGSTOP (Progressing Fa
 learned deadline, then with the default onStall Recover the head pod restarted: a new
 trainer process, Progressing True again). The trainer's silent faults are injected while
 it runs (`--fault-inbox`). The short run (`make test-long`) injects each kind once, in a
-seeded order on seeded slices; its guard in `make test`, three kinds (GUARD_KINDS). ETJ_SOAK_SECONDS=<n> turns it into the soak (`make soak`):
-each kind once, the HA kinds a second time, then random faults for about n seconds of a
-longer run. ETJ_CHAOS_SEED=<int> replays a sequence (the seed is printed either way).
+seeded order on seeded slices; its guard in `make test`, three kinds (GUARD_KINDS).
+ETJ_SOAK_SECONDS=<n> turns it into the soak (`make soak`): each kind once, the HA kinds a
+second time, then random faults for about n seconds of a longer run. ETJ_CHAOS_SEED=<int>
+replays a sequence (the seed is printed either way).
 
 Asserts: the trainer exits 0 with the parameters of an undisturbed run of the same steps;
 the JobSet never restarted; the job's counters never went backwards, across operator and
