@@ -191,7 +191,7 @@ class TpuSpec(ApiModel):
 
 
 # spec.elastic.progressDeadlineSeconds: its bounds, and the floor of the learned deadline
-# (elastic_api.progress has the rule).
+# (elastic_api.progress_rules has the rule).
 MIN_PROGRESS_DEADLINE_SECONDS = 5
 MAX_PROGRESS_DEADLINE_SECONDS = 86400
 PROGRESS_DEADLINE_FLOOR_SECONDS = 60.0

@@ -1,13 +1,13 @@
 """The operator's parts, built and wired once (by `etj operator`, and by tests).
 
-    Caches (one Informer each, elastic_api.kube):             Observations (what a
+    Caches (one Informer each, elastic_api.kube):             JobReader (what a
       jobs, pods, JobSets, nodes, Workloads ──▶ NodeIndex ──▶  reconcile reads)
       and SchemaWatch: our CRD (its verdict read by each pass; a change: resync)
         │ a change names a job (Wakes: not our own status write     ▲
         │ coming back, OwnWrites.wrote; a deleted job: forget)       │
         ▼                                                            │
     Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
-        ▲ ▲ ▲                                                        │  └──▶ Replacer
+        ▲ ▲ ▲                                                        │  └──▶ ReplacementWrites
         │ │ └─ its Result (when to look again) ◀──────────────────────┘  ──▶ Kube (writes)
         │ │        FollowUps (after the status write: replacement writes, Events) ──▶ Kube
         │ └─── resync thread (every job of the job cache)
@@ -42,12 +42,12 @@ from elastic_operator.core.eviction import PodsReadyTimeouts
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.followups import FollowUps
 from elastic_operator.job_memory import JobMemories
+from elastic_operator.job_reader import CacheReader
 from elastic_operator.job_stores import JobStores
 from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observations import ApiObservations
 from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
 from elastic_operator.pool_warden import PoolWarden
@@ -306,10 +306,10 @@ def build_operator(
     for informer in [*caches.informers, schema.informer]:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
     metrics.observe_quarantines(nodes.all_nodes)
-    observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
+    reader = CacheReader(kube, nodes, scanner, pods=caches.pods_of,
                                    jobsets=caches.jobset, jobs=caches.job,
                                    worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
-    reconciler = Reconciler(kube, observations, metrics, clock, memory=memory,
+    reconciler = Reconciler(kube, reader, metrics, clock, memory=memory,
                             own_writes=own_writes, pacer=pacer, wake=scheduler.add_after,
                             news=scheduler, marked=slice_index.mark,
                             limiter=NodeActionLimiter(settings.limits, clock),

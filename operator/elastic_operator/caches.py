@@ -33,7 +33,7 @@ from elastic_api.names import API_VERSION, JOB_NAME_LABEL, JOBSET_GROUP, JOBSET_
 from elastic_operator.core.wakes import job_may_wait, may_wait
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import JobKey, NodeIndex
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     ObservedJob,
     ObservedJobSet,
     ObservedNode,

@@ -11,7 +11,7 @@ that exist, never the jobs it has ever seen.
 
 Not per job, and bounded otherwise: the informers' stores (the objects that exist), the
 node-action limiter (per node), the sizes of committed checkpoint steps on gs://
-(checkpoints.py, 4,096 at most), the election (one Lease), and the namespace-labelled
+(checkpoint_listing.py, 4,096 at most), the election (one Lease), and the namespace-labelled
 histograms (per namespace).
 """
 from __future__ import annotations

@@ -15,9 +15,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus, TrainingReport
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.job_metrics import GoodputMetrics, JobCounters, JobGauges
-from elastic_operator.observed import ObservedNode
+from elastic_operator.objects import ObservedNode
 from elastic_operator.state_metrics import MemoryMetrics, SchemaMetrics
 
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -119,7 +119,7 @@ class OperatorMetrics:
             buckets=_RECONCILE_BUCKETS, registry=registry)
 
     def _declare_node_action_metrics(self, registry: CollectorRegistry) -> None:
-        """What the operator did to pods and node pools (replacer.py, pool_warden.py)."""
+        """What the operator did to pods and node pools (replacement_writes.py, pool_warden.py)."""
         self.pods_force_deleted = Counter(
             "etj_stuck_pods_force_deleted_total",
             "Pods Terminating on a node that is not Ready, deleted with grace period 0.",

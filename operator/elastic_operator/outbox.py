@@ -1,6 +1,6 @@
 """The Event outbox: a status change's Events go into the status write itself
 (status.pendingEvents), and are posted after it, under names that make a second copy a
-no-op (core/events.py).
+no-op (core/status_events.py).
 
 One reconcile that dies after the write leaves the Events to the next, its own or a new
 leader's, which posts what it has not posted itself (a second copy is refused: 409). Each
@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from elastic_api.models import ElasticTrainingJobStatus, PendingEvent
-from elastic_operator.core.events import StatusEvent, from_outbox, outbox
+from elastic_operator.core.status_events import StatusEvent, from_outbox, outbox
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
 from elastic_operator.kube import ApiError, Kube, NotLeading

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from elastic_operator.job_memory import JobKey, JobMemories
-from elastic_operator.observations import Observations
+from elastic_operator.job_reader import JobReader
 from elastic_operator.result import Wake
 
 
@@ -87,7 +87,7 @@ class OwnWrites:
                 if mine.written is not None:
                     mine.seen = mine.written
 
-    def read_job(self, observations: Observations, namespace: str, name: str,
+    def read_job(self, reader: JobReader, namespace: str, name: str,
                  fresh: bool) -> dict[str, Any] | None:
         """The job as the cache has it, unless our last status write has not come back
         through the cache yet (a write conditional on that older version would only be
@@ -97,7 +97,7 @@ class OwnWrites:
         server. A write of someone else's after ours is refused (409) like any other
         and read fresh."""
         if not fresh:
-            raw = observations.job(namespace, name)
+            raw = reader.job(namespace, name)
             mine = self.memory.peek((namespace, name))
             with self.memory.lock:
                 written = mine.written if mine is not None else None
@@ -110,4 +110,4 @@ class OwnWrites:
             if ours is not None and base == raw.get("metadata", {}).get("resourceVersion") \
                     and ours.get("metadata", {}).get("resourceVersion") == written:
                 return copy.deepcopy(ours)
-        return observations.job(namespace, name, fresh=True)
+        return reader.job(namespace, name, fresh=True)

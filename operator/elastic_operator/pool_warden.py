@@ -21,8 +21,8 @@ from elastic_api.names import (
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pools import Release, cited_jobs, pools_to_release
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex

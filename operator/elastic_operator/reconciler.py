@@ -2,7 +2,7 @@
 stop there while the served CRD is too old to store its status: schema_guard.py), its
 JobSet, its pods and a queued job's Workload; plan (core/plan.py) and execute the plan
 (executor.py); observe the rest; compute the status (core/status.py); write it once
-(status_writer.py); hand the follow-ups the replacements it records (replacements.py) and
+(status_writer.py); hand the follow-ups the replacements it records (replacement_followups.py) and
 its Events (outbox.py); return the verdict (result.py), with when to look again. A
 MultiKueue job's reconcile on the manager cluster is dispatched.py's.
 
@@ -22,7 +22,6 @@ from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, SliceStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.ownership import owned_by_another
 from elastic_operator.core.parsing import ParsedJob, parse_job
@@ -30,15 +29,16 @@ from elastic_operator.core.plan import plan_reconcile
 from elastic_operator.core.sliceview import worker_pods_by_slice
 from elastic_operator.core.startover import pass_change
 from elastic_operator.core.status import compute_status, name_conflict_status
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.dispatched import DispatchedReconciler
 from elastic_operator.executor import ActionExecutor, Refused
 from elastic_operator.followups import FollowUpRunner, Inline
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
+from elastic_operator.job_reader import JobReader
 from elastic_operator.kube import ApiError, Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics, PhaseTimer
 from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.observations import Observations
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     Observed,
     ObservedJobSet,
     ObservedPod,
@@ -50,8 +50,8 @@ from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
 from elastic_operator.reconcile_pass import News, Pass
 from elastic_operator.render import jobset_name, render
-from elastic_operator.replacements import Replacements
-from elastic_operator.replacer import Replacer
+from elastic_operator.replacement_followups import ReplacementFollowUps
+from elastic_operator.replacement_writes import ReplacementWrites
 from elastic_operator.result import FAILED, START_OVER, Result, Wake, due_in, soonest
 from elastic_operator.schema_guard import SchemaGuard, Verdict, always_current
 from elastic_operator.status_writer import StatusWriter
@@ -71,7 +71,7 @@ class Marked(Protocol):
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
+    def __init__(self, kube: Kube, reader: JobReader, metrics: OperatorMetrics,
                  clock: Clock = SYSTEM_CLOCK, *, memory: JobMemories, own_writes: OwnWrites,
                  pacer: ProgressPacer, wake: Wake, news: News | None = None,
                  marked: Marked | None = None, limiter: NodeActionLimiter | None = None,
@@ -83,7 +83,7 @@ class Reconciler:
         the slice index; `follow_ups`: what runs after the write (default: inline);
         `schema`: the verdict on the served CRD (schema_watch.py), read at each pass."""
         self.kube = kube  # the writes
-        self.observations = observations  # the reads
+        self.reader = reader  # the reads
         self.metrics = metrics
         self.clock = clock
         self.memory, self.own_writes, self.pacer = memory, own_writes, pacer
@@ -94,12 +94,12 @@ class Reconciler:
         self.schema = SchemaGuard(kube, clock, memory, own_writes, schema)
         self.writer = StatusWriter(kube, metrics, clock, outbox=self.outbox,
                                    own_writes=own_writes, pacer=pacer, schema=self.schema)
-        self.executor = ActionExecutor(kube, observations)
-        self.replacements = Replacements(
-            Replacer(kube, metrics, limiter or NodeActionLimiter(),
+        self.executor = ActionExecutor(kube, reader)
+        self.replacements = ReplacementFollowUps(
+            ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
                      quarantine_pools=quarantine_pools),
-            observations, metrics, memory, follow_ups, wake)
-        self.dispatched = DispatchedReconciler(observations, self.executor, self.writer,
+            reader, metrics, memory, follow_ups, wake)
+        self.dispatched = DispatchedReconciler(reader, self.executor, self.writer,
                                                self.outbox, clock)
 
     def reconcile(self, namespace: str, name: str) -> Result:
@@ -161,7 +161,7 @@ class Reconciler:
                    news: News | None = None) -> Result:
         key = (namespace, name)
         step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic), key, news)
-        raw = self.own_writes.read_job(self.observations, namespace, name, fresh)
+        raw = self.own_writes.read_job(self.reader, namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return Result()
         verdict = self.schema.verdict()
@@ -178,13 +178,13 @@ class Reconciler:
         job, mine = parsed.job, self.memory.of(key)
         if job.spec.multikueue:  # it runs in a worker cluster; here, only its Workload
             return self.dispatched.reconcile(raw, parsed, rendered)
-        jobset = self.observations.jobset(namespace, jobset_name(job))
+        jobset = self.reader.jobset(namespace, jobset_name(job))
         if jobset is not None and owned_by_another(job, jobset):
             return self._report_name_conflict(raw, parsed, jobset)
-        pods = self.observations.pods(namespace, name)
-        # After the pods (Observations.workload): pods going because Kueue took the job
+        pods = self.reader.pods(namespace, name)
+        # After the pods (JobReader.workload): pods going because Kueue took the job
         # back come with a Workload that says so.
-        workload = self.observations.workload(namespace, jobset.uid or "") \
+        workload = self.reader.workload(namespace, jobset.uid or "") \
             if jobset is not None and wants_workload(job, jobset, parsed.previous) else None
         plan = plan_reconcile(job, rendered, jobset, parsed.previous, workload=workload,
                               ensure_children=mine.children_ensured != (job.metadata.uid or ""))
@@ -206,7 +206,7 @@ class Reconciler:
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,
                                             pods_ready=self.pods_ready)
-        self.observations.note_failures(namespace, name, job.metadata.uid or "",
+        self.reader.note_failures(namespace, name, job.metadata.uid or "",
                                         new_status.pools)
         recheck = self._recheck(key, job, new_status.slices or [])
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
@@ -232,8 +232,8 @@ class Reconciler:
         """Everything the status is computed from, read after the plan's writes."""
         return Observed(
             jobset=jobset, pods=pods,
-            nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
-            checkpoint=self.observations.checkpoint(*key, job.spec.checkpoint.directory),
+            nodes=self.reader.nodes({p.node_name for p in pods if p.node_name}),
+            checkpoint=self.reader.checkpoint(*key, job.spec.checkpoint.directory),
             # After the pods: their Jobs' own counts of failed pods (core/counting.py),
             # and whether a Job under replacement is being deleted yet.
             jobs=self.replacements.worker_jobs(key, jobset.name, planned=False)
@@ -255,7 +255,7 @@ class Reconciler:
         if job.spec.placement != "TPU" and job.spec.backend != "pathways":
             return ()
         shape = slice_shape(job.spec.tpu.type, job.spec.tpu.topology)
-        return self.observations.pools(job.metadata.namespace or "", job.metadata.name,
+        return self.reader.pools(job.metadata.namespace or "", job.metadata.name,
                                        shape.family.accelerator_label, shape.topology)
 
     def _record_reaction(self, namespace: str, events: list[StatusEvent],
@@ -270,7 +270,7 @@ class Reconciler:
         written = self.clock.now().timestamp()
         by_slice = worker_pods_by_slice(observed)
         for index in down:
-            seen = [self.observations.pod_seen_at(namespace, p.name)
+            seen = [self.reader.pod_seen_at(namespace, p.name)
                     for p in by_slice.get(index, []) if p.failed or p.terminating]
             known = [t for t in seen if t is not None]
             if known:

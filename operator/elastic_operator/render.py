@@ -70,7 +70,7 @@ from elastic_api.names import (
 )
 from elastic_api.names import jobset_name as _jobset_name
 from elastic_api.restore_risk import DEFAULT_PROXY_MEMORY
-from elastic_operator.observed import ObservedPriorityClass, PriorityClassRef
+from elastic_operator.objects import ObservedPriorityClass, PriorityClassRef
 
 PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
 RM_PORT = 29001

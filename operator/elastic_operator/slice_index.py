@@ -25,7 +25,7 @@ from elastic_api.names import WORKER_REPLICATED_JOB
 from elastic_operator.core.sliceview import newest
 from elastic_operator.core.wakes import SliceMark, SliceTally, host_down, host_ready, may_move
 from elastic_operator.node_index import JobKey
-from elastic_operator.observed import ObservedPod
+from elastic_operator.objects import ObservedPod
 
 
 class NodePools(Protocol):

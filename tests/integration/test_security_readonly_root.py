@@ -237,7 +237,7 @@ class Sandbox:
 
 def etj(*args: str) -> list[str]:
     """`etj ...` with this venv's interpreter, as the image's entrypoint runs it."""
-    return [sys.executable, "-m", "elastic_api.cli", *args]
+    return [sys.executable, "-m", "elastic_api.etj_cli", *args]
 
 
 def run_sandboxed(box: Sandbox, command: list[str], env: dict[str, str],

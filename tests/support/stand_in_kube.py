@@ -13,14 +13,14 @@ from prometheus_client import CollectorRegistry
 
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobMemories
+from elastic_operator.job_reader import CacheReader
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observations import ApiObservations
-from elastic_operator.observed import ObservedJob, ObservedJobSet, ObservedPod
+from elastic_operator.objects import ObservedJob, ObservedJobSet, ObservedPod
 from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
 from elastic_operator.reconcile_pass import News
@@ -172,13 +172,13 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
             kube.calls.append(POD_CACHE_READ)
         return pods() if callable(pods) else pods
 
-    observations = ApiObservations(
+    reader = CacheReader(
         kube, nodes or NodeIndex(), scanner, pods=pod_cache, jobsets=jobsets, jobs=jobs,
         worker_jobs=kube.worker_jobs if isinstance(kube, StandInKube) else None)
     clock = clock or FakeClock(T0)
     memory = JobMemories()
     wake = wake or (lambda _namespace, _name, _delay: None)
-    rec = Reconciler(kube, observations, metrics, clock=clock, memory=memory,
+    rec = Reconciler(kube, reader, metrics, clock=clock, memory=memory,
                      own_writes=OwnWrites(memory, wake),
                      pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
                      wake=wake, news=news, follow_ups=follow_ups, schema=schema)

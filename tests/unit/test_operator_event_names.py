@@ -11,7 +11,7 @@ from elastic_api.models import (
     RecoveryRecord,
     SliceStatus,
 )
-from elastic_operator.core.events import StatusEvent, event_name
+from elastic_operator.core.status_events import StatusEvent, event_name
 from tests.builders import at
 
 

@@ -25,16 +25,16 @@ from elastic_api.names import JOB_NAME_LABEL, JOBSET_NAME_LABEL
 from elastic_operator.app import build_operator
 from elastic_operator.caches import EVERY_NAMESPACE, Caches
 from elastic_operator.job_memory import JobMemories
+from elastic_operator.job_reader import CacheReader
 from elastic_operator.job_stores import JobStores
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observations import ApiObservations
-from elastic_operator.observed import QuarantineCause
+from elastic_operator.objects import QuarantineCause
 from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.replacements import Replacements
-from elastic_operator.replacer import Replacer
+from elastic_operator.replacement_followups import ReplacementFollowUps
+from elastic_operator.replacement_writes import ReplacementWrites
 from elastic_operator.scanner import CheckpointScanner
 from elastic_operator.scheduler import HEAP_SLACK, Scheduler
 from tests.builders import HOSTS, T0, at, etj, head_pod, observe, tpu_node
@@ -176,10 +176,10 @@ def test_a_restarted_head_pod_is_remembered_only_while_the_cache_holds_it() -> N
         etj("a", "ns").uid("u").spec(recovery={"replaceSlices": False}).obj())
     memory, runner = JobMemories(), Deferred()
     metrics = OperatorMetrics(CollectorRegistry())
-    observations = ApiObservations(Kube(None), NodeIndex(), CheckpointScanner(),
+    reader = CacheReader(Kube(None), NodeIndex(), CheckpointScanner(),
                                    pods=lambda _namespace, _job: ())
-    replacements = Replacements(Replacer(Kube(None), metrics, NodeActionLimiter()),
-                                observations, metrics, memory, runner,
+    replacements = ReplacementFollowUps(ReplacementWrites(Kube(None), metrics, NodeActionLimiter()),
+                                reader, metrics, memory, runner,
                                 lambda _ns, _name, _delay: None)
     pod = replace(head_pod(), uid="head-1")
     restart = TrainerRestart(requested_at=T0, pod_name=pod.name, pod_uid="head-1",

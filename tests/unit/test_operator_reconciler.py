@@ -25,11 +25,11 @@ from elastic_api.names import (
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
 )
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import ApiError, NotLeading
 from elastic_operator.metrics import RECONCILE_PHASES
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     ObservedJob,
     ObservedPod,
     jobset_from_dict,
@@ -313,7 +313,7 @@ def test_until_our_write_comes_back_through_the_cache_the_job_is_read_as_it_left
     assert rec.reconcile("ml", "train").ok  # our status write; the cache has the old job
     kube.calls.clear()
     healthy = (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
-    rec.observations.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
+    rec.reader.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
     assert rec.reconcile("ml", "train").ok  # a change (Restarting) written on our own version
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     assert kube.job["status"]["slices"][0]["state"] == "Restarting"

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from elastic_api.conditions import ConditionType
 from elastic_api.models import ElasticTrainingJobStatus, SliceStatus
 from elastic_operator.core.startover import Change, pass_change, start_over
-from elastic_operator.observed import ObservedPod
+from elastic_operator.objects import ObservedPod
 from tests.builders import JobSetWrapper, WorkerPod, at
 from tests.support.stand_in_kube import (
     POD_CACHE_READ,

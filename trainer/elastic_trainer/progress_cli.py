@@ -89,7 +89,7 @@ class _Sidecar:
         from elastic_trainer.file_watch import FALLBACK_POLL_SECONDS
         from elastic_trainer.live_metrics import LiveMetrics
         from elastic_trainer.metrics_file import MetricsFollower
-        from elastic_trainer.progress import RestoreWatch, load_identity
+        from elastic_trainer.progress_sidecar import RestoreWatch, load_identity
         from elastic_trainer.report import StatusReporter
         from elastic_trainer.sampler import ProcessSampler
         from elastic_trainer.stacks import StackReader
@@ -134,7 +134,7 @@ class _Sidecar:
         self.reporter.update(self.report(now), urgent=urgent)
 
     def report(self, now: datetime) -> Any:
-        from elastic_trainer.progress import progress_report
+        from elastic_trainer.progress_sidecar import progress_report
 
         return progress_report(self.identity, self.newest, self.args.total_steps, now,
                                self.restore.report, self.tracker.activity(),

@@ -1,6 +1,6 @@
 """After the status write: act on the slice replacements it records (core/replacement.py)
-and on a trainer restart it calls for (core/progress.py), planned here and written by a
-follow-up (followups.py; replacer.py executes them), the status already recording the
+and on a trainer restart it calls for (core/progressing.py), planned here and written by a
+follow-up (followups.py; replacement_writes.py executes them), the status already recording the
 intent. A worker Job handed over for deletion counts as being deleted from then on (the
 next reconcile may plan before the DELETE returns: no second one); again not, should the
 DELETE not go through. A follow-up that fails, or one throttled by the node-action
@@ -18,15 +18,15 @@ from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
-from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
+from elastic_operator.core.progressing import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
+from elastic_operator.job_reader import JobReader
 from elastic_operator.kube import NotLeading
 from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.observations import Observations
-from elastic_operator.observed import Observed, ObservedJob
-from elastic_operator.replacer import Replacer
+from elastic_operator.objects import Observed, ObservedJob
+from elastic_operator.replacement_writes import ReplacementWrites
 from elastic_operator.result import Wake, due_in
 
 logger = logging.getLogger("elastic_operator")
@@ -35,11 +35,11 @@ logger = logging.getLogger("elastic_operator")
 FOLLOW_UP_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 
 
-class Replacements:
-    def __init__(self, replacer: Replacer, observations: Observations, metrics: OperatorMetrics,
+class ReplacementFollowUps:
+    def __init__(self, writes: ReplacementWrites, reader: JobReader, metrics: OperatorMetrics,
                  memory: JobMemories, follow_ups: FollowUpRunner, wake: Wake) -> None:
-        self.replacer = replacer
-        self.observations = observations
+        self.writes = writes
+        self.reader = reader
         self.metrics = metrics
         self.memory = memory
         self.follow_ups = follow_ups
@@ -53,7 +53,7 @@ class Replacements:
         jobset = observed.jobset
         namespace = job.metadata.namespace or ""
         key = (namespace, job.metadata.name)
-        # The progress deadline comes due (core/progress.py): woken then, whatever else.
+        # The progress deadline comes due (core/progressing.py): woken then, whatever else.
         waits = [next_progress_look_in(job.spec, status.progress, now)]
         if jobset is None or jobset.suspended or is_terminal(status):
             return waits
@@ -83,7 +83,7 @@ class Replacements:
     def worker_jobs(self, key: JobKey, jobset: str, *, planned: bool) -> dict[int, ObservedJob]:
         """The worker Jobs from the cache; one this process deleted is being deleted,
         whether or not the cache has seen it yet (`planned`: or is about to delete)."""
-        jobs = self.observations.worker_jobs(key[0], jobset)
+        jobs = self.reader.worker_jobs(key[0], jobset)
         mine = self.memory.of(key)
         with self.memory.lock:
             deleting: set[str] = set()
@@ -109,7 +109,7 @@ class Replacements:
 
         def write() -> None:
             try:
-                throttled = self.replacer.execute(raw, actions, now)
+                throttled = self.writes.execute(raw, actions, now)
             except Exception as e:
                 with self.memory.lock:
                     mine.deleted_jobs.difference_update(deleted)

@@ -1,8 +1,8 @@
 """What a reconcile reads about one job, behind one small interface.
 
-`Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
+`JobReader` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
 their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
-`ApiObservations` reads the job, the JobSet, the pods and the worker Jobs from the
+`CacheReader` reads the job, the JobSet, the pods and the worker Jobs from the
 watch-fed caches (caches.py; the job fresh from the API server when asked: the status
 write is conditional on the job's version, and a write refused for a newer one reads it
 again), nodes from the NodeIndex (fed by the node cache),
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from elastic_api.models import CheckpointStatus, PoolStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     ObservedJob,
     ObservedJobSet,
     ObservedNode,
@@ -47,7 +47,7 @@ WorkerJobSource = Callable[[str, str], tuple[ObservedJob, ...]]
 SeenAtSource = Callable[[str, str], float | None]
 
 
-class Observations(Protocol):
+class JobReader(Protocol):
     def job(self, namespace: str, name: str, *, fresh: bool = False
             ) -> dict[str, Any] | None:
         """The ElasticTrainingJob (raw: its status is parsed leniently later), as last
@@ -107,7 +107,7 @@ class Observations(Protocol):
         ...
 
 
-class ApiObservations:
+class CacheReader:
     def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
                  pods: PodSource, jobsets: JobSetSource | None = None,
                  jobs: JobSource | None = None, worker_jobs: WorkerJobSource | None = None,
