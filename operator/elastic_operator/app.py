@@ -32,30 +32,43 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.kube import Backoff, Informer, Key
 from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Caches, WatchScope
 from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.core.eviction import PodsReadyTimeouts
+from elastic_operator.dispatched import DispatchedReconciler
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
-from elastic_operator.followups import FollowUps
+from elastic_operator.executor import ActionExecutor
+from elastic_operator.followups import FollowUpRunner, FollowUps
 from elastic_operator.job_memory import JobMemories
-from elastic_operator.job_reader import CacheReader
+from elastic_operator.job_reader import CacheReader, JobReader
 from elastic_operator.job_stores import JobStores
 from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.node_index import NodeIndex
+from elastic_operator.outbox import EventOutbox
 from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
 from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.reconciler import Reconciler
+from elastic_operator.reconciler import Marked, Reconciler
+from elastic_operator.replacement_followups import ReplacementFollowUps
+from elastic_operator.replacement_writes import ReplacementWrites
+from elastic_operator.result import Result
 from elastic_operator.scanner import CheckpointScanner
-from elastic_operator.scheduler import DEFAULT_WORKERS, RECONCILE_BACKOFF, Scheduler
+from elastic_operator.scheduler import (
+    DEFAULT_WORKERS,
+    RECONCILE_BACKOFF,
+    ReconcileFunction,
+    Scheduler,
+)
+from elastic_operator.schema_guard import SchemaGuard, Verdict, always_current
 from elastic_operator.schema_watch import SchemaWatch
 from elastic_operator.slice_index import SliceIndex
+from elastic_operator.status_writer import StatusWriter
 
 logger = logging.getLogger("elastic_operator")
 POOL_SWEEP_INTERVAL_S = 5.0
@@ -157,7 +170,7 @@ class Operator:
         self.schema.start()
         if self.follow_ups is not None:
             self.follow_ups.start()
-        self.scheduler.start(self.gate.wrap(self.reconciler.reconcile))
+        self.scheduler.start(self.gate.wrap(queued_reconcile(self.reconciler, self.scheduler)))
         if self.elector is not None:
             self.elector.start()
         self._spawn("resync", self._resync_loop)
@@ -278,12 +291,13 @@ def build_operator(
     scheduler = Scheduler(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
     metrics.queue_depth.set_function(lambda: scheduler.depth)
     memory, slice_index = JobMemories(), SliceIndex(nodes)
-    own_writes = OwnWrites(memory, scheduler.add_after)
+    own_writes = OwnWrites(memory)
     pacer = ProgressPacer(memory, metrics, clock)
     # Open once the caches and the CRD (made below) have synced, and while this leads.
     gate = ReconcileGate(lambda: caches.synced and schema.settled
                          and (elector is None or elector.is_leader()))
-    stores, follow_ups = JobStores(), FollowUps()
+    # A follow-up's look again goes to the queue (they drain before the replica steps down).
+    stores, follow_ups = JobStores(), FollowUps(requeue=scheduler.add_after)
     wakes = Wakes(scheduler, gate, pacer, own_writes, metrics,
                   lambda namespace, name: stores.forget((namespace, name)))
 
@@ -306,16 +320,16 @@ def build_operator(
     for informer in [*caches.informers, schema.informer]:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
     metrics.observe_quarantines(nodes.all_nodes)
-    reader = CacheReader(kube, nodes, scanner, pods=caches.pods_of,
-                                   jobsets=caches.jobset, jobs=caches.job,
-                                   worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
-    reconciler = Reconciler(kube, reader, metrics, clock, memory=memory,
-                            own_writes=own_writes, pacer=pacer, wake=scheduler.add_after,
-                            news=scheduler, marked=slice_index.mark,
-                            limiter=NodeActionLimiter(settings.limits, clock),
-                            quarantine_pools=settings.quarantine_pools,
-                            pods_ready=settings.pods_ready, follow_ups=follow_ups,
-                            schema=lambda: schema.verdict)
+    reader = CacheReader(kube, nodes, scanner, pods=caches.pods_of, jobsets=caches.jobset,
+                         jobs=caches.job, worker_jobs=caches.worker_jobs,
+                         seen_at=caches.pod_seen_at)
+    reconciler = build_reconciler(kube, reader, metrics, clock, memory=memory,
+                                  own_writes=own_writes, pacer=pacer, follow_ups=follow_ups,
+                                  marked=slice_index.mark,
+                                  limiter=NodeActionLimiter(settings.limits, clock),
+                                  quarantine_pools=settings.quarantine_pools,
+                                  pods_ready=settings.pods_ready,
+                                  schema=lambda: schema.verdict)
     scanner.on_result(wakes.wake)  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
@@ -328,6 +342,57 @@ def build_operator(
                     gate=gate, elector=elector, warden=warden,
                     resync_interval_s=resync_interval_s, follow_ups=follow_ups,
                     resync_wanted=resync)
+
+
+class NewsQueue(Protocol):
+    """The work queue (scheduler.py) as the reconciles' caller: it tells a running
+    reconcile the job's news, and covers the news a pass that starts over will see."""
+
+    def running(self, namespace: str, name: str) -> tuple[bool, bool]: ...
+
+    def cover(self, namespace: str, name: str) -> None: ...
+
+
+def queued_reconcile(reconciler: Reconciler, queue: NewsQueue) -> ReconcileFunction:
+    """The reconcile the work queue runs: told the job's news by the queue; a pass cut
+    short for it (Result.again) has the queue cover every naming so far, then runs the
+    rest of the reconcile at once (core/startover.py)."""
+
+    def reconcile(namespace: str, name: str) -> Result:
+        result = reconciler.reconcile(namespace, name,
+                                      news=partial(queue.running, namespace, name))
+        if result.again is not None:
+            queue.cover(namespace, name)
+            result = result.again()
+        return result
+
+    return reconcile
+
+
+def build_reconciler(
+    kube: Kube, reader: JobReader, metrics: OperatorMetrics, clock: Clock = SYSTEM_CLOCK, *,
+    memory: JobMemories, own_writes: OwnWrites, pacer: ProgressPacer,
+    follow_ups: FollowUpRunner, marked: Marked | None = None,
+    limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
+    pods_ready: PodsReadyTimeouts | None = None, schema: Verdict = always_current,
+) -> Reconciler:
+    """The reconciler and every collaborator of its pass, built once: `reader`: what it
+    reads; `follow_ups`: what runs after its status write; `marked`: the slice index;
+    `schema`: the verdict on the served CRD (schema_watch.py), read at each pass."""
+    outbox = EventOutbox(kube, metrics, memory, follow_ups)
+    guard = SchemaGuard(kube, clock, memory, own_writes, schema)
+    writer = StatusWriter(kube, metrics, clock, outbox=outbox, own_writes=own_writes,
+                          pacer=pacer, schema=guard)
+    executor = ActionExecutor(kube, reader)
+    writes = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
+                               quarantine_pools=quarantine_pools)
+    return Reconciler(
+        reader=reader, metrics=metrics, clock=clock, memory=memory, own_writes=own_writes,
+        schema=guard, writer=writer, outbox=outbox, executor=executor,
+        replacements=ReplacementFollowUps(writes, reader, metrics, memory, follow_ups),
+        dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock),
+        pods_ready=pods_ready or PodsReadyTimeouts(), recheck_after_s=pacer.interval_s,
+        marked=marked)
 
 
 def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemories,

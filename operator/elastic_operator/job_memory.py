@@ -45,6 +45,8 @@ class JobMemory:
     # meanwhile (our write may come back before its response does).
     writing: bool = False
     arrived: str | None = None
+    # ... and whether that version was someone else's: the reconcile looks again at once.
+    overwritten: bool = False
     # --- the Event outbox (outbox.py) ---
     # Names of the Events in the stored outbox (status.pendingEvents) this process has
     # posted: not posted again; and those handed to the follow-ups, not posted yet.

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-from elastic_api.models import CheckpointStatus, PoolStatus
+from elastic_api.catalog import slice_shape
+from elastic_api.models import CheckpointStatus, ElasticTrainingJob, PoolStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
 from elastic_operator.objects import (
@@ -86,9 +87,9 @@ class JobReader(Protocol):
         """The newest checkpoint scan finished since the last call (None: none)."""
         ...
 
-    def pools(self, namespace: str, job: str, accelerator: str,
-              topology: str) -> tuple[ObservedPool, ...]:
-        """The node pools of this TPU shape (for hot spares and quarantine)."""
+    def pools_of(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
+        """The node pools of the job's TPU shape, for hot spares and quarantine (none when
+        it is not placed on TPUs)."""
         ...
 
     def worker_jobs(self, namespace: str, jobset: str) -> dict[int, ObservedJob]:
@@ -170,9 +171,12 @@ class CacheReader:
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)
 
-    def pools(self, namespace: str, job: str, accelerator: str,
-              topology: str) -> tuple[ObservedPool, ...]:
-        return self.node_index.pools(accelerator, topology, (namespace, job))
+    def pools_of(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
+        if job.spec.placement != "TPU" and job.spec.backend != "pathways":
+            return ()
+        shape = slice_shape(job.spec.tpu.type, job.spec.tpu.topology)
+        return self.node_index.pools(shape.family.accelerator_label, shape.topology,
+                                     (job.metadata.namespace or "", job.metadata.name))
 
     def worker_jobs(self, namespace: str, jobset: str) -> dict[int, ObservedJob]:
         # From the cache: a Job missing there was just created (the record's own Job is

@@ -14,10 +14,11 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus, TrainingReport
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.job_metrics import GoodputMetrics, JobCounters, JobGauges
-from elastic_operator.objects import ObservedNode
+from elastic_operator.objects import Observed, ObservedNode
 from elastic_operator.state_metrics import MemoryMetrics, SchemaMetrics
 
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -202,6 +203,24 @@ class OperatorMetrics:
     def record_decisions(self, namespace: str, job: str, events: list[StatusEvent]) -> None:
         """The replacement decisions (and the stalls) among a reconcile's Events."""
         self.job_counters.record_decisions(namespace, job, events)
+
+    def record_reaction(self, namespace: str, events: list[StatusEvent], observed: Observed,
+                        seen_at: Callable[[str, str], float | None], written_s: float) -> None:
+        """etj_slice_down_reaction_seconds: from the pod cache receiving a slice's first
+        failed (or deleted) pod (`seen_at`) to its SliceDown written (`written_s`), for
+        each slice that went down. (A pod changed again since then was received later:
+        it can only shorten it.)"""
+        down = [e.slice_index for e in events
+                if e.reason == Reason.SLICE_DOWN and e.slice_index is not None]
+        if not down:
+            return
+        by_slice = observed.worker_pods_by_slice
+        for index in down:
+            seen = [seen_at(namespace, p.name)
+                    for p in by_slice.get(index, []) if p.failed or p.terminating]
+            known = [t for t in seen if t is not None]
+            if known:
+                self.reaction.observe(max(0.0, written_s - min(known)))
 
     def record_relist(self, resource: str, reason: str, objects: int) -> None:
         self.cache_relists.labels(resource, reason).inc()

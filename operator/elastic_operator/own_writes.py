@@ -5,7 +5,9 @@ The job cache delivers each status write we make as a change of the job: at the 
 that write produced it is no news (`wrote`: no reconcile for it). Until it has come back,
 the cache holds the job as it was before the write, and a write conditional on that older
 version would only be refused: the job is read as the write's response left it instead
-(`read_job`, no GET), or fresh from the API server.
+(`read_job`, no GET), or fresh from the API server. A version someone else wrote while
+our write was on its way is news the reconcile returns (`overwritten`: look again at
+once), never a call to the work queue.
 """
 from __future__ import annotations
 
@@ -16,13 +18,11 @@ from typing import Any
 
 from elastic_operator.job_memory import JobKey, JobMemories
 from elastic_operator.job_reader import JobReader
-from elastic_operator.result import Wake
 
 
 class OwnWrites:
-    def __init__(self, memory: JobMemories, wake: Wake) -> None:
+    def __init__(self, memory: JobMemories) -> None:
         self.memory = memory
-        self.wake = wake  # news that came during a write: the job again at once
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
@@ -48,7 +48,7 @@ class OwnWrites:
     @contextmanager
     def writing(self, namespace: str, name: str) -> Iterator[None]:
         """Around a status write: a version the job cache delivers meanwhile is news
-        unless it is the one the write made (then the job is woken, once)."""
+        unless it is the one the write made (then `overwritten` says so, once)."""
         mine = self.memory.of((namespace, name))
         with self.memory.lock:
             mine.writing, mine.arrived = True, None
@@ -63,8 +63,17 @@ class OwnWrites:
                     mine.seen = arrived
                 if news:  # someone wrote after us: our write's response is old news
                     mine.written_job = None
-            if news:
-                self.wake(namespace, name, 0.0)
+                    mine.overwritten = True
+
+    def overwritten(self, key: JobKey) -> bool:
+        """Whether someone else wrote the job while our last status write was on its way
+        (asked once, by the reconcile that made it: it looks again at once)."""
+        mine = self.memory.peek(key)
+        if mine is None:
+            return False
+        with self.memory.lock:
+            news, mine.overwritten = mine.overwritten, False
+            return news
 
     def remember(self, key: JobKey, base: str | None, written: dict[str, Any] | None) -> None:
         """Our status write changed version `base` into `written`."""

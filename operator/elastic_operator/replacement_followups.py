@@ -4,7 +4,8 @@ follow-up (followups.py; replacement_writes.py executes them), the status alread
 intent. A worker Job handed over for deletion counts as being deleted from then on (the
 next reconcile may plan before the DELETE returns: no second one); again not, should the
 DELETE not go through. A follow-up that fails, or one throttled by the node-action
-limiter, wakes the job later (it plans the write again).
+limiter, returns when to look at the job again (it plans the write again): the follow-up
+runner passes that on to the work queue.
 """
 from __future__ import annotations
 
@@ -27,23 +28,22 @@ from elastic_operator.kube import NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.objects import Observed, ObservedJob
 from elastic_operator.replacement_writes import ReplacementWrites
-from elastic_operator.result import Wake, due_in
+from elastic_operator.result import due_in
 
 logger = logging.getLogger("elastic_operator")
 
-# A follow-up (replacement writes) that failed wakes the job after this backoff.
+# A follow-up (replacement writes) that failed looks at the job again after this backoff.
 FOLLOW_UP_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 
 
 class ReplacementFollowUps:
     def __init__(self, writes: ReplacementWrites, reader: JobReader, metrics: OperatorMetrics,
-                 memory: JobMemories, follow_ups: FollowUpRunner, wake: Wake) -> None:
+                 memory: JobMemories, follow_ups: FollowUpRunner) -> None:
         self.writes = writes
         self.reader = reader
         self.metrics = metrics
         self.memory = memory
         self.follow_ups = follow_ups
-        self.wake = wake  # for a follow-up that ends after its reconcile returned
 
     def act(self, raw: dict[str, Any], job: ElasticTrainingJob,
             status: ElasticTrainingJobStatus, observed: Observed,
@@ -107,34 +107,30 @@ class ReplacementFollowUps:
         with self.memory.lock:
             mine.deleted_jobs.update(deleted)
 
-        def write() -> None:
+        def write() -> float | None:
+            """The writes; when to look at the job again (None: no need)."""
             try:
                 throttled = self.writes.execute(raw, actions, now)
             except Exception as e:
                 with self.memory.lock:
                     mine.deleted_jobs.difference_update(deleted)
-                self._failed(key, mine, e)
-                return
+                return self._failed(key, mine, e)
             with self.memory.lock:  # answered: deleted, or found gone or replaced
                 mine.sent_deletes.update(deleted)
                 mine.follow_up_failures = 0
-            self._wake(key, due_in([throttled]))
+            return due_in([throttled])
 
         self.follow_ups.submit(key, write)
 
-    def _failed(self, key: JobKey, mine: JobMemory, error: Exception) -> None:
+    def _failed(self, key: JobKey, mine: JobMemory, error: Exception) -> float | None:
         """A follow-up's write failed: counted and logged as a failed reconcile would
-        be, and the job reconciled again after a backoff (it plans the write again)."""
+        be; the job is reconciled again after a backoff (it plans the write again)."""
         if isinstance(error, NotLeading):  # the new leader does what is left
             logger.warning("follow-up of %s/%s stopped: %s", *key, error)
-            return
+            return None
         self.metrics.reconcile_errors.inc()
         logger.error("follow-up of %s/%s failed", *key, exc_info=error)
         with self.memory.lock:
             mine.follow_up_failures += 1
             failures = mine.follow_up_failures
-        self._wake(key, due_in([FOLLOW_UP_BACKOFF.delay(failures)]))
-
-    def _wake(self, key: JobKey, after: float | None) -> None:
-        if after is not None:
-            self.wake(key[0], key[1], after)
+        return due_in([FOLLOW_UP_BACKOFF.delay(failures)])

@@ -178,9 +178,9 @@ def test_a_restarted_head_pod_is_remembered_only_while_the_cache_holds_it() -> N
     metrics = OperatorMetrics(CollectorRegistry())
     reader = CacheReader(Kube(None), NodeIndex(), CheckpointScanner(),
                                    pods=lambda _namespace, _job: ())
-    replacements = ReplacementFollowUps(ReplacementWrites(Kube(None), metrics, NodeActionLimiter()),
-                                reader, metrics, memory, runner,
-                                lambda _ns, _name, _delay: None)
+    replacements = ReplacementFollowUps(
+        ReplacementWrites(Kube(None), metrics, NodeActionLimiter()), reader, metrics, memory,
+        runner)
     pod = replace(head_pod(), uid="head-1")
     restart = TrainerRestart(requested_at=T0, pod_name=pod.name, pod_uid="head-1",
                              reason="ProgressDeadlineExceeded")
