@@ -127,7 +127,11 @@ class ApiModel(BaseModel):
 
 class StatusModel(ApiModel):
     # A newer trainer or operator may add fields; an older reader must not crash on them.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    # A status is read from its JSON (status_parsing.py): the parser caches the field names
+    # only, never the values (a job's names, uids, times), which would otherwise fill
+    # pydantic's process-wide string cache job after job.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore",
+                              cache_strings="keys")
 
 
 # --- spec -------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from elastic_operator.executor import ActionExecutor
 from elastic_operator.followups import FollowUpRunner, FollowUps
 from elastic_operator.job_memory import JobMemories
 from elastic_operator.job_reader import CacheReader, JobReader
-from elastic_operator.job_stores import JobStores
+from elastic_operator.job_stores import JobStore, JobStores
 from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
@@ -399,19 +399,16 @@ def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemor
                 scheduler: Scheduler, scanner: CheckpointScanner, nodes: NodeIndex,
                 slice_index: SliceIndex, caches: Caches, follow_ups: FollowUps,
                 warden: PoolWarden | None) -> None:
-    """Every per-job store, forgotten with its job and counted in the metrics."""
-    stores.add("job-memory", memory.job_keys, memory.forget)
-    stores.add("work-queue", scheduler.job_keys, lambda key: scheduler.forget(*key))
-    stores.add("checkpoint-scans", scanner.job_keys, scanner.forget)
-    stores.add("node-index", nodes.job_keys, nodes.forget_job)
-    stores.add("slice-index", slice_index.job_keys, slice_index.forget_job)
-    stores.add("torn-down-jobs", caches.torn_down_jobs, caches.forget_job)
-    stores.add("metrics", metrics.job_keys, lambda key: metrics.forget(*key))
-    stores.add("follow-ups", follow_ups.job_keys, lambda _key: None)  # drains by itself
-    if warden is not None:
-        stores.add("pool-warden", warden.job_keys, warden.forget)
-    for store in stores.stores:
-        metrics.job_memory.observe(store.name, partial(_count, store.jobs))
+    """Every per-job store (job_stores.py lists what each keeps), forgotten with its job
+    and counted in the metrics."""
+    named: dict[str, JobStore | None] = {
+        "job-memory": memory, "work-queue": scheduler, "checkpoint-scans": scanner,
+        "node-index": nodes, "slice-index": slice_index, "torn-down-jobs": caches.torn_down,
+        "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden}
+    for name, store in named.items():
+        if store is not None:
+            stores.register(name, store)
+            metrics.job_memory.observe(name, partial(_count, store.job_keys))
 
 
 def _count(jobs: Callable[[], Iterable[tuple[str, str]]]) -> int:

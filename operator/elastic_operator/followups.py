@@ -97,6 +97,9 @@ class FollowUps:
         with self._lock:
             return list(self._pending)
 
+    def forget_job(self, job: JobKey) -> None:
+        """Nothing: a deleted job's work runs out by itself (it finds the job gone)."""
+
     def drain(self, timeout: float) -> bool:
         """Wait until no work waits or runs; False if some still does."""
         with self._lock:

@@ -108,7 +108,7 @@ class JobMemories:
         with self.lock:
             return list(self._jobs.values())
 
-    def forget(self, key: JobKey) -> None:
+    def forget_job(self, key: JobKey) -> None:
         """The job was deleted: everything remembered of it goes."""
         with self.lock:
             self._jobs.pop(key, None)

@@ -234,8 +234,9 @@ class OperatorMetrics:
         under the GIL, whatever the reconciles add meanwhile)."""
         return self._jobs.copy() | self._specs.copy()
 
-    def forget(self, namespace: str, job: str) -> None:
+    def forget_job(self, key: tuple[str, str]) -> None:
         """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
+        namespace, job = key
         self._jobs.discard((namespace, job))
         self._specs.discard((namespace, job))
         self.job_counters.forget(namespace, job)

@@ -83,7 +83,7 @@ class PoolWarden:
             cited = [job for job, _uid in self._seen]
         return [(job.partition("/")[0], job.partition("/")[2]) for job in cited]
 
-    def forget(self, key: tuple[str, str]) -> None:
+    def forget_job(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._seen = {job: at for job, at in self._seen.items()
                           if job[0] != "/".join(key)}

@@ -131,7 +131,7 @@ class CheckpointScanner:
         with self._lock:
             return self._last_start.keys() | self._running.keys() | self._last_result.keys()
 
-    def forget(self, key: JobKey) -> None:
+    def forget_job(self, key: JobKey) -> None:
         with self._lock:
             self._last_start.pop(key, None)
             self._running.pop(key, None)

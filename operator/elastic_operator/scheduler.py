@@ -107,13 +107,17 @@ class Scheduler:
         if named_at is not None:
             self._on_wait(time.monotonic() - named_at)
 
-    def forget(self, namespace: str, name: str) -> None:
-        """The job was deleted: drop its pending retry, wake-up and failure count."""
-        key = (namespace, name)
+    def forget_job(self, key: JobKey) -> None:
+        """The job was deleted: drop its pending retry, wake-up and failure count, and
+        its superseded entries in the heap of delayed adds (nothing keeps its name)."""
         with self._lock:
             for pending in self._pending.values():
                 pending.pop(key, None)
             self._failures.pop(key, None)
+            if any(entry[2] == key for entry in self._due):
+                self._due = [entry for entry in self._due if entry[2] != key]
+                heapq.heapify(self._due)
+                self._timer.notify()
 
     def job_keys(self) -> set[JobKey]:
         """The jobs it holds anything for (job_stores.py)."""

@@ -391,7 +391,7 @@ def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
     assert not rec.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
     assert not rec.own_writes.wrote("ml", "other", ours)
     assert not rec.own_writes.wrote("ml", "train", None)
-    rec.memory.forget(("ml", "train"))
+    rec.memory.forget_job(("ml", "train"))
     assert not rec.own_writes.wrote("ml", "train", ours)
 
 
@@ -725,7 +725,7 @@ def test_forget_drops_everything_remembered_of_the_job() -> None:
     assert mine.deleted_jobs == {ReplacingKube.JOB_UID} and mine.posting
     assert mine.written == kube.job["metadata"]["resourceVersion"]
     assert mine.children_ensured == "u-1" and mine.last_write is not None
-    rec.memory.forget(("ml", "train"))
+    rec.memory.forget_job(("ml", "train"))
     assert rec.memory.peek(("ml", "train")) is None and len(rec.memory) == 0
     assert later.run() > 0  # the restart, the Job deletion and the Events, after it
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
