@@ -11,7 +11,7 @@
         │ │ └─ its Result (when to look again) ◀──────────────────────┘  ──▶ Kube (writes)
         │ │        FollowUps (after the status write: replacement writes, Events) ──▶ Kube
         │ └─── resync thread (every job of the job cache)
-        └───── CheckpointScanner (a scan with news)
+        └───── CheckpointScanner (a scan with a new result)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
     kopf (handlers.py): the process, login, /healthz probes, start and step_down
 
@@ -54,7 +54,7 @@ from elastic_operator.outbox import EventOutbox
 from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
 from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.reconciler import Marked, Reconciler
+from elastic_operator.reconciler import Reconciler, RecordComputed
 from elastic_operator.replacement_followups import ReplacementFollowUps
 from elastic_operator.replacement_writes import ReplacementWrites
 from elastic_operator.result import Result
@@ -88,7 +88,7 @@ class ReplacementSettings:
 @dataclass(frozen=True)
 class Wakes:
     """What names a job to the work queue from outside its reconciles (a change the
-    caches see, a checkpoint scan with news), only while the gate is open (a standby
+    caches see, a checkpoint scan with a new result), only while the gate is open (a standby
     reconciles nothing). Built before the caches, which call it from their threads."""
 
     scheduler: Scheduler
@@ -111,7 +111,7 @@ class Wakes:
     def wake_paced(self, namespace: str, name: str, soon: bool) -> None:
         """A paced pod or worker-Job change (caches.py): at the progress interval if it
         may move a slice's state (`soon`), else at the job's next progress write, as
-        progress only (a run it starts may start over for news: core/startover.py)."""
+        progress only (a run it starts may start over if the job is requeued: core/startover.py)."""
         if soon:
             self.wake(namespace, name, after_s=self.pacer.interval_s)
         elif self.gate.open:
@@ -124,7 +124,7 @@ class Wakes:
             self.forget(*key)
         elif not self.own_writes.wrote(*key, (new.get("metadata") or {}).get("resourceVersion")):
             self.metrics.count_wake("job")
-            self.wake(*key)  # not our own status write coming back: news
+            self.wake(*key)  # not our own status write coming back: a change
 
 
 @dataclass
@@ -325,7 +325,7 @@ def build_operator(
                          seen_at=caches.pod_seen_at)
     reconciler = build_reconciler(kube, reader, metrics, clock, memory=memory,
                                   own_writes=own_writes, pacer=pacer, follow_ups=follow_ups,
-                                  marked=slice_index.mark,
+                                  record_computed=slice_index.record_computed,
                                   limiter=NodeActionLimiter(settings.limits, clock),
                                   quarantine_pools=settings.quarantine_pools,
                                   pods_ready=settings.pods_ready,
@@ -344,23 +344,24 @@ def build_operator(
                     resync_wanted=resync)
 
 
-class NewsQueue(Protocol):
+class WorkQueue(Protocol):
     """The work queue (scheduler.py) as the reconciles' caller: it tells a running
-    reconcile the job's news, and covers the news a pass that starts over will see."""
+    reconcile whether its job was requeued, and covers every naming so far when the
+    pass starts over (it will see them)."""
 
     def running(self, namespace: str, name: str) -> tuple[bool, bool]: ...
 
     def cover(self, namespace: str, name: str) -> None: ...
 
 
-def queued_reconcile(reconciler: Reconciler, queue: NewsQueue) -> ReconcileFunction:
-    """The reconcile the work queue runs: told the job's news by the queue; a pass cut
-    short for it (Result.again) has the queue cover every naming so far, then runs the
-    rest of the reconcile at once (core/startover.py)."""
+def queued_reconcile(reconciler: Reconciler, queue: WorkQueue) -> ReconcileFunction:
+    """The reconcile the work queue runs: told by the queue whether the job was requeued
+    since it started; a pass cut short for it (Result.again) has the queue cover every
+    naming so far, then runs the rest of the reconcile at once (core/startover.py)."""
 
     def reconcile(namespace: str, name: str) -> Result:
         result = reconciler.reconcile(namespace, name,
-                                      news=partial(queue.running, namespace, name))
+                                      requeued=partial(queue.running, namespace, name))
         if result.again is not None:
             queue.cover(namespace, name)
             result = result.again()
@@ -372,12 +373,12 @@ def queued_reconcile(reconciler: Reconciler, queue: NewsQueue) -> ReconcileFunct
 def build_reconciler(
     kube: Kube, reader: JobReader, metrics: OperatorMetrics, clock: Clock = SYSTEM_CLOCK, *,
     memory: JobMemories, own_writes: OwnWrites, pacer: ProgressPacer,
-    follow_ups: FollowUpRunner, marked: Marked | None = None,
+    follow_ups: FollowUpRunner, record_computed: RecordComputed | None = None,
     limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
     pods_ready: PodsReadyTimeouts | None = None, schema: Verdict = always_current,
 ) -> Reconciler:
     """The reconciler and every collaborator of its pass, built once: `reader`: what it
-    reads; `follow_ups`: what runs after its status write; `marked`: the slice index;
+    reads; `follow_ups`: what runs after its status write; `record_computed`: the slice index's;
     `schema`: the verdict on the served CRD (schema_watch.py), read at each pass."""
     outbox = EventOutbox(kube, metrics, memory, follow_ups)
     guard = SchemaGuard(kube, clock, memory, own_writes, schema)
@@ -392,7 +393,7 @@ def build_reconciler(
         replacements=ReplacementFollowUps(writes, reader, metrics, memory, follow_ups),
         dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock),
         pods_ready=pods_ready or PodsReadyTimeouts(), recheck_after_s=pacer.interval_s,
-        marked=marked)
+        record_computed=record_computed)
 
 
 def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemories,

@@ -212,7 +212,7 @@ class Caches:
     of a job itself; `count(cause)` for each wake, by what caused it (pod, pod-paced,
     pod-progress, jobset, worker-job, worker-job-progress, node, workload);
     `on_relist(resource, reason, objects)` after every list; `slice_index`: the one
-    the reconciler marks (default: a new one).
+    the reconciler tells each slice as computed (default: a new one).
     """
 
     def __init__(
@@ -226,7 +226,7 @@ class Caches:
         slice_index: SliceIndex | None = None,
     ) -> None:
         self.node_index = nodes
-        # Kept from every pod change; the reconciler marks it (app.py).
+        # Kept from every pod change; the reconciler tells it each slice as computed.
         self.slice_index = slice_index or SliceIndex(nodes)
         self._wake = wake
         self._wake_paced = wake_paced or (lambda job, _soon: wake(job))

@@ -8,7 +8,7 @@ test_soak_churn.py). app.py registers each one:
                       (our writes, the outbox, the pacing, the replacement follow-ups, the
                       slice memo)
     work-queue        scheduler.py: a job queued or running, its failures, its pending
-                      retry, wake or paced look, and whether its run is news or progress
+                      retry, wake or paced look, and whether its run was requeued or is for progress
     checkpoint-scans  scanner.py: the last scan started, the one running, its last result
     node-index        node_index.py: the job's pods on each node, its failures on pools
     slice-index       slice_index.py: its worker pods by slice and host, each slice as last

@@ -97,8 +97,8 @@ class OperatorMetrics:
             "because the job's last write was less than an interval ago (a later reconcile "
             "writes the latest).", registry=registry)
         self.reconciles_started_over = Counter(
-            "etj_reconcile_started_over_total", "Reconciles whose pass was cut short for "
-            "news of the job and started over from its reads (core/startover.py).",
+            "etj_reconcile_started_over_total", "Reconciles whose pass was cut short, the "
+            "job requeued at once, and started over from its reads (core/startover.py).",
             registry=registry)
         self.wakes = Counter(
             "etj_wakes_total", "Jobs named in the work queue by a watched change, by cause: "

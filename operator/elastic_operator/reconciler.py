@@ -14,11 +14,12 @@ pass in the order they run:
    Events (outbox.py);
 7. return the verdict (result.py): when to look again.
 
-It asks the work queue nothing and changes nothing in it: its caller tells it the job's
-news (`news`, for a pass that may start over: reconcile_pass.py), and everything it wants
-of the queue is in its Result: a look again (a grace period, a deadline, a paced write,
-news that came during its write: `OwnWrites.overwritten`), or, for a pass cut short for
-news, the rest of the reconcile (`Result.again`). app.py builds it, with every
+It asks the work queue nothing and changes nothing in it: its caller tells it whether the
+job was requeued while it runs (`requeued`, for a pass that may start over:
+reconcile_pass.py), and everything it wants of the queue is in its Result: a look again
+(a grace period, a deadline, a paced write, someone else's write during its own:
+`OwnWrites.overwritten`), or, for a pass cut short, the rest of the reconcile
+(`Result.again`). app.py builds it, with every
 collaborator, and wires it to the queue (`queued_reconcile`). What this process remembers
 of each job is one JobMemory (job_memory.py).
 """
@@ -49,7 +50,7 @@ from elastic_operator.metrics import OperatorMetrics, PhaseTimer
 from elastic_operator.objects import Observed, ObservedJobSet, ObservedPod, ObservedWorkload
 from elastic_operator.outbox import EventOutbox
 from elastic_operator.own_writes import OwnWrites
-from elastic_operator.reconcile_pass import START_OVER, News, Pass, StartOver
+from elastic_operator.reconcile_pass import START_OVER, Pass, Requeued, StartOver
 from elastic_operator.render import jobset_name, render
 from elastic_operator.replacement_followups import ReplacementFollowUps
 from elastic_operator.result import AT_ONCE, FAILED, Result, due_in, soonest
@@ -62,8 +63,8 @@ logger = logging.getLogger("elastic_operator")
 CONFLICT_ATTEMPTS = 3
 
 
-class Marked(Protocol):
-    """SliceIndex.mark: told a job's slices as computed; True when a pod change that
+class RecordComputed(Protocol):
+    """SliceIndex.record_computed: told a job's slices as computed; True when a pod change that
     came meanwhile may already have moved one."""
 
     def __call__(self, job: tuple[str, str], slices: list[SliceStatus], *,
@@ -96,27 +97,28 @@ class Reconciler:
     dispatched: DispatchedReconciler
     pods_ready: PodsReadyTimeouts  # Kueue's, as we are told
     recheck_after_s: float  # a slice a pod change may have moved: looked at again then
-    marked: Marked | None = None  # the slice index (None: nothing to tell)
+    record_computed: RecordComputed | None = None  # the slice index (None: nothing to tell)
 
-    def reconcile(self, namespace: str, name: str, news: News | None = None) -> Result:
-        """One reconcile: its verdict (failed ones are logged and counted). `news`: the
-        job's news as the caller tells it (None: the pass never starts over)."""
-        return self._timed(namespace, name, news,
+    def reconcile(self, namespace: str, name: str, requeued: Requeued | None = None) -> Result:
+        """One reconcile: its verdict (failed ones are logged and counted). `requeued`:
+        whether the job was requeued since, as the caller tells it (None: never starts
+        over)."""
+        return self._timed(namespace, name, requeued,
                            _Run(self.clock.monotonic(), time.thread_time()))
 
-    def _timed(self, namespace: str, name: str, news: News | None, run: _Run) -> Result:
+    def _timed(self, namespace: str, name: str, requeued: Requeued | None, run: _Run) -> Result:
         result = FAILED
         try:
-            result = self._verdict(namespace, name, news, run)
+            result = self._verdict(namespace, name, requeued, run)
         finally:
             if result.again is None:  # ended (else when `again` ends)
                 self.metrics.reconcile_duration.observe(self.clock.monotonic() - run.started)
                 self.metrics.reconcile_cpu.observe(time.thread_time() - run.cpu)
         return result
 
-    def _verdict(self, namespace: str, name: str, news: News | None, run: _Run) -> Result:
+    def _verdict(self, namespace: str, name: str, requeued: Requeued | None, run: _Run) -> Result:
         try:
-            result = self._reconcile_fresh(namespace, name, news, run)
+            result = self._reconcile_fresh(namespace, name, requeued, run)
         except NotLeading as e:  # the new leader does what is left
             logger.warning("reconcile of %s/%s stopped: %s", namespace, name, e)
             result = Result()
@@ -135,10 +137,10 @@ class Reconciler:
                 result = self._failed(namespace, name)
         except Exception:
             result = self._failed(namespace, name)
-        if isinstance(result, StartOver):  # cut short for news: the rest for the caller
+        if isinstance(result, StartOver):  # cut short: the rest of it for the caller
             self.metrics.reconciles_started_over.inc()
             return Result(again=partial(self._timed, namespace, name, None, run))
-        if self.own_writes.overwritten((namespace, name)):  # news during our write
+        if self.own_writes.overwritten((namespace, name)):  # someone else wrote during our write
             result = replace(result, requeue_after=soonest(result.requeue_after, AT_ONCE))
         return result
 
@@ -147,14 +149,14 @@ class Reconciler:
         logger.exception("reconcile of %s/%s failed", namespace, name)
         return FAILED
 
-    def _reconcile_fresh(self, namespace: str, name: str, news: News | None,
+    def _reconcile_fresh(self, namespace: str, name: str, requeued: Requeued | None,
                          run: _Run) -> Result | StartOver:
         """_pass, again from a fresh read when the job changed between our read and our
         status write (the trainer reported, or another replica wrote): the write is
         conditional on the version read, so a change is never applied twice."""
         while True:
             try:
-                return self._pass(namespace, name, fresh=run.attempt > 1, news=news)
+                return self._pass(namespace, name, fresh=run.attempt > 1, requeued=requeued)
             except ApiError as e:
                 if not e.is_conflict or run.attempt == CONFLICT_ATTEMPTS:
                     raise
@@ -162,9 +164,9 @@ class Reconciler:
                 logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
 
     def _pass(self, namespace: str, name: str, fresh: bool,
-              news: News | None) -> Result | StartOver:
+              requeued: Requeued | None) -> Result | StartOver:
         key = (namespace, name)
-        step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic), news)
+        step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic), requeued)
         # 1. The job.
         raw = self.own_writes.read_job(self.reader, namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
@@ -254,7 +256,7 @@ class Reconciler:
                  slices: list[SliceStatus]) -> float | None:
         """Tell the slice index the slices as computed; a pod change judged meanwhile
         against the slices before may have moved one: the job again at the interval."""
-        if self.marked is None or not self.marked(
+        if self.record_computed is None or not self.record_computed(
                 key, slices, exact=job.spec.tpu.topology_aware is None):
             return None
         self.metrics.count_wake("recheck")

@@ -57,14 +57,14 @@ class ReplacementFollowUps:
         waits = [next_progress_look_in(job.spec, status.progress, now)]
         if jobset is None or jobset.suspended or is_terminal(status):
             return waits
-        mine = self.memory.of(key)
+        remembered = self.memory.of(key)
         restart = plan_trainer_restart(namespace, jobset.name, status.progress,
                                        observed.head_pods)
         with self.memory.lock:  # the pods gone from the cache need no memory of ours
-            mine.restarted_pods &= {p.uid for p in observed.head_pods if p.uid}
-            handed = restart is not None and restart.pod_uid in mine.restarted_pods
+            remembered.restarted_pods &= {p.uid for p in observed.head_pods if p.uid}
+            handed = restart is not None and restart.pod_uid in remembered.restarted_pods
             if restart is not None and not handed:
-                mine.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
+                remembered.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
         if restart is not None and not handed:
             self._hand_over(raw, key, (restart,), now)
         if not job.spec.recovery.replace_slices:
@@ -84,11 +84,11 @@ class ReplacementFollowUps:
         """The worker Jobs from the cache; one this process deleted is being deleted,
         whether or not the cache has seen it yet (`planned`: or is about to delete)."""
         jobs = self.reader.worker_jobs(key[0], jobset)
-        mine = self.memory.of(key)
+        remembered = self.memory.of(key)
         with self.memory.lock:
             deleting: set[str] = set()
-            for marked in (mine.deleted_jobs, mine.sent_deletes) if planned \
-                    else (mine.sent_deletes,):
+            for marked in (remembered.deleted_jobs, remembered.sent_deletes) if planned \
+                    else (remembered.sent_deletes,):
                 if marked:
                     marked &= {j.uid for j in jobs.values()}  # the others left the cache
                     deleting |= marked
@@ -103,9 +103,9 @@ class ReplacementFollowUps:
         deleted from now on; again not, should the DELETE not go through."""
         # Deleted (or found gone or replaced, which plans the same): never again.
         deleted = {a.uid for a in actions if isinstance(a, DeleteWorkerJob)}
-        mine = self.memory.of(key)
+        remembered = self.memory.of(key)
         with self.memory.lock:
-            mine.deleted_jobs.update(deleted)
+            remembered.deleted_jobs.update(deleted)
 
         def write() -> float | None:
             """The writes; when to look at the job again (None: no need)."""
@@ -113,16 +113,16 @@ class ReplacementFollowUps:
                 throttled = self.writes.execute(raw, actions, now)
             except Exception as e:
                 with self.memory.lock:
-                    mine.deleted_jobs.difference_update(deleted)
-                return self._failed(key, mine, e)
+                    remembered.deleted_jobs.difference_update(deleted)
+                return self._failed(key, remembered, e)
             with self.memory.lock:  # answered: deleted, or found gone or replaced
-                mine.sent_deletes.update(deleted)
-                mine.follow_up_failures = 0
+                remembered.sent_deletes.update(deleted)
+                remembered.follow_up_failures = 0
             return due_in([throttled])
 
         self.follow_ups.submit(key, write)
 
-    def _failed(self, key: JobKey, mine: JobMemory, error: Exception) -> float | None:
+    def _failed(self, key: JobKey, remembered: JobMemory, error: Exception) -> float | None:
         """A follow-up's write failed: counted and logged as a failed reconcile would
         be; the job is reconciled again after a backoff (it plans the write again)."""
         if isinstance(error, NotLeading):  # the new leader does what is left
@@ -131,6 +131,6 @@ class ReplacementFollowUps:
         self.metrics.reconcile_errors.inc()
         logger.error("follow-up of %s/%s failed", *key, exc_info=error)
         with self.memory.lock:
-            mine.follow_up_failures += 1
-            failures = mine.follow_up_failures
+            remembered.follow_up_failures += 1
+            failures = remembered.follow_up_failures
         return due_in([FOLLOW_UP_BACKOFF.delay(failures)])

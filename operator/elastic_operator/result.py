@@ -25,11 +25,12 @@ class Result:
     # Look again in this many seconds (a grace period or deadline that ends); None: no need.
     requeue_after: float | None = None
     # A progress-only status write waits this long (core/pacing.py): look again then, for
-    # progress only (a run it starts may start over for news: core/startover.py).
+    # progress only (a run it starts may start over if the job is requeued meanwhile:
+    # core/startover.py).
     paced_after: float | None = None
-    # The pass was cut short for news of the job (core/startover.py): the rest of the
-    # reconcile, for its caller to run at once, once it has covered the news it told
-    # (app.py `queued_reconcile`). None: the reconcile ended.
+    # The pass was cut short, the job requeued meanwhile (core/startover.py): the rest of
+    # the reconcile, for its caller to run at once, once it has covered every naming of
+    # the job so far (app.py `queued_reconcile`). None: the reconcile ended.
     again: Callable[[], Result] | None = field(default=None, compare=False, repr=False)
 
 

@@ -720,11 +720,11 @@ def test_forget_drops_everything_remembered_of_the_job() -> None:
     later = Deferred()
     rec, _ = reconciler(kube, pods=(*kube.pods(), head), nodes=kube.nodes(), follow_ups=later)
     assert rec.reconcile("ml", "train").ok
-    mine = rec.memory.peek(("ml", "train"))
-    assert mine is not None and mine.restarted_pods == {"head-uid"}
-    assert mine.deleted_jobs == {ReplacingKube.JOB_UID} and mine.posting
-    assert mine.written == kube.job["metadata"]["resourceVersion"]
-    assert mine.children_ensured == "u-1" and mine.last_write is not None
+    remembered = rec.memory.peek(("ml", "train"))
+    assert remembered is not None and remembered.restarted_pods == {"head-uid"}
+    assert remembered.deleted_jobs == {ReplacingKube.JOB_UID} and remembered.posting
+    assert remembered.written == kube.job["metadata"]["resourceVersion"]
+    assert remembered.children_ensured == "u-1" and remembered.last_write is not None
     rec.memory.forget_job(("ml", "train"))
     assert rec.memory.peek(("ml", "train")) is None and len(rec.memory) == 0
     assert later.run() > 0  # the restart, the Job deletion and the Events, after it
@@ -823,7 +823,7 @@ def test_a_whole_reconcile_runs_with_no_work_queue_at_all() -> None:
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     reads = kube.calls.count(POD_CACHE_READ)
-    started = rec.reconcile("ml", "train", news=lambda: (True, True))  # paced, then news
+    started = rec.reconcile("ml", "train", requeued=lambda: (True, True))  # paced, requeued
     assert started.ok and started.again is not None
     assert kube.calls.count(POD_CACHE_READ) == reads  # stopped at the end of its read
     finished = started.again()

@@ -39,7 +39,7 @@ HOSTS_2X4 = 2  # v5e 2x4: 2 hosts per slice
 ])
 def test_the_rule(news: bool, run_paced: bool, change: Change | None,
                   expected: bool) -> None:
-    assert start_over(news=news, run_paced=run_paced, change=change) is expected
+    assert start_over(requeued=news, run_paced=run_paced, change=change) is expected
 
 
 def status(*slices: tuple[str, int]) -> ElasticTrainingJobStatus:
