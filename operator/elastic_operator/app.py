@@ -1,22 +1,25 @@
-"""The operator's parts, built and wired once (by `etj operator`, and by tests).
+"""The operator's composition root: every part built and wired here, once (by `etj
+operator`, and by tests); the rest of the package only uses what it is handed.
 
     Caches (one Informer each, elastic_api.kube):             JobReader (what a
       jobs, pods, JobSets, nodes, Workloads ──▶ NodeIndex ──▶  reconcile reads)
       and SchemaWatch: our CRD (its verdict read by each pass; a change: resync)
         │ a change names a job (Wakes: not our own status write     ▲
-        │ coming back, OwnWrites.wrote; a deleted job: forget)       │
+        │ coming back, OwnWrites.wrote; a deleted job: JobStores)    │
         ▼                                                            │
     Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
-        ▲ ▲ ▲                                                        │  └──▶ ReplacementWrites
-        │ │ └─ its Result (when to look again) ◀──────────────────────┘  ──▶ Kube (writes)
-        │ │        FollowUps (after the status write: replacement writes, Events) ──▶ Kube
+        ▲ ▲ ▲ ▲        (queued_reconcile: requeued? start over)      │  ──▶ Kube (writes)
+        │ │ │ └─ its Result (when to look again) ◀────────────────────┘
+        │ │ └─ FollowUps (after the status write: replacement writes, Events) ──▶ Kube;
+        │ │    their "look again" (build_reconciler wires every collaborator of a pass)
         │ └─── resync thread (every job of the job cache)
         └───── CheckpointScanner (a scan with a new result)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
     kopf (handlers.py): the process, login, /healthz probes, start and step_down
 
 Everything the operator reacts to goes through the one work queue, as a job's name:
-nothing else starts a reconcile. What it keeps per job (JobStores) goes with the job's
+nothing else starts a reconcile, and a reconcile never calls the queue (it returns what it
+wants of it). What it keeps per job (JobStores) goes with the job's
 deletion, and the resync thread sweeps what a late write left of a deleted job. Every
 replica keeps its caches warm; only the one holding the Lease (and whose caches are
 synced) gets past the gate, and every write to the cluster goes through it: the
