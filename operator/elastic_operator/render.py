@@ -95,11 +95,6 @@ def pod_service_account(job: ElasticTrainingJob) -> str:
     return job.spec.service_account_name or DEFAULT_SERVICE_ACCOUNT
 
 
-def trainer_service_account_name(job: ElasticTrainingJob) -> str:
-    """The ServiceAccount the trainer runs as (and its Role is bound to)."""
-    return pod_service_account(job)
-
-
 def trainer_role_name(job: ElasticTrainingJob) -> str:
     """The trainer's Role and RoleBinding."""
     return f"{job.metadata.name}-trainer"

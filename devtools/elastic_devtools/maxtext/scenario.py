@@ -583,10 +583,22 @@ def stop(run: Run) -> None:
             proc.wait(timeout=30)
 
 
+def tear_down(cluster: Cluster, run: Run, job_name: str) -> None:
+    """A scenario's end, whatever happened: the pod's processes stopped, the timeline
+    closed, the job deleted and its pods gone."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    stop(run)
+    if run.timeline is not None:
+        run.timeline.stop()
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, job_name)
+    wait_for(lambda: not cluster.core.list_namespaced_pod(NAMESPACE).items, JOB_TIMEOUT,
+             f"the pods of {job_name} gone")
+
+
 def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path,
             sidecar_only: bool = False) -> Run:
     """One scenario, from the job's creation to its deletion."""
-    from elastic_devtools.localcluster.faults import wait_for
 
     obj, job = load(fixtures / SCENARIOS[name])
     run = Run(name, cluster, env, obj, job, work / f"scenario-{name}", sidecar_only=sidecar_only)
@@ -606,11 +618,5 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
         check_resumed(run, killed_at, newest, newest_bytes)
         finish(run, killed)
     finally:
-        stop(run)
-        if run.timeline is not None:
-            run.timeline.stop()
-        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
-                                                       job.metadata.name)
-        wait_for(lambda: not cluster.core.list_namespaced_pod(NAMESPACE).items, JOB_TIMEOUT,
-                 f"the pods of {job.metadata.name} gone")
+        tear_down(cluster, run, job.metadata.name)
     return run

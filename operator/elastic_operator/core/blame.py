@@ -60,10 +60,6 @@ class Evidence:
     detail: str  # in words, for the status, the Events and the node's annotation
     node: str | None = None  # the node the evidence is about
 
-    @property
-    def against_pool(self) -> bool:
-        return self.blame in POOL_BLAMES
-
 
 def node_evidence(name: str, node: ObservedNode | None) -> Evidence | None:
     """What a node itself shows against it, if anything."""
