@@ -108,6 +108,8 @@ PROXY_CONTAINER = "pathways-proxy"
 WORKER_CONTAINER = "pathways-worker"
 SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
 PROGRESS_CONTAINER = "progress"  # the head's sidecar that reports a foreign trainer's progress
+# Beside each Pathways worker with spec.pathways.colocatedPython (xpk's name).
+COLOCATED_PYTHON_CONTAINER = "colocated-python-sidecar"
 
 # --- GKE nodes ----------------------------------------------------------------------------------
 

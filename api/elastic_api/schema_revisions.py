@@ -22,6 +22,9 @@ from typing import Any
 REVISIONS: tuple[str, ...] = (
     # 1: the first CRD that says its revision (issue 61).
     "sha256:e3f57ffd74c28e6f67f9033e8e1d3464d89fd2657f47d2961e72be75b5b6793e",
+    # 2: spec.pathways.colocatedPython, the dated Pathways default, and rules on the
+    # trainer's data and model and on images that move (issue 69); no status field.
+    "sha256:fa326b70a30544c11f690dc63ff381876e95d19534372713894a232bc9c59aff",
 )
 
 

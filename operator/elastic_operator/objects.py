@@ -210,6 +210,9 @@ class ObservedPod:
     # Kueue assigned it, now unhealthy (elastic_api.queueing.POD_TERMINATED_BY_KUEUE).
     terminated_by_kueue: bool = False
     main: ObservedContainer | None = None  # the `main` container (the head's trainer)
+    # (container, imageID) of every container the kubelet reports an image ID for
+    # (containerStatuses and initContainerStatuses): the digest it runs.
+    images: tuple[tuple[str, str], ...] = ()
 
     @property
     def terminating(self) -> bool:
@@ -586,6 +589,12 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             terminated_exit = exit_code
     main = next((_container(_dict(cs)) for cs in _list(status.get("containerStatuses"))
                  if _dict(cs).get("name") == MAIN_CONTAINER), None)
+    images = tuple(
+        (str(cs["name"]), str(cs["imageID"]))
+        for cs in map(_dict, [*_list(status.get("initContainerStatuses")),
+                              *_list(status.get("containerStatuses"))])
+        if isinstance(cs.get("name"), str) and isinstance(cs.get("imageID"), str)
+        and cs["imageID"])
     uid = meta.get("uid")
     job_uid = labels.get(CONTROLLER_UID_LABEL)
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
@@ -613,6 +622,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         disruption=disruption,
         terminated_by_kueue=by_kueue,
         main=main,
+        images=images,
     )
 
 

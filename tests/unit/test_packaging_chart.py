@@ -468,3 +468,17 @@ def test_values_schema_rejects_bad_alert_values(key: str, value: str) -> None:
     result = run_helm("template", RELEASE, str(CHART), "--set", f"{key}={value}")
     assert result.returncode != 0, f"{key}={value} was accepted"
     assert key.split(".")[-1] in result.stderr, result.stderr
+
+
+def test_the_install_notes_name_only_paths_that_exist() -> None:
+    """NOTES.txt (what `helm install` prints) once told every installer to apply
+    charts/elastic-operator/crds/, gone since the CRD became a template: every path of
+    this repository it names must exist."""
+    import re
+
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    paths = set(re.findall(r"\b((?:docs|crds|charts|examples|manifests)/[\w./-]*\w/?)", notes))
+    assert paths, notes
+    for path in sorted(paths):
+        assert (ROOT / path).exists(), f"NOTES.txt names {path}, which does not exist"
+    assert "crds/elastictrainingjobs.yaml" in notes and "docs/gke.md" in notes

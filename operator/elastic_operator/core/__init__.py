@@ -37,6 +37,7 @@ the order to read them in.
 - dispatch: a job MultiKueue dispatches, as the manager cluster's operator sees it
 - checkpoint_status: what a checkpoint scan changes in status.checkpoint
 - restore_at_risk: RestoreAtRisk: whether a restore can outgrow the Pathways proxy's memory
+- images: ImageDrift: a Pathways container running another build than its peers
 - condition_rules: one function per condition
 - ready: the Ready condition and the phase (a cascade)
 - pacing: which status writes may wait (progress only) and which are written at once

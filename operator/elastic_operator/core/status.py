@@ -73,6 +73,7 @@ from elastic_operator.core.failure import (
 )
 from elastic_operator.core.goodput_status import compute_goodput
 from elastic_operator.core.hung import Requested, reported_evidence, requested_down
+from elastic_operator.core.images import image_drift_condition, image_drift_events
 from elastic_operator.core.maintenance import (
     OPEN_PHASES,
     checkpoint_request,
@@ -207,10 +208,11 @@ class Decided:
     clock: EvictionClock  # Kueue's waitForPodsReady (EvictionPending)
     slow_events: list[StatusEvent] = field(default_factory=list)
     root_events: list[StatusEvent] = field(default_factory=list)  # CheckpointRootNotAllowed
+    image_events: list[StatusEvent] = field(default_factory=list)  # ImageDrift
 
     @property
     def events(self) -> list[StatusEvent]:
-        return self.clock.events + self.slow_events + self.root_events
+        return self.clock.events + self.slow_events + self.root_events + self.image_events
 
 
 class StatusResult(NamedTuple):
@@ -442,6 +444,10 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                            get_condition(ctx.previous, EVICTION_PENDING))
     if clock.condition is not None:
         conditions.append(clock.condition)
+    was_drifting = get_condition(ctx.previous, ConditionType.IMAGE_DRIFT)
+    drift = image_drift_condition(setter, spec, ctx.observed, was_drifting)
+    if drift is not None:
+        conditions.append(drift)
     summary = _summary(ctx, gates, slices, trainer.recovering, degraded)
     ready = readiness(summary)
     ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
@@ -449,7 +455,8 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     return Decided([ready_condition, *conditions], summary, ready, clock,
                    slow_steps_events(get_condition(ctx.previous, ConditionType.DEGRADED),
                                      degraded),
-                   root_refused_events(ctx.previous, root_allowed))
+                   root_refused_events(ctx.previous, root_allowed),
+                   image_drift_events(was_drifting, drift))
 
 
 def _slow_words(ctx: StatusInputs, tracking: SliceTracking,
