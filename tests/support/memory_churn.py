@@ -238,8 +238,8 @@ class StoresOnly:
         remembered.children_ensured = raw["metadata"]["uid"]
         rec.reader.checkpoint(namespace, name, raw["spec"]["checkpoint"]["directory"])
         rec.reader.note_failures(namespace, name, raw["metadata"]["uid"], [])
-        assert rec.marked is not None
-        rec.marked(key, self.after.slices or [])
+        assert rec.record_computed is not None
+        rec.record_computed(key, self.after.slices or [])
         rec.replacements.worker_jobs(key, name, planned=True)
         pending = rec.outbox.merge(raw, [], self.events, self.after)
         with rec.own_writes.writing(namespace, name):
