@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from elastic_api.catalog import slice_shape
 from elastic_api.conditions import ConditionType, Phase, Reason
+from elastic_api.forward import Forwarded
 from elastic_api.models import (
     AdmissionStatus,
     CheckpointRequest,
@@ -89,6 +90,7 @@ from elastic_operator.core.progressing import (
 from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
+from elastic_operator.core.reported import forwarded, held_message
 from elastic_operator.core.restore_at_risk import restore_risk_condition, restore_risk_events
 from elastic_operator.core.setter import ConditionSetter, get_condition, set_condition
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
@@ -135,10 +137,20 @@ class StatusInputs:
     def spec(self) -> ElasticTrainingJobSpec:
         return self.job.spec
 
+    @cached_property
+    def forwarded(self) -> Forwarded | None:
+        return forwarded(self.previous)
+
     @property
     def report(self) -> TrainingReport | None:
-        """The trainer's report (status.training), as stored."""
-        return self.previous.training
+        """The trainer's report (status.training), each figure that went back without a
+        restore or reset it names held at what this status recorded (core/reported.py)."""
+        return self.forwarded.report if self.forwarded is not None else None
+
+    @property
+    def report_trouble(self) -> str | None:
+        """Why (part of) the report was ignored, or which figures were held."""
+        return self.report_problem or held_message(self.previous, self.forwarded)
 
     @property
     def jobset(self) -> ObservedJobSet | None:
@@ -426,7 +438,7 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         succeeded_condition(setter, outcome, _jobset_name(ctx)),
         failed_condition(setter, outcome),
         spec_applied_condition(setter, ctx.job, jobset, ctx.previous.jobset_name, terminal),
-        training_report_condition(setter, ctx.report, ctx.report_problem),
+        training_report_condition(setter, ctx.report, ctx.report_trouble),
         spares_placed_by_kueue(setter, spec) if spec.tpu.topology_aware is not None
         else spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
