@@ -36,7 +36,10 @@ from elastic_api.names import (
     SCHEDULED_MAINTENANCE_LABEL,
 )
 from elastic_devtools.localcluster import server_metrics
-from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL, NODE_NOT_READY_POD_LABEL
+from elastic_devtools.localcluster.cluster_config import (
+    DEAD_KUBELET_LABEL,
+    NODE_NOT_READY_POD_LABEL,
+)
 
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
