@@ -84,6 +84,16 @@ class TrainerProcesses:
         assert self.proc is not None
         return self.proc.poll()
 
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its step until `resume` (what a test waits for
+        cannot be outrun by a fast machine's steps)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def write_failures(self) -> int:
         """Failed checkpoint writes the current process has logged: cut by a slice loss
         (an elastic event) or failed otherwise."""
