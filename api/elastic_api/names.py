@@ -108,6 +108,9 @@ PROXY_CONTAINER = "pathways-proxy"
 WORKER_CONTAINER = "pathways-worker"
 SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
 PROGRESS_CONTAINER = "progress"  # the head's sidecar that reports a foreign trainer's progress
+# The pod condition the kubelet sets while it restarts every container of a pod in place
+# (Kubernetes KEP-5532, RestartAllContainersOnContainerExits: beta, on by default in 1.36).
+ALL_CONTAINERS_RESTARTING = "AllContainersRestarting"
 
 # --- GKE nodes ----------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ the order to read them in.
 - wakes: which pod changes wake a job at once, and which wait for its progress interval
 - pools: node pools: where a slice runs, the spares, quarantine verdicts and releases
 - sliceview: one slice as every policy reads it (its newest pods, pool, Job, evidence)
+- inplace: restart in place or recreate: the table of what a slice failure's evidence
+  calls for
 - slices: slice health (Ready, Down, Restarting, Pending) and how it changed
 - hung: the trainer's requests to replace a hung or slow slice
 - failure: whether the job finished (Failed, Succeeded)
