@@ -108,6 +108,12 @@ PROXY_CONTAINER = "pathways-proxy"
 WORKER_CONTAINER = "pathways-worker"
 SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
 PROGRESS_CONTAINER = "progress"  # the head's sidecar that reports a foreign trainer's progress
+# `etj train`'s exit codes that end the run (its elastic budget spent: the job fails with
+# its report), on which main is not restarted in place; 0 (done) neither. Any other exit
+# of main is a crash its pod restarts it from (render.py, Kubernetes KEP-5307's container
+# restart rules) within spec.maxRestarts.
+TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT = 2, 3
+TRAINER_FINAL_EXIT_CODES = (0, TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT)
 # The pod condition the kubelet sets while it restarts every container of a pod in place
 # (Kubernetes KEP-5532, RestartAllContainersOnContainerExits: beta, on by default in 1.36).
 ALL_CONTAINERS_RESTARTING = "AllContainersRestarting"

@@ -20,6 +20,7 @@ from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
 from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
+from elastic_operator.core.trainer_restarts import plan_end_head
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
 from elastic_operator.kube import NotLeading
@@ -67,6 +68,9 @@ class Replacements:
                 mine.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
         if restart is not None and not handed:
             self._hand_over(raw, key, (restart,), now)
+        end = plan_end_head(namespace, job.spec, jobset, observed.head_pods)
+        if end is not None:
+            self._hand_over(raw, key, (end,), now)
         if not job.spec.recovery.replace_slices:
             return waits
         if needs_jobs(status):  # read again: a Job deleted since the look is being deleted

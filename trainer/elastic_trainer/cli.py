@@ -13,8 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from elastic_api.names import TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT
+
 DEFAULT_DEVICES_PER_SLICE = 2
-EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
+# 2 and 3 end the run (main is not restarted in place on them); 1 is a crash.
+EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = \
+    1, TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT
 # As elastic_api.models' (not imported here: it pulls in pydantic; test_cli checks it).
 DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
 # As elastic_trainer.watchdog's (not imported here either: it is light, but keeps the

@@ -34,6 +34,7 @@ the order to read them in.
 - stall_rule: which rule judges progress (the trainer's phase, or its steps), its verdict
 - stall_text: the words of Progressing and its Event for what that rule saw
 - progress: whether training advances (Progressing), and the restart a stall calls for
+- trainer_restarts: a crash of main restarts it in its pod, within spec.maxRestarts
 - admission: where a queued job stands with Kueue (Admitted, status.admission)
 - eviction: Kueue's waitForPodsReady clock (EvictionPending)
 - dispatch: a job MultiKueue dispatches, as the manager cluster's operator sees it

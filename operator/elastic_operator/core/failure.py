@@ -99,6 +99,12 @@ def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
         reason = Reason.JOBSET_FAILED
     message = (f"JobSet {jobset.name} failed after {jobset.restarts} restarts "
                f"(maxRestarts {spec.max_restarts})")
+    in_place = max((p.main.restart_count for p in observed.head_pods if p.main), default=0)
+    if in_place and in_place + jobset.restarts > spec.max_restarts:
+        # The operator ended the head Job: main's restarts in place spent the budget.
+        reason = Reason.MAX_RESTARTS_EXCEEDED
+        message = (f"main restarted in place {in_place} times and JobSet {jobset.name} "
+                   f"{jobset.restarts} times (maxRestarts {spec.max_restarts})")
     if jobset.failed_message:
         message += f": {jobset.failed_message}"
     return Failure(reason, _budget_spent(spec, slices or []) + message)
