@@ -276,3 +276,14 @@ def test_kwok_restarts_a_container_in_its_pod_in_two_steps() -> None:
     assert "add1" in again["template"] and "lastState" in again["template"]
     assert restarted["spec"]["delay"]["durationFrom"]["expressionFrom"] == (
         f'.metadata.annotations["{render.POD_RESTART_DELAY_ANNOTATION}"]')
+
+
+def test_each_restart_step_needs_the_readiness_it_changes() -> None:
+    """A step's status patch lands before its label patch: seen in between, the step must
+    no longer match, or kwok plays it twice (restartCount + 2)."""
+    exited, restarted = render.pod_restart_stages()
+    key = '.status.conditions.[] | select( .type == "ContainersReady" ) | .status'
+    for stage, needs in ((exited, ["True"]), (restarted, ["False"])):
+        expressions = {e["key"]: e.get("values") for e in
+                       stage["spec"]["selector"]["matchExpressions"]}
+        assert expressions[key] == needs

@@ -396,6 +396,10 @@ def pod_restart_stages() -> list[dict[str, Any]]:
     again after the delay the pod's annotation gives (default 1 s), restartCount + 1."""
     def stage(name: str, value: str, template: str, label: str | None,
               delay: dict[str, Any]) -> dict[str, Any]:
+        # Each step also requires the containers' readiness it changes (True, then False):
+        # its status patch and its label patch are two requests, and kwok, seeing the
+        # first, must not play the step again (a second restartCount + 1).
+        ready = "True" if value == "true" else "False"
         return {
             "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
             "spec": {
@@ -403,6 +407,8 @@ def pod_restart_stages() -> list[dict[str, Any]]:
                 "selector": {"matchExpressions": [
                     {"key": f'.metadata.labels["{POD_RESTART_LABEL}"]', "operator": "In",
                      "values": [value]},
+                    {"key": _condition_status("ContainersReady"), "operator": "In",
+                     "values": [ready]},
                     {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
                     {"key": ".status.phase", "operator": "In", "values": ["Running"]}]},
                 "delay": delay,
