@@ -1253,13 +1253,23 @@ class Counters(StatusModel):
 
 class TrainerRestart(StatusModel):
     """The operator restarting the trainer after a stall (spec.elastic.onStall Recover):
-    the head pod it deletes, written before it acts."""
+    in place (the process asked to exit, its pod restarts main), or the head pod it
+    deletes; written before it acts."""
 
     requested_at: datetime
     step: int | None = Field(None, description="The step the trainer was stalled at.")
     pod_name: str
     pod_uid: str
     reason: str = Field(description="ProgressDeadlineExceeded.")
+    in_place: bool = Field(False, description="The trainer process is asked to exit and its "
+                           "pod restarts main in place (pathways-rm, pathways-proxy and the "
+                           "workers kept); false: the head pod is deleted (the trainer did "
+                           "not exit in time, or main does not restart in place).")
+    process_started_at: datetime | None = Field(
+        None, description="status.training.processStartedAt of the process asked to exit (it "
+        "recognizes itself by it).")
+    main_restarts: int | None = Field(None, ge=0, description="main's restartCount when asked: "
+                                      "a higher one says it restarted.")
 
 
 class ProgressStatus(StatusModel):

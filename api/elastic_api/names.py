@@ -114,6 +114,10 @@ PROGRESS_CONTAINER = "progress"  # the head's sidecar that reports a foreign tra
 # restart rules) within spec.maxRestarts.
 TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT = 2, 3
 TRAINER_FINAL_EXIT_CODES = (0, TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT)
+# `etj train` exits with this when the operator asks it to restart (a stall,
+# spec.elastic.onStall Recover: status.progress.restart.inPlace): not a final code, so its
+# pod restarts main in place.
+TRAINER_EXIT_RESTART_REQUESTED = 75
 # The pod condition the kubelet sets while it restarts every container of a pod in place
 # (Kubernetes KEP-5532, RestartAllContainersOnContainerExits: beta, on by default in 1.36).
 ALL_CONTAINERS_RESTARTING = "AllContainersRestarting"

@@ -217,6 +217,8 @@ class ObservedPod:
     # yet running again. Its exit is in terminated_* until it runs again.
     restarts: int = 0
     restarting: bool = False
+    # Its `main` restarts in the pod on a crash (a container restart rule `Restart`).
+    main_restarts_in_place: bool = False
 
     @property
     def terminating(self) -> bool:
@@ -611,9 +613,17 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         terminated_by_kueue=by_kueue,
         main=main,
         restarts=ended.restarts,
+        main_restarts_in_place=_main_restarts(_list(spec.get("containers"))),
         restarting=meta.get("deletionTimestamp") is None and status.get("phase") in (
             "Running", "Pending") and (ended.restarting or all_restarting),
     )
+
+
+def _main_restarts(containers: list[Any]) -> bool:
+    """The `main` container carries a restart rule that restarts it in the pod."""
+    main = next((c for c in map(_dict, containers) if c.get("name") == MAIN_CONTAINER), {})
+    return any(_dict(r).get("action") == "Restart"
+               for r in _list(main.get("restartPolicyRules")))
 
 
 @dataclass
@@ -624,6 +634,8 @@ class _Ended:
     first: tuple[datetime | None, str | None, int | None] = (None, None, None)
     restarts: int = 0
     restarting: bool = False
+    # Its `main` restarts in the pod on a crash (a container restart rule `Restart`).
+    main_restarts_in_place: bool = False
 
     def saw(self, term: dict[str, Any]) -> None:
         exit_code = _int(term.get("exitCode"))

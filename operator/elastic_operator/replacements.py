@@ -20,7 +20,7 @@ from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
 from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
-from elastic_operator.core.trainer_restarts import plan_end_head
+from elastic_operator.core.trainer_restarts import exit_due_in, plan_end_head
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
 from elastic_operator.kube import NotLeading
@@ -55,7 +55,8 @@ class Replacements:
         namespace = job.metadata.namespace or ""
         key = (namespace, job.metadata.name)
         # The progress deadline comes due (core/progress.py): woken then, whatever else.
-        waits = [next_progress_look_in(job.spec, status.progress, now)]
+        waits = [next_progress_look_in(job.spec, status.progress, now),
+                 exit_due_in(status.progress.restart if status.progress else None, now)]
         if jobset is None or jobset.suspended or is_terminal(status):
             return waits
         mine = self.memory.of(key)

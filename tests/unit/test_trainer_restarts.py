@@ -12,11 +12,21 @@ from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.names import HEAD_REPLICATED_JOB, MAIN_CONTAINER, TRAINER_FINAL_EXIT_CODES
 from elastic_operator.core.failure import jobset_failure
-from elastic_operator.core.plan import EndHeadJob
-from elastic_operator.core.trainer_restarts import in_place_restarts, plan_end_head
+from elastic_operator.core.plan import EndHeadJob, RestartTrainer
+from elastic_operator.core.progress import plan_trainer_restart
+from elastic_operator.core.trainer_restarts import (
+    EXIT_GRACE_SECONDS,
+    asks_in_place,
+    exit_due_in,
+    exit_overdue,
+    in_place_restarts,
+    plan_end_head,
+)
 from elastic_operator.observed import ObservedContainer, ObservedJobSet, ObservedPod
 from elastic_operator.render import HEAD_BUDGET_RULE, render_jobset
+from elastic_trainer.checkpoint_requests import asked_to_exit, request_view
 from tests.builders import at, etj, head_pod, observe
+from tests.support.progress_run import HEAD, STARTED, pods, progressing, started_run
 
 
 def job(max_restarts: int, **spec: Any) -> ElasticTrainingJob:
@@ -91,3 +101,68 @@ def test_the_job_fails_for_its_restarts_in_place() -> None:
     failure = jobset_failure(spec, observed)
     assert failure is not None and failure.reason == Reason.MAX_RESTARTS_EXCEEDED
     assert "main restarted in place 3 times" in failure.message
+
+
+# --- a stall (spec.elastic.onStall Recover), in place ---------------------------------------
+
+
+def in_place_head(restarts: int = 0) -> ObservedPod:
+    main = ObservedContainer(state="running", started_at=at(0), restart_count=restarts)
+    return replace(HEAD, main=main, main_restarts_in_place=True)
+
+
+def test_a_stalled_trainer_is_asked_to_exit_and_its_pod_restarts_main() -> None:
+    run, last = started_run()
+    run.look(161, observed=observe(pods(in_place_head())))
+    restart = run.status.progress.restart if run.status.progress else None
+    assert restart is not None and restart.in_place and restart.main_restarts == 0
+    assert restart.process_started_at == STARTED
+    assert run.reasons() == [Reason.PROGRESS_DEADLINE_EXCEEDED, Reason.TRAINER_RESTARTING]
+    assert "its pod restarts main in place" in (run.events or [])[-1].message
+    # Nothing to delete: the trainer exits by itself; woken at the grace's end.
+    assert plan_trainer_restart("ns", "article", run.status.progress,
+                                pods(in_place_head())) is None
+    assert exit_due_in(restart, at(161)) == EXIT_GRACE_SECONDS
+    assert "restarting the trainer in its pod" in progressing(run.status)[2]
+    # The trainer's own reading of that status asks exactly that process to exit.
+    view = request_view(run.status.model_dump(by_alias=True, mode="json", exclude_none=True))
+    assert asked_to_exit(view, STARTED.timestamp())
+    assert not asked_to_exit(view, STARTED.timestamp() + 60)  # its successor stays
+
+
+def test_main_restarted_within_the_grace_is_done() -> None:
+    run, _ = started_run()
+    run.look(161, observed=observe(pods(in_place_head())))
+    restart = run.status.progress.restart if run.status.progress else None
+    assert restart is not None
+    assert not exit_overdue(restart, in_place_head(restarts=1), at(300))
+    assert exit_overdue(restart, in_place_head(), at(161 + EXIT_GRACE_SECONDS))
+
+
+def test_a_trainer_that_does_not_exit_falls_back_to_deleting_its_head_pod_once() -> None:
+    run, last = started_run()
+    stuck = observe(pods(in_place_head()))
+    run.look(161, observed=stuck)
+    run.events = []
+    run.look(180, observed=stuck)
+    assert run.reasons() == []  # within the grace
+    run.look(161 + EXIT_GRACE_SECONDS, observed=stuck)
+    restart = run.status.progress.restart if run.status.progress else None
+    assert restart is not None and not restart.in_place
+    assert run.reasons() == [Reason.TRAINER_RESTARTING]
+    assert "did not exit within 30 s" in (run.events or [])[0].message
+    assert plan_trainer_restart("ns", "article", run.status.progress, pods(in_place_head())) \
+        == RestartTrainer("ns", "article-pathways-head-0", "head-job-uid", HEAD.name,
+                          "head-uid-1", last)
+    run.events = []
+    run.look(200, observed=stuck)
+    assert run.reasons() == []
+
+
+def test_a_head_without_the_rule_or_a_program_of_its_own_is_deleted_as_before() -> None:
+    run, _ = started_run()
+    run.look(161)  # HEAD: main without a restart rule (a JobSet of an earlier release)
+    assert run.status.progress is not None and run.status.progress.restart is not None
+    assert not run.status.progress.restart.in_place
+    custom = job(0, trainer={"image": "maxtext:1", "command": ["python3", "-m", "train"]})
+    assert not asks_in_place(custom.spec, in_place_head())

@@ -31,10 +31,10 @@ the order to read them in.
 - unreported: the recovery of a trainer that reports no elastic events
 - recovery: the recovery record and the trainer process
 - goodput: what failures cost, from the trainer's accounting and our timeline
+- trainer_restarts: main restarts in its pod (a crash, within spec.maxRestarts; a stall)
 - stall_rule: which rule judges progress (the trainer's phase, or its steps), its verdict
 - stall_text: the words of Progressing and its Event for what that rule saw
 - progress: whether training advances (Progressing), and the restart a stall calls for
-- trainer_restarts: a crash of main restarts it in its pod, within spec.maxRestarts
 - admission: where a queued job stands with Kueue (Admitted, status.admission)
 - eviction: Kueue's waitForPodsReady clock (EvictionPending)
 - dispatch: a job MultiKueue dispatches, as the manager cluster's operator sees it

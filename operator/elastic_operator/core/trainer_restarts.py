@@ -12,12 +12,19 @@ restarts in place (its restartCount in the head pod) and the JobSet's own restar
 together. Once they exceed it the operator ends the head Job (`plan_end_head`:
 activeDeadlineSeconds 0), and the JobSet's failure-policy rule for that Job's
 DeadlineExceeded fails the JobSet, so the job fails as a JobSet out of restarts does.
+
+A stalled trainer (spec.elastic.onStall Recover, core/progress.py) restarts in place too:
+status.progress.restart asks `etj train` to exit (it reads its job's status, and
+recognizes itself by its processStartedAt), and its pod restarts main. A trainer that has
+not exited within EXIT_GRACE_SECONDS (frozen, or no longer reading) falls back to the
+head pod's deletion, said once in the status and a TrainerRestarting Event.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
-from elastic_api.models import ElasticTrainingJobSpec
+from elastic_api.models import ElasticTrainingJobSpec, TrainerRestart
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
 from elastic_operator.core.plan import EndHeadJob
 from elastic_operator.observed import ObservedJobSet, ObservedPod
@@ -52,3 +59,35 @@ def plan_end_head(namespace: str, spec: ElasticTrainingJobSpec, jobset: Observed
         return None
     return EndHeadJob(namespace, child_job_name(jobset.name, HEAD_REPLICATED_JOB, 0),
                       head.job_uid, restarts, jobset.restarts)
+
+
+# How long a trainer asked to exit has before its head pod is deleted instead.
+EXIT_GRACE_SECONDS = 30.0
+
+
+def asks_in_place(spec: ElasticTrainingJobSpec, head: ObservedPod | None) -> bool:
+    """A stalled trainer can be restarted in its pod: its main restarts there, and it is
+    `etj train`, which reads the request (a program of the user's does not)."""
+    return head is not None and head.main_restarts_in_place and spec.trainer.command is None
+
+
+def main_restarted_since(restart: TrainerRestart, head: ObservedPod | None) -> bool:
+    """main restarted after the request: its restartCount rose, or another head pod runs."""
+    if head is None or head.uid != restart.pod_uid:
+        return True
+    count = head.main.restart_count if head.main is not None else 0
+    return restart.main_restarts is not None and count > restart.main_restarts
+
+
+def exit_overdue(restart: TrainerRestart, head: ObservedPod | None, now: datetime) -> bool:
+    """An in-place restart the trainer has not made within the grace: fall back."""
+    return restart.in_place and now >= restart.requested_at + timedelta(
+        seconds=EXIT_GRACE_SECONDS) and not main_restarted_since(restart, head)
+
+
+def exit_due_in(restart: TrainerRestart | None, now: datetime) -> float | None:
+    """Seconds until an in-place restart's grace ends (None: none waits)."""
+    if restart is None or not restart.in_place:
+        return None
+    end = restart.requested_at + timedelta(seconds=EXIT_GRACE_SECONDS)
+    return max(0.0, (end - now).total_seconds())
