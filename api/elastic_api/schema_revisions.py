@@ -22,6 +22,10 @@ from typing import Any
 REVISIONS: tuple[str, ...] = (
     # 1: the first CRD that says its revision (issue 61).
     "sha256:e3f57ffd74c28e6f67f9033e8e1d3464d89fd2657f47d2961e72be75b5b6793e",
+    # 2: restart in place (issue 66): spec.recovery.restartInPlace, inPlaceDeadlineSeconds;
+    # status slices[].replacement.action RestartInPlace, counted.containerRestarts,
+    # progress.restart.inPlace, processStartedAt, mainRestarts.
+    "sha256:6dfd3cf0f886e3e783bb3e0dc727e835942a407b02a781cb81ecdf33fffcc17d",
 )
 
 
