@@ -112,7 +112,7 @@ def in_place_head(restarts: int = 0) -> ObservedPod:
 
 
 def test_a_stalled_trainer_is_asked_to_exit_and_its_pod_restarts_main() -> None:
-    run, last = started_run()
+    run, _ = started_run()
     run.look(161, observed=observe(pods(in_place_head())))
     restart = run.status.progress.restart if run.status.progress else None
     assert restart is not None and restart.in_place and restart.main_restarts == 0
