@@ -598,6 +598,8 @@ def _in_place_round(cluster: Any, shape: Shape, tl: Timeline, operator: BenchOpe
     try:
         return inplace_round.run(cluster, NAMESPACE, shape.victims(phases.started, max_events),
                                  _victim_of, tl, operator, 60.0 if quick else 300.0, _log)
+    except Exception as err:  # the first round's figures stand without it
+        return {"error": f"{type(err).__name__}: {err}"[:300]}
     finally:
         tl.restore_events(first)
 

@@ -42,7 +42,10 @@ def run(cluster: Any, namespace: str, events: list[Any], victim_of: Any, tl: Any
     from elastic_devtools.localcluster.faults import restart_container, wait_for
 
     api = cluster.api_client()
-    victims = {event: victim_of(tl, event) for event in events}
+    victims = _victims(events, victim_of, tl)
+    if not victims:
+        return {"error": "no slice had a Running, Ready host 0 to restart"}
+    events = list(victims)
     uids = _uids(api, namespace, victims.values())
     before = (operator.requests(), _scrape(api), time.time())
     for event, pod in victims.items():
@@ -62,6 +65,18 @@ def run(cluster: Any, namespace: str, events: list[Any], victim_of: Any, tl: Any
     kept = sum(1 for pod, uid in _uids(api, namespace, victims.values()).items()
                if uid is not None and uid == uids.get(pod))
     return _figures(tl, events, kept, _in_place(api, namespace, events), before, after, log)
+
+
+def _victims(events: list[Any], victim_of: Any, tl: Any) -> dict[Any, str]:
+    """Host 0's pod of each event's slice, where it runs and is Ready (a slice the first
+    round has not brought back yet is left out, and said so)."""
+    out = {}
+    for event in events:
+        try:
+            out[event] = victim_of(tl, event)
+        except RuntimeError as err:
+            tl.errors.append(f"in place: {err}")
+    return out
 
 
 def _uids(api: Any, namespace: str, pods: Any) -> dict[str, str | None]:

@@ -139,6 +139,8 @@ def _in_place_rows(d: dict[str, Any]) -> list[Row]:
     """The second round (measured since issue 66): the same slices failed by a healthy
     host's process exiting, back in place, beside the first round's recreation."""
     inp, again = d.get("in_place"), d.get("slice_ready_again_seconds")
+    if inp and "error" in inp:
+        return [(f"{d['shape']}: in place: not measured", inp["error"][:200], "", "")]
     if not inp or not again:
         return []
     ready, shape = inp["slice_ready_again_in_place_seconds"], d["shape"]
