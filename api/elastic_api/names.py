@@ -118,6 +118,9 @@ TRAINER_FINAL_EXIT_CODES = (0, TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIME
 # spec.elastic.onStall Recover: status.progress.restart.inPlace): not a final code, so its
 # pod restarts main in place.
 TRAINER_EXIT_RESTART_REQUESTED = 75
+# What JobSet (v0.12, pkg/constants FailJobSetActionMessage) says in its Failed condition
+# when a FailJobSet failure-policy rule applied, before "(first failed job: <job>)".
+JOBSET_FAIL_JOBSET_MESSAGE = "applying FailJobSet failure policy action"
 # The pod condition the kubelet sets while it restarts every container of a pod in place
 # (Kubernetes KEP-5532, RestartAllContainersOnContainerExits: beta, on by default in 1.36).
 ALL_CONTAINERS_RESTARTING = "AllContainersRestarting"

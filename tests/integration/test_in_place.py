@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from elastic_api.conditions import Reason
+from elastic_api.names import HEAD_REPLICATED_JOB, MAIN_CONTAINER, REPLICATED_JOB_LABEL
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
@@ -142,3 +143,41 @@ def test_not_back_within_the_deadline_the_slice_is_recreated(
     assert st["slices"][1]["lastReplacement"]["action"] == "Replace"
     wait_for(lambda: len(events(api, ns, Reason.IN_PLACE_RESTART_TIMED_OUT)) == 1, 30,
              "one InPlaceRestartTimedOut event")
+
+
+def head_pod(api: client.ApiClient, ns: str) -> client.V1Pod:
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        ns, label_selector=f"{REPLICATED_JOB_LABEL}={HEAD_REPLICATED_JOB}").items
+    return next(p for p in pods if p.metadata.deletion_timestamp is None)
+
+
+def main_restarts(pod: client.V1Pod) -> int:
+    return next((c.restart_count for c in pod.status.container_statuses or []
+                 if c.name == MAIN_CONTAINER), 0)
+
+
+def test_main_restarts_in_place_within_max_restarts_then_the_job_fails(
+        api: client.ApiClient, ns: str) -> None:
+    """The rule reaches the head pod through JobSet and the Job; each restart of main in
+    place leaves the workers and the JobSet alone; the third of maxRestarts 2 spends the
+    budget: the operator ends the head Job and JobSet's rule fails the JobSet."""
+    submit(api, ns, maxRestarts=2)
+    wait_running(api, ns)
+    head = head_pod(api, ns)
+    main = next(c for c in head.spec.containers if c.name == MAIN_CONTAINER)
+    assert main.restart_policy == "Never" and main.restart_policy_rules[0].action == "Restart"
+    workers = {i: uids(api, ns, i) for i in range(3)}
+    for n in (1, 2):
+        faults.restart_container(api, ns, head.metadata.name, exit_code=1, down="1s")
+        wait_for(lambda n=n: main_restarts(head_pod(api, ns)) == n, TIMEOUT,
+                 f"main restarted in place {n} time(s)")
+        assert head_pod(api, ns).metadata.uid == head.metadata.uid
+    assert {i: uids(api, ns, i) for i in range(3)} == workers
+    assert jobset_restarts(api, ns) == 0 and status_of(api, ns)["phase"] != "Failed"
+    faults.restart_container(api, ns, head.metadata.name, exit_code=1, down="1s")
+    st = wait_status(api, ns, lambda st: st.get("phase") == "Failed",
+                     "the job Failed, maxRestarts spent by main's restarts in place", TIMEOUT)
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == Reason.MAX_RESTARTS_EXCEEDED
+    assert "main restarted in place" in failed["message"]
+    assert jobset_restarts(api, ns) == 0  # failed by the rule, not restarted

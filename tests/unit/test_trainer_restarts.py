@@ -95,6 +95,22 @@ def test_nothing_is_planned_once_the_head_pod_ended() -> None:
     assert plan_end_head("ns", spec, jobset(), [going]) is None
 
 
+def test_the_job_fails_for_its_restarts_in_place_also_once_the_head_pod_is_gone() -> None:
+    """JobSet's message names the FailJobSet action on the head Job (the only such rule
+    rendered); the head pod went with its Job."""
+    spec = job(2).spec
+    said = ("applying FailJobSet failure policy action (first failed job: "
+            "article-pathways-head-0)")
+    gone = observe([], jobset=replace(jobset(terminal="Failed"), failed_message=said))
+    failure = jobset_failure(spec, gone)
+    assert failure is not None and failure.reason == Reason.MAX_RESTARTS_EXCEEDED
+    assert "main restarted in place beyond it" in failure.message
+    other = observe([], jobset=replace(jobset(terminal="Failed"), failed_message=said.replace(
+        "pathways-head-0", "worker-1")))
+    failure = jobset_failure(spec, other)
+    assert failure is not None and failure.reason != Reason.MAX_RESTARTS_EXCEEDED
+
+
 def test_the_job_fails_for_its_restarts_in_place() -> None:
     spec = job(2).spec
     observed = observe([head(3, phase="Failed")], jobset=jobset(terminal="Failed"))
