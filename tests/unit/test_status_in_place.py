@@ -33,15 +33,16 @@ def job(**recovery: Any) -> ElasticTrainingJob:
     return etj().uid("uid-1").generation(1).spec(**spec).build()
 
 
-def world(pods: list[ObservedPod]) -> Observed:
-    nodes = nodes_for(spares=1)
+def world(pods: list[ObservedPod], not_ready: dict[str, datetime] | None = None) -> Observed:
+    nodes = nodes_for(spares=1, not_ready=not_ready)
     return observe(pods, nodes=nodes, pools=pools_of(nodes),
                    jobs={i: worker_job(i, 0) for i in range(SLICES)})
 
 
 def step(j: ElasticTrainingJob, prev: ElasticTrainingJobStatus | None, pods: list[ObservedPod],
-         now: datetime) -> tuple[ElasticTrainingJobStatus, list[str], ReplacementPlan]:
-    observed = world(pods)
+         now: datetime, not_ready: dict[str, datetime] | None = None,
+         ) -> tuple[ElasticTrainingJobStatus, list[str], ReplacementPlan]:
+    observed = world(pods, not_ready)
     st, events = compute_status(j, observed, prev, now)
     return st, [e.reason for e in events], plan_replacements("ns", "article", j.spec, st,
                                                               observed, now)
@@ -154,3 +155,34 @@ def test_restart_in_place_off_recreates() -> None:
     assert st1.slices[1].replacement is not None
     assert st1.slices[1].replacement.action == "Replace"
     assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+
+
+def test_a_node_that_goes_not_ready_while_its_pod_restarts_recreates_at_once() -> None:
+    """Nothing is left to wait for: the evidence now calls for recreation, without the
+    deadline, and the failure is still the one (the slice never came back); a container
+    that runs again, not Ready yet, is waited for."""
+    j = job()
+    exited = WorkerPod(1, 2).container_exited(at(10))
+    st1, _, _ = step(j, running(j), with_host(exited), at(11))
+    st2, reasons, plan = step(j, st1, with_host(exited), at(13),
+                              not_ready={"tpu-1-2": at(13)})
+    record = st2.slices[1].replacement
+    assert record is not None and record.action == "Replace" and record.blame == "Node"
+    assert record.reason == Reason.NODE_NOT_READY and record.requested_at == at(13)
+    assert reasons == [Reason.SLICE_REPLACING] and st2.slices[1].restarts == 1
+    # A node that reports Ready=False may come back: its grace first (nodeNotReadySeconds).
+    assert plan.actions == () and plan.wake_after_s == 5.0
+    _, _, plan = step(j, st2, with_host(exited), at(18), not_ready={"tpu-1-2": at(13)})
+    assert DeleteWorkerJob("ns", "article-worker-1", worker_job_uid(1), 1,
+                           Reason.NODE_NOT_READY) in plan.actions
+
+
+def test_a_container_running_again_not_ready_yet_is_waited_for() -> None:
+    j = job()
+    exited = WorkerPod(1, 2).container_exited(at(10))
+    st1, _, _ = step(j, running(j), with_host(exited), at(11))
+    running_again = exited.restarted_in_place(at(12)).not_ready(at(12))
+    st2, reasons, plan = step(j, st1, with_host(running_again), at(30))
+    assert st2.slices[1].replacement is not None
+    assert st2.slices[1].replacement.action == "RestartInPlace" and plan.actions == ()
+    assert reasons == []

@@ -116,14 +116,8 @@ def track_replacements(
             record = _new_record(spec, s, view, from_pool, evidence, now, row)
             if record is not None:
                 events.append(_record_event(s, record, spec, row))
-        elif record is not None and s.state != "Ready" and \
-                inplace.timed_out(record, spec.recovery, now):
-            record = _recreate_after_timeout(record, now)
-            events.append(_timed_out_event(s, record, spec))
-        elif record is not None and record.action == "RestartInPlace" and s.state == "Ready":
-            last = _restarted_record(record, pool, now)
-            events.append(_restarted_event(s.index, last))
-            record = None
+        elif record is not None and record.action == "RestartInPlace":
+            record, last = _in_place(spec, s, view, record, last, pool, now, events)
         elif record is not None and s.state == "Ready" and (
                 _on_new_job(record, view) or _healed_in_time(spec, record, now)):
             # Ready again: on a new Job (replaced, moved), or on the same one before the
@@ -171,10 +165,40 @@ def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, view: SliceView,
                             evidence=evidence.detail)
 
 
-def _recreate_after_timeout(record: SliceReplacement, now: datetime) -> SliceReplacement:
+def _in_place(spec: ElasticTrainingJobSpec, s: SliceStatus, view: SliceView,
+              record: SliceReplacement, last: ReplacementRecord | None, pool: str | None,
+              now: datetime, events: list[StatusEvent],
+              ) -> tuple[SliceReplacement | None, ReplacementRecord | None]:
+    """A slice restarting in place: Ready again (done, once); or recreated from now on,
+    once, when it is not back within the deadline or when what its pods show now calls
+    for it (its node went NotReady, a pod ended: nothing is left to wait for). A host
+    whose container runs again, not Ready yet, shows nothing: it is waited for."""
+    if s.state == "Ready":
+        done = _restarted_record(record, pool, now)
+        events.append(_restarted_event(s.index, done))
+        return None, done
+    if inplace.timed_out(record, spec.recovery, now):
+        record = _recreate_from_now(record, now)
+        events.append(_timed_out_event(s, record, spec))
+        return record, last
+    evidence = view.evidence(spec.recovery)
+    row = inplace.decide(inplace.Failure(evidence=evidence, reason=s.reason or "",
+                                         broken=view.broken), spec.recovery)
+    if view.broken and not row.in_place:
+        record = _recreate_from_now(record, now, evidence)
+        events.append(_record_event(s, record, spec, row))
+    return record, last
+
+
+def _recreate_from_now(record: SliceReplacement, now: datetime,
+                       evidence: Evidence | None = None) -> SliceReplacement:
     """A restart in place that did not bring the slice back: the Job it names is
-    recreated (Replace) from now on, the recreation's time counted from now."""
-    return record.model_copy(update={"action": "Replace", "requested_at": now})
+    recreated (Replace) from now on, the recreation's time counted from now, on the
+    evidence that now calls for it, if any."""
+    update: dict[str, object] = {"action": "Replace", "requested_at": now}
+    if evidence is not None:
+        update.update(reason=evidence.reason, blame=evidence.blame, evidence=evidence.detail)
+    return record.model_copy(update=update)
 
 
 def _restarted_record(record: SliceReplacement, pool: str | None,
