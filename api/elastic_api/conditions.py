@@ -34,6 +34,10 @@ class ConditionType:
     # Whether a restore of the newest checkpoint can outgrow the Pathways proxy's memory
     # (elastic_api/restore_risk.py).
     RESTORE_AT_RISK: Final = "RestoreAtRisk"
+    # A Pathways container running another build (image digest) than its peers: a slice
+    # replaced after its image's tag moved in the registry (elastic_api/images.py). Only
+    # on a job where it was seen.
+    IMAGE_DRIFT: Final = "ImageDrift"
     # Whether the operator may list spec.checkpoint.directory (its --checkpoint-roots for
     # the job's namespace): False, the job's status shows no checkpoint of it.
     CHECKPOINT_ROOT_ALLOWED: Final = "CheckpointRootAllowed"
@@ -175,6 +179,10 @@ class Reason:
     NO_PROXY: Final = "NoProxy"  # backend simulated
     SIZE_UNKNOWN: Final = "SizeUnknown"
 
+    # ImageDrift (True: DIGESTS_DIFFER, also its Warning Event IMAGE_DRIFT)
+    DIGESTS_DIFFER: Final = "DigestsDiffer"
+    SAME_DIGESTS: Final = "SameDigests"
+
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"
     TRAINER_RESTARTED: Final = "TrainerRestarted"
@@ -199,6 +207,7 @@ class Reason:
     CHECKPOINT_ACKNOWLEDGED: Final = "CheckpointAcknowledged"
     CHECKPOINT_REQUEST_TIMED_OUT: Final = "CheckpointRequestTimedOut"
     RESTORE_AT_RISK: Final = "RestoreAtRisk"  # Warning: the condition turned True
+    IMAGE_DRIFT: Final = "ImageDrift"  # Warning: the condition turned True
 
 
 # The trainer's Failed reasons (status.training.reason) that fail the job, with the same

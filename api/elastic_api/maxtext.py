@@ -27,6 +27,11 @@ KEEP_KEY = "max_num_checkpoints_to_keep"
 ASYNC_KEY = "async_checkpointing"
 # pyconfig.yaml_key_to_env_key: "M_" + key.upper().
 ENV_PREFIX = "M_"
+# Has the TPU hosts save and restore their own shards through Pathways' colocated Python,
+# which runs in the sidecar of spec.pathways.colocatedPython.
+COLOCATED_KEY = "colocated_python_checkpointing"
+# The words a boolean flag is read true from (stripped, any case).
+TRUE_WORDS = ("true", "1", "yes")
 
 # Where MaxText writes its metrics for the progress sidecar unless told otherwise: directly
 # in the head's /tmp (MaxText opens the file for appending and creates no directory).
@@ -62,6 +67,32 @@ def flag_value(args: Sequence[str], key: str) -> str | None:
 
 def has_flag(args: Sequence[str], key: str) -> bool:
     return any(arg.startswith(key + "=") for arg in args)
+
+
+def truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in TRUE_WORDS
+
+
+def asks_colocated_python(trainer: TrainerSpec) -> bool:
+    """MaxText's args or its M_ variable turn colocated_python_checkpointing on, any
+    mention (as the CEL rule reads them; which one MaxText keeps is restore_risk's)."""
+    if not runs_maxtext(trainer.command, trainer.args):
+        return False
+    key = COLOCATED_KEY + "="
+    return (any(a.startswith(key) and truthy(a[len(key):]) for a in trainer.args)
+            or any(e.name == env_key(COLOCATED_KEY) and truthy(e.value) for e in trainer.env))
+
+
+def cel_asks_colocated_python(trainer: str) -> str:
+    """`asks_colocated_python` as a CEL expression over the trainer object `trainer`."""
+    key = COLOCATED_KEY + "="
+    words = ", ".join(f"'{w}'" for w in TRUE_WORDS)
+    return (f"({cel_runs_maxtext(trainer)} && ("
+            f"has({trainer}.args) && {trainer}.args.exists(a, a.startsWith('{key}') && "
+            f"a.substring({len(key)}).trim().lowerAscii() in [{words}]) || "
+            f"has({trainer}.env) && {trainer}.env.exists(e, "
+            f"e.name == '{env_key(COLOCATED_KEY)}' && has(e.value) && "
+            f"e.value.trim().lowerAscii() in [{words}])))")
 
 
 def cel_runs_maxtext(trainer: str) -> str:

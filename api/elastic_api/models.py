@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 from elastic_api.catalog import INT32_MAX as INT32_MAX
 from elastic_api.catalog import MAX_SLICE_RESTARTS as MAX_SLICE_RESTARTS
 from elastic_api.catalog import MAX_VMS_PER_SLICE, TpuType
+from elastic_api.images import COLOCATED_PYTHON_REPO, DEFAULT_PATHWAYS_VERSION, server_image
 from elastic_api.names import MULTIKUEUE_CONTROLLER
 from elastic_api.phases import PHASES, Phase, PhaseSource
 
@@ -563,6 +564,9 @@ class BundledTrainer:
 
 # What the bundled trainer uses for a field left unset.
 DEFAULT_MODEL, DEFAULT_BATCH, DEFAULT_SEED, DEFAULT_DATA = "tiny", 8, 0, "synthetic"
+# The bundled trainer's model configs (elastic_trainer.configs; a test keeps them equal):
+# admission refuses any other trainer.model, which `etj train` would refuse at start.
+BUNDLED_MODELS = ("tiny", "small", "qwen3-0.6b")
 # The fields that configure `etj train` only; admission refuses them with `command`.
 BUNDLED_TRAINER_FIELDS = ("model", "steps", "batch", "seed", "data")
 
@@ -588,8 +592,8 @@ class TrainerSpec(ApiModel):
     )
     model: str | None = Field(
         None, max_length=253,
-        description="Bundled trainer only: model config name (tiny ... qwen3-0.6b); "
-        "unset = tiny.",
+        description="Bundled trainer only: model config name, one of "
+        f"{', '.join(BUNDLED_MODELS)}; unset = tiny.",
     )
     steps: Annotated[int, Field(ge=1), BeforeValidator(_api_integer)] | None = Field(
         None, description="Bundled trainer only, and required for it: training steps.",
@@ -604,8 +608,9 @@ class TrainerSpec(ApiModel):
     data: str | None = Field(
         None, max_length=1024,
         description="Bundled trainer only: `synthetic` (the default when unset), or a "
-        "directory or glob of ArrayRecord shards on a filesystem (mount a bucket with "
-        "trainer.volumes; gs:// is not read directly).",
+        "directory or glob of ArrayRecord shards on a filesystem: mount a bucket with "
+        "trainer.volumes (Cloud Storage FUSE) and name the mounted path; a URL (gs://...) "
+        "is refused.",
     )
     env: list[EnvVar] = Field(
         default_factory=list, max_length=64, description="Extra environment variables for `main`.",
@@ -654,21 +659,49 @@ class PathwaysComponent(ApiModel):
 
 
 class PathwaysImages(ApiModel):
-    """Full image references; override `version`."""
+    """Full image references; override `version`. Each with a digest (@sha256:...) or a
+    tag other than latest."""
 
     server: str | None = Field(
-        None, max_length=512, description="Resource manager and worker image.",
+        None, max_length=512, description="Resource manager and worker image, e.g. "
+        f"{server_image(DEFAULT_PATHWAYS_VERSION)}@sha256:<digest>.",
     )
     proxy: str | None = Field(None, max_length=512, description="IFRT proxy image.")
+
+
+class ColocatedPythonSpec(ApiModel):
+    """The colocated Python sidecar on every TPU worker (Pathways' colocated Python: code
+    the controller sends to run on the TPU hosts, e.g. MaxText's
+    colocated_python_checkpointing), rendered as xpk's --colocated-python-sidecar-image
+    renders it: a native sidecar `colocated-python-sidecar` serving gRPC on port 50051,
+    sharing the workers' /tmp."""
+
+    image: str = Field(
+        min_length=1, max_length=512,
+        description="The sidecar's image: your program's code (e.g. MaxText) built on "
+        f"{COLOCATED_PYTHON_REPO}/sidecar:<date>-python_<version>-jax_<version>, the JAX "
+        "of main. A digest or a dated tag: no tag or latest is refused (a replaced "
+        "slice would run other code than its peers).",
+    )
+    resources: Resources | None = None
 
 
 class PathwaysSpec(ApiModel):
     """The Pathways servers: resource manager, IFRT proxy and TPU workers."""
 
     version: str = Field(
-        "latest", max_length=128, description="Tag of the Pathways server and proxy images.",
+        DEFAULT_PATHWAYS_VERSION, max_length=128,
+        description="Tag of the Pathways server and proxy images (<date>-jax_<version>, "
+        "pairing with the JAX of main; the default pairs with the bundled trainer's). "
+        "latest is refused: it moves, and a slice replaced later would pull another "
+        "server than its peers run.",
     )
     images: PathwaysImages | None = None
+    colocated_python: ColocatedPythonSpec | None = Field(
+        None,
+        description="Run the colocated Python sidecar on every TPU worker (backend "
+        "pathways). Required by MaxText's colocated_python_checkpointing=True.",
+    )
     gcs_scratch: str | None = Field(
         None, max_length=1024, pattern=r"^gs://[^/]+",
         description="gs:// scratch location for Pathways (required with backend pathways).",
@@ -736,8 +769,11 @@ class ElasticTrainingJobSpec(ApiModel):
     service_account_name: str | None = Field(
         None, max_length=253,
         description="ServiceAccount of every pod, head and workers alike (a DNS-1123 "
-        "subdomain): the one identity Workload Identity maps to a cloud account. Unset: the "
-        "namespace's default. The trainer's Role is bound to it.",
+        "subdomain). The trainer's Role is bound to it, and Cloud Storage FUSE volumes "
+        "mounted with hostNetworkPodKSA act as it. The Pathways pods run on the host "
+        "network, where Workload Identity does not apply: their own Google Cloud calls "
+        "(checkpoints, Pathways scratch) use their node pool's service account "
+        "(docs/gke.md, \"Identity\"). Unset: the namespace's default.",
     )
     termination_grace_period_seconds: SpecInt = Field(
         30, ge=0, description="terminationGracePeriodSeconds of every pod.",

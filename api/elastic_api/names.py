@@ -108,6 +108,8 @@ PROXY_CONTAINER = "pathways-proxy"
 WORKER_CONTAINER = "pathways-worker"
 SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulated
 PROGRESS_CONTAINER = "progress"  # the head's sidecar that reports a foreign trainer's progress
+# Beside each Pathways worker with spec.pathways.colocatedPython (xpk's name).
+COLOCATED_PYTHON_CONTAINER = "colocated-python-sidecar"
 # `etj train`'s exit codes that end the run (its elastic budget spent: the job fails with
 # its report), on which main is not restarted in place; 0 (done) neither. Any other exit
 # of main is a crash its pod restarts it from (render.py, Kubernetes KEP-5307's container

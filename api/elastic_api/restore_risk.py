@@ -58,7 +58,7 @@ MAXTEXT_PARAMETERS = {
     "llama3.1-405b": 405_853_388_800, "mistral-7b": 7_241_732_096,
 }
 MODEL_NAME_KEY = "model_name"
-COLOCATED_KEY = "colocated_python_checkpointing"
+COLOCATED_KEY = maxtext.COLOCATED_KEY
 MAXTEXT_VERSION = "0.2.5"
 
 Trainer = Literal["bundled", "maxtext", "other"]
@@ -94,16 +94,12 @@ def trainer_kind(spec: ElasticTrainingJobSpec) -> Trainer:
     return "maxtext" if maxtext.runs_maxtext(trainer.command, trainer.args) else "other"
 
 
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().lower() in ("true", "1", "yes")
-
-
 def _maxtext_colocated(spec: ElasticTrainingJobSpec) -> bool:
     """MaxText's colocated_python_checkpointing is on (its args, or M_ in trainer.env)."""
     given = maxtext.flag_value(spec.trainer.args, COLOCATED_KEY)
     env = maxtext.env_key(COLOCATED_KEY)
     from_env = next((e.value for e in spec.trainer.env if e.name == env), None)
-    return _truthy(given) or _truthy(from_env)
+    return maxtext.truthy(given) or maxtext.truthy(from_env)
 
 
 @dataclass(frozen=True)
@@ -129,8 +125,10 @@ def restore_path(spec: ElasticTrainingJobSpec) -> RestorePath | None:
                   "on the controller (Orbax NO_DISPATCHER; it ignores "
                   "ENABLE_PATHWAYS_PERSISTENCE)"))
         fix = ("add colocated_python_checkpointing=True and enable_single_controller=True "
-               f"to spec.trainer.args (MaxText {MAXTEXT_VERSION}: the TPU hosts then save and "
-               "restore their own shards; spec.checkpoint.persistence does not help it)")
+               "to spec.trainer.args and the colocated Python sidecar "
+               f"(spec.pathways.colocatedPython.image) (MaxText {MAXTEXT_VERSION}: the TPU hosts "
+               "then save and restore their own shards; spec.checkpoint.persistence does not "
+               "help it)")
         return RestorePath(kind, not colocated, why, fix)
     fix = ("set spec.checkpoint.persistence: true (ENABLE_PATHWAYS_PERSISTENCE=1: Orbax's "
            "Pathways persistence handler has the TPU hosts read their own shards"

@@ -22,10 +22,13 @@ from typing import Any
 REVISIONS: tuple[str, ...] = (
     # 1: the first CRD that says its revision (issue 61).
     "sha256:e3f57ffd74c28e6f67f9033e8e1d3464d89fd2657f47d2961e72be75b5b6793e",
-    # 2: restart in place (issue 66): spec.recovery.restartInPlace, inPlaceDeadlineSeconds;
+    # 2: spec.pathways.colocatedPython, the dated Pathways default, and rules on the
+    # trainer's data and model and on images that move (issue 69); no status field.
+    "sha256:fa326b70a30544c11f690dc63ff381876e95d19534372713894a232bc9c59aff",
+    # 3: restart in place (issue 66): spec.recovery.restartInPlace, inPlaceDeadlineSeconds;
     # status slices[].replacement.action RestartInPlace, counted.containerRestarts,
     # progress.restart.inPlace, processStartedAt, mainRestarts.
-    "sha256:6dfd3cf0f886e3e783bb3e0dc727e835942a407b02a781cb81ecdf33fffcc17d",
+    "sha256:c65f651f12bb805bb6557ba152c170569a26aa2605c5abd7d2d0d22df483519b",
 )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from elastic_api import API_VERSION, KIND, maxtext
+from elastic_api import API_VERSION, KIND, data_paths, maxtext
 from elastic_api.catalog import (
     CATALOG,
     CUBE_HOSTS,
@@ -26,7 +26,15 @@ from elastic_api.catalog import (
     SliceShape,
     all_shapes,
 )
+from elastic_api.images import (
+    COLOCATED_PYTHON_REPO,
+    DEFAULT_PATHWAYS_VERSION,
+    MOVING_TAG,
+    cel_pinned,
+    moves,
+)
 from elastic_api.models import (
+    BUNDLED_MODELS,
     BUNDLED_TRAINER_FIELDS,
     MAX_OVERHEAD_BUDGET_PERCENT,
     MAX_SLICES,
@@ -272,6 +280,41 @@ VOLUME_NAME = (
 VOLUME_MOUNT = (
     "spec.trainer.volumeMounts: every mount must name a volume of spec.trainer.volumes and "
     "a path other than /tmp (the head's shared emptyDir); add the volume or fix the mount"
+)
+
+DATA_URL = f"spec.trainer.data: {data_paths.READ_FROM_A_FILESYSTEM}"
+MODEL_UNKNOWN = (
+    "spec.trainer.model: not a model config of the bundled trainer, which would refuse it "
+    f"at start; use one of {', '.join(BUNDLED_MODELS)}, or run your own program (e.g. "
+    "MaxText) with spec.trainer.command"
+)
+
+# --- the Pathways images: none that moves in the registry (elastic_api/images.py) -----------
+
+PATHWAYS_VERSION_MOVES = (
+    f"spec.pathways.version: {MOVING_TAG} moves in the registry, and a slice replaced later "
+    "would pull another Pathways build than its peers and the resource manager run; set a "
+    f"dated tag, e.g. {DEFAULT_PATHWAYS_VERSION} (the build pairing with the JAX of main), "
+    "or leave it unset for that default"
+)
+IMAGE_MOVES = (
+    "spec.pathways.{field}: an image with no digest and no tag, or the tag "
+    f"{MOVING_TAG}, moves in the registry, and a slice replaced later would pull another "
+    "build than its peers run; name a digest (<image>@sha256:<digest>) or a dated tag, "
+    f"e.g. {DEFAULT_PATHWAYS_VERSION}"
+)
+# The image fields of spec.pathways, by wire path below it.
+PINNED_IMAGES = ("images.server", "images.proxy", "colocatedPython.image")
+COLOCATED_NEEDS_PATHWAYS = (
+    "spec.pathways.colocatedPython: the colocated Python sidecar runs beside the Pathways "
+    "workers, and backend simulated has none; remove it, or use backend pathways"
+)
+COLOCATED_SIDECAR_REQUIRED = (
+    f"spec.trainer.args: {maxtext.COLOCATED_KEY} (in args or "
+    f"{maxtext.env_key(maxtext.COLOCATED_KEY)}) has the TPU hosts save and restore through "
+    "Pathways' colocated Python, which needs its sidecar beside every TPU worker; set "
+    "spec.pathways.colocatedPython.image (your program's code built on "
+    f"{COLOCATED_PYTHON_REPO}/sidecar), or remove the flag"
 )
 
 # --- the progress sidecar, and what MaxText gets from the spec --------------------------------
@@ -539,6 +582,59 @@ def _trainer_rules() -> list[Rule]:
     ]
 
 
+def _data_rules() -> list[Rule]:
+    """What the bundled trainer would refuse at start (at creation only, as every rule
+    added after jobs were stored)."""
+    models = ", ".join(f"'{m}'" for m in BUNDLED_MODELS)
+    return [Rule("spec.trainer", f"!has(self.data) || {data_paths.CEL_NOT_URL}", DATA_URL, {},
+                 create_only=True),
+            Rule("spec.trainer", f"!has(self.model) || self.model in [{models}]",
+                 MODEL_UNKNOWN, {}, create_only=True)]
+
+
+def _image_rules() -> list[Rule]:
+    """No Pathways image that moves (at creation only: jobs stored before keep theirs)."""
+    def given(path: str) -> str:
+        parts = path.split(".")
+        return " && ".join(["has(self.pathways)"] + [
+            f"has(self.pathways.{'.'.join(parts[:i + 1])})" for i in range(len(parts))])
+
+    rules = [Rule("spec", f"!has(self.pathways) || !has(self.pathways.version) || "
+                  f"self.pathways.version != '{MOVING_TAG}'", PATHWAYS_VERSION_MOVES, {},
+                  create_only=True)]
+    rules += [Rule("spec", f"!({given(path)}) || {cel_pinned('self.pathways.' + path)}",
+                   _fill(IMAGE_MOVES, {"field": path}), {}, create_only=True)
+              for path in PINNED_IMAGES]
+    runs = maxtext.cel_asks_colocated_python("self.trainer")
+    rules += [
+        Rule("spec", "!has(self.pathways) || !has(self.pathways.colocatedPython) || "
+             "!has(self.backend) || self.backend != 'simulated'",
+             COLOCATED_NEEDS_PATHWAYS, {}, create_only=True),
+        Rule("spec", f"!{runs} || has(self.pathways) && has(self.pathways.colocatedPython)",
+             COLOCATED_SIDECAR_REQUIRED, {}, create_only=True),
+    ]
+    return rules
+
+
+def _image_checks(spec: ElasticTrainingJobSpec) -> list[str]:
+    pathways = spec.pathways
+    errors = []
+    if pathways.version == MOVING_TAG:
+        errors.append(PATHWAYS_VERSION_MOVES)
+    images = pathways.images
+    colocated = pathways.colocated_python
+    given = {"images.server": images.server if images else None,
+             "images.proxy": images.proxy if images else None,
+             "colocatedPython.image": colocated.image if colocated else None}
+    errors += [_fill(IMAGE_MOVES, {"field": path}) for path in PINNED_IMAGES
+               if (ref := given[path]) is not None and moves(ref)]
+    if colocated is not None and spec.backend == "simulated":
+        errors.append(COLOCATED_NEEDS_PATHWAYS)
+    if colocated is None and maxtext.asks_colocated_python(spec.trainer):
+        errors.append(COLOCATED_SIDECAR_REQUIRED)
+    return errors
+
+
 def _hardware_rules() -> list[Rule]:
     """spec.recovery's classification of failures (the operator's core/blame.py)."""
     def unique(field: str) -> str:
@@ -726,6 +822,8 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             {},
         ),
         *_trainer_rules(),
+        *_data_rules(),
+        *_image_rules(),
         *_progress_rules(),
         *_checkpoint_maxtext_rules(),
         *_multikueue_rules(),
@@ -803,6 +901,11 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(GCS_SCRATCH)
     errors += _topology_aware_checks(spec)
     errors += _trainer_checks(spec.trainer)
+    if spec.trainer.data is not None and data_paths.is_url(spec.trainer.data):
+        errors.append(DATA_URL)
+    if spec.trainer.model is not None and spec.trainer.model not in BUNDLED_MODELS:
+        errors.append(MODEL_UNKNOWN)
+    errors += _image_checks(spec)
     errors += _progress_checks(spec.trainer)
     errors += _checkpoint_maxtext_checks(spec)
     errors += _multikueue_checks(spec)

@@ -152,6 +152,11 @@ class Operator:
     def synced(self) -> bool:
         return self.caches.synced and self.schema.settled
 
+    @property
+    def stopping(self) -> bool:
+        """Shutting down (`step_down` began): it will not lead again (readiness.py)."""
+        return self._stopping.is_set()
+
     def start(self) -> None:
         self.caches.start()
         self.schema.start()

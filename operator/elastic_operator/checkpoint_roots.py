@@ -8,10 +8,14 @@ it, and the operator tells them what is there (docs/threat-model.md). So a root 
 listed only under a prefix the operator's configuration allows for the job's namespace;
 any other is refused before any I/O, with status.checkpoint.error naming the field.
 
-Listing with the job's own identity instead (its ServiceAccount's Workload Identity)
-would need the operator to mint tokens for every job's ServiceAccount and exchange them
-at Google's STS: RBAC on serviceaccounts/token and every tenant's cloud identity in one
-process, a larger deputy than the one it replaces (docs/threat-model.md says why not).
+Whose identity is whose, on GKE: the operator lists with its own (its pod is not on the
+host network, so its ServiceAccount's Workload Identity: grant that principal
+storage.objects.list on each allowed root). The job's pods run on the host network, where
+Workload Identity does not apply: they write the checkpoints as their node pools' Google
+service account (docs/gke.md, "Identity"). Listing "as the job" would thus mean acting as
+the nodes' service account, which every job on those pools shares and no operator should
+hold, or minting tokens for the job's ServiceAccount, which is not what wrote the
+checkpoints (docs/threat-model.md says why not).
 
 A rule is NAMESPACE=PREFIX[,PREFIX...], NAMESPACE a namespace or `*` (every one); a
 prefix is gs://BUCKET[/PATH] or an absolute path, and covers itself and what is below it
@@ -80,7 +84,8 @@ class CheckpointRoots:
                 f"operator may list for namespace {namespace} (allowed: "
                 f"{', '.join(allowed) or 'none'}); not listed, so that no job learns of "
                 f"storage it was not given. An operator admin allows roots per namespace "
-                f"with `etj operator {FLAG}` (chart value checkpointRoots)")
+                f"with `etj operator {FLAG}` (chart value checkpointRoots) and grants the "
+                f"operator's own ServiceAccount (Workload Identity) the listing")
 
 
 def _checked_prefix(spec: str, prefix: str) -> str:

@@ -298,7 +298,8 @@ class JobGauges:
             "etj_recovering", "1 while the Recovering condition is True, else 0.", labels,
             registry=registry)
         self.training_step = Gauge(
-            "etj_training_step", "The trainer's step (status.training.step).", labels,
+            "etj_training_step", "The trainer's step (status.training.step; never back "
+            "without a restore or new process it names: elastic_api.forward).", labels,
             registry=registry)
         self.stalled = Gauge(
             "etj_stalled", "1 while the Progressing condition is False (no new step for the "
@@ -379,8 +380,10 @@ class JobGauges:
         self._record_conditions(namespace, job, new)
         if new.progress is not None and new.progress.deadline_seconds is not None:
             self.progress_deadline.labels(namespace, job).set(new.progress.deadline_seconds)
-        if new.training is not None:
-            self.training_step.labels(namespace, job).set(new.training.step)
+        if new.training is not None:  # the step the operator holds (core/reported.py)
+            seen = new.progress.step if new.progress is not None else None
+            self.training_step.labels(namespace, job).set(
+                seen if seen is not None else new.training.step)
         if new.checkpoint is not None:
             self._record_checkpoint(namespace, job, new.checkpoint)
 

@@ -219,6 +219,9 @@ class ObservedPod:
     restarting: bool = False
     # Its `main` restarts in the pod on a crash (a container restart rule `Restart`).
     main_restarts_in_place: bool = False
+    # (container, imageID) of every container the kubelet reports an image ID for
+    # (containerStatuses and initContainerStatuses): the digest it runs.
+    images: tuple[tuple[str, str], ...] = ()
 
     @property
     def terminating(self) -> bool:
@@ -585,6 +588,12 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
     terminated_at, terminated_reason, terminated_exit = ended.first
     main = next((_container(_dict(cs)) for cs in _list(status.get("containerStatuses"))
                  if _dict(cs).get("name") == MAIN_CONTAINER), None)
+    images = tuple(
+        (str(cs["name"]), str(cs["imageID"]))
+        for cs in map(_dict, [*_list(status.get("initContainerStatuses")),
+                              *_list(status.get("containerStatuses"))])
+        if isinstance(cs.get("name"), str) and isinstance(cs.get("imageID"), str)
+        and cs["imageID"])
     uid = meta.get("uid")
     job_uid = labels.get(CONTROLLER_UID_LABEL)
     host_index = _int(labels.get(COMPLETION_INDEX_LABEL))
@@ -616,6 +625,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         main_restarts_in_place=_main_restarts(_list(spec.get("containers"))),
         restarting=meta.get("deletionTimestamp") is None and status.get("phase") in (
             "Running", "Pending") and (ended.restarting or all_restarting),
+        images=images,
     )
 
 

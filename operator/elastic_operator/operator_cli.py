@@ -51,13 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--all-namespaces", "-A", action="store_true",
         help="serve every namespace (the default when no --namespace is given)",
     )
-    parser.add_argument("--liveness-port", type=int, default=8080, metavar="P",
-                        help="serve GET /healthz on this port (0: off; default 8080)")
-    parser.add_argument("--metrics-port", type=int, default=9090, metavar="P",
-                        help="serve Prometheus /metrics on this port (0: off; default 9090)")
-    parser.add_argument("--listen-address", default="0.0.0.0", metavar="ADDR",
-                        help="address the liveness and metrics endpoints bind (default "
-                        "0.0.0.0, for the kubelet and Prometheus; 127.0.0.1 on a laptop)")
+    _add_endpoint_arguments(parser)
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     parser.add_argument("--resync-seconds", type=float, default=30.0, metavar="S",
@@ -118,6 +112,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S", help="a pool quarantined for repeated slice failures (its nodes look "
         "healthy) stays quarantined at least this long (default 3600)")
     _add_kueue_arguments(parser)
+
+
+def _add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """The probes' and Prometheus' endpoints."""
+    parser.add_argument("--liveness-port", type=int, default=8080, metavar="P",
+                        help="serve GET /healthz on this port (0: off; default 8080)")
+    parser.add_argument("--readiness-port", type=int, default=8081, metavar="P",
+                        help="serve GET /readyz on this port: 200 once this replica could "
+                        "lead (its caches synced), 503 before and while it stops (0: off; "
+                        "default 8081)")
+    parser.add_argument("--metrics-port", type=int, default=9090, metavar="P",
+                        help="serve Prometheus /metrics on this port (0: off; default 9090)")
+    parser.add_argument("--listen-address", default="0.0.0.0", metavar="ADDR",
+                        help="address the liveness, readiness and metrics endpoints bind "
+                        "(default 0.0.0.0, for the kubelet and Prometheus; 127.0.0.1 on a "
+                        "laptop)")
 
 
 def _add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
@@ -255,6 +265,10 @@ def run(args: argparse.Namespace) -> int:
                               resync_interval_s=args.resync_seconds,
                               checkpoint_scan_interval_s=args.checkpoint_scan_seconds,
                               replacement=replacement, checkpoint_roots=roots)
+    if args.readiness_port:
+        from elastic_operator.readiness import ReadinessServer, readiness
+        ReadinessServer(args.listen_address, args.readiness_port,
+                        lambda: readiness(operator)).start()
     registry = build_registry(operator)
     settings = kopf.OperatorSettings()
     configure_settings(settings)

@@ -16,6 +16,7 @@ import yaml
 
 from elastic_api import maxtext
 from elastic_api.catalog import CUBE_HOSTS, SliceShape, slice_shape
+from elastic_api.images import proxy_image, server_image
 from elastic_api.models import (
     ElasticTrainingJob,
     EnvVar,
@@ -23,6 +24,7 @@ from elastic_api.models import (
     Resources,
 )
 from elastic_api.names import (
+    COLOCATED_PYTHON_CONTAINER,
     COMPLETION_INDEX_LABEL,
     COORDINATOR_LABEL,
     DEFAULT_SERVICE_ACCOUNT,
@@ -73,10 +75,13 @@ from elastic_api.names import jobset_name as _jobset_name
 from elastic_api.restore_risk import DEFAULT_PROXY_MEMORY
 from elastic_operator.observed import ObservedPriorityClass, PriorityClassRef
 
-PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
 RM_PORT = 29001
 PROXY_PORT = 29000
 WORKER_PORT = 29005
+COLOCATED_PYTHON_PORT = 50051  # the sidecar's gRPC server, which the worker calls
+# A node keeps the digest it pulled first: a container restarted in place (a worker's
+# OnFailure) runs the same build, never one the tag moved to since (elastic_api/images.py).
+PATHWAYS_PULL_POLICY = "IfNotPresent"
 # The JobSet failure-policy rule that fails the JobSet when the operator ends the head Job
 # (main's restarts in place spent spec.maxRestarts).
 HEAD_BUDGET_RULE = "TrainerRestartsSpent"
@@ -94,8 +99,11 @@ def jobset_name(job: ElasticTrainingJob) -> str:
 
 def pod_service_account(job: ElasticTrainingJob) -> str:
     """The one ServiceAccount of every pod, head and workers alike (as both peers do): the
-    identity Workload Identity maps to a cloud account, so the Pathways servers on the head
-    and the TPU hosts reach the same buckets."""
+    trainer's Role is bound to it, and Cloud Storage FUSE volumes mounted with
+    hostNetworkPodKSA act as it. It is not the pods' Google identity for anything else:
+    they run on the host network, where GKE sends their metadata requests to the Compute
+    Engine metadata server, so the Pathways servers, the trainer and the TPU hosts reach
+    Cloud Storage as their node pool's service account (docs/gke.md, "Identity")."""
     return job.spec.service_account_name or DEFAULT_SERVICE_ACCOUNT
 
 
@@ -185,6 +193,14 @@ def _tmp_mount() -> list[dict[str, Any]]:
 
 def _tmp_volume() -> list[dict[str, Any]]:
     return [{"name": SHARED_TMP, "emptyDir": {}}]
+
+
+def _host_tmp_volume() -> list[dict[str, Any]]:
+    """A Pathways worker's /tmp is the TPU VM's, as xpk mounts it: the TPU runtime keeps its
+    logs there (/tmp/tpu_logs) and its chip lock (/tmp/libtpu_lockfile), which then
+    outlive a failed worker's pod for whoever looks at the host, and the colocated Python
+    sidecar shares it."""
+    return [{"name": SHARED_TMP, "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}]
 
 
 def _jobset_env() -> list[dict[str, Any]]:
@@ -389,14 +405,14 @@ def _server_image(job: ElasticTrainingJob) -> str:
     images = job.spec.pathways.images
     if images is not None and images.server:
         return images.server
-    return f"{PATHWAYS_IMAGE_REPO}/server:{job.spec.pathways.version}"
+    return server_image(job.spec.pathways.version)
 
 
 def _proxy_image(job: ElasticTrainingJob) -> str:
     images = job.spec.pathways.images
     if images is not None and images.proxy:
         return images.proxy
-    return f"{PATHWAYS_IMAGE_REPO}/proxy_server:{job.spec.pathways.version}"
+    return proxy_image(job.spec.pathways.version)
 
 
 def _gcs_scratch(job: ElasticTrainingJob) -> str:
@@ -411,6 +427,7 @@ def _rm_sidecar(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     return {
         "name": RM_CONTAINER,
         "image": _server_image(job),
+        "imagePullPolicy": PATHWAYS_PULL_POLICY,
         "restartPolicy": "Always",
         "args": [
             f"--server_port={RM_PORT}",
@@ -443,6 +460,7 @@ def _proxy_sidecar(job: ElasticTrainingJob) -> dict[str, Any]:
     return {
         "name": PROXY_CONTAINER,
         "image": _proxy_image(job),
+        "imagePullPolicy": PATHWAYS_PULL_POLICY,
         "restartPolicy": "Always",
         "args": args + list(component.args),
         "env": [_label_env("PATHWAYS_HEAD", COORDINATOR_LABEL)],
@@ -468,6 +486,7 @@ def _pathways_worker(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, An
     return {
         "name": WORKER_CONTAINER,
         "image": _server_image(job),
+        "imagePullPolicy": PATHWAYS_PULL_POLICY,
         "args": [
             f"--server_port={WORKER_PORT}",
             f"--resource_manager_address=$(PATHWAYS_HEAD):{RM_PORT}",
@@ -484,6 +503,26 @@ def _pathways_worker(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, An
         ],
         "ports": _ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
         "resources": _resources({TPU_RESOURCE: str(shape.chips_per_vm)}, component.resources),
+        "volumeMounts": _tmp_mount(),
+    }
+
+
+def _colocated_python_sidecar(job: ElasticTrainingJob) -> dict[str, Any] | None:
+    """Pathways' colocated Python beside each TPU worker (spec.pathways.colocatedPython),
+    as xpk's --colocated-python-sidecar-image renders it: a native sidecar serving gRPC on
+    50051 (the host network's, which the worker reaches), sharing the worker's /tmp."""
+    colocated = job.spec.pathways.colocated_python
+    if colocated is None or job.spec.backend != "pathways":
+        return None
+    return {
+        "name": COLOCATED_PYTHON_CONTAINER,
+        "image": colocated.image,
+        "imagePullPolicy": PATHWAYS_PULL_POLICY,
+        "restartPolicy": "Always",
+        "env": [_env("GRPC_SERVER_ADDRESS", f"0.0.0.0:{COLOCATED_PYTHON_PORT}"),
+                _env("PYTHONUNBUFFERED", "1")],
+        "ports": _ports(COLOCATED_PYTHON_PORT),
+        "resources": _resources({}, colocated.resources),
         "volumeMounts": _tmp_mount(),
     }
 
@@ -621,6 +660,11 @@ def _worker_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
     tolerations = _tolerations(job, tpu=tpu) + _node_failure_tolerations(job)
     if tolerations:
         pod["tolerations"] = tolerations
+    if pathways:
+        pod["volumes"] = _host_tmp_volume()
+    colocated = _colocated_python_sidecar(job)
+    if colocated is not None:
+        pod["initContainers"] = [colocated]
     pod["containers"] = [_pathways_worker(job, shape) if pathways else _slice_agent(job, shape)]
     return pod
 

@@ -20,21 +20,28 @@ from kubernetes.client.rest import ApiException
 from elastic_api import GROUP, PLURAL, VERSION, maxtext
 from elastic_api.catalog import CATALOG, CUBE_LABEL
 from elastic_api.crd import build_crd
+from elastic_api.images import DEFAULT_PATHWAYS_VERSION
 from elastic_api.models import BUNDLED_TRAINER_FIELDS, INT32_MAX, MAX_SLICE_RESTARTS, MAX_SLICES
 from elastic_api.validation import (
     BUNDLED_FIELD,
     CHECKPOINT_FIELD_TWICE,
     CHECKPOINT_FIELD_UNREAD,
     CHECKPOINT_PERIOD_RUN,
+    COLOCATED_NEEDS_PATHWAYS,
+    COLOCATED_SIDECAR_REQUIRED,
     COMMAND_EMPTY,
+    DATA_URL,
     HARDWARE_EXIT_CODES_TWICE,
     HARDWARE_NEEDS_REPLACEMENT,
     HARDWARE_REASONS_TWICE,
+    IMAGE_MOVES,
     MAXTEXT_METRICS_FILE_ARG,
+    MODEL_UNKNOWN,
     MULTIKUEUE_CHECKPOINT_DIRECTORY,
     MULTIKUEUE_VOLUME,
     NUM_SLICES,
     OVERHEAD_BUDGET,
+    PATHWAYS_VERSION_MOVES,
     PROGRESS_METRICS_FILE_PATH,
     PROGRESS_METRICS_FILE_REQUIRED,
     PROGRESS_NEEDS_COMMAND,
@@ -150,7 +157,7 @@ def test_good_job_is_accepted_and_defaulted(custom: client.CustomObjectsApi, nam
     assert "periodSteps" not in spec["checkpoint"]
     assert spec["snapshot"] == {}
     assert spec["overheadBudgetPercent"] == 2.0
-    assert spec["pathways"]["version"] == "latest"
+    assert spec["pathways"]["version"] == DEFAULT_PATHWAYS_VERSION  # a dated build
     # The API server's defaults and the models' defaults agree.
     assert validate_job(stored).spec.model_dump() == validate_job(good_job()).spec.model_dump()
 
@@ -360,6 +367,29 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("snapshot-maxtext", _mutated(("spec.snapshot", {"periodSteps": 10}),
                                   ("spec.trainer", {"image": "t:1", "command": MAXTEXT})),
      SNAPSHOT_MAXTEXT),
+    # What the bundled trainer would refuse at start (tests/unit/test_examples_start.py).
+    ("data-url", _mutate("spec.trainer.data", "gs://bucket/datasets/c4"), DATA_URL),
+    ("model-unknown", _mutate("spec.trainer.model", "qwen3-32b"), MODEL_UNKNOWN),
+    # Pathways images that move in the registry (elastic_api/images.py).
+    ("version-latest", _mutate("spec.pathways.version", "latest"), PATHWAYS_VERSION_MOVES),
+    ("server-untagged", _mutate("spec.pathways.images", {
+        "server": "registry.local:5000/pathways/server"}),
+     IMAGE_MOVES.replace("{field}", "images.server")),
+    ("proxy-latest-bad-digest", _mutate("spec.pathways.images", {
+        "proxy": "registry.local:5000/pathways/proxy_server:latest@sha256:abc"}),
+     IMAGE_MOVES.replace("{field}", "images.proxy")),
+    ("sidecar-latest", _mutate("spec.pathways.colocatedPython", {"image": "sidecar:latest"}),
+     IMAGE_MOVES.replace("{field}", "colocatedPython.image")),
+    ("sidecar-simulated", _mutated(("spec.backend", "simulated"),
+                                   ("spec.pathways.colocatedPython", {"image": "sidecar:1"})),
+     COLOCATED_NEEDS_PATHWAYS),
+    ("colocated-without-sidecar", _mutate("spec.trainer", {
+        "image": "t:1", "command": MAXTEXT, "args": ["colocated_python_checkpointing= True"]}),
+     COLOCATED_SIDECAR_REQUIRED),
+    ("colocated-env-without-sidecar", _mutate("spec.trainer", {
+        "image": "t:1", "command": MAXTEXT,
+        "env": [{"name": "M_COLOCATED_PYTHON_CHECKPOINTING", "value": "YES"}]}),
+     COLOCATED_SIDECAR_REQUIRED),
 ]
 
 
@@ -695,3 +725,45 @@ def test_a_job_stored_with_the_old_checkpoint_period_stays_writable(
     with pytest.raises(ValueError) as info:
         validate_job(copy.deepcopy(fresh))
     assert CHECKPOINT_PERIOD_RUN in str(info.value).splitlines()
+
+
+def _without_create_only_rules(node: Any) -> None:
+    """Drop every rule that applies at creation only (optionalOldSelf), at any depth."""
+    if isinstance(node, dict):
+        rules = node.get("x-kubernetes-validations")
+        if rules is not None:
+            node["x-kubernetes-validations"] = [r for r in rules
+                                                if not r.get("optionalOldSelf")]
+        for value in node.values():
+            _without_create_only_rules(value)
+    elif isinstance(node, list):
+        for value in node:
+            _without_create_only_rules(value)
+
+
+def test_a_job_stored_with_the_old_latest_default_and_a_gs_data_url_stays_writable(
+        custom: client.CustomObjectsApi, namespace: str):
+    """A job stored while spec.pathways.version defaulted to latest (and data could be a
+    URL) can still be suspended and its status written: the rules that refuse them apply
+    at creation only. A new job like it is refused, naming both fields."""
+    api = custom.api_client
+    obj = good_job("old-latest")
+    obj["spec"]["pathways"]["version"] = "latest"
+    obj["spec"]["trainer"]["data"] = "gs://bucket/datasets/c4"
+    before = _crd_before_the_maxtext_rules()
+    _without_create_only_rules(before)
+    try:
+        install_crd(api, crd=before)
+        stored = create(custom, namespace, copy.deepcopy(obj))
+    finally:
+        install_crd(api)
+    name = obj["metadata"]["name"]
+    patched = custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                    {"spec": {"suspend": True}})
+    assert patched["spec"]["suspend"] is True
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": {"phase": "Suspended"}})
+    fresh = {**obj, "metadata": {"name": "new-latest"}, "spec": copy.deepcopy(stored["spec"])}
+    causes, _ = refused(lambda: create(custom, namespace, fresh))
+    assert cause_with(causes, PATHWAYS_VERSION_MOVES), causes
+    assert cause_with(causes, DATA_URL), causes

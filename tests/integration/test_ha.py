@@ -7,9 +7,11 @@ Each test uses its own Lease, so replicas of other tests never compete.
 """
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,12 @@ from kubernetes import client
 
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
+from elastic_api.names import worker_job_name, worker_pods_selector
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess, replicas
 from tests.support.article_job import (
+    JOB,
     condition,
     events,
     is_true,
@@ -34,7 +38,8 @@ from tests.support.article_job import (
     worker_pods,
     write_report,
 )
-from tests.support.leases import LEASE_DURATION_S, holder
+from tests.support.handover import ReadyPods, came_back_once
+from tests.support.leases import LEASE_DURATION_S, RELEASED, LeaseWatch, holder
 from tests.support.waiting import wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -137,31 +142,114 @@ def test_leader_killed_mid_recovery_the_standby_finishes_it_counting_once(
     print(f"\ntakeover after SIGKILL: {takeover_s:.1f} s")
 
 
-def test_graceful_handover_during_a_slice_failure_reports_it_once(
-        api: client.ApiClient, ns: str, pair: list[OperatorProcess], lease: str) -> None:
-    """SIGTERM the leader the moment a pod fails: whether it wrote SliceDown before it
-    stopped or not, the failure is counted once, and the new leader finishes the
-    recovery. The old leader releases the Lease: the standby takes over at its next look,
-    long before the lease would expire."""
+# Where, in a graceful handover (SIGTERM: the leader finishes, releases the Lease, exits;
+# the standby takes it at its next look), a slice fails; a slice each, so a test's
+# failure is its own.
+POINTS = {"before-the-stop": 0, "released": 1, "acquired": 2}
+
+
+@dataclass
+class FailedHandover:
+    """One graceful handover with a slice failure at `point`, and what was timed."""
+
+    api: client.ApiClient
+    ns: str
+    leader: OperatorProcess
+    standby: OperatorProcess
+    point: str
+    failed_at: float = 0.0
+    exited_at: float = 0.0
+    _fired: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def index(self) -> int:
+        return POINTS[self.point]
+
+    def fail(self) -> None:
+        """The slice's first worker pod fails (once); until the pod is Failed."""
+        if self._fired.is_set():
+            return
+        self._fired.set()
+        name = worker_pods(self.api, self.ns, self.index)[0].metadata.name
+        self.failed_at = time.monotonic()
+        faults.fail_pod(self.api, self.ns, name)
+        faults.wait_for_pod_phase(self.api, self.ns, name, "Failed")
+
+    def stop_leader(self) -> None:
+        self.leader.stop()  # SIGTERM: finish the running reconciles, release, exit
+        self.exited_at = time.monotonic()
+
+    def run(self, leases: LeaseWatch) -> None:
+        if self.point == "before-the-stop":
+            self.fail()
+            self.stop_leader()
+        elif self.point == "released":
+            # The standby frozen, the window between release and acquisition stays open
+            # until the failure has landed in it.
+            self.standby.pause()
+            stopping = threading.Thread(target=self.stop_leader, name="stop-leader")
+            stopping.start()
+            try:
+                leases.wait(lambda held: held[-1].holder == RELEASED, 60, "the release")
+                self.fail()
+            finally:
+                self.standby.resume()
+                stopping.join(60)
+        else:  # "acquired": at the moment the standby is seen holding the Lease
+            leases.on_change = lambda held: held.holder == self.standby.identity \
+                and self.fail()
+            self.stop_leader()
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_slice_failure_at_each_point_of_a_handover_counts_once_and_comes_back_once(
+        api: client.ApiClient, ns: str, pair: list[OperatorProcess], lease: str,
+        point: str) -> None:
+    """SIGTERM the leader with a slice failing before the stop, between the release and
+    the standby's acquisition (held open on purpose: the standby frozen until the pod has
+    failed), or the moment the standby holds the Lease. Each time: the failure is counted
+    once (one SliceDown, sliceFailures 1), the slice is recreated once and comes back
+    once (no pod of the failed worker Job turned Ready again: the Job controller never
+    answered it before a leader did), and the new leader finishes the recovery. Unpaused,
+    the standby takes the Lease at its next look after the release: within the retry
+    period of the old leader's exit, not the lease duration."""
     leader, standby = pair
     submit(api, ns)
     wait_running(api, ns)
-    faults.fail_pod(api, ns, worker_pods(api, ns, 0)[0].metadata.name)
-    stopping = time.monotonic()
-    leader.stop()  # SIGTERM: finish running reconciles, release the Lease, exit
-    takeover_s = wait_holder(api, lease, standby.identity, stopping)
-    assert takeover_s < LEASE_DURATION_S, f"took over after {takeover_s:.1f} s: not released"
-
-    st = wait_status(api, ns, lambda s: s["slices"][0]["restarts"] >= 1,
-                     "slice 0 counted down", timeout=60)
+    wait_for(standby.ready, 60, "the standby Ready (its caches synced)")
+    assert leader.ready()
+    handover = FailedHandover(api, ns, leader, standby, point)
+    failed_job = client.BatchV1Api(api).read_namespaced_job(
+        worker_job_name(JOB, handover.index), ns).metadata.uid
+    with LeaseWatch(api, lease) as leases, \
+            ReadyPods(api, ns, worker_pods_selector(JOB, handover.index)) as pods:
+        leases.wait(lambda held: bool(held) and held[-1].holder == leader.identity, 30,
+                    "the leader's Lease seen")
+        handover.run(leases)
+        acquired = leases.wait(lambda held: held[-1].holder == standby.identity, 60,
+                               f"{standby.identity} holding the Lease")[-1]
+        (change,) = leases.handovers()
+        assert change.released_at is not None, f"the Lease was not released: {change}"
+        st = wait_status(api, ns, lambda s: s["slices"][handover.index]["restarts"] >= 1,
+                         f"slice {handover.index} counted down", timeout=60)
+        assert st["counters"]["sliceFailures"] == 1
+        st = recover(api, ns, handover.index)
+        problems = came_back_once(pods, failed_job, handover.failed_at)
+    assert not problems, problems
     assert st["counters"]["sliceFailures"] == 1
-    st = recover(api, ns, 0)
-    assert st["counters"]["sliceFailures"] == 1
-    assert [s["restarts"] for s in st["slices"]] == [1, 0, 0]
+    restarts = [0, 0, 0]
+    restarts[handover.index] = 1
+    assert [s["restarts"] for s in st["slices"]] == restarts
     wait_for(lambda: events(api, ns, Reason.RECOVERED), 30, "the Recovered Event")
     assert len(events(api, ns, Reason.SLICE_DOWN)) == 1
     assert len(events(api, ns, Reason.RECOVERED)) == 1
-    replaced_once(api, ns, 0)
+    replaced_once(api, ns, handover.index)
     assert slice_failures_counted(standby, ns) <= 1
     assert condition(st, C.SLICE_DOWN)["status"] == "False"
-    print(f"\ntakeover after SIGTERM: {takeover_s:.2f} s")
+    after_exit = acquired.at - handover.exited_at
+    if point != "released":  # (held open on purpose there)
+        assert acquired.at - (change.released_at or 0) < LEASE_DURATION_S, \
+            f"taken {change.leaderless_s:.1f} s after the release: the lease ran out"
+    print(f"\n{point}: leaderless {change.leaderless_s:.2f} s (release to acquisition); "
+          f"acquired {after_exit:+.2f} s from the old leader's exit; failure at "
+          f"{handover.failed_at - (change.released_at or 0):+.2f} s from the release")

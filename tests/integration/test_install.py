@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -30,7 +31,6 @@ import yaml
 
 from elastic_devtools.localcluster.cluster import free_port
 from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.versions import cache_dir, load_versions
 from tests.service_accounts import token_kubeconfig
 from tests.support.chart import chart_rbac, helm_template, only, operator_args, unique_release
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = ROOT / "manifests" / "install.yaml"
-OLD_CRD = ROOT / "tests" / "fixtures" / "crds" / "elastictrainingjobs-a59b14a.yaml"
-CHART = ROOT / "charts" / "elastic-operator"
 ETJ = Path(sys.executable).with_name("etj")
 GROUP, VERSION, PLURAL = "elastic.pathways.dev", "v1alpha1", "elastictrainingjobs"
 WORKER_SLICE_LABEL = "jobset.sigs.k8s.io/job-index"
@@ -76,9 +74,10 @@ def client_for(kubeconfig: Path) -> Any:
 
 @contextlib.contextmanager
 def running_operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[Path]:
-    liveness, metrics = free_port(), free_port()
-    argv = [str(ETJ), "operator", *args, f"--liveness-port={liveness}",
-            f"--metrics-port={metrics}"]
+    liveness, metrics, readiness = free_port(), free_port(), free_port()
+    # `args` last: a port they name wins.
+    argv = [str(ETJ), "operator", f"--liveness-port={liveness}", f"--metrics-port={metrics}",
+            f"--readiness-port={readiness}", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env["KUBECONFIG"] = str(kubeconfig)
     with log.open("w") as out:
@@ -496,6 +495,28 @@ def test_without_pods_watch_the_operator_is_refused_its_pod_watch(
         assert lines
 
 
+def test_an_operator_that_cannot_list_pods_is_alive_but_never_ready(
+    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, workdir: Path,
+) -> None:
+    """The chart's RBAC minus `list` on pods: the pod cache never syncs, so the replica
+    could never lead. /healthz answers (it is alive: no restart would help), /readyz
+    answers 503 naming the cache, so a rolling update never stops an old replica for it
+    and the PodDisruptionBudget does not count it."""
+    port = free_port()
+    with crippled_operator(cluster, namespace, workdir, "pods", "list",
+                           f"--readiness-port={port}") as log:
+        wait_for(lambda: [line for line in forbidden_lines(log.read_text()) if "pods" in line],
+                 90, f"a 403 on listing pods in the operator log ({log})")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+                code, body = r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            code, body = err.code, json.loads(err.read())
+        assert code == 503 and body["ready"] is False, (code, body)
+        assert body["why"].startswith("caches not synced yet:") and "pods" in body["why"]
+        assert body["synced"] is False
+
+
 # --- the per-job trainer identity ---------------------------------------------------------
 
 
@@ -627,81 +648,4 @@ def test_operator_pod_meets_the_restricted_pod_security_standard(
             core.create_namespaced_pod(namespace, weakened, dry_run="All")
         assert err.value.status == 403 and "PodSecurity" in str(err.value.body)
     finally:
-        api.close()
-
-
-def previous_chart(into: Path) -> Path:
-    """The chart as releases before the CRD template shipped it: the CRD in crds/ (Helm
-    installs it once, never upgrades it), the one before status.slices[].counted."""
-    chart = into / "elastic-operator"
-    shutil.copytree(CHART, chart)
-    (chart / "templates" / "crd.yaml").unlink()
-    (chart / "crds").mkdir()
-    shutil.copy(OLD_CRD, chart / "crds" / "elastictrainingjobs.yaml")
-    return chart
-
-
-def served_slice_fields(cluster: Cluster) -> set[str]:
-    from kubernetes import client
-
-    api = cluster.api_client()
-    try:
-        crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(
-            f"{PLURAL}.{GROUP}")
-    finally:
-        api.close()
-    status = crd.spec.versions[0].schema.open_apiv3_schema.properties["status"]
-    items = status.properties["slices"].items  # the client's type for it is `object`: a dict
-    return set(items["properties"] if isinstance(items, dict) else items.properties)
-
-
-def test_helm_upgrade_alone_upgrades_the_crd_and_uninstall_keeps_it(
-    cluster: Cluster, installed: list[dict[str, Any]], namespace: str, tmp_path: Path,
-) -> None:
-    """The chart through real `helm install/upgrade/uninstall` on the API server (what
-    `helm lint` cannot check), from a release whose chart shipped the CRD in crds/ and
-    whose CRD lacks status.slices[].counted: the upgrade alone (`--take-ownership` once,
-    adopting the CRD the old chart left unowned) serves the new CRD; uninstall removes
-    every object but the CRD. kwok plays the operator pod, so `--wait` sees the
-    Deployment available."""
-    from kubernetes import client
-
-    from elastic_devtools.localcluster.crds import install_crd
-
-    version = load_versions()["HELM_VERSION"]
-    helm = Path(os.environ.get("HELM") or cache_dir() / "bin" / f"helm-{version}")
-    release = unique_release()
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-
-    def run_helm(*args: str) -> str:
-        result = subprocess.run([str(helm), *args, "--namespace", namespace],
-                                capture_output=True, text=True, timeout=300, env=env)
-        assert result.returncode == 0, f"helm {args[0]} failed:\n{result.stderr}"
-        return result.stdout
-
-    values = ["--set", f"watchNamespaces={{{namespace}}}", "--wait", "--timeout", "120s"]
-    api = cluster.api_client()
-    try:
-        install_crd(api, yaml.safe_load(OLD_CRD.read_text()))  # what the old release left
-        run_helm("install", release, str(previous_chart(tmp_path)), *values)
-        assert "counted" not in served_slice_fields(cluster)
-        run_helm("upgrade", release, str(CHART), *values, "--take-ownership")
-        assert "counted" in served_slice_fields(cluster), "helm upgrade left the old CRD"
-        rbac = client.RbacAuthorizationV1Api(api)
-        assert rbac.read_namespaced_role_binding(release, namespace).role_ref.name == release
-        run_helm("upgrade", release, str(CHART), *values, "--set", "operator.logFormat=text")
-        deployment = client.AppsV1Api(api).read_namespaced_deployment(release, namespace)
-        assert deployment.spec is not None and deployment.spec.template.spec is not None
-        args = deployment.spec.template.spec.containers[0].args or []
-        assert "--log-format=text" in args, args
-        run_helm("uninstall", release, "--wait", "--timeout", "120s")
-        for name in (release, f"{release}-nodes"):
-            with pytest.raises(client.ApiException) as err:
-                rbac.read_cluster_role(name)
-            assert err.value.status == 404
-        assert "counted" in served_slice_fields(cluster), "helm uninstall took the CRD"
-    finally:
-        subprocess.run([str(helm), "uninstall", release, "--namespace", namespace,
-                        "--ignore-not-found"], capture_output=True, env=env, timeout=120)
-        install_crd(api)  # the current CRD, unowned, for the tests after this one
         api.close()

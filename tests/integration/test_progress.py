@@ -191,6 +191,45 @@ def test_the_step_column_follows_maxtexts_metrics_file(
     assert "skipped 1 line(s) that are not metrics lines" in log, log
 
 
+def test_a_sidecar_restarted_mid_evaluation_never_shows_the_step_go_back(
+        api: client.ApiClient, operator: OperatorProcess, namespace: str,
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Issue 68: the sidecar restarted while MaxText evaluates. MaxText cut the metrics
+    file at the evaluation's first line, so the new sidecar finds no train line in it; it
+    goes on from what status.training held for the same process (elastic_api.forward):
+    STEP stays 19 through the restart and the rest of the evaluation, never 0, and moves
+    on with the next train line. The operator holds the same step (etj_training_step)."""
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, maxtext_job())
+    pod = wait_for(lambda: head_pod(api, namespace), TIMEOUT, "the head pod Running")
+    kubeconfig = token_kubeconfig(cluster, namespace, "default", tmp_path / "trainer.kubeconfig")
+    sidecar = Sidecar(pod, tmp_path, kubeconfig, tmp_path / "progress.log")
+    sidecar.start()
+    sidecar.write("".join(LINES[:20]))
+    before = wait_step(api, namespace, 19)["training"]
+    sidecar.metrics.write_text(EVAL_LINES)  # the evaluation's first line cut the file
+    assert sidecar.stop(signal.SIGKILL) == -signal.SIGKILL
+    seen: list[tuple[Any, Any]] = []
+
+    def restarted_and_reported() -> bool:
+        training = job_status(api, namespace).get("training") or {}
+        seen.append((training.get("step"), training.get("state")))
+        return training.get("observedAt", "") > before["observedAt"] and \
+            "going on from what this process reported before" in sidecar.log.read_text()
+
+    sidecar.start()
+    wait_for(restarted_and_reported, TIMEOUT, "the restarted sidecar's report", interval=0.1)
+    sidecar.write(EVAL_LINES)  # more of the evaluation: still no train line
+    reconciled_twice(api, namespace, operator)
+    seen.append(((s := job_status(api, namespace)["training"])["step"], s["state"]))
+    assert set(seen) == {(19, "Training")}, seen
+    held = operator.metrics()[f'etj_training_step{{job="{JOB}",namespace="{namespace}"}}']
+    assert held == 19
+    sidecar.write("".join(LINES[20:]))
+    wait_step(api, namespace, 29)
+    assert sidecar.stop() == 0
+
+
 def test_a_new_head_pod_is_a_new_trainer_process(
         api: client.ApiClient, operator: OperatorProcess, namespace: str,
         cluster: Cluster, tmp_path: Path) -> None:

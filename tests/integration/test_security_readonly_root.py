@@ -433,6 +433,7 @@ class SandboxedOperator:
         self.liveness = free_port()
         command = etj("operator", "--all-namespaces", "--verbose",
                       "--liveness-port", str(self.liveness), "--metrics-port", "0",
+                      "--readiness-port", str(free_port()),
                       "--resync-seconds", "5", "--checkpoint-scan-seconds", "2")
         env = Sandbox.env("Dockerfile.operator", KUBECONFIG=kubeconfig, **extra_env)
         with self.log.open("wb") as out:

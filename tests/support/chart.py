@@ -86,7 +86,7 @@ def operator_args(deployment: dict[str, Any], namespace: str, *more: str) -> lis
     for arg in container["args"]:
         if arg == "--all-namespaces" or arg.startswith("--namespace"):
             continue
-        if arg.startswith("--liveness-port") or arg.startswith("--metrics-port"):
+        if arg.startswith(("--liveness-port", "--readiness-port", "--metrics-port")):
             continue
         if arg.startswith("--log-format"):
             arg = "--log-format=text"

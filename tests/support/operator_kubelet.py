@@ -9,17 +9,24 @@ period, then the pod removed, as a kubelet removes it once its container has exi
 rolling update of the chart's Deployment so replaces the processes one at a time, each
 new one started before an old one stops, and the Lease is handed over as on a cluster.
 
-kwok makes the pod Running (its container started); from then on this loop plays it: the
-pod is labelled DEAD_KUBELET_LABEL, which kwok leaves alone (render.adapt_kwok_stage), so
-a deleted pod stays Terminating until its process has exited. A process that exits while
-its pod is not being deleted is a crash: recorded in `crashes`, never restarted.
+The pods carry DEAD_KUBELET_LABEL from their template (the chart's podLabels: see
+upgrade.chart_values), which kwok leaves alone (render.adapt_kwok_stage): this loop plays
+their kubelet from the start. A pod bound to a node gets its process and is made
+Running; it is Ready as its readinessProbe says (GET /readyz on the process's own port,
+probed every round), or, without a probe, once its process runs, as a kubelet does. So a
+rolling update moves on only as fast as the new replicas' caches sync. A deleted pod
+stays Terminating until its process has exited. (A pod kwok made Running before it was
+labelled is taken over the same way.) A process that exits while its pod is not being
+deleted is a crash: recorded in `crashes`, never restarted.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
     from elastic_devtools.localcluster import Cluster
 
 # The ports the pod's network namespace would have to itself: the process gets free ones.
-PER_POD_PORTS = ("--liveness-port", "--metrics-port")
+PER_POD_PORTS = ("--liveness-port", "--readiness-port", "--metrics-port")
 DEFAULT_GRACE_SECONDS = 30
 
 
@@ -72,8 +79,17 @@ class PodProcess:
     revision: Revision
     proc: OperatorProcess
     grace: float
+    probed: bool  # the pod has a readinessProbe: Ready only as /readyz says
+    image: str
     stopping: threading.Thread | None = None
     crashed: bool = False
+    ready: bool | None = None  # as last written in the pod's status (None: not yet)
+    paused: bool = False  # frozen by the test (SIGSTOP): not probed meanwhile
+    exited_at: float | None = None  # time.monotonic when its process had exited
+
+    def readiness(self) -> bool:
+        """What the kubelet would report: the probe's answer, else running."""
+        return self.proc.ready() if self.probed else self.proc.running
 
 
 @dataclass
@@ -123,8 +139,12 @@ class OperatorKubelet(BackgroundLoop):
             known = self.pods.get(pod.metadata.uid)
             if pod.metadata.deletion_timestamp is not None:
                 self._terminate(pod, known)
-            elif known is None and pod.status is not None and pod.status.phase == "Running":
+            elif known is None and pod.spec.node_name and pod.status is not None \
+                    and pod.status.phase in ("Pending", "Running"):
                 self._start(pod)
+            elif known is not None and known.stopping is None and not known.crashed \
+                    and not known.paused:
+                self._report_readiness(known)
         present = {p.metadata.uid for p in pods}
         for known in self.pods.values():
             if known.uid not in present and known.stopping is None:
@@ -150,15 +170,40 @@ class OperatorKubelet(BackgroundLoop):
         kubeconfig = token_kubeconfig(self.cluster, self.namespace,
                                       pod.spec.service_account_name,
                                       self.workdir / f"{name}.kubeconfig")
+        probed = container.readiness_probe is not None
         proc = OperatorProcess(kubeconfig, self.workdir / f"{name}.log", args=pod_args(container),
                                env={**downward_env(pod, container), **revision.env()},
                                command=(*ETJ, "operator"), cwd=revision.tree,
-                               new_session=True, identity=name)
+                               new_session=True, identity=name, readiness=probed)
         proc.spawn()
         grace = pod.spec.termination_grace_period_seconds or DEFAULT_GRACE_SECONDS
-        self.pods[pod.metadata.uid] = PodProcess(name, pod.metadata.uid, revision, proc, grace)
+        known = PodProcess(name, pod.metadata.uid, revision, proc, grace, probed,
+                           container.image)
+        self.pods[pod.metadata.uid] = known
         self.timeline.note(f"pod {name} runs: the {revision.label} operator started "
-                           f"(pid {proc.pid}, log {proc.log_path.name})")
+                           f"(pid {proc.pid}, log {proc.log_path.name}"
+                           f"{', Ready as its /readyz says' if probed else ''})")
+        self._report_readiness(known)
+
+    def _report_readiness(self, known: PodProcess) -> None:
+        """The pod Running, its Ready condition as the probe says, written on a change."""
+        ready = known.readiness()
+        if ready == known.ready:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = "True" if ready else "False"
+        self.core.patch_namespaced_pod_status(known.name, self.namespace, {"status": {
+            "phase": "Running",
+            "conditions": [{"type": kind, "status": status, "lastTransitionTime": now}
+                           for kind in ("Ready", "ContainersReady")]
+            + [{"type": "Initialized", "status": "True"}],
+            "containerStatuses": [{
+                "name": "operator", "ready": ready, "started": True, "restartCount": 0,
+                "image": known.image, "imageID": "",
+                "state": {"running": {"startedAt": now}}}]}})
+        if known.ready is not None or ready:
+            self.timeline.note(f"pod {known.name} {'Ready' if ready else 'not Ready'}")
+        known.ready = ready
 
     def _terminate(self, pod: Any, known: PodProcess | None) -> None:
         if known is None:
@@ -180,6 +225,7 @@ class OperatorKubelet(BackgroundLoop):
     def _stop_in_background(self, known: PodProcess, removed: bool) -> None:
         def stop() -> None:
             known.proc.stop(timeout=known.grace)
+            known.exited_at = time.monotonic()
             code = known.proc.proc.returncode if known.proc.proc else None
             if not removed:
                 self._remove(known.name, known.uid)
@@ -208,14 +254,17 @@ class OperatorKubelet(BackgroundLoop):
             self.timeline.note(f"Lease {self.release}: {self.holder or 'nobody'} -> {holder}")
             self.holders.append(holder)
 
-    def serving(self, revision: Revision, replicas: int) -> bool:
-        """Rolled out: `replicas` pods, all of `revision`, each with its process running,
+    def serving(self, revision: Revision, replicas: int,
+                replaced: frozenset[str] = frozenset()) -> bool:
+        """Rolled out: `replicas` pods, all of `revision` and none of the pod uids
+        `replaced` (a restart of the same revision), each with its process running,
         every older one stopped, and one of them holding the Lease."""
         pods = list(self.pods.values())  # the loop's thread adds to it
         live = [p for p in pods if p.stopping is None and not p.crashed]
         stopped = all(not p.stopping.is_alive() for p in pods if p.stopping is not None)
         return (len(live) == replicas and stopped
-                and all(p.revision == revision and p.proc.running for p in live)
+                and all(p.revision == revision and p.proc.running and p.uid not in replaced
+                        for p in live)
                 and self.holder in {p.name for p in live})
 
     def stop(self) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from elastic_devtools.localcluster.operator_settings import TEST
+from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
 from tests.support.chart import helm_binary
 
 if TYPE_CHECKING:
@@ -106,13 +107,19 @@ def resolve(ref: str) -> str:
 def previous(into: Path) -> Revision:
     """The previous release's tree, `git archive`d into `into`."""
     commit = resolve(previous_release())
-    archived = _git("archive", "--format=tar", commit)
-    if archived.returncode != 0:
-        raise RuntimeError(f"git archive {commit}: {archived.stderr.decode()}")
+    return Revision(f"previous ({commit[:7]})", archived(commit, into), commit[:7])
+
+
+def archived(commit: str, into: Path, *paths: str) -> Path:
+    """`paths` of `commit` (this checkout's history), `git archive`d into `into`."""
+    full = resolve(commit)
+    result = _git("archive", "--format=tar", full, *paths)
+    if result.returncode != 0:
+        raise RuntimeError(f"git archive {full} {' '.join(paths)}: {result.stderr.decode()}")
     into.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(archived.stdout)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(result.stdout)) as tar:
         tar.extractall(into, filter="data")
-    return Revision(f"previous ({commit[:7]})", into, commit[:7])
+    return into
 
 
 # Imports every module of a tree's packages and prints those that fail or resolve
@@ -205,9 +212,11 @@ def chart_values(revision: Revision, namespace: str, replicas: int,
                  **more: Any) -> dict[str, Any]:
     """A release's values in the upgrade test: the namespace it serves, `replicas`, the
     image tag naming `revision`, make test's periods (operator_settings.TEST) as extra
-    arguments, text logs; `more` on top."""
+    arguments, text logs, and the label that leaves the pods' kubelet to the test's
+    (operator_kubelet.py: kwok would make them Ready at once, whatever their probe
+    says); `more` on top."""
     return {"watchNamespaces": [namespace], "replicaCount": replicas,
-            "image": {"tag": revision.tag},
+            "image": {"tag": revision.tag}, "podLabels": {DEAD_KUBELET_LABEL: "true"},
             "operator": {"logFormat": "text", "extraArgs": list(TEST.speed_args())}, **more}
 
 

@@ -118,9 +118,9 @@ def test_every_quantity_has_the_quantity_pattern():
     spec = crd.openapi_schema()["properties"]["spec"]
     quantities = [path for path, node in _schema_nodes(spec)
                   if node.get("x-kubernetes-int-or-string")]
-    # limits and requests of the trainer and of the three Pathways components, and an
-    # emptyDir's sizeLimit
-    assert len(quantities) == 9, quantities
+    # limits and requests of the trainer, of the three Pathways components and of the
+    # colocated Python sidecar, and an emptyDir's sizeLimit
+    assert len(quantities) == 11, quantities
     for path, node in _schema_nodes(spec):
         if node.get("x-kubernetes-int-or-string"):
             assert node.get("pattern") == QUANTITY_PATTERN, path

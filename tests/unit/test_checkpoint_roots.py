@@ -52,7 +52,8 @@ def test_the_refusal_names_the_field_the_namespace_and_the_fix() -> None:
         "operator may list for namespace team-b (allowed: /data/common, /data/team-b); not "
         "listed, so that no job learns of storage it was not given. An operator admin "
         "allows roots per namespace with `etj operator --checkpoint-roots` (chart value "
-        "checkpointRoots)")
+        "checkpointRoots) and grants the operator's own ServiceAccount (Workload Identity) "
+        "the listing")
 
 
 def test_by_default_local_paths_are_listed_and_no_bucket_is() -> None:

@@ -77,11 +77,15 @@ def test_defaults_run_etj_operator_at_test_speed(tmp_path: Path) -> None:
     argv = proc.argv()
     assert argv[:4] == [sys.executable, "-m", "elastic_api.cli", "operator"]
     assert tuple(argv[:len(OPERATOR_COMMAND) + len(TEST_ARGS)]) == OPERATOR_COMMAND + TEST_ARGS
-    assert argv[-8:] == ["--liveness-port", str(proc.liveness_port),
-                         "--metrics-port", str(proc.metrics_port),
-                         "--listen-address", "127.0.0.1",  # not every interface
-                         "--leader-identity", proc.identity]
-    assert proc.liveness_port != proc.metrics_port
+    assert argv[-10:] == ["--liveness-port", str(proc.liveness_port),
+                          "--metrics-port", str(proc.metrics_port),
+                          "--readiness-port", str(proc.readiness_port),
+                          "--listen-address", "127.0.0.1",  # not every interface
+                          "--leader-identity", proc.identity]
+    assert len({proc.liveness_port, proc.metrics_port, proc.readiness_port}) == 3
+    # An older release's operator has no --readiness-port: none is passed.
+    older = OperatorProcess(tmp_path / "k", tmp_path / "l", readiness=False)
+    assert older.readiness_port is None and "--readiness-port" not in older.argv()
     assert not proc.running
 
 

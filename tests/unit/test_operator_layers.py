@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "elastic_operator"
 # layers, or from its own layer further right. core/* is one unit in layer 1 (its own
 # order: CORE_ORDER).
 LAYERS: dict[int, list[str]] = {
-    4: ["operator_cli", "render_cli", "handlers", "app"],
+    4: ["operator_cli", "render_cli", "handlers", "readiness", "app"],
     3: ["scheduler", "reconciler", "reconcile_pass", "dispatched", "status_writer",
         "schema_guard", "outbox", "own_writes", "pacer", "replacements", "executor"],
     2: ["followups", "observations", "caches", "schema_watch", "election", "replacer",

@@ -133,6 +133,12 @@ def test_deployment_is_two_replicas_rolling_and_hardened() -> None:
     assert probe["port"] == "liveness" and ports["liveness"] == 8080
     assert f"--liveness-port={ports['liveness']}" in container["args"]
     assert f"--metrics-port={ports['metrics']}" in container["args"]
+    # Ready once it could lead (caches synced): the rollout stops an old replica only then.
+    ready = container["readinessProbe"]
+    assert ready["httpGet"] == {"path": "/readyz", "port": "readiness"}
+    assert ports["readiness"] == 8081 and f"--readiness-port={ports['readiness']}" in \
+        container["args"]
+    assert ready["periodSeconds"] <= 2 and ready["failureThreshold"] == 1
     assert container["image"] == "ghcr.io/elastic-training-operator/operator:0.1.0"
 
 
@@ -180,6 +186,8 @@ def test_a_drain_evicts_one_replica_at_a_time_and_replicas_spread() -> None:
     pdb = only(docs, "PodDisruptionBudget")
     template = only(docs, "Deployment")["spec"]["template"]
     assert pdb["spec"]["maxUnavailable"] == 1
+    # Only Ready replicas count; one that is not may go (a drain never waits on it).
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert pdb["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     anti = template["spec"]["affinity"]["podAntiAffinity"]
     (preferred,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
@@ -345,7 +353,8 @@ def test_service_monitor_scrapes_the_metrics_service_when_enabled() -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [("operator.logFormat", "xml"), ("watchNamespaces", "{Bad_Namespace}"),
-     ("operator.metricsPort", "0"), ("podAntiAffinity", "always"), ("replicaCount", "0")],
+     ("operator.metricsPort", "0"), ("operator.readinessPort", "0"),
+     ("podAntiAffinity", "always"), ("replicaCount", "0")],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(key: str, value: str) -> None:
     result = run_helm("template", RELEASE, str(CHART), "--set", f"{key}={value}")
@@ -468,3 +477,17 @@ def test_values_schema_rejects_bad_alert_values(key: str, value: str) -> None:
     result = run_helm("template", RELEASE, str(CHART), "--set", f"{key}={value}")
     assert result.returncode != 0, f"{key}={value} was accepted"
     assert key.split(".")[-1] in result.stderr, result.stderr
+
+
+def test_the_install_notes_name_only_paths_that_exist() -> None:
+    """NOTES.txt (what `helm install` prints) once told every installer to apply
+    charts/elastic-operator/crds/, gone since the CRD became a template: every path of
+    this repository it names must exist."""
+    import re
+
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    paths = set(re.findall(r"\b((?:docs|crds|charts|examples|manifests)/[\w./-]*\w/?)", notes))
+    assert paths, notes
+    for path in sorted(paths):
+        assert (ROOT / path).exists(), f"NOTES.txt names {path}, which does not exist"
+    assert "crds/elastictrainingjobs.yaml" in notes and "docs/gke.md" in notes

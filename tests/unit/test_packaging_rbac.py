@@ -312,3 +312,32 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                                  "label_node": '"nodes"'}
     for name, fragment in fragments.items():
         assert fragment in inspect.getsource(getattr(Kube, name)), (name, fragment)
+
+
+def documented_permissions() -> dict[str, set[str]]:
+    """docs/operations.md's table "What the operator may do (RBAC)": resource -> verbs.
+    A resource cell names one or more backticked resources (`workloads.kueue.x-k8s.io`,
+    `jobs` (`batch`)); a verbs cell lists them, `;` and parentheses aside."""
+    import re
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    table = text[text.index("| resource | verbs | why |"):].split("\n\n")[0].splitlines()[2:]
+    documented: dict[str, set[str]] = {}
+    for row in table:
+        resource_cell, verbs_cell = [c.strip() for c in row.strip("|").split("|")[:2]]
+        resources = re.findall(r"`([a-z0-9/.-]+)`", re.sub(r"\([^)]*\)", "", resource_cell))
+        verbs = set(re.findall(r"\b(get|list|watch|create|patch|delete|update)\b",
+                               re.sub(r"\([^)]*\)", "", verbs_cell)))
+        for resource in resources:
+            documented.setdefault(resource.split(".")[0], set()).update(verbs)
+    return documented
+
+
+def test_the_operations_rbac_table_is_the_charts() -> None:
+    """The table users read (docs/operations.md) says exactly what the chart grants,
+    resource by resource: it once lacked the job's patch, the worker Jobs' watch, the
+    priority classes and the operator's own CRD."""
+    granted: dict[str, set[str]] = {}
+    for _, resource, verb in chart_permissions():
+        granted.setdefault(resource, set()).add(verb)
+    assert documented_permissions() == granted

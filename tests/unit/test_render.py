@@ -94,8 +94,11 @@ def test_article_head():
     c = containers(p)
     rm, proxy, main = c["pathways-rm"], c["pathways-proxy"], c["main"]
     assert rm["restartPolicy"] == proxy["restartPolicy"] == "Always"
-    assert rm["image"] == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:latest"
-    assert proxy["image"] == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:latest"
+    # A dated build (the example's, also the default), kept on the node once pulled.
+    pathways = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
+    assert rm["image"] == f"{pathways}/server:20261001-jax_0.10.2"
+    assert proxy["image"] == f"{pathways}/proxy_server:20261001-jax_0.10.2"
+    assert rm["imagePullPolicy"] == proxy["imagePullPolicy"] == "IfNotPresent"
     assert rm["args"] == [
         "--server_port=29001", "--gcs_scratch_location=gs://my-bucket/article/pathways-scratch",
         "--node_type=resource_manager", "--instance_count=3", "--instance_type=tpuv5e:4x4",
@@ -169,10 +172,17 @@ def test_article_workers():
          "tolerationSeconds": 30},
     ]
     assert p["affinity"] == QUARANTINE_AFFINITY
-    assert p["serviceAccountName"] == "default"  # the head's: one Workload Identity
+    assert p["serviceAccountName"] == "default"  # the head's: one ServiceAccount
     assert "annotations" not in worker["template"]["spec"]["template"]["metadata"]
+    # The TPU VM's own /tmp, as xpk mounts it (the TPU runtime's logs and chip lock).
+    assert p["volumes"] == [{"name": "shared-tmp",
+                             "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}]
+    assert "initContainers" not in p  # no colocated Python sidecar unless asked for
     (c,) = p["containers"]
     assert c["name"] == "pathways-worker"
+    assert c["image"] == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:20261001-jax_0.10.2"
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    assert c["volumeMounts"] == [{"name": "shared-tmp", "mountPath": "/tmp"}]
     assert c["args"] == ["--server_port=29005", "--resource_manager_address=$(PATHWAYS_HEAD):29001",
                          "--gcs_scratch_location=gs://my-bucket/article/pathways-scratch"]
     assert c["resources"] == {"limits": {"google.com/tpu": "4"}}
@@ -302,7 +312,8 @@ def test_simulated_shape():
 def test_trainer_image_containers_are_locked_down_with_only_tmp_writable(example: str):
     """The containers running our trainer image (head `main`; `slice-agent` on simulated
     workers): non-root, no escalation, no capabilities, read-only root with /tmp an
-    emptyDir. Pathways' own containers keep the security context Google ships them with."""
+    emptyDir. Pathways' own containers keep the security context Google ships them with
+    (a Pathways worker's /tmp is its TPU VM's, test_article_workers)."""
     js = render_jobset(load_example(example))
     ours = {"main", "slice-agent"} if example == "simulated" else {"main"}
     seen = set()
@@ -311,6 +322,9 @@ def test_trainer_image_containers_are_locked_down_with_only_tmp_writable(example
         volumes = {v["name"]: v for v in p["volumes"]}
         for name, c in containers(p).items():
             (tmp,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+            if name == "pathways-worker":
+                assert "hostPath" in volumes[tmp["name"]]
+                continue
             assert volumes[tmp["name"]] == {"name": tmp["name"], "emptyDir": {}}, name
             if name not in ours:
                 assert "securityContext" not in c, name

@@ -79,7 +79,7 @@ def test_maxtext_example_runs_the_command_unchanged_with_the_pathways_env():
     main = main_container(js)
     assert main["command"] == ["python3", "-m", "maxtext.trainers.pre_train.train"]
     assert main["args"] == MAXTEXT_ARGS + MAXTEXT_RENDERED_ARGS
-    assert main["image"] == "us-docker.pkg.dev/my-project/maxtext/maxtext-runner:latest"
+    assert main["image"] == "us-docker.pkg.dev/my-project/maxtext/maxtext-runner:0.2.5"
     e = env(main)
     assert e["JAX_PLATFORMS"] == "proxy"
     assert e["JAX_BACKEND_TARGET"] == "grpc://$(PATHWAYS_HEAD):29000"
@@ -90,15 +90,23 @@ def test_maxtext_example_runs_the_command_unchanged_with_the_pathways_env():
     assert e["PATHWAYS_HEAD"] == {
         "fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/coordinator']"}}
     assert e["ETJ_JOB_NAME"] == "maxtext-article"
-    # Relaxed where MaxText needs it, hardened everywhere else.
-    assert main["securityContext"] == {**HARDENED, "runAsNonRoot": False,
+    # Relaxed where MaxText needs it (root, so that the progress sidecar runs as root and
+    # reads its stacks), hardened everywhere else; resources of its own.
+    assert main["securityContext"] == {**HARDENED, "runAsUser": 0, "runAsNonRoot": False,
                                        "readOnlyRootFilesystem": False}
+    assert main["resources"] == {"requests": {"cpu": "16", "memory": "64Gi"},
+                                 "limits": {"memory": "96Gi"}}
+    (progress,) = [c for c in head_pod(js)["spec"]["initContainers"] if c["name"] == "progress"]
+    assert progress["securityContext"]["runAsUser"] == 0  # SYS_PTRACE in effect: the stacks
+    assert progress["securityContext"]["capabilities"]["add"] == ["SYS_PTRACE"]
     # The dataset bucket through Cloud Storage FUSE: the volume, its mount, GKE's annotation.
     template = head_pod(js)
     assert {"name": "glaive", "csi": {
         "driver": "gcsfuse.csi.storage.gke.io", "readOnly": True,
         "volumeAttributes": {"bucketName": "my-bucket",
-                             "mountOptions": "implicit-dirs,only-dir=datasets/glaive-arrayrecord"},
+                             "mountOptions": "implicit-dirs,only-dir=datasets/glaive-arrayrecord",
+                             # a host-network pod: mounted as its ServiceAccount
+                             "hostNetworkPodKSA": "true"},
     }} in template["spec"]["volumes"]
     assert {"name": "glaive", "mountPath": "/data/glaive", "readOnly": True} in main["volumeMounts"]
     assert template["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"

@@ -1,7 +1,8 @@
-"""`make test-upgrade` (issue 61): the operator upgraded, and downgraded again, under a
-running job, on the local control plane, this test playing the kubelet of the
-operator's pods (tests/support/operator_kubelet.py). Needs the git history: the previous
-release is a commit (hack/upgrade/previous-release), archived from it.
+"""`make test-upgrade` (issues 61, 68): the operator upgraded, restarted and downgraded
+under a running job, on the local control plane, this test playing the kubelet of the
+operator's pods (tests/support/operator_kubelet.py: each pod is Ready as its
+readinessProbe says). Needs the git history: the previous release is a commit
+(hack/upgrade/previous-release), archived from it.
 
 1. The previous release is installed with its own chart (`helm install`; the CRD from its
    crds/), two replicas electing a leader, each pod run as a local process of that
@@ -11,32 +12,46 @@ release is a commit (hack/upgrade/previous-release), archived from it.
    the head pod's `main` container would: the command the previous release rendered into
    the pod, that release's trainer code, the pod's environment and ServiceAccount; an
    undisturbed reference run of the same command beside it.
-3. A worker slice fails before the upgrade. `helm upgrade --take-ownership` to this
-   checkout's chart (once, as docs/operations.md "Upgrade" says: the old chart left its
-   CRD unowned) applies the new CRD and rolls the Deployment: each new pod's process starts
-   (a standby) before an old pod is deleted and its process stopped, which hands the Lease
-   over. A slice fails as the leading pod is deleted, before its SIGTERM; another after.
-4. The same in reverse: `helm rollback` to the previous release (the CRD stays: kept), a
-   slice failing as the leading pod is deleted, another after.
+3. A worker slice fails before the upgrade. `helm upgrade` to this checkout's chart stops
+   before applying anything, with the one command that makes the CRD the release's (the
+   old chart left it unowned); that command, run as printed, then the same upgrade: the
+   new CRD, and the Deployment rolled (each new pod Ready, its caches synced, before an
+   old one stops; the leader hands the Lease over on SIGTERM). A slice fails as the
+   leading pod is deleted, before its SIGTERM; another after.
+4. Two rolling restarts of this checkout's operator (`helm upgrade`, a new pod
+   annotation), a slice failing at another point of a handover in each: between the old
+   leader's release and the new one's acquisition (the other replicas frozen, SIGSTOP,
+   from the leader's deletion until the failed pod is Failed: the window held open on
+   purpose), and the moment a new leader is seen holding the Lease.
+5. `helm rollback` to the previous release (the CRD stays: kept), a slice failing as its
+   leader's pod is deleted, another after.
 
 Checked: the JobSet's uid never changed and it never restarted; the trainer ran in one
 process (counters.trainerRestarts 0, the same head pod); every failure was counted exactly
 once (counters.sliceFailures and each slice's restarts equal the failures injected, and
 each slice's exactly-once evidence, slices[].counted, matches its worker Job's own count of
-failed pods); no counter ever went backwards (sampled all through); each elastic event of
-the trainer counted; the status fields the current CRD adds filled in on the old job after
-the upgrade (those under status.training are the trainer's: this job's trainer is the
-previous release's, which an operator upgrade does not replace); the current CRD served
-after the upgrade and kept by the downgrade; no operator process crashed; no false stall
-(the namespace fixture's check); and the trainer's final parameters equal the undisturbed
-run's, bit for bit. A timeline and the total time are printed.
+failed pods); each failure disrupted the slice once (no pod of the failed worker Job
+turned Ready after the failure: a leader recreated the Job before the Job controller
+brought the slice back on it; not asked of the downgrade's, whose new pods have no
+readiness probe); each handover into this checkout's pods (but the one held open) had its
+new leader within 2 s of the old leader's exit; no counter ever went backwards (sampled
+all through); each elastic event of the trainer counted; the status fields the current
+CRD adds filled in on the old job after the upgrade (those under status.training are the
+trainer's: this job's trainer is the previous release's, which an operator upgrade does
+not replace); the current CRD served after the upgrade and kept by the downgrade; no
+operator process crashed; no false stall (the namespace fixture's check); and the
+trainer's final parameters equal the undisturbed run's, bit for bit. A timeline, every
+handover's leaderless time and the total time are printed.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shlex
+import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +69,8 @@ from tests.support import upgrade as releases
 from tests.support.chaos_faults import healthy, slice_restarts, step_of, worker_pods
 from tests.support.chaos_watch import Sampler
 from tests.support.chart import unique_release
+from tests.support.handover import ReadyPods, came_back_once
+from tests.support.leases import RELEASED, Holding, LeaseWatch
 from tests.support.operator_kubelet import OperatorKubelet, downward_env
 from tests.support.trainer_run import Reference, TrainerProcesses
 from tests.support.upgrade import ETJ, Helm, Revision, Timeline
@@ -63,12 +80,30 @@ pytestmark = pytest.mark.cluster
 JOB = "upgrade"
 SLICES = 3
 REPLICAS = 2  # the chart's default: a rolling update hands the Lease over
-# Paced steps: five faults, each 25 steps of training after the last recovery, and the
-# upgrade and the downgrade (the trainer trains on through both), under load; the rest
-# is the tail after the last fault.
-STEPS, STEP_SECONDS, STEPS_BETWEEN_FAULTS = 2000, 0.05, 25
+# Paced steps: seven faults, each 25 steps of training after the last recovery, and four
+# rollouts (the upgrade, two restarts, the downgrade: the trainer trains on through them,
+# about a minute each at load 20-40, each new replica syncing before an old one stops);
+# the rest is the tail after the last fault (at least 350 s of training in all; at load
+# 30-40 the trainer made 4.7 steps a second and the faults took 2,500 steps).
+STEPS, STEP_SECONDS, STEPS_BETWEEN_FAULTS = 3500, 0.1, 25
 RECOVERY_TIMEOUT = ROLLOUT_TIMEOUT = 180
 CRD_NAME = f"{PLURAL}.{GROUP}"
+# Where in a handover a slice fails (roll_over).
+BEFORE_THE_STOP, RELEASED_NOT_ACQUIRED, ACQUIRED = "before-the-stop", "released", "acquired"
+# The new leader takes the Lease this soon after the old one's exit (issue 68).
+HANDOVER_S = 2.0
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One injected failure: its slice, the worker Job it failed, when (time.monotonic),
+    and whether the slice must have come back once (a leader able to act at once)."""
+
+    index: int
+    job_uid: str
+    at: float
+    when: str
+    once: bool
 
 
 def job_manifest(namespace: str, checkpoints: Path) -> dict[str, Any]:
@@ -98,7 +133,13 @@ class Run:
     current: Revision
     helm: Helm
     kubelet: OperatorKubelet
+    leases: LeaseWatch
+    pods: ReadyPods
     injected: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(SLICES), 0))
+    failures_seen: list[Failure] = field(default_factory=list)
+    held_open: set[str] = field(default_factory=set)  # leaders whose handover was held
+    twice: int = 0  # failures the previous release let come back twice (came_back)
+    restarts: int = 0  # rolling restarts of the operator so far
     trainer: TrainerProcesses | None = None
     reference: Reference | None = None
     sampler: Sampler | None = None
@@ -136,18 +177,24 @@ def test_upgrade_and_downgrade_under_a_running_job(cluster: Cluster, namespace: 
     release = unique_release()
     kubelet = OperatorKubelet(cluster, namespace, release,
                               {r.tag: r for r in (previous, current)}, tmp_path, timeline)
-    run = Run(cluster, cluster.api_client(), namespace, tmp_path, timeline, previous, current,
-              Helm(cluster, release, namespace, tmp_path), kubelet)
-    kubelet.start()
+    api = cluster.api_client()
+    run = Run(cluster, api, namespace, tmp_path, timeline, previous, current,
+              Helm(cluster, release, namespace, tmp_path), kubelet,
+              LeaseWatch(api, release, namespace), ReadyPods(api, namespace,
+                                                             job_pods_selector(JOB)))
+    for loop in (kubelet, run.leases, run.pods):
+        loop.start()
     try:
         install_the_previous_release(run)
         start_the_job(run)
         fail_and_count(run, 0, "before the upgrade")
-        roll_over(run, current, 1, "upgrade")
+        roll_over(run, current, 1, "upgrade", BEFORE_THE_STOP)
         fail_and_count(run, 2, "after the upgrade")
         new_status_fields_filled_in(run)
-        roll_over(run, previous, 0, "downgrade")
-        fail_and_count(run, 1, "after the downgrade")
+        roll_over(run, current, 0, "restart", RELEASED_NOT_ACQUIRED)
+        roll_over(run, current, 1, "restart", ACQUIRED)
+        roll_over(run, previous, 2, "downgrade", BEFORE_THE_STOP)
+        fail_and_count(run, 0, "after the downgrade")
         problems = finish(run)
     finally:
         tear_down(run)
@@ -254,13 +301,20 @@ def ready(run: Run, what: str) -> None:
         f"the trainer is about to finish before {what}: raise STEPS"
 
 
-def fail_slice(run: Run, index: int, when: str) -> None:
+def fail_slice(run: Run, index: int, when: str, *, once: bool = True,
+               landed: bool = False) -> None:
+    """A worker pod of slice `index` fails; `landed`: until the pod is Failed."""
     pods = worker_pods(run.api, run.ns, JOB, index)
     assert pods, f"no running worker pod of slice {index} {when}"
+    job = client.BatchV1Api(run.api).read_namespaced_job(worker_job_name(JOB, index), run.ns)
+    at = time.monotonic()
     faults.fail_pod(run.api, run.ns, pods[0].metadata.name)
     run.injected[index] += 1
+    run.failures_seen.append(Failure(index, job.metadata.uid, at, when, once))
     run.timeline.note(f"failure {run.failures} ({when}): worker pod {pods[0].metadata.name} "
                       f"of slice {index} fails (exit 1)")
+    if landed:
+        faults.wait_for_pod_phase(run.api, run.ns, pods[0].metadata.name, "Failed")
 
 
 def counted(run: Run, when: str) -> None:
@@ -288,29 +342,37 @@ def fail_and_count(run: Run, index: int, when: str) -> None:
     counted(run, when)
 
 
-def roll_over(run: Run, to: Revision, index: int, how: str) -> None:
-    """`helm upgrade --take-ownership` to `to` (how="upgrade") or `helm rollback` to the
-    first revision (how="downgrade"): slice `index` fails as the leading pod is deleted,
-    before its SIGTERM; until the rollout is done and that failure counted."""
+def roll_over(run: Run, to: Revision, index: int, how: str, point: str) -> None:
+    """`helm upgrade` to `to` (how="upgrade": first the one command its check stops with;
+    "restart": the same chart, a new pod annotation) or `helm rollback` to the first
+    revision (how="downgrade"): slice `index` fails at `point` of the first handover of
+    the leading pod; until the rollout is done and that failure counted."""
     ready(run, f"the {how}")
     fired = threading.Event()
+    once = how != "downgrade"  # the previous release's pods are Ready before they sync
 
-    def fail_as_the_leader_stops(pod: str, leading: bool) -> None:
-        if leading and not fired.is_set():
-            fired.set()
-            fail_slice(run, index, f"during the {how}, as leading pod {pod} is deleted")
+    def at_the_point(pod: str, leading: bool) -> None:
+        if not leading or fired.is_set():
+            return
+        fired.set()
+        when = f"during the {how}, {point}: leading pod {pod}"
+        if point == BEFORE_THE_STOP:
+            fail_slice(run, index, f"{when} deleted", once=once)
+        elif point == RELEASED_NOT_ACQUIRED:
+            hold_the_window_open(run, pod, index, when)
+        else:
+            fail_when_acquired(run, pod, index, when)
 
-    run.kubelet.on_terminating = fail_as_the_leader_stops
-    if how == "upgrade":
-        run.timeline.note(f"helm upgrade --take-ownership to the {to.label} chart")
-        run.helm.upgrade(to, REPLICAS, "--take-ownership")
-    else:
-        run.timeline.note(f"helm rollback to revision 1 (the {to.label} chart)")
-        run.helm("rollback", run.helm.release, "1")
-    run.timeline.note(f"helm {'upgrade' if how == 'upgrade' else 'rollback'} returned")
-    wait_for(lambda: run.kubelet.serving(to, REPLICAS), ROLLOUT_TIMEOUT,
-             f"the {how} rolled out ({REPLICAS} replicas of {to.label}, one leading)")
-    run.kubelet.on_terminating = None
+    run.kubelet.on_terminating = at_the_point
+    replaced = frozenset(run.kubelet.pods)  # every pod so far: the rollout replaces them
+    try:
+        helm_roll(run, to, how)
+        wait_for(lambda: run.kubelet.serving(to, REPLICAS, replaced), ROLLOUT_TIMEOUT,
+                 f"the {how} rolled out ({REPLICAS} new replicas of {to.label}, one leading)")
+    finally:
+        run.kubelet.on_terminating = None
+        run.leases.on_change = None
+        resume_all(run)
     run.timeline.note(f"the {how} rolled out: {run.kubelet.holder} leads")
     assert fired.is_set(), f"no leading pod was deleted during the {how}"
     counted(run, f"during the {how}")
@@ -320,6 +382,78 @@ def roll_over(run: Run, to: Revision, index: int, how: str) -> None:
     revision = {k: v for k, v in (crd["metadata"].get("annotations") or {}).items()
                 if "schema" in k}
     run.timeline.note(f"the CRD served is the current release's {revision or ''}".rstrip())
+
+
+def helm_roll(run: Run, to: Revision, how: str) -> None:
+    if how == "downgrade":
+        run.timeline.note(f"helm rollback to revision 1 (the {to.label} chart)")
+        run.helm("rollback", run.helm.release, "1")
+    elif how == "restart":
+        run.restarts += 1
+        run.timeline.note(f"helm upgrade: a rolling restart of the {to.label} operator")
+        run.helm.upgrade(to, REPLICAS, podAnnotations={"restart": str(run.restarts)})
+    else:
+        run.timeline.note(f"helm upgrade to the {to.label} chart")
+        try:
+            run.helm.upgrade(to, REPLICAS)
+            raise AssertionError("helm upgrade from a chart that left the CRD unowned went "
+                                 "through without the chart's check")
+        except AssertionError as err:
+            (line,) = [t.strip() for t in str(err).splitlines()
+                       if t.strip().startswith("kubectl patch crd")]
+        run.timeline.note(f"the chart's check stopped it, naming: {line}")
+        ran = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "KUBECONFIG": str(run.cluster.kubeconfig)})
+        assert ran.returncode == 0, ran.stderr
+        run.timeline.note(f"ran it ({ran.stdout.strip()}); helm upgrade again")
+        run.helm.upgrade(to, REPLICAS)
+    run.timeline.note(f"helm {'rollback' if how == 'downgrade' else 'upgrade'} returned")
+
+
+def paused(run: Run) -> list[str]:
+    return [p.name for p in run.kubelet.pods.values() if p.paused]
+
+
+def resume_all(run: Run) -> None:
+    for known in run.kubelet.pods.values():
+        if known.paused:
+            known.proc.resume()
+            known.paused = False
+
+
+def hold_the_window_open(run: Run, leader: str, index: int, when: str) -> None:
+    """Every other replica frozen (SIGSTOP) before the leader's SIGTERM: nobody can take
+    the Lease it releases until the failure has landed; then they go on."""
+    for known in run.kubelet.pods.values():
+        if known.name != leader and known.stopping is None and known.proc.running:
+            known.proc.pause()
+            known.paused = True
+    run.held_open.add(leader)
+    run.timeline.note(f"replicas {paused(run)} frozen: the Lease {leader} releases stays free")
+
+    def released(holding: Holding) -> None:
+        if holding.holder != RELEASED or run.leases.on_change is None:
+            return
+        run.leases.on_change = None
+        try:
+            fail_slice(run, index, f"{when} released the Lease, nobody acquired it",
+                       landed=True)
+        finally:
+            resume_all(run)
+            run.timeline.note("the frozen replicas go on")
+
+    run.leases.on_change = released
+
+
+def fail_when_acquired(run: Run, leader: str, index: int, when: str) -> None:
+    """The failure the moment the Lease is seen held by another replica than `leader`."""
+    def acquired(holding: Holding) -> None:
+        if holding.holder in (RELEASED, leader) or run.leases.on_change is None:
+            return
+        run.leases.on_change = None
+        fail_slice(run, index, f"{when} stopped, {holding.holder} just acquired the Lease")
+
+    run.leases.on_change = acquired
 
 
 def counted_evidence(run: Run) -> list[str]:
@@ -377,12 +511,17 @@ def finish(run: Run) -> list[str]:
     if rc != 0:
         return [f"the trainer exited {rc} (log {trainer(run).log})"]
     got, want = json.loads(trainer(run).summary.read_text()), run.reference.summary()
-    problems = the_job_kept(run) + operator_logs(run)
+    problems = the_job_kept(run) + operator_logs(run) + came_back(run) + handovers(run)
     if (got["final_step"], got["params_digest"]) != (want["final_step"], want["params_digest"]):
         problems.append(f"parameters differ from the undisturbed run's: step "
                         f"{got['final_step']} digest {got['params_digest']}, the "
                         f"reference's {want['final_step']} {want['params_digest']}")
     counters = run.status().get("counters") or {}
+    # Each failure disrupted the trainer once: one elastic event (two for one that came
+    # back twice, which only the previous release's replicas allow).
+    if got["elastic_events_total"] != run.failures + run.twice:
+        problems.append(f"the trainer had {got['elastic_events_total']} elastic events for "
+                        f"{run.failures} failures ({run.twice} came back twice)")
     if counters.get("elasticEvents") != got["elastic_events_total"]:
         problems.append(f"elastic events: the trainer had {got['elastic_events_total']}, "
                         f"the operator counted {counters}")
@@ -393,10 +532,49 @@ def finish(run: Run) -> list[str]:
         f"{counters.get('sliceFailures')} for {run.failures} failures, restarts by slice "
         f"{slice_restarts(run.status())}, slices[].counted = the worker Jobs' counts; "
         f"elasticEvents {counters.get('elasticEvents')} = the trainer's "
-        f"{got['elastic_events_total']}; {len(run.sampler.samples)} samples, none went "
-        f"backwards; {len(run.kubelet.pods)} operator processes, none crashed; parameters "
+        f"{got['elastic_events_total']} (one a failure, {run.twice} came back twice); "
+        f"{len(run.sampler.samples)} samples, none went backwards; "
+        f"{len(run.kubelet.pods)} operator processes, none crashed; parameters "
         f"{got['params_digest'][:16]} at step {got['final_step']}, the undisturbed run's "
         f"{want['params_digest'][:16]} ({len(problems)} problems)")
+    return problems
+
+
+def came_back(run: Run) -> list[str]:
+    """Each failure (but the downgrade's) disrupted its slice once."""
+    problems = []
+    for failure in run.failures_seen:
+        found = came_back_once(run.pods, failure.job_uid, failure.at)
+        if found and not failure.once:
+            run.twice += 1
+            run.timeline.note(f"failure {failure.when}: came back twice ({found[0]}); the "
+                              "previous release's replicas are Ready before they sync")
+        elif found:
+            problems += [f"failure {failure.when}: {p}" for p in found]
+    return problems
+
+
+def handovers(run: Run) -> list[str]:
+    """Every handover, timed; those into this checkout's replicas (but the one held open
+    on purpose) within HANDOVER_S of the old leader's exit."""
+    problems = []
+    by_name = {p.name: p for p in run.kubelet.pods.values()}
+    for change in run.leases.handovers():
+        old, new = by_name.get(change.old), by_name.get(change.new)
+        exited = old.exited_at if old is not None else None
+        after_exit = change.acquired_at - exited if exited is not None else None
+        run.timeline.note(
+            f"handover {change.old} -> {change.new}: "
+            + (f"released, leaderless {change.leaderless_s:.2f} s" if change.released_at
+               is not None else "not released")
+            + (f", acquired {after_exit:+.2f} s from the old leader's exit"
+               if after_exit is not None else "")
+            + (" (held open on purpose)" if change.old in run.held_open else ""))
+        if new is None or new.revision != run.current or change.old in run.held_open:
+            continue
+        if change.released_at is None or after_exit is None or after_exit > HANDOVER_S:
+            problems.append(f"handover {change.old} -> {change.new}: not within "
+                            f"{HANDOVER_S} s of the old leader's exit ({change})")
     return problems
 
 
@@ -454,6 +632,10 @@ def tear_down(run: Run) -> None:
     for proc in (run.trainer, run.reference, run.sampler):
         if proc is not None:
             proc.stop()
+    run.leases.on_change = None
+    resume_all(run)
+    for loop in (run.leases, run.pods):
+        loop.stop()
     run.kubelet.on_terminating = None
     with contextlib.suppress(AssertionError):
         run.helm("uninstall", run.helm.release)

@@ -234,6 +234,25 @@ def _validate_cadence(args: argparse.Namespace) -> str | None:
     return None
 
 
+def preflight(args: argparse.Namespace) -> str | None:
+    """What `etj train` refuses of its flags before it builds a backend, reserves anything
+    or reads a byte: the flags' own checks, the model config, the form of --data (a URL;
+    elastic_api.data_paths, which admission applies too). Run at start, so that a job the
+    trainer would refuse fails at once; tests run it on every example's command."""
+    from elastic_trainer.configs import get_config
+    from elastic_trainer.data import check_data
+
+    problem = _validate(args)
+    if problem:
+        return problem
+    try:
+        get_config(args.config)
+        check_data(args.data)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def _shown(period: int | None) -> str:
     return "auto" if period is None else "off" if period == 0 else str(period)
 
@@ -252,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     _setup_logging()
     if args.prepare_data:
         return _prepare(args)
-    problem = _validate(args)
+    problem = preflight(args)
     if problem:
         print(f"etj train: {problem}", file=sys.stderr)
         return 2

@@ -23,6 +23,8 @@ from typing import Protocol
 
 import numpy as np
 
+from elastic_api import data_paths
+
 MAX_STRIDE = 8
 SHARD_SUFFIX = ".array_record"
 # The streams of (seed, step) draws: training's synthetic batches, ArrayRecord rows, and
@@ -58,12 +60,15 @@ class SyntheticSource:
         return synthetic_batch(self.seed, step, self.global_batch, self.seq_len, self.vocab)
 
 
+def check_data(path: str) -> None:
+    """What admission refuses of spec.trainer.data (elastic_api.data_paths), refused here
+    too before anything is read: a URL."""
+    if data_paths.is_url(path):
+        raise ValueError(f"--data {path}: {data_paths.READ_FROM_A_FILESYSTEM}")
+
+
 def find_shards(path: str) -> list[str]:
-    if "://" in path:
-        raise ValueError(
-            f"--data {path}: ArrayRecord shards are read from a filesystem; mount the bucket "
-            "(e.g. the GCS FUSE CSI driver) and pass the mounted path"
-        )
+    check_data(path)
     if os.path.isdir(path):
         shards = sorted(glob.glob(os.path.join(path, f"*{SHARD_SUFFIX}")))
     else:
@@ -120,7 +125,7 @@ def eval_batch(seed: int, index: int, batch: int, seq_len: int, vocab: int) -> n
 
 
 def make_source(data: str, seed: int, batch: int, seq_len: int, vocab: int) -> BatchSource:
-    if data == "synthetic":
+    if data == data_paths.SYNTHETIC:
         return SyntheticSource(seed, batch, seq_len, vocab)
     return ArrayRecordSource(data, seed, batch, seq_len, vocab)
 

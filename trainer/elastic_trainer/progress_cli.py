@@ -110,6 +110,8 @@ class _Sidecar:
             if args.sample_interval > 0 else None
         self.next_sample = 0.0
         self.newest: StepRecord | None = None
+        self.seen = _seen_before(job, self.identity.started_at)
+        self.held: tuple[str, ...] = ()
         if self.live.watch.why_not:
             log.info("reading %s every %.2fs: no inotify (%s)", args.metrics_file,
                      FALLBACK_POLL_SECONDS, self.live.watch.why_not)
@@ -134,11 +136,23 @@ class _Sidecar:
         self.reporter.update(self.report(now), urgent=urgent)
 
     def report(self, now: datetime) -> Any:
+        """The newest report, with every figure that went back unexplained held
+        (elastic_api.forward: a restarted sidecar finds no train line in a file cut at an
+        evaluation's first line, a file rotated, ...)."""
+        from elastic_api.forward import Seen, forward
         from elastic_trainer.progress import progress_report
 
-        return progress_report(self.identity, self.newest, self.args.total_steps, now,
-                               self.restore.report, self.tracker.activity(),
-                               self.tracker.phases())
+        result = forward(self.seen, progress_report(
+            self.identity, self.newest, self.args.total_steps, now, self.restore.report,
+            self.tracker.activity(), self.tracker.phases()))
+        if result.held != self.held and {"step", "state"} & set(result.held):
+            log.info("holding step %d, state %s as reported before (what was read since "
+                     "gives no newer step: a restarted sidecar, a cut or rotated metrics "
+                     "file); held: %s", result.report.step, result.report.state,
+                     ", ".join(result.held))
+        self.held = result.held
+        self.seen = Seen.after(self.seen, result)
+        return result.report
 
     def finish(self) -> None:
         import time
@@ -154,6 +168,21 @@ class _Sidecar:
                  self.sampler.samples if self.sampler else 0,
                  self.sampler.stack_failures if self.sampler else 0,
                  self.reporter.sent, self.reporter.failed)
+
+
+def _seen_before(job: tuple[str, str], started_at: datetime) -> Any:
+    """What status.training held when this sidecar started (elastic_api.forward.Seen; None:
+    nothing yet): a sidecar restarted beside the same trainer process goes on from it."""
+    from elastic_api.forward import Seen
+    from elastic_trainer.report import read_stored_report
+
+    stored = read_stored_report(*job)
+    if stored is None:
+        return None
+    if stored.process_started_at == started_at:
+        log.info("going on from what this process reported before: step %d (%s)",
+                 stored.step, stored.state)
+    return Seen.of(stored)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -117,6 +117,19 @@ def read_prior_run(namespace: str, name: str, max_retries: int) -> PriorRun:
     return prior_state(job.get("status") if isinstance(job, dict) else None, max_retries)
 
 
+def read_stored_report(namespace: str, name: str) -> TrainingReport | None:
+    """status.training as the job holds it now, read by the one lenient reader (None:
+    none yet, or the job cannot be read: logged): what a restarted progress sidecar goes
+    on from (elastic_api.forward)."""
+    try:
+        job: Any = KubeClient.from_environment().get(job_path(namespace, name), timeout_s=10)
+    except Exception as err:  # reporting goes on; only what was reported before is unknown
+        log.warning("reading %s/%s for what was reported before: %s", namespace, name,
+                    str(err).splitlines()[0])
+        return None
+    return _read(job.get("status") if isinstance(job, dict) else None).training
+
+
 def status_patch(report: TrainingReport) -> dict[str, Any]:
     """The merge patch body. Fields that are unset go out as null, so a field that
     disappeared from the report is removed from the object too (merge-patch semantics)."""

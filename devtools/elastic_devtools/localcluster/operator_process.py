@@ -2,12 +2,13 @@
 
 The operator runs exactly as deployed (`python -m elastic_api.cli operator ...`), so
 a caller can stop it, SIGKILL it and start it again. It always gets a free liveness port
-(`start()` returns once /healthz answers: a standby answers too) and a free metrics port
-(`metrics()`). Each OperatorProcess has its own leader identity, kept across its
-restarts (as a pod's name is across container restarts), so a restarted operator takes
-its Lease back at once; `replicas()` makes several that elect one leader, and
-`skew_seconds` runs one with its wall clock off. `pause` / `resume` freeze and wake it
-(SIGSTOP / SIGCONT).
+(`start()` returns once /healthz answers: a standby answers too), a free metrics port
+(`metrics()`) and, unless `readiness=False` (an older release's operator, which has no
+such flag), a free readiness port (`ready()`: GET /readyz, 200 once it could lead).
+Each OperatorProcess has its own leader identity, kept across its restarts (as a pod's
+name is across container restarts), so a restarted operator takes its Lease back at
+once; `replicas()` makes several that elect one leader, and `skew_seconds` runs one with
+its wall clock off. `pause` / `resume` freeze and wake it (SIGSTOP / SIGCONT).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class OperatorProcess:
     request counter replaces it. `env` is added to this process's environment (with
     KUBECONFIG). `new_session` puts the child in its own process group, signalled as a
     whole, so a Ctrl-C in the terminal reaches only the parent, which stops it in order.
+    `readiness`: pass a free `--readiness-port` (False for an operator without the flag).
     """
 
     def __init__(self, kubeconfig: Path | str, log_path: Path, *,
@@ -52,7 +54,7 @@ class OperatorProcess:
                  env: Mapping[str, str] | None = None,
                  command: Sequence[str] = OPERATOR_COMMAND, cwd: Path | None = None,
                  new_session: bool = False, identity: str | None = None,
-                 skew_seconds: float = 0.0) -> None:
+                 skew_seconds: float = 0.0, readiness: bool = True) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.log_path = log_path
         self.args = args.args() if isinstance(args, OperatorSettings) else tuple(args)
@@ -66,14 +68,17 @@ class OperatorProcess:
         self.cwd = cwd
         self.new_session = new_session
         self.identity = identity or f"operator-{uuid.uuid4().hex[:8]}"
-        self.liveness_port, self.metrics_port = free_ports(2)
+        self.liveness_port, self.metrics_port, readiness_port = free_ports(3)
+        self.readiness_port = readiness_port if readiness else None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
         # Local runs: the endpoints bind the loopback only, not every interface.
+        readiness = ["--readiness-port", str(self.readiness_port)] \
+            if self.readiness_port is not None else []
         return [*self.command, *self.args, "--liveness-port", str(self.liveness_port),
-                "--metrics-port", str(self.metrics_port), "--listen-address", "127.0.0.1",
-                "--leader-identity", self.identity]
+                "--metrics-port", str(self.metrics_port), *readiness,
+                "--listen-address", "127.0.0.1", "--leader-identity", self.identity]
 
     @property
     def running(self) -> bool:
@@ -117,6 +122,22 @@ class OperatorProcess:
                     f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
                 return bool(r.status == 200)
         except OSError:
+            return False
+
+    def ready(self) -> bool:
+        """GET /readyz answers 200: it could lead now (its caches synced). False while it
+        is starting, stopping, or not running; an operator without the endpoint
+        (readiness=False) is ready once /healthz answers, as a pod without a
+        readinessProbe is."""
+        if not self.running:
+            return False
+        if self.readiness_port is None:
+            return self.healthy()
+        try:
+            with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.readiness_port}/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:  # 503 (HTTPError is an OSError), or not answering yet
             return False
 
     def kill(self) -> None:

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e2e.add_argument("--no-runs", action="store_true",
                      help="skip the plain runs (the example's args, local and gs://)")
     e2e.add_argument("--scenarios", nargs="+", default=None, metavar="NAME",
-                     help="the scenarios to run: local, gcs, evaluation (default: all)")
+                     help="the scenarios to run: local, gcs, evaluation, sidecar-restart "
+                     "(default: all)")
     e2e.add_argument("--sidecar-only", action="store_true",
                      help="of the phases, check what the progress sidecar reports, not "
                      "Progressing (for an operator whose stall rule does not read them)")

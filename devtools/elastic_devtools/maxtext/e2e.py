@@ -40,7 +40,14 @@ from elastic_devtools.maxtext.runner import (
 
 FIXTURES = Path("tests/fixtures/maxtext-0.2.5")
 LOCAL_JOB, GCS_JOB = "job-local.yaml", "job-gcs.yaml"
-EXAMPLE = Path("examples/maxtext.yaml")
+EXAMPLES = Path("examples")
+
+
+def maxtext_examples(examples: Path = EXAMPLES) -> list[Path]:
+    """The examples whose `main` runs MaxText's trainer (maxtext.yaml, v5p-largest.yaml)."""
+    return [p for p in sorted(examples.glob("*.yaml"))
+            if maxtext.runs_maxtext(load_job(p).spec.trainer.command,
+                                    load_job(p).spec.trainer.args)]
 # Parses argv as MaxText's trainer does (pyconfig.initialize, base.yml) and prints the keys
 # asked for: every flag of the example accepted, and the renderer's ones as intended.
 _PARSE = (
@@ -199,7 +206,7 @@ def check_example(env: MaxTextEnv, example: Path, work: Path) -> None:
                 maxtext.KEEP_KEY: job.spec.checkpoint.keep,
                 maxtext.ASYNC_KEY: job.spec.checkpoint.async_}
     argv = ["python3", "-c", _PARSE, json.dumps(args), json.dumps(sorted(expected))]
-    log_path = work / "example-parse.log"
+    log_path = work / f"example-parse-{example.stem}.log"
     with log_path.open("wb") as out:
         code = subprocess.call(env.command(argv, CPU_ENV, {POD_TMP: work}), stdout=out,
                                stderr=subprocess.STDOUT, timeout=300)
@@ -227,7 +234,8 @@ def run_e2e(fixtures: Path, work: Path | None, record_to: Path | None, gcs: bool
     started = time.monotonic()
     outcomes: dict[str, Outcome] = {}
     if runs:
-        check_example(env, EXAMPLE, work)
+        for example in maxtext_examples():
+            check_example(env, example, work)
         outcomes["local"] = run_local(env, fixtures, work)
         if gcs:
             outcomes["gcs"] = run_gcs(env, fixtures, work)

@@ -1,7 +1,8 @@
 """The scenarios of `etj maxtext e2e` on one local control plane, in order: a slice lost
 and a hung save with checkpoints in the head's /tmp, the same on gs:// through
 fake-gcs-server (scenario.py), then an evaluation of minutes and a stopped MaxText
-(scenario_phases.py); each reported as it passes.
+(scenario_phases.py), and the progress sidecar restarted mid-evaluation
+(scenario_sidecar.py); each reported as it passes.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from elastic_devtools.maxtext.env import MaxTextEnv
 from elastic_devtools.maxtext.scenario import Run, run_one, say
 from elastic_devtools.maxtext.scenario_cluster import control_plane
 from elastic_devtools.maxtext.scenario_phases import run_evaluation
+from elastic_devtools.maxtext.scenario_sidecar import run_sidecar_restart
 
-SCENARIO_NAMES = ("local", "gcs", "evaluation")
+SCENARIO_NAMES = ("local", "gcs", "evaluation", "sidecar-restart")
 
 
 def run_scenarios(env: MaxTextEnv, fixtures: Path, work: Path, gcs: bool,
@@ -35,9 +37,12 @@ def run_scenarios(env: MaxTextEnv, fixtures: Path, work: Path, gcs: bool,
                                                     gcs_env, say))
         for name in names:
             started = time.monotonic()
-            run = run_evaluation(cluster, env, fixtures, work, sidecar_only) \
-                if name == "evaluation" else run_one(name, cluster, env, fixtures, work,
-                                                     sidecar_only)
+            if name == "evaluation":
+                run = run_evaluation(cluster, env, fixtures, work, sidecar_only)
+            elif name == "sidecar-restart":
+                run = run_sidecar_restart(cluster, env, fixtures, work, sidecar_only)
+            else:
+                run = run_one(name, cluster, env, fixtures, work, sidecar_only)
             run.figures["scenario wall time"] = f"{time.monotonic() - started:.0f} s"
             runs.append(run)
             report(run)

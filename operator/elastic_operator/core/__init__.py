@@ -8,6 +8,7 @@ the order to read them in.
 - events: the Kubernetes Events a status change implies, and their outbox in the status
 - setter: one condition found, or set with its transition rule (ConditionSetter)
 - parsing: the job and its stored status, read leniently
+- reported: the trainer's report, its figures held where they went back unexplained
 - patch: the one status write of a reconcile, an RFC 7386 merge patch
 - schema: whether the served CRD is the operator's own schema revision (SchemaCurrent)
 - api_support: whether the cluster serves the JobSet and Kueue API versions we speak
@@ -40,6 +41,7 @@ the order to read them in.
 - dispatch: a job MultiKueue dispatches, as the manager cluster's operator sees it
 - checkpoint: what a checkpoint scan changes in status.checkpoint
 - restore: RestoreAtRisk: whether a restore can outgrow the Pathways proxy's memory
+- images: ImageDrift: a Pathways container running another build than its peers
 - conditions: one function per condition
 - ready: the Ready condition and the phase (a cascade)
 - pacing: which status writes may wait (progress only) and which are written at once

@@ -40,13 +40,11 @@ def same_checkpoint_result(a: CheckpointStatus | None, b: CheckpointStatus | Non
 
 def newest_restore(known: RestoreReport | None,
                    reported: RestoreReport | None) -> RestoreReport | None:
-    """The trainer's newest restore: the one it reports now, unless the status already
-    holds a later one (a new process that has not restored yet reports none)."""
-    if reported is None:
-        return known
-    if known is not None and known.restored_at > reported.restored_at:
-        return known
-    return reported
+    """The trainer's newest restore: the one its report names, as the report reaches the
+    core (core/reported.py: elastic_api.forward already refused an older one of the same
+    process, and took a new process's whatever its clock says); the one known while the
+    report names none (a new process that has not restored yet)."""
+    return reported if reported is not None else known
 
 
 def checkpoint_status(known: CheckpointStatus | None,

@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from elastic_api.catalog import slice_shape
 from elastic_api.conditions import ConditionType, Phase, Reason
+from elastic_api.forward import Forwarded
 from elastic_api.models import (
     AdmissionStatus,
     CheckpointRequest,
@@ -74,6 +75,7 @@ from elastic_operator.core.failure import (
 )
 from elastic_operator.core.goodput import compute_goodput
 from elastic_operator.core.hung import Requested, reported_evidence, requested_down
+from elastic_operator.core.images import image_drift_condition, image_drift_events
 from elastic_operator.core.maintenance import (
     OPEN_PHASES,
     checkpoint_request,
@@ -89,6 +91,7 @@ from elastic_operator.core.progress import (
 from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
+from elastic_operator.core.reported import forwarded, held_message
 from elastic_operator.core.restore import restore_risk_condition, restore_risk_events
 from elastic_operator.core.setter import ConditionSetter, get_condition, set_condition
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
@@ -134,10 +137,20 @@ class StatusInputs:
     def spec(self) -> ElasticTrainingJobSpec:
         return self.job.spec
 
+    @cached_property
+    def forwarded(self) -> Forwarded | None:
+        return forwarded(self.previous)
+
     @property
     def report(self) -> TrainingReport | None:
-        """The trainer's report (status.training), as stored."""
-        return self.previous.training
+        """The trainer's report (status.training), each figure that went back without a
+        restore or reset it names held at what this status recorded (core/reported.py)."""
+        return self.forwarded.report if self.forwarded is not None else None
+
+    @property
+    def report_trouble(self) -> str | None:
+        """Why (part of) the report was ignored, or which figures were held."""
+        return self.report_problem or held_message(self.previous, self.forwarded)
 
     @property
     def jobset(self) -> ObservedJobSet | None:
@@ -207,10 +220,11 @@ class Decided:
     clock: EvictionClock  # Kueue's waitForPodsReady (EvictionPending)
     slow_events: list[StatusEvent] = field(default_factory=list)
     root_events: list[StatusEvent] = field(default_factory=list)  # CheckpointRootNotAllowed
+    image_events: list[StatusEvent] = field(default_factory=list)  # ImageDrift
 
     @property
     def events(self) -> list[StatusEvent]:
-        return self.clock.events + self.slow_events + self.root_events
+        return self.clock.events + self.slow_events + self.root_events + self.image_events
 
 
 class StatusResult(NamedTuple):
@@ -424,7 +438,7 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
         succeeded_condition(setter, outcome, _jobset_name(ctx)),
         failed_condition(setter, outcome),
         spec_applied_condition(setter, ctx.job, jobset, ctx.previous.jobset_name, terminal),
-        training_report_condition(setter, ctx.report, ctx.report_problem),
+        training_report_condition(setter, ctx.report, ctx.report_trouble),
         spares_placed_by_kueue(setter, spec) if spec.tpu.topology_aware is not None
         else spares_condition(setter, tracking.spares, spec.tpu.spares, slices),
         maintenance_condition(setter, slices, terminal),
@@ -442,6 +456,10 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                            get_condition(ctx.previous, EVICTION_PENDING))
     if clock.condition is not None:
         conditions.append(clock.condition)
+    was_drifting = get_condition(ctx.previous, ConditionType.IMAGE_DRIFT)
+    drift = image_drift_condition(setter, spec, ctx.observed, was_drifting)
+    if drift is not None:
+        conditions.append(drift)
     summary = _summary(ctx, gates, slices, trainer.recovering, degraded)
     ready = readiness(summary)
     ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
@@ -449,7 +467,8 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     return Decided([ready_condition, *conditions], summary, ready, clock,
                    slow_steps_events(get_condition(ctx.previous, ConditionType.DEGRADED),
                                      degraded),
-                   root_refused_events(ctx.previous, root_allowed))
+                   root_refused_events(ctx.previous, root_allowed),
+                   image_drift_events(was_drifting, drift))
 
 
 def _slow_words(ctx: StatusInputs, tracking: SliceTracking,
