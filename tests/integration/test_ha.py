@@ -166,14 +166,15 @@ class FailedHandover:
         return POINTS[self.point]
 
     def fail(self) -> None:
-        """The slice's first worker pod fails (once); until the pod is Failed."""
+        """The slice's first worker pod fails (once); until the pod is Failed (or already
+        removed by a leader that acted on it)."""
         if self._fired.is_set():
             return
         self._fired.set()
         name = worker_pods(self.api, self.ns, self.index)[0].metadata.name
         self.failed_at = time.monotonic()
         faults.fail_pod(self.api, self.ns, name)
-        faults.wait_for_pod_phase(self.api, self.ns, name, "Failed")
+        faults.wait_for_pod_failed_or_gone(self.api, self.ns, name)
 
     def stop_leader(self) -> None:
         self.leader.stop()  # SIGTERM: finish the running reconciles, release, exit

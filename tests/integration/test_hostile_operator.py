@@ -26,9 +26,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from elastic_api import GROUP, PLURAL, VERSION
+from elastic_api import GROUP, PLURAL, VERSION, data_paths
 from elastic_api.catalog import CATALOG, slice_shape
-from elastic_api.models import MAX_SLICES
+from elastic_api.images import MOVING_TAG, moves
+from elastic_api.models import BUNDLED_MODELS, MAX_SLICES
 from elastic_api.names import MULTIKUEUE_CONTROLLER
 from elastic_api.validation import validate_job
 from elastic_devtools.localcluster import Cluster
@@ -67,6 +68,16 @@ def odd_text(max_size: int, min_size: int = 0) -> st.SearchStrategy[str]:
         st.text(min_size=min_size, max_size=min(max_size, 40)),
         st.sampled_from([s for s in ODD_STRINGS if min_size <= len(s) <= max_size]),
     )
+
+
+def pinned_image(max_size: int) -> st.SearchStrategy[str]:
+    """Any reference with a tag other than `latest` or a digest: admission refuses an image
+    that moves (elastic_api.images)."""
+    tag = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True)
+    digest = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda h: "@sha256:" + h)
+    name = odd_text(max_size - 80).map(lambda s: s.replace("@", ""))
+    return st.builds(lambda n, t: n + t, name,
+                     st.one_of(tag.map(lambda t: ":" + t), digest)).filter(lambda r: not moves(r))
 
 
 def big_int(low: int, high: int = INT64_MAX) -> st.SearchStrategy[int]:
@@ -148,8 +159,9 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
         "snapshot": {"periodSteps": draw(big_int(0))},
         "trainer": draw(st.fixed_dictionaries(
             {"image": odd_text(512, min_size=1), "steps": big_int(1)},
-            optional={"model": odd_text(253), "batch": big_int(1), "seed": big_int(0),
-                      "data": odd_text(1024),
+            optional={"model": st.sampled_from(BUNDLED_MODELS), "batch": big_int(1),
+                      "seed": big_int(0),
+                      "data": odd_text(1024).filter(lambda d: not data_paths.is_url(d)),
                       "args": st.lists(odd_text(4096), max_size=64),
                       "env": st.lists(ENV, max_size=64),
                       "resources": resources()})),
@@ -158,9 +170,9 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
     if backend == "pathways" or draw(st.booleans()):
         spec["pathways"] = draw(st.fixed_dictionaries(
             {"gcsScratch": st.sampled_from(["gs://b", "gs://scratch/ü/..", "gs://a b"])},
-            optional={"version": odd_text(128),
+            optional={"version": odd_text(128).filter(lambda v: v != MOVING_TAG),
                       "images": st.fixed_dictionaries({}, optional={
-                          "server": odd_text(512), "proxy": odd_text(512)}),
+                          "server": pinned_image(512), "proxy": pinned_image(512)}),
                       "worker": st.fixed_dictionaries({}, optional={
                           "args": st.lists(odd_text(4096), max_size=8),
                           "resources": resources()})}))

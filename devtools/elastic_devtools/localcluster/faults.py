@@ -343,6 +343,24 @@ def wait_for_pod_phase(api: client.ApiClient, namespace: str, name: str, phase: 
     return pod
 
 
+def wait_for_pod_failed_or_gone(api: client.ApiClient, namespace: str, name: str,
+                                timeout: float = 30) -> None:
+    """Until the pod is Failed, or deleted: an operator that acts at once on the failure
+    can remove the pod (with its Job) between two looks, and that too says it landed."""
+    core = client.CoreV1Api(api)
+
+    def check() -> bool:
+        try:
+            pod = core.read_namespaced_pod(name, namespace)
+        except client.ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return pod.status is not None and pod.status.phase == "Failed"
+
+    wait_for(check, timeout, f"pod {namespace}/{name} Failed or gone")
+
+
 def wait_for_pod_gone(api: client.ApiClient, namespace: str, name: str, uid: str | None = None,
                       timeout: float = 30) -> None:
     """Until no pod `name` exists (or only a newer one with another uid)."""
