@@ -128,8 +128,8 @@ def _fresh_namespace(cluster: Cluster, test_name: str, stalls: bool = False
                      ) -> Iterator[str]:
     from kubernetes import client
 
+    from elastic_devtools.localcluster.cluster_config import namespace_name
     from elastic_devtools.localcluster.faults import wait_for
-    from elastic_devtools.localcluster.render import namespace_name
 
     name = namespace_name(test_name, uuid.uuid4().hex[:6])
     api = cluster.api_client()

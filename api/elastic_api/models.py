@@ -128,7 +128,11 @@ class ApiModel(BaseModel):
 
 class StatusModel(ApiModel):
     # A newer trainer or operator may add fields; an older reader must not crash on them.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    # A status is read from its JSON (status_parsing.py): the parser caches the field names
+    # only, never the values (a job's names, uids, times), which would otherwise fill
+    # pydantic's process-wide string cache job after job.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore",
+                              cache_strings="keys")
 
 
 # --- spec -------------------------------------------------------------------------------
@@ -192,7 +196,7 @@ class TpuSpec(ApiModel):
 
 
 # spec.elastic.progressDeadlineSeconds: its bounds, and the floor of the learned deadline
-# (elastic_api.progress has the rule).
+# (elastic_api.progress_rules has the rule).
 MIN_PROGRESS_DEADLINE_SECONDS = 5
 MAX_PROGRESS_DEADLINE_SECONDS = 86400
 PROGRESS_DEADLINE_FLOOR_SECONDS = 60.0

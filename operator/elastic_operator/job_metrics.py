@@ -26,7 +26,7 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)
 _RECOVERY_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600)

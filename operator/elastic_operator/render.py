@@ -73,7 +73,7 @@ from elastic_api.names import (
 )
 from elastic_api.names import jobset_name as _jobset_name
 from elastic_api.restore_risk import DEFAULT_PROXY_MEMORY
-from elastic_operator.observed import ObservedPriorityClass, PriorityClassRef
+from elastic_operator.objects import ObservedPriorityClass, PriorityClassRef
 
 RM_PORT = 29001
 PROXY_PORT = 29000
@@ -105,11 +105,6 @@ def pod_service_account(job: ElasticTrainingJob) -> str:
     Engine metadata server, so the Pathways servers, the trainer and the TPU hosts reach
     Cloud Storage as their node pool's service account (docs/gke.md, "Identity")."""
     return job.spec.service_account_name or DEFAULT_SERVICE_ACCOUNT
-
-
-def trainer_service_account_name(job: ElasticTrainingJob) -> str:
-    """The ServiceAccount the trainer runs as (and its Role is bound to)."""
-    return pod_service_account(job)
 
 
 def trainer_role_name(job: ElasticTrainingJob) -> str:

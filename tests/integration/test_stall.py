@@ -138,7 +138,7 @@ def test_a_frozen_trainer_is_stalled_and_restarted(
                          "the new trainer process counted and advancing", timeout=180)
         assert st["training"]["processStartedAt"] != first
         assert st["counters"]["stallRestarts"] == 1  # against maxStallRestarts
-        # Posted after the status write that carries it (core/events.py): wait for it.
+        # Posted after the status write that carries it (core/status_events.py): wait for it.
         wait_for(lambda: events(api, ns, Reason.TRAINER_RESTARTED), 30,
                  "the TrainerRestarted Event")
         assert len(events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED)) == 1

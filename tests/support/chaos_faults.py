@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes import client
 
-from elastic_api import progress as progress_rule
+from elastic_api import progress_rules as progress_rule
 from elastic_api.conditions import Reason
 from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_devtools.localcluster import faults

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 
 from elastic_devtools.background import BackgroundLoop
+from elastic_devtools.localcluster.cluster_config import DEAD_KUBELET_LABEL
 from elastic_devtools.localcluster.operator_process import OperatorProcess
-from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
 from tests.service_accounts import token_kubeconfig
 from tests.support.upgrade import ETJ, Revision, Timeline
 

@@ -44,7 +44,7 @@ def head_command(manifest: dict[str, Any]) -> list[str]:
 
     command = _head_command(manifest)
     assert command[0] == "etj", command
-    return [sys.executable, "-m", "elastic_api.cli", *command[1:]]
+    return [sys.executable, "-m", "elastic_api.etj_cli", *command[1:]]
 
 
 def with_flag(command: list[str], flag: str, value: str) -> list[str]:

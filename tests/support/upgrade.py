@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from elastic_devtools.localcluster.cluster_config import DEAD_KUBELET_LABEL
 from elastic_devtools.localcluster.operator_settings import TEST
-from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
 from tests.support.chart import helm_binary
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ PACKAGES = ("api", "operator", "trainer")  # the folders of the packages an imag
 CHART = Path("charts") / "elastic-operator"
 CRD = Path("crds") / "elastictrainingjobs.yaml"
 # `etj` as an image runs it, with this interpreter (the venv's).
-ETJ = (sys.executable, "-m", "elastic_api.cli")
+ETJ = (sys.executable, "-m", "elastic_api.etj_cli")
 
 
 class MissingHistory(RuntimeError):
@@ -64,7 +64,7 @@ class Revision:
         return crd
 
     def env(self) -> dict[str, str]:
-        """This tree's packages first on the path, so `python -m elastic_api.cli` runs
+        """This tree's packages first on the path, so `python -m elastic_api.etj_cli` runs
         this release's code with today's dependencies."""
         return {"PYTHONPATH": os.pathsep.join(str(self.tree / p) for p in PACKAGES)}
 

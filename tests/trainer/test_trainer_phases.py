@@ -19,7 +19,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from elastic_trainer import cli, train
+from elastic_trainer import train, train_cli
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.compose import build_trainer
@@ -27,8 +27,8 @@ from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource, eval_batch
 from elastic_trainer.evaluation import EvalOptions
 from elastic_trainer.events import RunResult
-from elastic_trainer.faults import FaultSchedule, SilentFault, StepFaults
 from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.simulated_faults import FaultSchedule, SilentFault, StepFaults
 from elastic_trainer.watchdog import Clock, Watchdog, WatchdogOptions
 from tests.support.trainer_run import Reports, RunTrainer, TrainerRun, run_to_end
 
@@ -288,14 +288,14 @@ def test_a_run_with_evaluations_ends_bitwise_equal_to_one_without(
 ])
 def test_bad_evaluation_and_watchdog_flags_name_the_flag(flags: list[str], says: str) -> None:
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    train_cli.add_arguments(parser)
     args = parser.parse_args(["--steps", "10", "--checkpoint-dir", "/tmp/x", *flags])
-    assert (cli._validate(args) or "").startswith(says)
+    assert (train_cli._validate(args) or "").startswith(says)
 
 
 def test_the_old_long_floor_flag_is_still_accepted() -> None:
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    train_cli.add_arguments(parser)
     args = parser.parse_args(["--steps", "10", "--checkpoint-dir", "/tmp/x",
                               "--watchdog-long-floor-seconds", "300"])
-    assert cli._validate(args) is None and args.watchdog_long_floor_seconds == 300
+    assert train_cli._validate(args) is None and args.watchdog_long_floor_seconds == 300

@@ -13,7 +13,7 @@ from elastic_api.models import ElasticTrainingJob
 from elastic_api.names import HEAD_REPLICATED_JOB, MAIN_CONTAINER, TRAINER_FINAL_EXIT_CODES
 from elastic_operator.core.failure import jobset_failure
 from elastic_operator.core.plan import EndHeadJob, RestartTrainer
-from elastic_operator.core.progress import plan_trainer_restart
+from elastic_operator.core.progressing import plan_trainer_restart
 from elastic_operator.core.trainer_restarts import (
     EXIT_GRACE_SECONDS,
     asks_in_place,
@@ -22,7 +22,7 @@ from elastic_operator.core.trainer_restarts import (
     in_place_restarts,
     plan_end_head,
 )
-from elastic_operator.observed import ObservedContainer, ObservedJobSet, ObservedPod
+from elastic_operator.objects import ObservedContainer, ObservedJobSet, ObservedPod
 from elastic_operator.render import HEAD_BUDGET_RULE, render_jobset
 from elastic_trainer.checkpoint_requests import asked_to_exit, request_view
 from tests.builders import at, etj, head_pod, observe

@@ -5,7 +5,7 @@ healthy, waiting for slices (with a timeout), the default device of the active s
 and what a lost slice does to a step and to a checkpoint write in flight.
 
 - `SimulatedBackend` (CPU): the host's devices (`--xla_force_host_platform_device_count`)
-  split into N equal slices. A `SliceHealthSource` (faults.py, pods.py) says which slices
+  split into N equal slices. A `SliceHealthSource` (simulated_faults.py, pods.py) says which slices
   are down. It is as hostile as the hardware: a slice that went down, even for less than
   a step, fails the step with the `jax.errors.JaxRuntimeError(DATA_LOSS)` Pathways
   raises, fails a checkpoint write it took part in, and loses every array on its devices,
@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from elastic_trainer import slice_health
 from elastic_trainer.errors import ElasticTimeout, slice_down_error
-from elastic_trainer.faults import SliceHealthSource, StepFaults, slow_part
+from elastic_trainer.simulated_faults import SliceHealthSource, StepFaults, slow_part
 from elastic_trainer.slice_health import slices_text
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from elastic_trainer.backends import Backend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.events import utc
 from elastic_trainer.snapshots import to_pinned_host
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import CHECKPOINT, STEP, Watchdog
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from elastic_api.names import (
     SCHEDULED_MAINTENANCE_LABEL,
 )
 from elastic_devtools.localcluster import server_metrics
-from elastic_devtools.localcluster.render import (
+from elastic_devtools.localcluster.cluster_config import (
     DEAD_KUBELET_LABEL,
     NODE_NOT_READY_POD_LABEL,
     POD_RESTART_DELAY_ANNOTATION,

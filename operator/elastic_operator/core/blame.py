@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from elastic_api.conditions import Reason
 from elastic_api.models import Blame, RecoverySpec
 from elastic_api.names import OUT_OF_TPU, TPU_RESOURCE, UNEXPECTED_ADMISSION_ERROR
-from elastic_operator.observed import ObservedNode, ObservedPod
+from elastic_operator.objects import ObservedNode, ObservedPod
 
 # DisruptionTarget reasons of the node's lifecycle (not of an API client or the scheduler).
 NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
@@ -60,10 +60,6 @@ class Evidence:
     reason: str
     detail: str  # in words, for the status, the Events and the node's annotation
     node: str | None = None  # the node the evidence is about
-
-    @property
-    def against_pool(self) -> bool:
-        return self.blame in POOL_BLAMES
 
 
 def node_evidence(name: str, node: ObservedNode | None) -> Evidence | None:

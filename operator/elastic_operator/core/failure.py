@@ -13,10 +13,10 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.names import HEAD_REPLICATED_JOB, JOBSET_FAIL_JOBSET_MESSAGE, child_job_name
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.setter import ConditionSetter
-from elastic_operator.core.text import fmt_slices
-from elastic_operator.observed import Observed, ObservedJobSet
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import fmt_slices
+from elastic_operator.objects import Observed, ObservedJobSet
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.ownership import owned, owned_by_another
 from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
 from elastic_operator.core.redispatch import evicted_for_lost_worker, redispatch_allowed
-from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
+from elastic_operator.objects import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class EndHeadJob:
 
 @dataclass(frozen=True)
 class RestartTrainer:
-    """Restart a stalled trainer (core/progress.py): let the head Job replace one more
+    """Restart a stalled trainer (core/progressing.py): let the head Job replace one more
     failed pod (its backoffLimit raised to its failures + 1, uid precondition), then
     delete the head pod (uid precondition); the Job makes a new one. The JobSet, the
     workers and the JobSet's restart budget are untouched."""

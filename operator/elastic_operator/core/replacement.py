@@ -45,7 +45,6 @@ from elastic_api.models import ReplacementAction as RecordAction
 from elastic_api.names import worker_job_name
 from elastic_operator.core import inplace
 from elastic_operator.core.blame import Evidence, on_ready_node
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.hung import REQUESTED_REASONS, reported_evidence
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
@@ -67,8 +66,9 @@ from elastic_operator.core.pools import (
 )
 from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.sliceview import SliceView, SliceViews, slice_views
-from elastic_operator.core.text import plural
-from elastic_operator.observed import Observed, ObservedJob, ObservedPool, QuarantineCause
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import plural
+from elastic_operator.objects import Observed, ObservedJob, ObservedPool, QuarantineCause
 
 # This job's failures kept per pool in status.pools: enough to tell whether they follow
 # the job (quarantineAfterFailures counts jobs, each job's failures only once).
@@ -448,7 +448,7 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
 def _quarantine(ctx: _Planning, record: SliceReplacement, view: SliceView,
                 pool: ObservedPool, slice_index: int) -> QuarantinePool | None:
     """The quarantine of the failed slice's pool, if the evidence calls for one. A pool
-    partly labelled (a leader died in the replacer's label loop) is labelled in full
+    partly labelled (a leader died while labelling it) is labelled in full
     first, for the label's reason and cause: counted as quarantined, it would not be
     planned again, and the recreated slice would land on its unlabelled nodes short of
     room for its last pods."""

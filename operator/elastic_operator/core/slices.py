@@ -25,10 +25,10 @@ from typing import Any
 from elastic_api.conditions import Reason
 from elastic_api.models import SliceState, SliceStatus
 from elastic_operator.core.counting import JobCount, next_counted, unseen, unseen_restarts
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.sliceview import HostView, SliceView, SliceViews
-from elastic_operator.core.text import first_of
-from elastic_operator.observed import Observed, ObservedJob
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import first_of
+from elastic_operator.objects import Observed, ObservedJob
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ together. Once they exceed it the operator ends the head Job (`plan_end_head`:
 activeDeadlineSeconds 0), and the JobSet's failure-policy rule for that Job's
 DeadlineExceeded fails the JobSet, so the job fails as a JobSet out of restarts does.
 
-A stalled trainer (spec.elastic.onStall Recover, core/progress.py) restarts in place too:
+A stalled trainer (spec.elastic.onStall Recover, core/progressing.py) restarts in place too:
 status.progress.restart asks `etj train` to exit (it reads its job's status, and
 recognizes itself by its processStartedAt), and its pod restarts main. A trainer that has
 not exited within EXIT_GRACE_SECONDS (frozen, or no longer reading) falls back to the
@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from elastic_api.models import ElasticTrainingJobSpec, TrainerRestart
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
 from elastic_operator.core.plan import EndHeadJob
-from elastic_operator.observed import ObservedJobSet, ObservedPod
+from elastic_operator.objects import ObservedJobSet, ObservedPod
 
 
 def live_head(pods: Sequence[ObservedPod]) -> ObservedPod | None:

@@ -340,7 +340,7 @@ def _fail_early(args: argparse.Namespace, job: tuple[str, str] | None, message: 
 
 def _faults(args: argparse.Namespace) -> Any:
     """(faults that take a slice down, silent ones) from --fail-at, or an error message."""
-    from elastic_trainer.faults import Fault, parse_fault
+    from elastic_trainer.simulated_faults import Fault, parse_fault
 
     try:
         parsed = [parse_fault(f, args.simulate_slices) for f in args.fail_at]
@@ -353,8 +353,8 @@ def _faults(args: argparse.Namespace) -> Any:
 def _simulated_health(args: argparse.Namespace, job: tuple[str, str] | None,
                       faults: list[Any]) -> Any:
     """The slice health source of the simulated backend, or an error message."""
-    from elastic_trainer.faults import FaultSchedule
     from elastic_trainer.pods import PodReadiness
+    from elastic_trainer.simulated_faults import FaultSchedule
 
     if args.slice_health == "pods":
         if job is None:
@@ -386,7 +386,7 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
                 f"--backend pathways needs TPU slices behind a Pathways proxy "
                 f"(JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET); got {type(err).__name__}: "
                 f"{err}. On CPU use --backend simulated.")
-    from elastic_trainer.faults import StepFaults
+    from elastic_trainer.simulated_faults import StepFaults
 
     faults = _faults(args)
     if isinstance(faults, str):

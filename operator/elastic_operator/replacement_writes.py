@@ -22,7 +22,6 @@ from elastic_api.names import (
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
     EndHeadJob,
@@ -34,6 +33,7 @@ from elastic_operator.core.plan import (
     ReplacementAction,
     RestartTrainer,
 )
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
@@ -41,7 +41,7 @@ from elastic_operator.node_actions import NodeActionLimiter
 logger = logging.getLogger("elastic_operator")
 
 
-class Replacer:
+class ReplacementWrites:
     def __init__(self, kube: Kube, metrics: OperatorMetrics, limiter: NodeActionLimiter, *,
                  quarantine_pools: bool = True) -> None:
         self.kube = kube

@@ -9,7 +9,7 @@ Three parts, each its own function:
   ends; a hold (the job suspended, queued, finished, a slice not Ready or a recovery in
   progress, a pause for maintenance, the trainer recovering) stops it: none of those is a
   stall, and each is reported by its own condition. The gaps between step changes teach
-  the step time (elastic_api.progress.step_sample: over the steps each spans, never the
+  the step time (elastic_api.progress_rules.step_sample: over the steps each spans, never the
   report cadence) unless the gap spans a hold, a process start, the first step after a
   hold (a recompile) or a phase of its own (an evaluation, a save).
 - judge (core/stall_rule.py): by the trainer's phase where status.training.activity has
@@ -29,7 +29,7 @@ Three parts, each its own function:
   restarted forever.
 
 Stragglers (`slow_steps`): steps slower than the job's own best for a sustained window
-make Degraded True with reason SlowSteps (conditions.py reconciles it with FewerSlices).
+make Degraded True with reason SlowSteps (condition_rules.py reconciles it with FewerSlices).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from elastic_api import maxtext
-from elastic_api import progress as rule
+from elastic_api import progress_rules as rule
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
     Condition,
@@ -50,12 +50,12 @@ from elastic_api.models import (
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
 from elastic_operator.core import stall_text
 from elastic_operator.core import trainer_restarts as restarts_in_place
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import RestartTrainer
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.stall_rule import Verdict, deadline_of, due_in, judge, watched
-from elastic_operator.core.text import duration, fmt_slices, iso
-from elastic_operator.observed import ObservedPod
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import duration, fmt_slices, iso
+from elastic_operator.objects import ObservedPod
 
 
 @dataclass(frozen=True)
