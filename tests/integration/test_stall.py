@@ -231,6 +231,10 @@ def _record(status: dict[str, Any], phase: str) -> dict[str, Any]:
                  if r["phase"] == phase), {})
 
 
+# Over a minute by its nature (an evaluation outlasting the 60 s deadline floor): `make
+# test-long`. Its guard in `make test`: the phase rule's unit tests
+# (tests/unit/test_status_phase_rule.py, an evaluation of minutes keeps Progressing True).
+@pytest.mark.long
 def test_an_evaluation_longer_than_the_step_deadline_is_no_stall(
         api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
     """An evaluation after step 60 of 1,500 paced steps (75 s or more) outlasts the learned
