@@ -87,8 +87,9 @@ test-multicluster: venv lint
 test-upgrade: venv cluster-binaries
 	ETJ_UPGRADE=1 /usr/bin/time -f "test-upgrade: %e s" $(PY) -m pytest -q -ra -s tests/upgrade
 
-# Every test again on the previous pins (versions-compat.env: JobSet v0.10.1, Kueue
-# v0.17.0, Kubernetes 1.34); not in CI. Binaries are cached by version beside the current ones.
+# Every test again on the previous pins (versions-compat.env: Kubernetes 1.36, etcd 3.6;
+# JobSet v0.12.0 and Kueue v0.19.2 as current); not in CI. Binaries are cached by version
+# beside the current ones.
 COMPAT_VERSIONS := $(CURDIR)/devtools/elastic_devtools/localcluster/versions-compat.env
 test-compat: venv prometheus tmux lint
 	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) hack/build-control-plane.sh

@@ -350,6 +350,19 @@ class RecoverySpec(ApiModel):
         "plugin's). Kubernetes' own node signals need no entry (docs/operations.md, "
         "\"Who is to blame\").",
     )
+    restart_in_place: bool = Field(
+        True,
+        description="A slice whose failure the evidence does not lay on its nodes (a worker "
+        "process that exited on a healthy node, its code not in hardwareExitCodes) keeps "
+        "its pods: the kubelet restarts the container where it stands and the operator "
+        "waits for it instead of recreating the worker Job (docs/api.md, \"Restart in place "
+        "or move\"). false: every failure recreates the Job.",
+    )
+    in_place_deadline_seconds: SpecInt = Field(
+        120, ge=5, le=3600,
+        description="A slice restarting in place that is not Ready again this long after "
+        "the operator decided so is recreated (the kubelet could not restart it).",
+    )
 
 
 class MaintenanceSpec(ApiModel):
@@ -821,7 +834,7 @@ class Condition(StatusModel):
 SliceState = Literal["Pending", "Ready", "Down", "Restarting"]
 
 
-ReplacementAction = Literal["Replace", "Move", "GiveUp"]
+ReplacementAction = Literal["Replace", "Move", "GiveUp", "RestartInPlace"]
 # Whom a slice failure's evidence blames (the operator's core/blame.py decides):
 # Node: what the control plane shows of the node or the pod (NotReady or gone, unhealthy
 #   TPU chips, the node's lifecycle ending the pod, a maintenance in progress);
@@ -837,9 +850,12 @@ class SliceReplacement(StatusModel):
     before it acts (so a restarted operator neither repeats nor forgets it)."""
 
     action: ReplacementAction = Field(
-        description="Replace: recreate the worker Job (counts in restarts); Move: a planned "
-        "move off a pool under maintenance (counts in moves); GiveUp: the restart budget is "
-        "spent, the Job's backoffLimit is lowered so JobSet's failurePolicy applies.")
+        description="Replace: recreate the worker Job (counts in restarts); RestartInPlace: "
+        "the evidence clears the nodes, the slice's pods restart where they stand (counts in "
+        "restarts; recreated if not Ready within spec.recovery.inPlaceDeadlineSeconds); "
+        "Move: a planned move off a pool under maintenance (counts in moves); GiveUp: the "
+        "restart budget is spent, the Job's backoffLimit is lowered so JobSet's "
+        "failurePolicy applies.")
     reason: str = Field(description="Why: the slice's failure reason, or Maintenance.")
     job_uid: str | None = Field(None, description="uid of the worker Job replaced (the "
                                 "delete's precondition: a newer Job is never deleted).")
@@ -883,6 +899,10 @@ class CountedFailures(StatusModel):
 
     job_uid: str = Field(description="uid of the worker Job the count is of.")
     failed_pods: int = Field(0, description="Its failed pods the restarts account for.")
+    container_restarts: int | None = Field(
+        None, description="The container restarts of its pods (their restartCount, summed) "
+        "the restarts account for: a restart in place no look saw is counted once. None: "
+        "written by an operator that did not count them (taken as the count then seen).")
 
 
 class SliceStatus(StatusModel):
@@ -1273,13 +1293,23 @@ class Counters(StatusModel):
 
 class TrainerRestart(StatusModel):
     """The operator restarting the trainer after a stall (spec.elastic.onStall Recover):
-    the head pod it deletes, written before it acts."""
+    in place (the process asked to exit, its pod restarts main), or the head pod it
+    deletes; written before it acts."""
 
     requested_at: datetime
     step: int | None = Field(None, description="The step the trainer was stalled at.")
     pod_name: str
     pod_uid: str
     reason: str = Field(description="ProgressDeadlineExceeded.")
+    in_place: bool = Field(False, description="The trainer process is asked to exit and its "
+                           "pod restarts main in place (pathways-rm, pathways-proxy and the "
+                           "workers kept); false: the head pod is deleted (the trainer did "
+                           "not exit in time, or main does not restart in place).")
+    process_started_at: datetime | None = Field(
+        None, description="status.training.processStartedAt of the process asked to exit (it "
+        "recognizes itself by it).")
+    main_restarts: int | None = Field(None, ge=0, description="main's restartCount when asked: "
+                                      "a higher one says it restarted.")
 
 
 class ProgressStatus(StatusModel):

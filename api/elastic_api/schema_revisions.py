@@ -25,6 +25,10 @@ REVISIONS: tuple[str, ...] = (
     # 2: spec.pathways.colocatedPython, the dated Pathways default, and rules on the
     # trainer's data and model and on images that move (issue 69); no status field.
     "sha256:fa326b70a30544c11f690dc63ff381876e95d19534372713894a232bc9c59aff",
+    # 3: restart in place (issue 66): spec.recovery.restartInPlace, inPlaceDeadlineSeconds;
+    # status slices[].replacement.action RestartInPlace, counted.containerRestarts,
+    # progress.restart.inPlace, processStartedAt, mainRestarts.
+    "sha256:c65f651f12bb805bb6557ba152c170569a26aa2605c5abd7d2d0d22df483519b",
 )
 
 

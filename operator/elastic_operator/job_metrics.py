@@ -40,7 +40,8 @@ _DOWN_STATES = ("Down", "Restarting")
 # whatever numSlices, a job's series stay bounded (docs/metrics.md, "Cardinality").
 MAX_SLICE_SERIES = 16
 _ACTIONS = {Reason.SLICE_REPLACING: "Replace", Reason.SLICE_MOVING: "Move",
-            Reason.SLICE_RESTARTS_EXHAUSTED: "GiveUp"}
+            Reason.SLICE_RESTARTS_EXHAUSTED: "GiveUp",
+            Reason.SLICE_RESTARTING_IN_PLACE: "RestartInPlace"}
 _REQUEST_RESULTS = {Reason.CHECKPOINT_REQUESTED: "Requested",
                     Reason.CHECKPOINT_ACKNOWLEDGED: "Acknowledged",
                     Reason.CHECKPOINT_REQUEST_TIMED_OUT: "Expired"}
@@ -114,13 +115,18 @@ class JobCounters:
         """Slice replacement (docs/design/slice-replacement.md)."""
         self.slice_replacements = Counter(
             "etj_slice_replacements_total",
-            "What the operator decided for a failed slice: Replace (recreate its Job), Move "
-            "(maintenance), GiveUp (restart budget spent).", [*_JOB_LABELS, "action"],
-            registry=registry)
+            "What the operator decided for a failed slice: Replace (recreate its Job), "
+            "RestartInPlace (keep its pods, the kubelet restarts them), Move (maintenance), "
+            "GiveUp (restart budget spent).", [*_JOB_LABELS, "action"], registry=registry)
         self.replacement_duration = Histogram(
             "etj_slice_replacement_seconds",
             "From the operator's decision to replace (or move) a slice to the slice Ready "
             "again.", ["namespace"], buckets=_LATENCY_BUCKETS, registry=registry)
+        self.in_place_duration = Histogram(
+            "etj_slice_in_place_restart_seconds",
+            "From the operator's decision to restart a slice in place to the slice Ready "
+            "again, its pods kept.", ["namespace"], buckets=_LATENCY_BUCKETS,
+            registry=registry)
         self.checkpoint_requests = Counter(
             "etj_checkpoint_requests_total",
             "Checkpoint requests to the trainer (maintenance), by how they ended: "
@@ -138,7 +144,8 @@ class JobCounters:
         for action in _ACTIONS.values():
             self.slice_replacements.labels(namespace, job, action)
         for histogram in (self.detection_latency, self.recovery_duration, self.steps_lost,
-                          self.replacement_duration, self.recoveries_unconfirmed):
+                          self.replacement_duration, self.in_place_duration,
+                          self.recoveries_unconfirmed):
             histogram.labels(namespace)
         for result in _REQUEST_RESULTS.values():
             self.checkpoint_requests.labels(namespace, result)
@@ -172,6 +179,9 @@ class JobCounters:
                     self.steps_lost.labels(namespace).observe(event.steps_lost)
             elif event.reason == Reason.SLICE_REPLACED and event.downtime_seconds is not None:
                 self.replacement_duration.labels(namespace).observe(event.downtime_seconds)
+            elif event.reason == Reason.SLICE_RESTARTED_IN_PLACE \
+                    and event.downtime_seconds is not None:
+                self.in_place_duration.labels(namespace).observe(event.downtime_seconds)
             elif event.reason in _REQUEST_RESULTS:
                 self.checkpoint_requests.labels(namespace, _REQUEST_RESULTS[event.reason]).inc()
 

@@ -65,6 +65,7 @@ from elastic_api.names import (
     TPU_RESOURCE,
     TPU_SLICE_TOPOLOGY_ANNOTATION,
     TPU_TOPOLOGY_LABEL,
+    TRAINER_FINAL_EXIT_CODES,
     UNREACHABLE_TAINT,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
@@ -81,6 +82,9 @@ COLOCATED_PYTHON_PORT = 50051  # the sidecar's gRPC server, which the worker cal
 # A node keeps the digest it pulled first: a container restarted in place (a worker's
 # OnFailure) runs the same build, never one the tag moved to since (elastic_api/images.py).
 PATHWAYS_PULL_POLICY = "IfNotPresent"
+# The JobSet failure-policy rule that fails the JobSet when the operator ends the head Job
+# (main's restarts in place spent spec.maxRestarts).
+HEAD_BUDGET_RULE = "TrainerRestartsSpent"
 
 
 RM_LIMITS = {"cpu": "8", "memory": "32G"}
@@ -285,7 +289,40 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
     resources = _resources({}, trainer.resources)
     if resources:
         container["resources"] = resources
+    container.update(main_restart_rules(job))
     return container
+
+
+def restarts_main_in_place(job: ElasticTrainingJob) -> bool:
+    """A crash of main restarts it in its pod (the slices keep theirs), within
+    spec.maxRestarts: with spec.recovery.restartInPlace and a budget to spend."""
+    return job.spec.recovery.restart_in_place and job.spec.max_restarts > 0
+
+
+def main_restart_rules(job: ElasticTrainingJob) -> dict[str, Any]:
+    """main's own restart policy (Kubernetes KEP-5307, ContainerRestartRules: beta and on
+    by default since 1.35): the kubelet restarts it in the head pod when it exits with a
+    failure, keeping pathways-rm, pathways-proxy and every worker pod; not on a code that
+    ends the run (0; `etj train`'s elastic budget spent: its report fails the job). An API
+    server without the feature drops both fields: a crash then fails the pod, as before."""
+    if not restarts_main_in_place(job):
+        return {}
+    final = list(TRAINER_FINAL_EXIT_CODES) if job.spec.trainer.command is None else [0]
+    return {"restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": final}}]}
+
+
+def failure_policy(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The JobSet's budget (maxRestarts). With main restarting in place, the operator ends
+    the head Job (activeDeadlineSeconds 0) once main's restarts and the JobSet's spent it:
+    that Job failing so fails the JobSet, as a restart beyond maxRestarts would."""
+    policy: dict[str, Any] = {"maxRestarts": job.spec.max_restarts,
+                              "restartStrategy": "Recreate"}
+    if restarts_main_in_place(job):
+        policy["rules"] = [{"name": HEAD_BUDGET_RULE, "action": "FailJobSet",
+                            "onJobFailureReasons": ["DeadlineExceeded"],
+                            "targetReplicatedJobs": [HEAD_REPLICATED_JOB]}]
+    return policy
 
 
 # The progress sidecar's own state (its identity of the trainer process, kept across its
@@ -736,7 +773,7 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
                 "subdomain": name,
             },
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate"},
+            "failurePolicy": failure_policy(job),
             # dependsOn orders head before workers; InOrder would conflict with it.
             "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
             "replicatedJobs": [head, worker],

@@ -21,6 +21,7 @@ from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
 from elastic_operator.core.progressing import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
+from elastic_operator.core.trainer_restarts import exit_due_in, plan_end_head
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
 from elastic_operator.job_reader import JobReader
@@ -54,7 +55,8 @@ class ReplacementFollowUps:
         namespace = job.metadata.namespace or ""
         key = (namespace, job.metadata.name)
         # The progress deadline comes due (core/progressing.py): woken then, whatever else.
-        waits = [next_progress_look_in(job.spec, status.progress, now)]
+        waits = [next_progress_look_in(job.spec, status.progress, now),
+                 exit_due_in(status.progress.restart if status.progress else None, now)]
         if jobset is None or jobset.suspended or is_terminal(status):
             return waits
         remembered = self.memory.of(key)
@@ -67,6 +69,9 @@ class ReplacementFollowUps:
                 remembered.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
         if restart is not None and not handed:
             self._hand_over(raw, key, (restart,), now)
+        end = plan_end_head(namespace, job.spec, jobset, observed.head_pods)
+        if end is not None:
+            self._hand_over(raw, key, (end,), now)
         if not job.spec.recovery.replace_slices:
             return waits
         if needs_jobs(status):  # read again: a Job deleted since the look is being deleted

@@ -24,6 +24,7 @@ from elastic_api.names import (
 )
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
+    EndHeadJob,
     FailWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
@@ -81,6 +82,13 @@ class ReplacementWrites:
                                     action.name)
                 case RestartTrainer():
                     self._restart_trainer(action, raw["metadata"]["name"])
+                case EndHeadJob():
+                    if self.kube.fail_job(action.namespace, action.name, action.uid):
+                        logger.info("%s/%s: main restarted in place %d times with %d JobSet "
+                                    "restarts: maxRestarts spent, head Job %s ended "
+                                    "(activeDeadlineSeconds 0)", namespace,
+                                    raw["metadata"]["name"], action.in_place,
+                                    action.jobset_restarts, action.name)
                 case _:
                     assert_never(action)
         for event in events:

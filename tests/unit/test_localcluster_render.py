@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -173,7 +174,9 @@ def test_node_not_ready_is_stamped_with_the_failure_not_the_nodes_creation() -> 
 def test_kwok_stages_add_the_kubelets_ready_again_to_kwoks_own() -> None:
     loaded = [{"metadata": {"name": "pod-ready"}, "spec": {}}]
     stages = cluster_config.kwok_stages(loaded)
-    assert [s["metadata"]["name"] for s in stages] == ["pod-ready", "pod-ready-again"]
+    assert [s["metadata"]["name"] for s in stages] == [
+        "pod-ready", "pod-ready-again",
+        cluster_config.POD_RESTART_STAGE, cluster_config.POD_RESTARTED_STAGE]
     again = stages[1]["spec"]
     assert again["resourceRef"] == {"apiGroup": "v1", "kind": "Pod"}
     selector = {e["key"]: (e["operator"], e.get("values"))
@@ -251,3 +254,37 @@ def test_namespace_names_are_dns_labels(prefix: str, unique: str) -> None:
     assert len(name) <= 63
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
     assert name.endswith("-" + unique)
+
+
+def test_kwok_restarts_a_container_in_its_pod_in_two_steps() -> None:
+    """faults.restart_container's label walks true -> exited -> gone: the container
+    terminated with the annotation's code (the pod Running, not Ready), then running again
+    after the annotation's delay, restartCount + 1 and the ended run as lastState."""
+    exited, restarted = cluster_config.pod_restart_stages()
+    def label_after(stage: dict[str, Any]) -> Any:
+        patch = next(p for p in stage["spec"]["next"]["patches"] if p["root"] == "metadata")
+        return yaml.safe_load(patch["template"])["labels"][cluster_config.POD_RESTART_LABEL]
+
+    def wants(stage: dict[str, Any]) -> Any:
+        return next(e["values"] for e in stage["spec"]["selector"]["matchExpressions"]
+                    if e["key"] == f'.metadata.labels["{cluster_config.POD_RESTART_LABEL}"]')
+    assert (wants(exited), label_after(exited)) == (["true"], "exited")
+    assert (wants(restarted), label_after(restarted)) == (["exited"], None)
+    status = next(p for p in exited["spec"]["next"]["patches"] if p["root"] == "status")
+    assert status["subresource"] == "status" and "terminated" in status["template"]
+    assert cluster_config.POD_RESTART_EXIT_ANNOTATION in status["template"]
+    again = next(p for p in restarted["spec"]["next"]["patches"] if p["root"] == "status")
+    assert "add1" in again["template"] and "lastState" in again["template"]
+    assert restarted["spec"]["delay"]["durationFrom"]["expressionFrom"] == (
+        f'.metadata.annotations["{cluster_config.POD_RESTART_DELAY_ANNOTATION}"]')
+
+
+def test_each_restart_step_needs_the_readiness_it_changes() -> None:
+    """A step's status patch lands before its label patch: seen in between, the step must
+    no longer match, or kwok plays it twice (restartCount + 2)."""
+    exited, restarted = cluster_config.pod_restart_stages()
+    key = '.status.conditions.[] | select( .type == "ContainersReady" ) | .status'
+    for stage, needs in ((exited, ["True"]), (restarted, ["False"])):
+        expressions = {e["key"]: e.get("values") for e in
+                       stage["spec"]["selector"]["matchExpressions"]}
+        assert expressions[key] == needs

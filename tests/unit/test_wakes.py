@@ -58,6 +58,14 @@ def test_a_container_that_ended_wakes_at_once_even_when_the_pod_still_runs() -> 
     assert may_wait(replace(ended, ready=False), ended)
 
 
+def test_a_container_restarted_in_its_pod_wakes_at_once_even_back_ready() -> None:
+    """Seen only Ready again with its restartCount one higher (the restart between two
+    events): a failure to count at once, not progress to pace."""
+    before = RUNNING.build()
+    assert not may_wait(before, replace(before, restarts=1))
+    assert not may_wait(before, replace(before, ready=False, restarting=True))
+
+
 def test_the_head_pod_always_wakes_at_once() -> None:
     """Its `main` container is the trainer: what it reports is read at once."""
     assert not may_wait(None, head_pod(created=T0))

@@ -10,11 +10,23 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from elastic_api.names import (
+    TRAINER_EXIT_RESTART_REQUESTED,
+    TRAINER_EXIT_RETRIES_EXHAUSTED,
+    TRAINER_EXIT_TIMEOUT,
+)
+
+if TYPE_CHECKING:
+    from elastic_trainer.checkpoint_requests import RequestView
 
 DEFAULT_DEVICES_PER_SLICE = 2
-EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
+# 2 and 3 end the run (main is not restarted in place on them); 1 is a crash.
+EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = \
+    1, TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT
 # As elastic_api.models' (not imported here: it pulls in pydantic; test_cli checks it).
 DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
 # As elastic_trainer.watchdog's (not imported here either: it is light, but keeps the
@@ -388,6 +400,22 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
                                                    args.simulate_slices))
 
 
+def _exit_when_asked(started_at: float | None) -> Callable[[RequestView], None]:
+    """Exit at once when the operator asks this process to (a stall, spec.elastic.onStall
+    Recover): its pod restarts main in place (a hung training thread never returns, so
+    the process ends from the reading thread)."""
+    from elastic_trainer.checkpoint_requests import asked_to_exit
+
+    def on_view(view: RequestView) -> None:
+        if started_at is not None and asked_to_exit(view, started_at):
+            logging.getLogger("elastic_trainer").warning(
+                "the operator asks this trainer to restart (a stall): exiting %d, main "
+                "restarts in its pod", TRAINER_EXIT_RESTART_REQUESTED)
+            logging.shutdown()
+            os._exit(TRAINER_EXIT_RESTART_REQUESTED)
+    return on_view
+
+
 def process_start_time() -> float:
     """When this process started (unix time): its age from /proc on Linux (so the
     goodput's `startup` includes the interpreter's start and the imports), else now."""
@@ -482,9 +510,12 @@ def _train(args: argparse.Namespace) -> int:
     checkpointer = Checkpointer(args.checkpoint_dir, args.checkpoint_period,
                                 args.checkpoint_keep, async_save=not args.no_async_checkpoint)
     reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None
-    # The operator's checkpoint requests (maintenance), read off the training thread.
-    requests = JobRequestWatcher(job[0], job[1], args.request_poll_interval) if job else None
     opts = _loop_options(args, job)
+    # The operator's checkpoint requests (maintenance) and its request to restart in
+    # place (a stall), read off the training thread.
+    requests = JobRequestWatcher(job[0], job[1], args.request_poll_interval,
+                                 on_view=_exit_when_asked(opts.process_started_at)) \
+        if job else None
     data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
     log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
              "%d slice(s) x %d device(s), mode %s, compilation cache %s; snapshots every "

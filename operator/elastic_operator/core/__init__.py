@@ -19,6 +19,8 @@ the order to read them in.
 - wakes: which pod changes wake a job at once, and which wait for its progress interval
 - pools: node pools: where a slice runs, the spares, quarantine verdicts and releases
 - sliceview: one slice as every policy reads it (its newest pods, pool, Job, evidence)
+- inplace: restart in place or recreate: the table of what a slice failure's evidence
+  calls for
 - slices: slice health (Ready, Down, Restarting, Pending) and how it changed
 - hung: the trainer's requests to replace a hung or slow slice
 - failure: whether the job finished (Failed, Succeeded)
@@ -30,6 +32,7 @@ the order to read them in.
 - unreported: the recovery of a trainer that reports no elastic events
 - recovery: the recovery record and the trainer process
 - goodput_status: what failures cost, from the trainer's accounting and our timeline
+- trainer_restarts: main restarts in its pod (a crash, within spec.maxRestarts; a stall)
 - stall_rule: which rule judges progress (the trainer's phase, or its steps), its verdict
 - stall_text: the words of Progressing and its Event for what that rule saw
 - progressing: whether training advances (Progressing), and the restart a stall calls for

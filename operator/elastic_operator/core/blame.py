@@ -13,8 +13,9 @@ nodes earns one (docs/operations.md, "Who is to blame"):
 - Reported: the worker's own exit code or reason says the hardware failed, as the job's
   spec declares (spec.recovery.hardwareExitCodes, hardwareReasons; JobSet's
   onJobFailureReasons and xpk's --restart-on-exit-codes classify the same way).
-- Job: a container that exited on a healthy node. The job's own failure: it spends the
-  slice's restart budget and quarantines nothing.
+- Job: a container that exited on a healthy node (its pod failed, or the kubelet restarts
+  it in the pod). The job's own failure: it spends the slice's restart budget and
+  quarantines nothing.
 - Other: neither (a pod deleted or evicted, a host lost between two looks).
 
 The strongest evidence among a slice's broken hosts decides (Node, then Reported, Job,
@@ -94,6 +95,10 @@ def pod_evidence(pod: ObservedPod, nodes: Mapping[str, ObservedNode],
     if reported is not None:
         return Evidence("Reported", Reason.HARDWARE_FAILURE,
                         f"pod {pod.name} on {where} {reported}", pod.node_name)
+    if pod.restarting:
+        return Evidence("Job", Reason.CONTAINER_RESTARTING,
+                        f"pod {pod.name} {_exit(pod)} on healthy {where}, restarting in its "
+                        "pod", pod.node_name)
     if pod.failed and pod.status_reason != "Evicted":
         return Evidence("Job", Reason.POD_FAILED,
                         f"pod {pod.name} {_exit(pod)} on healthy {where}", pod.node_name)
@@ -148,8 +153,9 @@ def on_ready_node(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> bool:
 
 
 def broken(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> bool:
-    """A host's pod that is down: failed, going, or on a node that is not Ready."""
-    return pod.failed or pod.terminating or not on_ready_node(pod, nodes)
+    """A host's pod that is down: failed, going, restarting its containers, or on a node
+    that is not Ready."""
+    return pod.failed or pod.terminating or pod.restarting or not on_ready_node(pod, nodes)
 
 
 def slice_evidence(broken_hosts: Iterable[ObservedPod], nodes: Mapping[str, ObservedNode],

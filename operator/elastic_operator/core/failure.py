@@ -12,7 +12,7 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_api.names import HEAD_REPLICATED_JOB
+from elastic_api.names import HEAD_REPLICATED_JOB, JOBSET_FAIL_JOBSET_MESSAGE, child_job_name
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import fmt_slices
@@ -99,9 +99,31 @@ def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
         reason = Reason.JOBSET_FAILED
     message = (f"JobSet {jobset.name} failed after {jobset.restarts} restarts "
                f"(maxRestarts {spec.max_restarts})")
+    if _trainer_restarts_spent(spec, observed, jobset):
+        # The operator ended the head Job: main's restarts in place spent the budget.
+        in_place = max((p.main.restart_count for p in observed.head_pods if p.main),
+                       default=0)
+        times = f"{in_place} times" if in_place else "beyond it"
+        reason = Reason.MAX_RESTARTS_EXCEEDED
+        message = (f"main restarted in place {times} and JobSet {jobset.name} "
+                   f"{jobset.restarts} times (maxRestarts {spec.max_restarts}); the operator "
+                   "ended the head Job")
     if jobset.failed_message:
         message += f": {jobset.failed_message}"
     return Failure(reason, _budget_spent(spec, slices or []) + message)
+
+
+def _trainer_restarts_spent(spec: ElasticTrainingJobSpec, observed: Observed,
+                            jobset: ObservedJobSet) -> bool:
+    """The JobSet failed because main's restarts in place spent maxRestarts: the head pod
+    still shows them, or JobSet's message names its FailJobSet rule's action on the head
+    Job (the one such rule rendered: render.HEAD_BUDGET_RULE; the pod goes with its Job)."""
+    in_place = max((p.main.restart_count for p in observed.head_pods if p.main), default=0)
+    if in_place and in_place + jobset.restarts > spec.max_restarts:
+        return True
+    said = jobset.failed_message or ""
+    return JOBSET_FAIL_JOBSET_MESSAGE in said and \
+        child_job_name(jobset.name, HEAD_REPLICATED_JOB, 0) in said
 
 
 def _budget_spent(spec: ElasticTrainingJobSpec, slices: list[SliceStatus]) -> str:

@@ -179,6 +179,20 @@ class FailWorkerJob:
 
 
 @dataclass(frozen=True)
+class EndHeadJob:
+    """main's restarts in place and the JobSet's own spent spec.maxRestarts
+    (core/trainer_restarts.py): set the head Job's activeDeadlineSeconds to 0 (uid
+    precondition); the Job fails (DeadlineExceeded) and the JobSet's failure-policy rule
+    (render.HEAD_BUDGET_RULE) fails the JobSet."""
+
+    namespace: str
+    name: str
+    uid: str
+    in_place: int  # main's restarts in place in the head pod
+    jobset_restarts: int
+
+
+@dataclass(frozen=True)
 class RestartTrainer:
     """Restart a stalled trainer (core/progressing.py): let the head Job replace one more
     failed pod (its backoffLimit raised to its failures + 1, uid precondition), then
@@ -194,7 +208,7 @@ class RestartTrainer:
 
 
 ReplacementAction = (DeleteWorkerJob | ForceDeletePod | QuarantinePool | ReleasePool
-                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer)
+                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer | EndHeadJob)
 
 
 @dataclass(frozen=True)

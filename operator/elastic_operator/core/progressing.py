@@ -49,6 +49,7 @@ from elastic_api.models import (
 )
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
 from elastic_operator.core import stall_text
+from elastic_operator.core import trainer_restarts as restarts_in_place
 from elastic_operator.core.plan import RestartTrainer
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.stall_rule import Verdict, deadline_of, due_in, judge, watched
@@ -224,7 +225,10 @@ def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stal
     if head is None or not head.uid or head.terminating:
         return None
     return TrainerRestart(requested_at=now, step=state.step, pod_name=head.name,
-                          pod_uid=head.uid, reason=Reason.PROGRESS_DEADLINE_EXCEEDED)
+                          pod_uid=head.uid, reason=Reason.PROGRESS_DEADLINE_EXCEEDED,
+                          in_place=restarts_in_place.asks_in_place(spec, head),
+                          process_started_at=state.process_started_at,
+                          main_restarts=head.main.restart_count if head.main else 0)
 
 
 def budget_spent(spec: ElasticTrainingJobSpec, restarts: int) -> bool:
@@ -237,7 +241,7 @@ def plan_trainer_restart(namespace: str, jobset: str, progress: ProgressStatus |
     """The restart status.progress records, while its head pod is still there and not
     going (level-based: once it is gone or going, there is nothing left to do)."""
     restart = progress.restart if progress is not None else None
-    if restart is None:
+    if restart is None or restart.in_place:  # in place: the trainer exits by itself
         return None
     pod = next((p for p in pods if p.uid == restart.pod_uid
                 and p.replicated_job == HEAD_REPLICATED_JOB), None)
@@ -312,16 +316,18 @@ def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: Progr
     message = stall.message
     if restart is not None:
         state = state.model_copy(update={"restart": restart})
-        events.append(StatusEvent(
-            reason=Reason.TRAINER_RESTARTING, type="Warning",
-            message=f"restarting the trainer stalled at step {stall.step} "
-                    f"(spec.elastic.onStall Recover): deleting head pod {restart.pod_name}; "
-                    "its Job makes a new one, which resumes from the newest committed "
-                    "checkpoint"))
+        events.append(_restarting_event(stall, restart))
+    elif state.restart is not None and restarts_in_place.exit_overdue(
+            state.restart, signals.head, now):
+        fallback = state.restart.model_copy(update={"in_place": False})
+        state = state.model_copy(update={"restart": fallback})  # once: the record changes
+        events.append(_restarting_event(stall, fallback, overdue=True))
     done = state.restart
     if done is not None and state.stalled_at is not None \
             and done.requested_at >= state.stalled_at:
-        message += f"; restarting the trainer (head pod {done.pod_name} deleted)"
+        message += "; restarting the trainer" + (
+            " in its pod (asked to exit)" if done.in_place
+            else f" (head pod {done.pod_name} deleted)")
     elif spec.elastic.on_stall == "Report":
         message += "; spec.elastic.onStall is Report: not restarted"
     elif spent:
@@ -333,6 +339,22 @@ def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: Progr
     return ProgressUpdate(state, setter.false(ConditionType.PROGRESSING,
                                               Reason.PROGRESS_DEADLINE_EXCEEDED, message),
                           stall=stall, events=events, restarted=restart is not None)
+
+
+def _restarting_event(stall: Stall, restart: TrainerRestart, *,
+                      overdue: bool = False) -> StatusEvent:
+    what = f"restarting the trainer stalled at step {stall.step} (spec.elastic.onStall " \
+        "Recover): "
+    if restart.in_place:
+        how = ("asking it to exit; its pod restarts main in place (pathways-rm, "
+               "pathways-proxy and the workers kept), and it resumes from the newest "
+               "committed checkpoint")
+    else:
+        late = (f"it did not exit within {restarts_in_place.EXIT_GRACE_SECONDS:g} s of the "
+                "request: ") if overdue else ""
+        how = (f"{late}deleting head pod {restart.pod_name}; its Job makes a new one, which "
+               "resumes from the newest committed checkpoint")
+    return StatusEvent(reason=Reason.TRAINER_RESTARTING, type="Warning", message=what + how)
 
 
 def slow_steps(state: ProgressStatus, now: datetime) -> Slow | None:

@@ -16,8 +16,9 @@ over a hundred pod changes per slice event. The slice's Down -> Restarting (none
 old pods left) is written up to one interval later.
 
 Everything else wakes at once: a pod failing, going, losing Ready, disrupted or evicted,
-a container that ended, a pod moved to another job, and any change of the head pod
-(the trainer's container) or of a pod that is not a worker's.
+a container that ended or restarted in its pod (restartCount), a pod moved to another
+job, and any change of the head pod (the trainer's container) or of a pod that is not a
+worker's.
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def may_wait(old: ObservedPod | None, new: ObservedPod | None, *,
         return False
     return (_SERVING_ORDER[new.phase] >= _SERVING_ORDER[old.phase]
             and (new.ready or not old.ready)
-            and new.terminated_at == old.terminated_at)
+            and new.terminated_at == old.terminated_at
+            and new.restarts == old.restarts and not new.restarting)
 
 
 def _healthy(pod: ObservedPod) -> bool:
