@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench import inplace_round
 from bench.cluster_prep import prepare_namespace
 from bench.common import REPO, ratio, stats
 from bench.internals import (
@@ -50,6 +51,7 @@ from bench.internals import (
     histogram,
     internals,
     request_breakdown,
+    requests_but_watches,
     server,
 )
 from bench.load import CONTROL_PLANE_NICE, LoadGenerator, Sample, at_moment, favour
@@ -189,6 +191,24 @@ class Timeline:
     # when every slice first ran, and the most it reached.
     job_bytes_running: dict[str, int] = field(default_factory=dict)
     job_bytes_peak: dict[str, int] = field(default_factory=dict)
+
+    _PER_EVENT = ("victims", "injected", "pod_failed", "operator", "jobset", "job",
+                  "ready_again", "job_ready_again", "job_ready_dropped", "restarts",
+                  "jobset_armed", "job_failed_before")
+
+    def forget_events(self) -> dict[str, Any]:
+        """Put the per-event records aside (a second round of the same slices starts), and
+        return them for `restore_events`."""
+        with self.lock:
+            saved = {name: getattr(self, name) for name in self._PER_EVENT}
+            for name in self._PER_EVENT:
+                setattr(self, name, type(saved[name])())
+            return saved
+
+    def restore_events(self, saved: dict[str, Any]) -> None:
+        with self.lock:
+            for name, value in saved.items():
+                setattr(self, name, value)
 
     def arm(self, event: Event, pod: str, slices: int) -> None:
         """Record the injection of `event` and what its signals start from."""
@@ -528,12 +548,14 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     operator: BenchOperator | None = None
     generator = LoadGenerator(load, place=node.place_tenant if node else None)
     names = [f"bench-{i:03d}" for i in range(shape.jobs)]
+    in_place: dict[str, Any] = {}
     try:
         operator = BenchOperator(cluster.kubeconfig, workdir, operator_source,
                                  nice=operator_nice, node=node)
         _start_jobs(cluster, shape, names, tl, phases, operator)
         generator.start()
         _measure(cluster, shape, tl, phases, operator, quick, max_events, generator)
+        in_place = _in_place_round(cluster, shape, tl, operator, phases, quick, max_events)
     finally:
         tl.stop.set()
         generator.stop()
@@ -548,6 +570,8 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
             except RuntimeError as err:  # the figures stand; the machine needs a look
                 _log(str(err))
     result = _result(shape, names, tl, phases, cluster_up_s, quick)
+    # The same slices failed again by a process exit on a healthy host: Ready in place.
+    result["in_place"] = in_place
     result["operator_source"] = str(operator_source) if operator_source else None
     result["operator_nice"] = operator_nice
     result["node_model"] = node.describe() if node else None
@@ -564,6 +588,20 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
     else:
         result["work_dir"] = str(workdir)
     return result
+
+
+def _in_place_round(cluster: Any, shape: Shape, tl: Timeline, operator: BenchOperator,
+                    phases: Phases, quick: bool, max_events: int | None) -> dict[str, Any]:
+    """The same slices failed again, by a healthy host's process exiting: back in place
+    (bench/inplace_round.py). The first round's records are put back after it."""
+    first = tl.forget_events()
+    try:
+        return inplace_round.run(cluster, NAMESPACE, shape.victims(phases.started, max_events),
+                                 _victim_of, tl, operator, 60.0 if quick else 300.0, _log)
+    except Exception as err:  # the first round's figures stand without it
+        return {"error": f"{type(err).__name__}: {err}"[:300]}
+    finally:
+        tl.restore_events(first)
 
 
 def _control_plane(cluster_dir: Path) -> dict[str, int]:
@@ -708,6 +746,7 @@ def _measure(cluster: Any, shape: Shape, tl: Timeline, phases: Phases,
     phases.mark_server("end", api)
     phases.peak_rss = operator.peak_rss
     _wait_recovered(tl, shape, phases, operator, quick)
+    phases.mark_server("recovered", api)  # every client's requests, failures to Ready
 
 
 def _saying(done: Callable[[], bool], say: Callable[[], str],
@@ -881,6 +920,7 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         "api_requests_per_slice_event_net_of_resync": ratio(net_event, events),
         "api_requests_per_slice_event_by_kind": request_breakdown(
             event_requests, quiet_requests, quiet_s, events_s, events),
+        "api_requests_per_slice_event_every_client_until_ready": _every_client(phases, events),
         "load_average": phases.load,
         # Where the time goes, from the operator's metrics over the failure phase.
         "operator_internals": internals(*phase, events_s),
@@ -898,6 +938,14 @@ def _result(shape: Shape, names: list[str], tl: Timeline, phases: Phases,
         "errors": tl.errors[:20],
         "quick": quick,
     }
+
+
+def _every_client(phases: Phases, events: int) -> float | None:
+    """Every client's requests per slice event (the garbage collector's, the Job
+    controller's, kwok's as the kubelets, ...), from the failures to every slice Ready
+    again, watches left out (None: the API server was not scraped)."""
+    start, end = phases.server.get("events"), phases.server.get("recovered")
+    return ratio(requests_but_watches(start, end), events) if start and end else None
 
 
 def _cpu(cpu: dict[str, float], kpods: float, quiet_s: float, events: int

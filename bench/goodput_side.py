@@ -108,7 +108,7 @@ def trainer_command(manifest: dict[str, Any]) -> list[str]:
     from elastic_devtools.demo.run import _head_command
 
     command = _head_command(manifest)
-    return [sys.executable, "-m", "elastic_api.cli", *command[1:]]
+    return [sys.executable, "-m", "elastic_api.etj_cli", *command[1:]]
 
 
 @dataclass

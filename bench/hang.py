@@ -42,7 +42,7 @@ def _log(msg: str) -> None:
 
 def one_run(step_seconds: float, steps: int, hang_at: int, workdir: Path) -> dict[str, Any]:
     summary = workdir / "summary.json"
-    cmd = [sys.executable, "-m", "elastic_api.cli", "train", "--config", "tiny",
+    cmd = [sys.executable, "-m", "elastic_api.etj_cli", "train", "--config", "tiny",
            "--steps", str(steps), "--simulate-slices", "4", "--snapshot-period", "5",
            "--min-step-seconds", str(step_seconds), "--fail-at", f"{hang_at}:2:hang",
            "--checkpoint-dir", str(workdir / "ckpt"), "--summary", str(summary)]

@@ -35,6 +35,13 @@ def _delta(start: Scrape, end: Scrape, name: str,
     return out
 
 
+def requests_but_watches(start: Scrape, end: Scrape) -> float:
+    """Every client's requests to the API server but watches over the phase (the count of
+    apiserver_request_duration_seconds)."""
+    return sum(n for labels, n in _delta(start, end, "apiserver_request_duration_seconds_count")
+               .items() if dict(labels).get("verb") != "WATCH")
+
+
 def counter(start: Scrape, end: Scrape, name: str, **where: str) -> float:
     return sum(_delta(start, end, name, where).values())
 

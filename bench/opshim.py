@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
         return 2
     install()
     threading.Thread(target=_writer, args=(argv[0],), name="opshim-writer", daemon=True).start()
-    from elastic_api.cli import main as etj_main
+    from elastic_api.etj_cli import main as etj_main
 
     return etj_main(["operator", *argv[2:]])
 

@@ -34,7 +34,7 @@ class _Setup:
         from elastic_trainer.backends import SimulatedBackend
         from elastic_trainer.configs import get_config
         from elastic_trainer.data import make_source
-        from elastic_trainer.faults import FaultSchedule
+        from elastic_trainer.simulated_faults import FaultSchedule
 
         cfg = get_config(spec["config"])
         self.steps, self.batch = spec["steps"], spec.get("batch", 8)

@@ -136,6 +136,31 @@ def scale_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _in_place_rows(d: dict[str, Any]) -> list[Row]:
+    """The second round (measured since issue 66): the same slices failed by a healthy
+    host's process exiting, back in place, beside the first round's recreation."""
+    inp, again = d.get("in_place"), d.get("slice_ready_again_seconds")
+    if inp and "error" in inp:
+        return [(f"{d['shape']}: in place: not measured", inp["error"][:200], "", "")]
+    if not inp or not again:
+        return []
+    ready, shape = inp["slice_ready_again_in_place_seconds"], d["shape"]
+    every = d.get("api_requests_per_slice_event_every_client_until_ready")
+    return [
+        (f"{shape}: a healthy host's process exits -> slice Ready again in place, p50 / max "
+         f"(n={ready['n']}, {inp['pods_kept']} pods kept, {inp['slices_restarted_in_place']} "
+         "RestartInPlace; baseline: the first round, the same slices' pod failure -> Ready "
+         "again on a recreated Job)", f"{_s(ready['p50'])} / {_s(ready['max'])}",
+         f"{_s(again['p50'])} / {_s(again['max'])}", f"{_r(ratio(ready['p50'], again['p50']))}"),
+        (f"{shape}: API requests per slice event, in place against recreated: the "
+         "operator's; every client's (no watches), to Ready again",
+         f"{_n(inp['operator_requests_per_event'])}; "
+         f"{_n(inp['api_requests_per_event_every_client'])}",
+         f"{_n(d['api_requests_per_slice_event'])}; {_n(every)}",
+         f"{_r(ratio(inp['api_requests_per_event_every_client'], every))}"),
+    ]
+
+
 def _job_size_rows(d: dict[str, Any]) -> list[Row]:
     """The job object's size (measured since issue 59), against etcd's 1.5 MiB."""
     size = d.get("job_object_bytes")
@@ -201,6 +226,7 @@ def _scale_detail_rows(d: dict[str, Any]) -> list[Row]:
                      f"{_s(again['p50'])} / {_s(again['max'])}; {_s(paired['p50'])} / "
                      f"{_s(paired['max'])}", f"{_s(job['p50'])} / {_s(job['max'])}",
                      f"{_r(ratio(again['p50'], job['p50']))}"))
+    rows += _in_place_rows(d)
     gen = d.get("load_generator")
     if gen and gen.get("target"):
         rows.append((f"{shape}: load generator (bench/load.py), target {_n(gen['target'])}"

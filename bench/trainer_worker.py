@@ -156,20 +156,6 @@ def restore_throughput(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
                           tree)
     del tree
 
-    def evict() -> bool:
-        """Drop the files from the page cache (clean pages) so reads hit the disk."""
-        ok = True
-        for p in files:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            except OSError:
-                ok = False
-            finally:
-                os.close(fd)
-        return ok
-
     def plain_read() -> float:
         t0 = time.perf_counter()
         for p in files:
@@ -191,10 +177,10 @@ def restore_throughput(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
         evicted = True
         for _ in range(spec.get("repeats", 3)):
             if mode == "cold":
-                evicted = evict() and evicted
+                evicted = _drop_page_cache(files) and evicted
             plain_s.append(plain_read())
             if mode == "cold":
-                evict()
+                _drop_page_cache(files)
             orbax_s.append(orbax_restore())
         out[mode] = {"plain_read_seconds": plain_s, "orbax_restore_seconds": orbax_s,
                      "page_cache_evicted": evicted if mode == "cold" else False}
@@ -222,10 +208,12 @@ def _random_tree(size_mb: float, devices: int) -> tuple[Any, Any]:
     return tree, sharding
 
 
-def _drop_page_cache(directory: Path) -> bool:
-    """The files under `directory` out of the page cache, so a restore reads the disk."""
+def _drop_page_cache(where: Path | list[Path]) -> bool:
+    """The files under a directory (or these files) out of the page cache (clean pages),
+    so that a read hits the disk; False where one could not be."""
+    files = where if isinstance(where, list) else [x for x in where.rglob("*") if x.is_file()]
     ok = True
-    for p in (x for x in directory.rglob("*") if x.is_file()):
+    for p in files:
         fd = os.open(p, os.O_RDONLY)
         try:
             os.fsync(fd)

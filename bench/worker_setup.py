@@ -37,8 +37,8 @@ def make_trainer(spec: dict[str, Any], workdir: Path, faults: list[str]) -> Any:
     from elastic_trainer.compose import build_trainer
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
-    from elastic_trainer.faults import Fault, FaultSchedule
     from elastic_trainer.loop import LoopOptions
+    from elastic_trainer.simulated_faults import Fault, FaultSchedule
 
     cfg = get_config(spec["config"])
     slices = spec.get("slices", 2)

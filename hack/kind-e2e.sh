@@ -12,8 +12,16 @@
 #   operator       `helm install` of charts/elastic-operator (probes, read-only root, uid 65532)
 #   training       a simulated ElasticTrainingJob: `etj train` in the head, slice agents in
 #                  the workers, training
+#   in place       a worker's process killed (SIGKILL, from its node): the slice Ready again
+#                  in place (the same pod uid, restartCount + 1, lastReplacement
+#                  RestartInPlace), the trainer recovering in its process
+#   main crash     main's process killed: main restarts in the head pod (its container
+#                  restart rule), no worker pod changed, no JobSet restart, the new
+#                  trainer resuming from the newest committed checkpoint
 #   slice loss     a worker pod deleted: SliceDown -> Recovering -> Recovered, and the
 #                  trainer recovers in the same process (same pod, same restart count)
+#   node down      the node's kubelet stopped: NotReady is evidence against the host, so
+#                  the slice is recreated (new pods), not restarted in place
 #   helm upgrade   the operator replaced while training (nothing counted again), then in
 #                  the middle of a recovery (finished by the new one, counted once)
 #   metrics        /metrics scraped through the chart's Service
@@ -44,7 +52,10 @@ phase cluster       create_cluster
 phase jobset        install_jobset
 phase operator      install_operator
 phase training      start_training
+phase "in place"    restart_a_worker_in_place
+phase "main crash"  crash_main_in_place
 phase "slice loss"  lose_a_slice
+phase "node down"   recreate_on_node_not_ready
 phase "helm upgrade" upgrade_during_recovery
 phase metrics       scrape_metrics
 phase uninstall     uninstall_operator

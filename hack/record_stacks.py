@@ -29,7 +29,7 @@ from typing import Any
 from elastic_trainer.stacks import find_py_spy
 
 OUT = Path("tests/fixtures/stacks")
-ETJ = [sys.executable, "-m", "elastic_api.cli"]
+ETJ = [sys.executable, "-m", "elastic_api.etj_cli"]
 
 BLOCK = '''
 import jax, jax.numpy as jnp

@@ -5,7 +5,7 @@ about, then take the result.
 Two families:
 - wire objects, as the API server stores them (dicts): `EtjWrapper`, `JobSetWrapper`,
   `PodWrapper`, `NodeWrapper`; each setter returns the wrapper, `.obj()` a deep copy;
-- the operator's observed values (elastic_operator.observed): `WorkerPod`, `HeadPod`,
+- the operator's observed values (elastic_operator.objects): `WorkerPod`, `HeadPod`,
   `ObservedJobSetBuilder`, `nodes_for`; each setter returns a new builder, `.build()`
   the frozen value.
 
@@ -32,7 +32,7 @@ from elastic_api.names import (
     WORKER_REPLICATED_JOB,
 )
 from elastic_operator.core.ownership import applied_spec
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     Observed,
     ObservedContainer,
     ObservedJob,
@@ -362,6 +362,21 @@ class WorkerPod:
                reason: str = "containerFailed") -> Self:
         return self._with(phase="Failed", ready=False, terminated_at=at_,
                           terminated_reason=reason, terminated_exit_code=exit_code)
+
+    def container_exited(self, at_: datetime, *, exit_code: int = 1,
+                         reason: str = "Error") -> Self:
+        """Its container exited and the kubelet is restarting it in the same pod
+        (restartPolicy OnFailure): Running, not Ready, the exit shown, restarting."""
+        return self._with(ready=False, ready_transition_time=at_, terminated_at=at_,
+                          terminated_reason=reason, terminated_exit_code=exit_code,
+                          restarting=True)
+
+    def restarted_in_place(self, at_: datetime, times: int = 1) -> Self:
+        """The same pod (uid, node) Ready again at `at_`, its containers restarted `times`
+        times in place (restartCount)."""
+        return self._with(ready=True, ready_transition_time=at_, terminated_at=None,
+                          terminated_reason=None, terminated_exit_code=None,
+                          restarting=False, restarts=self._pod.restarts + times)
 
     def evicted(self, message: str) -> Self:
         return self._with(phase="Failed", ready=False, status_reason="Evicted",

@@ -2,8 +2,11 @@
 
 `cluster` (session): a real local control plane (etcd, kube-apiserver, controller-manager,
 scheduler, kwok with fake GKE node pools, JobSet controller), started in a fresh temp dir
-and stopped at the end. With ETJ_TEST_CLUSTER_DIR=<dir> the cluster there is reused (or
-started) and left running, for fast iteration.
+and stopped at the end. Each pytest-xdist worker (`make test` runs several) is a session
+of its own, so each has its own control plane: tests share fake TPU nodes, quarantine
+labels and cluster-scoped objects only with the tests of their own worker. With
+ETJ_TEST_CLUSTER_DIR=<dir> the cluster there is reused (or started) and left running, for
+fast iteration (a worker's is <dir>-<worker>).
 
 `namespace` (function): a fresh namespace per test, deleted afterwards;
 `another_namespace` a second one, for tests of two tenants.
@@ -68,6 +71,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     from elastic_devtools import localcluster as lc
 
     reuse = os.environ.get("ETJ_TEST_CLUSTER_DIR")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if reuse and worker:
+        reuse = f"{reuse}-{worker}"
     directory = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="etj-cluster-"))
     error = None
     try:
@@ -128,8 +134,8 @@ def _fresh_namespace(cluster: Cluster, test_name: str, stalls: bool = False
                      ) -> Iterator[str]:
     from kubernetes import client
 
+    from elastic_devtools.localcluster.cluster_config import namespace_name
     from elastic_devtools.localcluster.faults import wait_for
-    from elastic_devtools.localcluster.render import namespace_name
 
     name = namespace_name(test_name, uuid.uuid4().hex[:6])
     api = cluster.api_client()
@@ -204,9 +210,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.support.schedule import load_seconds, longest_first
+
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+    # The longest modules first: `make test`'s workers take whole modules in this order.
+    items[:] = longest_first(items, load_seconds(),
+                             lambda item: item.get_closest_marker("cluster") is not None)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -60,6 +60,9 @@ class Reason:
     NODE_NOT_READY: Final = "NodeNotReady"
     HOST_LOST: Final = "HostLost"  # replaced before the operator saw it fail
     HOST_NOT_READY: Final = "HostNotReady"
+    # A worker container exited on a healthy node and the kubelet restarts it in its pod
+    # (restartPolicy OnFailure; the pod, its uid and node stay): core/inplace.py.
+    CONTAINER_RESTARTING: Final = "ContainerRestarting"
     MULTIPLE_CAUSES: Final = "MultipleCauses"
     # The other slice states.
     ALL_HOSTS_READY: Final = "AllHostsReady"
@@ -188,6 +191,11 @@ class Reason:
     SLICE_REPLACING: Final = "SliceReplacing"
     SLICE_REPLACED: Final = "SliceReplaced"
     SLICE_MOVING: Final = "SliceMoving"
+    # A slice whose evidence clears its nodes restarts its pods where they stand
+    # (core/inplace.py): decided, Ready again, or not back in time (then recreated).
+    SLICE_RESTARTING_IN_PLACE: Final = "SliceRestartingInPlace"
+    SLICE_RESTARTED_IN_PLACE: Final = "SliceRestartedInPlace"
+    IN_PLACE_RESTART_TIMED_OUT: Final = "InPlaceRestartTimedOut"
     SLICE_RESTARTS_EXHAUSTED: Final = "SliceRestartsExhausted"
     STALL_RESTARTS_EXHAUSTED: Final = "StallRestartsExhausted"  # maxStallRestarts spent
     STUCK_POD_FORCE_DELETED: Final = "StuckPodForceDeleted"

@@ -137,7 +137,11 @@ class ApiModel(BaseModel):
 
 class StatusModel(ApiModel):
     # A newer trainer or operator may add fields; an older reader must not crash on them.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    # A status is read from its JSON (status_parsing.py): the parser caches the field names
+    # only, never the values (a job's names, uids, times), which would otherwise fill
+    # pydantic's process-wide string cache job after job.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore",
+                              cache_strings="keys")
 
 
 # --- spec -------------------------------------------------------------------------------
@@ -201,7 +205,7 @@ class TpuSpec(ApiModel):
 
 
 # spec.elastic.progressDeadlineSeconds: its bounds, and the floor of the learned deadline
-# (elastic_api.progress has the rule).
+# (elastic_api.progress_rules has the rule).
 MIN_PROGRESS_DEADLINE_SECONDS = 5
 # spec.elastic.restartWindowSeconds (elastic_api.budgets has the rule): its default where
 # a count is derived, and its bounds: shorter than a slice's replacement, a window forgets
@@ -394,6 +398,19 @@ class RecoverySpec(ApiModel):
         "pod's status reason or its DisruptionTarget condition's reason (e.g. a device "
         "plugin's). Kubernetes' own node signals need no entry (docs/operations.md, "
         "\"Who is to blame\").",
+    )
+    restart_in_place: bool = Field(
+        True,
+        description="A slice whose failure the evidence does not lay on its nodes (a worker "
+        "process that exited on a healthy node, its code not in hardwareExitCodes) keeps "
+        "its pods: the kubelet restarts the container where it stands and the operator "
+        "waits for it instead of recreating the worker Job (docs/api.md, \"Restart in place "
+        "or move\"). false: every failure recreates the Job.",
+    )
+    in_place_deadline_seconds: SpecInt = Field(
+        120, ge=5, le=3600,
+        description="A slice restarting in place that is not Ready again this long after "
+        "the operator decided so is recreated (the kubelet could not restart it).",
     )
 
 
@@ -767,12 +784,14 @@ class ElasticTrainingJobSpec(ApiModel):
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)
     max_restarts: SpecCount | None = Field(
         None,
-        description="Whole-JobSet restarts allowed (a crash of the trainer's process, a "
-        "slice whose own budget is spent): per spec.elastic.restartWindowSeconds when that "
-        "is set (the operator counts them and fails the JobSet past the count), else over "
-        f"the whole run (JobSet's failurePolicy.maxRestarts); at most {INT32_MAX} (an int32 "
-        "in JobSet). Unset: derived per window from the job's hosts "
-        "(status.budgets.jobSetRestarts says the count).",
+        description="Restarts of the program allowed: main's restarts in place (a crash of "
+        "the trainer's process, spec.recovery.restartInPlace) and whole-JobSet restarts (a "
+        "slice whose own budget is spent, a head pod lost): per spec.elastic."
+        "restartWindowSeconds when that is set (the operator counts them and fails the "
+        "JobSet past the count), else over the whole run (JobSet's failurePolicy."
+        f"maxRestarts, the operator adding main's); at most {INT32_MAX} (an int32 in JobSet). "
+        "Unset: derived per window from the job's hosts (status.budgets.jobSetRestarts says "
+        "the count).",
     )
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
@@ -891,7 +910,7 @@ class Condition(StatusModel):
 SliceState = Literal["Pending", "Ready", "Down", "Restarting"]
 
 
-ReplacementAction = Literal["Replace", "Move", "GiveUp"]
+ReplacementAction = Literal["Replace", "Move", "GiveUp", "RestartInPlace"]
 # Whom a slice failure's evidence blames (the operator's core/blame.py decides):
 # Node: what the control plane shows of the node or the pod (NotReady or gone, unhealthy
 #   TPU chips, the node's lifecycle ending the pod, a maintenance in progress);
@@ -907,9 +926,12 @@ class SliceReplacement(StatusModel):
     before it acts (so a restarted operator neither repeats nor forgets it)."""
 
     action: ReplacementAction = Field(
-        description="Replace: recreate the worker Job (counts in restarts); Move: a planned "
-        "move off a pool under maintenance (counts in moves); GiveUp: the restart budget is "
-        "spent, the Job's backoffLimit is lowered so JobSet's failurePolicy applies.")
+        description="Replace: recreate the worker Job (counts in restarts); RestartInPlace: "
+        "the evidence clears the nodes, the slice's pods restart where they stand (counts in "
+        "restarts; recreated if not Ready within spec.recovery.inPlaceDeadlineSeconds); "
+        "Move: a planned move off a pool under maintenance (counts in moves); GiveUp: the "
+        "restart budget is spent, the Job's backoffLimit is lowered so JobSet's "
+        "failurePolicy applies.")
     reason: str = Field(description="Why: the slice's failure reason, or Maintenance.")
     job_uid: str | None = Field(None, description="uid of the worker Job replaced (the "
                                 "delete's precondition: a newer Job is never deleted).")
@@ -953,6 +975,10 @@ class CountedFailures(StatusModel):
 
     job_uid: str = Field(description="uid of the worker Job the count is of.")
     failed_pods: int = Field(0, description="Its failed pods the restarts account for.")
+    container_restarts: int | None = Field(
+        None, description="The container restarts of its pods (their restartCount, summed) "
+        "the restarts account for: a restart in place no look saw is counted once. None: "
+        "written by an operator that did not count them (taken as the count then seen).")
 
 
 class SliceStatus(StatusModel):
@@ -1035,6 +1061,18 @@ class BudgetStatus(StatusModel):
                                      "restart, not their failures).")
 
 
+class CountedMainRestarts(StatusModel):
+    """How far jobSetRestarts accounts for main's restarts in place: a crash of the program
+    restarts main in its head pod (spec.recovery.restartInPlace), which the JobSet's
+    budget counts as it counted the JobSet restart such a crash used to cost. Each is
+    charged once, when first seen; a new head pod's count starts again from 0."""
+
+    pod_uid: str = Field(description="uid of the head pod the count is of.")
+    restarts: int = Field(0, ge=0, description="main's restartCount in that pod, charged.")
+    total: int = Field(0, ge=0, description="main's restarts in place charged over the run, "
+                       "every head pod's.")
+
+
 class RestartBudgets(StatusModel):
     """The restart budgets (docs/api.md, "Restart budgets"): kept here, never reset but
     by their window, so a restarted operator or trainer goes on counting."""
@@ -1043,6 +1081,8 @@ class RestartBudgets(StatusModel):
     elastic_retries: BudgetStatus
     stall_restarts: BudgetStatus
     jobset_restarts: BudgetStatus = Field(alias="jobSetRestarts")
+    main_restarts: CountedMainRestarts | None = Field(
+        None, description="main's restarts in place, charged to jobSetRestarts.")
 
 
 class CheckpointRequest(StatusModel):
@@ -1393,13 +1433,23 @@ class Counters(StatusModel):
 
 class TrainerRestart(StatusModel):
     """The operator restarting the trainer after a stall (spec.elastic.onStall Recover):
-    the head pod it deletes, written before it acts."""
+    in place (the process asked to exit, its pod restarts main), or the head pod it
+    deletes; written before it acts."""
 
     requested_at: datetime
     step: int | None = Field(None, description="The step the trainer was stalled at.")
     pod_name: str
     pod_uid: str
     reason: str = Field(description="ProgressDeadlineExceeded.")
+    in_place: bool = Field(False, description="The trainer process is asked to exit and its "
+                           "pod restarts main in place (pathways-rm, pathways-proxy and the "
+                           "workers kept); false: the head pod is deleted (the trainer did "
+                           "not exit in time, or main does not restart in place).")
+    process_started_at: datetime | None = Field(
+        None, description="status.training.processStartedAt of the process asked to exit (it "
+        "recognizes itself by it).")
+    main_restarts: int | None = Field(None, ge=0, description="main's restartCount when asked: "
+                                      "a higher one says it restarted.")
 
 
 class ProgressStatus(StatusModel):

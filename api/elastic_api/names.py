@@ -113,6 +113,22 @@ SLICE_AGENT_CONTAINER = "slice-agent"  # the worker container of backend simulat
 PROGRESS_CONTAINER = "progress"  # the head's sidecar that reports a foreign trainer's progress
 # Beside each Pathways worker with spec.pathways.colocatedPython (xpk's name).
 COLOCATED_PYTHON_CONTAINER = "colocated-python-sidecar"
+# `etj train`'s exit codes that end the run (its elastic budget spent: the job fails with
+# its report), on which main is not restarted in place; 0 (done) neither. Any other exit
+# of main is a crash its pod restarts it from (render.py, Kubernetes KEP-5307's container
+# restart rules) within spec.maxRestarts.
+TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT = 2, 3
+TRAINER_FINAL_EXIT_CODES = (0, TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT)
+# `etj train` exits with this when the operator asks it to restart (a stall,
+# spec.elastic.onStall Recover: status.progress.restart.inPlace): not a final code, so its
+# pod restarts main in place.
+TRAINER_EXIT_RESTART_REQUESTED = 75
+# What JobSet (v0.12, pkg/constants FailJobSetActionMessage) says in its Failed condition
+# when a FailJobSet failure-policy rule applied, before "(first failed job: <job>)".
+JOBSET_FAIL_JOBSET_MESSAGE = "applying FailJobSet failure policy action"
+# The pod condition the kubelet sets while it restarts every container of a pod in place
+# (Kubernetes KEP-5532, RestartAllContainersOnContainerExits: beta, on by default in 1.36).
+ALL_CONTAINERS_RESTARTING = "AllContainersRestarting"
 
 # --- GKE nodes ----------------------------------------------------------------------------------
 

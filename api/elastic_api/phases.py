@@ -5,7 +5,7 @@ Three parties apply it: the bundled trainer reports its own phase as it reports 
 (and its watchdog times each phase by it), the progress sidecar infers the phase of any
 trainer from its process (its state, its CPU time, its Python stacks) and from what the
 trainer writes (MaxText's metrics file), and the operator's stall rule
-(operator core/progress.py) judges the job by it.
+(operator core/progressing.py) judges the job by it.
 
 A phase's deadline is learned from the run's own history, measured on the trainer's clock
 (`PhaseRecord`: how long each phase took), never from when reports happen to arrive. A
@@ -69,7 +69,7 @@ def phase_deadline(phase: Phase, longest_seconds: float | None, step_deadline: f
     """How long `phase` may last without a heartbeat before it is a stall.
 
     `longest_seconds`: the longest this phase has taken in this run (None: not seen yet);
-    `step_deadline`: the deadline learned from the run's step times (elastic_api.progress),
+    `step_deadline`: the deadline learned from the run's step times (elastic_api.progress_rules),
     which TrainStep and a DeviceWait (a step's device call) are held to."""
     if phase == "Stopped":
         return STOPPED_GRACE_SECONDS

@@ -25,8 +25,13 @@ REVISIONS: tuple[str, ...] = (
     # 2: spec.pathways.colocatedPython, the dated Pathways default, and rules on the
     # trainer's data and model and on images that move (issue 69); no status field.
     "sha256:fa326b70a30544c11f690dc63ff381876e95d19534372713894a232bc9c59aff",
-    # 3: restart budgets per window, status.budgets (issue 67).
-    "sha256:26716990182931b27b3a4fd11f2a6c86d422cbfb819404e8c584a30f45edbb5f",
+    # 3: restart in place (issue 66): spec.recovery.restartInPlace, inPlaceDeadlineSeconds;
+    # status slices[].replacement.action RestartInPlace, counted.containerRestarts,
+    # progress.restart.inPlace, processStartedAt, mainRestarts.
+    "sha256:c65f651f12bb805bb6557ba152c170569a26aa2605c5abd7d2d0d22df483519b",
+    # 4: restart budgets per window, status.budgets (main's restarts in place charged in
+    # status.budgets.mainRestarts), maxRestarts optional (issue 67).
+    "sha256:ba3e736f698f4d53b1ac3b37280ff9122fd84416f8e49662e4422c317b7ae970",
 )
 
 

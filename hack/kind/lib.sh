@@ -21,27 +21,9 @@ note_cache() {
   [ -z "${ETJ_E2E_REPORT:-}" ] || echo "$*" >>"$ETJ_E2E_REPORT"
 }
 
-# run_logged NAME LOGFILE COMMAND...: run COMMAND in the background with its output in
-# LOGFILE, print a heartbeat every 30 s (lines written so far), fail with the log's tail.
-run_logged() {
-  local name=$1 logfile=$2; shift 2
-  local t0; t0=$(date +%s)
-  log "$name (log: $logfile)"
-  ( "$@" ) >"$logfile" 2>&1 &
-  local pid=$! next=$(( t0 + 30 ))
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 2
-    if [ "$(date +%s)" -ge "$next" ] && kill -0 "$pid" 2>/dev/null; then
-      log "    ... $name: $(( $(date +%s) - t0 ))s, $(grep -c . "$logfile" || true) log lines"
-      next=$(( next + 30 ))
-    fi
-  done
-  if ! wait "$pid"; then
-    tail -n 40 "$logfile" >&2
-    die "$name failed (log: $logfile)"
-  fi
-  log "    $name done in $(( $(date +%s) - t0 ))s"
-}
+# run_logged, debian_mirror, pip_ca_bundle.
+# shellcheck source=../common.sh
+source "$ROOT/hack/common.sh"
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 

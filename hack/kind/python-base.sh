@@ -16,22 +16,6 @@ fi
 IMAGE=etj-local/debian-python:$KIND_DEBIAN_SUITE
 log "cannot pull $PYTHON_IMAGE_PUBLIC: using the local Debian base $IMAGE"
 
-# The Debian mirror apt uses (DEBIAN_MIRROR overrides it).
-debian_mirror() {
-  local uri
-  uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
-    | grep -oE '^(deb|URIs:)[[:space:]]+(\[[^]]*\][[:space:]]+)?https?://[^[:space:]]*/debian/?([[:space:]]|$)' \
-    | grep -oE 'https?://[^[:space:]]*' | head -n 1)
-  echo "${DEBIAN_MIRROR:-${uri:-http://deb.debian.org/debian}}"
-}
-
-# The CA bundle pip is configured with on this machine, if any.
-pip_ca_bundle() {
-  local cert
-  cert=$(python3 -m pip config list 2>/dev/null | sed -nE "s/^[^=]*\.cert='([^']*)'$/\1/p" | head -n 1)
-  [ -n "$cert" ] && [ -f "$cert" ] && echo "$cert"
-  return 0
-}
 
 build() {
   command -v debootstrap >/dev/null 2>&1 || {

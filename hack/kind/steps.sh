@@ -251,7 +251,8 @@ expect_one_more_recovery() {
   [ "$(counter sliceFailures)" = $(( $1 + 1 )) ] || die "sliceFailures went $1 -> $(counter sliceFailures), not +1"
   [ "$(counter elasticEvents)" = "$event" ] || die "elasticEvents went $2 -> $(counter elasticEvents), not +1"
   [ "$(recovered_event_count)" = $(( $3 + 1 )) ] || die "Recovered events went $3 -> $(recovered_event_count), not +1"
-  [ "$(counter trainerRestarts)" = 0 ] || die "the trainer was restarted ($(counter trainerRestarts)), not recovered in process"
+  [ "$(counter trainerRestarts)" = "${TRAINER_RESTARTS:-0}" ] \
+    || die "the trainer was restarted (${TRAINER_RESTARTS:-0} -> $(counter trainerRestarts)), not recovered in process"
   [ "$(trainer_identity)" = "$TRAINER_BEFORE" ] \
     || die "the trainer changed: before $TRAINER_BEFORE, now $(trainer_identity)"
   [ "$(jobset_restarts)" = "$JOBSET_RESTARTS" ] \
@@ -279,6 +280,120 @@ if None in (i, j, k):
     sys.exit(f"expected SliceDown=True, then Recovering=True, then Recovered: got {i}, {j}, {k}")
 EOF
   log "seen in order: SliceDown -> Recovering -> Recovered; trainer: $(trainer_identity)"
+}
+
+# --- restart in place ---------------------------------------------------------------------------
+pod_uid_of() { kubectl get -n "$NS" "$1" -o jsonpath='{.metadata.uid}'; }
+restarts_of() {  # restarts_of POD CONTAINER: its restartCount
+  kubectl get -n "$NS" "$1" -o jsonpath="{.status.containerStatuses[?(@.name==\"$2\")].restartCount}"
+}
+worker_uids() {
+  kubectl get pods -n "$NS" -l jobset.sigs.k8s.io/replicatedjob-name=worker \
+    -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'
+}
+seconds_since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
+# kill_process POD CONTAINER: SIGKILL the container's process from its node (crictl), as a
+# crash or the OOM killer ends it: nothing the process can catch, and the pod stays.
+kill_process() {
+  local pod=${1#pod/} node cid pid
+  node=$(kubectl get -n "$NS" "pod/$pod" -o jsonpath='{.spec.nodeName}')
+  cid=$(docker exec "$node" crictl ps -q --state running --name "^$2\$" \
+    --label "io.kubernetes.pod.name=$pod" --label "io.kubernetes.pod.namespace=$NS" | head -n 1)
+  [ -n "$cid" ] || die "no running container $2 in pod $pod on $node"
+  pid=$(docker exec "$node" crictl inspect --output go-template --template '{{.info.pid}}' "$cid")
+  log "killing $2 of $pod (pid $pid on node $node) with SIGKILL"
+  docker exec "$node" kill -9 "$pid"
+}
+slice_field() { job_field ".status.slices[$1].$2"; }
+ready_again_in_place() {  # ready_again_in_place SLICE RESTARTS
+  [ "$(slice_field "$1" state)" = Ready ] && [ "$(slice_field "$1" restarts)" = "$2" ] \
+    && [ "$(slice_field "$1" lastReplacement.action)" = RestartInPlace ]
+}
+
+# A worker's process killed on its healthy node: the kubelet runs it again in its pod (the
+# same uid, restartCount + 1), the operator deletes nothing, and the trainer recovers in
+# its process.
+restart_a_worker_in_place() {
+  local pod uid restarts slice_restarts failures events recovered t0
+  pod=$(worker_pod 1); uid=$(pod_uid_of "$pod"); restarts=$(restarts_of "$pod" slice-agent)
+  slice_restarts=$(slice_field 1 restarts)
+  failures=$(counter sliceFailures); events=$(counter elasticEvents); recovered=$(recovered_event_count)
+  t0=$(date +%s.%N)
+  kill_process "$pod" slice-agent
+  wait_for "slice 1 Ready again in place" ready_again_in_place 1 $(( ${slice_restarts:-0} + 1 ))
+  log "slice 1 Ready again in place $(seconds_since "$t0") s after the kill (decision to Ready: $(slice_field 1 lastReplacement.seconds) s)"
+  [ "$(pod_uid_of "$pod")" = "$uid" ] || die "$pod was replaced (uid $uid -> $(pod_uid_of "$pod")), not restarted in place"
+  [ "$(restarts_of "$pod" slice-agent)" = $(( restarts + 1 )) ] \
+    || die "$pod's restartCount went $restarts -> $(restarts_of "$pod" slice-agent), not +1"
+  [ "$(slice_field 1 lastReplacement.blame)" = Job ] || die "the evidence blamed $(slice_field 1 lastReplacement.blame), not the job"
+  expect_one_more_recovery "${failures:-0}" "${events:-0}" "$recovered"
+  log "restarted in place: $pod (uid unchanged, restartCount $restarts -> $(( restarts + 1 ))), the trainer in its process"
+}
+
+# main killed: the head pod restarts main in place (its container restart rule); no
+# worker pod is touched, the JobSet does not restart, and the new trainer resumes from the
+# newest committed checkpoint.
+has_committed_checkpoint() { [ -n "$(job_field .status.training.lastCommittedCheckpointStep)" ]; }
+new_trainer_resumed() {  # new_trainer_resumed BEFORE_IDENTITY BEFORE_STEP
+  [ "$(trainer_identity)" != "$1" ] && step_at_least $(( $2 + 1 )) \
+    && [ -n "$(job_field .status.training.lastRestore.source)" ]
+}
+crash_main_in_place() {
+  local head uid restarts workers jobset before step committed trainer_restarts t0
+  head=$(head_pod); uid=$(pod_uid_of "$head"); restarts=$(restarts_of "$head" main)
+  workers=$(worker_uids); jobset=$(jobset_restarts); before=$(trainer_identity)
+  trainer_restarts=$(counter trainerRestarts)
+  wait_for "a committed checkpoint to resume from" has_committed_checkpoint
+  t0=$(date +%s.%N)
+  kill_process "$head" main
+  committed=$(job_field .status.training.lastCommittedCheckpointStep)
+  step=$(job_field .status.training.step)
+  wait_for "a new trainer process in the head pod, past step $step" new_trainer_resumed "$before" "$step"
+  log "main restarted in place and training again $(seconds_since "$t0") s after the kill"
+  [ "$(pod_uid_of "$head")" = "$uid" ] || die "the head pod was replaced, not restarted in place"
+  [ "$(restarts_of "$head" main)" = $(( restarts + 1 )) ] || die "main's restartCount went $restarts -> $(restarts_of "$head" main)"
+  [ "$(worker_uids)" = "$workers" ] || die "worker pods changed: $workers -> $(worker_uids)"
+  [ "$(jobset_restarts)" = "$jobset" ] || die "the JobSet restarted ($jobset -> $(jobset_restarts))"
+  [ "$(counter trainerRestarts)" = $(( ${trainer_restarts:-0} + 1 )) ] || die "trainerRestarts went ${trainer_restarts:-0} -> $(counter trainerRestarts)"
+  [ "$(job_field .status.training.lastRestore.source)" = checkpoint ] \
+    || die "the new trainer restored from $(job_field .status.training.lastRestore.source), not the newest committed checkpoint"
+  local restored; restored=$(job_field .status.training.lastRestore.step)
+  [ "$restored" -ge "${committed:-0}" ] || die "restored step $restored, older than the newest committed ($committed)"
+  TRAINER_BEFORE=$(trainer_identity)  # the trainer the next phases recover in its process
+  TRAINER_RESTARTS=$(counter trainerRestarts)
+  log "main restarted in place: head pod uid unchanged, workers unchanged, JobSet restarts $jobset; resumed from committed step $restored"
+}
+
+# The node made NotReady (its kubelet stopped, the host otherwise alive): the evidence is
+# against the node, so the slice is recreated (new pods), not restarted in place. One node
+# here: the new pods wait for it, and run there once its kubelet is back.
+kubelet() { docker exec "$CLUSTER_NAME-control-plane" systemctl "$1" kubelet; }
+node_ready_status() { kubectl get node "$CLUSTER_NAME-control-plane" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
+node_not_ready() { [ "$(node_ready_status)" != True ]; }
+node_ready() { [ "$(node_ready_status)" = True ]; }
+slice_recreated() {  # slice_recreated SLICE OLD_UIDS
+  [ "$(slice_field "$1" state)" = Ready ] && [ "$(slice_field "$1" lastReplacement.action)" = Replace ] \
+    && [ -n "$(worker_pod "$1")" ] && ! grep -qw -- "$(pod_uid_of "$(worker_pod "$1")")" <<<"$2"
+}
+recreate_on_node_not_ready() {
+  local old restarts
+  old=$(worker_uids); restarts=$(slice_field 0 restarts)
+  log "stopping the node's kubelet"
+  kubelet stop
+  wait_for "the node NotReady" node_not_ready
+  wait_for "slice 0 recorded for recreation (NodeNotReady)" recorded_replace 0
+  log "slice 0: $(slice_field 0 replacement.evidence)"
+  kubelet start
+  wait_for "the node Ready again" node_ready
+  wait_for "slice 0 Ready again on new pods" slice_recreated 0 "$old"
+  [ "$(slice_field 0 restarts)" = $(( ${restarts:-0} + 1 )) ] || die "slice 0's restarts went $restarts -> $(slice_field 0 restarts)"
+  [ "$(slice_field 0 lastReplacement.blame)" = Node ] || die "the evidence blamed $(slice_field 0 lastReplacement.blame), not the node"
+  wait_for "training to go on" step_at_least $(( $(job_field .status.training.step) + 5 ))
+  TRAINER_BEFORE=$(trainer_identity)
+  log "slice 0 recreated on new pods: $(worker_pod 0)"
+}
+recorded_replace() {
+  [ "$(slice_field "$1" replacement.action)" = Replace ] || [ "$(slice_field "$1" lastReplacement.action)" = Replace ]
 }
 
 # --- helm upgrade -----------------------------------------------------------------------------

@@ -33,6 +33,8 @@ KINDS = {
               Reason.ELASTIC_TIMEOUT, Reason.SLICE_RESTARTS_EXHAUSTED,
               Reason.WORKER_CLUSTER_LOST, Reason.TRAINER_RESTARTED, Reason.RECOVERY_FAILED),
     REPLACEMENT: (Reason.SLICE_REPLACING, Reason.SLICE_REPLACED, Reason.SLICE_MOVING,
+                  Reason.SLICE_RESTARTING_IN_PLACE, Reason.SLICE_RESTARTED_IN_PLACE,
+                  Reason.IN_PLACE_RESTART_TIMED_OUT,
                   Reason.STUCK_POD_FORCE_DELETED, Reason.POOL_QUARANTINED,
                   Reason.POOL_RELEASED, Reason.NODE_ACTION_THROTTLED),
     RECOVERY: (Reason.RECOVERED, Reason.RECOVERED_UNCONFIRMED, Reason.SLICE_RESTORED),
@@ -49,7 +51,8 @@ _SLICE = re.compile(r"^slice (\d+)\b")
 # What each Event does to its slice's lane.
 _LANE_STATE = {Reason.SLICE_DOWN: "Down", Reason.SLICE_REPLACING: "Restarting",
                Reason.SLICE_MOVING: "Restarting", Reason.SLICE_REPLACED: "Ready",
-               Reason.SLICE_RESTORED: "Ready"}
+               Reason.SLICE_RESTARTING_IN_PLACE: "Restarting",
+               Reason.SLICE_RESTARTED_IN_PLACE: "Ready", Reason.SLICE_RESTORED: "Ready"}
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,9 @@ def _group_text(group: list[SliceStatus]) -> str:
 def _detail_lines(s: SliceStatus, when: str | None, cause: str | None) -> list[str]:
     parts = [p for p in (when, cause) if p]
     last = s.last_replacement
-    if last is not None and (last.from_pool or last.to_pool):
+    if last is not None and last.action == "RestartInPlace":
+        parts.append(f"restarted in place{f' on {last.to_pool}' if last.to_pool else ''}")
+    elif last is not None and (last.from_pool or last.to_pool):
         parts.append(f"{last.from_pool or '?'} -> {last.to_pool or '?'}")
     if not parts:
         return []

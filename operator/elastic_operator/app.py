@@ -1,22 +1,25 @@
-"""The operator's parts, built and wired once (by `etj operator`, and by tests).
+"""The operator's composition root: every part built and wired here, once (by `etj
+operator`, and by tests); the rest of the package only uses what it is handed.
 
-    Caches (one Informer each, elastic_api.kube):             Observations (what a
+    Caches (one Informer each, elastic_api.kube):             JobReader (what a
       jobs, pods, JobSets, nodes, Workloads ──▶ NodeIndex ──▶  reconcile reads)
       and SchemaWatch: our CRD (its verdict read by each pass; a change: resync)
         │ a change names a job (Wakes: not our own status write     ▲
-        │ coming back, OwnWrites.wrote; a deleted job: forget)       │
+        │ coming back, OwnWrites.wrote; a deleted job: JobStores)    │
         ▼                                                            │
     Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
-        ▲ ▲ ▲                                                        │  └──▶ Replacer
-        │ │ └─ its Result (when to look again) ◀──────────────────────┘  ──▶ Kube (writes)
-        │ │        FollowUps (after the status write: replacement writes, Events) ──▶ Kube
+        ▲ ▲ ▲ ▲        (queued_reconcile: requeued? start over)      │  ──▶ Kube (writes)
+        │ │ │ └─ its Result (when to look again) ◀────────────────────┘
+        │ │ └─ FollowUps (after the status write: replacement writes, Events) ──▶ Kube;
+        │ │    their "look again" (build_reconciler wires every collaborator of a pass)
         │ └─── resync thread (every job of the job cache)
-        └───── CheckpointScanner (a scan with news)
+        └───── CheckpointScanner (a scan with a new result)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
     kopf (handlers.py): the process, login, /healthz probes, start and step_down
 
 Everything the operator reacts to goes through the one work queue, as a job's name:
-nothing else starts a reconcile. What it keeps per job (JobStores) goes with the job's
+nothing else starts a reconcile, and a reconcile never calls the queue (it returns what it
+wants of it). What it keeps per job (JobStores) goes with the job's
 deletion, and the resync thread sweeps what a late write left of a deleted job. Every
 replica keeps its caches warm; only the one holding the Lease (and whose caches are
 synced) gets past the gate, and every write to the cluster goes through it: the
@@ -32,30 +35,43 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.kube import Backoff, Informer, Key
 from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Caches, WatchScope
 from elastic_operator.checkpoint_roots import CheckpointRoots
 from elastic_operator.core.eviction import PodsReadyTimeouts
+from elastic_operator.dispatched import DispatchedReconciler
 from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
-from elastic_operator.followups import FollowUps
+from elastic_operator.executor import ActionExecutor
+from elastic_operator.followups import FollowUpRunner, FollowUps
 from elastic_operator.job_memory import JobMemories
-from elastic_operator.job_stores import JobStores
+from elastic_operator.job_reader import CacheReader, JobReader
+from elastic_operator.job_stores import JobStore, JobStores
 from elastic_operator.kube import Kube, NotLeading
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observations import ApiObservations
+from elastic_operator.outbox import EventOutbox
 from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
 from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.reconciler import Reconciler
+from elastic_operator.reconciler import Reconciler, RecordComputed
+from elastic_operator.replacement_followups import ReplacementFollowUps
+from elastic_operator.replacement_writes import ReplacementWrites
+from elastic_operator.result import Result
 from elastic_operator.scanner import CheckpointScanner
-from elastic_operator.scheduler import DEFAULT_WORKERS, RECONCILE_BACKOFF, Scheduler
+from elastic_operator.scheduler import (
+    DEFAULT_WORKERS,
+    RECONCILE_BACKOFF,
+    ReconcileFunction,
+    Scheduler,
+)
+from elastic_operator.schema_guard import SchemaGuard, Verdict, always_current
 from elastic_operator.schema_watch import SchemaWatch
 from elastic_operator.slice_index import SliceIndex
+from elastic_operator.status_writer import StatusWriter
 
 logger = logging.getLogger("elastic_operator")
 POOL_SWEEP_INTERVAL_S = 5.0
@@ -75,7 +91,7 @@ class ReplacementSettings:
 @dataclass(frozen=True)
 class Wakes:
     """What names a job to the work queue from outside its reconciles (a change the
-    caches see, a checkpoint scan with news), only while the gate is open (a standby
+    caches see, a checkpoint scan with a new result), only while the gate is open (a standby
     reconciles nothing). Built before the caches, which call it from their threads."""
 
     scheduler: Scheduler
@@ -98,7 +114,7 @@ class Wakes:
     def wake_paced(self, namespace: str, name: str, soon: bool) -> None:
         """A paced pod or worker-Job change (caches.py): at the progress interval if it
         may move a slice's state (`soon`), else at the job's next progress write, as
-        progress only (a run it starts may start over for news: core/startover.py)."""
+        progress only (a run it starts may start over if the job is requeued: core/startover.py)."""
         if soon:
             self.wake(namespace, name, after_s=self.pacer.interval_s)
         elif self.gate.open:
@@ -111,7 +127,7 @@ class Wakes:
             self.forget(*key)
         elif not self.own_writes.wrote(*key, (new.get("metadata") or {}).get("resourceVersion")):
             self.metrics.count_wake("job")
-            self.wake(*key)  # not our own status write coming back: news
+            self.wake(*key)  # not our own status write coming back: a change
 
 
 @dataclass
@@ -162,7 +178,7 @@ class Operator:
         self.schema.start()
         if self.follow_ups is not None:
             self.follow_ups.start()
-        self.scheduler.start(self.gate.wrap(self.reconciler.reconcile))
+        self.scheduler.start(self.gate.wrap(queued_reconcile(self.reconciler, self.scheduler)))
         if self.elector is not None:
             self.elector.start()
         self._spawn("resync", self._resync_loop)
@@ -283,12 +299,13 @@ def build_operator(
     scheduler = Scheduler(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
     metrics.queue_depth.set_function(lambda: scheduler.depth)
     memory, slice_index = JobMemories(), SliceIndex(nodes)
-    own_writes = OwnWrites(memory, scheduler.add_after)
+    own_writes = OwnWrites(memory)
     pacer = ProgressPacer(memory, metrics, clock)
     # Open once the caches and the CRD (made below) have synced, and while this leads.
     gate = ReconcileGate(lambda: caches.synced and schema.settled
                          and (elector is None or elector.is_leader()))
-    stores, follow_ups = JobStores(), FollowUps()
+    # A follow-up's look again goes to the queue (they drain before the replica steps down).
+    stores, follow_ups = JobStores(), FollowUps(requeue=scheduler.add_after)
     wakes = Wakes(scheduler, gate, pacer, own_writes, metrics,
                   lambda namespace, name: stores.forget((namespace, name)))
 
@@ -311,16 +328,16 @@ def build_operator(
     for informer in [*caches.informers, schema.informer]:
         metrics.cache_objects.labels(informer.resource).set_function(informer.__len__)
     metrics.observe_quarantines(nodes.all_nodes)
-    observations = ApiObservations(kube, nodes, scanner, pods=caches.pods_of,
-                                   jobsets=caches.jobset, jobs=caches.job,
-                                   worker_jobs=caches.worker_jobs, seen_at=caches.pod_seen_at)
-    reconciler = Reconciler(kube, observations, metrics, clock, memory=memory,
-                            own_writes=own_writes, pacer=pacer, wake=scheduler.add_after,
-                            news=scheduler, marked=slice_index.mark,
-                            limiter=NodeActionLimiter(settings.limits, clock),
-                            quarantine_pools=settings.quarantine_pools,
-                            pods_ready=settings.pods_ready, follow_ups=follow_ups,
-                            schema=lambda: schema.verdict)
+    reader = CacheReader(kube, nodes, scanner, pods=caches.pods_of, jobsets=caches.jobset,
+                         jobs=caches.job, worker_jobs=caches.worker_jobs,
+                         seen_at=caches.pod_seen_at)
+    reconciler = build_reconciler(kube, reader, metrics, clock, memory=memory,
+                                  own_writes=own_writes, pacer=pacer, follow_ups=follow_ups,
+                                  record_computed=slice_index.record_computed,
+                                  limiter=NodeActionLimiter(settings.limits, clock),
+                                  quarantine_pools=settings.quarantine_pools,
+                                  pods_ready=settings.pods_ready,
+                                  schema=lambda: schema.verdict)
     scanner.on_result(wakes.wake)  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
@@ -335,23 +352,72 @@ def build_operator(
                     resync_wanted=resync)
 
 
+class WorkQueue(Protocol):
+    """The work queue (scheduler.py) as the reconciles' caller: it tells a running
+    reconcile whether its job was requeued, and covers every naming so far when the
+    pass starts over (it will see them)."""
+
+    def running(self, namespace: str, name: str) -> tuple[bool, bool]: ...
+
+    def cover(self, namespace: str, name: str) -> None: ...
+
+
+def queued_reconcile(reconciler: Reconciler, queue: WorkQueue) -> ReconcileFunction:
+    """The reconcile the work queue runs: told by the queue whether the job was requeued
+    since it started; a pass cut short for it (Result.again) has the queue cover every
+    naming so far, then runs the rest of the reconcile at once (core/startover.py)."""
+
+    def reconcile(namespace: str, name: str) -> Result:
+        result = reconciler.reconcile(namespace, name,
+                                      requeued=partial(queue.running, namespace, name))
+        if result.again is not None:
+            queue.cover(namespace, name)
+            result = result.again()
+        return result
+
+    return reconcile
+
+
+def build_reconciler(
+    kube: Kube, reader: JobReader, metrics: OperatorMetrics, clock: Clock = SYSTEM_CLOCK, *,
+    memory: JobMemories, own_writes: OwnWrites, pacer: ProgressPacer,
+    follow_ups: FollowUpRunner, record_computed: RecordComputed | None = None,
+    limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
+    pods_ready: PodsReadyTimeouts | None = None, schema: Verdict = always_current,
+) -> Reconciler:
+    """The reconciler and every collaborator of its pass, built once: `reader`: what it
+    reads; `follow_ups`: what runs after its status write; `record_computed`: the slice index's;
+    `schema`: the verdict on the served CRD (schema_watch.py), read at each pass."""
+    outbox = EventOutbox(kube, metrics, memory, follow_ups)
+    guard = SchemaGuard(kube, clock, memory, own_writes, schema)
+    writer = StatusWriter(kube, metrics, clock, outbox=outbox, own_writes=own_writes,
+                          pacer=pacer, schema=guard)
+    executor = ActionExecutor(kube, reader)
+    writes = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
+                               quarantine_pools=quarantine_pools)
+    return Reconciler(
+        reader=reader, metrics=metrics, clock=clock, memory=memory, own_writes=own_writes,
+        schema=guard, writer=writer, outbox=outbox, executor=executor,
+        replacements=ReplacementFollowUps(writes, reader, metrics, memory, follow_ups),
+        dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock),
+        pods_ready=pods_ready or PodsReadyTimeouts(), recheck_after_s=pacer.interval_s,
+        record_computed=record_computed)
+
+
 def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemories,
                 scheduler: Scheduler, scanner: CheckpointScanner, nodes: NodeIndex,
                 slice_index: SliceIndex, caches: Caches, follow_ups: FollowUps,
                 warden: PoolWarden | None) -> None:
-    """Every per-job store, forgotten with its job and counted in the metrics."""
-    stores.add("job-memory", memory.job_keys, memory.forget)
-    stores.add("work-queue", scheduler.job_keys, lambda key: scheduler.forget(*key))
-    stores.add("checkpoint-scans", scanner.job_keys, scanner.forget)
-    stores.add("node-index", nodes.job_keys, nodes.forget_job)
-    stores.add("slice-index", slice_index.job_keys, slice_index.forget_job)
-    stores.add("torn-down-jobs", caches.torn_down_jobs, caches.forget_job)
-    stores.add("metrics", metrics.job_keys, lambda key: metrics.forget(*key))
-    stores.add("follow-ups", follow_ups.job_keys, lambda _key: None)  # drains by itself
-    if warden is not None:
-        stores.add("pool-warden", warden.job_keys, warden.forget)
-    for store in stores.stores:
-        metrics.job_memory.observe(store.name, partial(_count, store.jobs))
+    """Every per-job store (job_stores.py lists what each keeps), forgotten with its job
+    and counted in the metrics."""
+    named: dict[str, JobStore | None] = {
+        "job-memory": memory, "work-queue": scheduler, "checkpoint-scans": scanner,
+        "node-index": nodes, "slice-index": slice_index, "torn-down-jobs": caches.torn_down,
+        "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden}
+    for name, store in named.items():
+        if store is not None:
+            stores.register(name, store)
+            metrics.job_memory.observe(name, partial(_count, store.job_keys))
 
 
 def _count(jobs: Callable[[], Iterable[tuple[str, str]]]) -> int:

@@ -33,7 +33,7 @@ from elastic_api.names import API_VERSION, JOB_NAME_LABEL, JOBSET_GROUP, JOBSET_
 from elastic_operator.core.wakes import job_may_wait, may_wait
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import JobKey, NodeIndex
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     ObservedJob,
     ObservedJobSet,
     ObservedNode,
@@ -169,6 +169,37 @@ def _all_calls(list_fn: Callable[..., dict[str, Any]],
     return list_page, watch
 
 
+class TornDownJobs:
+    """The uids of worker Jobs seen being deleted (in order, the newest TORN_DOWN_KEPT
+    kept), with their job. Forgotten with the job (`forget_job`); the pod informer's
+    thread only asks `in`. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._owners: dict[str, JobKey] = {}
+        self._lock = threading.Lock()
+
+    def add(self, uid: str, job: JobKey) -> None:
+        with self._lock:
+            self._owners[uid] = job
+            while len(self._owners) > TORN_DOWN_KEPT:
+                del self._owners[next(iter(self._owners))]
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._owners
+
+    def job_keys(self) -> set[JobKey]:
+        """The jobs it remembers torn-down worker Jobs of (job_stores.py)."""
+        with self._lock:
+            return set(self._owners.values())
+
+    def forget_job(self, job: JobKey) -> None:
+        """The job was deleted: its torn-down worker Jobs go (a late pod event of one
+        wakes nothing but a reconcile that finds no job)."""
+        with self._lock:
+            self._owners = {uid: owner for uid, owner in self._owners.items()
+                            if owner != job}
+
+
 class Caches:
     """Per watched namespace (None: every namespace, filtered by the scope) one job, one
     pod, one JobSet and (`watch_workloads`) one Workload informer; one node informer.
@@ -181,7 +212,7 @@ class Caches:
     of a job itself; `count(cause)` for each wake, by what caused it (pod, pod-paced,
     pod-progress, jobset, worker-job, worker-job-progress, node, workload);
     `on_relist(resource, reason, objects)` after every list; `slice_index`: the one
-    the reconciler marks (default: a new one).
+    the reconciler tells each slice as computed (default: a new one).
     """
 
     def __init__(
@@ -195,17 +226,14 @@ class Caches:
         slice_index: SliceIndex | None = None,
     ) -> None:
         self.node_index = nodes
-        # Kept from every pod change; the reconciler marks it (app.py).
+        # Kept from every pod change; the reconciler tells it each slice as computed.
         self.slice_index = slice_index or SliceIndex(nodes)
         self._wake = wake
         self._wake_paced = wake_paced or (lambda job, _soon: wake(job))
         self._count = count or (lambda _cause: None)
-        # The uids of worker Jobs seen being deleted (in order, the newest kept), with
-        # their job: a pod of one going is the teardown of a failure already known
-        # (core/wakes.py). Forgotten with the job (`forget_job`); the pod informer's
-        # thread only asks `in`.
-        self._torn_down: dict[str, JobKey] = {}
-        self._torn_down_lock = threading.Lock()
+        # The worker Jobs seen being deleted: a pod of one going is the teardown of a
+        # failure already known (core/wakes.py). A per-job store (job_stores.py).
+        self.torn_down = TornDownJobs()
         self._on_job = on_job or (lambda key, _old, new: wake(key) if new else None)
         self._jobs: dict[str | None, Informer[dict[str, Any]]] = {}
         self._pods: dict[str | None, Informer[CachedPod]] = {}
@@ -315,18 +343,6 @@ class Caches:
         cached = informer.get((namespace, name)) if informer is not None else None
         return cached.seen_at if cached is not None else None
 
-    def torn_down_jobs(self) -> set[JobKey]:
-        """The jobs it remembers torn-down worker Jobs of (job_stores.py)."""
-        with self._torn_down_lock:
-            return set(self._torn_down.values())
-
-    def forget_job(self, job: JobKey) -> None:
-        """The job was deleted: its torn-down worker Jobs go (a late pod event of one
-        wakes nothing but a reconcile that finds no job)."""
-        with self._torn_down_lock:
-            self._torn_down = {uid: owner for uid, owner in self._torn_down.items()
-                               if owner != job}
-
     def _job_changed(self, key: Key, old: dict[str, Any] | None,
                      new: dict[str, Any] | None) -> None:
         self._on_job(key, old, new)
@@ -351,11 +367,8 @@ class Caches:
                             new: CachedWorkerJob | None) -> None:
         # A Job's status moves with each of its pods (their own events woke the job
         # already): only what replacement reads of a Job is news (ObservedJob).
-        if new is not None and new.job.deleting:
-            with self._torn_down_lock:  # its pods' going is teardown from now on
-                self._torn_down[new.job.uid] = new.owner
-                while len(self._torn_down) > TORN_DOWN_KEPT:
-                    del self._torn_down[next(iter(self._torn_down))]
+        if new is not None and new.job.deleting:  # its pods' going is teardown from now on
+            self.torn_down.add(new.job.uid, new.owner)
         if _as_read(old) == _as_read(new):
             return
         last = new or old
@@ -385,7 +398,7 @@ class Caches:
         if last is not None and (old is None or new is None or old.job == new.job) \
                 and may_wait(old.pod if old is not None else None,
                              new.pod if new is not None else None,
-                             torn_down=last.pod.job_uid in self._torn_down):
+                             torn_down=last.pod.job_uid in self.torn_down):
             # Progress or teardown (core/wakes.py); at the progress interval if it may
             # still move its slice's state (slice_index.py), or onto a node not Ready.
             soon = self.slice_index.may_move(last.job, last.pod.slice_index) \

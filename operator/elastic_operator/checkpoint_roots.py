@@ -30,7 +30,7 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from elastic_operator.checkpoints import GCS_SCHEME, CheckpointScanError, parse_gcs_url
+from elastic_operator.checkpoint_listing import GCS_SCHEME, CheckpointScanError, parse_gcs_url
 
 ANY_NAMESPACE = "*"
 FLAG = "--checkpoint-roots"

@@ -17,8 +17,8 @@ from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
 from elastic_operator.core.parsing import ParsedJob
 from elastic_operator.core.plan import plan_dispatch
 from elastic_operator.executor import ActionExecutor, Refused
-from elastic_operator.observations import Observations
-from elastic_operator.observed import ObservedPriorityClass
+from elastic_operator.job_reader import JobReader
+from elastic_operator.objects import ObservedPriorityClass
 from elastic_operator.outbox import EventOutbox
 from elastic_operator.render import render_workload, workload_name, workload_priority_class
 from elastic_operator.result import Result
@@ -28,9 +28,9 @@ logger = logging.getLogger("elastic_operator")
 
 
 class DispatchedReconciler:
-    def __init__(self, observations: Observations, executor: ActionExecutor,
+    def __init__(self, reader: JobReader, executor: ActionExecutor,
                  writer: StatusWriter, outbox: EventOutbox, clock: Clock) -> None:
-        self.observations = observations
+        self.reader = reader
         self.executor = executor
         self.writer = writer
         self.outbox = outbox
@@ -40,7 +40,7 @@ class DispatchedReconciler:
                   rendered: list[dict[str, Any]]) -> Result:
         job, previous = parsed.job, parsed.previous
         namespace, name = job.metadata.namespace or "", job.metadata.name
-        workload = self.observations.dispatch_workload(namespace, workload_name(job))
+        workload = self.reader.dispatch_workload(namespace, workload_name(job))
         try:
             if workload is None:  # its priority is read for the Workload about to be made
                 rendered = [render_workload(job, self._priority(job))]
@@ -54,7 +54,7 @@ class DispatchedReconciler:
         now = self.clock.now()
         status, events = dispatch_status(job, workload, previous, now)
         if status is None and workload is not None and workload.cluster_name is not None:
-            cluster = self.observations.worker_cluster(workload.cluster_name)
+            cluster = self.reader.worker_cluster(workload.cluster_name)
             status, events = worker_lost_status(job, workload, cluster, previous, now)
         if status is None:
             return Result()
@@ -69,7 +69,7 @@ class DispatchedReconciler:
         ref = workload_priority_class(job)
         if ref is None:
             return None
-        found = self.observations.priority_class(ref)
+        found = self.reader.priority_class(ref)
         if found is None:
             where = f"label {KUEUE_PRIORITY_CLASS_LABEL}" \
                 if ref.kind == WORKLOAD_PRIORITY_CLASS_KIND else "spec.priorityClassName"

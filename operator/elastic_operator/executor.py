@@ -20,9 +20,9 @@ from elastic_operator.core.plan import (
     SetWorkloadActive,
     SetWorkloadCondition,
 )
+from elastic_operator.job_reader import JobReader
 from elastic_operator.kube import ApiError, Kube
-from elastic_operator.observations import Observations
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     ObservedJobSet,
     ObservedWorkload,
     jobset_from_dict,
@@ -50,9 +50,9 @@ def refusal_message(obj: dict[str, Any], error: ApiError) -> str:
 
 
 class ActionExecutor:
-    def __init__(self, kube: Kube, observations: Observations) -> None:
+    def __init__(self, kube: Kube, reader: JobReader) -> None:
         self.kube = kube
-        self.observations = observations
+        self.reader = reader
 
     def execute(self, plan: Plan, jobset: ObservedJobSet | None,
                 workload: ObservedWorkload | None,
@@ -122,7 +122,7 @@ class ActionExecutor:
         if created is not None:
             return workload_from_dict(created)
         meta = action.obj.get("metadata", {})
-        return self.observations.dispatch_workload(meta.get("namespace", ""),
+        return self.reader.dispatch_workload(meta.get("namespace", ""),
                                                    meta.get("name", ""))
 
     def _create(self, action: CreateObject) -> ObservedJobSet | None:
@@ -133,7 +133,7 @@ class ActionExecutor:
             return None
         if created is not None:
             return jobset_from_dict(created)
-        return self.observations.jobset(meta.get("namespace", ""), meta.get("name", ""))
+        return self.reader.jobset(meta.get("namespace", ""), meta.get("name", ""))
 
     def _created(self, action: CreateObject) -> dict[str, Any] | None:
         """Create one object: as created, or None if it existed."""

@@ -14,8 +14,11 @@ reconcile, this replica's or a new leader's, does what is left (level-based). Wr
 through the same fence as the reconciles' (`KubeClient.may_write`): a replica that lost
 the Lease sends none. `drain` lets a replica stepping down finish them first.
 
-`Inline` runs each piece at once in the caller's thread (the reconciler's default, and
-the unit tests').
+Each piece returns when to look at its job again (None: no need): a throttled or failed
+write is planned again by a later reconcile. The runner passes that on to `requeue` (the
+work queue's add_after, as app.py wires it); the work never calls the queue itself.
+
+`Inline` runs each piece at once in the caller's thread (the unit tests').
 """
 from __future__ import annotations
 
@@ -25,10 +28,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from elastic_operator.result import Wake
+
 logger = logging.getLogger("elastic_operator")
 
 JobKey = tuple[str, str]  # (namespace, name)
-Work = Callable[[], None]
+# A piece of work: when to look at its job again (seconds; None: no need).
+Work = Callable[[], float | None]
 DEFAULT_THREADS = 2
 
 
@@ -38,17 +44,28 @@ class FollowUpRunner(Protocol):
         ...
 
 
+def _pass_on(requeue: Wake | None, job: JobKey, after: float | None) -> None:
+    if requeue is not None and after is not None:
+        requeue(job[0], job[1], after)
+
+
 class Inline:
-    """Runs each piece at once, in the caller's thread."""
+    """Runs each piece at once, in the caller's thread (`requeue`: told when to look at
+    the job again; None: nobody to tell)."""
+
+    def __init__(self, requeue: Wake | None = None) -> None:
+        self.requeue = requeue
 
     def submit(self, job: JobKey, work: Work) -> None:
-        work()
+        _pass_on(self.requeue, job, work())
 
 
 class FollowUps:
-    """Per job, a FIFO of work; `threads` workers, never two on one job at once."""
+    """Per job, a FIFO of work; `threads` workers, never two on one job at once;
+    `requeue`: told when to look at a job again once its piece of work ended."""
 
-    def __init__(self, threads: int = DEFAULT_THREADS) -> None:
+    def __init__(self, threads: int = DEFAULT_THREADS, requeue: Wake | None = None) -> None:
+        self.requeue = requeue
         self._lock = threading.Condition()
         self._pending: dict[JobKey, deque[Work]] = {}
         self._ready: deque[JobKey] = deque()  # jobs with work, none of it running
@@ -80,6 +97,9 @@ class FollowUps:
         with self._lock:
             return list(self._pending)
 
+    def forget_job(self, job: JobKey) -> None:
+        """Nothing: a deleted job's work runs out by itself (it finds the job gone)."""
+
     def drain(self, timeout: float) -> bool:
         """Wait until no work waits or runs; False if some still does."""
         with self._lock:
@@ -106,7 +126,7 @@ class FollowUps:
                 work = self._pending[job][0]
                 self._running.add(job)
             try:
-                work()
+                _pass_on(self.requeue, job, work())
             except Exception:  # each piece logs its own failures; this is a bug
                 logger.exception("follow-up work of %s/%s raised", *job)
             with self._lock:

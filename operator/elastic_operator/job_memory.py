@@ -4,7 +4,7 @@ a deleted job is one `pop`.
 None of it is the job's truth (the status is): each field saves a request, a write or a
 wait, and is lost on a restart like any cache (the new leader reads and writes again).
 The reconcile's collaborators each keep their part here (own_writes.py, outbox.py,
-pacer.py, replacements.py). Follow-ups run on other threads and the job cache asks
+pacer.py, replacement_followups.py). Follow-ups run on other threads and the job cache asks
 `OwnWrites.wrote` from its own: what they share is read and written under `lock`. A
 follow-up holds the JobMemory of the job it was handed for, so one that ends after the
 job was forgotten writes to that object, never to a new job of the same name.
@@ -45,6 +45,8 @@ class JobMemory:
     # meanwhile (our write may come back before its response does).
     writing: bool = False
     arrived: str | None = None
+    # ... and whether that version was someone else's: the reconcile looks again at once.
+    overwritten: bool = False
     # --- the Event outbox (outbox.py) ---
     # Names of the Events in the stored outbox (status.pendingEvents) this process has
     # posted: not posted again; and those handed to the follow-ups, not posted yet.
@@ -57,7 +59,7 @@ class JobMemory:
     # each waits longer). Lost on a restart: the new leader starts over at one interval,
     # which costs writes, not correctness.
     progress_streak: int = 0
-    # --- replacement follow-ups (replacements.py) ---
+    # --- replacement follow-ups (replacement_followups.py) ---
     # Consecutive failed follow-ups (their retry's backoff).
     follow_up_failures: int = 0
     # Uids of worker Jobs this process is deleting (planned, the DELETE maybe still
@@ -68,7 +70,7 @@ class JobMemory:
     # cache says so; never one only planned (a slow DELETE's Job is live: its pod
     # failing is a new failure, core/slices.py).
     sent_deletes: set[str] = field(default_factory=set)
-    # Head pods handed to the follow-ups for a trainer restart (core/progress.py).
+    # Head pods handed to the follow-ups for a trainer restart (core/progressing.py).
     restarted_pods: set[str] = field(default_factory=set)
     # The name of the Warning Event of a refusal (schema_guard.py) posted: once a job.
     schema_warned: str | None = None
@@ -106,7 +108,7 @@ class JobMemories:
         with self.lock:
             return list(self._jobs.values())
 
-    def forget(self, key: JobKey) -> None:
+    def forget_job(self, key: JobKey) -> None:
         """The job was deleted: everything remembered of it goes."""
         with self.lock:
             self._jobs.pop(key, None)

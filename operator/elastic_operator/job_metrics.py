@@ -20,6 +20,7 @@ from elastic_api.badput import BADPUT_TYPES
 from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import (
     BadputSeconds,
+    BudgetStatus,
     CheckpointStatus,
     ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
@@ -27,7 +28,7 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)
 _RECOVERY_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600)
@@ -41,14 +42,18 @@ _DOWN_STATES = ("Down", "Restarting")
 # whatever numSlices, a job's series stay bounded (docs/metrics.md, "Cardinality").
 MAX_SLICE_SERIES = 16
 _ACTIONS = {Reason.SLICE_REPLACING: "Replace", Reason.SLICE_MOVING: "Move",
-            Reason.SLICE_RESTARTS_EXHAUSTED: "GiveUp"}
+            Reason.SLICE_RESTARTS_EXHAUSTED: "GiveUp",
+            Reason.SLICE_RESTARTING_IN_PLACE: "RestartInPlace"}
 _REQUEST_RESULTS = {Reason.CHECKPOINT_REQUESTED: "Requested",
                     Reason.CHECKPOINT_ACKNOWLEDGED: "Acknowledged",
                     Reason.CHECKPOINT_REQUEST_TIMED_OUT: "Expired"}
 _BADPUT_CAUSES = tuple(to_camel(cause) for cause in BadputSeconds.model_fields)
 # The budget label of etj_restart_budget_*: status.budgets' keys.
+# The budgets (status.budgets' BudgetStatus fields; not mainRestarts, what the JobSet's
+# budget counted of main's restarts in place), by their label.
 _BUDGET_LABELS = {name: field.alias or to_camel(name)
-                  for name, field in RestartBudgets.model_fields.items()}
+                  for name, field in RestartBudgets.model_fields.items()
+                  if field.annotation is BudgetStatus}
 _BUDGETS = tuple(_BUDGET_LABELS.values())
 
 
@@ -119,13 +124,18 @@ class JobCounters:
         """Slice replacement (docs/design/slice-replacement.md)."""
         self.slice_replacements = Counter(
             "etj_slice_replacements_total",
-            "What the operator decided for a failed slice: Replace (recreate its Job), Move "
-            "(maintenance), GiveUp (restart budget spent).", [*_JOB_LABELS, "action"],
-            registry=registry)
+            "What the operator decided for a failed slice: Replace (recreate its Job), "
+            "RestartInPlace (keep its pods, the kubelet restarts them), Move (maintenance), "
+            "GiveUp (restart budget spent).", [*_JOB_LABELS, "action"], registry=registry)
         self.replacement_duration = Histogram(
             "etj_slice_replacement_seconds",
             "From the operator's decision to replace (or move) a slice to the slice Ready "
             "again.", ["namespace"], buckets=_LATENCY_BUCKETS, registry=registry)
+        self.in_place_duration = Histogram(
+            "etj_slice_in_place_restart_seconds",
+            "From the operator's decision to restart a slice in place to the slice Ready "
+            "again, its pods kept.", ["namespace"], buckets=_LATENCY_BUCKETS,
+            registry=registry)
         self.checkpoint_requests = Counter(
             "etj_checkpoint_requests_total",
             "Checkpoint requests to the trainer (maintenance), by how they ended: "
@@ -143,7 +153,8 @@ class JobCounters:
         for action in _ACTIONS.values():
             self.slice_replacements.labels(namespace, job, action)
         for histogram in (self.detection_latency, self.recovery_duration, self.steps_lost,
-                          self.replacement_duration, self.recoveries_unconfirmed):
+                          self.replacement_duration, self.in_place_duration,
+                          self.recoveries_unconfirmed):
             histogram.labels(namespace)
         for result in _REQUEST_RESULTS.values():
             self.checkpoint_requests.labels(namespace, result)
@@ -177,6 +188,9 @@ class JobCounters:
                     self.steps_lost.labels(namespace).observe(event.steps_lost)
             elif event.reason == Reason.SLICE_REPLACED and event.downtime_seconds is not None:
                 self.replacement_duration.labels(namespace).observe(event.downtime_seconds)
+            elif event.reason == Reason.SLICE_RESTARTED_IN_PLACE \
+                    and event.downtime_seconds is not None:
+                self.in_place_duration.labels(namespace).observe(event.downtime_seconds)
             elif event.reason in _REQUEST_RESULTS:
                 self.checkpoint_requests.labels(namespace, _REQUEST_RESULTS[event.reason]).inc()
 
@@ -373,8 +387,8 @@ class JobGauges:
         self._record_slices(namespace, job, new.slices)
         self.jobset_restarts.labels(namespace, job).set(new.counters.jobset_restarts)
         if new.budgets is not None:
-            for name, budget in new.budgets:
-                label = _BUDGET_LABELS[name]
+            for name, label in _BUDGET_LABELS.items():
+                budget = getattr(new.budgets, name)
                 self.budget_allowed.labels(namespace, job, label).set(budget.allowed)
                 self.budget_used.labels(namespace, job, label).set(budget.used)
         self._record_conditions(namespace, job, new)

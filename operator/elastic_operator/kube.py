@@ -32,7 +32,7 @@ from elastic_api.names import (
     WORKLOAD_PRIORITY_CLASS_PLURAL,
 )
 from elastic_operator import kube_bodies as bodies
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 
 __all__ = ["ApiError", "Kube", "NotLeading", "WatchStalled", "collection_path", "job_path"]
 

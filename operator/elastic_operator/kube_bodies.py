@@ -15,7 +15,7 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
     WORKER_REPLICATED_JOB,
 )
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 
 EVENT_SOURCE = "elastic-training-operator"
 

@@ -14,10 +14,11 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus, TrainingReport
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.job_metrics import GoodputMetrics, JobCounters, JobGauges
-from elastic_operator.observed import ObservedNode
+from elastic_operator.objects import Observed, ObservedNode
 from elastic_operator.state_metrics import MemoryMetrics, SchemaMetrics
 
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -96,8 +97,8 @@ class OperatorMetrics:
             "because the job's last write was less than an interval ago (a later reconcile "
             "writes the latest).", registry=registry)
         self.reconciles_started_over = Counter(
-            "etj_reconcile_started_over_total", "Reconciles whose pass was cut short for "
-            "news of the job and started over from its reads (core/startover.py).",
+            "etj_reconcile_started_over_total", "Reconciles whose pass was cut short, the "
+            "job requeued at once, and started over from its reads (core/startover.py).",
             registry=registry)
         self.wakes = Counter(
             "etj_wakes_total", "Jobs named in the work queue by a watched change, by cause: "
@@ -119,7 +120,7 @@ class OperatorMetrics:
             buckets=_RECONCILE_BUCKETS, registry=registry)
 
     def _declare_node_action_metrics(self, registry: CollectorRegistry) -> None:
-        """What the operator did to pods and node pools (replacer.py, pool_warden.py)."""
+        """What the operator did to pods and node pools (replacement_writes.py, pool_warden.py)."""
         self.pods_force_deleted = Counter(
             "etj_stuck_pods_force_deleted_total",
             "Pods Terminating on a node that is not Ready, deleted with grace period 0.",
@@ -203,6 +204,24 @@ class OperatorMetrics:
         """The replacement decisions (and the stalls) among a reconcile's Events."""
         self.job_counters.record_decisions(namespace, job, events)
 
+    def record_reaction(self, namespace: str, events: list[StatusEvent], observed: Observed,
+                        seen_at: Callable[[str, str], float | None], written_s: float) -> None:
+        """etj_slice_down_reaction_seconds: from the pod cache receiving a slice's first
+        failed (or deleted) pod (`seen_at`) to its SliceDown written (`written_s`), for
+        each slice that went down. (A pod changed again since then was received later:
+        it can only shorten it.)"""
+        down = [e.slice_index for e in events
+                if e.reason == Reason.SLICE_DOWN and e.slice_index is not None]
+        if not down:
+            return
+        by_slice = observed.worker_pods_by_slice
+        for index in down:
+            seen = [seen_at(namespace, p.name)
+                    for p in by_slice.get(index, []) if p.failed or p.terminating]
+            known = [t for t in seen if t is not None]
+            if known:
+                self.reaction.observe(max(0.0, written_s - min(known)))
+
     def record_relist(self, resource: str, reason: str, objects: int) -> None:
         self.cache_relists.labels(resource, reason).inc()
 
@@ -215,8 +234,9 @@ class OperatorMetrics:
         under the GIL, whatever the reconciles add meanwhile)."""
         return self._jobs.copy() | self._specs.copy()
 
-    def forget(self, namespace: str, job: str) -> None:
+    def forget_job(self, key: tuple[str, str]) -> None:
         """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
+        namespace, job = key
         self._jobs.discard((namespace, job))
         self._specs.discard((namespace, job))
         self.job_counters.forget(namespace, job)

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.models import PoolStatus
-from elastic_operator.observed import FailureMark, ObservedNode, ObservedPool
+from elastic_operator.objects import FailureMark, ObservedNode, ObservedPool
 
 JobKey = tuple[str, str]  # (namespace, name)
 

@@ -180,7 +180,7 @@ def check_api_versions(kube: Kube, now: datetime | None = None) -> bool:
     missing or too old, log why and post a Warning Event on the operator's pod (POD_NAME)
     and return False: the operator must not start (core/api_support.py decides)."""
     from elastic_operator.core.api_support import judge_apis, served_versions
-    from elastic_operator.core.events import StatusEvent
+    from elastic_operator.core.status_events import StatusEvent
     from elastic_operator.kube import ApiError
 
     log = logging.getLogger("elastic_operator")

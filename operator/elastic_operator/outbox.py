@@ -1,6 +1,6 @@
 """The Event outbox: a status change's Events go into the status write itself
 (status.pendingEvents), and are posted after it, under names that make a second copy a
-no-op (core/events.py).
+no-op (core/status_events.py).
 
 One reconcile that dies after the write leaves the Events to the next, its own or a new
 leader's, which posts what it has not posted itself (a second copy is refused: 409). Each
@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from elastic_api.models import ElasticTrainingJobStatus, PendingEvent
-from elastic_operator.core.events import StatusEvent, from_outbox, outbox
+from elastic_operator.core.status_events import StatusEvent, from_outbox, outbox
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
 from elastic_operator.kube import ApiError, Kube, NotLeading
@@ -44,9 +44,9 @@ class EventOutbox:
         has not posted (committed by an earlier write, ours or a replica's that died after
         it), then this change's Events."""
         meta = raw.get("metadata", {})
-        mine = self.memory.of(_key(raw))
+        remembered = self.memory.of(_key(raw))
         with self.memory.lock:
-            posted_before = set(mine.posted)
+            posted_before = set(remembered.posted)
         pending = outbox(meta.get("name", ""), meta.get("uid") or "", events, new)
         fresh = {e.name for e in pending}
         return [*(e for e in stored if e.name not in posted_before | fresh), *pending]
@@ -54,24 +54,24 @@ class EventOutbox:
     def written(self, raw: dict[str, Any], pending: list[PendingEvent]) -> None:
         """The status holds this outbox now: what was posted of the one it replaced no
         longer matters."""
-        mine = self.memory.of(_key(raw))
+        remembered = self.memory.of(_key(raw))
         with self.memory.lock:
-            mine.posted &= {e.name for e in pending}
+            remembered.posted &= {e.name for e in pending}
 
     def post(self, raw: dict[str, Any], entries: list[PendingEvent], now: datetime) -> None:
         """Hand the follow-up runner the outbox entries this process has neither posted
         nor handed it yet. One that fails is tried again by the next reconcile, which
         finds it still in the status."""
         key = _key(raw)
-        mine = self.memory.of(key)
+        remembered = self.memory.of(key)
         with self.memory.lock:
-            todo = [e for e in entries if e.name not in mine.posted
-                    and e.name not in mine.posting]
-            mine.posting.update(e.name for e in todo)
+            todo = [e for e in entries if e.name not in remembered.posted
+                    and e.name not in remembered.posting]
+            remembered.posting.update(e.name for e in todo)
         if todo:
-            self.follow_ups.submit(key, lambda: self._post_now(raw, mine, todo, now))
+            self.follow_ups.submit(key, lambda: self._post_now(raw, remembered, todo, now))
 
-    def _post_now(self, raw: dict[str, Any], mine: JobMemory, entries: list[PendingEvent],
+    def _post_now(self, raw: dict[str, Any], remembered: JobMemory, entries: list[PendingEvent],
                   now: datetime) -> None:
         namespace, name = _key(raw)
         try:
@@ -86,7 +86,7 @@ class EventOutbox:
                         continue  # refused for now: it stays in the outbox, tried again
                     created = None  # refused for good: it leaves the outbox
                 with self.memory.lock:  # (the job's memory, even if forgotten meanwhile)
-                    mine.posted.add(entry.name)
+                    remembered.posted.add(entry.name)
                 if created is None:
                     continue
                 if created:
@@ -98,4 +98,4 @@ class EventOutbox:
             logger.warning("posting the events of %s/%s stopped: %s", namespace, name, e)
         finally:
             with self.memory.lock:
-                mine.posting.difference_update(e.name for e in entries)
+                remembered.posting.difference_update(e.name for e in entries)

@@ -5,7 +5,9 @@ The job cache delivers each status write we make as a change of the job: at the 
 that write produced it is no news (`wrote`: no reconcile for it). Until it has come back,
 the cache holds the job as it was before the write, and a write conditional on that older
 version would only be refused: the job is read as the write's response left it instead
-(`read_job`, no GET), or fresh from the API server.
+(`read_job`, no GET), or fresh from the API server. A version someone else wrote while
+our write was on its way is news the reconcile returns (`overwritten`: look again at
+once), never a call to the work queue.
 """
 from __future__ import annotations
 
@@ -15,14 +17,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from elastic_operator.job_memory import JobKey, JobMemories
-from elastic_operator.observations import Observations
-from elastic_operator.result import Wake
+from elastic_operator.job_reader import JobReader
 
 
 class OwnWrites:
-    def __init__(self, memory: JobMemories, wake: Wake) -> None:
+    def __init__(self, memory: JobMemories) -> None:
         self.memory = memory
-        self.wake = wake  # news that came during a write: the job again at once
 
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> bool:
         """The job at this version is exactly what our last status write made of it (the
@@ -31,63 +31,72 @@ class OwnWrites:
         reconciled back to back writes again before the watch delivers the last one).
         Called for every version the job cache receives; while a write of the job is on
         its way the answer waits for its response (`writing`)."""
-        mine = self.memory.peek((namespace, name))
-        if mine is None:
+        remembered = self.memory.peek((namespace, name))
+        if remembered is None:
             return False
         with self.memory.lock:
-            if mine.writing:
-                mine.arrived = resource_version
+            if remembered.writing:
+                remembered.arrived = resource_version
                 return True  # decided when the write returns
             if resource_version is None:
                 return False
-            if mine.written != resource_version:
-                return resource_version in mine.own_versions
-            mine.seen = resource_version  # the cache holds our last write now
+            if remembered.written != resource_version:
+                return resource_version in remembered.own_versions
+            remembered.seen = resource_version  # the cache holds our last write now
             return True
 
     @contextmanager
     def writing(self, namespace: str, name: str) -> Iterator[None]:
         """Around a status write: a version the job cache delivers meanwhile is news
-        unless it is the one the write made (then the job is woken, once)."""
-        mine = self.memory.of((namespace, name))
+        unless it is the one the write made (then `overwritten` says so, once)."""
+        remembered = self.memory.of((namespace, name))
         with self.memory.lock:
-            mine.writing, mine.arrived = True, None
+            remembered.writing, remembered.arrived = True, None
         try:
             yield
         finally:
             with self.memory.lock:
-                arrived, mine.writing, mine.arrived = mine.arrived, False, None
-                news = arrived is not None and arrived != mine.written \
-                    and arrived not in mine.own_versions
+                arrived, remembered.writing, remembered.arrived = remembered.arrived, False, None
+                news = arrived is not None and arrived != remembered.written \
+                    and arrived not in remembered.own_versions
                 if arrived is not None and not news:
-                    mine.seen = arrived
+                    remembered.seen = arrived
                 if news:  # someone wrote after us: our write's response is old news
-                    mine.written_job = None
-            if news:
-                self.wake(namespace, name, 0.0)
+                    remembered.written_job = None
+                    remembered.overwritten = True
+
+    def overwritten(self, key: JobKey) -> bool:
+        """Whether someone else wrote the job while our last status write was on its way
+        (asked once, by the reconcile that made it: it looks again at once)."""
+        remembered = self.memory.peek(key)
+        if remembered is None:
+            return False
+        with self.memory.lock:
+            news, remembered.overwritten = remembered.overwritten, False
+            return news
 
     def remember(self, key: JobKey, base: str | None, written: dict[str, Any] | None) -> None:
         """Our status write changed version `base` into `written`."""
-        mine = self.memory.of(key)
+        remembered = self.memory.of(key)
         version = ((written or {}).get("metadata") or {}).get("resourceVersion")
         with self.memory.lock:
             if isinstance(version, str) and written is not None:
-                mine.written = version
-                mine.own_versions.append(version)
+                remembered.written = version
+                remembered.own_versions.append(version)
             if isinstance(version, str) and written is not None and base:
-                mine.written_job = (base, written)
+                remembered.written_job = (base, written)
             else:
-                mine.written_job = None
+                remembered.written_job = None
 
     def job_cache_listed(self) -> None:
         """The job cache listed every job again (a consistent read): it holds every write
         made before, whether or not its version came through the watch."""
         with self.memory.lock:
-            for mine in self.memory.all():
-                if mine.written is not None:
-                    mine.seen = mine.written
+            for remembered in self.memory.all():
+                if remembered.written is not None:
+                    remembered.seen = remembered.written
 
-    def read_job(self, observations: Observations, namespace: str, name: str,
+    def read_job(self, reader: JobReader, namespace: str, name: str,
                  fresh: bool) -> dict[str, Any] | None:
         """The job as the cache has it, unless our last status write has not come back
         through the cache yet (a write conditional on that older version would only be
@@ -97,17 +106,18 @@ class OwnWrites:
         server. A write of someone else's after ours is refused (409) like any other
         and read fresh."""
         if not fresh:
-            raw = observations.job(namespace, name)
-            mine = self.memory.peek((namespace, name))
+            raw = reader.job(namespace, name)
+            remembered = self.memory.peek((namespace, name))
             with self.memory.lock:
-                written = mine.written if mine is not None else None
-                if raw is None or mine is None or written is None or mine.seen == written:
+                written = remembered.written if remembered is not None else None
+                if raw is None or remembered is None or written is None \
+                        or remembered.seen == written:
                     return raw
                 if raw.get("metadata", {}).get("resourceVersion") == written:
-                    mine.seen = written
+                    remembered.seen = written
                     return raw
-                base, ours = mine.written_job or (None, None)
+                base, ours = remembered.written_job or (None, None)
             if ours is not None and base == raw.get("metadata", {}).get("resourceVersion") \
                     and ours.get("metadata", {}).get("resourceVersion") == written:
                 return copy.deepcopy(ours)
-        return observations.job(namespace, name, fresh=True)
+        return reader.job(namespace, name, fresh=True)

@@ -27,11 +27,11 @@ class ProgressPacer:
     def wait(self, key: JobKey) -> float | None:
         """How long a progress-only write of the job waits (counted as deferred); None: it
         goes now (none within the job's progress interval of its last write)."""
-        mine = self.memory.peek(key)
-        if mine is None or mine.last_write is None or self.interval_s <= 0:
+        remembered = self.memory.peek(key)
+        if remembered is None or remembered.last_write is None or self.interval_s <= 0:
             return None
-        interval = progress_interval(self.interval_s, mine.progress_streak)
-        wait = mine.last_write + interval - self.clock.monotonic()
+        interval = progress_interval(self.interval_s, remembered.progress_streak)
+        wait = remembered.last_write + interval - self.clock.monotonic()
         if wait <= 0:
             return None
         self.metrics.status_writes_deferred.inc()
@@ -40,15 +40,15 @@ class ProgressPacer:
     def wrote(self, key: JobKey, *, progress: bool, settled: bool) -> None:
         """A status write of the job went out (`progress`: a progress-only one; `settled`:
         its slices all Ready, which ends the streak)."""
-        mine = self.memory.of(key)
-        mine.last_write = self.clock.monotonic()
-        mine.progress_streak = 0 if settled else mine.progress_streak + int(progress)
+        remembered = self.memory.of(key)
+        remembered.last_write = self.clock.monotonic()
+        remembered.progress_streak = 0 if settled else remembered.progress_streak + int(progress)
 
     def next_write_in(self, namespace: str, name: str) -> float:
         """How soon the job's next progress-only write may go: at least one interval, so
         that the changes of that interval go in one reconcile."""
-        mine = self.memory.peek((namespace, name))
-        if mine is None or mine.last_write is None:
+        remembered = self.memory.peek((namespace, name))
+        if remembered is None or remembered.last_write is None:
             return self.interval_s
-        interval = progress_interval(self.interval_s, mine.progress_streak)
-        return max(self.interval_s, mine.last_write + interval - self.clock.monotonic())
+        interval = progress_interval(self.interval_s, remembered.progress_streak)
+        return max(self.interval_s, remembered.last_write + interval - self.clock.monotonic())

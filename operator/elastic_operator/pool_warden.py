@@ -21,8 +21,8 @@ from elastic_api.names import (
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pools import Release, cited_jobs, pools_to_release
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
@@ -83,7 +83,7 @@ class PoolWarden:
             cited = [job for job, _uid in self._seen]
         return [(job.partition("/")[0], job.partition("/")[2]) for job in cited]
 
-    def forget(self, key: tuple[str, str]) -> None:
+    def forget_job(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._seen = {job: at for job, at in self._seen.items()
                           if job[0] != "/".join(key)}

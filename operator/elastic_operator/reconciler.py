@@ -1,59 +1,60 @@
-"""One reconcile of one job, the thin I/O layer around the pure core: read the job (and
-stop there while the served CRD is too old to store its status: schema_guard.py), its
-JobSet, its pods and a queued job's Workload; plan (core/plan.py) and execute the plan
-(executor.py); observe the rest; compute the status (core/status.py); write it once
-(status_writer.py); hand the follow-ups the replacements it records (replacements.py) and
-its Events (outbox.py); return the verdict (result.py), with when to look again. A
-MultiKueue job's reconcile on the manager cluster is dispatched.py's.
+"""One reconcile of one job, the thin I/O layer around the pure core, as the steps of a
+pass in the order they run:
 
-The Scheduler runs it in a worker thread, never two at once for one job; what follows the
-write runs off that thread in the operator (followups.py). What this process remembers of
-each job is one JobMemory (job_memory.py).
+1. read the job (own_writes.py: as our last status write left it, until the job cache
+   has it), and stop there while the served CRD is too old to store its status
+   (schema_guard.py); parse it and render what it owns (render.py);
+2. read its JobSet, its pods and a queued job's Workload (job_reader.py), plan
+   (core/plan.py) and execute the plan (executor.py); a MultiKueue job on the manager
+   cluster is dispatched.py's from here;
+3. observe the rest: the pods' nodes, the checkpoint scan, the worker Jobs, the pools;
+4. compute the status (core/status.py), and tell the slice index each slice as computed;
+5. write it once (status_writer.py), carrying its Events (outbox.py);
+6. hand the follow-ups the replacements it records (replacement_followups.py), then its
+   Events (outbox.py);
+7. return the verdict (result.py): when to look again.
+
+It asks the work queue nothing and changes nothing in it: its caller tells it whether the
+job was requeued while it runs (`requeued`, for a pass that may start over:
+reconcile_pass.py), and everything it wants of the queue is in its Result: a look again
+(a grace period, a deadline, a paced write, someone else's write during its own:
+`OwnWrites.overwritten`), or, for a pass cut short, the rest of the reconcile
+(`Result.again`). app.py builds it, with every
+collaborator, and wires it to the queue (`queued_reconcile`). What this process remembers
+of each job is one JobMemory (job_memory.py).
 """
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
-from elastic_api.catalog import slice_shape
-from elastic_api.clock import SYSTEM_CLOCK, Clock
-from elastic_api.conditions import Reason
+from elastic_api.clock import Clock
 from elastic_api.models import ElasticTrainingJob, SliceStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.core.admission import wants_workload
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.ownership import owned_by_another
 from elastic_operator.core.parsing import ParsedJob, parse_job
 from elastic_operator.core.plan import plan_reconcile
-from elastic_operator.core.sliceview import worker_pods_by_slice
 from elastic_operator.core.startover import pass_change
 from elastic_operator.core.status import compute_status, name_conflict_status
 from elastic_operator.dispatched import DispatchedReconciler
 from elastic_operator.executor import ActionExecutor, Refused
-from elastic_operator.followups import FollowUpRunner, Inline
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
-from elastic_operator.kube import ApiError, Kube, NotLeading
+from elastic_operator.job_reader import JobReader
+from elastic_operator.kube import ApiError, NotLeading
 from elastic_operator.metrics import OperatorMetrics, PhaseTimer
-from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.observations import Observations
-from elastic_operator.observed import (
-    Observed,
-    ObservedJobSet,
-    ObservedPod,
-    ObservedPool,
-    ObservedWorkload,
-)
+from elastic_operator.objects import Observed, ObservedJobSet, ObservedPod, ObservedWorkload
 from elastic_operator.outbox import EventOutbox
 from elastic_operator.own_writes import OwnWrites
-from elastic_operator.pacer import ProgressPacer
-from elastic_operator.reconcile_pass import News, Pass
+from elastic_operator.reconcile_pass import START_OVER, Pass, Requeued, StartOver
 from elastic_operator.render import jobset_name, render
-from elastic_operator.replacements import Replacements
-from elastic_operator.replacer import Replacer
-from elastic_operator.result import FAILED, START_OVER, Result, Wake, due_in, soonest
-from elastic_operator.schema_guard import SchemaGuard, Verdict, always_current
+from elastic_operator.replacement_followups import ReplacementFollowUps
+from elastic_operator.result import AT_ONCE, FAILED, Result, due_in, soonest
+from elastic_operator.schema_guard import SchemaGuard
 from elastic_operator.status_writer import StatusWriter
 
 logger = logging.getLogger("elastic_operator")
@@ -62,106 +63,112 @@ logger = logging.getLogger("elastic_operator")
 CONFLICT_ATTEMPTS = 3
 
 
-class Marked(Protocol):
-    """SliceIndex.mark: told a job's slices as computed; True when a pod change that
+class RecordComputed(Protocol):
+    """SliceIndex.record_computed: told a job's slices as computed; True when a pod change that
     came meanwhile may already have moved one."""
 
     def __call__(self, job: tuple[str, str], slices: list[SliceStatus], *,
                  exact: bool = True) -> bool: ...
 
 
-class Reconciler:
-    def __init__(self, kube: Kube, observations: Observations, metrics: OperatorMetrics,
-                 clock: Clock = SYSTEM_CLOCK, *, memory: JobMemories, own_writes: OwnWrites,
-                 pacer: ProgressPacer, wake: Wake, news: News | None = None,
-                 marked: Marked | None = None, limiter: NodeActionLimiter | None = None,
-                 quarantine_pools: bool = True, pods_ready: PodsReadyTimeouts | None = None,
-                 follow_ups: FollowUpRunner | None = None,
-                 schema: Verdict = always_current) -> None:
-        """`wake`: the work queue's add_after, for what ends after a reconcile returned;
-        `news`: the work queue, for a running pass (None: never starts over); `marked`:
-        the slice index; `follow_ups`: what runs after the write (default: inline);
-        `schema`: the verdict on the served CRD (schema_watch.py), read at each pass."""
-        self.kube = kube  # the writes
-        self.observations = observations  # the reads
-        self.metrics = metrics
-        self.clock = clock
-        self.memory, self.own_writes, self.pacer = memory, own_writes, pacer
-        self.news, self.marked = news, marked
-        self.pods_ready = pods_ready or PodsReadyTimeouts()  # Kueue's, as we are told
-        follow_ups = follow_ups or Inline()
-        self.outbox = EventOutbox(kube, metrics, memory, follow_ups)
-        self.schema = SchemaGuard(kube, clock, memory, own_writes, schema)
-        self.writer = StatusWriter(kube, metrics, clock, outbox=self.outbox,
-                                   own_writes=own_writes, pacer=pacer, schema=self.schema)
-        self.executor = ActionExecutor(kube, observations)
-        self.replacements = Replacements(
-            Replacer(kube, metrics, limiter or NodeActionLimiter(),
-                     quarantine_pools=quarantine_pools),
-            observations, metrics, memory, follow_ups, wake)
-        self.dispatched = DispatchedReconciler(observations, self.executor, self.writer,
-                                               self.outbox, clock)
+@dataclass
+class _Run:
+    """One reconcile, across a pass that starts over: when it started, and its tries."""
 
-    def reconcile(self, namespace: str, name: str) -> Result:
-        """One reconcile: its verdict (failed ones are logged and counted)."""
-        started, cpu = self.clock.monotonic(), time.thread_time()
+    started: float
+    cpu: float
+    attempt: int = 1
+
+
+@dataclass
+class Reconciler:
+    """Its collaborators, each built by app.py (`build_reconciler`)."""
+
+    reader: JobReader  # the reads
+    metrics: OperatorMetrics
+    clock: Clock
+    memory: JobMemories
+    own_writes: OwnWrites
+    schema: SchemaGuard  # the verdict on the served CRD (schema_watch.py), at each pass
+    writer: StatusWriter
+    outbox: EventOutbox
+    executor: ActionExecutor
+    replacements: ReplacementFollowUps
+    dispatched: DispatchedReconciler
+    pods_ready: PodsReadyTimeouts  # Kueue's, as we are told
+    recheck_after_s: float  # a slice a pod change may have moved: looked at again then
+    record_computed: RecordComputed | None = None  # the slice index (None: nothing to tell)
+
+    def reconcile(self, namespace: str, name: str, requeued: Requeued | None = None) -> Result:
+        """One reconcile: its verdict (failed ones are logged and counted). `requeued`:
+        whether the job was requeued since, as the caller tells it (None: never starts
+        over)."""
+        return self._timed(namespace, name, requeued,
+                           _Run(self.clock.monotonic(), time.thread_time()))
+
+    def _timed(self, namespace: str, name: str, requeued: Requeued | None, run: _Run) -> Result:
+        result = FAILED
         try:
-            return self._reconcile_fresh(namespace, name)
+            result = self._verdict(namespace, name, requeued, run)
+        finally:
+            if result.again is None:  # ended (else when `again` ends)
+                self.metrics.reconcile_duration.observe(self.clock.monotonic() - run.started)
+                self.metrics.reconcile_cpu.observe(time.thread_time() - run.cpu)
+        return result
+
+    def _verdict(self, namespace: str, name: str, requeued: Requeued | None, run: _Run) -> Result:
+        try:
+            result = self._reconcile_fresh(namespace, name, requeued, run)
         except NotLeading as e:  # the new leader does what is left
             logger.warning("reconcile of %s/%s stopped: %s", namespace, name, e)
-            return Result()
+            result = Result()
         except ApiError as e:
             if e.is_not_found(GROUP, PLURAL) or e.namespace_terminating:
                 # The job or its namespace went away while we looked: nothing to do.
                 logger.debug("reconcile of %s/%s: %s", namespace, name, e)
-                return Result()
-            if e.is_conflict:  # a busy job (a trainer reporting fast): contention, no bug
+                result = Result()
+            elif e.is_conflict:  # a busy job (a trainer reporting fast): contention, no bug
                 self.metrics.reconcile_errors.inc()
                 logger.warning("reconcile of %s/%s: the job changed at each of %d tries; "
                                "again after the retry backoff", namespace, name,
                                CONFLICT_ATTEMPTS)
-                return FAILED
-            self._failed(namespace, name)
+                result = FAILED
+            else:
+                result = self._failed(namespace, name)
         except Exception:
-            self._failed(namespace, name)
-        finally:
-            self.metrics.reconcile_duration.observe(self.clock.monotonic() - started)
-            self.metrics.reconcile_cpu.observe(time.thread_time() - cpu)
-        return FAILED
+            result = self._failed(namespace, name)
+        if isinstance(result, StartOver):  # cut short: the rest of it for the caller
+            self.metrics.reconciles_started_over.inc()
+            return Result(again=partial(self._timed, namespace, name, None, run))
+        if self.own_writes.overwritten((namespace, name)):  # someone else wrote during our write
+            result = replace(result, requeue_after=soonest(result.requeue_after, AT_ONCE))
+        return result
 
-    def _failed(self, namespace: str, name: str) -> None:
+    def _failed(self, namespace: str, name: str) -> Result:
         self.metrics.reconcile_errors.inc()
         logger.exception("reconcile of %s/%s failed", namespace, name)
+        return FAILED
 
-    def forget(self, namespace: str, name: str) -> None:
-        """The job was deleted: everything remembered of it goes."""
-        self.memory.forget((namespace, name))
-
-    def _reconcile_fresh(self, namespace: str, name: str) -> Result:
-        """_reconcile, again from a fresh read when the job changed between our read and
-        our status write (the trainer reported, or another replica wrote): the write is
-        conditional on the version read, so a change is never applied twice. A pass cut
-        short for news (core/startover.py) starts over once, from the caches."""
-        attempt, news = 1, self.news
+    def _reconcile_fresh(self, namespace: str, name: str, requeued: Requeued | None,
+                         run: _Run) -> Result | StartOver:
+        """_pass, again from a fresh read when the job changed between our read and our
+        status write (the trainer reported, or another replica wrote): the write is
+        conditional on the version read, so a change is never applied twice."""
         while True:
             try:
-                result = self._reconcile(namespace, name, fresh=attempt > 1, news=news)
+                return self._pass(namespace, name, fresh=run.attempt > 1, requeued=requeued)
             except ApiError as e:
-                if not e.is_conflict or attempt == CONFLICT_ATTEMPTS:
+                if not e.is_conflict or run.attempt == CONFLICT_ATTEMPTS:
                     raise
-                attempt += 1
+                run.attempt += 1
                 logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
-                continue
-            if not result.start_over:
-                return result
-            news = None
-            self.metrics.reconciles_started_over.inc()
 
-    def _reconcile(self, namespace: str, name: str, fresh: bool = False,
-                   news: News | None = None) -> Result:
+    def _pass(self, namespace: str, name: str, fresh: bool,
+              requeued: Requeued | None) -> Result | StartOver:
         key = (namespace, name)
-        step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic), key, news)
-        raw = self.own_writes.read_job(self.observations, namespace, name, fresh)
+        step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic), requeued)
+        # 1. The job.
+        raw = self.own_writes.read_job(self.reader, namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return Result()
         verdict = self.schema.verdict()
@@ -175,19 +182,21 @@ class Reconciler:
             return Result()
         if step.done("read"):
             return START_OVER
-        job, mine = parsed.job, self.memory.of(key)
+        # 2. Its objects, and the plan.
+        job, remembered = parsed.job, self.memory.of(key)
         if job.spec.multikueue:  # it runs in a worker cluster; here, only its Workload
             return self.dispatched.reconcile(raw, parsed, rendered)
-        jobset = self.observations.jobset(namespace, jobset_name(job))
+        jobset = self.reader.jobset(namespace, jobset_name(job))
         if jobset is not None and owned_by_another(job, jobset):
             return self._report_name_conflict(raw, parsed, jobset)
-        pods = self.observations.pods(namespace, name)
-        # After the pods (Observations.workload): pods going because Kueue took the job
-        # back come with a Workload that says so.
-        workload = self.observations.workload(namespace, jobset.uid or "") \
+        pods = self.reader.pods(namespace, name)
+        # After the pods (JobReader.workload): pods going because Kueue took the job back
+        # come with a Workload that says so.
+        workload = self.reader.workload(namespace, jobset.uid or "") \
             if jobset is not None and wants_workload(job, jobset, parsed.previous) else None
         plan = plan_reconcile(job, rendered, jobset, parsed.previous, workload=workload,
-                              ensure_children=mine.children_ensured != (job.metadata.uid or ""))
+                              ensure_children=remembered.children_ensured != (
+                                  job.metadata.uid or ""))
         if plan.why_not:
             logger.debug("%s/%s: %s", namespace, name, plan.why_not)
         try:
@@ -196,85 +205,62 @@ class Reconciler:
             self.writer.report_invalid_spec(raw, str(e))
             return Result()
         if plan.why_not is None:
-            mine.children_ensured = job.metadata.uid or ""
+            remembered.children_ensured = job.metadata.uid or ""
         if step.done("plan"):
             return START_OVER
-        observed = self._observe(key, job, jobset, pods, workload, mine)
+        # 3. The rest of what the status is computed from.
+        observed = self._observe(key, job, jobset, pods, workload, remembered)
         if step.done("observe"):
             return START_OVER
+        # 4. The status.
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,
                                             pods_ready=self.pods_ready)
-        self.observations.note_failures(namespace, name, job.metadata.uid or "",
-                                        new_status.pools)
+        self.reader.note_failures(namespace, name, job.metadata.uid or "", new_status.pools)
         recheck = self._recheck(key, job, new_status.slices or [])
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
         if step.done("status", lambda: pass_change(parsed.previous, new_status, events)):
             return START_OVER
-        # The status first: it records what the replacement is about to do, and carries
-        # the change's Events. Then the replacement (the slice back at once matters more
+        # 5. The status first: it records what the replacement is about to do, and carries
+        # the change's Events. 6. Then the replacement (the slice back at once matters more
         # than telling of it), then the Events (whoever sees one finds both done).
         pending, paced = self.writer.write(raw, parsed.previous, new_status, events, now)
-        self._record_reaction(namespace, events, observed)
+        self.metrics.record_reaction(namespace, events, observed, self.reader.pod_seen_at,
+                                     self.clock.now().timestamp())
         step.mark("write")
         try:
             waits = self.replacements.act(raw, job, new_status, observed, now)
         finally:
             self.outbox.post(raw, pending, now)
         step.mark("replace")
+        # 7. When to look again.
         waits.append(next_look_in(new_status.admission, self.pods_ready, now))  # Kueue's
         return Result(requeue_after=soonest(recheck, due_in(waits)), paced_after=paced)
 
     def _observe(self, key: JobKey, job: ElasticTrainingJob, jobset: ObservedJobSet | None,
                  pods: tuple[ObservedPod, ...], workload: ObservedWorkload | None,
-                 mine: JobMemory) -> Observed:
+                 remembered: JobMemory) -> Observed:
         """Everything the status is computed from, read after the plan's writes."""
         return Observed(
             jobset=jobset, pods=pods,
-            nodes=self.observations.nodes({p.node_name for p in pods if p.node_name}),
-            checkpoint=self.observations.checkpoint(*key, job.spec.checkpoint.directory),
+            nodes=self.reader.nodes({p.node_name for p in pods if p.node_name}),
+            checkpoint=self.reader.checkpoint(*key, job.spec.checkpoint.directory),
             # After the pods: their Jobs' own counts of failed pods (core/counting.py),
             # and whether a Job under replacement is being deleted yet.
             jobs=self.replacements.worker_jobs(key, jobset.name, planned=False)
             if jobset is not None else {},
-            workload=workload, pools=self._pools(job), memo=mine.memo)
+            workload=workload, pools=self.reader.pools_of(job), memo=remembered.memo)
 
     def _recheck(self, key: JobKey, job: ElasticTrainingJob,
                  slices: list[SliceStatus]) -> float | None:
         """Tell the slice index the slices as computed; a pod change judged meanwhile
         against the slices before may have moved one: the job again at the interval."""
-        if self.marked is None or not self.marked(
+        if self.record_computed is None or not self.record_computed(
                 key, slices, exact=job.spec.tpu.topology_aware is None):
             return None
         self.metrics.count_wake("recheck")
-        return self.pacer.interval_s
-
-    def _pools(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
-        """The node pools of the job's TPU shape (none when it is not placed on TPUs)."""
-        if job.spec.placement != "TPU" and job.spec.backend != "pathways":
-            return ()
-        shape = slice_shape(job.spec.tpu.type, job.spec.tpu.topology)
-        return self.observations.pools(job.metadata.namespace or "", job.metadata.name,
-                                       shape.family.accelerator_label, shape.topology)
-
-    def _record_reaction(self, namespace: str, events: list[StatusEvent],
-                         observed: Observed) -> None:
-        """etj_slice_down_reaction_seconds: from the pod cache receiving a slice's first
-        failed (or deleted) pod to its SliceDown written, for each slice that went down.
-        (A pod changed again since then was received later: it can only shorten it.)"""
-        down = [e.slice_index for e in events
-                if e.reason == Reason.SLICE_DOWN and e.slice_index is not None]
-        if not down:
-            return
-        written = self.clock.now().timestamp()
-        by_slice = worker_pods_by_slice(observed)
-        for index in down:
-            seen = [self.observations.pod_seen_at(namespace, p.name)
-                    for p in by_slice.get(index, []) if p.failed or p.terminating]
-            known = [t for t in seen if t is not None]
-            if known:
-                self.metrics.reaction.observe(max(0.0, written - min(known)))
+        return self.recheck_after_s
 
     def _report_name_conflict(self, raw: dict[str, Any], parsed: ParsedJob,
                               jobset: ObservedJobSet) -> Result:

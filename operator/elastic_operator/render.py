@@ -68,6 +68,7 @@ from elastic_api.names import (
     TPU_RESOURCE,
     TPU_SLICE_TOPOLOGY_ANNOTATION,
     TPU_TOPOLOGY_LABEL,
+    TRAINER_FINAL_EXIT_CODES,
     UNREACHABLE_TAINT,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
@@ -75,7 +76,7 @@ from elastic_api.names import (
 )
 from elastic_api.names import jobset_name as _jobset_name
 from elastic_api.restore_risk import DEFAULT_PROXY_MEMORY
-from elastic_operator.observed import ObservedPriorityClass, PriorityClassRef
+from elastic_operator.objects import ObservedPriorityClass, PriorityClassRef
 
 RM_PORT = 29001
 PROXY_PORT = 29000
@@ -84,7 +85,6 @@ COLOCATED_PYTHON_PORT = 50051  # the sidecar's gRPC server, which the worker cal
 # A node keeps the digest it pulled first: a container restarted in place (a worker's
 # OnFailure) runs the same build, never one the tag moved to since (elastic_api/images.py).
 PATHWAYS_PULL_POLICY = "IfNotPresent"
-
 
 RM_LIMITS = {"cpu": "8", "memory": "32G"}
 PROXY_LIMITS = {"cpu": "16", "memory": DEFAULT_PROXY_MEMORY}  # restore_risk reads it too
@@ -104,11 +104,6 @@ def pod_service_account(job: ElasticTrainingJob) -> str:
     Engine metadata server, so the Pathways servers, the trainer and the TPU hosts reach
     Cloud Storage as their node pool's service account (docs/gke.md, "Identity")."""
     return job.spec.service_account_name or DEFAULT_SERVICE_ACCOUNT
-
-
-def trainer_service_account_name(job: ElasticTrainingJob) -> str:
-    """The ServiceAccount the trainer runs as (and its Role is bound to)."""
-    return pod_service_account(job)
 
 
 def trainer_role_name(job: ElasticTrainingJob) -> str:
@@ -265,20 +260,6 @@ def _retry_budget(spec: ElasticTrainingJobSpec) -> list[str]:
             "--retry-window-seconds", str(retries.window_seconds or 0)]
 
 
-def failure_policy(spec: ElasticTrainingJobSpec) -> dict[str, Any]:
-    """JobSet's failurePolicy. A count over the whole run is JobSet's own maxRestarts. A
-    count per window the operator keeps (elastic_api.budgets): JobSet may restart without
-    end, and once the window's count is spent the operator ends the head Job by its
-    deadline, which this rule makes fail the JobSet."""
-    restarts = budgets_of(spec).jobset_restarts
-    if restarts.window_seconds is None:
-        return {"maxRestarts": restarts.allowed, "restartStrategy": "Recreate"}
-    return {"maxRestarts": INT32_MAX, "restartStrategy": "Recreate",
-            "rules": [{"name": JOBSET_BUDGET_RULE, "action": "FailJobSet",
-                       "onJobFailureReasons": ["DeadlineExceeded"],
-                       "targetReplicatedJobs": [HEAD_REPLICATED_JOB]}]}
-
-
 def main_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     """What `main` gets for any trainer (docs/api.md, "The environment of main"): where the
     Pathways proxy is, and which job it belongs to; then `trainer.env`, which may replace any
@@ -315,7 +296,45 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
     resources = _resources({}, trainer.resources)
     if resources:
         container["resources"] = resources
+    container.update(main_restart_rules(job))
     return container
+
+
+def restarts_main_in_place(job: ElasticTrainingJob) -> bool:
+    """A crash of main restarts it in its pod (the slices keep theirs), charged to the
+    JobSet's restart budget: with spec.recovery.restartInPlace and a budget to spend."""
+    return job.spec.recovery.restart_in_place \
+        and budgets_of(job.spec).jobset_restarts.allowed > 0
+
+
+def main_restart_rules(job: ElasticTrainingJob) -> dict[str, Any]:
+    """main's own restart policy (Kubernetes KEP-5307, ContainerRestartRules: beta and on
+    by default since 1.35): the kubelet restarts it in the head pod when it exits with a
+    failure, keeping pathways-rm, pathways-proxy and every worker pod; not on a code that
+    ends the run (0; `etj train`'s elastic budget spent: its report fails the job). An API
+    server without the feature drops both fields: a crash then fails the pod, as before."""
+    if not restarts_main_in_place(job):
+        return {}
+    final = list(TRAINER_FINAL_EXIT_CODES) if job.spec.trainer.command is None else [0]
+    return {"restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": final}}]}
+
+
+def failure_policy(job: ElasticTrainingJob) -> dict[str, Any]:
+    """JobSet's failurePolicy. A count over the whole run is JobSet's own maxRestarts. A
+    count per window the operator keeps (elastic_api.budgets): JobSet may restart without
+    end. Either way, once the budget is spent by what JobSet does not count (restarts
+    beyond the window's count, main's restarts in place), the operator ends the head Job
+    by its deadline, which this rule makes fail the JobSet."""
+    restarts = budgets_of(job.spec).jobset_restarts
+    windowed = restarts.window_seconds is not None
+    policy: dict[str, Any] = {"maxRestarts": INT32_MAX if windowed else restarts.allowed,
+                              "restartStrategy": "Recreate"}
+    if windowed or restarts_main_in_place(job):
+        policy["rules"] = [{"name": JOBSET_BUDGET_RULE, "action": "FailJobSet",
+                            "onJobFailureReasons": ["DeadlineExceeded"],
+                            "targetReplicatedJobs": [HEAD_REPLICATED_JOB]}]
+    return policy
 
 
 # The progress sidecar's own state (its identity of the trainer process, kept across its
@@ -766,7 +785,7 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
                 "subdomain": name,
             },
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "failurePolicy": failure_policy(spec),
+            "failurePolicy": failure_policy(job),
             # dependsOn orders head before workers; InOrder would conflict with it.
             "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
             "replicatedJobs": [head, worker],

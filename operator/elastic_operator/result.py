@@ -1,17 +1,20 @@
-"""What one reconcile returns to the work queue (controller-runtime's `ctrl.Result`):
-whether it worked, and when to look at the job again; the queue (scheduler.py) keeps the
-soonest look asked for each job.
+"""What one reconcile returns to its caller, the work queue (controller-runtime's
+`ctrl.Result`): whether it worked, and when to look at the job again; the queue
+(scheduler.py) keeps the soonest look asked for each job. A reconcile asks the queue for
+nothing while it runs: everything it wants of it is here.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # A look for something that comes due is asked a little after it: the check compares
 # against the clock then, and one a hair early would find it not due yet.
 PAST_DUE_S = 0.1
-# Wake a job's reconcile after some seconds, thread-safe (Scheduler.add_after): for a look
-# asked after the reconcile returned (a follow-up's end, news during a status write).
+# Look again at once (someone else wrote the job while our status write was on its way).
+AT_ONCE = 0.0
+# Wake a job's reconcile after some seconds, thread-safe (Scheduler.add_after): what the
+# follow-ups (followups.py) ask once they end, after their reconcile returned.
 Wake = Callable[[str, str, float], None]
 
 
@@ -22,14 +25,16 @@ class Result:
     # Look again in this many seconds (a grace period or deadline that ends); None: no need.
     requeue_after: float | None = None
     # A progress-only status write waits this long (core/pacing.py): look again then, for
-    # progress only (a run it starts may start over for news: core/startover.py).
+    # progress only (a run it starts may start over if the job is requeued meanwhile:
+    # core/startover.py).
     paced_after: float | None = None
-    # The pass was cut short for news (core/startover.py): run it again from its reads.
-    start_over: bool = False
+    # The pass was cut short, the job requeued meanwhile (core/startover.py): the rest of
+    # the reconcile, for its caller to run at once, once it has covered every naming of
+    # the job so far (app.py `queued_reconcile`). None: the reconcile ended.
+    again: Callable[[], Result] | None = field(default=None, compare=False, repr=False)
 
 
 FAILED = Result(ok=False)
-START_OVER = Result(start_over=True)
 
 
 def due_in(waits: Iterable[float | None]) -> float | None:

@@ -24,9 +24,9 @@ from datetime import datetime
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.conditions import Reason
 from elastic_api.models import CheckpointStatus
-from elastic_operator import checkpoints
+from elastic_operator import checkpoint_listing
 from elastic_operator.checkpoint_roots import CheckpointRoots
-from elastic_operator.core.checkpoint import same_checkpoint_result
+from elastic_operator.core.checkpoint_status import same_checkpoint_result
 
 logger = logging.getLogger("elastic_operator")
 
@@ -37,7 +37,7 @@ ResultCallback = Callable[[str, str], object]
 
 def scan_directory(directory: str, now: datetime) -> CheckpointStatus:
     """List gs://... or a local path (never raises: a failure is the status's error)."""
-    return checkpoints.scan_checkpoints(directory, now=now)
+    return checkpoint_listing.scan_checkpoints(directory, now=now)
 
 
 class CheckpointScanner:
@@ -131,7 +131,7 @@ class CheckpointScanner:
         with self._lock:
             return self._last_start.keys() | self._running.keys() | self._last_result.keys()
 
-    def forget(self, key: JobKey) -> None:
+    def forget_job(self, key: JobKey) -> None:
         with self._lock:
             self._last_start.pop(key, None)
             self._running.pop(key, None)

@@ -11,12 +11,13 @@ bounded pool of worker threads reconciles the jobs named (client-go's workqueue)
   period that ends; `paced_after`, for progress only, core/pacing.py); anything else may
   ask the same at any time (`add_after`; `add_paced`, core/wakes.py). The soonest ask
   wins and any run before then replaces it.
-- A job named at once (`add`) while a reconcile of it runs is news to that reconcile: it
-  may start over from its reads (`running`, `cover`; the rule is core/startover.py)
-  rather than finish and leave the news to wait for it.
+- A job named at once (`add`) while a reconcile of it runs is requeued: the queue tells
+  that reconcile (`running`), which may start over from its reads rather than finish and
+  leave the change to wait for it (the rule is core/startover.py); the queue then covers
+  every naming so far (`cover`). app.py wires both; the reconcile never calls the queue.
 
 Every method may be called from any thread: the watch-fed caches, the checkpoint
-scanner, the resync and the reconciles themselves all name jobs here.
+scanner, the resync and the follow-ups all name jobs here.
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ class Scheduler:
             self._schedule_locked("wake", (namespace, name), delay_s)
 
     def add_paced(self, namespace: str, name: str, delay_s: float) -> None:
-        """add_after, for progress only: a run it starts may start over for news."""
+        """add_after, for progress only: a run it starts may start over if the job is
+        requeued at once meanwhile."""
         with self._lock:
             self._schedule_locked("paced", (namespace, name), delay_s)
 
@@ -98,7 +100,7 @@ class Scheduler:
             if key not in self._processing:
                 return
             if key in self._urgent:
-                self._run_paced.discard(key)  # the pass it starts is for news
+                self._run_paced.discard(key)  # the pass it starts is for the requeue
             self._urgent.discard(key)
             self._dirty.discard(key)
             named_at = self._named_at.pop(key, None)
@@ -107,13 +109,17 @@ class Scheduler:
         if named_at is not None:
             self._on_wait(time.monotonic() - named_at)
 
-    def forget(self, namespace: str, name: str) -> None:
-        """The job was deleted: drop its pending retry, wake-up and failure count."""
-        key = (namespace, name)
+    def forget_job(self, key: JobKey) -> None:
+        """The job was deleted: drop its pending retry, wake-up and failure count, and
+        its superseded entries in the heap of delayed adds (nothing keeps its name)."""
         with self._lock:
             for pending in self._pending.values():
                 pending.pop(key, None)
             self._failures.pop(key, None)
+            if any(entry[2] == key for entry in self._due):
+                self._due = [entry for entry in self._due if entry[2] != key]
+                heapq.heapify(self._due)
+                self._timer.notify()
 
     def job_keys(self) -> set[JobKey]:
         """The jobs it holds anything for (job_stores.py)."""
@@ -139,7 +145,7 @@ class Scheduler:
 
     def running(self, namespace: str, name: str) -> tuple[bool, bool]:
         """Of the job's running reconcile: whether the job was named at once since it
-        started (news), and whether it was started for progress only."""
+        started (requeued), and whether it was started for progress only."""
         key = (namespace, name)
         with self._lock:
             running = key in self._processing

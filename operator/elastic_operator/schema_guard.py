@@ -88,14 +88,14 @@ class SchemaGuard:
         meta = raw.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         event_name, event = refusal_event(key[1], meta.get("uid") or "", verdict)
-        mine = self.memory.of(key)
-        if mine.schema_warned == event_name:
+        remembered = self.memory.of(key)
+        if remembered.schema_warned == event_name:
             return
         try:
             created = self.kube.post_event(raw, event, self.clock.now(), event_name)
         except ApiError as e:  # the condition is the record; tried again next pass
             logger.warning("could not post event %s on %s/%s: %s", event.reason, *key, e)
             return
-        mine.schema_warned = event_name
+        remembered.schema_warned = event_name
         if created:
             logger.warning("%s/%s: %s: %s", *key, event.reason, event.message)

@@ -4,9 +4,10 @@ a slice's state (core/wakes.py `may_move`), so that one which cannot waits for t
 next progress write instead of waking a reconcile that would write nothing.
 
 Kept up to date by the pod cache's thread on every pod change (`pod_changed`, one host's
-pods regrouped: no scan of the job's 4,096 pods), marked by the reconciler after each
-status it computes (`mark`). A change judged against a mark that the reconcile in flight
-is about to replace is judged again by that reconcile: `mark` answers whether any slice
+pods regrouped: no scan of the job's 4,096 pods), and told by the reconciler each slice
+as each status computes it (`record_computed`). A change judged against a computed slice
+that the reconcile in flight is about to replace is judged again by that reconcile:
+`record_computed` answers whether any slice
 may move given the pods as they are then, and the reconciler wakes the job once more if
 so. A slice's live pods are counted by their node's pool (`NodePools`) as they change,
 and counted whole again only once the nodes changed. Thread-safe.
@@ -23,9 +24,9 @@ from typing import Any, Protocol
 from elastic_api.models import SliceStatus
 from elastic_api.names import WORKER_REPLICATED_JOB
 from elastic_operator.core.sliceview import newest
-from elastic_operator.core.wakes import SliceMark, SliceTally, host_down, host_ready, may_move
+from elastic_operator.core.wakes import ComputedSlice, SliceTally, host_down, host_ready, may_move
 from elastic_operator.node_index import JobKey
-from elastic_operator.observed import ObservedPod
+from elastic_operator.objects import ObservedPod
 
 
 class NodePools(Protocol):
@@ -132,7 +133,7 @@ class SliceIndex:
         self._nodes = nodes
         self._lock = threading.Lock()
         self._slices: dict[tuple[JobKey, int], _Slice] = {}
-        self._marks: dict[JobKey, dict[int, SliceMark]] = {}
+        self._computed: dict[JobKey, dict[int, ComputedSlice]] = {}
 
     def pod_changed(self, job: JobKey, old: ObservedPod | None,
                     new: ObservedPod | None) -> None:
@@ -161,14 +162,15 @@ class SliceIndex:
 
     def may_move(self, job: JobKey, index: int | None) -> bool:
         """Whether slice `index` of `job` may now be in another state than last computed
-        (True for a job or slice not computed yet, or not judged: `mark`)."""
+        (True for a job or slice not computed yet, or not judged: `record_computed`)."""
         with self._lock:
-            marks = self._marks.get(job)
-            if marks is None or index is None:
+            computed = self._computed.get(job)
+            if computed is None or index is None:
                 return True
-            return self._may_move(job, index, marks.get(index))
+            return self._may_move(job, index, computed.get(index))
 
-    def mark(self, job: JobKey, slices: Iterable[SliceStatus], *, exact: bool = True) -> bool:
+    def record_computed(self, job: JobKey, slices: Iterable[SliceStatus], *,
+                        exact: bool = True) -> bool:
         """The job's slices as a reconcile just computed them; whether any may already be
         in another state, given the pods as they are now (a change that came during the
         reconcile, judged against the slices before it). `exact`: False where the status
@@ -176,24 +178,24 @@ class SliceIndex:
         then every paced change of the job may move a state."""
         if not exact:
             with self._lock:
-                self._marks.pop(job, None)
+                self._computed.pop(job, None)
             return False
-        marks = {s.index: SliceMark.of(s) for s in slices}
+        computed = {s.index: ComputedSlice.of(s) for s in slices}
         with self._lock:
-            self._marks[job] = marks
-            indexes = set(marks) | {i for (j, i) in self._slices if j == job}
-            return any(self._may_move(job, i, marks.get(i)) for i in indexes)
+            self._computed[job] = computed
+            indexes = set(computed) | {i for (j, i) in self._slices if j == job}
+            return any(self._may_move(job, i, computed.get(i)) for i in indexes)
 
-    def _may_move(self, job: JobKey, index: int, mark: SliceMark | None) -> bool:
+    def _may_move(self, job: JobKey, index: int, last: ComputedSlice | None) -> bool:
         entry = self._slices.get((job, index))
-        return may_move(mark, entry.tally(self._nodes) if entry is not None else SliceTally())
+        return may_move(last, entry.tally(self._nodes) if entry is not None else SliceTally())
 
     def record_job(self, job: JobKey, index: int | None) -> str | None:
         """The Job slice `index`'s replacement tears down, as last computed (None: none
         recorded, or not computed)."""
         with self._lock:
-            mark = (self._marks.get(job) or {}).get(index) if index is not None else None
-            return mark.record_job if mark is not None else None
+            last = (self._computed.get(job) or {}).get(index) if index is not None else None
+            return last.record_job if last is not None else None
 
     def tally(self, job: JobKey, index: int) -> SliceTally:
         with self._lock:
@@ -203,9 +205,9 @@ class SliceIndex:
     def job_keys(self) -> set[JobKey]:
         """The jobs it holds anything for (job_stores.py)."""
         with self._lock:
-            return self._marks.keys() | {job for job, _ in self._slices}
+            return self._computed.keys() | {job for job, _ in self._slices}
 
     def forget_job(self, job: JobKey) -> None:
-        """The job was deleted: its marks go (its pods leave as the cache sees them go)."""
+        """The job was deleted: its computed go (its pods leave as the cache sees them go)."""
         with self._lock:
-            self._marks.pop(job, None)
+            self._computed.pop(job, None)

@@ -14,11 +14,11 @@ from typing import Any
 
 from elastic_api.clock import Clock
 from elastic_api.models import ElasticTrainingJobStatus, PendingEvent
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pacing import progress_only, settled
 from elastic_operator.core.parsing import parse_status
 from elastic_operator.core.patch import status_patch
 from elastic_operator.core.status import invalid_spec_status
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.outbox import EventOutbox

@@ -136,6 +136,30 @@ def create(custom: client.CustomObjectsApi, namespace: str, obj: dict[str, Any])
     return result
 
 
+def _admitted_dry_run(custom: client.CustomObjectsApi, namespace: str,
+                      obj: dict[str, Any]) -> bool:
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                               copy.deepcopy(obj), dry_run="All")
+    except ApiException as exc:
+        if exc.status != 422:
+            raise
+        return False
+    return True
+
+
+def _until_the_rules_apply(custom: client.CustomObjectsApi, namespace: str,
+                           obj: dict[str, Any], admitted: bool, timeout: float = 30) -> None:
+    """Until a dry run of `obj` is admitted (or refused): the API server validates with
+    the CRD it just replaced for a moment after it serves the new one, so the first
+    create after install_crd can meet the other CRD's rules."""
+    deadline = time.monotonic() + timeout
+    while _admitted_dry_run(custom, namespace, obj) != admitted:
+        assert time.monotonic() < deadline, \
+            f"the CRD's rules did not {'admit' if admitted else 'refuse'} it in {timeout}s"
+        time.sleep(0.2)
+
+
 def refused(call: Callable[[], Any]) -> tuple[list[str], str]:
     with pytest.raises(ApiException) as info:
         call()
@@ -705,6 +729,7 @@ def test_a_job_stored_with_the_old_checkpoint_defaults_stays_writable(
     obj = _mutate("spec.trainer", {"image": "t:1", "command": ["python3", "train.py"]})
     try:
         install_crd(api, crd=_crd_before_the_maxtext_rules())
+        _until_the_rules_apply(custom, namespace, obj, admitted=True)
         stored = create(custom, namespace, copy.deepcopy(obj))
         assert stored["spec"]["checkpoint"]["keep"] == 3
         assert stored["spec"]["checkpoint"]["async"] is True
@@ -717,6 +742,7 @@ def test_a_job_stored_with_the_old_checkpoint_defaults_stays_writable(
         GROUP, VERSION, namespace, PLURAL, name, {"status": {"phase": "Suspended"}})
     again = copy.deepcopy(stored["spec"])
     fresh = {**obj, "metadata": {"name": "train-again"}, "spec": again}
+    _until_the_rules_apply(custom, namespace, fresh, admitted=False)
     causes, _ = refused(lambda: create(custom, namespace, fresh))
     expected = _checkpoint_message(CHECKPOINT_FIELD_UNREAD, "keep", maxtext.KEEP_KEY)
     assert cause_with(causes, expected), causes
@@ -733,6 +759,7 @@ def test_a_job_stored_with_the_old_checkpoint_period_stays_writable(
     obj["spec"]["trainer"]["steps"] = 50
     try:
         install_crd(api, crd=_crd_before_the_maxtext_rules())
+        _until_the_rules_apply(custom, namespace, obj, admitted=True)
         stored = create(custom, namespace, copy.deepcopy(obj))
     finally:
         install_crd(api)
@@ -742,6 +769,7 @@ def test_a_job_stored_with_the_old_checkpoint_period_stays_writable(
     assert patched["spec"]["suspend"] is True
     fresh = {**obj, "metadata": {"name": "old-period-again"},
              "spec": copy.deepcopy(stored["spec"])}
+    _until_the_rules_apply(custom, namespace, fresh, admitted=False)
     causes, _ = refused(lambda: create(custom, namespace, fresh))
     assert cause_with(causes, CHECKPOINT_PERIOD_RUN), causes
     with pytest.raises(ValueError) as info:
@@ -776,6 +804,7 @@ def test_a_job_stored_with_the_old_latest_default_and_a_gs_data_url_stays_writab
     _without_create_only_rules(before)
     try:
         install_crd(api, crd=before)
+        _until_the_rules_apply(custom, namespace, obj, admitted=True)
         stored = create(custom, namespace, copy.deepcopy(obj))
     finally:
         install_crd(api)
@@ -786,6 +815,7 @@ def test_a_job_stored_with_the_old_latest_default_and_a_gs_data_url_stays_writab
     custom.patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, PLURAL, name, {"status": {"phase": "Suspended"}})
     fresh = {**obj, "metadata": {"name": "new-latest"}, "spec": copy.deepcopy(stored["spec"])}
+    _until_the_rules_apply(custom, namespace, fresh, admitted=False)
     causes, _ = refused(lambda: create(custom, namespace, fresh))
     assert cause_with(causes, PATHWAYS_VERSION_MOVES), causes
     assert cause_with(causes, DATA_URL), causes

@@ -2,7 +2,9 @@
 crash on ours and on plain JobSet, side by side at real speed, each recovered and cut
 into its parts, and the month composed from them for every policy. A module of its own
 (test_bench_quick.py runs the others), so the run has pytest's time budget to itself. It
-starts its own local control plane, so it is a cluster test. No timing is asserted."""
+starts its own local control plane, so it is a cluster test. No timing is asserted. Over a
+minute: `make test-long`; in `make test` its accounting is guarded by
+tests/unit/test_bench_goodput.py."""
 from __future__ import annotations
 
 import json
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[2]
 

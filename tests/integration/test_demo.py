@@ -23,7 +23,7 @@ def test_demo_recovers_in_the_same_process(tmp_path: Path) -> None:
     out = tmp_path / "demo-output"
     env = {**os.environ, "ETJ_DEMO_CLUSTER_DIR": str(tmp_path / "cluster")}
     proc = subprocess.run(
-        [sys.executable, "-m", "elastic_api.cli", "demo", "--repo", str(REPO),
+        [sys.executable, "-m", "elastic_api.etj_cli", "demo", "--repo", str(REPO),
          "--out", str(out), "--step-seconds", "0.05"],
         env=env, capture_output=True, text=True, timeout=600, check=False,
     )
@@ -55,6 +55,6 @@ def test_demo_recovers_in_the_same_process(tmp_path: Path) -> None:
     assert "SliceDown" in (out / "events.log").read_text()
     # Nothing left running: the demo's cluster is down.
     status = subprocess.run(
-        [sys.executable, "-m", "elastic_api.cli", "cluster", "status",
+        [sys.executable, "-m", "elastic_api.etj_cli", "cluster", "status",
          "--dir", str(tmp_path / "cluster")], capture_output=True, text=True, check=False)
     assert status.returncode == 3, status.stdout + status.stderr

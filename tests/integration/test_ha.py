@@ -101,10 +101,12 @@ def replaced_once(api: client.ApiClient, ns: str, index: int) -> None:
 def test_both_replicas_are_healthy_and_say_who_leads(pair: list[OperatorProcess]) -> None:
     leader, standby = pair
     assert leader.health()["leadership"]["role"] == "leader"
-    health = standby.health()
+    # Warm, ready to take over: its caches sync after it has started (the fixture waits
+    # for both processes' health endpoints, not for their lists).
+    health = wait_for(lambda: (h := standby.health())["caches"]["synced"] and h, 60,
+                      "the standby's caches synced")
     assert health["leadership"] == {"role": "standby", "identity": standby.identity,
                                     "holder": leader.identity}
-    assert health["caches"]["synced"] is True  # warm: ready to take over
     assert leader.leading() and not standby.leading()
     assert standby.metrics()[f'etj_leader{{identity="{standby.identity}"}}'] == 0
 

@@ -36,8 +36,8 @@ from elastic_api.names import (
 )
 from elastic_api.validation import validate_job
 from elastic_devtools.localcluster import Cluster
+from elastic_devtools.localcluster import cluster_config as lc_render
 from elastic_devtools.localcluster import kueue_queues as kq
-from elastic_devtools.localcluster import render as lc_render
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_operator.render import render_jobset
 

@@ -367,6 +367,10 @@ def test_a_preempted_trainer_gives_its_retry_back_and_ends_as_if_undisturbed(
                 started = training(st).get("processStartedAt")
                 preemptor = trainer_manifest(f"high-{n}", queues.local_queue, high,
                                              tmp_path / "unused", steps)
+                # Held until the preemption has taken its pods: on a quiet machine the
+                # second process trained its last 58 steps (3 s) before the preemption
+                # landed, and finished instead of losing its slices.
+                trainer.pause()
                 floor = _preempt_and_readmit(jobs, trainer, preemptor, n)
                 # A new process reports, with the retry the preemption cost given back.
                 jobs.wait("low", lambda s, t=started: training(alive(s)).get(
@@ -400,8 +404,9 @@ def test_a_preempted_trainer_gives_its_retry_back_and_ends_as_if_undisturbed(
 
 def _preempt_and_readmit(jobs: Jobs, trainer: TrainerProcesses, obj: dict[str, Any],
                          n: int) -> int:
-    """A higher-priority job of the same shape (`obj`, no trainer) takes the quota: the
-    trainer loses its slices and reports the retry it used; its pod goes, and so does it
+    """A higher-priority job of the same shape (`obj`, no trainer) takes the quota while
+    the trainer is paused; resumed once the pods are gone, it finds its slices lost and
+    reports the retry it used; its pod goes, and so does it
     (SIGTERM, as the kubelet stops the head's main container). The other job deleted, the
     readmitted job's new head pod runs a new trainer process. The step it was lost at."""
     def training(s: dict[str, Any]) -> dict[str, Any]:
@@ -411,6 +416,8 @@ def _preempt_and_readmit(jobs: Jobs, trainer: TrainerProcesses, obj: dict[str, A
     jobs.create(obj)
     st = jobs.wait_admission("low", REASON_PREEMPTED, f"preempted by {preemptor}")
     assert st["counters"]["preemptions"] == n
+    wait_for(lambda: not jobs.pods("low"), TIMEOUT, "low's pods gone")
+    trainer.resume()  # paused by the caller: it finds its slices gone
     st = jobs.wait("low", lambda s: training(s).get("retriesRemaining") == MAX_RETRIES - 1
                    and (training(s).get("elasticEvent") or {}).get("slicesDown"),
                    "the trainer to report the slice loss (a retry used)")
@@ -420,7 +427,6 @@ def _preempt_and_readmit(jobs: Jobs, trainer: TrainerProcesses, obj: dict[str, A
     assert st["phase"] == Phase.QUEUED and condition(st, C.RECOVERING)["status"] == "False", \
         (st["phase"], condition(st, C.RECOVERING))
     assert st["counters"]["sliceFailures"] == 0
-    wait_for(lambda: not jobs.pods("low"), TIMEOUT, "low's pods gone")
     trainer.stop()
     jobs.wait_running(preemptor)
     jobs.delete(preemptor)

@@ -54,7 +54,7 @@ from elastic_devtools.localcluster import kueue_queues as kq
 from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
-from elastic_operator.checkpoints import list_local
+from elastic_operator.checkpoint_listing import list_local
 from elastic_operator.render import render_jobset
 from tests.builders import iso
 from tests.support.article_job import (
@@ -264,6 +264,11 @@ def eviction_pending_said(api: client.ApiClient, ns: str) -> dict[str, Any]:
     return st
 
 
+# Over a minute by its nature (a slice kept gone past Kueue's recovery timeout): `make
+# test-long`. Its guard in `make test`: the recoveries inside the timeout above, on the same
+# Kueue, and the eviction rule both sides apply (tests/unit/test_contract.py,
+# test_status_admission.py).
+@pytest.mark.long
 def test_a_slice_gone_longer_than_the_recovery_timeout_is_an_eviction_said_before(
         api: client.ApiClient, ns: str, queue: kq.Queues, killed: list[str],
         kueue: Cluster, tmp_path: Path) -> None:

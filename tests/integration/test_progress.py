@@ -107,7 +107,7 @@ class Sidecar:
     def __init__(self, pod: client.V1Pod, pod_tmp: Path, kubeconfig: Path, log: Path) -> None:
         (spec,) = [c for c in pod.spec.init_containers if c.name == PROGRESS_CONTAINER]
         assert spec.command[:2] == ["etj", "progress"]
-        self.argv = [sys.executable, "-m", "elastic_api.cli", "progress",
+        self.argv = [sys.executable, "-m", "elastic_api.etj_cli", "progress",
                      *[str(pod_tmp / a[len("/tmp/"):]) if a.startswith("/tmp/") else a
                        for a in spec.command[2:]],
                      "--poll-interval", "0.1", "--report-interval", "0.5"]
@@ -262,7 +262,7 @@ def test_a_new_head_pod_is_a_new_trainer_process(
             field_selector=f"involvedObject.name={JOB},reason={Reason.TRAINER_RESTARTED}")
         return [e.message for e in events.items if pod.metadata.name in e.message]
 
-    # Posted after the status write that carries it (core/events.py): wait for it.
+    # Posted after the status write that carries it (core/status_events.py): wait for it.
     wait_for(restarted_events, TIMEOUT, "a TrainerRestarted Event naming the new pod")
     assert second.stop() == 0
 

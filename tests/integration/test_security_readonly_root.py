@@ -237,7 +237,7 @@ class Sandbox:
 
 def etj(*args: str) -> list[str]:
     """`etj ...` with this venv's interpreter, as the image's entrypoint runs it."""
-    return [sys.executable, "-m", "elastic_api.cli", *args]
+    return [sys.executable, "-m", "elastic_api.etj_cli", *args]
 
 
 def run_sandboxed(box: Sandbox, command: list[str], env: dict[str, str],
@@ -514,9 +514,9 @@ def _trainer_kubeconfig(api: Any, namespace: str, job_obj: dict[str, Any],
 
     from elastic_api.validation import validate_job
     from elastic_devtools.localcluster.faults import wait_for
-    from elastic_operator.render import trainer_service_account_name
+    from elastic_operator.render import pod_service_account
 
-    sa_name = trainer_service_account_name(validate_job(job_obj))
+    sa_name = pod_service_account(validate_job(job_obj))
     core = client.CoreV1Api(api)
     wait_for(lambda: any(sa.metadata.name == sa_name
                          for sa in core.list_namespaced_service_account(namespace).items),

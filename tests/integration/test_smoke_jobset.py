@@ -14,12 +14,12 @@ import pytest
 from kubernetes import client
 
 from elastic_devtools.localcluster import Cluster, faults
-from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.render import (
+from elastic_devtools.localcluster.cluster_config import (
     NODE_POOL_LABEL,
     TPU_ACCELERATOR_LABEL,
     TPU_TOPOLOGY_LABEL,
 )
+from elastic_devtools.localcluster.faults import wait_for
 
 pytestmark = pytest.mark.cluster
 

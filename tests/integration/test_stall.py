@@ -138,7 +138,7 @@ def test_a_frozen_trainer_is_stalled_and_restarted(
                          "the new trainer process counted and advancing", timeout=180)
         assert st["training"]["processStartedAt"] != first
         assert st["counters"]["stallRestarts"] == 1  # against maxStallRestarts
-        # Posted after the status write that carries it (core/events.py): wait for it.
+        # Posted after the status write that carries it (core/status_events.py): wait for it.
         wait_for(lambda: events(api, ns, Reason.TRAINER_RESTARTED), 30,
                  "the TrainerRestarted Event")
         assert len(events(api, ns, Reason.PROGRESS_DEADLINE_EXCEEDED)) == 1
@@ -231,6 +231,10 @@ def _record(status: dict[str, Any], phase: str) -> dict[str, Any]:
                  if r["phase"] == phase), {})
 
 
+# Over a minute by its nature (an evaluation outlasting the 60 s deadline floor): `make
+# test-long`. Its guard in `make test`: the phase rule's unit tests
+# (tests/unit/test_status_phase_rule.py, an evaluation of minutes keeps Progressing True).
+@pytest.mark.long
 def test_an_evaluation_longer_than_the_step_deadline_is_no_stall(
         api: client.ApiClient, ns: str, cluster: Cluster, tmp_path: Path) -> None:
     """An evaluation after step 60 of 1,500 paced steps (75 s or more) outlasts the learned

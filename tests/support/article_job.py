@@ -147,7 +147,7 @@ def start_trainer(ns: str, kubeconfig: Path, work: Path, *, checkpoint_dir: Path
     its log in `work`/`log_name`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETJ_JOB_", "XLA_"))}
     env.update(KUBECONFIG=str(kubeconfig))
-    cmd = [sys.executable, "-m", "elastic_api.cli", "train", "--config", "tiny",
+    cmd = [sys.executable, "-m", "elastic_api.etj_cli", "train", "--config", "tiny",
            "--steps", "100000", "--batch", "6", "--simulate-slices", "3",
            "--devices-per-slice", "1", "--slice-health", "pods", "--job", f"{ns}/{JOB}",
            "--checkpoint-dir", str(checkpoint_dir or work / "ckpt"),

@@ -10,7 +10,7 @@ import random
 import re
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes import client
 
-from elastic_api import progress as progress_rule
+from elastic_api import progress_rules as progress_rule
 from elastic_api.conditions import Reason
 from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_devtools.localcluster import faults
@@ -96,11 +96,12 @@ class Fault:
     hits: int = 0  # slice failures injected, over all its tries
 
 
-def plan_faults(rng: random.Random, soak: bool, slices: int = SLICES) -> list[Fault]:
-    """Every kind once in a seeded order (the soak: the HA kinds again, then a random
-    tail), each on seeded slices of a job of `slices` (the multi-tenant soak's jobs have
-    fewer than the single job's)."""
-    kinds = list(KINDS)
+def plan_faults(rng: random.Random, soak: bool, slices: int = SLICES,
+                kinds: Sequence[str] = KINDS) -> list[Fault]:
+    """Every kind of `kinds` once in a seeded order (the soak: the HA kinds again, then a
+    random tail), each on seeded slices of a job of `slices` (the multi-tenant soak's jobs
+    have fewer than the single job's)."""
+    kinds = list(kinds)
     rng.shuffle(kinds)
     if soak:  # the HA kinds twice, then a long random tail (drawn until time is up)
         again = list(HA_KINDS)

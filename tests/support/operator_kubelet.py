@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 
 from elastic_devtools.background import BackgroundLoop
+from elastic_devtools.localcluster.cluster_config import DEAD_KUBELET_LABEL
 from elastic_devtools.localcluster.operator_process import OperatorProcess
-from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
 from tests.service_accounts import token_kubeconfig
-from tests.support.upgrade import ETJ, Revision, Timeline
+from tests.support.upgrade import Revision, Timeline
 
 if TYPE_CHECKING:
     from elastic_devtools.localcluster import Cluster
@@ -173,7 +173,7 @@ class OperatorKubelet(BackgroundLoop):
         probed = container.readiness_probe is not None
         proc = OperatorProcess(kubeconfig, self.workdir / f"{name}.log", args=pod_args(container),
                                env={**downward_env(pod, container), **revision.env()},
-                               command=(*ETJ, "operator"), cwd=revision.tree,
+                               command=(*revision.etj(), "operator"), cwd=revision.tree,
                                new_session=True, identity=name, readiness=probed)
         proc.spawn()
         grace = pod.spec.termination_grace_period_seconds or DEFAULT_GRACE_SECONDS

@@ -1,5 +1,5 @@
 """A job reconciled over time as the operator would, for the tests of its progress
-tracking (core/progress.py): each look sets status.training and computes the status,
+tracking (core/progressing.py): each look sets status.training and computes the status,
 keeping every Event."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, TrainingReport
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import Observed, ObservedPod
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.objects import Observed, ObservedPod
 from tests.builders import at as s
 from tests.builders import etj, head_pod, healthy_pods, main_running, observe
 

@@ -13,17 +13,17 @@ from prometheus_client import CollectorRegistry
 
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
-from elastic_operator.core.events import StatusEvent
-from elastic_operator.followups import FollowUpRunner
+from elastic_operator.app import build_reconciler
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.followups import FollowUpRunner, Inline
 from elastic_operator.job_memory import JobMemories
+from elastic_operator.job_reader import CacheReader
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observations import ApiObservations
-from elastic_operator.observed import ObservedJob, ObservedJobSet, ObservedPod
+from elastic_operator.objects import ObservedJob, ObservedJobSet, ObservedPod
 from elastic_operator.own_writes import OwnWrites
 from elastic_operator.pacer import ProgressPacer
-from elastic_operator.reconcile_pass import News
 from elastic_operator.reconciler import Reconciler
 from elastic_operator.result import Result, Wake
 from elastic_operator.scanner import CheckpointScanner
@@ -149,16 +149,16 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
                clock: FakeClock | None = None,
                follow_ups: FollowUpRunner | None = None,
                wake: Wake | None = None,
-               news: News | None = None,
                schema: Verdict = always_current,
                ) -> tuple[Reconciler, CollectorRegistry]:
     """`pods`: what the pod cache holds (or a function that says, at each read);
     the worker-Job cache is the stand-in's `worker_jobs`. Progress-only status writes
     are not paced unless `progress_interval_s` says (`clock`: the reconciler's, T0 by default).
-    `follow_ups`: what runs the work after a status write (default: at once, inline);
-    `wake`: the work queue's add_after (default: nothing); `news`: the work queue as a
-    running reconcile asks it for news (default: none, a pass never starts over);
-    `schema`: the verdict on the served CRD (default: the operator's own)."""
+    `follow_ups`: what runs the work after a status write (default: at once, inline,
+    telling `wake`, the work queue's add_after, when a piece asks to look again; default:
+    nobody); `schema`: the verdict on the served CRD (default: the operator's own). Built
+    as app.py builds it; no work queue: a pass never starts over unless a test wires one
+    (app.queued_reconcile)."""
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
 
@@ -172,16 +172,15 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
             kube.calls.append(POD_CACHE_READ)
         return pods() if callable(pods) else pods
 
-    observations = ApiObservations(
+    reader = CacheReader(
         kube, nodes or NodeIndex(), scanner, pods=pod_cache, jobsets=jobsets, jobs=jobs,
         worker_jobs=kube.worker_jobs if isinstance(kube, StandInKube) else None)
     clock = clock or FakeClock(T0)
     memory = JobMemories()
-    wake = wake or (lambda _namespace, _name, _delay: None)
-    rec = Reconciler(kube, observations, metrics, clock=clock, memory=memory,
-                     own_writes=OwnWrites(memory, wake),
-                     pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
-                     wake=wake, news=news, follow_ups=follow_ups, schema=schema)
+    rec = build_reconciler(kube, reader, metrics, clock, memory=memory,
+                           own_writes=OwnWrites(memory),
+                           pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
+                           follow_ups=follow_ups or Inline(requeue=wake), schema=schema)
     return rec, registry
 
 

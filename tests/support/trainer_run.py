@@ -44,7 +44,7 @@ def head_command(manifest: dict[str, Any]) -> list[str]:
 
     command = _head_command(manifest)
     assert command[0] == "etj", command
-    return [sys.executable, "-m", "elastic_api.cli", *command[1:]]
+    return [sys.executable, "-m", "elastic_api.etj_cli", *command[1:]]
 
 
 def with_flag(command: list[str], flag: str, value: str) -> list[str]:
@@ -83,6 +83,16 @@ class TrainerProcesses:
     def poll(self) -> int | None:
         assert self.proc is not None
         return self.proc.poll()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its step until `resume` (what a test waits for
+        cannot be outrun by a fast machine's steps)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
 
     def write_failures(self) -> int:
         """Failed checkpoint writes the current process has logged: cut by a slice loss

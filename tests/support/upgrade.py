@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from elastic_devtools.localcluster.cluster_config import DEAD_KUBELET_LABEL
 from elastic_devtools.localcluster.operator_settings import TEST
-from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL
 from tests.support.chart import helm_binary
 
 if TYPE_CHECKING:
@@ -37,10 +37,14 @@ PREVIOUS_RELEASE = ROOT / "hack" / "upgrade" / "previous-release"
 # is its short commit): a new tag is what makes `helm upgrade` roll the Deployment.
 CURRENT_TAG = "checkout"
 PACKAGES = ("api", "operator", "trainer")  # the folders of the packages an image holds
+# On a release's path besides: its `etj` builds its parser from every command's module,
+# the dev tools' too, which today's install renamed (issue 70): the release's own come first.
+ON_PATH = (*PACKAGES, "kubectl", "devtools")
 CHART = Path("charts") / "elastic-operator"
 CRD = Path("crds") / "elastictrainingjobs.yaml"
 # `etj` as an image runs it, with this interpreter (the venv's).
-ETJ = (sys.executable, "-m", "elastic_api.cli")
+# The module of the `etj` command: elastic_api/cli.py before issue 70 split it.
+ETJ_MODULES = ("elastic_api.etj_cli", "elastic_api.cli")
 
 
 class MissingHistory(RuntimeError):
@@ -63,10 +67,19 @@ class Revision:
         crd: dict[str, Any] = yaml.safe_load((self.tree / CRD).read_text())
         return crd
 
+    def etj(self) -> tuple[str, ...]:
+        """This release's `etj` command, as `python -m` of its own module: the console
+        script of today's install names today's module, which an older tree lacks, and
+        the import then found today's file beside the release's others."""
+        for module in ETJ_MODULES:
+            if (self.tree / "api" / (module.replace(".", "/") + ".py")).exists():
+                return (sys.executable, "-m", module)
+        raise AssertionError(f"{self.label}: no etj module in {self.tree / 'api'}")
+
     def env(self) -> dict[str, str]:
-        """This tree's packages first on the path, so `python -m elastic_api.cli` runs
-        this release's code with today's dependencies."""
-        return {"PYTHONPATH": os.pathsep.join(str(self.tree / p) for p in PACKAGES)}
+        """This tree's packages first on the path, so `self.etj()` runs this release's
+        code with today's dependencies."""
+        return {"PYTHONPATH": os.pathsep.join(str(self.tree / p) for p in ON_PATH)}
 
 
 def current() -> Revision:

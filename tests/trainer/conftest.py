@@ -54,7 +54,7 @@ def run_trainer(tmp_path_factory: pytest.TempPathFactory, compilation_cache: Pat
         ckpt = tmp_path / "ckpt"
         summary = tmp_path / "summary.json"
         cmd = [
-            sys.executable, "-m", "elastic_api.cli", "train", "--config", "tiny",
+            sys.executable, "-m", "elastic_api.etj_cli", "train", "--config", "tiny",
             "--steps", str(steps), "--batch", "8", "--seed", "0",
             "--simulate-slices", "2", "--devices-per-slice", "2",
             "--checkpoint-dir", str(ckpt), "--checkpoint-period", str(checkpoint_period),

@@ -11,7 +11,7 @@ from elastic_api.phases import phase_deadline
 from elastic_trainer.activity import ActivityTracker, Sample
 from elastic_trainer.metrics_file import EvalRecord, Record, StepRecord
 from elastic_trainer.own_activity import Activity
-from elastic_trainer.progress import pod_identity, progress_report
+from elastic_trainer.progress_sidecar import pod_identity, progress_report
 from elastic_trainer.stacks import Frame, ThreadStack
 
 T0 = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastic_api.models import DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT
-from elastic_trainer import cli
+from elastic_trainer import train_cli
 from elastic_trainer.cadence import (
     PROBE_PERIOD,
     WARMUP_STEPS,
@@ -276,8 +276,8 @@ def test_checkpoint_probes_wait_for_the_snapshot_ones():
 
 
 def test_the_trainer_flag_and_the_api_share_the_budget_defaults():
-    assert cli.DEFAULT_OVERHEAD_BUDGET_PERCENT == DEFAULT_OVERHEAD_BUDGET_PERCENT
-    assert cli.MAX_OVERHEAD_BUDGET_PERCENT == MAX_OVERHEAD_BUDGET_PERCENT
+    assert train_cli.DEFAULT_OVERHEAD_BUDGET_PERCENT == DEFAULT_OVERHEAD_BUDGET_PERCENT
+    assert train_cli.MAX_OVERHEAD_BUDGET_PERCENT == MAX_OVERHEAD_BUDGET_PERCENT
 
 
 def test_a_new_attempt_does_not_measure_the_copies_of_the_failed_one():

@@ -13,8 +13,8 @@ import pytest
 
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.errors import is_slice_down_error, slice_down_error
-from elastic_trainer.faults import Fault, FaultSchedule
 from elastic_trainer.pods import RELIST_BACKOFF, PodReadiness, WorkerPod, slice_readiness
+from elastic_trainer.simulated_faults import Fault, FaultSchedule
 
 
 def test_slice_down_error_is_the_error_pathways_raises() -> None:

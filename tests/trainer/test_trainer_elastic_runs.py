@@ -186,7 +186,7 @@ def test_prepared_text_data_trains_deterministically(run_trainer: RunTrainer, tm
     text.write_text("Elastic training survives a lost slice in the same process. " * 400)
     out = tmp_path / "bytes"
     prep = subprocess.run(
-        [sys.executable, "-m", "elastic_api.cli", "train", "--prepare-data", str(text),
+        [sys.executable, "-m", "elastic_api.etj_cli", "train", "--prepare-data", str(text),
          "--out", str(out)], capture_output=True, text=True, timeout=120, check=False)
     assert prep.returncode == 0, prep.stderr
     assert len(list(out.glob("*.array_record"))) == 2

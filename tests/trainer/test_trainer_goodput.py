@@ -1,4 +1,5 @@
-"""The goodput account (elastic_trainer.goodput): hand-computed timelines, times passed in."""
+"""The goodput account (elastic_trainer.goodput_tracker): hand-computed timelines, times
+passed in."""
 from __future__ import annotations
 
 import time
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 
 from elastic_api.models import GoodputCounters, TrainerGoodput
-from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.goodput_tracker import GoodputAccount
 from elastic_trainer.report import prior_state
 
 

@@ -9,8 +9,8 @@ from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.copies import Copies
 from elastic_trainer.data import SyntheticSource
-from elastic_trainer.faults import FaultSchedule
 from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.simulated_faults import FaultSchedule
 
 
 class _NeverDue(Copies):

@@ -19,7 +19,6 @@ from elastic_trainer.metrics_file import (
     MetricsFollower,
     NotAMetricsLine,
     StepRecord,
-    parse_maxtext_line,
     parse_maxtext_record,
 )
 
@@ -253,11 +252,12 @@ def test_an_unreadable_path_is_no_crash(tmp_path: Path) -> None:
 
 
 def test_parse_keeps_whole_float_steps_and_rejects_the_rest() -> None:
-    assert parse_maxtext_line('{"step": 7.0, "learning/loss": 2.0}') == StepRecord(7, 2.0, None)
-    assert parse_maxtext_line('{"step": 7, "learning/loss": 2}') == StepRecord(7, 2.0, None)
-    assert parse_maxtext_line(EVAL_LINE) is None
+    assert parse_maxtext_record('{"step": 7.0, "learning/loss": 2.0}') == StepRecord(7, 2.0,
+                                                                                      None)
+    assert parse_maxtext_record('{"step": 7, "learning/loss": 2}') == StepRecord(7, 2.0, None)
+    assert not isinstance(parse_maxtext_record(EVAL_LINE), StepRecord)
     with pytest.raises(NotAMetricsLine):
-        parse_maxtext_line('{"step": 7.5, "learning/loss": 2.0}')
+        parse_maxtext_record('{"step": 7.5, "learning/loss": 2.0}')
 
 
 GOOD = st.integers(0, 10**6).map(lambda s: line(s).encode())
@@ -290,7 +290,7 @@ def _goods(lines: list[bytes]) -> set[bytes]:
     good = set()
     for raw in lines:
         try:
-            if parse_maxtext_line(raw.decode().strip()) is not None:
+            if isinstance(parse_maxtext_record(raw.decode().strip()), StepRecord):
                 good.add(raw)
         except (NotAMetricsLine, UnicodeDecodeError):
             pass

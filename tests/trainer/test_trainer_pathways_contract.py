@@ -287,7 +287,7 @@ def test_the_training_loop_on_the_pathways_backend(hardware: FakeSlices, tmp_pat
 def test_the_persistent_compilation_cache_stays_off_on_pathways(tmp_path: Any) -> None:
     import argparse
 
-    from elastic_trainer.cli import setup_compilation_cache
+    from elastic_trainer.train_cli import setup_compilation_cache
 
     before = (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache)
     args = argparse.Namespace(compilation_cache=str(tmp_path / "cache"),

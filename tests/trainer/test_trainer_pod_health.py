@@ -152,7 +152,7 @@ def test_trainer_follows_worker_pods(cluster: Any, namespace: str, tmp_path: Pat
     log_path, summary_path = tmp_path / "train.log", tmp_path / "summary.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ETJ_JOB_", "XLA_"))}
     env.update(KUBECONFIG=str(cluster.kubeconfig), ETJ_HOSTS_PER_SLICE="2")
-    cmd = [sys.executable, "-m", "elastic_api.cli", "train", "--config", "tiny",
+    cmd = [sys.executable, "-m", "elastic_api.etj_cli", "train", "--config", "tiny",
            "--steps", "1500", "--simulate-slices", "2", "--slice-health", "pods",
            "--job", f"{namespace}/{JOB}", "--snapshot-period", "5",
            "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-period", "500",

@@ -94,13 +94,13 @@ def test_no_trainer_in_sight(tmp_path: Path, processes: dict[int, tuple[str, int
 def test_in_the_machines_own_namespace_nothing_is_the_trainer(tmp_path: Path) -> None:
     """Started from a shell on a machine: its ancestry ends at init, PID 1."""
     machine = {**POD, 1: ("S", 0, ["/sbin/init"]), 5: ("S", 1, ["bash"]),
-               7: ("S", 5, ["python3", "-m", "elastic_api.cli", "progress"])}
+               7: ("S", 5, ["python3", "-m", "elastic_api.etj_cli", "progress"])}
     assert find_trainer(fake_proc(tmp_path, machine, me=7), me=7) is None
 
 
 def test_a_pod_that_shares_nothing_shows_no_trainer(tmp_path: Path) -> None:
     """Without shareProcessNamespace the sidecar is its container's PID 1, alone."""
-    alone = {1: ("S", 0, ["python3", "-m", "elastic_api.cli", "progress"])}
+    alone = {1: ("S", 0, ["python3", "-m", "elastic_api.etj_cli", "progress"])}
     assert find_trainer(fake_proc(tmp_path, alone, me=1), me=1) is None
 
 

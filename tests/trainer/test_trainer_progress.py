@@ -21,7 +21,7 @@ import pytest
 
 from elastic_api.models import TrainingReport
 from elastic_trainer.metrics_file import StepRecord
-from elastic_trainer.progress import load_identity, pod_identity, progress_report
+from elastic_trainer.progress_sidecar import load_identity, pod_identity, progress_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "maxtext-0.2.5"
 REAL_LINES = (FIXTURES / "metrics-local.jsonl").read_text().splitlines(keepends=True)
@@ -80,7 +80,7 @@ def test_reports_validate_and_carry_the_identity() -> None:
 
 def test_importing_it_needs_no_jax() -> None:
     heavy = ["jax", "orbax", "flax", "optax", "kopf", "elastic_operator", "kubernetes"]
-    code = ("import sys\nimport elastic_trainer.progress, elastic_trainer.progress_cli\n"
+    code = ("import sys\nimport elastic_trainer.progress_sidecar, elastic_trainer.progress_cli\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
@@ -143,7 +143,7 @@ def test_the_sidecar_follows_maxtexts_file_into_status_training(
            "ETJ_JOB_NAME": "maxtext-cpu", "ETJ_POD_NAME": "maxtext-cpu-head-0-0-abc",
            "ETJ_POD_UID": UID, "PATH": "/usr/bin:/bin",
            "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's code
-    cmd = [sys.executable, "-m", "elastic_api.cli", "progress", "--metrics-file", str(metrics),
+    cmd = [sys.executable, "-m", "elastic_api.etj_cli", "progress", "--metrics-file", str(metrics),
            "--state-file", str(state), "--total-steps", "30", "--poll-interval", "0.05",
            "--report-interval", "0.1"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

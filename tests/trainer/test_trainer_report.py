@@ -20,9 +20,9 @@ from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import ElasticEvent
-from elastic_trainer.faults import FaultSchedule
 from elastic_trainer.loop import LoopOptions
 from elastic_trainer.report import StatusReporter, job_from_args, prior_run, status_patch
+from elastic_trainer.simulated_faults import FaultSchedule
 
 
 def _wait_for(predicate: Any, timeout: float = 10.0) -> None:

@@ -11,7 +11,7 @@ def test_slice_agent_exits_143_on_sigterm() -> None:
     # Found on kind: a deleted worker pod whose agent exited 0 completed its Job, and the
     # slice never came back.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "elastic_api.cli", "slice-agent", "--heartbeat", "0.1"],
+        [sys.executable, "-m", "elastic_api.etj_cli", "slice-agent", "--heartbeat", "0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={"MEGASCALE_SLICE_ID": "1", "JOB_COMPLETION_INDEX": "0", "PATH": "/usr/bin"},
     )

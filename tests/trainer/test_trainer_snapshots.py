@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from elastic_trainer.backends import SimulatedBackend
-from elastic_trainer.faults import Fault, FaultSchedule
+from elastic_trainer.simulated_faults import Fault, FaultSchedule
 from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots
 from elastic_trainer.train import FSDP_AXIS, make_mesh
 

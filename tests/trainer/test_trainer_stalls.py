@@ -24,8 +24,8 @@ from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
-from elastic_trainer.faults import Fault, FaultSchedule, SilentFault, StepFaults
 from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.simulated_faults import Fault, FaultSchedule, SilentFault, StepFaults
 from elastic_trainer.watchdog import WatchdogOptions
 from tests.support.trainer_run import Reports, RunTrainer, TrainerRun, run_to_end
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from elastic_api.phases import FIRST_FLOOR_SECONDS, FLOOR_SECONDS
-from elastic_trainer import cli
+from elastic_trainer import train_cli
 from elastic_trainer.backends import SimulatedBackend, device_block
 from elastic_trainer.errors import is_slice_down_error
-from elastic_trainer.faults import FaultSchedule, SilentFault, StepFaults, parse_fault
 from elastic_trainer.frames import where
 from elastic_trainer.own_activity import Activity
+from elastic_trainer.simulated_faults import FaultSchedule, SilentFault, StepFaults, parse_fault
 from elastic_trainer.watchdog import (
     CHECKPOINT,
     COMPILE,
@@ -119,7 +119,7 @@ def test_options_are_checked_and_the_flags_defaults_are_the_watchdogs() -> None:
     assert WatchdogOptions().problem() is None
     assert "--watchdog-factor" in (WatchdogOptions(factor=0.5).problem() or "")
     assert "--watchdog-floor-seconds" in (WatchdogOptions(floor_seconds=0).problem() or "")
-    assert (cli.WATCHDOG_FACTOR, cli.WATCHDOG_FLOOR_SECONDS) == (DEFAULT_FACTOR,
+    assert (train_cli.WATCHDOG_FACTOR, train_cli.WATCHDOG_FLOOR_SECONDS) == (DEFAULT_FACTOR,
                                                                  DEFAULT_FLOOR_SECONDS)
 
 

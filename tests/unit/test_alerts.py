@@ -160,7 +160,7 @@ def test_the_exposition_passes_promlint() -> None:
         TrainingReport,
     )
     from elastic_api.validation import validate_job
-    from elastic_operator.observed import ObservedNode
+    from elastic_operator.objects import ObservedNode
     from tests.builders import etj
 
     registry = CollectorRegistry()

@@ -163,7 +163,7 @@ def test_yaml_is_stable_and_sorted():
 
 
 def test_etj_crd_prints_it(capsys):
-    from elastic_api.cli import main
+    from elastic_api.etj_cli import main
 
     assert main(["crd"]) == 0
     assert capsys.readouterr().out == crd.crd_yaml()

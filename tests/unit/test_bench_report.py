@@ -528,6 +528,39 @@ def test_the_ready_again_row_puts_ours_beside_the_job_controller() -> None:
     assert report._s(-21.5009) == "-21.50 s" and report._s(-0.2) == "-200 ms"
 
 
+def test_the_in_place_round_sits_beside_the_recreation_of_the_same_slices() -> None:
+    d = {"shape": "s", "slice_ready_again_seconds": stats([200.0, 240.0]),
+         "job_ready_again_seconds": stats([190.0]),
+         "ready_again_minus_job_paired_seconds": stats([10.0]),
+         "api_requests_per_slice_event": 7.0,
+         "api_requests_per_slice_event_every_client_until_ready": 9000.0,
+         "in_place": {"slice_ready_again_in_place_seconds": stats([1.0, 3.0]),
+                      "pods_kept": 2, "slices_restarted_in_place": 2,
+                      "operator_requests_per_event": 8.0,
+                      "api_requests_per_event_every_client": 30.0}}
+    rows = [r for r in report._scale_detail_rows(d) if "in place" in r[0]]
+    assert [r[1:] for r in rows] == [
+        ("2.00 s / 3.00 s", "220 s / 240 s", "0.009"),
+        ("8.0; 30.0", "7.0; 9000.0", "0.003")]
+    assert "2 pods kept, 2 RestartInPlace" in rows[0][0]
+    d["in_place"] = {"error": "no slice had a Running, Ready host 0 to restart"}
+    assert [r[1] for r in report._scale_detail_rows(d) if "in place" in r[0]] == [
+        "no slice had a Running, Ready host 0 to restart"]
+
+
+def test_timeline_puts_a_rounds_records_aside_and_back() -> None:
+    from bench.detection import Timeline
+
+    tl = Timeline()
+    tl.arm(("big", 0), "victim", 1)
+    tl.operator[("big", 0)] = 3.0
+    first = tl.forget_events()
+    assert tl.injected == {} and tl.operator == {} and tl.victims == {}
+    tl.arm(("big", 0), "other", 1)
+    tl.restore_events(first)
+    assert tl.victims == {("big", 0): "victim"} and tl.operator == {("big", 0): 3.0}
+
+
 def test_the_job_objects_size_is_its_compact_json_at_running_and_at_most() -> None:
     from bench.detection import Shape, Timeline, _handlers
 

@@ -1,5 +1,5 @@
 """The chaos soak's slow slice (tests/support/chaos_faults.py SLOW_FACTOR) is seen by one
-detector only: the operator's slow-steps rule (elastic_api.progress: the steps at 2x the
+detector only: the operator's slow-steps rule (elastic_api.progress_rules: the steps at 2x the
 job's best) and never the trainer's hang watchdog (watchdog.Deadlines: a step past 10x
 the p99 of its mesh's steps), whatever the load.
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from elastic_api import progress
+from elastic_api import progress_rules
 from elastic_trainer.backends import PARTS_WINDOW
-from elastic_trainer.faults import slow_part
+from elastic_trainer.simulated_faults import slow_part
 from elastic_trainer.watchdog import STEP, Deadlines
 from tests.support.chaos_faults import SLOW_FACTOR
 
@@ -78,14 +78,14 @@ def _run(seed: int, factor: float, scale: float, noise: Noise) -> Seen:
         gap += seconds
         if step % STEPS_PER_REPORT:
             continue
-        gaps, gap = [*gaps, gap][-progress.SAMPLES:], 0.0
+        gaps, gap = [*gaps, gap][-progress_rules.SAMPLES:], 0.0
         counts = [STEPS_PER_REPORT] * len(gaps)
         if step <= STEPS_BEFORE:
-            best = progress.baseline(best, gaps, counts)
+            best = progress_rules.baseline(best, gaps, counts)
             continue
         slow_gaps += 1
-        if slow_gaps >= progress.WINDOW:  # the window holds slow steps only
-            factor_seen = progress.slow_factor(gaps, counts, best)
+        if slow_gaps >= progress_rules.WINDOW:  # the window holds slow steps only
+            factor_seen = progress_rules.slow_factor(gaps, counts, best)
             assert factor_seen is not None
             seen.slow_factor = min(seen.slow_factor, factor_seen)
     return seen
@@ -98,12 +98,12 @@ def test_the_soaks_slow_slice_is_slow_steps_and_never_a_hang(seed: int, scale: f
                                                              noise: Noise) -> None:
     seen = _run(seed, SLOW_FACTOR, scale, noise)
     assert seen.stalls == 0, f"{seen.stalls} slowed steps past the watchdog's deadline"
-    assert seen.slow_factor >= progress.SLOW_FACTOR * 1.25, (
+    assert seen.slow_factor >= progress_rules.SLOW_FACTOR * 1.25, (
         f"the steps ran only {seen.slow_factor:.2f}x the best: too near the rule's "
-        f"{progress.SLOW_FACTOR}x")
+        f"{progress_rules.SLOW_FACTOR}x")
 
 
 def test_the_model_tells_a_factor_past_either_detector() -> None:
     """The model can fail: 20x is a hang to the watchdog, 2x is not slow to the rule."""
     assert _run(0, 20, 1.1, STEADY).stalls > 0
-    assert _run(0, 2, 0.3, SOAK).slow_factor < progress.SLOW_FACTOR
+    assert _run(0, 2, 0.3, SOAK).slow_factor < progress_rules.SLOW_FACTOR

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastic_api.models import CheckpointStatus, RestoreReport, TrainingReport
-from elastic_operator.checkpoints import (
+from elastic_operator.checkpoint_listing import (
     COMMIT_MARKER,
     MAX_IGNORED_REPORTED,
     CheckpointScanError,
@@ -21,7 +21,7 @@ from elastic_operator.checkpoints import (
     summarize,
     summarize_entries,
 )
-from elastic_operator.core.checkpoint import checkpoint_status, keep_last_known
+from elastic_operator.core.checkpoint_status import checkpoint_status, keep_last_known
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GCS = "gs://bucket/run1/checkpoints"

@@ -29,7 +29,7 @@ from elastic_api.checkpoints import COMMIT_MARKER, RootDecision, nested_root_hin
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJobStatus, TrainingReport
 from elastic_devtools.localcluster.gcs import FakeGcsServer
-from elastic_operator.checkpoints import MAX_IGNORED_REPORTED, scan_checkpoints_detailed
+from elastic_operator.checkpoint_listing import MAX_IGNORED_REPORTED, scan_checkpoints_detailed
 from elastic_operator.core.parsing import parse_job
 from elastic_operator.core.status import compute_status
 from elastic_trainer.backends import SimulatedBackend
@@ -38,9 +38,9 @@ from elastic_trainer.compose import build_trainer
 from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
-from elastic_trainer.faults import FaultSchedule
 from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.report import PriorRun, prior_state
+from elastic_trainer.simulated_faults import FaultSchedule
 from tests.builders import at, etj, healthy_pods, iso, observe, observed_jobset
 from tests.kueue_builders import queued_job, workload
 

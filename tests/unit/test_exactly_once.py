@@ -1,6 +1,7 @@
 """Exactly once, as a property (issue #33): random interleavings of slice failures, the
-Job controller's replacements, JobSet's recreations, the operator's looks, its slow or
-dropped deletes, its restarts and its absences; every failure counted once, none twice.
+Job controller's replacements, JobSet's recreations, containers the kubelet restarts in
+their pods, the operator's looks, its slow or dropped deletes, its restarts and its
+absences; every failure counted once, none twice.
 
 The world is a small model of what the operator runs against: worker Jobs whose
 controller counts a failed or deleted pod (status.failed) before it replaces it, after
@@ -33,7 +34,7 @@ from elastic_api.names import WORKER_REPLICATED_JOB
 from elastic_operator.core.plan import DeleteWorkerJob
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import Observed, ObservedJob, ObservedPod
+from elastic_operator.objects import Observed, ObservedJob, ObservedPod
 from elastic_operator.slice_memo import SliceMemo
 from tests.builders import T0, etj, nodes_for, observed_jobset
 
@@ -55,6 +56,8 @@ class Pod:
     ready_since: float | None = None
     failed_at: float | None = None
     deleted_at: float | None = None
+    restarts: int = 0  # its container's restartCount (restartPolicy OnFailure)
+    exited_at: float | None = None  # its container exited; the kubelet restarts it in place
 
 
 @dataclass
@@ -106,7 +109,7 @@ class World:
             return False
         newest = [self.newest(job, h) for h in range(HOSTS)]
         return all(p is not None and p.phase == "Running" and p.deleted_at is None
-                   for p in newest)
+                   and p.exited_at is None for p in newest)
 
     # --- the cluster's controllers ------------------------------------------------------
 
@@ -132,9 +135,13 @@ class World:
                     self.pods.append(Pod(self.uid("pod"), job.uid, job.slice, host, self.t))
 
     def kubelet(self) -> None:
+        """Starts pending pods; runs an exited container again in its pod (OnFailure)."""
         for pod in self.pods:
             if pod.phase == "Pending" and pod.deleted_at is None and self.rng.random() < 0.7:
                 pod.phase, pod.ready_since = "Running", self.t
+            elif pod.exited_at is not None and pod.deleted_at is None \
+                    and self.rng.random() < 0.7:
+                pod.exited_at, pod.restarts, pod.ready_since = None, pod.restarts + 1, self.t
 
     def garbage_collector(self) -> None:
         """A deleted Job's pods go one by one (Foreground); JobSet recreates the Job."""
@@ -166,18 +173,19 @@ class World:
         index = self.rng.choice(ready)
         job = self.jobs[index]
         hosts = self.rng.sample(range(HOSTS), 2 if self.rng.random() < 0.2 else 1)
-        delete = self.rng.random() < 0.3
+        how = self.rng.choice(("delete", "fail", "fail", "exit", "exit"))
         for host in hosts:
             pod = self.newest(job, host)
             assert pod is not None
-            if delete:
+            if how == "delete":
                 pod.deleted_at = self.t
-            else:
+            elif how == "fail":
                 pod.phase, pod.failed_at = "Failed", self.t
+            else:  # its process exits on a healthy node: restarted in place
+                pod.exited_at = self.t
         job.hit_at = self.t
         self.injected[index] += 1
-        self.log.append(f"t={self.t:.1f} {'delete' if delete else 'fail'} slice {index} "
-                        f"hosts {hosts}")
+        self.log.append(f"t={self.t:.1f} {how} slice {index} hosts {hosts}")
 
     # --- what the operator sees ---------------------------------------------------------
 
@@ -191,6 +199,8 @@ class World:
     def _parse(self, pod: Pod) -> ObservedPod:
         at = lambda t: T0 + timedelta(seconds=_second(t))  # noqa: E731
         failed = pod.phase == "Failed"
+        if pod.exited_at is not None and not failed:
+            return self._parse_exited(pod)
         return ObservedPod(
             name=pod.uid, replicated_job=WORKER_REPLICATED_JOB, slice_index=pod.slice,
             host_index=pod.host, phase=pod.phase,
@@ -203,7 +213,22 @@ class World:
             terminated_exit_code=1 if failed else None,
             ready_transition_time=at(pod.failed_at if failed and pod.failed_at is not None
                                      else pod.ready_since or pod.created),
-            uid=pod.uid, job_uid=pod.job)
+            uid=pod.uid, job_uid=pod.job, restarts=pod.restarts)
+
+    def _parse_exited(self, pod: Pod) -> ObservedPod:
+        """Running, its container exited and not yet running again (restartCount as is)."""
+        exited = T0 + timedelta(seconds=_second(pod.exited_at or 0.0))
+        return ObservedPod(
+            name=pod.uid, replicated_job=WORKER_REPLICATED_JOB, slice_index=pod.slice,
+            host_index=pod.host, phase="Running", ready=False,
+            created_at=T0 + timedelta(seconds=_second(pod.created)),
+            node_name=f"tpu-{pod.slice}-{pod.host}",
+            deletion_timestamp=T0 + timedelta(seconds=_second(pod.deleted_at))
+            if pod.deleted_at is not None else None,
+            deletion_grace_seconds=0 if pod.deleted_at is not None else None,
+            terminated_at=exited, terminated_reason="Error", terminated_exit_code=137,
+            ready_transition_time=exited, uid=pod.uid, job_uid=pod.job,
+            restarts=pod.restarts, restarting=pod.deleted_at is None)
 
     def observe(self, job: ElasticTrainingJob, deleted: set[str]) -> Observed:
         jobset = replace(observed_jobset(job).build(), worker_hosts_per_slice=HOSTS)

@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from elastic_api import data_paths
-from elastic_api.cli import build_parser
+from elastic_api.etj_cli import build_parser
 from elastic_api.models import BUNDLED_MODELS
 from elastic_api.validation import DATA_URL, MODEL_UNKNOWN, validate_job
 from elastic_operator.render import render_jobset
-from elastic_trainer.cli import preflight
 from elastic_trainer.configs import CONFIGS
+from elastic_trainer.train_cli import preflight
 from hack import golden
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from elastic_api.kube import ApiError
-from elastic_kubectl import cli
+from elastic_kubectl import kubectl_cli
 from elastic_kubectl.reader import PluginError, Reader
 from tests.kubectl_builders import at, demo_events, pools_nodes, recovered_job
 
@@ -53,12 +53,12 @@ FORBIDDEN = ApiError(403, "Forbidden", status_body(
 
 
 def run(argv: list[str], api: StandInApi, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
-    monkeypatch.setattr(cli, "connect", lambda kubeconfig, context: api)
-    monkeypatch.setattr(cli, "default_namespace", lambda kubeconfig, context: "default")
+    monkeypatch.setattr(kubectl_cli, "connect", lambda kubeconfig, context: api)
+    monkeypatch.setattr(kubectl_cli, "default_namespace", lambda kubeconfig, context: "default")
     out = io.StringIO()
-    args = cli.build_parser().parse_args(argv)
+    args = kubectl_cli.build_parser().parse_args(argv)
     try:
-        return cli.run(args, out, clock=lambda: NOW), out.getvalue()
+        return kubectl_cli.run(args, out, clock=lambda: NOW), out.getvalue()
     except PluginError as e:
         return 1, str(e)
 
@@ -136,14 +136,14 @@ def test_png_is_drawn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_bad_since_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        cli.build_parser().parse_args(["timeline", "demo", "--since", "yesterday"])
+        kubectl_cli.build_parser().parse_args(["timeline", "demo", "--since", "yesterday"])
     assert exit_.value.code == 2
     assert "use a duration such as 30s, 5m, 1h" in capsys.readouterr().err
 
 
 def test_the_plugin_is_installed_as_kubectl_etj_with_the_cli_extra() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["kubectl-etj"] == "elastic_kubectl.cli:main"
+    assert project["scripts"]["kubectl-etj"] == "elastic_kubectl.kubectl_cli:main"
     cli_extra = project["optional-dependencies"]["cli"]
     pins = set((ROOT / "constraints.txt").read_text().split())
     assert {d for d in cli_extra if d.split("==")[0] in ("kubernetes", "matplotlib")} <= pins

@@ -51,6 +51,23 @@ def test_status_has_a_row_per_slice_then_counters_and_cadences() -> None:
     assert "committed: checkpoint of step 60" in text
 
 
+def test_a_slice_restarted_in_place_says_so_not_a_move() -> None:
+    obj = recovered_job()
+    obj["status"]["slices"][2]["lastReplacement"] |= {
+        "action": "RestartInPlace", "reason": "ContainerRestarting", "blame": "Job",
+        "fromPool": "tpu-v5e-4x4-3", "toPool": "tpu-v5e-4x4-3"}
+    lines = fits(status_view.render_status(read_job(obj), NOW))
+    text = " ".join(" ".join(lines).split())
+    assert "slice 2: ContainerRestarting 115s ago; blame Job; restarted in place on " \
+           "tpu-v5e-4x4-3" in text and "->" not in text
+    found = moments(read_job(obj), [event("SliceDown", 100, "slice 2 is down: ..."),
+                                     event("SliceRestartingInPlace", 100, "slice 2 failed"),
+                                     event("SliceRestartedInPlace", 102, "slice 2 restarted")])
+    assert [m.kind for m in found if m.reason.endswith("InPlace")] == ["replacement"] * 2
+    states = [seg.state for seg in lanes(read_job(obj), found, at(90), NOW)[2]]
+    assert states[:3] == ["Ready", "Down", "Restarting"] and states[-1] == "Ready"
+
+
 def test_a_slice_down_now_shows_its_cause_and_how_long_so_far() -> None:
     obj = recovered_job()
     obj["status"]["slices"][1] |= {

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from elastic_devtools.localcluster import audit
-from elastic_devtools.localcluster.render import Layout, audit_policy
+from elastic_devtools.localcluster.cluster_config import Layout, audit_policy
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from elastic_api.cli import build_parser, main
-from elastic_devtools.localcluster.render import DEFAULT_TPU_POOLS, TpuPoolSpec
+from elastic_api.etj_cli import build_parser, main
+from elastic_devtools.localcluster.cluster_config import DEFAULT_TPU_POOLS, TpuPoolSpec
 
 
 def test_up_arguments() -> None:

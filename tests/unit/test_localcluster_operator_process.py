@@ -75,7 +75,7 @@ def test_parse_metrics_skips_comments_and_keeps_labels() -> None:
 def test_defaults_run_etj_operator_at_test_speed(tmp_path: Path) -> None:
     proc = OperatorProcess(tmp_path / "kubeconfig", tmp_path / "operator.log")
     argv = proc.argv()
-    assert argv[:4] == [sys.executable, "-m", "elastic_api.cli", "operator"]
+    assert argv[:4] == [sys.executable, "-m", "elastic_api.etj_cli", "operator"]
     assert tuple(argv[:len(OPERATOR_COMMAND) + len(TEST_ARGS)]) == OPERATOR_COMMAND + TEST_ARGS
     assert argv[-10:] == ["--liveness-port", str(proc.liveness_port),
                           "--metrics-port", str(proc.metrics_port),

@@ -72,8 +72,9 @@ def test_compat_pins_the_same_control_plane_keys_at_older_versions() -> None:
     compat = parse_versions_env(COMPAT_VERSIONS_FILE.read_text())
     control_plane = {k for k in current if not k.startswith(("KIND_", "PYTHON_IMAGE"))}
     assert set(compat) == control_plane
-    for key in ("KUBERNETES_VERSION", "JOBSET_VERSION", "KUEUE_VERSION"):
-        assert compat[key] != current[key], key
+    # The previous Kubernetes minor; JobSet and Kueue as current where the current pins are
+    # their newest releases (issue 66: the previous pins, 1.36, became the compat ones).
+    assert compat["KUBERNETES_VERSION"] != current["KUBERNETES_VERSION"]
 
 
 def test_pinned_checksums_are_hex_of_their_algorithm_or_empty() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from elastic_operator.core.api_support import REFUSED_REASON, judge_apis, served_versions
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.operator_cli import check_api_versions
 
 

@@ -108,7 +108,7 @@ def test_a_paced_change_wakes_soon_only_when_it_may_move_its_slices_state() -> N
     (pods,) = [i for i in c.informers if i.resource == "pods/ns"]
     for version, node in enumerate(["n0", "n1"], 1):
         c.nodes.apply(added(NodeWrapper(node).ready().obj(), version))
-    assert c.slice_index.mark(("ns", "article"), [
+    assert c.slice_index.record_computed(("ns", "article"), [
         SliceStatus(index=0, state="Restarting", hosts=2)]) is False
     first, second = PodWrapper.worker(0, 0).on_node("n0"), PodWrapper.worker(0, 1)
     pods.apply(added(first.obj(), 5))
@@ -218,7 +218,7 @@ def test_a_recorded_replacement_of_a_worker_job_waits_for_the_next_progress_writ
     jobs.apply(added(worker_job(0, "uid-a"), 1))
     jobs.apply(added(worker_job(1, "uid-b"), 2))
     woken.clear()
-    c.slice_index.mark(("ns", "article"), [
+    c.slice_index.record_computed(("ns", "article"), [
         SliceStatus(index=0, state="Down", hosts=4, replacement=SliceReplacement(
             action="Replace", reason="PodFailed", job_uid="uid-a", requested_at=at(1))),
         SliceStatus(index=1, state="Ready", hosts=4)])

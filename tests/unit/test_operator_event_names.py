@@ -1,4 +1,4 @@
-"""core.events.event_name: the same status change gets the same Event name however
+"""core.status_events.event_name: the same status change gets the same Event name however
 often it is computed (so the API server refuses a second copy), and different changes
 get different names."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from elastic_api.models import (
     RecoveryRecord,
     SliceStatus,
 )
-from elastic_operator.core.events import StatusEvent, event_name
+from elastic_operator.core.status_events import StatusEvent, event_name
 from tests.builders import at
 
 

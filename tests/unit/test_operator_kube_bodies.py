@@ -9,7 +9,7 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
 from elastic_operator import kube_bodies as bodies
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 
 JOB = {"apiVersion": "elastic.pathways.dev/v1alpha1", "kind": "ElasticTrainingJob",
        "metadata": {"name": "train", "namespace": "ml", "uid": "u-1", "resourceVersion": "7"}}

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from elastic_api.conditions import Reason
 from elastic_api.models import Counters, ElasticTrainingJobStatus, TrainingReport
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.metrics import OperatorMetrics
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -38,7 +38,7 @@ def test_counters_follow_status_deltas_and_gauges_the_latest() -> None:
     assert value(registry, "etj_desired_slices", namespace="ns", job="job") == 3
     assert value(registry, "etj_ready_slices", namespace="ns", job="job") == 2
     assert value(registry, "etj_active_slices", namespace="ns", job="job") == 2
-    m.forget("ns", "job")
+    m.forget_job(("ns", "job"))
     assert value(registry, "etj_desired_slices", namespace="ns", job="job") is None
     assert value(registry, "etj_elastic_events_total", namespace="ns", job="job") is None
     assert value(registry, "etj_badput_seconds_total", namespace="ns", job="job",
@@ -112,7 +112,7 @@ def test_alerting_gauges_copy_the_status_and_the_spec() -> None:
             job_value("etj_checkpoint_period_steps")) == (420, 300, 50)
     assert job_value("etj_checkpoint_scan_failing") == 0
 
-    m.forget("ns", "job")
+    m.forget_job(("ns", "job"))
     for name in ("etj_jobset_restarts", "etj_recovering",
                  "etj_training_step", "etj_checkpoint_latest_committed_step"):
         assert job_value(name) is None, name
@@ -142,7 +142,7 @@ def test_a_failing_checkpoint_scan_is_flagged_and_an_unknown_step_is_no_series()
 
 
 def test_quarantined_pools_are_read_from_the_nodes_at_each_scrape() -> None:
-    from elastic_operator.observed import ObservedNode
+    from elastic_operator.objects import ObservedNode
 
     registry = CollectorRegistry()
     m = OperatorMetrics(registry)

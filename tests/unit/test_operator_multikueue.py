@@ -24,7 +24,7 @@ from elastic_api.queueing import ADMITTED, REASON_WAITING_FOR_ADMISSION
 from elastic_operator.caches import owning_job
 from elastic_operator.core.dispatch import dispatch_status
 from elastic_operator.core.plan import CreateObject, SetWorkloadActive, plan_dispatch
-from elastic_operator.observed import workload_from_dict
+from elastic_operator.objects import workload_from_dict
 from elastic_operator.render import (
     render,
     render_jobset,

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elastic_operator.node_index import JobKey, NodeIndex
-from elastic_operator.observed import ObservedNode
+from elastic_operator.objects import ObservedNode
 from tests.builders import T0
 from tests.support.clock import FakeClock
 

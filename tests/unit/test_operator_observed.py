@@ -11,7 +11,7 @@ import pytest
 from elastic_operator.caches import WatchScope
 from elastic_operator.handlers import configure_settings
 from elastic_operator.kube import collection_path, job_path
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     job_from_dict,
     jobset_from_dict,
     node_from_dict,

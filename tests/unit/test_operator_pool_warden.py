@@ -1,4 +1,4 @@
-"""The writes of a quarantine and of its end (replacer.py, pool_warden.py), against a Kube
+"""The writes of a quarantine and of its end (replacement_writes.py, pool_warden.py), against a Kube
 that records them: the label comes with who and why (annotation, Events on the job and
 the node); the warden asks whether the jobs a quarantine rests on still exist, releases
 it once one is gone, and never on a failed read."""
@@ -15,15 +15,15 @@ from elastic_api.names import (
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import QuarantinePool, ReleasePool
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import QuarantineCause, quarantine_cause_from
+from elastic_operator.objects import QuarantineCause, quarantine_cause_from
 from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.replacer import Replacer
+from elastic_operator.replacement_writes import ReplacementWrites
 from tests.builders import HOSTS, at, tpu_node
 from tests.support.clock import FakeClock
 from tests.support.stand_in_kube import api_error
@@ -68,7 +68,7 @@ JOB = {"apiVersion": "elastic.pathways.dev/v1alpha1", "kind": "ElasticTrainingJo
 
 def test_a_quarantine_is_labelled_with_its_cause_and_told_on_the_job_and_the_node() -> None:
     kube = NodeKube({})
-    replacer = Replacer(kube, OperatorMetrics(CollectorRegistry()), NodeActionLimiter())
+    replacer = ReplacementWrites(kube, OperatorMetrics(CollectorRegistry()), NodeActionLimiter())
     replacer.execute(JOB, (QuarantinePool("tpu-1", Reason.HARDWARE_FAILURE, NODES, 1, CAUSE),),
                      at(10))
     for node in NODES:

@@ -25,18 +25,18 @@ from elastic_api.names import (
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
 )
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import ApiError, NotLeading
 from elastic_operator.metrics import RECONCILE_PHASES
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     ObservedJob,
     ObservedPod,
     jobset_from_dict,
     node_from_dict,
     pod_from_dict,
 )
-from elastic_operator.result import PAST_DUE_S, Result
+from elastic_operator.result import AT_ONCE, PAST_DUE_S, Result
 from tests.builders import (
     T0,
     JobSetWrapper,
@@ -50,6 +50,7 @@ from tests.builders import (
 from tests.support.clock import FakeClock
 from tests.support.executors import Deferred
 from tests.support.stand_in_kube import (
+    POD_CACHE_READ,
     WORKER_JOB_CACHE_READ,
     Looks,
     StandInKube,
@@ -313,7 +314,7 @@ def test_until_our_write_comes_back_through_the_cache_the_job_is_read_as_it_left
     assert rec.reconcile("ml", "train").ok  # our status write; the cache has the old job
     kube.calls.clear()
     healthy = (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
-    rec.observations.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
+    rec.reader.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
     assert rec.reconcile("ml", "train").ok  # a change (Restarting) written on our own version
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     assert kube.job["status"]["slices"][0]["state"] == "Restarting"
@@ -390,7 +391,7 @@ def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
     assert not rec.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
     assert not rec.own_writes.wrote("ml", "other", ours)
     assert not rec.own_writes.wrote("ml", "train", None)
-    rec.forget("ml", "train")
+    rec.memory.forget_job(("ml", "train"))
     assert not rec.own_writes.wrote("ml", "train", ours)
 
 
@@ -719,12 +720,12 @@ def test_forget_drops_everything_remembered_of_the_job() -> None:
     later = Deferred()
     rec, _ = reconciler(kube, pods=(*kube.pods(), head), nodes=kube.nodes(), follow_ups=later)
     assert rec.reconcile("ml", "train").ok
-    mine = rec.memory.peek(("ml", "train"))
-    assert mine is not None and mine.restarted_pods == {"head-uid"}
-    assert mine.deleted_jobs == {ReplacingKube.JOB_UID} and mine.posting
-    assert mine.written == kube.job["metadata"]["resourceVersion"]
-    assert mine.children_ensured == "u-1" and mine.last_write is not None
-    rec.forget("ml", "train")
+    remembered = rec.memory.peek(("ml", "train"))
+    assert remembered is not None and remembered.restarted_pods == {"head-uid"}
+    assert remembered.deleted_jobs == {ReplacingKube.JOB_UID} and remembered.posting
+    assert remembered.written == kube.job["metadata"]["resourceVersion"]
+    assert remembered.children_ensured == "u-1" and remembered.last_write is not None
+    rec.memory.forget_job(("ml", "train"))
     assert rec.memory.peek(("ml", "train")) is None and len(rec.memory) == 0
     assert later.run() > 0  # the restart, the Job deletion and the Events, after it
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
@@ -793,6 +794,41 @@ def test_a_job_handed_over_for_deletion_is_not_deleted_twice() -> None:
     assert rec.reconcile("ml", "train").ok
     later.run()
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+
+
+def test_a_whole_reconcile_runs_with_no_work_queue_at_all() -> None:
+    """A reconcile asks the work queue nothing and changes nothing in it (issue 70): built
+    with no queue anywhere (no wake, no news, the follow-ups inline with nobody to tell),
+    a slice failure is read, computed, written, replaced and told, and all it wants of a
+    queue is in its Result: a version someone else wrote during its status write is a
+    look at once, and a pass cut short for the news its caller tells it hands back the
+    rest of the reconcile."""
+    kube = ReplacingKube()
+    rec, _ = reconciler(kube, pods=kube.pods(), nodes=kube.nodes())
+    patch = kube.patch_job_status
+
+    def patch_then_the_trainer_writes(namespace: str, name: str, body: dict[str, Any],
+                                      resource_version: str | None = None
+                                      ) -> dict[str, Any] | None:
+        written = patch(namespace, name, body, resource_version)
+        kube.write_training({"step": 9})  # its version reaches the job cache meanwhile
+        rec.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
+        return written
+
+    kube.patch_job_status = patch_then_the_trainer_writes  # type: ignore[method-assign]
+    result = rec.reconcile("ml", "train")
+    kube.patch_job_status = patch  # type: ignore[method-assign]
+    assert result.ok and result.again is None and result.requeue_after == AT_ONCE
+    assert kube.job["status"]["slices"][0]["state"] == "Down"
+    assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    reads = kube.calls.count(POD_CACHE_READ)
+    started = rec.reconcile("ml", "train", requeued=lambda: (True, True))  # paced, requeued
+    assert started.ok and started.again is not None
+    assert kube.calls.count(POD_CACHE_READ) == reads  # stopped at the end of its read
+    finished = started.again()
+    assert finished.ok and finished.again is None
+    assert kube.calls.count(POD_CACHE_READ) == reads + 1
 
 
 def test_a_delete_that_failed_in_a_follow_up_is_planned_again() -> None:

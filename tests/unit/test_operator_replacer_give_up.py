@@ -1,4 +1,4 @@
-"""A slice the trainer blamed, past its restart budget (replacer.py, FailWorkerJob): its
+"""A slice the trainer blamed, past its restart budget (replacement_writes.py, FailWorkerJob): its
 Job is ended through the Job's own deadline (a JSON patch with the Job's uid as its
 precondition), and no pod is deleted: the Job controller replaces a deleted pod it did
 not count, which is how the withdrawn pod-deleting attempt looped."""
@@ -13,7 +13,7 @@ from elastic_operator.core.plan import FailWorkerJob
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.replacer import Replacer
+from elastic_operator.replacement_writes import ReplacementWrites
 from tests.builders import at
 
 JOB = {"metadata": {"name": "article", "namespace": "ns", "uid": "uid-1"}}
@@ -44,7 +44,7 @@ def test_the_job_is_ended_and_no_pod_deleted() -> None:
     for found in (True, False):  # False: the Job is gone or another one (no retry)
         kube = JobsKube(found)
         action = FailWorkerJob("ns", "article-worker-1", "job-uid", 1, Reason.SLICE_HUNG)
-        waits = Replacer(kube, OperatorMetrics(CollectorRegistry()),
+        waits = ReplacementWrites(kube, OperatorMetrics(CollectorRegistry()),
                          NodeActionLimiter()).execute(JOB, (action,), at(0))
         assert kube.calls == [("end", "ns", "article-worker-1", "job-uid")]
         assert waits is None

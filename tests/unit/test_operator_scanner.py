@@ -80,6 +80,6 @@ def test_a_forgotten_job_starts_over() -> None:
     clock, woken = FakeClock(ticks=0.0), []
     s = scanner([found(100, 0), found(100, 1)], clock, woken)
     s.latest(KEY, "gs://b/c")
-    s.forget(KEY)
+    s.forget_job(KEY)
     assert s.latest(KEY, "gs://b/c") is None  # the old result is gone; a new scan started
     assert woken == [KEY] * 2  # after forget, the first result is news again

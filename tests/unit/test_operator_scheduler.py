@@ -133,7 +133,7 @@ def test_a_deleted_job_forgets_its_pending_retry(started: Callable[..., Schedule
     scheduler = started(rec.reconcile, Backoff(base_s=3600, cap_s=3600))
     scheduler.add("ns", "a")
     until(lambda: scheduler.retry_pending("ns", "a"), "the retry in an hour")
-    scheduler.forget("ns", "a")
+    scheduler.forget_job(("ns", "a"))
     assert not scheduler.retry_pending("ns", "a") and scheduler.failures("ns", "a") == 0
 
 

@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from elastic_api.conditions import ConditionType
 from elastic_api.models import ElasticTrainingJobStatus, SliceStatus
+from elastic_operator.app import queued_reconcile
 from elastic_operator.core.startover import Change, pass_change, start_over
-from elastic_operator.observed import ObservedPod
+from elastic_operator.objects import ObservedPod
 from tests.builders import JobSetWrapper, WorkerPod, at
 from tests.support.stand_in_kube import (
     POD_CACHE_READ,
@@ -38,7 +39,7 @@ HOSTS_2X4 = 2  # v5e 2x4: 2 hosts per slice
 ])
 def test_the_rule(news: bool, run_paced: bool, change: Change | None,
                   expected: bool) -> None:
-    assert start_over(news=news, run_paced=run_paced, change=change) is expected
+    assert start_over(requeued=news, run_paced=run_paced, change=change) is expected
 
 
 def status(*slices: tuple[str, int]) -> ElasticTrainingJobStatus:
@@ -57,7 +58,7 @@ def test_what_a_pass_would_write() -> None:
     assert pass_change(before, before, [object()]) == "change"  # Events: a change
 
 
-# --- the reconciler against a scripted work queue -----------------------------------------
+# --- the reconciler against a scripted work queue, wired as app.py wires the real one -------
 
 
 class ScriptedQueue:
@@ -105,8 +106,9 @@ def test_a_failure_named_during_a_paced_pass_is_written_by_that_reconcile() -> N
     """The pass was started for progress; a pod fails after its read: it starts over at
     the end of that phase, and the one reconcile writes the slice down (once)."""
     kube, queue = a_running_job(), ScriptedQueue(run_paced=True)
-    rec, registry = reconciler(kube, pods=a_failure_during_the_pass(queue), news=queue)
-    assert rec.reconcile("ml", "train").ok
+    rec, registry = reconciler(kube, pods=a_failure_during_the_pass(queue))
+    reconcile = queued_reconcile(rec, queue)
+    assert reconcile("ml", "train").ok
     assert kube.calls.count(POD_CACHE_READ) == 2 and queue.covered == 1
     assert started_over(registry) == 1
     assert len(kube.patches) == 1
@@ -122,8 +124,9 @@ def test_a_pass_that_may_carry_a_failure_finishes_and_writes_it() -> None:
     kube = StandInKube(job, JobSetWrapper("train", "ml").owner("u-1").workers(1, HOSTS_2X4)
                        .obj())
     queue = ScriptedQueue(run_paced=False)
-    rec, registry = reconciler(kube, pods=a_failure_during_the_pass(queue), news=queue)
-    assert rec.reconcile("ml", "train").ok
+    rec, registry = reconciler(kube, pods=a_failure_during_the_pass(queue))
+    reconcile = queued_reconcile(rec, queue)
+    assert reconcile("ml", "train").ok
     assert kube.calls.count(POD_CACHE_READ) == 1 and queue.covered == 0
     assert started_over(registry) == 0 and len(kube.patches) == 1
     assert queue.news  # left to the work queue: the job runs again
@@ -133,14 +136,15 @@ def test_a_pass_with_nothing_to_write_starts_over_once_its_status_says_so() -> N
     """Not paced, but its status equals the stored one: it starts over at its status."""
     kube, queue = a_running_job(), ScriptedQueue(run_paced=False)
     healthy = (WorkerPod(0, 0).build(), WorkerPod(0, 1).build())
-    rec, registry = reconciler(kube, pods=lambda: healthy, news=queue)
+    rec, registry = reconciler(kube, pods=lambda: healthy)
+    reconcile = queued_reconcile(rec, queue)
     for _ in range(2):  # the first scan of the checkpoint lands in the second
-        assert rec.reconcile("ml", "train").ok
+        assert reconcile("ml", "train").ok
     written = len(kube.patches)
-    assert rec.reconcile("ml", "train").ok and len(kube.patches) == written  # settled
+    assert reconcile("ml", "train").ok and len(kube.patches) == written  # settled
     kube.calls.clear()
     queue.news = True
-    assert rec.reconcile("ml", "train").ok
+    assert reconcile("ml", "train").ok
     assert kube.calls.count(POD_CACHE_READ) == 2 and queue.covered == 1
     assert started_over(registry) == 1 and len(kube.patches) == written  # none again
 
@@ -154,8 +158,9 @@ class EndlessNews(ScriptedQueue):
 
 def test_a_reconcile_starts_over_at_most_once() -> None:
     kube, queue = a_running_job(), EndlessNews(run_paced=True)
-    rec, registry = reconciler(kube, pods=a_failure_during_the_pass(queue, fail=False), news=queue)
-    assert rec.reconcile("ml", "train").ok
+    rec, registry = reconciler(kube, pods=a_failure_during_the_pass(queue, fail=False))
+    reconcile = queued_reconcile(rec, queue)
+    assert reconcile("ml", "train").ok
     assert queue.covered == 1 and started_over(registry) == 1
     assert kube.calls.count(POD_CACHE_READ) == 1  # started over at the end of its read
     assert len(kube.patches) == 1  # the second pass finished and wrote

@@ -1,4 +1,4 @@
-"""The trainer restart's writes (replacer.py, RestartTrainer), against a Kube that records
+"""The trainer restart's writes (replacement_writes.py, RestartTrainer), against a Kube that records
 them: the head Job's backoffLimit is raised to its failures + 1 first (so the Job replaces
 the pod instead of failing, and the JobSet with it), then the pod deleted (uid
 precondition); a Job that is another one (a JobSet restart made a new head Job) or changed
@@ -14,7 +14,7 @@ from elastic_operator.core.plan import RestartTrainer
 from elastic_operator.kube import Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.replacer import Replacer
+from elastic_operator.replacement_writes import ReplacementWrites
 from tests.builders import at
 
 ACTION = RestartTrainer("ns", "article-pathways-head-0", "head-job-uid",
@@ -65,6 +65,6 @@ def head_job(uid: str = "head-job-uid", limit: int = 0, failed: int = 0) -> dict
 def test_the_head_job_lets_one_more_pod_fail_before_its_pod_is_deleted(
         head: dict[str, Any] | None, patch_ok: bool, calls: list[tuple[Any, ...]]) -> None:
     kube = HeadKube(head, patch_ok)
-    Replacer(kube, OperatorMetrics(CollectorRegistry()), NodeActionLimiter()).execute(
+    ReplacementWrites(kube, OperatorMetrics(CollectorRegistry()), NodeActionLimiter()).execute(
         JOB, (ACTION,), at(0))
     assert kube.calls == calls

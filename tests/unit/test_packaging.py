@@ -263,7 +263,7 @@ def test_every_place_the_image_writes_is_under_tmp(image: str) -> None:
 def test_trainer_default_compilation_cache_is_where_the_pod_can_write() -> None:
     import argparse
 
-    from elastic_trainer.cli import _compilation_cache_dir
+    from elastic_trainer.train_cli import _compilation_cache_dir
 
     def default(checkpoint_dir: str) -> str:
         return _compilation_cache_dir(
@@ -363,7 +363,7 @@ def blocked_top_level_modules(extra: str) -> list[str]:
 
 
 def lazy_imports(module_name: str) -> list[str]:
-    """Modules a subcommand imports inside functions (cli.py asks for heavy imports there)."""
+    """Modules a subcommand imports inside functions (etj_cli.py asks for heavy imports there)."""
     spec = __import__("importlib.util").util.find_spec(module_name)
     assert spec is not None and spec.origin, f"cannot find {module_name}"
     tree = ast.parse(Path(spec.origin).read_text())
@@ -402,7 +402,7 @@ BLOCKED_RUNNER = textwrap.dedent("""
             importlib.import_module(module)
         print("imported", len(payload))
     else:
-        from elastic_api.cli import main
+        from elastic_api.etj_cli import main
         sys.argv = ["etj", *payload]
         sys.exit(main(payload))
 """)
@@ -488,7 +488,7 @@ def test_every_command_of_the_image_exists_after_installing_only_its_extra(
     help_run = run_blocked(extra, "cli", [subcommand, "--help"])
     assert help_run.returncode == 0, f"`etj {subcommand} --help` fails:\n{help_run.stderr}"
 
-    from elastic_api.cli import SUBCOMMANDS
+    from elastic_api.etj_cli import SUBCOMMANDS
 
     module_name = SUBCOMMANDS[subcommand][0]
     heavy = lazy_imports(module_name)

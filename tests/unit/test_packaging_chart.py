@@ -204,7 +204,7 @@ def test_a_drain_evicts_one_replica_at_a_time_and_replicas_spread() -> None:
 
 
 def operator_parser_args(args: list[str]) -> Any:
-    from elastic_api.cli import build_parser
+    from elastic_api.etj_cli import build_parser
 
     parser = build_parser()
     subparsers = parser._subparsers

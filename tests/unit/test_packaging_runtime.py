@@ -31,7 +31,7 @@ def test_train_exits_143_on_sigterm(tmp_path: Path) -> None:
     for it. `etj` now handles SIGTERM and exits 128 + 15; an unhandled SIGTERM would end
     this subprocess with -15 instead."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "elastic_api.cli", "train", "--steps", "100000",
+        [sys.executable, "-m", "elastic_api.etj_cli", "train", "--steps", "100000",
          "--checkpoint-dir", str(tmp_path / "ckpt"), "--log-every", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},

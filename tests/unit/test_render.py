@@ -156,8 +156,14 @@ def test_the_restart_budgets_are_rendered_as_elastic_api_derives_them():
         "rules": [{"name": "RestartBudgetSpent", "action": "FailJobSet",
                    "onJobFailureReasons": ["DeadlineExceeded"],
                    "targetReplicatedJobs": ["pathways-head"]}]}
+    # Counts over the whole run: JobSet's own maxRestarts; main's restarts in place (on by
+    # default) are the operator's to add, hence the same rule.
     counted = etj().spec(maxRestarts=2, elastic={"maxRetries": 7}).build()
     assert render_jobset(counted)["spec"]["failurePolicy"] == {
+        "maxRestarts": 2, "restartStrategy": "Recreate",
+        "rules": js["spec"]["failurePolicy"]["rules"]}
+    not_in_place = etj().spec(maxRestarts=2, recovery={"restartInPlace": False}).build()
+    assert render_jobset(not_in_place)["spec"]["failurePolicy"] == {
         "maxRestarts": 2, "restartStrategy": "Recreate"}
     cmd = trainer_command(counted)
     assert cmd[cmd.index("--max-retries") + 1:cmd.index("--retry-window-seconds") + 2] == [

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elastic_api.cli import main
+from elastic_api.etj_cli import main
 from hack import golden
 
 REPO = Path(__file__).resolve().parents[2]

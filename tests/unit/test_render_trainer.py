@@ -13,7 +13,7 @@ import yaml
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.validation import validate_job
 from elastic_operator.render import render, render_jobset, trainer_command
-from elastic_trainer.cli import add_arguments
+from elastic_trainer.train_cli import add_arguments
 
 REPO = Path(__file__).resolve().parents[2]
 HARDENED = {

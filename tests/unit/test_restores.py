@@ -27,9 +27,9 @@ from elastic_api.restores import (
 )
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.maxtext.scenario import orbax_restore
-from elastic_operator.checkpoints import list_gcs_step
-from elastic_trainer.metrics_file import StepRecord, parse_maxtext_line
-from elastic_trainer.progress import RestoreWatch, pod_identity, progress_report
+from elastic_operator.checkpoint_listing import list_gcs_step
+from elastic_trainer.metrics_file import StepRecord, parse_maxtext_record
+from elastic_trainer.progress_sidecar import RestoreWatch, pod_identity, progress_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "maxtext-0.2.5"
 T0 = datetime(2026, 12, 2, 1, 47, 48, tzinfo=UTC)
@@ -37,9 +37,9 @@ T0 = datetime(2026, 12, 2, 1, 47, 48, tzinfo=UTC)
 
 def recorded() -> list[StepRecord]:
     lines = (FIXTURES / "metrics-resumed.jsonl").read_text().splitlines()
-    records = [parse_maxtext_line(line) for line in lines]
-    assert all(r is not None for r in records)
-    return [r for r in records if r is not None]
+    records = [parse_maxtext_record(line) for line in lines]
+    assert all(isinstance(r, StepRecord) for r in records)
+    return [r for r in records if isinstance(r, StepRecord)]
 
 
 def test_the_speed_is_bytes_over_gib_over_seconds_and_unknown_without_either() -> None:
@@ -122,7 +122,7 @@ def test_a_directory_that_cannot_be_listed_gives_no_bytes_and_no_speed(
 # interpreter (gcsfs keeps process-wide state), against the same objects.
 SIDECAR_SIZE = """
 import sys
-from elastic_trainer.progress import restored_bytes
+from elastic_trainer.progress_sidecar import restored_bytes
 print("BYTES", restored_bytes(sys.argv[1], int(sys.argv[2])))
 """
 

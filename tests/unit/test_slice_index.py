@@ -21,7 +21,7 @@ from elastic_operator.core.sliceview import newest_per_host
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.wakes import host_down, host_ready, may_wait
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import Observed, ObservedJob, ObservedNode, ObservedPod
+from elastic_operator.objects import Observed, ObservedJob, ObservedNode, ObservedPod
 from elastic_operator.slice_index import SliceIndex
 from tests.builders import HOSTS, T0, etj, nodes_for, observed_jobset
 
@@ -214,7 +214,7 @@ class Operator:
                                              d.uid == j.uid for d in self.deletes))
                                          for i, j in self.seen.jobs.items()}), now)
             self.deletes += [a for a in plan.actions if isinstance(a, DeleteWorkerJob)]
-            if not self.index.mark(JOB, self.status.slices or []):
+            if not self.index.record_computed(JOB, self.status.slices or []):
                 return
 
     def only_progress_since_look(self, world: World, why: str) -> None:
@@ -316,14 +316,15 @@ def test_a_slice_marked_moves_once_its_hosts_say_so() -> None:
     for pod in pods:
         index.pod_changed(JOB, None, pod)
     restarting = [SliceStatus(index=0, state="Restarting", hosts=2)]
-    assert index.mark(JOB, restarting) is False
+    assert index.record_computed(JOB, restarting) is False
     index.pod_changed(JOB, pods[0], replace(pods[0], ready=True))
     assert index.may_move(JOB, 0) is False
     index.pod_changed(JOB, pods[1], replace(pods[1], ready=True))
     assert index.may_move(JOB, 0) is True
-    assert index.mark(JOB, restarting) is True  # the reconcile read before the last change
-    assert index.mark(JOB, [SliceStatus(index=0, state="Ready", hosts=2,
-                                        last_transition_time=T0)]) is False
+    # The reconcile read before the last change:
+    assert index.record_computed(JOB, restarting) is True
+    assert index.record_computed(JOB, [SliceStatus(index=0, state="Ready", hosts=2,
+                                                   last_transition_time=T0)]) is False
     assert index.may_move(JOB, 1) is True  # a slice never computed
     index.forget_job(JOB)
     assert index.may_move(JOB, 0) is True

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import Observed, ObservedPod
+from elastic_operator.objects import Observed, ObservedPod
 from elastic_operator.slice_memo import SliceMemo
 from tests.builders import (
     T0,

@@ -30,7 +30,6 @@ from elastic_api.queueing import (
     REASON_WAITING_FOR_ADMISSION,
 )
 from elastic_operator.core.admission import wants_workload
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     CreateObject,
     PatchJobSetSuspend,
@@ -39,7 +38,8 @@ from elastic_operator.core.plan import (
 )
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import (
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.objects import (
     Observed,
     ObservedJobSet,
     ObservedWorkload,

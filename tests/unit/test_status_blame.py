@@ -22,7 +22,7 @@ from elastic_operator.core.replacement import ReplacementPlan, plan_replacements
 from elastic_operator.core.sliceview import SliceView
 from elastic_operator.core.status import compute_status
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     FailureMark,
     Observed,
     ObservedNode,

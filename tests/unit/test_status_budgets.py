@@ -10,12 +10,12 @@ from typing import Any
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
-from elastic_operator.core.budgets import plan_end_jobset
-from elastic_operator.core.plan import DeleteWorkerJob, EndJobSet, LowerBackoffLimit
+from elastic_operator.core.budgets import plan_end_head
+from elastic_operator.core.plan import DeleteWorkerJob, EndHeadJob, LowerBackoffLimit
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import Observed
+from elastic_operator.objects import Observed
 from tests.builders import (
     HOSTS,
     WorkerPod,
@@ -121,15 +121,15 @@ def test_a_jobset_crash_loop_is_ended_and_the_job_fails_saying_so() -> None:
     assert reasons == []
     budget = status.budgets.jobset_restarts if status.budgets else None
     assert budget is not None and (budget.allowed, budget.used, budget.spent_at) == (3, 3, None)
-    assert plan_end_jobset("ns", "article", status,
+    assert plan_end_head("ns", "article", status,
                            [replace(head_pod(), job_uid="head-job-uid")]) is None
     status, reasons = _jobset_restarts(job, [60.0, 120.0, 180.0, 240.0])
     assert reasons == [Reason.MAX_RESTARTS_EXCEEDED]
     budget = status.budgets.jobset_restarts if status.budgets else None
     assert budget is not None and budget.spent_at == s(241)
     head = replace(head_pod(), job_uid="head-job-uid")
-    end = plan_end_jobset("ns", "article", status, [head])
-    assert end == EndJobSet("ns", "article-pathways-head-0", "head-job-uid", 4)
+    end = plan_end_head("ns", "article", status, [head])
+    assert end == EndHeadJob("ns", "article-pathways-head-0", "head-job-uid", 4, 0)
     # The JobSet's failure rule ends it: the job fails, and says why.
     failed = observed_jobset(job).restarts(4).terminal(
         "Failed", "failed by rule RestartBudgetSpent").build()
@@ -152,7 +152,7 @@ def test_a_jobset_count_over_the_run_is_jobsets_own() -> None:
     budget = status.budgets.jobset_restarts if status.budgets else None
     assert budget is not None and (budget.window_seconds, budget.used, budget.spent_at) == (
         None, 3, None)
-    assert plan_end_jobset("ns", "article", status, [head_pod()]) is None
+    assert plan_end_head("ns", "article", status, [head_pod()]) is None
 
 
 def test_slices_that_go_with_a_jobset_restart_charge_no_slice_budget() -> None:

@@ -8,9 +8,9 @@ from collections import Counter
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import MAX_EVENT_MESSAGE
-from elastic_operator.core.events import outbox
 from elastic_operator.core.slices import MAX_HOSTS_NAMED
-from elastic_operator.core.text import fmt_slices
+from elastic_operator.core.status_events import outbox
+from elastic_operator.core.wording import fmt_slices
 from tests.builders import at
 from tests.support.large_jobs import LARGEST_SLICE, RECORD, LargeRun
 

@@ -1,4 +1,4 @@
-"""Maintenance ahead of time (core/maintenance.py) and goodput (core/goodput.py), purely:
+"""Maintenance ahead of time (core/maintenance.py) and goodput (core/goodput_status.py), purely:
 GKE's signal on a slice's nodes -> a checkpoint request -> the trainer's ack -> a
 planned move to a spare (a move, not a failure) -> released."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.status import compute_status
-from elastic_operator.observed import Observed
+from elastic_operator.objects import Observed
 from tests.builders import (
     HOSTS,
     WorkerPod,

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from elastic_api import progress as rule
+from elastic_api import progress_rules as rule
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, TrainingReport
 from elastic_api.phases import FIRST_FLOOR_SECONDS, STOPPED_GRACE_SECONDS
-from elastic_operator.core.progress import next_progress_look_in
+from elastic_operator.core.progressing import next_progress_look_in
 from elastic_operator.core.stall_rule import deadline_of
 from tests.builders import activity, foreign_job, phase_record
 from tests.builders import at as s
@@ -116,7 +116,7 @@ def test_a_step_time_the_trainer_reports_counts_when_longer_than_the_gap_says() 
 
 
 def test_the_operators_rule_and_elastic_apis_function_agree_on_one_history() -> None:
-    """ONE contract: the bundled trainer's watchdog calls elastic_api.progress with its own
+    """ONE contract: the bundled trainer's watchdog calls elastic_api.progress_rules with its own
     step times; the operator learns them from status.training. Fed the same history (steps
     of 3 s to 33 s, 1 to 3 per report, with and without stepSeconds), they give the same
     deadlines and verdicts."""

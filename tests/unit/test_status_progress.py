@@ -1,4 +1,4 @@
-"""The operator's own progress tracking (core/progress.py): condition Progressing in the
+"""The operator's own progress tracking (core/progressing.py): condition Progressing in the
 Deployment convention, its Warning Event once per stall, the learned deadline kept in
 status.progress across an operator restart, the trainer restart for a stall nothing is
 blamed for (spec.elastic.onStall), slow steps (Degraded SlowSteps), and no false alarm
@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from elastic_api import progress as rule
+from elastic_api import progress_rules as rule
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import CheckpointRequest, CheckpointStatus
-from elastic_operator.core.events import StatusEvent, event_name
 from elastic_operator.core.plan import RestartTrainer
-from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
+from elastic_operator.core.progressing import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.setter import get_condition
+from elastic_operator.core.status_events import StatusEvent, event_name
 from tests.builders import (
     WorkerPod,
     foreign_job,

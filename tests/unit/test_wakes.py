@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from elastic_operator.core.wakes import job_may_wait, may_wait
-from elastic_operator.observed import ObservedJob
+from elastic_operator.objects import ObservedJob
 from tests.builders import T0, WorkerPod, head_pod, worker_job
 
 RUNNING = WorkerPod(0, 1)
@@ -56,6 +56,14 @@ def test_a_container_that_ended_wakes_at_once_even_when_the_pod_still_runs() -> 
     assert not may_wait(None, ended)
     # The same container end, seen again as the container restarted in place: no news.
     assert may_wait(replace(ended, ready=False), ended)
+
+
+def test_a_container_restarted_in_its_pod_wakes_at_once_even_back_ready() -> None:
+    """Seen only Ready again with its restartCount one higher (the restart between two
+    events): a failure to count at once, not progress to pace."""
+    before = RUNNING.build()
+    assert not may_wait(before, replace(before, restarts=1))
+    assert not may_wait(before, replace(before, ready=False, restarting=True))
 
 
 def test_the_head_pod_always_wakes_at_once() -> None:

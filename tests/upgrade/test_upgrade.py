@@ -73,7 +73,7 @@ from tests.support.handover import ReadyPods, came_back_once
 from tests.support.leases import RELEASED, Holding, LeaseWatch
 from tests.support.operator_kubelet import OperatorKubelet, downward_env
 from tests.support.trainer_run import Reference, TrainerProcesses
-from tests.support.upgrade import ETJ, Helm, Revision, Timeline
+from tests.support.upgrade import Helm, Revision, Timeline
 
 pytestmark = pytest.mark.cluster
 
@@ -260,7 +260,7 @@ def start_the_job(run: Run) -> None:
     (main,) = [c for c in pod.spec.containers if c.name == "main"]
     command = [*(main.command or []), *(main.args or [])]
     assert command[0] == "etj", f"the head's main runs {command}"
-    argv = [*ETJ, *command[1:]]
+    argv = [*run.previous.etj(), *command[1:]]
     kubeconfig = token_kubeconfig(run.cluster, run.ns, pod.spec.service_account_name,
                                   run.work / "trainer.kubeconfig")
     pod_env = downward_env(pod, main)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from elastic_api.kube import KubeClient, job_path
@@ -26,7 +28,7 @@ from elastic_trainer.backends import Backend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.events import utc
 from elastic_trainer.snapshots import to_pinned_host
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import CHECKPOINT, STEP, Watchdog
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ class RequestView:
 
     request: CheckpointRequest | None
     acked_id: int | None = None
+    # status.progress.restart asks the process that started then to exit (in place).
+    restart_asked_of: datetime | None = None
 
 
 class RequestSource(Protocol):
@@ -69,7 +73,28 @@ def request_view(status: Any) -> RequestView:
     ack = training.get("checkpointAck") if isinstance(training, dict) else None
     acked = ack.get("id") if isinstance(ack, dict) else None
     acked_id = acked if isinstance(acked, int) and not isinstance(acked, bool) else None
-    return RequestView(request, acked_id)
+    return RequestView(request, acked_id, _restart_asked_of(status.get("progress")))
+
+
+def _restart_asked_of(progress: Any) -> datetime | None:
+    """The processStartedAt of the trainer process the operator asks to exit, so that its
+    pod restarts main in place (status.progress.restart with inPlace), if any."""
+    restart = progress.get("restart") if isinstance(progress, dict) else None
+    if not isinstance(restart, dict) or restart.get("inPlace") is not True:
+        return None
+    started = restart.get("processStartedAt")
+    try:
+        at = datetime.fromisoformat(started) if isinstance(started, str) else None
+    except ValueError:
+        return None
+    return at if at is not None and at.tzinfo is not None else None
+
+
+def asked_to_exit(view: RequestView | None, started_at: float) -> bool:
+    """The operator asks this process (started at `started_at`, unix time, as it reported
+    it) to exit: its restart in place for a stall."""
+    asked = view.restart_asked_of if view is not None else None
+    return asked is not None and abs(asked.timestamp() - started_at) < 1e-3
 
 
 def to_answer(view: RequestView | None, answered: int) -> CheckpointRequest | None:
@@ -101,8 +126,10 @@ class JobRequestWatcher:
     failed read is logged (once per 30 s) and the last view is kept."""
 
     def __init__(self, namespace: str, name: str, interval: float = 1.0,
-                 request_timeout: float = 3.0) -> None:
+                 request_timeout: float = 3.0,
+                 on_view: Callable[[RequestView], None] | None = None) -> None:
         self.namespace, self.name = namespace, name
+        self.on_view = on_view  # called on this thread with each new view
         self.interval, self.request_timeout = interval, request_timeout
         self.reads = self.failed = 0
         self._view: RequestView | None = None
@@ -132,6 +159,8 @@ class JobRequestWatcher:
             return
         self._view = request_view(job.get("status") if isinstance(job, dict) else None)
         self.reads += 1
+        if self.on_view is not None:
+            self.on_view(self._view)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -15,16 +15,16 @@ from elastic_trainer.configs import ModelConfig
 from elastic_trainer.copies import Copies
 from elastic_trainer.data import BatchSource
 from elastic_trainer.evaluation import Evaluator
-from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.goodput_tracker import GoodputAccount
 from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.own_activity import Activity
-from elastic_trainer.recovery import Recovery
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.restore import Restorer
 from elastic_trainer.retry import SliceLossLimit
+from elastic_trainer.retry_hooks import Recovery
 from elastic_trainer.snapshots import ReplicaSnapshots
 from elastic_trainer.stalls import Stalls
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import Clock, Watchdog
 
 

@@ -21,7 +21,7 @@ from elastic_trainer import train
 from elastic_trainer.backends import Backend
 from elastic_trainer.configs import ModelConfig
 from elastic_trainer.data import eval_batch
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import EVALUATION, Watchdog
 
 log = logging.getLogger("elastic_trainer")

@@ -3,7 +3,7 @@
     run():
       settle checkpoints (finish or fail the in-flight save, delete incomplete steps)
       run_elastic(one attempt)          retry.py: wait for slices, retry policy;
-                                        recovery.py: what happens between attempts
+                                        retry_hooks.py: what happens between attempts
     one attempt (on the active slices):
       build (or reuse) the step for a mesh over them
       restore (restore.py): the newest of the snapshot and the last committed checkpoint
@@ -17,7 +17,7 @@
         a snapshot or a checkpoint due (copies.py, by cadence.py's periods): copied while
           the next steps train; the last step is always checkpointed
         replica resize: a slice is back -> snapshot the live state, ScaleUpSignal
-    all along: status.py keeps what status.training says (progress, events, goodput), the
+    all along: training_status.py keeps what status.training says (progress, events, goodput), the
       watchdog (watchdog.py) what the training thread waits for, which is the phase it
       reports (own_activity.py: restore, compile, steps, a data wait, a save, an evaluation),
       and stalls.py what a stall or a slow slice makes the trainer ask for
@@ -48,12 +48,12 @@ from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, Scal
 from elastic_trainer.evaluation import EvalOptions, Evaluator
 from elastic_trainer.events import ElasticEvent, RunResult
 from elastic_trainer.prefetch import BatchPrefetcher
-from elastic_trainer.recovery import Recovery
 from elastic_trainer.restore import Restorer
 from elastic_trainer.retry import SliceLossLimit, run_elastic
+from elastic_trainer.retry_hooks import Recovery
 from elastic_trainer.snapshots import ReplicaSnapshots, to_pinned_host
 from elastic_trainer.stalls import Stalls
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import (
     CHECKPOINT,
     COMPILE,

@@ -82,12 +82,6 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parse_maxtext_line(text: str) -> StepRecord | None:
-    """A train line's record; None for other metrics (eval lines); NotAMetricsLine else."""
-    record = parse_maxtext_record(text)
-    return record if isinstance(record, StepRecord) else None
-
-
 def _eval_record(obj: dict[str, Any], step: float) -> EvalRecord:
     if EVAL_STEP_TIME_KEY not in obj:
         return EvalRecord(summary=True, eval_step=None, step_seconds=None)

@@ -2,7 +2,7 @@
 
 `PodReadiness` keeps this job's worker pods in a list+watch cache (elastic_api.kube's
 Informer, the one the operator keeps its caches with) and says which slices have their
-expected number of Ready pods. It is a `SliceHealthSource` (see faults.py).
+expected number of Ready pods. It is a `SliceHealthSource` (see simulated_faults.py).
 """
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ class _Sidecar:
         from elastic_trainer.file_watch import FALLBACK_POLL_SECONDS
         from elastic_trainer.live_metrics import LiveMetrics
         from elastic_trainer.metrics_file import MetricsFollower
-        from elastic_trainer.progress import RestoreWatch, load_identity
+        from elastic_trainer.progress_sidecar import RestoreWatch, load_identity
         from elastic_trainer.report import StatusReporter
         from elastic_trainer.sampler import ProcessSampler
         from elastic_trainer.stacks import StackReader
@@ -140,7 +140,7 @@ class _Sidecar:
         (elastic_api.forward: a restarted sidecar finds no train line in a file cut at an
         evaluation's first line, a file rotated, ...)."""
         from elastic_api.forward import Seen, forward
-        from elastic_trainer.progress import progress_report
+        from elastic_trainer.progress_sidecar import progress_report
 
         result = forward(self.seen, progress_report(
             self.identity, self.newest, self.args.total_steps, now, self.restore.report,

@@ -89,13 +89,6 @@ def _lost_to_an_eviction(status: ElasticTrainingJobStatus) -> bool:
                               lost_at=event.detected_at)
 
 
-def prior_checkpoint_ack(status: dict[str, Any] | None) -> CheckpointAck | None:
-    """The earlier process's answer to a checkpoint request (status.training.checkpointAck),
-    if sound: a replacement process keeps reporting it and never answers that id again."""
-    training = _read(status).training
-    return training.checkpoint_ack if training is not None else None
-
-
 @dataclass(frozen=True)
 class PriorRun:
     """What an earlier trainer process of the job left in its status."""

@@ -18,7 +18,7 @@ from elastic_trainer import train
 from elastic_trainer.backends import Backend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.snapshots import NoSurvivingReplica, ReplicaSnapshots
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 
 log = logging.getLogger("elastic_trainer")
 

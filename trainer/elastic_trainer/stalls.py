@@ -25,7 +25,7 @@ from elastic_api.models import SliceReplacementRequest, StallReport
 from elastic_api.stragglers import SLOW_SLICE_SECONDS, slow_slices, step_times, sustained
 from elastic_trainer.backends import Backend
 from elastic_trainer.events import utc
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import Stall, log_stacks
 
 log = logging.getLogger("elastic_trainer")

@@ -276,7 +276,7 @@ class DemoRun:
         self.stage(3, "Start the trainer as the head's `main` container would (same command)")
         command = _head_command(job_obj)
         if command[0] == "etj":
-            command = [sys.executable, "-m", "elastic_api.cli", *command[1:]]
+            command = [sys.executable, "-m", "elastic_api.etj_cli", *command[1:]]
         command += ["--summary", str(self.out / "trainer-summary.json")]
         say("  $ etj " + " ".join(command[3:]))
         trainer_env = {**self.env, "ETJ_JOB_NAME": self.name, "ETJ_JOB_NAMESPACE": DEMO_NAMESPACE}

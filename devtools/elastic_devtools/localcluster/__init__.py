@@ -18,13 +18,13 @@ from elastic_devtools.localcluster.cluster import (
     stop_kueue,
     up,
 )
-from elastic_devtools.localcluster.kueue import KueueSettings
-from elastic_devtools.localcluster.render import (
+from elastic_devtools.localcluster.cluster_config import (
     DEFAULT_CPU_NODES,
     DEFAULT_TPU_POOLS,
     TpuPoolSpec,
     parse_tpu_pool,
 )
+from elastic_devtools.localcluster.kueue import KueueSettings
 from elastic_devtools.localcluster.versions import BUILD_HINT, Binaries, MissingBinaryError
 
 __all__ = [

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from elastic_devtools.localcluster.render import Layout
+from elastic_devtools.localcluster.cluster_config import Layout
 
 CREDENTIAL_KEY = "authentication.kubernetes.io/credential-id"
 

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from elastic_devtools.localcluster import kueue, pki, procs, render
-from elastic_devtools.localcluster.kapi import ApiError, KubeApi
-from elastic_devtools.localcluster.render import (
+from elastic_devtools.localcluster import cluster_config, kueue, pki, procs
+from elastic_devtools.localcluster.cluster_config import (
     DEFAULT_CPU_NODES,
     DEFAULT_TPU_POOLS,
     Layout,
     Ports,
     TpuPoolSpec,
 )
+from elastic_devtools.localcluster.kapi import ApiError, KubeApi
 from elastic_devtools.localcluster.versions import Binaries, cache_dir, load_versions
 
 if TYPE_CHECKING:
@@ -279,17 +279,18 @@ def _down(layout: Layout, progress: Progress) -> int:
 def _component_argv(component: str, binaries: Binaries, layout: Layout,
                     ports: Ports) -> list[str]:
     if component == "etcd":
-        return render.etcd_args(binaries.etcd, layout, ports)
+        return cluster_config.etcd_args(binaries.etcd, layout, ports)
     if component == "kube-apiserver":
-        return render.apiserver_args(binaries.kube_apiserver, layout, ports)
+        return cluster_config.apiserver_args(binaries.kube_apiserver, layout, ports)
     if component == "kube-controller-manager":
-        return render.controller_manager_args(binaries.kube_controller_manager, layout, ports)
+        return cluster_config.controller_manager_args(binaries.kube_controller_manager, layout,
+                                                      ports)
     if component == "kube-scheduler":
-        return render.scheduler_args(binaries.kube_scheduler, layout, ports)
+        return cluster_config.scheduler_args(binaries.kube_scheduler, layout, ports)
     if component == "kwok":
-        return render.kwok_args(binaries.kwok, layout, ports)
+        return cluster_config.kwok_args(binaries.kwok, layout, ports)
     if component == "jobset-controller":
-        return render.jobset_args(binaries.jobset_controller, layout)
+        return cluster_config.jobset_args(binaries.jobset_controller, layout)
     raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
 
 
@@ -395,7 +396,7 @@ def _prepare(cfg: ClusterConfig, layout: Layout, binaries: Binaries, ports: Port
         ca, "kube-apiserver", now, server=True,
         dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                    "kubernetes.default.svc.cluster.local"),
-        ips=("127.0.0.1", render.SERVICE_IP),
+        ips=("127.0.0.1", cluster_config.SERVICE_IP),
     )
     _write(layout.pki / "apiserver.crt", serving.cert_pem)
     _write(layout.pki / "apiserver.key", serving.key_pem, private=True)
@@ -419,7 +420,8 @@ def _prepare(cfg: ClusterConfig, layout: Layout, binaries: Binaries, ports: Port
     ]
     for name, cn, groups in identities:
         pair = pki.issue(ca, cn, now, orgs=groups, client=True)
-        kc = yaml.safe_dump(render.kubeconfig(server, ca.cert_pem, pair.cert_pem, pair.key_pem, cn))
+        kc = yaml.safe_dump(cluster_config.kubeconfig(server, ca.cert_pem, pair.cert_pem,
+                                                      pair.key_pem, cn))
         if name == "admin":
             _write(layout.pki / "admin.crt", pair.cert_pem)
             _write(layout.pki / "admin.key", pair.key_pem, private=True)
@@ -432,12 +434,13 @@ def _prepare(cfg: ClusterConfig, layout: Layout, binaries: Binaries, ports: Port
     _write(layout.jobset_certs / "tls.crt", webhook.cert_pem)
     _write(layout.jobset_certs / "tls.key", webhook.key_pem, private=True)
     _write(layout.jobset_config, yaml.safe_dump(
-        render.jobset_config(ports.jobset_webhook, ports.jobset_health, layout.jobset_certs)))
+        cluster_config.jobset_config(ports.jobset_webhook, ports.jobset_health,
+                                     layout.jobset_certs)))
 
-    _write(layout.audit_policy, yaml.safe_dump(render.audit_policy()))
+    _write(layout.audit_policy, yaml.safe_dump(cluster_config.audit_policy()))
 
-    stages = render.kwok_stages(yaml.safe_load((binaries.kwok_stages / rel).read_text())
-                                for rel in render.KWOK_STAGE_FILES)
+    stages = cluster_config.kwok_stages(yaml.safe_load((binaries.kwok_stages / rel).read_text())
+                                for rel in cluster_config.KWOK_STAGE_FILES)
     _write(layout.kwok_stages, yaml.safe_dump_all(stages))
 
     state = {
@@ -511,9 +514,9 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
 
     _start_etcd_and_apiserver(s, api, binaries, layout, ports)
     s.start("kube-controller-manager",
-            render.controller_manager_args(binaries.kube_controller_manager, layout, ports))
-    s.start("kube-scheduler", render.scheduler_args(binaries.kube_scheduler, layout, ports))
-    s.start("kwok", render.kwok_args(binaries.kwok, layout, ports))
+            cluster_config.controller_manager_args(binaries.kube_controller_manager, layout, ports))
+    s.start("kube-scheduler", cluster_config.scheduler_args(binaries.kube_scheduler, layout, ports))
+    s.start("kwok", cluster_config.kwok_args(binaries.kwok, layout, ports))
     # Nodes and webhook registrations first: the node lifecycle controller and kwok
     # work on the nodes while the CRD is applied.
     expected = _register_nodes_and_webhooks(api, cfg, layout, ports)
@@ -527,11 +530,11 @@ def _start(cfg: ClusterConfig, layout: Layout, binaries: Binaries, progress: Pro
 
 def _start_etcd_and_apiserver(s: _Starter, api: KubeApi, binaries: Binaries, layout: Layout,
                               ports: Ports) -> None:
-    s.start("etcd", render.etcd_args(binaries.etcd, layout, ports))
+    s.start("etcd", cluster_config.etcd_args(binaries.etcd, layout, ports))
     etcd_health = f"http://127.0.0.1:{ports.etcd_client}/health"
     s.wait({"etcd": lambda: _http_ok(etcd_health, expect="true")})
 
-    s.start("kube-apiserver", render.apiserver_args(binaries.kube_apiserver, layout, ports))
+    s.start("kube-apiserver", cluster_config.apiserver_args(binaries.kube_apiserver, layout, ports))
 
     def apiserver_ready() -> bool:
         try:
@@ -545,8 +548,8 @@ def _start_etcd_and_apiserver(s: _Starter, api: KubeApi, binaries: Binaries, lay
 def _register_nodes_and_webhooks(api: KubeApi, cfg: ClusterConfig, layout: Layout,
                                  ports: Ports) -> set[str]:
     """The fake nodes and JobSet's webhook registrations; the names of the nodes."""
-    pools = render.node_pools(cfg.tpu_pools, cfg.cpu_nodes)
-    nodes = render.node_manifests(pools)
+    pools = cluster_config.node_pools(cfg.tpu_pools, cfg.cpu_nodes)
+    nodes = cluster_config.node_manifests(pools)
     for node in nodes:
         try:
             api.create("/api/v1/nodes", node)
@@ -554,7 +557,7 @@ def _register_nodes_and_webhooks(api: KubeApi, cfg: ClusterConfig, layout: Layou
             if err.status != 409:
                 raise
     ca_pem = (layout.pki / "ca.crt").read_bytes()
-    for hook in render.jobset_webhook_configurations(ports.jobset_webhook, ca_pem):
+    for hook in cluster_config.jobset_webhook_configurations(ports.jobset_webhook, ca_pem):
         plural = hook["kind"].lower() + "s"
         name = hook["metadata"]["name"]
         api.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}", hook)
@@ -573,7 +576,7 @@ def _start_jobset(s: _Starter, api: KubeApi, binaries: Binaries, layout: Layout)
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     s.wait({"jobset CRD": crd_established})
-    s.start("jobset-controller", render.jobset_args(binaries.jobset_controller, layout))
+    s.start("jobset-controller", cluster_config.jobset_args(binaries.jobset_controller, layout))
 
 
 def _wait_for_the_rest(s: _Starter, api: KubeApi, ports: Ports, expected: set[str]) -> None:
@@ -604,7 +607,7 @@ def _wait_for_the_rest(s: _Starter, api: KubeApi, ports: Ports, expected: set[st
             return False
         try:
             api.create("/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
-                       render.jobset_probe(), dry_run=True)
+                       cluster_config.jobset_probe(), dry_run=True)
             return True
         except ApiError:
             return False
@@ -631,7 +634,7 @@ def _start_kueue(layout: Layout, progress: Progress, timeout: float,
     ca = pki.KeyPair((layout.pki / "ca.crt").read_bytes(), (layout.pki / "ca.key").read_bytes())
     pair = pki.issue(ca, kueue.COMPONENT, dt.datetime.now(dt.UTC), orgs=("system:masters",),
                      client=True)
-    kubeconfig = yaml.safe_dump(render.kubeconfig(server, ca.cert_pem, pair.cert_pem,
+    kubeconfig = yaml.safe_dump(cluster_config.kubeconfig(server, ca.cert_pem, pair.cert_pem,
                                                   pair.key_pem, kueue.COMPONENT))
     webhook_port, health_port = free_ports(2)
     try:

@@ -2,6 +2,8 @@
 the kubelet, so a "failed container" or a "dead node" is a status kwok writes).
 
     fail_pod(api, ns, name)          container exits 1, pod phase Failed
+    restart_container(api, ns, name) container exits 1 and runs again in the same pod
+                                     (the kubelet's restart in place), restartCount + 1
     delete_pod(api, ns, name, force) plain delete, or grace 0
     make_node_not_ready(api, node)   Ready=False, the kubelet alive (kwok goes on playing
                                      it: an evicted pod vanishes at once; its pods stay
@@ -36,7 +38,13 @@ from elastic_api.names import (
     SCHEDULED_MAINTENANCE_LABEL,
 )
 from elastic_devtools.localcluster import server_metrics
-from elastic_devtools.localcluster.render import DEAD_KUBELET_LABEL, NODE_NOT_READY_POD_LABEL
+from elastic_devtools.localcluster.cluster_config import (
+    DEAD_KUBELET_LABEL,
+    NODE_NOT_READY_POD_LABEL,
+    POD_RESTART_DELAY_ANNOTATION,
+    POD_RESTART_EXIT_ANNOTATION,
+    POD_RESTART_LABEL,
+)
 
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
@@ -58,6 +66,18 @@ def fail_pod(api: client.ApiClient, namespace: str, name: str, *, exit_code: int
     if container is not None:
         annotations[f"{POD_FAILED_LABEL}/container-name"] = container
     body = {"metadata": {"labels": {POD_FAILED_LABEL: "true"}, "annotations": annotations}}
+    client.CoreV1Api(api).patch_namespaced_pod(name, namespace, body)
+
+
+def restart_container(api: client.ApiClient, namespace: str, name: str, *, exit_code: int = 1,
+                      down: str = "1s") -> None:
+    """Make a Running pod's containers exit with `exit_code` and run again in the same pod
+    `down` later (a Go duration), as a kubelet restarts a container that exited (restartPolicy
+    OnFailure): the pod stays Running, not Ready meanwhile, then Ready with restartCount + 1.
+    kwok acts within a second (render.pod_restart_stages)."""
+    body = {"metadata": {"labels": {POD_RESTART_LABEL: "true"},
+                         "annotations": {POD_RESTART_EXIT_ANNOTATION: str(exit_code),
+                                         POD_RESTART_DELAY_ANNOTATION: down}}}
     client.CoreV1Api(api).patch_namespaced_pod(name, namespace, body)
 
 

@@ -1,6 +1,6 @@
 """`etj operator` as a child process, for the tests, the demo and the benchmarks.
 
-The operator runs exactly as deployed (`python -m elastic_api.cli operator ...`), so
+The operator runs exactly as deployed (`python -m elastic_api.etj_cli operator ...`), so
 a caller can stop it, SIGKILL it and start it again. It always gets a free liveness port
 (`start()` returns once /healthz answers: a standby answers too), a free metrics port
 (`metrics()`) and, unless `readiness=False` (an older release's operator, which has no
@@ -30,7 +30,7 @@ from elastic_devtools.localcluster.operator_settings import TEST, OperatorSettin
 from elastic_devtools.localcluster.promtext import parse_metrics
 
 # `etj operator` with the interpreter running us (the venv's), whatever `etj` is on PATH.
-OPERATOR_COMMAND = (sys.executable, "-m", "elastic_api.cli", "operator")
+OPERATOR_COMMAND = (sys.executable, "-m", "elastic_api.etj_cli", "operator")
 # make test's operator (operator_settings.py, the one definition of every tool's flags):
 # every namespace, resync and checkpoint scan every 5 s (30 s by default), a quarantined
 # node pool released 5 s after its nodes are Ready again (600 s by default).

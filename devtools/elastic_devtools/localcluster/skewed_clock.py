@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
               "<etj arguments>", file=sys.stderr)
         return 2
     install(float(argv[0]))
-    from elastic_api.cli import main as etj_main
+    from elastic_api.etj_cli import main as etj_main
 
     return etj_main(argv[2:])
 

@@ -116,7 +116,7 @@ def sidecar(pod: Any, pod_tmp: Path, kubeconfig: Path, log: Path,
     (spec,) = [c for c in pod.spec.init_containers or [] if c.name == PROGRESS_CONTAINER]
     if spec.command[:2] != ["etj", "progress"]:
         raise ScenarioFailure(f"the progress container runs {spec.command}")
-    argv = [sys.executable, "-m", "elastic_api.cli", "progress",
+    argv = [sys.executable, "-m", "elastic_api.etj_cli", "progress",
             *[str(host_path(pod_tmp, a)) if a.startswith(POD_TMP + "/") else a
               for a in spec.command[2:]]]
     env = {"KUBECONFIG": str(kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -153,7 +153,7 @@ def scan(directory: str, pod_tmp: Path, gcs_env: dict[str, str]) -> Any:
     from datetime import UTC, datetime
 
     from elastic_devtools.localcluster.gcs import client_environ
-    from elastic_operator.checkpoints import scan_checkpoints_detailed
+    from elastic_operator.checkpoint_listing import scan_checkpoints_detailed
 
     local = directory.startswith("/")
     with client_environ({} if local else gcs_env):
@@ -488,7 +488,7 @@ def step_bytes(run: Run, step: int) -> int | None:
     """`step`'s bytes as the operator's scan counts them (its own listing, from here)."""
     from elastic_api.checkpoints import list_local_step, step_size
     from elastic_devtools.localcluster.gcs import client_environ
-    from elastic_operator.checkpoints import list_gcs_step, storage_client_from_env
+    from elastic_operator.checkpoint_listing import list_gcs_step, storage_client_from_env
 
     if run.directory.startswith("/"):
         files = list_local_step(str(host_path(run.pod_tmp, run.directory)), step)
@@ -583,10 +583,22 @@ def stop(run: Run) -> None:
             proc.wait(timeout=30)
 
 
+def tear_down(cluster: Cluster, run: Run, job_name: str) -> None:
+    """A scenario's end, whatever happened: the pod's processes stopped, the timeline
+    closed, the job deleted and its pods gone."""
+    from elastic_devtools.localcluster.faults import wait_for
+
+    stop(run)
+    if run.timeline is not None:
+        run.timeline.stop()
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, job_name)
+    wait_for(lambda: not cluster.core.list_namespaced_pod(NAMESPACE).items, JOB_TIMEOUT,
+             f"the pods of {job_name} gone")
+
+
 def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path,
             sidecar_only: bool = False) -> Run:
     """One scenario, from the job's creation to its deletion."""
-    from elastic_devtools.localcluster.faults import wait_for
 
     obj, job = load(fixtures / SCENARIOS[name])
     run = Run(name, cluster, env, obj, job, work / f"scenario-{name}", sidecar_only=sidecar_only)
@@ -606,11 +618,5 @@ def run_one(name: str, cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: 
         check_resumed(run, killed_at, newest, newest_bytes)
         finish(run, killed)
     finally:
-        stop(run)
-        if run.timeline is not None:
-            run.timeline.stop()
-        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
-                                                       job.metadata.name)
-        wait_for(lambda: not cluster.core.list_namespaced_pod(NAMESPACE).items, JOB_TIMEOUT,
-                 f"the pods of {job.metadata.name} gone")
+        tear_down(cluster, run, job.metadata.name)
     return run

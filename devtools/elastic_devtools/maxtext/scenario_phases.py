@@ -29,11 +29,9 @@ from typing import Any
 
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
-from elastic_api.names import GROUP, PLURAL, VERSION
 from elastic_api.phases import STOPPED_GRACE_SECONDS
 from elastic_devtools.maxtext.env import MaxTextEnv
 from elastic_devtools.maxtext.scenario import (
-    JOB_TIMEOUT,
     RUN_TIMEOUT,
     SCAN_TIMEOUT,
     Run,
@@ -44,9 +42,9 @@ from elastic_devtools.maxtext.scenario import (
     names_stop,
     say,
     start_head,
-    stop,
+    tear_down,
 )
-from elastic_devtools.maxtext.scenario_cluster import NAMESPACE, Cluster
+from elastic_devtools.maxtext.scenario_cluster import Cluster
 from elastic_devtools.maxtext.timeline import Sample
 
 FIXTURE = "scenario-evaluation.yaml"
@@ -163,7 +161,6 @@ def check_stop(run: Run, frozen: float) -> None:
 
 def run_evaluation(cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path,
                    sidecar_only: bool) -> Run:
-    from elastic_devtools.localcluster.faults import wait_for
 
     obj, job = load(fixtures / FIXTURE)
     if sidecar_only:  # an operator whose rule cannot see the evaluation must not end it
@@ -193,11 +190,5 @@ def run_evaluation(cluster: Cluster, env: MaxTextEnv, fixtures: Path, work: Path
         check_phases(run, seconds, ended)
         check_stop(run, stop_maxtext(run))
     finally:
-        stop(run)
-        if run.timeline is not None:
-            run.timeline.stop()
-        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL,
-                                                       job.metadata.name)
-        wait_for(lambda: not cluster.core.list_namespaced_pod(NAMESPACE).items, JOB_TIMEOUT,
-                 f"the pods of {job.metadata.name} gone")
+        tear_down(cluster, run, job.metadata.name)
     return run

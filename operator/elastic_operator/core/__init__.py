@@ -4,8 +4,8 @@ Every module of the core, one concern each, lowest first: a module imports only 
 listed above it (tests/unit/test_operator_layers.py checks both), so the list is also
 the order to read them in.
 
-- text: wording helpers shared by the messages of conditions and Events
-- events: the Kubernetes Events a status change implies, and their outbox in the status
+- wording: wording helpers shared by the messages of conditions and Events
+- status_events: the Kubernetes Events a status change implies, and their outbox in the status
 - setter: one condition found, or set with its transition rule (ConditionSetter)
 - parsing: the job and its stored status, read leniently
 - reported: the trainer's report, its figures held where they went back unexplained
@@ -19,28 +19,32 @@ the order to read them in.
 - wakes: which pod changes wake a job at once, and which wait for its progress interval
 - pools: node pools: where a slice runs, the spares, quarantine verdicts and releases
 - sliceview: one slice as every policy reads it (its newest pods, pool, Job, evidence)
+- inplace: restart in place or recreate: the table of what a slice failure's evidence
+  calls for
 - slices: slice health (Ready, Down, Restarting, Pending) and how it changed
 - hung: the trainer's requests to replace a hung or slow slice
 - failure: whether the job finished (Failed, Succeeded)
 - podsready: a MultiKueue job's PodsReady condition on the manager's Workload
 - plan: what a reconcile changes in the cluster, as typed actions
 - replacement: slice replacement: its records in the status, then its actions
-- budgets: the restart budgets in the status, and the JobSet ended once its own is spent
+- trainer_restarts: main restarts in its pod (a crash, a stall), and the head pod it runs in
+- budgets: the restart budgets in the status (main's restarts in place charged to the
+  JobSet's), and the JobSet ended once its own is spent
 - maintenance: maintenance ahead of time: notices, the checkpoint request, the move
 - topology: slices Kueue places by Topology-Aware Scheduling
 - unreported: the recovery of a trainer that reports no elastic events
 - recovery: the recovery record and the trainer process
-- goodput: what failures cost, from the trainer's accounting and our timeline
+- goodput_status: what failures cost, from the trainer's accounting and our timeline
 - stall_rule: which rule judges progress (the trainer's phase, or its steps), its verdict
 - stall_text: the words of Progressing and its Event for what that rule saw
-- progress: whether training advances (Progressing), and the restart a stall calls for
+- progressing: whether training advances (Progressing), and the restart a stall calls for
 - admission: where a queued job stands with Kueue (Admitted, status.admission)
 - eviction: Kueue's waitForPodsReady clock (EvictionPending)
 - dispatch: a job MultiKueue dispatches, as the manager cluster's operator sees it
-- checkpoint: what a checkpoint scan changes in status.checkpoint
-- restore: RestoreAtRisk: whether a restore can outgrow the Pathways proxy's memory
+- checkpoint_status: what a checkpoint scan changes in status.checkpoint
+- restore_at_risk: RestoreAtRisk: whether a restore can outgrow the Pathways proxy's memory
 - images: ImageDrift: a Pathways container running another build than its peers
-- conditions: one function per condition
+- condition_rules: one function per condition
 - ready: the Ready condition and the phase (a cascade)
 - pacing: which status writes may wait (progress only) and which are written at once
 - startover: when a reconcile in progress starts over instead of finishing

@@ -15,8 +15,8 @@ from typing import Any
 from elastic_api.names import JOBSET_GROUP, JOBSET_VERSION, KUEUE_GROUP, KUEUE_VERSION
 
 # What `make test` and `make test-compat` run (versions.env, versions-compat.env).
-TESTED_JOBSET = "v0.10.1 and v0.12.0"
-TESTED_KUEUE = "v0.17.0 and v0.19.2"
+TESTED_JOBSET = "v0.12.0"
+TESTED_KUEUE = "v0.19.2"
 REFUSED_REASON = "UnsupportedAPIVersion"
 
 

@@ -13,8 +13,9 @@ nodes earns one (docs/operations.md, "Who is to blame"):
 - Reported: the worker's own exit code or reason says the hardware failed, as the job's
   spec declares (spec.recovery.hardwareExitCodes, hardwareReasons; JobSet's
   onJobFailureReasons and xpk's --restart-on-exit-codes classify the same way).
-- Job: a container that exited on a healthy node. The job's own failure: it spends the
-  slice's restart budget and quarantines nothing.
+- Job: a container that exited on a healthy node (its pod failed, or the kubelet restarts
+  it in the pod). The job's own failure: it spends the slice's restart budget and
+  quarantines nothing.
 - Other: neither (a pod deleted or evicted, a host lost between two looks).
 
 The strongest evidence among a slice's broken hosts decides (Node, then Reported, Job,
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from elastic_api.conditions import Reason
 from elastic_api.models import Blame, RecoverySpec
 from elastic_api.names import OUT_OF_TPU, TPU_RESOURCE, UNEXPECTED_ADMISSION_ERROR
-from elastic_operator.observed import ObservedNode, ObservedPod
+from elastic_operator.objects import ObservedNode, ObservedPod
 
 # DisruptionTarget reasons of the node's lifecycle (not of an API client or the scheduler).
 NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
@@ -59,10 +60,6 @@ class Evidence:
     reason: str
     detail: str  # in words, for the status, the Events and the node's annotation
     node: str | None = None  # the node the evidence is about
-
-    @property
-    def against_pool(self) -> bool:
-        return self.blame in POOL_BLAMES
 
 
 def node_evidence(name: str, node: ObservedNode | None) -> Evidence | None:
@@ -98,6 +95,10 @@ def pod_evidence(pod: ObservedPod, nodes: Mapping[str, ObservedNode],
     if reported is not None:
         return Evidence("Reported", Reason.HARDWARE_FAILURE,
                         f"pod {pod.name} on {where} {reported}", pod.node_name)
+    if pod.restarting:
+        return Evidence("Job", Reason.CONTAINER_RESTARTING,
+                        f"pod {pod.name} {_exit(pod)} on healthy {where}, restarting in its "
+                        "pod", pod.node_name)
     if pod.failed and pod.status_reason != "Evicted":
         return Evidence("Job", Reason.POD_FAILED,
                         f"pod {pod.name} {_exit(pod)} on healthy {where}", pod.node_name)
@@ -152,8 +153,9 @@ def on_ready_node(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> bool:
 
 
 def broken(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> bool:
-    """A host's pod that is down: failed, going, or on a node that is not Ready."""
-    return pod.failed or pod.terminating or not on_ready_node(pod, nodes)
+    """A host's pod that is down: failed, going, restarting its containers, or on a node
+    that is not Ready."""
+    return pod.failed or pod.terminating or pod.restarting or not on_ready_node(pod, nodes)
 
 
 def slice_evidence(broken_hosts: Iterable[ObservedPod], nodes: Mapping[str, ObservedNode],

@@ -5,8 +5,10 @@ window. Pure.
 
 Where each budget is spent: a slice's restarts by slice replacement (its failures in
 slices[].recentFailures, core/replacement.py), the trainer restarts for stalls by
-core/progress.py (their times here, in stallRestarts.recent), the trainer's elastic
-events by the trainer (status.training.retryTimes), the JobSet's restarts here. The times
+core/progressing.py (their times here, in stallRestarts.recent), the trainer's elastic
+events by the trainer (status.training.retryTimes), the JobSet's restarts here, and with
+them main's restarts in place (a crash of the program restarts main in its head pod,
+core/trainer_restarts.py; once it cost a JobSet restart, and it counts as one). The times
 live in the status: a restarted operator goes on counting from them.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from elastic_api.budgets import Budget, Budgets, budgets_of
 from elastic_api.conditions import Reason
 from elastic_api.models import (
     BudgetStatus,
+    CountedMainRestarts,
     ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
     RestartBudgets,
@@ -26,9 +29,10 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
-from elastic_operator.core.events import StatusEvent
-from elastic_operator.core.plan import EndJobSet
-from elastic_operator.observed import ObservedPod
+from elastic_operator.core.plan import EndHeadJob
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.trainer_restarts import live_head
+from elastic_operator.objects import ObservedPod
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,19 @@ class Spending:
     jobset_restarts_now: int  # as the JobSet says (never fewer)
     stall_restarted: bool  # a trainer restart for a stall recorded in this reconcile
     terminal: bool  # the job finished: nothing is charged any more
+    # The running head pod whose main restarts in place: (its uid, main's restartCount).
+    head: tuple[str, int] | None = None
+    # A stall restart in place the operator asked for (status.progress.restart): (the
+    # pod's uid, main's restartCount when asked). Its restart is the stall budget's.
+    asked: tuple[str, int | None] | None = None
+
+
+def head_restarts(pods: Sequence[ObservedPod]) -> tuple[str, int] | None:
+    """The running head pod whose main restarts in place, and main's restartCount there."""
+    head = live_head(pods)
+    if head is None or not head.uid or not head.main_restarts_in_place:
+        return None
+    return head.uid, head.main.restart_count if head.main is not None else 0
 
 
 def recent_stall_restarts(previous: ElasticTrainingJobStatus) -> tuple[datetime, ...]:
@@ -55,11 +72,31 @@ def track_budgets(spec: ElasticTrainingJobSpec, previous: ElasticTrainingJobStat
     before = previous.budgets
     stall = _stalls(budgets.stall_restarts, before, previous.counters.stall_restarts,
                     spending, now)
-    jobset, events = _jobset(budgets, before, spending, now)
+    main, in_place = _main_restarts(before, spending)
+    jobset, events = _jobset(budgets, before, spending, in_place, main.total if main else 0,
+                             now)
     return RestartBudgets(
         slice_restarts=_slices(budgets.slice_restarts, slices, now),
         elastic_retries=_retries(budgets.elastic_retries, previous.training, now),
-        stall_restarts=stall, jobset_restarts=jobset), events
+        stall_restarts=stall, jobset_restarts=jobset, main_restarts=main), events
+
+
+def _main_restarts(before: RestartBudgets | None, spending: Spending,
+                   ) -> tuple[CountedMainRestarts | None, int]:
+    """main's restarts in place as now counted, and how many of them are new (not charged
+    yet): its restartCount above the count charged for the same pod (all of a new pod's)."""
+    counted = before.main_restarts if before is not None else None
+    if spending.head is None:
+        return counted, 0
+    uid, count = spending.head
+    charged = counted.restarts if counted is not None and counted.pod_uid == uid else 0
+    new = 0 if spending.terminal else max(0, count - charged)
+    if new and spending.asked is not None and spending.asked[0] == uid \
+            and spending.asked[1] is not None and charged <= spending.asked[1] < count:
+        new -= 1  # the restart the operator asked for a stall: not a crash
+    total = (counted.total if counted is not None else 0) + new
+    return CountedMainRestarts(pod_uid=uid, restarts=max(count, charged), total=total), new
+
 
 
 def _status(budget: Budget, used: int, recent: Sequence[datetime] = (),
@@ -117,32 +154,43 @@ def _stalls(budget: Budget, before: RestartBudgets | None, total: int, spending:
 
 
 def _jobset(budgets: Budgets, before: RestartBudgets | None, spending: Spending,
+            in_place: int, in_place_total: int,
             now: datetime) -> tuple[BudgetStatus, list[StatusEvent]]:
-    """The JobSet's restarts, each charged when first seen (several at once when the
-    operator was away: each at the time seen, which counts them sooner, never later). A
-    count over the whole run is JobSet's own: nothing to charge."""
+    """The JobSet's restarts and main's restarts in place (`in_place` new ones, of
+    `in_place_total` over the run), each charged when first seen (several at once when
+    the operator was away: each at the time seen, which counts them sooner, never later).
+    A count over the whole run is JobSet's own, plus main's restarts in place."""
     budget = budgets.jobset_restarts
     previous = before.jobset_restarts if before is not None else None
     times = list(previous.recent) if previous is not None else []
     spent_at = previous.spent_at if previous is not None else None
     new = max(0, spending.jobset_restarts_now - spending.jobset_restarts_before)
     last_at = now if new else (previous.last_at if previous is not None else None)
-    if budget.window_seconds is None:
-        return _status(budget, spending.jobset_restarts_now, (), spent_at,
-                       last_at=last_at), []
     events: list[StatusEvent] = []
-    for _ in range(0 if spending.terminal else new):
+    if budget.window_seconds is None:
+        used = spending.jobset_restarts_now + in_place_total
+        if in_place and used > budget.allowed and spent_at is None:
+            spent_at = now
+            events.append(_spent_event(used, in_place_total, budget, "over the run"))
+        return _status(budget, used, (), spent_at, last_at=last_at), events
+    for _ in range(0 if spending.terminal else new + in_place):
         charge = budget.charge(0, times, now)
         times = list(charge.recent)
         if not charge.allowed and spent_at is None:
             spent_at = now
-            events.append(StatusEvent(
-                reason=Reason.MAX_RESTARTS_EXCEEDED, type="Warning",
-                message=f"the JobSet restarted {charge.used} times within "
-                        f"{_since(times, now)} (allowed: {budget.describe()}): a crash "
-                        "loop; ending it (its head Job's deadline), the job fails"))
+            events.append(_spent_event(charge.used, in_place_total, budget,
+                                       f"within {_since(times, now)}"))
     recent = budget.recent(times, now)
     return _status(budget, len(recent), recent, spent_at, last_at=last_at), events
+
+
+def _spent_event(used: int, in_place: int, budget: Budget, when: str) -> StatusEvent:
+    of = f" (main's restarts in place among them: {in_place} in the run)" if in_place else ""
+    return StatusEvent(
+        reason=Reason.MAX_RESTARTS_EXCEEDED, type="Warning",
+        message=f"the program restarted {used} times {when}{of} (allowed: "
+                f"{budget.describe()}): a crash loop; ending it (its head Job's deadline), "
+                "the job fails")
 
 
 def _since(times: Sequence[datetime], now: datetime) -> str:
@@ -150,18 +198,19 @@ def _since(times: Sequence[datetime], now: datetime) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def plan_end_jobset(namespace: str, jobset: str, status: ElasticTrainingJobStatus,
-                    head_pods: Sequence[ObservedPod]) -> EndJobSet | None:
-    """End the JobSet (its head Job) once its restart budget is spent within its window,
-    level-based: planned while the budget says spent and a head pod names its Job."""
+def plan_end_head(namespace: str, jobset: str, status: ElasticTrainingJobStatus,
+                  head_pods: Sequence[ObservedPod]) -> EndHeadJob | None:
+    """End the JobSet (its head Job) once its restart budget is spent, level-based:
+    planned while the budget says spent and a head pod runs. A count over the whole run
+    that the JobSet's restarts alone reached is JobSet's own to enforce: not planned."""
     budgets = status.budgets
     spent = budgets.jobset_restarts if budgets is not None else None
-    if spent is None or spent.spent_at is None or spent.window_seconds is None:
+    in_place = budgets.main_restarts.total if budgets and budgets.main_restarts else 0
+    if spent is None or spent.spent_at is None or (spent.window_seconds is None
+                                                    and not in_place):
         return None
-    heads = [p for p in head_pods if p.job_uid and p.replicated_job == HEAD_REPLICATED_JOB
-             and not p.terminating]
-    if not heads:
+    head = live_head(head_pods)
+    if head is None or not head.job_uid:
         return None
-    newest = max(heads, key=lambda p: (p.created_at is not None, p.created_at or 0, p.name))
-    return EndJobSet(namespace, child_job_name(jobset, HEAD_REPLICATED_JOB, 0),
-                     newest.job_uid or "", spent.used)
+    return EndHeadJob(namespace, child_job_name(jobset, HEAD_REPLICATED_JOB, 0),
+                      head.job_uid, spent.used, in_place)

@@ -28,12 +28,12 @@ from elastic_api.conditions import ConditionType, Phase, Reason
 from elastic_api.models import AdmissionStatus, ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_api.queueing import ADMITTED, WORKLOAD_ADMITTED
 from elastic_operator.core.admission import decide_admission
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.redispatch import redispatch_allowed, suspended_after_loss
 from elastic_operator.core.setter import ConditionSetter, get_condition
-from elastic_operator.core.text import iso
-from elastic_operator.observed import ObservedWorkerCluster, ObservedWorkload
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import iso
+from elastic_operator.objects import ObservedWorkerCluster, ObservedWorkload
 
 
 def dispatched(workload: ObservedWorkload | None, previous: ElasticTrainingJobStatus) -> bool:

@@ -32,10 +32,10 @@ from elastic_api.queueing import (
     WORKLOAD_ADMITTED,
     WORKLOAD_PODS_READY,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.setter import ConditionSetter
-from elastic_operator.core.text import duration, iso
-from elastic_operator.observed import ObservedWorkload
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import duration, iso
+from elastic_operator.objects import ObservedWorkload
 
 # Kueue's defaults (apis/config/v1beta2/defaults.go): timeout 30 min, recoveryTimeout
 # the same.

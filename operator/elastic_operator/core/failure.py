@@ -14,11 +14,11 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_api.names import HEAD_REPLICATED_JOB
-from elastic_operator.core.events import StatusEvent
+from elastic_api.names import HEAD_REPLICATED_JOB, JOBSET_FAIL_JOBSET_MESSAGE, child_job_name
 from elastic_operator.core.setter import ConditionSetter
-from elastic_operator.core.text import fmt_slices
-from elastic_operator.observed import Observed, ObservedJobSet
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import fmt_slices
+from elastic_operator.objects import Observed, ObservedJobSet
 
 
 @dataclass(frozen=True)
@@ -86,22 +86,27 @@ def trainer_failure(report: TrainingReport | None) -> Failure | None:
 def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
                    slices: list[SliceStatus] | None = None,
                    budgets: RestartBudgets | None = None) -> Failure | None:
-    """The JobSet failed: its restart budget ran out (JobSet's count over the run, or
-    the operator's per window: `budgets`, the status's), or the head failed; led by the
-    slices whose own restart budget was spent (`slices`: the status's), as they caused it."""
+    """The JobSet failed: its restart budget ran out (JobSet's count over the run, or the
+    operator's: per window, or with main's restarts in place; `budgets`, the status's), or
+    the head failed; led by the slices whose own restart budget was spent (`slices`: the
+    status's), as they caused it."""
     jobset = observed.jobset
     if jobset is None or jobset.terminal_state != "Failed":
         return None
     budget = budgets_of(spec).jobset_restarts
-    windowed = budgets.jobset_restarts if budgets is not None else None
+    counted = budgets.jobset_restarts if budgets is not None else None
+    in_place = budgets.main_restarts.total if budgets and budgets.main_restarts else 0
     head = next((r for r in jobset.replicated_jobs if r.name == HEAD_REPLICATED_JOB), None)
     head_pod_failed = any(p.replicated_job == HEAD_REPLICATED_JOB and p.failed
                           for p in observed.pods)
     message = f"JobSet {jobset.name} failed after {jobset.restarts} restarts"
-    if windowed is not None and windowed.spent_at is not None:
+    if in_place:
+        message += f" and {in_place} of main in place"
+    if (counted is not None and counted.spent_at is not None) or _ended_head(jobset):
         reason = Reason.MAX_RESTARTS_EXCEEDED
-        message += (f", {windowed.used} of them {budget.span()}: a crash loop (allowed: "
-                    f"{budget.describe()})")
+        used = counted.used if counted is not None else jobset.restarts + in_place
+        message += (f", {used} of them {budget.span()}: a crash loop (allowed: "
+                    f"{budget.describe()}); the operator ended the head Job")
     else:
         reason = Reason.JOBSET_FAILED
         if head_pod_failed or (head is not None and head.failed > 0):
@@ -112,6 +117,16 @@ def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
     if jobset.failed_message:
         message += f": {jobset.failed_message}"
     return Failure(reason, _budget_spent(spec, slices or []) + message)
+
+
+def _ended_head(jobset: ObservedJobSet) -> bool:
+    """JobSet's message names its FailJobSet rule's action on the head Job: the operator
+    ended it for the budget (the one such rule rendered, elastic_api.names
+    JOBSET_BUDGET_RULE), though the status no longer says so (written by a release that
+    kept no budgets)."""
+    said = jobset.failed_message or ""
+    return JOBSET_FAIL_JOBSET_MESSAGE in said and \
+        child_job_name(jobset.name, HEAD_REPLICATED_JOB, 0) in said
 
 
 def _budget_spent(spec: ElasticTrainingJobSpec, slices: list[SliceStatus]) -> str:

@@ -33,10 +33,10 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_operator.core.blame import Evidence
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.slices import HeldDown
 from elastic_operator.core.sliceview import SliceView, SliceViews
-from elastic_operator.core.text import fmt_slices
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import fmt_slices
 
 # The slice reasons of a trainer's request (any other reason a newer trainer gives is
 # taken as a hang).

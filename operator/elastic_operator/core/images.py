@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import Condition, ElasticTrainingJobSpec
 from elastic_api.names import COLOCATED_PYTHON_CONTAINER, RM_CONTAINER, WORKER_CONTAINER
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.setter import ConditionSetter
-from elastic_operator.core.text import fmt_slices
-from elastic_operator.observed import Observed, ObservedPod
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import fmt_slices
+from elastic_operator.objects import Observed, ObservedPod
 
 # (the image's spec field, who runs it on the head, who on the workers)
 _IMAGES = (("spec.pathways.images.server", RM_CONTAINER, WORKER_CONTAINER),

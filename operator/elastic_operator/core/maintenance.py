@@ -33,12 +33,12 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.pools import pools_in_use, spare_pools
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.sliceview import SliceViews
-from elastic_operator.core.text import fmt_slices, iso
-from elastic_operator.observed import Observed, ObservedNode
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import fmt_slices, iso
+from elastic_operator.objects import Observed, ObservedNode
 
 OPEN_PHASES = ("Requested", "Acknowledged", "Moving")
 

@@ -24,7 +24,7 @@ from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.ownership import owned, owned_by_another
 from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
 from elastic_operator.core.redispatch import evicted_for_lost_worker, redispatch_allowed
-from elastic_operator.observed import ObservedJobSet, ObservedWorkload, QuarantineCause
+from elastic_operator.objects import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,24 @@ class FailWorkerJob:
 
 
 @dataclass(frozen=True)
+class EndHeadJob:
+    """The JobSet's restart budget is spent (elastic_api.budgets; core/budgets.py): by
+    the JobSet's restarts within its window, or by main's restarts in place with them. Set
+    the head Job's activeDeadlineSeconds to 0 (uid precondition); the Job fails
+    (DeadlineExceeded) and the JobSet's failure-policy rule for it
+    (elastic_api.names.JOBSET_BUDGET_RULE, render.failure_policy) fails the JobSet, which
+    restarts it no more."""
+
+    namespace: str
+    name: str
+    uid: str
+    restarts: int  # the restarts that count against the budget now
+    in_place: int  # of the run's, main's restarts in place
+
+
+@dataclass(frozen=True)
 class RestartTrainer:
-    """Restart a stalled trainer (core/progress.py): let the head Job replace one more
+    """Restart a stalled trainer (core/progressing.py): let the head Job replace one more
     failed pod (its backoffLimit raised to its failures + 1, uid precondition), then
     delete the head pod (uid precondition); the Job makes a new one. The JobSet, the
     workers and the JobSet's restart budget are untouched."""
@@ -193,21 +209,8 @@ class RestartTrainer:
     step: int | None
 
 
-@dataclass(frozen=True)
-class EndJobSet:
-    """The JobSet restart budget is spent within its window (elastic_api.budgets): end
-    the head Job by its deadline (activeDeadlineSeconds 0, uid precondition); the
-    JobSet's failurePolicy rule for the head's DeadlineExceeded fails the JobSet
-    (render.failure_policy), which restarts it no more."""
-
-    namespace: str
-    head_job: str
-    job_uid: str
-    restarts: int  # the JobSet restarts counted within the window
-
-
 ReplacementAction = (DeleteWorkerJob | ForceDeletePod | QuarantinePool | ReleasePool
-                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer | EndJobSet)
+                     | LowerBackoffLimit | FailWorkerJob | RestartTrainer | EndHeadJob)
 
 
 @dataclass(frozen=True)

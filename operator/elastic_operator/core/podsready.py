@@ -25,8 +25,8 @@ from elastic_api.queueing import (
     WORKLOAD_REQUEUED,
 )
 from elastic_operator.core.failure import is_terminal
-from elastic_operator.core.text import iso
-from elastic_operator.observed import ObservedWorkload
+from elastic_operator.core.wording import iso
+from elastic_operator.objects import ObservedWorkload
 
 # The reason of Kueue's PodsReady condition when True.
 PODS_READY = "PodsReady"

@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 from elastic_api.conditions import Reason
 from elastic_api.models import PoolFailure, PoolStatus, RecoverySpec, SliceStatus
 from elastic_operator.core.blame import JOB_EVIDENCE_REASONS, NODE_EVIDENCE_REASONS, Evidence
-from elastic_operator.core.text import fmt_slices, plural
-from elastic_operator.observed import ObservedNode, ObservedPod, ObservedPool
+from elastic_operator.core.wording import fmt_slices, plural
+from elastic_operator.objects import ObservedNode, ObservedPod, ObservedPool
 
 # Pools named in a NoHealthyPool message (the rest are counted).
 MAX_POOLS_LISTED = 8
@@ -55,9 +55,9 @@ def pools_in_use(slices: list[SliceStatus]) -> set[str]:
 
 def refusal(pool: ObservedPool, slices: list[SliceStatus], waiting: set[int]) -> str | None:
     """Why a slice waiting for a pool cannot take this one (None: it could)."""
-    mine = [s.index for s in slices if s.pool == pool.name and s.index not in waiting]
-    if mine:
-        return f"runs {fmt_slices(mine)} of this job"
+    own = [s.index for s in slices if s.pool == pool.name and s.index not in waiting]
+    if own:
+        return f"runs {fmt_slices(own)} of this job"
     if pool.used_by_others:
         return "runs pods of another job"
     if pool.quarantined is not None:
@@ -142,10 +142,10 @@ def _recent(pools: list[PoolStatus], blame: str, horizon: datetime) -> set[str]:
 
 
 def quarantine_verdict(
-    evidence: Evidence, pool: str, mine: list[PoolStatus], observed: ObservedPool | None,
+    evidence: Evidence, pool: str, own: list[PoolStatus], observed: ObservedPool | None,
     recovery: RecoverySpec, now: datetime,
 ) -> Verdict | None:
-    """Whether the failure on `pool` calls for its quarantine (`mine`: this job's
+    """Whether the failure on `pool` calls for its quarantine (`own`: this job's
     status.pools, this failure in it already). Evidence against the nodes does; the
     job's own report does unless it came from another pool too (the fault follows the
     job); an exit on a healthy node does only when slices of enough different jobs
@@ -154,10 +154,10 @@ def quarantine_verdict(
     if evidence.blame == "Node":
         return Verdict(evidence.reason, evidence.detail)
     if evidence.blame == "Reported":
-        if _recent(mine, "Reported", horizon) - {pool}:
+        if _recent(own, "Reported", horizon) - {pool}:
             return None
         return Verdict(Reason.HARDWARE_FAILURE, evidence.detail)
-    if evidence.blame != "Job" or len(_recent(mine, "Job", horizon) | {pool}) > 1:
+    if evidence.blame != "Job" or len(_recent(own, "Job", horizon) | {pool}) > 1:
         return None
     others = sorted({m.job for m in (observed.failures_of_others if observed else ())
                      if m.at > horizon and m.pools <= 1})
@@ -172,7 +172,7 @@ def quarantine_verdict(
                    tuple(others))
 
 
-def withdrawn(pool: ObservedPool, me: str, mine: list[PoolStatus], recovery: RecoverySpec,
+def withdrawn(pool: ObservedPool, me: str, own: list[PoolStatus], recovery: RecoverySpec,
               now: datetime) -> str | None:
     """Why a quarantine resting on this job's failures no longer holds (None: it does):
     the job's failures of that kind now come from other pools too: they follow the job."""
@@ -182,7 +182,7 @@ def withdrawn(pool: ObservedPool, me: str, mine: list[PoolStatus], recovery: Rec
         return None
     blame = "Reported" if pool.quarantined == Reason.HARDWARE_FAILURE else "Job"
     horizon = now - timedelta(seconds=recovery.quarantine_window_seconds)
-    elsewhere = sorted(_recent(mine, blame, horizon) - {pool.name})
+    elsewhere = sorted(_recent(own, blame, horizon) - {pool.name})
     if not elsewhere:
         return None
     return (f"its evidence is withdrawn: {me}'s failures follow the job to "

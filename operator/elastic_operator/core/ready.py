@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from elastic_api.conditions import Phase, Reason
 from elastic_api.models import ConditionStatus
-from elastic_operator.core.text import fmt_slices
+from elastic_operator.core.wording import fmt_slices
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,8 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.queueing import caused_by_eviction
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.slices import SliceChange
-from elastic_operator.core.text import fmt_slices, iso, plural
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.unreported import (
     TrainerSignals,
     close_by_operator,
@@ -38,6 +37,7 @@ from elastic_operator.core.unreported import (
     unconfirmed_message,
     waiting_message,
 )
+from elastic_operator.core.wording import fmt_slices, iso, plural
 
 
 @dataclass(frozen=True)

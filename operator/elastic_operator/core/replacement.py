@@ -44,9 +44,10 @@ from elastic_api.models import (
     SliceReplacement,
     SliceStatus,
 )
+from elastic_api.models import ReplacementAction as RecordAction
 from elastic_api.names import worker_job_name
+from elastic_operator.core import inplace
 from elastic_operator.core.blame import Evidence, on_ready_node
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.hung import REQUESTED_REASONS, reported_evidence
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
@@ -68,8 +69,9 @@ from elastic_operator.core.pools import (
 )
 from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.sliceview import SliceView, SliceViews, slice_views
-from elastic_operator.core.text import plural
-from elastic_operator.observed import (
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import plural
+from elastic_operator.objects import (
     Observed,
     ObservedJob,
     ObservedJobSet,
@@ -127,9 +129,12 @@ def track_replacements(
             if _restarted_with_jobset(view, observed.jobset, jobset_restarted_at, now):
                 charge = Charge(True, 0, tuple(recent))  # not the slice's failure
             recent = list(charge.recent)
-            record = _new_record(spec, s, view, from_pool, evidence, now, charge)
+            row = inplace.decide(_failure(s, view, evidence, change), spec.recovery)
+            record = _new_record(spec, s, view, from_pool, evidence, now, row, charge)
             if record is not None:
-                events.append(_record_event(spec, s, record, budget, charge))
+                events.append(_record_event(spec, s, record, row, budget, charge))
+        elif record is not None and record.action == "RestartInPlace":
+            record, last = _in_place(spec, s, view, record, last, pool, now, events, budget)
         elif record is not None and s.state == "Ready" and (
                 _on_new_job(record, view) or _healed_in_time(spec, record, now)):
             # Ready again: on a new Job (replaced, moved), or on the same one before the
@@ -154,13 +159,26 @@ def track_replacements(
     return Tracked(slices=out, pools=pools, events=events)
 
 
+def _failure(s: SliceStatus, view: SliceView, evidence: Evidence,
+             change: SliceChange) -> inplace.Failure:
+    """What the restart-in-place decision reads of the slice's failure."""
+    quarantined = any(n.quarantined for n in view.nodes.values()
+                      if n.name in {p.node_name for p in view.broken or view.newest})
+    return inplace.Failure(evidence=evidence, reason=s.reason or "", broken=view.broken,
+                           pool_quarantined=quarantined,
+                           restarted_unseen=change.restarted_unseen)
+
+
 def _new_record(spec: ElasticTrainingJobSpec, s: SliceStatus, view: SliceView,
                 from_pool: str | None, evidence: Evidence, now: datetime,
-                charge: Charge) -> SliceReplacement | None:
-    """Replace the slice, or give up on it once its failure is past its budget."""
+                row: inplace.Row, charge: Charge) -> SliceReplacement | None:
+    """Restart the slice in place or replace it, or give up on it once its failure is
+    past its budget (a restart in place counts as a replacement does)."""
     if not spec.recovery.replace_slices:
         return None
-    action = "Replace" if charge.allowed else "GiveUp"
+    action: RecordAction = "RestartInPlace" if row.in_place else "Replace"
+    if not charge.allowed:
+        action = "GiveUp"
     return SliceReplacement(action=action, reason=s.reason or Reason.SLICE_DOWN,
                             job_uid=view.failed_job_uid, from_pool=from_pool,
                             requested_at=now, blame=evidence.blame,
@@ -187,6 +205,52 @@ def _restarted_with_jobset(view: SliceView, jobset: ObservedJobSet | None,
     return not live and restarted_at is not None and now - restarted_at <= JOBSET_TEARDOWN
 
 
+def _in_place(spec: ElasticTrainingJobSpec, s: SliceStatus, view: SliceView,
+              record: SliceReplacement, last: ReplacementRecord | None, pool: str | None,
+              now: datetime, events: list[StatusEvent], budget: Budget,
+              ) -> tuple[SliceReplacement | None, ReplacementRecord | None]:
+    """A slice restarting in place: Ready again (done, once); or recreated from now on,
+    once, when it is not back within the deadline or when what its pods show now calls
+    for it (its node went NotReady, a pod ended: nothing is left to wait for). A host
+    whose container runs again, not Ready yet, shows nothing: it is waited for."""
+    if s.state == "Ready":
+        done = _restarted_record(record, pool, now)
+        events.append(_restarted_event(s.index, done))
+        return None, done
+    if inplace.timed_out(record, spec.recovery, now):
+        record = _recreate_from_now(record, now)
+        events.append(_timed_out_event(s, record, spec))
+        return record, last
+    evidence = view.evidence(spec.recovery)
+    row = inplace.decide(inplace.Failure(evidence=evidence, reason=s.reason or "",
+                                         broken=view.broken), spec.recovery)
+    if view.broken and not row.in_place:
+        record = _recreate_from_now(record, now, evidence)
+        counted = Charge(True, budget.used(s.restarts, s.recent_failures, now),
+                         tuple(s.recent_failures))  # charged when it first failed
+        events.append(_record_event(spec, s, record, row, budget, counted))
+    return record, last
+
+
+def _recreate_from_now(record: SliceReplacement, now: datetime,
+                       evidence: Evidence | None = None) -> SliceReplacement:
+    """A restart in place that did not bring the slice back: the Job it names is
+    recreated (Replace) from now on, the recreation's time counted from now, on the
+    evidence that now calls for it, if any."""
+    update: dict[str, object] = {"action": "Replace", "requested_at": now}
+    if evidence is not None:
+        update.update(reason=evidence.reason, blame=evidence.blame, evidence=evidence.detail)
+    return record.model_copy(update=update)
+
+
+def _restarted_record(record: SliceReplacement, pool: str | None,
+                      now: datetime) -> ReplacementRecord:
+    return ReplacementRecord(
+        action="RestartInPlace", reason=record.reason, requested_at=record.requested_at,
+        ready_at=now, seconds=round((now - record.requested_at).total_seconds(), 3),
+        from_pool=record.from_pool, to_pool=pool, blame=record.blame)
+
+
 def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
                     now: datetime) -> bool:
     """Ready again on the Job the record names, which the operator has not touched: a
@@ -206,10 +270,15 @@ def _on_new_job(record: SliceReplacement, view: SliceView) -> bool:
 
 
 def _record_event(spec: ElasticTrainingJobSpec, s: SliceStatus, record: SliceReplacement,
-                  budget: Budget, charge: Charge) -> StatusEvent:
+                  row: inplace.Row, budget: Budget, charge: Charge) -> StatusEvent:
     where = f" on node pool {record.from_pool}" if record.from_pool else ""
     if record.blame is not None:
         where += f" ({_BLAME_WORDS[record.blame]}: {record.evidence})"
+    if record.action == "RestartInPlace":
+        return StatusEvent(
+            reason=Reason.SLICE_RESTARTING_IN_PLACE, type="Normal", slice_index=s.index,
+            message=f"slice {s.index} failed{where} ({record.reason}); its pods restart "
+                    f"where they stand ({row.case}: {row.why}) ({_count(budget, charge)})")
     tas = spec.tpu.topology_aware
     domain = f" in its {tas.slice_level} domain{f' {s.domain}' if s.domain else ''} (Kueue " \
         "keeps a slice where it placed it)" if tas is not None else ""
@@ -223,12 +292,35 @@ def _record_event(spec: ElasticTrainingJobSpec, s: SliceStatus, record: SliceRep
                     f"spent ({plural(charge.used, 'failure')} {budget.span()}; allowed: "
                     f"{budget.describe()}); not replaced again: {how} so that JobSet's "
                     "failurePolicy applies")
-    count = f"restart {charge.used} of {budget.allowed} {budget.span()}" if charge.used \
-        else "with the JobSet's restart: no slice budget spent"
     return StatusEvent(
         reason=Reason.SLICE_REPLACING, type="Normal", slice_index=s.index,
         message=f"slice {s.index} failed{where} ({record.reason}); recreating its worker "
-                f"Job{domain} ({count})")
+                f"Job{domain} ({row.case}: {row.why}) ({_count(budget, charge)})")
+
+
+def _count(budget: Budget, charge: Charge) -> str:
+    """Where the failure leaves the slice's restart budget, in words."""
+    if not charge.used:
+        return "with the JobSet's restart: no slice budget spent"
+    return f"restart {charge.used} of {budget.allowed} {budget.span()}"
+
+
+def _timed_out_event(s: SliceStatus, record: SliceReplacement,
+                     spec: ElasticTrainingJobSpec) -> StatusEvent:
+    row = inplace.BY_CASE["InPlaceTimedOut"]
+    return StatusEvent(
+        reason=Reason.IN_PLACE_RESTART_TIMED_OUT, type="Warning", slice_index=s.index,
+        message=f"slice {s.index} is not Ready {spec.recovery.in_place_deadline_seconds} s "
+                f"after its pods began restarting in place ({s.reason}): recreating its "
+                f"worker Job ({row.why})")
+
+
+def _restarted_event(index: int, last: ReplacementRecord) -> StatusEvent:
+    where = f" on node pool {last.to_pool}" if last.to_pool else ""
+    return StatusEvent(reason=Reason.SLICE_RESTARTED_IN_PLACE, type="Normal",
+                       slice_index=index, downtime_seconds=last.seconds,
+                       message=f"slice {index} restarted in place and Ready {last.seconds:.1f} "
+                               f"s after the operator decided so, its pods kept{where}")
 
 
 def _replaced_event(index: int, last: ReplacementRecord) -> StatusEvent:
@@ -354,6 +446,9 @@ def _record_steps(ctx: _Planning, s: SliceStatus, view: SliceView,
     job = ctx.observed.jobs.get(s.index)
     if record is None or job is None or not _live(job, record):
         return _SliceSteps()  # nothing to do, or done already (or JobSet's own restart)
+    if record.action == "RestartInPlace":  # the kubelet's to do; wake at its deadline
+        due = inplace.due_in(record, ctx.spec.recovery, ctx.now)
+        return _SliceSteps(waits=(due,) if due is not None else ())
     if record.action in ("Replace", "Move"):
         return _replace(ctx, s, record, job, view, spares)
     if record.action == "GiveUp" and job.finished is None:
@@ -401,7 +496,7 @@ def _replace(ctx: _Planning, s: SliceStatus, record: SliceReplacement, job: Obse
 def _quarantine(ctx: _Planning, record: SliceReplacement, view: SliceView,
                 pool: ObservedPool, slice_index: int) -> QuarantinePool | None:
     """The quarantine of the failed slice's pool, if the evidence calls for one. A pool
-    partly labelled (a leader died in the replacer's label loop) is labelled in full
+    partly labelled (a leader died while labelling it) is labelled in full
     first, for the label's reason and cause: counted as quarantined, it would not be
     planned again, and the recreated slice would land on its unlabelled nodes short of
     room for its last pods."""

@@ -32,9 +32,9 @@ from elastic_api.conditions import ConditionType, Reason
 from elastic_api.crd import build_crd
 from elastic_api.models import Condition, ConditionStatus
 from elastic_api.names import SCHEMA_HASH_ANNOTATION, SCHEMA_REVISION_ANNOTATION, VERSION
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.patch import TRAINERS
 from elastic_operator.core.setter import set_condition
+from elastic_operator.core.status_events import StatusEvent
 
 CURRENT: Final = "current"
 NEWER: Final = "newer"

@@ -24,11 +24,11 @@ from typing import Any
 
 from elastic_api.conditions import Reason
 from elastic_api.models import SliceState, SliceStatus
-from elastic_operator.core.counting import JobCount, next_counted, unseen
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core.counting import JobCount, next_counted, unseen, unseen_restarts
 from elastic_operator.core.sliceview import HostView, SliceView, SliceViews
-from elastic_operator.core.text import first_of
-from elastic_operator.observed import Observed, ObservedJob
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import first_of
+from elastic_operator.objects import Observed, ObservedJob
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class SliceChange:
     failed_at: datetime | None
     message: str
     planned: bool = False  # went down because the operator moves it (not a failure)
+    # Counted from restart counts no look saw (its pods restarted in place and are back).
+    restarted_unseen: bool = False
 
     @property
     def failed(self) -> bool:
@@ -182,13 +184,19 @@ def slice_status(
                              planned=planned)
     elif verdict.state == "Ready" and prev_state in ("Down", "Restarting"):
         change = SliceChange(index, False, True, None, "")
-    missed = unseen(prev, count, verdict.state) if change is None or not change.went_down \
-        else 0
-    if missed and count is not None:  # a failure no look saw: the Job counted it
-        verdict = _Verdict("Down", Reason.HOST_LOST, _missed_message(seen, count, missed),
+    looked = change is None or not change.went_down
+    missed = unseen(prev, count, verdict.state) if looked else 0
+    restarted = unseen_restarts(prev, count, verdict.state) if looked and not missed else 0
+    if (missed or restarted) and count is not None:  # a failure no look saw: counted
+        reason = Reason.HOST_LOST if missed else Reason.CONTAINER_RESTARTING
+        message = _missed_message(seen, count, missed) if missed \
+            else _restarted_message(seen, count, restarted)
+        verdict = _Verdict("Down", reason, message,
                            verdict.failed_at if verdict.state == "Down" else None)
         restarts += 1
-        change = SliceChange(index, True, False, verdict.failed_at, verdict.message)
+        change = SliceChange(index, True, False, verdict.failed_at, verdict.message,
+                             restarted_unseen=not missed)
+        missed = missed or restarted
     counted = next_counted(prev, count, verdict.state,
                            counted_now=change is not None and change.failed,
                            failed_job=_down_job(hosts))
@@ -248,6 +256,13 @@ def _missed_message(seen: SliceSeen, count: JobCount, missed: int) -> str:
             f"{'pod' if missed == 1 else 'pods'} no look saw (replaced before seen)")
 
 
+def _restarted_message(seen: SliceSeen, count: JobCount, restarted: int) -> str:
+    name = seen.job.name if seen.job is not None else count.uid
+    return (f"pods of worker Job {name} restarted {restarted} "
+            f"{'container' if restarted == 1 else 'containers'} in place that no look saw "
+            "(back before seen)")
+
+
 def _down_job(hosts: Sequence[HostView]) -> str | None:
     """The Job of the slice's down hosts' pods, if any says."""
     return next((h.pod.job_uid for h in hosts if h.down_reason and h.pod.job_uid), None)
@@ -266,8 +281,8 @@ def _failed_job_torn_down(hosts: Sequence[HostView], prev: SliceStatus | None,
     collector deletes its pods only after it), and a pod of another Job going down. A
     GiveUp's Job fails as the operator made it (backoffLimit 0)."""
     record = prev.replacement if prev is not None else None
-    if record is None or record.action == "Move" or record.job_uid is None:
-        return False
+    if record is None or record.action in ("Move", "RestartInPlace") or record.job_uid is None:
+        return False  # nothing tears a restarting Job down
     own = job if job is not None and job.uid == record.job_uid else None
     if record.action == "Replace" and own is not None and not own.deleting:
         return False

@@ -21,7 +21,7 @@ from elastic_api.conditions import Reason
 from elastic_api.models import RecoverySpec
 from elastic_operator.core.blame import Evidence, broken, slice_evidence
 from elastic_operator.core.pools import pod_pool, slice_pool
-from elastic_operator.observed import Observed, ObservedNode, ObservedPod
+from elastic_operator.objects import Observed, ObservedNode, ObservedPod
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
@@ -66,9 +66,11 @@ class HostView(NamedTuple):
 
 def host_view(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> HostView:
     node = nodes.get(pod.node_name or "")
+    label = f"host {pod.host_index} (pod {pod.name})"
+    if pod.restarting and node is not None and node.ready:
+        return _restarting_host(pod, label)
     if not (pod.terminating or pod.failed) and (node is None or node.ready):
         return HostView(pod.host_index, pod, None, None, None, pod.ready)  # healthy
-    label = f"host {pod.host_index} (pod {pod.name})"
     if pod.terminated_by_kueue:
         # Kueue's node replacement, not a failure: the node it assigned the pod to is
         # unhealthy (that failure was seen, on the pods that ran there), and the Job
@@ -93,6 +95,14 @@ def host_view(pod: ObservedPod, nodes: Mapping[str, ObservedNode]) -> HostView:
         failed_at = pod.ready_transition_time
     return HostView(pod.host_index, pod, Reason.NODE_NOT_READY,
                     f"{label}: node {node.name} is NotReady", failed_at, False)
+
+
+def _restarting_host(pod: ObservedPod, label: str) -> HostView:
+    """A container of the pod exited and the kubelet runs it again in the same pod."""
+    code = f" with code {pod.terminated_exit_code}" if pod.terminated_exit_code else ""
+    return HostView(pod.host_index, pod, Reason.CONTAINER_RESTARTING,
+                    f"{label}: its container exited{code}, restarting in its pod",
+                    pod.failure_started_at or pod.ready_transition_time, False)
 
 
 def _failed_host(pod: ObservedPod, label: str) -> HostView:

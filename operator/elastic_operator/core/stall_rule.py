@@ -1,5 +1,5 @@
 """Which rule judges whether training advances, and its verdict (docs/operations.md,
-"Silent failures"; the rules are elastic_api/progress.py). Pure.
+"Silent failures"; the rules are elastic_api/progress_rules.py). Pure.
 
 - Phase, where status.training.activity says what the trainer is doing (the bundled
   trainer reports it, the progress sidecar samples any trainer's process): the phase is
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from elastic_api import progress as rules
+from elastic_api import progress_rules as rules
 from elastic_api.models import (
     ElasticTrainingJobSpec,
     PhaseRecord,
@@ -53,14 +53,14 @@ def clock_start(state: ProgressStatus) -> datetime:
 
 
 def step_deadline_of(spec: ElasticTrainingJobSpec, state: ProgressStatus) -> float:
-    """The step deadline (elastic_api.progress.step_deadline), extended for the first
+    """The step deadline (elastic_api.progress_rules.step_deadline), extended for the first
     step after a hold."""
     return rules.step_deadline(state.step_seconds, spec.elastic.progress_deadline_seconds,
                               extended=state.first_step)
 
 
 def deadline_of(spec: ElasticTrainingJobSpec, state: ProgressStatus, saving: bool) -> float:
-    """The steps rule's deadline (elastic_api.progress.progress_deadline)."""
+    """The steps rule's deadline (elastic_api.progress_rules.progress_deadline)."""
     return rules.progress_deadline(spec.elastic.progress_deadline_seconds, state.step_seconds,
                                   state.longest_gap_seconds,
                                   extended=state.first_step or saving)

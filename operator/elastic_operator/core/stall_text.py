@@ -7,9 +7,9 @@ from datetime import datetime
 
 from elastic_api.models import TrainerActivity
 from elastic_api.phases import Phase
-from elastic_api.progress import PhaseVerdict
+from elastic_api.progress_rules import PhaseVerdict
 from elastic_operator.core.stall_rule import Verdict
-from elastic_operator.core.text import duration, iso
+from elastic_operator.core.wording import duration, iso
 
 SOURCE_WORDS = {"Trainer": "reported by the trainer",
                 "Sampled": "sampled by the progress sidecar",

@@ -4,10 +4,10 @@ A reconcile reads the job, its pods and the rest, then computes and writes the s
 change that wakes the job at once while a reconcile of it runs (a pod failing, above all)
 waits for that reconcile to end, then runs its own: on a large job on a loaded node that
 wait was most of the detection's tail (docs/benchmarks.md), and a recovery keeps the job
-reconciled for its hosts' progress for minutes. So the reconcile in progress asks the
-work queue at each phase (scheduler.py: `running`) whether the job was named at once
-since it started (`news`), and starts over from its reads, which then see the change,
-when finishing would only delay that change:
+reconciled for its hosts' progress for minutes. So the reconcile in progress is told at
+each phase by its caller (the work queue, scheduler.py `running`) whether the job was
+requeued at once since it started (`requeued`), and starts over from its reads, which
+then see the change, when finishing would only delay that change:
 
 - before its status is computed, when it was started only for progress (`run_paced`: a
   worker pod coming nearer to serving, a progress write that had to wait; core/wakes.py,
@@ -34,11 +34,11 @@ from elastic_operator.core.patch import operator_wire
 Change = Literal["none", "progress", "change"]
 
 
-def start_over(*, news: bool, run_paced: bool, change: Change | None) -> bool:
-    """Whether the pass starts over: `news`, the job named at once since it started;
+def start_over(*, requeued: bool, run_paced: bool, change: Change | None) -> bool:
+    """Whether the pass starts over: `requeued`, the job named at once since it started;
     `run_paced`, it was started only for progress; `change`, what its status would write
     (None: not computed yet)."""
-    if not news:
+    if not requeued:
         return False
     if change is None:
         return run_paced

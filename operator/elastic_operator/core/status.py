@@ -11,10 +11,10 @@ typed result that the later stages read:
 3. `track_trainer`: the recovery record (recovery.py; for a trainer that reports no
    elastic events, closed from the slices and the head's `main`: unreported.py) and the
    reporting trainer process;
-3b. `track_steps`: whether training advances (progress.py: Progressing, slow steps, the
+3b. `track_steps`: whether training advances (progressing.py: Progressing, slow steps, the
    trainer restart a stall calls for), held by whatever the stages before explain;
-4. `decide_conditions`: one function per condition (conditions.py, failure.py,
-   admission.py, checkpoint.py, restore.py), and Ready and the phase summarizing them
+4. `decide_conditions`: one function per condition (condition_rules.py, failure.py,
+   admission.py, checkpoint_status.py, restore_at_risk.py), and Ready and the phase summarizing them
    (ready.py);
 5. the status assembled from the results, and the Events, in stage order.
 
@@ -51,16 +51,17 @@ from elastic_api.stragglers import slow_slices
 from elastic_operator.core.admission import Admission, decide_admission
 from elastic_operator.core.budgets import (
     Spending,
+    head_restarts,
     jobset_restarted_at,
     recent_stall_restarts,
     track_budgets,
 )
-from elastic_operator.core.checkpoint import (
+from elastic_operator.core.checkpoint_status import (
     checkpoint_status,
     root_allowed_condition,
     root_refused_events,
 )
-from elastic_operator.core.conditions import (
+from elastic_operator.core.condition_rules import (
     degraded_condition,
     recovering_condition,
     slice_down_condition,
@@ -70,7 +71,6 @@ from elastic_operator.core.conditions import (
     suspended_condition,
     training_report_condition,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.eviction import EvictionClock, PodsReadyTimeouts, eviction_clock
 from elastic_operator.core.failure import (
     Outcome,
@@ -79,7 +79,7 @@ from elastic_operator.core.failure import (
     failure_events,
     succeeded_condition,
 )
-from elastic_operator.core.goodput import compute_goodput
+from elastic_operator.core.goodput_status import compute_goodput
 from elastic_operator.core.hung import Requested, reported_evidence, requested_down
 from elastic_operator.core.images import image_drift_condition, image_drift_events
 from elastic_operator.core.maintenance import (
@@ -89,7 +89,7 @@ from elastic_operator.core.maintenance import (
     slice_maintenance,
 )
 from elastic_operator.core.pools import pools_in_use, spare_pools
-from elastic_operator.core.progress import (
+from elastic_operator.core.progressing import (
     ProgressSignals,
     ProgressUpdate,
     track_progress,
@@ -98,11 +98,11 @@ from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.reported import forwarded, held_message
-from elastic_operator.core.restore import restore_risk_condition, restore_risk_events
+from elastic_operator.core.restore_at_risk import restore_risk_condition, restore_risk_events
 from elastic_operator.core.setter import ConditionSetter, get_condition, set_condition
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
 from elastic_operator.core.sliceview import SliceViews, slice_views
-from elastic_operator.core.text import fmt_slices
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.topology import (
     slice_domains,
     spares_placed_by_kueue,
@@ -114,7 +114,8 @@ from elastic_operator.core.unreported import (
     newest_head,
     reports_recovery,
 )
-from elastic_operator.observed import Observed, ObservedJobSet, parse_time
+from elastic_operator.core.wording import fmt_slices
+from elastic_operator.objects import Observed, ObservedJobSet, parse_time
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,8 @@ def compute_status(
     status = _assemble(ctx, gates, tracking, trainer, decided, steps)
     budgets, spent = track_budgets(ctx.spec, ctx.previous, tracking.slices, Spending(
         ctx.previous.counters.jobset_restarts, status.counters.jobset_restarts,
-        steps.restarted, gates.terminal), now)
+        steps.restarted, gates.terminal, head_restarts(ctx.observed.head_pods),
+        _asked_in_place(ctx.previous)), now)
     status = status.model_copy(update={"budgets": budgets})
     risk = next(c for c in decided.conditions if c.type == ConditionType.RESTORE_AT_RISK)
     warned = [] if gates.terminal else restore_risk_events(ctx.previous.conditions, risk)
@@ -379,7 +381,7 @@ def track_trainer(ctx: StatusInputs, gates: Gates, tracking: SliceTracking) -> T
 
 def track_steps(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                 trainer: TrainerTracking) -> ProgressUpdate:
-    """Whether training advances (core/progress.py), held by what the stages before
+    """Whether training advances (core/progressing.py), held by what the stages before
     explain: no stall while the job is finished, suspended, queued, short of a Ready
     slice, recovering, or paused for maintenance."""
     report = ctx.report
@@ -392,6 +394,14 @@ def track_steps(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                               stall_times=recent_stall_restarts(ctx.previous))
     return track_progress(ctx.setter, ctx.spec, report, ctx.previous.progress, signals,
                           ctx.now)
+
+
+def _asked_in_place(previous: ElasticTrainingJobStatus) -> tuple[str, int | None] | None:
+    """The stall restart in place the operator asked for: (the pod, main's count then)."""
+    restart = previous.progress.restart if previous.progress is not None else None
+    if restart is None or not restart.in_place:
+        return None
+    return restart.pod_uid, restart.main_restarts
 
 
 def _hold(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,

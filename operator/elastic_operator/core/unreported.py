@@ -34,8 +34,8 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.names import HEAD_REPLICATED_JOB
-from elastic_operator.core.text import fmt_slices, iso
-from elastic_operator.observed import ObservedContainer, ObservedPod
+from elastic_operator.core.wording import fmt_slices, iso
+from elastic_operator.objects import ObservedContainer, ObservedPod
 
 
 @dataclass(frozen=True)

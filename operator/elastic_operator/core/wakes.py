@@ -16,8 +16,9 @@ over a hundred pod changes per slice event. The slice's Down -> Restarting (none
 old pods left) is written up to one interval later.
 
 Everything else wakes at once: a pod failing, going, losing Ready, disrupted or evicted,
-a container that ended, a pod moved to another job, and any change of the head pod
-(the trainer's container) or of a pod that is not a worker's.
+a container that ended or restarted in its pod (restartCount), a pod moved to another
+job, and any change of the head pod (the trainer's container) or of a pod that is not a
+worker's.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from datetime import datetime
 
 from elastic_api.models import SliceStatus
 from elastic_api.names import WORKER_REPLICATED_JOB
-from elastic_operator.observed import ObservedJob, ObservedPod
+from elastic_operator.objects import ObservedJob, ObservedPod
 
 # A worker's phases on its way to serving, in order.
 _SERVING_ORDER = {"Pending": 0, "Running": 1}
@@ -51,7 +52,8 @@ def may_wait(old: ObservedPod | None, new: ObservedPod | None, *,
         return False
     return (_SERVING_ORDER[new.phase] >= _SERVING_ORDER[old.phase]
             and (new.ready or not old.ready)
-            and new.terminated_at == old.terminated_at)
+            and new.terminated_at == old.terminated_at
+            and new.restarts == old.restarts and not new.restarting)
 
 
 def _healthy(pod: ObservedPod) -> bool:
@@ -70,12 +72,12 @@ def _healthy(pod: ObservedPod) -> bool:
 # any slice's state may wait for the job's next progress write instead; one that may
 # still wakes at the interval, as before. Which is which is read from the slice's hosts
 # as the pod cache holds them (slice_index.py) against the slice as the job's last
-# reconcile computed it (SliceMark): a superset of core/slices.py's transitions, checked
+# reconcile computed it (ComputedSlice): a superset of core/slices.py's transitions, checked
 # against compute_status by a property test (tests/unit/test_slice_index.py).
 
 
 @dataclass(frozen=True)
-class SliceMark:
+class ComputedSlice:
     """A slice as the job's last reconcile computed it."""
 
     state: str
@@ -85,7 +87,7 @@ class SliceMark:
     pool: str | None = None
 
     @classmethod
-    def of(cls, status: SliceStatus) -> SliceMark:
+    def of(cls, status: SliceStatus) -> ComputedSlice:
         record = status.replacement
         torn = record.job_uid if record is not None and record.action in ("Replace", "Move") \
             else None
@@ -119,38 +121,38 @@ def host_ready(pod: ObservedPod) -> bool:
     return pod.ready and not host_down(pod)
 
 
-def may_move(mark: SliceMark | None, tally: SliceTally) -> bool:
+def may_move(last: ComputedSlice | None, tally: SliceTally) -> bool:
     """Whether a reconcile may find the slice in another state, or for another reason,
-    than `mark`, its hosts being `tally`. False only where core/slices.py cannot: a
+    than `last`, its hosts being `tally`. False only where core/slices.py cannot: a
     Pending or Restarting slice with no host down and not all of them Ready; a Ready one
     with every host Ready, none down and none newer than its transition; a Down one whose
     replacement's Job still holds it Down (`_leaves_down`); and none of them while its
     pool moves."""
-    if mark is None or (tally.pool is not None and tally.pool != mark.pool):
+    if last is None or (tally.pool is not None and tally.pool != last.pool):
         return True  # (a slice's pool is no progress either: core/pacing.py)
-    if mark.state in ("Pending", "Restarting"):
-        return tally.down > 0 or (tally.ready >= mark.hosts and tally.hosts >= mark.hosts)
-    if mark.state == "Ready":
-        return (tally.down > 0 or tally.ready < mark.hosts or tally.hosts < mark.hosts
-                or (mark.since is not None and tally.latest_created is not None
-                    and tally.latest_created > mark.since))
-    if mark.state == "Down":
-        return _leaves_down(mark, tally)
+    if last.state in ("Pending", "Restarting"):
+        return tally.down > 0 or (tally.ready >= last.hosts and tally.hosts >= last.hosts)
+    if last.state == "Ready":
+        return (tally.down > 0 or tally.ready < last.hosts or tally.hosts < last.hosts
+                or (last.since is not None and tally.latest_created is not None
+                    and tally.latest_created > last.since))
+    if last.state == "Down":
+        return _leaves_down(last, tally)
     return True
 
 
-def _leaves_down(mark: SliceMark, tally: SliceTally) -> bool:
-    """A Down slice whose replacement tears down Job `mark.record_job` stays Down, for the
+def _leaves_down(last: ComputedSlice, tally: SliceTally) -> bool:
+    """A Down slice whose replacement tears down Job `last.record_job` stays Down, for the
     same reason, while every down host is a pod of that Job; with none down, while some
     host's newest pod is still that Job's and not every host has one (core/slices.py
     `_during_teardown`), unless all are Ready."""
-    if mark.record_job is None:
+    if last.record_job is None:
         return True
     if tally.down:
-        return tally.down_jobs != {mark.record_job}
-    old = tally.jobs.get(mark.record_job, 0)
-    all_ready = tally.ready >= mark.hosts and tally.hosts >= mark.hosts
-    return all_ready or not old or (tally.hosts >= mark.hosts and old >= tally.hosts)
+        return tally.down_jobs != {last.record_job}
+    old = tally.jobs.get(last.record_job, 0)
+    all_ready = tally.ready >= last.hosts and tally.hosts >= last.hosts
+    return all_ready or not old or (tally.hosts >= last.hosts and old >= tally.hosts)
 
 
 def job_may_wait(old: ObservedJob | None, new: ObservedJob | None,

@@ -17,13 +17,13 @@ from elastic_api.models import (
     SliceStatus,
     TrainingReport,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.ownership import owned_by_another, spec_drift
 from elastic_operator.core.recovery import recovered_message
 from elastic_operator.core.setter import ConditionSetter
-from elastic_operator.core.text import first_of, fmt_slices, iso, plural
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.unreported import confirmed_message, unconfirmed_message
-from elastic_operator.observed import ObservedJobSet
+from elastic_operator.core.wording import first_of, fmt_slices, iso, plural
+from elastic_operator.objects import ObservedJobSet
 
 # The SliceDown condition names at most this many slices and why, then counts the rest.
 MAX_SLICES_NAMED = 8
@@ -83,7 +83,7 @@ def degraded_condition(setter: ConditionSetter, report: TrainingReport | None,
                        num_slices: int, terminal: bool, slow: str | None = None) -> Condition:
     """True while the trainer trains (or recovers) on fewer slices than the spec asks
     (FewerSlices, which explains slower steps too), or while its steps run slower than
-    its own best for a sustained window (SlowSteps: `slow` says how, core/progress.py)."""
+    its own best for a sustained window (SlowSteps: `slow` says how, core/progressing.py)."""
     active = report.active_slices if report is not None else None
     if (active is not None and active < num_slices and not terminal and report is not None
             and report.state in ("Training", "Recovering")):

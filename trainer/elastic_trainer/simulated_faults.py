@@ -375,7 +375,7 @@ def slow_part(base: float, usual: Sequence[float], factor: float) -> float:
     during the wait), so a product would be a hang under load and barely slow when
     quiet. A slice at 1/FACTOR speed makes each step that waits on it take FACTOR times
     its usual time, and no more: the step sits between the slow-steps rule's 2x
-    (elastic_api.progress) and the watchdog's 10x (watchdog.Deadlines) for a FACTOR in
+    (elastic_api.progress_rules) and the watchdog's 10x (watchdog.Deadlines) for a FACTOR in
     between, whatever the load (tests/trainer/test_trainer_watchdog.py)."""
     if len(usual) < USUAL_STEPS_NEEDED:
         return factor * base

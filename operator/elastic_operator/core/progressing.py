@@ -9,7 +9,7 @@ Three parts, each its own function:
   ends; a hold (the job suspended, queued, finished, a slice not Ready or a recovery in
   progress, a pause for maintenance, the trainer recovering) stops it: none of those is a
   stall, and each is reported by its own condition. The gaps between step changes teach
-  the step time (elastic_api.progress.step_sample: over the steps each spans, never the
+  the step time (elastic_api.progress_rules.step_sample: over the steps each spans, never the
   report cadence) unless the gap spans a hold, a process start, the first step after a
   hold (a recompile) or a phase of its own (an evaluation, a save).
 - judge (core/stall_rule.py): by the trainer's phase where status.training.activity has
@@ -30,7 +30,7 @@ Three parts, each its own function:
   restarted forever.
 
 Stragglers (`slow_steps`): steps slower than the job's own best for a sustained window
-make Degraded True with reason SlowSteps (conditions.py reconciles it with FewerSlices).
+make Degraded True with reason SlowSteps (condition_rules.py reconciles it with FewerSlices).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from elastic_api import maxtext
-from elastic_api import progress as rule
+from elastic_api import progress_rules as rule
 from elastic_api.budgets import budgets_of
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import (
@@ -51,12 +51,13 @@ from elastic_api.models import (
 )
 from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
 from elastic_operator.core import stall_text
-from elastic_operator.core.events import StatusEvent
+from elastic_operator.core import trainer_restarts as restarts_in_place
 from elastic_operator.core.plan import RestartTrainer
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.stall_rule import Verdict, deadline_of, due_in, judge, watched
-from elastic_operator.core.text import duration, fmt_slices, iso
-from elastic_operator.observed import ObservedPod
+from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.core.wording import duration, fmt_slices, iso
+from elastic_operator.objects import ObservedPod
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,10 @@ def restart_for(spec: ElasticTrainingJobSpec, state: ProgressStatus, stall: Stal
     if head is None or not head.uid or head.terminating:
         return None
     return TrainerRestart(requested_at=now, step=state.step, pod_name=head.name,
-                          pod_uid=head.uid, reason=Reason.PROGRESS_DEADLINE_EXCEEDED)
+                          pod_uid=head.uid, reason=Reason.PROGRESS_DEADLINE_EXCEEDED,
+                          in_place=restarts_in_place.asks_in_place(spec, head),
+                          process_started_at=state.process_started_at,
+                          main_restarts=head.main.restart_count if head.main else 0)
 
 
 def plan_trainer_restart(namespace: str, jobset: str, progress: ProgressStatus | None,
@@ -235,7 +239,7 @@ def plan_trainer_restart(namespace: str, jobset: str, progress: ProgressStatus |
     """The restart status.progress records, while its head pod is still there and not
     going (level-based: once it is gone or going, there is nothing left to do)."""
     restart = progress.restart if progress is not None else None
-    if restart is None:
+    if restart is None or restart.in_place:  # in place: the trainer exits by itself
         return None
     pod = next((p for p in pods if p.uid == restart.pod_uid
                 and p.replicated_job == HEAD_REPLICATED_JOB), None)
@@ -310,16 +314,18 @@ def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: Progr
     message = stall.message
     if restart is not None:
         state = state.model_copy(update={"restart": restart})
-        events.append(StatusEvent(
-            reason=Reason.TRAINER_RESTARTING, type="Warning",
-            message=f"restarting the trainer stalled at step {stall.step} "
-                    f"(spec.elastic.onStall Recover): deleting head pod {restart.pod_name}; "
-                    "its Job makes a new one, which resumes from the newest committed "
-                    "checkpoint"))
+        events.append(_restarting_event(stall, restart))
+    elif state.restart is not None and restarts_in_place.exit_overdue(
+            state.restart, signals.head, now):
+        fallback = state.restart.model_copy(update={"in_place": False})
+        state = state.model_copy(update={"restart": fallback})  # once: the record changes
+        events.append(_restarting_event(stall, fallback, overdue=True))
     done = state.restart
     if done is not None and state.stalled_at is not None \
             and done.requested_at >= state.stalled_at:
-        message += f"; restarting the trainer (head pod {done.pod_name} deleted)"
+        message += "; restarting the trainer" + (
+            " in its pod (asked to exit)" if done.in_place
+            else f" (head pod {done.pod_name} deleted)")
     elif spec.elastic.on_stall == "Report":
         message += "; spec.elastic.onStall is Report: not restarted"
     elif spent:
@@ -330,6 +336,22 @@ def _stalled(setter: ConditionSetter, spec: ElasticTrainingJobSpec, state: Progr
     return ProgressUpdate(state, setter.false(ConditionType.PROGRESSING,
                                               Reason.PROGRESS_DEADLINE_EXCEEDED, message),
                           stall=stall, events=events, restarted=restart is not None)
+
+
+def _restarting_event(stall: Stall, restart: TrainerRestart, *,
+                      overdue: bool = False) -> StatusEvent:
+    what = f"restarting the trainer stalled at step {stall.step} (spec.elastic.onStall " \
+        "Recover): "
+    if restart.in_place:
+        how = ("asking it to exit; its pod restarts main in place (pathways-rm, "
+               "pathways-proxy and the workers kept), and it resumes from the newest "
+               "committed checkpoint")
+    else:
+        late = (f"it did not exit within {restarts_in_place.EXIT_GRACE_SECONDS:g} s of the "
+                "request: ") if overdue else ""
+        how = (f"{late}deleting head pod {restart.pod_name}; its Job makes a new one, which "
+               "resumes from the newest committed checkpoint")
+    return StatusEvent(reason=Reason.TRAINER_RESTARTING, type="Warning", message=what + how)
 
 
 def slow_steps(state: ProgressStatus, now: datetime) -> Slow | None:

@@ -18,6 +18,7 @@ from elastic_api.conditions import Reason
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import (
     ACTIVE_MAINTENANCE_LABEL,
+    ALL_CONTAINERS_RESTARTING,
     APPLIED_SPEC_ANNOTATION,
     COMPLETION_INDEX_LABEL,
     CONTROLLER_UID_LABEL,
@@ -214,6 +215,14 @@ class ObservedPod:
     # The JobSet attempt it belongs to (jobset.sigs.k8s.io/restart-attempt): one older
     # than the JobSet's restarts goes because the whole JobSet restarts.
     restart_attempt: int | None = None
+    # Container restarts in place (restartCount, summed over its containers), and whether
+    # one is restarting now: a container that exited in a pod that stays (restartPolicy
+    # OnFailure, a container restart rule, or the kubelet's AllContainersRestarting), not
+    # yet running again. Its exit is in terminated_* until it runs again.
+    restarts: int = 0
+    restarting: bool = False
+    # Its `main` restarts in the pod on a crash (a container restart rule `Restart`).
+    main_restarts_in_place: bool = False
     # (container, imageID) of every container the kubelet reports an image ID for
     # (containerStatuses and initContainerStatuses): the digest it runs.
     images: tuple[tuple[str, str], ...] = ()
@@ -567,6 +576,7 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
     ready_transition = None
     disruption = None
     by_kueue = False
+    all_restarting = False
     for cond in _list(status.get("conditions")):
         cond = _dict(cond)
         if cond.get("type") == "Ready":
@@ -576,21 +586,10 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
             disruption = _str_or_none(cond.get("reason")) or "DisruptionTarget"
         elif cond.get("type") == POD_TERMINATED_BY_KUEUE and cond.get("status") == "True":
             by_kueue = True
-    terminated_at = None
-    terminated_reason = None
-    terminated_exit = None
-    for cs in _list(status.get("containerStatuses")):
-        # Only the current state: lastState is an earlier run already restarted in place.
-        term = _dict(_dict(_dict(cs).get("state")).get("terminated"))
-        exit_code = _int(term.get("exitCode"))
-        if not term or exit_code == 0:
-            continue
-        finished = parse_time(term.get("finishedAt"))
-        if finished is not None and (terminated_at is None or finished < terminated_at):
-            terminated_at = finished
-            reason = term.get("reason")
-            terminated_reason = reason if isinstance(reason, str) else None
-            terminated_exit = exit_code
+        elif cond.get("type") == ALL_CONTAINERS_RESTARTING and cond.get("status") == "True":
+            all_restarting = True
+    ended = _ended_containers(_list(status.get("containerStatuses")))
+    terminated_at, terminated_reason, terminated_exit = ended.first
     main = next((_container(_dict(cs)) for cs in _list(status.get("containerStatuses"))
                  if _dict(cs).get("name") == MAIN_CONTAINER), None)
     images = tuple(
@@ -627,8 +626,59 @@ def pod_from_dict(obj: dict[str, Any]) -> ObservedPod:
         terminated_by_kueue=by_kueue,
         main=main,
         restart_attempt=_int(labels.get(RESTART_ATTEMPT_LABEL)),
+        restarts=ended.restarts,
+        main_restarts_in_place=_main_restarts(_list(spec.get("containers"))),
+        restarting=meta.get("deletionTimestamp") is None and status.get("phase") in (
+            "Running", "Pending") and (ended.restarting or all_restarting),
         images=images,
     )
+
+
+def _main_restarts(containers: list[Any]) -> bool:
+    """The `main` container carries a restart rule that restarts it in the pod."""
+    main = next((c for c in map(_dict, containers) if c.get("name") == MAIN_CONTAINER), {})
+    return any(_dict(r).get("action") == "Restart"
+               for r in _list(main.get("restartPolicyRules")))
+
+
+@dataclass
+class _Ended:
+    """What a pod's containers show of runs that ended: the earliest non-zero exit still
+    shown (finishedAt, reason, code), their restarts, and whether one waits to run again."""
+
+    first: tuple[datetime | None, str | None, int | None] = (None, None, None)
+    restarts: int = 0
+    restarting: bool = False
+    # Its `main` restarts in the pod on a crash (a container restart rule `Restart`).
+    main_restarts_in_place: bool = False
+
+    def saw(self, term: dict[str, Any]) -> None:
+        exit_code = _int(term.get("exitCode"))
+        finished = parse_time(term.get("finishedAt"))
+        if exit_code in (None, 0) or finished is None:
+            return
+        if self.first[0] is None or finished < self.first[0]:
+            reason = term.get("reason")
+            self.first = (finished, reason if isinstance(reason, str) else None, exit_code)
+
+
+def _ended_containers(statuses: list[Any]) -> _Ended:
+    """The current state of each container; lastState only while the container waits to
+    run again (the run that just ended: once it runs, that run was restarted in place)."""
+    out = _Ended()
+    for cs in map(_dict, statuses):
+        out.restarts += max(_int(cs.get("restartCount")) or 0, 0)
+        state = _dict(cs.get("state"))
+        term = _dict(state.get("terminated"))
+        if term:
+            out.saw(term)
+            out.restarting = out.restarting or (_int(term.get("exitCode")) or 0) != 0
+            continue
+        last = _dict(_dict(cs.get("lastState")).get("terminated"))
+        if isinstance(state.get("waiting"), dict) and last:
+            out.saw(last)
+            out.restarting = True
+    return out
 
 
 def _container(cs: dict[str, Any]) -> ObservedContainer:

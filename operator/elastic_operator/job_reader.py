@@ -1,8 +1,8 @@
 """What a reconcile reads about one job, behind one small interface.
 
-`Observations` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
+`JobReader` is all the reconciler sees of the cluster: the job, its JobSet, its pods,
 their nodes, the JobSet's Kueue Workload and the newest checkpoint scan.
-`ApiObservations` reads the job, the JobSet, the pods and the worker Jobs from the
+`CacheReader` reads the job, the JobSet, the pods and the worker Jobs from the
 watch-fed caches (caches.py; the job fresh from the API server when asked: the status
 write is conditional on the job's version, and a write refused for a newer one reads it
 again), nodes from the NodeIndex (fed by the node cache),
@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-from elastic_api.models import CheckpointStatus, PoolStatus
+from elastic_api.catalog import slice_shape
+from elastic_api.models import CheckpointStatus, ElasticTrainingJob, PoolStatus
 from elastic_operator.kube import Kube
 from elastic_operator.node_index import NodeIndex
-from elastic_operator.observed import (
+from elastic_operator.objects import (
     ObservedJob,
     ObservedJobSet,
     ObservedNode,
@@ -47,7 +48,7 @@ WorkerJobSource = Callable[[str, str], tuple[ObservedJob, ...]]
 SeenAtSource = Callable[[str, str], float | None]
 
 
-class Observations(Protocol):
+class JobReader(Protocol):
     def job(self, namespace: str, name: str, *, fresh: bool = False
             ) -> dict[str, Any] | None:
         """The ElasticTrainingJob (raw: its status is parsed leniently later), as last
@@ -86,9 +87,9 @@ class Observations(Protocol):
         """The newest checkpoint scan finished since the last call (None: none)."""
         ...
 
-    def pools(self, namespace: str, job: str, accelerator: str,
-              topology: str) -> tuple[ObservedPool, ...]:
-        """The node pools of this TPU shape (for hot spares and quarantine)."""
+    def pools_of(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
+        """The node pools of the job's TPU shape, for hot spares and quarantine (none when
+        it is not placed on TPUs)."""
         ...
 
     def worker_jobs(self, namespace: str, jobset: str) -> dict[int, ObservedJob]:
@@ -107,7 +108,7 @@ class Observations(Protocol):
         ...
 
 
-class ApiObservations:
+class CacheReader:
     def __init__(self, kube: Kube, nodes: NodeIndex, scanner: CheckpointScanner, *,
                  pods: PodSource, jobsets: JobSetSource | None = None,
                  jobs: JobSource | None = None, worker_jobs: WorkerJobSource | None = None,
@@ -170,9 +171,12 @@ class ApiObservations:
     def checkpoint(self, namespace: str, name: str, directory: str) -> CheckpointStatus | None:
         return self.scanner.latest((namespace, name), directory)
 
-    def pools(self, namespace: str, job: str, accelerator: str,
-              topology: str) -> tuple[ObservedPool, ...]:
-        return self.node_index.pools(accelerator, topology, (namespace, job))
+    def pools_of(self, job: ElasticTrainingJob) -> tuple[ObservedPool, ...]:
+        if job.spec.placement != "TPU" and job.spec.backend != "pathways":
+            return ()
+        shape = slice_shape(job.spec.tpu.type, job.spec.tpu.topology)
+        return self.node_index.pools(shape.family.accelerator_label, shape.topology,
+                                     (job.metadata.namespace or "", job.metadata.name))
 
     def worker_jobs(self, namespace: str, jobset: str) -> dict[int, ObservedJob]:
         # From the cache: a Job missing there was just created (the record's own Job is

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _tpu_pool(text: str) -> object:
-    from elastic_devtools.localcluster.render import parse_tpu_pool
+    from elastic_devtools.localcluster.cluster_config import parse_tpu_pool
 
     try:
         return parse_tpu_pool(text)

@@ -17,7 +17,7 @@ from elastic_trainer.errors import ScaleUpSignal
 from elastic_trainer.events import ElasticEvent
 from elastic_trainer.snapshots import ReplicaSnapshots
 from elastic_trainer.stalls import Blamed, Stalls
-from elastic_trainer.status import TrainingStatus
+from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import CHECKPOINT, Watchdog
 
 log = logging.getLogger("elastic_trainer")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import CheckpointStatus, Condition, ElasticTrainingJobSpec
 from elastic_api.restore_risk import assess
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.setter import ConditionSetter
+from elastic_operator.core.status_events import StatusEvent
 
 
 def restore_risk_condition(setter: ConditionSetter, spec: ElasticTrainingJobSpec,

@@ -24,16 +24,19 @@ OUR_PACKAGES = {
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "cluster": ("elastic_devtools.localcluster.cli", "run the local control plane (dev/test)"),
+    "cluster": ("elastic_devtools.localcluster.cluster_cli",
+                "run the local control plane (dev/test)"),
     "crd": ("elastic_api.crd_cli", "print the ElasticTrainingJob CRD"),
     "render": ("elastic_operator.render_cli", "print the objects a job renders to"),
     "operator": ("elastic_operator.operator_cli", "run the operator"),
-    "train": ("elastic_trainer.cli", "run the elastic trainer"),
+    "train": ("elastic_trainer.train_cli", "run the elastic trainer"),
     "slice-agent": ("elastic_trainer.slice_agent", "stand-in for a Pathways worker"),
     "progress": ("elastic_trainer.progress_cli",
                  "report a trainer's progress from its metrics file (head sidecar)"),
-    "demo": ("elastic_devtools.demo.cli", "the article's experiment on the local control plane"),
-    "maxtext": ("elastic_devtools.maxtext.cli", "real MaxText on CPU as a head pod runs it (dev)"),
+    "demo": ("elastic_devtools.demo.demo_cli",
+             "the article's experiment on the local control plane"),
+    "maxtext": ("elastic_devtools.maxtext.maxtext_cli",
+                "real MaxText on CPU as a head pod runs it (dev)"),
 }
 
 

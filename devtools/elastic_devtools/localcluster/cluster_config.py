@@ -3,6 +3,7 @@ configs and command lines. No I/O and no clock; cluster.py does the side effects
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -329,13 +330,112 @@ def pod_ready_again_stage() -> dict[str, Any]:
     }
 
 
+# A container that exits and is restarted by its kubelet in the same pod (restartPolicy
+# OnFailure, a container restart rule): what faults.restart_container asks kwok to play.
+# The label's value walks "true" -> "exited" (POD_RESTART_STAGE: the container terminated,
+# the pod not Ready) -> gone (POD_RESTARTED_STAGE, after the annotation's delay: running
+# again, restartCount + 1, Ready), as a kubelet writes it: the same pod, node and uid.
+POD_RESTART_LABEL = "localcluster.elastic.pathways.dev/restart-container"
+POD_RESTART_EXIT_ANNOTATION = f"{POD_RESTART_LABEL}-exit-code"
+POD_RESTART_DELAY_ANNOTATION = f"{POD_RESTART_LABEL}-delay"  # a duration: "2s"
+POD_RESTART_STAGE, POD_RESTARTED_STAGE = "pod-container-restart", "pod-container-restarted"
+
+_EXITED = """{{ $now := Now }}
+{{ $code := or ( index ( or .metadata.annotations dict ) "%(exit)s" ) "1" }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: ContainersReady
+containerStatuses:
+{{ range .status.containerStatuses }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: false
+  restartCount: {{ or .restartCount 0 }}
+  state:
+    running: null
+    terminated:
+      exitCode: {{ $code }}
+      reason: Error
+      startedAt: {{ ( or .state.running dict ).startedAt | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+"""
+_RESTARTED = """{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+containerStatuses:
+{{ range .status.containerStatuses }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: true
+  started: true
+  restartCount: {{ add1 ( or .restartCount 0 ) }}
+  lastState:
+    terminated: {{ ( or .state.terminated dict ) | toJson }}
+  state:
+    terminated: null
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+"""
+
+
+def pod_restart_stages() -> list[dict[str, Any]]:
+    """kwok playing a kubelet that restarts a pod's containers in place (faults.
+    restart_container): the container exits (the pod stays Running, not Ready), then runs
+    again after the delay the pod's annotation gives (default 1 s), restartCount + 1."""
+    def stage(name: str, value: str, template: str, label: str | None,
+              delay: dict[str, Any]) -> dict[str, Any]:
+        # Each step also requires the containers' readiness it changes (True, then False):
+        # its status patch and its label patch are two requests, and kwok, seeing the
+        # first, must not play the step again (a second restartCount + 1).
+        ready = "True" if value == "true" else "False"
+        return {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
+            "spec": {
+                "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+                "selector": {"matchExpressions": [
+                    {"key": f'.metadata.labels["{POD_RESTART_LABEL}"]', "operator": "In",
+                     "values": [value]},
+                    {"key": _condition_status("ContainersReady"), "operator": "In",
+                     "values": [ready]},
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]}]},
+                "delay": delay,
+                "next": {"patches": [
+                    {"subresource": "status", "root": "status", "template": template},
+                    {"root": "metadata", "type": "merge",
+                     "template": "labels:\n  " + json.dumps(POD_RESTART_LABEL) + ": "
+                                 + (json.dumps(label) if label else "null") + "\n"}]},
+            },
+        }
+    return [
+        stage(POD_RESTART_STAGE, "true", _EXITED % {"exit": POD_RESTART_EXIT_ANNOTATION},
+              "exited", {"durationMilliseconds": 0}),
+        stage(POD_RESTARTED_STAGE, "exited", _RESTARTED, None, {
+            "durationMilliseconds": 1000, "durationFrom": {"expressionFrom":
+                f'.metadata.annotations["{POD_RESTART_DELAY_ANNOTATION}"]'}}),
+    ]
+
+
 def _condition_status(type_: str) -> str:
     return f'.status.conditions.[] | select( .type == "{type_}" ) | .status'
 
 
 def kwok_stages(loaded: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """kwok's stages (KWOK_STAGE_FILES, loaded) and ours, each adapted."""
-    return [adapt_kwok_stage(s) for s in [*loaded, pod_ready_again_stage()]]
+    return [adapt_kwok_stage(s)
+            for s in [*loaded, pod_ready_again_stage(), *pod_restart_stages()]]
 
 
 # kwok's node-not-ready stamps every condition's lastTransitionTime with the node's

@@ -11,8 +11,8 @@ from elastic_api.models import (
     RestoreReport,
     TrainingReport,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.setter import ConditionSetter, get_condition
+from elastic_operator.core.status_events import StatusEvent
 
 
 def keep_last_known(

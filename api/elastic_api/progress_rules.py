@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from statistics import median
 from typing import Final
 
@@ -138,10 +138,6 @@ class PhaseVerdict:
     @property
     def past(self) -> bool:
         return self.quiet_seconds >= self.deadline
-
-    @property
-    def due_at(self) -> datetime:
-        return self.quiet_since + timedelta(seconds=self.deadline)
 
 
 def judge_phase(phase: Phase, since: datetime, now: datetime, *, step_deadline_seconds: float,

@@ -29,7 +29,7 @@ from elastic_api.models import (
 from elastic_trainer.cadence import Cadences
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.events import ElasticEvent, RunResult, utc
-from elastic_trainer.goodput import GoodputAccount
+from elastic_trainer.goodput_tracker import GoodputAccount
 from elastic_trainer.own_activity import Activity
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.retry import SliceLossLimit

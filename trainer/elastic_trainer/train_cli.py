@@ -10,14 +10,25 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from elastic_api.names import (
+    TRAINER_EXIT_RESTART_REQUESTED,
+    TRAINER_EXIT_RETRIES_EXHAUSTED,
+    TRAINER_EXIT_TIMEOUT,
+)
 from elastic_api.resize import SIMULATED_DEVICES_PER_SLICE
 from elastic_api.stragglers import SLOW_SLICE_SECONDS
 
+if TYPE_CHECKING:
+    from elastic_trainer.checkpoint_requests import RequestView
+
 DEFAULT_DEVICES_PER_SLICE = SIMULATED_DEVICES_PER_SLICE  # the spec's default minSlices uses it
-EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = 1, 2, 3
+# 2 and 3 end the run (main is not restarted in place on them); 1 is a crash.
+EXIT_TRAINING_ERROR, EXIT_RETRIES_EXHAUSTED, EXIT_TIMEOUT = \
+    1, TRAINER_EXIT_RETRIES_EXHAUSTED, TRAINER_EXIT_TIMEOUT
 # As elastic_api.models' (not imported here: it pulls in pydantic; test_cli checks it).
 DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
 # As elastic_trainer.watchdog's (not imported here either: it is light, but keeps the
@@ -341,7 +352,7 @@ def _fail_early(args: argparse.Namespace, job: tuple[str, str] | None, message: 
 
 def _faults(args: argparse.Namespace) -> Any:
     """(faults that take a slice down, silent ones) from --fail-at, or an error message."""
-    from elastic_trainer.faults import Fault, parse_fault
+    from elastic_trainer.simulated_faults import Fault, parse_fault
 
     try:
         parsed = [parse_fault(f, args.simulate_slices) for f in args.fail_at]
@@ -354,8 +365,8 @@ def _faults(args: argparse.Namespace) -> Any:
 def _simulated_health(args: argparse.Namespace, job: tuple[str, str] | None,
                       faults: list[Any]) -> Any:
     """The slice health source of the simulated backend, or an error message."""
-    from elastic_trainer.faults import FaultSchedule
     from elastic_trainer.pods import PodReadiness
+    from elastic_trainer.simulated_faults import FaultSchedule
 
     if args.slice_health == "pods":
         if job is None:
@@ -387,7 +398,7 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
                 f"--backend pathways needs TPU slices behind a Pathways proxy "
                 f"(JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET); got {type(err).__name__}: "
                 f"{err}. On CPU use --backend simulated.")
-    from elastic_trainer.faults import StepFaults
+    from elastic_trainer.simulated_faults import StepFaults
 
     faults = _faults(args)
     if isinstance(faults, str):
@@ -399,6 +410,22 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
                             write_seconds=args.simulate_checkpoint_write_seconds,
                             step_faults=StepFaults(faults[1], args.fault_inbox,
                                                    args.simulate_slices))
+
+
+def _exit_when_asked(started_at: float | None) -> Callable[[RequestView], None]:
+    """Exit at once when the operator asks this process to (a stall, spec.elastic.onStall
+    Recover): its pod restarts main in place (a hung training thread never returns, so
+    the process ends from the reading thread)."""
+    from elastic_trainer.checkpoint_requests import asked_to_exit
+
+    def on_view(view: RequestView) -> None:
+        if started_at is not None and asked_to_exit(view, started_at):
+            logging.getLogger("elastic_trainer").warning(
+                "the operator asks this trainer to restart (a stall): exiting %d, main "
+                "restarts in its pod", TRAINER_EXIT_RESTART_REQUESTED)
+            logging.shutdown()
+            os._exit(TRAINER_EXIT_RESTART_REQUESTED)
+    return on_view
 
 
 def process_start_time() -> float:
@@ -497,9 +524,12 @@ def _train(args: argparse.Namespace) -> int:
     checkpointer = Checkpointer(args.checkpoint_dir, args.checkpoint_period,
                                 args.checkpoint_keep, async_save=not args.no_async_checkpoint)
     reporter = StatusReporter(job[0], job[1], args.report_interval) if job else None
-    # The operator's checkpoint requests (maintenance), read off the training thread.
-    requests = JobRequestWatcher(job[0], job[1], args.request_poll_interval) if job else None
     opts = _loop_options(args, job)
+    # The operator's checkpoint requests (maintenance) and its request to restart in
+    # place (a stall), read off the training thread.
+    requests = JobRequestWatcher(job[0], job[1], args.request_poll_interval,
+                                 on_view=_exit_when_asked(opts.process_started_at)) \
+        if job else None
     data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
     log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
              "%d slice(s) x %d device(s), mode %s, compilation cache %s; snapshots every "

@@ -1,11 +1,12 @@
 """After the status write: act on the slice replacements it records (core/replacement.py),
-on a trainer restart it calls for (core/progress.py) and on a JobSet restart budget it
-says spent (core/budgets.py), planned here and written by a
-follow-up (followups.py; replacer.py executes them), the status already recording the
+on a trainer restart it calls for (core/progressing.py) and on a JobSet restart budget it
+says spent (core/budgets.py), planned here and written by a follow-up (followups.py;
+replacement_writes.py executes them), the status already recording the
 intent. A worker Job handed over for deletion counts as being deleted from then on (the
 next reconcile may plan before the DELETE returns: no second one); again not, should the
 DELETE not go through. A follow-up that fails, or one throttled by the node-action
-limiter, wakes the job later (it plans the write again).
+limiter, returns when to look at the job again (it plans the write again): the follow-up
+runner passes that on to the work queue.
 """
 from __future__ import annotations
 
@@ -16,36 +17,36 @@ from typing import Any
 
 from elastic_api.kube import Backoff
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
-from elastic_operator.core.budgets import plan_end_jobset
+from elastic_operator.core.budgets import plan_end_head
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
-from elastic_operator.core.progress import next_progress_look_in, plan_trainer_restart
+from elastic_operator.core.progressing import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
+from elastic_operator.core.trainer_restarts import exit_due_in
 from elastic_operator.followups import FollowUpRunner
 from elastic_operator.job_memory import JobKey, JobMemories, JobMemory
+from elastic_operator.job_reader import JobReader
 from elastic_operator.kube import NotLeading
 from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.observations import Observations
-from elastic_operator.observed import Observed, ObservedJob
-from elastic_operator.replacer import Replacer
-from elastic_operator.result import Wake, due_in
+from elastic_operator.objects import Observed, ObservedJob
+from elastic_operator.replacement_writes import ReplacementWrites
+from elastic_operator.result import due_in
 
 logger = logging.getLogger("elastic_operator")
 
-# A follow-up (replacement writes) that failed wakes the job after this backoff.
+# A follow-up (replacement writes) that failed looks at the job again after this backoff.
 FOLLOW_UP_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 
 
-class Replacements:
-    def __init__(self, replacer: Replacer, observations: Observations, metrics: OperatorMetrics,
-                 memory: JobMemories, follow_ups: FollowUpRunner, wake: Wake) -> None:
-        self.replacer = replacer
-        self.observations = observations
+class ReplacementFollowUps:
+    def __init__(self, writes: ReplacementWrites, reader: JobReader, metrics: OperatorMetrics,
+                 memory: JobMemories, follow_ups: FollowUpRunner) -> None:
+        self.writes = writes
+        self.reader = reader
         self.metrics = metrics
         self.memory = memory
         self.follow_ups = follow_ups
-        self.wake = wake  # for a follow-up that ends after its reconcile returned
 
     def act(self, raw: dict[str, Any], job: ElasticTrainingJob,
             status: ElasticTrainingJobStatus, observed: Observed,
@@ -55,21 +56,22 @@ class Replacements:
         jobset = observed.jobset
         namespace = job.metadata.namespace or ""
         key = (namespace, job.metadata.name)
-        # The progress deadline comes due (core/progress.py): woken then, whatever else.
-        waits = [next_progress_look_in(job.spec, status.progress, now)]
+        # The progress deadline comes due (core/progressing.py): woken then, whatever else.
+        waits = [next_progress_look_in(job.spec, status.progress, now),
+                 exit_due_in(status.progress.restart if status.progress else None, now)]
         if jobset is None or jobset.suspended or is_terminal(status):
             return waits
-        mine = self.memory.of(key)
+        remembered = self.memory.of(key)
         restart = plan_trainer_restart(namespace, jobset.name, status.progress,
                                        observed.head_pods)
         with self.memory.lock:  # the pods gone from the cache need no memory of ours
-            mine.restarted_pods &= {p.uid for p in observed.head_pods if p.uid}
-            handed = restart is not None and restart.pod_uid in mine.restarted_pods
+            remembered.restarted_pods &= {p.uid for p in observed.head_pods if p.uid}
+            handed = restart is not None and restart.pod_uid in remembered.restarted_pods
             if restart is not None and not handed:
-                mine.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
+                remembered.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
         if restart is not None and not handed:
             self._hand_over(raw, key, (restart,), now)
-        end = plan_end_jobset(namespace, jobset.name, status, observed.head_pods)
+        end = plan_end_head(namespace, jobset.name, status, observed.head_pods)
         if end is not None:  # the JobSet's restart budget is spent: the job ends
             self._hand_over(raw, key, (end,), now)
         if not job.spec.recovery.replace_slices:
@@ -88,12 +90,12 @@ class Replacements:
     def worker_jobs(self, key: JobKey, jobset: str, *, planned: bool) -> dict[int, ObservedJob]:
         """The worker Jobs from the cache; one this process deleted is being deleted,
         whether or not the cache has seen it yet (`planned`: or is about to delete)."""
-        jobs = self.observations.worker_jobs(key[0], jobset)
-        mine = self.memory.of(key)
+        jobs = self.reader.worker_jobs(key[0], jobset)
+        remembered = self.memory.of(key)
         with self.memory.lock:
             deleting: set[str] = set()
-            for marked in (mine.deleted_jobs, mine.sent_deletes) if planned \
-                    else (mine.sent_deletes,):
+            for marked in (remembered.deleted_jobs, remembered.sent_deletes) if planned \
+                    else (remembered.sent_deletes,):
                 if marked:
                     marked &= {j.uid for j in jobs.values()}  # the others left the cache
                     deleting |= marked
@@ -108,38 +110,34 @@ class Replacements:
         deleted from now on; again not, should the DELETE not go through."""
         # Deleted (or found gone or replaced, which plans the same): never again.
         deleted = {a.uid for a in actions if isinstance(a, DeleteWorkerJob)}
-        mine = self.memory.of(key)
+        remembered = self.memory.of(key)
         with self.memory.lock:
-            mine.deleted_jobs.update(deleted)
+            remembered.deleted_jobs.update(deleted)
 
-        def write() -> None:
+        def write() -> float | None:
+            """The writes; when to look at the job again (None: no need)."""
             try:
-                throttled = self.replacer.execute(raw, actions, now)
+                throttled = self.writes.execute(raw, actions, now)
             except Exception as e:
                 with self.memory.lock:
-                    mine.deleted_jobs.difference_update(deleted)
-                self._failed(key, mine, e)
-                return
+                    remembered.deleted_jobs.difference_update(deleted)
+                return self._failed(key, remembered, e)
             with self.memory.lock:  # answered: deleted, or found gone or replaced
-                mine.sent_deletes.update(deleted)
-                mine.follow_up_failures = 0
-            self._wake(key, due_in([throttled]))
+                remembered.sent_deletes.update(deleted)
+                remembered.follow_up_failures = 0
+            return due_in([throttled])
 
         self.follow_ups.submit(key, write)
 
-    def _failed(self, key: JobKey, mine: JobMemory, error: Exception) -> None:
+    def _failed(self, key: JobKey, remembered: JobMemory, error: Exception) -> float | None:
         """A follow-up's write failed: counted and logged as a failed reconcile would
-        be, and the job reconciled again after a backoff (it plans the write again)."""
+        be; the job is reconciled again after a backoff (it plans the write again)."""
         if isinstance(error, NotLeading):  # the new leader does what is left
             logger.warning("follow-up of %s/%s stopped: %s", *key, error)
-            return
+            return None
         self.metrics.reconcile_errors.inc()
         logger.error("follow-up of %s/%s failed", *key, exc_info=error)
         with self.memory.lock:
-            mine.follow_up_failures += 1
-            failures = mine.follow_up_failures
-        self._wake(key, due_in([FOLLOW_UP_BACKOFF.delay(failures)]))
-
-    def _wake(self, key: JobKey, after: float | None) -> None:
-        if after is not None:
-            self.wake(key[0], key[1], after)
+            remembered.follow_up_failures += 1
+            failures = remembered.follow_up_failures
+        return due_in([FOLLOW_UP_BACKOFF.delay(failures)])

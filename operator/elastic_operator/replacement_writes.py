@@ -22,10 +22,9 @@ from elastic_api.names import (
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
 )
-from elastic_operator.core.events import StatusEvent
 from elastic_operator.core.plan import (
     DeleteWorkerJob,
-    EndJobSet,
+    EndHeadJob,
     FailWorkerJob,
     ForceDeletePod,
     LowerBackoffLimit,
@@ -34,6 +33,7 @@ from elastic_operator.core.plan import (
     ReplacementAction,
     RestartTrainer,
 )
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.kube import ApiError, Kube
 from elastic_operator.metrics import OperatorMetrics
 from elastic_operator.node_actions import NodeActionLimiter
@@ -41,7 +41,7 @@ from elastic_operator.node_actions import NodeActionLimiter
 logger = logging.getLogger("elastic_operator")
 
 
-class Replacer:
+class ReplacementWrites:
     def __init__(self, kube: Kube, metrics: OperatorMetrics, limiter: NodeActionLimiter, *,
                  quarantine_pools: bool = True) -> None:
         self.kube = kube
@@ -82,12 +82,13 @@ class Replacer:
                                     action.name)
                 case RestartTrainer():
                     self._restart_trainer(action, raw["metadata"]["name"])
-                case EndJobSet():
-                    if self.kube.fail_job(action.namespace, action.head_job, action.job_uid):
-                        logger.info("%s/%s: JobSet restart budget spent (%d restarts within "
-                                    "its window): head Job %s ended (activeDeadlineSeconds 0)",
-                                    namespace, raw["metadata"]["name"], action.restarts,
-                                    action.head_job)
+                case EndHeadJob():
+                    if self.kube.fail_job(action.namespace, action.name, action.uid):
+                        logger.info("%s/%s: the JobSet restart budget is spent (%d restarts "
+                                    "count, %d of the run's main's in place): head Job %s "
+                                    "ended (activeDeadlineSeconds 0)", namespace,
+                                    raw["metadata"]["name"], action.restarts,
+                                    action.in_place, action.name)
                 case _:
                     assert_never(action)
         for event in events:
