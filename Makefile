@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-long test-timings test-multicluster test-compat test-upgrade demo crd golden manifests bench soak soak-churn chaos-repeat e2e-kind e2e-maxtext clean
+.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-trainer test-long test-timings test-multicluster test-compat test-upgrade demo crd golden manifests bench soak soak-churn chaos-repeat e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -58,8 +58,14 @@ PARALLEL = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations
 test: venv cluster-binaries prometheus tmux lint
 	$(PY) -m pytest -q -ra -m "not long" $(PARALLEL)
 
+# The tests that need neither a control plane nor a training run (tests/unit: the API,
+# rendering, status, the trainer's pure rules): minutes. tests/trainer runs the bundled
+# trainer's JAX training on CPU (longer): `make test-trainer`. `make test` runs both.
 test-unit: venv prometheus lint
-	$(PY) -m pytest -q -ra -m "not cluster and not long" $(PARALLEL)
+	$(PY) -m pytest -q -ra -m "not cluster and not long" $(PARALLEL) tests/unit
+
+test-trainer: venv lint
+	$(PY) -m pytest -q -ra -m "not cluster and not long" $(PARALLEL) tests/trainer
 
 # The tests over a minute (marked long: the chaos run with every fault kind, every quick
 # benchmark, ...); `make test` runs a short guard of each. Not in CI: run it before saying

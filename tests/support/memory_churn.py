@@ -6,13 +6,17 @@ its checkpoint root scanned, its metrics recorded), then deleted as the user and
 garbage collector delete it (tests/unit/test_operator_job_stores.py)."""
 from __future__ import annotations
 
+import argparse
 import copy
 import gc
 import itertools
 import json
+import subprocess
+import sys
 import tracemalloc
 import types
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -302,6 +306,60 @@ def retained_per_job(churn: Churn, jobs: int, *, traced: int, prefix: str, warm:
     return per_job
 
 
+def leak_on_forget(churn: Churn, nbytes: int) -> list[bytes]:
+    """Make the job memory's forget keep `nbytes` of each job it forgets (a leak the
+    measure must see); the list that keeps them."""
+    kept: list[bytes] = []
+    forget = churn.op.reconciler.memory.forget_job
+
+    def leaky_forget(key: tuple[str, str]) -> None:
+        kept.append(bytes(nbytes) + key[1].encode())
+        forget(key)
+
+    (at,) = [i for i, s in enumerate(churn.op.stores.stores) if s.name == "job-memory"]
+    churn.op.stores.stores[at] = replace(churn.op.stores.stores[at], forget=leaky_forget)
+    return kept
+
+
+def retained_apart(directory: Path, jobs: int, *, traced: int, prefix: str, warm: int = 200,
+                   limit: float | None = None, leak_bytes: int = 0) -> tuple[float, set[int]]:
+    """`retained_per_job` over StoresOnly reconciles, in a Python process of its own, and
+    the counts its stores end with. tracemalloc counts every thread's allocations: in a
+    test process, threads earlier tests left behind (their log records, their buffers)
+    would count as the jobs', the more so the slower the machine runs."""
+    args = [sys.executable, "-m", "tests.support.memory_churn", str(directory), str(jobs),
+            str(traced), prefix, "--warm", str(warm), "--leak-bytes", str(leak_bytes)]
+    if limit is not None:
+        args += ["--limit", str(limit)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(out["per_job"]), set(out["counts"])
+
+
+def _main() -> None:
+    parser = argparse.ArgumentParser(description=retained_apart.__doc__)
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("jobs", type=int)
+    parser.add_argument("traced", type=int)
+    parser.add_argument("prefix")
+    parser.add_argument("--warm", type=int, default=200)
+    parser.add_argument("--limit", type=float, default=None)
+    parser.add_argument("--leak-bytes", type=int, default=0)
+    args = parser.parse_args()
+    churn = Churn(args.directory, passes=StoresOnly)
+    if args.leak_bytes:
+        leak_on_forget(churn, args.leak_bytes)
+    try:
+        per_job = retained_per_job(churn, args.jobs, traced=args.traced, prefix=args.prefix,
+                                   warm=args.warm, limit=args.limit)
+        counts = sorted(set(churn.op.stores.counts().values()))
+    finally:
+        churn.close()
+    print(json.dumps({"per_job": per_job, "counts": counts}))
+
+
 def holding(root: object, needle: str, *, skip: tuple[object, ...] = ()) -> list[str]:
     """Every object reachable from `root` that holds a string containing `needle` (the
     type of the holder, and the string): a walk of the object graph as the garbage
@@ -334,3 +392,7 @@ def _filled(cell: types.CellType) -> bool:
     except ValueError:
         return False
     return True
+
+
+if __name__ == "__main__":
+    _main()

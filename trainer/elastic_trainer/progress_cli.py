@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from elastic_trainer.stop_signals import StopSignals
 
 if TYPE_CHECKING:
     from elastic_trainer.metrics_file import MetricsFollower, StepRecord
@@ -195,9 +195,7 @@ def run(args: argparse.Namespace) -> int:
     if job is None:
         log.error("no job: give --job NAMESPACE/NAME or set ETJ_JOB_NAMESPACE and ETJ_JOB_NAME")
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = StopSignals()  # before the sidecar's threads, which inherit the block
     sidecar = _Sidecar(args, job)
     log.info("following %s for %s/%s (trainer %s, pid %d, started %s); sampling the "
              "trainer's process every %ss", args.metrics_file, *job,

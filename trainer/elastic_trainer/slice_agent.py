@@ -11,8 +11,9 @@ import argparse
 import os
 import signal
 import sys
-import threading
 import time
+
+from elastic_trainer.stop_signals import StopSignals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,22 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    stop = threading.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        received.append(signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignals()
     ident = (f"slice {os.environ.get('MEGASCALE_SLICE_ID', '?')} host "
              f"{os.environ.get('JOB_COMPLETION_INDEX', '?')}")
     print(f"slice-agent: {ident} up (pid {os.getpid()})", flush=True)
     started = time.monotonic()
     while not stop.wait(args.heartbeat):
         print(f"slice-agent: {ident} alive for {time.monotonic() - started:.0f}s", flush=True)
-    signum = received[0] if received else signal.SIGTERM
+    signum = stop.received or signal.SIGTERM
     code = 128 + signum
     print(f"slice-agent: {ident} got {signal.Signals(signum).name}, exiting {code}", flush=True)
     sys.stdout.flush()

@@ -636,15 +636,21 @@ def _start_kueue(layout: Layout, progress: Progress, timeout: float,
                      client=True)
     kubeconfig = yaml.safe_dump(cluster_config.kubeconfig(server, ca.cert_pem, pair.cert_pem,
                                                   pair.key_pem, kueue.COMPONENT))
-    webhook_port, health_port = free_ports(2)
-    try:
-        kueue.start(layout.root, _admin_api(layout, server), kubeconfig,
-                    ports=(webhook_port, health_port), progress=progress, timeout=timeout,
-                    die_with_parent=die_with_parent, settings=settings,
-                    multikueue_origin=multikueue_origin)
-    except (RuntimeError, TimeoutError, ApiError) as err:
-        kueue.stop(layout.root, _admin_api(layout, server))
-        raise ClusterStartError(f"Kueue did not start: {err}") from None
+    for attempt in range(1, START_ATTEMPTS + 1):
+        webhook_port, health_port = free_ports(2)
+        try:
+            kueue.start(layout.root, _admin_api(layout, server), kubeconfig,
+                        ports=(webhook_port, health_port), progress=progress,
+                        timeout=timeout, die_with_parent=die_with_parent, settings=settings,
+                        multikueue_origin=multikueue_origin)
+            return
+        except (RuntimeError, TimeoutError, ApiError) as err:
+            kueue.stop(layout.root, _admin_api(layout, server))
+            # As for the cluster's own components: a port picked free can be taken by
+            # another process (a parallel test worker's) before Kueue binds it.
+            if "address already in use" not in str(err) or attempt == START_ATTEMPTS:
+                raise ClusterStartError(f"Kueue did not start: {err}") from None
+            progress(f"a port was taken during Kueue's start; retrying ({attempt})")
 
 
 def start_kueue(cluster: Cluster, progress: Progress = _stderr,
