@@ -149,6 +149,12 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def _port_taken(err: BaseException) -> bool:
+    """A component failed to start because a port picked free was taken before it bound
+    it (another process, e.g. a parallel test worker's): start again on new ports."""
+    return "address already in use" in str(err)
+
+
 def free_port() -> int:
     """One free loopback port."""
     return free_ports(1)[0]
@@ -366,9 +372,7 @@ def up(config: ClusterConfig | None = None, progress: Progress = _stderr) -> Clu
                 return Cluster(layout.root)
             except ClusterStartError as err:
                 _down(layout, lambda _line: None)
-                # Ports are picked free, then bound by the components: another process
-                # can take one in between. Start again on new ports.
-                if "address already in use" not in str(err) or attempt == START_ATTEMPTS:
+                if not _port_taken(err) or attempt == START_ATTEMPTS:
                     raise
                 progress(f"a port was taken during start ({err}); retrying")
             except BaseException:
@@ -646,9 +650,7 @@ def _start_kueue(layout: Layout, progress: Progress, timeout: float,
             return
         except (RuntimeError, TimeoutError, ApiError) as err:
             kueue.stop(layout.root, _admin_api(layout, server))
-            # As for the cluster's own components: a port picked free can be taken by
-            # another process (a parallel test worker's) before Kueue binds it.
-            if "address already in use" not in str(err) or attempt == START_ATTEMPTS:
+            if not _port_taken(err) or attempt == START_ATTEMPTS:
                 raise ClusterStartError(f"Kueue did not start: {err}") from None
             progress(f"a port was taken during Kueue's start; retrying ({attempt})")
 
