@@ -179,5 +179,6 @@ def test_main_restarts_in_place_within_max_restarts_then_the_job_fails(
                      "the job Failed, maxRestarts spent by main's restarts in place", TIMEOUT)
     failed = next(c for c in st["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == Reason.MAX_RESTARTS_EXCEEDED
-    assert "main restarted in place" in failed["message"]
+    assert "and 3 of main in place, 3 of them over the whole run: the budget spent" \
+        in failed["message"], failed["message"]
     assert jobset_restarts(api, ns) == 0  # failed by the rule, not restarted

@@ -16,7 +16,7 @@ import sys
 import tracemalloc
 import types
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -277,33 +277,56 @@ class StoresOnly:
 
 
 def retained_per_job(churn: Churn, jobs: int, *, traced: int, prefix: str, warm: int = 200,
-                     window: int = 500, limit: float | None = None) -> float:
+                     windows: int = 4, limit: float | None = None
+                     ) -> tuple[float, list[str]]:
     """Bytes still allocated per job created and forgotten, by tracemalloc over `traced`
     of `jobs` cycles, after `warm` (the caches', the metrics' and the interpreter's first
     growth): what a leak leaves grows with every job, so it shows in any of them, and
-    tracing costs four times the work; the rest run untraced. Checked after every
-    `window` traced jobs: a leak (an average over `limit`) fails in seconds."""
-    assert not tracemalloc.is_tracing() and warm + traced <= jobs
+    tracing costs four times the work; the rest run untraced. The traced jobs run in
+    `windows` windows; the growth counts from the end of the first, so that a one-time
+    allocation there (a buffer or a table grown once, when the machine's load changes
+    how the threads interleave) is not divided among a few hundred jobs, while a leak,
+    growing with every job, shows in each window. Checked after each window: a leak (an
+    average over `limit`) fails in seconds. Also the source lines whose allocations grew
+    most over the traced jobs: where to look."""
+    assert not tracemalloc.is_tracing() and warm + traced <= jobs and windows >= 2
     names = (f"{prefix}-{i:05d}" for i in range(jobs))
     for name in itertools.islice(names, warm):
         churn.cycle(name)
     gc.collect()
     tracemalloc.start(1)
+    window = traced // windows
     try:
-        start, done = tracemalloc.get_traced_memory()[0], 0
+        # Taken before any figure is read: the snapshot's own objects are not the jobs'.
+        before = tracemalloc.take_snapshot()
+        start, done = 0, 0
         while done < traced:
             for name in itertools.islice(names, min(window, traced - done)):
                 churn.cycle(name)
             done = min(traced, done + window)
             gc.collect()
-            per_job = (tracemalloc.get_traced_memory()[0] - start) / done
+            if done == window:
+                start = tracemalloc.get_traced_memory()[0]
+                continue
+            per_job = (tracemalloc.get_traced_memory()[0] - start) / (done - window)
             if limit is not None and per_job > limit:
-                return per_job
+                break
+        grew = _grew_most(before, tracemalloc.take_snapshot())
     finally:
         tracemalloc.stop()
-    for name in names:
-        churn.cycle(name)
-    return per_job
+    if limit is None or per_job <= limit:
+        for name in names:
+            churn.cycle(name)
+    return per_job, grew
+
+
+def _grew_most(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot,
+               lines: int = 8) -> list[str]:
+    """The source lines whose allocations grew most between the snapshots (tracemalloc's
+    own left out)."""
+    mine = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    diff = after.filter_traces(mine).compare_to(before.filter_traces(mine), "lineno")
+    return [str(d) for d in diff[:lines]]
 
 
 def leak_on_forget(churn: Churn, nbytes: int) -> list[bytes]:
@@ -321,8 +344,19 @@ def leak_on_forget(churn: Churn, nbytes: int) -> list[bytes]:
     return kept
 
 
+@dataclass(frozen=True)
+class Retained:
+    """What `retained_apart` measured: bytes per job, the counts the stores ended with,
+    and the source lines that grew most (tracemalloc's statistics, for a failure's
+    message)."""
+
+    per_job: float
+    counts: set[int]
+    grew: list[str]
+
+
 def retained_apart(directory: Path, jobs: int, *, traced: int, prefix: str, warm: int = 200,
-                   limit: float | None = None, leak_bytes: int = 0) -> tuple[float, set[int]]:
+                   limit: float | None = None, leak_bytes: int = 0) -> Retained:
     """`retained_per_job` over StoresOnly reconciles, in a Python process of its own, and
     the counts its stores end with. tracemalloc counts every thread's allocations: in a
     test process, threads earlier tests left behind (their log records, their buffers)
@@ -335,7 +369,7 @@ def retained_apart(directory: Path, jobs: int, *, traced: int, prefix: str, warm
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    return float(out["per_job"]), set(out["counts"])
+    return Retained(float(out["per_job"]), set(out["counts"]), list(out["grew"]))
 
 
 def _main() -> None:
@@ -352,12 +386,12 @@ def _main() -> None:
     if args.leak_bytes:
         leak_on_forget(churn, args.leak_bytes)
     try:
-        per_job = retained_per_job(churn, args.jobs, traced=args.traced, prefix=args.prefix,
-                                   warm=args.warm, limit=args.limit)
+        per_job, grew = retained_per_job(churn, args.jobs, traced=args.traced,
+                                         prefix=args.prefix, warm=args.warm, limit=args.limit)
         counts = sorted(set(churn.op.stores.counts().values()))
     finally:
         churn.close()
-    print(json.dumps({"per_job": per_job, "counts": counts}))
+    print(json.dumps({"per_job": per_job, "counts": counts, "grew": grew}))
 
 
 def holding(root: object, needle: str, *, skip: tuple[object, ...] = ()) -> list[str]:

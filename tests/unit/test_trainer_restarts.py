@@ -175,7 +175,7 @@ def test_the_job_fails_for_its_restarts_in_place() -> None:
     failure = jobset_failure(spec_job.spec, observed, budgets=status.budgets)
     assert failure is not None and failure.reason == Reason.MAX_RESTARTS_EXCEEDED
     assert "failed after 0 restarts and 3 of main in place" in failure.message
-    assert "a crash loop" in failure.message
+    assert "3 of them over the whole run: the budget spent (allowed: 2" in failure.message
 
 
 # --- a stall (spec.elastic.onStall Recover), in place ---------------------------------------
@@ -252,3 +252,12 @@ def test_a_stall_restart_in_place_is_charged_to_the_stall_budget_not_as_a_crash(
     run.look(180, observed=observe(pods(in_place_head(restarts=2))))  # then a crash
     counted = run.status.budgets.main_restarts if run.status.budgets else None
     assert counted is not None and (counted.restarts, counted.total) == (2, 1)
+
+
+def test_a_windowed_budget_spent_by_restarts_in_place_is_named_a_crash_loop() -> None:
+    spec_job = job(2, elastic={"restartWindowSeconds": 3600})
+    status, _ = looks(spec_job, [(0, 0, crashed(0)), (10, 0, crashed(3))])
+    observed = observe([head(3, phase="Failed")], jobset=jobset(terminal="Failed"))
+    failure = jobset_failure(spec_job.spec, observed, budgets=status.budgets)
+    assert failure is not None and failure.reason == Reason.MAX_RESTARTS_EXCEEDED
+    assert "3 of them within any 1 h: a crash loop (allowed: 2" in failure.message

@@ -159,15 +159,27 @@ def kill_node(api: client.ApiClient, node: str, *, report_not_ready: bool = True
             _pod_not_ready(core, pod)
 
 
-def revive_node(api: client.ApiClient, node: str) -> None:
+def revive_node(api: client.ApiClient, node: str, timeout: float = 30) -> None:
     """The host is back: kwok plays its kubelet again (the Lease expired at once, kwok takes
-    it within its renew interval) and reports it Ready."""
+    it within its renew interval) and reports it Ready. Returns once kwok holds the Lease
+    and the node is Ready: until then the node lifecycle controller still reads an
+    expired Lease, and a pod placed on the node meanwhile (the next test's) is marked
+    NotReady with it."""
     core = client.CoreV1Api(api)
     _label_node_pods(core, node, DEAD_KUBELET_LABEL, None)
     make_node_ready(api, node)
     core.patch_node(node, {"metadata": {"labels": {DEAD_KUBELET_LABEL: None}}})
-    client.CoordinationV1Api(api).patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": {
+    leases = client.CoordinationV1Api(api)
+    leases.patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": {
         "leaseDurationSeconds": 1, "renewTime": "2000-01-01T00:00:00.000000Z"}})
+    wait_for(lambda: _kubelet_holds_lease(leases, node) and node_ready(api, node), timeout,
+             f"node {node} Ready, its Lease renewed by kwok")
+
+
+def _kubelet_holds_lease(leases: client.CoordinationV1Api, node: str) -> bool:
+    """kwok renewed the Lease revive_node expired (dated 2000)."""
+    spec = leases.read_namespaced_lease(node, NODE_LEASE_NAMESPACE).spec
+    return spec is not None and spec.renew_time is not None and spec.renew_time.year > 2000
 
 
 def _node_pods(core: client.CoreV1Api, node: str) -> list[Any]:

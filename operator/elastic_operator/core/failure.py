@@ -105,7 +105,9 @@ def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
     if (counted is not None and counted.spent_at is not None) or _ended_head(jobset):
         reason = Reason.MAX_RESTARTS_EXCEEDED
         used = counted.used if counted is not None else jobset.restarts + in_place
-        message += (f", {used} of them {budget.span()}: a crash loop (allowed: "
+        # Many restarts within a window are a crash loop; over the whole run, a count spent.
+        spent = "a crash loop" if budget.window_seconds is not None else "the budget spent"
+        message += (f", {used} of them {budget.span()}: {spent} (allowed: "
                     f"{budget.describe()}); the operator ended the head Job")
     else:
         reason = Reason.JOBSET_FAILED
