@@ -56,15 +56,19 @@ def run_side(make: Callable[[int], Side], faults: Sequence[list[Action]],
     """The faults on one side, `per_job` to a job; what each cost and each job's end."""
     all_phases: list[Phases] = []
     ends: list[dict[str, Any]] = []
+    began = time.monotonic()
     for first in range(0, len(faults), per_job):
         side = make(first // per_job + 1)
         side.create()
         try:
             side.start(WARM_STEPS)
-            for actions in faults[first:first + per_job]:
+            for n, actions in enumerate(faults[first:first + per_job], first + 1):
                 for action in actions:
                     _act(side, action)
                 side.wait_whole()
+                # Progress: the costs take half an hour, and say nothing until the end.
+                _log(f"{side.spec.job}: fault {n} of {len(faults)} ({actions[0].what} of "
+                     f"slice {actions[0].slice}) over; {time.monotonic() - began:.0f} s in")
                 time.sleep(GAP_SECONDS)
             all_phases += side.phases(step)
             ends.append({"job": side.spec.job, **side.counters(),

@@ -13,8 +13,9 @@ spec.nodeSelector keep them apart):
             failurePolicy (a high maxRestarts, Recreate), so any failure restarts the whole
             JobSet, and the new trainer resumes from the newest committed checkpoint; no
             snapshots, no watchdog, no training on the slices left (minSlices all of
-            them), maintenance notices ignored (replaceSlices false, maxSliceRestarts 0:
-            the operator only reports).
+            them), no budget of restarts in the process (maxRetries as high as
+            maxRestarts), maintenance notices ignored (replaceSlices false,
+            maxSliceRestarts 0: the operator only reports).
 """
 from __future__ import annotations
 
@@ -93,8 +94,11 @@ def job_manifest(side: SideSpec) -> dict[str, Any]:
         spec["maxRestarts"] = PLAIN_JOBSET_RESTARTS
         # minSlices: all of them, as a program that cannot train on (the default would
         # train on 3 in its process until the JobSet's restart ends it).
+        # maxRetries: a plain JobSet's program has no restarts in its process to spend;
+        # with the derived budget (3 an hour for 8 hosts) its trainer, which counts each
+        # slice lost before the JobSet's restart ends it, failed the job at the fourth.
         spec["elastic"] = {"maxSliceRestarts": 0, "onStall": "Report",
-                           "minSlices": side.slices}
+                           "minSlices": side.slices, "maxRetries": PLAIN_JOBSET_RESTARTS}
         spec["recovery"] = {"replaceSlices": False}
         spec["maintenance"] = {"enabled": False}
         spec["snapshot"] = {"periodSteps": 0}

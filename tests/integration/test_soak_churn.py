@@ -161,7 +161,10 @@ def test_what_the_operator_keeps_per_job_follows_the_jobs_alive(
     if errors:
         raise errors[0]
     samples = [baseline, *sampler.samples]
-    report = summary(samples, LANES)
+    # The allocator's arenas, as the operator ran with them (it inherits this
+    # environment): bounded or not, a question of the RSS slope (docs/benchmarks.md).
+    report = {**summary(samples, LANES),
+              "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX") or "glibc default"}
     print(f"\njob churn: {json.dumps(report, indent=1)}")
     if path := os.environ.get("ETJ_CHURN_SUMMARY"):
         Path(path).write_text(json.dumps({"summary": report, "samples": [

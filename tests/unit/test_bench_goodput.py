@@ -208,6 +208,9 @@ def test_ours_runs_the_apis_defaults_and_the_baseline_plain_jobset() -> None:
     assert not base.recovery.replace_slices and not base.maintenance.enabled
     assert base.elastic.max_slice_restarts == 0 and base.snapshot.period_steps == 0
     assert base.max_restarts is not None and base.max_restarts >= 1000
+    # Nor does its program spend a budget of restarts in its process: every slice lost
+    # (20 in a run, one job) waits for the JobSet's restart, and never fails the job.
+    assert budgets_of(base).elastic_retries.allowed >= 1000
     # Ours trains on 3 of its 4 slices while one is replaced; plain JobSet's program
     # cannot, so a lost slice waits for the JobSet's restart, a new process.
     assert (ours.min_slices, base.min_slices) == (3, 4)
