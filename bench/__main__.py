@@ -171,6 +171,9 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
     if name == "goodput":
         from bench import goodput
 
+        if args.reuse_costs:
+            saved = args.results_dir / f"goodput{'-quick' if args.quick else ''}.json"
+            return lambda: goodput.remodel(json.loads(saved.read_text()))
         return lambda: goodput.run(args.quick)
     if name == "goodput_check":
         from bench import goodput_check
@@ -245,6 +248,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--docs", type=Path, default=DOCS,
                    help="the page whose table is regenerated (full runs only)")
     p.add_argument("--no-docs", action="store_true", help="do not touch the docs page")
+    p.add_argument("--reuse-costs", action="store_true",
+                   help="goodput: model the months again from the costs the last run "
+                        "measured (its JSON file), after a change to the model alone")
     p.add_argument("--docs-only", action="store_true",
                    help="run nothing: rebuild the summary from the per-benchmark JSON files "
                         "and regenerate the table")

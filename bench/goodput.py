@@ -74,6 +74,18 @@ def run(quick: bool = False) -> dict[str, Any]:
             "load_average_1m": load.summary(), "workdir": str(workdir)}
 
 
+def remodel(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved run's months modelled again from its measured costs (`--reuse-costs`): for
+    a change to the model, not to what the control plane does; says when the costs were
+    measured."""
+    previous = saved["result"]
+    setup = QUICK if previous["quick"] else FULL
+    local = costs.local_params(previous["costs"])
+    return {**previous, "local": _local_json(local), "hardware": hardware_table(Hardware()),
+            "months": month_table(setup.sizes, range(setup.seeds), Hardware(), local),
+            "costs_measured_at": previous.get("costs_measured_at", saved["measured_at"])}
+
+
 def month_table(sizes: tuple[int, ...], seeds: range, hw: Hardware,
                 local: Local) -> list[dict[str, Any]]:
     """Each size, rate and policy: goodput and its causes over the seeded months."""

@@ -11,9 +11,10 @@ slice's pods up, a restore, a compile, Pathways noticing a lost slice) is a name
 parameter with its source (`Hardware`). The same model, given the local run's own
 parameters and trace, predicts the hour-long replay's goodput (bench/goodput_check.py).
 
-Policies (POLICIES): this operator with the API's defaults; the same with the in-place
-restart of issue 66 (a crash or a hang restarts the head in place, the slices and their
-snapshot kept); plain JobSet (every interruption restarts the whole JobSet from the newest
+Policies (POLICIES): this operator with the API's defaults (a crash restarts `main` in
+place, issue 66: the slices kept, resumed from the newest checkpoint); the same with the
+snapshot kept through a crash too (as if Pathways kept the state in host memory while
+`main` restarts); plain JobSet (every interruption restarts the whole JobSet from the newest
 checkpoint, without end); xpk's defaults (maxRestarts 0: every interruption ends the
 workload, someone submits it again). Interruptions that overlap are costed apart (their
 costs add): at 16,384 hosts one comes every ~23 minutes, each costing a few minutes.
@@ -47,11 +48,11 @@ KINDS = ("hard", "crash", "hang", "maintenance", "slow")
 # The causes of badput: the job's own (elastic_api.badput: `kubectl etj goodput`, the
 # metrics). `other` here is a resubmission: xpk's defaults, or a spent budget.
 CAUSES = BADPUT_CAUSES
-POLICIES = ("ours", "ours-in-place", "jobset", "xpk")
+POLICIES = ("ours", "ours-snapshot-kept", "jobset", "xpk")
 # The month table's rows: a label, the policy, and whether ours trains on the slices left
 # whatever its batch (minSlices set, or a batch that splits over them).
 VARIANTS = (("ours", "ours", False), ("ours-train-on", "ours", True),
-            ("ours-in-place", "ours-in-place", False), ("jobset", "jobset", False),
+            ("ours-snapshot-kept", "ours-snapshot-kept", False), ("jobset", "jobset", False),
             ("xpk", "xpk", False))
 
 
@@ -199,9 +200,10 @@ def replace_slice(job: Job, hw: Hardware, detect: float, back: float,
 
 def restart_jobset(policy: str, kind: str, hw: Hardware, local: Local,
                    snapshot_kept: bool = False) -> Plan:
-    """The whole JobSet restarted (or, in place, its head only): every pod back, a new
-    trainer process, resumed from the newest checkpoint (or the snapshot it kept)."""
-    up = hw.in_place.value if policy == "ours-in-place" else hw.jobset_up.value
+    """The whole JobSet restarted (ours: `main` restarted in place, the slices kept): every
+    pod back, a new trainer process, resumed from the newest checkpoint (or the snapshot
+    it kept)."""
+    up = hw.in_place.value if policy.startswith("ours") else hw.jobset_up.value
     waiting = local.of("detect", policy, kind) + local.of("back", policy, kind) + up
     return Plan((("waitingForSlices", waiting), ("startup", local.start),
                  *_resume(policy, kind, hw, local)),
@@ -223,7 +225,7 @@ def plan(policy: str, kind: str, job: Job, hw: Hardware, local: Local) -> Plan:
         restart = restart_jobset(policy, kind, hw, local)
         return replace(restart, pause=before + restart.pause)
     if kind == "crash":
-        return restart_jobset(policy, kind, hw, local, snapshot_kept=policy == "ours-in-place")
+        return restart_jobset(policy, kind, hw, local, snapshot_kept=policy == "ours-snapshot-kept")
     back, resume = local.of("back", policy, kind), _resume(policy, kind, hw, local)
     if kind == "hang":  # the watchdog's deadline, then the blamed slice replaced
         moved = replace_slice(job, hw, 0.0, back, resume=resume)
@@ -269,10 +271,11 @@ def cadenced(policy: str, job: Job, rate: float, hw: Hardware) -> Hardware:
         return with_values(hw, snapshot_period=1e18, snapshot_overhead=0.0,
                            checkpoint_period=period,
                            checkpoint_overhead=hw.checkpoint_cost.value / period)
-    from_snapshot = ("hard", "hang", "slow") + (("crash",) if policy == "ours-in-place" else ())
+    kept = policy == "ours-snapshot-kept"
+    from_snapshot = ("hard", "hang", "slow") + (("crash",) if kept else ())
     periods = {}
     for copy, kinds, floor in (("snapshot", from_snapshot, hw.snapshot_cost.value),
-                               ("checkpoint", ("crash",) if policy != "ours-in-place" else (),
+                               ("checkpoint", () if kept else ("crash",),
                                 hw.checkpoint_wall.value)):
         cost = getattr(hw, f"{copy}_cost").value
         within = cost / hw.copy_budget.value

@@ -53,9 +53,9 @@ def goodput_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
                 _spread(_row(months, hosts, rate, "ours-train-on")["goodput"]),
                 _spread(_row(months, hosts, rate, "xpk")["goodput"]), "-"))
             rows.append((
-                "The same: ours with the in-place restart of issue 66 (a crash keeps the "
-                "slices and the snapshot)",
-                _spread(_row(months, hosts, rate, "ours-in-place")["goodput"]), "-", "-"))
+                "The same: ours with the snapshot kept through a crash too (the API's "
+                "defaults restart main in place and resume from the newest checkpoint)",
+                _spread(_row(months, hosts, rate, "ours-snapshot-kept")["goodput"]), "-", "-"))
             rows.append(("The same: the largest causes of badput, % of the month; restart "
                          "budgets spent (the API's defaults)",
                          f"{_causes(ours)}; budgets spent {ours['budgets_spent']}",
@@ -77,8 +77,10 @@ def cost_rows(r: dict[str, Any]) -> list[Row]:
             "process's start; restore; recompile; steps redone)", _parts(o), _parts(b),
             _ratio(o["total"] if o else None, b["total"] if b else None)))
     load = r["load_average_1m"]
+    when = f" (the costs measured {r['costs_measured_at']}, the months modelled again " \
+        "since)" if r.get("costs_measured_at") else ""
     rows.append(("Load average (1 min) while the costs were measured, mean (max); both "
-                 "sides at once", f"{load['mean']} ({load['max']})", "", ""))
+                 f"sides at once{when}", f"{load['mean']} ({load['max']})", "", ""))
     return rows
 
 

@@ -54,7 +54,7 @@ def test_each_fault_was_measured_on_both_sides(goodput: dict[str, Any]) -> None:
 
 def test_the_month_is_composed_for_every_policy(goodput: dict[str, Any]) -> None:
     rows = goodput["months"]
-    assert {r["policy"] for r in rows} == {"ours", "ours-train-on", "ours-in-place",
+    assert {r["policy"] for r in rows} == {"ours", "ours-train-on", "ours-snapshot-kept",
                                            "jobset", "xpk"}
     for row in rows:
         assert 0 < row["goodput"]["mean"] < 1, row

@@ -59,11 +59,16 @@ def test_a_hang_waits_for_the_watchdog_or_the_collective_timeout() -> None:
     assert base.pause[0] == ("stalled", HW.collective_timeout.value)
 
 
-def test_in_place_keeps_the_snapshot_through_a_crash() -> None:
-    assert plan("ours", "crash", Job(16), HW, LOCAL).restores == "checkpoint"
-    in_place = plan("ours-in-place", "crash", Job(16), HW, LOCAL)
-    assert in_place.restores == "snapshot"
-    assert _pause(in_place) < _pause(plan("ours", "crash", Job(16), HW, LOCAL))
+def test_a_crash_restarts_main_in_place_and_only_the_variant_keeps_the_snapshot() -> None:
+    ours = plan("ours", "crash", Job(16), HW, LOCAL)
+    assert ours.restores == "checkpoint"
+    # The API's defaults restart main in place (issue 66): the slices are not recreated.
+    waited = dict(ours.pause)["waitingForSlices"]
+    assert waited < HW.jobset_up.value <= dict(plan("jobset", "crash", Job(16), HW, LOCAL)
+                                                .pause)["waitingForSlices"]
+    kept = plan("ours-snapshot-kept", "crash", Job(16), HW, LOCAL)
+    assert kept.restores == "snapshot"
+    assert dict(kept.pause)["waitingForSlices"] == waited
 
 
 def test_a_restore_throws_away_the_training_since_its_copy() -> None:
