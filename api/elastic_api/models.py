@@ -56,6 +56,8 @@ def _api_integer(value: Any) -> Any:
 # A spec integer: what the API server's `type: integer` admits, no more (the CRD schema
 # is the same as plain int's).
 SpecInt = Annotated[int, BeforeValidator(_api_integer)]
+# spec.recovery.inPlaceDeadlineSeconds unset.
+DEFAULT_IN_PLACE_DEADLINE_SECONDS = 120
 # A spec count that may be left unset (`SpecCount | None`): the bound sits before the
 # validator, so pydantic still emits it as `minimum`.
 SpecCount = Annotated[int, Field(ge=0), BeforeValidator(_api_integer)]
@@ -399,19 +401,34 @@ class RecoverySpec(ApiModel):
         "plugin's). Kubernetes' own node signals need no entry (docs/operations.md, "
         "\"Who is to blame\").",
     )
-    restart_in_place: bool = Field(
-        True,
+    # Neither has a schema default: the API server would write it into every job, and a
+    # release before these fields (which refuses fields it does not know) could not read
+    # the job after a downgrade (make test-upgrade). The operator applies the default.
+    restart_in_place: bool | None = Field(
+        None,
         description="A slice whose failure the evidence does not lay on its nodes (a worker "
         "process that exited on a healthy node, its code not in hardwareExitCodes) keeps "
         "its pods: the kubelet restarts the container where it stands and the operator "
         "waits for it instead of recreating the worker Job (docs/api.md, \"Restart in place "
-        "or move\"). false: every failure recreates the Job.",
+        "or move\"). false: every failure recreates the Job. Unset: true.",
     )
-    in_place_deadline_seconds: SpecInt = Field(
-        120, ge=5, le=3600,
+    in_place_deadline_seconds: Annotated[int, Field(ge=5, le=3600),
+                                         BeforeValidator(_api_integer)] | None = Field(
+        None,
         description="A slice restarting in place that is not Ready again this long after "
-        "the operator decided so is recreated (the kubelet could not restart it).",
+        "the operator decided so is recreated (the kubelet could not restart it). Unset: "
+        f"{DEFAULT_IN_PLACE_DEADLINE_SECONDS}.",
     )
+
+    @property
+    def in_place(self) -> bool:
+        """restartInPlace as it applies: unset is true."""
+        return self.restart_in_place is not False
+
+    @property
+    def in_place_deadline(self) -> int:
+        """inPlaceDeadlineSeconds as it applies."""
+        return self.in_place_deadline_seconds or DEFAULT_IN_PLACE_DEADLINE_SECONDS
 
 
 class MaintenanceSpec(ApiModel):

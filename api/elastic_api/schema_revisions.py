@@ -32,6 +32,10 @@ REVISIONS: tuple[str, ...] = (
     # 4: restart budgets per window, status.budgets (main's restarts in place charged in
     # status.budgets.mainRestarts), maxRestarts optional (issue 67).
     "sha256:ba3e736f698f4d53b1ac3b37280ff9122fd84416f8e49662e4422c317b7ae970",
+    # 5: spec.recovery.restartInPlace and inPlaceDeadlineSeconds lose their schema
+    # defaults (the operator applies them): a release before them refused the job the
+    # API server had filled them into, after a downgrade.
+    "sha256:a8973daa8fd168ff87794db616d58d3872930048c313084368f10e95ea106d98",
 )
 
 

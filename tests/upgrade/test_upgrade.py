@@ -457,17 +457,26 @@ def fail_when_acquired(run: Run, leader: str, index: int, when: str) -> None:
 
 
 def counted_evidence(run: Run) -> list[str]:
-    """Each failed slice's exactly-once evidence (slices[].counted) names its worker Job
-    and that Job's own count of failed pods."""
+    """Each failed slice's exactly-once evidence (slices[].counted) names its worker Job,
+    that Job's own count of failed pods and its pods' container restarts (issue 66: a
+    restart in place no look saw)."""
     problems = []
-    batch = client.BatchV1Api(run.api)
+    batch, core = client.BatchV1Api(run.api), client.CoreV1Api(run.api)
     for one in run.status().get("slices") or []:
         if not one.get("restarts"):
             continue
         job = batch.read_namespaced_job(worker_job_name(JOB, one["index"]), run.ns)
         uncounted = job.status.uncounted_terminated_pods
         failed = (job.status.failed or 0) + len((uncounted.failed if uncounted else None) or [])
+        pods = core.list_namespaced_pod(
+            run.ns, label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}")
+        restarts = sum(c.restart_count for p in pods.items
+                       for c in (p.status.container_statuses or []))
         want = {"jobUid": job.metadata.uid, "failedPods": failed}
+        # Counted by this release's operator; one before issue 66 (the downgrade's) does
+        # not count container restarts, and the field says so by its absence.
+        if "containerRestarts" in (one.get("counted") or {}):
+            want["containerRestarts"] = restarts
         if one.get("counted") != want:
             problems.append(f"slice {one['index']}: counted {one.get('counted')}, its "
                             f"worker Job's {want}")
@@ -488,9 +497,14 @@ def new_status_fields_filled_in(run: Run) -> None:
     # (status.training.activity), which the previous release's trainer does not send.
     if not releases.has_field(job, ".status.training.activity"):
         operators = [p for p in operators if p not in FROM_THE_TRAINERS_PHASE]
-    missing = [p for p in operators if not releases.has_field(job, p)]
+    # A field added inside an object the operator writes only on an event, absent here
+    # (status.progress.restart: a stall restart asked), has nothing to be filled into;
+    # the object itself, if new, is judged as any field.
+    absent = [p for p in operators if not releases.has_field(job, p.rsplit(".", 1)[0])]
+    missing = [p for p in operators if p not in absent and not releases.has_field(job, p)]
     run.timeline.note(f"status fields the current CRD adds: {added or 'none'}; the "
-                      f"operator's {operators or 'none'}, missing {missing or 'none'}; "
+                      f"operator's {operators or 'none'}, missing {missing or 'none'}, "
+                      f"inside an object absent here {absent or 'none'}; "
                       f"the trainer's (not expected of the previous trainer) "
                       f"{trainers or 'none'}")
     assert not missing, f"not filled in after the upgrade: {missing}"

@@ -117,7 +117,7 @@ def case_of(failure: Failure, recovery: RecoverySpec) -> str:
         return "PodEnded"
     if not failure.broken and not failure.restarted_unseen:
         return "HostNotReady" if failure.reason == Reason.HOST_NOT_READY else "PodEnded"
-    if not recovery.restart_in_place:
+    if not recovery.in_place:
         return "InPlaceOff"
     return "ProcessExited" if failure.broken else "RestartedUnseen"
 
@@ -129,7 +129,7 @@ def decide(failure: Failure, recovery: RecoverySpec) -> Row:
 
 def timed_out(record: SliceReplacement, recovery: RecoverySpec, now: datetime) -> bool:
     """A restart in place the slice has not come back from within the deadline."""
-    deadline = timedelta(seconds=recovery.in_place_deadline_seconds)
+    deadline = timedelta(seconds=recovery.in_place_deadline)
     return record.action == "RestartInPlace" and now >= record.requested_at + deadline
 
 
@@ -137,5 +137,5 @@ def due_in(record: SliceReplacement, recovery: RecoverySpec, now: datetime) -> f
     """Seconds until a restart in place times out (None: not one)."""
     if record.action != "RestartInPlace":
         return None
-    deadline = record.requested_at + timedelta(seconds=recovery.in_place_deadline_seconds)
+    deadline = record.requested_at + timedelta(seconds=recovery.in_place_deadline)
     return max(0.0, (deadline - now).total_seconds())

@@ -310,7 +310,7 @@ def _timed_out_event(s: SliceStatus, record: SliceReplacement,
     row = inplace.BY_CASE["InPlaceTimedOut"]
     return StatusEvent(
         reason=Reason.IN_PLACE_RESTART_TIMED_OUT, type="Warning", slice_index=s.index,
-        message=f"slice {s.index} is not Ready {spec.recovery.in_place_deadline_seconds} s "
+        message=f"slice {s.index} is not Ready {spec.recovery.in_place_deadline} s "
                 f"after its pods began restarting in place ({s.reason}): recreating its "
                 f"worker Job ({row.why})")
 
