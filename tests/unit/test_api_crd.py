@@ -204,3 +204,18 @@ def test_a_revision_is_its_place_in_the_list():
     # Canonical: the order of keys does not change the hash; a value does.
     assert schema_hash([{"a": 1, "b": [2]}]) == schema_hash([{"b": [2], "a": 1}])
     assert schema_hash([{"a": 1}]) != schema_hash([{"a": 2}])
+
+
+def test_spec_fields_newer_than_the_previous_release_carry_no_schema_default():
+    """A downgrade keeps this CRD: a default the API server writes into every job is a
+    field the previous release refuses (docs/operations.md). Unset, the operator applies
+    them itself."""
+    from elastic_api.models import DEFAULT_IN_PLACE_DEADLINE_SECONDS, RecoverySpec
+
+    recovery = crd.openapi_schema()["properties"]["spec"]["properties"]["recovery"]
+    for name in ("restartInPlace", "inPlaceDeadlineSeconds"):
+        assert "default" not in recovery["properties"][name], name
+    unset = RecoverySpec()
+    assert unset.in_place and unset.in_place_deadline == DEFAULT_IN_PLACE_DEADLINE_SECONDS
+    assert not RecoverySpec(restart_in_place=False).in_place
+    assert RecoverySpec(in_place_deadline_seconds=30).in_place_deadline == 30

@@ -172,11 +172,11 @@ def revive_node(api: client.ApiClient, node: str, timeout: float = 30) -> None:
     leases = client.CoordinationV1Api(api)
     leases.patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": {
         "leaseDurationSeconds": 1, "renewTime": "2000-01-01T00:00:00.000000Z"}})
-    wait_for(lambda: _kubelet_holds_lease(leases, node) and node_ready(api, node), timeout,
+    wait_for(lambda: _lease_renewed(leases, node) and node_ready(api, node), timeout,
              f"node {node} Ready, its Lease renewed by kwok")
 
 
-def _kubelet_holds_lease(leases: client.CoordinationV1Api, node: str) -> bool:
+def _lease_renewed(leases: client.CoordinationV1Api, node: str) -> bool:
     """kwok renewed the Lease revive_node expired (dated 2000)."""
     spec = leases.read_namespaced_lease(node, NODE_LEASE_NAMESPACE).spec
     return spec is not None and spec.renew_time is not None and spec.renew_time.year > 2000
