@@ -172,13 +172,13 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
         from bench import goodput
 
         if args.reuse_costs:
-            saved = args.results_dir / f"goodput{'-quick' if args.quick else ''}.json"
+            saved = result_path(args.results_dir, "goodput", args.quick)
             return lambda: goodput.remodel(json.loads(saved.read_text()))
         return lambda: goodput.run(args.quick)
     if name == "goodput_check":
         from bench import goodput_check
 
-        costs = args.results_dir / f"goodput{'-quick' if args.quick else ''}.json"
+        costs = result_path(args.results_dir, "goodput", args.quick)
         return lambda: goodput_check.run(args.quick, costs)
     from bench import trainer
 
@@ -276,11 +276,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _load_summary(results_dir: Path, suffix: str) -> dict[str, Any]:
+def result_path(results_dir: Path, name: str, quick: bool) -> Path:
+    """Where a benchmark's latest entry (or the summary) is kept: a quick run's apart."""
+    return results_dir / f"{name}{'-quick' if quick else ''}.json"
+
+
+def _load_summary(results_dir: Path, quick: bool) -> dict[str, Any]:
     """The latest entry of every benchmark, from its own JSON file."""
     summary: dict[str, Any] = {"benchmarks": {}}
     for name in NAMES:
-        path = results_dir / f"{name}{suffix}.json"
+        path = result_path(results_dir, name, quick)
         if path.exists():
             summary["benchmarks"][name] = json.loads(path.read_text())
     return summary
@@ -288,8 +293,7 @@ def _load_summary(results_dir: Path, suffix: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    suffix = "-quick" if args.quick else ""
-    summary_path = args.results_dir / f"summary{suffix}.json"
+    summary_path = result_path(args.results_dir, "summary", args.quick)
     if args.docs_only:
         args.names = ()
     failed = []
@@ -306,14 +310,14 @@ def main(argv: list[str] | None = None) -> int:
         entry = {"name": name, "quick": args.quick, "measured_at": started,
                  "seconds": round(time.monotonic() - t0, 1), "machine": machine(),
                  "result": result}
-        write_json(args.results_dir / f"{name}{suffix}.json", entry)
+        write_json(result_path(args.results_dir, name, args.quick), entry)
         done[name] = entry
         if result.get("failed"):  # written, for what it says; still a failed run
             print(f"== bench {name}: failed: {result['failed']}", file=sys.stderr, flush=True)
             failed.append(name)
         print(f"== bench {name}: done in {entry['seconds']}s", file=sys.stderr, flush=True)
     # Read the others' files only now: another run may have updated them meanwhile.
-    summary = _load_summary(args.results_dir, suffix)
+    summary = _load_summary(args.results_dir, args.quick)
     summary["benchmarks"].update(done)
     summary.update({"quick": args.quick, "updated_at": now_iso(), "machine": machine(),
                     "revision": git_revision()})
