@@ -59,6 +59,20 @@ def test_a_slice_lost_during_a_checkpoint_write_is_an_elastic_event(
     assert names == ["20", "30", "40"], names
 
 
+def test_a_slice_lost_during_the_last_checkpoint_write_is_recovered_and_saved_again(
+        run_trainer: RunTrainer, undisturbed: TrainerRun) -> None:
+    # The last save is written after the last step: a slice lost then is still an elastic
+    # event, and the run does not end Succeeded without its last checkpoint.
+    run = run_trainer("--fail-at", "40:1:checkpoint")
+    _assert_ok(run)
+    [event] = run.events()
+    assert event["slices_down"] == [1]
+    assert run.summary["params_digest"] == undisturbed.summary["params_digest"]
+    # Only finalized steps (a cut save leaves a "40.orbax-checkpoint-tmp-..." behind).
+    names = sorted(p.name for p in run.checkpoint_dir.iterdir() if p.name[0].isdigit())
+    assert names[-1] == "40", names
+
+
 def test_failure_during_restore_and_two_failures_in_a_row(run_trainer: RunTrainer,
                                                           undisturbed: TrainerRun) -> None:
     run = run_trainer("--fail-at", "15:1", "--fail-at", "15:0:restore",

@@ -235,8 +235,12 @@ def test_a_slow_slice_is_not_moved_before_it_has_been_slow_long_enough(
 
 def test_a_slow_slice_is_replaced_when_asked(tmp_path: Path, undisturbed_digest: str
                                              ) -> None:
+    # Steps paced at 0.05 s or more: the request (0.5 s slow after the first median) and
+    # the simulated operator's reaction (REPLACE_REACTION_SECONDS) each take at most ten
+    # steps, so the slice is replaced before the last step however fast the machine is.
     trainer, _ = _trainer(tmp_path, [SilentFault(5, 1, "slow", 1.34)],
-                                on_slow_slice="Replace", slow_slice_seconds=0.5)
+                          on_slow_slice="Replace", slow_slice_seconds=0.5,
+                          min_step_seconds=0.05)
     result = _run(trainer)
     assert result.params_digest == undisturbed_digest
     [event] = result.events

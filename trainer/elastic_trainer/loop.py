@@ -264,9 +264,21 @@ class Trainer:
                 if self.evaluator is not None and self.evaluator.due(step):
                     self._evaluate(self.evaluator, compiled, state, step, active)
             self._finish_pending()
+            self._commit_last(step, state, active)
         finally:
             prefetch.close()
         return state
+
+    def _commit_last(self, step: int, state: Any, active: set[int]) -> None:
+        """The last step's checkpoint commits inside the attempt: a slice lost while it is
+        written is an elastic event (recovered, then the step saved again), never a run
+        that ends Succeeded without its last checkpoint."""
+        if not self.checkpointer.has_save_of(step):  # restored at the end from a snapshot,
+            # or the save was cut: save it again (the state is whole on this mesh)
+            self.copies.make(step, state, state, active, snapshot=False, checkpoint=True)
+        with self.watchdog.during(CHECKPOINT, step):
+            self.status.report()
+            self.checkpointer.wait_committed(step, self.checkpointer.settle_timeout)
 
     def _device_batch(self, compiled: train.CompiledStep, step: int) -> Any:
         """The batch of the step after `step`, split into micro-batches, on the mesh."""
