@@ -142,6 +142,26 @@ def test_the_strongest_evidence_of_a_slice_decides_and_says_why() -> None:
     assert found.detail == "node tpu-1-3 is NotReady (Ready=Unknown)"
 
 
+def test_a_crash_the_job_controller_replaced_before_a_look_is_still_the_jobs() -> None:
+    """On a loaded control plane the Job controller's new pod for a crashed host (restart
+    policy OnFailure) can be there before the operator looks: the failed pod it replaced
+    is the evidence, not a host lost for no reason."""
+    j = job()
+    st, _ = step(j, None, world(), at(1))
+    assert st.slices[1].state == "Ready"
+    pods = healthy_pods()
+    crashed = WorkerPod(1, 0).failed(at(10))
+    pods[HOSTS] = crashed.build()
+    pods.append(crashed.replacement(at(11)).pending().on_node(None).build())
+    st, plan = step(j, st, world(pods), at(12))
+    assert st.slices[1].state == "Down" and st.slices[1].restarts == 1
+    record = st.slices[1].replacement
+    assert record is not None and (record.blame, record.reason) == ("Job", Reason.POD_FAILED)
+    assert {(p.name, f.blame, f.reason) for p in st.pools for f in p.failures} == {
+        ("tpu-1", "Job", Reason.POD_FAILED)}
+    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+
+
 def test_what_the_classification_reads_is_parsed_from_the_cluster() -> None:
     pod = pod_from_dict(PodWrapper.worker(1, 0).on_node("tpu-1-0").failed(at(1), exit_code=42)
                         .obj())

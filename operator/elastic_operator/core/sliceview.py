@@ -127,6 +127,9 @@ def of_this_admission(pod: ObservedPod, epoch: datetime | None) -> bool:
     return epoch is None or pod.created_at is None or pod.created_at >= epoch
 
 
+_EPOCH = datetime.min.replace(tzinfo=UTC)  # a pod without a creation time: the oldest
+
+
 @dataclass(frozen=True, eq=False)
 class SliceView:
     """One slice's pods and the nodes they run on, and what every policy derives from
@@ -152,8 +155,11 @@ class SliceView:
 
     @cached_property
     def hosts(self) -> tuple[HostView, ...]:
-        """Each host as its newest pod and that pod's node show it."""
-        return tuple(host_view(pod, self.nodes) for pod in self.newest)
+        """Each host as its newest pod and that pod's node show it (a fresh pod the Job
+        controller made for a failed one: as the failed one shows it)."""
+        replaced = self._replaced_failures
+        return tuple(host_view(replaced.get(pod.host_index, pod), self.nodes)
+                     for pod in self.newest)
 
     def hosts_since(self, epoch: datetime | None) -> tuple[HostView, ...]:
         """The hosts as the pods of the current admission show them (`of_this_admission`;
@@ -184,9 +190,30 @@ class SliceView:
         """The Job whose pods failed: that of a broken host's pod, else the current one."""
         return next((p.job_uid for p in (*self.broken, *self.newest) if p.job_uid), None)
 
+    @cached_property
+    def _replaced_failures(self) -> dict[int | None, ObservedPod]:
+        """By host: the failed pod the Job controller has already replaced in the same Job
+        (restart policy OnFailure) with a pod that is not up yet. A look that came after
+        the replacement still finds the failure in it. One pass over the pods: a large
+        slice's status is computed every reconcile."""
+        fresh = {p.host_index: p for p in self.newest
+                 if not p.ready and not broken(p, self.nodes)}
+        out: dict[int | None, ObservedPod] = {}
+        for pod in self.pods:
+            new = fresh.get(pod.host_index)
+            if new is None or not pod.failed or pod.uid == new.uid or \
+                    pod.job_uid != new.job_uid:
+                continue
+            kept = out.get(pod.host_index)
+            if kept is None or (pod.created_at or _EPOCH) > (kept.created_at or _EPOCH):
+                out[pod.host_index] = pod
+        return out
+
     def evidence(self, recovery: RecoverySpec) -> Evidence:
-        """The strongest evidence among its broken hosts (core/blame.py)."""
-        return slice_evidence(self.broken, self.nodes, recovery)
+        """The strongest evidence among its broken hosts (core/blame.py); with none left
+        broken, that of the failed pods the Job controller replaced before a look."""
+        return slice_evidence(self.broken or tuple(self._replaced_failures.values()),
+                              self.nodes, recovery)
 
     def failed_pool(self, evidence: Evidence, known: str | None) -> str | None:
         """The pool of the slice's failure: of the node the evidence is about, else of its
