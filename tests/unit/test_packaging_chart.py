@@ -142,6 +142,16 @@ def test_deployment_is_two_replicas_rolling_and_hardened() -> None:
     assert container["image"] == "ghcr.io/elastic-training-operator/operator:0.1.0"
 
 
+def test_the_operator_runs_with_bounded_malloc_arenas_unless_told_not_to() -> None:
+    def env(values: dict[str, str] | None = None) -> dict[str, Any]:
+        (container,) = only(render(values), "Deployment")["spec"]["template"]["spec"][
+            "containers"]
+        return {e["name"]: e.get("value") for e in container["env"]}
+    assert env()["MALLOC_ARENA_MAX"] == "2"
+    assert env({"operator.mallocArenaMax": "4"})["MALLOC_ARENA_MAX"] == "4"
+    assert "MALLOC_ARENA_MAX" not in env({"operator.mallocArenaMax": "null"})
+
+
 def test_without_election_it_is_one_replica_recreated() -> None:
     docs = render({"leaderElection.enabled": "false", "replicaCount": "1"})
     spec = only(docs, "Deployment")["spec"]
@@ -354,7 +364,8 @@ def test_service_monitor_scrapes_the_metrics_service_when_enabled() -> None:
     ("key", "value"),
     [("operator.logFormat", "xml"), ("watchNamespaces", "{Bad_Namespace}"),
      ("operator.metricsPort", "0"), ("operator.readinessPort", "0"),
-     ("podAntiAffinity", "always"), ("replicaCount", "0")],
+     ("podAntiAffinity", "always"), ("replicaCount", "0"),
+     ("operator.mallocArenaMax", "0")],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(key: str, value: str) -> None:
     result = run_helm("template", RELEASE, str(CHART), "--set", f"{key}={value}")
