@@ -26,8 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from elastic_api.badput import CAUSES as BADPUT_CAUSES
+from elastic_api.budgets import JOBSET_RESTARTS, mean_seconds_between
 from elastic_api.resize import default_min_slices
 from elastic_api.stragglers import SLOW_SLICE_SECONDS, SLOW_SLICE_STEPS
+from elastic_trainer.cadence import LENGTHEN_AT_MOST
 
 DAY = 86400.0
 MONTH_DAYS = 30.0
@@ -264,8 +266,9 @@ def failures_per_day(kinds: tuple[str, ...], job: Job, rate: float, hw: Hardware
 def cadenced(policy: str, job: Job, rate: float, hw: Hardware) -> Hardware:
     """The copies' periods and costs as each side runs them: ours' trainer chooses each
     period within its budget and shorter toward Young-Daly for the failures that restore
-    that copy (trainer/elastic_trainer/cadence.py), never under twice a copy's own wall
-    time; the baselines checkpoint at their users' period and take no snapshots."""
+    that copy, the checkpoint's longer toward the Young-Daly period of its prior
+    (trainer/elastic_trainer/cadence.py), never under twice a copy's own wall time; the
+    baselines checkpoint at their users' period and take no snapshots."""
     if not policy.startswith("ours"):
         period = hw.baseline_checkpoint.value
         return with_values(hw, snapshot_period=1e18, snapshot_overhead=0.0,
@@ -280,7 +283,14 @@ def cadenced(policy: str, job: Job, rate: float, hw: Hardware) -> Hardware:
         cost = getattr(hw, f"{copy}_cost").value
         within = cost / hw.copy_budget.value
         shorter = young_daly(cost, failures_per_day(kinds, job, rate, hw))
-        periods[copy] = max(2.0 * floor, min(within, shorter))
+        period = min(within, shorter)
+        if copy == "checkpoint":
+            # Longer toward the prior's Young-Daly period (the crashes' MTBF for the
+            # job's hosts at the highest published rate), at most LENGTHEN_AT_MOST x the
+            # budget's. A crash starts a new process, which has seen none: only the prior.
+            prior = mean_seconds_between(JOBSET_RESTARTS, job.hosts)
+            period = max(period, min(young_daly(cost, DAY / prior), LENGTHEN_AT_MOST * within))
+        periods[copy] = max(2.0 * floor, period)
     return with_values(hw, snapshot_period=periods["snapshot"],
                        checkpoint_period=periods["checkpoint"],
                        snapshot_overhead=hw.snapshot_cost.value / periods["snapshot"],

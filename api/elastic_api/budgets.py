@@ -192,6 +192,19 @@ def derived_allowed(kind: Kind, hosts: int, window_seconds: int) -> int:
     return max(MIN_ALLOWED, allowed)
 
 
+def mean_seconds_between(kind: Kind, hosts: int) -> float:
+    """The mean seconds between a kind's interruptions on `hosts` hosts at the rate its
+    budgets are derived from (`rate_per_1000_host_days`: the highest published). The
+    trainer's prior for a copy's Young-Daly period (elastic_trainer.cadence): the highest
+    rate makes a period lengthened toward it err short."""
+    return 86400.0 * 1000.0 / (rate_per_1000_host_days(kind) * max(hosts, 1))
+
+
+def job_hosts(spec: ElasticTrainingJobSpec) -> int:
+    """The hosts of all the job's slices."""
+    return hosts_per_slice(spec) * spec.tpu.num_slices
+
+
 def hosts_per_slice(spec: ElasticTrainingJobSpec) -> int:
     try:
         return slice_shape(spec.tpu.type, spec.tpu.topology).vms
@@ -201,8 +214,7 @@ def hosts_per_slice(spec: ElasticTrainingJobSpec) -> int:
 
 def budget(kind: Kind, count: int | None, spec: ElasticTrainingJobSpec) -> Budget:
     """The budget of `kind` whose spec count is `count` (None: unset)."""
-    per_slice = hosts_per_slice(spec)
-    hosts = per_slice if kind.per_slice else per_slice * spec.tpu.num_slices
+    hosts = hosts_per_slice(spec) if kind.per_slice else job_hosts(spec)
     window = spec.elastic.restart_window_seconds
     if count is not None:
         return Budget(kind, count, window, False, hosts)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from elastic_api.models import DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT
 from elastic_trainer import train_cli
 from elastic_trainer.cadence import (
+    LENGTHEN_AT_MOST,
     PROBE_PERIOD,
     WARMUP_STEPS,
     Cadence,
@@ -79,6 +80,26 @@ def test_failures_shorten_toward_young_daly_never_below_twice_the_copy():
     # Rare failures: the budget's period is shorter, and stays.
     assert choose([0.003] * 5, [0.005] * 10, failures=1, seconds_trained=1e6).reason == \
         "WithinBudget"
+
+
+def test_a_prior_mtbf_lengthens_toward_young_daly_at_most_four_times_the_budgets():
+    # 0.2 s a save, 0.1 s a step: 100 steps within 2 %.
+    assert choose([0.2] * 5, [0.1] * 10).period == 100
+    # One failure every 1,000 s (the prior): sqrt(2 x 0.2 x 1000) = 20 s = 200 steps.
+    toward = choose([0.2] * 5, [0.1] * 10, prior_mtbf=1000.0)
+    assert (toward.period, toward.reason) == (200, "YoungDaly")
+    assert "published rate" in toward.message and toward.overhead < BUDGET
+    # Rarer failures: the optimum (633 steps) is past the bound, 4 x 100.
+    capped = choose([0.2] * 5, [0.1] * 10, prior_mtbf=1e4)
+    assert capped.period == LENGTHEN_AT_MOST * 100 == 400
+    assert f"at most {LENGTHEN_AT_MOST}x the budget's 100" in capped.message
+    # Failures seen more often than the prior says: their MTBF decides (sqrt(2 x 0.2 x
+    # 400) = 12.6 s = 127 steps), and a prior never shortens the budget's period.
+    seen = choose([0.2] * 5, [0.1] * 10, prior_mtbf=1e4, failures=5, seconds_trained=2000.0)
+    assert (seen.period, seen.reason) == (127, "YoungDaly") and "5 failure(s)" in seen.message
+    assert choose([0.2] * 5, [0.1] * 10, prior_mtbf=10.0).period == 100
+    for bad in (math.nan, math.inf, -1.0, 0.0, True):
+        assert choose([0.2] * 5, [0.1] * 10, prior_mtbf=bad).period == 100
 
 
 def test_never_sooner_than_twice_a_copy_lasts():
@@ -153,11 +174,13 @@ samples = st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40)
        budget=st.floats(min_value=1e-6, max_value=0.5),
        failures=st.integers(-5, 10**12), seconds=st.floats(allow_nan=True),
        headroom=st.none() | st.floats(allow_nan=True),
-       current=st.none() | st.integers(-5, 10**9))
+       current=st.none() | st.integers(-5, 10**9),
+       prior=st.none() | st.floats(allow_nan=True))
 def test_any_measurements_give_a_period_within_bounds(costs, steps, max_period, budget,
-                                                      failures, seconds, headroom, current):
+                                                      failures, seconds, headroom, current,
+                                                      prior):
     choice = choose_period(CadenceInputs(budget, costs, steps, max_period, current, failures,
-                                         seconds, headroom))
+                                         seconds, headroom, prior_mtbf=prior))
     assert isinstance(choice.period, int) and 1 <= choice.period <= max_period
     assert choice.reason in ("Measuring", "WithinBudget", "CopySlowed", "MemoryPressure",
                              "YoungDaly")

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import etj
 
+from elastic_api.budgets import JOBSET_RESTARTS, mean_seconds_between
 from elastic_api.models import TrainingReport
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
@@ -21,7 +23,13 @@ from elastic_trainer.configs import get_config
 from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import ElasticEvent
 from elastic_trainer.loop import LoopOptions
-from elastic_trainer.report import StatusReporter, job_from_args, prior_run, status_patch
+from elastic_trainer.report import (
+    StatusReporter,
+    hosts_of,
+    job_from_args,
+    prior_run,
+    status_patch,
+)
 from elastic_trainer.simulated_faults import FaultSchedule
 
 
@@ -317,3 +325,24 @@ def test_a_replacement_process_reads_the_goodput_step_and_ack_it_left() -> None:
     assert prior_state(hostile, 10) == prior_state(None, 10) == prior_state({}, 10)
     bad_time = {"training": _stored(checkpointAck={"id": 1, "step": 1, "committedAt": "never"})}
     assert prior_state(bad_time, 10).checkpoint_ack is None
+
+
+def test_the_jobs_hosts_come_from_its_spec_and_set_the_checkpoint_prior(tmp_path: Path
+                                                                        ) -> None:
+    """What read_prior_run takes from the job as the API server returns it: 16 v5e 16x16
+    slices of 64 hosts. The checkpoint cadence's prior is the crashes' MTBF for them; a
+    trainer without its job (or with a spec that does not parse) has none."""
+    job = etj().tpu("v5e", "16x16", 16).build().model_dump(by_alias=True, mode="json")
+    assert hosts_of(job) == 1024
+    assert hosts_of({"spec": {"tpu": "nonsense"}}) is None and hosts_of(None) is None
+    cfg = get_config("tiny")
+
+    def trainer(hosts: int | None) -> Any:
+        return build_trainer(cfg, LoopOptions(steps=10, batch=8, seed=0, job_hosts=hosts),
+                             SimulatedBackend(2, 2, FaultSchedule([])),
+                             SyntheticSource(0, 8, cfg.seq_len, cfg.vocab_size),
+                             Checkpointer(str(tmp_path / "ckpt"), period=None, keep=2))
+    cadences = trainer(1024).copies.cadences
+    assert cadences.checkpoint.prior_mtbf == mean_seconds_between(JOBSET_RESTARTS, 1024)
+    assert cadences.snapshot.prior_mtbf is None  # a slice loss restores the snapshot
+    assert trainer(None).copies.cadences.checkpoint.prior_mtbf is None

@@ -18,6 +18,8 @@ from elastic_api.budgets import (
     Budget,
     budgets_of,
     derived_allowed,
+    job_hosts,
+    mean_seconds_between,
 )
 from elastic_api.models import DEFAULT_RESTART_WINDOW_SECONDS
 
@@ -130,3 +132,18 @@ def test_the_derived_count_is_a_poisson_tail() -> None:
     assert derived_allowed(JOBSET_RESTARTS, 16384, HOUR) < derived_allowed(
         ELASTIC_RETRIES, 16384, HOUR)
     assert derived_allowed(STALL_RESTARTS, 16384, 30 * 86400) > MIN_ALLOWED
+
+
+def test_the_mean_time_between_a_kinds_interruptions_is_the_rate_its_budget_uses() -> None:
+    """The trainer's prior for the checkpoint period (elastic_trainer.cadence): crashes on
+    1,024 hosts at the highest published rate, one every ~28 h; half as long for twice
+    the hosts; the derived budgets' expectation over a window is window / mean."""
+    spec = _big(16)
+    assert job_hosts(spec) == 1024
+    crashes = mean_seconds_between(JOBSET_RESTARTS, job_hosts(spec))
+    assert crashes == pytest.approx(86400e3 / (HIGHEST_RATE.per_1000_host_days * 0.129 * 1024))
+    assert 27 * HOUR < crashes < 29 * HOUR
+    assert mean_seconds_between(JOBSET_RESTARTS, 2048) == pytest.approx(crashes / 2)
+    # Slice losses (and slow moves) come far more often than crashes.
+    assert mean_seconds_between(ELASTIC_RETRIES, 1024) < crashes / 5
+    assert mean_seconds_between(JOBSET_RESTARTS, 0) == mean_seconds_between(JOBSET_RESTARTS, 1)

@@ -13,10 +13,12 @@ from bench.goodput_model import (
     Hardware,
     Job,
     Local,
+    cadenced,
     plan,
     with_values,
 )
 from bench.goodput_timeline import Event, Timeline, draw, month, months
+from elastic_api.budgets import JOBSET_RESTARTS, mean_seconds_between
 
 HW = Hardware()
 LOCAL = Local(detect={("ours", "hard"): 0.2, ("baseline", "hard"): 0.3},
@@ -69,6 +71,24 @@ def test_a_crash_restarts_main_in_place_and_only_the_variant_keeps_the_snapshot(
     kept = plan("ours-snapshot-kept", "crash", Job(16), HW, LOCAL)
     assert kept.restores == "snapshot"
     assert dict(kept.pause)["waitingForSlices"] == waited
+
+
+def test_ours_checkpoints_toward_the_priors_young_daly_period_the_baselines_at_theirs(
+        ) -> None:
+    """The trainer's cadence as the model plays it: 2 s a save within 1 % is every 200 s;
+    at 1,024 hosts the crashes' prior MTBF (~28 h at the highest published rate)
+    lengthens it to sqrt(2 x 2 x MTBF), about 634 s; at 16,384 hosts that optimum is
+    shorter than the budget's, which stays. Snapshots keep the budget's period."""
+    mtbf = mean_seconds_between(JOBSET_RESTARTS, 1024)
+    small = cadenced("ours", Job(16), LLAMA3, HW)
+    assert small.checkpoint_period.value == pytest.approx((4.0 * mtbf) ** 0.5)
+    assert 600 < small.checkpoint_period.value < 4 * 200
+    assert small.checkpoint_overhead.value < HW.copy_budget.value / 3
+    assert small.snapshot_period.value == pytest.approx(200.0)
+    assert cadenced("ours", Job(256), LLAMA3, HW).checkpoint_period.value == \
+        pytest.approx(200.0)
+    base = cadenced("jobset", Job(16), LLAMA3, HW)
+    assert base.checkpoint_period.value == HW.baseline_checkpoint.value
 
 
 def test_a_restore_throws_away_the_training_since_its_copy() -> None:

@@ -9,6 +9,10 @@
               cost / (period x step) stays within the budget: ceil(cost / (budget x step))
     failures  with failures seen, shorter toward the Young-Daly optimum
               sqrt(2 x cost x MTBF) (MTBF = seconds trained / failures)
+    prior     given the MTBF the published rates give the job's hosts (checkpoints:
+              elastic_api.budgets.mean_seconds_between), longer toward the Young-Daly
+              period of that MTBF (or of the failures seen, if they come more often), at
+              most LENGTHEN_AT_MOST times the budget's period
     floor     never shorter than twice a copy's own wall time: one must be done well
               before the next starts (a save waits for the one before)
     memory    host memory free for fewer than MEMORY_TIGHT more copies: twice as long;
@@ -43,6 +47,10 @@ PROBE_PERIOD = 2  # steps between probes while measuring
 PROBES_KEPT = 1  # measured probes (after the dropped first one) that decide the period
 MEMORY_TIGHT = 2.0  # free host memory for fewer copies than this: twice the period
 SHORTEN_BELOW = 0.75  # a shorter period replaces the one in use only below this share
+# A period lengthened toward Young-Daly: at most this many times the budget's. The prior
+# is a published rate, not this cluster's: a bound keeps a wrong one from costing much
+# (a failure loses half a period on average).
+LENGTHEN_AT_MOST = 4
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,9 @@ class CadenceInputs:
     seconds_trained: float = 0.0  # the time those failures were seen in
     headroom: float | None = None  # free host memory / bytes of one copy (None: unknown)
     walls: Sequence[float] = ()  # the copies' own wall times (start to done), oldest first
+    # The MTBF the published rates give the job's hosts for the failures this copy is
+    # restored after (None: unknown, never lengthened toward Young-Daly).
+    prior_mtbf: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,8 @@ def choose_period(inputs: CadenceInputs) -> CadenceChoice:
     young_daly = _young_daly(inputs, cost, step, max_period)
     if young_daly is not None and max(floor, young_daly[0]) < period:
         period, reason, why = max(floor, young_daly[0]), "YoungDaly", young_daly[1]
+    elif (longer := _lengthened(inputs, cost, step, max_period, period)) is not None:
+        period, reason, why = longer[0], "YoungDaly", longer[1]
     pressure = _memory(inputs.headroom, period, max_period)
     if pressure is not None:
         period, reason, why = pressure[0], "MemoryPressure", pressure[1]
@@ -151,6 +164,30 @@ def _young_daly(inputs: CadenceInputs, cost: float, step: float, max_period: int
     return period, (f"{failures} failure(s) in {seconds:.0f} s (one every {mtbf:.0f} s): "
                     f"the Young-Daly period sqrt(2 x {cost * 1e3:.1f} ms x {mtbf:.0f} s) is "
                     f"{period} step(s)")
+
+
+def _lengthened(inputs: CadenceInputs, cost: float, step: float, max_period: int,
+                within: int) -> tuple[int, str] | None:
+    """Longer than the budget's period `within`, toward the Young-Daly period of the
+    prior MTBF, or of the failures seen where they come more often; None: not longer."""
+    prior = inputs.prior_mtbf
+    if isinstance(prior, bool) or not isinstance(prior, int | float) \
+            or not math.isfinite(prior) or prior <= 0:
+        return None
+    mtbf, source = float(prior), "the published rate for the job's hosts"
+    failures, seconds = inputs.failures, inputs.seconds_trained
+    if isinstance(failures, int) and not isinstance(failures, bool) and failures >= 1 \
+            and isinstance(seconds, int | float) and not isinstance(seconds, bool) \
+            and math.isfinite(seconds) and 0 < seconds / failures < mtbf:
+        mtbf, source = seconds / failures, f"{failures} failure(s) in {seconds:.0f} s"
+    cap = min(LENGTHEN_AT_MOST * within, max_period)
+    period = min(_steps(math.sqrt(2.0 * cost * mtbf), step, max_period), cap)
+    if period <= within:
+        return None
+    return period, (f"one failure every {mtbf:.0f} s ({source}): toward the Young-Daly "
+                    f"period sqrt(2 x {cost * 1e3:.1f} ms x {mtbf:.0f} s), {period} step(s)"
+                    + (f", at most {LENGTHEN_AT_MOST}x the budget's {within}"
+                       if period == cap else ""))
 
 
 def _memory(headroom: float | None, period: int, max_period: int) -> tuple[int, str] | None:
@@ -179,10 +216,11 @@ def budget_shares(budget: float, snapshot_period: int | None,
 class Cadence:
     """One kind of copy through a run: when it is due, what it costs, the period in use."""
 
-    def __init__(self, period: int | None, budget: float, max_period: int) -> None:
+    def __init__(self, period: int | None, budget: float, max_period: int,
+                 prior_mtbf: float | None = None) -> None:
         """`period`: the user's (0 = off), None = chosen here within `budget` (a share of
-        step time)."""
-        self.user_period, self.budget = period, budget
+        step time); `prior_mtbf`: see CadenceInputs."""
+        self.user_period, self.budget, self.prior_mtbf = period, budget, prior_mtbf
         self.max_period = max(1, max_period)
         self.costs: deque[float] = deque(maxlen=COST_WINDOW)
         self.walls: deque[float] = deque(maxlen=COST_WINDOW)
@@ -257,7 +295,7 @@ class Cadence:
             budget=self.budget, costs=list(self.costs), step_seconds=list(self.step_seconds),
             max_period=self.max_period, current=None if self.choice.reason == "Measuring"
             else self.choice.period, failures=failures, seconds_trained=seconds_trained,
-            headroom=headroom, walls=list(self.walls)))
+            headroom=headroom, walls=list(self.walls), prior_mtbf=self.prior_mtbf))
         return self.choice
 
     def report(self) -> CadenceReport:

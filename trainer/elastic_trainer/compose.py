@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from elastic_api.budgets import JOBSET_RESTARTS, mean_seconds_between
 from elastic_trainer import train
 from elastic_trainer.backends import Backend
 from elastic_trainer.cadence import Cadence, Cadences, budget_shares
@@ -40,8 +41,12 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
     snapshots = ReplicaSnapshots()
     snapshot_budget, checkpoint_budget = budget_shares(
         opts.overhead_budget_percent / 100, opts.snapshot_period, checkpointer.period)
+    # A checkpoint is what a crash restores (main starts again in its pod): its prior is
+    # the crashes' share of the published rate for the job's hosts.
+    crashes = None if opts.job_hosts is None else \
+        mean_seconds_between(JOBSET_RESTARTS, opts.job_hosts)
     cadences = Cadences(Cadence(opts.snapshot_period, snapshot_budget, opts.steps),
-                        Cadence(checkpointer.period, checkpoint_budget, opts.steps),
+                        Cadence(checkpointer.period, checkpoint_budget, opts.steps, crashes),
                         snapshots.costs, checkpointer.save_costs)
     # Slice losses (what --max-retries counts), those of an earlier process included.
     loss_limit = SliceLossLimit(opts.max_retries, used=opts.prior_failures,

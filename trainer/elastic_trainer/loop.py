@@ -99,6 +99,9 @@ class LoopOptions:
     prior_goodput: TrainerGoodput | None = None  # the goodput account goes on from it
     prior_step: int = 0  # its last reported step
     prior_ack: CheckpointAck | None = None  # its last checkpointAck: kept, not repeated
+    # The hosts of the job's slices (its spec, report.read_prior_run; None: no job): the
+    # checkpoint cadence's prior MTBF (cadence.py).
+    job_hosts: int | None = None
     process_started_at: float | None = None  # unix time the process started (else now)
     watchdog: WatchdogOptions = field(default_factory=WatchdogOptions)
     on_slow_slice: str = "Report"  # or "Replace": ask for a straggler to be replaced

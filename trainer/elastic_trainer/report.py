@@ -11,13 +11,15 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from elastic_api.budgets import job_hosts
 from elastic_api.kube import KubeClient, job_path
 from elastic_api.models import (
     CheckpointAck,
+    ElasticTrainingJob,
     ElasticTrainingJobStatus,
     TrainerGoodput,
     TrainingReport,
@@ -99,6 +101,7 @@ class PriorRun:
     step: int = 0  # its last reported step (steps after a restored one are redone)
     checkpoint_ack: CheckpointAck | None = None
     retry_times: tuple[datetime, ...] = ()  # the slice losses counted within the window
+    hosts: int | None = None  # the hosts of the job's slices, from its spec (None: unknown)
 
 
 def prior_state(status: dict[str, Any] | None, max_retries: int,
@@ -124,8 +127,18 @@ def read_prior_run(namespace: str, name: str, max_retries: int,
         log.warning("reading %s/%s for earlier elastic events: %s; counting from 0",
                     namespace, name, str(err).splitlines()[0])
         return PriorRun()
-    return prior_state(job.get("status") if isinstance(job, dict) else None, max_retries,
-                       window_seconds)
+    prior = prior_state(job.get("status") if isinstance(job, dict) else None, max_retries,
+                        window_seconds)
+    return replace(prior, hosts=hosts_of(job))
+
+
+def hosts_of(job: Any) -> int | None:
+    """The hosts of the job's slices, from its spec as the operator reads it (None: not a
+    spec that parses)."""
+    try:
+        return job_hosts(ElasticTrainingJob.model_validate(job).spec)
+    except Exception:  # the cadence does without; reporting and retries do not need it
+        return None
 
 
 def read_stored_report(namespace: str, name: str) -> TrainingReport | None:

@@ -472,7 +472,7 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
         min_step_seconds=args.min_step_seconds, learning_rate=args.learning_rate,
         prior_events=prior.events, prior_failures=prior.failures,
         prior_goodput=prior.goodput, prior_step=prior.step, prior_ack=prior.checkpoint_ack,
-        process_started_at=process_start_time(),
+        job_hosts=prior.hosts, process_started_at=process_start_time(),
         watchdog=WatchdogOptions(args.watchdog_factor, args.watchdog_floor_seconds,
                                  not args.no_watchdog),
         on_slow_slice=args.on_slow_slice, slow_slice_seconds=args.slow_slice_seconds,
