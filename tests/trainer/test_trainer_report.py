@@ -334,6 +334,7 @@ def test_the_jobs_hosts_come_from_its_spec_and_set_the_checkpoint_prior(tmp_path
     trainer without its job (or with a spec that does not parse) has none."""
     job = etj().tpu("v5e", "16x16", 16).build().model_dump(by_alias=True, mode="json")
     assert hosts_of(job) == 1024
+    assert hosts_of({**job, "status": {"fieldOfANewerOperator": 1}}) == 1024
     assert hosts_of({"spec": {"tpu": "nonsense"}}) is None and hosts_of(None) is None
     cfg = get_config("tiny")
 

@@ -19,7 +19,7 @@ from elastic_api.budgets import job_hosts
 from elastic_api.kube import KubeClient, job_path
 from elastic_api.models import (
     CheckpointAck,
-    ElasticTrainingJob,
+    ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
     TrainerGoodput,
     TrainingReport,
@@ -135,8 +135,8 @@ def read_prior_run(namespace: str, name: str, max_retries: int,
 def hosts_of(job: Any) -> int | None:
     """The hosts of the job's slices, from its spec as the operator reads it (None: not a
     spec that parses)."""
-    try:
-        return job_hosts(ElasticTrainingJob.model_validate(job).spec)
+    try:  # the spec alone: a status a newer operator wrote need not parse here
+        return job_hosts(ElasticTrainingJobSpec.model_validate(job["spec"]))
     except Exception:  # the cadence does without; reporting and retries do not need it
         return None
 
