@@ -276,10 +276,13 @@ class Trainer:
         """The last step's checkpoint commits inside the attempt: a slice lost while it is
         written is an elastic event (recovered, then the step saved again), never a run
         that ends Succeeded without its last checkpoint."""
-        if not self.checkpointer.has_save_of(step):  # restored at the end from a snapshot,
-            # or the save was cut: save it again (the state is whole on this mesh)
+        saved = self.checkpointer.has_save_of(step)
+        if not saved:  # restored at the end from a snapshot, or the save was cut: save it
+            # again (the state is whole on this mesh)
             self.copies.make(step, state, state, active, snapshot=False, checkpoint=True)
-        with self.watchdog.during(CHECKPOINT, step):
+        # Timed as a save unless it was committed already (a synchronous one).
+        waits = not saved or self.checkpointer.in_flight_step == step
+        with self.watchdog.during(CHECKPOINT, step, measured=waits):
             self.status.report()
             self.checkpointer.wait_committed(step, self.checkpointer.settle_timeout)
 
