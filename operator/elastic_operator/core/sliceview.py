@@ -155,11 +155,8 @@ class SliceView:
 
     @cached_property
     def hosts(self) -> tuple[HostView, ...]:
-        """Each host as its newest pod and that pod's node show it (a fresh pod the Job
-        controller made for a failed one: as the failed one shows it)."""
-        replaced = self._replaced_failures
-        return tuple(host_view(replaced.get(pod.host_index, pod), self.nodes)
-                     for pod in self.newest)
+        """Each host as its newest pod and that pod's node show it."""
+        return tuple(host_view(pod, self.nodes) for pod in self.newest)
 
     def hosts_since(self, epoch: datetime | None) -> tuple[HostView, ...]:
         """The hosts as the pods of the current admission show them (`of_this_admission`;
@@ -194,8 +191,9 @@ class SliceView:
     def _replaced_failures(self) -> dict[int | None, ObservedPod]:
         """By host: the failed pod the Job controller has already replaced in the same Job
         (restart policy OnFailure) with a pod that is not up yet. A look that came after
-        the replacement still finds the failure in it. One pass over the pods: a large
-        slice's status is computed every reconcile."""
+        the replacement still finds the failure's evidence in it (the slice's state is
+        its hosts' newest pods'). One pass over the pods: a large slice's status is
+        computed every reconcile."""
         fresh = {p.host_index: p for p in self.newest
                  if not p.ready and not broken(p, self.nodes)}
         out: dict[int | None, ObservedPod] = {}
