@@ -172,10 +172,19 @@ def test_the_walkthroughs_pod_security_level_admits_the_jobs_pods_and_baseline_d
     for pod in pods:
         core.create_namespaced_pod(namespace, pod, dry_run="All")
     label({key: "baseline" for key in ns_obj["metadata"]["labels"]})
+
+    def refusal(pod: dict[str, Any]) -> client.ApiException | None:
+        try:
+            core.create_namespaced_pod(namespace, pod, dry_run="All")
+        except client.ApiException as err:
+            return err
+        return None
+
     for pod, forbidden in zip(pods, (("hostNetwork", "SYS_PTRACE"), ("hostNetwork", "hostPath")),
                               strict=True):
-        with pytest.raises(client.ApiException) as err:
-            core.create_namespaced_pod(namespace, pod, dry_run="All")
-        assert err.value.status == 403, err.value.body
-        assert all(word in str(err.value.body) for word in ("PodSecurity", *forbidden)), \
-            err.value.body
+        # Pod Security admission reads the namespace's labels from the API server's cache,
+        # which may not have the new level yet on a loaded machine.
+        err = wait_for(lambda pod=pod: refusal(pod), 30,
+                       "Pod Security admission to apply the baseline level", interval=0.2)
+        assert err.status == 403, err.body
+        assert all(word in str(err.body) for word in ("PodSecurity", *forbidden)), err.body

@@ -426,12 +426,14 @@ class SandboxedOperator:
     liveness: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, kubeconfig: str, extra_env: dict[str, str]) -> None:
+    def start(self, kubeconfig: str, extra_env: dict[str, str], namespace: str) -> None:
         from elastic_devtools.localcluster.cluster import free_port
         from elastic_devtools.localcluster.faults import wait_for
 
         self.liveness = free_port()
-        command = etj("operator", "--all-namespaces", "--verbose",
+        # Its own namespace only: the log it is judged by must not carry the errors of
+        # other tests' jobs (a namespace being deleted refuses new objects).
+        command = etj("operator", "--namespace", namespace, "--verbose",
                       "--liveness-port", str(self.liveness), "--metrics-port", "0",
                       "--readiness-port", str(free_port()),
                       "--resync-seconds", "5", "--checkpoint-scan-seconds", "2")
@@ -584,7 +586,7 @@ def runs(cluster: Cluster, sandbox_root: Path) -> Iterator[Runs]:
         # The admin kubeconfig (client certificate and key inline), readable by the
         # operator's user only, as a mounted Secret would be.
         operator.start(operator.box.put("kubeconfig", Path(cluster.kubeconfig).read_bytes()),
-                       cloud_env(operator.box))
+                       cloud_env(operator.box), namespace)
         job_obj = job_manifest(namespace)
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job_obj)
 
