@@ -36,7 +36,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from elastic_api.catalog import slice_shape
 from elastic_api.models import DEFAULT_RESTART_WINDOW_SECONDS, ElasticTrainingJobSpec
@@ -206,10 +206,28 @@ def job_hosts(spec: ElasticTrainingJobSpec) -> int:
 
 
 def hosts_per_slice(spec: ElasticTrainingJobSpec) -> int:
+    # A shape the catalog does not know is refused at admission; one host keeps the
+    # arithmetic sound.
+    return known_hosts_per_slice(spec) or 1
+
+
+def known_hosts_per_slice(spec: ElasticTrainingJobSpec) -> int | None:
+    """The VMs per slice of the spec's TPU shape (None: a shape the catalog does not
+    know, for a reader with a better fallback than one host)."""
     try:
         return slice_shape(spec.tpu.type, spec.tpu.topology).vms
-    except ValueError:  # refused at admission; one host keeps the arithmetic sound
-        return 1
+    except ValueError:
+        return None
+
+
+def spec_of(job: Any) -> ElasticTrainingJobSpec | None:
+    """The spec of a job object as the API returns it (None: not a spec that parses).
+    The spec alone: a status a newer operator wrote need not parse for a reader of the
+    spec (the trainer reading its job's shape)."""
+    try:
+        return ElasticTrainingJobSpec.model_validate(job["spec"])
+    except (TypeError, KeyError, ValueError):  # not an object, no spec, a bad spec
+        return None
 
 
 def budget(kind: Kind, count: int | None, spec: ElasticTrainingJobSpec) -> Budget:

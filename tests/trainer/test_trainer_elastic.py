@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import pytest
+from builders import etj
 
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.errors import is_slice_down_error, slice_down_error
@@ -164,8 +165,13 @@ class FakePodsApi:
         self.pods = {p["metadata"]["name"]: p for p in pods}
         self.rv = 100
         self.list_errors: list[BaseException] = []
+        self.job: Any = None  # what `get` of the ElasticTrainingJob returns
         self.watches: queue.Queue[tuple[dict[str, Any], _Stream]] = queue.Queue()
         self.streams: list[_Stream] = []
+
+    def get(self, path: str, timeout_s: float = 15) -> Any:
+        assert path.endswith("/namespaces/ns/elastictrainingjobs/demo"), path
+        return self.job
 
     def list_page(self, path: str, *, limit: int, continue_token: str | None = None,
                   label_selector: str | None = None, timeout_s: float = 15) -> dict[str, Any]:
@@ -269,3 +275,27 @@ def test_pod_readiness_keeps_listing_with_backoff_while_the_api_is_away(
     assert sum(level == logging.WARNING for level, _ in messages) == 1, messages
     assert (logging.INFO, "worker pods: listed again after 3 failed attempt(s)") \
         in messages, messages
+
+
+@pytest.mark.parametrize(("job", "expected"), [
+    ({}, 64),  # the spec as the builder writes it
+    # The spec alone is read: a status a buggy trainer wrote does not hide the shape.
+    ({"status": {"training": {"step": -1}}}, 64),
+    ({"spec": {"tpu": "nonsense"}}, None),  # the Jobs' parallelism says
+    (None, None),
+])
+def test_pod_readiness_reads_the_hosts_per_slice_from_the_jobs_spec(
+        job: dict[str, Any] | None, expected: int | None) -> None:
+    """Without ETJ_HOSTS_PER_SLICE, a slice is up with as many Ready pods as its TPU
+    shape has VMs (v5e 16x16: 64), read from the job's spec as the operator reads it."""
+    api = FakePodsApi([])
+    built = etj().tpu("v5e", "16x16", 2).build().model_dump(by_alias=True, mode="json")
+    api.job = None if job is None else {**built, **job}
+    health = PodReadiness("ns", "demo", total_slices=2, client=api)
+    health.start()
+    try:
+        api.next_watch()  # watching: a stream that `end_watches` ends
+        assert health.hosts_per_slice == expected
+    finally:
+        health.close()
+        api.end_watches()

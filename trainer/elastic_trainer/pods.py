@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from elastic_api.budgets import known_hosts_per_slice, spec_of
 from elastic_api.kube import Backoff, Informer, Key, KubeClient, job_path, resource_path
 from elastic_api.names import JOB_INDEX_LABEL, worker_pods_selector
 
@@ -127,18 +128,21 @@ class PodReadiness:
     # --- what a pod says ---
 
     def _hosts_from_job(self) -> int | None:
-        from elastic_api.catalog import slice_shape
-        from elastic_api.models import ElasticTrainingJob
-
+        """The VMs per slice of the job's TPU shape, read as the operator reads it (None:
+        the Jobs' parallelism says)."""
         assert self._client is not None
         try:
             obj = self._client.get(job_path(self.namespace, self.job_name), timeout_s=10)
-            tpu = ElasticTrainingJob.model_validate(obj).spec.tpu
-            return slice_shape(tpu.type, tpu.topology).vms
         except Exception as err:  # fall back to the Jobs' parallelism
             log.info("hosts per slice from job %s/%s: %s", self.namespace, self.job_name,
                      str(err).splitlines()[0] if str(err) else type(err).__name__)
             return None
+        spec = spec_of(obj)
+        hosts = None if spec is None else known_hosts_per_slice(spec)
+        if hosts is None:
+            log.info("hosts per slice from job %s/%s: no TPU shape in its spec that "
+                     "parses; from the Jobs' parallelism", self.namespace, self.job_name)
+        return hosts
 
     def _expected(self, meta: dict[str, Any]) -> int:
         if self.hosts_per_slice:

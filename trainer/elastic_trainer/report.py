@@ -15,11 +15,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from elastic_api.budgets import job_hosts
+from elastic_api.budgets import job_hosts, spec_of
 from elastic_api.kube import KubeClient, job_path
 from elastic_api.models import (
     CheckpointAck,
-    ElasticTrainingJobSpec,
     ElasticTrainingJobStatus,
     TrainerGoodput,
     TrainingReport,
@@ -135,10 +134,8 @@ def read_prior_run(namespace: str, name: str, max_retries: int,
 def hosts_of(job: Any) -> int | None:
     """The hosts of the job's slices, from its spec as the operator reads it (None: not a
     spec that parses)."""
-    try:  # the spec alone: a status a newer operator wrote need not parse here
-        return job_hosts(ElasticTrainingJobSpec.model_validate(job["spec"]))
-    except Exception:  # the cadence does without; reporting and retries do not need it
-        return None
+    spec = spec_of(job)  # without: the cadence does without; reporting does not need it
+    return None if spec is None else job_hosts(spec)
 
 
 def read_stored_report(namespace: str, name: str) -> TrainingReport | None:
