@@ -28,8 +28,9 @@ from elastic_trainer.backends import Backend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.events import utc
 from elastic_trainer.snapshots import to_pinned_host
+from elastic_trainer.step_commit import commit_step
 from elastic_trainer.training_status import TrainingStatus
-from elastic_trainer.watchdog import CHECKPOINT, STEP, Watchdog
+from elastic_trainer.watchdog import STEP, Watchdog
 
 log = logging.getLogger(__name__)
 loop_log = logging.getLogger("elastic_trainer")
@@ -222,15 +223,10 @@ class CheckpointRequests:
                 loop_log.warning("checkpoint request %d: its deadline passed before step "
                                  "%d; not answered", request.id, step)
                 return None
-            saved = self.checkpointer.has_save_of(step)
-            # Timed as a save unless the step was committed already (nothing to wait for).
-            waits = not saved or self.checkpointer.in_flight_step == step
-            with self.watchdog.during(CHECKPOINT, step + 1, measured=waits):
-                self.status.report()
-                if not saved:
-                    self.checkpointer.save(step, to_pinned_host(state), write_hook=self.backend
-                                           .checkpoint_write_hook(active))
-                committed = self.checkpointer.wait_committed(step, timeout)
+            committed = commit_step(
+                self.checkpointer, self.watchdog, self.status, step,
+                lambda: self._start_save(step, state, active), timeout=timeout,
+                phase_step=step + 1)
             if not committed:
                 loop_log.warning("checkpoint request %d: the save of step %d was not "
                                  "committed by the deadline; not answered", request.id, step)
@@ -238,6 +234,10 @@ class CheckpointRequests:
             return time.time()
         finally:
             self.status.goodput.begin("step", time.time())
+
+    def _start_save(self, step: int, state: Any, active: set[int]) -> None:
+        self.checkpointer.save(step, to_pinned_host(state),
+                               write_hook=self.backend.checkpoint_write_hook(active))
 
     def _pause(self, request: CheckpointRequest, active: set[int], mesh: Any) -> None:
         """No step until the request is released (or expired, replaced, pauseSeconds

@@ -53,6 +53,7 @@ from elastic_trainer.retry import SliceLossLimit, run_elastic
 from elastic_trainer.retry_hooks import Recovery
 from elastic_trainer.snapshots import ReplicaSnapshots, to_pinned_host
 from elastic_trainer.stalls import Stalls
+from elastic_trainer.step_commit import commit_step
 from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import (
     CHECKPOINT,
@@ -276,15 +277,12 @@ class Trainer:
         """The last step's checkpoint commits inside the attempt: a slice lost while it is
         written is an elastic event (recovered, then the step saved again), never a run
         that ends Succeeded without its last checkpoint."""
-        saved = self.checkpointer.has_save_of(step)
-        if not saved:  # restored at the end from a snapshot, or the save was cut: save it
-            # again (the state is whole on this mesh)
-            self.copies.make(step, state, state, active, snapshot=False, checkpoint=True)
-        # Timed as a save unless it was committed already (a synchronous one).
-        waits = not saved or self.checkpointer.in_flight_step == step
-        with self.watchdog.during(CHECKPOINT, step, measured=waits):
-            self.status.report()
-            self.checkpointer.wait_committed(step, self.checkpointer.settle_timeout)
+        # No save of it: restored at the end from a snapshot, or the save was cut; saved
+        # again (the state is whole on this mesh).
+        commit_step(self.checkpointer, self.watchdog, self.status, step,
+                    lambda: self.copies.make(step, state, state, active, snapshot=False,
+                                             checkpoint=True),
+                    timeout=self.checkpointer.settle_timeout, phase_step=step)
 
     def _device_batch(self, compiled: train.CompiledStep, step: int) -> Any:
         """The batch of the step after `step`, split into micro-batches, on the mesh."""
