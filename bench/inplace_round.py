@@ -1,8 +1,9 @@
-"""The scale benchmark's second round, in the same run and on the same jobs: each slice
-fails again, this time as a healthy host's process that exits (host 0's container; kwok
-plays its kubelet restarting it in the pod, `faults.restart_container`), and comes back
-Ready in place. Beside the first round (the same slices' pods failed: the worker Job
-recreated), per event:
+"""The scale benchmark's in-place round, in the same run and on the same jobs as its pod
+failures, before them (every slice Ready, the same load): each slice fails as a healthy
+host's process that exits (host 0's container; kwok plays its kubelet restarting it in
+the pod, `faults.restart_container`), and comes back Ready in place. Beside the pod
+failures that follow (the same slices' pods failed: the worker Job recreated), per
+event:
 
     seen        the victim pod not Ready -> the job's status counts the slice down
     ready       the victim pod not Ready -> the job's status says the slice Ready again

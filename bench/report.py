@@ -137,8 +137,8 @@ def scale_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
 
 
 def _in_place_rows(d: dict[str, Any]) -> list[Row]:
-    """The second round (measured since issue 66): the same slices failed by a healthy
-    host's process exiting, back in place, beside the first round's recreation."""
+    """The in-place round (measured since issue 66): the slices failed by a healthy host's
+    process exiting, back in place, beside the recreation of the same slices."""
     inp, again = d.get("in_place"), d.get("slice_ready_again_seconds")
     if inp and "error" in inp:
         return [(f"{d['shape']}: in place: not measured", inp["error"][:200], "", "")]
@@ -149,8 +149,8 @@ def _in_place_rows(d: dict[str, Any]) -> list[Row]:
     return [
         (f"{shape}: a healthy host's process exits -> slice Ready again in place, p50 / max "
          f"(n={ready['n']}, {inp['pods_kept']} pods kept, {inp['slices_restarted_in_place']} "
-         "RestartInPlace; baseline: the first round, the same slices' pod failure -> Ready "
-         "again on a recreated Job)", f"{_s(ready['p50'])} / {_s(ready['max'])}",
+         "RestartInPlace; baseline: the same slices' pod failure -> Ready again on a "
+         "recreated Job, in the same run)", f"{_s(ready['p50'])} / {_s(ready['max'])}",
          f"{_s(again['p50'])} / {_s(again['max'])}", f"{_r(ratio(ready['p50'], again['p50']))}"),
         (f"{shape}: API requests per slice event, in place against recreated: the "
          "operator's; every client's (no watches), to Ready again",
