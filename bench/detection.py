@@ -570,7 +570,8 @@ def run(n_jobs: int, quick: bool = False, keep_dir: bool = False, *,
             except RuntimeError as err:  # the figures stand; the machine needs a look
                 _log(str(err))
     result = _result(shape, names, tl, phases, cluster_up_s, quick)
-    # The same slices, before, failed by a process exit on a healthy host: Ready in place.
+    # The same slices, before their pod failures, failed by a process exit on a healthy
+    # host: Ready in place.
     result["in_place"] = in_place
     result["operator_source"] = str(operator_source) if operator_source else None
     result["operator_nice"] = operator_nice
@@ -700,8 +701,8 @@ def _start_jobs(cluster: Any, shape: Shape, names: list[str], tl: Timeline, phas
 def _measure(cluster: Any, shape: Shape, tl: Timeline, phases: Phases,
              operator: BenchOperator, quick: bool, max_events: int | None,
              generator: LoadGenerator) -> dict[str, Any]:
-    """The in-place round, then the pod failures (the first round's figures in `tl` and
-    `phases`): the in-place round's figures."""
+    """The in-place round, then the pod failures (their figures in `tl` and `phases`):
+    the in-place round's figures."""
     from elastic_devtools.localcluster.faults import fail_pod
 
     api = cluster.api_client()
