@@ -322,6 +322,46 @@ def test_a_thread_blocked_in_a_device_call_is_named_with_its_caller(
     assert found == [1.5]  # handed over unchanged
 
 
+def test_a_device_block_timed_under_load_still_lasts_its_seconds(
+        cpu_devices: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rounds are timed once, at the trainer's start. Timed by the wall clock beside
+    busy processes, a round looked several times longer than it is and a 30 s block
+    lasted 11.5 s once the load had gone (a loaded test run). Timed here beside 4 busy
+    processes on this machine's cores, the block still lasts its second once they stop."""
+    import subprocess
+    import sys
+
+    import jax.numpy as jnp
+
+    from elastic_trainer import backends
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        timed = backends._spinner.__wrapped__(cpu_devices[0])  # probes beside the burners
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    monkeypatch.setattr(backends, "_spinner", lambda _device: timed)
+    started = time.monotonic()
+    assert float(device_block(jnp.float32(2.5), 1.0, cpu_devices[0])) == 2.5
+    # A round's CPU time is the same loaded or not, within some 10 % (the rounds above
+    # 4.1e-5 s, 3.7e-5 s alone); by the wall alone this block lasted about a third.
+    assert time.monotonic() - started >= 0.75
+
+
+@pytest.mark.parametrize(("timed", "expected"), [
+    ([(0.07, 0.008), (0.06, 0.0082)], 0.008 / 200),  # loaded: the CPU time
+    ([(0.008, 0.0081), (0.0075, 0.009)], 0.0075 / 200),  # quiet: the wall time
+    ([(0.0, 0.0)], 1e-7),  # a clock too coarse: never zero
+])
+def test_a_round_is_timed_by_the_least_of_its_wall_and_cpu_time(
+        timed: list[tuple[float, float]], expected: float) -> None:
+    from elastic_trainer.backends import round_seconds
+
+    assert round_seconds(timed, 200) == pytest.approx(expected)
+
+
 # --- silent faults ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("text", "fault"), [

@@ -510,16 +510,23 @@ def _spinner(device: Any) -> tuple[Any, float]:
     program = jax.jit(spin)
     probe, zero = 200, jax.device_put(jnp.float32(0), device)
     jax.block_until_ready(program(zero, probe))  # compiled for the device
-    # The fastest of a few probes: load around the process only ever slows a probe, and
-    # one slowed probe timed alone made every block too short by as much (a 16 s block
-    # lasted under the 8 s deadline it was to pass). So a block lasts at least `seconds`,
-    # longer on a loaded machine.
     timed = []
     for _ in range(PROBES):
-        started = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(program(zero, probe))
-        timed.append(time.perf_counter() - started)
-    return program, max(min(timed) / probe, 1e-7)
+        timed.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return program, round_seconds(timed, probe)
+
+
+def round_seconds(timed: Sequence[tuple[float, float]], rounds: int) -> float:
+    """One round's seconds from probes of `rounds` rounds, each (wall, process CPU): the
+    least of either. Load around the process slows a probe's wall time only (6 busy
+    processes on 2 cores: 3.5e-4 s a round by the wall, 4.1e-5 s of CPU, 3.7e-5 s
+    unloaded), and rounds counted from a slowed probe made blocks too short by as much:
+    a 16 s block lasted under the 8 s deadline it was to pass, later a 30 s one 11.5 s
+    when every probe at the start ran beside a loaded test run. So a block lasts about
+    `seconds` on a quiet machine, longer on a loaded one."""
+    return max(min(min(wall, cpu) for wall, cpu in timed) / rounds, 1e-7)
 
 
 def device_block(value: Any, seconds: float, device: Any) -> Any:
