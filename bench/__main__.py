@@ -30,9 +30,10 @@ from bench.common import REPO, RESULTS_DIR, git_revision, machine, now_iso, writ
 from elastic_api.catalog import all_shapes, slice_shape
 
 NAMES = ("detection", "detection_before", "scale", "recovery", "overhead", "defaults",
-         "restore", "replacement", "hang", "goodput", "goodput_check")
-# Not in a run without --only: goodput_check replays more than an hour at real speed.
-ONLY_WHEN_ASKED = ("detection_before", "goodput_check")
+         "restore", "replacement", "hang", "goodput", "goodput_check", "healthy")
+# Not in a run without --only: goodput_check replays more than an hour at real speed,
+# healthy runs an hour.
+ONLY_WHEN_ASKED = ("detection_before", "goodput_check", "healthy")
 DOCS = REPO / "docs" / "benchmarks.md"
 QUICK_JOBS = 2
 DEFAULT_JOBS = 100
@@ -179,7 +180,15 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[], dict[str, Any]]
         from bench import goodput_check
 
         costs = result_path(args.results_dir, "goodput", args.quick)
+        if args.reuse_costs:
+            saved = result_path(args.results_dir, "goodput_check", args.quick)
+            return lambda: goodput_check.remodel(json.loads(saved.read_text()), costs)
         return lambda: goodput_check.run(args.quick, costs)
+    if name == "healthy":
+        from bench import healthy
+
+        load = args.load if args.load is not None else healthy.DEFAULT_LOAD
+        return lambda: healthy.run(args.quick, load)
     from bench import trainer
 
     fn = {"recovery": trainer.recovery, "overhead": trainer.overhead,
@@ -222,9 +231,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"{QUICK_SCALE_SIZES} with --quick); a size that cannot run fails "
                         "the run")
     p.add_argument("--load", type=float, default=None, metavar="LOAD",
-                   help=f"scale: keep the machine's 1-minute load average at LOAD during "
-                        f"the failures with bench/load.py's CPU burners (default "
-                        f"{DEFAULT_SCALE_LOAD:g}; 0 with --quick; 0: none)")
+                   help=f"scale, healthy: keep the machine's 1-minute load average at LOAD "
+                        f"during the failures (scale) or the hour (healthy) with "
+                        f"bench/load.py's CPU burners (default {DEFAULT_SCALE_LOAD:g}; "
+                        f"scale: 0 with --quick; 0: none)")
     p.add_argument("--load-control-plane", action="store_true",
                    help="scale: load the cluster's control plane and kwok as well (the whole "
                         "machine at LOAD); by default they run ahead of the burners, as on "
@@ -250,7 +260,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-docs", action="store_true", help="do not touch the docs page")
     p.add_argument("--reuse-costs", action="store_true",
                    help="goodput: model the months again from the costs the last run "
-                        "measured (its JSON file), after a change to the model alone")
+                        "measured (its JSON file); goodput_check: predict the last replay "
+                        "again; after a change to the model alone")
     p.add_argument("--docs-only", action="store_true",
                    help="run nothing: rebuild the summary from the per-benchmark JSON files "
                         "and regenerate the table")

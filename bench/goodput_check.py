@@ -14,12 +14,14 @@ composes them (`predicted_own`: only how it composes them).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -98,15 +100,42 @@ def play(side: Side, timed: Sequence[tuple[float, Action]], t0: float,
 
 def run(quick: bool = False, costs_path: Path = RESULTS_DIR / "goodput.json") -> dict[str, Any]:
     plan, duration = (QUICK_PLAN, QUICK_DURATION) if quick else (PLAN, DURATION)
+    check = {"quick": quick, **replay(plan, duration)}
+    costs = load_costs(costs_path)
+    check["costs_from"] = str(costs_path) if costs is not None else None
+    check["predicted"] = predicted(check, costs) if costs is not None else None
+    check["predicted_own"] = predicted(check, own_costs(check))
+    return check
+
+
+def remodel(saved: dict[str, Any], costs_path: Path = RESULTS_DIR / "goodput.json"
+            ) -> dict[str, Any]:
+    """A saved check's predictions made again (`--reuse-costs`): for a change to the model,
+    not to what the control plane does; says when the replay ran."""
+    check = dict(saved["result"])
+    costs = load_costs(costs_path)
+    check["costs_from"] = str(costs_path) if costs is not None else None
+    check["predicted"] = predicted(check, costs) if costs is not None else None
+    check["predicted_own"] = predicted(check, own_costs(check))
+    check["replayed_at"] = check.get("replayed_at", saved["measured_at"])
+    return check
+
+
+def replay(plan: Sequence[Planned], duration: float,
+           load: Callable[[], AbstractContextManager[Any]] | None = None) -> dict[str, Any]:
+    """Both sides on one local cluster through `plan` for `duration` s of real time, each
+    measured. `load`: what runs beside them from their warm-up on (bench/healthy.py's
+    CPU burners), its summary kept under "load"."""
     workdir = Path(tempfile.mkdtemp(prefix="etj-bench-goodput-check-"))
-    load = LoadSampler()
-    with local_cluster(workdir, CHECKPOINT_STEPS) as cluster:
+    sampler = LoadSampler()
+    with local_cluster(workdir, CHECKPOINT_STEPS) as cluster, \
+            (load or contextlib.nullcontext)() as beside:
         sides = {n: Side(s, cluster.api, cluster.env) for n, s in cluster.specs.items()}
         for side in sides.values():
             side.create()
         for side in sides.values():
             side.start(WARM_STEPS)
-        load.start()
+        sampler.start()
         t0 = time.time()
         threads = [threading.Thread(target=play, args=(s, actions(plan), t0, duration),
                                     daemon=True) for s in sides.values()]
@@ -114,18 +143,14 @@ def run(quick: bool = False, costs_path: Path = RESULTS_DIR / "goodput.json") ->
             t.start()
         for t in threads:
             t.join()
-        load.stop()
+        sampler.stop()
         result = {n: measured(s, t0, t0 + duration, plan) for n, s in sides.items()}
         for side in sides.values():
             side.head.stop()
-    check = {"quick": quick, "duration_seconds": duration,
-             "plan": [p.__dict__ for p in plan], "sides": result,
-             "load_average_1m": load.summary(), "workdir": str(workdir)}
-    costs = load_costs(costs_path)
-    check["costs_from"] = str(costs_path) if costs is not None else None
-    check["predicted"] = predicted(check, costs) if costs is not None else None
-    check["predicted_own"] = predicted(check, own_costs(check))
-    return check
+        beside_summary = beside.summary(t0, t0 + duration) if beside is not None else None
+    return {"duration_seconds": duration, "plan": [p.__dict__ for p in plan],
+            "sides": result, "load_average_1m": sampler.summary(), "load": beside_summary,
+            "workdir": str(workdir)}
 
 
 def measured(side: Side, t0: float, t1: float, plan: Sequence[Planned]) -> dict[str, Any]:
@@ -254,7 +279,7 @@ def local_hardware(side: dict[str, Any], costs: dict[str, Any], name: str) -> Ha
     hang = costs["local"]["detect"].get("ours/hang", 0.0)
     snapshot = (side.get("snapshot_period_steps") or 1) * step
     return with_values(
-        Hardware(), detect=0.0, slice_up=0.0, jobset_up=0.0, restore=restore,
+        Hardware(), detect=0.0, slice_up=0.0, jobset_up=0.0, in_place=0.0, restore=restore,
         compile=compile_, compile_back=max(0.0, regrow - restore), step=step,
         collective_timeout=0.0, watchdog=hang,
         slow_found=SLOW_SLICE_SECONDS + SLOW_SLICE_STEPS * step,

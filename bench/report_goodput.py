@@ -113,10 +113,36 @@ def check_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
         "composition alone; predicted minus measured, points",
         _against(own.get("ours"), measured.get("ours")),
         _against(own.get("baseline"), measured.get("baseline")), "-"))
+    slow = [p for p in r["plan"] if p["kind"] == "slow"]
+    rows.append((
+        "Slow slices moved (" + ", ".join(f"{p['seconds']:.0f} s at {p['at']:.0f} s"
+                                          for p in slow) + " of the replay, 1.34x): at "
+        "(s into it); false moves", _moves(sides.get("ours")), _moves(sides.get("baseline")),
+        "-"))
     load = r["load_average_1m"]
     rows.append(("Load average (1 min) during the replay, mean (max)",
                  f"{load['mean']} ({load['max']})", "", ""))
     return rows
+
+
+def _moves(side: dict[str, Any] | None) -> str:
+    if side is None:
+        return "n/a"
+    at = ", ".join(f"{m['at']:.0f}" for m in side["slow_moves"]) or "none"
+    return f"{at}; {side['false_moves']} false"
+
+
+def healthy_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
+    sides, load = r["sides"], r.get("load") or {}
+    return [
+        (f"Slices moved in {r['duration_seconds'] / 60:.0f} min of an 8-host job with no "
+         f"fault, the machine's load at {r['load_target']:g} (1-min mean "
+         f"{load.get('load1_mean')}, max {load.get('load1_max')}): every move false",
+         str(r["moves"].get("ours", "n/a")), str(r["moves"].get("baseline", "n/a")), "-"),
+        ("Its goodput (what the load and the copies cost it)",
+         _pct(sides["ours"]["goodput"], 2), _pct(sides["baseline"]["goodput"], 2),
+         _ratio(sides["ours"]["goodput"], sides["baseline"]["goodput"])),
+    ]
 
 
 def _against(predicted: float | None, measured: float | None) -> str:

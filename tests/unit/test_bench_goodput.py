@@ -259,14 +259,37 @@ def test_the_goodput_rows() -> None:
 
 
 def test_the_check_rows_say_predicted_against_measured() -> None:
-    check = {"sides": {"ours": {"goodput": 0.95}, "baseline": {"goodput": 0.80}},
+    plan = [{"at": 200, "kind": "hard", "slice": 1, "seconds": 0.0},
+            {"at": 1900, "kind": "slow", "slice": 2, "seconds": 40.0},
+            {"at": 3850, "kind": "slow", "slice": 1, "seconds": 400.0}]
+    check = {"sides": {"ours": {"goodput": 0.95, "false_moves": 0,
+                                "slow_moves": [{"at": 3912.4, "slice": 1}]},
+                       "baseline": {"goodput": 0.80, "false_moves": 1,
+                                    "slow_moves": [{"at": 600.2, "slice": 0}]}},
              "predicted": {"ours": 0.946, "baseline": 0.805}, "duration_seconds": 3900,
-             "plan": [1, 2, 3], "costs_from": "bench/results/goodput.json",
+             "plan": plan, "costs_from": "bench/results/goodput.json",
              "load_average_1m": {"mean": 9.5, "max": 11.0}}
     rows = report.check_rows(check, {})
     assert rows[0][1:] == ("95.00%", "80.00%", "1.19")
     assert rows[1][1:] == ("94.60% (-0.40)", "80.50% (+0.50)", "-")
     assert rows[2][1:] == ("n/a", "n/a", "-")  # no prediction from its own parts
+    assert "(40 s at 1900 s, 400 s at 3850 s of the replay" in rows[3][0]
+    assert rows[3][1:] == ("3912; 0 false", "600; 1 false", "-")
+
+
+def test_the_healthy_rows_count_every_move_as_false() -> None:
+    side = {"goodput": 0.97, "slow_moves": [], "false_moves": 0}
+    healthy = {"duration_seconds": 3600.0, "load_target": 10.0,
+               "load": {"load1_mean": 9.8, "load1_max": 12.1},
+               "sides": {"ours": side, "baseline": {**side, "goodput": 0.98}},
+               "moves": {"ours": 0, "baseline": 2}}
+    rows = report.healthy_rows(healthy, {})
+    assert "60 min" in rows[0][0] and "load at 10 (1-min mean 9.8, max 12.1)" in rows[0][0]
+    assert rows[0][1:] == ("0", "2", "-")
+    assert rows[1][1:] == ("97.00%", "98.00%", "0.99")
+    table = report.table({"benchmarks": {"healthy": {
+        "measured_at": "2026-12-07T12:00:00Z", "result": healthy}}})
+    assert "**An hour with no fault at load 10" in table
 
 
 def _phase(kind: str, **parts: float) -> dict[str, object]:
@@ -294,3 +317,45 @@ def test_the_check_predicts_from_its_own_faults_parts_too() -> None:
     got = predicted(check, own)
     # Ours pauses for its 30 s compile and little else; the baseline restarts everything.
     assert 0.96 < got["ours"] < 0.975 and got["baseline"] < got["ours"]
+
+
+def test_the_checks_model_of_a_crash_adds_no_hardware_time_to_what_was_measured() -> None:
+    """A crash restarts ours' `main` in place. The month's model adds the hardware's 10 s
+    for it (the write-up's figure); the local run's own pods come back in what it measured
+    (`back`), so its model adds nothing: with the 10 s the check predicted ours 4 points
+    under what a 200 s run measured."""
+    from bench.goodput_check import local_from, local_hardware, own_costs
+    from bench.goodput_model import Job
+    from bench.goodput_timeline import Event, month
+
+    side = {"account": {"median_step_seconds": 0.1}, "efficiency": 1.0,
+            "snapshot_period_steps": 5, "since_checkpoint": 0.0, "reduced_speed": None,
+            "phases": [_phase("crash", back=3.5, start=2.5, restore=0.1, compile=0.6,
+                              source="checkpoint")]}
+    check = {"duration_seconds": 1000.0, "sides": {"ours": side, "baseline": side},
+             "plan": [{"at": 100, "kind": "crash", "slice": 0, "seconds": 0.0}]}
+    costs = own_costs(check)
+    got = month("ours", Job(4, 2, batch=24, devices_per_slice=2),
+                [Event(100, "crash", 0, 0.0)], local_hardware(side, costs, "ours"),
+                local_from(costs), days=1000 / 86400)
+    assert got.lost["waitingForSlices"] == pytest.approx(3.5)
+    assert got.lost["startup"] == pytest.approx(2.5)
+
+
+def test_a_saved_check_is_predicted_again_and_keeps_when_it_ran(tmp_path: Path) -> None:
+    from bench.goodput_check import remodel
+
+    side = {"account": {"median_step_seconds": 0.1}, "efficiency": 1.0, "goodput": 0.9,
+            "snapshot_period_steps": 5, "since_checkpoint": 0.0, "reduced_speed": None,
+            "phases": [_phase("crash", back=3.5, start=2.5, compile=0.6,
+                              source="checkpoint")]}
+    saved = {"measured_at": "2026-12-07T12:00:00Z", "result": {
+        "duration_seconds": 1000.0, "sides": {"ours": side, "baseline": side},
+        "plan": [{"at": 100, "kind": "crash", "slice": 0, "seconds": 0.0}],
+        "predicted_own": {"ours": 0.5, "baseline": 0.5}}}
+    again = remodel(saved, tmp_path / "no-costs.json")
+    assert again["replayed_at"] == "2026-12-07T12:00:00Z"
+    assert again["predicted"] is None and again["costs_from"] is None
+    assert 0.98 < again["predicted_own"]["ours"] < 0.995  # ~7 s of 1,000 and steps redone
+    assert remodel({"measured_at": "later", "result": again},
+                   tmp_path / "none.json")["replayed_at"] == "2026-12-07T12:00:00Z"
