@@ -139,6 +139,9 @@ def healthy_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
          f"fault, the machine's load at {r['load_target']:g} (1-min mean "
          f"{load.get('load1_mean')}, max {load.get('load1_max')}): every move false",
          str(r["moves"].get("ours", "n/a")), str(r["moves"].get("baseline", "n/a")), "-"),
+        ("Anything else done to a slice or the job: the status counters elasticEvents, "
+         "sliceFailures, jobSetRestarts, stallRestarts (none expected)",
+         _counters(sides["ours"]), _counters(sides["baseline"]), "-"),
         ("Its goodput (what the load and the copies cost it)",
          _pct(sides["ours"]["goodput"], 2), _pct(sides["baseline"]["goodput"], 2),
          _ratio(sides["ours"]["goodput"], sides["baseline"]["goodput"])),
@@ -149,3 +152,9 @@ def _against(predicted: float | None, measured: float | None) -> str:
     if predicted is None or measured is None:
         return "n/a"
     return f"{_pct(predicted, 2)} ({(predicted - measured) * 100:+.2f})"
+
+
+def _counters(side: dict[str, Any]) -> str:
+    counters = side.get("counters") or {}
+    return ", ".join(str(counters.get(k, 0)) for k in (
+        "elasticEvents", "sliceFailures", "jobSetRestarts", "stallRestarts"))

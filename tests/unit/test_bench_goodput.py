@@ -278,7 +278,8 @@ def test_the_check_rows_say_predicted_against_measured() -> None:
 
 
 def test_the_healthy_rows_count_every_move_as_false() -> None:
-    side = {"goodput": 0.97, "slow_moves": [], "false_moves": 0}
+    side = {"goodput": 0.97, "slow_moves": [], "false_moves": 0,
+            "counters": {"elasticEvents": 1, "sliceFailures": 2, "jobSetRestarts": 0}}
     healthy = {"duration_seconds": 3600.0, "load_target": 10.0,
                "load": {"load1_mean": 9.8, "load1_max": 12.1},
                "sides": {"ours": side, "baseline": {**side, "goodput": 0.98}},
@@ -286,7 +287,8 @@ def test_the_healthy_rows_count_every_move_as_false() -> None:
     rows = report.healthy_rows(healthy, {})
     assert "60 min" in rows[0][0] and "load at 10 (1-min mean 9.8, max 12.1)" in rows[0][0]
     assert rows[0][1:] == ("0", "2", "-")
-    assert rows[1][1:] == ("97.00%", "98.00%", "0.99")
+    assert rows[1][1:] == ("1, 2, 0, 0", "1, 2, 0, 0", "-")
+    assert rows[2][1:] == ("97.00%", "98.00%", "0.99")
     table = report.table({"benchmarks": {"healthy": {
         "measured_at": "2026-12-07T12:00:00Z", "result": healthy}}})
     assert "**An hour with no fault at load 10" in table
