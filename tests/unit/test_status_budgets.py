@@ -185,3 +185,31 @@ def test_slices_that_go_with_a_jobset_restart_charge_no_slice_budget() -> None:
     assert later.slices[2].state == "Down" and later.slices[2].recent_failures == []
     assert any("with the JobSet's restart" in e.message for e in events
                if e.reason == Reason.SLICE_REPLACING)
+
+
+def test_a_slice_back_after_a_jobset_restart_carries_no_replacement_left_over() -> None:
+    """Every pod of slice 2 was gone when the operator looked (the JobSet's restart
+    deleted them): its record names no Job, and the operator deletes none. The JobSet's
+    new pods come up Ready: the record ends there. Before, it stayed for the rest of the
+    run (the goodput check's hour, 2026-12-07: three slices carried one for 20 minutes),
+    and a slice with a record is never moved: a maintenance notice 25 minutes after a
+    crash released the trainer without moving the slice, and the maintenance took it."""
+    job = job_with()
+    pods = healthy_pods()
+    ready = compute_status(job, world(pods, 0), None, s(150))[0]
+    restarted = observed_jobset(job).restarts(1).build()
+    gone = [p for p in pods if p.slice_index != 2]
+    down, _ = compute_status(job, observe(gone, restarted,
+                                          jobs={i: worker_job(i) for i in range(3)}),
+                             stored(ready), s(170))
+    record = down.slices[2].replacement
+    assert down.slices[2].state == "Down" and record is not None and record.job_uid is None
+    new_pods = [WorkerPod(i, h).recreated(s(175), 1).build() if i == 2 else p
+                for i in range(3) for h, p in enumerate(pods[i * HOSTS:(i + 1) * HOSTS])]
+    back, _ = compute_status(job, observe(new_pods, restarted,
+                                          jobs={i: worker_job(i, 1 if i == 2 else 0)
+                                                for i in range(3)}), stored(down), s(180))
+    assert back.slices[2].state == "Ready"
+    assert back.slices[2].replacement is None
+    last = back.slices[2].last_replacement
+    assert last is not None and last.ready_at == s(180)

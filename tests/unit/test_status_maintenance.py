@@ -11,7 +11,12 @@ import pytest
 
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
-from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, TrainingReport
+from elastic_api.models import (
+    ElasticTrainingJob,
+    ElasticTrainingJobStatus,
+    SliceReplacement,
+    TrainingReport,
+)
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
 from elastic_operator.core.replacement import plan_replacements
@@ -131,9 +136,13 @@ def test_without_a_spare_the_trainer_checkpoints_and_the_slice_stays() -> None:
     assert st.checkpoint_request is not None and not st.checkpoint_request.pause
     ack = {"id": 1, "step": 50, "committedAt": iso(at(2))}
     st = with_report(st, training(50, at(2), checkpointAck=ack))
-    st, _ = compute_status(j, observed, st, at(3))
+    st, events = compute_status(j, observed, st, at(3))
     assert st.checkpoint_request is not None and st.checkpoint_request.phase == "Released"
     assert st.slices[1].replacement is None
+    said = next(e.message for e in events if e.reason == Reason.CHECKPOINT_ACKNOWLEDGED)
+    assert said == ("checkpoint request 1: the trainer saved step 50; slice 1 will not move "
+                    "(no healthy spare node pool): the trainer goes on, and the maintenance "
+                    "will take it as a failure")
     # Not asked again for the same notice.
     st, events = compute_status(j, observed, st, at(60))
     assert st.checkpoint_request.id == 1 and events == []  # type: ignore[union-attr]
@@ -179,3 +188,27 @@ def test_goodput_does_not_move_without_news() -> None:
     st, _ = compute_status(j, world(), None, at(10))
     again, _ = compute_status(j, world(), st, at(40))
     assert again.goodput == st.goodput
+
+
+def test_a_slice_still_under_a_replacement_is_not_moved_and_the_ack_says_so() -> None:
+    """A spare exists but slice 1 carries a replacement record: it is not moved (a move
+    would race the replacement). The acknowledgement says it and why, not only
+    "holds": the trainer is released, and the maintenance will take the slice."""
+    j = job()
+    observed = world(maintenance_on="tpu-1", ongoing=True)
+    st, _ = compute_status(j, observed, None, at(0))
+    assert st.checkpoint_request is not None and st.checkpoint_request.pause
+    # Recorded a moment ago, its Job (still the current one) not yet deleted.
+    record = SliceReplacement(action="Replace", reason=Reason.HOST_LOST,
+                              job_uid=worker_job_uid(1), requested_at=at(1))
+    slices = [s.model_copy(update={"replacement": record}) if s.index == 1 else s
+              for s in st.slices]
+    ack = {"id": 1, "step": 50, "committedAt": iso(at(2)), "paused": True}
+    st = with_report(st.model_copy(update={"slices": slices}),
+                     training(50, at(2), checkpointAck=ack))
+    st, events = compute_status(j, observed, st, at(3))
+    said = next(e.message for e in events if e.reason == Reason.CHECKPOINT_ACKNOWLEDGED)
+    assert said.startswith("checkpoint request 1: the trainer saved step 50; slice 1 will "
+                           "not move (slice 1 is ")
+    assert "with a replacement under way" in said and " holds" not in said
+    assert st.checkpoint_request is not None and st.checkpoint_request.phase == "Released"

@@ -144,6 +144,22 @@ def checkpoint_request(
     return RequestUpdate(request, slices)
 
 
+def _unmoved(request: CheckpointRequest, slices: list[SliceStatus], spares: list[str],
+             moving: list[int]) -> str:
+    """What the acknowledgement adds when a slice of the request will not move: the
+    trainer goes on, and the maintenance will take the slice as a failure."""
+    stay = [s for s in slices if s.index in request.slices
+            and (not spares or s.index not in moving)]
+    if not stay:
+        return ""
+    why = "no healthy spare node pool" if not spares else "; ".join(
+        f"slice {s.index} is {s.state}" + (" with a replacement under way"
+                                           if s.replacement is not None else "")
+        for s in stay)
+    return (f"; {fmt_slices([s.index for s in stay])} will not move ({why}): the trainer "
+            "goes on, and the maintenance will take it as a failure")
+
+
 def _new_request(spec: ElasticTrainingJobSpec, pending: list[int],
                  previous: CheckpointRequest | None, pause: bool,
                  now: datetime) -> CheckpointRequest:
@@ -163,11 +179,14 @@ def _answer(
     pool exists to move them to."""
     ack = report.checkpoint_ack if report is not None else None
     events: list[StatusEvent] = []
+    moving = [s.index for s in slices if s.index in request.slices and s.state == "Ready"
+              and s.maintenance is not None and s.replacement is None]
     if ack is not None and ack.id == request.id:
         events.append(StatusEvent(
             reason=Reason.CHECKPOINT_ACKNOWLEDGED, type="Normal",
             message=f"checkpoint request {request.id}: the trainer saved step {ack.step}"
-                    + (" and holds" if ack.paused else "")))
+                    + (" and holds" if ack.paused and spares and moving else "")
+                    + _unmoved(request, slices, spares, moving)))
         phase = "Acknowledged"
     elif now >= request.deadline:
         events.append(StatusEvent(
@@ -178,8 +197,6 @@ def _answer(
         phase = "Expired"
     else:
         return RequestUpdate(request, slices)
-    moving = [s.index for s in slices if s.index in request.slices and s.state == "Ready"
-              and s.maintenance is not None and s.replacement is None]
     if not spares or not moving:
         return RequestUpdate(request.model_copy(update={
             "phase": "Released" if phase == "Acknowledged" else phase}), slices, events)

@@ -264,9 +264,13 @@ def _healed_in_time(spec: ElasticTrainingJobSpec, record: SliceReplacement,
 
 
 def _on_new_job(record: SliceReplacement, view: SliceView) -> bool:
-    """The slice's newest pods belong to another Job than the one the record names."""
+    """The slice's newest pods belong to another Job than the one the record names. A
+    record that names none was made when every pod of the slice was gone (a JobSet's
+    restart deleted them): the operator deleted nothing, so any pods since are new ones.
+    Without this such a record stayed for the rest of the run, and a slice with a record
+    is never moved (a maintenance notice then released the trainer with no move)."""
     uid = view.job_uid
-    return uid is not None and record.job_uid is not None and uid != record.job_uid
+    return uid is not None and (record.job_uid is None or uid != record.job_uid)
 
 
 def _record_event(spec: ElasticTrainingJobSpec, s: SliceStatus, record: SliceReplacement,
