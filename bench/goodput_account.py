@@ -116,6 +116,18 @@ def walk(steps: Sequence[Step], t0: float, t1: float, step_seconds: float) -> _W
     return out
 
 
+def until_moved(episodes: Sequence[SlowEpisode], moves: Sequence[float]) -> list[SlowEpisode]:
+    """Each slow episode as the job lived it: over at the first move of a slice within it
+    (the replay's plan has one slow slice at a time; the slice moved runs at speed on its
+    new hosts). Without this, ours' slow slice moved 62 s into a 400 s episode was
+    charged all 400 s, and the rest of its badput went negative to make up for it."""
+    out = []
+    for e in episodes:
+        end = min((at for at in moves if e.start <= at <= e.end), default=e.end)
+        out.append(SlowEpisode(e.start, end, e.factor))
+    return out
+
+
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
 

@@ -29,7 +29,7 @@ from statistics import median
 from typing import Any
 
 from bench.common import RESULTS_DIR
-from bench.goodput_account import account
+from bench.goodput_account import account, until_moved
 from bench.goodput_cluster import LoadSampler, local_cluster
 from bench.goodput_costs import local_params
 from bench.goodput_faults import Action, Side
@@ -88,9 +88,11 @@ def actions(plan: Sequence[Planned]) -> list[tuple[float, Action]]:
 
 def play(side: Side, timed: Sequence[tuple[float, Action]], t0: float,
          duration: float) -> None:
-    """Each action at its time from `t0` (after the recovery before, if that ran late)."""
-    for at, action in timed:
+    """Each action at its time from `t0` (after the recovery before, if that ran late;
+    a recovery is waited for until the next action's time at most)."""
+    for n, (at, action) in enumerate(timed):
         time.sleep(max(0.0, t0 + at - time.time()))
+        side.wait_until = t0 + (timed[n + 1][0] if n + 1 < len(timed) else duration)
         try:
             side.act(action)
         except Exception as err:
@@ -156,13 +158,14 @@ def replay(plan: Sequence[Planned], duration: float,
 def measured(side: Side, t0: float, t1: float, plan: Sequence[Planned]) -> dict[str, Any]:
     """The side's goodput as measured, its steady efficiency, and what it chose."""
     recoveries = side.recoveries()  # reads the logs to their end
-    result = account(side.logs.steps(), recoveries, side.episodes, t0, t1, 1.0)
+    moves = [r for r in side.logs.records if r.what == "move"]
+    result = account(side.logs.steps(), recoveries,
+                     until_moved(side.episodes, [r.at for r in moves]), t0, t1, 1.0)
     status = side.status()
     cadence = ((status.get("training") or {}).get("snapshotCadence") or {})
     at_start = side.logs.last("step", t0)
     since = (at_start.value % CHECKPOINT_STEPS) * result["median_step_seconds"] \
         if at_start is not None else 0.0
-    moves = [r for r in side.logs.records if r.what == "move"]
     return {"goodput": result["goodput_replay"], "account": result,
             "slow_moves": [{"at": round(r.at - t0, 1), "slice": r.value} for r in moves],
             "false_moves": sum(1 for r in moves if not any(

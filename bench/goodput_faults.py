@@ -80,6 +80,9 @@ class Side:
         self._maintained: dict[int, str] = {}  # event -> pool
         self._faults = 0
         self._lock = threading.Lock()
+        # A replay's next action (goodput_check.play): no recovery is waited for past it,
+        # or a notice that moved nothing held the maintenance it announced for 300 s.
+        self.wait_until: float | None = None
 
     # --- the job -----------------------------------------------------------------------
 
@@ -212,6 +215,8 @@ class Side:
         fault = Injected(kind, at)
         self.injected.append(fault)
         deadline = time.time() + RECOVERY_TIMEOUT
+        if self.wait_until is not None and self.wait_until < deadline:
+            deadline = self.wait_until
         while time.time() < deadline:
             self.logs.refresh()
             attempt = self.logs.first("attempt", at)
@@ -221,7 +226,7 @@ class Side:
                 return step.at
             time.sleep(0.1)
         _log(f"{self.spec.job}: {kind} at {at:.1f}: training did not resume within "
-             f"{RECOVERY_TIMEOUT:.0f} s")
+             f"{deadline - at:.0f} s")
         return None
 
     def phases(self, step: float) -> list[Phases]:

@@ -361,3 +361,37 @@ def test_a_saved_check_is_predicted_again_and_keeps_when_it_ran(tmp_path: Path) 
     assert 0.98 < again["predicted_own"]["ours"] < 0.995  # ~7 s of 1,000 and steps redone
     assert remodel({"measured_at": "later", "result": again},
                    tmp_path / "none.json")["replayed_at"] == "2026-12-07T12:00:00Z"
+
+
+def test_a_slow_episode_ends_for_the_job_when_its_slice_is_moved() -> None:
+    from bench.goodput_account import until_moved
+
+    episodes = [SlowEpisode(100.0, 500.0, 1.34), SlowEpisode(1000.0, 1040.0, 1.34)]
+    # Moved 62 s into the first; a move outside any episode (a false one) ends none.
+    got = until_moved(episodes, [162.0, 700.0])
+    assert got == [SlowEpisode(100.0, 162.0, 1.34), SlowEpisode(1000.0, 1040.0, 1.34)]
+    steps = [Step(100.0 + t / 10, t, 0) for t in range(0, 4001)]
+    lost = account(steps, [], got, 100.0, 500.0, 1.0)["badput_replay_seconds"]["slow_slices"]
+    assert lost == pytest.approx(62 * (1 - 1 / 1.34), rel=0.02)
+
+
+def test_the_replay_waits_for_no_recovery_past_its_next_action() -> None:
+    """A notice that moved nothing waited 300 s for a recovery that never came, and the
+    maintenance it announced (planned 60 s on) began 240 s late."""
+    import time as clock
+
+    from bench.goodput_check import play
+
+    class Recorder:
+        wait_until: float | None = None
+        seen: list[tuple[str, float | None]] = []
+
+        def act(self, action: Any) -> float:
+            self.seen.append((action.what, self.wait_until))
+            return clock.time()
+
+    side = Recorder()
+    t0 = clock.time() - 10_000.0  # every action already due: no sleeping
+    play(side, actions([Planned(2400, "maintenance", 2)]), t0, 4500.0)  # type: ignore[arg-type]
+    assert side.seen == [("notice", t0 + 2460), ("maintenance", t0 + 2520),
+                         ("maintenance_end", t0 + 4500.0)]
