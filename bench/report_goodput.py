@@ -96,14 +96,17 @@ def check_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     sides, predicted = r["sides"], r.get("predicted") or {}
     rows: list[Row] = []
     measured = {n: s["goodput"] for n, s in sides.items()}
+    again = f"; replayed {r['replayed_at']}, predicted again since" \
+        if r.get("replayed_at") else ""
     rows.append((
         f"Goodput over {r['duration_seconds'] / 60:.0f} min of an 8-host job at real speed, "
-        f"{len(r['plan'])} faults (measured; baseline: plain JobSet)",
+        f"{len(r['plan'])} faults (measured; baseline: plain JobSet{again})",
         _pct(measured.get("ours"), 2), _pct(measured.get("baseline"), 2),
         _ratio(measured.get("ours"), measured.get("baseline"))))
     rows.append((
         "The same, as the model predicts it from the costs measured by the goodput "
-        f"benchmark ({r.get('costs_from') or 'none found: run it first'}); predicted minus "
+        f"benchmark ({_shown(r.get('costs_from')) or 'none found: run it first'}); "
+        "predicted minus "
         "measured, points",
         _against(predicted.get("ours"), measured.get("ours")),
         _against(predicted.get("baseline"), measured.get("baseline")), "-"))
@@ -123,6 +126,13 @@ def check_rows(r: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
     rows.append(("Load average (1 min) during the replay, mean (max)",
                  f"{load['mean']} ({load['max']})", "", ""))
     return rows
+
+
+def _shown(path: str | None) -> str | None:
+    """A results path as the reader's checkout names it (bench/results/...)."""
+    if path is None or "bench/results/" not in path:
+        return path
+    return "bench/results/" + path.split("bench/results/", 1)[1]
 
 
 def _moves(side: dict[str, Any] | None) -> str:
