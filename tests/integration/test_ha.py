@@ -98,17 +98,32 @@ def replaced_once(api: client.ApiClient, ns: str, index: int) -> None:
     assert done.get("replacement") is None and done["lastReplacement"]["action"] == "Replace"
 
 
+def _agreed(pair: list[OperatorProcess]) -> tuple[OperatorProcess, OperatorProcess] | None:
+    """(leader, standby) when one leads, the other stands by naming it, and both caches
+    are synced, read in one go; None otherwise."""
+    health = [p.health() for p in pair]
+    if not all(h["caches"]["synced"] for h in health):
+        return None
+    roles = [h["leadership"]["role"] for h in health]
+    if sorted(roles) != ["leader", "standby"]:
+        return None
+    leader, standby = (pair[0], pair[1]) if roles[0] == "leader" else (pair[1], pair[0])
+    said = health[pair.index(standby)]["leadership"]
+    if said != {"role": "standby", "identity": standby.identity, "holder": leader.identity}:
+        return None
+    if not leader.leading() or standby.leading():
+        return None
+    if standby.metrics()[f'etj_leader{{identity="{standby.identity}"}}'] != 0:
+        return None
+    return leader, standby
+
+
 def test_both_replicas_are_healthy_and_say_who_leads(pair: list[OperatorProcess]) -> None:
-    leader, standby = pair
-    assert leader.health()["leadership"]["role"] == "leader"
-    # Warm, ready to take over: its caches sync after it has started (the fixture waits
-    # for both processes' health endpoints, not for their lists).
-    health = wait_for(lambda: (h := standby.health())["caches"]["synced"] and h, 60,
-                      "the standby's caches synced")
-    assert health["leadership"] == {"role": "standby", "identity": standby.identity,
-                                    "holder": leader.identity}
-    assert leader.leading() and not standby.leading()
-    assert standby.metrics()[f'etj_leader{{identity="{standby.identity}"}}'] == 0
+    """Replica 0 took the Lease first; on a machine at load 20 it once missed a renewal
+    and replica 1 led by the time it was asked. Either may lead: both must say the
+    same, and the standby be warm, ready to take over (its caches sync after it has
+    started: the fixture waits for both processes' health endpoints, not their lists)."""
+    assert wait_for(lambda: _agreed(pair), 60, "one leader and one standby that names it")
 
 
 def test_leader_killed_mid_recovery_the_standby_finishes_it_counting_once(
