@@ -102,24 +102,25 @@ def play(side: Side, timed: Sequence[tuple[float, Action]], t0: float,
 
 def run(quick: bool = False, costs_path: Path = RESULTS_DIR / "goodput.json") -> dict[str, Any]:
     plan, duration = (QUICK_PLAN, QUICK_DURATION) if quick else (PLAN, DURATION)
-    check = {"quick": quick, **replay(plan, duration)}
-    costs = load_costs(costs_path)
-    check["costs_from"] = str(costs_path) if costs is not None else None
-    check["predicted"] = predicted(check, costs) if costs is not None else None
-    check["predicted_own"] = predicted(check, own_costs(check))
-    return check
+    return _with_predictions({"quick": quick, **replay(plan, duration)}, costs_path)
 
 
 def remodel(saved: dict[str, Any], costs_path: Path = RESULTS_DIR / "goodput.json"
             ) -> dict[str, Any]:
     """A saved check's predictions made again (`--reuse-costs`): for a change to the model,
     not to what the control plane does; says when the replay ran."""
-    check = dict(saved["result"])
+    check = _with_predictions(dict(saved["result"]), costs_path)
+    check["replayed_at"] = check.get("replayed_at", saved["measured_at"])
+    return check
+
+
+def _with_predictions(check: dict[str, Any], costs_path: Path) -> dict[str, Any]:
+    """The check with what the model predicts: from the goodput benchmark's costs (when
+    there are any) and from its own faults' parts."""
     costs = load_costs(costs_path)
     check["costs_from"] = str(costs_path) if costs is not None else None
     check["predicted"] = predicted(check, costs) if costs is not None else None
     check["predicted_own"] = predicted(check, own_costs(check))
-    check["replayed_at"] = check.get("replayed_at", saved["measured_at"])
     return check
 
 
