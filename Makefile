@@ -81,7 +81,7 @@ test-timings: venv
 # not in `make test`: three control planes and a 60 s worker loss (workerLostTimeout) take
 # minutes. Its resume-after-suspend flake (issue 27) was the worker's operator adopting the
 # old copy's JobSet (fixed: JobSetNameConflict). Timed.
-test-multicluster: venv lint
+test-multicluster: venv cluster-binaries lint
 	ETJ_MULTICLUSTER=1 /usr/bin/time -f "test-multicluster: %e s" $(PY) -m pytest -q -ra tests/multicluster
 
 # The operator upgraded under a running job, and downgraded again (issue 61; docs/operations.md
