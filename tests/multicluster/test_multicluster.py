@@ -13,6 +13,7 @@ CI runner; `make test-multicluster` runs it (README, docs/operations.md "Many cl
 from __future__ import annotations
 
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -204,8 +205,56 @@ def report(side: Side, name: str, training: dict[str, Any]) -> None:
         _content_type="application/merge-patch+json")
 
 
-def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
-    return wait_for(check, timeout, what, interval=0.25)
+def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT,
+         about: Callable[[], str] | None = None) -> Any:
+    """Poll `check`; at the timeout the error says `about()` too (what each cluster
+    shows of the job), so a failure names its state, not only what was awaited."""
+    start = time.monotonic()
+    try:
+        got = wait_for(check, timeout, what, interval=0.25)
+        print(f"{time.monotonic() - start:6.1f} s  {what}")  # pytest -rP shows each wait
+        return got
+    except TimeoutError as err:
+        if about is None:
+            raise
+        raise TimeoutError(f"{err}\n{about()}") from None
+
+
+def described(manager: Side, workers: dict[str, Side], name: str) -> Callable[[], str]:
+    """What every cluster shows of job `name`: the job's phase, reason and conditions,
+    its Workload's conditions, cluster and admission checks, and on each worker its copy,
+    JobSet and Workload."""
+    def conditions(obj: dict[str, Any] | None) -> str:
+        found = ((obj or {}).get("status") or {}).get("conditions") or []
+        return ", ".join(f"{c['type']}={c['status']}({c.get('reason', '')})" for c in found)
+
+    def workload(side: Side) -> str:
+        job = side.job(name)
+        wl = side.workload(workload_name(validate_job(job))) if job else None
+        if wl is None:
+            return "no Workload"
+        st = wl.get("status") or {}
+        checks = ", ".join(f"{c['name']}={c['state']}" for c in st.get("admissionChecks") or [])
+        return (f"Workload active={wl['spec'].get('active', True)} "
+                f"cluster={st.get('clusterName')} checks=[{checks}] [{conditions(wl)}]")
+
+    def side_of(label: str, side: Side) -> str:
+        try:
+            job = side.job(name)
+            if job is None:
+                return f"{label}: no job"
+            st = job.get("status") or {}
+            jobset = side.jobset(name)
+            return (f"{label}: job uid={job['metadata']['uid']} phase={st.get('phase')} "
+                    f"reason={st.get('reason')} message={st.get('message')!r} "
+                    f"[{conditions(job)}]; JobSet "
+                    f"{'absent' if jobset is None else conditions(jobset) or 'no conditions'}"
+                    f"; {workload(side)}")
+        except Exception as err:  # a worker may be down: say so
+            return f"{label}: unreadable ({err})"
+
+    return lambda: "\n".join([side_of("manager", manager),
+                               *(side_of(w, side) for w, side in workers.items())])
 
 
 def submit(manager: Side, queue: str, priority: str | None = None) -> tuple[str, str]:
@@ -339,16 +388,18 @@ def suspended_and_resumed(manager: Side, worker: Side, workers: dict[str, Side],
     """spec.suspend on the manager: MultiKueue takes the job back (the worker's copy
     goes) and the manager says so; resumed, the job is dispatched again. Returns the
     worker it runs on then."""
+    about = described(manager, workers, name)
     set_suspend(manager, name, True)
-    wait("the worker's copy deleted for the suspension", lambda: worker.job(name) is None)
+    wait("the worker's copy deleted for the suspension", lambda: worker.job(name) is None,
+         about=about)
     wait("the manager's job Suspended",
-         lambda: status(manager, name).get("phase") == Phase.SUSPENDED)
+         lambda: status(manager, name).get("phase") == Phase.SUSPENDED, about=about)
     set_suspend(manager, name, False)
     worker_name = wait("a worker's copy again after the resumption",
                        lambda: next((w for w, side in workers.items()
-                                     if side.job(name) is not None), None))
+                                     if side.job(name) is not None), None), about=about)
     wait("the job Running again after its resumption",
-         lambda: status(manager, name).get("phase") == Phase.RUNNING)
+         lambda: status(manager, name).get("phase") == Phase.RUNNING, about=about)
     return workers[worker_name]
 
 
