@@ -36,6 +36,9 @@ REVISIONS: tuple[str, ...] = (
     # defaults (the operator applies them): a release before them refused the job the
     # API server had filled them into, after a downgrade.
     "sha256:a8973daa8fd168ff87794db616d58d3872930048c313084368f10e95ea106d98",
+    # 6: spec.pathways.version's description names both tag forms, jax-<version> too
+    # (issue 81); no field or rule changed.
+    "sha256:e2dc169d726a59e63e7393803ca15b5bdad204dfe382c596b47e48368ed445cb",
 )
 
 
