@@ -302,6 +302,7 @@ def test_a_whole_slice_lost_at_once_is_one_failure_moved_to_the_spare(
     assert (last["fromPool"], last["toPool"], last["blame"]) == (broken, spare, "Node")
     # One failure of the slice, however many of its hosts went: the slice is the unit.
     assert st["slices"][1]["restarts"] == 1 and jobset_restarts(api, ns) == 0
+    assert st["counters"]["sliceFailures"] == 1
     for i in (0, 2):
         assert st["slices"][i]["restarts"] == 0 and job_uid(api, ns, i) == old[i]
     assert quarantined(api, broken) == {Reason.NODE_NOT_READY}
