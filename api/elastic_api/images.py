@@ -18,10 +18,13 @@ import re
 
 PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
 SERVER_IMAGE, PROXY_IMAGE = "server", "proxy_server"
-# The tag every job gets unless it names its own (spec.pathways.version): Google names
-# the Pathways builds <date>-jax_<version>, each pairing with that JAX release on the
-# client (main). This one pairs with the JAX the bundled trainer pins (pyproject.toml;
-# tests/unit/test_images.py keeps them together). No run of this project has pulled it.
+# The tag every job gets unless it names its own (spec.pathways.version). Google tags the
+# Pathways builds two ways, each pairing with one JAX release on the client (main): dated,
+# <date>-jax_<version> (e.g. 20261001-jax_0.10.2), and jax-<version> (e.g. jax-0.9.0, as
+# Google's "Introduction to Pathways on Cloud" and pathways-utils'
+# deploy_pathways_service.py name them). This one pairs with the JAX the bundled trainer
+# pins (pyproject.toml; tests/unit/test_images.py keeps them together). No run of this
+# project has pulled it.
 DEFAULT_PATHWAYS_VERSION = "20261001-jax_0.10.2"
 MOVING_TAG = "latest"
 COLOCATED_PYTHON_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways-colocated-python"
@@ -31,7 +34,9 @@ COLOCATED_PYTHON_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways-colocate
 # followed by a '/', which no tag holds).
 DIGEST = r"@sha256:[0-9a-f]{64}$"
 TAG = r"^[^@]*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
-_TAG_JAX = re.compile(r"-jax_([0-9][0-9a-z.]*)$")
+# The JAX release in a Pathways tag, in either form: `-jax_<version>` ending a dated tag,
+# or `jax-<version>` as the whole tag (after an image's ':'), before an optional digest.
+_TAG_JAX = re.compile(r"(?:-jax_|(?:^|:)jax-)([0-9][0-9a-z.]*)(?:@sha256:[0-9a-f]{64})?$")
 
 
 def moves(reference: str) -> bool:
@@ -48,7 +53,9 @@ def cel_pinned(expr: str) -> str:
 
 
 def jax_of(tag: str) -> str | None:
-    """The JAX release a Pathways tag pairs with (`20261001-jax_0.10.2` -> `0.10.2`)."""
+    """The JAX release a Pathways tag (or an image reference ending in one) pairs with:
+    `20261001-jax_0.10.2` -> `0.10.2`, `jax-0.9.0` -> `0.9.0`; None for a tag that names
+    no JAX release (`latest`, `2026-10-01`, a build of one's own)."""
     match = _TAG_JAX.search(tag)
     return match.group(1) if match else None
 

@@ -36,6 +36,14 @@ REVISIONS: tuple[str, ...] = (
     # defaults (the operator applies them): a release before them refused the job the
     # API server had filled them into, after a downgrade.
     "sha256:a8973daa8fd168ff87794db616d58d3872930048c313084368f10e95ea106d98",
+    # 6: spec.pathways.version's description names both tag forms, jax-<version> too
+    # (issue 81); no field or rule changed.
+    "sha256:e2dc169d726a59e63e7393803ca15b5bdad204dfe382c596b47e48368ed445cb",
+    # 7: the catalog follows GKE and xpk (issue 81): the 3D types' topologies by rule
+    # (multiples of 4, at most 140/64/144 cubes) in CEL instead of a list, tpu7x 1x1x1,
+    # maxSliceRestarts' bound computed from the cube count, and a rule of its own refusing
+    # tpu7x super-slicing at the cube level.
+    "sha256:74bd8fa41fbee87abe9ccafdf06b4e4756a48169f2930778aff83fa5ac040750",
 )
 
 

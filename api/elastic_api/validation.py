@@ -8,9 +8,10 @@ whose `{placeholders}` become CEL expressions in the CRD and Python values here.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +22,15 @@ from elastic_api.catalog import (
     CATALOG,
     CUBE_HOSTS,
     CUBE_LABEL,
+    CUBE_SIDE,
     INT32_MAX,
+    MAX_DIM,
     MAX_SLICE_RESTARTS,
     SliceShape,
+    TpuFamily,
     all_shapes,
+    cubes,
+    slice_shape,
 )
 from elastic_api.images import (
     COLOCATED_PYTHON_REPO,
@@ -257,6 +263,19 @@ TAS_CUBE = (
     "and a {type} {topology} slice has more; use a level one whole slice fills, e.g. "
     "cloud.google.com/gke-nodepool (a node pool of the slice's topology)"
 )
+# A tpu7x slice of several cubes placed at the cube level is GKE's super-slicing (xpk's
+# --super-slicing): the slice controller joins cube node pools into one slice, which the
+# workers ask for with cloud.google.com/gke-tpu-slice-topology, and Kueue admits through
+# its accelerator.gke.io/slice admission check (GKE 1.35.2 or newer, Rapid channel). Not
+# supported yet (docs/api.md, "TPU7x (Ironwood)").
+TAS_SUPER_SLICE = (
+    f"spec.tpu.topologyAware.sliceLevel: {CUBE_LABEL} holds one cube ({CUBE_HOSTS} hosts), "
+    "and a {type} {topology} slice of several cubes there would be super-slicing (GKE's "
+    "slice controller joining cube node pools: cloud.google.com/gke-tpu-slice-topology, "
+    "Kueue's accelerator.gke.io/slice admission check), which this operator does not "
+    "support yet; use a node pool of the slice's topology per slice (its workload policy) "
+    "with sliceLevel cloud.google.com/gke-nodepool, or 4x4x4 slices at the cube level"
+)
 TAS_PLACEMENT = (
     "spec.tpu.topologyAware: Kueue places TPU slices by topology, and spec.placement Any "
     "places no TPU workers; remove topologyAware, or spec.placement"
@@ -415,22 +434,67 @@ IMMUTABLE = (
 )
 
 
-def shapes_within(hosts: int) -> list[str]:
+@functools.cache
+def shapes_within(hosts: int) -> tuple[str, ...]:
     """'<type>:<topology>' of the catalog's slices of at most `hosts` hosts: those a
     topology domain of that many hosts can hold."""
-    return [_key(shape) for shape in all_shapes() if shape.vms <= hosts]
+    return tuple(_key(shape) for shape in all_shapes() if shape.vms <= hosts)
 
 
 def _key(shape: SliceShape) -> str:
     return f"{shape.family.type}:{shape.topology}"
 
 
-def _cel_list(items: list[str]) -> str:
+def _cel_list(items: Iterable[str]) -> str:
     return "[" + ", ".join(f"'{i}'" for i in items) + "]"
 
 
 # Levels whose domains are known to hold this many hosts: a larger slice never fits one.
-_TAS_LEVEL_SIZES = ((HOSTNAME_LABEL, 1, TAS_HOSTNAME), (CUBE_LABEL, CUBE_HOSTS, TAS_CUBE))
+# The types each message is for (None: every type): at the cube level a larger tpu7x
+# slice is super-slicing, which its own message names.
+SUPER_SLICING_TYPE = "tpu7x"
+_TAS_LEVEL_SIZES: tuple[tuple[str, int, str, tuple[str, ...] | None], ...] = (
+    (HOSTNAME_LABEL, 1, TAS_HOSTNAME, None),
+    (CUBE_LABEL, CUBE_HOSTS, TAS_CUBE,
+     tuple(t for t in CATALOG if t != SUPER_SLICING_TYPE)),
+    (CUBE_LABEL, CUBE_HOSTS, TAS_SUPER_SLICE, (SUPER_SLICING_TYPE,)),
+)
+
+
+def _cel_types(types: tuple[str, ...] | None) -> str:
+    """CEL (over spec.tpu): the rule is not for this type."""
+    return "" if types is None else f"!(self.type in {_cel_list(types)}) || "
+
+
+# --- the TPU topologies: a list per type and, for the 3D types, the catalog's rule ----------
+# CEL over a topology string `t` (catalog.TpuFamily.admits): the listed ones, or AxBxC of
+# multiples of 4 up to 256 (at most three digits each, so int() never overflows), with at
+# most max_cubes cubes and, where ordered, A <= B <= C. No list of every shape: v4's rule
+# alone admits 800.
+_CEL_3D = r"^[1-9][0-9]{0,2}x[1-9][0-9]{0,2}x[1-9][0-9]{0,2}$"
+
+
+def _cel_dim(t: str, i: int) -> str:
+    return f"int({t}.split('x')[{i}])"
+
+
+def _cel_cube_form(t: str) -> str:
+    return (f"{t}.matches('{_CEL_3D}') && {t}.split('x').all(d, int(d) % {CUBE_SIDE} == 0 "
+            f"&& int(d) <= {MAX_DIM})")
+
+
+def _cel_cubes(t: str) -> str:
+    return " * ".join(f"({_cel_dim(t, i)} / {CUBE_SIDE})" for i in range(3))
+
+
+def _cel_admits(family: TpuFamily, t: str) -> str:
+    listed = f"{t} in {_cel_list(family.listed)}"
+    if not family.max_cubes:
+        return listed
+    rule = f"{_cel_cube_form(t)} && {_cel_cubes(t)} <= {family.max_cubes}"
+    if family.ordered:
+        rule += f" && {_cel_dim(t, 0)} <= {_cel_dim(t, 1)} && {_cel_dim(t, 1)} <= {_cel_dim(t, 2)}"
+    return f"{listed} || ({rule})"
 
 
 def _topology_aware_rules() -> list[Rule]:
@@ -446,10 +510,10 @@ def _topology_aware_rules() -> list[Rule]:
              "self.topologyAware.jobLevel != self.topologyAware.sliceLevel",
              TAS_SAME_LEVEL, {}),
         *(Rule("spec.tpu", "!has(self.topologyAware) || "
-               f"self.topologyAware.sliceLevel != '{level}' || "
+               f"self.topologyAware.sliceLevel != '{level}' || {_cel_types(types)}"
                f"(self.type + ':' + self.topology) in {_cel_list(shapes_within(hosts))}",
                message, shape)
-          for level, hosts, message in _TAS_LEVEL_SIZES),
+          for level, hosts, message, types in _TAS_LEVEL_SIZES),
         Rule("spec", "!has(self.tpu.topologyAware) || !has(self.placement) || "
              "self.placement == 'TPU'", TAS_PLACEMENT, {}),
     ]
@@ -468,17 +532,26 @@ def _topology_aware_checks(spec: ElasticTrainingJobSpec) -> list[str]:
         errors.append(TAS_SAME_LEVEL)
     shape = f"{spec.tpu.type}:{spec.tpu.topology}"
     errors += [message.format(type=spec.tpu.type, topology=spec.tpu.topology)
-               for level, hosts, message in _TAS_LEVEL_SIZES
-               if tas.slice_level == level and shape not in shapes_within(hosts)]
+               for level, hosts, message, types in _TAS_LEVEL_SIZES
+               if tas.slice_level == level and (types is None or spec.tpu.type in types)
+               and shape not in shapes_within(hosts)]
     if spec.placement != "TPU":
         errors.append(TAS_PLACEMENT)
     return errors
 
 
-def _slice_restarts_bounds() -> dict[str, SliceShape]:
-    """The shapes whose maxSliceRestarts bound is below MAX_SLICE_RESTARTS, by key."""
-    return {_key(shape): shape for shape in all_shapes()
-            if shape.max_slice_restarts < MAX_SLICE_RESTARTS}
+# A slice of more cubes than this has a maxSliceRestarts bound below MAX_SLICE_RESTARTS
+# (VMs = 16 x cubes for the 3D shapes of whole cubes; every other shape has at most 64).
+BOUNDED_FROM_CUBES = 4
+
+
+def _slice_restarts_bound(spec: ElasticTrainingJobSpec) -> SliceShape | None:
+    """The job's shape when its maxSliceRestarts bound is below MAX_SLICE_RESTARTS."""
+    try:
+        shape = slice_shape(spec.tpu.type, spec.tpu.topology)
+    except ValueError:
+        return None
+    return shape if shape.max_slice_restarts < MAX_SLICE_RESTARTS else None
 
 
 def _slice_restarts_limit(shape: SliceShape) -> str:
@@ -487,12 +560,24 @@ def _slice_restarts_limit(shape: SliceShape) -> str:
 
 
 def _size_rules() -> list[Rule]:
-    """How many slices, and how often each may restart, for the shape."""
-    key = "(self.tpu.type + ':' + self.tpu.topology)"
-    bounds = _slice_restarts_bounds()
-    numbers = "{" + ", ".join(f"'{k}': {s.max_slice_restarts}" for k, s in bounds.items()) + "}"
-    limits = "{" + ", ".join(f"'{k}': '{_slice_restarts_limit(s)}'"
-                             for k, s in bounds.items()) + "}"
+    """How many slices, and how often each may restart, for the shape: at most
+    (2^31-1) // VMs, VMs = 16 x cubes (a catalog shape of more than 4 cubes), computed in
+    CEL; the message's numbers come from a map by cube count (CEL's string(int) has an
+    unbounded estimated cost)."""
+    t = "self.tpu.topology"
+    big = (" || ".join(f"(self.tpu.type == '{f.type}' && ({_cel_admits(f, t)}))"
+                       for f in CATALOG.values() if f.max_cubes))
+    count = _cel_cubes(t)
+    bounded = f"({big}) && {_cel_cube_form(t)} && {count} > {BOUNDED_FROM_CUBES}"
+    vms_per_cube = CUBE_SIDE ** 3 // 4  # 4 chips per VM
+    counts = sorted({cubes(s.topology) for s in all_shapes()
+                     if s.max_slice_restarts < MAX_SLICE_RESTARTS})
+    assert all(c > BOUNDED_FROM_CUBES for c in counts), counts
+    bounds = "{" + ", ".join(
+        f"{c}: '{INT32_MAX // (vms_per_cube * c)}'" for c in counts) + "}"
+    vms = "{" + ", ".join(f"{c}: '{vms_per_cube * c}'" for c in counts) + "}"
+    limit = (f"{bounds}[{count}] + ' for a ' + self.tpu.type + ' ' + self.tpu.topology "
+             f"+ ' slice (' + {vms}[{count}] + ' VMs)'")
     return [
         Rule("spec.tpu", f"self.numSlices <= {MAX_SLICES}", NUM_SLICES, {}),
         Rule("spec", "!has(self.elastic) || !has(self.elastic.maxSliceRestarts) || "
@@ -500,8 +585,9 @@ def _size_rules() -> list[Rule]:
              MAX_SLICE_RESTARTS_INT32, {}),
         Rule("spec",
              "!has(self.elastic) || !has(self.elastic.maxSliceRestarts) || "
-             f"!({key} in {numbers}) || self.elastic.maxSliceRestarts <= {numbers}[{key}]",
-             MAX_SLICE_RESTARTS_SHAPE, {"limit": f"{limits}[{key}]"}),
+             f"!({bounded}) || self.elastic.maxSliceRestarts <= "
+             f"{INT32_MAX} / ({vms_per_cube} * {count})",
+             MAX_SLICE_RESTARTS_SHAPE, {"limit": limit}),
     ]
 
 
@@ -512,7 +598,7 @@ def _size_checks(spec: ElasticTrainingJobSpec) -> list[str]:
     restarts = spec.elastic.max_slice_restarts
     if restarts is not None and restarts > MAX_SLICE_RESTARTS:
         errors.append(MAX_SLICE_RESTARTS_INT32)
-    shape = _slice_restarts_bounds().get(f"{spec.tpu.type}:{spec.tpu.topology}")
+    shape = _slice_restarts_bound(spec) if restarts is not None else None
     if shape is not None and restarts is not None and restarts > shape.max_slice_restarts:
         errors.append(MAX_SLICE_RESTARTS_SHAPE.format(limit=_slice_restarts_limit(shape)))
     return errors
@@ -548,13 +634,12 @@ def _topology_rules() -> list[Rule]:
     # topologies valid for that type.
     rules = []
     for tpu_type, family in CATALOG.items():
-        valid = ", ".join(family.topologies)
-        allowed = ", ".join(f"'{t}'" for t in family.topologies)
         rules.append(
             Rule(
                 scope="spec.tpu",
-                rule=f"self.type != '{tpu_type}' || self.topology in [{allowed}]",
-                message=TOPOLOGY.replace("{type}", tpu_type).replace("{valid}", valid),
+                rule=f"self.type != '{tpu_type}' || {_cel_admits(family, 'self.topology')}",
+                message=TOPOLOGY.replace("{type}", tpu_type).replace(
+                    "{valid}", family.describe()),
                 values={"topology": "self.topology"},
             )
         )
@@ -899,10 +984,10 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(NAME_LENGTH.format(name=_shown(name)))
     spec = job.spec
     family = CATALOG[spec.tpu.type]
-    if spec.tpu.topology not in family.topologies:
+    if not family.admits(spec.tpu.topology):
         errors.append(
             TOPOLOGY.format(topology=spec.tpu.topology, type=spec.tpu.type,
-                            valid=", ".join(family.topologies))
+                            valid=family.describe())
         )
     num = spec.tpu.num_slices
     if spec.elastic.min_slices is not None and spec.elastic.min_slices > num:

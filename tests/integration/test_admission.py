@@ -53,6 +53,8 @@ from elastic_api.validation import (
     TAS_LEVEL_FORMAT,
     TAS_PLACEMENT,
     TAS_SAME_LEVEL,
+    TAS_SUPER_SLICE,
+    TOPOLOGY,
     VOLUME_MOUNT,
     VOLUME_NAME,
     VOLUME_SOURCE,
@@ -230,11 +232,17 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"),
     ("topology-v5p", _mutate("spec.tpu", {"type": "v5p", "topology": "4x4", "numSlices": 1}),
      "spec.tpu.topology: '4x4' is not a v5p topology; use one of 2x2x1, 2x2x2, 2x2x4, "
-     "2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24"),
-    ("topology-beyond-v5p",
-     _mutate("spec.tpu", {"type": "v5p", "topology": "16x24x24", "numSlices": 1}),
-     "spec.tpu.topology: '16x24x24' is not a v5p topology; use one of 2x2x1, 2x2x2, 2x2x4, "
-     "2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24"),
+     "2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24, or AxBxC "
+     "with each a multiple of 4 up to 256, A <= B <= C, of at most 140 cubes of 4x4x4 "
+     "(A/4 x B/4 x C/4)"),
+    # The 3D rule in CEL (issue 81): past v5p's 140 cubes, out of order, not whole cubes.
+    *((f"topology-v5p-{topology}",
+       _mutate("spec.tpu", {"type": "v5p", "topology": topology, "numSlices": 1}),
+       TOPOLOGY.format(topology=topology, type="v5p", valid=CATALOG["v5p"].describe()))
+      for topology in ("16x24x24", "8x4x4", "4x4x6", "4x4x260")),
+    ("topology-tpu7x-past-the-pod",
+     _mutate("spec.tpu", {"type": "tpu7x", "topology": "24x24x24", "numSlices": 1}),
+     TOPOLOGY.format(topology="24x24x24", type="tpu7x", valid=CATALOG["tpu7x"].describe())),
     ("num-slices-cap", _mutate("spec.tpu", {"type": "v5e", "topology": "16x16",
                                             "numSlices": MAX_SLICES + 1}), NUM_SLICES),
     ("min-slices", _mutate("spec.elastic", {"minSlices": 4}),
@@ -277,9 +285,13 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "spec.elastic.maxSliceRestarts: must be at most 1398101 for a v5p 16x16x24 slice (1536 "
      "VMs), so that the worker Jobs' backoffLimit (VMs per slice x maxSliceRestarts) fits "
      "an int32; set it lower"),
-    ("tas-cube", _mutate("spec.tpu", {"type": "tpu7x", "topology": "8x8x8", "numSlices": 1,
+    ("tas-cube", _mutate("spec.tpu", {"type": "v5p", "topology": "8x8x8", "numSlices": 1,
                                       "topologyAware": {"sliceLevel": CUBE_LABEL}}),
-     TAS_CUBE.format(type="tpu7x", topology="8x8x8")),
+     TAS_CUBE.format(type="v5p", topology="8x8x8")),
+    ("tas-super-slice", _mutate("spec.tpu", {"type": "tpu7x", "topology": "4x4x20",
+                                             "numSlices": 1,
+                                             "topologyAware": {"sliceLevel": CUBE_LABEL}}),
+     TAS_SUPER_SLICE.format(type="tpu7x", topology="4x4x20")),
     ("service-account", _mutate("spec.serviceAccountName", "Bad SA"),
      "spec.serviceAccountName: not a DNS-1123 subdomain, so no ServiceAccount can have this "
      "name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or "

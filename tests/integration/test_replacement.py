@@ -275,6 +275,50 @@ def test_a_dead_host_moves_its_slice_to_the_spare_pool(
     wait_for(lambda: quarantined(api, broken) == {None}, 60, f"pool {broken} released")
 
 
+def test_a_whole_slice_lost_at_once_is_one_failure_moved_to_the_spare(
+        api: client.ApiClient, ns: str, killed: list[str]) -> None:
+    """GKE repairs a multi-host TPU slice atomically: when one of its nodes needs repair,
+    every VM of the slice's node pool is shut down and recreated (GKE's TPU concepts,
+    "Atomicity"). Every host of slice 1 dies at once: one slice failure (not one per
+    host), blamed on the nodes, the pool quarantined, the slice moved to the spare; the
+    other slices and the JobSet untouched; the pool released once GKE's new VMs are
+    Ready."""
+    submit(api, ns)
+    st = wait_running(api, ns)
+    broken = st["slices"][1]["pool"]
+    used = {s["pool"] for s in st["slices"]}
+    old = {i: job_uid(api, ns, i) for i in range(3)}
+    hosts = faults.pool_nodes(api, broken)
+    assert len(hosts) == st["slices"][1]["hosts"] == 4
+    assert {p.spec.node_name for p in worker_pods(api, ns, 1)} == set(hosts)
+    killed.extend(hosts)
+    for node in hosts:
+        faults.kill_node(api, node)
+    st = ready_on_new_job(api, ns, 1, old[1], "slice 1 Ready again on a new Job")
+    spare = st["slices"][1]["pool"]
+    assert spare not in used, f"slice 1 back on {spare}, a pool already in use ({used})"
+    assert {pool_of(api, p.spec.node_name) for p in worker_pods(api, ns, 1)} == {spare}
+    last = st["slices"][1]["lastReplacement"]
+    assert (last["fromPool"], last["toPool"], last["blame"]) == (broken, spare, "Node")
+    # One failure of the slice, however many of its hosts went: the slice is the unit.
+    assert st["slices"][1]["restarts"] == 1 and jobset_restarts(api, ns) == 0
+    assert st["counters"]["sliceFailures"] == 1
+    for i in (0, 2):
+        assert st["slices"][i]["restarts"] == 0 and job_uid(api, ns, i) == old[i]
+    assert quarantined(api, broken) == {Reason.NODE_NOT_READY}
+    wait_for(lambda: events(api, ns, Reason.SLICE_REPLACED), 30, "the SliceReplaced Event")
+    assert len(events(api, ns, Reason.SLICE_REPLACED)) == 1
+    # Every pod left on the dead hosts was force-deleted.
+    wait_for(lambda: not [p for p in client.CoreV1Api(api).list_namespaced_pod(ns).items
+                          if p.spec.node_name in hosts], 60, "no pod left on the dead hosts")
+    # GKE's repair brings the slice's VMs back: the pool is released, the next spare.
+    for node in hosts:
+        faults.revive_node(api, node)
+    for node in hosts:
+        faults.wait_for_node_ready(api, node, True, timeout=60)
+    wait_for(lambda: quarantined(api, broken) == {None}, 60, f"pool {broken} released")
+
+
 def test_a_flapping_node_costs_no_replacement_until_it_stays_down(
         api: client.ApiClient, ns: str) -> None:
     """NotReady shorter than nodeNotReadySeconds: the slice is reported down, nothing is

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+import yaml
 
-from elastic_api.catalog import CATALOG, all_shapes, slice_shape
+from elastic_api.catalog import CATALOG, MAX_VMS_PER_SLICE, all_shapes, cubes, slice_shape
 from elastic_api.models import (
     MAX_SLICES,
     MAX_SPARES,
@@ -62,8 +64,79 @@ def test_every_shape_is_whole_vms_of_its_family() -> None:
 
 def test_an_unknown_topology_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"'8x8x9' is not a v5p topology; use one of 2x2x1, "
-                       r".*, 8x8x16, .*, 16x16x24$"):
+                       r".*, 8x8x16, .*, 16x16x24, or AxBxC with each a multiple of 4 up to "
+                       r"256, A <= B <= C, of at most 140 cubes of 4x4x4 \(A/4 x B/4 x C/4\)$"):
         slice_shape("v5p", "8x8x9")
+    with pytest.raises(ValueError, match=r"'4x4x4' is not a v6e topology; use one of 1x1, "
+                       r"2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16$"):
+        slice_shape("v6e", "4x4x4")
+
+
+# --- the catalog against xpk's list ------------------------------------------------------
+
+# xpk's topologies by type, as data (where they come from: the file's header).
+XPK = yaml.safe_load(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "xpk-topologies.yaml").read_text())
+# What xpk offers that the catalog refuses, and why: nothing today. A refusal added here
+# must say why in the message slice_shape gives (the test checks it is refused).
+REFUSED: dict[tuple[str, str], str] = {}
+# What the catalog admits beyond xpk's list, and why.
+BEYOND_XPK = {
+    # GKE's v5e table: 1x1 (ct5lp-hightpu-1t) and the single-host 2x2 (ct5lp-hightpu-4t),
+    # which xpk's v5litepod list leaves out.
+    "v5e": {"1x1", "2x2"},
+}
+
+
+def test_every_topology_xpk_offers_is_admitted_or_refused_with_a_reason() -> None:
+    assert set(XPK) == set(CATALOG)
+    for tpu_type, topologies in XPK.items():
+        for topology in topologies:
+            if (tpu_type, topology) in REFUSED:
+                with pytest.raises(ValueError, match=REFUSED[(tpu_type, topology)]):
+                    slice_shape(tpu_type, topology)
+            else:
+                shape = slice_shape(tpu_type, topology)
+                assert shape.vms * shape.chips_per_vm == shape.chips
+
+
+def test_the_catalog_is_xpks_list_and_gkes_table() -> None:
+    assert {t: len(f.topologies) for t, f in CATALOG.items()} == {
+        "v5e": 8, "v5p": 414, "v6e": 8, "v4": 800, "tpu7x": 433}
+    for tpu_type, family in CATALOG.items():
+        assert len(set(family.topologies)) == len(family.topologies)
+        assert set(family.topologies) - set(XPK[tpu_type]) == BEYOND_XPK.get(tpu_type, set())
+        # Google's table keeps its order first (bench and messages name its shapes).
+        assert family.topologies[:len(family.listed)] == family.listed
+
+
+@pytest.mark.parametrize(("tpu_type", "topology", "admitted"), [
+    ("v5p", "4x4x12", True), ("v5p", "4x8x12", True), ("v5p", "4x4x20", True),  # the issue's
+    ("v5p", "4x20x112", True),  # 140 cubes: the whole v5p pod, 8,960 chips
+    ("v5p", "4x4x256", True), ("v5p", "4x4x260", False),  # each side at most 256
+    ("v5p", "16x24x24", False),  # 144 cubes
+    ("v5p", "8x4x4", False), ("v4", "8x4x4", True),  # only v4 takes any order
+    ("v4", "16x16x16", True), ("v4", "16x16x20", False),  # v4: 64 cubes
+    ("tpu7x", "16x24x24", True), ("tpu7x", "24x24x24", False),  # tpu7x: 144 cubes
+    ("tpu7x", "1x1x1", True), ("tpu7x", "4x4x6", False), ("v5p", "2x2x3", False),
+    ("v5p", "04x4x4", False), ("v5p", "4x4x4x4", False), ("v6e", "4x4x4", False),
+])
+def test_the_3d_rule(tpu_type: str, topology: str, admitted: bool) -> None:
+    assert CATALOG[tpu_type].admits(topology) is admitted
+    if not admitted:
+        with pytest.raises(ValueError, match=f"'{topology}' is not a {tpu_type} topology"):
+            slice_shape(tpu_type, topology)
+
+
+def test_the_largest_slices_stay_within_the_bounds_of_before() -> None:
+    # v5p's pod (140 cubes, 2,240 VMs) is below tpu7x's (144, 2,304): MAX_VMS_PER_SLICE
+    # and every bound derived from it are those of before.
+    assert MAX_VMS_PER_SLICE == 2304
+    assert max(s.vms for s in all_shapes() if s.family.type == "v5p") == 2240
+    # Every shape of more than 64 VMs is whole cubes (the CEL bound is computed from them).
+    for shape in all_shapes():
+        assert shape.vms <= 64 or shape.vms == 16 * cubes(shape.topology)
+    assert slice_shape("tpu7x", "1x1x1").machine_type == "tpu7x-standard-1t"
 
 
 # --- the job's status at the largest sizes -------------------------------------------------

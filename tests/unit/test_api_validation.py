@@ -46,9 +46,17 @@ def test_valid_job_gets_defaults():
 
 
 @pytest.mark.parametrize(("tpu_type", "topology"),
-                         [(t, topo) for t, f in CATALOG.items() for topo in f.topologies])
-def test_every_catalog_topology_is_accepted(tpu_type: str, topology: str):
+                         [(t, topo) for t, f in CATALOG.items() for topo in f.listed])
+def test_every_listed_topology_is_accepted(tpu_type: str, topology: str):
     validate_job(job(tpu={"type": tpu_type, "topology": topology, "numSlices": 1}))
+
+
+def test_every_topology_of_the_rule_is_accepted():
+    # Each of the ~1,760 the catalog admits (tests/unit/test_api_catalog.py compares them
+    # with xpk's), through validate_job.
+    for tpu_type, family in CATALOG.items():
+        for topology in family.topologies:
+            validate_job(job(tpu={"type": tpu_type, "topology": topology, "numSlices": 1}))
 
 
 def test_topology_invalid_for_type():
@@ -58,17 +66,24 @@ def test_topology_invalid_for_type():
     )
 
 
-def test_a_shape_beyond_the_catalog_is_refused_naming_the_largest():
-    # v5p's largest single slice is 16x16x24 (cloud.google.com/tpu/docs/v5p).
+def test_a_shape_beyond_the_catalog_is_refused_naming_the_rule():
+    # v5p's pod is 140 cubes (8,960 chips; xpk's max_cubes=140): 16x24x24 is 144.
     assert error_of(job(tpu={"type": "v5p", "topology": "16x24x24", "numSlices": 1})) == (
         "spec.tpu.topology: '16x24x24' is not a v5p topology; use one of 2x2x1, 2x2x2, "
-        "2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24")
+        "2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16, 16x16x16, 16x16x24, "
+        "or AxBxC with each a multiple of 4 up to 256, A <= B <= C, of at most 140 cubes "
+        "of 4x4x4 (A/4 x B/4 x C/4)")
+    assert validate_job(job(tpu={"type": "tpu7x", "topology": "16x24x24", "numSlices": 1}))
+    # v4 takes any order, v5p not.
+    assert validate_job(job(tpu={"type": "v4", "topology": "16x8x4", "numSlices": 1}))
+    assert "'16x8x4' is not a v5p topology" in error_of(
+        job(tpu={"type": "v5p", "topology": "16x8x4", "numSlices": 1}))
 
 
 @given(st.sampled_from(sorted(CATALOG)), st.from_regex(r"[0-9x]{1,8}", fullmatch=True))
 def test_topology_accepted_iff_in_catalog(tpu_type: str, topology: str):
     obj = job(tpu={"type": tpu_type, "topology": topology, "numSlices": 1})
-    if topology in CATALOG[tpu_type].topologies:
+    if CATALOG[tpu_type].admits(topology):
         validate_job(obj)
     else:
         assert error_of(obj).startswith(f"spec.tpu.topology: '{topology}' is not a {tpu_type}")

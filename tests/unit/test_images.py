@@ -42,6 +42,33 @@ def test_the_default_build_pairs_with_the_jax_the_trainer_pins():
     assert f'"jax=={_pinned_jax()}"' in (REPO / "pyproject.toml").read_text()
 
 
+@pytest.mark.parametrize(("tag", "jax"), [
+    # Dated, as the registry lists the builds.
+    ("20261001-jax_0.10.2", "0.10.2"),
+    ("20260623-jax_0.10.1", "0.10.1"),
+    # jax-<version>, as Google's Pathways pages and pathways-utils'
+    # deploy_pathways_service.py name them (server:jax-0.9.0, proxy_server:jax-0.9.0).
+    ("jax-0.9.0", "0.9.0"),
+    ("jax-0.12.0.1", "0.12.0.1"),
+    # Either form in a whole image reference, with or without a digest.
+    (server_image("jax-0.9.0"), "0.9.0"),
+    (proxy_image("20261001-jax_0.10.2") + DIGEST, "0.10.2"),
+    ("registry.local:5000/pathways/server:jax-0.5.3" + DIGEST, "0.5.3"),
+])
+def test_the_jax_release_of_either_tag_form(tag: str, jax: str):
+    assert jax_of(tag) == jax
+
+
+@pytest.mark.parametrize("tag", [
+    # No JAX release in the tag: the pairing cannot be read, and jax_of says so (None),
+    # as it always has for a tag of another form; nothing is refused for it.
+    "latest", "2026-10-01", "nightly", "jax-", "jax_0.9.0", "myjax-0.9.0", "jax-v0.9.0",
+    "20261001-jax-", server_image("latest"), "registry.local:5000/pathways/server",
+])
+def test_a_tag_without_a_jax_release_pairs_with_none(tag: str):
+    assert jax_of(tag) is None
+
+
 @pytest.mark.parametrize(("reference", "moving"), [
     (server_image("latest"), True),
     ("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server", True),  # no tag: latest

@@ -31,6 +31,7 @@ from elastic_api.validation import (
     TAS_LEVEL_FORMAT,
     TAS_PLACEMENT,
     TAS_SAME_LEVEL,
+    TAS_SUPER_SLICE,
     validate_job,
 )
 from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
@@ -124,10 +125,28 @@ def test_a_slice_larger_than_a_cube_is_one_node_pool_of_its_topology(
 
 
 def test_a_cube_holds_no_larger_slice() -> None:
-    tpu = {"type": "tpu7x", "topology": "8x8x8", "numSlices": 2,
+    tpu = {"type": "v5p", "topology": "8x8x8", "numSlices": 2,
            "topologyAware": {"sliceLevel": CUBE_LABEL}}
-    assert TAS_CUBE.format(type="tpu7x", topology="8x8x8") in \
+    assert TAS_CUBE.format(type="v5p", topology="8x8x8") in \
         error_of(manifest(tpu=tpu)).splitlines()
+    validate_job(manifest(tpu={**tpu, "topology": "4x4x4"}))
+
+
+@pytest.mark.parametrize("topology", ["4x4x8", "4x4x20", "8x8x8", "16x24x24"])
+def test_tpu7x_super_slicing_is_refused_saying_what_to_use(topology: str) -> None:
+    """Several tpu7x cubes joined into one slice at the cube level is GKE's super-slicing
+    (xpk's --super-slicing: cloud.google.com/gke-tpu-slice-topology, Kueue's
+    accelerator.gke.io/slice admission check, GKE 1.35.2+): not supported yet; the message
+    says so and names the two ways that work."""
+    tpu = {"type": "tpu7x", "topology": topology, "numSlices": 2,
+           "topologyAware": {"sliceLevel": CUBE_LABEL}}
+    lines = error_of(manifest(tpu=tpu)).splitlines()
+    assert lines == [TAS_SUPER_SLICE.format(type="tpu7x", topology=topology)]
+    assert "super-slicing" in lines[0] and "not support" in lines[0]
+    assert "sliceLevel cloud.google.com/gke-nodepool" in lines[0] and "4x4x4" in lines[0]
+    # The same slice on node pools of its own topology is admitted.
+    validate_job(manifest(tpu={**tpu, "topologyAware": {
+        "sliceLevel": "cloud.google.com/gke-nodepool"}}))
     validate_job(manifest(tpu={**tpu, "topology": "4x4x4"}))
 
 
