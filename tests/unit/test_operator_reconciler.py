@@ -25,18 +25,18 @@ from elastic_api.names import (
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
 )
+from elastic_operator.client.kube import ApiError, NotLeading
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.kube import ApiError, NotLeading
-from elastic_operator.metrics import RECONCILE_PHASES
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.objects import (
+from elastic_operator.metrics.metrics import RECONCILE_PHASES
+from elastic_operator.model.objects import (
     ObservedJob,
     ObservedPod,
     jobset_from_dict,
     node_from_dict,
     pod_from_dict,
 )
-from elastic_operator.result import AT_ONCE, PAST_DUE_S, Result
+from elastic_operator.model.result import AT_ONCE, PAST_DUE_S, Result
+from elastic_operator.watch.node_index import NodeIndex
 from tests.builders import (
     T0,
     JobSetWrapper,
@@ -734,7 +734,7 @@ def test_forget_drops_everything_remembered_of_the_job() -> None:
 
 def test_a_reconcile_returns_when_to_look_at_the_job_again() -> None:
     """The progress deadline comes due in 500 s: the reconcile's Result asks for a look a
-    little after it, and nothing paced; the work queue keeps it (scheduler.py)."""
+    little after it, and nothing paced; the work queue keeps it (work_queue.py)."""
     job = the_job()
     job["status"] = {"progress": {"step": 5, "since": iso(at(-100)), "advanced": True,
                                   "deadlineSeconds": 600}}

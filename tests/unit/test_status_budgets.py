@@ -15,7 +15,7 @@ from elastic_operator.core.plan import DeleteWorkerJob, EndHeadJob, LowerBackoff
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed
+from elastic_operator.model.objects import Observed
 from tests.builders import (
     HOSTS,
     WorkerPod,

@@ -29,7 +29,7 @@ from elastic_operator.core.trainer_restarts import (
     exit_overdue,
     in_place_restarts,
 )
-from elastic_operator.objects import ObservedContainer, ObservedJobSet, ObservedPod
+from elastic_operator.model.objects import ObservedContainer, ObservedJobSet, ObservedPod
 from elastic_operator.render import render_jobset
 from elastic_trainer.checkpoint_requests import asked_to_exit, request_view
 from tests.builders import at, etj, head_pod, healthy_pods, observe, observed_jobset

@@ -49,4 +49,7 @@ the order to read them in.
 - pacing: which status writes may wait (progress only) and which are written at once
 - startover: when a reconcile in progress starts over instead of finishing
 - status: compute_status, which assembles all of the above
+
+May import: model (the cluster's objects as read; elastic_api, pydantic and the standard
+library beside).
 """

@@ -32,7 +32,7 @@ from elastic_api.names import HEAD_REPLICATED_JOB, child_job_name
 from elastic_operator.core.plan import EndHeadJob
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.trainer_restarts import live_head
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 
 
 @dataclass(frozen=True)

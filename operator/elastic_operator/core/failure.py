@@ -18,7 +18,7 @@ from elastic_api.names import HEAD_REPLICATED_JOB, JOBSET_FAIL_JOBSET_MESSAGE, c
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import fmt_slices
-from elastic_operator.objects import Observed, ObservedJobSet
+from elastic_operator.model.objects import Observed, ObservedJobSet
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from elastic_api.names import COLOCATED_PYTHON_CONTAINER, RM_CONTAINER, WORKER_C
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import fmt_slices
-from elastic_operator.objects import Observed, ObservedPod
+from elastic_operator.model.objects import Observed, ObservedPod
 
 # (the image's spec field, who runs it on the head, who on the workers)
 _IMAGES = (("spec.pathways.images.server", RM_CONTAINER, WORKER_CONTAINER),

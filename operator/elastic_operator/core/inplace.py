@@ -25,7 +25,7 @@ from typing import Literal
 from elastic_api.conditions import Reason
 from elastic_api.models import RecoverySpec, SliceReplacement
 from elastic_operator.core.blame import Evidence
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 
 Placement = Literal["InPlace", "Recreate"]
 

@@ -24,7 +24,7 @@ from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.ownership import owned, owned_by_another
 from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
 from elastic_operator.core.redispatch import evicted_for_lost_worker, redispatch_allowed
-from elastic_operator.objects import ObservedJobSet, ObservedWorkload, QuarantineCause
+from elastic_operator.model.objects import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.sliceview import SliceView, SliceViews, slice_views
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import plural
-from elastic_operator.objects import (
+from elastic_operator.model.objects import (
     Observed,
     ObservedJob,
     ObservedJobSet,

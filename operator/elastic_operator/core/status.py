@@ -115,7 +115,7 @@ from elastic_operator.core.unreported import (
     reports_recovery,
 )
 from elastic_operator.core.wording import fmt_slices
-from elastic_operator.objects import Observed, ObservedJobSet, parse_time
+from elastic_operator.model.objects import Observed, ObservedJobSet, parse_time
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from elastic_api.models import ElasticTrainingJobSpec, TrainerRestart
 from elastic_api.names import HEAD_REPLICATED_JOB
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 
 
 def live_head(pods: Sequence[ObservedPod]) -> ObservedPod | None:

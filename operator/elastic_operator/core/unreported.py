@@ -35,7 +35,7 @@ from elastic_api.models import (
 )
 from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_operator.core.wording import fmt_slices, iso
-from elastic_operator.objects import ObservedContainer, ObservedPod
+from elastic_operator.model.objects import ObservedContainer, ObservedPod
 
 
 @dataclass(frozen=True)
