@@ -421,7 +421,7 @@ class RecoverySpec(ApiModel):
     )
 
     @property
-    def in_place(self) -> bool:
+    def in_place_allowed(self) -> bool:
         """restartInPlace as it applies: unset is true."""
         return self.restart_in_place is not False
 

@@ -305,7 +305,7 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
 def restarts_main_in_place(job: ElasticTrainingJob) -> bool:
     """A crash of main restarts it in its pod (the slices keep theirs), charged to the
     JobSet's restart budget: with spec.recovery.restartInPlace and a budget to spend."""
-    return job.spec.recovery.in_place \
+    return job.spec.recovery.in_place_allowed \
         and budgets_of(job.spec).jobset_restarts.allowed > 0
 
 

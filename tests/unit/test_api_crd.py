@@ -216,6 +216,6 @@ def test_spec_fields_newer_than_the_previous_release_carry_no_schema_default():
     for name in ("restartInPlace", "inPlaceDeadlineSeconds"):
         assert "default" not in recovery["properties"][name], name
     unset = RecoverySpec()
-    assert unset.in_place and unset.in_place_deadline == DEFAULT_IN_PLACE_DEADLINE_SECONDS
-    assert not RecoverySpec(restart_in_place=False).in_place
+    assert unset.in_place_allowed and unset.in_place_deadline == DEFAULT_IN_PLACE_DEADLINE_SECONDS
+    assert not RecoverySpec(restart_in_place=False).in_place_allowed
     assert RecoverySpec(in_place_deadline_seconds=30).in_place_deadline == 30

@@ -65,7 +65,7 @@ def test_alerting_gauges_copy_the_status_and_the_spec() -> None:
     (one-hot), the restart budgets, the trainer's step and the newest checkpoint."""
     from elastic_api.models import CheckpointStatus, Condition, SliceStatus
     from elastic_api.validation import validate_job
-    from elastic_operator.core.budgets import Spending, track_budgets
+    from elastic_operator.core.budget_tracking import Spending, track_budgets
     from tests.builders import etj
 
     registry = CollectorRegistry()

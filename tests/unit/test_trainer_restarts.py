@@ -1,6 +1,6 @@
 """A crash of main restarts it in its pod (core/trainer_restarts.py, render's restart
 rule): rendered only with a budget to spend, spent by main's restarts in place and the
-JobSet's own together, each once (core/budgets.py), then the head Job ended and the job
+JobSet's own together, each once (core/budget_tracking.py), then the head Job ended and the job
 Failed for it."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from elastic_api.names import (
     MAIN_CONTAINER,
     TRAINER_FINAL_EXIT_CODES,
 )
-from elastic_operator.core.budgets import plan_end_head
+from elastic_operator.core.budget_tracking import plan_end_head
 from elastic_operator.core.failure import jobset_failure
 from elastic_operator.core.plan import EndHeadJob, RestartTrainer
 from elastic_operator.core.progressing import plan_trainer_restart

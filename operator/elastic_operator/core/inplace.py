@@ -117,7 +117,7 @@ def case_of(failure: Failure, recovery: RecoverySpec) -> str:
         return "PodEnded"
     if not failure.broken and not failure.restarted_unseen:
         return "HostNotReady" if failure.reason == Reason.HOST_NOT_READY else "PodEnded"
-    if not recovery.in_place:
+    if not recovery.in_place_allowed:
         return "InPlaceOff"
     return "ProcessExited" if failure.broken else "RestartedUnseen"
 

@@ -8,7 +8,7 @@ the crash failed the head pod, the head Job and, through JobSet's failurePolicy,
 JobSet: every slice's pods recreated.
 
 The budget stays the JobSet's (spec.maxRestarts, per window or over the run,
-elastic_api.budgets), as when each crash cost a JobSet restart: core/budgets.py charges
+elastic_api.budgets), as when each crash cost a JobSet restart: core/budget_tracking.py charges
 each of main's restarts in place to it, once, when first seen. Once spent, the operator
 ends the head Job (`budgets.plan_end_head`: activeDeadlineSeconds 0), and the JobSet's
 failure-policy rule for that Job's DeadlineExceeded fails the JobSet, so the job fails as

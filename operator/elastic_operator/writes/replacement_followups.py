@@ -1,6 +1,6 @@
 """After the status write: act on the slice replacements it records (core/replacement.py),
 on a trainer restart it calls for (core/progressing.py) and on a JobSet restart budget it
-says spent (core/budgets.py), planned here and written by a follow-up (followups.py;
+says spent (core/budget_tracking.py), planned here and written by a follow-up (followups.py;
 replacement_writes.py executes them), the status already recording the
 intent. A worker Job handed over for deletion counts as being deleted from then on (the
 next reconcile may plan before the DELETE returns: no second one); again not, should the
@@ -18,7 +18,7 @@ from typing import Any
 from elastic_api.kube import Backoff
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_operator.client.kube import NotLeading
-from elastic_operator.core.budgets import plan_end_head
+from elastic_operator.core.budget_tracking import plan_end_head
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction

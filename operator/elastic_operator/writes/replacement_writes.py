@@ -88,7 +88,7 @@ class ReplacementWrites:
                                     "count, %d of the run's main's in place): head Job %s "
                                     "ended (activeDeadlineSeconds 0)", namespace,
                                     raw["metadata"]["name"], action.restarts,
-                                    action.in_place, action.name)
+                                    action.main_in_place, action.name)
                 case _:
                     assert_never(action)
         for event in events:

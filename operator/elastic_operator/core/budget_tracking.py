@@ -72,8 +72,8 @@ def track_budgets(spec: ElasticTrainingJobSpec, previous: ElasticTrainingJobStat
     before = previous.budgets
     stall = _stalls(budgets.stall_restarts, before, previous.counters.stall_restarts,
                     spending, now)
-    main, in_place = _main_restarts(before, spending)
-    jobset, events = _jobset(budgets, before, spending, in_place, main.total if main else 0,
+    main, main_in_place = _main_restarts(before, spending)
+    jobset, events = _jobset(budgets, before, spending, main_in_place, main.total if main else 0,
                              now)
     return RestartBudgets(
         slice_restarts=_slices(budgets.slice_restarts, slices, now),
@@ -154,10 +154,10 @@ def _stalls(budget: Budget, before: RestartBudgets | None, total: int, spending:
 
 
 def _jobset(budgets: Budgets, before: RestartBudgets | None, spending: Spending,
-            in_place: int, in_place_total: int,
+            main_in_place: int, main_in_place_total: int,
             now: datetime) -> tuple[BudgetStatus, list[StatusEvent]]:
-    """The JobSet's restarts and main's restarts in place (`in_place` new ones, of
-    `in_place_total` over the run), each charged when first seen (several at once when
+    """The JobSet's restarts and main's restarts in place (`main_in_place` new ones, of
+    `main_in_place_total` over the run), each charged when first seen (several at once when
     the operator was away: each at the time seen, which counts them sooner, never later).
     A count over the whole run is JobSet's own, plus main's restarts in place."""
     budget = budgets.jobset_restarts
@@ -168,24 +168,25 @@ def _jobset(budgets: Budgets, before: RestartBudgets | None, spending: Spending,
     last_at = now if new else (previous.last_at if previous is not None else None)
     events: list[StatusEvent] = []
     if budget.window_seconds is None:
-        used = spending.jobset_restarts_now + in_place_total
-        if in_place and used > budget.allowed and spent_at is None:
+        used = spending.jobset_restarts_now + main_in_place_total
+        if main_in_place and used > budget.allowed and spent_at is None:
             spent_at = now
-            events.append(_spent_event(used, in_place_total, budget, "over the run"))
+            events.append(_spent_event(used, main_in_place_total, budget, "over the run"))
         return _status(budget, used, (), spent_at, last_at=last_at), events
-    for _ in range(0 if spending.terminal else new + in_place):
+    for _ in range(0 if spending.terminal else new + main_in_place):
         charge = budget.charge(0, times, now)
         times = list(charge.recent)
         if not charge.allowed and spent_at is None:
             spent_at = now
-            events.append(_spent_event(charge.used, in_place_total, budget,
+            events.append(_spent_event(charge.used, main_in_place_total, budget,
                                        f"within {_since(times, now)}"))
     recent = budget.recent(times, now)
     return _status(budget, len(recent), recent, spent_at, last_at=last_at), events
 
 
-def _spent_event(used: int, in_place: int, budget: Budget, when: str) -> StatusEvent:
-    of = f" (main's restarts in place among them: {in_place} in the run)" if in_place else ""
+def _spent_event(used: int, main_in_place: int, budget: Budget, when: str) -> StatusEvent:
+    of = f" (main's restarts in place among them: {main_in_place} in the run)" \
+        if main_in_place else ""
     return StatusEvent(
         reason=Reason.MAX_RESTARTS_EXCEEDED, type="Warning",
         message=f"the program restarted {used} times {when}{of} (allowed: "
@@ -205,12 +206,12 @@ def plan_end_head(namespace: str, jobset: str, status: ElasticTrainingJobStatus,
     that the JobSet's restarts alone reached is JobSet's own to enforce: not planned."""
     budgets = status.budgets
     spent = budgets.jobset_restarts if budgets is not None else None
-    in_place = budgets.main_restarts.total if budgets and budgets.main_restarts else 0
+    main_in_place = budgets.main_restarts.total if budgets and budgets.main_restarts else 0
     if spent is None or spent.spent_at is None or (spent.window_seconds is None
-                                                    and not in_place):
+                                                    and not main_in_place):
         return None
     head = live_head(head_pods)
     if head is None or not head.job_uid:
         return None
     return EndHeadJob(namespace, child_job_name(jobset, HEAD_REPLICATED_JOB, 0),
-                      head.job_uid, spent.used, in_place)
+                      head.job_uid, spent.used, main_in_place)
