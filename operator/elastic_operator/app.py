@@ -59,6 +59,7 @@ from elastic_operator.queue.work_queue import (
 from elastic_operator.reconcile.dispatched import DispatchedReconciler
 from elastic_operator.reconcile.own_writes import OwnWrites
 from elastic_operator.reconcile.pacer import ProgressPacer
+from elastic_operator.reconcile.ports import Reads, Writes
 from elastic_operator.reconcile.reconciler import Reconciler, RecordComputed
 from elastic_operator.reconcile.schema_guard import SchemaGuard, Verdict, always_current
 from elastic_operator.reconcile.status_writer import StatusWriter
@@ -400,13 +401,15 @@ def build_reconciler(
     writer = StatusWriter(kube, metrics, clock, outbox=outbox, own_writes=own_writes,
                           pacer=pacer, schema=guard)
     executor = ActionExecutor(kube, reader)
-    writes = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
-                               quarantine_pools=quarantine_pools)
+    replacing = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
+                                  quarantine_pools=quarantine_pools)
     return Reconciler(
-        reader=reader, metrics=metrics, clock=clock, memory=memory, own_writes=own_writes,
-        schema=guard, writer=writer, outbox=outbox, executor=executor,
-        replacements=ReplacementFollowUps(writes, reader, metrics, memory, follow_ups),
-        dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock),
+        reads=Reads(reader=reader, own_writes=own_writes, schema=guard),
+        writes=Writes(
+            executor=executor, writer=writer, outbox=outbox,
+            replacements=ReplacementFollowUps(replacing, reader, metrics, memory, follow_ups),
+            dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock)),
+        memory=memory, metrics=metrics, clock=clock,
         pods_ready=pods_ready or PodsReadyTimeouts(), recheck_after_s=pacer.interval_s,
         record_computed=record_computed)
 

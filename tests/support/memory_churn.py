@@ -250,29 +250,29 @@ class StoresOnly:
 
     def _once(self, namespace: str, name: str, *, fresh: bool) -> Result:
         rec, key = self.op.reconciler, (namespace, name)
-        raw = rec.own_writes.read_job(rec.reader, namespace, name, fresh)
+        raw = rec.reads.own_writes.read_job(rec.reads.reader, namespace, name, fresh)
         if raw is None:
             return Result()
         remembered = rec.memory.of(key)
         remembered.children_ensured = raw["metadata"]["uid"]
-        rec.reader.checkpoint(namespace, name, raw["spec"]["checkpoint"]["directory"])
-        rec.reader.note_failures(namespace, name, raw["metadata"]["uid"], [])
+        rec.reads.reader.checkpoint(namespace, name, raw["spec"]["checkpoint"]["directory"])
+        rec.reads.reader.note_failures(namespace, name, raw["metadata"]["uid"], [])
         assert rec.record_computed is not None
         rec.record_computed(key, self.after.slices or [])
-        rec.replacements.worker_jobs(key, name, planned=True)
-        pending = rec.outbox.merge(raw, [], self.events, self.after)
-        with rec.own_writes.writing(namespace, name):
+        rec.writes.replacements.worker_jobs(key, name, planned=True)
+        pending = rec.writes.outbox.merge(raw, [], self.events, self.after)
+        with rec.reads.own_writes.writing(namespace, name):
             written = self.op.kube.patch_job_status(
                 namespace, name, {"status": {"phase": "Running"}},
                 raw["metadata"]["resourceVersion"])
-            rec.own_writes.remember(key, raw["metadata"]["resourceVersion"], written)
-        rec.writer.pacer.wrote(key, progress=False, settled=False)
-        rec.outbox.written(raw, pending)
+            rec.reads.own_writes.remember(key, raw["metadata"]["resourceVersion"], written)
+        rec.writes.writer.pacer.wrote(key, progress=False, settled=False)
+        rec.writes.outbox.written(raw, pending)
         rec.metrics.record_spec(namespace, name, self.spec)
         rec.metrics.record_status(namespace, name, self.before, self.after)
         rec.metrics.record_events(namespace, self.events, T0.timestamp())
-        rec.outbox.post(raw, pending, T0 + timedelta(seconds=1))
-        rec.own_writes.overwritten(key)
+        rec.writes.outbox.post(raw, pending, T0 + timedelta(seconds=1))
+        rec.reads.own_writes.overwritten(key)
         return Result()
 
 

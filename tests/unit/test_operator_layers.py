@@ -176,3 +176,9 @@ def test_core_modules_import_only_those_listed_above_them(me: str) -> None:
         assert position[other] < position[me], (
             f"core/{me}.py imports core/{other}.py, listed after it in core/__init__.py: "
             "a core module imports only those listed above it (no import circle)")
+
+
+def test_the_reconciler_imports_at_most_20_modules() -> None:
+    """reconciler.py names ports (reconcile/ports.py: reads, writes; the job memory), not
+    every module behind them: a reader of the pass sees its steps, not its wiring."""
+    assert len(imports(PACKAGE / "reconcile" / "reconciler.py")) <= 20

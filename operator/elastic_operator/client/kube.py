@@ -57,6 +57,11 @@ def _lease_path(namespace: str, name: str) -> str:
     return resource_path(LEASE_API, "leases", namespace, name)
 
 
+def job_gone(error: ApiError) -> bool:
+    """Whether `error` says the ElasticTrainingJob, or its namespace, went away."""
+    return error.is_not_found(GROUP, PLURAL) or error.namespace_terminating
+
+
 class JobAndPodWrites:
     """The writes that end or bound a Job's or a pod's life, each only if the object still
     has the uid the decision was made on (a precondition): deleting, and moving a Job's

@@ -37,6 +37,11 @@ class Result:
 FAILED = Result(ok=False)
 
 
+class Refused(Exception):
+    """The API server refused an object the spec renders to (reported as InvalidSpec:
+    writes/executor.py raises it, the reconcile reports it)."""
+
+
 def due_in(waits: Iterable[float | None]) -> float | None:
     """When to look again for the soonest of `waits` (seconds until each comes due; None:
     nothing due), a little past it."""

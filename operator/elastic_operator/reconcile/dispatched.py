@@ -17,11 +17,11 @@ from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
 from elastic_operator.core.parsing import ParsedJob
 from elastic_operator.core.plan import plan_dispatch
 from elastic_operator.model.objects import ObservedPriorityClass
-from elastic_operator.model.result import Result
+from elastic_operator.model.result import Refused, Result
 from elastic_operator.reconcile.status_writer import StatusWriter
 from elastic_operator.render import render_workload, workload_name, workload_priority_class
 from elastic_operator.watch.job_reader import JobReader
-from elastic_operator.writes.executor import ActionExecutor, Refused
+from elastic_operator.writes.executor import ActionExecutor
 from elastic_operator.writes.outbox import EventOutbox
 
 logger = logging.getLogger("elastic_operator")

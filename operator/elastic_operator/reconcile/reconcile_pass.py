@@ -7,10 +7,14 @@ the pass asks the work queue nothing and changes nothing in it. The reconcile
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 
-from elastic_operator.core.startover import Change, start_over
+from elastic_api.models import ElasticTrainingJobStatus
+from elastic_operator.core.startover import Change, pass_change, start_over
+from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.metrics.metrics import PhaseTimer
 
 # Whether the job was requeued while its reconcile runs, as the reconcile's caller tells
@@ -24,6 +28,20 @@ class StartOver:
 
 
 START_OVER: Final = StartOver()
+
+
+@dataclass
+class Run:
+    """One reconcile, across a pass that starts over: when it started (`started`: the
+    clock's monotonic seconds; `cpu`: this thread's CPU seconds), and its tries."""
+
+    started: float
+    cpu: float = field(default_factory=time.thread_time)
+    attempt: int = 1
+
+    def cpu_used(self) -> float:
+        """This thread's CPU seconds since the reconcile started."""
+        return time.thread_time() - self.cpu
 
 
 class Pass:
@@ -46,3 +64,9 @@ class Pass:
         requeued, run_paced = self.requeued()
         return requeued and start_over(requeued=requeued, run_paced=run_paced,
                                        change=None if change is None else change())
+
+    def computed(self, phase: str, previous: ElasticTrainingJobStatus,
+                 new: ElasticTrainingJobStatus, events: list[StatusEvent]) -> bool:
+        """End `phase`, the status computed (`new`, with `events`, from `previous`);
+        whether the pass starts over rather than write it."""
+        return self.done(phase, lambda: pass_change(previous, new, events))

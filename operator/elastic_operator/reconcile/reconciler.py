@@ -19,43 +19,33 @@ job was requeued while it runs (`requeued`, for a pass that may start over:
 reconcile_pass.py), and everything it wants of the queue is in its Result: a look again
 (a grace period, a deadline, a paced write, someone else's write during its own:
 `OwnWrites.overwritten`), or, for a pass cut short, the rest of the reconcile
-(`Result.again`). app.py builds it, with every
-collaborator, and wires it to the queue (`queued_reconcile`). What this process remembers
-of each job is one JobMemory (job_memory.py).
+(`Result.again`). Its collaborators come in ports (ports.py): what it reads (`Reads`),
+what it writes (`Writes`), what it remembers of each job (`JobMemories`,
+model/job_memory.py); app.py builds them and wires the reconciler to the queue
+(`queued_reconcile`).
 """
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any, Protocol
 
 from elastic_api.clock import Clock
 from elastic_api.models import ElasticTrainingJob, SliceStatus
-from elastic_api.names import GROUP, PLURAL
-from elastic_operator.client.kube import ApiError, NotLeading
+from elastic_operator.client.kube import ApiError, NotLeading, job_gone
 from elastic_operator.core.admission import wants_workload
 from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.ownership import owned_by_another
 from elastic_operator.core.parsing import ParsedJob, parse_job
 from elastic_operator.core.plan import plan_reconcile
-from elastic_operator.core.startover import pass_change
 from elastic_operator.core.status import compute_status, name_conflict_status
 from elastic_operator.metrics.metrics import OperatorMetrics, PhaseTimer
 from elastic_operator.model.job_memory import JobKey, JobMemories, JobMemory
 from elastic_operator.model.objects import Observed, ObservedJobSet, ObservedPod, ObservedWorkload
-from elastic_operator.model.result import AT_ONCE, FAILED, Result, due_in, soonest
-from elastic_operator.reconcile.dispatched import DispatchedReconciler
-from elastic_operator.reconcile.own_writes import OwnWrites
-from elastic_operator.reconcile.reconcile_pass import START_OVER, Pass, Requeued, StartOver
-from elastic_operator.reconcile.schema_guard import SchemaGuard
-from elastic_operator.reconcile.status_writer import StatusWriter
+from elastic_operator.model.result import AT_ONCE, FAILED, Refused, Result, due_in, soonest
+from elastic_operator.reconcile.ports import Reads, Writes
+from elastic_operator.reconcile.reconcile_pass import START_OVER, Pass, Requeued, Run, StartOver
 from elastic_operator.render import jobset_name, render
-from elastic_operator.watch.job_reader import JobReader
-from elastic_operator.writes.executor import ActionExecutor, Refused
-from elastic_operator.writes.outbox import EventOutbox
-from elastic_operator.writes.replacement_followups import ReplacementFollowUps
 
 logger = logging.getLogger("elastic_operator")
 
@@ -72,29 +62,14 @@ class RecordComputed(Protocol):
 
 
 @dataclass
-class _Run:
-    """One reconcile, across a pass that starts over: when it started, and its tries."""
-
-    started: float
-    cpu: float
-    attempt: int = 1
-
-
-@dataclass
 class Reconciler:
     """Its collaborators, each built by app.py (`build_reconciler`)."""
 
-    reader: JobReader  # the reads
+    reads: Reads  # the cluster, our last status write, the served CRD's verdict
+    writes: Writes  # the plan's actions, the status, the replacements, the Events
+    memory: JobMemories  # what the reconciles remember of each job
     metrics: OperatorMetrics
     clock: Clock
-    memory: JobMemories
-    own_writes: OwnWrites
-    schema: SchemaGuard  # the verdict on the served CRD (schema_watch.py), at each pass
-    writer: StatusWriter
-    outbox: EventOutbox
-    executor: ActionExecutor
-    replacements: ReplacementFollowUps
-    dispatched: DispatchedReconciler
     pods_ready: PodsReadyTimeouts  # Kueue's, as we are told
     recheck_after_s: float  # a slice a pod change may have moved: looked at again then
     record_computed: RecordComputed | None = None  # the slice index (None: nothing to tell)
@@ -104,26 +79,26 @@ class Reconciler:
         whether the job was requeued since, as the caller tells it (None: never starts
         over)."""
         return self._timed(namespace, name, requeued,
-                           _Run(self.clock.monotonic(), time.thread_time()))
+                           Run(self.clock.monotonic()))
 
-    def _timed(self, namespace: str, name: str, requeued: Requeued | None, run: _Run) -> Result:
+    def _timed(self, namespace: str, name: str, requeued: Requeued | None, run: Run) -> Result:
         result = FAILED
         try:
             result = self._verdict(namespace, name, requeued, run)
         finally:
             if result.again is None:  # ended (else when `again` ends)
                 self.metrics.reconcile_duration.observe(self.clock.monotonic() - run.started)
-                self.metrics.reconcile_cpu.observe(time.thread_time() - run.cpu)
+                self.metrics.reconcile_cpu.observe(run.cpu_used())
         return result
 
-    def _verdict(self, namespace: str, name: str, requeued: Requeued | None, run: _Run) -> Result:
+    def _verdict(self, namespace: str, name: str, requeued: Requeued | None, run: Run) -> Result:
         try:
             result = self._reconcile_fresh(namespace, name, requeued, run)
         except NotLeading as e:  # the new leader does what is left
             logger.warning("reconcile of %s/%s stopped: %s", namespace, name, e)
             result = Result()
         except ApiError as e:
-            if e.is_not_found(GROUP, PLURAL) or e.namespace_terminating:
+            if job_gone(e):
                 # The job or its namespace went away while we looked: nothing to do.
                 logger.debug("reconcile of %s/%s: %s", namespace, name, e)
                 result = Result()
@@ -139,8 +114,9 @@ class Reconciler:
             result = self._failed(namespace, name)
         if isinstance(result, StartOver):  # cut short: the rest of it for the caller
             self.metrics.reconciles_started_over.inc()
-            return Result(again=partial(self._timed, namespace, name, None, run))
-        if self.own_writes.overwritten((namespace, name)):  # someone else wrote during our write
+            return Result(again=lambda: self._timed(namespace, name, None, run))
+        # Someone else wrote the job while our status write was on its way: look again.
+        if self.reads.own_writes.overwritten((namespace, name)):
             result = replace(result, requeue_after=soonest(result.requeue_after, AT_ONCE))
         return result
 
@@ -150,7 +126,7 @@ class Reconciler:
         return FAILED
 
     def _reconcile_fresh(self, namespace: str, name: str, requeued: Requeued | None,
-                         run: _Run) -> Result | StartOver:
+                         run: Run) -> Result | StartOver:
         """_pass, again from a fresh read when the job changed between our read and our
         status write (the trainer reported, or another replica wrote): the write is
         conditional on the version read, so a change is never applied twice."""
@@ -168,31 +144,32 @@ class Reconciler:
         key = (namespace, name)
         step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic), requeued)
         # 1. The job.
-        raw = self.own_writes.read_job(self.reader, namespace, name, fresh)
+        reader, writes = self.reads.reader, self.writes
+        raw = self.reads.own_writes.read_job(reader, namespace, name, fresh)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return Result()
-        verdict = self.schema.verdict()
+        verdict = self.reads.schema.verdict()
         if verdict.refuses:  # an older CRD would prune what we write (schema_guard.py)
-            return self.schema.refuse(raw, verdict)
+            return self.reads.schema.refuse(raw, verdict)
         try:
             parsed = parse_job(raw)
             rendered = render(parsed.job)
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
-            self.writer.report_invalid_spec(raw, str(e))
+            writes.writer.report_invalid_spec(raw, str(e))
             return Result()
         if step.done("read"):
             return START_OVER
         # 2. Its objects, and the plan.
         job, remembered = parsed.job, self.memory.of(key)
         if job.spec.multikueue:  # it runs in a worker cluster; here, only its Workload
-            return self.dispatched.reconcile(raw, parsed, rendered)
-        jobset = self.reader.jobset(namespace, jobset_name(job))
+            return writes.dispatched.reconcile(raw, parsed, rendered)
+        jobset = reader.jobset(namespace, jobset_name(job))
         if jobset is not None and owned_by_another(job, jobset):
             return self._report_name_conflict(raw, parsed, jobset)
-        pods = self.reader.pods(namespace, name)
+        pods = reader.pods(namespace, name)
         # After the pods (JobReader.workload): pods going because Kueue took the job back
         # come with a Workload that says so.
-        workload = self.reader.workload(namespace, jobset.uid or "") \
+        workload = reader.workload(namespace, jobset.uid or "") \
             if jobset is not None and wants_workload(job, jobset, parsed.previous) else None
         plan = plan_reconcile(job, rendered, jobset, parsed.previous, workload=workload,
                               ensure_children=remembered.children_ensured != (
@@ -200,9 +177,9 @@ class Reconciler:
         if plan.why_not:
             logger.debug("%s/%s: %s", namespace, name, plan.why_not)
         try:
-            jobset, workload = self.executor.execute(plan, jobset, workload)
+            jobset, workload = writes.executor.execute(plan, jobset, workload)
         except Refused as e:
-            self.writer.report_invalid_spec(raw, str(e))
+            writes.writer.report_invalid_spec(raw, str(e))
             return Result()
         if plan.why_not is None:
             remembered.children_ensured = job.metadata.uid or ""
@@ -217,22 +194,22 @@ class Reconciler:
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,
                                             pods_ready=self.pods_ready)
-        self.reader.note_failures(namespace, name, job.metadata.uid or "", new_status.pools)
+        reader.note_failures(namespace, name, job.metadata.uid or "", new_status.pools)
         recheck = self._recheck(key, job, new_status.slices or [])
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)
-        if step.done("status", lambda: pass_change(parsed.previous, new_status, events)):
+        if step.computed("status", parsed.previous, new_status, events):
             return START_OVER
         # 5. The status first: it records what the replacement is about to do, and carries
         # the change's Events. 6. Then the replacement (the slice back at once matters more
         # than telling of it), then the Events (whoever sees one finds both done).
-        pending, paced = self.writer.write(raw, parsed.previous, new_status, events, now)
-        self.metrics.record_reaction(namespace, events, observed, self.reader.pod_seen_at,
+        pending, paced = writes.writer.write(raw, parsed.previous, new_status, events, now)
+        self.metrics.record_reaction(namespace, events, observed, reader.pod_seen_at,
                                      self.clock.now().timestamp())
         step.mark("write")
         try:
-            waits = self.replacements.act(raw, job, new_status, observed, now)
+            waits = writes.replacements.act(raw, job, new_status, observed, now)
         finally:
-            self.outbox.post(raw, pending, now)
+            writes.outbox.post(raw, pending, now)
         step.mark("replace")
         # 7. When to look again.
         waits.append(next_look_in(new_status.admission, self.pods_ready, now))  # Kueue's
@@ -244,13 +221,13 @@ class Reconciler:
         """Everything the status is computed from, read after the plan's writes."""
         return Observed(
             jobset=jobset, pods=pods,
-            nodes=self.reader.nodes({p.node_name for p in pods if p.node_name}),
-            checkpoint=self.reader.checkpoint(*key, job.spec.checkpoint.directory),
+            nodes=self.reads.reader.nodes({p.node_name for p in pods if p.node_name}),
+            checkpoint=self.reads.reader.checkpoint(*key, job.spec.checkpoint.directory),
             # After the pods: their Jobs' own counts of failed pods (core/counting.py),
             # and whether a Job under replacement is being deleted yet.
-            jobs=self.replacements.worker_jobs(key, jobset.name, planned=False)
+            jobs=self.writes.replacements.worker_jobs(key, jobset.name, planned=False)
             if jobset is not None else {},
-            workload=workload, pools=self.reader.pools_of(job), memo=remembered.memo)
+            workload=workload, pools=self.reads.reader.pools_of(job), memo=remembered.memo)
 
     def _recheck(self, key: JobKey, job: ElasticTrainingJob,
                  slices: list[SliceStatus]) -> float | None:
@@ -271,5 +248,5 @@ class Reconciler:
         status = name_conflict_status(parsed.job, jobset, parsed.previous, now)
         logger.debug("%s/%s: JobSet %s is owned by another object", namespace, name,
                      jobset.name)
-        _, paced = self.writer.write(raw, parsed.previous, status, [], now)
+        _, paced = self.writes.writer.write(raw, parsed.previous, status, [], now)
         return Result(paced_after=paced)

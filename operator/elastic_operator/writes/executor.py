@@ -27,16 +27,13 @@ from elastic_operator.model.objects import (
     jobset_from_dict,
     workload_from_dict,
 )
+from elastic_operator.model.result import Refused
 from elastic_operator.watch.job_reader import JobReader
 
 logger = logging.getLogger("elastic_operator")
 
 # The API server's reason in a condition message: enough to act on, bounded.
 MAX_REFUSAL_MESSAGE = 1024
-
-
-class Refused(Exception):
-    """The API server refused an object the spec renders to (reported as InvalidSpec)."""
 
 
 def refusal_message(obj: dict[str, Any], error: ApiError) -> str:
