@@ -176,7 +176,7 @@ def test_the_schema_is_the_newest_revision_recorded():
 
     digest = schema_hash(crd.crd_versions())
     assert digest == REVISIONS[-1], (
-        "the CRD's schema changed (models.py, validation.py or the printer columns): "
+        "the CRD's schema changed (models/, validation.py or the printer columns): "
         "append its hash as the last entry of REVISIONS in "
         "api/elastic_api/schema_revisions.py,\n"
         f'    "{digest}",  # {len(REVISIONS) + 1}: <what changed>\n'
