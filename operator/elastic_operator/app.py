@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.kube import Backoff, Informer, Key
-from elastic_operator.checkpoints.checkpoint_roots import CheckpointRoots
+from elastic_operator.checkpoints.roots import CheckpointRoots
 from elastic_operator.checkpoints.scanner import CheckpointScanner
 from elastic_operator.client.kube import Kube, NotLeading
 from elastic_operator.core.eviction import PodsReadyTimeouts

@@ -29,7 +29,7 @@ from elastic_api.checkpoints import COMMIT_MARKER, RootDecision, nested_root_hin
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJobStatus, TrainingReport
 from elastic_devtools.localcluster.gcs import FakeGcsServer
-from elastic_operator.checkpoints.checkpoint_listing import (
+from elastic_operator.checkpoints.listing import (
     MAX_IGNORED_REPORTED,
     scan_checkpoints_detailed,
 )

@@ -25,7 +25,7 @@ MAX_FLOORS = 8
 # Third-party libraries that do I/O, and the modules allowed each (folder/module).
 ONLY_IN = {"kubernetes": set(), "urllib3": set(),
            "kopf": {"entry/handlers", "entry/operator_cli"},
-           "google": {"checkpoints/checkpoint_listing"},
+           "google": {"checkpoints/listing"},
            "prometheus_client": {"metrics/metrics", "metrics/job_metrics",
                                  "metrics/state_metrics", "entry/operator_cli"}}
 CORE_MAY_IMPORT = {"elastic_api", "pydantic"}

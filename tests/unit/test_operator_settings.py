@@ -25,7 +25,7 @@ from elastic_devtools.localcluster.versions import (
     VERSIONS_FILE,
     parse_versions_env,
 )
-from elastic_operator.checkpoints.checkpoint_roots import CheckpointRoots
+from elastic_operator.checkpoints.roots import CheckpointRoots
 from elastic_operator.entry.operator_cli import add_arguments
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ the next scan starts on the executor. A finished scan that found something new c
 back (`on_result`) so that it is published at once, not at the next resync. The
 executor is injectable: tests pass one that runs the scan synchronously.
 
-With `roots` (checkpoint_roots.py), a directory outside the roots allowed for the job's
+With `roots` (checkpoints/roots.py), a directory outside the roots allowed for the job's
 namespace is not listed: the scan's result is the refusal, naming the field (reason
 CheckpointRootNotAllowed: the job's condition CheckpointRootAllowed). A local path
 is checked again once its links are resolved, in the scan thread (a link under an
@@ -24,8 +24,8 @@ from datetime import datetime
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.conditions import Reason
 from elastic_api.models import CheckpointStatus
-from elastic_operator.checkpoints import checkpoint_listing
-from elastic_operator.checkpoints.checkpoint_roots import CheckpointRoots
+from elastic_operator.checkpoints import listing
+from elastic_operator.checkpoints.roots import CheckpointRoots
 from elastic_operator.core.checkpoint_status import same_checkpoint_result
 
 logger = logging.getLogger("elastic_operator")
@@ -37,7 +37,7 @@ ResultCallback = Callable[[str, str], object]
 
 def scan_directory(directory: str, now: datetime) -> CheckpointStatus:
     """List gs://... or a local path (never raises: a failure is the status's error)."""
-    return checkpoint_listing.scan_checkpoints(directory, now=now)
+    return listing.scan_checkpoints(directory, now=now)
 
 
 class CheckpointScanner:

@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"etj operator: {e}", file=sys.stderr)
         return 2
     replacement = replacement_settings(args)
-    from elastic_operator.checkpoints.checkpoint_roots import CheckpointRoots
+    from elastic_operator.checkpoints.roots import CheckpointRoots
     try:
         roots = CheckpointRoots.parse(args.checkpoint_roots)
     except ValueError as e:

@@ -28,7 +28,7 @@ operator, and measures what each job leaves behind.
 
 Not per job, and bounded otherwise: the informers' stores (the objects that exist), the
 node-action limiter (per node), the sizes of committed checkpoint steps on gs://
-(checkpoint_listing.py, 4,096 at most), the election (one Lease), and the
+(checkpoints/listing.py, 4,096 at most), the election (one Lease), and the
 namespace-labelled histograms (per namespace).
 """
 from __future__ import annotations

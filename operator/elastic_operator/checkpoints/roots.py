@@ -30,7 +30,7 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from elastic_operator.checkpoints.checkpoint_listing import (
+from elastic_operator.checkpoints.listing import (
     GCS_SCHEME,
     CheckpointScanError,
     parse_gcs_url,
