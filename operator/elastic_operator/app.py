@@ -15,7 +15,7 @@ operator`, and by tests); the rest of the package only uses what it is handed.
         │ └─── resync thread (every job of the job cache)
         └───── CheckpointScanner (a scan with a new result)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
-    kopf (handlers.py): the process, login, /healthz probes, start and step_down
+    kopf (entry/handlers.py): the process, login, /healthz probes, start and step_down
 
 Everything the operator reacts to goes through the one work queue, as a job's name:
 nothing else starts a reconcile, and a reconcile never calls the queue (it returns what it

@@ -15,8 +15,8 @@ re-exported here (`from elastic_api.models import X`):
 - spec_trainer: spec.trainer and its pod's parts
 - spec_pathways: spec.pathways, tolerations
 - spec: the whole spec
-- status_slices: conditions, slices, pools, restart budgets
-- status_training: status.training (the trainer's report), the checkpoint request
+- health: conditions, slices, pools, restart budgets
+- report: status.training (the trainer's report), the checkpoint request
 - status: the whole status
 - job: the ElasticTrainingJob
 """
@@ -44,9 +44,43 @@ from elastic_api.models.base import (
     SpecNumber,
     StatusModel,
 )
+from elastic_api.models.health import (
+    Blame,
+    BudgetStatus,
+    Condition,
+    ConditionStatus,
+    CountedFailures,
+    CountedMainRestarts,
+    PoolFailure,
+    PoolStatus,
+    ReplacementAction,
+    ReplacementRecord,
+    RestartBudgets,
+    SliceMaintenance,
+    SliceReplacement,
+    SliceState,
+    SliceStatus,
+)
 from elastic_api.models.job import (
     ElasticTrainingJob,
     ObjectMeta,
+)
+from elastic_api.models.report import (
+    BadputSeconds,
+    CadenceReport,
+    CheckpointAck,
+    CheckpointRequest,
+    ElasticEventReport,
+    Goodput,
+    GoodputCounters,
+    PhaseRecord,
+    RestoreReport,
+    SliceReplacementRequest,
+    SliceStepTime,
+    StallReport,
+    TrainerActivity,
+    TrainerGoodput,
+    TrainingReport,
 )
 from elastic_api.models.spec import (
     ElasticTrainingJobSpec,
@@ -119,40 +153,6 @@ from elastic_api.models.status import (
     RecoveryRecord,
     TrainerProcess,
     TrainerRestart,
-)
-from elastic_api.models.status_slices import (
-    Blame,
-    BudgetStatus,
-    Condition,
-    ConditionStatus,
-    CountedFailures,
-    CountedMainRestarts,
-    PoolFailure,
-    PoolStatus,
-    ReplacementAction,
-    ReplacementRecord,
-    RestartBudgets,
-    SliceMaintenance,
-    SliceReplacement,
-    SliceState,
-    SliceStatus,
-)
-from elastic_api.models.status_training import (
-    BadputSeconds,
-    CadenceReport,
-    CheckpointAck,
-    CheckpointRequest,
-    ElasticEventReport,
-    Goodput,
-    GoodputCounters,
-    PhaseRecord,
-    RestoreReport,
-    SliceReplacementRequest,
-    SliceStepTime,
-    StallReport,
-    TrainerActivity,
-    TrainerGoodput,
-    TrainingReport,
 )
 
 __all__ = [

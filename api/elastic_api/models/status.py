@@ -9,8 +9,8 @@ from typing import Literal
 from pydantic import Field
 
 from elastic_api.models.base import StatusModel
-from elastic_api.models.status_slices import Condition, PoolStatus, RestartBudgets, SliceStatus
-from elastic_api.models.status_training import (
+from elastic_api.models.health import Condition, PoolStatus, RestartBudgets, SliceStatus
+from elastic_api.models.report import (
     CheckpointRequest,
     Goodput,
     RestoreReport,

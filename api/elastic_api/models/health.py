@@ -1,5 +1,6 @@
-"""The status's cluster part: conditions, each slice (its state, replacement, counted
-failures), each node pool, and the restart budgets (`status.budgets`).
+"""The job's health as the operator writes it in the status: conditions, each slice (its
+state, replacement, counted failures), each node pool, and the restart budgets
+(`status.budgets`).
 """
 from __future__ import annotations
 

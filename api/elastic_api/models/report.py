@@ -1,6 +1,6 @@
-"""The status's training part: what the trainer reports (`status.training`: goodput,
-elastic events, cadence, stalls, activity, restores) and the checkpoint request the
-operator makes of it.
+"""The trainer's report (`status.training`, the only part of the status the trainer
+writes: goodput, elastic events, cadence, stalls, activity, restores), and the
+checkpoint request the operator makes of it.
 """
 from __future__ import annotations
 
