@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from elastic_api.names import GROUP, PLURAL, VERSION
-from elastic_operator.metrics import RECONCILE_PHASES, request_kind
+from elastic_operator.metrics.metrics import RECONCILE_PHASES, request_kind
 
 Scrape = dict[str, float]  # 'name{labels}' -> value (OperatorProcess.metrics)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

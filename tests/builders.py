@@ -5,7 +5,7 @@ about, then take the result.
 Two families:
 - wire objects, as the API server stores them (dicts): `EtjWrapper`, `JobSetWrapper`,
   `PodWrapper`, `NodeWrapper`; each setter returns the wrapper, `.obj()` a deep copy;
-- the operator's observed values (elastic_operator.objects): `WorkerPod`, `HeadPod`,
+- the operator's observed values (elastic_operator.model.objects): `WorkerPod`, `HeadPod`,
   `ObservedJobSetBuilder`, `nodes_for`; each setter returns a new builder, `.build()`
   the frozen value.
 
@@ -32,7 +32,7 @@ from elastic_api.names import (
     WORKER_REPLICATED_JOB,
 )
 from elastic_operator.core.ownership import applied_spec
-from elastic_operator.objects import (
+from elastic_operator.model.objects import (
     Observed,
     ObservedContainer,
     ObservedJob,

@@ -21,7 +21,7 @@ from elastic_api.names import (
     KUEUE_VERSION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
-from elastic_operator.objects import ObservedWorkload, workload_from_dict
+from elastic_operator.model.objects import ObservedWorkload, workload_from_dict
 from tests.builders import T0, etj, iso
 
 INSUFFICIENT = ("couldn't assign flavors to pod set worker: insufficient unused quota for "

@@ -8,7 +8,7 @@ it was built with, an older one (its status writes would lose the fields the old
 schema lacks) or a newer one (a downgrade). A served CRD without the annotations is
 revision 0: every CRD before revision 1 (e.g. tests/fixtures/crds/elastictrainingjobs-a59b14a.yaml).
 
-A change of the schema (models.py, validation.py, the printer columns, a description)
+A change of the schema (models/, validation.py, the printer columns, a description)
 changes its hash: append it here, as tests/unit/test_api_crd.py says, in the change that
 makes it. Never edit or remove an entry: a CRD in some cluster carries its revision.
 """

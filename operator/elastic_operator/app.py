@@ -7,7 +7,7 @@ operator`, and by tests); the rest of the package only uses what it is handed.
         │ a change names a job (Wakes: not our own status write     ▲
         │ coming back, OwnWrites.wrote; a deleted job: JobStores)    │
         ▼                                                            │
-    Scheduler (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
+    WorkQueue (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
         ▲ ▲ ▲ ▲        (queued_reconcile: requeued? start over)      │  ──▶ Kube (writes)
         │ │ │ └─ its Result (when to look again) ◀────────────────────┘
         │ │ └─ FollowUps (after the status write: replacement writes, Events) ──▶ Kube;
@@ -15,7 +15,7 @@ operator`, and by tests); the rest of the package only uses what it is handed.
         │ └─── resync thread (every job of the job cache)
         └───── CheckpointScanner (a scan with a new result)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
-    kopf (handlers.py): the process, login, /healthz probes, start and step_down
+    kopf (entry/handlers.py): the process, login, /healthz probes, start and step_down
 
 Everything the operator reacts to goes through the one work queue, as a job's name:
 nothing else starts a reconcile, and a reconcile never calls the queue (it returns what it
@@ -26,6 +26,8 @@ synced) gets past the gate, and every write to the cluster goes through it: the
 reconciles (status, Events, JobSet, Workload, worker Job recreation, stuck-pod
 force-deletes, pool quarantine labels) and the PoolWarden's sweep. Becoming leader, or
 the caches syncing, asks for a resync of every job at once.
+
+May import: checkpoints, client, core, metrics, model, queue, reconcile, watch, writes.
 """
 from __future__ import annotations
 
@@ -39,39 +41,45 @@ from typing import Any, Protocol
 
 from elastic_api.clock import SYSTEM_CLOCK, Clock
 from elastic_api.kube import Backoff, Informer, Key
-from elastic_operator.caches import DEFAULT_WATCH_TIMEOUT_S, EVERY_NAMESPACE, Caches, WatchScope
-from elastic_operator.checkpoint_roots import CheckpointRoots
+from elastic_operator.checkpoints.roots import CheckpointRoots
+from elastic_operator.checkpoints.scanner import CheckpointScanner
+from elastic_operator.client.kube import Kube, NotLeading
 from elastic_operator.core.eviction import PodsReadyTimeouts
-from elastic_operator.dispatched import DispatchedReconciler
-from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
-from elastic_operator.executor import ActionExecutor
-from elastic_operator.followups import FollowUpRunner, FollowUps
-from elastic_operator.job_memory import JobMemories
-from elastic_operator.job_reader import CacheReader, JobReader
-from elastic_operator.job_stores import JobStore, JobStores
-from elastic_operator.kube import Kube, NotLeading
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.outbox import EventOutbox
-from elastic_operator.own_writes import OwnWrites
-from elastic_operator.pacer import ProgressPacer
-from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.reconciler import Reconciler, RecordComputed
-from elastic_operator.replacement_followups import ReplacementFollowUps
-from elastic_operator.replacement_writes import ReplacementWrites
-from elastic_operator.result import Result
-from elastic_operator.scanner import CheckpointScanner
-from elastic_operator.scheduler import (
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.model.job_memory import JobMemories
+from elastic_operator.model.job_stores import JobStore, JobStores
+from elastic_operator.model.result import Result
+from elastic_operator.queue.election import ElectionConfig, LeaseElector, ReconcileGate
+from elastic_operator.queue.work_queue import (
     DEFAULT_WORKERS,
     RECONCILE_BACKOFF,
     ReconcileFunction,
-    Scheduler,
+    WorkQueue,
 )
-from elastic_operator.schema_guard import SchemaGuard, Verdict, always_current
-from elastic_operator.schema_watch import SchemaWatch
-from elastic_operator.slice_index import SliceIndex
-from elastic_operator.status_writer import StatusWriter
+from elastic_operator.reconcile.dispatched import DispatchedReconciler
+from elastic_operator.reconcile.own_writes import OwnWrites
+from elastic_operator.reconcile.pacer import ProgressPacer
+from elastic_operator.reconcile.ports import Reads, Writes
+from elastic_operator.reconcile.reconciler import Reconciler, RecordComputed
+from elastic_operator.reconcile.schema_guard import SchemaGuard, Verdict, always_current
+from elastic_operator.reconcile.status_writer import StatusWriter
+from elastic_operator.watch.caches import (
+    DEFAULT_WATCH_TIMEOUT_S,
+    EVERY_NAMESPACE,
+    Caches,
+    WatchScope,
+)
+from elastic_operator.watch.job_reader import CacheReader, JobReader
+from elastic_operator.watch.node_index import NodeIndex
+from elastic_operator.watch.schema_watch import SchemaWatch
+from elastic_operator.watch.slice_index import SliceIndex
+from elastic_operator.writes.executor import ActionExecutor
+from elastic_operator.writes.followups import FollowUpRunner, FollowUps
+from elastic_operator.writes.node_actions import NodeActionLimiter, NodeActionLimits
+from elastic_operator.writes.outbox import EventOutbox
+from elastic_operator.writes.pool_warden import PoolWarden
+from elastic_operator.writes.replacement_followups import ReplacementFollowUps
+from elastic_operator.writes.replacement_writes import ReplacementWrites
 
 logger = logging.getLogger("elastic_operator")
 POOL_SWEEP_INTERVAL_S = 5.0
@@ -94,7 +102,7 @@ class Wakes:
     caches see, a checkpoint scan with a new result), only while the gate is open (a standby
     reconciles nothing). Built before the caches, which call it from their threads."""
 
-    scheduler: Scheduler
+    work_queue: WorkQueue
     gate: ReconcileGate
     pacer: ProgressPacer
     own_writes: OwnWrites
@@ -107,9 +115,9 @@ class Wakes:
         if not self.gate.open:
             return
         if after_s > 0:
-            self.scheduler.add_after(namespace, name, after_s)
+            self.work_queue.add_after(namespace, name, after_s)
         else:
-            self.scheduler.add(namespace, name)
+            self.work_queue.add(namespace, name)
 
     def wake_paced(self, namespace: str, name: str, soon: bool) -> None:
         """A paced pod or worker-Job change (caches.py): at the progress interval if it
@@ -118,7 +126,7 @@ class Wakes:
         if soon:
             self.wake(namespace, name, after_s=self.pacer.interval_s)
         elif self.gate.open:
-            self.scheduler.add_paced(namespace, name, self.pacer.next_write_in(namespace, name))
+            self.work_queue.add_paced(namespace, name, self.pacer.next_write_in(namespace, name))
 
     def job_changed(self, key: Key, old: dict[str, Any] | None,
                     new: dict[str, Any] | None) -> None:
@@ -140,7 +148,7 @@ class Operator:
     schema: SchemaWatch
     stores: JobStores
     reconciler: Reconciler
-    scheduler: Scheduler
+    work_queue: WorkQueue
     gate: ReconcileGate
     elector: LeaseElector | None  # None: no election (one replica, standalone)
     warden: PoolWarden | None = None  # None: pools are not quarantined
@@ -178,7 +186,7 @@ class Operator:
         self.schema.start()
         if self.follow_ups is not None:
             self.follow_ups.start()
-        self.scheduler.start(self.gate.wrap(queued_reconcile(self.reconciler, self.scheduler)))
+        self.work_queue.start(self.gate.wrap(queued_reconcile(self.reconciler, self.work_queue)))
         if self.elector is not None:
             self.elector.start()
         self._spawn("resync", self._resync_loop)
@@ -189,7 +197,7 @@ class Operator:
     def alive(self) -> bool:
         """The work queue and the background threads run (the caches and the election
         are told apart by the probes)."""
-        return self.scheduler.alive and all(t.is_alive() for t in self._threads) \
+        return self.work_queue.alive and all(t.is_alive() for t in self._threads) \
             and (self.follow_ups is None or self.follow_ups.alive)
 
     def step_down(self, drain_timeout_s: float = 5.0) -> None:
@@ -198,7 +206,7 @@ class Operator:
         self.gate.close()
         self._stopping.set()
         self.resync_wanted.set()  # the resync thread ends now, not at its next round
-        self.scheduler.stop()
+        self.work_queue.stop()
         if not self.gate.drain(drain_timeout_s):
             logger.warning("reconciles still running after %.0f s; stepping down anyway",
                            drain_timeout_s)
@@ -222,9 +230,9 @@ class Operator:
         for namespace, name in self.caches.job_keys():
             if self._stopping.is_set() or (not urgent and self.resync_wanted.is_set()):
                 return  # stopping, or an urgent resync replaces the rest of this one
-            self.scheduler.add(namespace, name)
+            self.work_queue.add(namespace, name)
             if not urgent:
-                self.scheduler.wait_idle(namespace, name, self.resync_interval_s)
+                self.work_queue.wait_idle(namespace, name, self.resync_interval_s)
 
     def _resync_loop(self) -> None:
         """While leading, resync every `resync_interval_s`, and at once when asked
@@ -296,8 +304,8 @@ def build_operator(
         if election is not None else None
     if elector is not None:  # a reconcile that outlives the leadership writes no more
         kube.client.may_write = elector.is_leader
-    scheduler = Scheduler(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
-    metrics.queue_depth.set_function(lambda: scheduler.depth)
+    work_queue = WorkQueue(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
+    metrics.queue_depth.set_function(lambda: work_queue.depth)
     memory, slice_index = JobMemories(), SliceIndex(nodes)
     own_writes = OwnWrites(memory)
     pacer = ProgressPacer(memory, metrics, clock)
@@ -305,8 +313,8 @@ def build_operator(
     gate = ReconcileGate(lambda: caches.synced and schema.settled
                          and (elector is None or elector.is_leader()))
     # A follow-up's look again goes to the queue (they drain before the replica steps down).
-    stores, follow_ups = JobStores(), FollowUps(requeue=scheduler.add_after)
-    wakes = Wakes(scheduler, gate, pacer, own_writes, metrics,
+    stores, follow_ups = JobStores(), FollowUps(requeue=work_queue.add_after)
+    wakes = Wakes(work_queue, gate, pacer, own_writes, metrics,
                   lambda namespace, name: stores.forget((namespace, name)))
 
     def relisted(resource: str, reason: str, objects: int) -> None:
@@ -342,18 +350,18 @@ def build_operator(
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
                         clock=clock) if settings.quarantine_pools else None
-    _add_stores(stores, metrics, memory=memory, scheduler=scheduler, scanner=scanner,
+    _add_stores(stores, metrics, memory=memory, work_queue=work_queue, scanner=scanner,
                 nodes=nodes, slice_index=slice_index, caches=caches, follow_ups=follow_ups,
                 warden=warden)
     return Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
-                    schema=schema, stores=stores, reconciler=reconciler, scheduler=scheduler,
+                    schema=schema, stores=stores, reconciler=reconciler, work_queue=work_queue,
                     gate=gate, elector=elector, warden=warden,
                     resync_interval_s=resync_interval_s, follow_ups=follow_ups,
                     resync_wanted=resync)
 
 
-class WorkQueue(Protocol):
-    """The work queue (scheduler.py) as the reconciles' caller: it tells a running
+class RequeueNews(Protocol):
+    """What the work queue (work_queue.py) is to the reconciles, as their caller: it tells a running
     reconcile whether its job was requeued, and covers every naming so far when the
     pass starts over (it will see them)."""
 
@@ -362,7 +370,7 @@ class WorkQueue(Protocol):
     def cover(self, namespace: str, name: str) -> None: ...
 
 
-def queued_reconcile(reconciler: Reconciler, queue: WorkQueue) -> ReconcileFunction:
+def queued_reconcile(reconciler: Reconciler, queue: RequeueNews) -> ReconcileFunction:
     """The reconcile the work queue runs: told by the queue whether the job was requeued
     since it started; a pass cut short for it (Result.again) has the queue cover every
     naming so far, then runs the rest of the reconcile at once (core/startover.py)."""
@@ -393,25 +401,27 @@ def build_reconciler(
     writer = StatusWriter(kube, metrics, clock, outbox=outbox, own_writes=own_writes,
                           pacer=pacer, schema=guard)
     executor = ActionExecutor(kube, reader)
-    writes = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
-                               quarantine_pools=quarantine_pools)
+    replacing = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
+                                  quarantine_pools=quarantine_pools)
     return Reconciler(
-        reader=reader, metrics=metrics, clock=clock, memory=memory, own_writes=own_writes,
-        schema=guard, writer=writer, outbox=outbox, executor=executor,
-        replacements=ReplacementFollowUps(writes, reader, metrics, memory, follow_ups),
-        dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock),
+        reads=Reads(reader=reader, own_writes=own_writes, schema=guard),
+        writes=Writes(
+            executor=executor, writer=writer, outbox=outbox,
+            replacements=ReplacementFollowUps(replacing, reader, metrics, memory, follow_ups),
+            dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock)),
+        memory=memory, metrics=metrics, clock=clock,
         pods_ready=pods_ready or PodsReadyTimeouts(), recheck_after_s=pacer.interval_s,
         record_computed=record_computed)
 
 
 def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemories,
-                scheduler: Scheduler, scanner: CheckpointScanner, nodes: NodeIndex,
+                work_queue: WorkQueue, scanner: CheckpointScanner, nodes: NodeIndex,
                 slice_index: SliceIndex, caches: Caches, follow_ups: FollowUps,
                 warden: PoolWarden | None) -> None:
     """Every per-job store (job_stores.py lists what each keeps), forgotten with its job
     and counted in the metrics."""
     named: dict[str, JobStore | None] = {
-        "job-memory": memory, "work-queue": scheduler, "checkpoint-scans": scanner,
+        "job-memory": memory, "work-queue": work_queue, "checkpoint-scans": scanner,
         "node-index": nodes, "slice-index": slice_index, "torn-down-jobs": caches.torn_down,
         "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden}
     for name, store in named.items():

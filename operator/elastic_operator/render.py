@@ -6,6 +6,8 @@ plus the `pathways-rm` and `pathways-proxy` sidecars) and a `worker` replicatedJ
 one Job per TPU slice. Everything JobSet's mutating webhook would default is set
 explicitly, so the JobSet is the same with or without the webhook. The operator adds
 ownerReferences; this module does not.
+
+May import: model.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ from elastic_api.names import (
 )
 from elastic_api.names import jobset_name as _jobset_name
 from elastic_api.restore_risk import DEFAULT_PROXY_MEMORY
-from elastic_operator.objects import ObservedPriorityClass, PriorityClassRef
+from elastic_operator.model.objects import ObservedPriorityClass, PriorityClassRef
 
 RM_PORT = 29001
 PROXY_PORT = 29000
@@ -303,7 +305,7 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
 def restarts_main_in_place(job: ElasticTrainingJob) -> bool:
     """A crash of main restarts it in its pod (the slices keep theirs), charged to the
     JobSet's restart budget: with spec.recovery.restartInPlace and a budget to spend."""
-    return job.spec.recovery.in_place \
+    return job.spec.recovery.in_place_allowed \
         and budgets_of(job.spec).jobset_restarts.allowed > 0
 
 

@@ -10,8 +10,8 @@ from typing import Any
 from elastic_api.kube import KubeClient
 from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.operator_process import OperatorProcess
+from elastic_operator.client.kube import Kube
 from elastic_operator.core.api_support import judge_apis, served_versions
-from elastic_operator.kube import Kube
 
 
 def discovery(cluster: Cluster) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
-from elastic_operator.checkpoint_listing import COMMIT_MARKER
+from elastic_operator.checkpoints.listing import COMMIT_MARKER
 from tests.support.article_job import condition, delete_jobs_and_wait_for_pods, events, submit
 from tests.support.waiting import wait_status
 

@@ -24,7 +24,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from elastic_devtools.localcluster.gcs import FakeGcsServer, free_port, start_fake_gcs
-from elastic_operator.checkpoint_listing import (
+from elastic_operator.checkpoints.listing import (
     COMMIT_MARKER,
     scan_checkpoints,
     scan_checkpoints_detailed,

@@ -146,7 +146,8 @@ def test_refused_requests_are_told_by_the_api_answer_not_any_403() -> None:
     """The filter itself (no cluster): the answers it must catch, and the 403s that are
     only a log timestamp's milliseconds or part of a namespace name."""
     refused = [
-        "elastic_operator.kube.ApiError: HTTP 403 Forbidden: {\"kind\":\"Status\",\"code\":403}",
+        "elastic_operator.client.kube.ApiError: HTTP 403 Forbidden: "
+        "{\"kind\":\"Status\",\"code\":403}",
         "[2026-11-29 10:12:32,118] kopf._cogs.clients.w [ERROR   ] Request attempt #1/9 "
         "failed; will retry: GET https://127.0.0.1:6443/api/v1/namespaces/ns/pods?watch=true"
         " -> APIForbiddenError('pods is forbidden: User \"system:serviceaccount:ns:op\" '"

@@ -54,7 +54,7 @@ from elastic_devtools.localcluster import kueue_queues as kq
 from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
-from elastic_operator.checkpoint_listing import list_local
+from elastic_operator.checkpoints.listing import list_local
 from elastic_operator.render import render_jobset
 from tests.builders import iso
 from tests.support.article_job import (

@@ -52,7 +52,7 @@ from elastic_devtools.maxtext import scenario
 from elastic_devtools.maxtext.e2e import FIXTURES
 from elastic_devtools.maxtext.scenario_cluster import NAMESPACE as MAXTEXT_NAMESPACE
 from elastic_devtools.maxtext.scenario_cluster import scenario_operator
-from elastic_operator.checkpoint_listing import COMMIT_MARKER
+from elastic_operator.checkpoints.listing import COMMIT_MARKER
 from elastic_operator.render import render
 from tests.support import upgrade as releases
 from tests.support.chart import helm_template, only, operator_args, unique_release
@@ -143,7 +143,7 @@ def write_step(fake_gcs: FakeGcsServer, directory: str, local_tmp: Path) -> None
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from elastic_operator.checkpoint_listing import parse_gcs_url
+    from elastic_operator.checkpoints.listing import parse_gcs_url
 
     if directory.startswith("gs://"):
         bucket, prefix = parse_gcs_url(directory)

@@ -17,7 +17,7 @@ class Synchronous(Executor):
 
 
 class Deferred:
-    """A follow-up runner (elastic_operator.followups) that keeps each piece of work
+    """A follow-up runner (elastic_operator.writes.followups) that keeps each piece of work
     until `run` says: what a reconcile left for after its status write, held back."""
 
     def __init__(self) -> None:

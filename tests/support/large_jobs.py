@@ -9,7 +9,7 @@ from datetime import datetime
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.objects import Observed, ObservedPod
+from elastic_operator.model.objects import Observed, ObservedPod
 from tests.builders import WorkerPod, at, etj, healthy_pods, nodes_for, observe, observed_jobset
 
 RECORD = (199, "v5e", "16x16", 64)  # slices, type, topology, hosts per slice

@@ -27,13 +27,13 @@ from elastic_api.crd import build_crd
 from elastic_api.kube import ApiError, Informer
 from elastic_api.models import ElasticTrainingJobStatus, SliceStatus
 from elastic_operator.app import Operator, build_operator, queued_reconcile
+from elastic_operator.client.kube import Kube
 from elastic_operator.core.parsing import parse_job
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.kube import Kube
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.reconciler import CONFLICT_ATTEMPTS
-from elastic_operator.result import Result
-from elastic_operator.scheduler import ReconcileFunction
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.model.result import Result
+from elastic_operator.queue.work_queue import ReconcileFunction
+from elastic_operator.reconcile.reconciler import CONFLICT_ATTEMPTS
 from tests.builders import T0, JobSetWrapper, NodeWrapper, PodWrapper, etj
 from tests.support.executors import Synchronous
 from tests.support.merge_patch import apply_merge_patch
@@ -142,8 +142,8 @@ class Churn:
         assert self.op.follow_ups is not None
         self.op.follow_ups.start()
         reconcile = passes(self.op) if passes is not None else queued_reconcile(
-            self.op.reconciler, self.op.scheduler)
-        self.op.scheduler.start(self.op.gate.wrap(reconcile))
+            self.op.reconciler, self.op.work_queue)
+        self.op.work_queue.start(self.op.gate.wrap(reconcile))
 
 
     def _apply(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
@@ -206,11 +206,11 @@ class Churn:
         """Until the job is neither queued nor reconciled, and no follow-up runs."""
         assert self.op.follow_ups is not None
         for _ in range(2):  # a follow-up may ask for one more reconcile
-            assert self.op.scheduler.wait_idle(NAMESPACE, name, DEADLINE_S)
+            assert self.op.work_queue.wait_idle(NAMESPACE, name, DEADLINE_S)
             assert self.op.follow_ups.drain(DEADLINE_S)
 
     def close(self) -> None:
-        self.op.scheduler.stop()
+        self.op.work_queue.stop()
         if self.op.follow_ups is not None:
             self.op.follow_ups.stop()
         self.op.close()
@@ -250,29 +250,29 @@ class StoresOnly:
 
     def _once(self, namespace: str, name: str, *, fresh: bool) -> Result:
         rec, key = self.op.reconciler, (namespace, name)
-        raw = rec.own_writes.read_job(rec.reader, namespace, name, fresh)
+        raw = rec.reads.own_writes.read_job(rec.reads.reader, namespace, name, fresh)
         if raw is None:
             return Result()
         remembered = rec.memory.of(key)
         remembered.children_ensured = raw["metadata"]["uid"]
-        rec.reader.checkpoint(namespace, name, raw["spec"]["checkpoint"]["directory"])
-        rec.reader.note_failures(namespace, name, raw["metadata"]["uid"], [])
+        rec.reads.reader.checkpoint(namespace, name, raw["spec"]["checkpoint"]["directory"])
+        rec.reads.reader.note_failures(namespace, name, raw["metadata"]["uid"], [])
         assert rec.record_computed is not None
         rec.record_computed(key, self.after.slices or [])
-        rec.replacements.worker_jobs(key, name, planned=True)
-        pending = rec.outbox.merge(raw, [], self.events, self.after)
-        with rec.own_writes.writing(namespace, name):
+        rec.writes.replacements.worker_jobs(key, name, planned=True)
+        pending = rec.writes.outbox.merge(raw, [], self.events, self.after)
+        with rec.reads.own_writes.writing(namespace, name):
             written = self.op.kube.patch_job_status(
                 namespace, name, {"status": {"phase": "Running"}},
                 raw["metadata"]["resourceVersion"])
-            rec.own_writes.remember(key, raw["metadata"]["resourceVersion"], written)
-        rec.writer.pacer.wrote(key, progress=False, settled=False)
-        rec.outbox.written(raw, pending)
+            rec.reads.own_writes.remember(key, raw["metadata"]["resourceVersion"], written)
+        rec.writes.writer.pacer.wrote(key, progress=False, settled=False)
+        rec.writes.outbox.written(raw, pending)
         rec.metrics.record_spec(namespace, name, self.spec)
         rec.metrics.record_status(namespace, name, self.before, self.after)
         rec.metrics.record_events(namespace, self.events, T0.timestamp())
-        rec.outbox.post(raw, pending, T0 + timedelta(seconds=1))
-        rec.own_writes.overwritten(key)
+        rec.writes.outbox.post(raw, pending, T0 + timedelta(seconds=1))
+        rec.reads.own_writes.overwritten(key)
         return Result()
 
 

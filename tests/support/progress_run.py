@@ -13,7 +13,7 @@ from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, Tra
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.objects import Observed, ObservedPod
+from elastic_operator.model.objects import Observed, ObservedPod
 from tests.builders import at as s
 from tests.builders import etj, head_pod, healthy_pods, main_running, observe
 

@@ -14,20 +14,20 @@ from prometheus_client import CollectorRegistry
 from elastic_api.models import CheckpointStatus
 from elastic_api.names import GROUP, PLURAL
 from elastic_operator.app import build_reconciler
+from elastic_operator.checkpoints.scanner import CheckpointScanner
+from elastic_operator.client.kube import ApiError, Kube
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.followups import FollowUpRunner, Inline
-from elastic_operator.job_memory import JobMemories
-from elastic_operator.job_reader import CacheReader
-from elastic_operator.kube import ApiError, Kube
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.objects import ObservedJob, ObservedJobSet, ObservedPod
-from elastic_operator.own_writes import OwnWrites
-from elastic_operator.pacer import ProgressPacer
-from elastic_operator.reconciler import Reconciler
-from elastic_operator.result import Result, Wake
-from elastic_operator.scanner import CheckpointScanner
-from elastic_operator.schema_guard import Verdict, always_current
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.model.job_memory import JobMemories
+from elastic_operator.model.objects import ObservedJob, ObservedJobSet, ObservedPod
+from elastic_operator.model.result import Result, Wake
+from elastic_operator.reconcile.own_writes import OwnWrites
+from elastic_operator.reconcile.pacer import ProgressPacer
+from elastic_operator.reconcile.reconciler import Reconciler
+from elastic_operator.reconcile.schema_guard import Verdict, always_current
+from elastic_operator.watch.job_reader import CacheReader
+from elastic_operator.watch.node_index import NodeIndex
+from elastic_operator.writes.followups import FollowUpRunner, Inline
 from tests.builders import T0, etj
 from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous

@@ -11,7 +11,7 @@ from builders import etj
 
 from elastic_api.budgets import budgets_of
 from elastic_api.models import TrainingReport
-from elastic_operator.core.budgets import Spending, track_budgets
+from elastic_operator.core.budget_tracking import Spending, track_budgets
 from elastic_operator.render import trainer_command
 from elastic_trainer.errors import ScaleUpSignal
 from elastic_trainer.report import prior_state

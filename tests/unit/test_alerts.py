@@ -2,7 +2,7 @@
 
 `promtool check rules` and `promtool test rules` (tests/prometheus/*.yaml: every alert
 firing and not firing) run here; every metric the rules and the dashboard query must be
-one the operator declares (operator/elastic_operator/metrics.py) and docs/metrics.md
+one the operator declares (operator/elastic_operator/metrics/metrics.py) and docs/metrics.md
 documents, so a renamed metric breaks this test, not a pager; every alert has its runbook
 section in docs/operations.md, where its runbook_url points. The real server runs in
 tests/integration/test_prometheus.py.
@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from elastic_devtools.localcluster.prometheus import binary
 from elastic_devtools.localcluster.versions import MissingBinaryError
-from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.metrics.metrics import OperatorMetrics
 from hack import dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,7 @@ def test_every_metric_queried_is_declared_and_documented() -> None:
     assert queried
     for where, name in sorted(queried):
         assert name in exposed, (
-            f"{where} queries {name}, which operator/elastic_operator/metrics.py does not "
+            f"{where} queries {name}, which operator/elastic_operator/metrics/metrics.py does not "
             "declare (renamed?)")
         assert exposed[name] in documented, f"{name} ({where}) is not in docs/metrics.md"
 
@@ -160,7 +160,7 @@ def test_the_exposition_passes_promlint() -> None:
         TrainingReport,
     )
     from elastic_api.validation import validate_job
-    from elastic_operator.objects import ObservedNode
+    from elastic_operator.model.objects import ObservedNode
     from tests.builders import etj
 
     registry = CollectorRegistry()

@@ -185,7 +185,7 @@ def test_the_schema_is_the_newest_revision_recorded():
 
     digest = schema_hash(crd.crd_versions())
     assert digest == REVISIONS[-1], (
-        "the CRD's schema changed (models.py, validation.py or the printer columns): "
+        "the CRD's schema changed (models/, validation.py or the printer columns): "
         "append its hash as the last entry of REVISIONS in "
         "api/elastic_api/schema_revisions.py,\n"
         f'    "{digest}",  # {len(REVISIONS) + 1}: <what changed>\n'
@@ -225,6 +225,6 @@ def test_spec_fields_newer_than_the_previous_release_carry_no_schema_default():
     for name in ("restartInPlace", "inPlaceDeadlineSeconds"):
         assert "default" not in recovery["properties"][name], name
     unset = RecoverySpec()
-    assert unset.in_place and unset.in_place_deadline == DEFAULT_IN_PLACE_DEADLINE_SECONDS
-    assert not RecoverySpec(restart_in_place=False).in_place
+    assert unset.in_place_allowed and unset.in_place_deadline == DEFAULT_IN_PLACE_DEADLINE_SECONDS
+    assert not RecoverySpec(restart_in_place=False).in_place_allowed
     assert RecoverySpec(in_place_deadline_seconds=30).in_place_deadline == 30

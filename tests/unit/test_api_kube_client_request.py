@@ -19,7 +19,7 @@ import pytest
 from elastic_api.kube import ApiError, KubeClient, NotLeading
 from elastic_api.kube import client as client_module
 from elastic_api.kube.client import retry_after_s
-from elastic_operator.kube import Kube
+from elastic_operator.client.kube import Kube
 
 
 class Response:
@@ -182,8 +182,8 @@ def test_an_electing_operator_fences_its_writes_with_its_leadership() -> None:
     from prometheus_client import CollectorRegistry
 
     from elastic_operator.app import build_operator
-    from elastic_operator.election import ElectionConfig
-    from elastic_operator.metrics import OperatorMetrics
+    from elastic_operator.metrics.metrics import OperatorMetrics
+    from elastic_operator.queue.election import ElectionConfig
 
     kube = Kube(KubeClient(None))
     op = build_operator(kube, OperatorMetrics(CollectorRegistry()),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from bench import report
 from bench.common import percentile, ratio, stats, union_seconds
 from bench.opshim import classify
-from elastic_operator.metrics import RECONCILE_PHASES
+from elastic_operator.metrics.metrics import RECONCILE_PHASES
 
 
 @given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=50),

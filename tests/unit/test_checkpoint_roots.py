@@ -1,4 +1,4 @@
-"""The bound on what the operator lists with its own identity (checkpoint_roots.py): a
+"""The bound on what the operator lists with its own identity (checkpoints/roots.py): a
 checkpoint root only under a prefix allowed for the job's namespace, on path boundaries,
 links resolved; any other is refused before any I/O, the error naming the field; and the
 job then says so where a user looks first (condition CheckpointRootAllowed, one Warning
@@ -13,10 +13,10 @@ import pytest
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_api.models import CheckpointStatus, ElasticTrainingJobStatus
-from elastic_operator.checkpoint_roots import CheckpointRoots, covers
+from elastic_operator.checkpoints.roots import CheckpointRoots, covers
+from elastic_operator.checkpoints.scanner import CheckpointScanner
 from elastic_operator.core.status import compute_status
-from elastic_operator.operator_cli import add_arguments
-from elastic_operator.scanner import CheckpointScanner
+from elastic_operator.entry.operator_cli import add_arguments
 from tests.builders import T0, article_job, at, observe
 from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous

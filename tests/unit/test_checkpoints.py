@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastic_api.models import CheckpointStatus, RestoreReport, TrainingReport
-from elastic_operator.checkpoint_listing import (
+from elastic_operator.checkpoints.listing import (
     COMMIT_MARKER,
     MAX_IGNORED_REPORTED,
     CheckpointScanError,

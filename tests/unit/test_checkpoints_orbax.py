@@ -9,7 +9,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from elastic_operator.checkpoint_listing import COMMIT_MARKER, scan_checkpoints_detailed
+from elastic_operator.checkpoints.listing import COMMIT_MARKER, scan_checkpoints_detailed
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

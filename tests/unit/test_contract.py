@@ -29,7 +29,10 @@ from elastic_api.checkpoints import COMMIT_MARKER, RootDecision, nested_root_hin
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJobStatus, TrainingReport
 from elastic_devtools.localcluster.gcs import FakeGcsServer
-from elastic_operator.checkpoint_listing import MAX_IGNORED_REPORTED, scan_checkpoints_detailed
+from elastic_operator.checkpoints.listing import (
+    MAX_IGNORED_REPORTED,
+    scan_checkpoints_detailed,
+)
 from elastic_operator.core.parsing import parse_job
 from elastic_operator.core.status import compute_status
 from elastic_trainer.backends import SimulatedBackend

@@ -34,8 +34,8 @@ from elastic_api.names import WORKER_REPLICATED_JOB
 from elastic_operator.core.plan import DeleteWorkerJob
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed, ObservedJob, ObservedPod
-from elastic_operator.slice_memo import SliceMemo
+from elastic_operator.model.objects import Observed, ObservedJob, ObservedPod
+from elastic_operator.model.slice_memo import SliceMemo
 from tests.builders import T0, etj, nodes_for, observed_jobset
 
 SLICES, HOSTS = 2, 2

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elastic_operator.checkpoint_listing import (
+from elastic_operator.checkpoints.listing import (
     COMMIT_MARKER,
     RootEntry,
     scan_checkpoints,

@@ -16,7 +16,7 @@ from elastic_operator.core.parsing import parse_job
 from elastic_operator.core.patch import status_patch
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed
+from elastic_operator.model.objects import Observed
 from tests.builders import etj
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ from elastic_operator.core import inplace
 from elastic_operator.core.blame import slice_evidence
 from elastic_operator.core.hung import reported_evidence
 from elastic_operator.core.sliceview import SliceView
-from elastic_operator.objects import ObservedNode, ObservedPod
+from elastic_operator.model.objects import ObservedNode, ObservedPod
 from tests.builders import WorkerPod, at, tpu_node
 
 ROOT = Path(__file__).resolve().parents[2]

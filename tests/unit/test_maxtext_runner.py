@@ -21,7 +21,7 @@ from elastic_devtools.maxtext.runner import (
     expand,
     main_process,
 )
-from elastic_operator.checkpoint_listing import scan_checkpoints_detailed
+from elastic_operator.checkpoints.listing import scan_checkpoints_detailed
 from elastic_operator.render import render_jobset
 
 REPO = Path(__file__).resolve().parents[2]

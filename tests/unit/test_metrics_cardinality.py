@@ -9,8 +9,8 @@ from collections import Counter
 from prometheus_client import CollectorRegistry
 
 from elastic_api.models import ElasticTrainingJobStatus
-from elastic_operator.job_metrics import MAX_SLICE_SERIES
-from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.metrics.job_metrics import MAX_SLICE_SERIES
+from elastic_operator.metrics.metrics import OperatorMetrics
 from tests.builders import at
 from tests.support.large_jobs import RECORD, LargeRun
 

@@ -10,7 +10,7 @@ import pytest
 
 from elastic_operator.core.api_support import REFUSED_REASON, judge_apis, served_versions
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.operator_cli import check_api_versions
+from elastic_operator.entry.operator_cli import check_api_versions
 
 
 def group(name: str, *versions: str) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from elastic_api.names import (
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
 )
-from elastic_operator.caches import Caches, WatchScope, owning_job
-from elastic_operator.kube import Kube
-from elastic_operator.node_index import NodeIndex
+from elastic_operator.client.kube import Kube
+from elastic_operator.watch.caches import Caches, WatchScope, owning_job
+from elastic_operator.watch.node_index import NodeIndex
 from tests.builders import JobSetWrapper, NodeWrapper, PodWrapper, at, etj
 from tests.kueue_builders import WorkloadWrapper
 

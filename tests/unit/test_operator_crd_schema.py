@@ -18,6 +18,7 @@ from elastic_api.crd import build_crd
 from elastic_api.models import Condition
 from elastic_api.names import CRD_NAME, SCHEMA_HASH_ANNOTATION, SCHEMA_REVISION_ANNOTATION
 from elastic_api.schema_revisions import REVISIONS
+from elastic_operator.client.kube import Kube
 from elastic_operator.core.schema import (
     CURRENT,
     NEWER,
@@ -29,9 +30,8 @@ from elastic_operator.core.schema import (
     refusal_event,
     with_schema_condition,
 )
-from elastic_operator.kube import Kube
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.schema_watch import SchemaWatch
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.watch.schema_watch import SchemaWatch
 from tests.builders import T0, at
 from tests.support.stand_in_kube import StandInKube, api_error, condition, reconciler, the_job
 

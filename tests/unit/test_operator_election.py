@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from elastic_operator.election import ElectionConfig, LeaseElector, ReconcileGate
-from elastic_operator.kube import ApiError, Kube
-from elastic_operator.result import FAILED, Result
+from elastic_operator.client.kube import ApiError, Kube
+from elastic_operator.model.result import FAILED, Result
+from elastic_operator.queue.election import ElectionConfig, LeaseElector, ReconcileGate
 
 NS, NAME = "ops", "elastic-training-operator"
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from elastic_operator.followups import FollowUps, Inline
+from elastic_operator.writes.followups import FollowUps, Inline
 
 DEADLINE_S = 10.0
 A, B = ("ml", "a"), ("ml", "b")

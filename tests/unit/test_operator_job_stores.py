@@ -24,20 +24,20 @@ from elastic_api.models import (
 )
 from elastic_api.names import JOB_NAME_LABEL, JOBSET_NAME_LABEL
 from elastic_operator.app import build_operator
-from elastic_operator.caches import EVERY_NAMESPACE, Caches
-from elastic_operator.job_memory import JobMemories
-from elastic_operator.job_reader import CacheReader
-from elastic_operator.job_stores import JobStores
-from elastic_operator.kube import Kube
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.objects import QuarantineCause
-from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.replacement_followups import ReplacementFollowUps
-from elastic_operator.replacement_writes import ReplacementWrites
-from elastic_operator.scanner import CheckpointScanner
-from elastic_operator.scheduler import HEAP_SLACK, Scheduler
+from elastic_operator.checkpoints.scanner import CheckpointScanner
+from elastic_operator.client.kube import Kube
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.model.job_memory import JobMemories
+from elastic_operator.model.job_stores import JobStores
+from elastic_operator.model.objects import QuarantineCause
+from elastic_operator.queue.work_queue import HEAP_SLACK, WorkQueue
+from elastic_operator.watch.caches import EVERY_NAMESPACE, Caches
+from elastic_operator.watch.job_reader import CacheReader
+from elastic_operator.watch.node_index import NodeIndex
+from elastic_operator.writes.node_actions import NodeActionLimiter
+from elastic_operator.writes.pool_warden import PoolWarden
+from elastic_operator.writes.replacement_followups import ReplacementFollowUps
+from elastic_operator.writes.replacement_writes import ReplacementWrites
 from tests.builders import HOSTS, T0, at, etj, head_pod, observe, tpu_node
 from tests.support.clock import FakeClock
 from tests.support.executors import Deferred
@@ -86,7 +86,7 @@ def test_every_store_of_the_operator_is_counted() -> None:
         assert registry.get_sample_value("etj_job_memory_entries", {"store": name}) == 0
     op.reconciler.memory.of(A)
     op.metrics.record_spec(*A, ElasticTrainingJob.model_validate(etj("a").obj()).spec)
-    op.scheduler.add_after(*A, 60.0)
+    op.work_queue.add_after(*A, 60.0)
     assert registry.get_sample_value("etj_job_memory_entries", {"store": "job-memory"}) == 1
     assert op.stores.counts()["metrics"] == 1 and op.stores.counts()["work-queue"] == 1
     op.stores.forget(A)
@@ -99,13 +99,13 @@ def test_every_store_of_the_operator_is_counted() -> None:
 def test_the_work_queue_keeps_no_heap_of_superseded_wakes() -> None:
     """Each reconcile asks a wake again; one an hour away, superseded every few seconds,
     stayed in the heap until it came due."""
-    scheduler = Scheduler()
+    work_queue = WorkQueue()
     for i in range(1000):
-        scheduler.add_after(*A, 3600.0 - i)  # sooner each time: a new heap entry
-    assert len(scheduler._due) <= 2 + HEAP_SLACK
-    scheduler.forget_job(A)
-    scheduler.add_after(*B, 60.0)
-    assert scheduler.job_keys() == {B}
+        work_queue.add_after(*A, 3600.0 - i)  # sooner each time: a new heap entry
+    assert len(work_queue._due) <= 2 + HEAP_SLACK
+    work_queue.forget_job(A)
+    work_queue.add_after(*B, 60.0)
+    assert work_queue.job_keys() == {B}
 
 
 class HeldScans(Executor):

@@ -8,7 +8,7 @@ from elastic_api.names import (
     SUSPENDED_AFTER_WORKER_LOST_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
-from elastic_operator import kube_bodies as bodies
+from elastic_operator.client import kube_bodies as bodies
 from elastic_operator.core.status_events import StatusEvent
 
 JOB = {"apiVersion": "elastic.pathways.dev/v1alpha1", "kind": "ElasticTrainingJob",

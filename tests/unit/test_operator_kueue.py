@@ -9,7 +9,7 @@ from typing import Any
 
 from elastic_api.names import JOBSET_API_VERSION, KUEUE_QUEUE_NAME_LABEL
 from elastic_api.queueing import ADMITTED, REASON_PREEMPTED, REASON_SUSPENDED_BY_USER
-from elastic_operator.caches import owning_job
+from elastic_operator.watch.caches import owning_job
 from tests.builders import JobSetWrapper, at
 from tests.kueue_builders import WorkloadWrapper
 from tests.support.stand_in_kube import (

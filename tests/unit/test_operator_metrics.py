@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from elastic_api.conditions import Reason
 from elastic_api.models import Counters, ElasticTrainingJobStatus, TrainingReport
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.metrics import OperatorMetrics
+from elastic_operator.metrics.metrics import OperatorMetrics
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -65,7 +65,7 @@ def test_alerting_gauges_copy_the_status_and_the_spec() -> None:
     (one-hot), the restart budgets, the trainer's step and the newest checkpoint."""
     from elastic_api.models import CheckpointStatus, Condition, SliceStatus
     from elastic_api.validation import validate_job
-    from elastic_operator.core.budgets import Spending, track_budgets
+    from elastic_operator.core.budget_tracking import Spending, track_budgets
     from tests.builders import etj
 
     registry = CollectorRegistry()
@@ -142,7 +142,7 @@ def test_a_failing_checkpoint_scan_is_flagged_and_an_unknown_step_is_no_series()
 
 
 def test_quarantined_pools_are_read_from_the_nodes_at_each_scrape() -> None:
-    from elastic_operator.objects import ObservedNode
+    from elastic_operator.model.objects import ObservedNode
 
     registry = CollectorRegistry()
     m = OperatorMetrics(registry)

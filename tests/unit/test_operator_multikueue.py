@@ -21,16 +21,16 @@ from elastic_api.names import (
     SUSPENDED_BY_OPERATOR_ANNOTATION,
 )
 from elastic_api.queueing import ADMITTED, REASON_WAITING_FOR_ADMISSION
-from elastic_operator.caches import owning_job
 from elastic_operator.core.dispatch import dispatch_status
 from elastic_operator.core.plan import CreateObject, SetWorkloadActive, plan_dispatch
-from elastic_operator.objects import workload_from_dict
+from elastic_operator.model.objects import workload_from_dict
 from elastic_operator.render import (
     render,
     render_jobset,
     render_workload,
     workload_name,
 )
+from elastic_operator.watch.caches import owning_job
 from tests.builders import T0, at
 from tests.support.manager_kube import ManagerKube, worker_cluster
 from tests.support.stand_in_kube import condition, reconciler, the_job

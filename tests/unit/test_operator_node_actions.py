@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from elastic_operator.node_actions import NodeActionLimiter, NodeActionLimits
+from elastic_operator.writes.node_actions import NodeActionLimiter, NodeActionLimits
 from tests.support.clock import FakeClock
 
 

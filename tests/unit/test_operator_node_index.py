@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastic_operator.node_index import JobKey, NodeIndex
-from elastic_operator.objects import ObservedNode
+from elastic_operator.model.objects import ObservedNode
+from elastic_operator.watch.node_index import JobKey, NodeIndex
 from tests.builders import T0
 from tests.support.clock import FakeClock
 

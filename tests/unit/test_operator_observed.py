@@ -8,17 +8,17 @@ from typing import Any
 import kopf
 import pytest
 
-from elastic_operator.caches import WatchScope
-from elastic_operator.handlers import configure_settings
-from elastic_operator.kube import collection_path, job_path
-from elastic_operator.objects import (
+from elastic_operator.client.kube import collection_path, job_path
+from elastic_operator.entry.handlers import configure_settings
+from elastic_operator.entry.operator_cli import add_arguments
+from elastic_operator.model.objects import (
     job_from_dict,
     jobset_from_dict,
     node_from_dict,
     parse_time,
     pod_from_dict,
 )
-from elastic_operator.operator_cli import add_arguments
+from elastic_operator.watch.caches import WatchScope
 from tests.builders import JobSetWrapper, NodeWrapper, PodWrapper
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from elastic_operator.core.pacing import PROGRESS_CAP_S, progress_interval
-from elastic_operator.objects import ObservedPod, pod_from_dict
+from elastic_operator.model.objects import ObservedPod, pod_from_dict
 from tests.builders import T0, JobSetWrapper, PodWrapper
 from tests.support.clock import FakeClock
 from tests.support.stand_in_kube import Looks, StandInKube, reconciler, the_job

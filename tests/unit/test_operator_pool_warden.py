@@ -15,15 +15,15 @@ from elastic_api.names import (
     QUARANTINE_LABEL,
     QUARANTINED_AT_ANNOTATION,
 )
+from elastic_operator.client.kube import Kube
 from elastic_operator.core.plan import QuarantinePool, ReleasePool
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.kube import Kube
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.objects import QuarantineCause, quarantine_cause_from
-from elastic_operator.pool_warden import PoolWarden
-from elastic_operator.replacement_writes import ReplacementWrites
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.model.objects import QuarantineCause, quarantine_cause_from
+from elastic_operator.watch.node_index import NodeIndex
+from elastic_operator.writes.node_actions import NodeActionLimiter
+from elastic_operator.writes.pool_warden import PoolWarden
+from elastic_operator.writes.replacement_writes import ReplacementWrites
 from tests.builders import HOSTS, at, tpu_node
 from tests.support.clock import FakeClock
 from tests.support.stand_in_kube import api_error

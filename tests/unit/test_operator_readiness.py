@@ -1,4 +1,4 @@
-"""GET /readyz (elastic_operator.readiness): a replica is Ready once it could lead, its
+"""GET /readyz (elastic_operator.entry.readiness): a replica is Ready once it could lead, its
 caches synced; never while it starts or stops. The Deployment's rolling update and the
 PodDisruptionBudget count on it (issue 68); tests/integration/test_ha.py runs it on a
 real operator."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from elastic_operator.readiness import READY_PATH, Readiness, ReadinessServer, verdict
+from elastic_operator.entry.readiness import READY_PATH, Readiness, ReadinessServer, verdict
 
 SYNCED: dict[str, Any] = {"stopping": False, "leading": False, "election_alive": True,
                           "alive": True, "unsynced": [], "schema_settled": True}

@@ -25,18 +25,18 @@ from elastic_api.names import (
     REPLICATED_JOB_LABEL,
     WORKER_REPLICATED_JOB,
 )
+from elastic_operator.client.kube import ApiError, NotLeading
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.kube import ApiError, NotLeading
-from elastic_operator.metrics import RECONCILE_PHASES
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.objects import (
+from elastic_operator.metrics.metrics import RECONCILE_PHASES
+from elastic_operator.model.objects import (
     ObservedJob,
     ObservedPod,
     jobset_from_dict,
     node_from_dict,
     pod_from_dict,
 )
-from elastic_operator.result import AT_ONCE, PAST_DUE_S, Result
+from elastic_operator.model.result import AT_ONCE, PAST_DUE_S, Result
+from elastic_operator.watch.node_index import NodeIndex
 from tests.builders import (
     T0,
     JobSetWrapper,
@@ -298,7 +298,7 @@ def test_the_job_is_read_from_its_cache() -> None:
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     # Our write comes back through the watch: no news, and the cache is current again.
     cache.catch_up()
-    assert rec.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
+    assert rec.reads.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
     assert rec.reconcile("ml", "train").ok
     assert "get_job" not in kube.calls and errors(metrics) == 0
 
@@ -314,7 +314,7 @@ def test_until_our_write_comes_back_through_the_cache_the_job_is_read_as_it_left
     assert rec.reconcile("ml", "train").ok  # our status write; the cache has the old job
     kube.calls.clear()
     healthy = (WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).pending().build())
-    rec.reader.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
+    rec.reads.reader.pod_source = lambda _ns, _name: healthy  # type: ignore[attr-defined]
     assert rec.reconcile("ml", "train").ok  # a change (Restarting) written on our own version
     assert "get_job" not in kube.calls and kube.calls.count("patch_job_status") == 1
     assert kube.job["status"]["slices"][0]["state"] == "Restarting"
@@ -336,7 +336,8 @@ def test_a_write_of_someone_else_after_ours_is_read_fresh() -> None:
                            resource_version: str | None = None) -> dict[str, Any] | None:
         written = patch(namespace, name, body, resource_version)
         kube.write_training({"step": 9})
-        rec.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])  # the watch
+        # The watch:
+        rec.reads.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
         return written
 
     kube.patch_job_status = patch_then_trainer  # type: ignore[method-assign]
@@ -386,13 +387,13 @@ def test_the_watch_event_of_our_own_write_is_known_as_ours() -> None:
     rec, _ = reconciler(kube, pods=pods)
     assert rec.reconcile("ml", "train").ok
     ours = kube.job["metadata"]["resourceVersion"]
-    assert rec.own_writes.wrote("ml", "train", ours)
+    assert rec.reads.own_writes.wrote("ml", "train", ours)
     kube.write_training({"step": 3})
-    assert not rec.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
-    assert not rec.own_writes.wrote("ml", "other", ours)
-    assert not rec.own_writes.wrote("ml", "train", None)
+    assert not rec.reads.own_writes.wrote("ml", "train", kube.job["metadata"]["resourceVersion"])
+    assert not rec.reads.own_writes.wrote("ml", "other", ours)
+    assert not rec.reads.own_writes.wrote("ml", "train", None)
     rec.memory.forget_job(("ml", "train"))
-    assert not rec.own_writes.wrote("ml", "train", ours)
+    assert not rec.reads.own_writes.wrote("ml", "train", ours)
 
 
 # --- Events after the status write, exactly once across a crash (the outbox) --------------
@@ -630,11 +631,11 @@ def test_our_write_coming_back_before_its_response_is_still_ours(
                          resource_version: str | None = None) -> dict[str, Any] | None:
         written = patch(namespace, name, body, resource_version)
         assert written is not None
-        answers.append(rec.own_writes.wrote(namespace, name,
+        answers.append(rec.reads.own_writes.wrote(namespace, name,
                                             written["metadata"]["resourceVersion"]))
         if trainer_writes_meanwhile:
             kube.write_training({"step": 9})
-            rec.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
+            rec.reads.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
         return written
 
     kube.patch_job_status = patch_then_watch  # type: ignore[method-assign]
@@ -734,7 +735,7 @@ def test_forget_drops_everything_remembered_of_the_job() -> None:
 
 def test_a_reconcile_returns_when_to_look_at_the_job_again() -> None:
     """The progress deadline comes due in 500 s: the reconcile's Result asks for a look a
-    little after it, and nothing paced; the work queue keeps it (scheduler.py)."""
+    little after it, and nothing paced; the work queue keeps it (work_queue.py)."""
     job = the_job()
     job["status"] = {"progress": {"step": 5, "since": iso(at(-100)), "advanced": True,
                                   "deadlineSeconds": 600}}
@@ -812,7 +813,7 @@ def test_a_whole_reconcile_runs_with_no_work_queue_at_all() -> None:
                                       ) -> dict[str, Any] | None:
         written = patch(namespace, name, body, resource_version)
         kube.write_training({"step": 9})  # its version reaches the job cache meanwhile
-        rec.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
+        rec.reads.own_writes.wrote(namespace, name, kube.job["metadata"]["resourceVersion"])
         return written
 
     kube.patch_job_status = patch_then_the_trainer_writes  # type: ignore[method-assign]
@@ -935,7 +936,8 @@ def test_our_earlier_write_coming_back_late_is_still_ours() -> None:
     def patch_then_late_watch(namespace: str, name: str, body: dict[str, Any],
                               resource_version: str | None = None) -> dict[str, Any] | None:
         written = patch(namespace, name, body, resource_version)
-        rec.own_writes.wrote(namespace, name, first["metadata"]["resourceVersion"])  # comes now
+        # Comes now:
+        rec.reads.own_writes.wrote(namespace, name, first["metadata"]["resourceVersion"])
         return written
 
     kube.patch_job_status = patch_then_late_watch  # type: ignore[method-assign]
@@ -943,7 +945,7 @@ def test_our_earlier_write_coming_back_late_is_still_ours() -> None:
     assert looks.reconciled(rec.reconcile("ml", "train"))  # the second write
     kube.patch_job_status = patch  # type: ignore[method-assign]
     assert 0.0 not in woken
-    assert rec.own_writes.wrote("ml", "train", first["metadata"]["resourceVersion"])
+    assert rec.reads.own_writes.wrote("ml", "train", first["metadata"]["resourceVersion"])
     cache.seen = first  # the cache holds the first write
     kube.calls.clear()
     seen.append((WorkerPod(0, 0).build(), WorkerPod(0, 1).replacement(at(7)).build()))

@@ -29,7 +29,7 @@ from elastic_operator.core.plan import (
     SetWorkloadActive,
     plan_dispatch,
 )
-from elastic_operator.objects import worker_cluster_from_dict, workload_from_dict
+from elastic_operator.model.objects import worker_cluster_from_dict, workload_from_dict
 from tests.builders import at
 from tests.kueue_builders import dispatched_workload, retried_by_multikueue
 from tests.support.manager_kube import ManagerKube, worker_cluster

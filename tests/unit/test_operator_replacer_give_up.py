@@ -9,11 +9,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from elastic_api.conditions import Reason
+from elastic_operator.client.kube import Kube
 from elastic_operator.core.plan import FailWorkerJob
-from elastic_operator.kube import Kube
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.replacement_writes import ReplacementWrites
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.writes.node_actions import NodeActionLimiter
+from elastic_operator.writes.replacement_writes import ReplacementWrites
 from tests.builders import at
 
 JOB = {"metadata": {"name": "article", "namespace": "ns", "uid": "uid-1"}}

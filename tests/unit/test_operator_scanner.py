@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from elastic_api.models import CheckpointStatus
-from elastic_operator.scanner import CheckpointScanner
+from elastic_operator.checkpoints.scanner import CheckpointScanner
 from tests.builders import at
 from tests.support.clock import FakeClock
 from tests.support.executors import Synchronous

@@ -25,8 +25,8 @@ from elastic_devtools.localcluster.versions import (
     VERSIONS_FILE,
     parse_versions_env,
 )
-from elastic_operator.checkpoint_roots import CheckpointRoots
-from elastic_operator.operator_cli import add_arguments
+from elastic_operator.checkpoints.roots import CheckpointRoots
+from elastic_operator.entry.operator_cli import add_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 MAXTEXT_FIXTURES = ROOT / "tests" / "fixtures" / "maxtext-0.2.5"

@@ -2,7 +2,7 @@
 progress only starts over at the end of any phase before its status write when the job is
 named at once meanwhile, one that may carry a failure only once its status shows none, and
 a reconcile starts over at most once. The work queue's side is in
-test_operator_scheduler.py; here the rule, and the reconciler against a scripted queue."""
+test_operator_work_queue.py; here the rule, and the reconciler against a scripted queue."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,7 +14,7 @@ from elastic_api.conditions import ConditionType
 from elastic_api.models import ElasticTrainingJobStatus, SliceStatus
 from elastic_operator.app import queued_reconcile
 from elastic_operator.core.startover import Change, pass_change, start_over
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 from tests.builders import JobSetWrapper, WorkerPod, at
 from tests.support.stand_in_kube import (
     POD_CACHE_READ,
@@ -63,7 +63,7 @@ def test_what_a_pass_would_write() -> None:
 
 class ScriptedQueue:
     """The work queue as a reconcile sees it: news once `news` is set (the pod cache
-    naming the job), a run paced or not; `cover` clears the news, as Scheduler.cover."""
+    naming the job), a run paced or not; `cover` clears the news, as WorkQueue.cover."""
 
     def __init__(self, *, run_paced: bool) -> None:
         self.news, self.run_paced, self.covered = False, run_paced, 0

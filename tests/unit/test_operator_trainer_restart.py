@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from elastic_operator.client.kube import Kube
 from elastic_operator.core.plan import RestartTrainer
-from elastic_operator.kube import Kube
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.node_actions import NodeActionLimiter
-from elastic_operator.replacement_writes import ReplacementWrites
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.writes.node_actions import NodeActionLimiter
+from elastic_operator.writes.replacement_writes import ReplacementWrites
 from tests.builders import at
 
 ACTION = RestartTrainer("ns", "article-pathways-head-0", "head-job-uid",

@@ -221,7 +221,7 @@ def operator_parser_args(args: list[str]) -> Any:
     assert subparsers is not None
     subcommands = subparsers._group_actions[0].choices
     assert "operator" in subcommands, (
-        "`etj operator` is not registered (elastic_operator.operator_cli is missing or fails "
+        "`etj operator` is not registered (elastic_operator.entry.operator_cli is missing or fails "
         "to import), so the chart's arguments cannot be checked"
     )
     return parser.parse_args(["operator", *args])

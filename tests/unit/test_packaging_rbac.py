@@ -1,7 +1,7 @@
 """The chart's RBAC is exactly what the operator's code needs: no less, no more.
 
 Three sources of need, all read from the real code:
-  - every method of `Kube` (operator/elastic_operator/kube.py, the only module that calls
+  - every method of `Kube` (operator/elastic_operator/client/kube.py, the only module that calls
     the API; its informers list and watch through it too) maps to the permissions its
     request needs (the table below; a new method fails the test until it is added, and
     the chart with it);
@@ -28,7 +28,7 @@ from elastic_api import GROUP, PLURAL
 from elastic_api.kube import KubeClient
 from elastic_api.models import ElasticTrainingJob
 from elastic_devtools.localcluster.versions import cache_dir, load_versions
-from elastic_operator.kube import Kube
+from elastic_operator.client.kube import Kube
 from elastic_operator.render import render, render_rbac
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,8 +136,8 @@ def kube_permissions() -> set[Permission]:
 
 def kopf_permissions() -> set[Permission]:
     from elastic_operator.app import build_operator
-    from elastic_operator.handlers import build_registry
-    from elastic_operator.metrics import OperatorMetrics
+    from elastic_operator.entry.handlers import build_registry
+    from elastic_operator.metrics.metrics import OperatorMetrics
 
     operator = build_operator(Kube(None), OperatorMetrics(CollectorRegistry()),
                               watch_workloads=True)

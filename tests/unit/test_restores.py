@@ -27,7 +27,7 @@ from elastic_api.restores import (
 )
 from elastic_devtools.localcluster.gcs import FakeGcsServer
 from elastic_devtools.maxtext.scenario import orbax_restore
-from elastic_operator.checkpoint_listing import list_gcs_step
+from elastic_operator.checkpoints.listing import list_gcs_step
 from elastic_trainer.metrics_file import StepRecord, parse_maxtext_record
 from elastic_trainer.progress_sidecar import RestoreWatch, pod_identity, progress_report
 

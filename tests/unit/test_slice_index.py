@@ -20,9 +20,9 @@ from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.sliceview import newest_per_host
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.wakes import host_down, host_ready, may_wait
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.objects import Observed, ObservedJob, ObservedNode, ObservedPod
-from elastic_operator.slice_index import SliceIndex
+from elastic_operator.model.objects import Observed, ObservedJob, ObservedNode, ObservedPod
+from elastic_operator.watch.node_index import NodeIndex
+from elastic_operator.watch.slice_index import SliceIndex
 from tests.builders import HOSTS, T0, etj, nodes_for, observed_jobset
 
 JOB = ("ns", "article")

@@ -1,4 +1,4 @@
-"""SliceMemo (elastic_operator/slice_memo.py): a reconcile that keeps what it derived from
+"""SliceMemo (elastic_operator/model/slice_memo.py): a reconcile that keeps what it derived from
 each slice's pods computes exactly the status one without does, and recomputes only the
 slices whose pods or nodes changed. (tests/unit/test_exactly_once.py runs its random
 interleavings with the memo against a look without it too.)"""
@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed, ObservedPod
-from elastic_operator.slice_memo import SliceMemo
+from elastic_operator.model.objects import Observed, ObservedPod
+from elastic_operator.model.slice_memo import SliceMemo
 from tests.builders import (
     T0,
     WorkerPod,

@@ -28,7 +28,7 @@ from elastic_operator.core.patch import status_patch
 from elastic_operator.core.plan import PatchJobSetSuspend, plan_reconcile
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status, invalid_spec_status
-from elastic_operator.objects import Observed, ObservedJobSet
+from elastic_operator.model.objects import Observed, ObservedJobSet
 from tests.builders import (
     HOSTS,
     T0,

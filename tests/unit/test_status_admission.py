@@ -39,7 +39,7 @@ from elastic_operator.core.plan import (
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.objects import (
+from elastic_operator.model.objects import (
     Observed,
     ObservedJobSet,
     ObservedWorkload,

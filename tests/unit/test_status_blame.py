@@ -21,8 +21,7 @@ from elastic_operator.core.pools import cited_jobs, pools_to_release, quarantine
 from elastic_operator.core.replacement import ReplacementPlan, plan_replacements
 from elastic_operator.core.sliceview import SliceView
 from elastic_operator.core.status import compute_status
-from elastic_operator.node_index import NodeIndex
-from elastic_operator.objects import (
+from elastic_operator.model.objects import (
     FailureMark,
     Observed,
     ObservedNode,
@@ -31,6 +30,7 @@ from elastic_operator.objects import (
     pod_from_dict,
     quarantine_cause_from,
 )
+from elastic_operator.watch.node_index import NodeIndex
 from tests.builders import (
     HOSTS,
     SLICES,

@@ -1,4 +1,4 @@
-"""The restart budgets in the operator's status (core/budgets.py, core/replacement.py;
+"""The restart budgets in the operator's status (core/budget_tracking.py, core/replacement.py;
 the rule: elastic_api.budgets): a slice crash loop given up within minutes, the same
 failures an hour apart replaced each time, the JobSet's restarts counted per window and
 the JobSet ended once they are spent, every count kept across an operator restart."""
@@ -10,12 +10,12 @@ from typing import Any
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
-from elastic_operator.core.budgets import plan_end_head
+from elastic_operator.core.budget_tracking import plan_end_head
 from elastic_operator.core.plan import DeleteWorkerJob, EndHeadJob, LowerBackoffLimit
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed
+from elastic_operator.model.objects import Observed
 from tests.builders import (
     HOSTS,
     WorkerPod,

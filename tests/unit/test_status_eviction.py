@@ -31,7 +31,7 @@ from elastic_operator.core.eviction import PodsReadyTimeouts, next_look_in
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.status_events import StatusEvent
-from elastic_operator.objects import ObservedJobSet, ObservedWorkload, workload_from_dict
+from elastic_operator.model.objects import ObservedJobSet, ObservedWorkload, workload_from_dict
 from tests.builders import HOSTS, WorkerPod, at, healthy_pods, iso, observe, observed_jobset, report
 from tests.kueue_builders import queued_job, workload
 

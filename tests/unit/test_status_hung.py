@@ -21,7 +21,7 @@ from elastic_operator.core.plan import (
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed, ObservedJob, ObservedPod
+from elastic_operator.model.objects import Observed, ObservedJob, ObservedPod
 from tests.builders import (
     HOSTS,
     SLICES,

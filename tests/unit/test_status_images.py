@@ -7,7 +7,7 @@ import dataclasses
 
 from elastic_api.conditions import ConditionType, Reason
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import ObservedPod, pod_from_dict
+from elastic_operator.model.objects import ObservedPod, pod_from_dict
 from tests.builders import (
     article_job,
     at,

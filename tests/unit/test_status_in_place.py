@@ -12,7 +12,7 @@ from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_operator.core.plan import DeleteWorkerJob
 from elastic_operator.core.replacement import ReplacementPlan, plan_replacements
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed, ObservedPod
+from elastic_operator.model.objects import Observed, ObservedPod
 from tests.builders import (
     HOSTS,
     SLICES,

@@ -21,7 +21,7 @@ from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import Observed
+from elastic_operator.model.objects import Observed
 from tests.builders import (
     HOSTS,
     WorkerPod,

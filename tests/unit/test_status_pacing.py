@@ -15,7 +15,7 @@ from elastic_api.models import (
 )
 from elastic_operator.core.pacing import progress_only
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 from tests.builders import HOSTS, SLICES, WorkerPod, at, etj, healthy_pods, nodes_for, observe
 
 SLICE = 1  # the slice that fails

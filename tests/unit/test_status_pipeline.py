@@ -20,7 +20,7 @@ from elastic_operator.core.status import (
     decide_gates,
     track_slices,
 )
-from elastic_operator.objects import Observed
+from elastic_operator.model.objects import Observed
 from tests.builders import (
     HOSTS,
     SLICES,

@@ -21,7 +21,7 @@ from elastic_operator.core.plan import (
 from elastic_operator.core.pools import pools_to_release
 from elastic_operator.core.replacement import ReplacementPlan, needs_jobs, plan_replacements
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import FailureMark, Observed, ObservedNode, QuarantineCause
+from elastic_operator.model.objects import FailureMark, Observed, ObservedNode, QuarantineCause
 from tests.builders import (
     HOSTS,
     SLICES,

@@ -23,8 +23,8 @@ from elastic_operator.core.patch import status_patch
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
 from elastic_operator.core.status_events import event_name
-from elastic_operator.metrics import OperatorMetrics
-from elastic_operator.objects import ObservedContainer, ObservedPod, pod_from_dict
+from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.model.objects import ObservedContainer, ObservedPod, pod_from_dict
 from tests.builders import (
     HOSTS,
     PodWrapper,

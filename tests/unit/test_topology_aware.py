@@ -38,7 +38,7 @@ from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
-from elastic_operator.objects import ObservedNode, ObservedWorkload
+from elastic_operator.model.objects import ObservedNode, ObservedWorkload
 from elastic_operator.render import render_jobset, render_workload
 from tests.builders import (
     HOSTS,

@@ -1,6 +1,6 @@
 """A crash of main restarts it in its pod (core/trainer_restarts.py, render's restart
 rule): rendered only with a budget to spend, spent by main's restarts in place and the
-JobSet's own together, each once (core/budgets.py), then the head Job ended and the job
+JobSet's own together, each once (core/budget_tracking.py), then the head Job ended and the job
 Failed for it."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from elastic_api.names import (
     MAIN_CONTAINER,
     TRAINER_FINAL_EXIT_CODES,
 )
-from elastic_operator.core.budgets import plan_end_head
+from elastic_operator.core.budget_tracking import plan_end_head
 from elastic_operator.core.failure import jobset_failure
 from elastic_operator.core.plan import EndHeadJob, RestartTrainer
 from elastic_operator.core.progressing import plan_trainer_restart
@@ -29,7 +29,7 @@ from elastic_operator.core.trainer_restarts import (
     exit_overdue,
     in_place_restarts,
 )
-from elastic_operator.objects import ObservedContainer, ObservedJobSet, ObservedPod
+from elastic_operator.model.objects import ObservedContainer, ObservedJobSet, ObservedPod
 from elastic_operator.render import render_jobset
 from elastic_trainer.checkpoint_requests import asked_to_exit, request_view
 from tests.builders import at, etj, head_pod, healthy_pods, observe, observed_jobset

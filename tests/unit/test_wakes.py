@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from elastic_operator.core.wakes import job_may_wait, may_wait
-from elastic_operator.objects import ObservedJob
+from elastic_operator.model.objects import ObservedJob
 from tests.builders import T0, WorkerPod, head_pod, worker_job
 
 RUNNING = WorkerPod(0, 1)

@@ -37,7 +37,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/*
 Rules on namespaced resources: exactly what the operator does. Its API calls are all in
-operator/elastic_operator/kube.py (its watch-fed caches included; kopf watches nothing);
+operator/elastic_operator/client/kube.py (its watch-fed caches included; kopf watches nothing);
 and RBAC lets it create the per-job trainer Role only if it holds every permission that
 Role grants. Kept in step with the
 code by tests/unit/test_packaging_rbac.py. Granted cluster-wide (ClusterRoleBinding) when

@@ -114,7 +114,7 @@ def check_metrics(path: Path, last_step: int) -> None:
 
 
 def check_checkpoints(job: ElasticTrainingJob, directory: str) -> tuple[list[int], int | None]:
-    from elastic_operator.checkpoint_listing import scan_checkpoints_detailed
+    from elastic_operator.checkpoints.listing import scan_checkpoints_detailed
 
     summary = scan_checkpoints_detailed(directory, now=datetime.now(UTC))
     last, kept = _expected_steps(job)
@@ -162,7 +162,10 @@ def run_local(env: MaxTextEnv, fixtures: Path, work: Path) -> Outcome:
 
 
 def gcs_tree(directory: str) -> list[str]:
-    from elastic_operator.checkpoint_listing import parse_gcs_url, storage_client_from_env
+    from elastic_operator.checkpoints.listing import (
+        parse_gcs_url,
+        storage_client_from_env,
+    )
 
     bucket, prefix = parse_gcs_url(directory)
     client = storage_client_from_env()

@@ -153,7 +153,7 @@ def scan(directory: str, pod_tmp: Path, gcs_env: dict[str, str]) -> Any:
     from datetime import UTC, datetime
 
     from elastic_devtools.localcluster.gcs import client_environ
-    from elastic_operator.checkpoint_listing import scan_checkpoints_detailed
+    from elastic_operator.checkpoints.listing import scan_checkpoints_detailed
 
     local = directory.startswith("/")
     with client_environ({} if local else gcs_env):
@@ -488,7 +488,10 @@ def step_bytes(run: Run, step: int) -> int | None:
     """`step`'s bytes as the operator's scan counts them (its own listing, from here)."""
     from elastic_api.checkpoints import list_local_step, step_size
     from elastic_devtools.localcluster.gcs import client_environ
-    from elastic_operator.checkpoint_listing import list_gcs_step, storage_client_from_env
+    from elastic_operator.checkpoints.listing import (
+        list_gcs_step,
+        storage_client_from_env,
+    )
 
     if run.directory.startswith("/"):
         files = list_local_step(str(host_path(run.pod_tmp, run.directory)), step)

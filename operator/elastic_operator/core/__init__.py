@@ -28,7 +28,7 @@ the order to read them in.
 - plan: what a reconcile changes in the cluster, as typed actions
 - replacement: slice replacement: its records in the status, then its actions
 - trainer_restarts: main restarts in its pod (a crash, a stall), and the head pod it runs in
-- budgets: the restart budgets in the status (main's restarts in place charged to the
+- budget_tracking: the restart budgets in the status (main's restarts in place charged to the
   JobSet's), and the JobSet ended once its own is spent
 - maintenance: maintenance ahead of time: notices, the checkpoint request, the move
 - topology: slices Kueue places by Topology-Aware Scheduling
@@ -43,10 +43,13 @@ the order to read them in.
 - dispatch: a job MultiKueue dispatches, as the manager cluster's operator sees it
 - checkpoint_status: what a checkpoint scan changes in status.checkpoint
 - restore_at_risk: RestoreAtRisk: whether a restore can outgrow the Pathways proxy's memory
-- images: ImageDrift: a Pathways container running another build than its peers
+- image_drift: ImageDrift: a Pathways container running another build than its peers
 - condition_rules: one function per condition
 - ready: the Ready condition and the phase (a cascade)
 - pacing: which status writes may wait (progress only) and which are written at once
 - startover: when a reconcile in progress starts over instead of finishing
 - status: compute_status, which assembles all of the above
+
+May import: model (the cluster's objects as read; elastic_api, pydantic and the standard
+library beside).
 """

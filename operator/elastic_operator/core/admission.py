@@ -47,7 +47,7 @@ from elastic_api.queueing import (
 from elastic_operator.core.setter import ConditionSetter, get_condition
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import iso
-from elastic_operator.objects import ObservedJobSet, ObservedWorkload
+from elastic_operator.model.objects import ObservedJobSet, ObservedWorkload
 
 # The Admitted reasons of a queued job: Kueue has not admitted it or took it back; no
 # pods, phase Queued.

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from elastic_api.conditions import Reason
 from elastic_api.models import Blame, RecoverySpec
 from elastic_api.names import OUT_OF_TPU, TPU_RESOURCE, UNEXPECTED_ADMISSION_ERROR
-from elastic_operator.objects import ObservedNode, ObservedPod
+from elastic_operator.model.objects import ObservedNode, ObservedPod
 
 # DisruptionTarget reasons of the node's lifecycle (not of an API client or the scheduler).
 NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})

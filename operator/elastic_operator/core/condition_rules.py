@@ -23,7 +23,7 @@ from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.unreported import confirmed_message, unconfirmed_message
 from elastic_operator.core.wording import first_of, fmt_slices, iso, plural
-from elastic_operator.objects import ObservedJobSet
+from elastic_operator.model.objects import ObservedJobSet
 
 # The SliceDown condition names at most this many slices and why, then counts the rest.
 MAX_SLICES_NAMED = 8

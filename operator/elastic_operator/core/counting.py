@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from elastic_api.models import CountedFailures, SliceStatus
-from elastic_operator.objects import ObservedJob, ObservedPod
+from elastic_operator.model.objects import ObservedJob, ObservedPod
 
 _IN_FAILURE = ("Down", "Restarting")
 

@@ -33,7 +33,7 @@ from elastic_operator.core.redispatch import redispatch_allowed, suspended_after
 from elastic_operator.core.setter import ConditionSetter, get_condition
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import iso
-from elastic_operator.objects import ObservedWorkerCluster, ObservedWorkload
+from elastic_operator.model.objects import ObservedWorkerCluster, ObservedWorkload
 
 
 def dispatched(workload: ObservedWorkload | None, previous: ElasticTrainingJobStatus) -> bool:

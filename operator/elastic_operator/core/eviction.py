@@ -35,7 +35,7 @@ from elastic_api.queueing import (
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import duration, iso
-from elastic_operator.objects import ObservedWorkload
+from elastic_operator.model.objects import ObservedWorkload
 
 # Kueue's defaults (apis/config/v1beta2/defaults.go): timeout 30 min, recoveryTimeout
 # the same.

@@ -18,7 +18,7 @@ from elastic_api.names import HEAD_REPLICATED_JOB, JOBSET_FAIL_JOBSET_MESSAGE, c
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import fmt_slices
-from elastic_operator.objects import Observed, ObservedJobSet
+from elastic_operator.model.objects import Observed, ObservedJobSet
 
 
 @dataclass(frozen=True)
@@ -95,16 +95,16 @@ def jobset_failure(spec: ElasticTrainingJobSpec, observed: Observed,
         return None
     budget = budgets_of(spec).jobset_restarts
     counted = budgets.jobset_restarts if budgets is not None else None
-    in_place = budgets.main_restarts.total if budgets and budgets.main_restarts else 0
+    main_in_place = budgets.main_restarts.total if budgets and budgets.main_restarts else 0
     head = next((r for r in jobset.replicated_jobs if r.name == HEAD_REPLICATED_JOB), None)
     head_pod_failed = any(p.replicated_job == HEAD_REPLICATED_JOB and p.failed
                           for p in observed.pods)
     message = f"JobSet {jobset.name} failed after {jobset.restarts} restarts"
-    if in_place:
-        message += f" and {in_place} of main in place"
+    if main_in_place:
+        message += f" and {main_in_place} of main in place"
     if (counted is not None and counted.spent_at is not None) or _ended_head(jobset):
         reason = Reason.MAX_RESTARTS_EXCEEDED
-        used = counted.used if counted is not None else jobset.restarts + in_place
+        used = counted.used if counted is not None else jobset.restarts + main_in_place
         # Many restarts within a window are a crash loop; over the whole run, a count spent.
         spent = "a crash loop" if budget.window_seconds is not None else "the budget spent"
         message += (f", {used} of them {budget.span()}: {spent} (allowed: "

@@ -25,7 +25,7 @@ from typing import Literal
 from elastic_api.conditions import Reason
 from elastic_api.models import RecoverySpec, SliceReplacement
 from elastic_operator.core.blame import Evidence
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 
 Placement = Literal["InPlace", "Recreate"]
 
@@ -117,7 +117,7 @@ def case_of(failure: Failure, recovery: RecoverySpec) -> str:
         return "PodEnded"
     if not failure.broken and not failure.restarted_unseen:
         return "HostNotReady" if failure.reason == Reason.HOST_NOT_READY else "PodEnded"
-    if not recovery.in_place:
+    if not recovery.in_place_allowed:
         return "InPlaceOff"
     return "ProcessExited" if failure.broken else "RestartedUnseen"
 

@@ -38,7 +38,7 @@ from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.sliceview import SliceViews
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import fmt_slices, iso
-from elastic_operator.objects import Observed, ObservedNode
+from elastic_operator.model.objects import Observed, ObservedNode
 
 OPEN_PHASES = ("Requested", "Acknowledged", "Moving")
 

@@ -10,7 +10,7 @@ from typing import Any
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.names import APPLIED_SPEC_ANNOTATION, SUSPENDED_BY_OPERATOR_ANNOTATION
 from elastic_api.validation import MUTABLE_SPEC_FIELDS
-from elastic_operator.objects import ObservedJobSet
+from elastic_operator.model.objects import ObservedJobSet
 
 
 def applied_spec(job: ElasticTrainingJob) -> str:

@@ -24,7 +24,7 @@ from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.ownership import owned, owned_by_another
 from elastic_operator.core.podsready import pods_ready_condition, release_after_eviction
 from elastic_operator.core.redispatch import evicted_for_lost_worker, redispatch_allowed
-from elastic_operator.objects import ObservedJobSet, ObservedWorkload, QuarantineCause
+from elastic_operator.model.objects import ObservedJobSet, ObservedWorkload, QuarantineCause
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class FailWorkerJob:
 
 @dataclass(frozen=True)
 class EndHeadJob:
-    """The JobSet's restart budget is spent (elastic_api.budgets; core/budgets.py): by
+    """The JobSet's restart budget is spent (elastic_api.budgets; core/budget_tracking.py): by
     the JobSet's restarts within its window, or by main's restarts in place with them. Set
     the head Job's activeDeadlineSeconds to 0 (uid precondition); the Job fails
     (DeadlineExceeded) and the JobSet's failure-policy rule for it
@@ -191,7 +191,7 @@ class EndHeadJob:
     name: str
     uid: str
     restarts: int  # the restarts that count against the budget now
-    in_place: int  # of the run's, main's restarts in place
+    main_in_place: int  # of the run's, main's restarts in place
 
 
 @dataclass(frozen=True)

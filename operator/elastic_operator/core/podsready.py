@@ -26,7 +26,7 @@ from elastic_api.queueing import (
 )
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.wording import iso
-from elastic_operator.objects import ObservedWorkload
+from elastic_operator.model.objects import ObservedWorkload
 
 # The reason of Kueue's PodsReady condition when True.
 PODS_READY = "PodsReady"

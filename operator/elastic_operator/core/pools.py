@@ -22,7 +22,7 @@ from elastic_api.conditions import Reason
 from elastic_api.models import PoolFailure, PoolStatus, RecoverySpec, SliceStatus
 from elastic_operator.core.blame import JOB_EVIDENCE_REASONS, NODE_EVIDENCE_REASONS, Evidence
 from elastic_operator.core.wording import fmt_slices, plural
-from elastic_operator.objects import ObservedNode, ObservedPod, ObservedPool
+from elastic_operator.model.objects import ObservedNode, ObservedPod, ObservedPool
 
 # Pools named in a NoHealthyPool message (the rest are counted).
 MAX_POOLS_LISTED = 8

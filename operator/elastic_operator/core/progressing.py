@@ -57,7 +57,7 @@ from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.stall_rule import Verdict, deadline_of, due_in, judge, watched
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import duration, fmt_slices, iso
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 
 
 @dataclass(frozen=True)

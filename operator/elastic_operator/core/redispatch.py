@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.queueing import WORKLOAD_EVICTED
-from elastic_operator.objects import ObservedWorkload
+from elastic_operator.model.objects import ObservedWorkload
 
 # Kueue v0.19.2 (pkg/controller/admissionchecks/multikueue/workload.go): the MultiKueue
 # check goes to Retry with this message once the cluster the Workload was admitted in has

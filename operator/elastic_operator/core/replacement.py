@@ -71,7 +71,7 @@ from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.sliceview import SliceView, SliceViews, slice_views
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import plural
-from elastic_operator.objects import (
+from elastic_operator.model.objects import (
     Observed,
     ObservedJob,
     ObservedJobSet,
@@ -107,7 +107,7 @@ def track_replacements(
     """slices[].pool, .replacement and .lastReplacement, and status.pools, after this
     reconcile's slice changes (`views`: each slice's pods). `reported`: the evidence of
     the slices the trainer blames (core/hung.py), which their pods do not show;
-    `jobset_restarted_at`: when the JobSet last restarted (core/budgets.py)."""
+    `jobset_restarted_at`: when the JobSet last restarted (core/budget_tracking.py)."""
     by_change = {c.index: c for c in changes}
     budget = budgets_of(spec).slice_restarts
     failed_on: list[tuple[str, Evidence]] = []

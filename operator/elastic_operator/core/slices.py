@@ -28,7 +28,7 @@ from elastic_operator.core.counting import JobCount, next_counted, unseen, unsee
 from elastic_operator.core.sliceview import HostView, SliceView, SliceViews
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.wording import first_of
-from elastic_operator.objects import Observed, ObservedJob
+from elastic_operator.model.objects import Observed, ObservedJob
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from elastic_api.conditions import Reason
 from elastic_api.models import RecoverySpec
 from elastic_operator.core.blame import Evidence, broken, slice_evidence
 from elastic_operator.core.pools import pod_pool, slice_pool
-from elastic_operator.objects import Observed, ObservedNode, ObservedPod
+from elastic_operator.model.objects import Observed, ObservedNode, ObservedPod
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
 

@@ -5,7 +5,7 @@ change that wakes the job at once while a reconcile of it runs (a pod failing, a
 waits for that reconcile to end, then runs its own: on a large job on a loaded node that
 wait was most of the detection's tail (docs/benchmarks.md), and a recovery keeps the job
 reconciled for its hosts' progress for minutes. So the reconcile in progress is told at
-each phase by its caller (the work queue, scheduler.py `running`) whether the job was
+each phase by its caller (the work queue, work_queue.py `running`) whether the job was
 requeued at once since it started (`requeued`), and starts over from its reads, which
 then see the change, when finishing would only delay that change:
 

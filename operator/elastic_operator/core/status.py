@@ -49,7 +49,7 @@ from elastic_api.models import (
 from elastic_api.queueing import EVICTION_PENDING, REASON_NO_WORKLOAD, caused_by_eviction
 from elastic_api.stragglers import slow_slices
 from elastic_operator.core.admission import Admission, decide_admission
-from elastic_operator.core.budgets import (
+from elastic_operator.core.budget_tracking import (
     Spending,
     head_restarts,
     jobset_restarted_at,
@@ -81,7 +81,7 @@ from elastic_operator.core.failure import (
 )
 from elastic_operator.core.goodput_status import compute_goodput
 from elastic_operator.core.hung import Requested, reported_evidence, requested_down
-from elastic_operator.core.images import image_drift_condition, image_drift_events
+from elastic_operator.core.image_drift import image_drift_condition, image_drift_events
 from elastic_operator.core.maintenance import (
     OPEN_PHASES,
     checkpoint_request,
@@ -115,7 +115,7 @@ from elastic_operator.core.unreported import (
     reports_recovery,
 )
 from elastic_operator.core.wording import fmt_slices
-from elastic_operator.objects import Observed, ObservedJobSet, parse_time
+from elastic_operator.model.objects import Observed, ObservedJobSet, parse_time
 
 
 @dataclass(frozen=True)

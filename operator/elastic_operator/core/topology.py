@@ -20,7 +20,7 @@ from elastic_api.models import Condition, ElasticTrainingJobSpec, SliceStatus
 from elastic_operator.core.setter import ConditionSetter
 from elastic_operator.core.sliceview import SliceViews
 from elastic_operator.core.wording import plural
-from elastic_operator.objects import Observed, ObservedNode
+from elastic_operator.model.objects import Observed, ObservedNode
 
 
 def slice_domains(spec: ElasticTrainingJobSpec, slices: list[SliceStatus],

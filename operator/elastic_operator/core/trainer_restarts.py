@@ -8,7 +8,7 @@ the crash failed the head pod, the head Job and, through JobSet's failurePolicy,
 JobSet: every slice's pods recreated.
 
 The budget stays the JobSet's (spec.maxRestarts, per window or over the run,
-elastic_api.budgets), as when each crash cost a JobSet restart: core/budgets.py charges
+elastic_api.budgets), as when each crash cost a JobSet restart: core/budget_tracking.py charges
 each of main's restarts in place to it, once, when first seen. Once spent, the operator
 ends the head Job (`budgets.plan_end_head`: activeDeadlineSeconds 0), and the JobSet's
 failure-policy rule for that Job's DeadlineExceeded fails the JobSet, so the job fails as
@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from elastic_api.models import ElasticTrainingJobSpec, TrainerRestart
 from elastic_api.names import HEAD_REPLICATED_JOB
-from elastic_operator.objects import ObservedPod
+from elastic_operator.model.objects import ObservedPod
 
 
 def live_head(pods: Sequence[ObservedPod]) -> ObservedPod | None:

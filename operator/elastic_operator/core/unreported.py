@@ -9,9 +9,10 @@ later by the trainer's progress. docs/design/recovery.md has the rule.
 - For one that does not, a recovery closes (`closedBy: Operator`) once every slice is
   Ready again and the head's `main` container has been running since before the failure
   (the process that lived through it: not restarted, not terminated), or, when `main`
-  started after it (a new head pod), once that process shows progress since the failure
-  (then confirmed at once). Nothing says when training resumed or what it lost:
-  resumedAt, downtimeSeconds, stepsLost, restoredFromStep and restoreSource stay unset.
+  started after it (restarted in its pod, or in a new head pod), once that process shows
+  progress since the failure (then confirmed at once). Nothing says when training
+  resumed or what it lost: resumedAt, downtimeSeconds, stepsLost, restoredFromStep and
+  restoreSource stay unset.
 - Confirmed (`confirmedBy`) by what comes after the closure: a status.training report
   made after it with another step than the one reported at the closure
   (`TrainingReport`), or a listing made after it whose newest committed checkpoint is
@@ -35,7 +36,7 @@ from elastic_api.models import (
 )
 from elastic_api.names import HEAD_REPLICATED_JOB
 from elastic_operator.core.wording import fmt_slices, iso
-from elastic_operator.objects import ObservedContainer, ObservedPod
+from elastic_operator.model.objects import ObservedContainer, ObservedPod
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ def head_main(pods: Iterable[ObservedPod]) -> ObservedContainer | None:
 
 def main_ran_through(main: ObservedContainer | None, detected_at: datetime) -> bool:
     """`main` runs and started before the failure: the process that lived through it
-    (the head's restartPolicy is Never: a restart is a new pod, started later)."""
+    (a restart, in its pod where the cluster has container restart rules, else in a new
+    head pod, starts it later)."""
     return main is not None and main.state == "running" and main.started_at is not None \
         and main.started_at <= detected_at
 

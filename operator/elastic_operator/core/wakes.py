@@ -28,7 +28,7 @@ from datetime import datetime
 
 from elastic_api.models import SliceStatus
 from elastic_api.names import WORKER_REPLICATED_JOB
-from elastic_operator.objects import ObservedJob, ObservedPod
+from elastic_operator.model.objects import ObservedJob, ObservedPod
 
 # A worker's phases on its way to serving, in order.
 _SERVING_ORDER = {"Pending": 0, "Running": 1}

@@ -1,0 +1,6 @@
+"""The process: `etj operator` (operator_cli), kopf's wiring and the liveness probe
+(handlers), /readyz (readiness), and `etj render` (render_cli). The only folder that
+imports kopf; app.py builds what it runs.
+
+May import: app, checkpoints, client, core, metrics, queue, render, watch, writes.
+"""

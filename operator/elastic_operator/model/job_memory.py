@@ -1,0 +1,118 @@
+"""What this process remembers of each job between its reconciles, in one place: forgetting
+a deleted job is one `pop`.
+
+None of it is the job's truth (the status is): each field saves a request, a write or a
+wait, and is lost on a restart like any cache (the new leader reads and writes again).
+The reconcile's collaborators each keep their part here (own_writes.py, outbox.py,
+pacer.py, replacement_followups.py). Follow-ups run on other threads and the job cache asks
+`OwnWrites.wrote` from its own: what they share is read and written under `lock`. A
+follow-up holds the JobMemory of the job it was handed for, so one that ends after the
+job was forgotten writes to that object, never to a new job of the same name.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from elastic_operator.model.slice_memo import SliceMemo
+
+JobKey = tuple[str, str]  # (namespace, name)
+# The versions our last status writes of a job produced, kept to know them late.
+OWN_VERSIONS_KEPT = 16
+
+
+@dataclass
+class JobMemory:
+    # The uid of the job whose children this process has created or made sure of (the
+    # trainer's RBAC may be missing after an operator upgrade).
+    children_ensured: str | None = None
+    # --- our own status writes (own_writes.py) ---
+    # The resourceVersion our last status write produced: the watch event of that
+    # version is our own write, no news.
+    written: str | None = None
+    # ... and the version that write was conditional on, with the job as the write's
+    # response returned it: read instead of a GET while the cache still holds that
+    # version (dropped when someone else wrote meanwhile).
+    written_job: tuple[str, dict[str, Any]] | None = None
+    # ... and the versions our last few writes produced: one the job watch delivers late
+    # (after our next write went out) is our own still, no news.
+    own_versions: deque[str] = field(default_factory=lambda: deque(maxlen=OWN_VERSIONS_KEPT))
+    # The last of those versions the job cache has come to hold.
+    seen: str | None = None
+    # A status write is on its way, and the last version the job cache delivered
+    # meanwhile (our write may come back before its response does).
+    writing: bool = False
+    arrived: str | None = None
+    # ... and whether that version was someone else's: the reconcile looks again at once.
+    overwritten: bool = False
+    # --- the Event outbox (outbox.py) ---
+    # Names of the Events in the stored outbox (status.pendingEvents) this process has
+    # posted: not posted again; and those handed to the follow-ups, not posted yet.
+    posted: set[str] = field(default_factory=set)
+    posting: set[str] = field(default_factory=set)
+    # --- pacing (pacer.py) ---
+    # Monotonic time of our last status write.
+    last_write: float | None = None
+    # Progress-only writes since the job's slices were last all Ready (core/pacing.py:
+    # each waits longer). Lost on a restart: the new leader starts over at one interval,
+    # which costs writes, not correctness.
+    progress_streak: int = 0
+    # --- replacement follow-ups (replacement_followups.py) ---
+    # Consecutive failed follow-ups (their retry's backoff).
+    follow_up_failures: int = 0
+    # Uids of worker Jobs this process is deleting (planned, the DELETE maybe still
+    # queued): planned as being deleted (no second DELETE).
+    deleted_jobs: set[str] = field(default_factory=set)
+    # ... and those whose DELETE the API server has answered: seen as being deleted by
+    # the status too (their pods' going is the replacement's teardown) before the Job
+    # cache says so; never one only planned (a slow DELETE's Job is live: its pod
+    # failing is a new failure, core/slices.py).
+    sent_deletes: set[str] = field(default_factory=set)
+    # Head pods handed to the follow-ups for a trainer restart (core/progressing.py).
+    restarted_pods: set[str] = field(default_factory=set)
+    # The name of the Warning Event of a refusal (schema_guard.py) posted: once a job.
+    schema_warned: str | None = None
+    # What the job's reconciles derived from its slices' pods, for the next one
+    # (slice_memo.py: a failure costs a reconcile one slice, not the whole job).
+    memo: SliceMemo = field(default_factory=SliceMemo)
+
+
+class JobMemories:
+    """Every job's JobMemory, by (namespace, name)."""
+
+    def __init__(self) -> None:
+        # Guards the map and the fields more than one thread touches (see above).
+        self.lock = threading.RLock()
+        self._jobs: dict[JobKey, JobMemory] = {}
+
+    def of(self, key: JobKey) -> JobMemory:
+        """The job's memory, made empty the first time."""
+        with self.lock:
+            memory = self._jobs.get(key)
+            if memory is None:
+                memory = self._jobs[key] = JobMemory()
+            return memory
+
+    def peek(self, key: JobKey) -> JobMemory | None:
+        """The job's memory if it has one (asking makes none)."""
+        with self.lock:
+            return self._jobs.get(key)
+
+    def job_keys(self) -> list[JobKey]:
+        with self.lock:
+            return list(self._jobs)
+
+    def all(self) -> list[JobMemory]:
+        with self.lock:
+            return list(self._jobs.values())
+
+    def forget_job(self, key: JobKey) -> None:
+        """The job was deleted: everything remembered of it goes."""
+        with self.lock:
+            self._jobs.pop(key, None)
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self._jobs)

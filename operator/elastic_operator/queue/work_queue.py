@@ -1,0 +1,282 @@
+"""The per-job work queue: everything the operator reacts to names a job here, and a
+bounded pool of worker threads reconciles the jobs named (client-go's workqueue).
+
+- A job named again while it waits is queued once (a burst of thousands of pod events
+  costs one reconcile, which reads the cluster after they happened).
+- A job is never reconciled by two workers at once; one named while it is being
+  reconciled is reconciled once more right after (it may have missed that change).
+- A reconcile that fails is retried on its own, after a capped exponential backoff; any
+  run in between (an event) replaces the pending retry, and a success resets the backoff.
+- A reconcile returns when to look at the job again (result.py: `requeue_after`, a grace
+  period that ends; `paced_after`, for progress only, core/pacing.py); anything else may
+  ask the same at any time (`add_after`; `add_paced`, core/wakes.py). The soonest ask
+  wins and any run before then replaces it.
+- A job named at once (`add`) while a reconcile of it runs is requeued: the queue tells
+  that reconcile (`running`), which may start over from its reads rather than finish and
+  leave the change to wait for it (the rule is core/startover.py); the queue then covers
+  every naming so far (`cover`). app.py wires both; the reconcile never calls the queue.
+
+Every method may be called from any thread: the watch-fed caches, the checkpoint
+scanner, the resync and the follow-ups all name jobs here.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from elastic_api.kube import Backoff
+from elastic_operator.model.result import FAILED, Result
+
+logger = logging.getLogger("elastic_operator")
+
+JobKey = tuple[str, str]  # (namespace, name)
+# Reconcile one job (in a worker thread): its verdict, and when to look again.
+ReconcileFunction = Callable[[str, str], Result]
+# A failed reconcile is retried after 1 s, doubling up to 60 s.
+RECONCILE_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
+DEFAULT_WORKERS = 8
+# Stale entries of the delayed adds' heap allowed beyond twice the live ones.
+HEAP_SLACK = 64
+
+
+class WorkQueue:
+    def __init__(self, backoff: Backoff = RECONCILE_BACKOFF, *, workers: int = DEFAULT_WORKERS,
+                 on_wait: Callable[[float], None] | None = None) -> None:
+        self.backoff = backoff
+        self._workers = workers
+        # Seconds from a job being named to its reconcile starting (a metric).
+        self._on_wait = on_wait or (lambda _s: None)
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # something queued, or stopping
+        self._timer = threading.Condition(self._lock)  # the soonest delayed add changed
+        self._idle = threading.Condition(self._lock)  # a reconcile ended
+        self._queue: deque[JobKey] = deque()
+        self._dirty: set[JobKey] = set()  # queued, or named again while processing
+        self._named_at: dict[JobKey, float] = {}  # when each dirty job was first named
+        self._processing: set[JobKey] = set()
+        self._failures: dict[JobKey, int] = {}
+        # Delayed adds, by kind: when each is due (time.monotonic()); the heap holds
+        # (due, kind, key) and entries no longer in these dicts are skipped.
+        self._retries: dict[JobKey, float] = {}
+        self._wakes: dict[JobKey, float] = {}
+        self._paced: dict[JobKey, float] = {}
+        self._pending = {"retry": self._retries, "wake": self._wakes, "paced": self._paced}
+        # Jobs named at once (`add`, a due retry or wake: anything but `add_paced`) since
+        # their last run started; and the running jobs whose run was started for
+        # progress only (core/startover.py).
+        self._urgent: set[JobKey] = set()
+        self._run_paced: set[JobKey] = set()
+        self._due: list[tuple[float, str, JobKey]] = []
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+
+    # --- naming jobs ---
+
+    def add(self, namespace: str, name: str) -> None:
+        """Reconcile the job soon: now, or right after the reconcile running for it."""
+        with self._lock:
+            self._add_locked((namespace, name), urgent=True)
+
+    def add_after(self, namespace: str, name: str, delay_s: float) -> None:
+        """Reconcile the job in `delay_s` seconds (or sooner, if already asked)."""
+        with self._lock:
+            self._schedule_locked("wake", (namespace, name), delay_s)
+
+    def add_paced(self, namespace: str, name: str, delay_s: float) -> None:
+        """add_after, for progress only: a run it starts may start over if the job is
+        requeued at once meanwhile."""
+        with self._lock:
+            self._schedule_locked("paced", (namespace, name), delay_s)
+
+    def cover(self, namespace: str, name: str) -> None:
+        """The job's running reconcile starts over from its reads: it sees every naming
+        of the job so far, which therefore runs nothing more after it."""
+        key = (namespace, name)
+        with self._lock:
+            if key not in self._processing:
+                return
+            if key in self._urgent:
+                self._run_paced.discard(key)  # the pass it starts is for the requeue
+            self._urgent.discard(key)
+            self._dirty.discard(key)
+            named_at = self._named_at.pop(key, None)
+            for pending in self._pending.values():
+                pending.pop(key, None)
+        if named_at is not None:
+            self._on_wait(time.monotonic() - named_at)
+
+    def forget_job(self, key: JobKey) -> None:
+        """The job was deleted: drop its pending retry, wake-up and failure count, and
+        its superseded entries in the heap of delayed adds (nothing keeps its name)."""
+        with self._lock:
+            for pending in self._pending.values():
+                pending.pop(key, None)
+            self._failures.pop(key, None)
+            if any(entry[2] == key for entry in self._due):
+                self._due = [entry for entry in self._due if entry[2] != key]
+                heapq.heapify(self._due)
+                self._timer.notify()
+
+    def job_keys(self) -> set[JobKey]:
+        """The jobs it holds anything for (job_stores.py)."""
+        with self._lock:
+            return (self._dirty | self._processing | self._urgent | self._run_paced
+                    | self._named_at.keys() | self._failures.keys()
+                    | {key for pending in self._pending.values() for key in pending})
+
+    # --- what it knows ---
+
+    def failures(self, namespace: str, name: str) -> int:
+        """Consecutive failed reconciles of the job (0 after a success)."""
+        with self._lock:
+            return self._failures.get((namespace, name), 0)
+
+    def retry_pending(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace, name) in self._retries
+
+    def wake_pending(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace, name) in self._wakes or (namespace, name) in self._paced
+
+    def running(self, namespace: str, name: str) -> tuple[bool, bool]:
+        """Of the job's running reconcile: whether the job was named at once since it
+        started (requeued), and whether it was started for progress only."""
+        key = (namespace, name)
+        with self._lock:
+            running = key in self._processing
+            return running and key in self._urgent, running and key in self._run_paced
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting for a worker."""
+        with self._lock:
+            return len(self._queue)
+
+    def wait_idle(self, namespace: str, name: str, timeout: float) -> bool:
+        """Block until the job is neither queued nor being reconciled (False: timed out,
+        or stopping)."""
+        key = (namespace, name)
+        with self._lock:
+            return self._idle.wait_for(
+                lambda: self._stopping or (key not in self._dirty
+                                           and key not in self._processing),
+                timeout) and not self._stopping
+
+    # --- the threads ---
+
+    def start(self, reconcile: ReconcileFunction) -> None:
+        """Start the workers, reconciling each job named with `reconcile`, and the timer
+        of delayed adds (jobs named before are kept)."""
+        self._threads = [threading.Thread(target=self._work_loop, args=(reconcile,),
+                                          name=f"reconcile-{i}", daemon=True)
+                         for i in range(self._workers)]
+        self._threads.append(threading.Thread(target=self._timer_loop, name="requeue-timer",
+                                              daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """No reconcile starts from here on (the running ones finish)."""
+        with self._lock:
+            self._stopping = True
+            self._work.notify_all()
+            self._timer.notify_all()
+            self._idle.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    def _work_loop(self, reconcile: ReconcileFunction) -> None:
+        while True:
+            with self._lock:
+                self._work.wait_for(lambda: self._stopping or bool(self._queue))
+                if self._stopping:
+                    return
+                key = self._queue.popleft()
+                self._dirty.discard(key)
+                named_at = self._named_at.pop(key, None)
+                self._processing.add(key)
+                if key not in self._urgent:
+                    self._run_paced.add(key)
+                self._urgent.discard(key)
+                for pending in self._pending.values():
+                    pending.pop(key, None)  # this run covers them
+            if named_at is not None:
+                self._on_wait(time.monotonic() - named_at)
+            result = self._run(reconcile, key)
+            with self._lock:
+                self._processing.discard(key)
+                self._run_paced.discard(key)
+                if result.ok:
+                    self._failures.pop(key, None)
+                else:
+                    self._retry_locked(key)
+                if result.requeue_after is not None:
+                    self._schedule_locked("wake", key, result.requeue_after)
+                if result.paced_after is not None:
+                    self._schedule_locked("paced", key, result.paced_after)
+                if key in self._dirty:  # named while it ran: once more
+                    self._queue.append(key)
+                    self._work.notify()
+                self._idle.notify_all()
+
+    @staticmethod
+    def _run(reconcile: ReconcileFunction, key: JobKey) -> Result:
+        try:
+            return reconcile(*key)
+        except Exception:  # the reconciler logs its own failures; this is a bug
+            logger.exception("reconcile of %s/%s raised", *key)
+            return FAILED
+
+    def _timer_loop(self) -> None:
+        with self._lock:
+            while not self._stopping:
+                now = time.monotonic()
+                while self._due and self._due[0][0] <= now:
+                    due, kind, key = heapq.heappop(self._due)
+                    pending = self._pending[kind]
+                    if pending.get(key) == due:
+                        del pending[key]
+                        self._add_locked(key, urgent=kind != "paced")
+                self._timer.wait(self._due[0][0] - now if self._due else None)
+
+    # --- with the lock held ---
+
+    def _add_locked(self, key: JobKey, *, urgent: bool) -> None:
+        if urgent:
+            self._urgent.add(key)
+        if key in self._dirty:
+            return  # queued already (or to run again after the running one)
+        self._dirty.add(key)
+        self._named_at[key] = time.monotonic()
+        if key not in self._processing:
+            self._queue.append(key)
+            self._work.notify()
+
+    def _schedule_locked(self, kind: str, key: JobKey, delay_s: float) -> None:
+        pending = self._pending[kind]
+        due = time.monotonic() + max(0.0, delay_s)
+        if key in pending and pending[key] <= due:
+            return  # a sooner one is pending
+        pending[key] = due
+        heapq.heappush(self._due, (due, kind, key))
+        live = sum(len(p) for p in self._pending.values())
+        if len(self._due) > 2 * live + HEAP_SLACK:
+            # Superseded and forgotten entries wait in the heap until they come due: a
+            # job reconciled every few seconds with an hour-long wake left hundreds.
+            self._due = [(d, k, j) for k, p in self._pending.items() for j, d in p.items()]
+            heapq.heapify(self._due)
+        self._timer.notify()
+
+    def _retry_locked(self, key: JobKey) -> None:
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = self.backoff.delay(failures)
+        logger.info("reconcile of %s/%s failed %d time(s) in a row; retrying in %.1f s",
+                    *key, failures, delay)
+        self._schedule_locked("retry", key, delay)

@@ -1,0 +1,8 @@
+"""What the watches feed, and what a reconcile reads of it: the informer-fed caches of
+jobs, pods, JobSets, worker Jobs, nodes and Workloads (caches), the served CRD's schema
+verdict (schema_watch), the indexes the pod and node events keep (node_index: jobs by
+node, failures by pool; slice_index: each slice's hosts, and as last computed), and
+`JobReader`, all a reconcile sees of the cluster (job_reader).
+
+May import: checkpoints, client, core, metrics, model.
+"""
