@@ -235,7 +235,8 @@ def goodput_result() -> dict[str, Any]:
                                  "jobset": 0.93, "xpk": 0.85}[label]),
              "causes": {c: _spread(0.01 if c == "recomputedSteps" else 0.0) for c in CAUSES},
              "budgets_spent": 0}
-            for rate in RATES for label, _, _ in VARIANTS]
+            for rate in RATES for label, _, _, _ in VARIANTS
+            if label in {"ours", "ours-train-on", "ours-snapshot-kept", "jobset", "xpk"}]
     medians_ = {"hard": {"detect": 0.2, "back": 2.0, "start": 0.0, "restore": 0.1,
                          "compile": 0.5, "redone": 3, "total": 3.0, "count": 5}}
     return {"months": rows, "seeds": 20, "rates": {r: {} for r in RATES}, "kinds": ["hard"],
