@@ -78,8 +78,8 @@ class Timeline:
     A checkpoint is committed when its write ends (`checkpoint_wall` after it starts), not
     when it starts: until then a restore goes to the one before, and an interruption that
     restores anything (a process or a slice's hosts lost) loses the write in flight.
-    `behind` is the training since the newest committed checkpoint while the newest one
-    started is in flight or lost (0: it committed, and `since` says it all)."""
+    `behind_at_start`: the training between the newest committed checkpoint and the newest
+    one started, which a restore loses too while that one is in flight or lost."""
 
     job: Job
     hw: Hardware
