@@ -24,7 +24,16 @@ from typing import Any
 from bench import goodput_costs as costs
 from bench.goodput_cluster import STEP_SECONDS, LoadSampler, local_cluster
 from bench.goodput_faults import Side
-from bench.goodput_model import RATES, VARIANTS, Hardware, Job, Local, hardware_table
+from bench.goodput_model import (
+    RATES,
+    UNITS,
+    VARIANTS,
+    Hardware,
+    Job,
+    Local,
+    hardware_table,
+    modelled,
+)
 from bench.goodput_timeline import months
 
 SIZES = (16, 64, 256)  # slices of v5e 16x16 (64 hosts): 1,024, 4,096, 16,384 hosts
@@ -88,15 +97,21 @@ def remodel(saved: dict[str, Any]) -> dict[str, Any]:
 
 def month_table(sizes: tuple[int, ...], seeds: range, hw: Hardware,
                 local: Local) -> list[dict[str, Any]]:
-    """Each size, rate and policy: goodput and its causes over the seeded months."""
+    """Each size, rate (per host and per chip) and policy: goodput and its causes over
+    the seeded months (a variant only where `modelled`)."""
     rows = []
     for slices in sizes:
         for rate_name, (rate, _) in RATES.items():
-            for label, policy, trains_on in VARIANTS:
-                job = Job(slices, trains_on=trains_on)
-                rows.append({"hosts": job.hosts, "slices": slices, "rate": rate_name,
-                             "policy": label, "min_slices": job.min_slices,
-                             **months(policy, job, rate, seeds, hw, local)})
+            for unit in UNITS:
+                for label, policy, trains_on, backend in VARIANTS:
+                    job = Job(slices, trains_on=trains_on, backend=backend)
+                    if not modelled(label, job.hosts):
+                        continue
+                    per_host = job.rate(rate, unit)
+                    rows.append({"hosts": job.hosts, "slices": slices, "rate": rate_name,
+                                 "unit": unit, "per_1000_host_days": round(per_host, 3),
+                                 "policy": label, "min_slices": job.min_slices,
+                                 **months(policy, job, per_host, seeds, hw, local)})
     return rows
 
 

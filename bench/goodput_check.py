@@ -233,7 +233,7 @@ def predicted(check: dict[str, Any], costs: dict[str, Any]) -> dict[str, float]:
                         p["kind"], p["slice"], p["seconds"]) for p in check["plan"]]
         hw = local_hardware(side, costs, name)
         job = Job(4, 2, batch=BATCH, devices_per_slice=2,
-                  reduced_speed=side.get("reduced_speed") or 1.0)
+                  reduced_speed=side.get("reduced_speed") or 1.0, backend="simulated")
         out[name] = month("ours" if ours else "jobset", job, events, hw, local,
                           days=check["duration_seconds"] / 86400,
                           since_checkpoint=side.get("since_checkpoint") or 0.0).goodput
@@ -287,6 +287,9 @@ def local_hardware(side: dict[str, Any], costs: dict[str, Any], name: str) -> Ha
         compile=compile_, compile_back=max(0.0, regrow - restore), step=step,
         collective_timeout=0.0, watchdog=hang,
         slow_found=SLOW_SLICE_SECONDS + SLOW_SLICE_STEPS * step,
+        # The local saves (a tiny model's, on local disk) commit within a step or so:
+        # not timed, taken as at once.
+        checkpoint_wall=0.0,
         snapshot_period=snapshot, checkpoint_period=CHECKPOINT_STEPS * step,
         snapshot_overhead=0.0, checkpoint_overhead=1 - side["efficiency"], resubmit=0.0)
 

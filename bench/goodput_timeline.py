@@ -2,8 +2,11 @@
 job's rate (slower while a slice is slow or the job trains on the slices left), each
 interruption throws away the training since the copy its recovery restores, then pauses
 training for the recovery's parts (bench/goodput_model.py's plans); an interruption that
-comes during a recovery starts its own at once. Every second of the month is either
-useful training or one cause of badput, so the causes add up to the month.
+comes during a recovery starts its own at once in place of what was left of the first (a
+slice of ours already coming back keeps coming): overlapping recoveries are not added. A
+checkpoint counts once its write has ended. An interruption while the job waits to be
+submitted again hits nothing of it. Every second of the month is either useful training
+or one cause of badput, so the causes add up to the month.
 
 The restart budgets are spent as the operator and the trainer spend them
 (elastic_api.budgets, the API's defaults): a refused restart is taken to end the job, as
@@ -31,6 +34,7 @@ from bench.goodput_model import (
     Hardware,
     Job,
     Local,
+    Pause,
     Plan,
     cadenced,
     plan,
@@ -69,11 +73,18 @@ def draw(job: Job, rate: float, seed: int, days: float = MONTH_DAYS) -> list[Eve
 @dataclass
 class Timeline:
     """One job's month, second by second in segments: `run_until` trains (or serves the
-    recovery queue) up to a time; `interrupt` applies a recovery's plan."""
+    recovery queue) up to a time; `interrupt` applies a recovery's plan.
+
+    A checkpoint is committed when its write ends (`checkpoint_wall` after it starts), not
+    when it starts: until then a restore goes to the one before, and an interruption that
+    restores anything (a process or a slice's hosts lost) loses the write in flight.
+    `behind_at_start`: the training between the newest committed checkpoint and the newest
+    one started, which a restore loses too while that one is in flight or lost."""
 
     job: Job
     hw: Hardware
     overhead: float  # the copies' share of training time
+    parallel: bool = False  # ours: slices replaced apart, one still coming back keeps coming
     now: float = 0.0
     useful: float = 0.0
     lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
@@ -81,16 +92,69 @@ class Timeline:
                                                              "checkpoint": 0.0})
     queue: deque[tuple[str, float]] = field(default_factory=deque)  # ("reduced", s) too
     slow_until: float = 0.0
+    commits_at: float = -1.0  # the newest checkpoint write's end (wall time)
+    written_lost: bool = False  # the newest write was lost (it never commits)
+    behind_at_start: float = 0.0  # training between the newest committed and newest started
 
-    def interrupt(self, recovery: Plan) -> None:
+    @property
+    def submitted(self) -> bool:
+        """False while the job waits to be submitted again: nothing of it to interrupt."""
+        return not self.queue or self.queue[0][0] != "other"
+
+    def checkpoint_behind(self) -> float:
+        """The training a restore from the newest committed checkpoint throws away."""
+        in_flight = self.now < self.commits_at - 1e-9
+        if in_flight or self.written_lost:
+            return self.since["checkpoint"] + self.behind_at_start
+        return self.since["checkpoint"]
+
+    def interrupt(self, recovery: Plan, before: Pause = ()) -> None:
+        """The recovery starts at once and replaces what was left of one in progress (a
+        JobSet restarted again, a process started again): overlapping recoveries are not
+        added. Ours' slices come back apart (`parallel`): a slice already being brought
+        back keeps coming, so the new recovery waits (or trains on the slices left) at
+        least until it is back. `before`: a pause ahead of it (a resubmission)."""
+        back_in = self._slice_back_in() if self.parallel else 0.0
+        old_regrow = self._regrow_left()
         if recovery.restores is not None:
-            gone = min(self.since[recovery.restores], self.useful)
+            behind = self.checkpoint_behind()
+            if self.now < self.commits_at - 1e-9:  # the write in flight dies with it
+                self.written_lost = True
+            gone = behind if recovery.restores == "checkpoint" else \
+                self.since[recovery.restores]
+            gone = min(gone, self.useful)
             self.useful -= gone
             self.lost["recomputedSteps"] += gone
             for copy in self.since:
                 self.since[copy] = max(0.0, self.since[copy] - gone)
-        later = [("reduced", recovery.reduced)] if recovery.reduced else []
-        self.queue.extendleft(reversed([*recovery.pause, *later, *recovery.regrow]))
+            if recovery.restores == "checkpoint":  # back at the newest committed one
+                self.written_lost, self.behind_at_start, self.commits_at = False, 0.0, -1.0
+        pause = [*before, *recovery.pause]
+        reduced, regrow = recovery.reduced, list(recovery.regrow)
+        if back_in > 0:
+            if self.job.train_on:
+                reduced = max(reduced, back_in - sum(s for _, s in pause))
+                regrow = regrow or old_regrow
+            else:
+                pause = _wait_at_least(pause, back_in)
+        later = [("reduced", reduced)] if reduced > 0 else []
+        self.queue = deque([*pause, *later, *(regrow if later else [])])
+
+    def _slice_back_in(self) -> float:
+        """Seconds until a slice being brought back is back: the end of the queue's last
+        wait for slices (or of its training on the slices left)."""
+        t = end = 0.0
+        for what, seconds in self.queue:
+            t += seconds
+            if what in ("waitingForSlices", "reduced"):
+                end = t
+        return end
+
+    def _regrow_left(self) -> list[tuple[str, float]]:
+        """The grow-back still queued after the training on the slices left."""
+        items = list(self.queue)
+        at = max((i for i, (w, _) in enumerate(items) if w == "reduced"), default=None)
+        return items[at + 1:] if at is not None else []
 
     def run_until(self, t: float) -> None:
         while self.now < t - 1e-9:
@@ -123,14 +187,40 @@ class Timeline:
             self.lost["checkpointing"] += seconds * rate * self.overhead
             done = seconds * rate * (1 - self.overhead)
             self.useful += done
-            self._copies(done)
-        self.now += dt
+            self._copies(done, done / seconds if seconds > 0 else 0.0)
+            self.now += seconds
 
-    def _copies(self, done: float) -> None:
+    def _copies(self, done: float, pace: float) -> None:
+        """`done` seconds of training from now at `pace` (training a wall second): each
+        copy's period advances; a checkpoint started in it commits a write's time later."""
         periods = {"snapshot": self.hw.snapshot_period.value,
                    "checkpoint": self.hw.checkpoint_period.value}
         for copy, period in periods.items():
-            self.since[copy] = (self.since[copy] + done) % period
+            total = self.since[copy] + done
+            self.since[copy] = total % period
+            if copy == "checkpoint" and total >= period:
+                # The newest start in this stretch; the one before it committed, or was
+                # lost (the training since the committed one then grows by its period).
+                started = self.now + (done - self.since[copy]) / pace
+                committed_before = total >= 2 * period or (
+                    not self.written_lost and self.commits_at <= started + 1e-9)
+                self.behind_at_start = period if committed_before \
+                    else self.behind_at_start + period
+                self.commits_at = started + self.hw.checkpoint_wall.value
+                self.written_lost = False
+
+
+def _wait_at_least(pause: list[tuple[str, float]], until: float) -> list[tuple[str, float]]:
+    """The pause with its last wait for slices ending no sooner than `until` seconds in."""
+    t, last = 0.0, None
+    for i, (what, seconds) in enumerate(pause):
+        t += seconds
+        if what == "waitingForSlices":
+            last, end = i, t
+    if last is None or end >= until:
+        return pause
+    what, seconds = pause[last]
+    return [*pause[:last], (what, seconds + until - end), *pause[last + 1:]]
 
 
 def spec_of(job: Job) -> ElasticTrainingJobSpec:
@@ -194,32 +284,38 @@ def month(policy: str, job: Job, events: Sequence[Event], hw: Hardware, local: L
     newest checkpoint when it starts)."""
     overhead = hw.checkpoint_overhead.value + hw.snapshot_overhead.value
     ours = policy.startswith("ours")
-    line = Timeline(job, hw, overhead)
+    line = Timeline(job, hw, overhead, parallel=ours)
     line.since["checkpoint"] = since_checkpoint
     budgets, spent = Budgets.of(job), []
-    for e in expand(policy, events, hw):
+    for e in expand(policy, events, hw, job):
         line.run_until(e.at)
         if e.kind == "slow":
             line.slow_until = max(line.slow_until, e.at + e.seconds)
             continue
+        if not line.submitted:  # no job running to interrupt until it is submitted again
+            continue
+        before: Pause = ()
         if ours and not budgets.charge(e):
             spent += budgets.spent
             budgets = Budgets.of(job)
-            line.queue.appendleft(("other", hw.resubmit.value))  # resubmitted
+            before = (("other", hw.resubmit.value),)  # resubmitted
         if e.kind == "move":  # the slow slice found and moved: it is slow no more
             line.slow_until = min(line.slow_until, line.now)
-        line.interrupt(plan(policy, "slow" if e.kind == "move" else e.kind, job, hw, local))
+        line.interrupt(plan(policy, "slow" if e.kind == "move" else e.kind, job, hw, local),
+                       before)
     line.run_until(days * DAY)
     return Month(days * DAY, line.useful, line.lost, tuple(spent))
 
 
-def expand(policy: str, events: Sequence[Event], hw: Hardware) -> list[Event]:
+def expand(policy: str, events: Sequence[Event], hw: Hardware, job: Job) -> list[Event]:
     """The events as the timeline plays them: a slow slice ours finds (one slow longer
-    than it takes to find it) is slow that long, then moved (a `move`)."""
+    than it takes to find it, on a backend that times each slice) is slow that long, then
+    moved (a `move`); on Pathways it stays slow to its end, as for the baselines."""
     out = []
     found = hw.slow_found.value
     for e in events:
-        if e.kind == "slow" and policy.startswith("ours") and e.seconds > found:
+        if e.kind == "slow" and policy.startswith("ours") and job.finds_slow and \
+                e.seconds > found:
             out += [replace(e, seconds=found), Event(e.at + found, "move", e.slice)]
         else:
             out.append(e)

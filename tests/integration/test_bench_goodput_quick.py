@@ -54,8 +54,11 @@ def test_each_fault_was_measured_on_both_sides(goodput: dict[str, Any]) -> None:
 
 def test_the_month_is_composed_for_every_policy(goodput: dict[str, Any]) -> None:
     rows = goodput["months"]
-    assert {r["policy"] for r in rows} == {"ours", "ours-train-on", "ours-snapshot-kept",
-                                           "jobset", "xpk"}
+    # 1,024 hosts: xpk's defaults are modelled there, the JobSet recreated in the time
+    # measured at the record size is not (bench/goodput_model.modelled).
+    assert {r["policy"] for r in rows} == {"ours", "ours-finds-slow", "ours-train-on",
+                                           "ours-snapshot-kept", "jobset", "xpk"}
+    assert {r["unit"] for r in rows} == {"host", "chip"}
     for row in rows:
         assert 0 < row["goodput"]["mean"] < 1, row
         assert row["budgets_spent"] == 0 or row["policy"] != "ours", row

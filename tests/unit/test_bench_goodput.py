@@ -14,7 +14,7 @@ from bench import report
 from bench.goodput_account import Recovery, SlowEpisode, Step, account, walk
 from bench.goodput_check import Planned, actions
 from bench.goodput_logs import Record, parse_line
-from bench.goodput_model import CAUSES, RATES, SHARES, VARIANTS
+from bench.goodput_model import CAUSES, RATES, SHARES, UNITS, VARIANTS, modelled
 from bench.goodput_phases import medians, phases
 from bench.goodput_side import SideSpec, job_manifest, trainer_command
 
@@ -230,12 +230,17 @@ def _spread(v: float) -> dict[str, float]:
 
 
 def goodput_result() -> dict[str, Any]:
-    rows = [{"hosts": 1024, "slices": 16, "rate": rate, "policy": label,
-             "goodput": _spread({"ours": 0.97, "ours-train-on": 0.972, "ours-snapshot-kept": 0.975,
-                                 "jobset": 0.93, "xpk": 0.85}[label]),
+    values = {"ours": 0.97, "ours-finds-slow": 0.976, "ours-train-on": 0.972,
+              "ours-snapshot-kept": 0.975, "jobset": 0.93, "jobset-recreated": 0.5,
+              "xpk": 0.85}
+    rows = [{"hosts": hosts, "slices": hosts // 64, "rate": rate, "unit": unit,
+             "per_1000_host_days": 3.79 / (2 if unit == "chip" else 1), "policy": label,
+             "goodput": _spread(values[label] + (0.01 if unit == "chip" else 0.0)),
              "causes": {c: _spread(0.01 if c == "recomputedSteps" else 0.0) for c in CAUSES},
+             "copies": {"checkpoint_period": 200.0 if label.startswith("ours") else 298.5},
              "budgets_spent": 0}
-            for rate in RATES for label, _, _ in VARIANTS]
+            for hosts in (1024, 16384) for rate in RATES for unit in UNITS
+            for label, _, _, _ in VARIANTS if modelled(label, hosts)]
     medians_ = {"hard": {"detect": 0.2, "back": 2.0, "start": 0.0, "restore": 0.1,
                          "compile": 0.5, "redone": 3, "total": 3.0, "count": 5}}
     return {"months": rows, "seeds": 20, "rates": {r: {} for r in RATES}, "kinds": ["hard"],
@@ -244,18 +249,43 @@ def goodput_result() -> dict[str, Any]:
 
 
 def test_the_goodput_rows() -> None:
+    """The headline is ours on Pathways against plain JobSet at its own cadence and the
+    published restart, per host with the per-chip row under it; the measured recreation
+    only at the record size, xpk only up to 1,024 hosts (issue 79)."""
     rows = report.goodput_rows(goodput_result(), {})
     headline = rows[0]
-    assert "1,024 hosts" in headline[0] and "Llama 3's rate" in headline[0]
+    assert "1,024 hosts" in headline[0] and "Llama 3's rate per host" in headline[0]
+    assert "3.9 interruptions a day" in headline[0] and "Pathways" in headline[0]
     assert headline[1:] == ("97.00% (96.90%-97.10%)", "93.00% (92.90%-93.10%)", "1.04")
-    assert rows[1][1].startswith("97.20%") and rows[1][2].startswith("85.00%")
-    assert rows[2][1].startswith("97.50%")
-    assert rows[3][1] == "recomputedSteps 1.00%; budgets spent 0"
+    assert "per chip" in rows[1][0] and "1.9 interruptions a day" in rows[1][0]
+    assert rows[1][1].startswith("98.00%") and rows[1][2].startswith("94.00%")
+    assert "slow slices" in rows[2][0] and rows[2][1].startswith("97.60%")
+    assert rows[2][2] == "-"
+    assert rows[3][1].startswith("97.20%") and rows[4][1].startswith("97.50%")
+    small = [row[0] for row in rows if row[0].startswith("The same") or "hosts" in row[0]]
+    first_big = next(i for i, row in enumerate(rows) if row[0].startswith("16,384"))
+    assert any("xpk" in f for f in small[:first_big])
+    assert not any("xpk" in row[0] for row in rows[first_big:])
+    assert not any("1,084 s" in row[0] for row in rows[:first_big])
+    measured = next(row for row in rows[first_big:] if "1,084 s" in row[0])
+    assert measured[1:] == ("-", "50.00% (49.90%-50.10%)", "-")
+    causes = rows[first_big - 1]
+    assert causes[1] == "recomputedSteps 1.00%; budgets spent 0; a checkpoint every 200 s"
+    assert causes[2] == "recomputedSteps 1.00%; a checkpoint every 298 s"
     assert all(len(row) == 4 for row in rows)
     assert rows[-2][1] == "3.00 s (n=5; 0.20; 2.00; 0.00; 0.10; 0.50; 3 steps)"
     table = report.table({"benchmarks": {"goodput": {
         "measured_at": "2026-12-06T12:00:00Z", "result": goodput_result()}}})
     assert "**Goodput over a month of failures" in table
+
+
+def test_the_goodput_rows_of_a_run_saved_before_the_units() -> None:
+    """A results file from before the per-chip rows (no `unit`) still makes its rows."""
+    old = goodput_result()
+    old["months"] = [{k: v for k, v in m.items() if k not in ("unit", "per_1000_host_days")}
+                     for m in old["months"] if m["unit"] == "host"]
+    rows = report.goodput_rows(old, {})
+    assert rows[0][1].startswith("97.00%") and "per chip" not in rows[1][0]
 
 
 def test_the_check_rows_say_predicted_against_measured() -> None:
