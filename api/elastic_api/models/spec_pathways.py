@@ -54,8 +54,9 @@ class PathwaysSpec(ApiModel):
 
     version: str = Field(
         DEFAULT_PATHWAYS_VERSION, max_length=128,
-        description="Tag of the Pathways server and proxy images (<date>-jax_<version>, "
-        "pairing with the JAX of main; the default pairs with the bundled trainer's). "
+        description="Tag of the Pathways server and proxy images (<date>-jax_<version> or "
+        "jax-<version>, pairing with the JAX of main; the default pairs with the bundled "
+        "trainer's). "
         "latest is refused: it moves, and a slice replaced later would pull another "
         "server than its peers run.",
     )
