@@ -23,6 +23,7 @@ import base64
 import datetime as dt
 import ipaddress
 import json
+import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -261,8 +262,15 @@ def config(webhook_port: int, health_port: int, cert_dir: Path, version: str,
     return cfg
 
 
+# ETJ_KUEUE_LOG_LEVEL=3 makes Kueue log its V(2)/V(3) steps (MultiKueue's dispatch and
+# status copies among them), for a failure its errors alone do not explain.
+LOG_LEVEL_ENV = "ETJ_KUEUE_LOG_LEVEL"
+
+
 def args(binary: Path, layout: Layout) -> list[str]:
-    return [str(binary), f"--kubeconfig={layout.kubeconfig}", f"--config={layout.config}"]
+    level = os.environ.get(LOG_LEVEL_ENV)
+    return [str(binary), f"--kubeconfig={layout.kubeconfig}", f"--config={layout.config}",
+            *([f"--zap-log-level={level}"] if level else [])]
 
 
 def _b64(data: bytes) -> str:
