@@ -36,7 +36,7 @@ TO_MOVE = {
     ("metrics/metrics", "_jobs"), ("metrics/metrics", "_specs"),
     ("metrics/job_metrics", "_slices"),
     ("watch/node_index", "_pods_on"), ("watch/node_index", "_failures"),
-    ("watch/slice_index", "_slices"), ("watch/slice_index", "_computed"),
+    ("watch/slice_index", "_slices"),
     ("writes/pool_warden", "_seen"),
     ("watch/caches", "_owners"),
 }

@@ -4,10 +4,12 @@ a deleted job is one `pop`.
 None of it is the job's truth (the status is): each field saves a request, a write or a
 wait, and is lost on a restart like any cache (the new leader reads and writes again).
 The reconcile's collaborators each keep their part here (own_writes.py, outbox.py,
-pacer.py, replacement_followups.py). Follow-ups run on other threads and the job cache asks
-`OwnWrites.wrote` from its own: what they share is read and written under `lock`. A
-follow-up holds the JobMemory of the job it was handed for, so one that ends after the
-job was forgotten writes to that object, never to a new job of the same name.
+pacer.py, replacement_followups.py), and so do the indexes the watches keep
+(slice_index.py: the slices as last computed, under its own lock). Follow-ups run on
+other threads and the job cache asks `OwnWrites.wrote` from its own: what they share is
+read and written under `lock`. A follow-up holds the JobMemory of the job it was handed
+for, so one that ends after the job was forgotten writes to that object, never to a new
+job of the same name.
 """
 from __future__ import annotations
 
@@ -77,6 +79,11 @@ class JobMemory:
     # What the job's reconciles derived from its slices' pods, for the next one
     # (slice_memo.py: a failure costs a reconcile one slice, not the whole job).
     memo: SliceMemo = field(default_factory=SliceMemo)
+    # --- the slice index (watch/slice_index.py) ---
+    # Its slices as the job's last reconcile computed them, by index (core/wakes.py
+    # `ComputedSlice`; model/ imports no core), None until one did or while not judged.
+    # Read and written under the slice index's lock, not `lock`.
+    computed: dict[int, Any] | None = None
 
 
 class JobMemories:
@@ -107,6 +114,10 @@ class JobMemories:
     def all(self) -> list[JobMemory]:
         with self.lock:
             return list(self._jobs.values())
+
+    def items(self) -> list[tuple[JobKey, JobMemory]]:
+        with self.lock:
+            return list(self._jobs.items())
 
     def forget_job(self, key: JobKey) -> None:
         """The job was deleted: everything remembered of it goes."""
