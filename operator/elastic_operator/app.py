@@ -297,7 +297,8 @@ def build_operator(
     settings = replacement or ReplacementSettings()
     nodes, memory = NodeIndex(clock), JobMemories()
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
-                                clock=clock, roots=checkpoint_roots or CheckpointRoots.default())
+                                clock=clock, roots=checkpoint_roots or CheckpointRoots.default(),
+                                memory=memory)
     resync = threading.Event()
     elector = _elector(kube, metrics, election, resync.set, clock) \
         if election is not None else None

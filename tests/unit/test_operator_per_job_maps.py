@@ -29,8 +29,6 @@ TO_MOVE = {
         "_queue", "_dirty", "_named_at", "_processing", "_failures", "_retries", "_wakes",
         "_paced", "_urgent", "_run_paced", "_due")
 } | {
-    ("checkpoints/scanner", "_last_start"), ("checkpoints/scanner", "_running"),
-    ("checkpoints/scanner", "_last_result"),
     ("writes/followups", "_pending"), ("writes/followups", "_ready"),
     ("writes/followups", "_running"),
     ("metrics/metrics", "_jobs"), ("metrics/metrics", "_specs"),

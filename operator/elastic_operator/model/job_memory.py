@@ -5,7 +5,8 @@ None of it is the job's truth (the status is): each field saves a request, a wri
 wait, and is lost on a restart like any cache (the new leader reads and writes again).
 The reconcile's collaborators each keep their part here (own_writes.py, outbox.py,
 pacer.py, replacement_followups.py), and so do the indexes the watches keep
-(slice_index.py: the slices as last computed, under its own lock). Follow-ups run on
+(slice_index.py: the slices as last computed; scanner.py: the checkpoint scans; each
+under its own lock). Follow-ups run on
 other threads and the job cache asks `OwnWrites.wrote` from its own: what they share is
 read and written under `lock`. A follow-up holds the JobMemory of the job it was handed
 for, so one that ends after the job was forgotten writes to that object, never to a new
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from elastic_api.models import CheckpointStatus
 from elastic_operator.model.slice_memo import SliceMemo
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -84,6 +87,11 @@ class JobMemory:
     # `ComputedSlice`; model/ imports no core), None until one did or while not judged.
     # Read and written under the slice index's lock, not `lock`.
     computed: dict[int, Any] | None = None
+    # --- checkpoint scans (checkpoints/scanner.py), under the scanner's lock ---
+    # Monotonic time the last scan started, the one running, the last one finished.
+    scan_started: float | None = None
+    scan_running: Future[CheckpointStatus] | None = None
+    scan_result: CheckpointStatus | None = None
 
 
 class JobMemories:

@@ -10,9 +10,10 @@ test_soak_churn.py). app.py registers each one:
     work-queue        work_queue.py: a job queued or running, its failures, its pending
                       retry, wake or paced look, and whether its run was requeued or is for progress
     checkpoint-scans  scanner.py: the last scan started, the one running, its last result
+                      (fields of the job's JobMemory, counted by the scanner)
     node-index        node_index.py: the job's pods on each node, its failures on pools
     slice-index       slice_index.py: its worker pods by slice and host, each slice as last
-                      computed
+                      computed (the latter a field of the job's JobMemory)
     torn-down-jobs    caches.py: its worker Jobs seen being deleted
     metrics           metrics.py, job_metrics.py: its per-job series
     follow-ups        followups.py: its work waiting or running (runs out by itself)
