@@ -65,7 +65,10 @@ class JobMemory:
     # which costs writes, not correctness.
     progress_streak: int = 0
     # --- replacement follow-ups (replacement_followups.py) ---
-    # Consecutive failed follow-ups (their retry's backoff).
+    # Consecutive failed follow-ups (their retry's backoff). Not the work queue's count
+    # of failed reconciles: each resets on its own success, and one count would keep a
+    # follow-up that fails between successful reconciles at the first backoff (issue 77
+    # item 2 makes a follow-up's failure a failed Result, counted once by the queue).
     follow_up_failures: int = 0
     # Uids of worker Jobs this process is deleting (planned, the DELETE maybe still
     # queued): planned as being deleted (no second DELETE).
