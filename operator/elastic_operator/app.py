@@ -419,11 +419,15 @@ def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemor
                 slice_index: SliceIndex, caches: Caches, follow_ups: FollowUps,
                 warden: PoolWarden | None) -> None:
     """Every per-job store (job_stores.py lists what each keeps), forgotten with its job
-    and counted in the metrics."""
+    and counted in the metrics; the metrics keep which series a job has in its record."""
+    metrics.remember_in(memory)
     named: dict[str, JobStore | None] = {
-        "job-memory": memory, "work-queue": work_queue, "checkpoint-scans": scanner,
+        "work-queue": work_queue, "checkpoint-scans": scanner,
         "node-index": nodes, "slice-index": slice_index, "torn-down-jobs": caches.torn_down,
-        "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden}
+        "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden,
+        # Last: the others forget what the job's record tells them (the metrics remove
+        # the per-slice series it lists) before it goes.
+        "job-memory": memory}
     for name, store in named.items():
         if store is not None:
             stores.register(name, store)

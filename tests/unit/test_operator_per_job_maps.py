@@ -62,11 +62,6 @@ TO_MOVE = {
        "under that lock; reading the record there takes the memory lock under the "
        "queue's, the inverse of the outbox's (memory lock, then a follow-up's requeue)"
        for name in ("_failures", "_retries", "_wakes", "_paced")},
-    **{(module, name): "the per-job series' index: forgetting must remove the series "
-       "before the record goes (JobStores forgets the job memory first): needs the order "
-       "of forgetting changed"
-       for module, name in (("metrics/metrics", "_jobs"), ("metrics/metrics", "_specs"),
-                            ("metrics/job_metrics", "_slices"))},
 }
 
 def _names_a_job(annotation: ast.expr) -> bool:

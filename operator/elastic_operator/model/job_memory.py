@@ -4,13 +4,12 @@ a deleted job is one `pop`.
 None of it is the job's truth (the status is): each field saves a request, a write or a
 wait, and is lost on a restart like any cache (the new leader reads and writes again).
 The reconcile's collaborators each keep their part here (own_writes.py, outbox.py,
-pacer.py, replacement_followups.py), and so do the indexes the watches keep
-(slice_index.py: the slices as last computed; scanner.py: the checkpoint scans; each
-under its own lock). Follow-ups run on
-other threads and the job cache asks `OwnWrites.wrote` from its own: what they share is
-read and written under `lock`. A follow-up holds the JobMemory of the job it was handed
-for, so one that ends after the job was forgotten writes to that object, never to a new
-job of the same name.
+pacer.py, replacement_followups.py), and so do the parts beside them: the slice index
+(the slices as last computed) and the checkpoint scanner (its scans), each under its own
+lock, and the metrics (which series a job has). Follow-ups run on other threads and the
+job cache asks `OwnWrites.wrote` from its own: what they share is read and written under
+`lock`. A follow-up holds the JobMemory of the job it was handed for, so one that ends
+after the job was forgotten writes to that object, never to a new job of the same name.
 """
 from __future__ import annotations
 
@@ -90,6 +89,12 @@ class JobMemory:
     # `ComputedSlice`; model/ imports no core), None until one did or while not judged.
     # Read and written under the slice index's lock, not `lock`.
     computed: dict[int, Any] | None = None
+    # --- metrics (metrics/metrics.py, job_metrics.py) ---
+    # The job has per-job series (its counters started at 0), series of its spec, and
+    # per-slice series of these slice indices: what forgetting the job removes.
+    series: bool = False
+    spec_series: bool = False
+    slice_series: set[int] | None = None
     # --- checkpoint scans (checkpoints/scanner.py), under the scanner's lock ---
     # Monotonic time the last scan started, the one running, the last one finished.
     scan_started: float | None = None
