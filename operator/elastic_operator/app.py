@@ -283,10 +283,9 @@ def build_operator(
     watch_kube: Kube | None = None, election: ElectionConfig | None = None,
     watch_workloads: bool = False, watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S,
     resync_interval_s: float = 30.0, checkpoint_scan_interval_s: float = 30.0,
-    clock: Clock = SYSTEM_CLOCK,
+    clock: Clock = SYSTEM_CLOCK, checkpoint_roots: CheckpointRoots | None = None,
     scan_executor: Executor | None = None, backoff: Backoff = RECONCILE_BACKOFF,
     workers: int = DEFAULT_WORKERS, replacement: ReplacementSettings | None = None,
-    checkpoint_roots: CheckpointRoots | None = None,
 ) -> Operator:
     """`scope`: the namespaces served; `watch_kube`: the client for the watches (their
     own connection pool); `election`: None runs no election (this replica always leads);
@@ -296,9 +295,10 @@ def build_operator(
     Built in the order they are called: what the caches call (the work queue, the job
     memory, the wakes) before the caches, what reads them after."""
     settings = replacement or ReplacementSettings()
-    nodes = NodeIndex(clock)
+    nodes, memory = NodeIndex(clock), JobMemories()
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
-                                clock=clock, roots=checkpoint_roots or CheckpointRoots.default())
+                                clock=clock, roots=checkpoint_roots or CheckpointRoots.default(),
+                                memory=memory)
     resync = threading.Event()
     elector = _elector(kube, metrics, election, resync.set, clock) \
         if election is not None else None
@@ -306,7 +306,7 @@ def build_operator(
         kube.client.may_write = elector.is_leader
     work_queue = WorkQueue(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
     metrics.queue_depth.set_function(lambda: work_queue.depth)
-    memory, slice_index = JobMemories(), SliceIndex(nodes)
+    slice_index = SliceIndex(nodes, memory)
     own_writes = OwnWrites(memory)
     pacer = ProgressPacer(memory, metrics, clock)
     # Open once the caches and the CRD (made below) have synced, and while this leads.
@@ -419,11 +419,15 @@ def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemor
                 slice_index: SliceIndex, caches: Caches, follow_ups: FollowUps,
                 warden: PoolWarden | None) -> None:
     """Every per-job store (job_stores.py lists what each keeps), forgotten with its job
-    and counted in the metrics."""
+    and counted in the metrics; the metrics keep which series a job has in its record."""
+    metrics.remember_in(memory)
     named: dict[str, JobStore | None] = {
-        "job-memory": memory, "work-queue": work_queue, "checkpoint-scans": scanner,
+        "work-queue": work_queue, "checkpoint-scans": scanner,
         "node-index": nodes, "slice-index": slice_index, "torn-down-jobs": caches.torn_down,
-        "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden}
+        "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden,
+        # Last: the others forget what the job's record tells them (the metrics remove
+        # the per-slice series it lists) before it goes.
+        "job-memory": memory}
     for name, store in named.items():
         if store is not None:
             stores.register(name, store)

@@ -4,7 +4,9 @@ path (listing a bucket must never delay slice detection), at most once per inter
 A reconcile asks `latest()`: the newest finished scan (or None) and, when one is due,
 the next scan starts on the executor. A finished scan that found something new calls
 back (`on_result`) so that it is published at once, not at the next resync. The
-executor is injectable: tests pass one that runs the scan synchronously.
+executor is injectable: tests pass one that runs the scan synchronously. What it keeps
+of a job's scans (the last started, the one running, the last result) is the job's record
+(model/job_memory.py), forgotten with it.
 
 With `roots` (checkpoints/roots.py), a directory outside the roots allowed for the job's
 namespace is not listed: the scan's result is the refusal, naming the field (reason
@@ -27,10 +29,10 @@ from elastic_api.models import CheckpointStatus
 from elastic_operator.checkpoints import listing
 from elastic_operator.checkpoints.roots import CheckpointRoots
 from elastic_operator.core.checkpoint_status import same_checkpoint_result
+from elastic_operator.model.job_memory import JobKey, JobMemories, JobMemory
 
 logger = logging.getLogger("elastic_operator")
 
-JobKey = tuple[str, str]  # (namespace, name)
 ScanFunction = Callable[[str, datetime], CheckpointStatus]
 ResultCallback = Callable[[str, str], object]
 
@@ -46,6 +48,7 @@ class CheckpointScanner:
         executor: Executor | None = None,
         clock: Clock = SYSTEM_CLOCK,
         roots: CheckpointRoots | None = None,
+        memory: JobMemories | None = None,
     ) -> None:
         self.interval_s = interval_s
         self._scan = scan
@@ -54,10 +57,10 @@ class CheckpointScanner:
                                                         thread_name_prefix="ckpt-scan")
         self._clock = clock
         self._on_result: ResultCallback | None = None
+        # Each job's scans are its record's (JobMemory.scan_*), read and written under
+        # this lock; the record is looked up before it is taken, never under it.
+        self._memory = memory if memory is not None else JobMemories()
         self._lock = threading.Lock()
-        self._last_start: dict[JobKey, float] = {}
-        self._running: dict[JobKey, Future[CheckpointStatus]] = {}
-        self._last_result: dict[JobKey, CheckpointStatus | None] = {}  # the last finished
 
     def on_result(self, callback: ResultCallback) -> None:
         """Call `callback(namespace, name)` (from a scan thread) when a scan finds news."""
@@ -66,15 +69,16 @@ class CheckpointScanner:
     def latest(self, key: JobKey, directory: str) -> CheckpointStatus | None:
         """The newest finished scan (or None); starts the next one when due."""
         started: Future[CheckpointStatus] | None = None
+        remembered = self._memory.of(key)
         with self._lock:
-            result = self._collect(key)
-            last = self._last_start.get(key)
+            result = self._collect(key, remembered)
+            last = remembered.scan_started
             due = last is None or self._clock.monotonic() - last >= self.interval_s
-            if key not in self._running and due:
-                self._last_start[key] = self._clock.monotonic()
+            if remembered.scan_running is None and due:
+                remembered.scan_started = self._clock.monotonic()
                 started = self._executor.submit(self._bounded_scan, key[0], directory,
                                                 self._clock.now())
-                self._running[key] = started
+                remembered.scan_running = started
         # Outside the lock: a scan that has already finished (a bad URL fails at once, or
         # a synchronous executor) runs the callback right here, and the callback locks.
         if started is not None:
@@ -100,11 +104,11 @@ class CheckpointScanner:
                                         reason=Reason.CHECKPOINT_ROOT_NOT_ALLOWED)
         return self._scan(directory, now)
 
-    def _collect(self, key: JobKey) -> CheckpointStatus | None:
-        running = self._running.get(key)
+    def _collect(self, key: JobKey, remembered: JobMemory) -> CheckpointStatus | None:
+        running = remembered.scan_running
         if running is None or not running.done():
             return None
-        del self._running[key]
+        remembered.scan_running = None
         try:
             return running.result()
         except Exception:  # the scanner promises not to raise; never let it hurt
@@ -118,24 +122,30 @@ class CheckpointScanner:
             result: CheckpointStatus | None = future.result()
         except Exception:  # reported by the reconcile that collects it
             result = None
+        remembered = self._memory.peek(key)  # the job's record now, as the key's was
         with self._lock:
-            if key not in self._last_start:  # forgotten meanwhile: the job was deleted
-                return
-            before = self._last_result.get(key)
-            self._last_result[key] = result
+            if remembered is None or remembered.scan_started is None:
+                return  # forgotten meanwhile: the job was deleted
+            before = remembered.scan_result
+            remembered.scan_result = result
         if not same_checkpoint_result(before, result) and self._on_result is not None:
             self._on_result(*key)
 
     def job_keys(self) -> set[JobKey]:
         """The jobs it holds anything for (job_stores.py)."""
+        records = self._memory.items()
         with self._lock:
-            return self._last_start.keys() | self._running.keys() | self._last_result.keys()
+            return {key for key, remembered in records if remembered.scan_started is not None
+                    or remembered.scan_running is not None
+                    or remembered.scan_result is not None}
 
     def forget_job(self, key: JobKey) -> None:
+        """The job was deleted: its scans go (and so does its record, with them)."""
+        remembered = self._memory.peek(key)
+        if remembered is None:
+            return
         with self._lock:
-            self._last_start.pop(key, None)
-            self._running.pop(key, None)
-            self._last_result.pop(key, None)
+            remembered.scan_started = remembered.scan_running = remembered.scan_result = None
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

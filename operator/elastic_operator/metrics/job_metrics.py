@@ -29,6 +29,7 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_operator.core.status_events import StatusEvent
+from elastic_operator.model.job_memory import JobMemories
 
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 120, 300)
 _RECOVERY_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600)
@@ -323,8 +324,9 @@ class JobGauges:
             "etj_slow_steps", "1 while Degraded is True with reason SlowSteps, else 0.",
             labels, registry=registry)
         self._declare_checkpoint_gauges(registry)
-        # (namespace, job) -> the slice indices it has per-slice series for (forget()).
-        self._slices: dict[tuple[str, str], set[int]] = {}
+        # The slice indices each job has per-slice series for are in its record
+        # (JobMemory.slice_series; OperatorMetrics.remember_in gives the operator's).
+        self.memory = JobMemories()
 
     def _declare_checkpoint_gauges(self, registry: CollectorRegistry) -> None:
         labels = _JOB_LABELS
@@ -405,7 +407,10 @@ class JobGauges:
         """The per-slice gauges of the slices worth a series (`slices_with_series`); a
         slice that no longer is loses its series."""
         chosen = {s.index: s for s in slices_with_series(slices)}
-        known = self._slices.setdefault((namespace, job), set())
+        remembered = self.memory.of((namespace, job))
+        if remembered.slice_series is None:
+            remembered.slice_series = set()
+        known = remembered.slice_series
         for index in known - chosen.keys():
             for per_slice in (self.slice_down, self.slice_restarts):
                 _remove(per_slice, namespace, job, str(index))
@@ -453,6 +458,10 @@ class JobGauges:
         for budget in _BUDGETS:
             _remove(self.budget_allowed, namespace, job, budget)
             _remove(self.budget_used, namespace, job, budget)
-        for index in self._slices.pop((namespace, job), set()):
+        remembered = self.memory.peek((namespace, job))
+        known = remembered.slice_series if remembered is not None else None
+        if remembered is not None:
+            remembered.slice_series = None
+        for index in known or ():
             for per_slice in (self.slice_down, self.slice_restarts):
                 _remove(per_slice, namespace, job, str(index))

@@ -19,6 +19,7 @@ from elastic_api.models import ElasticTrainingJobSpec, ElasticTrainingJobStatus,
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.metrics.job_metrics import GoodputMetrics, JobCounters, JobGauges
 from elastic_operator.metrics.state_metrics import MemoryMetrics, SchemaMetrics
+from elastic_operator.model.job_memory import JobMemories
 from elastic_operator.model.objects import Observed, ObservedNode
 
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -45,10 +46,14 @@ class OperatorMetrics:
         self.job_memory = MemoryMetrics(registry)
         self._quarantines = _QuarantineCollector()
         registry.register(self._quarantines)
-        # The jobs it has per-job series for: each starts at 0 once (forget() drops it);
-        # and those whose spec it recorded (a job may have those alone).
-        self._jobs: set[tuple[str, str]] = set()
-        self._specs: set[tuple[str, str]] = set()
+        # Which jobs it has per-job series for is kept in each job's record (JobMemory.
+        # series, spec_series, slice_series): its own until the operator's is given
+        # (`remember_in`), forgotten with the job after the series are removed.
+        self._memory = JobMemories()
+
+    def remember_in(self, memory: JobMemories) -> None:
+        """Keep which jobs have series in `memory`, the operator's job records (app.py)."""
+        self._memory = self.job_gauges.memory = memory
 
     def _declare_operator_metrics(self, registry: CollectorRegistry) -> None:
         """The operator itself: reconciles, leadership, caches."""
@@ -175,14 +180,16 @@ class OperatorMetrics:
     def record_spec(self, namespace: str, job: str, spec: ElasticTrainingJobSpec,
                     report: TrainingReport | None = None) -> None:
         """The spec's limits the alert rules compare the status with (JobGauges)."""
-        self._specs.add((namespace, job))
+        self._memory.of((namespace, job)).spec_series = True
         self.job_gauges.record_spec(namespace, job, spec, report)
 
     def record_status(
         self, namespace: str, job: str, previous: ElasticTrainingJobStatus,
         new: ElasticTrainingJobStatus,
     ) -> None:
-        if (namespace, job) not in self._jobs:
+        remembered = self._memory.of((namespace, job))
+        if not remembered.series:
+            remembered.series = True
             self._start_at_zero(namespace, job)
         self.job_counters.record_status(namespace, job, previous, new)
         self.goodput.record_status(namespace, job, previous, new)
@@ -192,7 +199,6 @@ class OperatorMetrics:
         """Create a job's counters and its namespace's histograms at 0 before their first
         event: increase() and rate() count from a series' first sample, so a series born
         at 1 would hide the first failure (or recovery) from every dashboard and alert."""
-        self._jobs.add((namespace, job))
         self.job_counters.start_at_zero(namespace, job)
         self.goodput.start_at_zero(namespace, job)
 
@@ -230,15 +236,19 @@ class OperatorMetrics:
         self.wakes.labels(cause).inc()
 
     def job_keys(self) -> set[tuple[str, str]]:
-        """The jobs it has per-job series for (job_stores.py; a set's copy is one step
-        under the GIL, whatever the reconciles add meanwhile)."""
-        return self._jobs.copy() | self._specs.copy()
+        """The jobs it has per-job series for (job_stores.py)."""
+        return {key for key, remembered in self._memory.items()
+                if remembered.series or remembered.spec_series
+                or remembered.slice_series is not None}
 
     def forget_job(self, key: tuple[str, str]) -> None:
-        """Drop the per-job series of a deleted job (keeps cardinality bounded)."""
+        """Drop the per-job series of a deleted job (keeps cardinality bounded); before
+        its record goes (app.py forgets the records last: the per-slice series are
+        found there)."""
         namespace, job = key
-        self._jobs.discard((namespace, job))
-        self._specs.discard((namespace, job))
+        remembered = self._memory.peek(key)
+        if remembered is not None:
+            remembered.series = remembered.spec_series = False
         self.job_counters.forget(namespace, job)
         self.goodput.forget(namespace, job)
         self.job_gauges.forget(namespace, job)

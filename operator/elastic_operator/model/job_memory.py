@@ -4,18 +4,22 @@ a deleted job is one `pop`.
 None of it is the job's truth (the status is): each field saves a request, a write or a
 wait, and is lost on a restart like any cache (the new leader reads and writes again).
 The reconcile's collaborators each keep their part here (own_writes.py, outbox.py,
-pacer.py, replacement_followups.py). Follow-ups run on other threads and the job cache asks
-`OwnWrites.wrote` from its own: what they share is read and written under `lock`. A
-follow-up holds the JobMemory of the job it was handed for, so one that ends after the
-job was forgotten writes to that object, never to a new job of the same name.
+pacer.py, replacement_followups.py), and so do the parts beside them: the slice index
+(the slices as last computed) and the checkpoint scanner (its scans), each under its own
+lock, and the metrics (which series a job has). Follow-ups run on other threads and the
+job cache asks `OwnWrites.wrote` from its own: what they share is read and written under
+`lock`. A follow-up holds the JobMemory of the job it was handed for, so one that ends
+after the job was forgotten writes to that object, never to a new job of the same name.
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from elastic_api.models import CheckpointStatus
 from elastic_operator.model.slice_memo import SliceMemo
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -60,7 +64,10 @@ class JobMemory:
     # which costs writes, not correctness.
     progress_streak: int = 0
     # --- replacement follow-ups (replacement_followups.py) ---
-    # Consecutive failed follow-ups (their retry's backoff).
+    # Consecutive failed follow-ups (their retry's backoff). Not the work queue's count
+    # of failed reconciles: each resets on its own success, and one count would keep a
+    # follow-up that fails between successful reconciles at the first backoff (issue 77
+    # item 2 makes a follow-up's failure a failed Result, counted once by the queue).
     follow_up_failures: int = 0
     # Uids of worker Jobs this process is deleting (planned, the DELETE maybe still
     # queued): planned as being deleted (no second DELETE).
@@ -77,6 +84,22 @@ class JobMemory:
     # What the job's reconciles derived from its slices' pods, for the next one
     # (slice_memo.py: a failure costs a reconcile one slice, not the whole job).
     memo: SliceMemo = field(default_factory=SliceMemo)
+    # --- the slice index (watch/slice_index.py) ---
+    # Its slices as the job's last reconcile computed them, by index (core/wakes.py
+    # `ComputedSlice`; model/ imports no core), None until one did or while not judged.
+    # Read and written under the slice index's lock, not `lock`.
+    computed: dict[int, Any] | None = None
+    # --- metrics (metrics/metrics.py, job_metrics.py) ---
+    # The job has per-job series (its counters started at 0), series of its spec, and
+    # per-slice series of these slice indices: what forgetting the job removes.
+    series: bool = False
+    spec_series: bool = False
+    slice_series: set[int] | None = None
+    # --- checkpoint scans (checkpoints/scanner.py), under the scanner's lock ---
+    # Monotonic time the last scan started, the one running, the last one finished.
+    scan_started: float | None = None
+    scan_running: Future[CheckpointStatus] | None = None
+    scan_result: CheckpointStatus | None = None
 
 
 class JobMemories:
@@ -107,6 +130,10 @@ class JobMemories:
     def all(self) -> list[JobMemory]:
         with self.lock:
             return list(self._jobs.values())
+
+    def items(self) -> list[tuple[JobKey, JobMemory]]:
+        with self.lock:
+            return list(self._jobs.items())
 
     def forget_job(self, key: JobKey) -> None:
         """The job was deleted: everything remembered of it goes."""

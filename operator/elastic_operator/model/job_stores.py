@@ -10,15 +10,19 @@ test_soak_churn.py). app.py registers each one:
     work-queue        work_queue.py: a job queued or running, its failures, its pending
                       retry, wake or paced look, and whether its run was requeued or is for progress
     checkpoint-scans  scanner.py: the last scan started, the one running, its last result
+                      (fields of the job's JobMemory, counted by the scanner)
     node-index        node_index.py: the job's pods on each node, its failures on pools
     slice-index       slice_index.py: its worker pods by slice and host, each slice as last
-                      computed
+                      computed (the latter a field of the job's JobMemory)
     torn-down-jobs    caches.py: its worker Jobs seen being deleted
-    metrics           metrics.py, job_metrics.py: its per-job series
+    metrics           metrics.py, job_metrics.py: its per-job series (which ones: fields
+                      of its JobMemory)
     follow-ups        followups.py: its work waiting or running (runs out by itself)
     pool-warden       pool_warden.py: the jobs a quarantine cites, as last seen existing
 
-A job's deletion forgets it everywhere (`forget`, from the job cache's thread). What a
+A job's deletion forgets it everywhere (`forget`, from the job cache's thread), in the
+order registered: app.py registers job-memory last, so that a store whose part is in the
+job's record (the metrics' per-slice series) finds it while it forgets. What a
 reconcile, a follow-up or a pod event still running then writes for the job comes after
 that, and would stay for good: the sweep (`sweep`, at each resync) drops from every store
 the jobs the job cache no longer holds, so what the operator remembers follows the jobs

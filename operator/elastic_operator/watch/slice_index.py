@@ -11,6 +11,11 @@ that the reconcile in flight is about to replace is judged again by that reconci
 may move given the pods as they are then, and the reconciler wakes the job once more if
 so. A slice's live pods are counted by their node's pool (`NodePools`) as they change,
 and counted whole again only once the nodes changed. Thread-safe.
+
+The pods by slice are an index of the pod cache, kept here: they leave as the cache sees
+them go, which may be after their job was forgotten. The slices as last computed are the
+job's memory (`JobMemory.computed`, forgotten with its record), guarded by this index's
+lock as before; the record is looked up before that lock is taken, never under it.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from elastic_api.models import SliceStatus
 from elastic_api.names import WORKER_REPLICATED_JOB
 from elastic_operator.core.sliceview import newest
 from elastic_operator.core.wakes import ComputedSlice, SliceTally, host_down, host_ready, may_move
+from elastic_operator.model.job_memory import JobMemories
 from elastic_operator.model.objects import ObservedPod
 from elastic_operator.watch.node_index import JobKey
 
@@ -127,13 +133,17 @@ def _host(pod: ObservedPod) -> Any:
 
 class SliceIndex:
     """Per job, its worker pods by slice and host, and its slices as last computed.
-    `nodes`: the nodes' pools (None: a slice's pool is never read, nor judged)."""
+    `nodes`: the nodes' pools (None: a slice's pool is never read, nor judged);
+    `memory`: the job records its slices as computed are kept in (None: its own)."""
 
-    def __init__(self, nodes: NodePools | None = None) -> None:
+    def __init__(self, nodes: NodePools | None = None,
+                 memory: JobMemories | None = None) -> None:
         self._nodes = nodes
+        self._memory = memory if memory is not None else JobMemories()
         self._lock = threading.Lock()
+        # An index of the pod cache, not the job's memory: a pod's going after its job
+        # was forgotten must still find its slice's entry (the record's would be gone).
         self._slices: dict[tuple[JobKey, int], _Slice] = {}
-        self._computed: dict[JobKey, dict[int, ComputedSlice]] = {}
 
     def pod_changed(self, job: JobKey, old: ObservedPod | None,
                     new: ObservedPod | None) -> None:
@@ -163,8 +173,9 @@ class SliceIndex:
     def may_move(self, job: JobKey, index: int | None) -> bool:
         """Whether slice `index` of `job` may now be in another state than last computed
         (True for a job or slice not computed yet, or not judged: `record_computed`)."""
+        remembered = self._memory.peek(job)
         with self._lock:
-            computed = self._computed.get(job)
+            computed = remembered.computed if remembered is not None else None
             if computed is None or index is None:
                 return True
             return self._may_move(job, index, computed.get(index))
@@ -177,12 +188,15 @@ class SliceIndex:
         reads more of the pods' nodes than a slice's pool (Kueue's topology domains):
         then every paced change of the job may move a state."""
         if not exact:
+            forgotten = self._memory.peek(job)
             with self._lock:
-                self._computed.pop(job, None)
+                if forgotten is not None:
+                    forgotten.computed = None
             return False
         computed = {s.index: ComputedSlice.of(s) for s in slices}
+        remembered = self._memory.of(job)
         with self._lock:
-            self._computed[job] = computed
+            remembered.computed = computed
             indexes = set(computed) | {i for (j, i) in self._slices if j == job}
             return any(self._may_move(job, i, computed.get(i)) for i in indexes)
 
@@ -193,8 +207,10 @@ class SliceIndex:
     def record_job(self, job: JobKey, index: int | None) -> str | None:
         """The Job slice `index`'s replacement tears down, as last computed (None: none
         recorded, or not computed)."""
+        remembered = self._memory.peek(job)
         with self._lock:
-            last = (self._computed.get(job) or {}).get(index) if index is not None else None
+            computed = remembered.computed if remembered is not None else None
+            last = (computed or {}).get(index) if index is not None else None
             return last.record_job if last is not None else None
 
     def tally(self, job: JobKey, index: int) -> SliceTally:
@@ -203,11 +219,16 @@ class SliceIndex:
             return entry.tally(self._nodes) if entry is not None else SliceTally()
 
     def job_keys(self) -> set[JobKey]:
-        """The jobs it holds anything for (job_stores.py)."""
+        """The jobs it holds anything for (job_stores.py): pods, or slices as computed."""
+        records = self._memory.items()
         with self._lock:
-            return self._computed.keys() | {job for job, _ in self._slices}
+            return ({key for key, remembered in records if remembered.computed is not None}
+                    | {job for job, _ in self._slices})
 
     def forget_job(self, job: JobKey) -> None:
-        """The job was deleted: its computed go (its pods leave as the cache sees them go)."""
+        """The job was deleted: its computed go (its pods leave as the cache sees them go);
+        they go with its record too."""
+        remembered = self._memory.peek(job)
         with self._lock:
-            self._computed.pop(job, None)
+            if remembered is not None:
+                remembered.computed = None
