@@ -8,7 +8,7 @@ rule GKE and xpk follow generates: AxBxC with A, B and C multiples of 4 (whole 4
 cubes) up to 256 and at most `max_cubes` cubes, A <= B <= C but for v4, which takes any
 order. The reference for the rule is xpk (src/xpk/core/system_characteristics.py,
 `generate_tpu_topologies`: v5p 140 cubes, v4 64 in any order, tpu7x 144);
-tests/fixtures/xpk_topologies.py lists xpk's topologies as data, and
+tests/fixtures/xpk-topologies.yaml lists xpk's topologies as data, and
 tests/unit/test_api_catalog.py checks that each is admitted here or refused with a reason.
 
 Where the listed shapes come from (read 2026-12-06):
@@ -37,6 +37,7 @@ Where the listed shapes come from (read 2026-12-06):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from math import prod
 from typing import Literal
 
@@ -123,19 +124,14 @@ class TpuFamily:
                 f"{order}of at most {self.max_cubes} cubes of 4x4x4 (A/4 x B/4 x C/4)")
 
 
-_TOPOLOGIES: dict[TpuFamily, tuple[str, ...]] = {}
-
-
+@cache  # the rule's topologies are made once per family (64^3 candidates each)
 def _topologies(family: TpuFamily) -> tuple[str, ...]:
-    if family not in _TOPOLOGIES:
-        generated = []
-        if family.max_cubes:
-            sides = range(CUBE_SIDE, MAX_DIM + 1, CUBE_SIDE)
-            generated = [f"{a}x{b}x{c}" for a in sides for b in sides for c in sides
-                         if family.by_rule(f"{a}x{b}x{c}")]
-        _TOPOLOGIES[family] = family.listed + tuple(
-            t for t in generated if t not in family.listed)
-    return _TOPOLOGIES[family]
+    generated: list[str] = []
+    if family.max_cubes:
+        sides = range(CUBE_SIDE, MAX_DIM + 1, CUBE_SIDE)
+        generated = [f"{a}x{b}x{c}" for a in sides for b in sides for c in sides
+                     if family.by_rule(f"{a}x{b}x{c}")]
+    return family.listed + tuple(t for t in generated if t not in family.listed)
 
 
 @dataclass(frozen=True)
