@@ -454,6 +454,7 @@ def _rm_sidecar(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
         "ports": _ports(RM_PORT, RM_PORT + 1),
         "resources": _resources(RM_LIMITS, component.resources),
         "volumeMounts": _tmp_mount(),
+        "securityContext": pathways_security_context(),
     }
 
 
@@ -476,6 +477,7 @@ def _proxy_sidecar(job: ElasticTrainingJob) -> dict[str, Any]:
         "ports": _ports(PROXY_PORT),
         "resources": _resources(PROXY_LIMITS, component.resources),
         "volumeMounts": _tmp_mount(),
+        "securityContext": pathways_security_context(),
     }
 
 
@@ -513,6 +515,7 @@ def _pathways_worker(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, An
         "ports": _ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
         "resources": _resources({TPU_RESOURCE: str(shape.chips_per_vm)}, component.resources),
         "volumeMounts": _tmp_mount(),
+        "securityContext": pathways_security_context(),
     }
 
 
@@ -533,13 +536,30 @@ def _colocated_python_sidecar(job: ElasticTrainingJob) -> dict[str, Any] | None:
         "ports": _ports(COLOCATED_PYTHON_PORT),
         "resources": _resources({}, colocated.resources),
         "volumeMounts": _tmp_mount(),
+        "securityContext": pathways_security_context(),
+    }
+
+
+def pathways_security_context() -> dict[str, Any]:
+    """Google's Pathways images (resource manager, proxy, TPU worker) and the colocated
+    Python sidecar: no capability (not even the runtime's default set), no privilege
+    escalation, the runtime's seccomp profile. They run as the image's user (root) with a
+    writable root filesystem, as Google ships them; not `privileged`: the TPU device
+    plugin hands a container requesting google.com/tpu its chips (xpk's `privileged` main
+    container predates it), and GKE Autopilot runs TPU pods under RuntimeDefault. These
+    pods run on the host network with the host's /tmp, so this is what keeps a bug in
+    them from becoming the node (docs/threat-model.md, "Host access")."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
 def _trainer_security_context() -> dict[str, Any]:
     """Containers running our trainer image: non-root, no privilege escalation, no
     capabilities, read-only root filesystem (the image points every cache at /tmp, an
-    emptyDir). Pathways' own images are left as Google ships them."""
+    emptyDir). Pathways' own images: pathways_security_context."""
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},

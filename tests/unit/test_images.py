@@ -25,7 +25,7 @@ from elastic_api.validation import (
     PATHWAYS_VERSION_MOVES,
     validate_job,
 )
-from elastic_operator.render import render_jobset
+from elastic_operator.render import pathways_security_context, render_jobset
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "@sha256:" + "ab" * 32
@@ -168,6 +168,8 @@ def test_the_sidecar_is_rendered_beside_each_worker_as_xpk_renders_it():
         "ports": [{"containerPort": 50051, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "2", "memory": "8Gi"}},
         "volumeMounts": [{"name": "shared-tmp", "mountPath": "/tmp"}],
+        # Ours, not xpk's: it serves on the host network, beside the TPU VM's /tmp.
+        "securityContext": pathways_security_context(),
     }
     (tmp,) = pod["volumes"]
     assert tmp["hostPath"] == {"path": "/tmp", "type": "DirectoryOrCreate"}

@@ -18,6 +18,7 @@ from elastic_api.validation import validate_job
 from elastic_operator.render import (
     JOB_NAME_LABEL,
     jobset_name,
+    pathways_security_context,
     render,
     render_jobset,
     trainer_command,
@@ -346,8 +347,9 @@ def test_simulated_shape():
 def test_trainer_image_containers_are_locked_down_with_only_tmp_writable(example: str):
     """The containers running our trainer image (head `main`; `slice-agent` on simulated
     workers): non-root, no escalation, no capabilities, read-only root with /tmp an
-    emptyDir. Pathways' own containers keep the security context Google ships them with
-    (a Pathways worker's /tmp is its TPU VM's, test_article_workers)."""
+    emptyDir. Pathways' own containers run as Google ships them (root, writable root) but
+    with no capability and no escalation (pathways_security_context; a Pathways worker's
+    /tmp is its TPU VM's, test_article_workers)."""
     js = render_jobset(load_example(example))
     ours = {"main", "slice-agent"} if example == "simulated" else {"main"}
     seen = set()
@@ -361,7 +363,7 @@ def test_trainer_image_containers_are_locked_down_with_only_tmp_writable(example
                 continue
             assert volumes[tmp["name"]] == {"name": tmp["name"], "emptyDir": {}}, name
             if name not in ours:
-                assert "securityContext" not in c, name
+                assert c["securityContext"] == pathways_security_context(), name
                 continue
             seen.add(name)
             assert c["image"] == load_example(example).spec.trainer.image
