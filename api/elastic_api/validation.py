@@ -334,6 +334,16 @@ IMAGE_MOVES = (
 )
 # The image fields of spec.pathways, by wire path below it.
 PINNED_IMAGES = ("images.server", "images.proxy", "colocatedPython.image")
+# A toleration with no key and operator Exists tolerates every taint: the job could land
+# on any node pool, other teams' included, and take its node service account (the
+# Pathways pods' host network bypasses Workload Identity). Static, so a CRD rule; which
+# keys a namespace may tolerate is the administrator's (the chart's placement policy).
+TOLERATION_EVERY_TAINT = (
+    "spec.tolerations: a toleration with operator Exists and no key tolerates every taint, "
+    "so the job could run on any node pool and act as its service account; name the "
+    "taint's key (key: <taint key>) that the cluster administrator allows for this "
+    "namespace (chart value tenantPolicy.placement)"
+)
 COLOCATED_NEEDS_PATHWAYS = (
     "spec.pathways.colocatedPython: the colocated Python sidecar runs beside the Pathways "
     "workers, and backend simulated has none; remove it, or use backend pathways"
@@ -943,6 +953,9 @@ def cel_rules(spec_fields: list[str], required: set[str]) -> list[Rule]:
             GCS_SCRATCH,
             {},
         ),
+        Rule("spec", "!has(self.tolerations) || self.tolerations.all(t, "
+             "!has(t.operator) || t.operator != 'Exists' || has(t.key) && t.key != '')",
+             TOLERATION_EVERY_TAINT, {}, create_only=True),
         *_trainer_rules(),
         *_data_rules(),
         *_image_rules(),
@@ -1028,6 +1041,8 @@ def _semantic_checks(job: ElasticTrainingJob) -> list[str]:
         errors.append(DATA_URL)
     if spec.trainer.model is not None and spec.trainer.model not in BUNDLED_MODELS:
         errors.append(MODEL_UNKNOWN)
+    if any(t.operator == "Exists" and not t.key for t in spec.tolerations):
+        errors.append(TOLERATION_EVERY_TAINT)
     errors += _image_checks(spec)
     errors += _progress_checks(spec.trainer)
     errors += _checkpoint_maxtext_checks(spec)
