@@ -45,8 +45,9 @@ REVISIONS: tuple[str, ...] = (
     # tpu7x super-slicing at the cube level.
     "sha256:74bd8fa41fbee87abe9ccafdf06b4e4756a48169f2930778aff83fa5ac040750",
     # 8: a rule refusing a toleration with operator Exists and no key, on new jobs
-    # (issue 78); no field changed.
-    "sha256:b97fe73ce8b4fa5de550902649a952a85ae39b149c7e3293a1ab69e2ece11dde",
+    # (issue 78), and the placement fields' descriptions name the tenant policy; no field
+    # changed.
+    "sha256:fd8ae8029e6b77924cabb846d588b92efe5db50b108df7762ebc73d79c4c18f9",
 )
 
 

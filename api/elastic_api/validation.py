@@ -342,7 +342,7 @@ TOLERATION_EVERY_TAINT = (
     "spec.tolerations: a toleration with operator Exists and no key tolerates every taint, "
     "so the job could run on any node pool and act as its service account; name the "
     "taint's key (key: <taint key>) that the cluster administrator allows for this "
-    "namespace (chart value tenantPolicy.placement)"
+    "namespace (chart value tenantPolicy.allowed.<namespace>.tolerationKeys)"
 )
 COLOCATED_NEEDS_PATHWAYS = (
     "spec.pathways.colocatedPython: the colocated Python sidecar runs beside the Pathways "

@@ -26,7 +26,7 @@ from tests.support.chart import helm_template, unique_release
 
 pytestmark = pytest.mark.cluster
 
-LABEL = {"elastic.pathways.dev/tenant-policy": "enforced"}
+TENANT_LABEL = "elastic.pathways.dev/tenant-policy"
 POOL = "cloud.google.com/gke-nodepool"
 ALIEN_IMAGE = "evil.example.com/pathways/server:20261001-jax_0.10.2"
 
@@ -61,9 +61,12 @@ def tenancy(cluster: Cluster, api: client.ApiClient, tmp_path_factory: pytest.Te
     system, tenant_ns = f"etj-system-{tag}", f"tenant-{tag}"
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": system}})
-    core.create_namespace({"metadata": {"name": tenant_ns, "labels": LABEL}})
+    # A label value of its own: a chart another module installed on this control plane
+    # (manifests/install.yaml binds `enforced`) must not judge this namespace too.
+    core.create_namespace({"metadata": {"name": tenant_ns, "labels": {TENANT_LABEL: f"t-{tag}"}}})
     release = unique_release()
     docs = helm_template(release, system, "tenantPolicy.jobSetControllers={jobset-controller}",
+                         f"tenantPolicy.namespaceLabel.value=t-{tag}",
                          f"tenantPolicy.allowed.{tenant_ns}.nodePools={{team-a-cpu}}")
     wanted = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
               "ValidatingAdmissionPolicyBinding")

@@ -76,13 +76,19 @@ class ElasticTrainingJobSpec(ApiModel):
         "job has no kueue.x-k8s.io/priority-class label).",
     )
     node_selector: dict[ShortStr, ShortStr] = Field(
-        default_factory=dict, max_length=32, description="Added to every pod's nodeSelector.",
+        default_factory=dict, max_length=32, description="Added to every pod's nodeSelector "
+        "(replacing the operator's TPU selectors of the same key). In a namespace under the "
+        "chart's tenant policy, only the pools and pairs the administrator allows "
+        "(tenantPolicy.allowed; docs/threat-model.md, \"Placement and host access\").",
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, max_length=32, description="Added to every pod.",
+        default_factory=list, max_length=32, description="Added to every pod. Operator "
+        "Exists needs a key (no key tolerates every taint); under the chart's tenant policy, "
+        "only the keys the administrator allows.",
     )
     head_node_pool: str = Field(
-        "cpu-np", max_length=63, description="GKE node pool of the head (CPU) pod.",
+        "cpu-np", max_length=63, description="GKE node pool of the head (CPU) pod; under the "
+        "chart's tenant policy, one the administrator allows (default: cpu-np).",
     )
     service_account_name: str | None = Field(
         None, max_length=253,
