@@ -56,12 +56,16 @@ def server_keeps_restart_rules(api: client.ApiClient) -> tuple[bool, str]:
     return minor >= RESTART_RULES_FROM, git
 
 
-def head_pod(api: client.ApiClient, ns: str) -> Any:
+def running_heads(api: client.ApiClient, ns: str) -> list[Any]:
     pods = client.CoreV1Api(api).list_namespaced_pod(
         ns, label_selector=f"{REPLICATED_JOB_LABEL}={HEAD_REPLICATED_JOB}").items
-    live = [p for p in pods if p.metadata.deletion_timestamp is None
+    return [p for p in pods if p.metadata.deletion_timestamp is None
             and p.status.phase == "Running"]
-    assert len(live) == 1, [(p.metadata.name, p.status.phase) for p in pods]
+
+
+def head_pod(api: client.ApiClient, ns: str) -> Any:
+    live = running_heads(api, ns)
+    assert len(live) == 1, [(p.metadata.name, p.status.phase) for p in live]
     return live[0]
 
 
@@ -102,9 +106,13 @@ def test_a_crash_of_main_is_recovered_the_way_the_server_allows(
     assert warned == [said["message"]]
     faults.fail_pod(api, ns, head.metadata.name, exit_code=1, container=MAIN_CONTAINER)
     wait_for(lambda: jobset_restarts(api, ns) == 1, TIMEOUT, "the JobSet restarted")
-    st = wait_running(api, ns)
+    wait_for(lambda: [p for p in running_heads(api, ns) if p.metadata.uid != head.metadata.uid],
+             TIMEOUT, "a new head pod Running")
+    # Every slice back; the job then waits for the trainer's first step (none runs here).
+    st = wait_status(api, ns, lambda s: (s.get("counters") or {}).get("jobSetRestarts") == 1
+                     and all(x.get("state") == "Ready" for x in s.get("slices") or []),
+                     "the JobSet restart counted, every slice Ready again", TIMEOUT)
     assert main_restarts(st) == 0
-    assert head_pod(api, ns).metadata.uid != head.metadata.uid
     # Said once: no second Event after the restart and the reconciles it caused.
     assert events(api, ns, Reason.RESTART_RULES_UNSUPPORTED) == [said["message"]]
     assert condition(st, C.MAIN_RESTARTS_IN_PLACE)["status"] == "False"
