@@ -28,6 +28,7 @@ from tests.support.article_job import (
     get_jobset,
     submit,
 )
+from tests.support.server_version import git_version
 from tests.support.waiting import wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -50,7 +51,7 @@ def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iter
 
 def server_keeps_restart_rules(api: client.ApiClient) -> tuple[bool, str]:
     """The local control plane never turns alpha gates on: 1.35 or newer keeps them."""
-    git = client.VersionApi(api).get_code().git_version
+    git = git_version(api)
     minor = minor_of({"gitVersion": git})
     assert minor is not None, git
     return minor >= RESTART_RULES_FROM, git
