@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
 	@echo "make test   - lint, types and every test (unit and integration, on a real control plane)"
-	@echo "make test-compat - every test on the previous JobSet/Kueue/Kubernetes pins (versions-compat.env)"
+	@echo "make test-compat - every test on Kubernetes 1.32, the oldest GKE minor (versions-compat.env)"
 	@echo "make test-upgrade - the operator upgraded from the previous release and back under a running job (needs the git history)"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -93,9 +93,9 @@ test-multicluster: venv cluster-binaries lint
 test-upgrade: venv cluster-binaries
 	ETJ_UPGRADE=1 /usr/bin/time -f "test-upgrade: %e s" $(PY) -m pytest -q -ra -s tests/upgrade
 
-# Every test again on the previous pins (versions-compat.env: Kubernetes 1.36, etcd 3.6;
-# JobSet v0.12.0 and Kueue v0.19.2 as current); not in CI. Binaries are cached by version
-# beside the current ones.
+# Every test again on the oldest Kubernetes minor GKE supports (versions-compat.env:
+# Kubernetes 1.32, etcd 3.5; JobSet v0.12.0 and Kueue v0.19.2 as `make test`, which runs
+# Kubernetes 1.37); not in CI. Binaries are cached by version beside the current ones.
 COMPAT_VERSIONS := $(CURDIR)/devtools/elastic_devtools/localcluster/versions-compat.env
 test-compat: venv prometheus tmux lint
 	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) hack/build-control-plane.sh

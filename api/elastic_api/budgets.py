@@ -258,3 +258,11 @@ def _duration(seconds: int) -> str:
     if seconds % 60 == 0:
         return f"{seconds // 60} min"
     return f"{seconds} s"
+
+
+def asks_main_in_place(spec: ElasticTrainingJobSpec) -> bool:
+    """The spec asks that a crash of `main` restart it in its pod: restarts in place
+    allowed (spec.recovery.restartInPlace) and a JobSet restart budget to charge them to.
+    Whether the cluster's API server can is the operator's to decide (its
+    core/server_features.py); the renderer and the status both read this one rule."""
+    return spec.recovery.in_place_allowed and budgets_of(spec).jobset_restarts.allowed > 0

@@ -46,6 +46,10 @@ class ConditionType:
     # writes nothing else of the job until the CRD is upgraded. Only on a job that was
     # served by a CRD other than the operator's own.
     SCHEMA_CURRENT: Final = "SchemaCurrent"
+    # Which recovery a crash of main gets on this cluster: True, restarted in its pod
+    # (container restart rules); False, the API server lacks them (before 1.35) and the
+    # JobSet restarts. Only on a job that asks for restarts in place.
+    MAIN_RESTARTS_IN_PLACE: Final = "MainRestartsInPlace"
 
 
 class Reason:
@@ -182,6 +186,10 @@ class Reason:
     # ImageDrift (True: DIGESTS_DIFFER, also its Warning Event IMAGE_DRIFT)
     DIGESTS_DIFFER: Final = "DigestsDiffer"
     SAME_DIGESTS: Final = "SameDigests"
+
+    # MainRestartsInPlace (False: RESTART_RULES_UNSUPPORTED, also its Warning Event)
+    CONTAINER_RESTART_RULES: Final = "ContainerRestartRules"
+    RESTART_RULES_UNSUPPORTED: Final = "RestartRulesUnsupported"
 
     # Events only (the Failed reasons above are Events too).
     SLICE_RESTORED: Final = "SliceRestored"

@@ -49,6 +49,7 @@ from elastic_operator.metrics.metrics import OperatorMetrics
 from elastic_operator.model.job_memory import JobMemories
 from elastic_operator.model.job_stores import JobStore, JobStores
 from elastic_operator.model.result import Result
+from elastic_operator.model.server import NEWEST, ServerFeatures
 from elastic_operator.queue.election import ElectionConfig, LeaseElector, ReconcileGate
 from elastic_operator.queue.work_queue import (
     DEFAULT_WORKERS,
@@ -72,6 +73,7 @@ from elastic_operator.watch.caches import (
 from elastic_operator.watch.job_reader import CacheReader, JobReader
 from elastic_operator.watch.node_index import NodeIndex
 from elastic_operator.watch.schema_watch import SchemaWatch
+from elastic_operator.watch.server_probe import ServerProbe
 from elastic_operator.watch.slice_index import SliceIndex
 from elastic_operator.writes.executor import ActionExecutor
 from elastic_operator.writes.followups import FollowUpRunner, FollowUps
@@ -152,6 +154,7 @@ class Operator:
     gate: ReconcileGate
     elector: LeaseElector | None  # None: no election (one replica, standalone)
     warden: PoolWarden | None = None  # None: pools are not quarantined
+    server: ServerProbe | None = None  # what the API server accepts (None: the newest)
     # What follows a status write, off the reconcile's thread (None: run inline).
     follow_ups: FollowUps | None = None
     resync_interval_s: float = 30.0
@@ -182,6 +185,10 @@ class Operator:
         return self._stopping.is_set()
 
     def start(self) -> None:
+        server = self.server
+        if server is not None:  # before any job renders: the answer it renders by
+            server.try_refresh()
+            self._spawn("server-probe", lambda: server.run(self._stopping))
         self.caches.start()
         self.schema.start()
         if self.follow_ups is not None:
@@ -290,10 +297,9 @@ def build_operator(
     """`scope`: the namespaces served; `watch_kube`: the client for the watches (their
     own connection pool); `election`: None runs no election (this replica always leads);
     `watch_workloads`: Kueue's Workload API is served (checked once at start);
-    `checkpoint_roots`: what it may list (None: the default, local paths only).
-
-    Built in the order they are called: what the caches call (the work queue, the job
-    memory, the wakes) before the caches, what reads them after."""
+    `checkpoint_roots`: what it may list (None: the default, local paths only). Built in
+    the order they are called: what the caches call (the work queue, the job memory,
+    the wakes) before the caches, what reads them after."""
     settings = replacement or ReplacementSettings()
     nodes, memory = NodeIndex(clock), JobMemories()
     scanner = CheckpointScanner(interval_s=checkpoint_scan_interval_s, executor=scan_executor,
@@ -324,6 +330,7 @@ def build_operator(
         if caches.synced:
             resync.set()
 
+    server = ServerProbe(kube, scope.dry_run_namespace, resync.set)
     caches = Caches(watch_kube or kube, nodes, scope, lambda job: wakes.wake(*job),
                     on_job=wakes.job_changed,
                     wake_paced=lambda job, soon: wakes.wake_paced(*job, soon),
@@ -345,7 +352,7 @@ def build_operator(
                                   limiter=NodeActionLimiter(settings.limits, clock),
                                   quarantine_pools=settings.quarantine_pools,
                                   pods_ready=settings.pods_ready,
-                                  schema=lambda: schema.verdict)
+                                  schema=lambda: schema.verdict, server=server.features)
     scanner.on_result(wakes.wake)  # from a scan thread
     warden = PoolWarden(kube, nodes, metrics, release_after_s=settings.release_after_s,
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
@@ -355,7 +362,7 @@ def build_operator(
                 warden=warden)
     return Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
                     schema=schema, stores=stores, reconciler=reconciler, work_queue=work_queue,
-                    gate=gate, elector=elector, warden=warden,
+                    gate=gate, elector=elector, warden=warden, server=server,
                     resync_interval_s=resync_interval_s, follow_ups=follow_ups,
                     resync_wanted=resync)
 
@@ -392,10 +399,12 @@ def build_reconciler(
     follow_ups: FollowUpRunner, record_computed: RecordComputed | None = None,
     limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
     pods_ready: PodsReadyTimeouts | None = None, schema: Verdict = always_current,
+    server: Callable[[], ServerFeatures] = lambda: NEWEST,
 ) -> Reconciler:
     """The reconciler and every collaborator of its pass, built once: `reader`: what it
     reads; `follow_ups`: what runs after its status write; `record_computed`: the slice index's;
-    `schema`: the verdict on the served CRD (schema_watch.py), read at each pass."""
+    `schema`: the verdict on the served CRD (schema_watch.py), read at each pass;
+    `server`: what the API server accepts (server_probe.py), read at each pass."""
     outbox = EventOutbox(kube, metrics, memory, follow_ups)
     guard = SchemaGuard(kube, clock, memory, own_writes, schema)
     writer = StatusWriter(kube, metrics, clock, outbox=outbox, own_writes=own_writes,
@@ -404,7 +413,7 @@ def build_reconciler(
     replacing = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
                                   quarantine_pools=quarantine_pools)
     return Reconciler(
-        reads=Reads(reader=reader, own_writes=own_writes, schema=guard),
+        reads=Reads(reader=reader, own_writes=own_writes, schema=guard, server=server),
         writes=Writes(
             executor=executor, writer=writer, outbox=outbox,
             replacements=ReplacementFollowUps(replacing, reader, metrics, memory, follow_ups),

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from elastic_api import maxtext
-from elastic_api.budgets import budgets_of
+from elastic_api.budgets import asks_main_in_place, budgets_of
 from elastic_api.catalog import CUBE_HOSTS, INT32_MAX, SliceShape, slice_shape
 from elastic_api.images import proxy_image, server_image
 from elastic_api.models import (
@@ -79,6 +79,7 @@ from elastic_api.names import (
 from elastic_api.names import jobset_name as _jobset_name
 from elastic_api.restore_risk import DEFAULT_PROXY_MEMORY
 from elastic_operator.model.objects import ObservedPriorityClass, PriorityClassRef
+from elastic_operator.model.server import NEWEST, ServerFeatures
 
 RM_PORT = 29001
 PROXY_PORT = 29000
@@ -282,7 +283,7 @@ def main_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     return _override_env(env, _user_env(spec.trainer.env))
 
 
-def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
+def _main_container(job: ElasticTrainingJob, server: ServerFeatures) -> dict[str, Any]:
     trainer = job.spec.trainer
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
@@ -298,41 +299,47 @@ def _main_container(job: ElasticTrainingJob) -> dict[str, Any]:
     resources = _resources({}, trainer.resources)
     if resources:
         container["resources"] = resources
-    container.update(main_restart_rules(job))
+    container.update(main_restart_rules(job, server))
     return container
 
 
-def restarts_main_in_place(job: ElasticTrainingJob) -> bool:
+def restarts_main_in_place(job: ElasticTrainingJob, server: ServerFeatures = NEWEST) -> bool:
     """A crash of main restarts it in its pod (the slices keep theirs), charged to the
-    JobSet's restart budget: with spec.recovery.restartInPlace and a budget to spend."""
-    return job.spec.recovery.in_place_allowed \
-        and budgets_of(job.spec).jobset_restarts.allowed > 0
+    JobSet's restart budget: where the spec asks for it (elastic_api.budgets
+    `asks_main_in_place`) and the API server keeps container restart rules (`server`,
+    core/server_features.py decides)."""
+    return asks_main_in_place(job.spec) and server.restart_rules
 
 
-def main_restart_rules(job: ElasticTrainingJob) -> dict[str, Any]:
-    """main's own restart policy (Kubernetes KEP-5307, ContainerRestartRules: beta and on
-    by default since 1.35): the kubelet restarts it in the head pod when it exits with a
-    failure, keeping pathways-rm, pathways-proxy and every worker pod; not on a code that
-    ends the run (0; `etj train`'s elastic budget spent: its report fails the job). An API
-    server without the feature drops both fields: a crash then fails the pod, as before."""
-    if not restarts_main_in_place(job):
+def main_restart_rules(job: ElasticTrainingJob, server: ServerFeatures = NEWEST
+                       ) -> dict[str, Any]:
+    """main's own restart policy (Kubernetes KEP-5307, ContainerRestartRules: alpha and
+    off in 1.34, beta and on by default since 1.35): the kubelet restarts it in the head
+    pod when it exits with a failure, keeping pathways-rm, pathways-proxy and every worker
+    pod; not on a code that ends the run (0; `etj train`'s elastic budget spent: its
+    report fails the job). Rendered only where the server keeps it (`server`): 1.33 and
+    older refuse the head Job with it, 1.34 with the gate off drops it; there the head is
+    rendered without it and a crash of main fails the pod, restarting the JobSet."""
+    if not restarts_main_in_place(job, server):
         return {}
     final = list(TRAINER_FINAL_EXIT_CODES) if job.spec.trainer.command is None else [0]
     return {"restartPolicy": "Never", "restartPolicyRules": [
         {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": final}}]}
 
 
-def failure_policy(job: ElasticTrainingJob) -> dict[str, Any]:
+def failure_policy(job: ElasticTrainingJob, server: ServerFeatures = NEWEST) -> dict[str, Any]:
     """JobSet's failurePolicy. A count over the whole run is JobSet's own maxRestarts. A
     count per window the operator keeps (elastic_api.budgets): JobSet may restart without
     end. Either way, once the budget is spent by what JobSet does not count (restarts
     beyond the window's count, main's restarts in place), the operator ends the head Job
-    by its deadline, which this rule makes fail the JobSet."""
+    by its deadline, which this rule makes fail the JobSet. Without restarts in place (the
+    server lacks the rules), a crash of main fails the head Job and JobSet restarts, up
+    to maxRestarts, as before restart rules existed."""
     restarts = budgets_of(job.spec).jobset_restarts
     windowed = restarts.window_seconds is not None
     policy: dict[str, Any] = {"maxRestarts": INT32_MAX if windowed else restarts.allowed,
                               "restartStrategy": "Recreate"}
-    if windowed or restarts_main_in_place(job):
+    if windowed or restarts_main_in_place(job, server):
         policy["rules"] = [{"name": JOBSET_BUDGET_RULE, "action": "FailJobSet",
                             "onJobFailureReasons": ["DeadlineExceeded"],
                             "targetReplicatedJobs": [HEAD_REPLICATED_JOB]}]
@@ -644,7 +651,8 @@ def _pod_common(
     return pod
 
 
-def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
+def _head_pod(job: ElasticTrainingJob, shape: SliceShape, server: ServerFeatures
+              ) -> dict[str, Any]:
     spec = job.spec
     pathways = spec.backend == "pathways"
     pod = _pod_common(job, restart_policy="Never", host_network=pathways)
@@ -665,7 +673,7 @@ def _head_pod(job: ElasticTrainingJob, shape: SliceShape) -> dict[str, Any]:
         pod["shareProcessNamespace"] = True
     if init:
         pod["initContainers"] = init
-    pod["containers"] = [_main_container(job)]
+    pod["containers"] = [_main_container(job, server)]
     return pod
 
 
@@ -767,7 +775,9 @@ def head_pod_annotations(job: ElasticTrainingJob) -> dict[str, str]:
     return annotations
 
 
-def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
+def render_jobset(job: ElasticTrainingJob, server: ServerFeatures = NEWEST) -> dict[str, Any]:
+    """The job's JobSet, as the API server the operator runs on accepts it (`server`:
+    whether main's container restart rules are kept; default the newest server)."""
     spec = job.spec
     shape = slice_shape(spec.tpu.type, spec.tpu.topology)
     pathways = spec.backend == "pathways"
@@ -775,7 +785,7 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
     head = _replicated_job(
         job, HEAD_REPLICATED_JOB, replicas=1, pods=1, backoff_limit=0,
         exclusive_topology="kubernetes.io/hostname" if pathways else None,
-        pod_spec=_head_pod(job, shape), pod_annotations=head_pod_annotations(job),
+        pod_spec=_head_pod(job, shape, server), pod_annotations=head_pod_annotations(job),
     )
     worker = _replicated_job(
         job, WORKER_REPLICATED_JOB, replicas=spec.tpu.num_slices, pods=shape.vms,
@@ -807,7 +817,7 @@ def render_jobset(job: ElasticTrainingJob) -> dict[str, Any]:
                 "subdomain": name,
             },
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "failurePolicy": failure_policy(job),
+            "failurePolicy": failure_policy(job, server),
             # dependsOn orders head before workers; InOrder would conflict with it.
             "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
             "replicatedJobs": [head, worker],
@@ -918,12 +928,12 @@ def topology_request(replicated_job: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def render(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+def render(job: ElasticTrainingJob, server: ServerFeatures = NEWEST) -> list[dict[str, Any]]:
     """Every child object of the job: trainer RBAC first, then the JobSet; for a job
     MultiKueue dispatches (spec.managedBy), only its Workload (it runs elsewhere)."""
     if job.spec.multikueue:
         return [render_workload(job)]
-    return [*render_rbac(job), render_jobset(job)]
+    return [*render_rbac(job), render_jobset(job, server)]
 
 
 class _NoAliasDumper(yaml.SafeDumper):

@@ -81,6 +81,10 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "watch_crd": {(CRDS, "customresourcedefinitions", "watch")},
     "serves": set(),  # discovery: open to every authenticated client (system:discovery)
     "api_groups": set(),  # discovery too (GET /apis)
+    "server_version": set(),  # discovery too (GET /version)
+    # A server-side dry run (nothing stored) still needs create (issue 81: whether a 1.34
+    # server keeps main's container restart rules).
+    "dry_run_job": {("batch", "jobs", "create")},
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
     "post_event": {("", "events", "create")},
     "create": set(),  # filled in by created_kinds()
@@ -269,7 +273,8 @@ def test_the_table_matches_the_requests_kube_py_makes() -> None:
                      "list_crd": "GET", "watch_crd": "GET",
                      "lower_job_backoff_limit": "PATCH", "fail_job": "PATCH",
                      "label_node": "PATCH", "delete_job": "DELETE",
-                     "delete_pod_now": "DELETE"}
+                     "delete_pod_now": "DELETE", "server_version": "GET",
+                     "dry_run_job": "POST"}
     watches = {"watch_jobs", "watch_pods", "watch_jobsets", "watch_nodes", "watch_workloads",
                "watch_worker_jobs", "watch_crd"}
     for name, verb in expected_http.items():

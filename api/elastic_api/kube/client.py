@@ -406,10 +406,10 @@ class KubeClient:
 
     def create(self, path: str, body: dict[str, Any], *,
                timeout_s: float = REQUEST_TIMEOUT_S, fenced: bool = True,
-               back_off: bool = True) -> Any:
+               back_off: bool = True, query: dict[str, str] | None = None) -> Any:
         """POST `body` to the collection at `path`; the object as stored."""
-        return self.request("POST", path, body=body, timeout_s=timeout_s, fenced=fenced,
-                            back_off=back_off)
+        return self.request("POST", path, body=body, query=query, timeout_s=timeout_s,
+                            fenced=fenced, back_off=back_off)
 
     def patch(self, path: str, body: Any, *, patch_type: str = "merge",
               query: dict[str, str] | None = None,

@@ -70,9 +70,11 @@ watchNamespaces is empty, else by one RoleBinding per watched namespace.
 # is deleted (uid precondition; JobSet recreates it at once) or, its restart budget
 # spent, its backoffLimit lowered to 0. A trainer restart reads the head Job (get) and
 # raises its backoffLimit to its failures + 1 (patch), so that it replaces the pod.
+# create: only a server-side dry run (nothing stored) on a 1.34 API server, to learn
+# whether it keeps main's container restart rules; no power JobSets do not already give.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "delete", "patch"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

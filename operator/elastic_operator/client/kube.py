@@ -289,6 +289,17 @@ class Kube(JobAndPodWrites):
         (GET /apis, which every authenticated client may read)."""
         return self.client.get("/apis")
 
+    def server_version(self) -> dict[str, Any]:
+        """Discovery: the API server's version (GET /version, which every authenticated
+        client may read)."""
+        return self.client.get("/version")
+
+    def dry_run_job(self, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
+        """Create a batch Job as a server-side dry run (nothing is stored): the Job as the
+        server would store it, after its defaulting and the fields it drops."""
+        return self.client.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", job,
+                                  query={"dryRun": "All"})
+
     def serves(self, group_version: str, plural: str) -> bool:
         """Whether the API server serves this resource (discovery, which every
         authenticated client may read)."""

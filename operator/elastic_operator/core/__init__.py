@@ -7,6 +7,8 @@ the order to read them in.
 - wording: wording helpers shared by the messages of conditions and Events
 - status_events: the Kubernetes Events a status change implies, and their outbox in the status
 - setter: one condition found, or set with its transition rule (ConditionSetter)
+- server_features: whether the API server keeps main's container restart rules, and the
+  MainRestartsInPlace condition that says which recovery the cluster allows
 - parsing: the job and its stored status, read leniently
 - reported: the trainer's report, its figures held where they went back unexplained
 - patch: the one status write of a reconcile, an RFC 7386 merge patch

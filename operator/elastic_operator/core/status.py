@@ -99,6 +99,7 @@ from elastic_operator.core.recovery import track_recovery, trainer_process, trai
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.reported import forwarded, held_message
 from elastic_operator.core.restore_at_risk import restore_risk_condition, restore_risk_events
+from elastic_operator.core.server_features import in_place_condition, in_place_events
 from elastic_operator.core.setter import ConditionSetter, get_condition, set_condition
 from elastic_operator.core.slices import SliceChange, SliceHealth, compute_slices, slice_events
 from elastic_operator.core.sliceview import SliceViews, slice_views
@@ -228,10 +229,12 @@ class Decided:
     slow_events: list[StatusEvent] = field(default_factory=list)
     root_events: list[StatusEvent] = field(default_factory=list)  # CheckpointRootNotAllowed
     image_events: list[StatusEvent] = field(default_factory=list)  # ImageDrift
+    server_events: list[StatusEvent] = field(default_factory=list)  # MainRestartsInPlace
 
     @property
     def events(self) -> list[StatusEvent]:
-        return self.clock.events + self.slow_events + self.root_events + self.image_events
+        return self.clock.events + self.slow_events + self.root_events + self.image_events \
+            + self.server_events
 
 
 class StatusResult(NamedTuple):
@@ -483,6 +486,9 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     drift = image_drift_condition(setter, spec, ctx.observed, was_drifting)
     if drift is not None:
         conditions.append(drift)
+    in_place = in_place_condition(setter, spec, ctx.observed.server)
+    if in_place is not None:
+        conditions.append(in_place)
     summary = _summary(ctx, gates, slices, trainer.recovering, degraded)
     ready = readiness(summary)
     ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
@@ -491,7 +497,10 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                    slow_steps_events(get_condition(ctx.previous, ConditionType.DEGRADED),
                                      degraded),
                    root_refused_events(ctx.previous, root_allowed),
-                   image_drift_events(was_drifting, drift))
+                   image_drift_events(was_drifting, drift),
+                   in_place_events(get_condition(ctx.previous,
+                                                 ConditionType.MAIN_RESTARTS_IN_PLACE),
+                                   in_place))
 
 
 def _slow_words(ctx: StatusInputs, tracking: SliceTracking,

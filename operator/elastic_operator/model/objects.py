@@ -46,6 +46,7 @@ from elastic_api.queueing import (
     WORKLOAD_REQUEUED,
     counts_as_eviction,
 )
+from elastic_operator.model.server import NEWEST, ServerFeatures
 from elastic_operator.model.slice_memo import SliceMemo
 
 T = TypeVar("T")
@@ -438,6 +439,8 @@ class Observed:
     pools: tuple[ObservedPool, ...] = ()
     # None: no Workload, or none looked for (the job is not queued).
     workload: ObservedWorkload | None = None
+    # What the API server accepts (one for the operator: watch/server_probe.py).
+    server: ServerFeatures = NEWEST
     # What earlier reconciles of the job derived from each slice's pods (slice_memo.py);
     # None: compute everything (tests, one-off reads).
     memo: SliceMemo | None = field(default=None, compare=False, repr=False)

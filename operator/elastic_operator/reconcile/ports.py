@@ -5,8 +5,10 @@ reconciler names the port, not the module behind it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from elastic_operator.model.server import NEWEST, ServerFeatures
 from elastic_operator.reconcile.dispatched import DispatchedReconciler
 from elastic_operator.reconcile.own_writes import OwnWrites
 from elastic_operator.reconcile.schema_guard import SchemaGuard
@@ -22,11 +24,13 @@ class Reads:
     """What a pass reads: the cluster as the caches, indexes and checkpoint scans hold it
     (`reader`), the job as our last status write left it until the job cache has it
     (`own_writes`, which also tells whether someone else wrote during ours), and the
-    verdict on the served CRD (`schema`)."""
+    verdict on the served CRD (`schema`), and what the API server accepts (`server`, the
+    operator's one ServerProbe: the same for every job, read once per pass)."""
 
     reader: JobReader
     own_writes: OwnWrites
     schema: SchemaGuard
+    server: Callable[[], ServerFeatures] = lambda: NEWEST
 
 
 @dataclass(frozen=True)

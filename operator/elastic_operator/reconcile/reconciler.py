@@ -151,9 +151,10 @@ class Reconciler:
         verdict = self.reads.schema.verdict()
         if verdict.refuses:  # an older CRD would prune what we write (schema_guard.py)
             return self.reads.schema.refuse(raw, verdict)
+        server = self.reads.server()  # one answer for the whole pass
         try:
             parsed = parse_job(raw)
-            rendered = render(parsed.job)
+            rendered = render(parsed.job, server)
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             writes.writer.report_invalid_spec(raw, str(e))
             return Result()
@@ -186,7 +187,8 @@ class Reconciler:
         if step.done("plan"):
             return START_OVER
         # 3. The rest of what the status is computed from.
-        observed = self._observe(key, job, jobset, pods, workload, remembered)
+        observed = replace(self._observe(key, job, jobset, pods, workload, remembered),
+                           server=server)  # the answer this pass rendered by
         if step.done("observe"):
             return START_OVER
         # 4. The status.

@@ -76,6 +76,13 @@ class WatchScope:
         """Where to list and watch (None: every namespace, filtered by `matches`)."""
         return [None] if self.clusterwide or self.has_globs else list(self.namespaces)
 
+    @property
+    def dry_run_namespace(self) -> str:
+        """Where the operator may create (dry run) a Job: a namespace it serves by name,
+        else `default` (cluster-wide, its role is bound everywhere)."""
+        named = [p for p in self.namespaces if not any(ch in p for ch in "*?[")]
+        return named[0] if named and not self.clusterwide else "default"
+
 
 EVERY_NAMESPACE = WatchScope(clusterwide=True, namespaces=[])
 
