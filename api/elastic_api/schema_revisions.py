@@ -44,6 +44,9 @@ REVISIONS: tuple[str, ...] = (
     # maxSliceRestarts' bound computed from the cube count, and a rule of its own refusing
     # tpu7x super-slicing at the cube level.
     "sha256:74bd8fa41fbee87abe9ccafdf06b4e4756a48169f2930778aff83fa5ac040750",
+    # 8: maxItems on every list in status (issue 78: a writer other than the operator
+    # cannot grow the status toward etcd's limit).
+    "sha256:4a7c3bdffb543b3783f3f98be3ee127cb29384b38c31ba387d23c324f86c11a0",
 )
 
 
