@@ -8,6 +8,7 @@ the order to read them in.
 - status_events: the Kubernetes Events a status change implies, and their outbox in the status
 - setter: one condition found, or set with its transition rule (ConditionSetter)
 - parsing: the job and its stored status, read leniently
+- provenance: whether the records read back from the status are the operator's own
 - reported: the trainer's report, its figures held where they went back unexplained
 - patch: the one status write of a reconcile, an RFC 7386 merge patch
 - schema: whether the served CRD is the operator's own schema revision (SchemaCurrent)

@@ -152,7 +152,8 @@ class Reconciler:
         if verdict.refuses:  # an older CRD would prune what we write (schema_guard.py)
             return self.reads.schema.refuse(raw, verdict)
         try:
-            parsed = parse_job(raw)
+            parsed = self.reads.own_writes.own_records(
+                key, parse_job(raw), self.clock.now(), self.metrics.foreign_status)
             rendered = render(parsed.job)
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             writes.writer.report_invalid_spec(raw, str(e))
