@@ -44,3 +44,38 @@ def test_the_status_policy_can_be_left_out() -> None:
     docs = helm_template("etj", "etj-system", "statusPolicy.enabled=false")
     assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
                 and d["metadata"]["name"].endswith("status-writers")]
+
+
+def _reach_policy(name: str, *values: str) -> dict[str, Any]:
+    return only(helm_template("etj", "etj-system", *values), STATUS_POLICY,
+                f"etj-elastic-operator-{name}")
+
+
+def test_the_node_policy_names_the_keys_the_operator_writes() -> None:
+    """The keys the quarantine writes (elastic_api/names.py) are the policy's own."""
+    from elastic_api.names import (
+        QUARANTINE_CAUSE_ANNOTATION,
+        QUARANTINE_LABEL,
+        QUARANTINED_AT_ANNOTATION,
+    )
+
+    policy = _reach_policy("node-patches")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["ownLabels"] == f"['{QUARANTINE_LABEL}']"
+    assert variables["ownAnnotations"] == (
+        f"['{QUARANTINED_AT_ANNOTATION}', '{QUARANTINE_CAUSE_ANNOTATION}']")
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:etj-system:etj-elastic-operator"')
+
+
+def test_without_node_patching_the_operator_holds_no_patch_on_nodes() -> None:
+    docs = helm_template("etj", "etj-system", "nodePatching.enabled=false")
+    node_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]
+                  if "nodes" in r["resources"]]
+    assert node_rules == [{"apiGroups": [""], "resources": ["nodes"],
+                           "verbs": ["list", "watch"]}]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert "--no-quarantine-pools" in deployment["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("node-patches")]
+    _reach_policy("trainer-rbac", "nodePatching.enabled=false")  # still there
