@@ -1,5 +1,9 @@
 """A hostile tenant writes the operator's part of a job's status, with its own token.
 
+Without the policy (a cluster that did not install it) a running operator acts on none
+of the forged records, says each once (a warning and etj_foreign_status_records_total),
+quarantines no pool and keeps recovering its job.
+
 The tenant's ServiceAccount holds exactly the Role the operator renders for the trainer
 (render_rbac: `patch` on its own job's /status). With the chart's status policy installed
 (rendered by `helm template`, bound to this test's namespace only: the control plane is
@@ -24,12 +28,15 @@ from kubernetes.client.rest import ApiException
 from elastic_api import GROUP, PLURAL, VERSION
 from elastic_api.models import ElasticTrainingJob
 from elastic_api.models.status import MAX_PENDING_EVENTS
-from elastic_devtools.localcluster import Cluster
+from elastic_api.names import QUARANTINE_LABEL
+from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.faults import wait_for
+from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_operator.render import render_rbac
 from tests.service_accounts import token_kubeconfig
-from tests.support.article_job import JOB, job_manifest
+from tests.support.article_job import JOB, events, job_manifest, submit, worker_pods
 from tests.support.chart import helm_template, unique_release
+from tests.support.waiting import job_version, wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -134,7 +141,7 @@ def status_policy(api: client.ApiClient, ns: str, tmp_path: Path) -> Iterator[No
     values.write_text(yaml.safe_dump({"statusPolicy": {"namespaceSelector": {
         "matchLabels": {"kubernetes.io/metadata.name": ns}}}}))
     docs = [d for d in helm_template(unique_release(), "etj-system", values_file=values)
-            if d["kind"] in POLICY_KINDS]
+            if d["kind"] in POLICY_KINDS and d["metadata"]["name"].endswith("status-writers")]
     policy, binding = (next(d for d in docs if d["kind"] == k) for k in POLICY_KINDS)
     admission = client.AdmissionregistrationV1Api(api)
     admission.create_validating_admission_policy(policy)
@@ -179,3 +186,51 @@ def test_a_status_grown_past_its_bounds_is_refused_by_the_schema(
     error = refusal(lambda: patch_status(tenant, ns, {"pendingEvents": events}))
     assert error.status == 422 and "status.pendingEvents" in error.body, error.body
     assert f"must have at most {MAX_PENDING_EVENTS} items" in error.body
+
+
+FORGED_FIELDS = ("slices", "pools", "pendingEvents")
+
+
+def _tenant_client(cluster: Cluster, ns: str, path: Path) -> client.ApiClient:
+    """The job's pods' ServiceAccount (`default`), whose Role the operator created."""
+    tenant = config.new_client_from_config(
+        config_file=str(token_kubeconfig(cluster, ns, "default", path)))
+    wait_for(lambda: _allowed(tenant, ns), 30, "the trainer Role seen by the authorizer")
+    return tenant
+
+
+def _foreign(operator: OperatorProcess) -> dict[str, float]:
+    metrics = operator.metrics()
+    return {k: v for k, v in metrics.items() if k.startswith("etj_foreign_status_records_total")}
+
+
+def test_without_the_policy_the_operator_ignores_forgeries_says_once_and_recovers(
+        cluster: Cluster, api: client.ApiClient, ns: str, tmp_path: Path) -> None:
+    log_path = Path(cluster.logs_dir) / "operator-hostile-tenant.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0  # (a reused cluster's)
+    with OperatorProcess(Path(cluster.kubeconfig), log_path) as operator:
+        submit(api, ns)
+        running = wait_running(api, ns)
+        tenant = _tenant_client(cluster, ns, tmp_path / "tenant.kubeconfig")
+        now = datetime.now(UTC)
+        for _what, _field, patch in forgeries(running, now)[:3]:
+            patch_status(tenant, ns, patch)
+        wanted = {f'etj_foreign_status_records_total{{field="{f}"}}': 1.0
+                  for f in FORGED_FIELDS}
+        wait_for(lambda: _foreign(operator) == wanted, 60,
+                 f"each forged field said once, and no other ({_foreign(operator)})")
+
+        # Its own job keeps recovering: a slice fails and comes back.
+        before = job_version(api, ns)
+        faults.fail_pod(api, ns, worker_pods(api, ns, 2)[0].metadata.name)
+        recovered = wait_status(api, ns, lambda s: s["slices"][2]["state"] == "Ready"
+                                and s["slices"][2]["restarts"] == 1,
+                                "slice 2 replaced and Ready again", since=before)
+        assert recovered["slices"][1]["restarts"] == 0  # nothing taken from the forgery
+        assert _foreign(operator) == wanted  # said once, however often it was read
+        nodes = client.CoreV1Api(api).list_node(label_selector=QUARANTINE_LABEL).items
+        assert nodes == [], [n.metadata.name for n in nodes]
+        assert events(api, ns, "PoolQuarantined") == []  # the forged outbox entry
+    log = log_path.read_bytes()[offset:].decode()
+    for field_name in FORGED_FIELDS:
+        assert log.count(f"status.{field_name} was written by someone other") == 1, field_name
