@@ -20,8 +20,8 @@ def test_every_status_field_but_training_is_the_operators() -> None:
     """The policy names each field of the status model but `training`: a field added to
     the model and not to the chart's list would be open to the trainer."""
     policy = _status_policy()
-    guarded = [re.fullmatch(r"object\.\?status\.\?(\w+) == oldObject\.\?status\.\?\1",
-                            v["expression"]) for v in policy["spec"]["validations"]]
+    guarded = [re.match(r"object\.\?status\.\?(\w+) == oldObject\.\?status\.\?\1( |$)",
+                        v["expression"]) for v in policy["spec"]["validations"]]
     assert all(guarded), [v["expression"] for v in policy["spec"]["validations"]]
     fields = {f.alias for f in ElasticTrainingJobStatus.model_fields.values()}
     assert {m.group(1) for m in guarded if m} == fields - {"training"}
@@ -79,3 +79,15 @@ def test_without_node_patching_the_operator_holds_no_patch_on_nodes() -> None:
         "containers"][0]["args"]
     assert not [d for d in docs if d["metadata"]["name"].endswith("node-patches")]
     _reach_policy("trainer-rbac", "nodePatching.enabled=false")  # still there
+
+
+def test_a_first_status_written_by_the_trainer_may_hold_only_zero_counters() -> None:
+    """The schema defaults status.counters when the trainer's report is the job's first
+    status; the policy lets that through only with every counter of the model at 0."""
+    from elastic_api.models.status import Counters
+
+    (rule,) = [v["expression"] for v in _status_policy()["spec"]["validations"]
+               if "counters" in v["expression"]]
+    named = set(re.findall(r"object\.status\.counters\.\?(\w+)\.orValue\(0\)", rule))
+    assert named == {f.alias for f in Counters.model_fields.values()}
+    assert "!has(oldObject.status)" in rule and rule.endswith(".all(n, n == 0))")
