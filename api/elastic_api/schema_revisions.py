@@ -48,6 +48,9 @@ REVISIONS: tuple[str, ...] = (
     # (issue 78), and the placement fields' descriptions name the tenant policy; no field
     # changed.
     "sha256:fd8ae8029e6b77924cabb846d588b92efe5db50b108df7762ebc73d79c4c18f9",
+    # 9: maxItems on every list in status (issue 78: a writer other than the operator
+    # cannot grow the status toward etcd's limit).
+    "sha256:270419c64accf0700d57051554b72fbef024ea62c916a536a6cbe5991cba412f",
 )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from elastic_kubectl.job import Job, read_job
 from elastic_kubectl.reader import PluginError, Reader, connect, default_namespace
-from elastic_kubectl.text import parse_since
+from elastic_kubectl.text import parse_since, printable
 
 COMMANDS = {
     "status": "one row per slice (state, pool, hosts, restarts, last failure, downtime), "
@@ -154,8 +154,8 @@ def show(session: Session, out: Any, last: str | None) -> str:
     lines, data = views()[session.command](session, now)
     if getattr(session.args, "output", None) == "json":
         text = json.dumps(data, indent=None if session.args.watch else 2, sort_keys=True)
-    else:
-        text = "\n".join(lines)
+    else:  # JSON escapes control characters itself
+        text = "\n".join(printable(line) for line in lines)
     if text != last:
         if session.args.watch and out.isatty() and session.args.output != "json":
             out.write(CLEAR)

@@ -110,6 +110,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
     return ["  ".join(cell(r[i], i) for i in range(cols)).rstrip() for r in [headers, *rows]]
 
 
+# What a terminal acts on rather than shows: C0 and C1 controls and DEL (escape
+# sequences: colours, cursor moves, a title, OSC 52 writing the clipboard) and the
+# bidirectional overrides (text shown in another order than it reads). Trainer-written
+# strings (status.training, Events) reach the view unfiltered (docs/threat-model.md).
+_UNSHOWN = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(line: str) -> str:
+    """`line` with every control character shown as `?` (a tab as a space; a newline
+    too: a string must not make lines of its own)."""
+    return _UNSHOWN.sub("?", line.replace("\t", " "))
+
+
 def field_of(obj: Any, key: str) -> dict[str, Any]:
     """obj[key] if both are JSON objects, else {} (what the API returns is untrusted)."""
     value = obj.get(key) if isinstance(obj, dict) else None

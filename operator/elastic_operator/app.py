@@ -306,14 +306,14 @@ def build_operator(
                                 clock=clock, roots=checkpoint_roots or CheckpointRoots.default(),
                                 memory=memory)
     resync = threading.Event()
-    elector = _elector(kube, metrics, election, resync.set, clock) \
+    own_writes = OwnWrites(memory)
+    elector = _elector(kube, metrics, election, resync.set, clock, own_writes) \
         if election is not None else None
     if elector is not None:  # a reconcile that outlives the leadership writes no more
         kube.client.may_write = elector.is_leader
     work_queue = WorkQueue(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
     metrics.queue_depth.set_function(lambda: work_queue.depth)
     slice_index = SliceIndex(nodes, memory)
-    own_writes = OwnWrites(memory)
     pacer = ProgressPacer(memory, metrics, clock)
     # Open once the caches and the CRD (made below) have synced, and while this leads.
     gate = ReconcileGate(lambda: caches.synced and schema.settled
@@ -448,12 +448,14 @@ def _count(jobs: Callable[[], Iterable[tuple[str, str]]]) -> int:
 
 
 def _elector(kube: Kube, metrics: OperatorMetrics, election: ElectionConfig,
-             started: Callable[[], None], clock: Clock) -> LeaseElector:
-    """The LeaseElector, with the leader metric following its role."""
+             started: Callable[[], None], clock: Clock, own_writes: OwnWrites) -> LeaseElector:
+    """The LeaseElector, with the leader metric following its role. A new leader knows
+    no status it wrote (another replica may have written every job meanwhile)."""
     leader = metrics.leader.labels(election.identity)
     leader.set(0)
 
     def on_started() -> None:
+        own_writes.forget_statuses()
         leader.set(1)
         started()
 

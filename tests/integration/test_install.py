@@ -225,8 +225,10 @@ def patch_status_as(api: Any, namespace: str, name: str, body: dict[str, Any]) -
 
 
 @pytest.fixture(scope="module")
-def installed(cluster: Cluster) -> list[dict[str, Any]]:
-    """manifests/install.yaml applied (the Deployment only dry-run on the server)."""
+def installed(cluster: Cluster) -> Iterator[list[dict[str, Any]]]:
+    """manifests/install.yaml applied (the Deployment only dry-run on the server); its
+    admission policies deleted afterwards: cluster-wide, the status policy would refuse
+    the status writes of the operators later modules run as admin."""
     docs = [d for d in yaml.safe_load_all(INSTALL.read_text()) if d]
     deployment = [d for d in docs if d["kind"] == "Deployment"]
     assert len(deployment) == 1
@@ -247,7 +249,11 @@ def installed(cluster: Cluster) -> list[dict[str, Any]]:
         wait_for(established, 30, "the ElasticTrainingJob CRD to be established")
     finally:
         api.close()
-    return docs
+    yield docs
+    policies = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    result = kubectl(cluster, "delete", "--ignore-not-found", "-f", "-",
+                     stdin=yaml.safe_dump_all(policies))
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture

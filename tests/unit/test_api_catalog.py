@@ -164,7 +164,8 @@ def _slice(i: int, *, failing: bool) -> SliceStatus:
 
 
 def status_bytes(slices: int, spares: int, *, failing: bool) -> int:
-    """The status the operator and trainer write for a job of this many slices, as JSON:
+    """The status the operator and trainer write for a job of this many slices, as JSON
+    (built unvalidated: twice the cap is past the schema's maxItems, measured as a size):
     as a run goes, or with every slice failing at once (each mid-replacement, every pool
     quarantined with the 20 failures kept, an Event per slice in the outbox)."""
     everyone = list(range(slices))
@@ -175,17 +176,17 @@ def status_bytes(slices: int, spares: int, *, failing: bool) -> int:
                         quarantined_at=T if failing else None,
                         quarantine_cause="c" * 200 if failing else None)
              for i in range(slices + spares)]
-    training = TrainingReport(
+    training = TrainingReport.model_construct(
         observed_at=T, state="Training", step=123456, total_steps=10**6, loss=1.2345,
         step_seconds=3.2,
         slice_step_times=[SliceStepTime(slice=i, seconds=3.14159, relative=1.00123)
                           for i in everyone],
-        stall=StallReport(step=1, phase="Step", started_at=T, detected_at=T,
+        stall=StallReport.model_construct(step=1, phase="Step", started_at=T, detected_at=T,
                           deadline_seconds=30, suspect_slices=everyone, evidence="e" * 512)
         if failing else None,
-        elastic_event=ElasticEventReport(id=1, phase="Resumed", detected_at=T,
+        elastic_event=ElasticEventReport.model_construct(id=1, phase="Resumed", detected_at=T,
                                          slices_down=everyone if failing else [3]))
-    status = ElasticTrainingJobStatus(
+    status = ElasticTrainingJobStatus.model_construct(
         observed_generation=1, phase="Running", jobset_name="record", slices_desired=slices,
         slices_ready=slices, slices=[_slice(i, failing=failing) for i in everyone],
         conditions=[Condition(type=f"C{i}", status="True", reason="Reason", message="m" * 300,
@@ -195,8 +196,9 @@ def status_bytes(slices: int, spares: int, *, failing: bool) -> int:
         pending_events=[PendingEvent(name="n" * 60, reason="SliceFailed", type="Warning",
                                      message="m" * 200)
                         for _ in range(slices if failing else 3)],
-        last_recovery=RecoveryRecord(detected_at=T, slices=everyone if failing else [3]),
-        checkpoint_request=CheckpointRequest(
+        last_recovery=RecoveryRecord.model_construct(detected_at=T,
+                                                     slices=everyone if failing else [3]),
+        checkpoint_request=CheckpointRequest.model_construct(
             id=1, reason="Maintenance", slices=everyone if failing else [1], requested_at=T,
             deadline=T, pause=True, phase="Requested"))
     wire = status.model_dump(mode="json", by_alias=True, exclude_none=True)

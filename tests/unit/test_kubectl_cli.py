@@ -194,3 +194,23 @@ def test_a_watch_shows_each_change_and_draws_the_picture_last(
     rc, out = run(["status", "demo", "-n", "etj-demo", "-w", "-o", "json"], api, monkeypatch)
     steps = [json.loads(line)["step"] for line in out.splitlines()]
     assert rc == 0 and steps[:2] == [250, 260]
+
+
+def test_trainer_written_strings_reach_the_terminal_without_control_characters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trainer writes status.training and a pod's failure reaches the Events: an escape
+    sequence (a colour, a cursor move, OSC 52 writing the clipboard), a bell, a bidi
+    override or a newline making a line of its own is shown as `?`, never sent on."""
+    job = recovered_job()
+    hostile = "ok\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\u202eevil\nSliceReplaced fake"
+    job["status"]["training"]["message"] = hostile
+    job["status"]["conditions"][0]["message"] = hostile
+    events = demo_events()
+    for event in events:  # whichever the timeline shows
+        event["message"] = hostile
+    api = StandInApi({JOB_PATH: job, EVENTS_PATH: {"items": events},
+                      NODES_PATH: {"items": pools_nodes()}})
+    rc, out = run(["timeline", "demo", "-n", "etj-demo"], api, monkeypatch)
+    assert rc == 0 and "?evil" in out and "?]52;c;" in out  # shown, not acted on
+    assert not any(c in out for c in "\x1b\x07\u202e"), out
+    assert not any(line.startswith("SliceReplaced fake") for line in out.splitlines())

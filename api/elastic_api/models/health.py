@@ -12,6 +12,11 @@ from pydantic import Field
 from elastic_api.models.base import StatusModel
 from elastic_api.models.spec_tpu import MAX_BUDGET_TIMES
 
+# The failures status.pools keeps per pool (the newest; the operator drops the rest):
+# enough to tell whether they follow the job (quarantineAfterFailures counts jobs, each
+# job's failures only once).
+MAX_POOL_FAILURES = 20
+
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
@@ -142,7 +147,8 @@ class PoolStatus(StatusModel):
 
     name: str
     failures: list[PoolFailure] = Field(
-        default_factory=list, description="This job's slice failures on this pool within "
+        default_factory=list, max_length=MAX_POOL_FAILURES,
+        description="This job's slice failures on this pool within "
         "spec.recovery.quarantineWindowSeconds (newest last).")
     quarantined: str | None = Field(
         None, description="Why replacements avoid it: NodeNotReady, DeviceUnhealthy, "

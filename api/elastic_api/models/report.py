@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from elastic_api.models.base import Count, StatusModel
-from elastic_api.models.spec_tpu import MAX_BUDGET_TIMES
+from elastic_api.models.spec_tpu import MAX_BUDGET_TIMES, MAX_SLICES
 from elastic_api.phases import PHASES, Phase, PhaseSource
 
 
@@ -20,7 +20,7 @@ class CheckpointRequest(StatusModel):
 
     id: int = Field(description="1, 2, ...: the trainer acknowledges this id.")
     reason: Literal["Maintenance", "User"]
-    slices: list[int] = Field(default_factory=list)
+    slices: list[int] = Field(default_factory=list, max_length=MAX_SLICES)
     requested_at: datetime
     deadline: datetime = Field(description="Moved anyway (phase Expired) if not "
                                "acknowledged by then.")
@@ -97,7 +97,7 @@ class ElasticEventReport(StatusModel):
     detected_at: datetime
     error: str | None = Field(None, description="e.g. DATA_LOSS: slice 2 is down")
     failed_step: Count | None = Field(None, description="Last step completed before the failure.")
-    slices_down: list[Count] = Field(default_factory=list)
+    slices_down: list[Count] = Field(default_factory=list, max_length=MAX_SLICES)
     restored_from_step: Count | None = None
     restore_source: Literal["snapshot", "checkpoint", "none"] | None = None
     restored_at: datetime | None = None
@@ -145,7 +145,7 @@ class StallReport(StatusModel):
     detected_at: datetime
     deadline_seconds: float = Field(ge=0, description="The deadline it ran past.")
     suspect_slices: list[Count] = Field(
-        default_factory=list,
+        default_factory=list, max_length=MAX_SLICES,
         description="Slices the evidence blames; empty: nothing could be blamed (the "
         "operator restarts the trainer after its own progress deadline).")
     evidence: str | None = Field(
@@ -160,7 +160,7 @@ class SliceReplacementRequest(StatusModel):
     per (processId, id), counted as a slice failure."""
 
     id: Count = Field(description="1 for the process's first request, then 2, 3, ...")
-    slices: list[Count] = Field(min_length=1)
+    slices: list[Count] = Field(min_length=1, max_length=MAX_SLICES)
     # A string, not an enum: a newer trainer may give a reason this schema does not know.
     reason: str = Field(max_length=64, description="SliceHung or SliceSlow.")
     requested_at: datetime
@@ -282,7 +282,8 @@ class TrainingReport(StatusModel):
     slice_replacement: SliceReplacementRequest | None = Field(
         None, description="The trainer's newest request to replace slices it blames.")
     slice_step_times: list[SliceStepTime] | None = Field(
-        None, description="Each active slice's part of the recent steps; absent where the "
+        None, max_length=MAX_SLICES,
+        description="Each active slice's part of the recent steps; absent where the "
         "backend cannot time the parts (Pathways).")
     last_restore: RestoreReport | None = Field(
         None, description="The restore this trainer process last did (the newest of its "

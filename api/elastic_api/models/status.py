@@ -16,7 +16,16 @@ from elastic_api.models.report import (
     RestoreReport,
     TrainingReport,
 )
+from elastic_api.models.spec_tpu import MAX_SLICES
 from elastic_api.phases import Phase
+
+# Bounds of the operator's lists in status (maxItems in the CRD): a status grown past them
+# is refused at admission, whoever writes it. Pools: those the job's slices run on and
+# those they failed on within the quarantine window. Events: one status change's, and
+# those of earlier changes not posted yet (writes/outbox.py drops the oldest beyond it).
+# Samples: progress_rules.SAMPLES kept; checkpoint steps: the newest listed.
+MAX_CONDITIONS, MAX_POOLS, MAX_PENDING_EVENTS = 64, 2 * MAX_SLICES, 4 * MAX_SLICES
+MAX_PROGRESS_SAMPLES, MAX_LISTED_STEPS = 64, 1000
 
 # Who closed a recovery (status.lastRecovery.closedBy), and what confirmed a recovery the
 # operator closed without the trainer (confirmedBy): docs/design/recovery.md.
@@ -36,7 +45,7 @@ class RecoveryRecord(StatusModel):
     steps_lost: int | None = None
     restored_from_step: int | None = None
     restore_source: str | None = None
-    slices: list[int] = Field(default_factory=list)
+    slices: list[int] = Field(default_factory=list, max_length=MAX_SLICES)
     closed_at: datetime | None = Field(
         None, description="When the recovery closed (Trainer: resumedAt; Operator: when "
         "every slice was Ready again).")
@@ -126,15 +135,19 @@ class ProgressStatus(StatusModel):
                              "(a recovery, a pause, a resume: a recompile may come first).")
     held: str | None = Field(None, description="Why the clock is held (the job is "
                              "suspended, queued, recovering, paused for maintenance, ...).")
-    gaps: list[float] = Field(default_factory=list, description="Seconds between the "
+    gaps: list[float] = Field(default_factory=list, max_length=MAX_PROGRESS_SAMPLES,
+                              description="Seconds between the "
                               "newest step changes the operator saw (newest last).")
-    step_gaps: list[float] = Field(default_factory=list, description="The gaps that measure "
+    step_gaps: list[float] = Field(default_factory=list, max_length=MAX_PROGRESS_SAMPLES,
+                                   description="The gaps that measure "
                                    "the step time (every slice active; newest last).")
-    step_counts: list[int] = Field(default_factory=list, description="The steps each of "
+    step_counts: list[int] = Field(default_factory=list, max_length=MAX_PROGRESS_SAMPLES,
+                                   description="The steps each of "
                                    "stepGaps spans.")
     longest_gap_seconds: float | None = None
     step_seconds: list[float] = Field(
-        default_factory=list, description="Seconds per step at the newest step changes "
+        default_factory=list, max_length=MAX_PROGRESS_SAMPLES,
+        description="Seconds per step at the newest step changes "
         "(newest last), what the step deadline is learned from: the gap over the steps it "
         "spans, or the trainer's stepSeconds when longer; none from a gap with offStep.")
     off_step: bool = Field(False, description="The trainer was seen in a phase a step's "
@@ -169,7 +182,8 @@ class HandledSliceReplacement(StatusModel):
     process_started_at: datetime | None = None
     id: int
     handled_at: datetime
-    replaced: list[int] = Field(default_factory=list, description="The slices replaced.")
+    replaced: list[int] = Field(default_factory=list, max_length=MAX_SLICES,
+                                description="The slices replaced.")
     message: str | None = Field(None, description="What was done, and why not for a slice "
                                 "left alone.")
 
@@ -193,11 +207,13 @@ class CheckpointStatus(StatusModel):
         "ASCII digits (no leading zero) holding commit_success.txt, which Orbax writes "
         "last, on gs:// and on a filesystem. The step the bundled trainer restores.")
     incomplete_steps: list[int] = Field(
-        default_factory=list, description="Uncommitted steps newer than "
+        default_factory=list, max_length=MAX_LISTED_STEPS,
+        description="Uncommitted steps newer than "
         "latestCommittedStep (a step directory without commit_success.txt, or a "
         "<step>.orbax-checkpoint-tmp* directory): saves that may still be in flight.")
     abandoned_steps: list[int] = Field(
-        default_factory=list, description="Uncommitted steps not newer than "
+        default_factory=list, max_length=MAX_LISTED_STEPS,
+        description="Uncommitted steps not newer than "
         "latestCommittedStep: left by saves that never finished (Orbax removes such a "
         "directory only if the same step is saved again). Never restored; safe to delete.")
     observed_at: datetime | None = Field(
@@ -278,14 +294,14 @@ class ElasticTrainingJobStatus(StatusModel):
     jobset_name: str | None = Field(None, alias="jobSetName")
     slices_desired: int | None = None
     slices_ready: int | None = None
-    slices: list[SliceStatus] = Field(default_factory=list)
-    conditions: list[Condition] = Field(default_factory=list)
+    slices: list[SliceStatus] = Field(default_factory=list, max_length=MAX_SLICES)
+    conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
     counters: Counters = Field(default_factory=Counters)
     admission: AdmissionStatus | None = None
     last_recovery: RecoveryRecord | None = None
     checkpoint: CheckpointStatus | None = None
     trainer_process: TrainerProcess | None = None
-    pools: list[PoolStatus] = Field(default_factory=list)
+    pools: list[PoolStatus] = Field(default_factory=list, max_length=MAX_POOLS)
     spare_pools: int | None = Field(None, description="Healthy, unused, unquarantined node "
                                     "pools of the job's TPU shape.")
     checkpoint_request: CheckpointRequest | None = None
@@ -294,7 +310,8 @@ class ElasticTrainingJobStatus(StatusModel):
     handled_slice_replacement: HandledSliceReplacement | None = None
     budgets: RestartBudgets | None = None
     pending_events: list[PendingEvent] | None = Field(
-        None, description="The Events of the latest status change, written with it and "
+        None, max_length=MAX_PENDING_EVENTS,
+        description="The Events of the latest status change, written with it and "
         "posted after the write; the next reconcile (this replica's or a new leader's) "
         "posts those not known to be posted (a second copy is refused) and drops them. "
         "Absent when there are none.")

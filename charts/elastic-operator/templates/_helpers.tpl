@@ -101,7 +101,7 @@ manager: whether the worker cluster a job runs in can be reached (read only). */
 {{- define "elastic-operator.clusterRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["list", "watch"{{ if .Values.nodePatching.enabled }}, "patch"{{ end }}]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["multikueueclusters"]
   verbs: ["get"]

@@ -31,6 +31,7 @@ from elastic_api.checkpoints import (
     step_size,
 )
 from elastic_api.models import CheckpointStatus
+from elastic_api.models.status import MAX_LISTED_STEPS
 
 __all__ = ["COMMIT_MARKER", "CheckpointScanError", "CheckpointSummary", "RootEntry",
            "scan_checkpoints", "scan_checkpoints_detailed", "summarize", "summarize_entries"]
@@ -70,8 +71,10 @@ def summarize_entries(
         latest_committed_files=size.files if size is not None else None,
         directory=directory,
         latest_committed_step=decision.latest_committed,
-        incomplete_steps=list(decision.incomplete),
-        abandoned_steps=list(decision.abandoned),
+        # The newest steps, within the schema's bound (a root of thousands of abandoned
+        # saves would otherwise make the status write refused).
+        incomplete_steps=list(decision.incomplete)[-MAX_LISTED_STEPS:],
+        abandoned_steps=list(decision.abandoned)[-MAX_LISTED_STEPS:],
         observed_at=now,
         error=nested_root_hint(directory) if decision.nested_root else None,
     )

@@ -10,6 +10,7 @@ the order to read them in.
 - server_features: whether the API server keeps main's container restart rules, and the
   MainRestartsInPlace condition that says which recovery the cluster allows
 - parsing: the job and its stored status, read leniently
+- provenance: whether the records read back from the status are the operator's own
 - reported: the trainer's report, its figures held where they went back unexplained
 - patch: the one status write of a reconcile, an RFC 7386 merge patch
 - schema: whether the served CRD is the operator's own schema revision (SchemaCurrent)

@@ -45,6 +45,7 @@ from elastic_api.models import (
     SliceStatus,
 )
 from elastic_api.models import ReplacementAction as RecordAction
+from elastic_api.models.health import MAX_POOL_FAILURES
 from elastic_api.names import worker_job_name
 from elastic_operator.core import inplace
 from elastic_operator.core.blame import Evidence, on_ready_node
@@ -79,9 +80,6 @@ from elastic_operator.model.objects import (
     QuarantineCause,
 )
 
-# This job's failures kept per pool in status.pools: enough to tell whether they follow
-# the job (quarantineAfterFailures counts jobs, each job's failures only once).
-MAX_POOL_FAILURES = 20
 # The words of each blame in the SliceReplacing Event.
 _BLAME_WORDS = {"Node": "evidence against the node pool", "Reported": "the job reports a "
                 "hardware failure", "Job": "the job's own failure", "Other": "not the node's "

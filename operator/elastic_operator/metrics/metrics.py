@@ -81,6 +81,12 @@ class OperatorMetrics:
             "etj_events_already_posted_total",
             "Events not posted because the same status change was posted before (by a "
             "retried write, or by the previous leader).", registry=registry)
+        self.foreign_status = Counter(
+            "etj_foreign_status_records_total",
+            "Fields of a job's status found written by someone other than the operator "
+            "(its records: replacements, pool failures, the Event outbox, restart counts) "
+            "and not acted on, each counted once a job (docs/threat-model.md).", ["field"],
+            registry=registry)
         self.leader = Gauge(
             "etj_leader", "1 while this replica holds the leader Lease and reconciles, "
             "0 while it stands by.", ["identity"], registry=registry)

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastic_api.models import CheckpointStatus
+from elastic_api.models import CheckpointStatus, ElasticTrainingJobStatus
 from elastic_operator.model.slice_memo import SliceMemo
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -51,6 +51,12 @@ class JobMemory:
     arrived: str | None = None
     # ... and whether that version was someone else's: the reconcile looks again at once.
     overwritten: bool = False
+    # The status our last status write meant (core/provenance.py: the operator's records
+    # read back must be these); None: none known (not written since this replica leads,
+    # or a write whose outcome is unknown).
+    own_status: ElasticTrainingJobStatus | None = None
+    # The status fields found written by someone else, said once (reconciler.py).
+    foreign_said: set[str] = field(default_factory=set)
     # --- the Event outbox (outbox.py) ---
     # Names of the Events in the stored outbox (status.pendingEvents) this process has
     # posted: not posted again; and those handed to the follow-ups, not posted yet.

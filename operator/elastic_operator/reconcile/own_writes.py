@@ -12,12 +12,20 @@ once), never a call to the work queue.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
+from elastic_api.models import ElasticTrainingJobStatus
+from elastic_operator.core.parsing import ParsedJob
+from elastic_operator.core.provenance import vet_status
 from elastic_operator.model.job_memory import JobKey, JobMemories
 from elastic_operator.watch.job_reader import JobReader
+
+logger = logging.getLogger("elastic_operator")
 
 
 class OwnWrites:
@@ -87,6 +95,43 @@ class OwnWrites:
                 remembered.written_job = (base, written)
             else:
                 remembered.written_job = None
+
+    def own_status(self, key: JobKey) -> ElasticTrainingJobStatus | None:
+        """The status our last status write meant (None: not known)."""
+        remembered = self.memory.peek(key)
+        with self.memory.lock:
+            return remembered.own_status if remembered is not None else None
+
+    def meant(self, key: JobKey, status: ElasticTrainingJobStatus | None) -> None:
+        """Our write of the job's status meant this (None: before a write, whose outcome
+        is unknown until it returns, and after a write of only part of it)."""
+        remembered = self.memory.of(key)
+        with self.memory.lock:
+            remembered.own_status = status
+
+    def own_records(self, key: JobKey, parsed: ParsedJob, now: datetime,
+                    counter: Any) -> ParsedJob:
+        """The stored status with what the operator cannot have written set aside
+        (core/provenance.py); said once per job and field, in the log and `counter`."""
+        vetted = vet_status(parsed.previous, self.own_status(key), now)
+        if not vetted.foreign:
+            return parsed
+        remembered = self.memory.of(key)
+        with self.memory.lock:
+            new = [f for f in vetted.foreign if f not in remembered.foreign_said]
+            remembered.foreign_said.update(new)
+        for field_name in new:
+            counter.labels(field_name).inc()
+            logger.warning("%s/%s: status.%s was written by someone other than the operator; "
+                           "not acted on (its own record kept, or the entry dropped)",
+                           *key, field_name)
+        return replace(parsed, previous=vetted.status)
+
+    def forget_statuses(self) -> None:
+        """Becoming leader: another replica may have written every job meanwhile."""
+        with self.memory.lock:
+            for remembered in self.memory.all():
+                remembered.own_status = None
 
     def job_cache_listed(self) -> None:
         """The job cache listed every job again (a consistent read): it holds every write

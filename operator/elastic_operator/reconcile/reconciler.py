@@ -153,7 +153,8 @@ class Reconciler:
             return self.reads.schema.refuse(raw, verdict)
         server = self.reads.server()  # one answer for the whole pass
         try:
-            parsed = parse_job(raw)
+            parsed = self.reads.own_writes.own_records(
+                key, parse_job(raw), self.clock.now(), self.metrics.foreign_status)
             rendered = render(parsed.job, server)
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             writes.writer.report_invalid_spec(raw, str(e))

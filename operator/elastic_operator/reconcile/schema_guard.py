@@ -77,6 +77,7 @@ class SchemaGuard:
         if condition not in previous.conditions:
             patch = {"status": {"conditions": [*others, condition.to_wire()]}}
             with self.own_writes.writing(namespace, name):
+                self.own_writes.meant((namespace, name), None)  # a part of it only
                 written = self.kube.patch_job_status(namespace, name, patch,
                                                      meta.get("resourceVersion"))
                 self.own_writes.remember((namespace, name), meta.get("resourceVersion"),

@@ -73,9 +73,11 @@ class StatusWriter:
         if patch is not None:
             # Conditional on the version read: ApiError 409 if the job changed meanwhile
             # (then nothing of this change is posted: it is computed again).
+            self.own_writes.meant(key, None)  # until the write's outcome is known
             written = self.kube.patch_job_status(namespace, name, patch,
                                                  meta.get("resourceVersion"))
             self.own_writes.remember(key, meta.get("resourceVersion"), written)
+            self.own_writes.meant(key, new)
             self.pacer.wrote(key, progress=progress, settled=settled(new))
             self.metrics.status_writes.labels("progress" if progress else "change").inc()
             written_at = self.clock.now().timestamp()
@@ -99,6 +101,7 @@ class StatusWriter:
             logger.debug("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),
                          message)
             return
+        self.own_writes.meant((meta.get("namespace", ""), meta.get("name", "")), None)
         self.kube.patch_job_status(meta.get("namespace", ""), meta.get("name", ""), patch,
                                    meta.get("resourceVersion"))
         logger.warning("%s/%s: invalid spec: %s", meta.get("namespace"), meta.get("name"),

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from elastic_api.models import ElasticTrainingJobStatus, PendingEvent
+from elastic_api.models.status import MAX_PENDING_EVENTS
 from elastic_operator.client.kube import ApiError, Kube, NotLeading
 from elastic_operator.core.status_events import StatusEvent, from_outbox, outbox
 from elastic_operator.metrics.metrics import OperatorMetrics
@@ -49,7 +50,9 @@ class EventOutbox:
             posted_before = set(remembered.posted)
         pending = outbox(meta.get("name", ""), meta.get("uid") or "", events, new)
         fresh = {e.name for e in pending}
-        return [*(e for e in stored if e.name not in posted_before | fresh), *pending]
+        kept = [*(e for e in stored if e.name not in posted_before | fresh), *pending]
+        # Within the schema's bound: the oldest unposted go (the status is the record).
+        return kept[-MAX_PENDING_EVENTS:]
 
     def written(self, raw: dict[str, Any], pending: list[PendingEvent]) -> None:
         """The status holds this outbox now: what was posted of the one it replaced no
