@@ -92,10 +92,14 @@ class MeshSteps:
         return self.spec.target(built.shardings), tokens
 
     def executable(self, jitted: Any, mesh: jax.sharding.Mesh, args: tuple[Any, Any]
-                   ) -> jax.stages.Compiled:
+                   ) -> Any:
         """The step's executable for `args` on `mesh`: loaded, else compiled and kept.
         One at a time per key: a recovery that needs what is being compiled ahead waits
         for it rather than compiling it twice."""
+        if not hasattr(jitted, "lower"):
+            # jax.jit patched into a plain wrapper (pathwaysutils' DeviceLossSimulator,
+            # which follows a lost device through jit calls): jit compiles, nothing kept.
+            return jitted
         key = step_key(mesh, args, self.fingerprint)
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -162,12 +166,12 @@ class MeshSteps:
 class _FirstCall:
     """The step function, its executable resolved at the first call (or ahead)."""
 
-    def __init__(self, resolve: Callable[[], jax.stages.Compiled]) -> None:
+    def __init__(self, resolve: Callable[[], Any]) -> None:
         self._resolve = resolve
-        self._exe: jax.stages.Compiled | None = None
+        self._exe: Any = None
         self._lock = threading.Lock()
 
-    def resolve(self) -> jax.stages.Compiled:
+    def resolve(self) -> Any:
         with self._lock:
             exe = self._exe = self._exe or self._resolve()
             return exe
