@@ -103,6 +103,9 @@ def job_manifest(side: SideSpec) -> dict[str, Any]:
         spec["maintenance"] = {"enabled": False}
         spec["snapshot"] = {"periodSteps": 0}
         args.append("--no-watchdog")
+        # A plain JobSet's program keeps JAX's persistent cache (its new process reads it,
+        # same devices), not our executable store (issue 80): the baseline as it was.
+        args.append("--no-executable-store")
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ElasticTrainingJob",
             "metadata": {"name": side.job, "namespace": NAMESPACE}, "spec": spec}
 

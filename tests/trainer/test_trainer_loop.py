@@ -30,7 +30,7 @@ def test_a_policy_is_swapped_through_the_constructor(tmp_path: Path) -> None:
                       status=built.status, checkpointer=built.checkpointer,
                       snapshots=built.snapshots, copies=never, restorer=built.restorer,
                       recovery=built.recovery, stalls=built.stalls, watchdog=built.watchdog,
-                      loss_limit=built.loss_limit)
+                      loss_limit=built.loss_limit, steps=built.steps)
     try:
         result = trainer.run()
     finally:

@@ -216,8 +216,9 @@ def test_ours_runs_the_apis_defaults_and_the_baseline_plain_jobset() -> None:
     assert (ours.min_slices, base.min_slices) == (3, 4)
     assert ours.checkpoint.period_steps == base.checkpoint.period_steps == 18
     assert ours.node_selector != base.node_selector
-    assert "--no-watchdog" in trainer_command(job_manifest(_side("baseline")))
-    assert "--no-watchdog" not in trainer_command(job_manifest(_side("ours")))
+    for flag in ("--no-watchdog", "--no-executable-store"):  # a plain JobSet's program
+        assert flag in trainer_command(job_manifest(_side("baseline")))
+        assert flag not in trainer_command(job_manifest(_side("ours")))
     later = SideSpec(**{**_side("ours").__dict__, "generation": 2})
     assert job_manifest(later)["metadata"]["name"] == "goodput-ours-2"
 

@@ -16,8 +16,10 @@ from elastic_trainer.configs import ModelConfig
 from elastic_trainer.copies import Copies
 from elastic_trainer.data import BatchSource
 from elastic_trainer.evaluation import Evaluator
+from elastic_trainer.executables import ExecutableStore
 from elastic_trainer.goodput_tracker import GoodputAccount
 from elastic_trainer.loop import LoopOptions, Trainer
+from elastic_trainer.mesh_steps import MeshSteps
 from elastic_trainer.own_activity import Activity
 from elastic_trainer.report import Metrics, StatusReporter
 from elastic_trainer.restore import Restorer
@@ -32,11 +34,13 @@ from elastic_trainer.watchdog import Clock, Watchdog
 def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: BatchSource,
                   checkpointer: Checkpointer, reporter: StatusReporter | None = None,
                   metrics: Metrics | None = None, requests: RequestSource | None = None,
-                  clock: Clock | None = None) -> Trainer:
+                  clock: Clock | None = None, executables: ExecutableStore | None = None
+                  ) -> Trainer:
     """The Trainer `etj train` runs: the loop composed of the default policies, its
     snapshots in the slices' memory, its checkpoints `checkpointer`'s, its reports to
     `reporter`, the operator's checkpoint requests read from `requests`; `clock`: what
-    the watchdog and the reported phases time by (a test's jumps)."""
+    the watchdog and the reported phases time by (a test's jumps); `executables`: where
+    compiled steps are kept (None: in this process's memory)."""
     spec = train.StateSpec.of(cfg, opts.steps, opts.learning_rate)
     snapshots = ReplicaSnapshots()
     snapshot_budget, checkpoint_budget = budget_shares(
@@ -70,6 +74,11 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
         recovery=Recovery(backend, status, watchdog, stalls, checkpointer, snapshots,
                           opts.elastic_timeout),
         stalls=stalls, watchdog=watchdog, loss_limit=loss_limit,
+        steps=MeshSteps(cfg, spec, backend, batch=opts.batch, seed=opts.seed,
+                        steps=opts.steps, learning_rate=opts.learning_rate,
+                        store=executables or ExecutableStore(None),
+                        budget=opts.overhead_budget_percent / 100,
+                        min_slices=opts.min_slices),
         requests=None if requests is None else CheckpointRequests(
             requests, checkpointer, backend, status, watchdog),
         evaluator=None if opts.evaluation.every == 0 else Evaluator(

@@ -5,7 +5,8 @@
       run_elastic(one attempt)          retry.py: wait for slices, retry policy;
                                         retry_hooks.py: what happens between attempts
     one attempt (on the active slices):
-      build (or reuse) the step for a mesh over them
+      the step for a mesh over them (mesh_steps.py: built once, its executable loaded
+        where a mesh of its shape was compiled before; the next recovery's compiled ahead)
       restore (restore.py): the newest of the snapshot and the last committed checkpoint
       train step by step, batches made ahead on a background thread (Pathways); each step's
       loss is read after the next step is dispatched (one step behind: the device always
@@ -47,6 +48,7 @@ from elastic_trainer.data import BatchSource
 from elastic_trainer.errors import ElasticRetriesExhausted, ElasticTimeout, ScaleUpSignal
 from elastic_trainer.evaluation import EvalOptions, Evaluator
 from elastic_trainer.events import ElasticEvent, RunResult
+from elastic_trainer.mesh_steps import MeshKey, MeshSteps
 from elastic_trainer.prefetch import BatchPrefetcher
 from elastic_trainer.restore import Restorer
 from elastic_trainer.retry import SliceLossLimit, run_elastic
@@ -127,20 +129,20 @@ class Trainer:
                  data: BatchSource, *, spec: train.StateSpec, status: TrainingStatus,
                  checkpointer: Checkpointer, snapshots: ReplicaSnapshots, copies: Copies,
                  restorer: Restorer, recovery: Recovery, stalls: Stalls, watchdog: Watchdog,
-                 loss_limit: SliceLossLimit, requests: CheckpointRequests | None = None,
+                 loss_limit: SliceLossLimit, steps: MeshSteps,
+                 requests: CheckpointRequests | None = None,
                  evaluator: Evaluator | None = None) -> None:
-        """`loss_limit`: the retry policy (what --max-retries counts); `requests`: the
-        operator's checkpoint requests answered (None: none are read); `evaluator`: the
-        evaluations (None: none)."""
+        """`loss_limit`: the retry policy (what --max-retries counts); `steps`: each
+        mesh's compiled step (mesh_steps.py); `requests`: the operator's checkpoint
+        requests answered (None: none are read); `evaluator`: the evaluations (None)."""
         self.cfg, self.opts, self.backend, self.data = cfg, opts, backend, data
         self.spec, self.status = spec, status
         self.checkpointer, self.snapshots, self.copies = checkpointer, snapshots, copies
         self.restorer, self.recovery, self.stalls = restorer, recovery, stalls
         self.watchdog, self.loss_limit, self.requests = watchdog, loss_limit, requests
-        self.evaluator = evaluator
+        self.evaluator, self.steps = evaluator, steps
         self._tokens_per_step = opts.batch * cfg.seq_len
-        self._compiled: dict[tuple[tuple[int, ...], int], train.CompiledStep] = {}
-        self._mesh: tuple[tuple[int, ...], int] | None = None
+        self._mesh: MeshKey | None = None  # the steps of a mesh are timed against each other
         self._active: set[int] = set()
         self._pending: _Dispatched | None = None  # the step whose loss is read next
         self._last_done_at = 0.0  # when the loop saw the last step done
@@ -215,7 +217,7 @@ class Trainer:
         self._active = set(active)
         self.stalls.attempt_started()
         self.watchdog.arm(RESTORE, self.status.progress.step + 1)
-        compiled = self._compiled_for(tuple(sorted(active)))
+        compiled, self._mesh = self.steps.for_slices(tuple(sorted(active)))
         event = self.status.open_event()
         if event is not None:
             event.phase = "Restoring"
@@ -230,17 +232,6 @@ class Trainer:
         self.watchdog.arm(COMPILE, from_step + 1, self._mesh)
         self.status.report(urgent=True)
         return self._train(compiled, active, state, from_step)
-
-    def _compiled_for(self, active: tuple[int, ...]) -> train.CompiledStep:
-        micro = train.micro_batches_for(self.opts.batch, self.backend.total_slices,
-                                        len(active), self.backend.devices_per_slice)
-        key = (active, micro)
-        self._mesh = key  # the steps of a mesh are timed against each other
-        if key not in self._compiled:
-            mesh = train.make_mesh(self.backend.slice_devices(active))
-            self._compiled[key] = train.build_step(self.cfg, self.spec.optimizer, mesh, micro,
-                                                   self.opts.seed)
-        return self._compiled[key]
 
     def _train(self, compiled: train.CompiledStep, active: set[int], state: Any,
                step: int) -> Any:

@@ -71,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--compilation-cache", default=None,
       help="persistent compilation cache dir (default: <checkpoint-dir>/compilation-cache "
            "for local checkpoints, else /tmp/etj-compilation-cache)")
+    a("--no-executable-store", action="store_true",
+      help="compile every mesh's step in the process (not kept in and loaded from "
+           "<compilation-cache>/executables by mesh shape: executables.py)")
     _add_watchdog_arguments(a)
     _add_evaluation_arguments(a)
     a("--min-step-seconds", type=float, default=0.0,
@@ -507,6 +510,7 @@ def _train(args: argparse.Namespace) -> int:
     from elastic_trainer.configs import get_config
     from elastic_trainer.data import make_source
     from elastic_trainer.events import summary_dict
+    from elastic_trainer.executables import STORE_DIRNAME, ExecutableStore
     from elastic_trainer.report import Metrics, StatusReporter, job_from_args
 
     log = logging.getLogger("elastic_trainer")
@@ -539,8 +543,11 @@ def _train(args: argparse.Namespace) -> int:
              "replica resize" if args.min_slices and args.min_slices < backend.total_slices
              else "pause and resume", cache, _shown(args.snapshot_period),
              _shown(args.checkpoint_period), args.overhead_budget_percent)
+    executables = ExecutableStore(
+        os.path.join(_compilation_cache_dir(args), STORE_DIRNAME),
+        enabled=not args.no_executable_store)
     trainer = build_trainer(cfg, opts, backend, data, checkpointer, reporter,
-                            Metrics(args.metrics_port), requests)
+                            Metrics(args.metrics_port), requests, executables=executables)
     try:
         result, code = _run_trainer(trainer, reporter)
     finally:
