@@ -38,14 +38,10 @@ OUTSIDE_BY_DESIGN = {
        "ends (forget_job keeps it); in the record, a naming after the forget would find "
        "a new record not running, and a second worker would run the job at once"
        for name in ("_queue", "_dirty", "_named_at", "_processing", "_urgent",
-                    "_run_paced")},
+                    "_run_paced", "_following")},
     ("queue/work_queue", "_due"): "the timer's heap of delayed adds, one order by due "
     "time across jobs (forget_job drops the job's entries from it): per job, the timer "
     "would scan every record at each tick",
-    **{("writes/followups", name): "the follow-up runner's FIFOs (`_ready` its order "
-       "across jobs): a deleted job's work runs out by itself (forget_job forgets "
-       "nothing), so it outlives the record; item 2 of issue 77 removes this runner"
-       for name in ("_pending", "_ready", "_running")},
     ("watch/slice_index", "_slices"): "an index of the pod cache: a pod that goes after "
     "its job was forgotten must still find its slice's entry",
     ("watch/caches", "_owners"): "by worker Job uid, the newest TORN_DOWN_KEPT over all "

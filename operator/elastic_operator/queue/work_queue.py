@@ -16,8 +16,22 @@ bounded pool of worker threads reconciles the jobs named (client-go's workqueue)
   leave the change to wait for it (the rule is core/startover.py); the queue then covers
   every naming so far (`cover`). app.py wires both; the reconcile never calls the queue.
 
+- What follows a reconcile's status write comes back in its Result (`follow_ups`: the
+  replacement's writes, the Event posts) and the worker that ran the reconcile runs it,
+  in order, right after. The job is free for its next reconcile meanwhile (a failure
+  waits for no DELETE or Event POST of the one before: docs/benchmarks.md, "the scale
+  run with the follow-ups"); a job's follow-ups never run two at once, nor out of order
+  (a worker holds the job's reconcile until the follow-ups before have ended). Their
+  outcome counts with the reconcile's: a failed one is a failed run (one backoff, one
+  count), and the soonest look asked, by the reconcile or its follow-ups, wins.
+
 Every method may be called from any thread: the watch-fed caches, the checkpoint
-scanner, the resync and the follow-ups all name jobs here.
+scanner and the resync all name jobs here.
+
+Its state is by job, but it is the queue's own ordering (client-go's queue, dirty and
+processing sets; the timers' heap), under its one lock and its conditions: it is not
+kept in the job's record (model/job_memory.py), whose lock a reconcile and a follow-up
+take while they run; the queue's is taken around them, never inside.
 """
 from __future__ import annotations
 
@@ -29,7 +43,7 @@ from collections import deque
 from collections.abc import Callable
 
 from elastic_api.kube import Backoff
-from elastic_operator.model.result import FAILED, Result
+from elastic_operator.model.result import FAILED, FollowUp, Result, run_follow_ups
 
 logger = logging.getLogger("elastic_operator")
 
@@ -58,6 +72,7 @@ class WorkQueue:
         self._dirty: set[JobKey] = set()  # queued, or named again while processing
         self._named_at: dict[JobKey, float] = {}  # when each dirty job was first named
         self._processing: set[JobKey] = set()
+        self._following: set[JobKey] = set()  # a worker runs the job's follow-ups
         self._failures: dict[JobKey, int] = {}
         # Delayed adds, by kind: when each is due (time.monotonic()); the heap holds
         # (due, kind, key) and entries no longer in these dicts are skipped.
@@ -124,8 +139,8 @@ class WorkQueue:
     def job_keys(self) -> set[JobKey]:
         """The jobs it holds anything for (job_stores.py)."""
         with self._lock:
-            return (self._dirty | self._processing | self._urgent | self._run_paced
-                    | self._named_at.keys() | self._failures.keys()
+            return (self._dirty | self._processing | self._following | self._urgent
+                    | self._run_paced | self._named_at.keys() | self._failures.keys()
                     | {key for pending in self._pending.values() for key in pending})
 
     # --- what it knows ---
@@ -166,6 +181,13 @@ class WorkQueue:
                 lambda: self._stopping or (key not in self._dirty
                                            and key not in self._processing),
                 timeout) and not self._stopping
+
+    def drain(self, timeout: float) -> bool:
+        """Block until no reconcile and no follow-up runs (after `stop`: the work a
+        replica stepping down still sends while leading); False if some still does."""
+        with self._lock:
+            return self._idle.wait_for(
+                lambda: not self._processing and not self._following, timeout)
 
     # --- the threads ---
 
@@ -210,21 +232,32 @@ class WorkQueue:
             if named_at is not None:
                 self._on_wait(time.monotonic() - named_at)
             result = self._run(reconcile, key)
+            work = result.follow_ups
             with self._lock:
+                if work:
+                    self._follow_up_turn_locked(key)
                 self._processing.discard(key)
                 self._run_paced.discard(key)
-                if result.ok:
-                    self._failures.pop(key, None)
-                else:
-                    self._retry_locked(key)
-                if result.requeue_after is not None:
-                    self._schedule_locked("wake", key, result.requeue_after)
+                self._outcome_locked(key, result, settled=not work)
                 if result.paced_after is not None:
                     self._schedule_locked("paced", key, result.paced_after)
                 if key in self._dirty:  # named while it ran: once more
                     self._queue.append(key)
                     self._work.notify()
                 self._idle.notify_all()
+            if work:
+                self._follow_up(key, result, work)
+
+    def _follow_up(self, key: JobKey, result: Result, work: tuple[FollowUp, ...]) -> None:
+        """Run the reconcile's follow-ups (the job free for its next reconcile); their
+        outcome counts with the reconcile's."""
+        outcome = run_follow_ups(work)
+        if not result.ok:  # the run failed already: counted once
+            outcome = Result(requeue_after=outcome.requeue_after)
+        with self._lock:
+            self._following.discard(key)
+            self._outcome_locked(key, outcome, settled=result.ok)
+            self._idle.notify_all()
 
     @staticmethod
     def _run(reconcile: ReconcileFunction, key: JobKey) -> Result:
@@ -273,6 +306,24 @@ class WorkQueue:
             self._due = [(d, k, j) for k, p in self._pending.items() for j, d in p.items()]
             heapq.heapify(self._due)
         self._timer.notify()
+
+    def _follow_up_turn_locked(self, key: JobKey) -> None:
+        """Wait until the job's follow-ups before have ended (its reconcile still held,
+        so that no later one of the job comes between), then take the job's turn."""
+        self._idle.wait_for(lambda: key not in self._following)
+        self._following.add(key)
+
+    def _outcome_locked(self, key: JobKey, outcome: Result, *, settled: bool) -> None:
+        """A reconcile's or its follow-ups' outcome: a failure counted and retried after
+        the backoff; a success resets the count once the whole run worked (`settled`: the
+        reconcile has no follow-ups, or it worked and these are its follow-ups); its
+        look again kept if the soonest."""
+        if not outcome.ok:
+            self._retry_locked(key)
+        elif settled:
+            self._failures.pop(key, None)
+        if outcome.requeue_after is not None:
+            self._schedule_locked("wake", key, outcome.requeue_after)
 
     def _retry_locked(self, key: JobKey) -> None:
         failures = self._failures[key] = self._failures.get(key, 0) + 1
