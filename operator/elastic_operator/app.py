@@ -297,7 +297,8 @@ def build_operator(
         if election is not None else None
     if elector is not None:  # a reconcile that outlives the leadership writes no more
         kube.client.may_write = elector.is_leader
-    work_queue = WorkQueue(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
+    work_queue = WorkQueue(backoff, workers=workers, on_wait=metrics.queue_wait.observe,
+                           memory=memory)
     metrics.queue_depth.set_function(lambda: work_queue.depth)
     slice_index = SliceIndex(nodes, memory)
     own_writes = OwnWrites(memory)

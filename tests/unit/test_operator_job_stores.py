@@ -86,9 +86,11 @@ def test_every_store_of_the_operator_is_counted() -> None:
         assert registry.get_sample_value("etj_job_memory_entries", {"store": name}) == 0
     op.reconciler.memory.of(A)
     op.metrics.record_spec(*A, ElasticTrainingJob.model_validate(etj("a").obj()).spec)
-    op.work_queue.add_after(*A, 60.0)
+    op.work_queue.add_after(*A, 60.0)  # the look pending: in the job's record
     assert registry.get_sample_value("etj_job_memory_entries", {"store": "job-memory"}) == 1
-    assert op.stores.counts()["metrics"] == 1 and op.stores.counts()["work-queue"] == 1
+    assert op.stores.counts()["metrics"] == 1 and op.stores.counts()["work-queue"] == 0
+    remembered = op.reconciler.memory.peek(A)
+    assert remembered is not None and set(remembered.looks) == {"wake"}
     op.stores.forget(A)
     assert set(op.stores.counts().values()) == {0}
 
@@ -99,13 +101,16 @@ def test_every_store_of_the_operator_is_counted() -> None:
 def test_the_work_queue_keeps_no_heap_of_superseded_wakes() -> None:
     """Each reconcile asks a wake again; one an hour away, superseded every few seconds,
     stayed in the heap until it came due."""
-    work_queue = WorkQueue()
+    memory = JobMemories()
+    work_queue = WorkQueue(memory=memory)
     for i in range(1000):
         work_queue.add_after(*A, 3600.0 - i)  # sooner each time: a new heap entry
     assert len(work_queue._due) <= 2 + HEAP_SLACK
     work_queue.forget_job(A)
     work_queue.add_after(*B, 60.0)
-    assert work_queue.job_keys() == {B}
+    assert [entry[2] for entry in work_queue._due] == [B]
+    a, b = memory.peek(A), memory.peek(B)
+    assert a is not None and a.looks == {} and b is not None and set(b.looks) == {"wake"}
 
 
 class HeldScans(Executor):

@@ -7,9 +7,9 @@ test_soak_churn.py). app.py registers each one:
     job-memory        job_memory.py: JobMemory, what the reconciles remember of a job
                       (our writes, the outbox, the pacing, the replacement follow-ups, the
                       slice memo)
-    work-queue        work_queue.py: a job queued or running, its follow-ups running, its
-                      failures, its pending retry, wake or paced look, and whether its
-                      run was requeued or is for progress
+    work-queue        work_queue.py: a job queued or running, its follow-ups running, and
+                      whether its run was requeued or is for progress (its failures and
+                      pending looks: fields of its JobMemory)
     checkpoint-scans  scanner.py: the last scan started, the one running, its last result
                       (fields of the job's JobMemory, counted by the scanner)
     node-index        node_index.py: the job's pods on each node, its failures on pools

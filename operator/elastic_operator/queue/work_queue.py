@@ -28,10 +28,14 @@ bounded pool of worker threads reconciles the jobs named (client-go's workqueue)
 Every method may be called from any thread: the watch-fed caches, the checkpoint
 scanner and the resync all name jobs here.
 
-Its state is by job, but it is the queue's own ordering (client-go's queue, dirty and
-processing sets; the timers' heap), under its one lock and its conditions: it is not
-kept in the job's record (model/job_memory.py), whose lock a reconcile and a follow-up
-take while they run; the queue's is taken around them, never inside.
+What it remembers of a job beyond the run in flight is in the job's record
+(model/job_memory.py `JobMemory.failures`, `.looks`: read and written under the queue's
+lock; the record's own lock is taken inside the queue's, never the other way round: no
+one holding it calls the queue), and goes with the job. What stays here is the queue's
+own ordering: client-go's queue, dirty and processing sets (a job forgotten while queued
+or running keeps them until its run ends: kept in the record, a naming after the forget
+would find a new record not running, and a second worker would run the job at once), and
+the timer's heap of looks, one order by due time across jobs.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from collections import deque
 from collections.abc import Callable
 
 from elastic_api.kube import Backoff
+from elastic_operator.model.job_memory import JobMemories, JobMemory
 from elastic_operator.model.result import FAILED, FollowUp, Result, run_follow_ups
 
 logger = logging.getLogger("elastic_operator")
@@ -53,14 +58,19 @@ ReconcileFunction = Callable[[str, str], Result]
 # A failed reconcile is retried after 1 s, doubling up to 60 s.
 RECONCILE_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
 DEFAULT_WORKERS = 8
-# Stale entries of the delayed adds' heap allowed beyond twice the live ones.
+# Stale entries of the looks' heap allowed beyond twice the most there can be live (one
+# of each kind per job).
 HEAP_SLACK = 64
+KINDS = ("retry", "wake", "paced")
 
 
 class WorkQueue:
     def __init__(self, backoff: Backoff = RECONCILE_BACKOFF, *, workers: int = DEFAULT_WORKERS,
-                 on_wait: Callable[[float], None] | None = None) -> None:
+                 on_wait: Callable[[float], None] | None = None,
+                 memory: JobMemories | None = None) -> None:
         self.backoff = backoff
+        # The jobs' records: each one's failures and pending looks (app.py: the one).
+        self._memory = memory if memory is not None else JobMemories()
         self._workers = workers
         # Seconds from a job being named to its reconcile starting (a metric).
         self._on_wait = on_wait or (lambda _s: None)
@@ -73,18 +83,13 @@ class WorkQueue:
         self._named_at: dict[JobKey, float] = {}  # when each dirty job was first named
         self._processing: set[JobKey] = set()
         self._following: set[JobKey] = set()  # a worker runs the job's follow-ups
-        self._failures: dict[JobKey, int] = {}
-        # Delayed adds, by kind: when each is due (time.monotonic()); the heap holds
-        # (due, kind, key) and entries no longer in these dicts are skipped.
-        self._retries: dict[JobKey, float] = {}
-        self._wakes: dict[JobKey, float] = {}
-        self._paced: dict[JobKey, float] = {}
-        self._pending = {"retry": self._retries, "wake": self._wakes, "paced": self._paced}
         # Jobs named at once (`add`, a due retry or wake: anything but `add_paced`) since
         # their last run started; and the running jobs whose run was started for
         # progress only (core/startover.py).
         self._urgent: set[JobKey] = set()
         self._run_paced: set[JobKey] = set()
+        # The looks (delayed adds) by due time: (due, kind, key); an entry no longer in
+        # its job's `looks` (superseded, run, forgotten) is skipped.
         self._due: list[tuple[float, str, JobKey]] = []
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -119,8 +124,7 @@ class WorkQueue:
             self._urgent.discard(key)
             self._dirty.discard(key)
             named_at = self._named_at.pop(key, None)
-            for pending in self._pending.values():
-                pending.pop(key, None)
+            self._drop_looks_locked(key)
         if named_at is not None:
             self._on_wait(time.monotonic() - named_at)
 
@@ -128,9 +132,10 @@ class WorkQueue:
         """The job was deleted: drop its pending retry, wake-up and failure count, and
         its superseded entries in the heap of delayed adds (nothing keeps its name)."""
         with self._lock:
-            for pending in self._pending.values():
-                pending.pop(key, None)
-            self._failures.pop(key, None)
+            record = self._memory.peek(key)
+            if record is not None:  # (the record itself goes with the job-memory store)
+                record.looks.clear()
+                record.failures = 0
             if any(entry[2] == key for entry in self._due):
                 self._due = [entry for entry in self._due if entry[2] != key]
                 heapq.heapify(self._due)
@@ -140,23 +145,24 @@ class WorkQueue:
         """The jobs it holds anything for (job_stores.py)."""
         with self._lock:
             return (self._dirty | self._processing | self._following | self._urgent
-                    | self._run_paced | self._named_at.keys() | self._failures.keys()
-                    | {key for pending in self._pending.values() for key in pending})
+                    | self._run_paced | self._named_at.keys())
 
     # --- what it knows ---
 
     def failures(self, namespace: str, name: str) -> int:
         """Consecutive failed reconciles of the job (0 after a success)."""
         with self._lock:
-            return self._failures.get((namespace, name), 0)
+            record = self._memory.peek((namespace, name))
+            return 0 if record is None else record.failures
 
     def retry_pending(self, namespace: str, name: str) -> bool:
         with self._lock:
-            return (namespace, name) in self._retries
+            return "retry" in self._looks_of((namespace, name))
 
     def wake_pending(self, namespace: str, name: str) -> bool:
         with self._lock:
-            return (namespace, name) in self._wakes or (namespace, name) in self._paced
+            looks = self._looks_of((namespace, name))
+            return "wake" in looks or "paced" in looks
 
     def running(self, namespace: str, name: str) -> tuple[bool, bool]:
         """Of the job's running reconcile: whether the job was named at once since it
@@ -227,8 +233,7 @@ class WorkQueue:
                 if key not in self._urgent:
                     self._run_paced.add(key)
                 self._urgent.discard(key)
-                for pending in self._pending.values():
-                    pending.pop(key, None)  # this run covers them
+                self._drop_looks_locked(key)  # this run covers them
             if named_at is not None:
                 self._on_wait(time.monotonic() - named_at)
             result = self._run(reconcile, key)
@@ -273,9 +278,9 @@ class WorkQueue:
                 now = time.monotonic()
                 while self._due and self._due[0][0] <= now:
                     due, kind, key = heapq.heappop(self._due)
-                    pending = self._pending[kind]
-                    if pending.get(key) == due:
-                        del pending[key]
+                    looks = self._looks_of(key)
+                    if looks.get(kind) == due:
+                        del looks[kind]
                         self._add_locked(key, urgent=kind != "paced")
                 self._timer.wait(self._due[0][0] - now if self._due else None)
 
@@ -292,18 +297,28 @@ class WorkQueue:
             self._queue.append(key)
             self._work.notify()
 
+    def _looks_of(self, key: JobKey) -> dict[str, float]:
+        """The job's pending looks (an empty dict, not kept, if it has no record)."""
+        record = self._memory.peek(key)
+        return {} if record is None else record.looks
+
+    def _drop_looks_locked(self, key: JobKey) -> None:
+        record = self._memory.peek(key)
+        if record is not None:
+            record.looks.clear()
+
     def _schedule_locked(self, kind: str, key: JobKey, delay_s: float) -> None:
-        pending = self._pending[kind]
+        looks = self._memory.of(key).looks
         due = time.monotonic() + max(0.0, delay_s)
-        if key in pending and pending[key] <= due:
+        if kind in looks and looks[kind] <= due:
             return  # a sooner one is pending
-        pending[key] = due
+        looks[kind] = due
         heapq.heappush(self._due, (due, kind, key))
-        live = sum(len(p) for p in self._pending.values())
-        if len(self._due) > 2 * live + HEAP_SLACK:
+        if len(self._due) > 2 * len(KINDS) * len(self._memory) + HEAP_SLACK:
             # Superseded and forgotten entries wait in the heap until they come due: a
             # job reconciled every few seconds with an hour-long wake left hundreds.
-            self._due = [(d, k, j) for k, p in self._pending.items() for j, d in p.items()]
+            self._due = [(d, k, j) for j, record in self._memory.items()
+                         for k, d in record.looks.items()]
             heapq.heapify(self._due)
         self._timer.notify()
 
@@ -321,12 +336,16 @@ class WorkQueue:
         if not outcome.ok:
             self._retry_locked(key)
         elif settled:
-            self._failures.pop(key, None)
+            record = self._memory.peek(key)
+            if record is not None:
+                record.failures = 0
         if outcome.requeue_after is not None:
             self._schedule_locked("wake", key, outcome.requeue_after)
 
     def _retry_locked(self, key: JobKey) -> None:
-        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        record: JobMemory = self._memory.of(key)
+        record.failures += 1
+        failures = record.failures
         delay = self.backoff.delay(failures)
         logger.info("reconcile of %s/%s failed %d time(s) in a row; retrying in %.1f s",
                     *key, failures, delay)
