@@ -217,10 +217,9 @@ def build_crd() -> dict[str, Any]:
     }
 
 
-# It names models.py, now the models/ package: the header is part of every generated CRD
-# (crds/, the chart, manifests/), kept byte for byte.
+# The header is part of every generated CRD (crds/, the chart, manifests/), byte for byte.
 HEADER = (
-    "# Generated from api/elastic_api/models.py by `etj crd`; do not edit.\n"
+    "# Generated from api/elastic_api/models/ by `etj crd`; do not edit.\n"
     "# Regenerate: .venv/bin/etj crd > crds/elastictrainingjobs.yaml\n"
 )
 

@@ -8,10 +8,10 @@ operator`, and by tests); the rest of the package only uses what it is handed.
         │ coming back, OwnWrites.wrote; a deleted job: JobStores)    │
         ▼                                                            │
     WorkQueue (the work queue; 8 worker threads) ──▶ ReconcileGate ──▶ Reconciler ──▶ core
-        ▲ ▲ ▲ ▲        (queued_reconcile: requeued? start over)      │  ──▶ Kube (writes)
-        │ │ │ └─ its Result (when to look again) ◀────────────────────┘
-        │ │ └─ FollowUps (after the status write: replacement writes, Events) ──▶ Kube;
-        │ │    their "look again" (build_reconciler wires every collaborator of a pass)
+        ▲ ▲ ▲          (queued_reconcile: requeued? start over)      │  ──▶ Kube (writes)
+        │ │ └─ its Result: when to look again, and its follow-ups ◀───┘
+        │ │    (replacement writes, Event posts), which the worker that ran the
+        │ │    reconcile runs next ──▶ Kube; their outcome counts with the reconcile's
         │ └─── resync thread (every job of the job cache)
         └───── CheckpointScanner (a scan with a new result)
     LeaseElector ──▶ ReconcileGate ◀── PoolWarden sweep thread ──▶ Kube (node labels)
@@ -76,7 +76,6 @@ from elastic_operator.watch.schema_watch import SchemaWatch
 from elastic_operator.watch.server_probe import ServerProbe
 from elastic_operator.watch.slice_index import SliceIndex
 from elastic_operator.writes.executor import ActionExecutor
-from elastic_operator.writes.followups import FollowUpRunner, FollowUps
 from elastic_operator.writes.node_actions import NodeActionLimiter, NodeActionLimits
 from elastic_operator.writes.outbox import EventOutbox
 from elastic_operator.writes.pool_warden import PoolWarden
@@ -155,8 +154,6 @@ class Operator:
     elector: LeaseElector | None  # None: no election (one replica, standalone)
     warden: PoolWarden | None = None  # None: pools are not quarantined
     server: ServerProbe | None = None  # what the API server accepts (None: the newest)
-    # What follows a status write, off the reconcile's thread (None: run inline).
-    follow_ups: FollowUps | None = None
     resync_interval_s: float = 30.0
     # Set to reconcile every job now (`request_resync`): a new leader, caches synced.
     resync_wanted: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -191,8 +188,6 @@ class Operator:
             self._spawn("server-probe", lambda: server.run(self._stopping))
         self.caches.start()
         self.schema.start()
-        if self.follow_ups is not None:
-            self.follow_ups.start()
         self.work_queue.start(self.gate.wrap(queued_reconcile(self.reconciler, self.work_queue)))
         if self.elector is not None:
             self.elector.start()
@@ -204,8 +199,7 @@ class Operator:
     def alive(self) -> bool:
         """The work queue and the background threads run (the caches and the election
         are told apart by the probes)."""
-        return self.work_queue.alive and all(t.is_alive() for t in self._threads) \
-            and (self.follow_ups is None or self.follow_ups.alive)
+        return self.work_queue.alive and all(t.is_alive() for t in self._threads)
 
     def step_down(self, drain_timeout_s: float = 5.0) -> None:
         """Shutdown (blocking): start no reconcile, let the running ones finish, then
@@ -217,11 +211,10 @@ class Operator:
         if not self.gate.drain(drain_timeout_s):
             logger.warning("reconciles still running after %.0f s; stepping down anyway",
                            drain_timeout_s)
-        if self.follow_ups is not None:  # the Events and Job deletions under way, still leading
-            if not self.follow_ups.drain(drain_timeout_s):
-                logger.warning("follow-ups still running after %.0f s; the next leader "
-                               "does what is left", drain_timeout_s)
-            self.follow_ups.stop()
+        # The follow-ups under way (Events, Job deletions), still leading.
+        if not self.work_queue.drain(drain_timeout_s):
+            logger.warning("follow-ups still running after %.0f s; the next leader "
+                           "does what is left", drain_timeout_s)
         if self.elector is not None:
             self.elector.stop()
         self.caches.stop()
@@ -311,15 +304,15 @@ def build_operator(
         if election is not None else None
     if elector is not None:  # a reconcile that outlives the leadership writes no more
         kube.client.may_write = elector.is_leader
-    work_queue = WorkQueue(backoff, workers=workers, on_wait=metrics.queue_wait.observe)
+    work_queue = WorkQueue(backoff, workers=workers, on_wait=metrics.queue_wait.observe,
+                           memory=memory)
     metrics.queue_depth.set_function(lambda: work_queue.depth)
     slice_index = SliceIndex(nodes, memory)
     pacer = ProgressPacer(memory, metrics, clock)
     # Open once the caches and the CRD (made below) have synced, and while this leads.
     gate = ReconcileGate(lambda: caches.synced and schema.settled
                          and (elector is None or elector.is_leader()))
-    # A follow-up's look again goes to the queue (they drain before the replica steps down).
-    stores, follow_ups = JobStores(), FollowUps(requeue=work_queue.add_after)
+    stores = JobStores()
     wakes = Wakes(work_queue, gate, pacer, own_writes, metrics,
                   lambda namespace, name: stores.forget((namespace, name)))
 
@@ -347,7 +340,7 @@ def build_operator(
                          jobs=caches.job, worker_jobs=caches.worker_jobs,
                          seen_at=caches.pod_seen_at)
     reconciler = build_reconciler(kube, reader, metrics, clock, memory=memory,
-                                  own_writes=own_writes, pacer=pacer, follow_ups=follow_ups,
+                                  own_writes=own_writes, pacer=pacer,
                                   record_computed=slice_index.record_computed,
                                   limiter=NodeActionLimiter(settings.limits, clock),
                                   quarantine_pools=settings.quarantine_pools,
@@ -358,13 +351,11 @@ def build_operator(
                         repeated_failures_s=settings.repeated_failures_quarantine_s,
                         clock=clock) if settings.quarantine_pools else None
     _add_stores(stores, metrics, memory=memory, work_queue=work_queue, scanner=scanner,
-                nodes=nodes, slice_index=slice_index, caches=caches, follow_ups=follow_ups,
-                warden=warden)
+                nodes=nodes, slice_index=slice_index, caches=caches, warden=warden)
     return Operator(kube=kube, metrics=metrics, nodes=nodes, scanner=scanner, caches=caches,
                     schema=schema, stores=stores, reconciler=reconciler, work_queue=work_queue,
                     gate=gate, elector=elector, warden=warden, server=server,
-                    resync_interval_s=resync_interval_s, follow_ups=follow_ups,
-                    resync_wanted=resync)
+                    resync_interval_s=resync_interval_s, resync_wanted=resync)
 
 
 class RequeueNews(Protocol):
@@ -396,16 +387,16 @@ def queued_reconcile(reconciler: Reconciler, queue: RequeueNews) -> ReconcileFun
 def build_reconciler(
     kube: Kube, reader: JobReader, metrics: OperatorMetrics, clock: Clock = SYSTEM_CLOCK, *,
     memory: JobMemories, own_writes: OwnWrites, pacer: ProgressPacer,
-    follow_ups: FollowUpRunner, record_computed: RecordComputed | None = None,
+    record_computed: RecordComputed | None = None,
     limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
     pods_ready: PodsReadyTimeouts | None = None, schema: Verdict = always_current,
     server: Callable[[], ServerFeatures] = lambda: NEWEST,
 ) -> Reconciler:
     """The reconciler and every collaborator of its pass, built once: `reader`: what it
-    reads; `follow_ups`: what runs after its status write; `record_computed`: the slice index's;
+    reads; `record_computed`: the slice index's;
     `schema`: the verdict on the served CRD (schema_watch.py), read at each pass;
     `server`: what the API server accepts (server_probe.py), read at each pass."""
-    outbox = EventOutbox(kube, metrics, memory, follow_ups)
+    outbox = EventOutbox(kube, metrics, memory)
     guard = SchemaGuard(kube, clock, memory, own_writes, schema)
     writer = StatusWriter(kube, metrics, clock, outbox=outbox, own_writes=own_writes,
                           pacer=pacer, schema=guard)
@@ -416,7 +407,7 @@ def build_reconciler(
         reads=Reads(reader=reader, own_writes=own_writes, schema=guard, server=server),
         writes=Writes(
             executor=executor, writer=writer, outbox=outbox,
-            replacements=ReplacementFollowUps(replacing, reader, metrics, memory, follow_ups),
+            replacements=ReplacementFollowUps(replacing, reader, metrics, memory),
             dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock)),
         memory=memory, metrics=metrics, clock=clock,
         pods_ready=pods_ready or PodsReadyTimeouts(), recheck_after_s=pacer.interval_s,
@@ -425,7 +416,7 @@ def build_reconciler(
 
 def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemories,
                 work_queue: WorkQueue, scanner: CheckpointScanner, nodes: NodeIndex,
-                slice_index: SliceIndex, caches: Caches, follow_ups: FollowUps,
+                slice_index: SliceIndex, caches: Caches,
                 warden: PoolWarden | None) -> None:
     """Every per-job store (job_stores.py lists what each keeps), forgotten with its job
     and counted in the metrics; the metrics keep which series a job has in its record."""
@@ -433,7 +424,7 @@ def _add_stores(stores: JobStores, metrics: OperatorMetrics, *, memory: JobMemor
     named: dict[str, JobStore | None] = {
         "work-queue": work_queue, "checkpoint-scans": scanner,
         "node-index": nodes, "slice-index": slice_index, "torn-down-jobs": caches.torn_down,
-        "metrics": metrics, "follow-ups": follow_ups, "pool-warden": warden,
+        "metrics": metrics, "pool-warden": warden,
         # Last: the others forget what the job's record tells them (the metrics remove
         # the per-slice series it lists) before it goes.
         "job-memory": memory}

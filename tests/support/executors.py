@@ -1,9 +1,13 @@
-"""An executor for unit tests of code that runs work off the caller's thread."""
+"""Executors for unit tests of code that runs work off the caller's thread, and runners of
+a reconcile's follow-ups (model/result.py `FollowUp`) for the reconciler's tests, which
+run no work queue."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from typing import Any
+from typing import Any, Protocol
+
+from elastic_operator.model.result import FollowUp, Result, Wake, run_follow_ups
 
 
 class Synchronous(Executor):
@@ -16,14 +20,36 @@ class Synchronous(Executor):
         return future
 
 
+class FollowUpRunner(Protocol):
+    def submit(self, job: tuple[str, str], work: FollowUp) -> None:
+        """Run `work` after every piece submitted before for the same job."""
+        ...
+
+
+class Inline:
+    """Runs each piece at once, in the caller's thread, as the work queue's worker does
+    after the reconcile (`requeue`: told the look again each piece asks; None: nobody);
+    `outcomes`: each piece's, in order."""
+
+    def __init__(self, requeue: Wake | None = None) -> None:
+        self.requeue = requeue
+        self.outcomes: list[Result] = []
+
+    def submit(self, job: tuple[str, str], work: FollowUp) -> None:
+        outcome = run_follow_ups([work])
+        self.outcomes.append(outcome)
+        if self.requeue is not None and outcome.requeue_after is not None:
+            self.requeue(job[0], job[1], outcome.requeue_after)
+
+
 class Deferred:
-    """A follow-up runner (elastic_operator.writes.followups) that keeps each piece of work
-    until `run` says: what a reconcile left for after its status write, held back."""
+    """A follow-up runner that keeps each piece of work until `run` says: what a
+    reconcile left for after its status write, held back."""
 
     def __init__(self) -> None:
-        self.work: list[tuple[tuple[str, str], Callable[[], None]]] = []
+        self.work: list[tuple[tuple[str, str], Callable[[], Result]]] = []
 
-    def submit(self, job: tuple[str, str], work: Callable[[], None]) -> None:
+    def submit(self, job: tuple[str, str], work: FollowUp) -> None:
         self.work.append((job, work))
 
     def run(self) -> int:

@@ -120,7 +120,7 @@ class MemoryApi(Kube):
 
 class Churn:
     """The operator, built as `etj operator` builds it but on a MemoryApi, its caches
-    synced (empty, the CRD our own), its nodes Ready, its queue and follow-ups running.
+    synced (empty, the CRD our own), its nodes Ready, its work queue running.
     `cycle(name)`: one job's life. `passes`: what the work queue runs for a job named
     (default: the real reconcile, app.queued_reconcile). Stop it with `close`."""
 
@@ -139,8 +139,6 @@ class Churn:
         for node in NODES:
             self._apply("nodes", "ADDED", NodeWrapper(node).ready().obj())
         assert self.op.gate.open
-        assert self.op.follow_ups is not None
-        self.op.follow_ups.start()
         reconcile = passes(self.op) if passes is not None else queued_reconcile(
             self.op.reconciler, self.op.work_queue)
         self.op.work_queue.start(self.op.gate.wrap(reconcile))
@@ -204,15 +202,12 @@ class Churn:
 
     def settle(self, name: str) -> None:
         """Until the job is neither queued nor reconciled, and no follow-up runs."""
-        assert self.op.follow_ups is not None
         for _ in range(2):  # a follow-up may ask for one more reconcile
             assert self.op.work_queue.wait_idle(NAMESPACE, name, DEADLINE_S)
-            assert self.op.follow_ups.drain(DEADLINE_S)
+            assert self.op.work_queue.drain(DEADLINE_S)
 
     def close(self) -> None:
         self.op.work_queue.stop()
-        if self.op.follow_ups is not None:
-            self.op.follow_ups.stop()
         self.op.close()
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from dataclasses import replace as dataclass_replace
 from datetime import datetime
 from typing import Any
 
@@ -23,14 +25,14 @@ from elastic_operator.model.objects import ObservedJob, ObservedJobSet, Observed
 from elastic_operator.model.result import Result, Wake
 from elastic_operator.reconcile.own_writes import OwnWrites
 from elastic_operator.reconcile.pacer import ProgressPacer
+from elastic_operator.reconcile.reconcile_pass import Requeued
 from elastic_operator.reconcile.reconciler import Reconciler
 from elastic_operator.reconcile.schema_guard import Verdict, always_current
 from elastic_operator.watch.job_reader import CacheReader
 from elastic_operator.watch.node_index import NodeIndex
-from elastic_operator.writes.followups import FollowUpRunner, Inline
 from tests.builders import T0, etj
 from tests.support.clock import FakeClock
-from tests.support.executors import Synchronous
+from tests.support.executors import FollowUpRunner, Inline, Synchronous
 from tests.support.merge_patch import apply_merge_patch
 
 
@@ -140,6 +142,26 @@ class StandInKube(Kube):
         return True
 
 
+@dataclass
+class FollowingReconciler(Reconciler):
+    """The reconciler with what the work queue's worker does after each reconcile: its
+    Result's follow-ups handed to `runner` (inline, or held back), the Result without
+    them (a pass cut short runs them when its `again` is called through here)."""
+
+    runner: FollowUpRunner = field(default_factory=Inline)
+
+    def reconcile(self, namespace: str, name: str, requeued: Requeued | None = None) -> Result:
+        return self._follow(namespace, name, super().reconcile(namespace, name, requeued))
+
+    def _follow(self, namespace: str, name: str, result: Result) -> Result:
+        again = result.again
+        if again is not None:
+            return dataclass_replace(result, again=lambda: self._follow(namespace, name, again()))
+        for work in result.follow_ups:
+            self.runner.submit((namespace, name), work)
+        return dataclass_replace(result, follow_ups=())
+
+
 def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | None = None,
                pods: tuple[ObservedPod, ...] | Callable[[], tuple[ObservedPod, ...]] = (),
                jobsets: Callable[[str, str], ObservedJobSet | None] | None = None,
@@ -177,10 +199,12 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
         worker_jobs=kube.worker_jobs if isinstance(kube, StandInKube) else None)
     clock = clock or FakeClock(T0)
     memory = JobMemories()
-    rec = build_reconciler(kube, reader, metrics, clock, memory=memory,
-                           own_writes=OwnWrites(memory),
-                           pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
-                           follow_ups=follow_ups or Inline(requeue=wake), schema=schema)
+    built = build_reconciler(kube, reader, metrics, clock, memory=memory,
+                             own_writes=OwnWrites(memory),
+                             pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
+                             schema=schema)
+    rec = FollowingReconciler(**{f.name: getattr(built, f.name) for f in fields(built)},
+                              runner=follow_ups or Inline(requeue=wake))
     return rec, registry
 
 

@@ -30,6 +30,7 @@ from elastic_operator.metrics.metrics import OperatorMetrics
 from elastic_operator.model.job_memory import JobMemories
 from elastic_operator.model.job_stores import JobStores
 from elastic_operator.model.objects import QuarantineCause
+from elastic_operator.model.result import FollowUp
 from elastic_operator.queue.work_queue import HEAP_SLACK, WorkQueue
 from elastic_operator.watch.caches import EVERY_NAMESPACE, Caches
 from elastic_operator.watch.job_reader import CacheReader
@@ -40,7 +41,6 @@ from elastic_operator.writes.replacement_followups import ReplacementFollowUps
 from elastic_operator.writes.replacement_writes import ReplacementWrites
 from tests.builders import HOSTS, T0, at, etj, head_pod, observe, tpu_node
 from tests.support.clock import FakeClock
-from tests.support.executors import Deferred
 from tests.support.memory_churn import Churn, holding, retained_apart
 
 A, B = ("ns", "a"), ("ns", "b")
@@ -81,14 +81,16 @@ def test_every_store_of_the_operator_is_counted() -> None:
     op = build_operator(Kube(None), OperatorMetrics(registry))
     names = {s.name for s in op.stores.stores}
     assert names == {"job-memory", "work-queue", "checkpoint-scans", "node-index",
-                     "slice-index", "torn-down-jobs", "metrics", "follow-ups", "pool-warden"}
+                     "slice-index", "torn-down-jobs", "metrics", "pool-warden"}
     for name in names:
         assert registry.get_sample_value("etj_job_memory_entries", {"store": name}) == 0
     op.reconciler.memory.of(A)
     op.metrics.record_spec(*A, ElasticTrainingJob.model_validate(etj("a").obj()).spec)
-    op.work_queue.add_after(*A, 60.0)
+    op.work_queue.add_after(*A, 60.0)  # the look pending: in the job's record
     assert registry.get_sample_value("etj_job_memory_entries", {"store": "job-memory"}) == 1
-    assert op.stores.counts()["metrics"] == 1 and op.stores.counts()["work-queue"] == 1
+    assert op.stores.counts()["metrics"] == 1 and op.stores.counts()["work-queue"] == 0
+    remembered = op.reconciler.memory.peek(A)
+    assert remembered is not None and set(remembered.looks) == {"wake"}
     op.stores.forget(A)
     assert set(op.stores.counts().values()) == {0}
 
@@ -99,13 +101,16 @@ def test_every_store_of_the_operator_is_counted() -> None:
 def test_the_work_queue_keeps_no_heap_of_superseded_wakes() -> None:
     """Each reconcile asks a wake again; one an hour away, superseded every few seconds,
     stayed in the heap until it came due."""
-    work_queue = WorkQueue()
+    memory = JobMemories()
+    work_queue = WorkQueue(memory=memory)
     for i in range(1000):
         work_queue.add_after(*A, 3600.0 - i)  # sooner each time: a new heap entry
     assert len(work_queue._due) <= 2 + HEAP_SLACK
     work_queue.forget_job(A)
     work_queue.add_after(*B, 60.0)
-    assert work_queue.job_keys() == {B}
+    assert [entry[2] for entry in work_queue._due] == [B]
+    a, b = memory.peek(A), memory.peek(B)
+    assert a is not None and a.looks == {} and b is not None and set(b.looks) == {"wake"}
 
 
 class HeldScans(Executor):
@@ -176,24 +181,24 @@ def test_torn_down_worker_jobs_go_with_their_job() -> None:
 def test_a_restarted_head_pod_is_remembered_only_while_the_cache_holds_it() -> None:
     job = ElasticTrainingJob.model_validate(
         etj("a", "ns").uid("u").spec(recovery={"replaceSlices": False}).obj())
-    memory, runner = JobMemories(), Deferred()
+    memory = JobMemories()
+    later: list[FollowUp] = []
     metrics = OperatorMetrics(CollectorRegistry())
     reader = CacheReader(Kube(None), NodeIndex(), CheckpointScanner(),
                                    pods=lambda _namespace, _job: ())
     replacements = ReplacementFollowUps(
-        ReplacementWrites(Kube(None), metrics, NodeActionLimiter()), reader, metrics, memory,
-        runner)
+        ReplacementWrites(Kube(None), metrics, NodeActionLimiter()), reader, metrics, memory)
     pod = replace(head_pod(), uid="head-1")
     restart = TrainerRestart(requested_at=T0, pod_name=pod.name, pod_uid="head-1",
                              reason="ProgressDeadlineExceeded")
     status = ElasticTrainingJobStatus(progress=ProgressStatus(since=T0, restart=restart))
     raw = {"metadata": {"name": "a", "namespace": "ns", "uid": "u"}}
     now = T0 + timedelta(seconds=1)
-    replacements.act(raw, job, status, observe(pods=[pod]), now)
-    replacements.act(raw, job, status, observe(pods=[pod]), now)
-    assert len(runner.work) == 1  # handed over once
+    replacements.act(raw, job, status, observe(pods=[pod]), now, later)
+    replacements.act(raw, job, status, observe(pods=[pod]), now, later)
+    assert len(later) == 1  # handed over once
     assert memory.of(A).restarted_pods == {"head-1"}
-    replacements.act(raw, job, status, observe(pods=[]), now)  # the pod is gone
+    replacements.act(raw, job, status, observe(pods=[]), now, later)  # the pod is gone
     assert memory.of(A).restarted_pods == set()
 
 

@@ -1,9 +1,9 @@
 """Each job's memory belongs in one record (model/job_memory.py `JobMemory`, forgotten in
-one call), not in a map of its own somewhere in the operator (issue 77, item 3). The
-maps that still keep something per job outside it are listed here, to move into the
-record; a new one fails this test, and so does an entry that is no longer there (the
-list only shrinks). Each map left outside says why: not per job (per node, per pool),
-outside by design (it must outlive the record), or not moved yet and what held it back.
+one call), not in a map of its own somewhere in the operator (issue 77, item 3): an AST
+check over the package finds every per-job map, and fails on one outside the record that
+is not allowed below, each with why: not per job (per node, per pool: their own index),
+or outside by design (it must outlive the record, or it is the work queue's ordering).
+An allowed map that is no longer there fails too (the list only shrinks).
 
 A map is a collection (dict, set, deque, list, ...) whose annotation names a job
 (`JobKey`, or the `tuple[str, str]` it is): annotate every collection attribute, so that
@@ -38,14 +38,10 @@ OUTSIDE_BY_DESIGN = {
        "ends (forget_job keeps it); in the record, a naming after the forget would find "
        "a new record not running, and a second worker would run the job at once"
        for name in ("_queue", "_dirty", "_named_at", "_processing", "_urgent",
-                    "_run_paced")},
+                    "_run_paced", "_following")},
     ("queue/work_queue", "_due"): "the timer's heap of delayed adds, one order by due "
     "time across jobs (forget_job drops the job's entries from it): per job, the timer "
     "would scan every record at each tick",
-    **{("writes/followups", name): "the follow-up runner's FIFOs (`_ready` its order "
-       "across jobs): a deleted job's work runs out by itself (forget_job forgets "
-       "nothing), so it outlives the record; item 2 of issue 77 removes this runner"
-       for name in ("_pending", "_ready", "_running")},
     ("watch/slice_index", "_slices"): "an index of the pod cache: a pod that goes after "
     "its job was forgotten must still find its slice's entry",
     ("watch/caches", "_owners"): "by worker Job uid, the newest TORN_DOWN_KEPT over all "
@@ -54,16 +50,6 @@ OUTSIDE_BY_DESIGN = {
     "seen existing, maybe never reconciled here: it exists to learn that a job is gone, "
     "so it must outlive the record; it follows the nodes' labels (swept to what they cite)",
 }
-# Per job, outside the record: to move into JobMemory (issue 77, item 3), each with what
-# held it back.
-TO_MOVE = {
-    **{("queue/work_queue", name): "its pending retry, wake, paced look and failures: "
-       "guarded with the heap `_due` by the queue's lock, and the timer learns a job only "
-       "under that lock; reading the record there takes the memory lock under the "
-       "queue's, the inverse of the outbox's (memory lock, then a follow-up's requeue)"
-       for name in ("_failures", "_retries", "_wakes", "_paced")},
-}
-
 def _names_a_job(annotation: ast.expr) -> bool:
     for node in ast.walk(annotation):
         if isinstance(node, ast.Name) and node.id == "JobKey":
@@ -95,13 +81,11 @@ def per_job_maps() -> set[tuple[str, str]]:
 
 
 def test_no_new_per_job_map_outside_the_record() -> None:
-    new = per_job_maps() - THE_RECORD - NOT_PER_JOB.keys() - OUTSIDE_BY_DESIGN.keys() \
-        - TO_MOVE.keys()
+    new = per_job_maps() - THE_RECORD - NOT_PER_JOB.keys() - OUTSIDE_BY_DESIGN.keys()
     assert not new, (f"{sorted(new)} keep something per job outside JobMemory: make it a "
                      "field of the record (model/job_memory.py), forgotten with the job")
 
 
-def test_the_list_to_move_only_shrinks() -> None:
-    gone = (TO_MOVE.keys() | NOT_PER_JOB.keys() | OUTSIDE_BY_DESIGN.keys() | THE_RECORD) \
-        - per_job_maps()
+def test_every_map_allowed_is_still_there() -> None:
+    gone = (NOT_PER_JOB.keys() | OUTSIDE_BY_DESIGN.keys() | THE_RECORD) - per_job_maps()
     assert not gone, f"{sorted(gone)} are no longer there: drop them from this list"

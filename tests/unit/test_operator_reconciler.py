@@ -48,7 +48,7 @@ from tests.builders import (
     iso,
 )
 from tests.support.clock import FakeClock
-from tests.support.executors import Deferred
+from tests.support.executors import Deferred, Inline
 from tests.support.stand_in_kube import (
     POD_CACHE_READ,
     WORKER_JOB_CACHE_READ,
@@ -460,7 +460,8 @@ def test_events_are_posted_after_the_status_write_that_carries_them() -> None:
 def test_a_leader_that_dies_after_the_write_leaves_its_events_to_the_next() -> None:
     """The crash window: the status (the failure counted) is written, the process dies
     before posting. The next leader sees no transition (the slice is Down already), but
-    finds the Events in the outbox: it posts each once and clears it."""
+    finds the Events in the outbox: it posts each once (after its write: its follow-ups)
+    and its next write clears it."""
     kube, pods = dying(die_after_patch=True)
     old, _ = reconciler(kube, pods=pods)
     with pytest.raises(Died):
@@ -472,7 +473,6 @@ def test_a_leader_that_dies_after_the_write_leaves_its_events_to_the_next() -> N
     assert new.reconcile("ml", "train").ok
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
     status = kube.job["status"]
-    assert "pendingEvents" not in status  # cleared by the new leader's write
     assert status["counters"]["sliceFailures"] == 1 and status["slices"][0]["restarts"] == 1
     assert metrics.get_sample_value("etj_events_already_posted_total") == 0
     # The failure was counted by the leader that computed it, not again (a job's counters
@@ -480,6 +480,7 @@ def test_a_leader_that_dies_after_the_write_leaves_its_events_to_the_next() -> N
     assert metrics.get_sample_value("etj_slice_failures_total",
                                     {"namespace": "ml", "job": "train"}) == 0
     assert new.reconcile("ml", "train").ok  # nothing left to post
+    assert "pendingEvents" not in kube.job["status"]  # cleared by the new leader's write
     assert len(kube.events) == 2 and kube.calls.count("post_event") == 2
 
 
@@ -584,9 +585,11 @@ def test_an_event_the_api_server_failed_to_take_is_tried_again_by_the_next_recon
     assert rec.reconcile("ml", "train").ok  # an Event is best effort: no reconcile error
     assert kube.events == []
     del kube.fail["post_event"]
-    assert rec.reconcile("ml", "train").ok
+    assert rec.reconcile("ml", "train").ok  # posted after its write
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert rec.reconcile("ml", "train").ok  # and cleared by the next
     assert "pendingEvents" not in kube.job["status"]
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
 
 
 def test_an_event_refused_for_now_stays_in_the_outbox_across_the_next_write() -> None:
@@ -836,11 +839,13 @@ def test_a_delete_that_failed_in_a_follow_up_is_planned_again() -> None:
     kube = ReplacingKube()
     kube.fail["delete_job"] = api_error(500, "InternalError", "etcd timeout")
     looks = Looks()
-    rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes(), wake=looks.wake)
-    woken = looks.delays
+    runner = Inline(requeue=looks.wake)
+    rec, metrics = reconciler(kube, pods=kube.pods(), nodes=kube.nodes(), follow_ups=runner)
     assert looks.reconciled(rec.reconcile("ml", "train"))
+    # The follow-up's outcome failed: the work queue retries the job after its backoff
+    # (counted once, with the reconcile's failures: test_operator_work_queue.py).
     assert kube.deleted == [] and errors(metrics) == 1
-    assert any(abs(delay - 1.1) < 1e-9 for delay in woken)  # retried after a backoff
+    assert [o.ok for o in runner.outcomes] == [False, True]  # the DELETE, the Events
     del kube.fail["delete_job"]
     assert looks.reconciled(rec.reconcile("ml", "train"))
     assert kube.deleted == [("train-worker-0", ReplacingKube.JOB_UID)]
@@ -914,9 +919,11 @@ def test_a_leader_that_dies_with_its_events_on_their_way_leaves_them_to_the_next
     seen.append(restarting_pods())
     assert old.reconcile("ml", "train").ok  # another write; then the process dies
     new, _ = reconciler(kube, pods=lambda: seen[-1])
-    assert new.reconcile("ml", "train").ok
+    assert new.reconcile("ml", "train").ok  # posted after its write, cleared by the next
     assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
+    assert new.reconcile("ml", "train").ok
     assert "pendingEvents" not in kube.job["status"]
+    assert [e.reason for e in kube.events] == SLICE_DOWN_EVENTS
 
 
 def test_our_earlier_write_coming_back_late_is_still_ours() -> None:

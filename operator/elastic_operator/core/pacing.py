@@ -12,7 +12,7 @@ a status write is the biggest request a reconcile makes.
 So is the outbox shrinking (status.pendingEvents: entries dropped once posted, none
 added): the Events went out already, and an entry left a second longer costs at most a
 second copy refused (409) should another replica take over meanwhile. With the posts run
-after the reconcile (followups.py), a job reconciled back to back otherwise wrote its
+after the reconcile (its Result's follow-ups), a job reconciled back to back otherwise wrote its
 status once more per change with Events, just to clear them.
 
 How often: the first progress write of a recovery may follow the last write after one

@@ -5,9 +5,11 @@ None of it is the job's truth (the status is): each field saves a request, a wri
 wait, and is lost on a restart like any cache (the new leader reads and writes again).
 The reconcile's collaborators each keep their part here (own_writes.py, outbox.py,
 pacer.py, replacement_followups.py), and so do the parts beside them: the slice index
-(the slices as last computed) and the checkpoint scanner (its scans), each under its own
-lock, and the metrics (which series a job has). Follow-ups run on other threads and the
-job cache asks `OwnWrites.wrote` from its own: what they share is read and written under
+(the slices as last computed), the checkpoint scanner (its scans) and the work queue (its
+failures and pending looks), each under its own lock, and the metrics (which series a job
+has). Follow-ups run after their reconcile,
+while the job's next one may run (work_queue.py), and the job cache asks
+`OwnWrites.wrote` from its own thread: what they share is read and written under
 `lock`. A follow-up holds the JobMemory of the job it was handed for, so one that ends
 after the job was forgotten writes to that object, never to a new job of the same name.
 """
@@ -70,11 +72,8 @@ class JobMemory:
     # which costs writes, not correctness.
     progress_streak: int = 0
     # --- replacement follow-ups (replacement_followups.py) ---
-    # Consecutive failed follow-ups (their retry's backoff). Not the work queue's count
-    # of failed reconciles: each resets on its own success, and one count would keep a
-    # follow-up that fails between successful reconciles at the first backoff (issue 77
-    # item 2 makes a follow-up's failure a failed Result, counted once by the queue).
-    follow_up_failures: int = 0
+    # (A failed follow-up is a failed outcome, counted by the work queue with the
+    # reconcile's: one retry backoff.)
     # Uids of worker Jobs this process is deleting (planned, the DELETE maybe still
     # queued): planned as being deleted (no second DELETE).
     deleted_jobs: set[str] = field(default_factory=set)
@@ -101,6 +100,13 @@ class JobMemory:
     series: bool = False
     spec_series: bool = False
     slice_series: set[int] | None = None
+    # --- the work queue (queue/work_queue.py), under the queue's lock, not `lock` ---
+    # Consecutive failed runs (a reconcile, or its follow-ups): the retry's backoff, the
+    # one count of them.
+    failures: int = 0
+    # When its pending looks come due (time.monotonic()), by kind: "retry", "wake",
+    # "paced" (the queue's heap orders them across jobs).
+    looks: dict[str, float] = field(default_factory=dict)
     # --- checkpoint scans (checkpoints/scanner.py), under the scanner's lock ---
     # Monotonic time the last scan started, the one running, the last one finished.
     scan_started: float | None = None

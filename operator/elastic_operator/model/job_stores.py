@@ -7,8 +7,9 @@ test_soak_churn.py). app.py registers each one:
     job-memory        job_memory.py: JobMemory, what the reconciles remember of a job
                       (our writes, the outbox, the pacing, the replacement follow-ups, the
                       slice memo)
-    work-queue        work_queue.py: a job queued or running, its failures, its pending
-                      retry, wake or paced look, and whether its run was requeued or is for progress
+    work-queue        work_queue.py: a job queued or running, its follow-ups running, and
+                      whether its run was requeued or is for progress (its failures and
+                      pending looks: fields of its JobMemory)
     checkpoint-scans  scanner.py: the last scan started, the one running, its last result
                       (fields of the job's JobMemory, counted by the scanner)
     node-index        node_index.py: the job's pods on each node, its failures on pools
@@ -17,7 +18,6 @@ test_soak_churn.py). app.py registers each one:
     torn-down-jobs    caches.py: its worker Jobs seen being deleted
     metrics           metrics.py, job_metrics.py: its per-job series (which ones: fields
                       of its JobMemory)
-    follow-ups        followups.py: its work waiting or running (runs out by itself)
     pool-warden       pool_warden.py: the jobs a quarantine cites, as last seen existing
 
 A job's deletion forgets it everywhere (`forget`, from the job cache's thread), in the

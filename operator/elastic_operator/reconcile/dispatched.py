@@ -17,7 +17,7 @@ from elastic_operator.core.dispatch import dispatch_status, worker_lost_status
 from elastic_operator.core.parsing import ParsedJob
 from elastic_operator.core.plan import plan_dispatch
 from elastic_operator.model.objects import ObservedPriorityClass
-from elastic_operator.model.result import Refused, Result
+from elastic_operator.model.result import FollowUp, Refused, Result
 from elastic_operator.reconcile.status_writer import StatusWriter
 from elastic_operator.render import render_workload, workload_name, workload_priority_class
 from elastic_operator.watch.job_reader import JobReader
@@ -37,7 +37,8 @@ class DispatchedReconciler:
         self.clock = clock
 
     def reconcile(self, raw: dict[str, Any], parsed: ParsedJob,
-                  rendered: list[dict[str, Any]]) -> Result:
+                  rendered: list[dict[str, Any]], later: list[FollowUp]) -> Result:
+        """One reconcile of a dispatched job; `later`: its follow-ups (its Events' posts)."""
         job, previous = parsed.job, parsed.previous
         namespace, name = job.metadata.namespace or "", job.metadata.name
         workload = self.reader.dispatch_workload(namespace, workload_name(job))
@@ -58,8 +59,8 @@ class DispatchedReconciler:
             status, events = worker_lost_status(job, workload, cluster, previous, now)
         if status is None:
             return Result()
-        pending, paced = self.writer.write(raw, previous, status, events, now)
-        self.outbox.post(raw, pending, now)
+        pending, paced = self.writer.write(raw, previous, status, events, now, later)
+        self.outbox.post(raw, pending, now, later)
         return Result(paced_after=paced)
 
     def _priority(self, job: ElasticTrainingJob) -> ObservedPriorityClass | None:

@@ -16,6 +16,7 @@ from elastic_api.models import ElasticTrainingJobStatus
 from elastic_operator.core.startover import Change, pass_change, start_over
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.metrics.metrics import PhaseTimer
+from elastic_operator.model.result import FollowUp
 
 # Whether the job was requeued while its reconcile runs, as the reconcile's caller tells
 # it: (named at once since the run started, the run started for progress only). The work
@@ -33,11 +34,14 @@ START_OVER: Final = StartOver()
 @dataclass
 class Run:
     """One reconcile, across a pass that starts over: when it started (`started`: the
-    clock's monotonic seconds; `cpu`: this thread's CPU seconds), and its tries."""
+    clock's monotonic seconds; `cpu`: this thread's CPU seconds), its tries, and what
+    its passes handed over for after their status write (`later`: its Result's
+    follow-ups, in order, whatever the verdict)."""
 
     started: float
     cpu: float = field(default_factory=time.thread_time)
     attempt: int = 1
+    later: list[FollowUp] = field(default_factory=list)
 
     def cpu_used(self) -> float:
         """This thread's CPU seconds since the reconcile started."""

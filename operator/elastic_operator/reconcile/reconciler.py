@@ -10,9 +10,10 @@ pass in the order they run:
 3. observe the rest: the pods' nodes, the checkpoint scan, the worker Jobs, the pools;
 4. compute the status (core/status.py), and tell the slice index each slice as computed;
 5. write it once (status_writer.py), carrying its Events (outbox.py);
-6. hand the follow-ups the replacements it records (replacement_followups.py), then its
-   Events (outbox.py);
-7. return the verdict (result.py): when to look again.
+6. plan the follow-ups: the writes of the replacements it records
+   (replacement_followups.py), then its Events' posts (outbox.py);
+7. return the verdict (result.py): when to look again, and the follow-ups, which the
+   work queue's worker runs after it.
 
 It asks the work queue nothing and changes nothing in it: its caller tells it whether the
 job was requeued while it runs (`requeued`, for a pass that may start over:
@@ -42,7 +43,15 @@ from elastic_operator.core.status import compute_status, name_conflict_status
 from elastic_operator.metrics.metrics import OperatorMetrics, PhaseTimer
 from elastic_operator.model.job_memory import JobKey, JobMemories, JobMemory
 from elastic_operator.model.objects import Observed, ObservedJobSet, ObservedPod, ObservedWorkload
-from elastic_operator.model.result import AT_ONCE, FAILED, Refused, Result, due_in, soonest
+from elastic_operator.model.result import (
+    AT_ONCE,
+    FAILED,
+    FollowUp,
+    Refused,
+    Result,
+    due_in,
+    soonest,
+)
 from elastic_operator.reconcile.ports import Reads, Writes
 from elastic_operator.reconcile.reconcile_pass import START_OVER, Pass, Requeued, Run, StartOver
 from elastic_operator.render import jobset_name, render
@@ -118,7 +127,7 @@ class Reconciler:
         # Someone else wrote the job while our status write was on its way: look again.
         if self.reads.own_writes.overwritten((namespace, name)):
             result = replace(result, requeue_after=soonest(result.requeue_after, AT_ONCE))
-        return result
+        return replace(result, follow_ups=tuple(run.later))
 
     def _failed(self, namespace: str, name: str) -> Result:
         self.metrics.reconcile_errors.inc()
@@ -132,16 +141,16 @@ class Reconciler:
         conditional on the version read, so a change is never applied twice."""
         while True:
             try:
-                return self._pass(namespace, name, fresh=run.attempt > 1, requeued=requeued)
+                return self._pass(namespace, name, run, requeued)
             except ApiError as e:
                 if not e.is_conflict or run.attempt == CONFLICT_ATTEMPTS:
                     raise
                 run.attempt += 1
                 logger.debug("%s/%s changed while we reconciled it; again", namespace, name)
 
-    def _pass(self, namespace: str, name: str, fresh: bool,
+    def _pass(self, namespace: str, name: str, run: Run,
               requeued: Requeued | None) -> Result | StartOver:
-        key = (namespace, name)
+        key, fresh, later = (namespace, name), run.attempt > 1, run.later
         step = Pass(PhaseTimer(self.metrics.reconcile_phase, self.clock.monotonic), requeued)
         # 1. The job.
         reader, writes = self.reads.reader, self.writes
@@ -164,10 +173,10 @@ class Reconciler:
         # 2. Its objects, and the plan.
         job, remembered = parsed.job, self.memory.of(key)
         if job.spec.multikueue:  # it runs in a worker cluster; here, only its Workload
-            return writes.dispatched.reconcile(raw, parsed, rendered)
+            return writes.dispatched.reconcile(raw, parsed, rendered, later)
         jobset = reader.jobset(namespace, jobset_name(job))
         if jobset is not None and owned_by_another(job, jobset):
-            return self._report_name_conflict(raw, parsed, jobset)
+            return self._report_name_conflict(raw, parsed, jobset, later)
         pods = reader.pods(namespace, name)
         # After the pods (JobReader.workload): pods going because Kueue took the job back
         # come with a Workload that says so.
@@ -204,15 +213,17 @@ class Reconciler:
             return START_OVER
         # 5. The status first: it records what the replacement is about to do, and carries
         # the change's Events. 6. Then the replacement (the slice back at once matters more
-        # than telling of it), then the Events (whoever sees one finds both done).
-        pending, paced = writes.writer.write(raw, parsed.previous, new_status, events, now)
+        # than telling of it), then the Events (whoever sees one finds both done): the
+        # follow-ups, run in that order after the reconcile.
+        pending, paced = writes.writer.write(raw, parsed.previous, new_status, events, now,
+                                             later)
         self.metrics.record_reaction(namespace, events, observed, reader.pod_seen_at,
                                      self.clock.now().timestamp())
         step.mark("write")
         try:
-            waits = writes.replacements.act(raw, job, new_status, observed, now)
+            waits = writes.replacements.act(raw, job, new_status, observed, now, later)
         finally:
-            writes.outbox.post(raw, pending, now)
+            writes.outbox.post(raw, pending, now, later)
         step.mark("replace")
         # 7. When to look again.
         waits.append(next_look_in(new_status.admission, self.pods_ready, now))  # Kueue's
@@ -243,7 +254,7 @@ class Reconciler:
         return self.recheck_after_s
 
     def _report_name_conflict(self, raw: dict[str, Any], parsed: ParsedJob,
-                              jobset: ObservedJobSet) -> Result:
+                              jobset: ObservedJobSet, later: list[FollowUp]) -> Result:
         """The JobSet of the job's name is another object's (core/status.py
         `name_conflict_status`): say so, read nothing of it; its deletion wakes the job."""
         namespace, name = parsed.job.metadata.namespace or "", parsed.job.metadata.name
@@ -251,5 +262,5 @@ class Reconciler:
         status = name_conflict_status(parsed.job, jobset, parsed.previous, now)
         logger.debug("%s/%s: JobSet %s is owned by another object", namespace, name,
                      jobset.name)
-        _, paced = self.writes.writer.write(raw, parsed.previous, status, [], now)
+        _, paced = self.writes.writer.write(raw, parsed.previous, status, [], now, later)
         return Result(paced_after=paced)

@@ -21,6 +21,7 @@ from elastic_operator.core.patch import status_patch
 from elastic_operator.core.status import invalid_spec_status
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.metrics.metrics import OperatorMetrics
+from elastic_operator.model.result import FollowUp
 from elastic_operator.reconcile.own_writes import OwnWrites
 from elastic_operator.reconcile.pacer import ProgressPacer
 from elastic_operator.reconcile.schema_guard import SchemaGuard
@@ -42,18 +43,19 @@ class StatusWriter:
         self.schema = schema  # SchemaCurrent, on every write
 
     def write(self, raw: dict[str, Any], previous: ElasticTrainingJobStatus,
-              new: ElasticTrainingJobStatus, events: list[StatusEvent],
-              now: datetime) -> tuple[list[PendingEvent], float | None]:
+              new: ElasticTrainingJobStatus, events: list[StatusEvent], now: datetime,
+              later: list[FollowUp]) -> tuple[list[PendingEvent], float | None]:
         """Write the status with the change's Events in its outbox and record the
         metrics: the outbox written (for `EventOutbox.post` after), and how long a
-        progress-only change waits instead (None: written, or nothing to write)."""
+        progress-only change waits instead (None: written, or nothing to write).
+        `later`: the reconcile's follow-ups (the stored outbox's posts go there)."""
         meta = raw.get("metadata", {})
         with self.own_writes.writing(meta.get("namespace", ""), meta.get("name", "")):
-            return self._write(raw, previous, new, events, now)
+            return self._write(raw, previous, new, events, now, later)
 
     def _write(self, raw: dict[str, Any], previous: ElasticTrainingJobStatus,
-               new: ElasticTrainingJobStatus, events: list[StatusEvent],
-               now: datetime) -> tuple[list[PendingEvent], float | None]:
+               new: ElasticTrainingJobStatus, events: list[StatusEvent], now: datetime,
+               later: list[FollowUp]) -> tuple[list[PendingEvent], float | None]:
         meta = raw.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
         key = (namespace, name)
@@ -61,7 +63,7 @@ class StatusWriter:
         new = self.schema.stamp(raw, previous, new, now)
         # Committed by an earlier write (ours, or of a replica that died after it). One not
         # posted yet (on its way, or refused for now: 429, 5xx) stays in the outbox.
-        self.outbox.post(raw, stored, now)
+        self.outbox.post(raw, stored, now, later)
         pending = self.outbox.merge(raw, stored, events, new)
         new = new.model_copy(update={"pending_events": pending or None})
         patch = status_patch(previous, new)

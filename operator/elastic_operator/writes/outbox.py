@@ -6,8 +6,9 @@ One reconcile that dies after the write leaves the Events to the next, its own o
 leader's, which posts what it has not posted itself (a second copy is refused: 409). Each
 write keeps in the outbox every entry not yet posted (one still on its way, or refused by
 the API server for now) and clears the rest, whichever change it carries: at most one
-more write per change with Events, usually none. The posts are follow-ups (followups.py):
-in order per job, off the reconcile's thread in the operator.
+more write per change with Events, usually none. The posts are follow-ups
+(model/result.py `FollowUp`): they come back in the reconcile's Result and the work
+queue's worker runs them after it, in order.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from elastic_operator.client.kube import ApiError, Kube, NotLeading
 from elastic_operator.core.status_events import StatusEvent, from_outbox, outbox
 from elastic_operator.metrics.metrics import OperatorMetrics
 from elastic_operator.model.job_memory import JobKey, JobMemories, JobMemory
-from elastic_operator.writes.followups import FollowUpRunner
+from elastic_operator.model.result import FollowUp, Result
 
 logger = logging.getLogger("elastic_operator")
 
@@ -32,12 +33,10 @@ def _key(raw: dict[str, Any]) -> JobKey:
 
 
 class EventOutbox:
-    def __init__(self, kube: Kube, metrics: OperatorMetrics, memory: JobMemories,
-                 follow_ups: FollowUpRunner) -> None:
+    def __init__(self, kube: Kube, metrics: OperatorMetrics, memory: JobMemories) -> None:
         self.kube = kube
         self.metrics = metrics
         self.memory = memory
-        self.follow_ups = follow_ups
 
     def merge(self, raw: dict[str, Any], stored: list[PendingEvent],
               events: list[StatusEvent], new: ElasticTrainingJobStatus) -> list[PendingEvent]:
@@ -61,10 +60,11 @@ class EventOutbox:
         with self.memory.lock:
             remembered.posted &= {e.name for e in pending}
 
-    def post(self, raw: dict[str, Any], entries: list[PendingEvent], now: datetime) -> None:
-        """Hand the follow-up runner the outbox entries this process has neither posted
-        nor handed it yet. One that fails is tried again by the next reconcile, which
-        finds it still in the status."""
+    def post(self, raw: dict[str, Any], entries: list[PendingEvent], now: datetime,
+             later: list[FollowUp]) -> None:
+        """Add to `later` (the reconcile's follow-ups) the posts of the outbox entries
+        this process has neither posted nor handed over yet. One that fails is tried
+        again by the next reconcile, which finds it still in the status."""
         key = _key(raw)
         remembered = self.memory.of(key)
         with self.memory.lock:
@@ -72,10 +72,11 @@ class EventOutbox:
                     and e.name not in remembered.posting]
             remembered.posting.update(e.name for e in todo)
         if todo:
-            self.follow_ups.submit(key, lambda: self._post_now(raw, remembered, todo, now))
+            later.append(lambda: self._post_now(raw, remembered, todo, now))
 
     def _post_now(self, raw: dict[str, Any], remembered: JobMemory, entries: list[PendingEvent],
-                  now: datetime) -> None:
+                  now: datetime) -> Result:
+        """The posts (best effort, the status is the record): nothing to look at again."""
         namespace, name = _key(raw)
         try:
             for entry in entries:
@@ -102,3 +103,4 @@ class EventOutbox:
         finally:
             with self.memory.lock:
                 remembered.posting.difference_update(e.name for e in entries)
+        return Result()

@@ -1,12 +1,13 @@
 """After the status write: act on the slice replacements it records (core/replacement.py),
 on a trainer restart it calls for (core/progressing.py) and on a JobSet restart budget it
-says spent (core/budget_tracking.py), planned here and written by a follow-up (followups.py;
-replacement_writes.py executes them), the status already recording the
-intent. A worker Job handed over for deletion counts as being deleted from then on (the
-next reconcile may plan before the DELETE returns: no second one); again not, should the
-DELETE not go through. A follow-up that fails, or one throttled by the node-action
-limiter, returns when to look at the job again (it plans the write again): the follow-up
-runner passes that on to the work queue.
+says spent (core/budget_tracking.py), planned here and written by a follow-up
+(model/result.py `FollowUp`, run by the work queue's worker after the reconcile;
+replacement_writes.py executes them), the status already recording the intent. A worker
+Job handed over for deletion counts as being deleted from then on (the next reconcile may
+plan before the DELETE returns: no second one); again not, should the DELETE not go
+through. A follow-up that fails is a failed outcome (the work queue retries the job after
+its backoff, the one count of failures); one throttled by the node-action limiter asks
+when to look at the job again. Either way the next reconcile plans the write again.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from elastic_api.kube import Backoff
 from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus
 from elastic_operator.client.kube import NotLeading
 from elastic_operator.core.budget_tracking import plan_end_head
@@ -26,33 +26,29 @@ from elastic_operator.core.progressing import next_progress_look_in, plan_traine
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.trainer_restarts import exit_due_in
 from elastic_operator.metrics.metrics import OperatorMetrics
-from elastic_operator.model.job_memory import JobKey, JobMemories, JobMemory
+from elastic_operator.model.job_memory import JobKey, JobMemories
 from elastic_operator.model.objects import Observed, ObservedJob
-from elastic_operator.model.result import due_in
+from elastic_operator.model.result import FAILED, FollowUp, Result, due_in
 from elastic_operator.watch.job_reader import JobReader
-from elastic_operator.writes.followups import FollowUpRunner
 from elastic_operator.writes.replacement_writes import ReplacementWrites
 
 logger = logging.getLogger("elastic_operator")
 
-# A follow-up (replacement writes) that failed looks at the job again after this backoff.
-FOLLOW_UP_BACKOFF = Backoff(base_s=1.0, cap_s=60.0)
-
 
 class ReplacementFollowUps:
     def __init__(self, writes: ReplacementWrites, reader: JobReader, metrics: OperatorMetrics,
-                 memory: JobMemories, follow_ups: FollowUpRunner) -> None:
+                 memory: JobMemories) -> None:
         self.writes = writes
         self.reader = reader
         self.metrics = metrics
         self.memory = memory
-        self.follow_ups = follow_ups
 
     def act(self, raw: dict[str, Any], job: ElasticTrainingJob,
-            status: ElasticTrainingJobStatus, observed: Observed,
-            now: datetime) -> list[float | None]:
-        """Hand the follow-ups the writes of the replacements and trainer restart the
-        status records; the seconds until each thing it waits for comes due."""
+            status: ElasticTrainingJobStatus, observed: Observed, now: datetime,
+            later: list[FollowUp]) -> list[float | None]:
+        """Add to `later` (the reconcile's follow-ups) the writes of the replacements and
+        trainer restart the status records; the seconds until each thing it waits for
+        comes due."""
         jobset = observed.jobset
         namespace = job.metadata.namespace or ""
         key = (namespace, job.metadata.name)
@@ -70,17 +66,17 @@ class ReplacementFollowUps:
             if restart is not None and not handed:
                 remembered.restarted_pods.add(restart.pod_uid)  # its deletion is on its way
         if restart is not None and not handed:
-            self._hand_over(raw, key, (restart,), now)
+            self._hand_over(raw, key, (restart,), now, later)
         end = plan_end_head(namespace, jobset.name, status, observed.head_pods)
         if end is not None:  # the JobSet's restart budget is spent: the job ends
-            self._hand_over(raw, key, (end,), now)
+            self._hand_over(raw, key, (end,), now, later)
         if not job.spec.recovery.replace_slices:
             return waits
         if needs_jobs(status):  # read again: a Job deleted since the look is being deleted
             observed = replace(observed, jobs=self.worker_jobs(key, jobset.name, planned=True))
         plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
         if plan.actions:
-            self._hand_over(raw, key, plan.actions, now)
+            self._hand_over(raw, key, plan.actions, now, later)
         waits += [plan.wake_after_s, next_notice_in(job.spec, observed, now)]
         request = status.checkpoint_request
         if request is not None and request.phase == "Requested":
@@ -105,39 +101,37 @@ class ReplacementFollowUps:
                 for i, j in jobs.items()}
 
     def _hand_over(self, raw: dict[str, Any], key: JobKey,
-                   actions: tuple[ReplacementAction, ...], now: datetime) -> None:
-        """Hand the writes to the follow-up runner. A Job to delete counts as being
-        deleted from now on; again not, should the DELETE not go through."""
+                   actions: tuple[ReplacementAction, ...], now: datetime,
+                   later: list[FollowUp]) -> None:
+        """Hand the writes over as a follow-up. A Job to delete counts as being deleted
+        from now on; again not, should the DELETE not go through."""
         # Deleted (or found gone or replaced, which plans the same): never again.
         deleted = {a.uid for a in actions if isinstance(a, DeleteWorkerJob)}
         remembered = self.memory.of(key)
         with self.memory.lock:
             remembered.deleted_jobs.update(deleted)
 
-        def write() -> float | None:
-            """The writes; when to look at the job again (None: no need)."""
+        def write() -> Result:
+            """The writes; when to look at the job again (a throttled one)."""
             try:
                 throttled = self.writes.execute(raw, actions, now)
             except Exception as e:
                 with self.memory.lock:
                     remembered.deleted_jobs.difference_update(deleted)
-                return self._failed(key, remembered, e)
+                return self._failed(key, e)
             with self.memory.lock:  # answered: deleted, or found gone or replaced
                 remembered.sent_deletes.update(deleted)
-                remembered.follow_up_failures = 0
-            return due_in([throttled])
+            return Result(requeue_after=due_in([throttled]))
 
-        self.follow_ups.submit(key, write)
+        later.append(write)
 
-    def _failed(self, key: JobKey, remembered: JobMemory, error: Exception) -> float | None:
-        """A follow-up's write failed: counted and logged as a failed reconcile would
-        be; the job is reconciled again after a backoff (it plans the write again)."""
+    def _failed(self, key: JobKey, error: Exception) -> Result:
+        """A follow-up's write failed: counted and logged as a failed reconcile is; the
+        work queue reconciles the job again after its backoff (it plans the write
+        again)."""
         if isinstance(error, NotLeading):  # the new leader does what is left
             logger.warning("follow-up of %s/%s stopped: %s", *key, error)
-            return None
+            return Result()
         self.metrics.reconcile_errors.inc()
         logger.error("follow-up of %s/%s failed", *key, exc_info=error)
-        with self.memory.lock:
-            remembered.follow_up_failures += 1
-            failures = remembered.follow_up_failures
-        return due_in([FOLLOW_UP_BACKOFF.delay(failures)])
+        return FAILED
