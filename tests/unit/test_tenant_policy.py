@@ -116,10 +116,16 @@ def test_only_the_operator_and_the_controllers_may_ask_for_the_host() -> None:
 
 
 def test_the_policies_bind_only_labelled_namespaces_and_can_be_left_out() -> None:
+    # The tenant policy's two, not the status and reach policies (test_packaging_policies.py).
+    tenant = ("etj-elastic-operator-tenant-placement", "etj-elastic-operator-host-access")
     docs = helm_template("etj", "etj-system")
-    for binding in [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]:
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                and d["metadata"]["name"] in tenant]
+    assert len(bindings) == 2
+    for binding in bindings:
         assert binding["spec"]["validationActions"] == ["Deny"]
         assert binding["spec"]["matchResources"]["namespaceSelector"] == {
             "matchLabels": {"elastic.pathways.dev/tenant-policy": "enforced"}}
     off = helm_template("etj", "etj-system", "tenantPolicy.enabled=false")
-    assert not [d for d in off if "ValidatingAdmissionPolicy" in d["kind"]]
+    assert not [d for d in off if "ValidatingAdmissionPolicy" in d["kind"]
+                and d["metadata"]["name"] in tenant]
