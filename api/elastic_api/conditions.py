@@ -50,6 +50,11 @@ class ConditionType:
     # (container restart rules); False, the API server lacks them (before 1.35) and the
     # JobSet restarts. Only on a job that asks for restarts in place.
     MAIN_RESTARTS_IN_PLACE: Final = "MainRestartsInPlace"
+    # Whether JobSet could create every Job of the job's JobSet: False (JobRefused) while
+    # one is missing and a server-side dry run of it is refused (an admission policy, a
+    # field the server does not accept); True again once they exist. Only on a job where
+    # a refusal was seen.
+    JOBS_CREATED: Final = "JobsCreated"
 
 
 class Reason:
@@ -73,6 +78,9 @@ class Reason:
     REPLACEMENT_PODS_NOT_READY: Final = "ReplacementPodsNotReady"
     WAITING_FOR_HOSTS: Final = "WaitingForHosts"
 
+    # JobsCreated (False, and its Warning Event; True once every Job exists)
+    JOB_REFUSED: Final = "JobRefused"
+    ALL_JOBS_CREATED: Final = "AllJobsCreated"
     # Ready
     ALL_SLICES_READY: Final = "AllSlicesReady"
     DEGRADED: Final = "Degraded"

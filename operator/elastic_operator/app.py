@@ -71,6 +71,7 @@ from elastic_operator.watch.caches import (
     WatchScope,
 )
 from elastic_operator.watch.job_reader import CacheReader, JobReader
+from elastic_operator.watch.job_refusals import JobRefusals
 from elastic_operator.watch.node_index import NodeIndex
 from elastic_operator.watch.schema_watch import SchemaWatch
 from elastic_operator.watch.server_probe import ServerProbe
@@ -390,12 +391,14 @@ def build_reconciler(
     record_computed: RecordComputed | None = None,
     limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
     pods_ready: PodsReadyTimeouts | None = None, schema: Verdict = always_current,
-    server: Callable[[], ServerFeatures] = lambda: NEWEST,
+    server: Callable[[], ServerFeatures] = lambda: NEWEST, dry_run_missing_jobs: bool = True,
 ) -> Reconciler:
     """The reconciler and every collaborator of its pass, built once: `reader`: what it
     reads; `record_computed`: the slice index's;
     `schema`: the verdict on the served CRD (schema_watch.py), read at each pass;
-    `server`: what the API server accepts (server_probe.py), read at each pass."""
+    `server`: what the API server accepts (server_probe.py), read at each pass;
+    `dry_run_missing_jobs`: ask the server whether it refuses a Job JobSet has not
+    created (job_refusals.py; off for a stand-in API that has no dry run)."""
     outbox = EventOutbox(kube, metrics, memory)
     guard = SchemaGuard(kube, clock, memory, own_writes, schema)
     writer = StatusWriter(kube, metrics, clock, outbox=outbox, own_writes=own_writes,
@@ -404,7 +407,8 @@ def build_reconciler(
     replacing = ReplacementWrites(kube, metrics, limiter or NodeActionLimiter(),
                                   quarantine_pools=quarantine_pools)
     return Reconciler(
-        reads=Reads(reader=reader, own_writes=own_writes, schema=guard, server=server),
+        reads=Reads(reader=reader, own_writes=own_writes, schema=guard, server=server,
+                    refusals=JobRefusals(kube, memory) if dry_run_missing_jobs else None),
         writes=Writes(
             executor=executor, writer=writer, outbox=outbox,
             replacements=ReplacementFollowUps(replacing, reader, metrics, memory),

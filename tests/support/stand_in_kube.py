@@ -202,7 +202,7 @@ def reconciler(kube: Kube, scan: Callable[[str, datetime], CheckpointStatus] | N
     built = build_reconciler(kube, reader, metrics, clock, memory=memory,
                              own_writes=OwnWrites(memory),
                              pacer=ProgressPacer(memory, metrics, clock, progress_interval_s),
-                             schema=schema)
+                             schema=schema, dry_run_missing_jobs=False)
     rec = FollowingReconciler(**{f.name: getattr(built, f.name) for f in fields(built)},
                               runner=follow_ups or Inline(requeue=wake))
     return rec, registry

@@ -9,6 +9,8 @@ the order to read them in.
 - setter: one condition found, or set with its transition rule (ConditionSetter)
 - server_features: whether the API server keeps main's container restart rules, and the
   MainRestartsInPlace condition that says which recovery the cluster allows
+- refused_jobs: the Jobs JobSet has not created, when to dry-run them, and the
+  JobsCreated condition naming a refused Job's field and the server's words
 - parsing: the job and its stored status, read leniently
 - provenance: whether the records read back from the status are the operator's own
 - reported: the trainer's report, its figures held where they went back unexplained

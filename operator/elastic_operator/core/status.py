@@ -96,6 +96,7 @@ from elastic_operator.core.progressing import (
 )
 from elastic_operator.core.ready import JobSummary, Readiness, readiness
 from elastic_operator.core.recovery import track_recovery, trainer_process, trainer_restarted_event
+from elastic_operator.core.refused_jobs import jobs_created_condition, jobs_created_events
 from elastic_operator.core.replacement import track_replacements
 from elastic_operator.core.reported import forwarded, held_message
 from elastic_operator.core.restore_at_risk import restore_risk_condition, restore_risk_events
@@ -230,11 +231,12 @@ class Decided:
     root_events: list[StatusEvent] = field(default_factory=list)  # CheckpointRootNotAllowed
     image_events: list[StatusEvent] = field(default_factory=list)  # ImageDrift
     server_events: list[StatusEvent] = field(default_factory=list)  # MainRestartsInPlace
+    refused_events: list[StatusEvent] = field(default_factory=list)  # JobsCreated
 
     @property
     def events(self) -> list[StatusEvent]:
         return self.clock.events + self.slow_events + self.root_events + self.image_events \
-            + self.server_events
+            + self.server_events + self.refused_events
 
 
 class StatusResult(NamedTuple):
@@ -489,6 +491,10 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
     in_place = in_place_condition(setter, spec, ctx.observed.server)
     if in_place is not None:
         conditions.append(in_place)
+    was_refused = get_condition(ctx.previous, ConditionType.JOBS_CREATED)
+    jobs_created = jobs_created_condition(setter, ctx.observed.refused_jobs, was_refused)
+    if jobs_created is not None:
+        conditions.append(jobs_created)
     summary = _summary(ctx, gates, slices, trainer.recovering, degraded)
     ready = readiness(summary)
     ready_condition = setter.set(ConditionType.READY, ready.status, ready.reason,
@@ -500,7 +506,8 @@ def decide_conditions(ctx: StatusInputs, gates: Gates, tracking: SliceTracking,
                    image_drift_events(was_drifting, drift),
                    in_place_events(get_condition(ctx.previous,
                                                  ConditionType.MAIN_RESTARTS_IN_PLACE),
-                                   in_place))
+                                   in_place),
+                   jobs_created_events(was_refused, jobs_created))
 
 
 def _slow_words(ctx: StatusInputs, tracking: SliceTracking,

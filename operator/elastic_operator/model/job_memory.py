@@ -19,9 +19,11 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from elastic_api.models import CheckpointStatus, ElasticTrainingJobStatus
+from elastic_operator.model.objects import RefusedJob
 from elastic_operator.model.slice_memo import SliceMemo
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -86,6 +88,12 @@ class JobMemory:
     restarted_pods: set[str] = field(default_factory=set)
     # The name of the Warning Event of a refusal (schema_guard.py) posted: once a job.
     schema_warned: str | None = None
+    # --- Jobs the JobSet has not created (core/refused_jobs.py, watch/job_refusals.py) ---
+    # When each missing Job (by name) was first seen missing; when the last server-side
+    # dry run of them was sent, and the refusals it answered (kept until the next).
+    missing_since: dict[str, datetime] = field(default_factory=dict)
+    dry_run_at: datetime | None = None
+    refused: tuple[RefusedJob, ...] = ()
     # What the job's reconciles derived from its slices' pods, for the next one
     # (slice_memo.py: a failure costs a reconcile one slice, not the whole job).
     memo: SliceMemo = field(default_factory=SliceMemo)

@@ -372,6 +372,17 @@ class ObservedJob:
 
 
 @dataclass(frozen=True)
+class RefusedJob:
+    """A Job of the JobSet the API server refuses to create (a server-side dry run of it,
+    as JobSet would create it: core/refused_jobs.py): its name, the field the server
+    names (its Status details' first cause; "" when it names none) and its words."""
+
+    name: str
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
 class FailureMark:
     """A slice failure of another job on a pool that blamed no node (the job's own, as
     far as it could tell), as that job's status records it."""
@@ -441,6 +452,8 @@ class Observed:
     workload: ObservedWorkload | None = None
     # What the API server accepts (one for the operator: watch/server_probe.py).
     server: ServerFeatures = NEWEST
+    # The JobSet's Jobs missing past a grace that a dry run says the server refuses.
+    refused_jobs: tuple[RefusedJob, ...] = ()
     # What earlier reconciles of the job derived from each slice's pods (slice_memo.py);
     # None: compute everything (tests, one-off reads).
     memo: SliceMemo | None = field(default=None, compare=False, repr=False)

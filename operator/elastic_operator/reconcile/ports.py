@@ -14,6 +14,7 @@ from elastic_operator.reconcile.own_writes import OwnWrites
 from elastic_operator.reconcile.schema_guard import SchemaGuard
 from elastic_operator.reconcile.status_writer import StatusWriter
 from elastic_operator.watch.job_reader import JobReader
+from elastic_operator.watch.job_refusals import JobRefusals
 from elastic_operator.writes.executor import ActionExecutor
 from elastic_operator.writes.outbox import EventOutbox
 from elastic_operator.writes.replacement_followups import ReplacementFollowUps
@@ -25,12 +26,14 @@ class Reads:
     (`reader`), the job as our last status write left it until the job cache has it
     (`own_writes`, which also tells whether someone else wrote during ours), and the
     verdict on the served CRD (`schema`), and what the API server accepts (`server`, the
-    operator's one ServerProbe: the same for every job, read once per pass)."""
+    operator's one ServerProbe: the same for every job, read once per pass), and whether
+    the server refuses a Job JobSet has not created (`refusals`; None: never asked)."""
 
     reader: JobReader
     own_writes: OwnWrites
     schema: SchemaGuard
     server: Callable[[], ServerFeatures] = lambda: NEWEST
+    refusals: JobRefusals | None = None
 
 
 @dataclass(frozen=True)

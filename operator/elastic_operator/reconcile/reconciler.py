@@ -197,8 +197,8 @@ class Reconciler:
         if step.done("plan"):
             return START_OVER
         # 3. The rest of what the status is computed from.
-        observed = replace(self._observe(key, job, jobset, pods, workload, remembered),
-                           server=server)  # the answer this pass rendered by
+        observed, refusal_look = self._refused(key, rendered[-1], replace(self._observe(
+            key, job, jobset, pods, workload, remembered), server=server))  # rendered by
         if step.done("observe"):
             return START_OVER
         # 4. The status.
@@ -225,8 +225,8 @@ class Reconciler:
         finally:
             writes.outbox.post(raw, pending, now, later)
         step.mark("replace")
-        # 7. When to look again.
-        waits.append(next_look_in(new_status.admission, self.pods_ready, now))  # Kueue's
+        # 7. When to look again (Kueue's deadline; a missing Job's dry run).
+        waits += [next_look_in(new_status.admission, self.pods_ready, now), refusal_look]
         return Result(requeue_after=soonest(recheck, due_in(waits)), paced_after=paced)
 
     def _observe(self, key: JobKey, job: ElasticTrainingJob, jobset: ObservedJobSet | None,
@@ -242,6 +242,15 @@ class Reconciler:
             jobs=self.writes.replacements.worker_jobs(key, jobset.name, planned=False)
             if jobset is not None else {},
             workload=workload, pools=self.reads.reader.pools_of(job), memo=remembered.memo)
+
+    def _refused(self, key: JobKey, jobset: dict[str, Any], observed: Observed
+                 ) -> tuple[Observed, float | None]:
+        """With the Jobs JobSet has not created that the API server refuses (a dry run of
+        them, watch/job_refusals.py), and when to look at the missing ones again."""
+        if self.reads.refusals is None or observed.jobset is None:
+            return observed, None
+        refused, look = self.reads.refusals.look(key, jobset, observed, self.clock.now())
+        return replace(observed, refused_jobs=refused), look
 
     def _recheck(self, key: JobKey, job: ElasticTrainingJob,
                  slices: list[SliceStatus]) -> float | None:
