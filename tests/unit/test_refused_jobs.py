@@ -66,13 +66,18 @@ def test_the_jobs_are_built_as_jobset_builds_them():
 
 
 def test_missing_jobs_are_the_worker_jobs_not_cached_and_a_head_without_pods():
-    assert missing_jobs([HEAD, W0, W1], NAME, seen(0)) == [W1]
-    assert missing_jobs([HEAD, W0, W1], NAME, seen(0, 1, head=False)) == [HEAD]
-    assert missing_jobs([HEAD, W0, W1], NAME, seen(0, 1)) == []
+    expected = expected_jobs(JOBSET)
+    assert missing_jobs(JOBSET, expected, seen(0)) == [W1]
+    assert missing_jobs(JOBSET, expected, seen(0, 1)) == []
+    # No head pod: its Job is missing; the workers wait for it (dependsOn), none missing.
+    assert missing_jobs(JOBSET, expected, seen(head=False)) == [HEAD]
+    # A head not Ready yet: the workers are not created yet either.
+    assert missing_jobs(JOBSET, expected, observe(
+        pods=[replace(head_pod(), ready=False)], jobs={})) == []
     jobset = seen().jobset
     assert jobset is not None
     suspended = replace(jobset, suspended=True)
-    assert missing_jobs([HEAD, W0, W1], NAME, observe(pods=[], jobset=suspended)) == []
+    assert missing_jobs(JOBSET, expected, observe(pods=[], jobset=suspended)) == []
 
 
 def test_a_dry_run_is_due_past_the_grace_then_once_an_interval():
@@ -88,7 +93,7 @@ def test_a_dry_run_is_due_past_the_grace_then_once_an_interval():
 def test_a_refusal_names_the_field_and_the_servers_words():
     said = refusal(W1, 422, INVALID)
     assert said == RefusedJob(W1, "spec.template.spec.containers[0].restartPolicy",
-                              INVALID["message"])
+                              str(INVALID["message"]))
     webhook = {"message": 'admission webhook "x" denied the request: no'}
     assert refusal(W1, 403, webhook) == RefusedJob(W1, "", webhook["message"])
     rbac = {"message": 'jobs.batch is forbidden: User "op" cannot create resource "jobs"'}
@@ -123,7 +128,7 @@ class RefusingKube(Kube):
     """Answers every dry run of a Job with `INVALID` and counts them."""
 
     def __init__(self) -> None:
-        super().__init__(None)  # type: ignore[arg-type]
+        super().__init__(None)
         self.dry_runs: list[str] = []
 
     def dry_run_job(self, namespace: str, job: dict[str, Any]) -> dict[str, Any]:

@@ -81,17 +81,30 @@ def expected_jobs(jobset: Mapping[str, Any], restarts: int = 0) -> dict[str, dic
     return out
 
 
-def missing_jobs(expected: Iterable[str], jobset_name: str, observed: Observed) -> list[str]:
-    """The expected Jobs not seen: a worker Job by the Job cache, the head Job by its pods
-    (the cache holds worker Jobs only). None while the JobSet is absent, suspended or
-    finished: it creates no Jobs then."""
-    jobset = observed.jobset
-    if jobset is None or jobset.suspended or jobset.terminal_state:
+def _started(jobset: Mapping[str, Any], observed: Observed) -> set[str]:
+    """The replicatedJobs JobSet creates Jobs of now: those whose `dependsOn` is met (the
+    workers wait for the head Ready, render.py; a head pod Ready tells it here)."""
+    head_ready = any(pod.ready for pod in observed.head_pods)
+    return {str(rjob["name"]) for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or []
+            if all(dep.get("name") != HEAD_REPLICATED_JOB or head_ready
+                   for dep in rjob.get("dependsOn") or [])}
+
+
+def missing_jobs(jobset: Mapping[str, Any], expected: Mapping[str, Mapping[str, Any]],
+                 observed: Observed) -> list[str]:
+    """The expected Jobs (`expected_jobs` of `jobset`) not seen: a worker Job by the Job
+    cache, the head Job by its pods (the cache holds worker Jobs only). None while the
+    JobSet is absent, suspended or finished, nor one whose replicatedJob waits for
+    another (`dependsOn`): JobSet creates none of them then."""
+    seen_jobset = observed.jobset
+    if seen_jobset is None or seen_jobset.suspended or seen_jobset.terminal_state:
         return []
     seen = {job.name for job in observed.jobs.values()}
     if observed.head_pods:
-        seen.add(f"{jobset_name}-{HEAD_REPLICATED_JOB}-0")
-    return [name for name in expected if name not in seen]
+        seen.add(f"{(jobset.get('metadata') or {}).get('name')}-{HEAD_REPLICATED_JOB}-0")
+    started = _started(jobset, observed)
+    return [name for name, job in expected.items() if name not in seen
+            and job["metadata"]["labels"][REPLICATED_JOB_LABEL] in started]
 
 
 def missing_since(before: Mapping[str, datetime], missing: Iterable[str],

@@ -34,8 +34,7 @@ class JobRefusals:
         (None: nothing missing). `jobset`: the JobSet as rendered."""
         restarts = observed.jobset.restarts if observed.jobset is not None else 0
         expected = expected_jobs(jobset, restarts)
-        name = str((jobset.get("metadata") or {}).get("name") or "")
-        missing = missing_jobs(expected, name, observed)
+        missing = missing_jobs(jobset, expected, observed)
         remembered = self.memory.of(key)
         with self.memory.lock:
             remembered.missing_since = missing_since(remembered.missing_since, missing, now)
