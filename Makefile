@@ -95,7 +95,8 @@ test-upgrade: venv cluster-binaries
 
 # make test's tests again (in parallel, not the long ones) on the oldest Kubernetes minor
 # GKE supports (versions-compat.env: Kubernetes 1.32, etcd 3.5; JobSet v0.12.0 and Kueue
-# v0.19.2 as `make test`, which runs Kubernetes 1.37); not in CI. Binaries are cached by version beside the current ones.
+# v0.19.2 as `make test`, which runs Kubernetes 1.37); not in CI. Binaries are cached by
+# version beside the current ones.
 COMPAT_VERSIONS := $(CURDIR)/devtools/elastic_devtools/localcluster/versions-compat.env
 test-compat: venv prometheus tmux lint
 	ETJ_VERSIONS_FILE=$(COMPAT_VERSIONS) hack/build-control-plane.sh
