@@ -121,6 +121,9 @@ TOLERATION = st.fixed_dictionaries({}, optional={
     "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
     "tolerationSeconds": big_int(INT64_MIN),
 })
+# What the CRD admits: operator Exists needs a key (no key tolerates every taint; issue 78).
+ADMISSIBLE_TOLERATION = TOLERATION.filter(
+    lambda t: t.get("operator") != "Exists" or bool(t.get("key")))
 
 
 @st.composite
@@ -184,7 +187,7 @@ def admissible_job(draw: st.DrawFn) -> dict[str, Any]:
     spec.update(draw(st.fixed_dictionaries({}, optional={
         "priorityClassName": odd_text(253),
         "nodeSelector": st.dictionaries(odd_text(253), odd_text(253), max_size=32),
-        "tolerations": st.lists(TOLERATION, max_size=32),
+        "tolerations": st.lists(ADMISSIBLE_TOLERATION, max_size=32),
         "headNodePool": odd_text(63),
         "serviceAccountName": SERVICE_ACCOUNTS,
         "terminationGracePeriodSeconds": big_int(0),

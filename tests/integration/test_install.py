@@ -383,6 +383,15 @@ def test_install_manifest_operator_takes_a_job_through_a_slice_failure(
 
 @contextlib.contextmanager
 def installed_release(cluster: Cluster, docs: list[dict[str, Any]]) -> Iterator[None]:
+    """A second release over one namespace. The first (`installed`, every namespace) binds
+    its status policy everywhere, which refuses any other operator's status writes: two
+    releases never serve one namespace (each binds its policy to its own watchNamespaces),
+    so the first's binding is set aside while this one runs."""
+    first = [d for d in yaml.safe_load_all(INSTALL.read_text())
+             if d and d["kind"] == "ValidatingAdmissionPolicyBinding"
+             and d["metadata"]["name"].endswith("-status-writers")]
+    assert len(first) == 1
+    kubectl(cluster, "delete", "--ignore-not-found", "-f", "-", stdin=yaml.safe_dump_all(first))
     apply_docs(cluster, docs)
     try:
         yield
@@ -391,6 +400,7 @@ def installed_release(cluster: Cluster, docs: list[dict[str, Any]]) -> Iterator[
             if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
                 kubectl(cluster, "delete", doc["kind"].lower(), doc["metadata"]["name"],
                         "--ignore-not-found")
+        apply_docs(cluster, first)
 
 
 def test_namespace_scoped_chart_rbac_is_enough(

@@ -46,6 +46,24 @@ def test_the_status_policy_can_be_left_out() -> None:
                 and d["metadata"]["name"].endswith("status-writers")]
 
 
+def _status_binding(*values: str) -> dict[str, Any]:
+    return only(helm_template("etj", "etj-system", *values),
+                "ValidatingAdmissionPolicyBinding", "etj-elastic-operator-status-writers")
+
+
+def test_the_status_policy_binds_the_namespaces_the_release_serves() -> None:
+    # Two releases over their own namespaces must not refuse each other's operator.
+    assert "matchResources" not in _status_binding()["spec"]
+    served = _status_binding("watchNamespaces={team-a,team-b}")["spec"]["matchResources"]
+    assert served["namespaceSelector"] == {"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "In",
+        "values": ["team-a", "team-b"]}]}
+    chosen = _status_binding("watchNamespaces={team-a}",
+                             "statusPolicy.namespaceSelector.matchLabels.tier=train")
+    assert chosen["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"tier": "train"}}
+
+
 def _reach_policy(name: str, *values: str) -> dict[str, Any]:
     return only(helm_template("etj", "etj-system", *values), STATUS_POLICY,
                 f"etj-elastic-operator-{name}")
