@@ -162,8 +162,10 @@ class Reconciler:
             return self.reads.schema.refuse(raw, verdict)
         server = self.reads.server()  # one answer for the whole pass
         try:
-            parsed = self.reads.own_writes.own_records(
-                key, parse_job(raw), self.clock.now(), self.metrics.foreign_status)
+            parsed = parse_job(raw)
+            if not parsed.job.spec.multikueue:  # else its status is MultiKueue's copy
+                parsed = self.reads.own_writes.own_records(
+                    key, parsed, self.clock.now(), self.metrics.foreign_status)
             rendered = render(parsed.job, server)
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             writes.writer.report_invalid_spec(raw, str(e))
