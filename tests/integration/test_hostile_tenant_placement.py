@@ -23,6 +23,7 @@ from elastic_operator.render import render
 from tests.builders import etj
 from tests.service_accounts import token_kubeconfig
 from tests.support.chart import helm_template, unique_release
+from tests.support.server_version import server_features
 
 pytestmark = pytest.mark.cluster
 
@@ -183,17 +184,18 @@ def _containers(jobset: dict[str, Any]) -> list[dict[str, Any]]:
             for c in r["template"]["spec"]["template"]["spec"].get(key, [])]
 
 
-def operator_jobset(namespace: str) -> dict[str, Any]:
-    """The JobSet the operator renders for a Pathways job: host network, host /tmp."""
-    obj = etj(f"p-{uuid.uuid4().hex[:4]}", namespace).obj()
-    jobset = render(validate_job(obj))[-1]
+def operator_jobset(tenancy: Tenancy) -> dict[str, Any]:
+    """The JobSet the operator renders for a Pathways job on this API server (1.32 refuses
+    main's restart rules): host network, host /tmp."""
+    obj = etj(f"p-{uuid.uuid4().hex[:4]}", tenancy.namespace).obj()
+    jobset = render(validate_job(obj), server_features(tenancy.admin))[-1]
     jobset["metadata"].pop("ownerReferences", None)
     return jobset
 
 
 def test_a_tenant_gets_no_host_access_directly(tenancy: Tenancy) -> None:
     ns = tenancy.namespace
-    jobset = operator_jobset(ns)
+    jobset = operator_jobset(tenancy)
     objects = client.CustomObjectsApi(tenancy.tenant)
     message = refused(lambda: objects.create_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", jobset, dry_run="All"))
@@ -214,7 +216,7 @@ def test_the_operators_jobset_gets_its_jobs_and_pods(tenancy: Tenancy) -> None:
     """Created as the operator's ServiceAccount: admitted, and the JobSet controller's
     Jobs and the Job controller's Pods, host network and all, are admitted too."""
     ns = tenancy.namespace
-    jobset = operator_jobset(ns)
+    jobset = operator_jobset(tenancy)
     client.CustomObjectsApi(tenancy.operator).create_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", jobset)
     core = client.CoreV1Api(tenancy.admin)
