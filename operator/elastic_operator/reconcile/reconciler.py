@@ -52,6 +52,7 @@ from elastic_operator.model.result import (
     due_in,
     soonest,
 )
+from elastic_operator.model.server import ServerFeatures
 from elastic_operator.reconcile.ports import Reads, Writes
 from elastic_operator.reconcile.reconcile_pass import START_OVER, Pass, Requeued, Run, StartOver
 from elastic_operator.render import jobset_name, render
@@ -162,11 +163,7 @@ class Reconciler:
             return self.reads.schema.refuse(raw, verdict)
         server = self.reads.server()  # one answer for the whole pass
         try:
-            parsed = parse_job(raw)
-            if not parsed.job.spec.multikueue:  # else its status is MultiKueue's copy
-                parsed = self.reads.own_writes.own_records(
-                    key, parsed, self.clock.now(), self.metrics.foreign_status)
-            rendered = render(parsed.job, server)
+            parsed, rendered = self._parse(key, raw, server)
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             writes.writer.report_invalid_spec(raw, str(e))
             return Result()
@@ -230,6 +227,16 @@ class Reconciler:
         # 7. When to look again (Kueue's deadline; a missing Job's dry run).
         waits += [next_look_in(new_status.admission, self.pods_ready, now), refusal_look]
         return Result(requeue_after=soonest(recheck, due_in(waits)), paced_after=paced)
+
+    def _parse(self, key: JobKey, raw: dict[str, Any],
+               server: ServerFeatures) -> tuple[ParsedJob, list[dict[str, Any]]]:
+        """The job, its status records vetted against our own writes (provenance.py), and
+        its rendering; ValueError for a spec parse_job or render cannot take."""
+        parsed = parse_job(raw)
+        if not parsed.job.spec.multikueue:  # else its status is MultiKueue's copy
+            parsed = self.reads.own_writes.own_records(
+                key, parsed, self.clock.now(), self.metrics.foreign_status)
+        return parsed, render(parsed.job, server)
 
     def _observe(self, key: JobKey, job: ElasticTrainingJob, jobset: ObservedJobSet | None,
                  pods: tuple[ObservedPod, ...], workload: ObservedWorkload | None,
