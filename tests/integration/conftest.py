@@ -7,18 +7,22 @@
 `ns` (function): the test's namespace; afterwards its jobs are deleted and their pods are
 gone (the garbage collector does it, no operator needed), so the fake TPU nodes are free.
 
-A module that runs one operator for all its tests (test_operator, test_replacement) has
-its own `ns`, which also restarts that operator if a test stopped it.
+`operator` (module): one `etj operator` for the module's tests, with `operator_args`
+(TEST_ARGS; a module overrides `operator_args` to run it otherwise), its log
+operator-<module>.log. A module whose tests all need it marks them
+`pytest.mark.usefixtures("operator")`; `ns` starts it again after a test that stopped it.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from elastic_devtools.localcluster import Cluster, faults
 from elastic_devtools.localcluster.crds import install_crd
+from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
 from tests.support.article_job import delete_jobs_and_wait_for_pods
 
 
@@ -30,11 +34,28 @@ def api(cluster: Cluster) -> Iterator[client.ApiClient]:
     api_client.close()
 
 
+@pytest.fixture(scope="module")
+def operator_args() -> tuple[str, ...]:
+    return TEST_ARGS
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, api: client.ApiClient, operator_args: tuple[str, ...],
+             request: pytest.FixtureRequest) -> Iterator[OperatorProcess]:
+    log = Path(cluster.logs_dir) / f"operator-{request.module.__name__.rsplit('.', 1)[-1]}.log"
+    with OperatorProcess(Path(cluster.kubeconfig), log, args=operator_args) as proc:
+        yield proc
+
+
 @pytest.fixture
-def ns(namespace: str, api: client.ApiClient) -> Iterator[str]:
+def ns(namespace: str, api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """The test's namespace; afterwards its job is deleted and its pods are gone (the
     garbage collector does it, no operator needed), so the fake TPU nodes are free."""
     yield namespace
+    if "operator" in request.fixturenames:
+        proc = request.getfixturevalue("operator")
+        if isinstance(proc, OperatorProcess) and not proc.running:
+            proc.start()  # the module's next test needs it
     delete_jobs_and_wait_for_pods(api, namespace)
 
 

@@ -6,8 +6,6 @@ spare pool, and a restart in place that does not come back within the deadline i
 recreated. How fast is measured by `make bench` (the scale benchmark), never asserted."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,11 +13,10 @@ from kubernetes import client
 
 from elastic_api.conditions import Reason
 from elastic_api.names import HEAD_REPLICATED_JOB, MAIN_CONTAINER, REPLICATED_JOB_LABEL
-from elastic_devtools.localcluster import Cluster, faults
+from elastic_devtools.localcluster import faults
 from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
+from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.support.article_job import (
-    delete_jobs_and_wait_for_pods,
     events,
     get_jobset,
     status_of,
@@ -29,22 +26,10 @@ from tests.support.article_job import (
 )
 from tests.support.waiting import ready_on_new_job, wait_running, wait_status
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 TIMEOUT = 120
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
-                         args=TEST_ARGS) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
-    yield namespace
-    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 def uids(api: client.ApiClient, ns: str, index: int) -> dict[str, str]:

@@ -7,8 +7,6 @@ JobSet restarts, and MainRestartsInPlace says so, with one Warning Event. One te
 expectation comes from the server's version."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,13 +15,11 @@ from kubernetes import client
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.names import HEAD_REPLICATED_JOB, MAIN_CONTAINER, REPLICATED_JOB_LABEL
-from elastic_devtools.localcluster import Cluster, faults
+from elastic_devtools.localcluster import faults
 from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
 from elastic_operator.core.server_features import RESTART_RULES_FROM, minor_of
 from tests.support.article_job import (
     condition,
-    delete_jobs_and_wait_for_pods,
     events,
     get_jobset,
     submit,
@@ -31,22 +27,10 @@ from tests.support.article_job import (
 from tests.support.server_version import git_version
 from tests.support.waiting import wait_running, wait_status
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 TIMEOUT = 120
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
-                         args=TEST_ARGS) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
-    yield namespace
-    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 def server_keeps_restart_rules(api: client.ApiClient) -> tuple[bool, str]:

@@ -39,7 +39,8 @@ from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.service_accounts import token_kubeconfig
 from tests.support.printed import printed_jobs
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 JOB = "mt-progress"
 TIMEOUT = 120
@@ -56,13 +57,6 @@ def api(cluster: Cluster) -> Iterator[client.ApiClient]:
     install_crd(api_client, timeout=30)
     yield api_client
     api_client.close()
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    with OperatorProcess(Path(cluster.kubeconfig),
-                         Path(cluster.logs_dir) / "operator-progress.log") as proc:
-        yield proc
 
 
 def maxtext_job() -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,39 +17,24 @@ from kubernetes.client.rest import ApiException
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_api.kube import KubeClient
-from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.operator_process import TEST_ARGS, OperatorProcess
 from tests.support.article_job import (
     JOB,
     JOBSETS,
     condition,
-    delete_jobs_and_wait_for_pods,
     events,
     get_jobset,
     submit,
 )
 from tests.support.waiting import wait_status
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 TIMEOUT = 120
 REFUSED = f"{JOB}-worker-1"  # the JobSet's second worker Job
 WORDS = "refused by test_refused_job's policy"
 POLICY = "etj-test-refused-job"
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
-                         args=TEST_ARGS) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
-    yield namespace
-    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 def policy() -> dict[str, Any]:

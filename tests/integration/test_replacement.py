@@ -12,7 +12,6 @@ never asserted here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,25 +50,16 @@ from tests.support.article_job import (
 )
 from tests.support.waiting import ready_on_new_job, wait_running, wait_status
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    # A flapping node must be able to come back within a test: a short cooldown.
-    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
-                         args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5")) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
-    yield namespace
-    if not operator.running:
-        operator.start()
-    delete_jobs_and_wait_for_pods(api, namespace)
+def operator_args() -> tuple[str, ...]:
+    """A flapping node must be able to come back within a test: a short cooldown."""
+    return (*TEST_ARGS, "--node-action-cooldown-seconds", "5")
 
 
 # --- helpers ----------------------------------------------------------------------------------

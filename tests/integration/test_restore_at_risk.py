@@ -16,18 +16,16 @@ from elastic_api.checkpoints import COMMIT_MARKER, GIB
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Reason
 from elastic_devtools.localcluster import Cluster
-from elastic_devtools.localcluster.crds import install_crd
 from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.support.article_job import (
     condition,
-    delete_jobs_and_wait_for_pods,
     events,
     submit,
 )
 from tests.support.waiting import wait_status
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 STEP = 4000
 SIZE = 150 * GIB
@@ -38,19 +36,6 @@ def api(cluster: Cluster) -> Iterator[client.ApiClient]:
     api_client = cluster.api_client()
     yield api_client
     api_client.close()
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    install_crd(api, timeout=30)
-    with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log") as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
-    yield namespace
-    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 @pytest.fixture

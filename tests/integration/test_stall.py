@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,30 +25,15 @@ from elastic_api.conditions import Reason
 from elastic_api.names import GROUP, HEAD_REPLICATED_JOB, PLURAL, VERSION
 from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
-from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.builders import etj
-from tests.support.article_job import JOB, condition, delete_jobs_and_wait_for_pods, events
+from tests.support.article_job import JOB, condition, events
 from tests.support.trainer_run import TrainerProcesses, head_command
 from tests.support.waiting import wait_running, wait_status
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 DEADLINE = 8  # spec.elastic.progressDeadlineSeconds
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(Path(cluster.kubeconfig),
-                           Path(cluster.logs_dir) / "operator-stall.log")
-    proc.start()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
-    yield namespace
-    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 def manifest(checkpoint_dir: Path, *args: str, **elastic: Any) -> dict[str, Any]:

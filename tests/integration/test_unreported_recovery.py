@@ -7,9 +7,7 @@ recovery.md; a head whose `main` died, and the other cases: tests/unit/
 test_status_unreported.py)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +16,13 @@ from kubernetes import client
 from elastic_api.conditions import ConditionType as C
 from elastic_api.conditions import Phase, Reason
 from elastic_api.names import GROUP, PLURAL, VERSION
-from elastic_devtools.localcluster import Cluster, faults
+from elastic_devtools.localcluster import faults
 from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from tests.builders import etj, iso
 from tests.support.article_job import (
     JOB,
     condition,
-    delete_jobs_and_wait_for_pods,
     events,
     is_true,
     worker_pods,
@@ -33,22 +30,10 @@ from tests.support.article_job import (
 )
 from tests.support.waiting import job_version, wait_running, wait_status
 
-pytestmark = pytest.mark.cluster
+# One operator for the module's tests (integration/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 SLEEPER = ["python3", "-c", "import time; time.sleep(10**9)"]
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    with OperatorProcess(Path(cluster.kubeconfig),
-                         Path(cluster.logs_dir) / "operator-unreported.log") as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(namespace: str, api: client.ApiClient, operator: OperatorProcess) -> Iterator[str]:
-    yield namespace
-    delete_jobs_and_wait_for_pods(api, namespace)
 
 
 def submit_sleeper(api: client.ApiClient, ns: str) -> None:
