@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-trainer test-long test-timings test-multicluster test-compat test-upgrade demo crd golden manifests bench soak soak-churn chaos-repeat e2e-kind e2e-maxtext clean
+.PHONY: help venv krew-archive tmux cluster-binaries cluster-binaries-core prometheus lint test test-unit test-trainer test-long test-timings test-multicluster test-compat test-upgrade demo crd golden lock manifests bench soak soak-churn chaos-repeat e2e-kind e2e-maxtext clean
 
 help:
 	@echo "make demo   - the article's experiment on this machine (local control plane, fake TPUs)"
@@ -112,6 +112,12 @@ crd: venv
 # The CRD, the golden rendered manifests and the field table of docs/api.md.
 golden: venv
 	VENV=$(VENV) hack/regen-golden
+
+# requirements/<image>.lock, what each Dockerfile installs with --require-hashes: the
+# versions of constraints.txt, the sha256 of each file from PyPI (network: the index only).
+# tests/unit/test_lock.py fails when pyproject.toml or constraints.txt changed without it.
+lock: venv
+	$(PY) -m hack.lock
 
 # Benchmarks (docs/benchmarks.md): JSON in bench/results/, table regenerated in the docs.
 # e.g. make bench BENCH_ARGS="--only recovery"  or  BENCH_ARGS="--jobs 50"
