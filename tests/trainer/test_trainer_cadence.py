@@ -340,3 +340,22 @@ def test_a_chosen_snapshot_due_while_the_last_is_in_flight_is_deferred_not_waite
     # A period the job set is not deferred (copies.py waits for the copy before).
     fixed = Cadences(_cadence(1), _cadence(0), deque(), deque())
     assert fixed.due(21, snapshot_busy=True, saving=False) == (True, False)
+
+
+def test_with_a_copy_every_step_the_steps_beside_it_are_measured():
+    cadences = Cadences(_cadence(), _cadence(), deque(), deque())
+    cadences.step_done(0.9, beside_snapshot=True)  # probing: a step beside a copy is not
+    assert list(cadences.snapshot.step_seconds) == []
+    _probe_until_chosen(cadences.snapshot, 0.003, 0.9)
+    assert cadences.every_step()
+    # No step is clean now: those beside the copy are the step times there are, so a step
+    # that gets much shorter makes the copy, no longer within the budget, less frequent.
+    for _ in range(40):
+        cadences.step_done(0.01, beside_snapshot=True)
+    cadences.snapshot.add_cost(0.003)
+    assert cadences.snapshot.decide().period > 1
+    assert not cadences.every_step()
+    # A period the job set of 1: its steps beside a copy stay out.
+    fixed = Cadences(_cadence(1), _cadence(), deque(), deque())
+    fixed.step_done(0.5, beside_snapshot=True)
+    assert list(fixed.snapshot.step_seconds) == []

@@ -378,10 +378,21 @@ class Cadences:
             step, quiet=not (snapshot or snapshot_busy or snapshot_measuring))
         return snapshot, checkpoint
 
-    def step_done(self, seconds: float) -> None:
-        """A clean step (no copy in flight, not compiling) took `seconds`."""
+    def step_done(self, seconds: float, beside_snapshot: bool = False) -> None:
+        """A step (not compiling, no save in flight) took `seconds`; `beside_snapshot`: a
+        snapshot's copy was in flight. Such a step is measured only while every step has
+        one (a chosen period of 1): no step would be clean, and the step it gives is
+        longer by at most the copy's cost, within the budget's share (1 % by default), so
+        a step that gets shorter still makes a copy that no longer fits less frequent."""
+        if beside_snapshot and not self.every_step():
+            return
         self.snapshot.add_step(seconds)
         self.checkpoint.add_step(seconds)
+
+    def every_step(self) -> bool:
+        """A snapshot after every step, the period chosen (not the job's, nor a probe's)."""
+        s = self.snapshot
+        return s.chosen and not s.measuring and s.period == 1
 
     def measured(self) -> list[Cadence]:
         """Take the copies measured since the last call: the cadences to decide again."""

@@ -68,9 +68,9 @@ class Copies:
     def step_done(self, step: int, seconds: float) -> None:
         """`step` took `seconds`: measured if clean; the cadences whose copies were
         measured since are decided again."""
-        if step > self._attempt_step + 1 and not self.in_flight(step) and \
-                not self.snapshots.busy() and not self.checkpointer.saving():
-            self.cadences.step_done(seconds)
+        if step > self._attempt_step + 1 and not self.checkpointer.saving():
+            self.cadences.step_done(seconds, beside_snapshot=self.in_flight(step)
+                                    or self.snapshots.busy())
         for cadence in self.cadences.measured():
             self.decide(cadence)
 
