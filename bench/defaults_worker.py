@@ -1,7 +1,8 @@
 """The defaults benchmark's worker (run by bench.trainer_worker in a fresh process): a job
 with every default (no period given: snapshots and checkpoints chosen by the trainer)
 loses one slice at a random step, `trials` times, against the same job with snapshots
-off, trial by trial in one process (the same fault for both).
+off and with a snapshot every step (`--snapshot-period 1`: what the per-step copy costs
+and saves, issue 80), trial by trial in one process (the same fault for all three).
 
 Per run: the steps lost, where the restore came from, the snapshot period in use when
 the slice went down, each step's duration up to the fault and the step by which the
@@ -19,11 +20,16 @@ from typing import Any
 
 from bench.worker_setup import make_trainer, setup_jax
 
+# Each side's snapshot period (None: chosen by the trainer, the default).
+SIDES: tuple[tuple[str, int | None], ...] = (
+    ("defaults", None), ("snapshots_off", 0), ("every_step", 1))
 
-def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshots: bool) -> dict[str, Any]:
+
+def _run(spec: dict[str, Any], workdir: Path, fault: str, snapshot_period: int | None
+         ) -> dict[str, Any]:
     run_spec = {**spec, "fault_duration": spec.get("fault_duration", 0.5)}
-    if not snapshots:
-        run_spec["snapshot_period"] = 0
+    if snapshot_period is not None:
+        run_spec["snapshot_period"] = snapshot_period
     trainer = make_trainer(run_spec, workdir, [fault])
     at_failure: dict[str, Any] = {}
     on_slice_down = trainer.recovery.on_slice_down
@@ -75,12 +81,12 @@ def defaults(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     trials = []
     for i in range(spec.get("trials", 20)):
         fault = f"{rng.randint(1, steps - 1)}:{rng.randrange(slices)}"
-        pair = [("defaults", True), ("snapshots_off", False)]
+        sides = list(SIDES)
         if i % 2:  # alternate which runs first: drift in the machine's load cancels
-            pair.reverse()
+            sides.reverse()
         trial: dict[str, Any] = {"fault": fault}
-        for name, snapshots in pair:
-            trial[name] = _run(spec, workdir, fault, snapshots)
+        for name, period in sides:
+            trial[name] = _run(spec, workdir, fault, period)
         trials.append(trial)
     return {"config": spec["config"], "steps": steps, "slices": slices,
             "fault_duration_seconds": spec.get("fault_duration", 0.5),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -403,6 +404,25 @@ def defaults_rows(d: dict[str, Any], _benchmarks: dict[str, Any]) -> list[Row]:
         ("Wall time of the run, loss and recovery included (baseline: snapshots off)",
          _s(on["wall_seconds"]["p50"]), _s(off["wall_seconds"]["p50"]),
          _r(d["ratio_wall_defaults_vs_off"])),
+        *_every_step_rows(d, lost),
+    ]
+
+
+def _every_step_rows(d: dict[str, Any], lost: Callable[[dict[str, Any]], str]
+                     ) -> list[Row]:
+    """A snapshot every step beside the defaults (results from before it have none)."""
+    every = d.get("every_step")
+    if every is None:
+        return []
+    off = d["snapshots_off"]
+    return [
+        ("A snapshot every step (`--snapshot-period 1`), the same losses: steps lost p50 / "
+         "max (baseline: snapshots off)", lost(every), lost(off), "-"),
+        (f"The same, steady step against snapshots off (the per-step copy's overhead; "
+         f"{len(d.get('ratio_steady_step_every_step_vs_off_per_trial') or [])} runs), "
+         "median of per-run ratios", "", "", _r(d.get("ratio_steady_step_every_step_vs_off"))),
+        ("The same, wall time of the run", _s(every["wall_seconds"]["p50"]),
+         _s(off["wall_seconds"]["p50"]), _r(d["ratio_wall_every_step_vs_off"])),
     ]
 
 

@@ -211,11 +211,12 @@ def _side(trials: list[dict[str, Any]], name: str) -> dict[str, Any]:
 STEADY_MIN_STEPS = 30  # a trial's steady window before the loss, at least this long
 
 
-def _steady_ratio(trial: dict[str, Any], warmup: int) -> float | None:
-    """Mean step of the defaults run over that of the snapshots-off run, over the same
+def _steady_ratio(trial: dict[str, Any], warmup: int, side: str = "defaults"
+                  ) -> float | None:
+    """Mean step of the `side` run over that of the snapshots-off run, over the same
     steps: after both chose their cadences (their probes and orbax's first save are
     start-up, at different steps in the two) up to the loss. None: too short a window."""
-    on, off = trial["defaults"], trial["snapshots_off"]
+    on, off = trial[side], trial["snapshots_off"]
     start = max(warmup, on["cadences_chosen_at_step"] or 0, off["cadences_chosen_at_step"] or 0)
     windows = [[d for s, d in run["step_durations_before_failure"] if s > start]
                for run in (on, off)]
@@ -225,13 +226,14 @@ def _steady_ratio(trial: dict[str, Any], warmup: int) -> float | None:
 
 
 def defaults(quick: bool) -> dict[str, Any]:
-    """A job with every default losing one slice at a random step, against snapshots off."""
+    """A job with every default losing one slice at a random step, against snapshots off
+    (and a snapshot every step beside them)."""
     warmup = 10
     spec = {"kind": "defaults", "config": "tiny", "slices": 4, "steps": 60 if quick else 300,
             "trials": 2 if quick else 20, "warmup": warmup, "fault_duration": 0.5,
             "seed": 25}
     _log(f"defaults: {spec['trials']} runs losing a slice at a random step, snapshots at "
-         "their default cadence vs off")
+         "their default cadence, every step and off")
     raw = run_worker(spec, timeout=5400)
     trials = raw["trials"]
     on, off = _side(trials, "defaults"), _side(trials, "snapshots_off")
@@ -240,7 +242,7 @@ def defaults(quick: bool) -> dict[str, Any]:
               for t in trials]
     pairs = [(t["defaults"], t["snapshots_off"]) for t in trials]
     steady = [x for t in trials if (x := _steady_ratio(t, warmup)) is not None]
-    return {
+    out = {
         "config": raw["config"], "steps": raw["steps"], "slices": raw["slices"],
         "trials": len(trials), "seed": raw["seed"],
         "fault_duration_seconds": raw["fault_duration_seconds"],
@@ -258,6 +260,24 @@ def defaults(quick: bool) -> dict[str, Any]:
         "ratio_wall_defaults_vs_off": median(
             [a["wall_seconds"] / b["wall_seconds"] for a, b in pairs]),
         "runs": trials,
+    }
+    out.update(_every_step(trials, warmup))
+    return out
+
+
+def _every_step(trials: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """The side with a snapshot every step (issue 80): what it loses, and what the copy
+    costs against snapshots off, as the defaults' ratios are."""
+    if not all("every_step" in t for t in trials):
+        return {}
+    steady = [x for t in trials if (x := _steady_ratio(t, warmup, "every_step")) is not None]
+    return {
+        "every_step": _side(trials, "every_step"),
+        "ratio_steady_step_every_step_vs_off_per_trial": steady,
+        "ratio_steady_step_every_step_vs_off": median(steady) if steady else None,
+        "ratio_wall_every_step_vs_off": median(
+            [t["every_step"]["wall_seconds"] / t["snapshots_off"]["wall_seconds"]
+             for t in trials]),
     }
 
 

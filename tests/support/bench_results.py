@@ -206,6 +206,12 @@ def check_defaults(results: dict[str, Any]) -> None:
     _nonneg(d["ratio_wall_defaults_vs_off"])
     for run in d["runs"]:
         assert run["defaults"]["failed_step"] == run["snapshots_off"]["failed_step"]
+    if "every_step" in d:  # a snapshot every step: only the step in flight is redone
+        _stats(d["every_step"]["steps_lost"], n=d["trials"])
+        # (none: a loss during step 1, before any copy)
+        assert set(d["every_step"]["restore_sources"]) <= {"snapshot", "none"}
+        assert d["every_step"]["steps_lost"]["max"] == 0
+        _nonneg(d["ratio_wall_every_step_vs_off"])
 
 
 def check_restore(results: dict[str, Any]) -> None:

@@ -311,3 +311,51 @@ def test_a_new_attempt_does_not_measure_the_copies_of_the_failed_one():
     snapshot_costs.append((25, 0.003, 0.004))
     cadences.attempt_started(20)  # rewound to step 20
     assert not save_costs and not snapshot_costs and cadences.measured() == []
+
+
+def test_a_copy_that_fits_is_made_every_step_one_that_does_not_every_n():
+    # A snapshot's share of the default budget (1 %) against a 0.5 s step: 5 ms.
+    share = budget_shares(DEFAULT_OVERHEAD_BUDGET_PERCENT / 100, None, None)[0]
+    every = choose_period(CadenceInputs(share, [0.004] * 5, [0.5] * 10, 10_000,
+                                        walls=[0.2] * 5))
+    assert (every.period, every.reason) == (1, "WithinBudget")
+    assert every.overhead is not None and every.overhead <= share
+    # The fallback: a copy past the budget every N steps; one that lasts more than half a
+    # step no sooner than it is published (two host copies at most).
+    assert choose_period(CadenceInputs(share, [0.012] * 5, [0.5] * 10, 10_000)).period == 3
+    assert choose_period(CadenceInputs(share, [0.004] * 5, [0.5] * 10, 10_000,
+                                       walls=[0.3] * 5)).period == 2
+
+
+def test_a_chosen_snapshot_due_while_the_last_is_in_flight_is_deferred_not_waited_for():
+    cadences = Cadences(_cadence(), _cadence(0), deque(), deque())
+    _probe_until_chosen(cadences.snapshot, 0.003, 0.9)
+    assert cadences.snapshot.period == 1
+    cadences.snapshot.made(20)
+    # Step 21's copy is due, but step 20's is not published: the next step's instead.
+    assert cadences.due(21, snapshot_busy=True, saving=False) == (False, False)
+    assert cadences.due(22, snapshot_busy=False, saving=False) == (True, False)
+    assert cadences.snapshot.deferred == 1
+    assert "1 deferred a step" in (cadences.snapshot.report().message or "")
+    # A period the job set is not deferred (copies.py waits for the copy before).
+    fixed = Cadences(_cadence(1), _cadence(0), deque(), deque())
+    assert fixed.due(21, snapshot_busy=True, saving=False) == (True, False)
+
+
+def test_with_a_copy_every_step_the_steps_beside_it_are_measured():
+    cadences = Cadences(_cadence(), _cadence(), deque(), deque())
+    cadences.step_done(0.9, beside_snapshot=True)  # probing: a step beside a copy is not
+    assert list(cadences.snapshot.step_seconds) == []
+    _probe_until_chosen(cadences.snapshot, 0.003, 0.9)
+    assert cadences.every_step()
+    # No step is clean now: those beside the copy are the step times there are, so a step
+    # that gets much shorter makes the copy, no longer within the budget, less frequent.
+    for _ in range(40):
+        cadences.step_done(0.01, beside_snapshot=True)
+    cadences.snapshot.add_cost(0.003)
+    assert cadences.snapshot.decide().period > 1
+    assert not cadences.every_step()
+    # A period the job set of 1: its steps beside a copy stay out.
+    fixed = Cadences(_cadence(1), _cadence(), deque(), deque())
+    fixed.step_done(0.5, beside_snapshot=True)
+    assert list(fixed.snapshot.step_seconds) == []

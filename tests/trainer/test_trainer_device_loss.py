@@ -148,6 +148,32 @@ def test_a_slice_lost_and_back_before_the_trainer_looks(cpu_devices: list[Any],
     assert result.params_digest == undisturbed
 
 
+def test_a_snapshot_every_step_restores_the_step_before_the_loss(
+        cpu_devices: list[Any], tmp_path: Path, undisturbed: str) -> None:
+    # A copy after every step: slice 1 goes while step 7 runs, once step 6's copy is
+    # published (on hardware it is done long before the step), so only step 7 is redone.
+    result = run(cpu_devices, tmp_path, [Fault("step", 7, "lose", 1),
+                                         Fault("wait", 2, "return later", 1)],
+                 snapshot_period=1, settle_before_loss=True)
+    [event] = result.events
+    assert (event.restore_source, event.restored_from_step, event.steps_lost) == (
+        "snapshot", 6, 0)
+    assert result.params_digest == undisturbed
+
+
+def test_a_copy_in_flight_when_the_slice_goes_falls_back_one_step(
+        cpu_devices: list[Any], tmp_path: Path, undisturbed: str) -> None:
+    # Step 6's copy is in flight as slice 1 goes: lost whole unless published just before
+    # (the Snapshotter publishes every replica or none), and then step 5's is restored:
+    # the copy of step 6 was made only once step 5's was published (two host copies).
+    result = run(cpu_devices, tmp_path, [Fault("step", 7, "lose", 1),
+                                         Fault("wait", 2, "return later", 1)],
+                 snapshot_period=1)
+    [event] = result.events
+    assert event.restore_source == "snapshot" and event.restored_from_step in (5, 6)
+    assert result.params_digest == undisturbed
+
+
 def test_a_step_hung_on_a_slice_pathways_has_down_blames_it(cpu_devices: list[Any],
                                                             tmp_path: Path,
                                                             undisturbed: str) -> None:

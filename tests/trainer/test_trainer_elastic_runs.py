@@ -96,6 +96,21 @@ def test_one_slice_lost_restores_from_the_surviving_snapshot_replica(
     assert run.summary["params_digest"] == undisturbed.summary["params_digest"]
 
 
+def test_a_snapshot_every_step_loses_only_the_step_in_flight(
+        run_trainer: RunTrainer, undisturbed: TrainerRun) -> None:
+    # Slice 1 goes while step 23 runs: step 22's copy, made as step 23 started, is
+    # restored from slice 0's replica, and only step 23 is done again.
+    run = run_trainer("--snapshot-period", "1", "--fail-at", "23:1")
+    _assert_ok(run)
+    [event] = run.events()
+    assert (event["failed_step"], event["restore_source"], event["restored_from_step"]) == (
+        22, "snapshot", 22)
+    assert event["steps_lost"] == 0
+    # Every step finished once: nothing done before the loss was done again.
+    assert [step for step, _ in run.summary["step_times"]] == list(range(1, 41))
+    assert run.summary["params_digest"] == undisturbed.summary["params_digest"]
+
+
 def test_every_slice_lost_restores_the_committed_checkpoint(run_trainer: RunTrainer,
                                                             undisturbed: TrainerRun) -> None:
     # Both slices at once: every replica of the step-20 snapshot is gone with them. (The

@@ -394,7 +394,10 @@ def _defaults() -> dict:
             "ratio_mean_step_before_failure_defaults_vs_off": 1.01,
             "ratio_wall_defaults_vs_off": 0.8,
             "ratio_steady_step_defaults_vs_off_per_trial": [1.01, 1.03],
-            "ratio_steady_step_defaults_vs_off": 1.02}
+            "ratio_steady_step_defaults_vs_off": 1.02,
+            "every_step": side([0, 0, 0], {"snapshot": 20}),
+            "ratio_steady_step_every_step_vs_off_per_trial": [1.04, 1.06],
+            "ratio_steady_step_every_step_vs_off": 1.05, "ratio_wall_every_step_vs_off": 0.7}
 
 
 def test_overhead_and_defaults_sections(tmp_path: Path) -> None:
@@ -414,6 +417,10 @@ def test_overhead_and_defaults_sections(tmp_path: Path) -> None:
     assert "28 / 31; 20 of 20" in text
     assert "(once both chose their cadences; 2 runs with 30 steps of it before the loss), " \
         "median of per-run ratios |  |  | 1.02 |" in text
+    assert "steps lost p50 / max (baseline: snapshots off) | 0 / 0 (20 snapshot) | " \
+        "150 / 260 (12 checkpoint, 8 none) | - |" in text
+    assert "the per-step copy's overhead; 2 runs), median of per-run ratios |  |  | 1.05 |" \
+        in text
 
 
 def test_an_overhead_result_of_the_fixed_period_benchmark_still_renders() -> None:

@@ -21,6 +21,15 @@
               3/4 of the period in use, so noise does not make it flap
     bounds    1 <= period <= max_period
 
+Every step is the rule for a snapshot, every N steps the fallback: a copy that costs at
+most the budget's share of a step (cost <= budget x step) and lasts at most half a step
+(the floor) gets period 1, so a lost slice costs only the step in flight (the copy of the
+step before survives on the other slices' hosts). Snapshots are double-buffered: two host
+copies at most, the published one and the one in flight, the older freed when the newer
+is published (snapshots.py). A chosen snapshot due while the one before is still in
+flight is deferred to the next step (`Cadence.deferred`, in the report's message), never
+waited for. A copy that does not fit gets N > 1 steps: a loss then redoes up to N steps.
+
 `budget_shares` splits the job's one overhead budget between the copies the trainer
 schedules: the whole budget to one kind when the job fixes or turns off the other, half
 each when it chooses both (so the user's number bounds what the copies cost together).
@@ -231,6 +240,7 @@ class Cadence:
         self._probes_pending = 0  # copies made whose cost has not come back yet
         self._last: int | None = None  # the step of the newest copy (or restored state)
         self._start = 0  # the first step of the current attempt
+        self.deferred = 0  # copies due while the one before was in flight (Cadences.due)
 
     @property
     def chosen(self) -> bool:
@@ -311,8 +321,10 @@ class Cadence:
                 message="set by the job" if self.user_period else "turned off by the job",
                 cost_seconds=cost, step_seconds=step, overhead_percent=_percent(overhead))
         c = self.choice
+        message = c.message if not self.deferred else \
+            f"{c.message}; {self.deferred} deferred a step (the copy before in flight)"
         return CadenceReport(
-            period_steps=c.period, chosen_by="Trainer", reason=c.reason, message=c.message,
+            period_steps=c.period, chosen_by="Trainer", reason=c.reason, message=message,
             cost_seconds=c.cost_seconds, step_seconds=c.step_seconds,
             overhead_percent=_percent(c.overhead), budget_percent=budget)
 
@@ -354,17 +366,33 @@ class Cadences:
 
     def due(self, step: int, snapshot_busy: bool, saving: bool) -> tuple[bool, bool]:
         """(snapshot, checkpoint) of the state after `step`? The checkpoint's probes wait
-        until the snapshot's are done: each is measured alone."""
+        until the snapshot's are done: each is measured alone. A chosen snapshot due while
+        the one before is in flight waits for the next step, not the training thread for
+        the hand-off (double-buffered: two host copies at most)."""
         snapshot = self.snapshot.due(step, quiet=not saving)
+        if snapshot and snapshot_busy and self.snapshot.chosen:
+            self.snapshot.deferred += 1
+            snapshot = False
         snapshot_measuring = self.snapshot.measuring and self.snapshot.period > 0
         checkpoint = self.checkpoint.due(
             step, quiet=not (snapshot or snapshot_busy or snapshot_measuring))
         return snapshot, checkpoint
 
-    def step_done(self, seconds: float) -> None:
-        """A clean step (no copy in flight, not compiling) took `seconds`."""
+    def step_done(self, seconds: float, beside_snapshot: bool = False) -> None:
+        """A step (not compiling, no save in flight) took `seconds`; `beside_snapshot`: a
+        snapshot's copy was in flight. Such a step is measured only while every step has
+        one (a chosen period of 1): no step would be clean, and the step it gives is
+        longer by at most the copy's cost, within the budget's share (1 % by default), so
+        a step that gets shorter still makes a copy that no longer fits less frequent."""
+        if beside_snapshot and not self.every_step():
+            return
         self.snapshot.add_step(seconds)
         self.checkpoint.add_step(seconds)
+
+    def every_step(self) -> bool:
+        """A snapshot after every step, the period chosen (not the job's, nor a probe's)."""
+        s = self.snapshot
+        return s.chosen and not s.measuring and s.period == 1
 
     def measured(self) -> list[Cadence]:
         """Take the copies measured since the last call: the cadences to decide again."""

@@ -45,6 +45,10 @@ class Copies:
              checkpoint: bool) -> None:
         """Dispatch the copy of `state` (after `step`) and hand it to the snapshot and/or
         the checkpoint save. `ready`: an output of the step, ready once the state is."""
+        if snapshot and self.snapshots.busy():
+            # A period the job set (a chosen one defers instead: Cadences.due): its copy
+            # is kept, once the one before is published: two host copies at most.
+            self.snapshots.settle()
         # This thread's CPU time, not its wall time: on CPU the dispatch also waits for
         # the step that makes `state`, which is no cost of the copy.
         cpu = time.thread_time()
@@ -64,9 +68,9 @@ class Copies:
     def step_done(self, step: int, seconds: float) -> None:
         """`step` took `seconds`: measured if clean; the cadences whose copies were
         measured since are decided again."""
-        if step > self._attempt_step + 1 and not self.in_flight(step) and \
-                not self.snapshots.busy() and not self.checkpointer.saving():
-            self.cadences.step_done(seconds)
+        if step > self._attempt_step + 1 and not self.checkpointer.saving():
+            self.cadences.step_done(seconds, beside_snapshot=self.in_flight(step)
+                                    or self.snapshots.busy())
         for cadence in self.cadences.measured():
             self.decide(cadence)
 

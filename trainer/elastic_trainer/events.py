@@ -40,7 +40,10 @@ class ElasticEvent:
     def steps_lost(self) -> int | None:
         if self.restored_from_step is None:
             return None
-        return self.failed_step - self.restored_from_step
+        # As the operator counts it (core/recovery.py): a copy every step may be of the
+        # step whose loss was not read yet (done, its copy published before the loss),
+        # one newer than `failed_step`: nothing was lost, not -1.
+        return max(0, self.failed_step - self.restored_from_step)
 
     def summary(self) -> dict[str, Any]:
         detect = None if self.fault_at is None else max(0.0, self.detected_at - self.fault_at)

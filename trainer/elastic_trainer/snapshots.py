@@ -15,9 +15,12 @@ What this module adds:
   pinned host memory on its own shardings (one dispatch instead of orbax's per-array
   `device_put`, which costs tens of milliseconds of Python on a large tree); a background
   thread hands that copy to the Snapshotter (the split, and the wait for completion);
-- a snapshot never overtakes the previous one: the hand-off waits until the previous copy
-  is published (it completed long ago: the next step could only reuse the donated state
-  buffers after the copy had read them), so no snapshot is skipped;
+- double-buffered: two host copies at most, the published one and the one in flight
+  (`busy`); publishing the newer frees the older (the Snapshotter replaces it). The copy
+  of step k is made only once the copy before is published (copies.py: a chosen cadence
+  defers it a step, cadence.py; a period the job set waits), so with a copy every step
+  the state to restore is at most one step back, and the training thread never queues
+  behind the hand-off;
 - `settle` after an elastic event publishes a copy that completed before the loss;
 - a restore that fails is never tried again from the same snapshot (`discard`);
 - no replica survived -> `NoSurvivingReplica`, and the loop restores the newest committed
@@ -54,9 +57,8 @@ class ReplicaSnapshots:
         self.replica_axis_index = replica_axis_index
         self._snapshotter = self._new()
         self.discarded = 0  # snapshots dropped after a failed restore (or made stale)
-        # One copy waiting at most: a second would hold another full copy of the state
-        # in host memory, so `take` waits instead (the copy of `period` steps ago is done
-        # long before, so it does not wait in practice).
+        # One copy in flight at most (the caller takes a copy only when not `busy`); a
+        # scale-up's copy may queue behind one, briefly a third in host memory.
         self._handoff: queue.Queue[tuple[int, Any, Any, float]] = queue.Queue(maxsize=1)
         # (step, what it cost in seconds (see take()), its wall time from the step done to
         # published; None: not kept) of each snapshot handed off, for the cadence;
