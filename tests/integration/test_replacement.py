@@ -58,9 +58,12 @@ TIMEOUT = 120
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, api: client.ApiClient) -> Iterator[OperatorProcess]:
-    # A flapping node must be able to come back within a test: a short cooldown.
+    # A flapping node must be able to come back within a test: a short cooldown. The
+    # administrator trusts jobs' reports here (the quarantine mechanism is under test;
+    # test_hostile_tenant_status.py holds the default: a report alone quarantines nothing).
     with OperatorProcess(Path(cluster.kubeconfig), Path(cluster.logs_dir) / "operator.log",
-                         args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5")) as proc:
+                         args=(*TEST_ARGS, "--node-action-cooldown-seconds", "5",
+                               "--quarantine-on-job-report")) as proc:
         yield proc
 
 
@@ -400,7 +403,8 @@ def test_a_jobs_crash_loop_takes_no_pool_from_another_job(
 
 def test_a_quarantine_on_a_jobs_own_report_goes_with_the_job(
         api: client.ApiClient, ns: str) -> None:
-    """A worker exit code the spec names as the hardware's quarantines the pool, and the
+    """A worker exit code the spec names as the hardware's quarantines the pool (the
+    administrator trusts jobs' reports: --quarantine-on-job-report), and the
     nodes say who and why; deleting the job releases it (its evidence went with it)
     long before the RepeatedFailures hold of an hour."""
     submit(api, ns, recovery={"hardwareExitCodes": [42]})
