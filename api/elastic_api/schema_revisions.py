@@ -51,6 +51,10 @@ REVISIONS: tuple[str, ...] = (
     # 9: maxItems on every list in status (issue 78: a writer other than the operator
     # cannot grow the status toward etcd's limit).
     "sha256:270419c64accf0700d57051554b72fbef024ea62c916a536a6cbe5991cba412f",
+    # 10: spec.recovery.quarantineAfterFailures' and hardwareExitCodes' descriptions name
+    # the administrator's floor and trust in reports (issue 78, item 4); no field or rule
+    # changed.
+    "sha256:130adfd80fd51c2da373b60e0bede40d7093b619537f8b9f376206460dab7880",
 )
 
 

@@ -45,6 +45,7 @@ from elastic_operator.checkpoints.roots import CheckpointRoots
 from elastic_operator.checkpoints.scanner import CheckpointScanner
 from elastic_operator.client.kube import Kube, NotLeading
 from elastic_operator.core.eviction import PodsReadyTimeouts
+from elastic_operator.core.pools import DEFAULT_QUARANTINE, QuarantinePolicy
 from elastic_operator.metrics.metrics import OperatorMetrics
 from elastic_operator.model.job_memory import JobMemories
 from elastic_operator.model.job_stores import JobStore, JobStores
@@ -92,6 +93,9 @@ class ReplacementSettings:
     """The operator-wide knobs of slice replacement (`etj operator --help`)."""
 
     quarantine_pools: bool = True
+    # Quarantines resting on what tenants control (core/pools.py): at least 2 jobs, no
+    # job's own report alone.
+    quarantine: QuarantinePolicy = DEFAULT_QUARANTINE
     limits: NodeActionLimits = field(default_factory=NodeActionLimits)
     release_after_s: float = 600.0
     repeated_failures_quarantine_s: float = 3600.0
@@ -345,6 +349,7 @@ def build_operator(
                                   record_computed=slice_index.record_computed,
                                   limiter=NodeActionLimiter(settings.limits, clock),
                                   quarantine_pools=settings.quarantine_pools,
+                                  quarantine=settings.quarantine,
                                   pods_ready=settings.pods_ready,
                                   schema=lambda: schema.verdict, server=server.features)
     scanner.on_result(wakes.wake)  # from a scan thread
@@ -390,6 +395,7 @@ def build_reconciler(
     memory: JobMemories, own_writes: OwnWrites, pacer: ProgressPacer,
     record_computed: RecordComputed | None = None,
     limiter: NodeActionLimiter | None = None, quarantine_pools: bool = True,
+    quarantine: QuarantinePolicy = DEFAULT_QUARANTINE,
     pods_ready: PodsReadyTimeouts | None = None, schema: Verdict = always_current,
     server: Callable[[], ServerFeatures] = lambda: NEWEST, dry_run_missing_jobs: bool = True,
 ) -> Reconciler:
@@ -397,6 +403,7 @@ def build_reconciler(
     reads; `record_computed`: the slice index's;
     `schema`: the verdict on the served CRD (schema_watch.py), read at each pass;
     `server`: what the API server accepts (server_probe.py), read at each pass;
+    `quarantine`: the administrator's policy on quarantines (core/pools.py);
     `dry_run_missing_jobs`: ask the server whether it refuses a Job JobSet has not
     created (job_refusals.py; off for a stand-in API that has no dry run)."""
     outbox = EventOutbox(kube, metrics, memory)
@@ -411,7 +418,8 @@ def build_reconciler(
                     refusals=JobRefusals(kube, memory) if dry_run_missing_jobs else None),
         writes=Writes(
             executor=executor, writer=writer, outbox=outbox,
-            replacements=ReplacementFollowUps(replacing, reader, metrics, memory),
+            replacements=ReplacementFollowUps(replacing, reader, metrics, memory,
+                                              quarantine),
             dispatched=DispatchedReconciler(reader, executor, writer, outbox, clock)),
         memory=memory, metrics=metrics, clock=clock,
         pods_ready=pods_ready or PodsReadyTimeouts(), recheck_after_s=pacer.interval_s,

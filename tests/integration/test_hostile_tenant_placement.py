@@ -1,7 +1,8 @@
 """A tenant, with its own ServiceAccount (RBAC on), gets no placement and no host access
 the administrator did not allow (issue 78, items 2 and 3): the chart's policies
-(templates/tenant-policy.yaml) on the local control plane, in a namespace labelled for
-them. Each refusal names the field. The operator's own JobSet still goes through, and the
+(templates/tenant-policy.yaml) on the local control plane: host access in a namespace
+labelled for it, placement in every namespace it binds, labelled or not. Each refusal
+names the field. The operator's own JobSet still goes through, and the
 JobSet and Job controllers still make its Jobs and Pods from it."""
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class Tenancy:
     tenant: client.ApiClient
     operator: client.ApiClient
     namespace: str
+    unlabelled: str  # a namespace without the tenant-policy label
 
 
 def _as(kubeconfig: Path) -> client.ApiClient:
@@ -59,16 +61,25 @@ def _policy_active(admin: client.ApiClient, namespace: str) -> bool:
 def tenancy(cluster: Cluster, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Tenancy]:
     tag = uuid.uuid4().hex[:6]
-    system, tenant_ns = f"etj-system-{tag}", f"tenant-{tag}"
+    system, tenant_ns, plain_ns = f"etj-system-{tag}", f"tenant-{tag}", f"plain-{tag}"
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": system}})
     # A label value of its own: a chart another module installed on this control plane
     # (manifests/install.yaml binds `enforced`) must not judge this namespace too.
     core.create_namespace({"metadata": {"name": tenant_ns, "labels": {TENANT_LABEL: f"t-{tag}"}}})
+    core.create_namespace({"metadata": {"name": plain_ns}})
+    # Placement binds every namespace by default (the chart's default: no selector, as
+    # tests/unit/test_tenant_policy.py holds); here only this module's two, by name.
+    tmp = tmp_path_factory.mktemp("tenancy")
+    scope = tmp / "values.yaml"
+    scope.write_text(json.dumps({"tenantPolicy": {"placementNamespaceSelector": {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                              "values": [tenant_ns, plain_ns]}]}}}))
     release = unique_release()
     docs = helm_template(release, system, "tenantPolicy.jobSetControllers={jobset-controller}",
                          f"tenantPolicy.namespaceLabel.value=t-{tag}",
-                         f"tenantPolicy.allowed.{tenant_ns}.nodePools={{team-a-cpu}}")
+                         f"tenantPolicy.allowed.{tenant_ns}.nodePools={{team-a-cpu}}",
+                         values_file=scope)
     wanted = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
               "ValidatingAdmissionPolicyBinding")
     applied = [d for d in docs if d["kind"] in wanted]
@@ -87,10 +98,10 @@ def tenancy(cluster: Cluster, api: client.ApiClient, tmp_path_factory: pytest.Te
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
         "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": tenant_ns}]})
     wait_for(lambda: _policy_active(api, tenant_ns), 30, "the host-access policy to answer")
-    tmp = tmp_path_factory.mktemp("tenancy")
     operator_sa = next(d for d in applied if d["kind"] == "ServiceAccount")["metadata"]["name"]
     tenancy = Tenancy(api, _as(token_kubeconfig(cluster, tenant_ns, "tenant", tmp / "t")),
-                      _as(token_kubeconfig(cluster, system, operator_sa, tmp / "o")), tenant_ns)
+                      _as(token_kubeconfig(cluster, system, operator_sa, tmp / "o")), tenant_ns,
+                      plain_ns)
     try:
         yield tenancy
     finally:
@@ -108,6 +119,7 @@ def tenancy(cluster: Cluster, api: client.ApiClient, tmp_path_factory: pytest.Te
             elif doc["kind"] == "ClusterRoleBinding":
                 rbac.delete_cluster_role_binding(name)
         core.delete_namespace(tenant_ns)
+        core.delete_namespace(plain_ns)
         core.delete_collection_namespaced_pod(tenant_ns, grace_period_seconds=0)
         core.delete_namespace(system)
 
@@ -153,6 +165,30 @@ def test_another_teams_pool_is_refused_and_an_allowed_one_admitted(tenancy: Tena
     # The namespace's own pool (chart value tenantPolicy.allowed.<ns>.nodePools) and "*"'s.
     ours = job(tenancy.namespace, nodeSelector={POOL: "team-a-cpu"}, headNodePool="cpu-np")
     assert create_job(tenancy.tenant, ours)["spec"]["nodeSelector"] == {POOL: "team-a-cpu"}
+
+
+def test_placement_needs_no_label_host_access_does(tenancy: Tenancy) -> None:
+    """By default a job lands only on the TPU pools of its shape and the allowed head pool
+    in every namespace the operator serves, labelled or not; host access, which judges
+    every Pod, only where labelled."""
+    ns = tenancy.unlabelled
+    head = job(ns, headNodePool="team-b-cpu")
+
+    def placement_refuses() -> bool:  # its binding reaches admission by a watch
+        try:
+            create_job(tenancy.admin, head)
+        except client.ApiException as err:
+            return "spec.headNodePool: node pool team-b-cpu" in json.loads(err.body)["message"]
+        return False
+
+    wait_for(placement_refuses, 30, f"the placement policy to judge unlabelled {ns}")
+    other = job(ns, nodeSelector={POOL: "team-a-cpu"})  # tenant-ns's pool, not this one's
+    assert f"spec.nodeSelector: {POOL}=team-a-cpu is not placement" in refused(
+        lambda: create_job(tenancy.admin, other))
+    assert create_job(tenancy.admin, job(ns))["metadata"]["namespace"] == ns  # "*": cpu-np
+    pod = {"metadata": {"name": "host"}, "spec": {"hostNetwork": True, "containers": [
+        {"name": "c", "image": "busybox"}]}}
+    client.CoreV1Api(tenancy.admin).create_namespaced_pod(ns, pod, dry_run="All")
 
 
 def test_images_from_an_unknown_registry_are_refused(tenancy: Tenancy) -> None:

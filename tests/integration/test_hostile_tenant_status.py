@@ -34,9 +34,16 @@ from elastic_devtools.localcluster.faults import wait_for
 from elastic_devtools.localcluster.operator_process import OperatorProcess
 from elastic_operator.render import render_rbac
 from tests.service_accounts import token_kubeconfig
-from tests.support.article_job import JOB, events, job_manifest, submit, worker_pods
+from tests.support.article_job import (
+    JOB,
+    events,
+    job_manifest,
+    submit,
+    worker_job_uid,
+    worker_pods,
+)
 from tests.support.chart import helm_template, unique_release
-from tests.support.waiting import job_version, wait_running, wait_status
+from tests.support.waiting import job_version, ready_on_new_job, wait_running, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -234,3 +241,29 @@ def test_without_the_policy_the_operator_ignores_forgeries_says_once_and_recover
     log = log_path.read_bytes()[offset:].decode()
     for field_name in FORGED_FIELDS:
         assert log.count(f"status.{field_name} was written by someone other") == 1, field_name
+
+
+def test_a_tenants_own_failures_and_reports_quarantine_no_shared_pool(
+        cluster: Cluster, api: client.ApiClient, ns: str) -> None:
+    """The tenant asks for a quarantine after one failure and names exit code 42 as the
+    hardware's, then its worker exits 42: under the operator's defaults (--quarantine-min-
+    jobs 2, no --quarantine-on-job-report) its slice is replaced at once, no pool is
+    quarantined, and the SliceReplacing Event says why and which flag would change it."""
+    log_path = Path(cluster.logs_dir) / "operator-hostile-tenant-quarantine.log"
+    with OperatorProcess(Path(cluster.kubeconfig), log_path):
+        submit(api, ns, recovery={"quarantineAfterFailures": 1, "hardwareExitCodes": [42]})
+        st = wait_running(api, ns)
+        pool = st["slices"][1]["pool"]
+        old = worker_job_uid(api, ns, 1)
+        faults.fail_pod(api, ns, worker_pods(api, ns, 1)[0].metadata.name, exit_code=42)
+        st = ready_on_new_job(api, ns, 1, old, "slice 1 replaced after its own report")
+        # The quarantine, had it been decided, was written before the Job's deletion.
+        nodes = client.CoreV1Api(api).list_node(label_selector=QUARANTINE_LABEL).items
+        assert nodes == [], [n.metadata.name for n in nodes]
+        assert [(f["blame"], p["name"]) for p in st["pools"] for f in p.get("failures", [])] \
+            == [("Reported", pool)]
+        wait_for(lambda: events(api, ns, "SliceReplacing"), 30, "a SliceReplacing Event")
+        (said,) = events(api, ns, "SliceReplacing")
+        assert f"node pool {pool} not quarantined: the job's own report is no evidence " \
+            "against a pool other teams use" in said and "(--quarantine-on-job-report)" in said
+        assert events(api, ns, "PoolQuarantined") == []

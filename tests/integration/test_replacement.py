@@ -58,8 +58,10 @@ TIMEOUT = 120
 
 @pytest.fixture(scope="module")
 def operator_args() -> tuple[str, ...]:
-    """A flapping node must be able to come back within a test: a short cooldown."""
-    return (*TEST_ARGS, "--node-action-cooldown-seconds", "5")
+    """A flapping node must be able to come back within a test: a short cooldown. The
+    administrator trusts jobs' reports here (the quarantine mechanism is under test;
+    test_hostile_tenant_status.py holds the default: a report alone quarantines nothing)."""
+    return (*TEST_ARGS, "--node-action-cooldown-seconds", "5", "--quarantine-on-job-report")
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -390,7 +392,8 @@ def test_a_jobs_crash_loop_takes_no_pool_from_another_job(
 
 def test_a_quarantine_on_a_jobs_own_report_goes_with_the_job(
         api: client.ApiClient, ns: str) -> None:
-    """A worker exit code the spec names as the hardware's quarantines the pool, and the
+    """A worker exit code the spec names as the hardware's quarantines the pool (the
+    administrator trusts jobs' reports: --quarantine-on-job-report), and the
     nodes say who and why; deleting the job releases it (its evidence went with it)
     long before the RepeatedFailures hold of an hour."""
     submit(api, ns, recovery={"hardwareExitCodes": [42]})

@@ -9,8 +9,9 @@ import kopf
 import pytest
 
 from elastic_operator.client.kube import collection_path, job_path
+from elastic_operator.core.pools import QuarantinePolicy
 from elastic_operator.entry.handlers import configure_settings
-from elastic_operator.entry.operator_cli import add_arguments
+from elastic_operator.entry.operator_cli import add_arguments, replacement_settings
 from elastic_operator.model.objects import (
     job_from_dict,
     jobset_from_dict,
@@ -178,6 +179,12 @@ def test_operator_cli_arguments() -> None:
     assert parser.parse_args(["--no-quarantine-pools"]).quarantine_pools is False
     with pytest.raises(SystemExit):
         parser.parse_args(["--node-actions-per-minute", "0"])
+    # The administrator's say on quarantines resting on tenants' word (core/pools.py).
+    assert replacement_settings(defaults).quarantine == QuarantinePolicy(2, False)
+    trusting = parser.parse_args(["--quarantine-min-jobs", "1", "--quarantine-on-job-report"])
+    assert replacement_settings(trusting).quarantine == QuarantinePolicy(1, True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--quarantine-min-jobs", "0"])
 
 
 def test_watch_scope() -> None:

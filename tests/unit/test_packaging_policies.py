@@ -2,6 +2,7 @@
 "The operator's reach"), as `helm template` renders them with the pinned helm."""
 from __future__ import annotations
 
+import argparse
 import re
 from typing import Any
 
@@ -97,6 +98,29 @@ def test_without_node_patching_the_operator_holds_no_patch_on_nodes() -> None:
         "containers"][0]["args"]
     assert not [d for d in docs if d["metadata"]["name"].endswith("node-patches")]
     _reach_policy("trainer-rbac", "nodePatching.enabled=false")  # still there
+
+
+def _operator_args(*values: str) -> list[str]:
+    docs = helm_template("etj", "etj-system", *values)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_the_quarantine_policy_reaches_the_operator_and_parses() -> None:
+    """values quarantine.* become the operator's flags (core/pools.py QuarantinePolicy):
+    by default 2 jobs and no trust in a job's own report."""
+    from elastic_operator.core.pools import QuarantinePolicy
+    from elastic_operator.entry.operator_cli import add_arguments, replacement_settings
+
+    def policy(*values: str) -> QuarantinePolicy:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        return replacement_settings(parser.parse_args(_operator_args(*values))).quarantine
+
+    assert "--quarantine-min-jobs=2" in _operator_args()
+    assert policy() == QuarantinePolicy(min_jobs=2, trust_reports=False)
+    assert policy("quarantine.minJobs=3", "quarantine.trustJobReports=true") == \
+        QuarantinePolicy(min_jobs=3, trust_reports=True)
 
 
 def test_a_first_status_written_by_the_trainer_may_hold_only_zero_counters() -> None:

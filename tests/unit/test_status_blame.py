@@ -17,7 +17,14 @@ from elastic_api.models import ElasticTrainingJob, ElasticTrainingJobStatus, Rec
 from elastic_api.names import OUT_OF_TPU, UNEXPECTED_ADMISSION_ERROR
 from elastic_operator.core.blame import Evidence, pod_evidence
 from elastic_operator.core.plan import DeleteWorkerJob, QuarantinePool, ReleasePool
-from elastic_operator.core.pools import cited_jobs, pools_to_release, quarantine_verdict
+from elastic_operator.core.pools import (
+    DEFAULT_QUARANTINE,
+    TRUSTING,
+    QuarantinePolicy,
+    cited_jobs,
+    pools_to_release,
+    quarantine_verdict,
+)
 from elastic_operator.core.replacement import ReplacementPlan, plan_replacements
 from elastic_operator.core.sliceview import SliceView
 from elastic_operator.core.status import compute_status
@@ -66,9 +73,11 @@ def world(pods: list[Any] | None = None, *, nodes: dict[str, ObservedNode] | Non
 
 
 def step(j: ElasticTrainingJob, prev: ElasticTrainingJobStatus | None, observed: Observed,
-         now: datetime) -> tuple[ElasticTrainingJobStatus, ReplacementPlan]:
-    st, _ = compute_status(j, observed, prev, now)
-    return st, plan_replacements("ns", "article", j.spec, st, observed, now)
+         now: datetime, policy: QuarantinePolicy = DEFAULT_QUARANTINE,
+         ) -> tuple[ElasticTrainingJobStatus, ReplacementPlan]:
+    """A reconcile under the administrator's quarantine `policy` (--quarantine-*)."""
+    st, _ = compute_status(j, observed, prev, now, quarantine=policy)
+    return st, plan_replacements("ns", "article", j.spec, st, observed, now, policy)
 
 
 def quarantined(nodes: dict[str, ObservedNode], pool: str, reason: str,
@@ -185,12 +194,13 @@ def test_what_the_classification_reads_is_parsed_from_the_cluster() -> None:
 
 
 def crash_loop(j: ElasticTrainingJob, pools: list[str],
-               nodes: dict[str, ObservedNode] | None = None) -> list[tuple[
+               nodes: dict[str, ObservedNode] | None = None,
+               policy: QuarantinePolicy = DEFAULT_QUARANTINE) -> list[tuple[
         ElasticTrainingJobStatus, ReplacementPlan]]:
     """Slice 1's worker exits 1 on a healthy node of each of `pools` in turn (the first
     tpu-1, where it starts; recreated on the next after each failure); the status and
     the plan after each failure."""
-    st, _ = step(j, None, world(), at(1))
+    st, _ = step(j, None, world(), at(1), policy)
     out = []
     for n, pool in enumerate(pools, start=1):
         pods = healthy_pods()
@@ -199,12 +209,13 @@ def crash_loop(j: ElasticTrainingJob, pools: list[str],
                                                                node=f"{pool}-{h}").build()
                                      for h in range(HOSTS)]
         st, _ = step(j, st, world(pods, nodes=nodes, gens={1: n - 1}),
-                     at(n * 10 + 3))  # Ready there
+                     at(n * 10 + 3), policy)  # Ready there
         assert st.slices[1].state == "Ready" and st.slices[1].pool == pool
         pods[HOSTS] = replace(pods[HOSTS], phase="Failed", ready=False,
                               terminated_at=at(n * 10 + 5), terminated_exit_code=1,
                               terminated_reason="Error")
-        st, plan = step(j, st, world(pods, nodes=nodes, gens={1: n - 1}), at(n * 10 + 6))
+        st, plan = step(j, st, world(pods, nodes=nodes, gens={1: n - 1}), at(n * 10 + 6),
+                        policy)
         out.append((st, plan))
     return out
 
@@ -236,17 +247,18 @@ def test_a_crash_loop_that_follows_the_job_from_pool_to_pool_quarantines_nothing
 
 def test_with_quarantine_after_one_failure_its_own_quarantine_is_withdrawn_when_it_moves(
         ) -> None:
-    """quarantineAfterFailures 1: this job's own crash is enough to quarantine tpu-1;
+    """quarantineAfterFailures 1, which the administrator lets a job decide
+    (--quarantine-min-jobs 1): this job's own crash is enough to quarantine tpu-1;
     once the slice crashes on tpu-3 too, the fault follows the job: tpu-3 is not
     quarantined and tpu-1's quarantine, which rested on it, is withdrawn."""
     j = job(recovery={"quarantineAfterFailures": 1})
-    (_, plan), = crash_loop(j, ["tpu-1"])
+    (_, plan), = crash_loop(j, ["tpu-1"], policy=TRUSTING)
     quarantine = plan.actions[0]
     assert isinstance(quarantine, QuarantinePool)
     assert quarantine.reason == Reason.REPEATED_FAILURES and quarantine.cause.jobs == (ME,)
     nodes = quarantined(nodes_for(spares=1), "tpu-1", Reason.REPEATED_FAILURES,
                         quarantine.cause)
-    _, (_, plan) = crash_loop(j, ["tpu-1", "tpu-3"], nodes)
+    _, (_, plan) = crash_loop(j, ["tpu-1", "tpu-3"], nodes, TRUSTING)
     assert not [a for a in plan.actions if isinstance(a, QuarantinePool)]
     (release,) = [a for a in plan.actions if isinstance(a, ReleasePool)]
     assert release.pool == "tpu-1" and "ns/article's failures follow the job to tpu-3" in \
@@ -293,12 +305,13 @@ def test_a_node_loss_of_another_job_still_finds_the_spare() -> None:
 # --- the job's own report -------------------------------------------------------------------
 
 
-def test_a_reported_hardware_failure_quarantines_unless_it_follows_the_job() -> None:
+def test_a_trusted_reported_hardware_failure_quarantines_unless_it_follows_the_job() -> None:
+    """The administrator trusts jobs' reports (--quarantine-on-job-report)."""
     j = job(recovery={"hardwareExitCodes": [42]})
-    st0 = step(j, None, world(), at(1))[0]
+    st0 = step(j, None, world(), at(1), TRUSTING)[0]
     pods = healthy_pods()
     pods[HOSTS] = WorkerPod(1, 0).failed(at(10), exit_code=42).build()
-    st, plan = step(j, st0, world(pods), at(11))
+    st, plan = step(j, st0, world(pods), at(11), TRUSTING)
     quarantine = plan.actions[0]
     assert isinstance(quarantine, QuarantinePool)
     assert (quarantine.reason, quarantine.cause.jobs) == (Reason.HARDWARE_FAILURE, (ME,))
@@ -308,14 +321,115 @@ def test_a_reported_hardware_failure_quarantines_unless_it_follows_the_job() -> 
                         quarantine.cause)
     pods[HOSTS:2 * HOSTS] = [WorkerPod(1, h).recreated(at(12), 1, node=f"tpu-3-{h}").build()
                              for h in range(HOSTS)]
-    st, _ = step(j, st, world(pods, nodes=nodes, gens={1: 1}), at(13))
+    st, _ = step(j, st, world(pods, nodes=nodes, gens={1: 1}), at(13), TRUSTING)
     pods[HOSTS] = replace(pods[HOSTS], phase="Failed", ready=False, terminated_at=at(20),
                           terminated_exit_code=42, terminated_reason="Error")
-    st, plan = step(j, st, world(pods, nodes=nodes, gens={1: 1}), at(21))
+    st, plan = step(j, st, world(pods, nodes=nodes, gens={1: 1}), at(21), TRUSTING)
     assert not [a for a in plan.actions if isinstance(a, QuarantinePool)]
     # ... and the quarantine it caused on tpu-1 is withdrawn with it.
     (release,) = [a for a in plan.actions if isinstance(a, ReleasePool)]
     assert release.pool == "tpu-1" and "follow the job to tpu-3" in release.why
+
+
+# --- the administrator's policy (--quarantine-min-jobs, --quarantine-on-job-report) -------
+
+
+def fail_once(j: ElasticTrainingJob, exit_code: int = 1,
+              policy: QuarantinePolicy = DEFAULT_QUARANTINE,
+              others: tuple[FailureMark, ...] = ()) -> tuple[
+        ElasticTrainingJobStatus, list[str], ReplacementPlan]:
+    """Slice 1's worker exits `exit_code` on healthy tpu-1 (`others`: what other jobs'
+    statuses say of tpu-1): the status, the SliceReplacing Events' messages, the plan."""
+    st0 = step(j, None, world(), at(1), policy)[0]
+    pods = healthy_pods()
+    pods[HOSTS] = WorkerPod(1, 0).failed(at(10), exit_code=exit_code).build()
+    observed = world(pods)
+    observed = replace(observed, pools=tuple(
+        replace(p, failures_of_others=others) if p.name == "tpu-1" else p
+        for p in observed.pools))
+    st, events = compute_status(j, observed, st0, at(11), quarantine=policy)
+    said = [e.message for e in events if e.reason == Reason.SLICE_REPLACING]
+    return st, said, plan_replacements("ns", "article", j.spec, st, observed, at(11), policy)
+
+
+def kinds(plan: ReplacementPlan) -> list[type]:
+    return [type(a) for a in plan.actions]
+
+
+def test_a_job_asking_to_quarantine_after_its_own_failure_alone_quarantines_nothing() -> None:
+    """quarantineAfterFailures 1 is the tenant's to write: by default the administrator
+    requires 2 jobs, so the slice is replaced (at once) and the pool stays, and the
+    SliceReplacing Event says why and which flag would change it."""
+    j = job(recovery={"quarantineAfterFailures": 1})
+    st, (said,), plan = fail_once(j)
+    assert kinds(plan) == [DeleteWorkerJob]
+    assert st.slices[1].replacement is not None and st.slices[1].replacement.action == "Replace"
+    assert "node pool tpu-1 not quarantined: slices of 1 job failed there, fewer than the 2 " \
+        "jobs the administrator requires" in said and "(--quarantine-min-jobs)" in said
+    # A second job's failure there reaches the floor.
+    other = FailureMark("team-b/other", "uid-b", at(5), pools=1)
+    _, (said,), plan = fail_once(j, others=(other,))
+    assert kinds(plan) == [QuarantinePool, DeleteWorkerJob] and "not quarantined" not in said
+
+
+def test_a_floor_above_the_jobs_threshold_holds_and_one_below_does_not_lower_it() -> None:
+    evidence = Evidence("Job", Reason.POD_FAILED, "exited with code 1")
+    j = job(recovery={"quarantineAfterFailures": 2})
+    st, _, _ = fail_once(j)
+    one = (FailureMark("team-b/other", "uid-b", at(5), pools=1),)
+    two = (*one, FailureMark("team-c/third", "uid-c", at(6), pools=1))
+
+    def verdict(others: tuple[FailureMark, ...], policy: QuarantinePolicy) -> str | None:
+        pool = replace(world().pools[1], failures_of_others=others)
+        assert pool.name == "tpu-1"
+        found = quarantine_verdict(evidence, "tpu-1", st.pools, pool, j.spec.recovery, at(11),
+                                   policy)
+        return found.reason if found is not None else None
+
+    assert verdict(one, QuarantinePolicy(min_jobs=3)) is None
+    assert verdict(two, QuarantinePolicy(min_jobs=3)) == Reason.REPEATED_FAILURES
+    assert verdict((), QuarantinePolicy(min_jobs=1)) is None  # the job's own 2 still holds
+    assert verdict(one, QuarantinePolicy(min_jobs=1)) == Reason.REPEATED_FAILURES
+
+
+def test_a_plain_crash_below_the_jobs_own_threshold_says_nothing_of_the_administrator(
+        ) -> None:
+    """The job's own quarantineAfterFailures (2), not the policy, keeps the pool: the
+    Event does not blame the administrator's setting."""
+    _, (said,), plan = fail_once(job())
+    assert kinds(plan) == [DeleteWorkerJob] and "not quarantined" not in said
+
+
+def test_a_jobs_own_report_alone_does_not_quarantine_a_pool_by_default() -> None:
+    """hardwareExitCodes is the job's own word: by default it counts as the job's own
+    failure (needs 2 jobs); the slice is still replaced at once."""
+    j = job(recovery={"hardwareExitCodes": [42]})
+    st, (said,), plan = fail_once(j, exit_code=42)
+    assert kinds(plan) == [DeleteWorkerJob]
+    assert [(f.blame, p.name) for p in st.pools for f in p.failures] == [("Reported", "tpu-1")]
+    assert "node pool tpu-1 not quarantined: the job's own report is no evidence against a " \
+        "pool other teams use unless the administrator allows it " \
+        "(--quarantine-on-job-report)" in said
+    _, (said,), plan = fail_once(j, exit_code=42, policy=QuarantinePolicy(trust_reports=True))
+    assert kinds(plan) == [QuarantinePool, DeleteWorkerJob] and "not quarantined" not in said
+
+
+def test_reports_of_two_jobs_on_one_pool_quarantine_it() -> None:
+    """Job B's report on tpu-1 reaches job A's reconcile through the node index (as the
+    operator's own status of B records it); A's report there makes two jobs."""
+    j = job(recovery={"hardwareExitCodes": [42]})
+    b_status, _, _ = fail_once(j, exit_code=42)
+    index = NodeIndex()
+    for node in nodes_for(spares=1).values():
+        index.node_seen(node)
+    index.note_failures(("team-b", "other"), "uid-b", b_status.pools)
+    marks = next(p for p in index.pools("tpu-v5-lite-podslice", "4x4", ("ns", "article"))
+                 if p.name == "tpu-1").failures_of_others
+    _, _, plan = fail_once(j, exit_code=42, others=marks)
+    quarantine = plan.actions[0]
+    assert isinstance(quarantine, QuarantinePool)
+    assert (quarantine.pool, quarantine.reason) == ("tpu-1", Reason.REPEATED_FAILURES)
+    assert quarantine.cause.jobs == (ME, ("team-b/other", "uid-b"))
 
 
 # --- a slice that waits for a pool ---------------------------------------------------------

@@ -18,6 +18,7 @@ from elastic_operator.core.plan import (
     LowerBackoffLimit,
     QuarantinePool,
 )
+from elastic_operator.core.pools import TRUSTING
 from elastic_operator.core.replacement import plan_replacements
 from elastic_operator.core.setter import get_condition
 from elastic_operator.core.status import compute_status
@@ -135,13 +136,17 @@ def test_a_hung_slice_is_replaced_once_as_a_slice_failure() -> None:
 
 
 def test_a_hung_slices_pool_is_quarantined_when_a_spare_exists() -> None:
+    """When the administrator trusts jobs' reports (--quarantine-on-job-report); by
+    default the trainer's word alone quarantines no pool other teams use."""
     job = job_with()
     observed = with_spares()
     st1, _ = look(job, running(job, observed), 51, training(52, request()), observed)
     jobs = {i: worker_job(i) for i in range(SLICES)}
     nodes = nodes_for(spares=1)
-    plan = plan_replacements("ns", "article", job.spec, st1,
-                             observe(nodes=nodes, pools=pools_of(nodes), jobs=jobs), s(51))
+    seen = observe(nodes=nodes, pools=pools_of(nodes), jobs=jobs)
+    plan = plan_replacements("ns", "article", job.spec, st1, seen, s(51))
+    assert [type(a) for a in plan.actions] == [DeleteWorkerJob]
+    plan = plan_replacements("ns", "article", job.spec, st1, seen, s(51), TRUSTING)
     kinds = [type(a) for a in plan.actions]
     assert kinds == [QuarantinePool, DeleteWorkerJob]
     quarantine = plan.actions[0]

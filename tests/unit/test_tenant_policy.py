@@ -115,17 +115,39 @@ def test_only_the_operator_and_the_controllers_may_ask_for_the_host() -> None:
     assert kinds == {"jobsets": ["CREATE", "UPDATE"], "jobs": ["CREATE"], "pods": ["CREATE"]}
 
 
-def test_the_policies_bind_only_labelled_namespaces_and_can_be_left_out() -> None:
-    # The tenant policy's two, not the status and reach policies (test_packaging_policies.py).
+def _tenant_bindings(*values: str) -> dict[str, dict[str, Any]]:
+    """The tenant policy's two bindings (not the status and reach policies:
+    test_packaging_policies.py), by the policy they bind."""
     tenant = ("etj-elastic-operator-tenant-placement", "etj-elastic-operator-host-access")
-    docs = helm_template("etj", "etj-system")
-    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"
-                and d["metadata"]["name"] in tenant]
-    assert len(bindings) == 2
-    for binding in bindings:
-        assert binding["spec"]["validationActions"] == ["Deny"]
-        assert binding["spec"]["matchResources"]["namespaceSelector"] == {
-            "matchLabels": {"elastic.pathways.dev/tenant-policy": "enforced"}}
+    return {d["spec"]["policyName"].removeprefix("etj-elastic-operator-"): d["spec"]
+            for d in helm_template("etj", "etj-system", *values)
+            if d["kind"] == "ValidatingAdmissionPolicyBinding"
+            and d["metadata"]["name"] in tenant}
+
+
+def test_host_access_binds_only_labelled_namespaces_placement_every_served_one() -> None:
+    """Host access judges every Pod of a namespace: only where labelled. Placement
+    judges only ElasticTrainingJobs: by default wherever the operator serves them (every
+    namespace; the release's watchNamespaces by name), with no label."""
+    bindings = _tenant_bindings()
+    assert set(bindings) == {"tenant-placement", "host-access"}
+    assert {b["validationActions"][0] for b in bindings.values()} == {"Deny"}
+    assert bindings["host-access"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"elastic.pathways.dev/tenant-policy": "enforced"}}
+    assert "matchResources" not in bindings["tenant-placement"]  # every namespace
+    served = _tenant_bindings("watchNamespaces={team-a,team-b}")
+    assert served["tenant-placement"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                              "values": ["team-a", "team-b"]}]}
+    assert served["host-access"] == bindings["host-access"]
+    own = _tenant_bindings("tenantPolicy.placementNamespaceSelector.matchLabels.team=a",
+                           "watchNamespaces={team-a}")
+    assert own["tenant-placement"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"team": "a"}}
+
+
+def test_the_tenant_policies_can_be_left_out() -> None:
+    assert _tenant_bindings("tenantPolicy.enabled=false") == {}
     off = helm_template("etj", "etj-system", "tenantPolicy.enabled=false")
-    assert not [d for d in off if "ValidatingAdmissionPolicy" in d["kind"]
-                and d["metadata"]["name"] in tenant]
+    assert not [d for d in off if d["kind"] == "ValidatingAdmissionPolicy"
+                and d["metadata"]["name"].endswith(("-tenant-placement", "-host-access"))]

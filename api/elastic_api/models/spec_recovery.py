@@ -56,7 +56,9 @@ class RecoverySpec(ApiModel):
         description="Jobs (this one counted) whose slices failed on one node pool within "
         "quarantineWindowSeconds with no evidence against the nodes, after which the pool "
         "is avoided (while a spare pool exists). A job whose failures follow it from pool "
-        "to pool is not counted. 1: this job's own failure is enough.",
+        "to pool is not counted. The operator's --quarantine-min-jobs (default 2) is the "
+        "least it takes whatever this asks: 1 (this job's own failure is enough) holds "
+        "only where the administrator set 1.",
     )
     quarantine_window_seconds: SpecInt = Field(
         3600, ge=60, le=604800,
@@ -65,11 +67,13 @@ class RecoverySpec(ApiModel):
     hardware_exit_codes: list[ExitCode] = Field(
         default_factory=list, max_length=32,
         description="Exit codes of a worker container that say its TPU host is broken (the "
-        "convention of your program or its runtime): the node pool is quarantined as for a "
-        "dead node, unless this job reported the same on another pool within "
-        "quarantineWindowSeconds (the fault follows the job). Any other exit on a healthy "
-        "node is the job's own failure: it spends the slice's restart budget and "
-        "quarantines nothing.",
+        "convention of your program or its runtime): the slice is replaced; its node pool is "
+        "quarantined as for a dead node where the administrator trusts jobs' reports "
+        "(etj operator --quarantine-on-job-report), unless this job reported the same on "
+        "another pool within quarantineWindowSeconds (the fault follows the job); else it "
+        "counts as this job's own failure toward quarantineAfterFailures. Any other exit "
+        "on a healthy node is the job's own failure: it spends the slice's restart budget "
+        "and counts only toward quarantineAfterFailures.",
     )
     hardware_reasons: list[TerminationReason] = Field(
         default_factory=list, max_length=16,

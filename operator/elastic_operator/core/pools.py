@@ -135,33 +135,71 @@ class Verdict:
     other_jobs: tuple[str, ...] = ()
 
 
-def _recent(pools: list[PoolStatus], blame: str, horizon: datetime) -> set[str]:
+@dataclass(frozen=True)
+class QuarantinePolicy:
+    """The administrator's say on quarantines that rest on what tenants control (etj
+    operator --quarantine-min-jobs, --quarantine-on-job-report; chart `quarantine`). A
+    pool serves other teams too, and a job's spec (quarantineAfterFailures,
+    hardwareExitCodes, hardwareReasons) and its trainer's report are the tenant's to
+    write: so without evidence against the nodes, slices of at least `min_jobs` distinct
+    jobs must have failed there, whatever the job asks, and the job's own report counts
+    as its own failure unless `trust_reports`. Evidence read from the nodes is never
+    weighed against this."""
+
+    min_jobs: int = 2
+    trust_reports: bool = False
+
+
+# The default: one job alone never quarantines a pool without evidence against its nodes.
+DEFAULT_QUARANTINE = QuarantinePolicy()
+# What the administrator can at most allow: the job's spec and report as they stand.
+TRUSTING = QuarantinePolicy(min_jobs=1, trust_reports=True)
+
+
+def _own_blames(policy: QuarantinePolicy) -> tuple[str, ...]:
+    """The blames that count as the job's own failure (a report not trusted is one)."""
+    return ("Job",) if policy.trust_reports else ("Job", "Reported")
+
+
+def _recent(pools: list[PoolStatus], blames: tuple[str, ...], horizon: datetime) -> set[str]:
     """The pools on which this job had failures so blamed since `horizon`."""
     return {p.name for p in pools
-            if any(f.blame == blame and f.at > horizon for f in p.failures)}
+            if any(f.blame in blames and f.at > horizon for f in p.failures)}
+
+
+def _jobs_needed(recovery: RecoverySpec, policy: QuarantinePolicy) -> int:
+    return max(recovery.quarantine_after_failures, policy.min_jobs)
+
+
+def _others(observed: ObservedPool | None, horizon: datetime) -> list[str]:
+    """The other jobs whose own failures on the pool count (none that follow their job)."""
+    return sorted({m.job for m in (observed.failures_of_others if observed else ())
+                   if m.at > horizon and m.pools <= 1})
 
 
 def quarantine_verdict(
     evidence: Evidence, pool: str, own: list[PoolStatus], observed: ObservedPool | None,
-    recovery: RecoverySpec, now: datetime,
+    recovery: RecoverySpec, now: datetime, policy: QuarantinePolicy = DEFAULT_QUARANTINE,
 ) -> Verdict | None:
     """Whether the failure on `pool` calls for its quarantine (`own`: this job's
     status.pools, this failure in it already). Evidence against the nodes does; the
-    job's own report does unless it came from another pool too (the fault follows the
-    job); an exit on a healthy node does only when slices of enough different jobs
-    failed there (quarantineAfterFailures), none of them one whose failures follow it."""
+    job's own report does, if the administrator trusts reports, unless it came from
+    another pool too (the fault follows the job); an exit on a healthy node (or a report
+    not trusted) does only when slices of enough different jobs failed there (the job's
+    quarantineAfterFailures, at least the policy's min_jobs), none of them one whose
+    failures follow it."""
     horizon = now - timedelta(seconds=recovery.quarantine_window_seconds)
     if evidence.blame == "Node":
         return Verdict(evidence.reason, evidence.detail)
-    if evidence.blame == "Reported":
-        if _recent(own, "Reported", horizon) - {pool}:
+    if evidence.blame == "Reported" and policy.trust_reports:
+        if _recent(own, ("Reported",), horizon) - {pool}:
             return None
         return Verdict(Reason.HARDWARE_FAILURE, evidence.detail)
-    if evidence.blame != "Job" or len(_recent(own, "Job", horizon) | {pool}) > 1:
+    if evidence.blame not in _own_blames(policy) \
+            or len(_recent(own, _own_blames(policy), horizon) | {pool}) > 1:
         return None
-    others = sorted({m.job for m in (observed.failures_of_others if observed else ())
-                     if m.at > horizon and m.pools <= 1})
-    if 1 + len(others) < recovery.quarantine_after_failures:
+    others = _others(observed, horizon)
+    if 1 + len(others) < _jobs_needed(recovery, policy):
         return None
     window = recovery.quarantine_window_seconds
     jobs = plural(1 + len(others), "job")
@@ -172,17 +210,41 @@ def quarantine_verdict(
                    tuple(others))
 
 
+def declined(
+    evidence: Evidence, pool: str, own: list[PoolStatus], observed: ObservedPool | None,
+    recovery: RecoverySpec, now: datetime, policy: QuarantinePolicy,
+) -> str | None:
+    """Why the pool is not quarantined when only the administrator's policy keeps it
+    from it (the job's spec and report alone would have), naming the flag; None
+    otherwise."""
+    args = (evidence, pool, own, observed, recovery, now)
+    if quarantine_verdict(*args, policy) is not None or quarantine_verdict(*args, TRUSTING) is None:
+        return None
+    horizon = now - timedelta(seconds=recovery.quarantine_window_seconds)
+    jobs = plural(1 + len(_others(observed, horizon)), "job")
+    needed = _jobs_needed(recovery, policy)
+    if evidence.blame == "Reported" and not policy.trust_reports:
+        return (f"node pool {pool} not quarantined: the job's own report is no evidence "
+                "against a pool other teams use unless the administrator allows it "
+                f"(--quarantine-on-job-report); it counts as the job's own failure, and "
+                f"slices of {jobs} failed there, fewer than {needed}")
+    return (f"node pool {pool} not quarantined: slices of {jobs} failed there, fewer than "
+            f"the {policy.min_jobs} jobs the administrator requires without evidence "
+            "against its nodes (--quarantine-min-jobs)")
+
+
 def withdrawn(pool: ObservedPool, me: str, own: list[PoolStatus], recovery: RecoverySpec,
-              now: datetime) -> str | None:
+              now: datetime, policy: QuarantinePolicy = DEFAULT_QUARANTINE) -> str | None:
     """Why a quarantine resting on this job's failures no longer holds (None: it does):
     the job's failures of that kind now come from other pools too: they follow the job."""
     cause = pool.cause
     if pool.quarantined not in JOB_EVIDENCE_REASONS or cause is None \
             or me not in {name for name, _ in cause.jobs}:
         return None
-    blame = "Reported" if pool.quarantined == Reason.HARDWARE_FAILURE else "Job"
+    blames = ("Reported",) if pool.quarantined == Reason.HARDWARE_FAILURE \
+        else _own_blames(policy)
     horizon = now - timedelta(seconds=recovery.quarantine_window_seconds)
-    elsewhere = sorted(_recent(own, blame, horizon) - {pool.name})
+    elsewhere = sorted(_recent(own, blames, horizon) - {pool.name})
     if not elsewhere:
         return None
     return (f"its evidence is withdrawn: {me}'s failures follow the job to "

@@ -31,7 +31,7 @@ Two steps, with the status written in between (intent first):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from elastic_api.budgets import Budget, Charge, budgets_of
@@ -60,6 +60,9 @@ from elastic_operator.core.plan import (
     ReplacementAction,
 )
 from elastic_operator.core.pools import (
+    DEFAULT_QUARANTINE,
+    QuarantinePolicy,
+    declined,
     pools_in_use,
     quarantine_verdict,
     record_pools,
@@ -101,14 +104,18 @@ def track_replacements(
     observed: Observed, views: SliceViews, previous_pools: list[PoolStatus], now: datetime,
     reported: Mapping[int, Evidence] | None = None,
     jobset_restarted_at: datetime | None = None,
+    policy: QuarantinePolicy = DEFAULT_QUARANTINE,
 ) -> Tracked:
     """slices[].pool, .replacement and .lastReplacement, and status.pools, after this
     reconcile's slice changes (`views`: each slice's pods). `reported`: the evidence of
     the slices the trainer blames (core/hung.py), which their pods do not show;
-    `jobset_restarted_at`: when the JobSet last restarted (core/budget_tracking.py)."""
+    `jobset_restarted_at`: when the JobSet last restarted (core/budget_tracking.py);
+    `policy`: the administrator's on quarantines (a SliceReplacing Event says when it
+    alone keeps the failed slice's pool from one)."""
     by_change = {c.index: c for c in changes}
     budget = budgets_of(spec).slice_restarts
     failed_on: list[tuple[str, Evidence]] = []
+    replacing: dict[int, tuple[str, Evidence]] = {}  # SliceReplacing Event: pool, evidence
     out: list[SliceStatus] = []
     events: list[StatusEvent] = []
     for s in slices:
@@ -131,6 +138,8 @@ def track_replacements(
             record = _new_record(spec, s, view, from_pool, evidence, now, row, charge)
             if record is not None:
                 events.append(_record_event(spec, s, record, row, budget, charge))
+                if record.action == "Replace" and from_pool:
+                    replacing[len(events) - 1] = (from_pool, evidence)
         elif record is not None and record.action == "RestartInPlace":
             record, last = _in_place(spec, s, view, record, last, pool, now, events, budget)
         elif record is not None and s.state == "Ready" and (
@@ -154,7 +163,25 @@ def track_replacements(
                          spec.recovery.quarantine_window_seconds, MAX_POOL_FAILURES)
     if spec.tpu.topology_aware is None:  # else Kueue places them, no pool to be free
         out = _no_healthy_pool(out, observed, views, pools)
+        events = _say_declined(events, replacing, spec, observed, pools, now, policy)
     return Tracked(slices=out, pools=pools, events=events)
+
+
+def _say_declined(events: list[StatusEvent], replacing: Mapping[int, tuple[str, Evidence]],
+                  spec: ElasticTrainingJobSpec, observed: Observed, pools: list[PoolStatus],
+                  now: datetime, policy: QuarantinePolicy) -> list[StatusEvent]:
+    """The SliceReplacing Events of the slices whose pool the job's spec and report alone
+    would have quarantined, but the administrator's policy does not: they say why, and
+    the flag (the slice is replaced all the same)."""
+    out = list(events)
+    for at, (pool, evidence) in replacing.items():
+        seen = next((p for p in observed.pools if p.name == pool), None)
+        if seen is None or seen.quarantined is not None:
+            continue
+        why = declined(evidence, pool, pools, seen, spec.recovery, now, policy)
+        if why is not None:
+            out[at] = replace(out[at], message=f"{out[at].message}; {why}")
+    return out
 
 
 def _failure(s: SliceStatus, view: SliceView, evidence: Evidence,
@@ -385,6 +412,7 @@ class _Planning:
     observed: Observed
     status: ElasticTrainingJobStatus
     now: datetime
+    policy: QuarantinePolicy = DEFAULT_QUARANTINE
 
     @property
     def me(self) -> str:
@@ -412,13 +440,13 @@ class _SliceSteps:
 
 def plan_replacements(
     namespace: str, jobset: str, spec: ElasticTrainingJobSpec, status: ElasticTrainingJobStatus,
-    observed: Observed, now: datetime,
+    observed: Observed, now: datetime, policy: QuarantinePolicy = DEFAULT_QUARANTINE,
 ) -> ReplacementPlan:
     """The actions the status's replacement records, the stuck pods and the quarantines
-    whose evidence has ended call for."""
+    whose evidence has ended call for (`policy`: the administrator's on quarantines)."""
     if not spec.recovery.replace_slices:
         return ReplacementPlan()
-    ctx = _Planning(namespace, jobset, spec, observed, status, now)
+    ctx = _Planning(namespace, jobset, spec, observed, status, now, policy)
     views = slice_views(observed)
     # Each quarantine sends one slice to one spare: never more quarantines than spares.
     spares = spare_pools(observed.pools, pools_in_use(status.slices))
@@ -509,7 +537,7 @@ def _quarantine(ctx: _Planning, record: SliceReplacement, view: SliceView,
     if pool.quarantined is not None:
         return None
     verdict = quarantine_verdict(_evidence(ctx, record, view), pool.name, ctx.status.pools,
-                                 pool, ctx.spec.recovery, ctx.now)
+                                 pool, ctx.spec.recovery, ctx.now, ctx.policy)
     if verdict is None:
         return None
     others = {m.job: m.uid for m in pool.failures_of_others}
@@ -547,7 +575,8 @@ def _withdrawn(ctx: _Planning) -> list[ReplacementAction]:
     withdrew (they follow the job to other pools)."""
     out: list[ReplacementAction] = []
     for pool in ctx.observed.pools:
-        why = withdrawn(pool, ctx.me, ctx.status.pools, ctx.spec.recovery, ctx.now)
+        why = withdrawn(pool, ctx.me, ctx.status.pools, ctx.spec.recovery, ctx.now,
+                        ctx.policy)
         if why is not None:
             out.append(ReleasePool(pool.name, pool.quarantined or "",
                                    tuple(n.name for n in pool.nodes), None, why))

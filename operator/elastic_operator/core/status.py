@@ -88,7 +88,12 @@ from elastic_operator.core.maintenance import (
     maintenance_condition,
     slice_maintenance,
 )
-from elastic_operator.core.pools import pools_in_use, spare_pools
+from elastic_operator.core.pools import (
+    DEFAULT_QUARANTINE,
+    QuarantinePolicy,
+    pools_in_use,
+    spare_pools,
+)
 from elastic_operator.core.progressing import (
     ProgressSignals,
     ProgressUpdate,
@@ -131,16 +136,18 @@ class StatusInputs:
     setter: ConditionSetter  # the previous conditions, now, the job's generation
     report_problem: str | None = None  # why (part of) status.training was ignored
     pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)  # Kueue's
+    quarantine: QuarantinePolicy = DEFAULT_QUARANTINE  # the administrator's
 
     @classmethod
     def of(cls, job: ElasticTrainingJob, observed: Observed,
            previous: ElasticTrainingJobStatus | None, now: datetime,
            report_problem: str | None = None,
-           pods_ready: PodsReadyTimeouts | None = None) -> StatusInputs:
+           pods_ready: PodsReadyTimeouts | None = None,
+           quarantine: QuarantinePolicy = DEFAULT_QUARANTINE) -> StatusInputs:
         prev = previous or ElasticTrainingJobStatus()
         return cls(job, observed, prev, now,
                    ConditionSetter(prev.conditions, now, job.metadata.generation),
-                   report_problem, pods_ready or PodsReadyTimeouts())
+                   report_problem, pods_ready or PodsReadyTimeouts(), quarantine)
 
     @property
     def spec(self) -> ElasticTrainingJobSpec:
@@ -254,11 +261,13 @@ def compute_status(
     *,
     report_problem: str | None = None,
     pods_ready: PodsReadyTimeouts | None = None,
+    quarantine: QuarantinePolicy = DEFAULT_QUARANTINE,
 ) -> StatusResult:
     """The operator's part of the status (status.training is carried over untouched),
     and the Events the change implies. `pods_ready`: Kueue's waitForPodsReady timeouts
-    (None: Kueue's defaults)."""
-    ctx = StatusInputs.of(job, observed, previous, now, report_problem, pods_ready)
+    (None: Kueue's defaults); `quarantine`: the administrator's policy on quarantines."""
+    ctx = StatusInputs.of(job, observed, previous, now, report_problem, pods_ready,
+                          quarantine)
     gates = decide_gates(ctx)
     tracking = track_slices(ctx, gates)
     trainer = track_trainer(ctx, gates, tracking)
@@ -305,7 +314,8 @@ def track_slices(ctx: StatusInputs, gates: Gates) -> SliceTracking:
     restarts = ctx.jobset.restarts if ctx.jobset is not None else 0
     tracked = track_replacements(ctx.spec, health.slices, health.changes, ctx.observed,
                                  ctx.views, prev.pools, ctx.now, reported,
-                                 jobset_restarted_at(prev, restarts, ctx.now))
+                                 jobset_restarted_at(prev, restarts, ctx.now),
+                                 ctx.quarantine)
     slices, request = tracked.slices, prev.checkpoint_request
     events += tracked.events
     if ctx.jobset is not None and not ctx.jobset.suspended:

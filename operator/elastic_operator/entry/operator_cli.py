@@ -88,12 +88,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "long (default 7)")
     election.add_argument("--retry-period-seconds", type=float, default=1.0, metavar="S",
                           help="renew, or look at the Lease, this often (default 1)")
+    _add_replacement_arguments(parser)
+    _add_kueue_arguments(parser)
+
+
+def _add_replacement_arguments(parser: argparse.ArgumentParser) -> None:
     replacement = parser.add_argument_group(
         "slice replacement (docs/operations.md, \"Slice replacement\")")
     replacement.add_argument(
         "--quarantine-pools", action=argparse.BooleanOptionalAction, default=True,
         help="label the nodes of a node pool a slice failed on so that replacements avoid "
         "it while a spare exists (needs nodes: patch; default on)")
+    replacement.add_argument(
+        "--quarantine-min-jobs", type=_at_least_one, default=2, metavar="N",
+        help="without evidence against its nodes, a node pool is quarantined only when "
+        "slices of at least N different jobs failed there, whatever a job's "
+        "recovery.quarantineAfterFailures asks: one tenant's own failures never "
+        "quarantine a pool other teams use (default 2; 1: the job decides)")
+    replacement.add_argument(
+        "--quarantine-on-job-report", action=argparse.BooleanOptionalAction, default=False,
+        help="a job's own report of a hardware failure (its trainer's, or an exit code or "
+        "reason its spec.recovery names) quarantines the pool by itself; off, it counts as "
+        "the job's own failure (--quarantine-min-jobs) (default off)")
     replacement.add_argument(
         "--node-actions-per-minute", type=_positive, default=30.0, metavar="N",
         help="rate of force-deletes and pool quarantines, all jobs together (default 30)")
@@ -111,7 +127,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeated-failures-quarantine-seconds", type=_non_negative, default=3600.0,
         metavar="S", help="a pool quarantined for repeated slice failures (its nodes look "
         "healthy) stays quarantined at least this long (default 3600)")
-    _add_kueue_arguments(parser)
 
 
 def _add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,6 +167,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
 def _non_negative(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -162,10 +184,13 @@ def _non_negative(text: str) -> float:
 def replacement_settings(args: argparse.Namespace) -> ReplacementSettings:
     from elastic_operator.app import ReplacementSettings
     from elastic_operator.core.eviction import PodsReadyTimeouts
+    from elastic_operator.core.pools import QuarantinePolicy
     from elastic_operator.writes.node_actions import NodeActionLimits
 
     return ReplacementSettings(
         quarantine_pools=args.quarantine_pools,
+        quarantine=QuarantinePolicy(min_jobs=args.quarantine_min_jobs,
+                                    trust_reports=args.quarantine_on_job_report),
         limits=NodeActionLimits(per_minute=args.node_actions_per_minute,
                                 burst=max(1, args.node_action_burst),
                                 cooldown_s=args.node_action_cooldown_seconds),

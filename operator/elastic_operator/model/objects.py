@@ -385,7 +385,7 @@ class RefusedJob:
 @dataclass(frozen=True)
 class FailureMark:
     """A slice failure of another job on a pool that blamed no node (the job's own, as
-    far as it could tell), as that job's status records it."""
+    far as it could tell, or its own report), as that job's status records it."""
 
     job: str  # <namespace>/<name>
     uid: str

@@ -204,7 +204,9 @@ class Reconciler:
         now = self.clock.now()
         new_status, events = compute_status(job, observed, parsed.previous, now,
                                             report_problem=parsed.report_problem,
-                                            pods_ready=self.pods_ready)
+                                            pods_ready=self.pods_ready,
+                                            # the administrator's, as the plan applies it
+                                            quarantine=self.writes.replacements.quarantine)
         reader.note_failures(namespace, name, job.metadata.uid or "", new_status.pools)
         recheck = self._recheck(key, job, new_status.slices or [])
         self.metrics.record_spec(namespace, name, job.spec, new_status.training)

@@ -38,7 +38,8 @@ class NodeIndex:
         # node -> {(namespace, pod): its job}: a job stays on a node while any of its
         # pods does (a replacement may land where the pod it replaces was).
         self._pods_on: dict[str, dict[tuple[str, str], JobKey]] = {}
-        # job -> (its uid, {pool: times its slices failed there, blamed on the job}).
+        # job -> (its uid, {pool: times its slices failed there, blamed on the job or
+        # reported by it}).
         self._failures: dict[JobKey, tuple[str, dict[str, list[datetime]]]] = {}
         # The nodes of each TPU shape by pool, sorted, as of `_nodes_version` (bumped when
         # a node is added, changed or removed): each reconcile reads its job's shape, and
@@ -103,9 +104,11 @@ class NodeIndex:
     # --- the jobs' statuses ---
 
     def note_failures(self, job: JobKey, uid: str, pools: list[PoolStatus]) -> None:
-        """The job's slice failures that blamed the job itself (status.pools), replacing
-        what it said before."""
-        marks = {p.name: [f.at for f in p.failures if f.blame == "Job"] for p in pools}
+        """The job's slice failures that blamed the job itself or that it reported
+        (status.pools: its own word, which counts as its own failure unless the
+        administrator trusts reports, core/pools.py), replacing what it said before."""
+        marks = {p.name: [f.at for f in p.failures if f.blame in ("Job", "Reported")]
+                 for p in pools}
         marks = {name: times for name, times in marks.items() if times}
         with self._lock:
             if marks:

@@ -22,6 +22,7 @@ from elastic_operator.core.budget_tracking import plan_end_head
 from elastic_operator.core.failure import is_terminal
 from elastic_operator.core.maintenance import next_notice_in
 from elastic_operator.core.plan import DeleteWorkerJob, ReplacementAction
+from elastic_operator.core.pools import DEFAULT_QUARANTINE, QuarantinePolicy
 from elastic_operator.core.progressing import next_progress_look_in, plan_trainer_restart
 from elastic_operator.core.replacement import needs_jobs, plan_replacements
 from elastic_operator.core.trainer_restarts import exit_due_in
@@ -37,8 +38,10 @@ logger = logging.getLogger("elastic_operator")
 
 class ReplacementFollowUps:
     def __init__(self, writes: ReplacementWrites, reader: JobReader, metrics: OperatorMetrics,
-                 memory: JobMemories) -> None:
+                 memory: JobMemories, quarantine: QuarantinePolicy = DEFAULT_QUARANTINE,
+                 ) -> None:
         self.writes = writes
+        self.quarantine = quarantine  # the administrator's policy (core/pools.py)
         self.reader = reader
         self.metrics = metrics
         self.memory = memory
@@ -74,7 +77,8 @@ class ReplacementFollowUps:
             return waits
         if needs_jobs(status):  # read again: a Job deleted since the look is being deleted
             observed = replace(observed, jobs=self.worker_jobs(key, jobset.name, planned=True))
-        plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now)
+        plan = plan_replacements(namespace, jobset.name, job.spec, status, observed, now,
+                                 self.quarantine)
         if plan.actions:
             self._hand_over(raw, key, plan.actions, now, later)
         waits += [plan.wake_after_s, next_notice_in(job.spec, observed, now)]
