@@ -3,8 +3,9 @@
 The operator runs exactly as deployed (`python -m elastic_api.etj_cli operator ...`), so
 a caller can stop it, SIGKILL it and start it again. It always gets a free liveness port
 (`start()` returns once /healthz answers: a standby answers too), a free metrics port
-(`metrics()`, plain HTTP unless `insecure_metrics=False`) and, unless `readiness=False` (an older release's operator, which has no
-such flag), a free readiness port (`ready()`: GET /readyz, 200 once it could lead).
+(`metrics()`, plain HTTP unless `insecure_metrics=False`) and, unless `readiness=False`
+(an older release's operator, which has no such flag), a free readiness port
+(`ready()`: GET /readyz, 200 once it could lead).
 Each OperatorProcess has its own leader identity, kept across its restarts (as a pod's
 name is across container restarts), so a restarted operator takes its Lease back at
 once; `replicas()` makes several that elect one leader, and `skew_seconds` runs one with
