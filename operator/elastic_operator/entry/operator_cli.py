@@ -220,14 +220,28 @@ def check_api_versions(kube: Kube, now: datetime | None = None) -> bool:
     return False
 
 
-def serve_secure_metrics(args: argparse.Namespace, kube: Kube) -> None:
-    """/metrics over HTTPS to the readers RBAC allows (entry/metrics_server.py)."""
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+def serve_metrics(args: argparse.Namespace, kube: Kube) -> bool:
+    """/metrics over HTTPS to the readers RBAC allows (entry/metrics_server.py), or with
+    --metrics-insecure over plain HTTP to anyone (prometheus_client's server); False,
+    said on stderr, if it cannot be served (a port in use, a bad certificate or key)."""
+    try:
+        _serve_metrics(args, kube)
+    except (ValueError, OSError) as e:
+        print(f"etj operator: /metrics: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+def _serve_metrics(args: argparse.Namespace, kube: Kube) -> None:
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest, start_http_server
 
     from elastic_operator.entry.metrics_auth import MetricsAuthorizer
     from elastic_operator.entry.metrics_server import SecureMetricsServer
     from elastic_operator.entry.metrics_tls import server_context
 
+    if not args.metrics_secure:
+        start_http_server(args.metrics_port, addr=args.listen_address)
+        return
     context = server_context(args.metrics_cert_file, args.metrics_key_file)
     SecureMetricsServer(args.listen_address, args.metrics_port, context,
                         MetricsAuthorizer(kube),
@@ -236,7 +250,6 @@ def serve_secure_metrics(args: argparse.Namespace, kube: Kube) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import kopf
-    from prometheus_client import start_http_server
 
     from elastic_api.names import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL
     from elastic_operator.app import build_operator
@@ -252,8 +265,6 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.verbose:
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    if args.metrics_port and not args.metrics_secure:
-        start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
     try:
         election = ElectionConfig(
@@ -276,12 +287,8 @@ def run(args: argparse.Namespace) -> int:
     kube = Kube.from_environment()
     if not check_api_versions(kube):
         return 1
-    if args.metrics_port and args.metrics_secure:
-        try:
-            serve_secure_metrics(args, kube)
-        except (ValueError, OSError) as e:  # a bad or unreadable certificate or key
-            print(f"etj operator: /metrics: {e}", file=sys.stderr)
-            return 2
+    if args.metrics_port and not serve_metrics(args, kube):
+        return 2
     # Kueue's Workloads are watched where Kueue is installed (restart the operator after
     # installing it); its jobs are reconciled without the watch too, at each resync.
     kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)

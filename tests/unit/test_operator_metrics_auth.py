@@ -171,3 +171,18 @@ def test_the_https_server_answers_as_the_rule_says() -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5)
     finally:
         server.stop()
+
+
+def test_the_flags_default_to_secure_and_a_lone_certificate_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from elastic_operator.entry.operator_cli import add_arguments, serve_metrics
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).metrics_secure
+    assert not parser.parse_args(["--metrics-secure", "--metrics-insecure"]).metrics_secure
+    args = parser.parse_args(["--metrics-cert-file", "tls.crt", "--metrics-port", "1"])
+    assert serve_metrics(args, Reviews()) is False  # type: ignore[arg-type]
+    assert "--metrics-key-file" in capsys.readouterr().err
