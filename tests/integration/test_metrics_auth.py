@@ -1,10 +1,12 @@
 """/metrics as the chart serves it, on the local control plane: HTTPS, and only to a
-bearer token whose user RBAC lets get /metrics (docs/threat-model.md, "Metrics").
+bearer token whose user RBAC lets get /metrics (docs/threat-model.md, "The operator's
+reach").
 
 The operator runs with the chart's RBAC and arguments as the chart's ServiceAccount
-(tests/support/chart.py), so its TokenReviews and SubjectAccessReviews are authorized by
-the chart's ClusterRole alone. The scrapers are ServiceAccounts of the test's namespace:
-a tenant's (no role) and Prometheus' (bound to the chart's `<release>-metrics-reader`).
+(tests/support/chart.py), two replicas as the chart runs them, so their TokenReviews and
+SubjectAccessReviews are authorized by the chart's ClusterRole alone, the standby's too.
+The scrapers are ServiceAccounts of the test's namespace: a tenant's (no role) and
+Prometheus' (bound to the chart's `<release>-metrics-reader`).
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def may_get_metrics(api: client.ApiClient, user: str) -> bool:
 
 def test_metrics_need_a_token_whose_user_may_get_them(
         cluster: Cluster, api: client.ApiClient, namespace: str, tmp_path: Path) -> None:
-    replicas = ChartReplicas(cluster, api, namespace, tmp_path, count=1, secure_metrics=True)
+    replicas = ChartReplicas(cluster, api, namespace, tmp_path, secure_metrics=True)
     rbac = client.RbacAuthorizationV1Api(api)
     binding = f"{replicas.release}-prometheus"
     with replicas.running():
@@ -83,8 +85,16 @@ def test_metrics_need_a_token_whose_user_may_get_them(
             assert status == 200, body
             leader = replicas.procs[0].identity
             assert f'etj_leader{{identity="{leader}"}} 1.0' in body, body[:2000]
-            # The operator's own reviews were allowed by the chart's RBAC: nothing refused.
-            log = replicas.procs[0].log_path.read_text()
-            assert "could not review" not in log, log[-3000:]
+            # The standby serves its own (it writes nothing, but its reviews store nothing
+            # either: they are not held back by the leader's write fence).
+            standby = replicas.procs[1]
+            status, body = scrape(standby.metrics_port, prometheus)
+            assert status == 200, body
+            assert f'etj_leader{{identity="{standby.identity}"}} 0.0' in body, body[:2000]
+            assert scrape(standby.metrics_port, tenant)[0] == 403
+            # The operators' own reviews were allowed by the chart's RBAC: nothing refused.
+            for proc in replicas.procs:
+                log = proc.log_path.read_text()
+                assert "could not review" not in log, log[-3000:]
         finally:
             rbac.delete_cluster_role_binding(binding)
