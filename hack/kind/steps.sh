@@ -427,15 +427,45 @@ upgrade_during_recovery() {
 }
 
 # --- metrics, uninstall -------------------------------------------------------------------------
-# From a pod, through the Service's cluster DNS name and virtual IP, as Prometheus scrapes.
+# From a pod, as Prometheus scrapes: HTTPS (the self-signed certificate not verified) with
+# the token of a ServiceAccount bound to the chart's <release>-metrics-reader; first without
+# a token (401). Through the Service's cluster DNS name and virtual IP, then the leader's
+# own pod IP (the API server's pod proxy would not pass the scraper's token on).
+SCRAPE_PY='
+import ssl, sys, urllib.error, urllib.request
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+token = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read().strip()
+def get(url, auth):
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token} if auth else {})
+    try:
+        with urllib.request.urlopen(req, timeout=20, context=ctx) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+print("no-token", get(sys.argv[1], False)[0])
+for url in sys.argv[1:]:
+    code, body = get(url, True)
+    print("=== " + url, code); print(body)
+'
 scrape_metrics() {
-  local url=http://$RELEASE-metrics.$OPERATOR_NS.svc:9090/metrics
+  local url=https://$RELEASE-metrics.$OPERATOR_NS.svc:9090/metrics
+  local leader; leader=$(lease_holder)
+  local leader_url="https://$(kubectl get pod -n "$OPERATOR_NS" "$leader" -o jsonpath='{.status.podIP}'):9090/metrics"
+  kubectl create serviceaccount metrics-scraper -n default >/dev/null
+  kubectl create clusterrolebinding etj-e2e-metrics-scraper --clusterrole="$RELEASE-metrics-reader" \
+    --serviceaccount=default:metrics-scraper >/dev/null
   kubectl run metrics-scrape -n default --image="elastic-trainer:$E2E_TAG" --image-pull-policy=Never \
-    --restart=Never --command -- python3 -c \
-    "import urllib.request; print(urllib.request.urlopen('$url', timeout=20).read().decode())" >/dev/null
+    --restart=Never --overrides='{"apiVersion": "v1", "spec": {"serviceAccountName": "metrics-scraper"}}' \
+    --command -- python3 -c "$SCRAPE_PY" "$url" "$leader_url" >/dev/null
   wait_for "the scrape pod to finish" pod_succeeded default metrics-scrape
-  kubectl logs -n default metrics-scrape >"$WORK/metrics.txt"
+  kubectl logs -n default metrics-scrape >"$WORK/scrape.txt"
   kubectl delete pod -n default metrics-scrape --wait=false >/dev/null
+  kubectl delete clusterrolebinding etj-e2e-metrics-scraper >/dev/null
+  grep -qx "no-token 401" "$WORK/scrape.txt" || die "$url answered without a token: $(head -n 1 "$WORK/scrape.txt")"
+  grep -qx "=== $url 200" "$WORK/scrape.txt" || die "the metrics reader's scrape of $url: $(grep '^===' "$WORK/scrape.txt")"
+  grep -qx "=== $leader_url 200" "$WORK/scrape.txt" || die "the metrics reader's scrape of $leader_url: $(grep '^===' "$WORK/scrape.txt")"
+  sed -n "\|^=== $url |,\|^=== $leader_url |p" "$WORK/scrape.txt" >"$WORK/metrics.txt"
+  sed -n "\|^=== $leader_url |,\$p" "$WORK/scrape.txt" >"$WORK/leader-metrics.txt"
   # The Service reaches either replica: the metric families are there on both.
   local line
   for line in "# TYPE etj_slice_failures_total counter" "# TYPE etj_recovery_duration_seconds histogram" \
@@ -444,14 +474,12 @@ scrape_metrics() {
   done
   # The job's gauges come from the leader, which reconciled it after the recovery (the
   # standby reconciles nothing); Prometheus scrapes each pod, so read the leader's own.
-  local leader; leader=$(lease_holder)
-  kubectl get --raw "/api/v1/namespaces/$OPERATOR_NS/pods/$leader:9090/proxy/metrics" >"$WORK/leader-metrics.txt"
   for line in "etj_desired_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
               "etj_ready_slices{job=\"$JOB\",namespace=\"$NS\"} 2.0" \
               "etj_leader{identity=\"$leader\"} 1.0"; do
     grep -qF "$line" "$WORK/leader-metrics.txt" || { grep etj_ "$WORK/leader-metrics.txt" | head -n 40 >&2; die "no '$line' in the leader's ($leader) metrics"; }
   done
-  log "scraped $url: $(grep -c '^etj_' "$WORK/metrics.txt") etj_ samples; the leader $leader: $(grep -c '^etj_' "$WORK/leader-metrics.txt")"
+  log "scraped $url with a reader's token (401 without): $(grep -c '^etj_' "$WORK/metrics.txt") etj_ samples; the leader $leader: $(grep -c '^etj_' "$WORK/leader-metrics.txt")"
 }
 pod_succeeded() { [ "$(kubectl get pod -n "$1" "$2" -o jsonpath='{.status.phase}')" = Succeeded ]; }
 

@@ -115,6 +115,9 @@ class ChartReplicas:
     # Namespaces watched beside `namespace` (the multi-tenant soak's teams').
     also_watch: tuple[str, ...] = ()
     release: str = field(default_factory=unique_release)
+    # /metrics as the chart serves it (HTTPS, a reader's token); else plain HTTP, which
+    # OperatorProcess.metrics() and leading() read.
+    secure_metrics: bool = False
     procs: list[OperatorProcess] = field(default_factory=list)
     credentials: list[str] = field(default_factory=list)
     _docs: list[dict[str, Any]] = field(default_factory=list)
@@ -148,7 +151,8 @@ class ChartReplicas:
             self.credentials.append(credential_of(token_of(kubeconfig)))
             self.procs.append(OperatorProcess(
                 self.kubeconfig(kubeconfig), self.workdir / f"operator-{i}.log", args=args,
-                identity=f"{self.release}-{i}-{uuid.uuid4().hex[:5]}", new_session=True))
+                identity=f"{self.release}-{i}-{uuid.uuid4().hex[:5]}", new_session=True,
+                insecure_metrics=not self.secure_metrics))
 
     def token_kubeconfig(self, name: str) -> Path:
         """A kubeconfig with a new token of the chart's ServiceAccount."""
@@ -199,7 +203,9 @@ class ChartReplicas:
     def start(self) -> None:
         """Replica 0 first, leading; then the others (standbys)."""
         self.procs[0].start()
-        wait_for(self.procs[0].leading, 60, "replica 0 leads")
+        first = self.procs[0]
+        wait_for(lambda: self.holder() == first.identity if self.secure_metrics
+                 else first.leading(), 60, "replica 0 leads")
         for proc in self.procs[1:]:
             proc.start()
 

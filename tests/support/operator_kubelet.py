@@ -171,10 +171,15 @@ class OperatorKubelet(BackgroundLoop):
                                       pod.spec.service_account_name,
                                       self.workdir / f"{name}.kubeconfig")
         probed = container.readiness_probe is not None
+        # A release whose chart says how /metrics is served knows --metrics-insecure
+        # (metrics() reads plain HTTP); an older one serves plain HTTP anyway.
+        knows = any(a.startswith(("--metrics-secure", "--metrics-insecure"))
+                    for a in container.args or [])
         proc = OperatorProcess(kubeconfig, self.workdir / f"{name}.log", args=pod_args(container),
                                env={**downward_env(pod, container), **revision.env()},
                                command=(*revision.etj(), "operator"), cwd=revision.tree,
-                               new_session=True, identity=name, readiness=probed)
+                               new_session=True, identity=name, readiness=probed,
+                               insecure_metrics=knows)
         proc.spawn()
         grace = pod.spec.termination_grace_period_seconds or DEFAULT_GRACE_SECONDS
         known = PodProcess(name, pod.metadata.uid, revision, proc, grace, probed,

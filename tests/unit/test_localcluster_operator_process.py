@@ -77,8 +77,9 @@ def test_defaults_run_etj_operator_at_test_speed(tmp_path: Path) -> None:
     argv = proc.argv()
     assert argv[:4] == [sys.executable, "-m", "elastic_api.etj_cli", "operator"]
     assert tuple(argv[:len(OPERATOR_COMMAND) + len(TEST_ARGS)]) == OPERATOR_COMMAND + TEST_ARGS
-    assert argv[-10:] == ["--liveness-port", str(proc.liveness_port),
+    assert argv[-11:] == ["--liveness-port", str(proc.liveness_port),
                           "--metrics-port", str(proc.metrics_port),
+                          "--metrics-insecure",  # metrics() reads plain HTTP
                           "--readiness-port", str(proc.readiness_port),
                           "--listen-address", "127.0.0.1",  # not every interface
                           "--leader-identity", proc.identity]
@@ -86,6 +87,9 @@ def test_defaults_run_etj_operator_at_test_speed(tmp_path: Path) -> None:
     # An older release's operator has no --readiness-port: none is passed.
     older = OperatorProcess(tmp_path / "k", tmp_path / "l", readiness=False)
     assert older.readiness_port is None and "--readiness-port" not in older.argv()
+    # The operator's own default (HTTPS), or an older release's without the flag.
+    assert "--metrics-insecure" not in OperatorProcess(
+        tmp_path / "k", tmp_path / "l", insecure_metrics=False).argv()
     assert not proc.running
 
 

@@ -247,9 +247,11 @@ def test_container_args_parse_with_the_real_operator_cli(scenario: str) -> None:
 
 
 def rbac_rules(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The rules of the operator's roles (not the metrics reader's, which is Prometheus')."""
     return [
         (f"{d['kind']}/{d['metadata']['name']}", rule)
         for d in docs if d["kind"] in ("ClusterRole", "Role")
+        and d["metadata"]["name"] != f"{RELEASE}-metrics-reader"
         for rule in d.get("rules", [])
     ]
 
@@ -294,7 +296,10 @@ def test_nodes_worker_clusters_priority_classes_and_our_crd_are_the_only_cluster
         ("kueue.x-k8s.io", "multikueueclusters", "get"),
         ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
         ("scheduling.k8s.io", "priorityclasses", "get"),
-        *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")}}
+        *{("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")},
+        # Who scrapes /metrics: the API server's reviews of a token and of its user.
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create")}
     (crd_rule,) = [r for r in only(docs, "ClusterRole", f"{RELEASE}-nodes")["rules"]
                    if "customresourcedefinitions" in r["resources"]]
     assert crd_rule["resourceNames"] == [CRD_NAME], "the operator reads its own CRD only"
@@ -360,9 +365,61 @@ def test_service_monitor_scrapes_the_metrics_service_when_enabled() -> None:
     assert result.returncode != 0 and "metrics.service.enabled" in result.stderr
 
 
+def test_metrics_are_served_to_readers_over_https_by_default() -> None:
+    docs = render(SCENARIOS["servicemonitor"])
+    (container,) = only(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-secure" in container["args"]
+    reader = only(docs, "ClusterRole", f"{RELEASE}-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert not [b for b in of_kind(docs, "ClusterRoleBinding")
+                if b["roleRef"]["name"] == reader["metadata"]["name"]], "bound by the user"
+    (endpoint,) = only(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == {
+        "insecureSkipVerify": True}
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert not of_kind(docs, "NetworkPolicy"), "the NetworkPolicy must be opt-in"
+
+
+def test_metrics_certificate_from_a_secret_and_insecure_as_asked() -> None:
+    docs = render({"operator.metrics.certSecret": "operator-metrics-tls"})
+    pod = only(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    parsed = operator_parser_args(container["args"])
+    assert parsed.metrics_secure and parsed.metrics_cert_file.startswith("/etc/etj/metrics-tls/")
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "metrics-tls"]
+    assert parsed.metrics_key_file.startswith(mount["mountPath"]) and mount["readOnly"]
+    assert {"name": "metrics-tls", "secret": {"secretName": "operator-metrics-tls"}} \
+        in pod["volumes"]
+    docs = render({"operator.metrics.secure": "false", "metrics.serviceMonitor.enabled": "true"})
+    (container,) = only(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert not operator_parser_args(container["args"]).metrics_secure
+    assert "scheme" not in only(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert not [d for d in of_kind(docs, "ClusterRole") if "metrics-reader" in
+                d["metadata"]["name"]]
+    assert ("authentication.k8s.io", "tokenreviews", "create") not in grants(
+        docs, f"{RELEASE}-nodes"), "no reviews to make: no right to make them"
+
+
+def test_metrics_network_policy_admits_the_named_namespaces_on_the_metrics_port() -> None:
+    docs = render({"metrics.networkPolicy.enabled": "true",
+                   "metrics.networkPolicy.fromNamespaceLabels.team": "observability"})
+    policy = only(docs, "NetworkPolicy")
+    pod = only(docs, "Deployment")["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() \
+        <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring", "team": "observability"}}}]
+    (container,) = pod["spec"]["containers"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert "metrics" in {p["name"] for p in container["ports"]}
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("operator.logFormat", "xml"), ("watchNamespaces", "{Bad_Namespace}"),
+    [("operator.metrics.certSecret", "Not_A_Name"),
+     ("operator.logFormat", "xml"), ("watchNamespaces", "{Bad_Namespace}"),
      ("operator.metricsPort", "0"), ("operator.readinessPort", "0"),
      ("podAntiAffinity", "always"), ("replicaCount", "0"),
      ("operator.mallocArenaMax", "0")],

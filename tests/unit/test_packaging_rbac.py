@@ -87,6 +87,9 @@ KUBE_METHODS: dict[str, set[Permission]] = {
     "dry_run_job": {("batch", "jobs", "create")},
     "patch_job_status": {(GROUP, f"{PLURAL}/status", "patch")},
     "post_event": {("", "events", "create")},
+    # Who scrapes /metrics (entry/metrics_auth.py): reviews, nothing stored.
+    "review_token": {("authentication.k8s.io", "tokenreviews", "create")},
+    "review_metrics_access": {("authorization.k8s.io", "subjectaccessreviews", "create")},
     "create": set(),  # filled in by created_kinds()
 }
 # Not requests of their own: the transport, and construction.
@@ -184,6 +187,8 @@ def chart_permissions() -> set[Permission]:
     for doc in yaml.safe_load_all(result.stdout):
         if doc and doc["kind"] in ("ClusterRole", "Role"):
             for rule in doc["rules"]:
+                if "nonResourceURLs" in rule:  # <release>-metrics-reader: Prometheus'
+                    continue
                 granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"]
                             for v in rule["verbs"]}
     return granted

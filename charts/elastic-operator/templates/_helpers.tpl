@@ -112,6 +112,16 @@ manager: whether the worker cluster a job runs in can be reached (read only). */
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
   verbs: ["get"]
+{{- if .Values.operator.metrics.secure }}
+# Who scrapes /metrics: the API server reviews the scraper's token and whether its user
+# may get /metrics (reviews store nothing).
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["tokenreviews"]
+  verbs: ["create"]
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
 # The operator's own CRD alone: whether its schema is the operator's revision.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]

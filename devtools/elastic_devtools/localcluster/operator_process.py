@@ -3,8 +3,9 @@
 The operator runs exactly as deployed (`python -m elastic_api.etj_cli operator ...`), so
 a caller can stop it, SIGKILL it and start it again. It always gets a free liveness port
 (`start()` returns once /healthz answers: a standby answers too), a free metrics port
-(`metrics()`) and, unless `readiness=False` (an older release's operator, which has no
-such flag), a free readiness port (`ready()`: GET /readyz, 200 once it could lead).
+(`metrics()`, plain HTTP unless `insecure_metrics=False`) and, unless `readiness=False`
+(an older release's operator, which has no such flag), a free readiness port
+(`ready()`: GET /readyz, 200 once it could lead).
 Each OperatorProcess has its own leader identity, kept across its restarts (as a pod's
 name is across container restarts), so a restarted operator takes its Lease back at
 once; `replicas()` makes several that elect one leader, and `skew_seconds` runs one with
@@ -47,6 +48,10 @@ class OperatorProcess:
     KUBECONFIG). `new_session` puts the child in its own process group, signalled as a
     whole, so a Ctrl-C in the terminal reaches only the parent, which stops it in order.
     `readiness`: pass a free `--readiness-port` (False for an operator without the flag).
+    `insecure_metrics`: serve /metrics over plain HTTP to anyone (`--metrics-insecure`,
+    last: it wins over `args`), as `metrics()` reads it; False for the operator's own
+    default (HTTPS and a reader's token, tests/integration/test_metrics_auth.py) or an
+    operator without the flag.
     """
 
     def __init__(self, kubeconfig: Path | str, log_path: Path, *,
@@ -54,7 +59,8 @@ class OperatorProcess:
                  env: Mapping[str, str] | None = None,
                  command: Sequence[str] = OPERATOR_COMMAND, cwd: Path | None = None,
                  new_session: bool = False, identity: str | None = None,
-                 skew_seconds: float = 0.0, readiness: bool = True) -> None:
+                 skew_seconds: float = 0.0, readiness: bool = True,
+                 insecure_metrics: bool = True) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.log_path = log_path
         self.args = args.args() if isinstance(args, OperatorSettings) else tuple(args)
@@ -70,14 +76,16 @@ class OperatorProcess:
         self.identity = identity or f"operator-{uuid.uuid4().hex[:8]}"
         self.liveness_port, self.metrics_port, readiness_port = free_ports(3)
         self.readiness_port = readiness_port if readiness else None
+        self.insecure_metrics = insecure_metrics
         self.proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
         # Local runs: the endpoints bind the loopback only, not every interface.
         readiness = ["--readiness-port", str(self.readiness_port)] \
             if self.readiness_port is not None else []
+        insecure = ["--metrics-insecure"] if self.insecure_metrics else []
         return [*self.command, *self.args, "--liveness-port", str(self.liveness_port),
-                "--metrics-port", str(self.metrics_port), *readiness,
+                "--metrics-port", str(self.metrics_port), *insecure, *readiness,
                 "--listen-address", "127.0.0.1", "--leader-identity", self.identity]
 
     @property

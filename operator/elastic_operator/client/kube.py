@@ -373,6 +373,23 @@ class Kube(JobAndPodWrites):
                                     bodies.if_at_version(patch, resource_version))
         return patched if isinstance(patched, dict) else None
 
+    # --- reviews (who scrapes /metrics): they store nothing, so a standby sends them too
+
+    def review_token(self, token: str) -> dict[str, Any]:
+        """The API server's TokenReview of `token`: its status (authenticated, user)."""
+        reviewed = self.client.create("/apis/authentication.k8s.io/v1/tokenreviews",
+                                      bodies.token_review(token), fenced=False,
+                                      back_off=False)
+        return dict((reviewed or {}).get("status") or {})
+
+    def review_metrics_access(self, user: dict[str, Any], path: str) -> dict[str, Any]:
+        """The API server's SubjectAccessReview: may `user` GET the URL `path`? Its status
+        (allowed, reason)."""
+        reviewed = self.client.create(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            bodies.metrics_access_review(user, path), fenced=False, back_off=False)
+        return dict((reviewed or {}).get("status") or {})
+
     def post_event(self, job: dict[str, Any], event: StatusEvent, now: datetime,
                    name: str | None = None) -> bool:
         """Post an Event on the job; False if one of this `name` exists already (the same

@@ -129,3 +129,21 @@ def worker_jobs(label_selector: str) -> str:
 def workloads_of(jobset_uid: str) -> str:
     """The selector of the Kueue Workloads of the JobSet with this uid."""
     return f"{KUEUE_JOB_UID_LABEL}={jobset_uid}"
+
+
+def token_review(token: str) -> dict[str, Any]:
+    """A TokenReview of a bearer token sent to /metrics (for the API server's audience)."""
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token}}
+
+
+def metrics_access_review(user: dict[str, Any], path: str) -> dict[str, Any]:
+    """A SubjectAccessReview: may `user` (a TokenReview's status.user) GET the non-resource
+    URL `path`, as RBAC's `nonResourceURLs: [/metrics], verbs: [get]` grants it."""
+    spec: dict[str, Any] = {"user": user.get("username", ""),
+                            "nonResourceAttributes": {"path": path, "verb": "get"}}
+    for field in ("groups", "uid", "extra"):
+        if user.get(field):
+            spec[field] = user[field]
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": spec}

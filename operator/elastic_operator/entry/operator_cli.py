@@ -143,6 +143,24 @@ def _add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address the liveness, readiness and metrics endpoints bind "
                         "(default 0.0.0.0, for the kubelet and Prometheus; 127.0.0.1 on a "
                         "laptop)")
+    _add_metrics_security_arguments(parser)
+
+
+def _add_metrics_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """/metrics names every job: HTTPS and a reader's token by default (docs/metrics.md)."""
+    secure = parser.add_argument_group("/metrics' security (docs/metrics.md)")
+    secure.add_argument("--metrics-secure", dest="metrics_secure", action="store_true",
+                        default=True, help="serve /metrics over HTTPS, only to a bearer "
+                        "token whose user may get the URL /metrics (TokenReview, then "
+                        "SubjectAccessReview; the chart's <release>-metrics-reader "
+                        "ClusterRole grants it; default)")
+    secure.add_argument("--metrics-insecure", dest="metrics_secure", action="store_false",
+                        help="serve /metrics over plain HTTP to anyone (local runs, tests)")
+    secure.add_argument("--metrics-cert-file", default=None, metavar="PATH",
+                        help="the HTTPS certificate (PEM; with --metrics-key-file; default: "
+                        "one made at start, signed by itself)")
+    secure.add_argument("--metrics-key-file", default=None, metavar="PATH",
+                        help="the HTTPS certificate's private key (PEM)")
 
 
 def _add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
@@ -227,9 +245,36 @@ def check_api_versions(kube: Kube, now: datetime | None = None) -> bool:
     return False
 
 
+def serve_metrics(args: argparse.Namespace, kube: Kube) -> bool:
+    """/metrics over HTTPS to the readers RBAC allows (entry/metrics_server.py), or with
+    --metrics-insecure over plain HTTP to anyone (prometheus_client's server); False,
+    said on stderr, if it cannot be served (a port in use, a bad certificate or key)."""
+    try:
+        _serve_metrics(args, kube)
+    except (ValueError, OSError) as e:
+        print(f"etj operator: /metrics: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+def _serve_metrics(args: argparse.Namespace, kube: Kube) -> None:
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest, start_http_server
+
+    from elastic_operator.entry.metrics_auth import MetricsAuthorizer
+    from elastic_operator.entry.metrics_server import SecureMetricsServer
+    from elastic_operator.entry.metrics_tls import server_context
+
+    if not args.metrics_secure:
+        start_http_server(args.metrics_port, addr=args.listen_address)
+        return
+    context = server_context(args.metrics_cert_file, args.metrics_key_file)
+    SecureMetricsServer(args.listen_address, args.metrics_port, context,
+                        MetricsAuthorizer(kube),
+                        lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST)).start()
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
-    from prometheus_client import start_http_server
 
     from elastic_api.names import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL
     from elastic_operator.app import build_operator
@@ -245,8 +290,6 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.verbose:
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.listen_address)
     scope = WatchScope(clusterwide=not args.namespace, namespaces=list(args.namespace))
     try:
         election = ElectionConfig(
@@ -269,6 +312,8 @@ def run(args: argparse.Namespace) -> int:
     kube = Kube.from_environment()
     if not check_api_versions(kube):
         return 1
+    if args.metrics_port and not serve_metrics(args, kube):
+        return 2
     # Kueue's Workloads are watched where Kueue is installed (restart the operator after
     # installing it); its jobs are reconciled without the watch too, at each resync.
     kueue = kube.serves(f"{KUEUE_GROUP}/{KUEUE_VERSION}", KUEUE_WORKLOAD_PLURAL)
