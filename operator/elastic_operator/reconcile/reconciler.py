@@ -52,7 +52,6 @@ from elastic_operator.model.result import (
     due_in,
     soonest,
 )
-from elastic_operator.model.server import ServerFeatures
 from elastic_operator.reconcile.ports import Reads, Writes
 from elastic_operator.reconcile.reconcile_pass import START_OVER, Pass, Requeued, Run, StartOver
 from elastic_operator.render import jobset_name, render
@@ -161,9 +160,9 @@ class Reconciler:
         verdict = self.reads.schema.verdict()
         if verdict.refuses:  # an older CRD would prune what we write (schema_guard.py)
             return self.reads.schema.refuse(raw, verdict)
-        server = self.reads.server()  # one answer for the whole pass
-        try:
-            parsed, rendered = self._parse(key, raw, server)
+        try:  # the server's features: one answer for the whole pass
+            parsed = self._parse(key, raw)
+            rendered = render(parsed.job, server := self.reads.server())
         except ValueError as e:  # parse_job's InvalidJobSpec, or a spec render cannot take
             writes.writer.report_invalid_spec(raw, str(e))
             return Result()
@@ -230,15 +229,14 @@ class Reconciler:
         waits += [next_look_in(new_status.admission, self.pods_ready, now), refusal_look]
         return Result(requeue_after=soonest(recheck, due_in(waits)), paced_after=paced)
 
-    def _parse(self, key: JobKey, raw: dict[str, Any],
-               server: ServerFeatures) -> tuple[ParsedJob, list[dict[str, Any]]]:
-        """The job, its status records vetted against our own writes (provenance.py), and
-        its rendering; ValueError for a spec parse_job or render cannot take."""
+    def _parse(self, key: JobKey, raw: dict[str, Any]) -> ParsedJob:
+        """The job, its status records vetted against our own writes (provenance.py);
+        ValueError (InvalidJobSpec) for a spec parse_job cannot take."""
         parsed = parse_job(raw)
         if not parsed.job.spec.multikueue:  # else its status is MultiKueue's copy
             parsed = self.reads.own_writes.own_records(
                 key, parsed, self.clock.now(), self.metrics.foreign_status)
-        return parsed, render(parsed.job, server)
+        return parsed
 
     def _observe(self, key: JobKey, job: ElasticTrainingJob, jobset: ObservedJobSet | None,
                  pods: tuple[ObservedPod, ...], workload: ObservedWorkload | None,
