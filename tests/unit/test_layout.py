@@ -182,3 +182,14 @@ def test_no_two_test_modules_share_a_name() -> None:
     collection ("import file mismatch"), but only when both folders are collected."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+LOOP_MAX_LINES = 400  # issue 80 item 4: the policies live beside the loop, not in it
+
+
+def test_the_training_loop_stays_a_page() -> None:
+    loop = PACKAGES["elastic_trainer"] / "loop.py"
+    lines = len(loop.read_text().splitlines())
+    assert lines <= LOOP_MAX_LINES, (
+        f"trainer/elastic_trainer/loop.py has {lines} lines, more than {LOOP_MAX_LINES}: "
+        "put the new policy in a module of its own that the loop composes (compose.py)")

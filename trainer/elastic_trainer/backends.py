@@ -68,6 +68,12 @@ class Backend(Protocol):
         after `timeout` seconds."""
         ...
 
+    def use_slices(self, slices: set[int]) -> None:
+        """The next attempt's mesh is `slices`, of those `wait_for_slices` returned: the
+        rest stand by, healthy and out of the mesh (standby.py; without standbys the
+        mesh is every slice returned and this is never called)."""
+        ...
+
     def default_device(self) -> Any:
         """The device jax defaults to during an attempt: on an active slice, chosen as
         `Manager.elastic_retry` chooses it."""
@@ -215,6 +221,9 @@ class SimulatedBackend:
             self._dispatched.clear()
             self._last_done = 0.0
         return healthy
+
+    def use_slices(self, slices: set[int]) -> None:
+        self._active = frozenset(slices)
 
     def forget_lost_memory(self) -> list[int]:
         """Delete every array that has a shard on a slice that is down or went down since
@@ -420,6 +429,10 @@ class PathwaysBackend:
         self.manager.active_slice_indices = active
         self.manager.available_inactive_slices = frozenset()
         return set(active)
+
+    def use_slices(self, slices: set[int]) -> None:
+        # The standbys are inactive: the monitor thread checks them as it does lost ones.
+        self.manager.active_slice_indices = frozenset(slices)
 
     def default_device(self) -> Any:
         return self.manager.default_device
