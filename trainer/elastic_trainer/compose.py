@@ -27,6 +27,7 @@ from elastic_trainer.retry import SliceLossLimit
 from elastic_trainer.retry_hooks import Recovery
 from elastic_trainer.snapshots import ReplicaSnapshots
 from elastic_trainer.stalls import Stalls
+from elastic_trainer.standby import with_standbys
 from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import Clock, Watchdog
 
@@ -41,6 +42,8 @@ def build_trainer(cfg: ModelConfig, opts: LoopOptions, backend: Backend, data: B
     `reporter`, the operator's checkpoint requests read from `requests`; `clock`: what
     the watchdog and the reported phases time by (a test's jumps); `executables`: where
     compiled steps are kept (None: in this process's memory)."""
+    # Standby slices held out of the mesh: the loop sees a job of the mesh's slices.
+    backend = with_standbys(backend, opts.standby_slices)
     spec = train.StateSpec.of(cfg, opts.steps, opts.learning_rate)
     snapshots = ReplicaSnapshots()
     snapshot_budget, checkpoint_budget = budget_shares(

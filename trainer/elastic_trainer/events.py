@@ -35,6 +35,7 @@ class ElasticEvent:
     active_slices_after: int | None = None
     wait_seconds: float | None = None  # waiting for slices before the restore
     slices_back_at: float | None = None  # when the slices needed were healthy again
+    standby_swap: bool = False  # a standby slice took a lost one's place (standby.py)
 
     @property
     def steps_lost(self) -> int | None:
@@ -58,6 +59,7 @@ class ElasticEvent:
             "resumed_step": self.resumed_step, "active_slices_after": self.active_slices_after,
             "detected_at": self.detected_at, "resumed_at": self.resumed_at,
             "fault_at": self.fault_at, "slices_back_at": self.slices_back_at,
+            "standby_swap": self.standby_swap,
         }
 
     def log_line(self) -> str:
@@ -76,7 +78,8 @@ class ElasticEvent:
                 f"({self.error.split(':')[0]}{detect}); restored step "
                 f"{self.restored_from_step} from {self.restore_source} in "
                 f"{self.restore_seconds or 0.0:.1f}s; resumed at step {self.resumed_step} "
-                f"after {s['resume_seconds']:.1f}s; {self.steps_lost} steps lost")
+                f"after {s['resume_seconds']:.1f}s; {self.steps_lost} steps lost"
+                f"{'; a standby slice swapped in' if self.standby_swap else ''}")
 
     def report(self) -> ElasticEventReport:
         return ElasticEventReport(

@@ -84,6 +84,7 @@ class LoopOptions:
     batch: int
     seed: int
     min_slices: int | None = None
+    standby_slices: int = 0  # of the backend's slices, held out of the mesh (standby.py)
     elastic_timeout: float | None = 300.0
     max_retries: int = 10
     retry_window_seconds: int | None = None  # --max-retries within it (None: over the run)

@@ -17,6 +17,7 @@ from elastic_trainer.errors import ScaleUpSignal
 from elastic_trainer.events import ElasticEvent
 from elastic_trainer.snapshots import ReplicaSnapshots
 from elastic_trainer.stalls import Blamed, Stalls
+from elastic_trainer.standby import swapped_in
 from elastic_trainer.training_status import TrainingStatus
 from elastic_trainer.watchdog import CHECKPOINT, Watchdog
 
@@ -46,6 +47,7 @@ class Recovery:
         if event is not None:
             event.wait_seconds = (event.wait_seconds or 0.0) + waited_seconds
             event.slices_back_at = time.time()
+            event.standby_swap = event.standby_swap or bool(swapped_in(self.backend))
 
     def on_slice_down(self, error: jax.errors.JaxRuntimeError, retrying: bool) -> None:
         detected = time.time()

@@ -34,6 +34,7 @@ DEFAULT_OVERHEAD_BUDGET_PERCENT, MAX_OVERHEAD_BUDGET_PERCENT = 2.0, 50.0
 # As elastic_trainer.watchdog's (not imported here either: it is light, but keeps the
 # flags' module free of the loop's; test_trainer_watchdog checks they agree).
 WATCHDOG_FACTOR, WATCHDOG_FLOOR_SECONDS = 10.0, 5.0
+STANDBY_ENV = "ETJ_STANDBY_SLICES"  # --standby-slices when the flag is not given
 
 
 def period(text: str) -> int | None:
@@ -61,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_copy_arguments(a)
     a("--min-slices", type=int, default=None,
       help="replica resize: train on at least M slices (unset = pause and resume)")
+    a("--standby-slices", type=int, default=None, metavar="K",
+      help="of the backend's slices, hold K out of the mesh, running and healthy, to take "
+           "a lost slice's place at once (the mesh is the other slices; default: env "
+           f"{STANDBY_ENV}, else 0)")
     a("--elastic-timeout", type=float, default=300.0, help="seconds to wait for slices")
     a("--max-retries", type=int, default=10,
       help="elastic events (slices lost) tolerated: over the run, or within any "
@@ -228,7 +233,33 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "--eval-every must be >= 0 (0: no evaluation)"
     if args.eval_steps < 1:
         return "--eval-steps must be >= 1"
-    return _validate_cadence(args)
+    return _validate_cadence(args) or _validate_standby(args)
+
+
+def standby_slices(args: argparse.Namespace) -> int:
+    """--standby-slices, else env ETJ_STANDBY_SLICES, else 0 (ValueError: not a number)."""
+    if args.standby_slices is not None:
+        return int(args.standby_slices)
+    return int(os.environ.get(STANDBY_ENV, "").strip() or 0)
+
+
+def _validate_standby(args: argparse.Namespace) -> str | None:
+    try:
+        standby = standby_slices(args)
+    except ValueError:
+        return f"{STANDBY_ENV}={os.environ.get(STANDBY_ENV)!r} is not a number of slices"
+    if standby < 0:
+        return "--standby-slices must be >= 0"
+    if args.backend != "simulated" or not standby:
+        return None
+    mesh = args.simulate_slices - standby
+    if mesh < 1:
+        return (f"--standby-slices {standby} leaves no slice of --simulate-slices "
+                f"{args.simulate_slices} for the mesh")
+    if args.min_slices is not None and args.min_slices > mesh:
+        return (f"--min-slices {args.min_slices} exceeds the mesh's {mesh} slice(s) "
+                f"(--simulate-slices {args.simulate_slices} less --standby-slices {standby})")
+    return None
 
 
 def _validate_cadence(args: argparse.Namespace) -> str | None:
@@ -468,6 +499,7 @@ def _loop_options(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
             "\"Watchdog\")")
     return LoopOptions(
         steps=args.steps, batch=args.batch, seed=args.seed, min_slices=args.min_slices,
+        standby_slices=standby_slices(args),
         elastic_timeout=args.elastic_timeout, max_retries=args.max_retries,
         retry_window_seconds=window, prior_retry_times=prior.retry_times,
         snapshot_period=args.snapshot_period, log_every=args.log_every,
@@ -535,12 +567,13 @@ def _train(args: argparse.Namespace) -> int:
                                  on_view=_exit_when_asked(opts.process_started_at)) \
         if job else None
     data = make_source(args.data, args.seed, args.batch, cfg.seq_len, cfg.vocab_size)
+    mesh = backend.total_slices - opts.standby_slices
     log.info("etj train: config %s (%.1fM params), %d steps, batch %d, backend %s, "
-             "%d slice(s) x %d device(s), mode %s, compilation cache %s; snapshots every "
-             "%s, checkpoints every %s step(s) (auto: within %g%% of step time each)",
-             cfg.name, cfg.param_count() / 1e6, args.steps, args.batch, backend.name,
-             backend.total_slices, backend.devices_per_slice,
-             "replica resize" if args.min_slices and args.min_slices < backend.total_slices
+             "%d slice(s) x %d device(s), %d standing by, mode %s, compilation cache %s; "
+             "snapshots every %s, checkpoints every %s step(s) (auto: within %g%% of step "
+             "time each)", cfg.name, cfg.param_count() / 1e6, args.steps, args.batch,
+             backend.name, mesh, backend.devices_per_slice, opts.standby_slices,
+             "replica resize" if args.min_slices and args.min_slices < mesh
              else "pause and resume", cache, _shown(args.snapshot_period),
              _shown(args.checkpoint_period), args.overhead_budget_percent)
     executables = ExecutableStore(
@@ -559,6 +592,7 @@ def _train(args: argparse.Namespace) -> int:
     summary = summary_dict(result, {
         "config": cfg.name, "backend": backend.name, "total_slices": backend.total_slices,
         "devices_per_slice": backend.devices_per_slice, "min_slices": args.min_slices,
+        "standby_slices": opts.standby_slices,
         "exit_code": code,
     })
     if code and summary["reason"] is None:
