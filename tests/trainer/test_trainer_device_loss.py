@@ -51,14 +51,14 @@ def compilation_cache_for_the_module(tmp_path_factory: pytest.TempPathFactory
 
 def run(devices: Sequence[Any], tmp: Path, faults: Sequence[Fault], *,
         snapshot_period: int = 2, watchdog: WatchdogOptions | None = None,
-        settle_before_loss: bool = False) -> RunResult:
-    """The bundled trainer on the real PathwaysBackend over 2 slices x 2 CPU devices,
-    under the simulator, with `faults` played."""
+        settle_before_loss: bool = False, standby: int = 0) -> RunResult:
+    """The bundled trainer on the real PathwaysBackend over 2 slices x 2 CPU devices
+    (and `standby` more standing by), under the simulator, with `faults` played."""
     cfg = get_config("tiny")
     opts = LoopOptions(steps=STEPS, batch=8, seed=0, elastic_timeout=120, max_retries=5,
                        snapshot_period=snapshot_period, log_every=10**6,
-                       watchdog=watchdog or WatchdogOptions())
-    with LosableSlices(devices, SLICES, PER_SLICE) as hw:
+                       watchdog=watchdog or WatchdogOptions(), standby_slices=standby)
+    with LosableSlices(devices, SLICES + standby, PER_SLICE) as hw:
         backend = FaultsOnPathways(hw, faults)
         backend.health_timeout = 60.0  # an idle CPU slice answers at once; no silent one
         trainer = build_trainer(cfg, opts, backend,
@@ -190,4 +190,22 @@ def test_a_step_hung_on_a_slice_pathways_has_down_blames_it(cpu_devices: list[An
     [event] = result.events
     assert event.error.startswith("SliceHung: slice 1 hung in step")
     assert event.slices_down == [1]
+    assert result.params_digest == undisturbed
+
+
+def test_a_standby_takes_the_lost_slices_place_at_once(cpu_devices: list[Any],
+                                                       tmp_path: Path,
+                                                       undisturbed: str) -> None:
+    # Three slices, one standing by (issue 80 item 1): slice 1 goes while step 7 runs;
+    # slice 2, running and healthy, takes its place with no wait; slice 1 is back at
+    # step 10 and stands by (the mesh is not changed again).
+    result = run(cpu_devices, tmp_path, [Fault("step", 7, "lose", 1),
+                                         Fault("step", 10, "return", 1)],
+                 snapshot_period=1, settle_before_loss=True, standby=1)
+    [event] = result.events
+    assert event.error.startswith(SIMULATED_ERROR)
+    assert (event.slices_down, event.standby_swap, event.active_slices_after) == (
+        [1], True, 2)
+    assert event.wait_seconds is not None and event.wait_seconds < 5
+    assert (event.restore_source, event.restored_from_step) == ("snapshot", 6)
     assert result.params_digest == undisturbed
