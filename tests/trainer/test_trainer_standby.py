@@ -18,7 +18,7 @@ from elastic_trainer.data import SyntheticSource
 from elastic_trainer.events import RunResult
 from elastic_trainer.loop import LoopOptions, Trainer
 from elastic_trainer.simulated_faults import Fault, FaultSchedule
-from elastic_trainer.standby import MeshChoice, StandbyPolicy, StandbySlices
+from elastic_trainer.standby import MeshChoice, StandbyPolicy, StandbySlices, with_standbys
 from tests.support.trainer_run import RunTrainer, TrainerRun
 
 STEPS = 16
@@ -76,6 +76,50 @@ def test_without_standbys_the_mesh_is_every_healthy_slice() -> None:
 def test_counts_out_of_range_are_refused(mesh: int, standby: int) -> None:
     with pytest.raises(ValueError):
         StandbyPolicy(mesh, standby)
+
+
+class _Slices:
+    """A backend's slice bookkeeping, no devices: what StandbySlices asks of it."""
+
+    name, total_slices, devices_per_slice = "fake", 3, 2
+
+    def __init__(self) -> None:
+        self.healthy, self.used = {0, 1, 2}, set[int]()
+
+    def wait_for_slices(self, count: int, timeout: float | None) -> set[int]:
+        return set(self.healthy)
+
+    def use_slices(self, slices: set[int]) -> None:
+        self.used = set(slices)
+
+    def healthy_slices(self) -> set[int]:
+        return set(self.healthy)
+
+    def returned_slices(self, active: set[int]) -> set[int]:
+        return self.healthy - active
+
+    def failed_slices(self, err: BaseException) -> tuple[list[int], float | None]:
+        return sorted({0, 1, 2} - self.healthy), None
+
+
+def test_the_loop_sees_a_job_of_the_mesh_and_the_backend_is_told_the_mesh() -> None:
+    inner: Any = _Slices()
+    assert with_standbys(inner, 0) is inner  # no standbys: the backend as it is
+    backend = StandbySlices(inner, 1)
+    assert (backend.total_slices, backend.name, backend.devices_per_slice) == (2, "fake", 2)
+    assert backend.wait_for_slices(2, None) == {0, 1} and inner.used == {0, 1}
+    assert backend.standby_count() == 1 and backend.swapped_in() == []
+    # The whole mesh: slice 2 is healthy and out of it, yet no slice is "back".
+    assert backend.returned_slices({0, 1}) == set()
+    # Slice 1 and the standby both down: the mesh lost slice 1 only.
+    inner.healthy = {0}
+    assert backend.failed_slices(RuntimeError()) == ([1], None)
+    assert backend.wait_for_slices(1, None) == {0} and inner.used == {0}
+    inner.healthy = {0, 2}
+    assert backend.returned_slices({0}) == {2}  # a short mesh grows again
+    assert backend.wait_for_slices(1, None) == {0, 2} and backend.swapped_in() == []
+    with pytest.raises(ValueError, match="leaves no slice for the mesh"):
+        StandbySlices(inner, 3)
 
 
 # --- runs on the simulated backend: 2 slices in the mesh, 1 standing by ------------------
