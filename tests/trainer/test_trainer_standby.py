@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from elastic_trainer import train_cli
+from elastic_trainer import backends, train_cli
 from elastic_trainer.backends import SimulatedBackend
 from elastic_trainer.checkpoint import Checkpointer
 from elastic_trainer.compose import build_trainer
@@ -222,6 +222,21 @@ def test_the_flag_else_the_env_else_none(monkeypatch: pytest.MonkeyPatch) -> Non
     assert train_cli.standby_slices(_args("--standby-slices", "0")) == 0
     monkeypatch.setenv(train_cli.STANDBY_ENV, "one")
     assert "is not a number of slices" in (train_cli._validate(_args()) or "")
+
+
+def test_on_pathways_the_standbys_are_counted_against_the_slices_it_has(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class TwoSlices:
+        total_slices = 2
+
+    monkeypatch.setattr(backends, "PathwaysBackend", TwoSlices)
+    made = train_cli._make_backend(_args("--backend", "pathways", "--standby-slices", "1"),
+                                   None)
+    assert isinstance(made, TwoSlices)
+    code, says = train_cli._make_backend(
+        _args("--backend", "pathways", "--standby-slices", "2"), None)
+    assert (code, says) == (2, "--standby-slices 2 leaves no slice for the mesh: Pathways "
+                               "has 2")
 
 
 def test_etj_train_swaps_in_its_standby_bit_exactly(run_trainer: RunTrainer,

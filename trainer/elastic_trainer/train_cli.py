@@ -426,12 +426,16 @@ def _make_backend(args: argparse.Namespace, job: tuple[str, str] | None) -> Any:
 
     if args.backend == "pathways":
         try:
-            return PathwaysBackend()
+            backend = PathwaysBackend()
         except Exception as err:
             return EXIT_TRAINING_ERROR, (
                 f"--backend pathways needs TPU slices behind a Pathways proxy "
                 f"(JAX_PLATFORMS=proxy, JAX_BACKEND_TARGET); got {type(err).__name__}: "
                 f"{err}. On CPU use --backend simulated.")
+        if standby_slices(args) >= backend.total_slices:
+            return 2, (f"--standby-slices {standby_slices(args)} leaves no slice for the "
+                       f"mesh: Pathways has {backend.total_slices}")
+        return backend
     from elastic_trainer.simulated_faults import StepFaults
 
     faults = _faults(args)
