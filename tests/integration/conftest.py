@@ -10,7 +10,8 @@ gone (the garbage collector does it, no operator needed), so the fake TPU nodes 
 `operator` (module): one `etj operator` for the module's tests, with `operator_args`
 (TEST_ARGS; a module overrides `operator_args` to run it otherwise), its log
 operator-<module>.log. A module whose tests all need it marks them
-`pytest.mark.usefixtures("operator")`; `ns` starts it again after a test that stopped it.
+`pytest.mark.usefixtures("running_operator")`, which starts it again after a test that
+stopped it.
 """
 from __future__ import annotations
 
@@ -48,14 +49,20 @@ def operator(cluster: Cluster, api: client.ApiClient, operator_args: tuple[str, 
 
 
 @pytest.fixture
-def ns(namespace: str, api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+def running_operator(operator: OperatorProcess) -> Iterator[OperatorProcess]:
+    """The module's operator, started again after a test that stopped it: the module's
+    next test needs it. (Not in `ns`: modules whose own `operator` fixture is per test,
+    and needs `ns`, have it torn down before `ns`.)"""
+    yield operator
+    if not operator.running:
+        operator.start()
+
+
+@pytest.fixture
+def ns(namespace: str, api: client.ApiClient) -> Iterator[str]:
     """The test's namespace; afterwards its job is deleted and its pods are gone (the
     garbage collector does it, no operator needed), so the fake TPU nodes are free."""
     yield namespace
-    if "operator" in request.fixturenames:
-        proc = request.getfixturevalue("operator")
-        if isinstance(proc, OperatorProcess) and not proc.running:
-            proc.start()  # the module's next test needs it
     delete_jobs_and_wait_for_pods(api, namespace)
 
 

@@ -28,7 +28,7 @@ from tests.support.server_version import git_version
 from tests.support.waiting import wait_running, wait_status
 
 # One operator for the module's tests (integration/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("running_operator")]
 
 TIMEOUT = 120
 

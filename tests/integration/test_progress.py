@@ -40,7 +40,7 @@ from tests.service_accounts import token_kubeconfig
 from tests.support.printed import printed_jobs
 
 # One operator for the module's tests (integration/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("running_operator")]
 
 JOB = "mt-progress"
 TIMEOUT = 120

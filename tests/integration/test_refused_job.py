@@ -29,7 +29,7 @@ from tests.support.article_job import (
 from tests.support.waiting import wait_status
 
 # One operator for the module's tests (integration/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("running_operator")]
 
 TIMEOUT = 120
 REFUSED = f"{JOB}-worker-1"  # the JobSet's second worker Job

@@ -51,7 +51,7 @@ from tests.support.article_job import (
 from tests.support.waiting import ready_on_new_job, wait_running, wait_status
 
 # One operator for the module's tests (integration/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("running_operator")]
 
 TIMEOUT = 120
 

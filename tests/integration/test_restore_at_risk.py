@@ -25,7 +25,7 @@ from tests.support.article_job import (
 from tests.support.waiting import wait_status
 
 # One operator for the module's tests (integration/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("running_operator")]
 
 STEP = 4000
 SIZE = 150 * GIB

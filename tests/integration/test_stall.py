@@ -31,7 +31,7 @@ from tests.support.trainer_run import TrainerProcesses, head_command
 from tests.support.waiting import wait_running, wait_status
 
 # One operator for the module's tests (integration/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("running_operator")]
 
 DEADLINE = 8  # spec.elastic.progressDeadlineSeconds
 

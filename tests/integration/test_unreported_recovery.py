@@ -31,7 +31,7 @@ from tests.support.article_job import (
 from tests.support.waiting import job_version, wait_running, wait_status
 
 # One operator for the module's tests (integration/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("running_operator")]
 
 SLEEPER = ["python3", "-c", "import time; time.sleep(10**9)"]
 
