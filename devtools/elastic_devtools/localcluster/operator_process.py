@@ -109,11 +109,16 @@ class OperatorProcess:
                 self.argv(), env=env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=self.new_session)
 
-    def wait_healthy(self, timeout: float = 60) -> None:
+    # A deadline, not a wait: the process answers as soon as it is up (about 5 s of
+    # imports on a quiet machine), but on a 2-core machine running four test workers it
+    # took over 60 s (make test-compat, test_replacement's restarted operator).
+    START_TIMEOUT = 150.0
+
+    def wait_healthy(self, timeout: float = START_TIMEOUT) -> None:
         wait_for(self.healthy, timeout, f"operator liveness (log: {self.log_path})",
                  interval=0.5)
 
-    def start(self, timeout: float = 60) -> None:
+    def start(self, timeout: float = START_TIMEOUT) -> None:
         """Start it and wait until its liveness endpoint answers."""
         self.spawn()
         self.wait_healthy(timeout)
