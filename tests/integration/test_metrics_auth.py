@@ -10,9 +10,6 @@ Prometheus' (bound to the chart's `<release>-metrics-reader`).
 """
 from __future__ import annotations
 
-import ssl
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from kubernetes import client
@@ -21,21 +18,7 @@ from elastic_devtools.localcluster import Cluster
 from elastic_devtools.localcluster.faults import wait_for
 from tests.service_accounts import token_kubeconfig
 from tests.support.chart import ChartReplicas, token_of
-
-
-def scrape(port: int, token: str | None) -> tuple[int, str]:
-    """GET https://127.0.0.1:port/metrics (the certificate is self-signed: not verified;
-    the token is what guards the data)."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=20, context=context) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+from tests.support.metrics_scrape import scrape
 
 
 def service_account_token(cluster: Cluster, api: client.ApiClient, namespace: str,

@@ -5,7 +5,6 @@ API server's reviews: tests/integration/test_metrics_auth.py."""
 from __future__ import annotations
 
 import hashlib
-import ssl
 import urllib.error
 import urllib.request
 from typing import Any
@@ -22,6 +21,7 @@ from elastic_operator.entry.metrics_auth import (
 )
 from elastic_operator.entry.metrics_server import SecureMetricsServer
 from elastic_operator.entry.metrics_tls import self_signed, server_context
+from tests.support.metrics_scrape import scrape
 
 READER = {"username": "system:serviceaccount:monitoring:prometheus",
           "groups": ["system:serviceaccounts"], "uid": "u-1"}
@@ -142,19 +142,6 @@ def test_a_self_signed_certificate_names_its_hosts() -> None:
     assert [str(ip) for ip in alt.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     with pytest.raises(ValueError, match="--metrics-key-file"):
         server_context("cert.pem", None)
-
-
-def scrape(port: int, token: str | None) -> tuple[int, str]:
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # self-signed
-    request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def test_the_https_server_answers_as_the_rule_says() -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from elastic_operator.entry.http_thread import BackgroundServer
 from elastic_operator.entry.metrics_auth import METRICS_PATH, MetricsAuthorizer
 
 # A client that connects and sends nothing holds its thread this long at most.
@@ -21,32 +21,17 @@ CLIENT_TIMEOUT_S = 30.0
 Exposition = Callable[[], tuple[bytes, str]]  # the metrics' text and its Content-Type
 
 
-class SecureMetricsServer:
+class SecureMetricsServer(BackgroundServer):
     """Serves `exposition()` at GET /metrics with TLS `context`, to whom `authorizer`
     allows."""
 
     def __init__(self, address: str, port: int, context: ssl.SSLContext,
                  authorizer: MetricsAuthorizer, exposition: Exposition) -> None:
-        self._server = ThreadingHTTPServer((address, port), _handler(authorizer, exposition))
-        self._server.daemon_threads = True
         # The handshake runs in the connection's own thread (at its first read), so a
         # slow or silent client never holds up the accepting one.
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
-                                                  do_handshake_on_connect=False)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="metrics", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> SecureMetricsServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(address, port, _handler(authorizer, exposition), "metrics",
+                         wrap=lambda sock: context.wrap_socket(
+                             sock, server_side=True, do_handshake_on_connect=False))
 
 
 def _handler(authorizer: MetricsAuthorizer,

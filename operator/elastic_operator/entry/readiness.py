@@ -17,11 +17,12 @@ served beside it, on a port of its own, straight from the operator's state.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
+
+from elastic_operator.entry.http_thread import BackgroundServer
 
 if TYPE_CHECKING:
     from elastic_operator.app import Operator
@@ -75,26 +76,11 @@ def verdict(*, stopping: bool, leading: bool, election_alive: bool | None, alive
                      synced=not unsynced and schema_settled)
 
 
-class ReadinessServer:
+class ReadinessServer(BackgroundServer):
     """Serves GET /readyz (200 ready, 503 not) from `verdict`, in a daemon thread."""
 
     def __init__(self, address: str, port: int, verdict: Callable[[], Readiness]) -> None:
-        self._server = ThreadingHTTPServer((address, port), _handler(verdict))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="readiness", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> ReadinessServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(address, port, _handler(verdict), "readiness")
 
 
 def _handler(verdict: Callable[[], Readiness]) -> type[BaseHTTPRequestHandler]:
