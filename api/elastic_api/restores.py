@@ -61,3 +61,14 @@ def sidecar_restore(*, started_at: datetime, first_step: int,
     seconds = (seen_at - started_at).total_seconds() - (first_step_seconds or 0.0)
     return restore_report(source="checkpoint", step=step, nbytes=nbytes, seconds=seconds,
                           restored_at=seen_at, measured_by=PROGRESS_SIDECAR)
+
+
+def steps_lost(failed_step: int | None, restored_from_step: int | None) -> int | None:
+    """The steps an elastic event redid: from the step restored to the step that failed;
+    None unless both are known. Never negative: with a snapshot every step the copy
+    restored may be of the step whose loss was not read yet (done, its copy published
+    before the loss), one newer than the failed step: nothing was lost. The operator's
+    recovery record and the trainer's event summary both count it so."""
+    if failed_step is None or restored_from_step is None:
+        return None
+    return max(0, failed_step - restored_from_step)

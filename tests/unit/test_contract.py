@@ -504,3 +504,23 @@ def test_both_sides_give_the_evictions_second_to_the_eviction(
     moment = EVICTED + timedelta(seconds=offset)
     assert trainer_gives_the_retry_back(moment) is loss_is_kueues
     assert operator_takes_the_stop_for_kueues(moment) is stop_is_kueues
+
+
+@pytest.mark.parametrize(("failed", "restored", "lost"), [
+    (10, 7, 3), (5, 5, 0),
+    (5, 6, 0),  # a copy every step, of the step whose loss was not read yet: none lost
+    (5, None, None),
+])
+def test_steps_lost_is_one_rule_for_the_trainers_event_and_the_operators_record(
+        failed: int, restored: int | None, lost: int | None) -> None:
+    """The trainer's event summary and the operator's recovery record count the steps an
+    elastic event redid by one function (elastic_api.restores.steps_lost)."""
+    from elastic_api import restores
+    from elastic_operator.core import recovery
+    from elastic_trainer.events import ElasticEvent
+
+    event = ElasticEvent(id=1, kind="slice_down", error="", failed_step=failed,
+                         slices_down=[0], detected_at=0.0, fault_at=None,
+                         restored_from_step=restored)
+    assert event.steps_lost == restores.steps_lost(failed, restored) == lost
+    assert recovery.lost_steps is restores.steps_lost

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from elastic_api.models import ElasticEventReport, TrainerGoodput
+from elastic_api.restores import steps_lost
 
 
 def utc(ts: float | None) -> datetime | None:
@@ -39,12 +40,7 @@ class ElasticEvent:
 
     @property
     def steps_lost(self) -> int | None:
-        if self.restored_from_step is None:
-            return None
-        # As the operator counts it (core/recovery.py): a copy every step may be of the
-        # step whose loss was not read yet (done, its copy published before the loss),
-        # one newer than `failed_step`: nothing was lost, not -1.
-        return max(0, self.failed_step - self.restored_from_step)
+        return steps_lost(self.failed_step, self.restored_from_step)  # as the operator
 
     def summary(self) -> dict[str, Any]:
         detect = None if self.fault_at is None else max(0.0, self.detected_at - self.fault_at)

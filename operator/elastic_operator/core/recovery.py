@@ -25,6 +25,7 @@ from elastic_api.models import (
     TrainingReport,
 )
 from elastic_api.queueing import caused_by_eviction
+from elastic_api.restores import steps_lost as lost_steps
 from elastic_operator.core.slices import SliceChange
 from elastic_operator.core.status_events import StatusEvent
 from elastic_operator.core.unreported import (
@@ -216,10 +217,8 @@ def _close_if_resumed(
         return RecoveryUpdate(record)
     linked = event if event is not None and record.elastic_event_id == event.id else None
     downtime = max(0.0, (resumed_at - record.detected_at).total_seconds())
-    steps_lost = None
-    if linked is not None and linked.failed_step is not None \
-            and linked.restored_from_step is not None:
-        steps_lost = max(0, linked.failed_step - linked.restored_from_step)
+    steps_lost = None if linked is None else \
+        lost_steps(linked.failed_step, linked.restored_from_step)
     record = record.model_copy(update={
         "resumed_at": resumed_at, "downtime_seconds": round(downtime, 3),
         "closed_at": resumed_at, "closed_by": CLOSED_BY_TRAINER,
